@@ -1,0 +1,166 @@
+// nccl-tests-style benchmark: ringguard's verified host ring against MPI_Allreduce on the same buffers,
+// in the same run.
+//
+//   mpirun -np 2 build/bench/bench_allreduce -b 1K -e 64M -f 4 -n 10 -w 3 -c 1 -d f32
+#include <mpi.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ringguard/core/reduce.h"
+#include "ringguard/mpi/mpi_communicator.h"
+
+using namespace ringguard;
+
+namespace {
+
+size_t parseBytes(const std::string& s) {
+  size_t pos = 0;
+  double v = std::stod(s, &pos);
+  std::string suffix = s.substr(pos);
+  double mult = 1;
+  if (suffix == "K" || suffix == "k") mult = 1 << 10;
+  else if (suffix == "M" || suffix == "m") mult = 1 << 20;
+  else if (suffix == "G" || suffix == "g") mult = double(1 << 30);
+  else if (!suffix.empty()) throw CLI::ValidationError("size", "unknown suffix in '" + s + "' (use K, M or G)");
+  return size_t(v * mult);
+}
+
+MPI_Datatype mpiType(DataType t) {
+  switch (t) {
+    case DataType::kFloat32: return MPI_FLOAT;
+    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kInt32: return MPI_INT32_T;
+    case DataType::kInt64: return MPI_INT64_T;
+    case DataType::kUint8: return MPI_UINT8_T;
+    default: return MPI_DATATYPE_NULL;  // f16/bf16: MPI has no sum for them
+  }
+}
+
+// Slowest rank's time of `iters` calls after `warmup` calls.
+template <typename F>
+double timeIt(int warmup, int iters, F&& f) {
+  for (int i = 0; i < warmup; ++i) f();
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t0 = MPI_Wtime();
+  for (int i = 0; i < iters; ++i) f();
+  double mine = (MPI_Wtime() - t0) / iters, worst = 0;
+  MPI_Allreduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return worst;
+}
+
+void fill(DataType t, void* buf, size_t count, int rank) {
+  for (size_t i = 0; i < count; ++i) {
+    double v = double(int((i * 13 + size_t(rank) * 7) % 32) - 16);
+    switch (t) {
+      case DataType::kFloat32: static_cast<float*>(buf)[i] = float(v); break;
+      case DataType::kFloat64: static_cast<double*>(buf)[i] = v; break;
+      case DataType::kInt32: static_cast<int32_t*>(buf)[i] = int32_t(v); break;
+      case DataType::kInt64: static_cast<int64_t*>(buf)[i] = int64_t(v); break;
+      case DataType::kUint8: static_cast<uint8_t*>(buf)[i] = uint8_t(int(v) + 16); break;
+      default: break;
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_allreduce: ringguard verified ring vs MPI_Allreduce"};
+  std::string minBytes = "1K", maxBytes = "64M", dtypeName = "f32";
+  double factor = 4;
+  int iters = 10, warmup = 3, check = 1;
+  size_t sliceBytes = 0;
+  app.add_option("-b,--minbytes", minBytes, "smallest message (K/M/G suffixes)");
+  app.add_option("-e,--maxbytes", maxBytes, "largest message");
+  app.add_option("-f,--stepfactor", factor, "size multiplier between rows")->check(CLI::Range(1.01, 1024.0));
+  app.add_option("-n,--iters", iters, "timed iterations per size")->check(CLI::PositiveNumber);
+  app.add_option("-w,--warmup_iters", warmup, "untimed iterations per size")->check(CLI::NonNegativeNumber);
+  app.add_option("-c,--check", check, "1: check both results against each other at every size");
+  app.add_option("-d,--datatype", dtypeName, "f32, f64, i32, i64 or u8");
+  app.add_option("-s,--slice-bytes", sliceBytes, "ringguard slice size (default: RINGGUARD_SLICE_BYTES)");
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  size_t minB = 0, maxB = 0;
+  DataType dtype{};
+  try {
+    app.parse(argc, argv);
+    minB = parseBytes(minBytes);
+    maxB = parseBytes(maxBytes);
+    if (!parseDataType(dtypeName, &dtype) || mpiType(dtype) == MPI_DATATYPE_NULL) {
+      throw CLI::ValidationError("--datatype", "'" + dtypeName + "' is not one of f32, f64, i32, i64, u8");
+    }
+  } catch (const CLI::Error& e) {
+    int rc = rank == 0 ? app.exit(e) : 1;
+    MPI_Finalize();
+    return rc;
+  }
+  Options options;
+  if (Status st = Options::fromEnv(&options); !st.isOk()) {
+    if (rank == 0) fprintf(stderr, "%s\n", st.toString().c_str());
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  if (sliceBytes) options.sliceBytes = sliceBytes;
+  std::unique_ptr<Communicator> comm;
+  if (Status st = mpi::createCommunicator(MPI_COMM_WORLD, options, &comm); !st.isOk()) {
+    fprintf(stderr, "rank %d: %s\n", rank, st.toString().c_str());
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  const size_t esize = dataTypeSize(dtype);
+  if (rank == 0) {
+    printf("# ringguard bench_allreduce: np=%d dtype=%s slice=%zu slots=%d iters=%d warmup=%d\n", size,
+           dataTypeName(dtype), options.sliceBytes, options.slots, iters, warmup);
+    printf("# busbw = algbw * 2(n-1)/n. ratio = MPI time / ringguard time (> 1: ringguard faster)\n");
+    printf("%12s %12s | %10s %9s %9s | %10s %9s %9s | %7s %6s\n", "bytes", "count", "rg_us", "rg_algbw", "rg_busbw",
+           "mpi_us", "mpi_algbw", "mpi_busbw", "ratio", "check");
+  }
+  double lastRatio = 0;
+  size_t lastBytes = 0;
+  bool allOk = true;
+  std::vector<uint8_t> in, outRg, outMpi;
+  for (size_t bytes = std::max(minB, esize); bytes <= maxB; bytes = std::max(bytes + esize, size_t(bytes * factor))) {
+    const size_t count = bytes / esize;
+    in.resize(count * esize);
+    outRg.assign(count * esize, 0);
+    outMpi.assign(count * esize, 0);
+    fill(dtype, in.data(), count, rank);
+    bool failed = false;
+    double tRg = timeIt(warmup, iters, [&] {
+      Status st = comm->allreduce(in.data(), outRg.data(), count, dtype, ReduceOp::kSum);
+      if (!st.isOk()) {
+        fprintf(stderr, "rank %d: %s\n", rank, st.toString().c_str());
+        failed = true;
+      }
+    });
+    double tMpi = timeIt(warmup, iters, [&] {
+      MPI_Allreduce(in.data(), outMpi.data(), int(count), mpiType(dtype), MPI_SUM, MPI_COMM_WORLD);
+    });
+    int ok = !failed && (!check || std::memcmp(outRg.data(), outMpi.data(), count * esize) == 0), allRanks = 0;
+    MPI_Allreduce(&ok, &allRanks, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+    allOk = allOk && allRanks;
+    const double algRg = double(count * esize) / tRg / 1e9, algMpi = double(count * esize) / tMpi / 1e9;
+    const double busFactor = size > 1 ? 2.0 * (size - 1) / size : 1.0;
+    lastRatio = tMpi / tRg;
+    lastBytes = count * esize;
+    if (rank == 0) {
+      printf("%12zu %12zu | %10.1f %9.3f %9.3f | %10.1f %9.3f %9.3f | %7.3f %6s\n", count * esize, count, tRg * 1e6,
+             algRg, algRg * busFactor, tMpi * 1e6, algMpi, algMpi * busFactor, lastRatio,
+             !check ? "-" : (allRanks ? "ok" : "FAIL"));
+    }
+  }
+  Counters c = comm->counters();
+  if (rank == 0) {
+    printf("# rank 0 counters: %s\n", c.toString().c_str());
+    printf("summary: bytes=%zu np=%d ringguard_vs_mpi=%.3f\n", lastBytes, size, lastRatio);
+  }
+  comm.reset();
+  MPI_Finalize();
+  return allOk ? 0 : 1;
+}

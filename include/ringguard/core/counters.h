@@ -1,0 +1,24 @@
+#pragma once
+// Integrity and traffic counters of a communicator (local to this rank).
+#include <cstdint>
+#include <string>
+
+namespace ringguard {
+
+struct Counters {
+  uint64_t collectives = 0;     // collectives completed successfully
+  uint64_t bytesSent = 0;       // payload bytes posted to the transport (retransmissions included)
+  uint64_t slicesSent = 0;      // framed slices sent (retransmissions included)
+  uint64_t slicesVerified = 0;  // received slices checked against their trailer
+  uint64_t injected = 0;        // corruptions injected into slices received here
+  uint64_t detected = 0;        // link failures detected here (CRC, malformed or stale trailer, size)
+  uint64_t retransmitted = 0;   // slices this rank resent from its retained bytes
+  uint64_t escaped = 0;         // injected corruptions that passed verification (must stay 0)
+  uint64_t delayed = 0;         // slices this rank sent late on purpose (fault injection)
+  uint64_t repairRounds = 0;    // repair rounds run
+
+  Counters& operator+=(const Counters& o);
+  std::string toString() const;
+};
+
+}  // namespace ringguard

@@ -1,0 +1,94 @@
+#pragma once
+// The communicator: the public entry point of the runtime. One progress thread per communicator makes
+// every transport call; public calls validate, enqueue and return (docs/design/protocol.md, "Threading").
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "ringguard/algorithms/collective.h"
+#include "ringguard/algorithms/executor.h"
+#include "ringguard/core/counters.h"
+#include "ringguard/core/fault_injector.h"
+#include "ringguard/core/options.h"
+#include "ringguard/core/status.h"
+#include "ringguard/core/types.h"
+#include "ringguard/transport/transport.h"
+
+namespace ringguard {
+
+// Handle of one enqueued collective.
+class Work {
+ public:
+  // Blocks until the collective finished on this rank; returns its Status.
+  Status wait();
+  bool isCompleted() const;
+
+ private:
+  friend class Communicator;
+  void complete(Status status);
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  Status status_;
+};
+
+class Communicator {
+ public:
+  // Takes ownership of the transport and starts the progress thread. `options` must be valid.
+  Communicator(std::unique_ptr<Transport> transport, const Options& options);
+  // Runs what is still queued, then stops the progress thread.
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const Options& options() const { return options_; }
+
+  // Enqueues a verified AllReduce of `count` elements. `send` may equal `recv` (in place); both must stay
+  // valid until the Work completes. Thread-safe. Invalid arguments complete the Work with
+  // kInvalidArgument naming the argument, and every other rank of the collective gets a kPeerError
+  // (instead of waiting for this rank).
+  std::shared_ptr<Work> allreduceAsync(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
+  // allreduceAsync(...)->wait().
+  Status allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
+
+  // This rank's counters (a consistent snapshot).
+  Counters counters() const;
+  // The first fatal error, or OK. Once set, every call fails with it.
+  Status firstError() const;
+
+ private:
+  struct Task {
+    std::function<Status(const CollectiveContext&)> run;
+    std::shared_ptr<Work> work;
+    Status invalid;  // set when the caller's arguments were rejected
+    const char* name;
+  };
+  std::shared_ptr<Work> enqueue(Task task);
+  void progressLoop();
+  void runTask(Task& task);
+
+  std::unique_ptr<Transport> transport_;
+  const Options options_;
+  const FaultInjector injector_;
+  HostExecutor hostExecutor_;
+  const int rank_;
+  const int size_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  bool stopping_ = false;
+  Status firstError_;
+  Counters counters_;
+  uint64_t nextSeq_ = 0;  // touched by the progress thread only
+  std::thread progress_;
+};
+
+}  // namespace ringguard

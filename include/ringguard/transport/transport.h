@@ -1,0 +1,88 @@
+#pragma once
+// The transport interface every collective is written against (docs/design/protocol.md, "Transport
+// interface"). Public methods are non-virtual and always move a payload together with its trailer, so no
+// implementation can send an unframed slice; implementations override the protected hooks (spdlog's
+// base_sink pattern).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ringguard/core/status.h"
+#include "ringguard/core/trailer.h"
+
+namespace ringguard {
+
+// Control-channel message kinds.
+enum class ControlTag : int { kFingerprint = 1, kVerdict = 2, kError = 3 };
+
+// One posted message (payload or trailer) of an implementation.
+class TransportOp {
+ public:
+  virtual ~TransportOp() = default;
+  // Sets *done once the message has completed. Never blocks.
+  virtual Status test(bool* done) = 0;
+  // Withdraws a receive that has not matched yet, or releases a send; after it the op is inert.
+  virtual void cancel() = 0;
+};
+
+// A framed slice in flight: payload and trailer.
+class FrameRequest {
+ public:
+  FrameRequest() = default;
+  FrameRequest(std::unique_ptr<TransportOp> payload, std::unique_ptr<TransportOp> trailer)
+      : payload_(std::move(payload)), trailer_(std::move(trailer)) {}
+  bool active() const { return payload_ || trailer_; }
+  // Sets *done when both parts completed (then the request becomes inactive).
+  Status test(bool* done);
+  void cancel();
+
+ private:
+  std::unique_ptr<TransportOp> payload_;
+  std::unique_ptr<TransportOp> trailer_;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // Human-readable name for logs ("mpi", "nccl", "staged").
+  virtual const char* name() const = 0;
+
+  // After a fatal error messages may still be in flight (unmatched fingerprints, error broadcasts).
+  // A broken transport keeps its channels out of reuse, so those can never match a later communicator.
+  void markBroken() { broken_ = true; }
+  bool broken() const { return broken_; }
+
+  // Data plane. Buffers must stay valid (and unmodified, for sends) until the request completes.
+  Status postSend(int peer, const void* payload, size_t bytes, const Trailer* trailer, FrameRequest* out);
+  Status postRecv(int peer, void* payload, size_t bytes, Trailer* trailer, FrameRequest* out);
+
+  // Control plane: small messages to any peer. sendControl does not wait for the receiver.
+  Status sendControl(int peer, ControlTag tag, const void* data, size_t bytes);
+  // Takes one pending message with `tag` from `peer` (or from any peer when peer < 0) if there is one.
+  Status probeControl(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from, bool* got);
+
+ protected:
+  Transport(int rank, int size) : rank_(rank), size_(size) {}
+
+  enum class Channel { kPayload, kTrailer };
+  virtual Status doPostSend(int peer, Channel channel, const void* data, size_t bytes,
+                            std::unique_ptr<TransportOp>* out) = 0;
+  virtual Status doPostRecv(int peer, Channel channel, void* data, size_t bytes,
+                            std::unique_ptr<TransportOp>* out) = 0;
+  virtual Status doSendControl(int peer, ControlTag tag, const void* data, size_t bytes) = 0;
+  virtual Status doProbeControl(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from,
+                                bool* got) = 0;
+
+ private:
+  Status checkPeer(int peer, const char* what) const;
+
+  int rank_;
+  int size_;
+  bool broken_ = false;
+};
+
+}  // namespace ringguard

@@ -1,0 +1,30 @@
+#include "ringguard/core/counters.h"
+
+#include <sstream>
+
+namespace ringguard {
+
+Counters& Counters::operator+=(const Counters& o) {
+  collectives += o.collectives;
+  bytesSent += o.bytesSent;
+  slicesSent += o.slicesSent;
+  slicesVerified += o.slicesVerified;
+  injected += o.injected;
+  detected += o.detected;
+  retransmitted += o.retransmitted;
+  escaped += o.escaped;
+  delayed += o.delayed;
+  repairRounds += o.repairRounds;
+  return *this;
+}
+
+std::string Counters::toString() const {
+  std::ostringstream os;
+  os << "collectives=" << collectives << " bytes_sent=" << bytesSent << " slices_sent=" << slicesSent
+     << " slices_verified=" << slicesVerified << " injected=" << injected << " detected=" << detected
+     << " retransmitted=" << retransmitted << " escaped=" << escaped << " delayed=" << delayed
+     << " repair_rounds=" << repairRounds;
+  return os.str();
+}
+
+}  // namespace ringguard

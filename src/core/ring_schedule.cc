@@ -1,0 +1,36 @@
+#include "ringguard/core/ring_schedule.h"
+
+#include <algorithm>
+
+#include "ringguard/core/status.h"
+
+namespace ringguard {
+
+RingSchedule::RingSchedule(int nranks, size_t count, size_t elementSize, size_t sliceBytes)
+    : nranks_(nranks), count_(count) {
+  RINGGUARD_ENFORCE(nranks >= 1, "ring needs at least one rank");
+  RINGGUARD_ENFORCE(elementSize >= 1, "element size must be positive");
+  sliceElements_ = std::max<size_t>(1, sliceBytes / elementSize);
+  size_t largest = (count + nranks - 1) / nranks;
+  slicesPerColumn_ = static_cast<int>(std::max<size_t>(1, (largest + sliceElements_ - 1) / sliceElements_));
+  numSteps_ = (nranks == 1 || count == 0) ? 0 : 2 * (nranks - 1);
+}
+
+ElementRange RingSchedule::column(int j) const {
+  size_t base = count_ / nranks_;
+  size_t extra = count_ % nranks_;
+  size_t uj = static_cast<size_t>(j);
+  ElementRange r;
+  r.offset = uj * base + std::min(uj, extra);
+  r.count = base + (uj < extra ? 1 : 0);
+  return r;
+}
+
+ElementRange RingSchedule::slice(int columnIndex, int k) const {
+  ElementRange c = column(columnIndex);
+  size_t start = std::min(c.count, static_cast<size_t>(k) * sliceElements_);
+  size_t end = std::min(c.count, start + sliceElements_);
+  return ElementRange{c.offset + start, end - start};
+}
+
+}  // namespace ringguard

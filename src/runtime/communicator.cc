@@ -1,0 +1,167 @@
+#include "ringguard/runtime/communicator.h"
+
+#include <sstream>
+
+#include "ringguard/algorithms/allreduce_ring.h"
+#include "ringguard/algorithms/collective.h"
+#include "ringguard/core/log.h"
+
+namespace ringguard {
+
+Status Work::wait() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [this] { return done_; });
+  return status_;
+}
+
+bool Work::isCompleted() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
+
+void Work::complete(Status status) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    status_ = std::move(status);
+    done_ = true;
+  }
+  cv_.notify_all();
+}
+
+Communicator::Communicator(std::unique_ptr<Transport> transport, const Options& options)
+    : transport_(std::move(transport)),
+      options_(options),
+      injector_(options.fault),
+      rank_(transport_->rank()),
+      size_(transport_->size()) {
+  Status valid = options_.validate();
+  RINGGUARD_ENFORCE(valid.isOk(), "Communicator: invalid options: " + valid.message());
+  setLogLevel(options_.logLevel);
+  if (injector_.enabled()) {
+    logger()->info("rank {}: fault injection on: mode={} probability={} schedule entries={} seed={}", rank_,
+                   faultModeName(options_.fault.mode), options_.fault.probability, options_.fault.schedule.size(),
+                   options_.fault.seed);
+  }
+  progress_ = std::thread([this] { progressLoop(); });
+}
+
+Communicator::~Communicator() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  progress_.join();
+}
+
+std::shared_ptr<Work> Communicator::allreduceAsync(const void* send, void* recv, size_t count, DataType dtype,
+                                                   ReduceOp op) {
+  Task task;
+  task.name = "allreduce";
+  std::ostringstream bad;
+  if (!isValid(dtype)) {
+    bad << "invalid dtype " << int(dtype);
+  } else if (!isValid(op)) {
+    bad << "invalid reduce op " << int(op);
+  } else if (count > 0 && send == nullptr) {
+    bad << "send buffer is null with count " << count;
+  } else if (count > 0 && recv == nullptr) {
+    bad << "recv buffer is null with count " << count;
+  } else if (count > 0 && send != recv) {
+    const size_t bytes = count * dataTypeSize(dtype);
+    auto s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
+    if (s < r + bytes && r < s + bytes) bad << "send and recv buffers overlap without being equal";
+  }
+  if (!bad.str().empty()) {
+    task.invalid = Status(StatusCode::kInvalidArgument, "allreduce on rank " + std::to_string(rank_) + ": " + bad.str());
+  }
+  Executor* exec = &hostExecutor_;
+  task.run = [=](const CollectiveContext& ctx) { return allreduceRing(ctx, exec, send, recv, count, dtype, op); };
+  return enqueue(std::move(task));
+}
+
+Status Communicator::allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
+  return allreduceAsync(send, recv, count, dtype, op)->wait();
+}
+
+std::shared_ptr<Work> Communicator::enqueue(Task task) {
+  task.work = std::make_shared<Work>();
+  std::shared_ptr<Work> work = task.work;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!firstError_.isOk()) {
+      work->complete(firstError_);
+      return work;
+    }
+    queue_.push_back(std::move(task));
+  }
+  cv_.notify_all();
+  return work;
+}
+
+Counters Communicator::counters() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return counters_;
+}
+
+Status Communicator::firstError() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return firstError_;
+}
+
+void Communicator::progressLoop() {
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping with nothing left
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    runTask(task);
+  }
+}
+
+void Communicator::runTask(Task& task) {
+  Status poisoned = firstError();
+  if (!poisoned.isOk()) {
+    task.work->complete(poisoned);
+    return;
+  }
+  const uint64_t seq = nextSeq_++;
+  Counters delta;
+  Status st = task.invalid;
+  if (st.isOk()) {
+    CollectiveContext ctx;
+    ctx.transport = transport_.get();
+    ctx.options = &options_;
+    ctx.injector = injector_.enabled() ? &injector_ : nullptr;
+    ctx.counters = &delta;
+    ctx.seq = seq;
+    ctx.name = task.name;
+    st = task.run(ctx);
+  }
+  if (!st.isOk()) {
+    // Errors every rank already sees the same way need no broadcast; the rest are announced so that
+    // peers fail fast with this cause instead of timing out.
+    if (st.code() != StatusCode::kPeerError && st.code() != StatusCode::kFingerprintMismatch &&
+        st.code() != StatusCode::kCorruption) {
+      broadcastError(transport_.get(), st);
+    }
+    logger()->error("rank {}: {} seq {} failed: {}", rank_, task.name, seq, st.toString());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    counters_ += delta;
+    if (st.isOk()) {
+      counters_.collectives++;
+    } else if (firstError_.isOk()) {
+      firstError_ = st;
+      transport_->markBroken();
+    }
+  }
+  task.work->complete(st);
+}
+
+}  // namespace ringguard

@@ -1,0 +1,158 @@
+#include "transport/mpi/mpi_transport.h"
+
+#include <chrono>
+#include <climits>
+#include <string>
+#include <thread>
+
+#include "ringguard/core/log.h"
+#include "transport/mpi/mpi_check.h"
+
+namespace ringguard {
+
+namespace {
+
+constexpr int kTagPayload = 1;
+constexpr int kTagTrailer = 2;
+
+class MpiOp final : public TransportOp {
+ public:
+  MpiOp(MPI_Request r, bool isRecv) : request_(r), isRecv_(isRecv) {}
+  ~MpiOp() override { cancel(); }
+
+  Status test(bool* done) override {
+    if (request_ == MPI_REQUEST_NULL) {
+      *done = true;
+      return Status::ok();
+    }
+    int flag = 0;
+    RINGGUARD_MPI_CHECK(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
+    *done = flag != 0;
+    return Status::ok();
+  }
+
+  void cancel() override {
+    if (request_ == MPI_REQUEST_NULL) return;
+    if (isRecv_) {
+      // An unmatched receive is withdrawn at once; a matched one completes with the data in flight.
+      MPI_Cancel(&request_);
+      MPI_Wait(&request_, MPI_STATUS_IGNORE);
+    } else {
+      MPI_Request_free(&request_);  // the send may finish in the background; nothing waits for it
+    }
+    request_ = MPI_REQUEST_NULL;
+  }
+
+ private:
+  MPI_Request request_;
+  bool isRecv_;
+};
+
+Status checkSize(size_t bytes, const char* what) {
+  if (bytes > size_t(INT_MAX)) {
+    return Status(StatusCode::kInvalidArgument,
+                  std::string(what) + ": " + std::to_string(bytes) + " bytes exceed MPI's int count");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status MpiTransport::create(MPI_Comm comm, std::unique_ptr<Transport>* out) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) return Status(StatusCode::kInvalidArgument, "MpiTransport: MPI is not initialised");
+  MPI_Comm data = MPI_COMM_NULL, control = MPI_COMM_NULL;
+  RINGGUARD_MPI_CHECK(MPI_Comm_dup(comm, &data));
+  RINGGUARD_MPI_CHECK(MPI_Comm_dup(comm, &control));
+  RINGGUARD_MPI_CHECK(MPI_Comm_set_errhandler(data, MPI_ERRORS_RETURN));
+  RINGGUARD_MPI_CHECK(MPI_Comm_set_errhandler(control, MPI_ERRORS_RETURN));
+  int rank = 0, size = 0;
+  RINGGUARD_MPI_CHECK(MPI_Comm_rank(data, &rank));
+  RINGGUARD_MPI_CHECK(MPI_Comm_size(data, &size));
+  out->reset(new MpiTransport(rank, size, data, control));
+  return Status::ok();
+}
+
+MpiTransport::MpiTransport(int rank, int size, MPI_Comm data, MPI_Comm control)
+    : Transport(rank, size), data_(data), control_(control) {}
+
+MpiTransport::~MpiTransport() {
+  // Give small control messages (errors, verdicts) a moment to leave; never block on a dead peer.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  while (!controlSends_.empty() && std::chrono::steady_clock::now() < deadline) {
+    reapControlSends();
+    std::this_thread::yield();
+  }
+  for (PendingControl& p : controlSends_) {
+    MPI_Request_free(&p.request);
+    // The buffer must outlive a send MPI may still be making: leak it rather than free it under MPI.
+    new std::vector<uint8_t>(std::move(p.buffer));
+  }
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  // A freed communicator's context id is reused by the next MPI_Comm_dup, and messages still in flight
+  // on it would match there: after a fatal error the duplicates are deliberately not freed.
+  if (!finalized && !broken()) {
+    MPI_Comm_free(&data_);
+    MPI_Comm_free(&control_);
+  }
+}
+
+Status MpiTransport::doPostSend(int peer, Channel channel, const void* data, size_t bytes,
+                                std::unique_ptr<TransportOp>* out) {
+  RINGGUARD_RETURN_IF_ERROR(checkSize(bytes, "MpiTransport send"));
+  MPI_Request r = MPI_REQUEST_NULL;
+  RINGGUARD_MPI_CHECK(
+      MPI_Isend(data, int(bytes), MPI_BYTE, peer, channel == Channel::kPayload ? kTagPayload : kTagTrailer, data_, &r));
+  out->reset(new MpiOp(r, false));
+  return Status::ok();
+}
+
+Status MpiTransport::doPostRecv(int peer, Channel channel, void* data, size_t bytes,
+                                std::unique_ptr<TransportOp>* out) {
+  RINGGUARD_RETURN_IF_ERROR(checkSize(bytes, "MpiTransport recv"));
+  MPI_Request r = MPI_REQUEST_NULL;
+  RINGGUARD_MPI_CHECK(
+      MPI_Irecv(data, int(bytes), MPI_BYTE, peer, channel == Channel::kPayload ? kTagPayload : kTagTrailer, data_, &r));
+  out->reset(new MpiOp(r, true));
+  return Status::ok();
+}
+
+void MpiTransport::reapControlSends() {
+  while (!controlSends_.empty()) {
+    int flag = 0;
+    MPI_Test(&controlSends_.front().request, &flag, MPI_STATUS_IGNORE);
+    if (!flag) return;
+    controlSends_.pop_front();
+  }
+}
+
+Status MpiTransport::doSendControl(int peer, ControlTag tag, const void* data, size_t bytes) {
+  RINGGUARD_RETURN_IF_ERROR(checkSize(bytes, "MpiTransport control send"));
+  reapControlSends();
+  PendingControl p;
+  p.buffer.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + bytes);
+  RINGGUARD_MPI_CHECK(MPI_Isend(p.buffer.data(), int(bytes), MPI_BYTE, peer, int(tag), control_, &p.request));
+  controlSends_.push_back(std::move(p));
+  return Status::ok();
+}
+
+Status MpiTransport::doProbeControl(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from,
+                                    bool* got) {
+  reapControlSends();
+  int flag = 0;
+  MPI_Message handle;
+  MPI_Status st;
+  RINGGUARD_MPI_CHECK(MPI_Improbe(peer < 0 ? MPI_ANY_SOURCE : peer, int(tag), control_, &flag, &handle, &st));
+  *got = flag != 0;
+  if (!flag) return Status::ok();
+  int count = 0;
+  RINGGUARD_MPI_CHECK(MPI_Get_count(&st, MPI_BYTE, &count));
+  message->resize(size_t(count));
+  RINGGUARD_MPI_CHECK(MPI_Mrecv(message->data(), count, MPI_BYTE, &handle, MPI_STATUS_IGNORE));
+  *from = st.MPI_SOURCE;
+  return Status::ok();
+}
+
+}  // namespace ringguard

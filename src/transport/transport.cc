@@ -1,0 +1,65 @@
+#include "ringguard/transport/transport.h"
+
+#include <string>
+
+namespace ringguard {
+
+Status FrameRequest::test(bool* done) {
+  *done = false;
+  for (auto* part : {&payload_, &trailer_}) {
+    if (!*part) continue;
+    bool partDone = false;
+    RINGGUARD_RETURN_IF_ERROR((*part)->test(&partDone));
+    if (partDone) part->reset();
+  }
+  *done = !payload_ && !trailer_;
+  return Status::ok();
+}
+
+void FrameRequest::cancel() {
+  for (auto* part : {&payload_, &trailer_}) {
+    if (*part) (*part)->cancel();
+    part->reset();
+  }
+}
+
+Status Transport::checkPeer(int peer, const char* what) const {
+  if (peer < 0 || peer >= size_) {
+    return Status(StatusCode::kInvalidArgument, std::string(what) + ": peer " + std::to_string(peer) +
+                                                    " is outside [0, " + std::to_string(size_) + ")");
+  }
+  return Status::ok();
+}
+
+Status Transport::postSend(int peer, const void* payload, size_t bytes, const Trailer* trailer,
+                           FrameRequest* out) {
+  RINGGUARD_RETURN_IF_ERROR(checkPeer(peer, "postSend"));
+  RINGGUARD_ENFORCE(trailer != nullptr && trailer->payloadBytes == bytes, "postSend: trailer must cover the payload");
+  std::unique_ptr<TransportOp> p, t;
+  RINGGUARD_RETURN_IF_ERROR(doPostSend(peer, Channel::kPayload, payload, bytes, &p));
+  RINGGUARD_RETURN_IF_ERROR(doPostSend(peer, Channel::kTrailer, trailer, sizeof(Trailer), &t));
+  *out = FrameRequest(std::move(p), std::move(t));
+  return Status::ok();
+}
+
+Status Transport::postRecv(int peer, void* payload, size_t bytes, Trailer* trailer, FrameRequest* out) {
+  RINGGUARD_RETURN_IF_ERROR(checkPeer(peer, "postRecv"));
+  RINGGUARD_ENFORCE(trailer != nullptr, "postRecv: a trailer slot is required");
+  std::unique_ptr<TransportOp> p, t;
+  RINGGUARD_RETURN_IF_ERROR(doPostRecv(peer, Channel::kPayload, payload, bytes, &p));
+  RINGGUARD_RETURN_IF_ERROR(doPostRecv(peer, Channel::kTrailer, trailer, sizeof(Trailer), &t));
+  *out = FrameRequest(std::move(p), std::move(t));
+  return Status::ok();
+}
+
+Status Transport::sendControl(int peer, ControlTag tag, const void* data, size_t bytes) {
+  RINGGUARD_RETURN_IF_ERROR(checkPeer(peer, "sendControl"));
+  return doSendControl(peer, tag, data, bytes);
+}
+
+Status Transport::probeControl(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from, bool* got) {
+  if (peer >= 0) RINGGUARD_RETURN_IF_ERROR(checkPeer(peer, "probeControl"));
+  return doProbeControl(peer, tag, message, from, got);
+}
+
+}  // namespace ringguard
