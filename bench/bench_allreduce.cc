@@ -23,21 +23,31 @@ size_t parseBytes(const std::string& s) {
   double v = std::stod(s, &pos);
   std::string suffix = s.substr(pos);
   double mult = 1;
-  if (suffix == "K" || suffix == "k") mult = 1 << 10;
-  else if (suffix == "M" || suffix == "m") mult = 1 << 20;
-  else if (suffix == "G" || suffix == "g") mult = double(1 << 30);
-  else if (!suffix.empty()) throw CLI::ValidationError("size", "unknown suffix in '" + s + "' (use K, M or G)");
+  if (suffix == "K" || suffix == "k")
+    mult = 1 << 10;
+  else if (suffix == "M" || suffix == "m")
+    mult = 1 << 20;
+  else if (suffix == "G" || suffix == "g")
+    mult = double(1 << 30);
+  else if (!suffix.empty())
+    throw CLI::ValidationError("size", "unknown suffix in '" + s + "' (use K, M or G)");
   return size_t(v * mult);
 }
 
 MPI_Datatype mpiType(DataType t) {
   switch (t) {
-    case DataType::kFloat32: return MPI_FLOAT;
-    case DataType::kFloat64: return MPI_DOUBLE;
-    case DataType::kInt32: return MPI_INT32_T;
-    case DataType::kInt64: return MPI_INT64_T;
-    case DataType::kUint8: return MPI_UINT8_T;
-    default: return MPI_DATATYPE_NULL;  // f16/bf16: MPI has no sum for them
+    case DataType::kFloat32:
+      return MPI_FLOAT;
+    case DataType::kFloat64:
+      return MPI_DOUBLE;
+    case DataType::kInt32:
+      return MPI_INT32_T;
+    case DataType::kInt64:
+      return MPI_INT64_T;
+    case DataType::kUint8:
+      return MPI_UINT8_T;
+    default:
+      return MPI_DATATYPE_NULL;  // f16/bf16: MPI has no sum for them
   }
 }
 
@@ -57,12 +67,23 @@ void fill(DataType t, void* buf, size_t count, int rank) {
   for (size_t i = 0; i < count; ++i) {
     double v = double(int((i * 13 + size_t(rank) * 7) % 32) - 16);
     switch (t) {
-      case DataType::kFloat32: static_cast<float*>(buf)[i] = float(v); break;
-      case DataType::kFloat64: static_cast<double*>(buf)[i] = v; break;
-      case DataType::kInt32: static_cast<int32_t*>(buf)[i] = int32_t(v); break;
-      case DataType::kInt64: static_cast<int64_t*>(buf)[i] = int64_t(v); break;
-      case DataType::kUint8: static_cast<uint8_t*>(buf)[i] = uint8_t(int(v) + 16); break;
-      default: break;
+      case DataType::kFloat32:
+        static_cast<float*>(buf)[i] = float(v);
+        break;
+      case DataType::kFloat64:
+        static_cast<double*>(buf)[i] = v;
+        break;
+      case DataType::kInt32:
+        static_cast<int32_t*>(buf)[i] = int32_t(v);
+        break;
+      case DataType::kInt64:
+        static_cast<int64_t*>(buf)[i] = int64_t(v);
+        break;
+      case DataType::kUint8:
+        static_cast<uint8_t*>(buf)[i] = uint8_t(int(v) + 16);
+        break;
+      default:
+        break;
     }
   }
 }
@@ -118,14 +139,15 @@ int main(int argc, char** argv) {
     printf("# ringguard bench_allreduce: np=%d dtype=%s slice=%zu slots=%d iters=%d warmup=%d\n", size,
            dataTypeName(dtype), options.sliceBytes, options.slots, iters, warmup);
     printf("# busbw = algbw * 2(n-1)/n. ratio = MPI time / ringguard time (> 1: ringguard faster)\n");
-    printf("%12s %12s | %10s %9s %9s | %10s %9s %9s | %7s %6s\n", "bytes", "count", "rg_us", "rg_algbw", "rg_busbw",
-           "mpi_us", "mpi_algbw", "mpi_busbw", "ratio", "check");
+    printf("%12s %12s | %10s %9s %9s | %10s %9s %9s | %7s %6s\n", "bytes", "count", "rg_us", "rg_algbw",
+           "rg_busbw", "mpi_us", "mpi_algbw", "mpi_busbw", "ratio", "check");
   }
   double lastRatio = 0;
   size_t lastBytes = 0;
   bool allOk = true;
   std::vector<uint8_t> in, outRg, outMpi;
-  for (size_t bytes = std::max(minB, esize); bytes <= maxB; bytes = std::max(bytes + esize, size_t(bytes * factor))) {
+  for (size_t bytes = std::max(minB, esize); bytes <= maxB;
+       bytes = std::max(bytes + esize, size_t(bytes * factor))) {
     const size_t count = bytes / esize;
     in.resize(count * esize);
     outRg.assign(count * esize, 0);
@@ -142,7 +164,8 @@ int main(int argc, char** argv) {
     double tMpi = timeIt(warmup, iters, [&] {
       MPI_Allreduce(in.data(), outMpi.data(), int(count), mpiType(dtype), MPI_SUM, MPI_COMM_WORLD);
     });
-    int ok = !failed && (!check || std::memcmp(outRg.data(), outMpi.data(), count * esize) == 0), allRanks = 0;
+    int ok = !failed && (!check || std::memcmp(outRg.data(), outMpi.data(), count * esize) == 0),
+        allRanks = 0;
     MPI_Allreduce(&ok, &allRanks, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
     allOk = allOk && allRanks;
     const double algRg = double(count * esize) / tRg / 1e9, algMpi = double(count * esize) / tMpi / 1e9;
@@ -150,8 +173,8 @@ int main(int argc, char** argv) {
     lastRatio = tMpi / tRg;
     lastBytes = count * esize;
     if (rank == 0) {
-      printf("%12zu %12zu | %10.1f %9.3f %9.3f | %10.1f %9.3f %9.3f | %7.3f %6s\n", count * esize, count, tRg * 1e6,
-             algRg, algRg * busFactor, tMpi * 1e6, algMpi, algMpi * busFactor, lastRatio,
+      printf("%12zu %12zu | %10.1f %9.3f %9.3f | %10.1f %9.3f %9.3f | %7.3f %6s\n", count * esize, count,
+             tRg * 1e6, algRg, algRg * busFactor, tMpi * 1e6, algMpi, algMpi * busFactor, lastRatio,
              !check ? "-" : (allRanks ? "ok" : "FAIL"));
     }
   }

@@ -43,7 +43,8 @@ int main(int argc, char** argv) {
   uint64_t seed = 42;
   app.add_option("-n,--count", count, "f32 elements per AllReduce");
   app.add_option("-i,--iterations", iterations, "AllReduces per fault mode");
-  app.add_option("-p,--probability", probability, "corruption probability per slice transfer")->check(CLI::Range(0.0, 1.0));
+  app.add_option("-p,--probability", probability, "corruption probability per slice transfer")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("-s,--slice-bytes", sliceBytes, "payload bytes per slice");
   app.add_option("--seed", seed, "fault injection seed");
   int provided = 0;
@@ -71,14 +72,17 @@ int main(int argc, char** argv) {
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   if (rank == 0) {
-    printf("ringguard demo: %d ranks, %zu f32 elements (%.1f MiB) per AllReduce, %zu-byte slices, CRC backend %s\n",
-           size, count, count * 4.0 / (1 << 20), sliceBytes, crc32Backend());
+    printf(
+        "ringguard demo: %d ranks, %zu f32 elements (%.1f MiB) per AllReduce, %zu-byte slices, CRC backend "
+        "%s\n",
+        size, count, count * 4.0 / (1 << 20), sliceBytes, crc32Backend());
     printf("%-10s %8s %8s %9s %14s %8s %14s\n", "mode", "allred.", "injected", "detected", "retransmitted",
            "escaped", "bit-identical");
   }
 
-  const FaultMode modes[] = {FaultMode::kBitFlip, FaultMode::kMultiBit, FaultMode::kBurst,     FaultMode::kGarbage,
-                             FaultMode::kTrailer, FaultMode::kRetransmit, FaultMode::kDelay};
+  const FaultMode modes[] = {FaultMode::kBitFlip, FaultMode::kMultiBit, FaultMode::kBurst,
+                             FaultMode::kGarbage, FaultMode::kTrailer,  FaultMode::kRetransmit,
+                             FaultMode::kDelay};
   uint64_t totInjected = 0, totDetected = 0, totRetransmitted = 0, totEscaped = 0, totCollectives = 0;
   bool allIdentical = true;
   std::vector<float> input(count), reference(count), result(count);
@@ -118,17 +122,19 @@ int main(int argc, char** argv) {
     totCollectives += c.collectives;
     allIdentical = allIdentical && identical;
     if (rank == 0) {
-      printf("%-10s %8d %8llu %9llu %14llu %8llu %14s\n", faultModeName(mode), iterations, (unsigned long long)inj,
-             (unsigned long long)det, (unsigned long long)ret, (unsigned long long)esc, identical ? "yes" : "NO");
+      printf("%-10s %8d %8llu %9llu %14llu %8llu %14s\n", faultModeName(mode), iterations,
+             (unsigned long long)inj, (unsigned long long)det, (unsigned long long)ret,
+             (unsigned long long)esc, identical ? "yes" : "NO");
     }
   }
   const bool ok = allIdentical && totInjected == totDetected && totEscaped == 0;
   if (rank == 0) {
-    printf("demo: ranks=%d allreduces=%llu injected=%llu detected=%llu retransmitted=%llu escaped=%llu "
-           "bit_identical_to_fault_free=%s verdict=%s\n",
-           size, (unsigned long long)totCollectives, (unsigned long long)totInjected, (unsigned long long)totDetected,
-           (unsigned long long)totRetransmitted, (unsigned long long)totEscaped, allIdentical ? "yes" : "NO",
-           ok ? "PASS" : "FAIL");
+    printf(
+        "demo: ranks=%d allreduces=%llu injected=%llu detected=%llu retransmitted=%llu escaped=%llu "
+        "bit_identical_to_fault_free=%s verdict=%s\n",
+        size, (unsigned long long)totCollectives, (unsigned long long)totInjected,
+        (unsigned long long)totDetected, (unsigned long long)totRetransmitted, (unsigned long long)totEscaped,
+        allIdentical ? "yes" : "NO", ok ? "PASS" : "FAIL");
   }
   clean.reset();
   MPI_Finalize();

@@ -44,8 +44,8 @@ class RingAllreduce {
     Trailer trailer{};  // as first sent: its payload CRC is what a retransmission carries
   };
   struct RecvItem {
-    bool good = false;       // verified and applied
-    Trailer outTrailer{};    // what this rank forwards at the next step (step/attempt set when sent)
+    bool good = false;     // verified and applied
+    Trailer outTrailer{};  // what this rank forwards at the next step (step/attempt set when sent)
     const uint8_t* outPtr = nullptr;
   };
   struct Slot {
@@ -55,8 +55,12 @@ class RingAllreduce {
   };
 
   size_t item(int step, int slice) const { return size_t(step) * S_ + slice; }
-  ElementRange sendRange(int step, int slice) const { return sched_.slice(sched_.sendColumn(me_, step), slice); }
-  ElementRange recvRange(int step, int slice) const { return sched_.slice(sched_.recvColumn(me_, step), slice); }
+  ElementRange sendRange(int step, int slice) const {
+    return sched_.slice(sched_.sendColumn(me_, step), slice);
+  }
+  ElementRange recvRange(int step, int slice) const {
+    return sched_.slice(sched_.recvColumn(me_, step), slice);
+  }
   const uint8_t* localPtr(const ElementRange& r) const { return send_ + r.offset * esize_; }
   uint8_t* resultPtr(const ElementRange& r) const { return recv_ + r.offset * esize_; }
 
@@ -88,7 +92,7 @@ Status RingAllreduce::postSendItem(int step, int slice, int attempt, bool retran
   SendItem& s = sends_[item(step, slice)];
   const ElementRange r = sendRange(step, slice);
   const size_t bytes = r.count * esize_;
-  const SliceId id{ctx_.seq, uint32_t(step), uint32_t(slice), uint32_t(sched_.sendColumn(me_, step)),
+  const SliceId id{ctx_.seq,        uint32_t(step),   uint32_t(slice), uint32_t(sched_.sendColumn(me_, step)),
                    uint32_t(bytes), uint16_t(attempt)};
   if (retransmit) {
     // The retained bytes with their original CRC: the buffer still holds exactly what was sent.
@@ -125,8 +129,8 @@ Status RingAllreduce::postRecvItem(int step, int slice, Slot* slot) {
 
 Status RingAllreduce::waitSend(size_t idx) {
   return waitFrame(ctx_, &sends_[idx].req, [&] {
-    return "slice " + std::to_string(idx % S_) + " of step " + std::to_string(idx / S_) + " to be taken by rank " +
-           std::to_string(right_);
+    return "slice " + std::to_string(idx % S_) + " of step " + std::to_string(idx / S_) +
+           " to be taken by rank " + std::to_string(right_);
   });
 }
 
@@ -143,8 +147,8 @@ Status RingAllreduce::processRecvItem(int step, int slice, int attempt, Slot* sl
   const int column = sched_.recvColumn(me_, step);
   const ElementRange r = recvRange(step, slice);
   const size_t bytes = r.count * esize_;
-  const SliceId id{ctx_.seq, uint32_t(step), uint32_t(slice), uint32_t(column), uint32_t(bytes),
-                   uint16_t(attempt)};
+  const SliceId id{ctx_.seq,         uint32_t(step),  uint32_t(slice),
+                   uint32_t(column), uint32_t(bytes), uint16_t(attempt)};
 
   // Fault injection: after the sender's CRC, before this rank's check, as a bad link would.
   bool injected = false;
@@ -155,7 +159,8 @@ Status RingAllreduce::processRecvItem(int step, int slice, int attempt, Slot* sl
   }
 
   // An all-gather write lands on a region this rank sent during reduce-scatter: that send must be done.
-  if (!sched_.isReduceStep(step)) RINGGUARD_RETURN_IF_ERROR(waitSend(item(step + 1 - sched_.nranks(), slice)));
+  if (!sched_.isReduceStep(step))
+    RINGGUARD_RETURN_IF_ERROR(waitSend(item(step + 1 - sched_.nranks(), slice)));
 
   ApplyTask task;
   task.slot = slot->payload.data();
@@ -188,12 +193,12 @@ Status RingAllreduce::processRecvItem(int step, int slice, int attempt, Slot* sl
     logger()->debug("allreduce seq {}: detected {}", ctx_.seq, describeFailure(f));
   } else if (injected && res.check == SliceCheck::kOk) {
     local_.escaped++;
-    logger()->error("allreduce seq {}: an injected corruption of step {} slice {} passed verification", ctx_.seq,
-                    step, slice);
+    logger()->error("allreduce seq {}: an injected corruption of step {} slice {} passed verification",
+                    ctx_.seq, step, slice);
   }
   if (task.forwarded) {
-    const SliceId next{ctx_.seq, uint32_t(step + 1), uint32_t(slice), uint32_t(column), uint32_t(bytes),
-                       uint16_t(attempt)};
+    const SliceId next{ctx_.seq,         uint32_t(step + 1), uint32_t(slice),
+                       uint32_t(column), uint32_t(bytes),    uint16_t(attempt)};
     if (out.good) {
       out.outPtr = resultPtr(r);
       out.outTrailer = makeTrailer(next, res.outCrc, 0);
@@ -223,7 +228,8 @@ Status RingAllreduce::pass() {
       RINGGUARD_RETURN_IF_ERROR(postRecvItem(int(nextRecv / S_), int(nextRecv % S_), &slots[nextRecv % W]));
       ++nextRecv;
     }
-    RINGGUARD_RETURN_IF_ERROR(processRecvItem(int(nextDone / S_), int(nextDone % S_), 0, &slots[nextDone % W]));
+    RINGGUARD_RETURN_IF_ERROR(
+        processRecvItem(int(nextDone / S_), int(nextDone % S_), 0, &slots[nextDone % W]));
     ++nextDone;
   }
   while (nextSend < total) {  // the last step's sends (their inputs are all applied now)
@@ -288,10 +294,9 @@ Status RingAllreduce::run() {
 
 }  // namespace
 
-Status allreduceRing(const CollectiveContext& ctx, Executor* executor, const void* send, void* recv, size_t count,
-                     DataType dtype, ReduceOp op) {
-  RINGGUARD_RETURN_IF_ERROR(
-      exchangeFingerprints(ctx, makeAllreduceFingerprint(op, dtype, count, ctx.seq)));
+Status allreduceRing(const CollectiveContext& ctx, Executor* executor, const void* send, void* recv,
+                     size_t count, DataType dtype, ReduceOp op) {
+  RINGGUARD_RETURN_IF_ERROR(exchangeFingerprints(ctx, makeAllreduceFingerprint(op, dtype, count, ctx.seq)));
   const size_t bytes = count * dataTypeSize(dtype);
   if (ctx.transport->size() == 1 || count == 0) {
     if (bytes && send != recv) std::memcpy(recv, send, bytes);

@@ -55,7 +55,8 @@ Status pollUntil(const CollectiveContext& ctx, const std::function<Status(bool* 
 
 Status waitFrame(const CollectiveContext& ctx, FrameRequest* req, const std::function<std::string()>& what) {
   if (!req->active()) return Status::ok();
-  return pollUntil(ctx, [req](bool* done) { return req->test(done); }, what);
+  return pollUntil(
+      ctx, [req](bool* done) { return req->test(done); }, what);
 }
 
 Status exchangeFingerprints(const CollectiveContext& ctx, const Fingerprint& mine) {
@@ -111,7 +112,9 @@ Status exchangeVerdicts(const CollectiveContext& ctx, int round, const std::vect
           int from = -1;
           return t->probeControl(p, ControlTag::kVerdict, &msg, &from, done);
         },
-        [p, round] { return "the verdict of round " + std::to_string(round) + " from rank " + std::to_string(p); }));
+        [p, round] {
+          return "the verdict of round " + std::to_string(round) + " from rank " + std::to_string(p);
+        }));
     VerdictHeader ph{};
     if (msg.size() >= sizeof(ph)) std::memcpy(&ph, msg.data(), sizeof(ph));
     if (msg.size() < sizeof(ph) || ph.seq != ctx.seq || ph.round != uint32_t(round) ||

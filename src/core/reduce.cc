@@ -42,8 +42,8 @@ uint16_t floatToHalf(float f) {
     return uint16_t(sign | 0x7C00 | (absx > 0x7F800000u ? 0x200 | ((absx >> 13) & 0x3FF) : 0));
   }
   if (absx >= 0x477FF000u) return uint16_t(sign | 0x7C00);  // rounds to >= 65520: overflow to inf
-  if (absx < 0x38800000u) {                                  // below the smallest normal half: subnormal
-    if (absx < 0x33000000u) return sign;                     // < 2^-25 rounds to zero
+  if (absx < 0x38800000u) {                                 // below the smallest normal half: subnormal
+    if (absx < 0x33000000u) return sign;                    // < 2^-25 rounds to zero
     uint32_t e = absx >> 23;
     uint32_t m = (absx & 0x7FFFFF) | 0x800000;
     uint32_t shift = 126 - e;  // so that the result is m >> (shift - 1 + ...) in half-subnormal units
@@ -135,26 +135,40 @@ void divideTyped(void* data, size_t n, int divisor) {
 void reduceHost(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t count,
                 bool finalStep, int nranks) {
   switch (dtype) {
-    case DataType::kFloat32: return reduceTyped<float, Native<float>>(op, dst, a, b, count, finalStep, nranks);
-    case DataType::kFloat64: return reduceTyped<double, Native<double>>(op, dst, a, b, count, finalStep, nranks);
-    case DataType::kFloat16: return reduceTyped<uint16_t, Half>(op, dst, a, b, count, finalStep, nranks);
-    case DataType::kBFloat16: return reduceTyped<uint16_t, BFloat>(op, dst, a, b, count, finalStep, nranks);
-    case DataType::kInt32: return reduceTyped<int32_t, Native<int32_t>>(op, dst, a, b, count, finalStep, nranks);
-    case DataType::kInt64: return reduceTyped<int64_t, Native<int64_t>>(op, dst, a, b, count, finalStep, nranks);
-    case DataType::kUint8: return reduceTyped<uint8_t, Native<uint8_t>>(op, dst, a, b, count, finalStep, nranks);
+    case DataType::kFloat32:
+      return reduceTyped<float, Native<float>>(op, dst, a, b, count, finalStep, nranks);
+    case DataType::kFloat64:
+      return reduceTyped<double, Native<double>>(op, dst, a, b, count, finalStep, nranks);
+    case DataType::kFloat16:
+      return reduceTyped<uint16_t, Half>(op, dst, a, b, count, finalStep, nranks);
+    case DataType::kBFloat16:
+      return reduceTyped<uint16_t, BFloat>(op, dst, a, b, count, finalStep, nranks);
+    case DataType::kInt32:
+      return reduceTyped<int32_t, Native<int32_t>>(op, dst, a, b, count, finalStep, nranks);
+    case DataType::kInt64:
+      return reduceTyped<int64_t, Native<int64_t>>(op, dst, a, b, count, finalStep, nranks);
+    case DataType::kUint8:
+      return reduceTyped<uint8_t, Native<uint8_t>>(op, dst, a, b, count, finalStep, nranks);
   }
   RINGGUARD_ENFORCE(false, "reduceHost: invalid dtype");
 }
 
 void divideHost(DataType dtype, void* data, size_t count, int divisor) {
   switch (dtype) {
-    case DataType::kFloat32: return divideTyped<float, Native<float>>(data, count, divisor);
-    case DataType::kFloat64: return divideTyped<double, Native<double>>(data, count, divisor);
-    case DataType::kFloat16: return divideTyped<uint16_t, Half>(data, count, divisor);
-    case DataType::kBFloat16: return divideTyped<uint16_t, BFloat>(data, count, divisor);
-    case DataType::kInt32: return divideTyped<int32_t, Native<int32_t>>(data, count, divisor);
-    case DataType::kInt64: return divideTyped<int64_t, Native<int64_t>>(data, count, divisor);
-    case DataType::kUint8: return divideTyped<uint8_t, Native<uint8_t>>(data, count, divisor);
+    case DataType::kFloat32:
+      return divideTyped<float, Native<float>>(data, count, divisor);
+    case DataType::kFloat64:
+      return divideTyped<double, Native<double>>(data, count, divisor);
+    case DataType::kFloat16:
+      return divideTyped<uint16_t, Half>(data, count, divisor);
+    case DataType::kBFloat16:
+      return divideTyped<uint16_t, BFloat>(data, count, divisor);
+    case DataType::kInt32:
+      return divideTyped<int32_t, Native<int32_t>>(data, count, divisor);
+    case DataType::kInt64:
+      return divideTyped<int64_t, Native<int64_t>>(data, count, divisor);
+    case DataType::kUint8:
+      return divideTyped<uint8_t, Native<uint8_t>>(data, count, divisor);
   }
   RINGGUARD_ENFORCE(false, "divideHost: invalid dtype");
 }

@@ -12,12 +12,18 @@ uint32_t trailerBodyCrc(const Trailer& t) { return crc32(&t, offsetof(Trailer, t
 
 const char* sliceCheckName(SliceCheck c) {
   switch (c) {
-    case SliceCheck::kOk: return "ok";
-    case SliceCheck::kMalformed: return "malformed trailer";
-    case SliceCheck::kStale: return "stale or duplicated slice";
-    case SliceCheck::kSizeMismatch: return "size mismatch";
-    case SliceCheck::kCorrupt: return "payload CRC mismatch";
-    case SliceCheck::kPoisoned: return "poisoned";
+    case SliceCheck::kOk:
+      return "ok";
+    case SliceCheck::kMalformed:
+      return "malformed trailer";
+    case SliceCheck::kStale:
+      return "stale or duplicated slice";
+    case SliceCheck::kSizeMismatch:
+      return "size mismatch";
+    case SliceCheck::kCorrupt:
+      return "payload CRC mismatch";
+    case SliceCheck::kPoisoned:
+      return "poisoned";
   }
   return "unknown";
 }

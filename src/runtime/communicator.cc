@@ -39,8 +39,8 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, const Options& 
   setLogLevel(options_.logLevel);
   if (injector_.enabled()) {
     logger()->info("rank {}: fault injection on: mode={} probability={} schedule entries={} seed={}", rank_,
-                   faultModeName(options_.fault.mode), options_.fault.probability, options_.fault.schedule.size(),
-                   options_.fault.seed);
+                   faultModeName(options_.fault.mode), options_.fault.probability,
+                   options_.fault.schedule.size(), options_.fault.seed);
   }
   progress_ = std::thread([this] { progressLoop(); });
 }
@@ -73,10 +73,13 @@ std::shared_ptr<Work> Communicator::allreduceAsync(const void* send, void* recv,
     if (s < r + bytes && r < s + bytes) bad << "send and recv buffers overlap without being equal";
   }
   if (!bad.str().empty()) {
-    task.invalid = Status(StatusCode::kInvalidArgument, "allreduce on rank " + std::to_string(rank_) + ": " + bad.str());
+    task.invalid =
+        Status(StatusCode::kInvalidArgument, "allreduce on rank " + std::to_string(rank_) + ": " + bad.str());
   }
   Executor* exec = &hostExecutor_;
-  task.run = [=](const CollectiveContext& ctx) { return allreduceRing(ctx, exec, send, recv, count, dtype, op); };
+  task.run = [=](const CollectiveContext& ctx) {
+    return allreduceRing(ctx, exec, send, recv, count, dtype, op);
+  };
   return enqueue(std::move(task));
 }
 

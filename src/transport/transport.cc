@@ -34,7 +34,8 @@ Status Transport::checkPeer(int peer, const char* what) const {
 Status Transport::postSend(int peer, const void* payload, size_t bytes, const Trailer* trailer,
                            FrameRequest* out) {
   RINGGUARD_RETURN_IF_ERROR(checkPeer(peer, "postSend"));
-  RINGGUARD_ENFORCE(trailer != nullptr && trailer->payloadBytes == bytes, "postSend: trailer must cover the payload");
+  RINGGUARD_ENFORCE(trailer != nullptr && trailer->payloadBytes == bytes,
+                    "postSend: trailer must cover the payload");
   std::unique_ptr<TransportOp> p, t;
   RINGGUARD_RETURN_IF_ERROR(doPostSend(peer, Channel::kPayload, payload, bytes, &p));
   RINGGUARD_RETURN_IF_ERROR(doPostSend(peer, Channel::kTrailer, trailer, sizeof(Trailer), &t));
@@ -57,7 +58,8 @@ Status Transport::sendControl(int peer, ControlTag tag, const void* data, size_t
   return doSendControl(peer, tag, data, bytes);
 }
 
-Status Transport::probeControl(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from, bool* got) {
+Status Transport::probeControl(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from,
+                               bool* got) {
   if (peer >= 0) RINGGUARD_RETURN_IF_ERROR(checkPeer(peer, "probeControl"));
   return doProbeControl(peer, tag, message, from, got);
 }

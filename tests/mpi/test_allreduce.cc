@@ -37,8 +37,9 @@ void runMatrix(size_t sliceBytes) {
     for (ReduceOp op : kAllReduceOps) {
       for (size_t count : counts(n)) {
         for (bool inPlace : {false, true}) {
-          SCOPED_TRACE(std::string(dataTypeName(t)) + " " + reduceOpName(op) + " count=" + std::to_string(count) +
-                       (inPlace ? " in-place" : " out-of-place") + " slice=" + std::to_string(sliceBytes));
+          SCOPED_TRACE(std::string(dataTypeName(t)) + " " + reduceOpName(op) +
+                       " count=" + std::to_string(count) + (inPlace ? " in-place" : " out-of-place") +
+                       " slice=" + std::to_string(sliceBytes));
           std::vector<uint8_t> in = makeInput(t, op, me, count);
           std::vector<uint8_t> out(in.size(), 0xAB);
           Status st = inPlace ? comm->allreduce(in.data(), in.data(), count, t, op)
@@ -48,7 +49,8 @@ void runMatrix(size_t sliceBytes) {
           std::vector<uint8_t> want = expectedResult(t, op, n, count);
           ASSERT_EQ(got.size(), want.size());
           ASSERT_TRUE(got == want) << "result differs from the closed form";
-          if (!inPlace) ASSERT_TRUE(in == makeInput(t, op, me, count)) << "out-of-place call modified its input";
+          if (!inPlace)
+            ASSERT_TRUE(in == makeInput(t, op, me, count)) << "out-of-place call modified its input";
         }
       }
     }
@@ -81,9 +83,11 @@ TEST(Allreduce, AsyncCallsRunInEnqueueOrder) {
   const int n = worldSize();
   std::vector<std::vector<uint8_t>> bufs;
   std::vector<std::shared_ptr<Work>> works;
-  for (int k = 0; k < 8; ++k) bufs.push_back(makeInput(DataType::kInt32, ReduceOp::kSum, worldRank(), 1000 + k));
+  for (int k = 0; k < 8; ++k)
+    bufs.push_back(makeInput(DataType::kInt32, ReduceOp::kSum, worldRank(), 1000 + k));
   for (int k = 0; k < 8; ++k) {
-    works.push_back(comm->allreduceAsync(bufs[k].data(), bufs[k].data(), 1000 + k, DataType::kInt32, ReduceOp::kSum));
+    works.push_back(
+        comm->allreduceAsync(bufs[k].data(), bufs[k].data(), 1000 + k, DataType::kInt32, ReduceOp::kSum));
   }
   for (int k = 0; k < 8; ++k) {
     ASSERT_TRUE(works[k]->wait().isOk());

@@ -44,7 +44,8 @@ Options faultyOptions(FaultMode mode) {
   // Exact hits too, so every mode is exercised even if the dice are kind: one in reduce-scatter, one in
   // all-gather, one at the first and one at the last step.
   const int n = worldSize();
-  o.fault.schedule = {{0, 0, 0, 1 % n}, {0, n - 1, 1, 2 % n}, {1, 2 * (n - 1) - 1, 0, 0}, {2, n - 2, 2, 3 % n}};
+  o.fault.schedule = {
+      {0, 0, 0, 1 % n}, {0, n - 1, 1, 2 % n}, {1, 2 * (n - 1) - 1, 0, 0}, {2, n - 2, 2, 3 % n}};
   if (mode == FaultMode::kDelay) {
     o.fault.delayMs = 5;
     o.fault.probability = 0.005;
@@ -78,7 +79,8 @@ TEST_P(FaultModes, BitIdenticalToFaultFreeRunAndEveryInjectionDetected) {
         st = faulty->allreduce(in.data(), got.data(), c.count, c.dtype, c.op);
       }
       ASSERT_TRUE(st.isOk()) << st.toString();
-      EXPECT_EQ(0, std::memcmp(got.data(), ref.data(), ref.size())) << "result differs from the fault-free run";
+      EXPECT_EQ(0, std::memcmp(got.data(), ref.data(), ref.size()))
+          << "result differs from the fault-free run";
       EXPECT_TRUE(ref == expectedResult(c.dtype, c.op, worldSize(), c.count));
     }
   }
@@ -163,7 +165,8 @@ TEST_F(FaultErrors, InvalidArgumentOnOneRankIsAnErrorEverywhere) {
   auto comm = makeComm(o);
   const int me = worldRank();
   std::vector<uint8_t> in = makeInput(DataType::kFloat32, ReduceOp::kSum, me, 64);
-  Status st = comm->allreduce(me == 3 ? nullptr : in.data(), in.data(), 64, DataType::kFloat32, ReduceOp::kSum);
+  Status st =
+      comm->allreduce(me == 3 ? nullptr : in.data(), in.data(), 64, DataType::kFloat32, ReduceOp::kSum);
   if (me == 3) {
     ASSERT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
     EXPECT_NE(st.message().find("send buffer is null with count 64"), std::string::npos) << st.message();

@@ -55,13 +55,27 @@ inline int64_t inputValue(DataType t, ReduceOp op, int rank, size_t i) {
 // Stores the value `v` (a double holding an exactly representable number) as dtype t at index i.
 inline void store(DataType t, void* buf, size_t i, double v) {
   switch (t) {
-    case DataType::kFloat32: static_cast<float*>(buf)[i] = float(v); break;
-    case DataType::kFloat64: static_cast<double*>(buf)[i] = v; break;
-    case DataType::kFloat16: static_cast<uint16_t*>(buf)[i] = floatToHalf(float(v)); break;
-    case DataType::kBFloat16: static_cast<uint16_t*>(buf)[i] = floatToBf16(float(v)); break;
-    case DataType::kInt32: static_cast<int32_t*>(buf)[i] = int32_t(v); break;
-    case DataType::kInt64: static_cast<int64_t*>(buf)[i] = int64_t(v); break;
-    case DataType::kUint8: static_cast<uint8_t*>(buf)[i] = uint8_t(v); break;
+    case DataType::kFloat32:
+      static_cast<float*>(buf)[i] = float(v);
+      break;
+    case DataType::kFloat64:
+      static_cast<double*>(buf)[i] = v;
+      break;
+    case DataType::kFloat16:
+      static_cast<uint16_t*>(buf)[i] = floatToHalf(float(v));
+      break;
+    case DataType::kBFloat16:
+      static_cast<uint16_t*>(buf)[i] = floatToBf16(float(v));
+      break;
+    case DataType::kInt32:
+      static_cast<int32_t*>(buf)[i] = int32_t(v);
+      break;
+    case DataType::kInt64:
+      static_cast<int64_t*>(buf)[i] = int64_t(v);
+      break;
+    case DataType::kUint8:
+      static_cast<uint8_t*>(buf)[i] = uint8_t(v);
+      break;
   }
 }
 
@@ -81,10 +95,18 @@ inline std::vector<uint8_t> expectedResult(DataType t, ReduceOp op, int nranks, 
       int64_t v = inputValue(t, op, r, i);
       switch (op) {
         case ReduceOp::kSum:
-        case ReduceOp::kAvg: acc += v; break;
-        case ReduceOp::kProd: acc *= v; break;
-        case ReduceOp::kMin: acc = std::min(acc, v); break;
-        case ReduceOp::kMax: acc = std::max(acc, v); break;
+        case ReduceOp::kAvg:
+          acc += v;
+          break;
+        case ReduceOp::kProd:
+          acc *= v;
+          break;
+        case ReduceOp::kMin:
+          acc = std::min(acc, v);
+          break;
+        case ReduceOp::kMax:
+          acc = std::max(acc, v);
+          break;
       }
     }
     double out = double(acc);

@@ -11,7 +11,7 @@
 namespace ringguard {
 
 struct ApplyTask {
-  const void* slot = nullptr;       // received payload
+  const void* slot = nullptr;        // received payload
   const Trailer* trailer = nullptr;  // received trailer
   SliceId expected;                  // what the schedule says must have arrived
   void* dst = nullptr;               // accumulator / result

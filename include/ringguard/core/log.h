@@ -1,9 +1,9 @@
 #pragma once
 // Logging through spdlog: one logger, "ringguard", level from Options::logLevel / RINGGUARD_LOG_LEVEL.
+#include <spdlog/spdlog.h>
+
 #include <memory>
 #include <string>
-
-#include <spdlog/spdlog.h>
 
 namespace ringguard {
 

@@ -13,15 +13,16 @@ namespace ringguard {
 
 // How an injected fault damages a slice in transit (after the sender's CRC, before the receiver's check).
 enum class FaultMode : uint8_t {
-  kBitFlip = 0,    // one random bit of the payload
-  kMultiBit,       // `bits` distinct random bits of the payload
-  kBurst,          // a burst of 2..`burstBits` (<= 32) consecutive bits, first and last flipped
-  kGarbage,        // the whole payload replaced by random bytes
-  kTrailer,        // one bit of the trailer
-  kRetransmit,     // a bit flip on the first transfer and again on the first retransmission
-  kDelay,          // the slice is sent `delayMs` late (not a corruption)
+  kBitFlip = 0,  // one random bit of the payload
+  kMultiBit,     // `bits` distinct random bits of the payload
+  kBurst,        // a burst of 2..`burstBits` (<= 32) consecutive bits, first and last flipped
+  kGarbage,      // the whole payload replaced by random bytes
+  kTrailer,      // one bit of the trailer
+  kRetransmit,   // a bit flip on the first transfer and again on the first retransmission
+  kDelay,        // the slice is sent `delayMs` late (not a corruption)
 };
-const char* faultModeName(FaultMode m);  // "bitflip", "multibit", "burst", "garbage", "trailer", "retransmit", "delay"
+const char* faultModeName(
+    FaultMode m);  // "bitflip", "multibit", "burst", "garbage", "trailer", "retransmit", "delay"
 bool parseFaultMode(const std::string& s, FaultMode* out);
 
 // One exact injection: the transfer of `slice` at ring `step` of collective number `collective` (the
@@ -39,23 +40,23 @@ struct FaultScheduleEntry {
 struct FaultOptions {
   bool enabled() const { return probability > 0.0 || !schedule.empty(); }
   FaultMode mode = FaultMode::kBitFlip;
-  double probability = 0.0;                 // per slice transfer, in [0, 1]
+  double probability = 0.0;                  // per slice transfer, in [0, 1]
   std::vector<FaultScheduleEntry> schedule;  // exact injections (in addition to `probability`)
   uint64_t seed = 1;
-  int bits = 3;          // kMultiBit
-  int burstBits = 32;    // kBurst, 2..32
-  int delayMs = 50;      // kDelay
+  int bits = 3;        // kMultiBit
+  int burstBits = 32;  // kBurst, 2..32
+  int delayMs = 50;    // kDelay
   // How many consecutive transfer attempts of a hit slice are corrupted (1 = only the first). A value
   // above the retry bound makes the corruption persistent. kRetransmit implies at least 2.
   int repeat = 1;
 };
 
 struct Options {
-  size_t sliceBytes = size_t(1) << 20;  // payload bytes per slice (rounded down to the element size)
-  int slots = 2;                        // receive slots per link (>= 2: double buffering)
-  int maxRetries = 3;                   // repair rounds before a kCorruption error
+  size_t sliceBytes = size_t(1) << 20;       // payload bytes per slice (rounded down to the element size)
+  int slots = 2;                             // receive slots per link (>= 2: double buffering)
+  int maxRetries = 3;                        // repair rounds before a kCorruption error
   std::chrono::milliseconds timeout{60000};  // no progress for this long -> kTimeout
-  std::string logLevel = "warn";        // spdlog level name
+  std::string logLevel = "warn";             // spdlog level name
   FaultOptions fault;
 
   // Defaults overridden by the RINGGUARD_* variables that are set. A bad value gives kInvalidArgument

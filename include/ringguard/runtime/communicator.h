@@ -54,7 +54,8 @@ class Communicator {
   // valid until the Work completes. Thread-safe. Invalid arguments complete the Work with
   // kInvalidArgument naming the argument, and every other rank of the collective gets a kPeerError
   // (instead of waiting for this rank).
-  std::shared_ptr<Work> allreduceAsync(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
+  std::shared_ptr<Work> allreduceAsync(const void* send, void* recv, size_t count, DataType dtype,
+                                       ReduceOp op);
   // allreduceAsync(...)->wait().
   Status allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
 

@@ -103,8 +103,8 @@ Status MpiTransport::doPostSend(int peer, Channel channel, const void* data, siz
                                 std::unique_ptr<TransportOp>* out) {
   RINGGUARD_RETURN_IF_ERROR(checkSize(bytes, "MpiTransport send"));
   MPI_Request r = MPI_REQUEST_NULL;
-  RINGGUARD_MPI_CHECK(
-      MPI_Isend(data, int(bytes), MPI_BYTE, peer, channel == Channel::kPayload ? kTagPayload : kTagTrailer, data_, &r));
+  RINGGUARD_MPI_CHECK(MPI_Isend(data, int(bytes), MPI_BYTE, peer,
+                                channel == Channel::kPayload ? kTagPayload : kTagTrailer, data_, &r));
   out->reset(new MpiOp(r, false));
   return Status::ok();
 }
@@ -113,8 +113,8 @@ Status MpiTransport::doPostRecv(int peer, Channel channel, void* data, size_t by
                                 std::unique_ptr<TransportOp>* out) {
   RINGGUARD_RETURN_IF_ERROR(checkSize(bytes, "MpiTransport recv"));
   MPI_Request r = MPI_REQUEST_NULL;
-  RINGGUARD_MPI_CHECK(
-      MPI_Irecv(data, int(bytes), MPI_BYTE, peer, channel == Channel::kPayload ? kTagPayload : kTagTrailer, data_, &r));
+  RINGGUARD_MPI_CHECK(MPI_Irecv(data, int(bytes), MPI_BYTE, peer,
+                                channel == Channel::kPayload ? kTagPayload : kTagTrailer, data_, &r));
   out->reset(new MpiOp(r, true));
   return Status::ok();
 }

@@ -21,9 +21,11 @@ class MpiTransport final : public Transport {
  protected:
   Status doPostSend(int peer, Channel channel, const void* data, size_t bytes,
                     std::unique_ptr<TransportOp>* out) override;
-  Status doPostRecv(int peer, Channel channel, void* data, size_t bytes, std::unique_ptr<TransportOp>* out) override;
+  Status doPostRecv(int peer, Channel channel, void* data, size_t bytes,
+                    std::unique_ptr<TransportOp>* out) override;
   Status doSendControl(int peer, ControlTag tag, const void* data, size_t bytes) override;
-  Status doProbeControl(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from, bool* got) override;
+  Status doProbeControl(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from,
+                        bool* got) override;
 
  private:
   MpiTransport(int rank, int size, MPI_Comm data, MPI_Comm control);

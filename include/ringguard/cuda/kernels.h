@@ -1,0 +1,54 @@
+#pragma once
+// Host launchers for the CUDA layer's kernels. This header is CUDA-free so that plain C++ translation units
+// (the executors, the torch binding) can call the kernels without pulling in the CUDA headers.
+//
+// All launchers are asynchronous: they enqueue work on `stream` and return once it is enqueued. Device
+// pointers are read and written only by the enqueued work, so the caller keeps them alive until the stream
+// has passed it. Expected failures (bad arguments, CUDA errors at enqueue time) come back as Status.
+#include <cstddef>
+#include <cstdint>
+
+#include "ringguard/core/status.h"
+#include "ringguard/core/types.h"
+
+// Forward declaration of the runtime's stream handle, so this header does not need cuda_runtime_api.h.
+typedef struct CUstream_st* cudaStream_t;
+
+namespace ringguard {
+
+// ---- CRC-32 ----------------------------------------------------------------------------------------------
+
+// Bytes of temporary device storage crc32Device needs for an input of `bytes` bytes (CUB style: the caller
+// provides it, e.g. from DevicePool). Small and bounded (at most 4 KiB); 0 for inputs below 16 bytes.
+size_t crc32DeviceScratchBytes(size_t bytes);
+
+// Writes the standard CRC-32 (the value ringguard::crc32(data, bytes) gives on the host, zlib/IEEE
+// 802.3) of the `bytes` bytes at device address `data` to the device word `*crcOutDevice`. `data` may start
+// at any byte address and may be null when bytes == 0. `scratch` must hold crc32DeviceScratchBytes(bytes)
+// bytes (4-byte aligned) and must not be used by other work until the stream has passed this call.
+Status crc32Device(const void* data, size_t bytes, uint32_t* crcOutDevice, void* scratch, size_t scratchBytes,
+                   cudaStream_t stream);
+
+// Copies the device's standard byte table (256 entries, the table zlib and boost::crc_32_type use) into
+// host memory at `tableHost`. The kernels' slicing tables are derived from it at compile time; tests
+// compare it with boost's. Synchronous.
+Status crc32DeviceTableForTesting(uint32_t* tableHost);
+
+// ---- NaN / Inf scan --------------------------------------------------------------------------------------
+
+// Result of nanScanDevice, in device memory. Both fields are plain 64-bit words so the struct can be read
+// back with one 16-byte copy.
+struct NanScanResult {
+  unsigned long long count;       // number of non-finite elements (NaN, +Inf, -Inf)
+  unsigned long long firstIndex;  // index of the first non-finite element, UINT64_MAX when there is none
+};
+
+// Scans `count` elements of type `dtype` at device address `data` for non-finite values and writes the
+// complete result to `*resultDevice` (the launcher initialises it on the stream first, so one call is
+// self-contained). Floating types only: kFloat32, kFloat64, kFloat16, kBFloat16; any other dtype gives
+// kInvalidArgument. `data` need not be 16-byte aligned (a misaligned head and tail are handled); it may be
+// null when count == 0.
+Status nanScanDevice(const void* data, size_t count, DataType dtype, NanScanResult* resultDevice,
+                     cudaStream_t stream);
+
+}  // namespace ringguard

@@ -1,0 +1,89 @@
+#pragma once
+// Private to the CUDA layer: turns CUDA runtime errors into ringguard::Status carrying the failing call and
+// file:line, so that every CUDA call in the layer is checked and no error is silently dropped, plus the
+// per-device launch-size cache the persistent kernels share.
+#include <cuda_runtime_api.h>
+
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "ringguard/core/status.h"
+
+namespace ringguard {
+namespace cuda_detail {
+
+// "cudaErrorMemoryAllocation (out of memory) in cudaMallocFromPoolAsync(...) at src/cuda/x.cc:42".
+inline Status cudaErrorStatus(cudaError_t err, const char* expr, const char* file, int line) {
+  std::string msg = cudaGetErrorName(err);
+  msg += " (";
+  msg += cudaGetErrorString(err);
+  msg += ") in ";
+  msg += expr;
+  msg += " at ";
+  msg += file;
+  msg += ":";
+  msg += std::to_string(line);
+  return Status(StatusCode::kInternal, std::move(msg));
+}
+
+}  // namespace cuda_detail
+}  // namespace ringguard
+
+// Evaluates a CUDA runtime call once; on failure returns a kInternal Status from the enclosing function.
+#define RINGGUARD_CUDA_CHECK(expr)                                                               \
+  do {                                                                                           \
+    const cudaError_t _rg_cuda_err = (expr);                                                     \
+    if (_rg_cuda_err != cudaSuccess) {                                                           \
+      return ::ringguard::cuda_detail::cudaErrorStatus(_rg_cuda_err, #expr, __FILE__, __LINE__); \
+    }                                                                                            \
+  } while (0)
+
+// After a <<<...>>> launch: reports launch-configuration errors (bad grid, too much shared memory) at the
+// launch site instead of at the next unrelated call.
+#define RINGGUARD_CUDA_CHECK_LAUNCH() RINGGUARD_CUDA_CHECK(cudaGetLastError())
+
+namespace ringguard {
+namespace cuda_detail {
+
+// How many blocks of one kernel fit on the current device at once (SM count x occupancy), cached per
+// device because the occupancy query costs microseconds and the launchers run on every collective.
+// Persistent kernels size their grids with it.
+class ResidentBlocks {
+ public:
+  // `prepare(device)` runs once per device before the query, e.g. to raise the kernel's dynamic shared
+  // memory limit with cudaFuncSetAttribute, which is a per-device setting too.
+  template <typename Kernel, typename Prepare>
+  Status get(Kernel kernel, int threads, size_t dynamicSmem, Prepare prepare, int* blocks) {
+    int device = 0;
+    RINGGUARD_CUDA_CHECK(cudaGetDevice(&device));
+    if (device < 0 || device >= kMaxDevices) {
+      return Status(StatusCode::kInternal, "device ordinal out of range: " + std::to_string(device));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (blocks_[device] == 0) {
+      RINGGUARD_RETURN_IF_ERROR(prepare(device));
+      int sms = 0;
+      int perSm = 0;
+      RINGGUARD_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+      RINGGUARD_CUDA_CHECK(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, threads, dynamicSmem));
+      if (sms <= 0 || perSm <= 0) {
+        return Status(StatusCode::kInternal, "kernel cannot be resident on device " + std::to_string(device) +
+                                                 " (SMs " + std::to_string(sms) + ", blocks per SM " +
+                                                 std::to_string(perSm) + ")");
+      }
+      blocks_[device] = sms * perSm;
+    }
+    *blocks = blocks_[device];
+    return Status::ok();
+  }
+
+ private:
+  static constexpr int kMaxDevices = 64;
+  std::mutex mu_;
+  int blocks_[kMaxDevices] = {};  // 0: not queried yet on that device
+};
+
+}  // namespace cuda_detail
+}  // namespace ringguard

@@ -1,0 +1,264 @@
+// Non-finite (NaN / +-Inf) scan of device memory: count and first index.
+//
+// The scan is a pure stream (goal: >= 90% of the copy bandwidth), so the kernel is shaped for memory
+// throughput only: a resident grid, 16-byte vector loads with the L2 256-byte prefetch hint, four loads in
+// flight per thread, and a fast path that decides "no non-finite element in these 16 bytes" with two
+// integer operations per 32-bit word. Elements are located and counted on a slow path that only runs for
+// vectors that hold a non-finite value, and the per-warp results reach the global result with one atomic
+// pair per warp, and only from warps that found something.
+//
+// The test per 32-bit word: an element is non-finite iff its exponent field is all ones, i.e. iff
+// (bits & E) == E for the exponent mask E. Adding the lowest exponent bit to (bits & E) carries into the bit
+// above the exponent exactly in that case, so ((w & M) + A) has the "flag" bit set for every non-finite
+// element of the word and never carries across elements (for 16-bit types the sum of a half is at most
+// 0x8000). Sign bits are masked off, so -Inf and negative NaNs count too.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda_check.h"
+#include "ringguard/cuda/kernels.h"
+
+namespace ringguard {
+namespace {
+
+constexpr int kScanThreads = 256;
+constexpr int kScanMinBlocks = 4;
+constexpr int kUnroll = 4;  // 16-byte loads in flight per thread
+
+// Per-dtype constants: element width, and mask M, addend A and flag bits F of the word test above.
+struct F32 {
+  using Scalar = uint32_t;
+  static constexpr int kPerVector = 4;
+  static constexpr uint32_t kMask = 0x7f800000u;
+  static constexpr uint32_t kAdd = 0x00800000u;
+  static constexpr uint32_t kFlags = 0x80000000u;
+  __device__ static bool scalarBad(Scalar s) { return (s & kMask) == kMask; }
+};
+struct F16 {
+  using Scalar = uint16_t;
+  static constexpr int kPerVector = 8;
+  static constexpr uint32_t kMask = 0x7c007c00u;
+  static constexpr uint32_t kAdd = 0x04000400u;
+  static constexpr uint32_t kFlags = 0x80008000u;
+  __device__ static bool scalarBad(Scalar s) { return (s & 0x7c00u) == 0x7c00u; }
+};
+struct BF16 {
+  using Scalar = uint16_t;
+  static constexpr int kPerVector = 8;
+  static constexpr uint32_t kMask = 0x7f807f80u;
+  static constexpr uint32_t kAdd = 0x00800080u;
+  static constexpr uint32_t kFlags = 0x80008000u;
+  __device__ static bool scalarBad(Scalar s) { return (s & 0x7f80u) == 0x7f80u; }
+};
+// f64: the exponent lives in the high word of each element (words 1 and 3 of a vector, little endian); the
+// low words are tested with a zero mask and addend, which never sets a flag.
+struct F64 {
+  using Scalar = unsigned long long;
+  static constexpr int kPerVector = 2;
+  static constexpr uint32_t kMask = 0x7ff00000u;
+  static constexpr uint32_t kAdd = 0x00100000u;
+  static constexpr uint32_t kFlags = 0x80000000u;
+  __device__ static bool scalarBad(Scalar s) {
+    return (s & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
+  }
+};
+
+template <typename T>
+__device__ __forceinline__ uint32_t wordFlags(uint32_t w, bool highWord) {
+  if constexpr (T::kPerVector == 2) {
+    if (!highWord) return 0;
+  }
+  return ((w & T::kMask) + T::kAdd) & T::kFlags;
+}
+
+// Flag bits of the four words, in element order: bit 31 of word k for 32-bit types, bits 15 and 31 for
+// 16-bit types, bit 31 of words 1 and 3 for f64. Zero iff every element of the vector is finite.
+template <typename T>
+__device__ __forceinline__ uint32_t vectorFlags(const uint4& v) {
+  return wordFlags<T>(v.x, false) | wordFlags<T>(v.y, true) | wordFlags<T>(v.z, false) | wordFlags<T>(v.w, true);
+}
+
+// Slow path for a vector that holds at least one non-finite element; `firstElement` is its first index.
+// Not inlined: it is rare, and inlined its registers would count against the occupancy of the fast path.
+struct Hits {
+  unsigned long long count;
+  unsigned long long first;
+};
+
+template <typename T>
+__device__ __noinline__ Hits accountVector(uint4 v, unsigned long long firstElement) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+  Hits h{0, ~0ull};
+#pragma unroll
+  for (int e = T::kPerVector - 1; e >= 0; --e) {  // backwards: the last hit is the smallest index
+    bool hit;
+    if constexpr (T::kPerVector == 2) {
+      hit = wordFlags<T>(words[2 * e + 1], true) != 0;
+    } else if constexpr (T::kPerVector == 4) {
+      hit = wordFlags<T>(words[e], false) != 0;
+    } else {
+      hit = (wordFlags<T>(words[e / 2], false) & (e % 2 == 0 ? 0x00008000u : 0x80000000u)) != 0;
+    }
+    if (hit) {
+      ++h.count;
+      h.first = firstElement + static_cast<unsigned long long>(e);
+    }
+  }
+  return h;
+}
+
+// Streaming 16-byte load: read once, so keep it out of L1 and let L2 fetch 256-byte sectors.
+__device__ __forceinline__ uint4 loadStreaming(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__global__ void __launch_bounds__(32, 1) nanScanInitKernel(NanScanResult* out) {
+  if (threadIdx.x == 0) {
+    out->count = 0;
+    out->firstIndex = ~0ull;
+  }
+}
+
+// Elements [0, head) and [head + numVectors * kPerVector, count) are scalars (the unaligned head and tail,
+// fewer than one vector each, checked by block 0); the rest are 16-byte vectors starting at element head.
+template <typename T>
+__global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
+    nanScanKernel(const typename T::Scalar* __restrict__ elems, unsigned long long count, unsigned long long head,
+                  unsigned long long numVectors, NanScanResult* __restrict__ out) {
+  unsigned long long bad = 0;
+  unsigned long long first = ~0ull;
+  const uint4* vectors = reinterpret_cast<const uint4*>(elems + head);
+  const unsigned long long stride = static_cast<unsigned long long>(gridDim.x) * kScanThreads;
+  unsigned long long i = static_cast<unsigned long long>(blockIdx.x) * kScanThreads + threadIdx.x;
+
+  for (; i + (kUnroll - 1) * stride < numVectors; i += kUnroll * stride) {
+    uint4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = loadStreaming(vectors + i + u * stride);
+    uint32_t flags[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) flags[u] = vectorFlags<T>(v[u]);
+    if ((flags[0] | flags[1] | flags[2] | flags[3]) != 0) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        // Re-read (an L2 hit) rather than keep v live across the fast path: fewer registers, more warps.
+        if (flags[u] != 0) {
+          const Hits h = accountVector<T>(loadStreaming(vectors + i + u * stride), head + (i + u * stride) * T::kPerVector);
+          bad += h.count;
+          first = min(first, h.first);
+        }
+      }
+    }
+  }
+  for (; i < numVectors; i += stride) {
+    const uint4 v = loadStreaming(vectors + i);
+    if (vectorFlags<T>(v) != 0) {
+      const Hits h = accountVector<T>(v, head + i * T::kPerVector);
+      bad += h.count;
+      first = min(first, h.first);
+    }
+  }
+
+  if (blockIdx.x == 0) {
+    // Thread t < head takes head element t, the next threads take the tail elements in order.
+    const unsigned long long tailBegin = head + numVectors * T::kPerVector;
+    const unsigned long long index = threadIdx.x < head ? threadIdx.x : tailBegin + (threadIdx.x - head);
+    if (index < count && T::scalarBad(elems[index])) {
+      ++bad;
+      first = min(first, index);
+    }
+  }
+
+  // Only warps that found something pay for the reduction and the atomics.
+  if (__any_sync(0xffffffffu, bad != 0)) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      bad += __shfl_xor_sync(0xffffffffu, bad, offset);
+      first = min(first, __shfl_xor_sync(0xffffffffu, first, offset));
+    }
+    if ((threadIdx.x & 31u) == 0) {
+      atomicAdd(&out->count, bad);
+      atomicMin(&out->firstIndex, first);
+    }
+  }
+}
+
+// The dtypes the scan supports; the launcher dispatches on DataType to these.
+template __global__ void nanScanKernel<F32>(const F32::Scalar*, unsigned long long, unsigned long long,
+                                            unsigned long long, NanScanResult*);
+template __global__ void nanScanKernel<F64>(const F64::Scalar*, unsigned long long, unsigned long long,
+                                            unsigned long long, NanScanResult*);
+template __global__ void nanScanKernel<F16>(const F16::Scalar*, unsigned long long, unsigned long long,
+                                            unsigned long long, NanScanResult*);
+template __global__ void nanScanKernel<BF16>(const BF16::Scalar*, unsigned long long, unsigned long long,
+                                             unsigned long long, NanScanResult*);
+
+template <typename T>
+Status launchScan(const void* data, size_t count, NanScanResult* out, cudaStream_t stream) {
+  static cuda_detail::ResidentBlocks residency;
+  constexpr size_t kElemBytes = sizeof(typename T::Scalar);
+  // Scalars before the first 16-byte boundary: fewer than a vector, like the tail, so block 0 covers both.
+  const size_t misalign = reinterpret_cast<uintptr_t>(data) % 16;
+  const size_t head = std::min<size_t>(misalign == 0 ? 0 : (16 - misalign) / kElemBytes, count);
+  const size_t numVectors = (count - head) / T::kPerVector;
+  static_assert(2 * 16 <= kScanThreads, "block 0 covers head and tail with one element per thread");
+
+  int resident = 0;
+  RINGGUARD_RETURN_IF_ERROR(residency.get(
+      nanScanKernel<T>, kScanThreads, 0, [](int) { return Status::ok(); }, &resident));
+  const size_t perBlock = static_cast<size_t>(kScanThreads) * kUnroll;
+  const size_t wanted = std::max<size_t>(1, (numVectors + perBlock - 1) / perBlock);
+  const unsigned blocks = static_cast<unsigned>(std::min<size_t>(wanted, static_cast<size_t>(resident)));
+  nanScanKernel<T><<<blocks, kScanThreads, 0, stream>>>(static_cast<const typename T::Scalar*>(data), count, head,
+                                                         numVectors, out);
+  RINGGUARD_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+}  // namespace
+
+Status nanScanDevice(const void* data, size_t count, DataType dtype, NanScanResult* resultDevice,
+                     cudaStream_t stream) {
+  switch (dtype) {
+    case DataType::kFloat32:
+    case DataType::kFloat64:
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      break;
+    default:
+      return Status(StatusCode::kInvalidArgument, std::string("nanScanDevice: unsupported dtype ") +
+                                                      (isValid(dtype) ? dataTypeName(dtype) : "(invalid)") +
+                                                      " (f32, f64, f16 and bf16 only)");
+  }
+  if (resultDevice == nullptr) return Status(StatusCode::kInvalidArgument, "nanScanDevice: null result pointer");
+  if (data == nullptr && count != 0) return Status(StatusCode::kInvalidArgument, "nanScanDevice: null data");
+  // Every tensor's storage is element aligned; a pointer that is not is a caller bug, and the vector path
+  // could not read it anyway.
+  const size_t elemBytes = dataTypeSize(dtype);
+  if (reinterpret_cast<uintptr_t>(data) % elemBytes != 0) {
+    return Status(StatusCode::kInvalidArgument, "nanScanDevice: data must be aligned to its element size (" +
+                                                    std::to_string(elemBytes) + " bytes)");
+  }
+
+  nanScanInitKernel<<<1, 32, 0, stream>>>(resultDevice);
+  RINGGUARD_CUDA_CHECK_LAUNCH();
+  if (count == 0) return Status::ok();
+  switch (dtype) {
+    case DataType::kFloat32:
+      return launchScan<F32>(data, count, resultDevice, stream);
+    case DataType::kFloat64:
+      return launchScan<F64>(data, count, resultDevice, stream);
+    case DataType::kFloat16:
+      return launchScan<F16>(data, count, resultDevice, stream);
+    default:
+      return launchScan<BF16>(data, count, resultDevice, stream);
+  }
+}
+
+}  // namespace ringguard
