@@ -8,14 +8,14 @@
 #include <vector>
 
 #include "ringguard/core/log.h"
-#include "ringguard/core/reduce.h"
 #include "ringguard/core/ring_schedule.h"
 
 namespace ringguard {
 
 namespace {
 
-// State of one AllReduce on one rank. Items are (step, slice) pairs, indexed step * S + slice.
+// One AllReduce on one rank. Items are (step, slice) pairs, indexed step * S + slice; item i is sent to
+// the right neighbour and item i is received from the left one.
 class RingAllreduce {
  public:
   RingAllreduce(const CollectiveContext& ctx, Executor* exec, const void* send, void* recv, size_t count,
@@ -33,27 +33,12 @@ class RingAllreduce {
         left_(sched_.leftOf(me_)),
         right_(sched_.rightOf(me_)),
         S_(sched_.slicesPerColumn()),
-        T_(sched_.numSteps()) {}
+        T_(sched_.numSteps()),
+        W_(ctx.options->slots) {}
 
   Status run();
 
  private:
-  struct SendItem {
-    FrameRequest req;
-    const uint8_t* ptr = nullptr;
-    Trailer trailer{};  // as first sent: its payload CRC is what a retransmission carries
-  };
-  struct RecvItem {
-    bool good = false;     // verified and applied
-    Trailer outTrailer{};  // what this rank forwards at the next step (step/attempt set when sent)
-    const uint8_t* outPtr = nullptr;
-  };
-  struct Slot {
-    std::vector<uint8_t> payload;
-    Trailer trailer{};
-    FrameRequest req;
-  };
-
   size_t item(int step, int slice) const { return size_t(step) * S_ + slice; }
   ElementRange sendRange(int step, int slice) const {
     return sched_.slice(sched_.sendColumn(me_, step), slice);
@@ -63,12 +48,17 @@ class RingAllreduce {
   }
   const uint8_t* localPtr(const ElementRange& r) const { return send_ + r.offset * esize_; }
   uint8_t* resultPtr(const ElementRange& r) const { return recv_ + r.offset * esize_; }
+  SliceId idOf(int step, int slice, int column, size_t bytes, int attempt) const {
+    return SliceId{ctx_.seq,         uint32_t(step),  uint32_t(slice),
+                   uint32_t(column), uint32_t(bytes), uint16_t(attempt)};
+  }
 
   Status postSendItem(int step, int slice, int attempt, bool retransmit);
-  Status postRecvItem(int step, int slice, Slot* slot);
-  Status processRecvItem(int step, int slice, int attempt, Slot* slot);
+  Status postRecvItem(int step, int slice, int slotIndex);
+  Status applyRecvItem(int step, int slice, int attempt, int slotIndex);
   Status waitSend(size_t idx);
   Status waitAllSends();
+  Status collectVerdicts();
   Status pass();
   Status repairRound(int attempt, const std::vector<ReplayEntry>& plan);
 
@@ -81,34 +71,29 @@ class RingAllreduce {
   ReduceOp op_;
   size_t esize_;
   RingSchedule sched_;
-  int me_, left_, right_, S_, T_;
-  std::vector<SendItem> sends_;
-  std::vector<RecvItem> recvs_;
-  std::vector<SliceFailure> failures_;  // this rank's, current round
+  int me_, left_, right_, S_, T_, W_;
+  std::vector<FrameRequest> sendReqs_;
+  std::vector<FrameRequest> slotReqs_;
+  std::vector<uint8_t> injected_;         // per received item: a corruption was injected into it
+  std::vector<size_t> appliedThisRound_;  // received items whose verdicts are still to be read
+  std::vector<SliceFailure> failures_;    // this rank's, current round
   Counters local_;
 };
 
 Status RingAllreduce::postSendItem(int step, int slice, int attempt, bool retransmit) {
-  SendItem& s = sends_[item(step, slice)];
+  const size_t idx = item(step, slice);
   const ElementRange r = sendRange(step, slice);
   const size_t bytes = r.count * esize_;
-  const SliceId id{ctx_.seq,        uint32_t(step),   uint32_t(slice), uint32_t(sched_.sendColumn(me_, step)),
-                   uint32_t(bytes), uint16_t(attempt)};
+  // Step 0 sends this rank's input; later steps send what this rank applied (or kept, poisoned) at the
+  // step before, whose trailer the executor already wrote.
+  const uint8_t* ptr = step == 0 ? localPtr(r) : resultPtr(r);
   if (retransmit) {
-    // The retained bytes with their original CRC: the buffer still holds exactly what was sent.
-    s.trailer.attempt = uint16_t(attempt);
-    sealTrailer(&s.trailer);
+    // The retained bytes with their original CRC: every later write to this region was skipped.
+    RINGGUARD_RETURN_IF_ERROR(exec_->retag(idx, uint16_t(attempt)));
     local_.retransmitted++;
   } else if (step == 0) {
-    s.ptr = localPtr(r);
-    s.trailer = makeTrailer(id, exec_->checksum(s.ptr, bytes), 0);
-  } else {
-    const RecvItem& prev = recvs_[item(step - 1, slice)];
-    s.ptr = prev.outPtr;
-    s.trailer = prev.outTrailer;
-    s.trailer.step = uint32_t(step);
-    s.trailer.attempt = uint16_t(attempt);
-    sealTrailer(&s.trailer);
+    RINGGUARD_RETURN_IF_ERROR(
+        exec_->sealFirst(idx, ptr, idOf(step, slice, sched_.sendColumn(me_, step), bytes, attempt)));
   }
   if (const FaultInjector* inj = ctx_.injector) {
     if (int ms = inj->delayMs(ctx_.seq, step, slice, right_, attempt)) {
@@ -118,44 +103,46 @@ Status RingAllreduce::postSendItem(int step, int slice, int attempt, bool retran
   }
   local_.slicesSent++;
   local_.bytesSent += bytes;
-  return t_->postSend(right_, s.ptr, bytes, &s.trailer, &s.req);
+  return t_->postSend(right_, ptr, bytes, exec_->sendTrailer(idx), &sendReqs_[idx]);
 }
 
-Status RingAllreduce::postRecvItem(int step, int slice, Slot* slot) {
+Status RingAllreduce::postRecvItem(int step, int slice, int slotIndex) {
   const size_t bytes = recvRange(step, slice).count * esize_;
-  if (slot->payload.size() < bytes) slot->payload.resize(bytes);
-  return t_->postRecv(left_, slot->payload.data(), bytes, &slot->trailer, &slot->req);
+  return t_->postRecv(left_, exec_->slot(slotIndex), bytes, exec_->slotTrailer(slotIndex),
+                      &slotReqs_[slotIndex]);
 }
 
 Status RingAllreduce::waitSend(size_t idx) {
-  return waitFrame(ctx_, &sends_[idx].req, [&] {
+  return waitFrame(ctx_, &sendReqs_[idx], [&] {
     return "slice " + std::to_string(idx % S_) + " of step " + std::to_string(idx / S_) +
            " to be taken by rank " + std::to_string(right_);
   });
 }
 
 Status RingAllreduce::waitAllSends() {
-  for (size_t i = 0; i < sends_.size(); ++i) RINGGUARD_RETURN_IF_ERROR(waitSend(i));
+  for (size_t i = 0; i < sendReqs_.size(); ++i) RINGGUARD_RETURN_IF_ERROR(waitSend(i));
   return Status::ok();
 }
 
-Status RingAllreduce::processRecvItem(int step, int slice, int attempt, Slot* slot) {
-  RINGGUARD_RETURN_IF_ERROR(waitFrame(ctx_, &slot->req, [&] {
+Status RingAllreduce::applyRecvItem(int step, int slice, int attempt, int slotIndex) {
+  RINGGUARD_RETURN_IF_ERROR(waitFrame(ctx_, &slotReqs_[slotIndex], [&] {
     return "slice " + std::to_string(slice) + " of step " + std::to_string(step) + " from rank " +
            std::to_string(left_);
   }));
+  const size_t idx = item(step, slice);
   const int column = sched_.recvColumn(me_, step);
   const ElementRange r = recvRange(step, slice);
   const size_t bytes = r.count * esize_;
-  const SliceId id{ctx_.seq,         uint32_t(step),  uint32_t(slice),
-                   uint32_t(column), uint32_t(bytes), uint16_t(attempt)};
 
   // Fault injection: after the sender's CRC, before this rank's check, as a bad link would.
-  bool injected = false;
+  injected_[idx] = 0;
   if (ctx_.injector && ctx_.injector->corrupts(ctx_.seq, step, slice, me_, attempt)) {
-    injected = ctx_.injector->corrupt(ctx_.seq, step, slice, me_, attempt, slot->payload.data(), bytes,
-                                      &slot->trailer);
-    if (injected) local_.injected++;
+    bool changed = false;
+    RINGGUARD_RETURN_IF_ERROR(exec_->editSlot(slotIndex, bytes, [&](uint8_t* payload, Trailer* trailer) {
+      changed = ctx_.injector->corrupt(ctx_.seq, step, slice, me_, attempt, payload, bytes, trailer);
+    }));
+    injected_[idx] = changed;
+    if (changed) local_.injected++;
   }
 
   // An all-gather write lands on a region this rank sent during reduce-scatter: that send must be done.
@@ -163,9 +150,8 @@ Status RingAllreduce::processRecvItem(int step, int slice, int attempt, Slot* sl
     RINGGUARD_RETURN_IF_ERROR(waitSend(item(step + 1 - sched_.nranks(), slice)));
 
   ApplyTask task;
-  task.slot = slot->payload.data();
-  task.trailer = &slot->trailer;
-  task.expected = id;
+  task.expected = idOf(step, slice, column, bytes, attempt);
+  task.next = idOf(step + 1, slice, column, bytes, attempt);
   task.dst = resultPtr(r);
   task.local = localPtr(r);
   task.count = r.count;
@@ -175,99 +161,100 @@ Status RingAllreduce::processRecvItem(int step, int slice, int attempt, Slot* sl
   task.finalStep = sched_.isFinalReduceStep(step);
   task.forwarded = sched_.isForwarded(step);
   task.nranks = sched_.nranks();
-  ApplyResult res = exec_->verifyAndApply(task);
   local_.slicesVerified++;
+  appliedThisRound_.push_back(idx);
+  return exec_->verifyAndApply(task, slotIndex, idx, task.forwarded ? item(step + 1, slice) : idx);
+}
 
-  RecvItem& out = recvs_[item(step, slice)];
-  out.good = res.check == SliceCheck::kOk;
-  if (isLinkFailure(res.check)) {
-    local_.detected++;
-    SliceFailure f;
-    f.column = uint32_t(column);
-    f.slice = uint32_t(slice);
-    f.step = uint32_t(step);
-    f.sender = left_;
-    f.receiver = me_;
-    f.reason = uint8_t(res.check);
-    failures_.push_back(f);
-    logger()->debug("allreduce seq {}: detected {}", ctx_.seq, describeFailure(f));
-  } else if (injected && res.check == SliceCheck::kOk) {
-    local_.escaped++;
-    logger()->error("allreduce seq {}: an injected corruption of step {} slice {} passed verification",
-                    ctx_.seq, step, slice);
-  }
-  if (task.forwarded) {
-    const SliceId next{ctx_.seq,         uint32_t(step + 1), uint32_t(slice),
-                       uint32_t(column), uint32_t(bytes),    uint16_t(attempt)};
-    if (out.good) {
-      out.outPtr = resultPtr(r);
-      out.outTrailer = makeTrailer(next, res.outCrc, 0);
-    } else {
-      // No verified value: send the local bytes marked poisoned, with their real CRC so the next link is
-      // still checked; later hops skip the slice and the repair round fills it in.
-      out.outPtr = localPtr(r);
-      out.outTrailer = makeTrailer(next, exec_->checksum(out.outPtr, bytes), kTrailerPoisoned);
+// Reads the verdicts of everything applied since the last call (one sync per pass or repair round).
+Status RingAllreduce::collectVerdicts() {
+  RINGGUARD_RETURN_IF_ERROR(exec_->sync());
+  for (size_t idx : appliedThisRound_) {
+    const int step = int(idx / S_), slice = int(idx % S_);
+    const SliceCheck check = exec_->verdict(idx);
+    if (isLinkFailure(check)) {
+      local_.detected++;
+      SliceFailure f;
+      f.column = uint32_t(sched_.recvColumn(me_, step));
+      f.slice = uint32_t(slice);
+      f.step = uint32_t(step);
+      f.sender = left_;
+      f.receiver = me_;
+      f.reason = uint8_t(check);
+      failures_.push_back(f);
+      logger()->debug("allreduce seq {}: detected {}", ctx_.seq, describeFailure(f));
+    } else if (injected_[idx] && check == SliceCheck::kOk) {
+      local_.escaped++;
+      logger()->error("allreduce seq {}: an injected corruption of step {} slice {} passed verification",
+                      ctx_.seq, step, slice);
     }
   }
+  appliedThisRound_.clear();
   return Status::ok();
 }
 
 Status RingAllreduce::pass() {
-  const int W = ctx_.options->slots;
   const size_t total = size_t(T_) * S_;
-  std::vector<Slot> slots(W);
   size_t nextSend = 0, nextRecv = 0, nextDone = 0;
   while (nextDone < total) {
-    // Sends whose input is final: step 0 at once, later steps once the previous step's slice is applied.
-    while (nextSend < total && (nextSend < size_t(S_) || nextSend - S_ < nextDone)) {
+    // Keep W receives posted: the next slices' transfers overlap this slice's verify + reduce.
+    while (nextRecv < total && nextRecv < nextDone + W_) {
+      RINGGUARD_RETURN_IF_ERROR(postRecvItem(int(nextRecv / S_), int(nextRecv % S_), int(nextRecv % W_)));
+      ++nextRecv;
+    }
+    // Sends whose input is final (step 0 at once, later steps once the slice was applied at the step
+    // before), never ahead of this rank's own receives: every rank posts the same items together, so a
+    // transport that matches batches (NCCL groups) never waits on a batch its peer has not issued.
+    while (nextSend < nextRecv && (nextSend < size_t(S_) || nextSend - S_ < nextDone)) {
       RINGGUARD_RETURN_IF_ERROR(postSendItem(int(nextSend / S_), int(nextSend % S_), 0, false));
       ++nextSend;
     }
-    // Keep W receives posted: the next slice's transfer overlaps this slice's verify + reduce.
-    while (nextRecv < total && nextRecv < nextDone + W) {
-      RINGGUARD_RETURN_IF_ERROR(postRecvItem(int(nextRecv / S_), int(nextRecv % S_), &slots[nextRecv % W]));
-      ++nextRecv;
-    }
-    RINGGUARD_RETURN_IF_ERROR(
-        processRecvItem(int(nextDone / S_), int(nextDone % S_), 0, &slots[nextDone % W]));
+    RINGGUARD_RETURN_IF_ERROR(applyRecvItem(int(nextDone / S_), int(nextDone % S_), 0, int(nextDone % W_)));
     ++nextDone;
   }
-  while (nextSend < total) {  // the last step's sends (their inputs are all applied now)
+  while (nextSend < total) {  // the last step's sends: their inputs are all applied now
     RINGGUARD_RETURN_IF_ERROR(postSendItem(int(nextSend / S_), int(nextSend % S_), 0, false));
     ++nextSend;
   }
-  return waitAllSends();
+  RINGGUARD_RETURN_IF_ERROR(waitAllSends());
+  return collectVerdicts();
 }
 
 Status RingAllreduce::repairRound(int attempt, const std::vector<ReplayEntry>& plan) {
   uint32_t first = uint32_t(T_);
   for (const ReplayEntry& e : plan) first = std::min(first, e.fromStep);
-  std::vector<Slot> slots;
   for (int step = int(first); step < T_; ++step) {
-    // Every rank walks the plan in the same order, so sends and receives match per link.
-    std::vector<int> recvSlices;
+    // At one step this rank sends one column and receives the column its left neighbour sends, so both
+    // sides walk the same plan entries in the same order; chunks of W keep each side's batch matched.
+    std::vector<ReplayEntry> sends, recvs;
     for (const ReplayEntry& e : plan) {
       if (e.fromStep > uint32_t(step)) continue;
-      if (sched_.receiver(int(e.column), step) == me_) recvSlices.push_back(int(e.slice));
+      if (sched_.sender(int(e.column), step) == me_) sends.push_back(e);
+      if (sched_.receiver(int(e.column), step) == me_) recvs.push_back(e);
     }
-    slots.resize(std::max(slots.size(), recvSlices.size()));
-    for (size_t i = 0; i < recvSlices.size(); ++i) {
-      RINGGUARD_RETURN_IF_ERROR(postRecvItem(step, recvSlices[i], &slots[i]));
-    }
-    for (const ReplayEntry& e : plan) {
-      if (e.fromStep > uint32_t(step) || sched_.sender(int(e.column), step) != me_) continue;
-      RINGGUARD_RETURN_IF_ERROR(postSendItem(step, int(e.slice), attempt, e.fromStep == uint32_t(step)));
-    }
-    for (size_t i = 0; i < recvSlices.size(); ++i) {
-      RINGGUARD_RETURN_IF_ERROR(processRecvItem(step, recvSlices[i], attempt, &slots[i]));
+    for (size_t base = 0; base < std::max(sends.size(), recvs.size()); base += size_t(W_)) {
+      for (size_t i = base; i < std::min(recvs.size(), base + W_); ++i) {
+        RINGGUARD_RETURN_IF_ERROR(postRecvItem(step, int(recvs[i].slice), int(i - base)));
+      }
+      for (size_t i = base; i < std::min(sends.size(), base + W_); ++i) {
+        RINGGUARD_RETURN_IF_ERROR(
+            postSendItem(step, int(sends[i].slice), attempt, sends[i].fromStep == uint32_t(step)));
+      }
+      for (size_t i = base; i < std::min(recvs.size(), base + W_); ++i) {
+        RINGGUARD_RETURN_IF_ERROR(applyRecvItem(step, int(recvs[i].slice), attempt, int(i - base)));
+      }
     }
   }
-  return waitAllSends();
+  RINGGUARD_RETURN_IF_ERROR(waitAllSends());
+  return collectVerdicts();
 }
 
 Status RingAllreduce::run() {
-  sends_.resize(size_t(T_) * S_);
-  recvs_.resize(size_t(T_) * S_);
+  const size_t total = size_t(T_) * S_;
+  sendReqs_.resize(total);
+  slotReqs_.resize(size_t(W_));
+  injected_.assign(total, 0);
+  RINGGUARD_RETURN_IF_ERROR(exec_->prepare(total, W_, sched_.sliceElements() * esize_));
   Status st = pass();
   std::vector<SliceFailure> global;
   for (int attempt = 0; st.isOk(); ++attempt) {
@@ -286,7 +273,8 @@ Status RingAllreduce::run() {
     st = repairRound(attempt + 1, planRepair(global));
   }
   if (!st.isOk()) {
-    for (SendItem& s : sends_) s.req.cancel();
+    for (FrameRequest& r : slotReqs_) r.cancel();
+    for (FrameRequest& r : sendReqs_) r.cancel();
   }
   *ctx_.counters += local_;
   return st;
@@ -299,8 +287,8 @@ Status allreduceRing(const CollectiveContext& ctx, Executor* executor, const voi
   RINGGUARD_RETURN_IF_ERROR(exchangeFingerprints(ctx, makeAllreduceFingerprint(op, dtype, count, ctx.seq)));
   const size_t bytes = count * dataTypeSize(dtype);
   if (ctx.transport->size() == 1 || count == 0) {
-    if (bytes && send != recv) std::memcpy(recv, send, bytes);
-    return Status::ok();  // avg over one rank divides by 1
+    // Nothing crosses a link; avg over one rank divides by 1.
+    return send == recv ? Status::ok() : executor->copy(recv, send, bytes);
   }
   RingAllreduce ring(ctx, executor, send, recv, count, dtype, op);
   return ring.run();

@@ -33,7 +33,9 @@ Status pollUntil(const CollectiveContext& ctx, const std::function<Status(bool* 
                  const std::function<std::string()>& what) {
   const auto start = Clock::now();
   auto lastErrorCheck = start;
+  RINGGUARD_RETURN_IF_ERROR(ctx.transport->flush());
   for (uint64_t spin = 0;; ++spin) {
+    RINGGUARD_RETURN_IF_ERROR(ctx.transport->progress());
     bool done = false;
     RINGGUARD_RETURN_IF_ERROR(test(&done));
     if (done) return Status::ok();

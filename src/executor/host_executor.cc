@@ -12,36 +12,70 @@ namespace {
 constexpr size_t kBlockBytes = 32 * 1024;
 }  // namespace
 
-uint32_t HostExecutor::checksum(const void* data, size_t bytes) { return crc32(data, bytes); }
+Status HostExecutor::prepare(size_t items, int slots, size_t slotBytes) {
+  trailers_.assign(items, Trailer{});
+  verdicts_.assign(items, SliceCheck::kOk);
+  slots_.resize(size_t(slots));
+  for (auto& s : slots_) {
+    if (s.size() < slotBytes) s.resize(slotBytes);
+  }
+  slotTrailers_.assign(size_t(slots), Trailer{});
+  return Status::ok();
+}
 
-ApplyResult HostExecutor::verifyAndApply(const ApplyTask& task) {
-  ApplyResult result;
+Status HostExecutor::sealFirst(size_t item, const void* data, const SliceId& id) {
+  trailers_[item] = makeTrailer(id, crc32(data, id.payloadBytes), 0);
+  return Status::ok();
+}
+
+Status HostExecutor::retag(size_t item, uint16_t attempt) {
+  trailers_[item].attempt = attempt;
+  sealTrailer(&trailers_[item]);
+  return Status::ok();
+}
+
+Status HostExecutor::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+  return Status::ok();
+}
+
+Status HostExecutor::editSlot(int index, size_t bytes, const std::function<void(uint8_t*, Trailer*)>& edit) {
+  edit(slots_[index].data(), &slotTrailers_[index]);
+  return Status::ok();
+}
+
+Status HostExecutor::verifyAndApply(const ApplyTask& task, int index, size_t item, size_t nextItem) {
   const size_t esize = dataTypeSize(task.dtype);
   const size_t bytes = task.count * esize;
+  const uint8_t* slot = slots_[index].data();
+  const Trailer& trailer = slotTrailers_[index];
   // The trailer alone first: a damaged or stale trailer is rejected without reading the payload.
-  result.check = checkTrailer(*task.trailer, task.expected);
-  if (result.check != SliceCheck::kOk) return result;
-  result.check = checkSlice(*task.trailer, task.expected, crc32(task.slot, bytes));
-  if (result.check != SliceCheck::kOk) return result;
+  SliceCheck check = checkTrailer(trailer, task.expected);
+  if (check == SliceCheck::kOk) check = checkSlice(trailer, task.expected, crc32(slot, bytes));
+  verdicts_[item] = check;
 
-  if (!task.reduce) {
-    if (bytes) std::memcpy(task.dst, task.slot, bytes);
-    result.outCrc = task.trailer->payloadCrc;  // the bytes just verified, unchanged
-    return result;
-  }
-  const size_t blockElems = std::max<size_t>(1, kBlockBytes / esize);
   auto* dst = static_cast<uint8_t*>(task.dst);
-  auto* local = static_cast<const uint8_t*>(task.local);
-  auto* slot = static_cast<const uint8_t*>(task.slot);
-  uint32_t crc = 0;
-  for (size_t i = 0; i < task.count; i += blockElems) {
-    size_t n = std::min(blockElems, task.count - i);
-    size_t off = i * esize;
-    reduceHost(task.dtype, task.op, dst + off, local + off, slot + off, n, task.finalStep, task.nranks);
-    if (task.forwarded) crc = crc32(dst + off, n * esize, crc);
+  uint32_t outCrc = 0;
+  if (check != SliceCheck::kOk) {
+    // Not applied: dst keeps what it had and goes on poisoned, with the CRC of what is really sent.
+    if (task.forwarded) trailers_[nextItem] = makeTrailer(task.next, crc32(dst, bytes), kTrailerPoisoned);
+    return Status::ok();
   }
-  result.outCrc = crc;
-  return result;
+  if (!task.reduce) {
+    if (bytes) std::memcpy(dst, slot, bytes);
+    outCrc = trailer.payloadCrc;  // the bytes just verified, unchanged
+  } else {
+    const size_t blockElems = std::max<size_t>(1, kBlockBytes / esize);
+    auto* local = static_cast<const uint8_t*>(task.local);
+    for (size_t i = 0; i < task.count; i += blockElems) {
+      size_t n = std::min(blockElems, task.count - i);
+      size_t off = i * esize;
+      reduceHost(task.dtype, task.op, dst + off, local + off, slot + off, n, task.finalStep, task.nranks);
+      if (task.forwarded) outCrc = crc32(dst + off, n * esize, outCrc);
+    }
+  }
+  if (task.forwarded) trailers_[nextItem] = makeTrailer(task.next, outCrc, 0);
+  return Status::ok();
 }
 
 }  // namespace ringguard

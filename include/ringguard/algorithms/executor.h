@@ -1,49 +1,85 @@
 #pragma once
-// Executors run "verify, then reduce or copy" on one received slice (docs/design/protocol.md,
-// "Executors"). The host executor works on host memory in the calling thread; the device executor (GPU
-// data path) enqueues one fused kernel per slice.
+// Executors own the memory a collective verifies and reduces in, and run "verify, then reduce or copy"
+// on each received slice (docs/design/protocol.md, "Executors"). The host executor works synchronously
+// on host memory; a device executor enqueues the same steps as kernels on its stream. The algorithm never
+// reads a verdict before sync(), so a device executor needs no host round trip per slice.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <vector>
 
+#include "ringguard/core/status.h"
 #include "ringguard/core/trailer.h"
 #include "ringguard/core/types.h"
 
 namespace ringguard {
 
 struct ApplyTask {
-  const void* slot = nullptr;        // received payload
-  const Trailer* trailer = nullptr;  // received trailer
-  SliceId expected;                  // what the schedule says must have arrived
-  void* dst = nullptr;               // accumulator / result
-  const void* local = nullptr;       // this rank's operand for a reduction (may alias dst)
-  size_t count = 0;                  // elements
+  SliceId expected;             // what the schedule says must have arrived in the slot
+  SliceId next;                 // identity of the forwarded slice (when `forwarded`)
+  void* dst = nullptr;          // accumulator / result
+  const void* local = nullptr;  // this rank's operand for a reduction (may alias dst)
+  size_t count = 0;             // elements
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   bool reduce = false;     // reduce-scatter step (else: all-gather copy)
   bool finalStep = false;  // avg divides here
-  bool forwarded = false;  // the result is sent on: compute its CRC
+  bool forwarded = false;  // dst is sent on at the next step
   int nranks = 1;
-};
-
-struct ApplyResult {
-  SliceCheck check = SliceCheck::kOk;  // only kOk wrote dst
-  uint32_t outCrc = 0;                 // CRC of dst after the write, when forwarded and kOk
 };
 
 class Executor {
  public:
   virtual ~Executor() = default;
-  virtual uint32_t checksum(const void* data, size_t bytes) = 0;
-  // Never writes dst unless the slice verified.
-  virtual ApplyResult verifyAndApply(const ApplyTask& task) = 0;
+
+  // Per-collective storage: a trailer for each of `items` sends, a verdict for each received item, and
+  // `slots` receive slots of `slotBytes` payload bytes each.
+  virtual Status prepare(size_t items, int slots, size_t slotBytes) = 0;
+  virtual Trailer* sendTrailer(size_t item) = 0;  // memory the transport sends the trailer from
+  virtual void* slot(int index) = 0;              // memory the transport receives a payload into
+  virtual Trailer* slotTrailer(int index) = 0;
+
+  // The trailer of a slice that starts its journey here: CRC of `bytes` at `data`, sealed with `id`.
+  virtual Status sealFirst(size_t item, const void* data, const SliceId& id) = 0;
+  // Sets a new attempt number on sendTrailer(item), keeping its payload CRC (a retransmission).
+  virtual Status retag(size_t item, uint16_t attempt) = 0;
+  // Gives `edit` host access to a received slot (fault injection; rare, may be slow).
+  virtual Status editSlot(int index, size_t bytes, const std::function<void(uint8_t*, Trailer*)>& edit) = 0;
+
+  // Verifies slot `index` against task.expected and only then reduces or copies it into task.dst.
+  // Records the verdict of `item`; when task.forwarded, writes the trailer of the next step (CRC of dst,
+  // poisoned when the slice was not applied) into sendTrailer(nextItem). dst is sent on either way.
+  virtual Status verifyAndApply(const ApplyTask& task, int index, size_t item, size_t nextItem) = 0;
+
+  // Copies `bytes` between two buffers of the collective (single rank, out of place).
+  virtual Status copy(void* dst, const void* src, size_t bytes) = 0;
+
+  // Makes every verdict recorded so far readable with verdict().
+  virtual Status sync() = 0;
+  virtual SliceCheck verdict(size_t item) const = 0;
 };
 
 // Host memory: ISA-L (or zlib) CRC and the host reduction, blocked so each output block is
 // checksummed while it is still in cache.
 class HostExecutor final : public Executor {
  public:
-  uint32_t checksum(const void* data, size_t bytes) override;
-  ApplyResult verifyAndApply(const ApplyTask& task) override;
+  Status prepare(size_t items, int slots, size_t slotBytes) override;
+  Trailer* sendTrailer(size_t item) override { return &trailers_[item]; }
+  void* slot(int index) override { return slots_[index].data(); }
+  Trailer* slotTrailer(int index) override { return &slotTrailers_[index]; }
+  Status sealFirst(size_t item, const void* data, const SliceId& id) override;
+  Status retag(size_t item, uint16_t attempt) override;
+  Status editSlot(int index, size_t bytes, const std::function<void(uint8_t*, Trailer*)>& edit) override;
+  Status verifyAndApply(const ApplyTask& task, int index, size_t item, size_t nextItem) override;
+  Status copy(void* dst, const void* src, size_t bytes) override;
+  Status sync() override { return Status::ok(); }
+  SliceCheck verdict(size_t item) const override { return verdicts_[item]; }
+
+ private:
+  std::vector<Trailer> trailers_;
+  std::vector<SliceCheck> verdicts_;
+  std::vector<std::vector<uint8_t>> slots_;
+  std::vector<Trailer> slotTrailers_;
 };
 
 }  // namespace ringguard

@@ -60,6 +60,12 @@ class Transport {
   Status postSend(int peer, const void* payload, size_t bytes, const Trailer* trailer, FrameRequest* out);
   Status postRecv(int peer, void* payload, size_t bytes, Trailer* trailer, FrameRequest* out);
 
+  // Starts what has been posted since the last flush. Transports that batch (NCCL groups) launch the
+  // batch here; the algorithm flushes before it waits for or consumes anything it posted.
+  Status flush() { return doFlush(); }
+  // Advances posted operations that need the host to move them on (staged copies); called while waiting.
+  Status progress() { return doProgress(); }
+
   // Control plane: small messages to any peer. sendControl does not wait for the receiver.
   Status sendControl(int peer, ControlTag tag, const void* data, size_t bytes);
   // Takes one pending message with `tag` from `peer` (or from any peer when peer < 0) if there is one.
@@ -73,6 +79,8 @@ class Transport {
                             std::unique_ptr<TransportOp>* out) = 0;
   virtual Status doPostRecv(int peer, Channel channel, void* data, size_t bytes,
                             std::unique_ptr<TransportOp>* out) = 0;
+  virtual Status doFlush() { return Status::ok(); }
+  virtual Status doProgress() { return Status::ok(); }
   virtual Status doSendControl(int peer, ControlTag tag, const void* data, size_t bytes) = 0;
   virtual Status doProbeControl(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from,
                                 bool* got) = 0;
