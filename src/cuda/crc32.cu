@@ -5,21 +5,21 @@
 //  * Table lookups are the bottleneck of a software CRC: one 32-bit shared-memory lookup per byte whatever
 //    the slicing width. A warp-wide lookup into a plain 256-entry table hits ~3.5 lanes per bank on random
 //    data, so it would run at ~9 lookups per SM per clock, below the 13 needed. The tables are therefore laid
-//    out so that every lookup instruction is bank-conflict free (see "Shared-memory layout" below) and the
-//    lookup address is built with a single PRMT, which makes a byte cost one PRMT, one LDS and half a LOP3.
+//    out so that every lookup instruction is bank-conflict free (see "Shared-memory layout" below), and the
+//    shared address of a lookup is built by a single PRMT: a byte costs one PRMT, one LDS and half a LOP3.
 //
-//  * Loads are fully coalesced 16-byte vectors: in every step the 512 threads of a block read 8 KiB of
-//    consecutive memory, lane t reading the 16-byte piece t. A thread therefore checksums every 512th piece
-//    of its block's segment, and between two of its pieces lie 8176 bytes that other threads own. CRC is
-//    linear over GF(2), so the thread keeps a register that is advanced past those bytes as if they were
-//    zeros: multiplying by x^(8*8176) mod P. That multiplication is folded into the tables of the piece's
+//  * Loads are fully coalesced 16-byte vectors: in every step the 1024 threads of a block read 16 KiB of
+//    consecutive memory, thread t reading the 16-byte piece t. A thread therefore checksums every 1024th
+//    piece of its block's segment, and between two of its pieces lie 16368 bytes that other threads own. CRC
+//    is linear over GF(2), so the thread keeps a register that is advanced past those bytes as if they were
+//    zeros: multiplying by x^(8*16368) mod P. That multiplication is folded into the tables of the piece's
 //    last word ("jump" tables), so it costs nothing at run time. At the end each thread's register is
 //    moved to the segment end with one multiplication by a precomputed constant and the block XOR-reduces.
 //
-//  * The grid is persistent (SM count x occupancy blocks) so that the 64 KiB table fill per block is paid
-//    once per SM, not once per 64 KiB of data. Segment CRCs are merged by a one-block kernel with a tree of
-//    multiplications by x^(8*segment bytes*2^level), the constants computed on the host; the unaligned
-//    head and tail bytes (< 16 each) are folded in there too.
+//  * The grid is persistent (one block per SM) so that the table fill is paid once per SM, not once per
+//    block's worth of data. Segment CRCs are merged by a one-block kernel with a tree of multiplications by
+//    x^(8*segment bytes*2^level), constants the host computes; the unaligned head and tail bytes (< 16
+//    each) are folded in there too.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -32,17 +32,20 @@
 namespace ringguard {
 namespace {
 
-// ---- Launch geometry (literal bounds: scripts/regcheck.py reads them from the __launch_bounds__ below) --
-constexpr int kSegmentThreads = 512;
-constexpr int kSegmentMinBlocks = 2;  // 2 x 64 KiB of tables per SM: fits sm_80 (164 KiB) and sm_90
+// ---- Launch geometry (scripts/regcheck.py reads the bounds from the __launch_bounds__ below) -----------
+constexpr int kSegmentThreads = 1024;
+constexpr int kSegmentMinBlocks = 1;  // 128 KiB of shared memory per block: one block per SM
 constexpr int kFinalizeThreads = 512;
 constexpr uint64_t kPieceBytes = 16;
-constexpr int kBatch = 4;                                      // pieces in flight per thread
-constexpr uint64_t kMinPiecesPerBlock = kSegmentThreads * 8;  // below 64 KiB a block is not worth its fill
+constexpr int kBatch = 4;                                     // pieces in flight per thread
+constexpr uint64_t kMinPiecesPerBlock = kSegmentThreads * 8;  // below 128 KiB a block is not worth its fill
 constexpr uint32_t kMaxBlocks = 1024;                         // bounds the scratch (4 KiB) and the tree
 constexpr int kMaxLevels = 10;                                // log2(kMaxBlocks)
 constexpr uint64_t kJumpBytes = kSegmentThreads * kPieceBytes - kPieceBytes;
-constexpr size_t kTableSmemBytes = 256 * 256;  // 256 rows (byte values) of 256 bytes
+constexpr uint32_t kTableBytes = 256 * 256;  // 256 rows (byte values) of 256 bytes
+// The table must start at a 64 KiB-aligned shared address (see the layout below); wherever the dynamic
+// shared memory starts, 128 KiB contain such a 64 KiB range.
+constexpr size_t kDynamicSmemBytes = 2 * kTableBytes;
 
 static_assert((1u << kMaxLevels) == kMaxBlocks, "the merge tree covers every block");
 static_assert((kSegmentThreads & (kSegmentThreads - 1)) == 0, "per-thread position math uses shifts");
@@ -114,20 +117,22 @@ static_assert(crc32Multiply(makeInversePowers().inv[3], xPowConstexpr(3 * 128)) 
 __device__ const SliceTables kSliceTables = makeSliceTables();
 __device__ const InversePowers kInversePowers = makeInversePowers();
 
-// ---- Shared-memory layout -----------------------------------------------------------------------------------
+// ---- Shared-memory layout
+// -----------------------------------------------------------------------------------
 //
-// Byte offset of a table entry: value * 256 + group * 128 + position * 32 + copy * 4, where value is the
-// byte (0..255), group 0 holds the slicing tables and group 1 the jump tables, position j (0..3) is the byte
-// position inside a 32-bit word (byte j uses slicing table 3 - j) and copy (0..7) is one of 8 replicas.
-// The bank of an entry is therefore position * 8 + copy, independent of the byte value. Lane l uses replica
-// l / 4, and at lookup step k it handles byte (k + l) % 4 of the word: within one instruction the 32 lanes
-// cover all 32 (position, copy) pairs, so every lookup is conflict free whatever the data.
+// Byte offset of a table entry from the table start: value * 256 + group * 128 + position * 32 + copy * 4,
+// where value is the byte (0..255), group 0 holds the slicing tables and group 1 the jump tables, position j
+// (0..3) is the byte position inside a 32-bit word (byte j uses slicing table 3 - j) and copy (0..7) is one
+// of 8 replicas. The bank of an entry is therefore position * 8 + copy, independent of the byte value. Lane
+// l uses replica l / 4, and at lookup step k it handles byte (k + l) % 4 of the word: within one instruction
+// the 32 lanes cover all 32 (position, copy) pairs, so every lookup is conflict free whatever the data.
 //
-// The address needs no shifts: PRMT builds value * 256 + position * 32 + copy * 4 in one instruction by
-// taking byte 0 from a per-lane constant (position * 32 + copy * 4 < 256), byte 1 from the data word and
-// the two zero bytes of the constant for bytes 2 and 3. The group offset is the LDS immediate.
+// The table starts at a 64 KiB-aligned shared address T, so the address of an entry is T with byte 1
+// replaced by the data byte and byte 0 by position * 32 + copy * 4 (< 256). One PRMT builds it: bytes 0, 2
+// and 3 from a per-lane constant T | (position * 32 + copy * 4), byte 1 from the data word. The group offset
+// is the LDS immediate, so a lookup needs no integer add.
 struct LaneLookup {
-  uint32_t off[4];  // position * 32 + copy * 4 for the byte handled at step k
+  uint32_t off[4];  // T | (position * 32 + copy * 4) for the byte handled at step k
   uint32_t sel[4];  // PRMT selector: {off.b0, x.b[position], off.b2, off.b3}
 };
 
@@ -139,13 +144,13 @@ __device__ __forceinline__ uint32_t pinRegister(uint32_t v) {
   return r;
 }
 
-__device__ __forceinline__ LaneLookup makeLaneLookup() {
+__device__ __forceinline__ LaneLookup makeLaneLookup(uint32_t tableAddr) {
   const uint32_t lane = threadIdx.x & 31u;
   LaneLookup l;
 #pragma unroll
   for (uint32_t k = 0; k < 4; ++k) {
     const uint32_t position = (k + lane) & 3u;
-    l.off[k] = pinRegister(position * 32u + (lane >> 2) * 4u);
+    l.off[k] = pinRegister(tableAddr | (position * 32u + (lane >> 2) * 4u));
     l.sel[k] = pinRegister(0x7604u | (position << 4));
   }
   return l;
@@ -166,19 +171,21 @@ __device__ __forceinline__ uint32_t loadShared(uint32_t sharedAddr) {
 
 // Register after the 4 bytes of x (register already XORed with the data word), via group `kGroup` tables.
 template <uint32_t kGroup>
-__device__ __forceinline__ uint32_t lookupWord(uint32_t tables, uint32_t x, const LaneLookup& l) {
-  const uint32_t t = tables + kGroup * 128u;
-  return loadShared(t + bytePerm(x, l.off[0], l.sel[0])) ^ loadShared(t + bytePerm(x, l.off[1], l.sel[1])) ^
-         loadShared(t + bytePerm(x, l.off[2], l.sel[2])) ^ loadShared(t + bytePerm(x, l.off[3], l.sel[3]));
+__device__ __forceinline__ uint32_t lookupWord(uint32_t x, const LaneLookup& l) {
+  constexpr uint32_t kOffset = kGroup * 128u;
+  return loadShared(bytePerm(x, l.off[0], l.sel[0]) + kOffset) ^
+         loadShared(bytePerm(x, l.off[1], l.sel[1]) + kOffset) ^
+         loadShared(bytePerm(x, l.off[2], l.sel[2]) + kOffset) ^
+         loadShared(bytePerm(x, l.off[3], l.sel[3]) + kOffset);
 }
 
 // One 16-byte piece: three slicing-by-4 steps and a final step through the jump tables, which also moves the
-// register past the 8176 bytes the other threads of the block own before this thread's next piece.
-__device__ __forceinline__ uint32_t crcPiece(uint32_t tables, uint32_t s, uint4 v, const LaneLookup& l) {
-  s = lookupWord<0>(tables, s ^ v.x, l);
-  s = lookupWord<0>(tables, s ^ v.y, l);
-  s = lookupWord<0>(tables, s ^ v.z, l);
-  return lookupWord<1>(tables, s ^ v.w, l);
+// register past the bytes the other threads of the block own before this thread's next piece.
+__device__ __forceinline__ uint32_t crcPiece(uint32_t s, uint4 v, const LaneLookup& l) {
+  s = lookupWord<0>(s ^ v.x, l);
+  s = lookupWord<0>(s ^ v.y, l);
+  s = lookupWord<0>(s ^ v.z, l);
+  return lookupWord<1>(s ^ v.w, l);
 }
 
 // Streaming 16-byte load: the data is read once, so keep it out of L1 and let L2 fetch 256-byte sectors.
@@ -190,7 +197,7 @@ __device__ __forceinline__ uint4 loadStreaming(const uint4* p) {
   return v;
 }
 
-// Pieces p[0], p[512], p[1024], p[1536], those below `left` (the pieces left from p on).
+// Pieces p[0], p[T], p[2T], p[3T] (T = kSegmentThreads), those below `left` (the pieces left from p on).
 __device__ __forceinline__ void loadBatch(const uint4* p, int64_t left, uint4 (&v)[kBatch]) {
 #pragma unroll
   for (int u = 0; u < kBatch; ++u) {
@@ -205,11 +212,12 @@ __device__ __forceinline__ void loadBatch(const uint4* p, int64_t left, uint4 (&
 __global__ void __launch_bounds__(kSegmentThreads, kSegmentMinBlocks)
     crc32SegmentsKernel(const uint4* __restrict__ base, uint64_t numPieces, uint64_t segmentPieces,
                         uint32_t* __restrict__ partials) {
-  extern __shared__ __align__(16) uint32_t tableWords[];
+  extern __shared__ __align__(16) uint32_t dynamicSmem[];
   __shared__ uint32_t warpXor[kSegmentThreads / 32];
 
   const uint64_t firstLen = numPieces - static_cast<uint64_t>(gridDim.x - 1) * segmentPieces;
-  const uint64_t segBegin = blockIdx.x == 0 ? 0 : firstLen + static_cast<uint64_t>(blockIdx.x - 1) * segmentPieces;
+  const uint64_t segBegin =
+      blockIdx.x == 0 ? 0 : firstLen + static_cast<uint64_t>(blockIdx.x - 1) * segmentPieces;
   const uint64_t n = firstLen + static_cast<uint64_t>(blockIdx.x) * segmentPieces - segBegin;
   const uint4* seg = base + segBegin;
   const uint32_t tid = threadIdx.x;
@@ -220,8 +228,13 @@ __global__ void __launch_bounds__(kSegmentThreads, kSegmentMinBlocks)
   uint4 v[kBatch];
   loadBatch(p, left, v);
 
+  // First 64 KiB-aligned shared address in the dynamic allocation (no carry into the upper bits: shared
+  // offsets are below 256 KiB).
+  const uint32_t smemStart = static_cast<uint32_t>(__cvta_generic_to_shared(dynamicSmem));
+  const uint32_t tableAddr = (smemStart + (kTableBytes - 1)) & ~(kTableBytes - 1);
+  uint32_t* tableWords = dynamicSmem + (tableAddr - smemStart) / 4;
   // Fill: word w = value * 64 + group * 32 + position * 8 + copy (see the layout above).
-  for (uint32_t w = tid; w < kTableSmemBytes / 4; w += kSegmentThreads) {
+  for (uint32_t w = tid; w < kTableBytes / 4; w += kSegmentThreads) {
     const uint32_t value = w >> 6;
     const uint32_t group = (w >> 5) & 1u;
     const uint32_t position = (w >> 3) & 3u;
@@ -229,23 +242,23 @@ __global__ void __launch_bounds__(kSegmentThreads, kSegmentMinBlocks)
   }
   __syncthreads();
 
-  const uint32_t tables = static_cast<uint32_t>(__cvta_generic_to_shared(tableWords));
-  const LaneLookup lanes = makeLaneLookup();
+  const LaneLookup lanes = makeLaneLookup(tableAddr);
   uint32_t s = 0;
   while (left > (kBatch - 1) * kSegmentThreads) {
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) s = crcPiece(tables, s, v[u], lanes);
+    for (int u = 0; u < kBatch; ++u) s = crcPiece(s, v[u], lanes);
     p += kBatch * kSegmentThreads;
     left -= kBatch * kSegmentThreads;
     loadBatch(p, left, v);
   }
 #pragma unroll
   for (int u = 0; u < kBatch - 1; ++u) {
-    if (u * kSegmentThreads < left) s = crcPiece(tables, s, v[u], lanes);
+    if (u * kSegmentThreads < left) s = crcPiece(s, v[u], lanes);
   }
 
   // Every piece went through the jump tables, so the register stands kSegmentThreads pieces after the start
-  // of this thread's last piece; the segment ends d = last + 512 - n pieces earlier. Move it back.
+  // of this thread's last piece; the segment ends d = last + kSegmentThreads - n pieces earlier. Move it
+  // back.
   if (tid < n) {
     const uint64_t last = tid + (((n - 1 - tid) / kSegmentThreads) * kSegmentThreads);
     const uint32_t d = static_cast<uint32_t>(last + kSegmentThreads - n);
@@ -269,13 +282,14 @@ struct FinalizeArgs {
   uint32_t headLen;
   uint32_t tailLen;
   uint32_t numPartials;
-  uint32_t numLevels;     // ceil(log2(numPartials))
-  uint32_t alignedShift;  // x^(8 * aligned bytes)
+  uint32_t numLevels;               // ceil(log2(numPartials))
+  uint32_t alignedShift;            // x^(8 * aligned bytes)
   uint32_t levelShift[kMaxLevels];  // x^(8 * segment bytes * 2^level)
 };
 
 // Merges the segment CRCs and the unaligned head and tail into the conditioned CRC-32.
-__global__ void __launch_bounds__(kFinalizeThreads, 1) crc32FinalizeKernel(const __grid_constant__ FinalizeArgs a) {
+__global__ void __launch_bounds__(kFinalizeThreads, 1)
+    crc32FinalizeKernel(const __grid_constant__ FinalizeArgs a) {
   __shared__ uint32_t tree[kMaxBlocks];
   const uint32_t width = 1u << a.numLevels;
   const uint32_t pad = width - a.numPartials;
@@ -285,7 +299,8 @@ __global__ void __launch_bounds__(kFinalizeThreads, 1) crc32FinalizeKernel(const
     tree[j] = j < pad ? 0u : a.partials[j - pad];
   }
   __syncthreads();
-  // Level l: each node of 2^(l+1) leaves keeps its value at its last slot: left * x^(8 * right bytes) ^ right.
+  // Level l: each node of 2^(l+1) leaves keeps its value at its last slot: left * x^(8 * right bytes) ^
+  // right.
   for (uint32_t level = 0; level < a.numLevels; ++level) {
     const uint32_t half = 1u << level;
     for (uint32_t node = threadIdx.x; node < (width >> (level + 1)); node += kFinalizeThreads) {
@@ -315,10 +330,11 @@ cuda_detail::ResidentBlocks gSegmentResidency;
 
 Status segmentResidentBlocks(int* blocks) {
   return gSegmentResidency.get(
-      crc32SegmentsKernel, kSegmentThreads, kTableSmemBytes,
+      crc32SegmentsKernel, kSegmentThreads, kDynamicSmemBytes,
       [](int) -> Status {
-        RINGGUARD_CUDA_CHECK(cudaFuncSetAttribute(crc32SegmentsKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                  static_cast<int>(kTableSmemBytes)));
+        RINGGUARD_CUDA_CHECK(cudaFuncSetAttribute(crc32SegmentsKernel,
+                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  static_cast<int>(kDynamicSmemBytes)));
         return Status::ok();
       },
       blocks);
@@ -332,7 +348,8 @@ size_t crc32DeviceScratchBytes(size_t bytes) {
 
 Status crc32Device(const void* data, size_t bytes, uint32_t* crcOutDevice, void* scratch, size_t scratchBytes,
                    cudaStream_t stream) {
-  if (crcOutDevice == nullptr) return Status(StatusCode::kInvalidArgument, "crc32Device: null output pointer");
+  if (crcOutDevice == nullptr)
+    return Status(StatusCode::kInvalidArgument, "crc32Device: null output pointer");
   if (data == nullptr && bytes != 0) return Status(StatusCode::kInvalidArgument, "crc32Device: null data");
   const size_t needed = crc32DeviceScratchBytes(bytes);
   if (scratchBytes < needed || (needed != 0 && scratch == nullptr)) {
@@ -373,7 +390,7 @@ Status crc32Device(const void* data, size_t bytes, uint32_t* crcOutDevice, void*
       shift = crc32Multiply(shift, shift);
     }
 
-    crc32SegmentsKernel<<<blocks, kSegmentThreads, kTableSmemBytes, stream>>>(
+    crc32SegmentsKernel<<<blocks, kSegmentThreads, kDynamicSmemBytes, stream>>>(
         reinterpret_cast<const uint4*>(bytesIn + headLen), numPieces, segmentPieces,
         static_cast<uint32_t*>(scratch));
     RINGGUARD_CUDA_CHECK_LAUNCH();
@@ -385,8 +402,8 @@ Status crc32Device(const void* data, size_t bytes, uint32_t* crcOutDevice, void*
 
 Status crc32DeviceTableForTesting(uint32_t* tableHost) {
   if (tableHost == nullptr) return Status(StatusCode::kInvalidArgument, "crc32DeviceTableForTesting: null");
-  RINGGUARD_CUDA_CHECK(cudaMemcpyFromSymbol(tableHost, kSliceTables, 256 * sizeof(uint32_t), 0,
-                                            cudaMemcpyDeviceToHost));
+  RINGGUARD_CUDA_CHECK(
+      cudaMemcpyFromSymbol(tableHost, kSliceTables, 256 * sizeof(uint32_t), 0, cudaMemcpyDeviceToHost));
   return Status::ok();
 }
 

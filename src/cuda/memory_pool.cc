@@ -157,7 +157,8 @@ Status PinnedHostPool::free(void* ptr) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = live_.find(ptr);
     if (it == live_.end()) {
-      return Status(StatusCode::kInvalidArgument, "PinnedHostPool::free: pointer was not allocated by this pool");
+      return Status(StatusCode::kInvalidArgument,
+                    "PinnedHostPool::free: pointer was not allocated by this pool");
     }
     const size_t cls = it->second;
     live_.erase(it);

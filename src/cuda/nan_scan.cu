@@ -60,9 +60,7 @@ struct F64 {
   static constexpr uint32_t kMask = 0x7ff00000u;
   static constexpr uint32_t kAdd = 0x00100000u;
   static constexpr uint32_t kFlags = 0x80000000u;
-  __device__ static bool scalarBad(Scalar s) {
-    return (s & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
-  }
+  __device__ static bool scalarBad(Scalar s) { return (s & 0x7ff0000000000000ull) == 0x7ff0000000000000ull; }
 };
 
 template <typename T>
@@ -77,7 +75,8 @@ __device__ __forceinline__ uint32_t wordFlags(uint32_t w, bool highWord) {
 // 16-bit types, bit 31 of words 1 and 3 for f64. Zero iff every element of the vector is finite.
 template <typename T>
 __device__ __forceinline__ uint32_t vectorFlags(const uint4& v) {
-  return wordFlags<T>(v.x, false) | wordFlags<T>(v.y, true) | wordFlags<T>(v.z, false) | wordFlags<T>(v.w, true);
+  return wordFlags<T>(v.x, false) | wordFlags<T>(v.y, true) | wordFlags<T>(v.z, false) |
+         wordFlags<T>(v.w, true);
 }
 
 // Slow path for a vector that holds at least one non-finite element; `firstElement` is its first index.
@@ -129,8 +128,8 @@ __global__ void __launch_bounds__(32, 1) nanScanInitKernel(NanScanResult* out) {
 // fewer than one vector each, checked by block 0); the rest are 16-byte vectors starting at element head.
 template <typename T>
 __global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
-    nanScanKernel(const typename T::Scalar* __restrict__ elems, unsigned long long count, unsigned long long head,
-                  unsigned long long numVectors, NanScanResult* __restrict__ out) {
+    nanScanKernel(const typename T::Scalar* __restrict__ elems, unsigned long long count,
+                  unsigned long long head, unsigned long long numVectors, NanScanResult* __restrict__ out) {
   unsigned long long bad = 0;
   unsigned long long first = ~0ull;
   const uint4* vectors = reinterpret_cast<const uint4*>(elems + head);
@@ -149,7 +148,8 @@ __global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
       for (int u = 0; u < kUnroll; ++u) {
         // Re-read (an L2 hit) rather than keep v live across the fast path: fewer registers, more warps.
         if (flags[u] != 0) {
-          const Hits h = accountVector<T>(loadStreaming(vectors + i + u * stride), head + (i + u * stride) * T::kPerVector);
+          const Hits h = accountVector<T>(loadStreaming(vectors + i + u * stride),
+                                          head + (i + u * stride) * T::kPerVector);
           bad += h.count;
           first = min(first, h.first);
         }
@@ -215,8 +215,8 @@ Status launchScan(const void* data, size_t count, NanScanResult* out, cudaStream
   const size_t perBlock = static_cast<size_t>(kScanThreads) * kUnroll;
   const size_t wanted = std::max<size_t>(1, (numVectors + perBlock - 1) / perBlock);
   const unsigned blocks = static_cast<unsigned>(std::min<size_t>(wanted, static_cast<size_t>(resident)));
-  nanScanKernel<T><<<blocks, kScanThreads, 0, stream>>>(static_cast<const typename T::Scalar*>(data), count, head,
-                                                         numVectors, out);
+  nanScanKernel<T><<<blocks, kScanThreads, 0, stream>>>(static_cast<const typename T::Scalar*>(data), count,
+                                                        head, numVectors, out);
   RINGGUARD_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }
@@ -236,7 +236,8 @@ Status nanScanDevice(const void* data, size_t count, DataType dtype, NanScanResu
                                                       (isValid(dtype) ? dataTypeName(dtype) : "(invalid)") +
                                                       " (f32, f64, f16 and bf16 only)");
   }
-  if (resultDevice == nullptr) return Status(StatusCode::kInvalidArgument, "nanScanDevice: null result pointer");
+  if (resultDevice == nullptr)
+    return Status(StatusCode::kInvalidArgument, "nanScanDevice: null result pointer");
   if (data == nullptr && count != 0) return Status(StatusCode::kInvalidArgument, "nanScanDevice: null data");
   // Every tensor's storage is element aligned; a pointer that is not is a caller bug, and the vector path
   // could not read it anyway.

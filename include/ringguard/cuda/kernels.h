@@ -4,7 +4,8 @@
 //
 // All launchers are asynchronous: they enqueue work on `stream` and return once it is enqueued. Device
 // pointers are read and written only by the enqueued work, so the caller keeps them alive until the stream
-// has passed it. Expected failures (bad arguments, CUDA errors at enqueue time) come back as Status.
+// has passed it. Work is launched on the calling thread's current device, which must own `stream` and the
+// memory. Expected failures (bad arguments, CUDA errors at enqueue time) come back as Status.
 #include <cstddef>
 #include <cstdint>
 
@@ -46,8 +47,9 @@ struct NanScanResult {
 // Scans `count` elements of type `dtype` at device address `data` for non-finite values and writes the
 // complete result to `*resultDevice` (the launcher initialises it on the stream first, so one call is
 // self-contained). Floating types only: kFloat32, kFloat64, kFloat16, kBFloat16; any other dtype gives
-// kInvalidArgument. `data` need not be 16-byte aligned (a misaligned head and tail are handled); it may be
-// null when count == 0.
+// kInvalidArgument. `data` must be aligned to the element size (every tensor is), not to 16 bytes: a
+// misaligned head and tail are handled; a pointer that is not element aligned gives kInvalidArgument.
+// `data` may be null when count == 0.
 Status nanScanDevice(const void* data, size_t count, DataType dtype, NanScanResult* resultDevice,
                      cudaStream_t stream);
 

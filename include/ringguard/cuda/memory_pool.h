@@ -71,9 +71,9 @@ class DevicePool {
   const int device_;
   const cudaMemPool_t pool_;
   mutable std::mutex mu_;
-  uint64_t releaseThreshold_;                 // guarded by mu_
-  std::unordered_map<void*, size_t> live_;    // guarded by mu_
-  uint64_t totalAllocations_ = 0;             // guarded by mu_
+  uint64_t releaseThreshold_;               // guarded by mu_
+  std::unordered_map<void*, size_t> live_;  // guarded by mu_
+  uint64_t totalAllocations_ = 0;           // guarded by mu_
 };
 
 struct PinnedHostPoolStats {

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# The GPU machine's check of the CUDA layer, in one go:
+#   configure (Ninja, sm_90) + build, ctest -L gpu, regcheck, compute-sanitizer memcheck and racecheck over
+#   ringguard_gpu_tests (16 MiB buffers), bench_kernels, and the torch isfinite baseline when torch exists.
+# Every step is logged to ${OUT:-/tmp/out}/<step>.log; a failing step does not stop the later ones, and a
+# PASS/FAIL table closes the run. Exit status: 0 only if every step passed.
+#
+#   scripts/gpu_check.sh            build dir: <repo>/build-gpu ($RINGGUARD_GPU_BUILD_DIR overrides)
+#   CUDA_ARCH=90 JOBS=16 scripts/gpu_check.sh
+set -uo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build_dir="${RINGGUARD_GPU_BUILD_DIR:-$repo_root/build-gpu}"
+out_dir="${OUT:-/tmp/out}"
+cuda_arch="${CUDA_ARCH:-90}"
+jobs="${JOBS:-16}"
+mkdir -p "$out_dir"
+
+# That machine runs as root; mpirun refuses to without these (the GPU tests do not use MPI, the build may).
+export OMPI_ALLOW_RUN_AS_ROOT=1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export PATH="$PATH:/usr/local/cuda/bin"
+
+names=()
+results=()
+notes=()
+
+# run_step <name> <command...>: runs the command with its output tee'd to $out_dir/<name>.log.
+run_step() {
+  local name="$1"
+  shift
+  local log="$out_dir/$name.log"
+  echo "=== [$name] $*" | tee "$log"
+  local start=$SECONDS
+  "$@" 2>&1 | tee -a "$log"
+  local rc=${PIPESTATUS[0]}
+  local secs=$((SECONDS - start))
+  echo "=== [$name] exit $rc after ${secs}s" | tee -a "$log"
+  names+=("$name")
+  if [[ $rc -eq 0 ]]; then results+=("PASS"); else results+=("FAIL"); fi
+  notes+=("exit $rc, ${secs}s")
+  return "$rc"
+}
+
+# record <name> <PASS|FAIL|SKIP> <note>: a row that is not a command of its own.
+record() {
+  names+=("$1")
+  results+=("$2")
+  notes+=("$3")
+}
+
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "commit: $(git -C "$repo_root" rev-parse HEAD 2>/dev/null || echo unknown)"
+  nvidia-smi 2>&1 || true
+  nvcc --version 2>&1 || true
+  cmake --version 2>&1 | head -1
+  gcc --version 2>&1 | head -1
+} >"$out_dir/environment.log"
+
+run_step configure cmake -S "$repo_root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CUDA_ARCHITECTURES="$cuda_arch" -DRINGGUARD_WITH_CUDA=ON
+built=0
+if run_step build cmake --build "$build_dir" --parallel "$jobs"; then built=1; fi
+
+tests_bin="$build_dir/tests/gpu/ringguard_gpu_tests"
+bench_bin="$build_dir/bench/gpu/bench_kernels"
+
+if [[ $built -eq 1 ]]; then
+  run_step ctest_gpu ctest --test-dir "$build_dir" -L gpu --output-on-failure
+  # On this machine a skipped GPU test means the device was not usable: that is a failure here.
+  if grep -q "(Skipped)" "$out_dir/ctest_gpu.log"; then
+    results[${#results[@]} - 1]="FAIL"
+    notes[${#notes[@]} - 1]="gpu tests were SKIPPED (no usable device?)"
+  fi
+
+  run_step regcheck cmake --build "$build_dir" --target regcheck
+
+  sanitizer="$(command -v compute-sanitizer 2>/dev/null || true)"
+  if [[ -z "$sanitizer" && -x /usr/local/cuda/compute-sanitizer/compute-sanitizer ]]; then
+    sanitizer=/usr/local/cuda/compute-sanitizer/compute-sanitizer
+  fi
+  if [[ -n "$sanitizer" ]]; then
+    run_step memcheck env RINGGUARD_TEST_MAX_BYTES=16777216 timeout 1800 \
+      "$sanitizer" --tool memcheck --error-exitcode 99 "$tests_bin"
+    # racecheck watches shared memory only: the kernel tests are what matters there.
+    run_step racecheck env RINGGUARD_TEST_MAX_BYTES=16777216 timeout 1800 \
+      "$sanitizer" --tool racecheck --error-exitcode 99 "$tests_bin" \
+      --gtest_filter='Crc32*:NanScan*:AllFloatTypes/*'
+  else
+    record memcheck FAIL "compute-sanitizer not found"
+    record racecheck FAIL "compute-sanitizer not found"
+  fi
+
+  torch_ms=""
+  if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1; then
+    if run_step isfinite_torch python3 "$repo_root/bench/gpu/isfinite_torch.py"; then
+      torch_ms="$(sed -n 's/^torch_isfinite_ms=//p' "$out_dir/isfinite_torch.log" | tail -1)"
+    fi
+  else
+    record isfinite_torch SKIP "python3 has no CUDA torch"
+  fi
+
+  bench_args=(--bytes 1G --iters 20 --warmup 5)
+  if [[ -n "$torch_ms" ]]; then bench_args+=(--torch-isfinite-ms "$torch_ms"); fi
+  if run_step bench_kernels "$bench_bin" "${bench_args[@]}"; then
+    summary="$(grep '^summary:' "$out_dir/bench_kernels.log" | tail -1)"
+    crc_ratio="$(sed -n 's/.*crc_vs_copy=\([0-9.]*\).*/\1/p' <<<"$summary")"
+    scan_ratio="$(sed -n 's/.*nanscan_vs_copy=\([0-9.]*\).*/\1/p' <<<"$summary")"
+    if awk -v r="$crc_ratio" 'BEGIN { exit !(r >= 0.80) }'; then
+      record goal_crc PASS "crc_vs_copy=$crc_ratio (>= 0.80)"
+    else
+      record goal_crc FAIL "crc_vs_copy=$crc_ratio (< 0.80)"
+    fi
+    if awk -v r="$scan_ratio" 'BEGIN { exit !(r >= 0.90) }'; then
+      record goal_nanscan PASS "nanscan_vs_copy=$scan_ratio (>= 0.90)"
+    else
+      record goal_nanscan FAIL "nanscan_vs_copy=$scan_ratio (< 0.90)"
+    fi
+    if [[ -n "$torch_ms" ]]; then
+      speedup="$(sed -n 's/.* is \([0-9.]*\)x faster.*/\1/p' "$out_dir/bench_kernels.log" | tail -1)"
+      if awk -v s="$speedup" 'BEGIN { exit !(s >= 5.0) }'; then
+        record goal_vs_torch PASS "nanscan f32 ${speedup}x faster than torch isfinite().all() (${torch_ms} ms)"
+      else
+        record goal_vs_torch FAIL "nanscan f32 only ${speedup}x faster than torch (${torch_ms} ms)"
+      fi
+    fi
+  fi
+else
+  for step in ctest_gpu regcheck memcheck racecheck bench_kernels; do record "$step" FAIL "not built"; done
+fi
+
+status=0
+{
+  echo
+  echo "gpu_check summary (logs in $out_dir)"
+  printf '  %-16s %-5s %s\n' STEP RESULT NOTE
+  for i in "${!names[@]}"; do
+    printf '  %-16s %-5s %s\n' "${names[$i]}" "${results[$i]}" "${notes[$i]}"
+    if [[ "${results[$i]}" == "FAIL" ]]; then status=1; fi
+  done
+} | tee "$out_dir/summary.log"
+for r in "${results[@]}"; do
+  if [[ "$r" == "FAIL" ]]; then status=1; fi
+done
+exit "$status"

@@ -1,0 +1,431 @@
+// CRC-32 and NaN-scan kernels against host references (ringguard::crc32, boost::crc_32_type, an element-wise
+// classification on the host), over sizes from 0 bytes to 256 MiB at every 16-byte misalignment.
+//
+// Without a CUDA device every test that needs one is skipped with the reason; the argument checks, which
+// fail before any CUDA call, run everywhere. RINGGUARD_TEST_MAX_BYTES caps the largest buffer (sanitizer
+// runs use 16 MiB).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <boost/crc.hpp>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ringguard/core/crc32.h"
+#include "ringguard/core/crc32_combine.h"
+#include "ringguard/cuda/kernels.h"
+#include "ringguard/cuda/memory_pool.h"
+
+namespace ringguard {
+namespace {
+
+#define ASSERT_CUDA(expr)                                                  \
+  do {                                                                     \
+    const cudaError_t _e = (expr);                                         \
+    ASSERT_EQ(cudaSuccess, _e) << #expr << ": " << cudaGetErrorString(_e); \
+  } while (0)
+#define ASSERT_STATUS_OK(expr)                                \
+  do {                                                        \
+    const ::ringguard::Status _s = (expr);                    \
+    ASSERT_TRUE(_s.isOk()) << #expr << ": " << _s.toString(); \
+  } while (0)
+
+constexpr size_t kDefaultMaxBytes = size_t(256) << 20;
+
+size_t testMaxBytes() {
+  const char* env = std::getenv("RINGGUARD_TEST_MAX_BYTES");
+  if (env == nullptr || *env == '\0') return kDefaultMaxBytes;
+  return static_cast<size_t>(std::strtoull(env, nullptr, 10));
+}
+
+// The size set of the issue, the largest capped by RINGGUARD_TEST_MAX_BYTES. `unit` converts bytes into the
+// unit of the caller (1 for CRC bytes, the element size for the scan).
+std::vector<size_t> testSizes(size_t unit) {
+  const size_t maxCount = testMaxBytes() / unit;
+  std::vector<size_t> sizes = {0, 1, 3, 4, 15, 16, 17, 255, 4095, 4096 + 7, (size_t(1) << 20) + 13, maxCount};
+  sizes.erase(std::remove_if(sizes.begin(), sizes.end(), [&](size_t s) { return s > maxCount; }),
+              sizes.end());
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  return sizes;
+}
+
+// splitmix64: fast, so 256 MiB of test data costs well under a second.
+uint64_t splitmix64(uint64_t* state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+std::vector<uint8_t> randomBytes(size_t n, uint64_t seed) {
+  std::vector<uint8_t> v(n);
+  uint64_t state = seed;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const uint64_t r = splitmix64(&state);
+    std::memcpy(&v[i], &r, 8);
+  }
+  for (; i < n; ++i) v[i] = static_cast<uint8_t>(splitmix64(&state));
+  return v;
+}
+
+// Skips the calling test (from SetUp) when no CUDA device is usable, with the runtime's reason.
+class GpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int count = 0;
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0) {
+      GTEST_SKIP() << "no CUDA device: "
+                   << (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices visible");
+    }
+    ASSERT_CUDA(cudaSetDevice(0));
+    ASSERT_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    ASSERT_STATUS_OK(DevicePool::create(0, &pool_));
+  }
+
+  void TearDown() override {
+    if (stream_ != nullptr) {
+      for (void* p : allocations_) EXPECT_TRUE(pool_->free(p, stream_).isOk());
+      EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(stream_));
+      EXPECT_EQ(cudaSuccess, cudaStreamDestroy(stream_));
+    }
+    pool_.reset();
+  }
+
+  // Device memory from the pool, freed in TearDown. Returns nullptr for 0 bytes.
+  void* deviceAlloc(size_t bytes) {
+    void* p = nullptr;
+    const Status s = pool_->allocate(bytes, stream_, &p);
+    EXPECT_TRUE(s.isOk()) << s.toString();
+    if (p != nullptr) allocations_.push_back(p);
+    return p;
+  }
+
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<DevicePool> pool_;
+  std::vector<void*> allocations_;
+};
+
+// ---- CRC-32 ----------------------------------------------------------------------------------------------
+
+uint32_t boostCrc(const uint8_t* data, size_t n) {
+  boost::crc_32_type crc;
+  crc.process_bytes(data, n);
+  return crc.checksum();
+}
+
+TEST(Crc32DeviceArgs, RejectsBadArguments) {
+  uint32_t out = 0;
+  const uint8_t data[64] = {};
+  EXPECT_EQ(StatusCode::kInvalidArgument, crc32Device(data, 64, nullptr, nullptr, 0, nullptr).code());
+  EXPECT_EQ(StatusCode::kInvalidArgument, crc32Device(nullptr, 64, &out, nullptr, 0, nullptr).code());
+  // 1 MiB needs scratch for its per-block CRCs.
+  ASSERT_GT(crc32DeviceScratchBytes(1 << 20), 0u);
+  EXPECT_EQ(StatusCode::kInvalidArgument, crc32Device(data, 1 << 20, &out, nullptr, 0, nullptr).code());
+  EXPECT_EQ(StatusCode::kInvalidArgument,
+            crc32Device(data, 1 << 20, &out, &out, crc32DeviceScratchBytes(1 << 20) - 4, nullptr).code());
+}
+
+TEST(Crc32DeviceArgs, ScratchIsSmallAndMonotonic) {
+  EXPECT_EQ(0u, crc32DeviceScratchBytes(0));
+  EXPECT_EQ(0u, crc32DeviceScratchBytes(15));
+  size_t prev = 0;
+  for (size_t bytes = 1; bytes <= (size_t(1) << 40); bytes = bytes * 3 + 1) {
+    const size_t s = crc32DeviceScratchBytes(bytes);
+    EXPECT_GE(s, prev) << bytes;
+    EXPECT_LE(s, 4096u) << bytes;
+    EXPECT_EQ(0u, s % 4) << bytes;
+    prev = s;
+  }
+}
+
+class Crc32DeviceTest : public GpuTest {};
+
+TEST_F(Crc32DeviceTest, TableMatchesBoost) {
+  uint32_t table[256];
+  ASSERT_STATUS_OK(crc32DeviceTableForTesting(table));
+  for (uint32_t i = 0; i < 256; ++i) {
+    // Boost's table entry i is the CRC register after byte i from 0, without conditioning.
+    boost::crc_optimal<32, 0x04C11DB7, 0, 0, true, true> raw;
+    const uint8_t byte = static_cast<uint8_t>(i);
+    raw.process_byte(byte);
+    EXPECT_EQ(raw.checksum(), table[i]) << "entry " << i;
+    EXPECT_EQ(crc32TableEntry(i), table[i]) << "entry " << i;
+  }
+}
+
+TEST_F(Crc32DeviceTest, CheckValue) {
+  const char* text = "123456789";
+  auto* dev = static_cast<char*>(deviceAlloc(16));
+  auto* out = static_cast<uint32_t*>(deviceAlloc(sizeof(uint32_t)));
+  ASSERT_CUDA(cudaMemcpyAsync(dev, text, 9, cudaMemcpyHostToDevice, stream_));
+  ASSERT_STATUS_OK(crc32Device(dev, 9, out, nullptr, 0, stream_));
+  uint32_t crc = 0;
+  ASSERT_CUDA(cudaMemcpyAsync(&crc, out, sizeof(crc), cudaMemcpyDeviceToHost, stream_));
+  ASSERT_CUDA(cudaStreamSynchronize(stream_));
+  EXPECT_EQ(0xCBF43926u, crc);
+}
+
+TEST_F(Crc32DeviceTest, MatchesHostAtEverySizeAndOffset) {
+  const std::vector<size_t> sizes = testSizes(1);
+  const size_t largest = sizes.back();
+  const std::vector<uint8_t> host = randomBytes(largest + 16, 0xC0FFEE);
+  auto* dev = static_cast<uint8_t*>(deviceAlloc(host.size()));
+  auto* outs = static_cast<uint32_t*>(deviceAlloc(16 * sizeof(uint32_t)));
+  ASSERT_CUDA(cudaMemcpyAsync(dev, host.data(), host.size(), cudaMemcpyHostToDevice, stream_));
+
+  for (size_t size : sizes) {
+    // Exactly the advertised scratch, so that memcheck sees any overrun.
+    const size_t scratchBytes = crc32DeviceScratchBytes(size);
+    void* scratch = deviceAlloc(scratchBytes);
+    for (int off = 0; off < 16; ++off) {
+      ASSERT_STATUS_OK(crc32Device(dev + off, size, outs + off, scratch, scratchBytes, stream_));
+    }
+    uint32_t got[16];
+    ASSERT_CUDA(cudaMemcpyAsync(got, outs, sizeof(got), cudaMemcpyDeviceToHost, stream_));
+    ASSERT_CUDA(cudaStreamSynchronize(stream_));
+    for (int off = 0; off < 16; ++off) {
+      const uint32_t want = crc32(host.data() + off, size);
+      EXPECT_EQ(want, got[off]) << "size " << size << " offset " << off;
+      // boost is byte-at-a-time: keep it to the sizes where that is fast.
+      if (size <= (size_t(2) << 20) || off == 0) {
+        EXPECT_EQ(boostCrc(host.data() + off, size), got[off]) << "size " << size << " offset " << off;
+      }
+    }
+  }
+}
+
+TEST_F(Crc32DeviceTest, SingleBitFlipsChangeTheCrc) {
+  // A flip anywhere must show: catches a thread or block whose contribution is dropped.
+  const size_t size = std::min<size_t>(testMaxBytes(), size_t(8) << 20);
+  const std::vector<uint8_t> host = randomBytes(size, 7);
+  auto* dev = static_cast<uint8_t*>(deviceAlloc(size));
+  auto* out = static_cast<uint32_t*>(deviceAlloc(sizeof(uint32_t)));
+  const size_t scratchBytes = crc32DeviceScratchBytes(size);
+  void* scratch = deviceAlloc(scratchBytes);
+  ASSERT_CUDA(cudaMemcpyAsync(dev, host.data(), size, cudaMemcpyHostToDevice, stream_));
+  const uint32_t clean = crc32(host.data(), size);
+  uint64_t state = 99;
+  for (int trial = 0; trial < 64; ++trial) {
+    const size_t pos = trial == 0 ? 0 : trial == 1 ? size - 1 : splitmix64(&state) % size;
+    const uint8_t flipped = host[pos] ^ static_cast<uint8_t>(1u << (trial % 8));
+    ASSERT_CUDA(cudaMemcpyAsync(dev + pos, &flipped, 1, cudaMemcpyHostToDevice, stream_));
+    ASSERT_STATUS_OK(crc32Device(dev, size, out, scratch, scratchBytes, stream_));
+    uint32_t got = 0;
+    ASSERT_CUDA(cudaMemcpyAsync(&got, out, sizeof(got), cudaMemcpyDeviceToHost, stream_));
+    ASSERT_CUDA(cudaMemcpyAsync(dev + pos, &host[pos], 1, cudaMemcpyHostToDevice, stream_));
+    ASSERT_CUDA(cudaStreamSynchronize(stream_));
+    std::vector<uint8_t> mutated(host.begin() + static_cast<long>(pos),
+                                 host.begin() + static_cast<long>(pos) + 1);
+    mutated[0] = flipped;
+    // Expected value from the host CRC of the mutated buffer, chained in three parts.
+    uint32_t want = crc32(host.data(), pos);
+    want = crc32(mutated.data(), 1, want);
+    want = crc32(host.data() + pos + 1, size - pos - 1, want);
+    EXPECT_EQ(want, got) << "flip at " << pos;
+    EXPECT_NE(clean, got) << "flip at " << pos;
+  }
+}
+
+// ---- NaN scan --------------------------------------------------------------------------------------------
+
+struct ScanType {
+  DataType dtype;
+  size_t bytes;
+  uint64_t exponentMask;              // exponent field, in place
+  std::vector<uint64_t> nonFinite;    // +Inf, -Inf, quiet NaN, signalling NaN, all ones
+  std::vector<uint64_t> finiteEdges;  // largest finite, its negative, smallest subnormal, -0
+};
+
+const std::vector<ScanType>& scanTypes() {
+  static const std::vector<ScanType> types = {
+      {DataType::kFloat32,
+       4,
+       0x7f800000ull,
+       {0x7f800000ull, 0xff800000ull, 0x7fc00000ull, 0x7f800001ull, 0xffffffffull},
+       {0x7f7fffffull, 0xff7fffffull, 0x00000001ull, 0x80000000ull}},
+      {DataType::kFloat64,
+       8,
+       0x7ff0000000000000ull,
+       {0x7ff0000000000000ull, 0xfff0000000000000ull, 0x7ff8000000000000ull, 0x7ff0000000000001ull,
+        0xffffffffffffffffull},
+       {0x7fefffffffffffffull, 0xffefffffffffffffull, 0x1ull, 0x8000000000000000ull}},
+      {DataType::kFloat16,
+       2,
+       0x7c00ull,
+       {0x7c00ull, 0xfc00ull, 0x7e00ull, 0x7c01ull, 0xffffull},
+       {0x7bffull, 0xfbffull, 0x0001ull, 0x8000ull}},
+      {DataType::kBFloat16,
+       2,
+       0x7f80ull,
+       {0x7f80ull, 0xff80ull, 0x7fc0ull, 0x7f81ull, 0xffffull},
+       {0x7f7full, 0xff7full, 0x0001ull, 0x8000ull}},
+  };
+  return types;
+}
+
+// Random finite elements (a random pattern whose exponent is all ones loses its top exponent bit), with the
+// finite edge cases at the first elements of every 16-byte head alignment.
+std::vector<uint8_t> finiteElements(const ScanType& t, size_t count, uint64_t seed) {
+  std::vector<uint8_t> out = randomBytes(count * t.bytes, seed);
+  const uint64_t topExponentBit = t.exponentMask & ~(t.exponentMask >> 1);
+  for (size_t i = 0; i < count; ++i) {
+    uint64_t v = 0;
+    std::memcpy(&v, &out[i * t.bytes], t.bytes);
+    if ((v & t.exponentMask) == t.exponentMask) v &= ~topExponentBit;
+    if (i < 16 + t.finiteEdges.size()) v = t.finiteEdges[i % t.finiteEdges.size()];
+    std::memcpy(&out[i * t.bytes], &v, t.bytes);
+  }
+  return out;
+}
+
+TEST(NanScanDeviceArgs, RejectsUnsupportedDtypesAndBadPointers) {
+  NanScanResult* fakeResult = reinterpret_cast<NanScanResult*>(uintptr_t(0x1000));
+  const void* fakeData = reinterpret_cast<const void*>(uintptr_t(0x2000));
+  for (DataType dt : {DataType::kInt32, DataType::kInt64, DataType::kUint8, static_cast<DataType>(99)}) {
+    const Status s = nanScanDevice(fakeData, 16, dt, fakeResult, nullptr);
+    EXPECT_EQ(StatusCode::kInvalidArgument, s.code()) << s.toString();
+  }
+  EXPECT_EQ(StatusCode::kInvalidArgument,
+            nanScanDevice(fakeData, 16, DataType::kFloat32, nullptr, nullptr).code());
+  EXPECT_EQ(StatusCode::kInvalidArgument,
+            nanScanDevice(nullptr, 16, DataType::kFloat32, fakeResult, nullptr).code());
+  // Not aligned to the element size.
+  EXPECT_EQ(StatusCode::kInvalidArgument, nanScanDevice(reinterpret_cast<const void*>(uintptr_t(0x2001)), 16,
+                                                        DataType::kFloat32, fakeResult, nullptr)
+                                              .code());
+  EXPECT_EQ(StatusCode::kInvalidArgument, nanScanDevice(reinterpret_cast<const void*>(uintptr_t(0x2004)), 16,
+                                                        DataType::kFloat64, fakeResult, nullptr)
+                                              .code());
+}
+
+class NanScanDeviceTest : public GpuTest, public ::testing::WithParamInterface<size_t> {};
+
+// Which non-finite elements a case places.
+enum class Pattern { kNone, kFirst, kLast, kMiddle, kAll, kScattered };
+const Pattern kPatterns[] = {Pattern::kNone,   Pattern::kFirst,     Pattern::kLast,
+                             Pattern::kMiddle, Pattern::kScattered, Pattern::kAll};
+const char* patternName(Pattern p) {
+  switch (p) {
+    case Pattern::kNone:
+      return "none";
+    case Pattern::kFirst:
+      return "first";
+    case Pattern::kLast:
+      return "last";
+    case Pattern::kMiddle:
+      return "middle";
+    case Pattern::kAll:
+      return "all";
+    default:
+      return "scattered";
+  }
+}
+
+std::set<size_t> patternPositions(Pattern p, size_t n) {
+  if (n == 0) return {};
+  switch (p) {
+    case Pattern::kNone:
+      return {};
+    case Pattern::kFirst:
+      return {0};
+    case Pattern::kLast:
+      return {n - 1};
+    case Pattern::kMiddle:
+      return {n / 2};
+    case Pattern::kAll:
+      return {};  // handled as a range
+    default: {
+      std::set<size_t> s = {n - 1, n / 2, n / 3, n - n / 7 - 1, 1, 2, 7, 8, 9};
+      for (auto it = s.begin(); it != s.end();) it = *it >= n ? s.erase(it) : std::next(it);
+      return s;
+    }
+  }
+}
+
+TEST_P(NanScanDeviceTest, CountAndFirstIndexAreExact) {
+  const ScanType& t = scanTypes()[GetParam()];
+  SCOPED_TRACE(dataTypeName(t.dtype));
+  const std::vector<size_t> sizes = testSizes(t.bytes);
+  const size_t largest = sizes.back();
+  const size_t offsets = 16 / t.bytes;  // every 16-byte head alignment of an element-aligned pointer
+  const std::vector<uint8_t> host = finiteElements(t, largest + offsets, 1234 + GetParam());
+  auto* dev = static_cast<uint8_t*>(deviceAlloc(host.size()));
+  auto* result = static_cast<NanScanResult*>(deviceAlloc(sizeof(NanScanResult)));
+  ASSERT_CUDA(cudaMemcpyAsync(dev, host.data(), host.size(), cudaMemcpyHostToDevice, stream_));
+
+  for (size_t n : sizes) {
+    for (size_t off = 0; off < offsets; ++off) {
+      // The largest size only at a few alignments: restoring it after "all" is a full upload.
+      if (n == largest && n > (size_t(2) << 20) && off != 0 && off != 1 && off != offsets - 1) continue;
+      uint8_t* base = dev + off * t.bytes;
+      const uint8_t* hostBase = host.data() + off * t.bytes;
+      for (Pattern p : kPatterns) {
+        SCOPED_TRACE(std::string("n=") + std::to_string(n) + " offset=" + std::to_string(off) +
+                     " pattern=" + patternName(p));
+        const std::set<size_t> positions = patternPositions(p, n);
+        size_t k = 0;
+        std::vector<uint64_t> values(positions.size());
+        for (size_t pos : positions) {
+          values[k] = t.nonFinite[k % t.nonFinite.size()];
+          ASSERT_CUDA(
+              cudaMemcpyAsync(base + pos * t.bytes, &values[k], t.bytes, cudaMemcpyHostToDevice, stream_));
+          ++k;
+        }
+        if (p == Pattern::kAll && n != 0) ASSERT_CUDA(cudaMemsetAsync(base, 0xff, n * t.bytes, stream_));
+
+        ASSERT_STATUS_OK(nanScanDevice(base, n, t.dtype, result, stream_));
+        NanScanResult got{};
+        ASSERT_CUDA(cudaMemcpyAsync(&got, result, sizeof(got), cudaMemcpyDeviceToHost, stream_));
+
+        // Restore the finite data.
+        if (p == Pattern::kAll && n != 0) {
+          ASSERT_CUDA(cudaMemcpyAsync(base, hostBase, n * t.bytes, cudaMemcpyHostToDevice, stream_));
+        }
+        for (size_t pos : positions) {
+          ASSERT_CUDA(cudaMemcpyAsync(base + pos * t.bytes, hostBase + pos * t.bytes, t.bytes,
+                                      cudaMemcpyHostToDevice, stream_));
+        }
+        ASSERT_CUDA(cudaStreamSynchronize(stream_));
+
+        const unsigned long long wantCount = p == Pattern::kAll ? n : positions.size();
+        const unsigned long long wantFirst =
+            wantCount == 0
+                ? ~0ull
+                : (p == Pattern::kAll ? 0ull : static_cast<unsigned long long>(*positions.begin()));
+        EXPECT_EQ(wantCount, got.count);
+        EXPECT_EQ(wantFirst, got.firstIndex);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllFloatTypes, NanScanDeviceTest, ::testing::Values(0, 1, 2, 3),
+                         [](const ::testing::TestParamInfo<size_t>& info) {
+                           return std::string(dataTypeName(scanTypes()[info.param].dtype));
+                         });
+
+class NanScanDeviceBasics : public GpuTest {};
+
+TEST_F(NanScanDeviceBasics, ZeroCountReportsNone) {
+  auto* result = static_cast<NanScanResult*>(deviceAlloc(sizeof(NanScanResult)));
+  ASSERT_CUDA(cudaMemsetAsync(result, 0x5a, sizeof(NanScanResult), stream_));
+  ASSERT_STATUS_OK(nanScanDevice(nullptr, 0, DataType::kBFloat16, result, stream_));
+  NanScanResult got{};
+  ASSERT_CUDA(cudaMemcpyAsync(&got, result, sizeof(got), cudaMemcpyDeviceToHost, stream_));
+  ASSERT_CUDA(cudaStreamSynchronize(stream_));
+  EXPECT_EQ(0ull, got.count);
+  EXPECT_EQ(~0ull, got.firstIndex);
+}
+
+}  // namespace
+}  // namespace ringguard

@@ -1,0 +1,150 @@
+// The collective fingerprint (docs/design/protocol.md, "Fingerprint"): ranks that call different
+// collectives get a kFingerprintMismatch naming both sides before any payload moves.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "ringguard/core/fingerprint.h"
+#include "ringguard/core/status.h"
+#include "ringguard/core/types.h"
+
+namespace ringguard {
+namespace {
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+TEST(FingerprintTest, WireLayout) {
+  EXPECT_EQ(sizeof(Fingerprint), 24u);
+  const Fingerprint f = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, 3);
+  EXPECT_EQ(std::memcmp(&f, "RFP1", 4), 0);
+}
+
+TEST(FingerprintTest, MakeAllreduceFillsFields) {
+  const Fingerprint f = makeAllreduceFingerprint(ReduceOp::kMax, DataType::kBFloat16, 0x123456789ull, 77);
+  EXPECT_EQ(f.magic, kFingerprintMagic);
+  EXPECT_EQ(f.collective, 0u);
+  EXPECT_EQ(f.op, static_cast<uint8_t>(ReduceOp::kMax));
+  EXPECT_EQ(f.dtype, static_cast<uint8_t>(DataType::kBFloat16));
+  EXPECT_EQ(f.flags, 0u);
+  EXPECT_EQ(f.count, 0x123456789ull);
+  EXPECT_EQ(f.seq, 77u);
+}
+
+TEST(FingerprintTest, DescribeExact) {
+  EXPECT_EQ(describeFingerprint(makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, 3)),
+            "{allreduce op=sum dtype=f32 count=100 seq=3}");
+  EXPECT_EQ(describeFingerprint(makeAllreduceFingerprint(ReduceOp::kAvg, DataType::kUint8, 0, 0)),
+            "{allreduce op=avg dtype=u8 count=0 seq=0}");
+  for (ReduceOp op : kAllReduceOps) {
+    for (DataType dt : kAllDataTypes) {
+      const std::string d = describeFingerprint(makeAllreduceFingerprint(op, dt, 5, 6));
+      EXPECT_EQ(d, std::string("{allreduce op=") + reduceOpName(op) + " dtype=" + dataTypeName(dt) +
+                       " count=5 seq=6}");
+    }
+  }
+  Fingerprint invalid = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 1, 2);
+  invalid.flags = kFingerprintInvalidInput;
+  EXPECT_EQ(describeFingerprint(invalid), "{allreduce op=sum dtype=f32 count=1 seq=2 invalid-arguments}");
+}
+
+TEST(FingerprintTest, EqualFingerprintsCompareOk) {
+  const Fingerprint a = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, 3);
+  const Fingerprint b = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, 3);
+  const Status s = compareFingerprints(0, a, 2, b);
+  EXPECT_TRUE(s.isOk());
+  EXPECT_EQ(s.code(), StatusCode::kOk);
+  EXPECT_TRUE(s.message().empty());
+  EXPECT_TRUE(compareFingerprints(5, a, 5, a).isOk());
+}
+
+struct MismatchCase {
+  const char* name;
+  Fingerprint other;
+  const char* otherText;
+};
+
+TEST(FingerprintTest, EveryDifferingFieldIsAMismatchNamingBothSides) {
+  const Fingerprint mine = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, 3);
+  const std::string mineText = "{allreduce op=sum dtype=f32 count=100 seq=3}";
+  const MismatchCase cases[] = {
+      {"op", makeAllreduceFingerprint(ReduceOp::kMax, DataType::kFloat32, 100, 3),
+       "{allreduce op=max dtype=f32 count=100 seq=3}"},
+      {"dtype", makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat16, 100, 3),
+       "{allreduce op=sum dtype=f16 count=100 seq=3}"},
+      {"count", makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 99, 3),
+       "{allreduce op=sum dtype=f32 count=99 seq=3}"},
+      {"seq", makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, 4),
+       "{allreduce op=sum dtype=f32 count=100 seq=4}"},
+  };
+  for (const MismatchCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Status s = compareFingerprints(0, mine, 2, c.other);
+    EXPECT_FALSE(s.isOk());
+    EXPECT_EQ(s.code(), StatusCode::kFingerprintMismatch);
+    EXPECT_TRUE(contains(s.message(), "rank 0 has " + mineText)) << s.message();
+    EXPECT_TRUE(contains(s.message(), std::string("rank 2 has ") + c.otherText)) << s.message();
+    EXPECT_EQ(s.message(),
+              "collective fingerprint mismatch: rank 0 has " + mineText + ", rank 2 has " + c.otherText);
+    // Symmetric: the other rank reports the same pair the other way round.
+    const Status r = compareFingerprints(2, c.other, 0, mine);
+    EXPECT_EQ(r.code(), StatusCode::kFingerprintMismatch);
+    EXPECT_TRUE(contains(r.message(), std::string("rank 2 has ") + c.otherText)) << r.message();
+    EXPECT_TRUE(contains(r.message(), "rank 0 has " + mineText)) << r.message();
+  }
+}
+
+TEST(FingerprintTest, FlagsAndCollectiveDifferencesAreMismatches) {
+  const Fingerprint mine = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, 3);
+  Fingerprint invalid = mine;
+  invalid.flags = kFingerprintInvalidInput;
+  Status s = compareFingerprints(1, mine, 3, invalid);
+  EXPECT_EQ(s.code(), StatusCode::kFingerprintMismatch);
+  EXPECT_TRUE(contains(s.message(), "rank 3 has {allreduce op=sum dtype=f32 count=100 seq=3 invalid-arguments}"))
+      << s.message();
+
+  Fingerprint other = mine;
+  other.collective = 1;
+  s = compareFingerprints(1, mine, 3, other);
+  EXPECT_EQ(s.code(), StatusCode::kFingerprintMismatch);
+  EXPECT_TRUE(contains(s.message(), "rank 3 has {collective? op=sum")) << s.message();
+}
+
+TEST(FingerprintTest, InvalidOpOrDtypeByteIsDescribedAsInvalid) {
+  Fingerprint f = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 8, 1);
+  f.op = 5;  // one past kAvg
+  EXPECT_EQ(describeFingerprint(f), "{allreduce op=invalid dtype=f32 count=8 seq=1}");
+  f.op = 0xFF;
+  EXPECT_EQ(describeFingerprint(f), "{allreduce op=invalid dtype=f32 count=8 seq=1}");
+  f.op = static_cast<uint8_t>(ReduceOp::kProd);
+  f.dtype = 7;  // one past kUint8
+  EXPECT_EQ(describeFingerprint(f), "{allreduce op=prod dtype=invalid count=8 seq=1}");
+  f.dtype = 200;
+  EXPECT_EQ(describeFingerprint(f), "{allreduce op=prod dtype=invalid count=8 seq=1}");
+
+  const Status s = compareFingerprints(0, makeAllreduceFingerprint(ReduceOp::kProd, DataType::kFloat32, 8, 1), 1, f);
+  EXPECT_EQ(s.code(), StatusCode::kFingerprintMismatch);
+  EXPECT_TRUE(contains(s.message(), "rank 1 has {allreduce op=prod dtype=invalid count=8 seq=1}")) << s.message();
+}
+
+TEST(FingerprintTest, BadMagicIsMalformed) {
+  const Fingerprint mine = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, 3);
+  Fingerprint bad = mine;
+  bad.magic = 0;
+  EXPECT_EQ(describeFingerprint(bad), "{malformed fingerprint}");
+  bad.magic = kFingerprintMagic ^ 0x100;
+  EXPECT_EQ(describeFingerprint(bad), "{malformed fingerprint}");
+  const Status s = compareFingerprints(0, mine, 4, bad);
+  EXPECT_EQ(s.code(), StatusCode::kFingerprintMismatch);
+  EXPECT_EQ(s.message(),
+            "collective fingerprint mismatch: rank 0 has {allreduce op=sum dtype=f32 count=100 seq=3}, rank 4 has "
+            "{malformed fingerprint}");
+  // Two malformed fingerprints with different bytes are still a mismatch.
+  Fingerprint bad2 = bad;
+  bad2.count = 1;
+  EXPECT_EQ(compareFingerprints(0, bad, 1, bad2).code(), StatusCode::kFingerprintMismatch);
+}
+
+}  // namespace
+}  // namespace ringguard

@@ -1,0 +1,591 @@
+// Host reduction kernels and the f16/bf16 conversions (docs/design/protocol.md, "Ring schedule": f16 and
+// bf16 are reduced in f32 and rounded to nearest even at every hop; avg divides at the final step).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ringguard/core/reduce.h"
+#include "ringguard/core/types.h"
+
+namespace ringguard {
+namespace {
+
+uint32_t bitsOf(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+float floatOf(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+bool isHalfNan(uint16_t h) { return (h & 0x7C00) == 0x7C00 && (h & 0x3FF) != 0; }
+bool isBf16Nan(uint16_t b) { return (b & 0x7F80) == 0x7F80 && (b & 0x7F) != 0; }
+
+// ---------------------------------------------------------------------------------------------------------
+// reduceHost on hand-computed values
+
+// Element type T stored in the buffers; values given as doubles (exactly representable in every type).
+template <typename T>
+std::vector<T> encode(const std::vector<double>& v) {
+  std::vector<T> out;
+  for (double d : v) out.push_back(static_cast<T>(d));
+  return out;
+}
+
+std::vector<uint16_t> encodeHalf(const std::vector<double>& v) {
+  std::vector<uint16_t> out;
+  for (double d : v) out.push_back(floatToHalf(float(d)));
+  return out;
+}
+std::vector<uint16_t> encodeBf16(const std::vector<double>& v) {
+  std::vector<uint16_t> out;
+  for (double d : v) out.push_back(floatToBf16(float(d)));
+  return out;
+}
+
+struct OpCase {
+  ReduceOp op;
+  bool finalStep;
+  int nranks;
+  std::vector<double> expected;
+};
+
+// Floating values exactly representable in f16, bf16, f32 and f64, and so are all results below.
+const std::vector<double> kFloatA = {1.5, -2, 3, 0.25, 0.75};
+const std::vector<double> kFloatB = {2.5, 4, -0.5, 8, -1};
+const std::vector<OpCase> kFloatCases = {
+    {ReduceOp::kSum, false, 2, {4, 2, 2.5, 8.25, -0.25}},
+    {ReduceOp::kProd, false, 2, {3.75, -8, -1.5, 2, -0.75}},
+    {ReduceOp::kMin, false, 2, {1.5, -2, -0.5, 0.25, -1}},
+    {ReduceOp::kMax, false, 2, {2.5, 4, 3, 8, 0.75}},
+    {ReduceOp::kAvg, false, 4, {4, 2, 2.5, 8.25, -0.25}},  // not the final step: a plain sum
+    {ReduceOp::kAvg, true, 2, {2, 1, 1.25, 4.125, -0.125}},
+    {ReduceOp::kAvg, true, 4, {1, 0.5, 0.625, 2.0625, -0.0625}},
+    {ReduceOp::kSum, true, 4, {4, 2, 2.5, 8.25, -0.25}},  // finalStep only matters for avg
+    {ReduceOp::kMax, true, 4, {2.5, 4, 3, 8, 0.75}},
+};
+
+const std::vector<double> kIntA = {-7, 7, 3, -100, 0, 9};
+const std::vector<double> kIntB = {0, 2, -5, 50, -1, 6};
+const std::vector<OpCase> kIntCases = {
+    {ReduceOp::kSum, false, 2, {-7, 9, -2, -50, -1, 15}},
+    {ReduceOp::kProd, false, 2, {0, 14, -15, -5000, 0, 54}},
+    {ReduceOp::kMin, false, 2, {-7, 2, -5, -100, -1, 6}},
+    {ReduceOp::kMax, false, 2, {0, 7, 3, 50, 0, 9}},
+    {ReduceOp::kAvg, false, 2, {-7, 9, -2, -50, -1, 15}},
+    // Truncation toward zero: -7/2 == -3, -2/2 == -1, -1/2 == 0, 15/2 == 7.
+    {ReduceOp::kAvg, true, 2, {-3, 4, -1, -25, 0, 7}},
+    {ReduceOp::kAvg, true, 3, {-2, 3, 0, -16, 0, 5}},
+    {ReduceOp::kAvg, true, 4, {-1, 2, 0, -12, 0, 3}},
+};
+
+const std::vector<double> kU8A = {200, 3, 0, 255, 10, 100};
+const std::vector<double> kU8B = {100, 5, 7, 1, 10, 2};
+const std::vector<OpCase> kU8Cases = {
+    {ReduceOp::kSum, false, 2, {44, 8, 7, 0, 20, 102}},  // wraps modulo 256
+    {ReduceOp::kProd, false, 2, {32, 15, 0, 255, 100, 200}},
+    {ReduceOp::kMin, false, 2, {100, 3, 0, 1, 10, 2}},
+    {ReduceOp::kMax, false, 2, {200, 5, 7, 255, 10, 100}},
+    // The sum wraps modulo 256 before the division, as it does at every hop of the ring.
+    {ReduceOp::kAvg, true, 2, {22, 4, 3, 0, 10, 51}},
+    {ReduceOp::kAvg, true, 3, {14, 2, 2, 0, 6, 34}},
+};
+
+template <typename T>
+void checkNative(DataType dt, const std::vector<double>& av, const std::vector<double>& bv,
+                 const std::vector<OpCase>& cases) {
+  const std::vector<T> a = encode<T>(av), b = encode<T>(bv);
+  for (const OpCase& c : cases) {
+    SCOPED_TRACE(std::string(dataTypeName(dt)) + " " + reduceOpName(c.op) + (c.finalStep ? " final" : "") +
+                 " N=" + std::to_string(c.nranks));
+    const std::vector<T> expected = encode<T>(c.expected);
+    std::vector<T> dst(a.size(), T(99));
+    reduceHost(dt, c.op, dst.data(), a.data(), b.data(), a.size(), c.finalStep, c.nranks);
+    EXPECT_EQ(dst, expected);
+    // In place, into either operand.
+    std::vector<T> x = a;
+    reduceHost(dt, c.op, x.data(), x.data(), b.data(), x.size(), c.finalStep, c.nranks);
+    EXPECT_EQ(x, expected);
+    std::vector<T> y = b;
+    reduceHost(dt, c.op, y.data(), a.data(), y.data(), y.size(), c.finalStep, c.nranks);
+    EXPECT_EQ(y, expected);
+  }
+}
+
+void checkHalfLike(DataType dt, std::vector<uint16_t> (*enc)(const std::vector<double>&)) {
+  const std::vector<uint16_t> a = enc(kFloatA), b = enc(kFloatB);
+  for (const OpCase& c : kFloatCases) {
+    SCOPED_TRACE(std::string(dataTypeName(dt)) + " " + reduceOpName(c.op) + (c.finalStep ? " final" : "") +
+                 " N=" + std::to_string(c.nranks));
+    const std::vector<uint16_t> expected = enc(c.expected);
+    std::vector<uint16_t> dst(a.size(), 0x7777);
+    reduceHost(dt, c.op, dst.data(), a.data(), b.data(), a.size(), c.finalStep, c.nranks);
+    EXPECT_EQ(dst, expected);
+    std::vector<uint16_t> x = a;
+    reduceHost(dt, c.op, x.data(), x.data(), b.data(), x.size(), c.finalStep, c.nranks);
+    EXPECT_EQ(x, expected);
+    std::vector<uint16_t> y = b;
+    reduceHost(dt, c.op, y.data(), a.data(), y.data(), y.size(), c.finalStep, c.nranks);
+    EXPECT_EQ(y, expected);
+  }
+}
+
+TEST(ReduceHostTest, Float32) { checkNative<float>(DataType::kFloat32, kFloatA, kFloatB, kFloatCases); }
+TEST(ReduceHostTest, Float64) { checkNative<double>(DataType::kFloat64, kFloatA, kFloatB, kFloatCases); }
+TEST(ReduceHostTest, Float16) { checkHalfLike(DataType::kFloat16, encodeHalf); }
+TEST(ReduceHostTest, BFloat16) { checkHalfLike(DataType::kBFloat16, encodeBf16); }
+TEST(ReduceHostTest, Int32) { checkNative<int32_t>(DataType::kInt32, kIntA, kIntB, kIntCases); }
+TEST(ReduceHostTest, Int64) { checkNative<int64_t>(DataType::kInt64, kIntA, kIntB, kIntCases); }
+TEST(ReduceHostTest, Uint8) { checkNative<uint8_t>(DataType::kUint8, kU8A, kU8B, kU8Cases); }
+
+TEST(ReduceHostTest, Int64BeyondThirtyTwoBits) {
+  const std::vector<int64_t> a = {int64_t(1) << 40, -(int64_t(1) << 50) - 1, std::numeric_limits<int64_t>::max()};
+  const std::vector<int64_t> b = {3, 0, -1};
+  std::vector<int64_t> d(3);
+  reduceHost(DataType::kInt64, ReduceOp::kSum, d.data(), a.data(), b.data(), 3, false, 2);
+  EXPECT_EQ(d, (std::vector<int64_t>{(int64_t(1) << 40) + 3, -(int64_t(1) << 50) - 1,
+                                     std::numeric_limits<int64_t>::max() - 1}));
+  reduceHost(DataType::kInt64, ReduceOp::kAvg, d.data(), a.data(), b.data(), 3, true, 2);
+  EXPECT_EQ(d, (std::vector<int64_t>{((int64_t(1) << 40) + 3) / 2, -(int64_t(1) << 49),
+                                     (std::numeric_limits<int64_t>::max() - 1) / 2}));
+  reduceHost(DataType::kInt64, ReduceOp::kMin, d.data(), a.data(), b.data(), 3, false, 2);
+  EXPECT_EQ(d, (std::vector<int64_t>{3, -(int64_t(1) << 50) - 1, -1}));
+}
+
+TEST(ReduceHostTest, Int32AvgTruncatesTowardZero) {
+  const int32_t a[] = {-7, 7, -1, 1, -9, 2147483600};
+  const int32_t b[] = {0, 0, 0, 0, 0, 40};
+  int32_t d[6];
+  reduceHost(DataType::kInt32, ReduceOp::kAvg, d, a, b, 6, true, 2);
+  EXPECT_EQ(d[0], -3);
+  EXPECT_EQ(d[1], 3);
+  EXPECT_EQ(d[2], 0);
+  EXPECT_EQ(d[3], 0);
+  EXPECT_EQ(d[4], -4);
+  EXPECT_EQ(d[5], 1073741820);
+}
+
+TEST(ReduceHostTest, ZeroCountWritesNothing) {
+  for (DataType dt : kAllDataTypes) {
+    for (ReduceOp op : kAllReduceOps) {
+      uint8_t dst[16], a[16], b[16];
+      std::memset(dst, 0xCD, sizeof dst);
+      std::memset(a, 1, sizeof a);
+      std::memset(b, 2, sizeof b);
+      reduceHost(dt, op, dst, a, b, 0, true, 2);
+      for (uint8_t v : dst) ASSERT_EQ(v, 0xCD) << dataTypeName(dt) << " " << reduceOpName(op);
+    }
+  }
+}
+
+TEST(ReduceHostTest, OnlyCountElementsAreWritten) {
+  for (DataType dt : kAllDataTypes) {
+    const size_t es = dataTypeSize(dt);
+    std::vector<uint8_t> a(8 * es, 0), b(8 * es, 0), dst(8 * es, 0xEE);
+    reduceHost(dt, ReduceOp::kSum, dst.data(), a.data(), b.data(), 5, false, 2);
+    for (size_t i = 0; i < 5 * es; ++i) ASSERT_EQ(dst[i], 0) << dataTypeName(dt) << " byte " << i;
+    for (size_t i = 5 * es; i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xEE) << dataTypeName(dt) << " byte " << i;
+  }
+}
+
+// Every hop rounds the f32 result to nearest even in the 16-bit type.
+TEST(ReduceHostTest, HalfAndBf16RoundEveryHopToNearestEven) {
+  // f16 ulp at 1 is 2^-10: 1 + 2^-11 is a tie -> 1 (even), (1 + 2^-10) + 2^-11 -> 1 + 2^-9 (even).
+  const uint16_t ha[] = {0x3C00, 0x3C01, 0x3C00};
+  const uint16_t hb[] = {0x1000 /* 2^-11 */, 0x1000, 0x1001 /* just above 2^-11 */};
+  uint16_t hd[3];
+  reduceHost(DataType::kFloat16, ReduceOp::kSum, hd, ha, hb, 3, false, 2);
+  EXPECT_EQ(hd[0], 0x3C00);
+  EXPECT_EQ(hd[1], 0x3C02);
+  EXPECT_EQ(hd[2], 0x3C01);
+  // bf16 ulp at 1 is 2^-7: 1 + 2^-8 is a tie -> 1, (1 + 2^-7) + 2^-8 -> 1 + 2^-6.
+  const uint16_t ba[] = {0x3F80, 0x3F81, 0x3F80};
+  const uint16_t bb[] = {0x3B80 /* 2^-8 */, 0x3B80, 0x3B81};
+  uint16_t bd[3];
+  reduceHost(DataType::kBFloat16, ReduceOp::kSum, bd, ba, bb, 3, false, 2);
+  EXPECT_EQ(bd[0], 0x3F80);
+  EXPECT_EQ(bd[1], 0x3F82);
+  EXPECT_EQ(bd[2], 0x3F81);
+  // f16 overflow: 65504 + 65504 -> inf; max stays finite.
+  const uint16_t big[] = {0x7BFF};
+  reduceHost(DataType::kFloat16, ReduceOp::kSum, hd, big, big, 1, false, 2);
+  EXPECT_EQ(hd[0], 0x7C00);
+  reduceHost(DataType::kFloat16, ReduceOp::kAvg, hd, big, big, 1, true, 2);
+  EXPECT_EQ(hd[0], 0x7BFF) << "f16 avg is computed in f32, so the sum does not overflow before dividing";
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// divideHost
+
+TEST(ReduceHostTest, DivideHostEveryDtype) {
+  {
+    int32_t v[] = {-7, 7, 9, -9, 0, 1};
+    divideHost(DataType::kInt32, v, 6, 2);
+    EXPECT_EQ(std::vector<int32_t>(v, v + 6), (std::vector<int32_t>{-3, 3, 4, -4, 0, 0}));
+  }
+  {
+    int64_t v[] = {-(int64_t(1) << 40) - 1, 10, -10};
+    divideHost(DataType::kInt64, v, 3, 4);
+    EXPECT_EQ(std::vector<int64_t>(v, v + 3), (std::vector<int64_t>{-(int64_t(1) << 38), 2, -2}));
+  }
+  {
+    uint8_t v[] = {255, 7, 1, 0};
+    divideHost(DataType::kUint8, v, 4, 2);
+    EXPECT_EQ(std::vector<uint8_t>(v, v + 4), (std::vector<uint8_t>{127, 3, 0, 0}));
+  }
+  {
+    float v[] = {1, 3, -6, 0.5f};
+    divideHost(DataType::kFloat32, v, 4, 4);
+    EXPECT_EQ(std::vector<float>(v, v + 4), (std::vector<float>{0.25f, 0.75f, -1.5f, 0.125f}));
+    float t[] = {1};
+    divideHost(DataType::kFloat32, t, 1, 3);
+    EXPECT_EQ(t[0], 1.0f / 3.0f);
+  }
+  {
+    double v[] = {1, -3};
+    divideHost(DataType::kFloat64, v, 2, 8);
+    EXPECT_EQ(std::vector<double>(v, v + 2), (std::vector<double>{0.125, -0.375}));
+  }
+  {
+    uint16_t v[] = {0x4200 /* 3 */, 0xC400 /* -4 */, 0x3C00 /* 1 */};
+    divideHost(DataType::kFloat16, v, 3, 2);
+    EXPECT_EQ(v[0], 0x3E00);  // 1.5
+    EXPECT_EQ(v[1], 0xC000);  // -2
+    EXPECT_EQ(v[2], 0x3800);  // 0.5
+    uint16_t third[] = {0x3C00};
+    divideHost(DataType::kFloat16, third, 1, 3);
+    EXPECT_EQ(third[0], 0x3555);  // 1/3 in f16
+  }
+  {
+    uint16_t v[] = {0x4040 /* 3 */, 0xC080 /* -4 */};
+    divideHost(DataType::kBFloat16, v, 2, 2);
+    EXPECT_EQ(v[0], 0x3FC0);  // 1.5
+    EXPECT_EQ(v[1], 0xC000);  // -2
+    uint16_t third[] = {0x3F80};
+    divideHost(DataType::kBFloat16, third, 1, 3);
+    EXPECT_EQ(third[0], 0x3EAB);  // 1/3 = 0x3EAAAAAB rounds up
+  }
+  // Divisor 1 leaves everything unchanged; count 0 touches nothing.
+  for (DataType dt : kAllDataTypes) {
+    std::vector<uint8_t> v(4 * dataTypeSize(dt));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = uint8_t(i * 13 + 1);
+    if (dt == DataType::kFloat16 || dt == DataType::kBFloat16) {
+      for (size_t i = 1; i < v.size(); i += 2) v[i] &= 0x3F;  // keep values finite (no NaN payloads)
+    }
+    const std::vector<uint8_t> before = v;
+    divideHost(dt, v.data(), 4, 1);
+    EXPECT_EQ(v, before) << dataTypeName(dt);
+    divideHost(dt, v.data(), 0, 7);
+    EXPECT_EQ(v, before) << dataTypeName(dt);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// f16 conversions
+
+// Exact value of a finite half, independently of halfToFloat.
+double halfValue(uint16_t h) {
+  const int exp = (h >> 10) & 0x1F;
+  const int mant = h & 0x3FF;
+  const double mag = exp == 0 ? std::ldexp(double(mant), -24) : std::ldexp(double(1024 + mant), exp - 25);
+  return (h & 0x8000) ? -mag : mag;
+}
+
+// Reference float -> half, round to nearest even, by search over the table of all finite halves.
+uint16_t referenceFloatToHalf(float f) {
+  static const std::vector<double> positive = [] {
+    std::vector<double> v;
+    for (uint16_t h = 0; h <= 0x7BFF; ++h) v.push_back(halfValue(h));
+    return v;
+  }();
+  const uint32_t x = bitsOf(f);
+  const uint16_t sign = uint16_t((x >> 16) & 0x8000);
+  if (std::isnan(f)) return uint16_t(sign | 0x7E00);  // caller compares NaN-ness only
+  const double a = std::fabs(double(f));
+  if (a >= 65520.0) return uint16_t(sign | 0x7C00);  // 65504 + half an ulp (16) and beyond: inf
+  if (a >= 65504.0) return uint16_t(sign | 0x7BFF);
+  const auto it = std::lower_bound(positive.begin(), positive.end(), a);
+  const uint16_t hi = uint16_t(it - positive.begin());
+  if (hi == 0 || positive[hi] == a) return uint16_t(sign | hi);
+  const uint16_t lo = uint16_t(hi - 1);
+  const double dlo = a - positive[lo], dhi = positive[hi] - a;
+  const uint16_t pick = dlo < dhi ? lo : dhi < dlo ? hi : ((lo & 1) ? hi : lo);
+  return uint16_t(sign | pick);
+}
+
+TEST(HalfFloatTest, HalfToFloatIsExactForAllFiniteHalves) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const uint16_t x = uint16_t(h);
+    const float f = halfToFloat(x);
+    if (isHalfNan(x)) {
+      ASSERT_TRUE(std::isnan(f)) << std::hex << h;
+      ASSERT_EQ(std::signbit(f), (h & 0x8000) != 0) << std::hex << h;
+    } else if ((x & 0x7FFF) == 0x7C00) {
+      ASSERT_TRUE(std::isinf(f)) << std::hex << h;
+      ASSERT_EQ(f > 0, (h & 0x8000) == 0) << std::hex << h;
+    } else {
+      ASSERT_EQ(double(f), halfValue(x)) << std::hex << h;
+      ASSERT_EQ(std::signbit(f), (h & 0x8000) != 0) << std::hex << h;  // -0 stays -0
+    }
+  }
+}
+
+TEST(HalfFloatTest, RoundTripOfAll65536Patterns) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const uint16_t x = uint16_t(h);
+    const uint16_t back = floatToHalf(halfToFloat(x));
+    if (isHalfNan(x)) {
+      ASSERT_TRUE(isHalfNan(back)) << std::hex << h << " -> " << back;
+      ASSERT_EQ(back & 0x8000, x & 0x8000) << std::hex << h;
+      ASSERT_EQ(back, x | 0x200) << std::hex << h << ": payload kept, NaN made quiet";
+    } else {
+      ASSERT_EQ(back, x) << std::hex << h;
+    }
+  }
+}
+
+TEST(HalfFloatTest, KnownValues) {
+  EXPECT_EQ(floatToHalf(0.0f), 0x0000);
+  EXPECT_EQ(floatToHalf(-0.0f), 0x8000);
+  EXPECT_EQ(floatToHalf(1.0f), 0x3C00);
+  EXPECT_EQ(floatToHalf(-1.0f), 0xBC00);
+  EXPECT_EQ(floatToHalf(2.0f), 0x4000);
+  EXPECT_EQ(floatToHalf(0.5f), 0x3800);
+  EXPECT_EQ(floatToHalf(0.1f), 0x2E66);
+  EXPECT_EQ(floatToHalf(3.14159265f), 0x4248);
+  EXPECT_EQ(floatToHalf(65504.0f), 0x7BFF);  // largest finite
+  EXPECT_EQ(floatToHalf(-65504.0f), 0xFBFF);
+  EXPECT_EQ(floatToHalf(std::nextafter(65520.0f, 0.0f)), 0x7BFF);  // just below the tie
+  EXPECT_EQ(floatToHalf(65519.0f), 0x7BFF);
+  EXPECT_EQ(floatToHalf(65520.0f), 0x7C00);  // tie with 65536 rounds to even: inf
+  EXPECT_EQ(floatToHalf(-65520.0f), 0xFC00);
+  EXPECT_EQ(floatToHalf(1e10f), 0x7C00);
+  EXPECT_EQ(floatToHalf(std::numeric_limits<float>::max()), 0x7C00);
+  EXPECT_EQ(floatToHalf(std::numeric_limits<float>::infinity()), 0x7C00);
+  EXPECT_EQ(floatToHalf(-std::numeric_limits<float>::infinity()), 0xFC00);
+  EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -14)), 0x0400);  // smallest normal
+  EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
+  EXPECT_EQ(floatToHalf(-std::ldexp(1.0f, -24)), 0x8001);
+  EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -25)), 0x0000);  // tie with 0 -> even (0)
+  EXPECT_EQ(floatToHalf(-std::ldexp(1.0f, -25)), 0x8000);
+  EXPECT_EQ(floatToHalf(std::nextafter(std::ldexp(1.0f, -25), 1.0f)), 0x0001);  // above the tie
+  EXPECT_EQ(floatToHalf(std::ldexp(3.0f, -25)), 0x0002);  // 1.5 units: tie between 1 and 2 -> 2
+  EXPECT_EQ(floatToHalf(std::ldexp(5.0f, -25)), 0x0002);  // 2.5 units -> 2
+  EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -26)), 0x0000);
+  EXPECT_EQ(floatToHalf(std::numeric_limits<float>::denorm_min()), 0x0000);
+  EXPECT_EQ(floatToHalf(std::ldexp(1023.0f, -24)), 0x03FF);  // largest subnormal
+  EXPECT_EQ(floatToHalf(std::ldexp(1023.5f, -24)), 0x0400);  // tie -> even rounds up into the normals
+  EXPECT_EQ(floatToHalf(std::ldexp(1022.5f, -24)), 0x03FE);  // tie -> even rounds down
+  EXPECT_EQ(floatToHalf(std::nextafter(std::ldexp(1.0f, -14), 0.0f)), 0x0400);
+  EXPECT_EQ(halfToFloat(0x3C00), 1.0f);
+  EXPECT_EQ(halfToFloat(0x7BFF), 65504.0f);
+  EXPECT_EQ(halfToFloat(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_EQ(halfToFloat(0x03FF), std::ldexp(1023.0f, -24));
+  EXPECT_EQ(halfToFloat(0xC000), -2.0f);
+  EXPECT_EQ(bitsOf(halfToFloat(0x8000)), 0x80000000u);
+  EXPECT_EQ(halfToFloat(0x7C00), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(halfToFloat(0xFC00), -std::numeric_limits<float>::infinity());
+}
+
+TEST(HalfFloatTest, NormalTiesRoundToNearestEven) {
+  // Between 1 (0x3C00) and 1 + 2^-10 (0x3C01) the tie is 1 + 2^-11.
+  EXPECT_EQ(floatToHalf(1.0f + std::ldexp(1.0f, -11)), 0x3C00);
+  EXPECT_EQ(floatToHalf(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3C02);
+  EXPECT_EQ(floatToHalf(1.0f + std::ldexp(1.0f, -11) + std::ldexp(1.0f, -20)), 0x3C01);
+  EXPECT_EQ(floatToHalf(1.0f + std::ldexp(1.0f, -11) - std::ldexp(1.0f, -20)), 0x3C00);
+  // Carry of the rounding into the exponent: 2 - 2^-11 (tie between 0x3BFF and 2.0) -> 2.0 (even).
+  EXPECT_EQ(floatToHalf(2.0f - std::ldexp(1.0f, -11)), 0x4000);
+  EXPECT_EQ(floatToHalf(-(2.0f - std::ldexp(1.0f, -11))), 0xC000);
+  // Every tie between two adjacent finite halves (subnormal or normal) goes to the even one.
+  for (uint32_t h = 0; h < 0x7BFF; ++h) {
+    const double mid = (halfValue(uint16_t(h)) + halfValue(uint16_t(h + 1))) / 2;  // exact in float
+    const float f = float(mid);
+    ASSERT_EQ(double(f), mid);
+    const uint16_t even = (h & 1) ? uint16_t(h + 1) : uint16_t(h);
+    ASSERT_EQ(floatToHalf(f), even) << std::hex << h;
+    ASSERT_EQ(floatToHalf(-f), uint16_t(even | 0x8000)) << std::hex << h;
+    ASSERT_EQ(floatToHalf(std::nextafter(f, 0.0f)), h) << std::hex << h;
+    ASSERT_EQ(floatToHalf(std::nextafter(f, 1e9f)), h + 1) << std::hex << h;
+  }
+}
+
+TEST(HalfFloatTest, NanStaysNan) {
+  const uint32_t nans[] = {0x7FC00000u, 0x7F800001u, 0xFF800001u, 0x7FFFFFFFu, 0x7F802000u, 0xFFC00000u,
+                           0x7F801FFFu};
+  for (uint32_t n : nans) {
+    const uint16_t h = floatToHalf(floatOf(n));
+    EXPECT_TRUE(isHalfNan(h)) << std::hex << n << " -> " << h;
+    EXPECT_EQ((h & 0x8000) != 0, (n & 0x80000000u) != 0) << std::hex << n;
+  }
+  EXPECT_TRUE(isHalfNan(floatToHalf(std::numeric_limits<float>::quiet_NaN())));
+}
+
+TEST(HalfFloatTest, MatchesReferenceOnRandomFloats) {
+  std::mt19937 rng(31337);
+  // Half the draws: any bit pattern; the other half: magnitudes around the half range.
+  std::uniform_int_distribution<int> exponent(-27, 17);
+  for (int i = 0; i < 300000; ++i) {
+    float f;
+    if (i % 2 == 0) {
+      f = floatOf(uint32_t(rng()));
+    } else {
+      f = std::ldexp(1.0f + float(rng() & 0x7FFFFF) * std::ldexp(1.0f, -23), exponent(rng));
+      if (rng() & 1) f = -f;
+    }
+    const uint16_t got = floatToHalf(f);
+    if (std::isnan(f)) {
+      ASSERT_TRUE(isHalfNan(got)) << std::hex << bitsOf(f);
+    } else {
+      ASSERT_EQ(got, referenceFloatToHalf(f)) << std::hex << "float bits " << bitsOf(f);
+    }
+  }
+}
+
+#if defined(__FLT16_MANT_DIG__)
+uint16_t bitsOfFloat16(_Float16 h) {
+  uint16_t u;
+  std::memcpy(&u, &h, 2);
+  return u;
+}
+
+TEST(HalfFloatTest, MatchesCompilerFloat16OnMillionRandomFloats) {
+  std::mt19937 rng(4242);
+  std::uniform_int_distribution<int> exponent(-27, 17);
+  for (int i = 0; i < 1000000; ++i) {
+    float f;
+    if (i % 2 == 0) {
+      f = floatOf(uint32_t(rng()));
+    } else {
+      f = std::ldexp(1.0f + float(rng() & 0x7FFFFF) * std::ldexp(1.0f, -23), exponent(rng));
+      if (rng() & 1) f = -f;
+    }
+    const uint16_t got = floatToHalf(f);
+    const uint16_t want = bitsOfFloat16(static_cast<_Float16>(f));
+    if (std::isnan(f)) {
+      ASSERT_TRUE(isHalfNan(got) && isHalfNan(want)) << std::hex << bitsOf(f);
+    } else {
+      ASSERT_EQ(got, want) << std::hex << "float bits " << bitsOf(f);
+    }
+  }
+}
+
+TEST(HalfFloatTest, HalfToFloatMatchesCompilerFloat16) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    _Float16 x;
+    const uint16_t u = uint16_t(h);
+    std::memcpy(&x, &u, 2);
+    const float want = static_cast<float>(x);
+    const float got = halfToFloat(u);
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(got)) << std::hex << h;
+    } else {
+      ASSERT_EQ(bitsOf(got), bitsOf(want)) << std::hex << h;
+    }
+  }
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------------------
+// bf16 conversions
+
+// Reference float -> bf16 by comparing the two candidate neighbours in double.
+uint16_t referenceFloatToBf16(float f) {
+  const uint32_t x = bitsOf(f);
+  const uint16_t sign = uint16_t(x >> 16) & 0x8000;
+  const uint32_t ax = x & 0x7FFFFFFFu;
+  const uint16_t lo = uint16_t(ax >> 16);  // truncation
+  if ((ax & 0xFFFF) == 0) return uint16_t(sign | lo);
+  const uint16_t hi = uint16_t(lo + 1);
+  const double a = double(floatOf(ax));
+  const double vlo = double(floatOf(uint32_t(lo) << 16));
+  const double vhi = hi == 0x7F80 ? std::ldexp(1.0, 128) : double(floatOf(uint32_t(hi) << 16));
+  const double dlo = a - vlo, dhi = vhi - a;
+  const uint16_t pick = dlo < dhi ? lo : dhi < dlo ? hi : ((lo & 1) ? hi : lo);
+  return uint16_t(sign | pick);
+}
+
+TEST(BFloat16Test, KnownValues) {
+  EXPECT_EQ(floatToBf16(0.0f), 0x0000);
+  EXPECT_EQ(floatToBf16(-0.0f), 0x8000);
+  EXPECT_EQ(floatToBf16(1.0f), 0x3F80);
+  EXPECT_EQ(floatToBf16(-2.0f), 0xC000);
+  EXPECT_EQ(floatToBf16(3.0f), 0x4040);
+  EXPECT_EQ(floatToBf16(0.1f), 0x3DCD);  // 0x3DCCCCCD rounds up
+  EXPECT_EQ(floatToBf16(3.14159265f), 0x4049);
+  EXPECT_EQ(floatToBf16(65504.0f), 0x4780);
+  EXPECT_EQ(floatToBf16(std::numeric_limits<float>::infinity()), 0x7F80);
+  EXPECT_EQ(floatToBf16(-std::numeric_limits<float>::infinity()), 0xFF80);
+  EXPECT_EQ(floatToBf16(std::numeric_limits<float>::max()), 0x7F80);  // beyond the largest bf16 + half ulp
+  EXPECT_EQ(floatToBf16(floatOf(0x7F7F7FFFu)), 0x7F7F);               // largest finite bf16
+  EXPECT_EQ(floatToBf16(floatOf(0x7F7F8000u)), 0x7F80);               // tie, odd -> even (inf)
+  EXPECT_EQ(floatToBf16(floatOf(0x00008000u)), 0x0000);               // subnormal tie -> even
+  EXPECT_EQ(floatToBf16(floatOf(0x00018000u)), 0x0002);
+  EXPECT_EQ(floatToBf16(floatOf(0x00000001u)), 0x0000);
+  EXPECT_EQ(bf16ToFloat(0x3F80), 1.0f);
+  EXPECT_EQ(bf16ToFloat(0xC000), -2.0f);
+  EXPECT_EQ(bf16ToFloat(0x7F80), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(bitsOf(bf16ToFloat(0x8000)), 0x80000000u);
+}
+
+TEST(BFloat16Test, TiesRoundToNearestEven) {
+  EXPECT_EQ(floatToBf16(floatOf(0x3F808000u)), 0x3F80);  // 1 + 2^-8: tie -> 1
+  EXPECT_EQ(floatToBf16(floatOf(0x3F818000u)), 0x3F82);  // 1 + 3 * 2^-8: tie -> even 0x3F82
+  EXPECT_EQ(floatToBf16(floatOf(0x3F808001u)), 0x3F81);  // just above the tie
+  EXPECT_EQ(floatToBf16(floatOf(0x3F807FFFu)), 0x3F80);  // just below
+  EXPECT_EQ(floatToBf16(floatOf(0xBF818000u)), 0xBF82);
+  EXPECT_EQ(floatToBf16(floatOf(0x3FFF8000u)), 0x4000);  // carry into the exponent
+  for (uint32_t b = 0; b < 0x7F80; ++b) {
+    const uint32_t tie = (b << 16) | 0x8000u;
+    const uint16_t even = (b & 1) ? uint16_t(b + 1) : uint16_t(b);
+    ASSERT_EQ(floatToBf16(floatOf(tie)), even) << std::hex << b;
+    ASSERT_EQ(floatToBf16(floatOf(tie | 0x80000000u)), uint16_t(even | 0x8000)) << std::hex << b;
+    ASSERT_EQ(floatToBf16(floatOf(tie - 1)), b) << std::hex << b;
+    ASSERT_EQ(floatToBf16(floatOf(tie + 1)), b + 1) << std::hex << b;
+  }
+}
+
+TEST(BFloat16Test, NanStaysNanAndRoundTrip) {
+  const uint32_t nans[] = {0x7FC00000u, 0x7F800001u, 0xFF800001u, 0x7FFFFFFFu, 0x7F80FFFFu, 0xFFFF0000u};
+  for (uint32_t n : nans) {
+    const uint16_t b = floatToBf16(floatOf(n));
+    EXPECT_TRUE(isBf16Nan(b)) << std::hex << n << " -> " << b;
+    EXPECT_EQ((b & 0x8000) != 0, (n & 0x80000000u) != 0) << std::hex << n;
+  }
+  for (uint32_t v = 0; v < 0x10000; ++v) {
+    const uint16_t b = uint16_t(v);
+    const uint16_t back = floatToBf16(bf16ToFloat(b));
+    if (isBf16Nan(b)) {
+      ASSERT_EQ(back, b | 0x40) << std::hex << v;
+    } else {
+      ASSERT_EQ(back, b) << std::hex << v;
+      ASSERT_EQ(bitsOf(bf16ToFloat(b)), uint32_t(b) << 16) << std::hex << v;
+    }
+  }
+}
+
+TEST(BFloat16Test, MatchesReferenceOnRandomFloats) {
+  std::mt19937 rng(777);
+  for (int i = 0; i < 300000; ++i) {
+    const float f = floatOf(uint32_t(rng()));
+    const uint16_t got = floatToBf16(f);
+    if (std::isnan(f)) {
+      ASSERT_TRUE(isBf16Nan(got)) << std::hex << bitsOf(f);
+    } else {
+      ASSERT_EQ(got, referenceFloatToBf16(f)) << std::hex << "float bits " << bitsOf(f);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ringguard
