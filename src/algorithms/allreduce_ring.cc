@@ -168,7 +168,9 @@ Status RingAllreduce::applyRecvItem(int step, int slice, int attempt, int slotIn
 
 // Reads the verdicts of everything applied since the last call (one sync per pass or repair round).
 Status RingAllreduce::collectVerdicts() {
-  RINGGUARD_RETURN_IF_ERROR(exec_->sync());
+  RINGGUARD_RETURN_IF_ERROR(pollUntil(
+      ctx_, [&](bool* done) { return exec_->syncTest(done); },
+      [] { return std::string("the executor to finish verifying and reducing"); }));
   for (size_t idx : appliedThisRound_) {
     const int step = int(idx / S_), slice = int(idx % S_);
     const SliceCheck check = exec_->verdict(idx);

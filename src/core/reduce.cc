@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "ringguard/core/status.h"
 
@@ -102,20 +103,43 @@ void apply(void* dst, const void* a, const void* b, size_t n, F f) {
   for (size_t i = 0; i < n; ++i) d[i] = Conv::store(f(Conv::load(x[i]), Conv::load(y[i])));
 }
 
+// Integer sums and products wrap (two's complement), computed in the unsigned type so that the wrap is
+// defined behaviour rather than signed overflow.
+template <typename C>
+C addWrap(C x, C y) {
+  if constexpr (std::is_integral_v<C>) {
+    using U = std::make_unsigned_t<C>;
+    return C(U(U(x) + U(y)));
+  } else {
+    return C(x + y);
+  }
+}
+template <typename C>
+C mulWrap(C x, C y) {
+  if constexpr (std::is_integral_v<C>) {
+    using U = std::make_unsigned_t<C>;
+    using W = std::conditional_t<(sizeof(U) < sizeof(unsigned)), unsigned, U>;  // no promotion to int
+    return C(U(W(U(x)) * W(U(y))));
+  } else {
+    return C(x * y);
+  }
+}
+
 template <typename T, typename Conv>
 void reduceTyped(ReduceOp op, void* dst, const void* a, const void* b, size_t n, bool finalStep, int nranks) {
   using C = typename Conv::Compute;
   switch (op) {
     case ReduceOp::kSum:
-      return apply<T, Conv>(dst, a, b, n, [](C x, C y) { return C(x + y); });
+      return apply<T, Conv>(dst, a, b, n, [](C x, C y) { return addWrap(x, y); });
     case ReduceOp::kAvg:
       if (finalStep) {
-        C div = C(nranks);
-        return apply<T, Conv>(dst, a, b, n, [div](C x, C y) { return C(C(x + y) / div); });
+        // The divisor stays an int: as the element type it would wrap (u8 with 256 ranks divides by 0).
+        const int div = nranks;
+        return apply<T, Conv>(dst, a, b, n, [div](C x, C y) { return C(addWrap(x, y) / div); });
       }
-      return apply<T, Conv>(dst, a, b, n, [](C x, C y) { return C(x + y); });
+      return apply<T, Conv>(dst, a, b, n, [](C x, C y) { return addWrap(x, y); });
     case ReduceOp::kProd:
-      return apply<T, Conv>(dst, a, b, n, [](C x, C y) { return C(x * y); });
+      return apply<T, Conv>(dst, a, b, n, [](C x, C y) { return mulWrap(x, y); });
     case ReduceOp::kMin:
       return apply<T, Conv>(dst, a, b, n, [](C x, C y) { return std::min(x, y); });
     case ReduceOp::kMax:
@@ -127,7 +151,7 @@ template <typename T, typename Conv>
 void divideTyped(void* data, size_t n, int divisor) {
   using C = typename Conv::Compute;
   T* d = static_cast<T*>(data);
-  for (size_t i = 0; i < n; ++i) d[i] = Conv::store(C(Conv::load(d[i]) / C(divisor)));
+  for (size_t i = 0; i < n; ++i) d[i] = Conv::store(C(Conv::load(d[i]) / divisor));
 }
 
 }  // namespace

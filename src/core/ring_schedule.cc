@@ -12,7 +12,10 @@ RingSchedule::RingSchedule(int nranks, size_t count, size_t elementSize, size_t 
   RINGGUARD_ENFORCE(elementSize >= 1, "element size must be positive");
   sliceElements_ = std::max<size_t>(1, sliceBytes / elementSize);
   size_t largest = (count + nranks - 1) / nranks;
-  slicesPerColumn_ = static_cast<int>(std::max<size_t>(1, (largest + sliceElements_ - 1) / sliceElements_));
+  size_t slices = std::max<size_t>(1, (largest + sliceElements_ - 1) / sliceElements_);
+  RINGGUARD_ENFORCE(slices <= size_t(1) << 30,
+                    "ring schedule: more than 2^30 slices per column (raise sliceBytes)");
+  slicesPerColumn_ = static_cast<int>(slices);
   numSteps_ = (nranks == 1 || count == 0) ? 0 : 2 * (nranks - 1);
 }
 

@@ -1,5 +1,6 @@
 #include "ringguard/runtime/communicator.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "ringguard/algorithms/allreduce_ring.h"
@@ -67,6 +68,9 @@ std::shared_ptr<Work> Communicator::allreduceAsync(const void* send, void* recv,
     bad << "send buffer is null with count " << count;
   } else if (count > 0 && recv == nullptr) {
     bad << "recv buffer is null with count " << count;
+  } else if ((count / size_ + 1) / std::max<size_t>(1, options_.sliceBytes / dataTypeSize(dtype)) >
+             (size_t(1) << 30)) {
+    bad << "count " << count << " needs more than 2^30 slices per rank at slice size " << options_.sliceBytes;
   } else if (count > 0 && send != recv) {
     const size_t bytes = count * dataTypeSize(dtype);
     auto s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);

@@ -42,7 +42,7 @@ TEST(CountersTest, DefaultIsAllZero) {
 }
 
 TEST(CountersTest, PlusEqualsAddsEveryField) {
-  Counters a = distinct(0);      // 1..10
+  Counters a = distinct(0);          // 1..10
   const Counters b = distinct(100);  // 101..110
   Counters& r = (a += b);
   EXPECT_EQ(&r, &a);
@@ -72,14 +72,15 @@ TEST(CountersTest, ToStringNamesEveryField) {
   EXPECT_EQ(s,
             "collectives=101 bytes_sent=102 slices_sent=103 slices_verified=104 injected=105 detected=106 "
             "retransmitted=107 escaped=108 delayed=109 repair_rounds=110");
-  for (const char* field : {"collectives=101", "bytes_sent=102", "slices_sent=103", "slices_verified=104",
-                            "injected=105", "detected=106", "retransmitted=107", "escaped=108", "delayed=109",
-                            "repair_rounds=110"}) {
+  for (const char* field :
+       {"collectives=101", "bytes_sent=102", "slices_sent=103", "slices_verified=104", "injected=105",
+        "detected=106", "retransmitted=107", "escaped=108", "delayed=109", "repair_rounds=110"}) {
     EXPECT_NE(s.find(field), std::string::npos) << field << " missing in: " << s;
   }
-  EXPECT_EQ(Counters{}.toString(),
-            "collectives=0 bytes_sent=0 slices_sent=0 slices_verified=0 injected=0 detected=0 retransmitted=0 "
-            "escaped=0 delayed=0 repair_rounds=0");
+  EXPECT_EQ(
+      Counters{}.toString(),
+      "collectives=0 bytes_sent=0 slices_sent=0 slices_verified=0 injected=0 detected=0 retransmitted=0 "
+      "escaped=0 delayed=0 repair_rounds=0");
 }
 
 }  // namespace

@@ -131,7 +131,8 @@ TEST(FaultInjectorTest, RepeatCorruptsTheFirstAttempts) {
     const FaultInjector inj(o);
     const int expectedHits = std::max(2, repeat);
     for (int attempt = 0; attempt < 8; ++attempt) {
-      EXPECT_EQ(inj.corrupts(1, 2, 3, 0, attempt), attempt < expectedHits) << "repeat " << repeat << " " << attempt;
+      EXPECT_EQ(inj.corrupts(1, 2, 3, 0, attempt), attempt < expectedHits)
+          << "repeat " << repeat << " " << attempt;
     }
   }
 }
@@ -146,8 +147,10 @@ TEST(FaultInjectorTest, ProbabilityZeroNeverOneAlways) {
     for (int step = 0; step < 10; ++step) {
       for (int slice = 0; slice < 10; ++slice) {
         for (int rank = 0; rank < 8; ++rank) {
-          ASSERT_FALSE(n.corrupts(seq, step, slice, rank, 0)) << seq << " " << step << " " << slice << " " << rank;
-          ASSERT_TRUE(a.corrupts(seq, step, slice, rank, 0)) << seq << " " << step << " " << slice << " " << rank;
+          ASSERT_FALSE(n.corrupts(seq, step, slice, rank, 0))
+              << seq << " " << step << " " << slice << " " << rank;
+          ASSERT_TRUE(a.corrupts(seq, step, slice, rank, 0))
+              << seq << " " << step << " " << slice << " " << rank;
           ASSERT_FALSE(a.corrupts(seq, step, slice, rank, 1)) << "repeat 1 spares the retransmission";
         }
       }
@@ -227,7 +230,8 @@ TEST(FaultInjectorTest, DelayModeDelaysButNeverCorrupts) {
 // Runs corrupt() for many transfers and payload sizes; `check` gets (before, after, returned).
 template <typename Check>
 void forManyCorruptions(const FaultInjector& inj, Check check) {
-  for (size_t bytes : {size_t(1), size_t(2), size_t(3), size_t(4), size_t(5), size_t(8), size_t(64), size_t(1000)}) {
+  for (size_t bytes :
+       {size_t(1), size_t(2), size_t(3), size_t(4), size_t(5), size_t(8), size_t(64), size_t(1000)}) {
     for (int slice = 0; slice < 60; ++slice) {
       std::vector<uint8_t> payload = randomBytes(bytes, uint32_t(bytes * 100 + slice));
       const std::vector<uint8_t> before = payload;
@@ -262,12 +266,13 @@ TEST(FaultInjectorTest, MultiBitChangesExactlyBitsBits) {
     SCOPED_TRACE(bits);
     FaultOptions o = withMode(FaultMode::kMultiBit);
     o.bits = bits;
-    forManyCorruptions(FaultInjector(o), [&](const std::vector<uint8_t>& before, const std::vector<uint8_t>& after,
-                                             bool changed) {
+    forManyCorruptions(FaultInjector(o), [&](const std::vector<uint8_t>& before,
+                                             const std::vector<uint8_t>& after, bool changed) {
       ASSERT_TRUE(changed);
       const size_t total = before.size() * 8;
       // `bits` distinct bits; a payload with fewer bits has all of them flipped.
-      ASSERT_EQ(diffBits(before.data(), after.data(), before.size()).size(), std::min<size_t>(size_t(bits), total))
+      ASSERT_EQ(diffBits(before.data(), after.data(), before.size()).size(),
+                std::min<size_t>(size_t(bits), total))
           << "payload bytes " << before.size();
     });
   }
@@ -279,8 +284,8 @@ TEST(FaultInjectorTest, BurstFlipsFirstAndLastBitOfASpanOfAtMostBurstBits) {
     FaultOptions o = withMode(FaultMode::kBurst);
     o.burstBits = burstBits;
     size_t shortest = ~size_t(0), longest = 0;
-    forManyCorruptions(FaultInjector(o), [&](const std::vector<uint8_t>& before, const std::vector<uint8_t>& after,
-                                             bool changed) {
+    forManyCorruptions(FaultInjector(o), [&](const std::vector<uint8_t>& before,
+                                             const std::vector<uint8_t>& after, bool changed) {
       ASSERT_TRUE(changed);
       const std::vector<size_t> d = diffBits(before.data(), after.data(), before.size());
       // First and last bit of the burst flip, so at least two bits differ and they bound the span.
@@ -301,17 +306,18 @@ TEST(FaultInjectorTest, BurstFlipsFirstAndLastBitOfASpanOfAtMostBurstBits) {
 }
 
 TEST(FaultInjectorTest, GarbageAlwaysChangesThePayload) {
-  forManyCorruptions(FaultInjector(withMode(FaultMode::kGarbage)),
-                     [&](const std::vector<uint8_t>& before, const std::vector<uint8_t>& after, bool changed) {
-                       ASSERT_TRUE(changed);
-                       ASSERT_NE(before, after);
-                       // Large payloads are replaced wholesale, not patched.
-                       if (before.size() >= 64) {
-                         size_t same = 0;
-                         for (size_t i = 0; i < before.size(); ++i) same += before[i] == after[i] ? 1 : 0;
-                         ASSERT_LT(same, before.size() / 8);
-                       }
-                     });
+  forManyCorruptions(
+      FaultInjector(withMode(FaultMode::kGarbage)),
+      [&](const std::vector<uint8_t>& before, const std::vector<uint8_t>& after, bool changed) {
+        ASSERT_TRUE(changed);
+        ASSERT_NE(before, after);
+        // Large payloads are replaced wholesale, not patched.
+        if (before.size() >= 64) {
+          size_t same = 0;
+          for (size_t i = 0; i < before.size(); ++i) same += before[i] == after[i] ? 1 : 0;
+          ASSERT_LT(same, before.size() / 8);
+        }
+      });
   // One-byte payloads: random garbage equals the old byte about once in 256 draws, and must still differ.
   const FaultInjector inj(withMode(FaultMode::kGarbage));
   for (int slice = 0; slice < 5000; ++slice) {
@@ -346,7 +352,8 @@ TEST(FaultInjectorTest, TrailerModeFlipsOneTrailerBitAndNoPayloadBit) {
     id.payloadBytes = 64;
     ASSERT_EQ(checkSlice(t, id, 0xDEADBEEFu), SliceCheck::kMalformed);
   }
-  for (size_t i = 0; i < sizeof(Trailer); ++i) EXPECT_GT(hitField[i], 0) << "trailer byte " << i << " never hit";
+  for (size_t i = 0; i < sizeof(Trailer); ++i)
+    EXPECT_GT(hitField[i], 0) << "trailer byte " << i << " never hit";
   // The trailer mode damages the trailer even when the payload is empty.
   Trailer t = sampleTrailer();
   const Trailer tBefore = t;

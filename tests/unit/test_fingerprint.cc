@@ -101,7 +101,8 @@ TEST(FingerprintTest, FlagsAndCollectiveDifferencesAreMismatches) {
   invalid.flags = kFingerprintInvalidInput;
   Status s = compareFingerprints(1, mine, 3, invalid);
   EXPECT_EQ(s.code(), StatusCode::kFingerprintMismatch);
-  EXPECT_TRUE(contains(s.message(), "rank 3 has {allreduce op=sum dtype=f32 count=100 seq=3 invalid-arguments}"))
+  EXPECT_TRUE(
+      contains(s.message(), "rank 3 has {allreduce op=sum dtype=f32 count=100 seq=3 invalid-arguments}"))
       << s.message();
 
   Fingerprint other = mine;
@@ -123,9 +124,11 @@ TEST(FingerprintTest, InvalidOpOrDtypeByteIsDescribedAsInvalid) {
   f.dtype = 200;
   EXPECT_EQ(describeFingerprint(f), "{allreduce op=prod dtype=invalid count=8 seq=1}");
 
-  const Status s = compareFingerprints(0, makeAllreduceFingerprint(ReduceOp::kProd, DataType::kFloat32, 8, 1), 1, f);
+  const Status s =
+      compareFingerprints(0, makeAllreduceFingerprint(ReduceOp::kProd, DataType::kFloat32, 8, 1), 1, f);
   EXPECT_EQ(s.code(), StatusCode::kFingerprintMismatch);
-  EXPECT_TRUE(contains(s.message(), "rank 1 has {allreduce op=prod dtype=invalid count=8 seq=1}")) << s.message();
+  EXPECT_TRUE(contains(s.message(), "rank 1 has {allreduce op=prod dtype=invalid count=8 seq=1}"))
+      << s.message();
 }
 
 TEST(FingerprintTest, BadMagicIsMalformed) {
@@ -137,9 +140,10 @@ TEST(FingerprintTest, BadMagicIsMalformed) {
   EXPECT_EQ(describeFingerprint(bad), "{malformed fingerprint}");
   const Status s = compareFingerprints(0, mine, 4, bad);
   EXPECT_EQ(s.code(), StatusCode::kFingerprintMismatch);
-  EXPECT_EQ(s.message(),
-            "collective fingerprint mismatch: rank 0 has {allreduce op=sum dtype=f32 count=100 seq=3}, rank 4 has "
-            "{malformed fingerprint}");
+  EXPECT_EQ(
+      s.message(),
+      "collective fingerprint mismatch: rank 0 has {allreduce op=sum dtype=f32 count=100 seq=3}, rank 4 has "
+      "{malformed fingerprint}");
   // Two malformed fingerprints with different bytes are still a mismatch.
   Fingerprint bad2 = bad;
   bad2.count = 1;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -150,7 +151,8 @@ TEST(ReduceHostTest, Int64) { checkNative<int64_t>(DataType::kInt64, kIntA, kInt
 TEST(ReduceHostTest, Uint8) { checkNative<uint8_t>(DataType::kUint8, kU8A, kU8B, kU8Cases); }
 
 TEST(ReduceHostTest, Int64BeyondThirtyTwoBits) {
-  const std::vector<int64_t> a = {int64_t(1) << 40, -(int64_t(1) << 50) - 1, std::numeric_limits<int64_t>::max()};
+  const std::vector<int64_t> a = {int64_t(1) << 40, -(int64_t(1) << 50) - 1,
+                                  std::numeric_limits<int64_t>::max()};
   const std::vector<int64_t> b = {3, 0, -1};
   std::vector<int64_t> d(3);
   reduceHost(DataType::kInt64, ReduceOp::kSum, d.data(), a.data(), b.data(), 3, false, 2);
@@ -223,6 +225,54 @@ TEST(ReduceHostTest, HalfAndBf16RoundEveryHopToNearestEven) {
   EXPECT_EQ(hd[0], 0x7C00);
   reduceHost(DataType::kFloat16, ReduceOp::kAvg, hd, big, big, 1, true, 2);
   EXPECT_EQ(hd[0], 0x7BFF) << "f16 avg is computed in f32, so the sum does not overflow before dividing";
+}
+
+// Integer sums and products wrap in two's complement (computed unsigned: no signed-overflow UB).
+TEST(ReduceHostTest, SignedIntegerSumAndProdWrap) {
+  const int32_t a[] = {INT32_MAX, INT32_MIN, 65536};
+  const int32_t b[] = {1, -1, 65536};
+  int32_t d[3];
+  reduceHost(DataType::kInt32, ReduceOp::kSum, d, a, b, 2, false, 2);
+  EXPECT_EQ(d[0], INT32_MIN);
+  EXPECT_EQ(d[1], INT32_MAX);
+  reduceHost(DataType::kInt32, ReduceOp::kProd, d + 2, a + 2, b + 2, 1, false, 2);
+  EXPECT_EQ(d[2], 0);
+  const int64_t x[] = {INT64_MAX};
+  const int64_t y[] = {2};
+  int64_t z[1];
+  reduceHost(DataType::kInt64, ReduceOp::kProd, z, x, y, 1, false, 2);
+  EXPECT_EQ(z[0], -2);
+}
+
+// Regression: the avg divisor once was converted to the element type, so for u8 it was the rank count
+// modulo 256 (257 ranks divided by 1, 300 by 44). The sum of two u8 values divided by 257 or more ranks is 0.
+TEST(ReduceHostTest, Uint8AvgWithMoreThan255Ranks) {
+  const uint8_t a[] = {100, 255, 1};
+  const uint8_t b[] = {100, 0, 1};
+  uint8_t d[3];
+  reduceHost(DataType::kUint8, ReduceOp::kAvg, d, a, b, 3, true, 257);
+  EXPECT_EQ(std::vector<int>(d, d + 3), (std::vector<int>{0, 0, 0})) << "u8 avg over 257 ranks";
+  reduceHost(DataType::kUint8, ReduceOp::kAvg, d, a, b, 3, true, 300);
+  EXPECT_EQ(std::vector<int>(d, d + 3), (std::vector<int>{0, 0, 0})) << "u8 avg over 300 ranks";
+  uint8_t v[] = {200, 255};
+  divideHost(DataType::kUint8, v, 2, 257);
+  EXPECT_EQ(std::vector<int>(v, v + 2), (std::vector<int>{0, 0})) << "u8 divided by 257";
+}
+
+// Regression, same cause: with exactly 256 ranks the u8 divisor was 0 and the process died with SIGFPE.
+// Run in a child process so that a crash fails only this test.
+TEST(ReduceHostDeathTest, Uint8AvgWith256RanksDoesNotCrash) {
+  EXPECT_EXIT(
+      {
+        const uint8_t a[] = {100};
+        const uint8_t b[] = {100};
+        uint8_t d[] = {0xEE};
+        reduceHost(DataType::kUint8, ReduceOp::kAvg, d, a, b, 1, true, 256);
+        uint8_t v[] = {200};
+        divideHost(DataType::kUint8, v, 1, 256);
+        std::exit(d[0] == 0 && v[0] == 0 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -421,8 +471,8 @@ TEST(HalfFloatTest, NormalTiesRoundToNearestEven) {
 }
 
 TEST(HalfFloatTest, NanStaysNan) {
-  const uint32_t nans[] = {0x7FC00000u, 0x7F800001u, 0xFF800001u, 0x7FFFFFFFu, 0x7F802000u, 0xFFC00000u,
-                           0x7F801FFFu};
+  const uint32_t nans[] = {0x7FC00000u, 0x7F800001u, 0xFF800001u, 0x7FFFFFFFu,
+                           0x7F802000u, 0xFFC00000u, 0x7F801FFFu};
   for (uint32_t n : nans) {
     const uint16_t h = floatToHalf(floatOf(n));
     EXPECT_TRUE(isHalfNan(h)) << std::hex << n << " -> " << h;

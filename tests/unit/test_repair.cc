@@ -44,8 +44,8 @@ std::vector<SliceFailure> randomFailures(size_t n, uint32_t seed) {
     // Small ranges so that (column, slice) pairs and whole entries repeat.
     const uint32_t column = rng() % 4;
     const uint32_t step = rng() % 6;
-    v.push_back(failure(column, rng() % 5, step, int32_t((column + step) % 4), int32_t((column + step + 1) % 4),
-                        static_cast<SliceCheck>(1 + rng() % 4)));
+    v.push_back(failure(column, rng() % 5, step, int32_t((column + step) % 4),
+                        int32_t((column + step + 1) % 4), static_cast<SliceCheck>(1 + rng() % 4)));
   }
   return v;
 }
@@ -59,7 +59,8 @@ std::set<decltype(fields(SliceFailure{}))> asSet(const std::vector<SliceFailure>
 std::string planToString(const std::vector<ReplayEntry>& plan) {
   std::string s;
   for (const ReplayEntry& e : plan) {
-    s += "(" + std::to_string(e.column) + "," + std::to_string(e.slice) + "@" + std::to_string(e.fromStep) + ")";
+    s += "(" + std::to_string(e.column) + "," + std::to_string(e.slice) + "@" + std::to_string(e.fromStep) +
+         ")";
   }
   return s;
 }
@@ -80,13 +81,13 @@ TEST(RepairTest, EmptyFailureListGivesEmptyPlan) {
 
 TEST(RepairTest, PlanPicksEarliestStepPerColumnSliceSortedByColumnThenSlice) {
   const std::vector<SliceFailure> failures = {
-      failure(2, 1, 5, 3, 0),  //
-      failure(0, 3, 4, 0, 1),  //
-      failure(2, 1, 2, 0, 1),  // earlier than step 5 for (2, 1)
-      failure(0, 0, 7, 3, 0),  //
-      failure(2, 0, 9, 3, 0),  //
+      failure(2, 1, 5, 3, 0),                      //
+      failure(0, 3, 4, 0, 1),                      //
+      failure(2, 1, 2, 0, 1),                      // earlier than step 5 for (2, 1)
+      failure(0, 0, 7, 3, 0),                      //
+      failure(2, 0, 9, 3, 0),                      //
       failure(0, 3, 4, 0, 1, SliceCheck::kStale),  // same step again, other reason
-      failure(2, 1, 3, 1, 2),  //
+      failure(2, 1, 3, 1, 2),                      //
       failure(1, 10, 0, 1, 2),
   };
   const std::vector<ReplayEntry> expected = {{0, 0, 7}, {0, 3, 4}, {1, 10, 0}, {2, 0, 9}, {2, 1, 2}};
@@ -99,7 +100,8 @@ TEST(RepairTest, DuplicatesGiveOneEntry) {
   EXPECT_EQ(planRepair({f}), expected);
   EXPECT_EQ(planRepair({f, f, f}), expected);
   // The same (column, slice) failing on several links collapses to the earliest one.
-  EXPECT_EQ(planRepair({failure(3, 2, 4, 2, 3), f, failure(3, 2, 1, 0, 1, SliceCheck::kMalformed)}), expected);
+  EXPECT_EQ(planRepair({failure(3, 2, 4, 2, 3), f, failure(3, 2, 1, 0, 1, SliceCheck::kMalformed)}),
+            expected);
 }
 
 TEST(RepairTest, SliceIndexOrderIsNumericNotInsertion) {
@@ -151,7 +153,8 @@ TEST(RepairTest, CanonicalFailuresIsOrderIndependentAndDeduplicates) {
       const std::vector<SliceFailure> again = canonicalFailures(failures);
       ASSERT_EQ(again.size(), canon.size());
       for (size_t i = 0; i < canon.size(); ++i) {
-        EXPECT_EQ(fields(again[i]), fields(canon[i])) << "seed " << seed << " shuffle " << shuffle << " at " << i;
+        EXPECT_EQ(fields(again[i]), fields(canon[i]))
+            << "seed " << seed << " shuffle " << shuffle << " at " << i;
       }
     }
     // Idempotent.

@@ -25,8 +25,8 @@ std::vector<size_t> countsFor(int n) {
 }
 
 std::string describe(int n, size_t count, size_t elementSize, size_t sliceBytes) {
-  return "N=" + std::to_string(n) + " count=" + std::to_string(count) + " elementSize=" +
-         std::to_string(elementSize) + " sliceBytes=" + std::to_string(sliceBytes);
+  return "N=" + std::to_string(n) + " count=" + std::to_string(count) +
+         " elementSize=" + std::to_string(elementSize) + " sliceBytes=" + std::to_string(sliceBytes);
 }
 
 // Columns and slices partition [0, count) as the protocol says.
@@ -41,7 +41,8 @@ void checkLayout(int n, size_t count, size_t elementSize, size_t sliceBytes) {
   const size_t base = count / n;
   const size_t extra = count % n;
   const size_t largest = base + (extra ? 1 : 0);
-  const int expectedSlices = static_cast<int>(std::max<size_t>(1, (largest + sliceElements - 1) / sliceElements));
+  const int expectedSlices =
+      static_cast<int>(std::max<size_t>(1, (largest + sliceElements - 1) / sliceElements));
   ASSERT_EQ(s.slicesPerColumn(), expectedSlices);
 
   size_t next = 0;

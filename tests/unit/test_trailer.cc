@@ -17,8 +17,9 @@
 namespace ringguard {
 namespace {
 
-constexpr SliceCheck kAllChecks[] = {SliceCheck::kOk,           SliceCheck::kMalformed, SliceCheck::kStale,
-                                     SliceCheck::kSizeMismatch, SliceCheck::kCorrupt,   SliceCheck::kPoisoned};
+constexpr SliceCheck kAllChecks[] = {SliceCheck::kOk,      SliceCheck::kMalformed,
+                                     SliceCheck::kStale,   SliceCheck::kSizeMismatch,
+                                     SliceCheck::kCorrupt, SliceCheck::kPoisoned};
 
 SliceId sampleId() {
   SliceId id;

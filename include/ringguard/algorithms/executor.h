@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "ringguard/core/status.h"
@@ -54,9 +55,25 @@ class Executor {
   // Copies `bytes` between two buffers of the collective (single rank, out of place).
   virtual Status copy(void* dst, const void* src, size_t bytes) = 0;
 
-  // Makes every verdict recorded so far readable with verdict().
-  virtual Status sync() = 0;
+  // Polled until *done: then every verdict recorded so far is readable with verdict(). Never blocks, so
+  // the caller's wait keeps its timeout and its watch for peer errors (a dead peer must not hang us).
+  virtual Status syncTest(bool* done) = 0;
   virtual SliceCheck verdict(size_t item) const = 0;
+
+  // Orders one collective against the caller's stream (`callerStream` is a cudaStream_t, or null for
+  // host memory). Made on the caller's thread when the collective is enqueued (it may refuse a stream that
+  // is being captured into a CUDA graph); host executors need none and leave *out empty.
+  class Fence {
+   public:
+    virtual ~Fence() = default;
+    virtual Status beforeCollective() = 0;  // progress thread: the communication stream waits for the inputs
+    virtual Status afterCollective() = 0;   // progress thread: marks the results ready
+    virtual Status orderCaller() = 0;       // Work::wait: the caller's stream waits for the results
+  };
+  virtual Status makeFence(void* callerStream, std::unique_ptr<Fence>* out) {
+    out->reset();
+    return Status::ok();
+  }
 };
 
 // Host memory: ISA-L (or zlib) CRC and the host reduction, blocked so each output block is
@@ -72,7 +89,10 @@ class HostExecutor final : public Executor {
   Status editSlot(int index, size_t bytes, const std::function<void(uint8_t*, Trailer*)>& edit) override;
   Status verifyAndApply(const ApplyTask& task, int index, size_t item, size_t nextItem) override;
   Status copy(void* dst, const void* src, size_t bytes) override;
-  Status sync() override { return Status::ok(); }
+  Status syncTest(bool* done) override {
+    *done = true;
+    return Status::ok();
+  }
   SliceCheck verdict(size_t item) const override { return verdicts_[item]; }
 
  private:

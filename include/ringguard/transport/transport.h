@@ -53,7 +53,10 @@ class Transport {
 
   // After a fatal error messages may still be in flight (unmatched fingerprints, error broadcasts).
   // A broken transport keeps its channels out of reuse, so those can never match a later communicator.
-  void markBroken() { broken_ = true; }
+  void markBroken() {
+    broken_ = true;
+    doAbort();
+  }
   bool broken() const { return broken_; }
 
   // Data plane. Buffers must stay valid (and unmodified, for sends) until the request completes.
@@ -79,11 +82,24 @@ class Transport {
                             std::unique_ptr<TransportOp>* out) = 0;
   virtual Status doPostRecv(int peer, Channel channel, void* data, size_t bytes,
                             std::unique_ptr<TransportOp>* out) = 0;
+  // Called once when the transport breaks: tear down what could otherwise block forever (ncclCommAbort).
+  virtual void doAbort() {}
   virtual Status doFlush() { return Status::ok(); }
   virtual Status doProgress() { return Status::ok(); }
   virtual Status doSendControl(int peer, ControlTag tag, const void* data, size_t bytes) = 0;
   virtual Status doProbeControl(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from,
                                 bool* got) = 0;
+
+  // Transports built on another transport (staging through host memory, a host control channel) reach
+  // its hooks through these.
+  static Status innerPostSend(Transport* inner, int peer, Channel channel, const void* data, size_t bytes,
+                              std::unique_ptr<TransportOp>* out) {
+    return inner->doPostSend(peer, channel, data, bytes, out);
+  }
+  static Status innerPostRecv(Transport* inner, int peer, Channel channel, void* data, size_t bytes,
+                              std::unique_ptr<TransportOp>* out) {
+    return inner->doPostRecv(peer, channel, data, bytes, out);
+  }
 
  private:
   Status checkPeer(int peer, const char* what) const;
