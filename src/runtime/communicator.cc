@@ -12,6 +12,7 @@ namespace ringguard {
 Status Work::wait() {
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [this] { return done_; });
+  if (status_.isOk() && fence_) return fence_->orderCaller();
   return status_;
 }
 
@@ -29,10 +30,13 @@ void Work::complete(Status status) {
   cv_.notify_all();
 }
 
-Communicator::Communicator(std::unique_ptr<Transport> transport, const Options& options)
+Communicator::Communicator(std::unique_ptr<Transport> transport, const Options& options,
+                           std::unique_ptr<Executor> executor, std::shared_ptr<void> resources)
     : transport_(std::move(transport)),
       options_(options),
       injector_(options.fault),
+      executor_(executor ? std::move(executor) : std::make_unique<HostExecutor>()),
+      resources_(std::move(resources)),
       rank_(transport_->rank()),
       size_(transport_->size()) {
   Status valid = options_.validate();
@@ -53,10 +57,14 @@ Communicator::~Communicator() {
   }
   cv_.notify_all();
   progress_.join();
+  // The transport may hold operations on the executor's memory and stream; both use the resources.
+  transport_.reset();
+  executor_.reset();
+  resources_.reset();
 }
 
 std::shared_ptr<Work> Communicator::allreduceAsync(const void* send, void* recv, size_t count, DataType dtype,
-                                                   ReduceOp op) {
+                                                   ReduceOp op, void* stream) {
   Task task;
   task.name = "allreduce";
   std::ostringstream bad;
@@ -80,19 +88,28 @@ std::shared_ptr<Work> Communicator::allreduceAsync(const void* send, void* recv,
     task.invalid =
         Status(StatusCode::kInvalidArgument, "allreduce on rank " + std::to_string(rank_) + ": " + bad.str());
   }
-  Executor* exec = &hostExecutor_;
+  std::unique_ptr<Executor::Fence> fence;
+  if (task.invalid.isOk()) {
+    Status st = executor_->makeFence(stream, &fence);
+    if (!st.isOk()) {
+      task.invalid = Status(st.code(), "allreduce on rank " + std::to_string(rank_) + ": " + st.message());
+    }
+  }
+  Executor* exec = executor_.get();
   task.run = [=](const CollectiveContext& ctx) {
     return allreduceRing(ctx, exec, send, recv, count, dtype, op);
   };
-  return enqueue(std::move(task));
+  return enqueue(std::move(task), std::move(fence));
 }
 
-Status Communicator::allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
-  return allreduceAsync(send, recv, count, dtype, op)->wait();
+Status Communicator::allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                               void* stream) {
+  return allreduceAsync(send, recv, count, dtype, op, stream)->wait();
 }
 
-std::shared_ptr<Work> Communicator::enqueue(Task task) {
+std::shared_ptr<Work> Communicator::enqueue(Task task, std::unique_ptr<Executor::Fence> fence) {
   task.work = std::make_shared<Work>();
+  task.work->fence_ = std::move(fence);
   std::shared_ptr<Work> work = task.work;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -147,7 +164,10 @@ void Communicator::runTask(Task& task) {
     ctx.counters = &delta;
     ctx.seq = seq;
     ctx.name = task.name;
-    st = task.run(ctx);
+    Executor::Fence* fence = task.work->fence_.get();
+    st = fence ? fence->beforeCollective() : Status::ok();
+    if (st.isOk()) st = task.run(ctx);
+    if (st.isOk() && fence) st = fence->afterCollective();
   }
   if (!st.isOk()) {
     // Errors every rank already sees the same way need no broadcast; the rest are announced so that

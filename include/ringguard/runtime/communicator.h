@@ -23,7 +23,8 @@ namespace ringguard {
 // Handle of one enqueued collective.
 class Work {
  public:
-  // Blocks until the collective finished on this rank; returns its Status.
+  // Blocks until the collective finished on this rank and returns its Status. For device buffers it also
+  // orders the caller's stream after the results (an event wait, not a device synchronisation).
   Status wait();
   bool isCompleted() const;
 
@@ -35,12 +36,16 @@ class Work {
   std::condition_variable cv_;
   bool done_ = false;
   Status status_;
+  std::unique_ptr<Executor::Fence> fence_;
 };
 
 class Communicator {
  public:
-  // Takes ownership of the transport and starts the progress thread. `options` must be valid.
-  Communicator(std::unique_ptr<Transport> transport, const Options& options);
+  // Takes ownership of the transport and starts the progress thread. `options` must be valid. Without an
+  // executor, buffers are host memory (HostExecutor). `resources` (pools, streams the executor and the
+  // transport use) are released last, after the transport and the executor.
+  Communicator(std::unique_ptr<Transport> transport, const Options& options,
+               std::unique_ptr<Executor> executor = nullptr, std::shared_ptr<void> resources = nullptr);
   // Runs what is still queued, then stops the progress thread.
   ~Communicator();
   Communicator(const Communicator&) = delete;
@@ -53,11 +58,15 @@ class Communicator {
   // Enqueues a verified AllReduce of `count` elements. `send` may equal `recv` (in place); both must stay
   // valid until the Work completes. Thread-safe. Invalid arguments complete the Work with
   // kInvalidArgument naming the argument, and every other rank of the collective gets a kPeerError
-  // (instead of waiting for this rank).
+  // (instead of waiting for this rank). For a device communicator `stream` is the caller's cudaStream_t:
+  // the collective reads the inputs after the work already enqueued on it, and Work::wait() orders it
+  // after the results. A stream that is being captured into a CUDA graph is refused (kInvalidArgument):
+  // the verified collective is host-driven and cannot be captured.
   std::shared_ptr<Work> allreduceAsync(const void* send, void* recv, size_t count, DataType dtype,
-                                       ReduceOp op);
+                                       ReduceOp op, void* stream = nullptr);
   // allreduceAsync(...)->wait().
-  Status allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
+  Status allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                   void* stream = nullptr);
 
   // This rank's counters (a consistent snapshot).
   Counters counters() const;
@@ -71,14 +80,15 @@ class Communicator {
     Status invalid;  // set when the caller's arguments were rejected
     const char* name;
   };
-  std::shared_ptr<Work> enqueue(Task task);
+  std::shared_ptr<Work> enqueue(Task task, std::unique_ptr<Executor::Fence> fence);
   void progressLoop();
   void runTask(Task& task);
 
   std::unique_ptr<Transport> transport_;
   const Options options_;
   const FaultInjector injector_;
-  HostExecutor hostExecutor_;
+  std::unique_ptr<Executor> executor_;
+  std::shared_ptr<void> resources_;
   const int rank_;
   const int size_;
 

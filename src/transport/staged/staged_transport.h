@@ -1,0 +1,48 @@
+#pragma once
+// Device memory staged through pinned host memory over any host transport (MPI now; c10d Gloo later):
+// device -> pinned (cudaMemcpyAsync on the communication stream, so it follows the kernel that produced
+// the data) -> host transport -> pinned -> device. It serves where NCCL is missing, and lets several ranks
+// share one GPU (NCCL refuses two ranks on one device).
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <vector>
+
+#include "ringguard/cuda/memory_pool.h"
+#include "ringguard/transport/transport.h"
+
+namespace ringguard {
+
+class StagedTransport final : public Transport {
+ public:
+  // `stream` is the communication stream the executor enqueues on; `pinned` serves the staging buffers.
+  StagedTransport(std::unique_ptr<Transport> host, PinnedHostPool* pinned, cudaStream_t stream);
+  ~StagedTransport() override;
+  const char* name() const override { return "staged"; }
+
+  class Op;  // a staged send or receive; public so its implementation can reach the transport
+
+ protected:
+  Status doPostSend(int peer, Channel channel, const void* data, size_t bytes,
+                    std::unique_ptr<TransportOp>* out) override;
+  Status doPostRecv(int peer, Channel channel, void* data, size_t bytes,
+                    std::unique_ptr<TransportOp>* out) override;
+  Status doProgress() override;
+  void doAbort() override { host_->markBroken(); }
+  Status doSendControl(int peer, ControlTag tag, const void* data, size_t bytes) override {
+    return host_->sendControl(peer, tag, data, bytes);
+  }
+  Status doProbeControl(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from,
+                        bool* got) override {
+    return host_->probeControl(peer, tag, message, from, got);
+  }
+
+ private:
+  friend class Op;
+  std::unique_ptr<Transport> host_;
+  PinnedHostPool* pinned_;
+  cudaStream_t stream_;
+  std::vector<Op*> live_;  // ops still moving data; advanced by doProgress
+};
+
+}  // namespace ringguard
