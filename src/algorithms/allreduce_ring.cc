@@ -112,7 +112,23 @@ Status RingAllreduce::postRecvItem(int step, int slice, int slotIndex) {
                       &slotReqs_[slotIndex]);
 }
 
+// Adds the time the enclosing scope took to a counter.
+class ScopedNs {
+ public:
+  explicit ScopedNs(uint64_t* sink) : sink_(sink), start_(std::chrono::steady_clock::now()) {}
+  ~ScopedNs() {
+    *sink_ += uint64_t(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_)
+            .count());
+  }
+
+ private:
+  uint64_t* sink_;
+  std::chrono::steady_clock::time_point start_;
+};
+
 Status RingAllreduce::waitSend(size_t idx) {
+  ScopedNs timed(&local_.transferWaitNs);
   return waitFrame(ctx_, &sendReqs_[idx], [&] {
     return "slice " + std::to_string(idx % S_) + " of step " + std::to_string(idx / S_) +
            " to be taken by rank " + std::to_string(right_);
@@ -125,10 +141,13 @@ Status RingAllreduce::waitAllSends() {
 }
 
 Status RingAllreduce::applyRecvItem(int step, int slice, int attempt, int slotIndex) {
-  RINGGUARD_RETURN_IF_ERROR(waitFrame(ctx_, &slotReqs_[slotIndex], [&] {
-    return "slice " + std::to_string(slice) + " of step " + std::to_string(step) + " from rank " +
-           std::to_string(left_);
-  }));
+  {
+    ScopedNs timed(&local_.transferWaitNs);
+    RINGGUARD_RETURN_IF_ERROR(waitFrame(ctx_, &slotReqs_[slotIndex], [&] {
+      return "slice " + std::to_string(slice) + " of step " + std::to_string(step) + " from rank " +
+             std::to_string(left_);
+    }));
+  }
   const size_t idx = item(step, slice);
   const int column = sched_.recvColumn(me_, step);
   const ElementRange r = recvRange(step, slice);
@@ -163,11 +182,13 @@ Status RingAllreduce::applyRecvItem(int step, int slice, int attempt, int slotIn
   task.nranks = sched_.nranks();
   local_.slicesVerified++;
   appliedThisRound_.push_back(idx);
+  ScopedNs timed(&local_.applyNs);
   return exec_->verifyAndApply(task, slotIndex, idx, task.forwarded ? item(step + 1, slice) : idx);
 }
 
 // Reads the verdicts of everything applied since the last call (one sync per pass or repair round).
 Status RingAllreduce::collectVerdicts() {
+  ScopedNs timed(&local_.executorWaitNs);
   RINGGUARD_RETURN_IF_ERROR(pollUntil(
       ctx_, [&](bool* done) { return exec_->syncTest(done); },
       [] { return std::string("the executor to finish verifying and reducing"); }));

@@ -15,6 +15,9 @@ Counters& Counters::operator+=(const Counters& o) {
   escaped += o.escaped;
   delayed += o.delayed;
   repairRounds += o.repairRounds;
+  transferWaitNs += o.transferWaitNs;
+  applyNs += o.applyNs;
+  executorWaitNs += o.executorWaitNs;
   return *this;
 }
 
@@ -23,7 +26,8 @@ std::string Counters::toString() const {
   os << "collectives=" << collectives << " bytes_sent=" << bytesSent << " slices_sent=" << slicesSent
      << " slices_verified=" << slicesVerified << " injected=" << injected << " detected=" << detected
      << " retransmitted=" << retransmitted << " escaped=" << escaped << " delayed=" << delayed
-     << " repair_rounds=" << repairRounds;
+     << " repair_rounds=" << repairRounds << " transfer_wait_ms=" << transferWaitNs / 1e6
+     << " apply_ms=" << applyNs / 1e6 << " executor_wait_ms=" << executorWaitNs / 1e6;
   return os.str();
 }
 

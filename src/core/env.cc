@@ -39,6 +39,12 @@ const std::vector<EnvVar>& envRegistry() {
       {"RINGGUARD_FAULT_REPEAT", "1",
        "Consecutive transfer attempts of a hit slice that are corrupted (1 = only the first); a value "
        "above RINGGUARD_MAX_RETRIES makes the corruption persistent. At least 1."},
+      {"RINGGUARD_DEVICE_TRANSPORT", "auto",
+       "Transport of a device communicator: auto (NCCL when built with it and no two local ranks share a "
+       "GPU, staged otherwise), nccl, or staged (device <-> pinned host <-> MPI)."},
+      {"RINGGUARD_POOL_RELEASE_BYTES", "268435456",
+       "Release threshold of the device memory pool: freed memory it may keep cached across "
+       "synchronisations; the rest goes back to the driver (and so to PyTorch's allocator)."},
   };
   return registry;
 }

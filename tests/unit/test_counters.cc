@@ -9,8 +9,8 @@
 namespace ringguard {
 namespace {
 
-// Ten uint64_t fields. If a field is added, this fails so that the tests below get extended with it.
-static_assert(sizeof(Counters) == 10 * sizeof(uint64_t), "update test_counters.cc for the new field");
+// Thirteen uint64_t fields. If a field is added, this fails so that the tests below get extended with it.
+static_assert(sizeof(Counters) == 13 * sizeof(uint64_t), "update test_counters.cc for the new field");
 
 Counters distinct(uint64_t base) {
   Counters c;
@@ -24,6 +24,9 @@ Counters distinct(uint64_t base) {
   c.escaped = base + 8;
   c.delayed = base + 9;
   c.repairRounds = base + 10;
+  c.transferWaitNs = (base + 11) * 1000000;
+  c.applyNs = (base + 12) * 1000000;
+  c.executorWaitNs = (base + 13) * 1000000;
   return c;
 }
 
@@ -56,6 +59,9 @@ TEST(CountersTest, PlusEqualsAddsEveryField) {
   EXPECT_EQ(a.escaped, 8u + 108u);
   EXPECT_EQ(a.delayed, 9u + 109u);
   EXPECT_EQ(a.repairRounds, 10u + 110u);
+  EXPECT_EQ(a.transferWaitNs, (11u + 111u) * 1000000);
+  EXPECT_EQ(a.applyNs, (12u + 112u) * 1000000);
+  EXPECT_EQ(a.executorWaitNs, (13u + 113u) * 1000000);
   // The right-hand side is untouched.
   EXPECT_EQ(b.collectives, 101u);
   EXPECT_EQ(b.repairRounds, 110u);
@@ -71,7 +77,8 @@ TEST(CountersTest, ToStringNamesEveryField) {
   const std::string s = distinct(100).toString();
   EXPECT_EQ(s,
             "collectives=101 bytes_sent=102 slices_sent=103 slices_verified=104 injected=105 detected=106 "
-            "retransmitted=107 escaped=108 delayed=109 repair_rounds=110");
+            "retransmitted=107 escaped=108 delayed=109 repair_rounds=110 transfer_wait_ms=111 apply_ms=112 "
+            "executor_wait_ms=113");
   for (const char* field :
        {"collectives=101", "bytes_sent=102", "slices_sent=103", "slices_verified=104", "injected=105",
         "detected=106", "retransmitted=107", "escaped=108", "delayed=109", "repair_rounds=110"}) {
@@ -80,7 +87,7 @@ TEST(CountersTest, ToStringNamesEveryField) {
   EXPECT_EQ(
       Counters{}.toString(),
       "collectives=0 bytes_sent=0 slices_sent=0 slices_verified=0 injected=0 detected=0 retransmitted=0 "
-      "escaped=0 delayed=0 repair_rounds=0");
+      "escaped=0 delayed=0 repair_rounds=0 transfer_wait_ms=0 apply_ms=0 executor_wait_ms=0");
 }
 
 }  // namespace

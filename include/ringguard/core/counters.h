@@ -16,6 +16,10 @@ struct Counters {
   uint64_t escaped = 0;         // injected corruptions that passed verification (must stay 0)
   uint64_t delayed = 0;         // slices this rank sent late on purpose (fault injection)
   uint64_t repairRounds = 0;    // repair rounds run
+  // Where the progress thread's time went (nanoseconds), for the benchmarks' breakdown.
+  uint64_t transferWaitNs = 0;  // waiting for slices to arrive or leave
+  uint64_t applyNs = 0;         // verify + reduce/copy calls (host: the work itself; device: enqueueing it)
+  uint64_t executorWaitNs = 0;  // waiting for the executor's queued work (device kernels) to finish
 
   Counters& operator+=(const Counters& o);
   std::string toString() const;

@@ -54,6 +54,8 @@ class Communicator {
   int rank() const { return rank_; }
   int size() const { return size_; }
   const Options& options() const { return options_; }
+  // The transport's name: "mpi", "nccl" or "staged".
+  const char* transportName() const { return transport_->name(); }
 
   // Enqueues a verified AllReduce of `count` elements. `send` may equal `recv` (in place); both must stay
   // valid until the Work completes. Thread-safe. Invalid arguments complete the Work with

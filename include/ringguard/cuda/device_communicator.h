@@ -1,0 +1,37 @@
+#pragma once
+// Communicators over device memory, bootstrapped from MPI. This header belongs to the layer that joins
+// CUDA and MPI: it exposes MPI types.
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "ringguard/core/options.h"
+#include "ringguard/runtime/communicator.h"
+
+namespace ringguard {
+namespace cuda {
+
+enum class DeviceTransportKind { kAuto, kNccl, kStaged };
+
+struct DeviceOptions {
+  // kAuto: NCCL when built with it and no two ranks of a node share a GPU (NCCL refuses that), the
+  // host-staged transport otherwise. Every rank must end up with the same kind; kAuto agrees over MPI.
+  DeviceTransportKind transport = DeviceTransportKind::kAuto;
+  int device = -1;                               // -1: node-local rank modulo the number of visible GPUs
+  uint64_t poolReleaseThreshold = 256ull << 20;  // bytes the device pool may keep cached
+
+  // Defaults overridden by RINGGUARD_DEVICE_TRANSPORT and RINGGUARD_POOL_RELEASE_BYTES.
+  static Status fromEnv(DeviceOptions* out);
+};
+
+// Creates a communicator whose collectives take device pointers and the caller's cudaStream_t. Selects
+// the GPU (cudaSetDevice) on the calling thread too. Collective over `comm`.
+Status createDeviceCommunicator(MPI_Comm comm, const Options& options, const DeviceOptions& device,
+                                std::unique_ptr<Communicator>* out);
+
+// Was this build made with the NCCL transport?
+bool haveNccl();
+
+}  // namespace cuda
+}  // namespace ringguard

@@ -1,0 +1,128 @@
+#include "ringguard/cuda/device_communicator.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "cuda/cuda_check.h"
+#include "ringguard/core/env.h"
+#include "ringguard/cuda/device_executor.h"
+#include "ringguard/cuda/memory_pool.h"
+#include "ringguard/mpi/mpi_communicator.h"
+#include "transport/mpi/mpi_check.h"
+#include "transport/mpi/mpi_transport.h"
+#include "transport/staged/staged_transport.h"
+#if RINGGUARD_HAVE_NCCL
+#include "transport/nccl/nccl_transport.h"
+#endif
+
+namespace ringguard {
+namespace cuda {
+
+namespace {
+
+// What a device communicator owns besides its transport and executor; released after both.
+struct DeviceResources {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<DevicePool> pool;
+  std::unique_ptr<PinnedHostPool> pinned;
+  ~DeviceResources() {
+    pinned.reset();
+    pool.reset();
+    if (stream) {
+      cudaSetDevice(device);
+      cudaStreamSynchronize(stream);
+      cudaStreamDestroy(stream);
+    }
+  }
+};
+
+Status localRankAndSize(MPI_Comm comm, int* localRank, int* localSize) {
+  MPI_Comm node = MPI_COMM_NULL;
+  RINGGUARD_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  MPI_Comm_rank(node, localRank);
+  MPI_Comm_size(node, localSize);
+  MPI_Comm_free(&node);
+  return Status::ok();
+}
+
+}  // namespace
+
+bool haveNccl() { return RINGGUARD_HAVE_NCCL != 0; }
+
+Status DeviceOptions::fromEnv(DeviceOptions* out) {
+  DeviceOptions o;
+  if (const char* v = envLookup("RINGGUARD_DEVICE_TRANSPORT")) {
+    std::string s(v);
+    if (s == "auto") {
+      o.transport = DeviceTransportKind::kAuto;
+    } else if (s == "nccl") {
+      o.transport = DeviceTransportKind::kNccl;
+    } else if (s == "staged") {
+      o.transport = DeviceTransportKind::kStaged;
+    } else {
+      return Status(StatusCode::kInvalidArgument,
+                    "RINGGUARD_DEVICE_TRANSPORT='" + s + "': expected auto, nccl or staged");
+    }
+  }
+  if (const char* v = envLookup("RINGGUARD_POOL_RELEASE_BYTES")) {
+    char* end = nullptr;
+    unsigned long long n = std::strtoull(v, &end, 10);
+    if (*v == '\0' || *v == '-' || *end != '\0') {
+      return Status(StatusCode::kInvalidArgument,
+                    std::string("RINGGUARD_POOL_RELEASE_BYTES='") + v + "': expected a byte count");
+    }
+    o.poolReleaseThreshold = n;
+  }
+  *out = o;
+  return Status::ok();
+}
+
+Status createDeviceCommunicator(MPI_Comm comm, const Options& options, const DeviceOptions& device,
+                                std::unique_ptr<Communicator>* out) {
+  RINGGUARD_RETURN_IF_ERROR(options.validate());
+  RINGGUARD_RETURN_IF_ERROR(mpi::ensureInitialized());
+  int devices = 0;
+  RINGGUARD_CUDA_CHECK(cudaGetDeviceCount(&devices));
+  int localRank = 0, localSize = 1;
+  RINGGUARD_RETURN_IF_ERROR(localRankAndSize(comm, &localRank, &localSize));
+
+  // NCCL refuses two ranks on one GPU; every rank must pick the same transport, so agree on it.
+  DeviceTransportKind kind = device.transport;
+  if (kind == DeviceTransportKind::kAuto) {
+    int ncclUsable = (haveNccl() && localSize <= devices) ? 1 : 0, all = 0;
+    RINGGUARD_MPI_CHECK(MPI_Allreduce(&ncclUsable, &all, 1, MPI_INT, MPI_MIN, comm));
+    kind = all ? DeviceTransportKind::kNccl : DeviceTransportKind::kStaged;
+  }
+  if (kind == DeviceTransportKind::kNccl && !haveNccl()) {
+    return Status(StatusCode::kInvalidArgument,
+                  "the NCCL transport was asked for, but this build has no NCCL");
+  }
+
+  auto res = std::make_shared<DeviceResources>();
+  res->device = device.device >= 0 ? device.device : localRank % devices;
+  RINGGUARD_CUDA_CHECK(cudaSetDevice(res->device));
+  RINGGUARD_CUDA_CHECK(cudaStreamCreateWithFlags(&res->stream, cudaStreamNonBlocking));
+  RINGGUARD_RETURN_IF_ERROR(DevicePool::create(res->device, device.poolReleaseThreshold, &res->pool));
+  res->pinned = std::make_unique<PinnedHostPool>();
+
+  std::unique_ptr<Transport> transport;
+  if (kind == DeviceTransportKind::kNccl) {
+#if RINGGUARD_HAVE_NCCL
+    RINGGUARD_RETURN_IF_ERROR(NcclTransport::create(comm, res->stream, options.timeout, &transport));
+#endif
+  } else {
+    std::unique_ptr<Transport> host;
+    RINGGUARD_RETURN_IF_ERROR(MpiTransport::create(comm, &host));
+    transport = std::make_unique<StagedTransport>(std::move(host), res->pinned.get(), res->stream);
+  }
+  auto executor =
+      std::make_unique<DeviceExecutor>(res->device, res->pool.get(), res->pinned.get(), res->stream);
+  out->reset(new Communicator(std::move(transport), options, std::move(executor), res));
+  return Status::ok();
+}
+
+}  // namespace cuda
+}  // namespace ringguard
