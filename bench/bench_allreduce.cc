@@ -2,6 +2,10 @@
 // in the same run.
 //
 //   mpirun -np 2 build/bench/bench_allreduce -b 1K -e 64M -f 4 -n 10 -w 3 -c 1 -d f32
+//
+// With -D (device buffers, built with CUDA) the peer is what a user would do without ringguard: copy to
+// pinned host memory, MPI_Allreduce, copy back (ringguard_vs_mpi_staged). Ranks share the GPU through the
+// host-staged transport unless each has its own GPU and RINGGUARD_DEVICE_TRANSPORT allows NCCL.
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -13,6 +17,11 @@
 
 #include "ringguard/core/reduce.h"
 #include "ringguard/mpi/mpi_communicator.h"
+#if RINGGUARD_BENCH_DEVICE
+#include <cuda_runtime_api.h>
+
+#include "ringguard/cuda/device_communicator.h"
+#endif
 
 using namespace ringguard;
 
@@ -88,6 +97,24 @@ void fill(DataType t, void* buf, size_t count, int rank) {
   }
 }
 
+void printBreakdown(const Counters& before, const Counters& after, int calls) {
+  auto ms = [calls](uint64_t a, uint64_t b) { return double(b - a) / 1e6 / calls; };
+  printf("%68s breakdown/call: transfer_wait=%.3f ms apply=%.3f ms executor_wait=%.3f ms\n", "",
+         ms(before.transferWaitNs, after.transferWaitNs), ms(before.applyNs, after.applyNs),
+         ms(before.executorWaitNs, after.executorWaitNs));
+}
+
+#if RINGGUARD_BENCH_DEVICE
+#define BENCH_CUDA(call)                                                                              \
+  do {                                                                                                \
+    cudaError_t e_ = (call);                                                                          \
+    if (e_ != cudaSuccess) {                                                                          \
+      fprintf(stderr, "%s failed at %s:%d: %s\n", #call, __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      MPI_Abort(MPI_COMM_WORLD, 4);                                                                   \
+    }                                                                                                 \
+  } while (0)
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -104,6 +131,9 @@ int main(int argc, char** argv) {
   app.add_option("-c,--check", check, "1: check both results against each other at every size");
   app.add_option("-d,--datatype", dtypeName, "f32, f64, i32, i64 or u8");
   app.add_option("-s,--slice-bytes", sliceBytes, "ringguard slice size (default: RINGGUARD_SLICE_BYTES)");
+  bool device = false;
+  app.add_flag("-D,--device", device,
+               "device buffers (CUDA builds): against copy to host + MPI_Allreduce + copy back");
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0, size = 0;
@@ -130,14 +160,37 @@ int main(int argc, char** argv) {
   }
   if (sliceBytes) options.sliceBytes = sliceBytes;
   std::unique_ptr<Communicator> comm;
-  if (Status st = mpi::createCommunicator(MPI_COMM_WORLD, options, &comm); !st.isOk()) {
+  Status created;
+#if RINGGUARD_BENCH_DEVICE
+  cudaStream_t stream = nullptr;
+  if (device) {
+    cuda::DeviceOptions dopt;
+    created = cuda::DeviceOptions::fromEnv(&dopt);
+    if (created.isOk()) created = cuda::createDeviceCommunicator(MPI_COMM_WORLD, options, dopt, &comm);
+    if (created.isOk()) BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  } else {
+    created = mpi::createCommunicator(MPI_COMM_WORLD, options, &comm);
+  }
+#else
+  if (device) {
+    if (rank == 0) fprintf(stderr, "-D needs a build with CUDA\n");
+    MPI_Finalize();
+    return 2;
+  }
+  created = mpi::createCommunicator(MPI_COMM_WORLD, options, &comm);
+#endif
+  if (Status st = created; !st.isOk()) {
     fprintf(stderr, "rank %d: %s\n", rank, st.toString().c_str());
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   const size_t esize = dataTypeSize(dtype);
   if (rank == 0) {
-    printf("# ringguard bench_allreduce: np=%d dtype=%s slice=%zu slots=%d iters=%d warmup=%d\n", size,
-           dataTypeName(dtype), options.sliceBytes, options.slots, iters, warmup);
+    printf(
+        "# ringguard bench_allreduce: np=%d dtype=%s slice=%zu slots=%d iters=%d warmup=%d memory=%s "
+        "transport=%s\n",
+        size, dataTypeName(dtype), options.sliceBytes, options.slots, iters, warmup,
+        device ? "device" : "host", comm->transportName());
+    if (device) printf("# peer (mpi columns): cudaMemcpy to pinned host + MPI_Allreduce + cudaMemcpy back\n");
     printf("# busbw = algbw * 2(n-1)/n. ratio = MPI time / ringguard time (> 1: ringguard faster)\n");
     printf("%12s %12s | %10s %9s %9s | %10s %9s %9s | %7s %6s\n", "bytes", "count", "rg_us", "rg_algbw",
            "rg_busbw", "mpi_us", "mpi_algbw", "mpi_busbw", "ratio", "check");
@@ -148,40 +201,72 @@ int main(int argc, char** argv) {
   std::vector<uint8_t> in, outRg, outMpi;
   for (size_t bytes = std::max(minB, esize); bytes <= maxB;
        bytes = std::max(bytes + esize, size_t(bytes * factor))) {
-    const size_t count = bytes / esize;
-    in.resize(count * esize);
-    outRg.assign(count * esize, 0);
-    outMpi.assign(count * esize, 0);
+    const size_t count = bytes / esize, n = count * esize;
+    in.resize(n);
+    outRg.assign(n, 0);
+    outMpi.assign(n, 0);
     fill(dtype, in.data(), count, rank);
     bool failed = false;
-    double tRg = timeIt(warmup, iters, [&] {
-      Status st = comm->allreduce(in.data(), outRg.data(), count, dtype, ReduceOp::kSum);
+    auto report = [&](const Status& st) {
       if (!st.isOk()) {
         fprintf(stderr, "rank %d: %s\n", rank, st.toString().c_str());
         failed = true;
       }
-    });
-    double tMpi = timeIt(warmup, iters, [&] {
-      MPI_Allreduce(in.data(), outMpi.data(), int(count), mpiType(dtype), MPI_SUM, MPI_COMM_WORLD);
-    });
-    int ok = !failed && (!check || std::memcmp(outRg.data(), outMpi.data(), count * esize) == 0),
-        allRanks = 0;
+    };
+    double tRg = 0, tMpi = 0;
+    Counters before = comm->counters();
+    if (!device) {
+      tRg = timeIt(warmup, iters,
+                   [&] { report(comm->allreduce(in.data(), outRg.data(), count, dtype, ReduceOp::kSum)); });
+      tMpi = timeIt(warmup, iters, [&] {
+        MPI_Allreduce(in.data(), outMpi.data(), int(count), mpiType(dtype), MPI_SUM, MPI_COMM_WORLD);
+      });
+    }
+#if RINGGUARD_BENCH_DEVICE
+    if (device) {
+      void *dIn = nullptr, *dOut = nullptr, *pinned = nullptr;
+      BENCH_CUDA(cudaMalloc(&dIn, n + 1));
+      BENCH_CUDA(cudaMalloc(&dOut, n + 1));
+      BENCH_CUDA(cudaMallocHost(&pinned, n + 1));
+      BENCH_CUDA(cudaMemcpy(dIn, in.data(), n, cudaMemcpyHostToDevice));
+      tRg = timeIt(warmup, iters, [&] {
+        report(comm->allreduce(dIn, dOut, count, dtype, ReduceOp::kSum, stream));
+        BENCH_CUDA(cudaStreamSynchronize(stream));
+      });
+      BENCH_CUDA(cudaMemcpy(outRg.data(), dOut, n, cudaMemcpyDeviceToHost));
+      tMpi = timeIt(warmup, iters, [&] {
+        BENCH_CUDA(cudaMemcpyAsync(pinned, dIn, n, cudaMemcpyDeviceToHost, stream));
+        BENCH_CUDA(cudaStreamSynchronize(stream));
+        MPI_Allreduce(MPI_IN_PLACE, pinned, int(count), mpiType(dtype), MPI_SUM, MPI_COMM_WORLD);
+        BENCH_CUDA(cudaMemcpyAsync(dOut, pinned, n, cudaMemcpyHostToDevice, stream));
+        BENCH_CUDA(cudaStreamSynchronize(stream));
+      });
+      BENCH_CUDA(cudaMemcpy(outMpi.data(), dOut, n, cudaMemcpyDeviceToHost));
+      BENCH_CUDA(cudaFree(dIn));
+      BENCH_CUDA(cudaFree(dOut));
+      BENCH_CUDA(cudaFreeHost(pinned));
+    }
+#endif
+    Counters after = comm->counters();
+    int ok = !failed && (!check || std::memcmp(outRg.data(), outMpi.data(), n) == 0), allRanks = 0;
     MPI_Allreduce(&ok, &allRanks, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
     allOk = allOk && allRanks;
-    const double algRg = double(count * esize) / tRg / 1e9, algMpi = double(count * esize) / tMpi / 1e9;
+    const double algRg = double(n) / tRg / 1e9, algMpi = double(n) / tMpi / 1e9;
     const double busFactor = size > 1 ? 2.0 * (size - 1) / size : 1.0;
     lastRatio = tMpi / tRg;
-    lastBytes = count * esize;
+    lastBytes = n;
     if (rank == 0) {
-      printf("%12zu %12zu | %10.1f %9.3f %9.3f | %10.1f %9.3f %9.3f | %7.3f %6s\n", count * esize, count,
-             tRg * 1e6, algRg, algRg * busFactor, tMpi * 1e6, algMpi, algMpi * busFactor, lastRatio,
+      printf("%12zu %12zu | %10.1f %9.3f %9.3f | %10.1f %9.3f %9.3f | %7.3f %6s\n", n, count, tRg * 1e6,
+             algRg, algRg * busFactor, tMpi * 1e6, algMpi, algMpi * busFactor, lastRatio,
              !check ? "-" : (allRanks ? "ok" : "FAIL"));
+      printBreakdown(before, after, warmup + iters);
     }
   }
   Counters c = comm->counters();
   if (rank == 0) {
     printf("# rank 0 counters: %s\n", c.toString().c_str());
-    printf("summary: bytes=%zu np=%d ringguard_vs_mpi=%.3f\n", lastBytes, size, lastRatio);
+    printf("summary: bytes=%zu np=%d %s=%.3f\n", lastBytes, size,
+           device ? "ringguard_vs_mpi_staged" : "ringguard_vs_mpi", lastRatio);
   }
   comm.reset();
   MPI_Finalize();
