@@ -126,6 +126,24 @@ if [[ $built -eq 1 ]]; then
       fi
     fi
   fi
+
+  # The verified ring on device memory: compute-sanitizer over a 2-rank staged run (small sizes), then
+  # bench_allreduce -D with 2, 3 and 4 ranks sharing the GPU against copy + MPI_Allreduce + copy back.
+  ring_bin="$build_dir/tests/gpu/ringguard_gpu_ring_tests"
+  allreduce_bin="$build_dir/bench/bench_allreduce"
+  mpirun_args=(--oversubscribe --bind-to none --timeout 600)
+  if [[ -n "$sanitizer" && -x "$ring_bin" ]]; then
+    run_step ring_memcheck env RINGGUARD_DEVICE_TRANSPORT=staged mpirun "${mpirun_args[@]}" -np 2 \
+      "$sanitizer" --tool memcheck --error-exitcode 99 "$ring_bin" \
+      --gtest_filter='AllModes/DeviceRingFaults.*/bitflip:AllModes/DeviceRingFaults.*/trailer:DeviceRing.Capturing*'
+  fi
+  if [[ -x "$allreduce_bin" ]]; then
+    for np in 2 3 4; do
+      run_step "bench_staged_np$np" env RINGGUARD_DEVICE_TRANSPORT=staged timeout 300 mpirun "${mpirun_args[@]}" \
+        -np "$np" "$allreduce_bin" -D -b 1M -e 256M -f 4 -n 5 -w 2
+    done
+    run_step bench_host_np2 timeout 300 mpirun "${mpirun_args[@]}" -np 2 "$allreduce_bin" -b 1M -e 64M -f 4 -n 10 -w 3
+  fi
 else
   for step in ctest_gpu regcheck memcheck racecheck bench_kernels; do record "$step" FAIL "not built"; done
 fi

@@ -1,4 +1,5 @@
-# CUDA layer: the kernels (src/cuda/*.cu: CRC-32, NaN scan) and the device / pinned-host memory pools.
+# CUDA layer: the kernels (src/cuda/*.cu: CRC-32, NaN scan, verify + reduce), the device / pinned-host memory
+# pools and the device executor.
 # Included from src/CMakeLists.txt when RINGGUARD_WITH_CUDA is ON; appends ringguard_cuda to
 # RINGGUARD_LAYER_TARGETS in the including scope.
 
@@ -6,6 +7,7 @@ file(GLOB RINGGUARD_CUDA_KERNEL_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_D
 add_library(ringguard_cuda STATIC
   ${RINGGUARD_CUDA_KERNEL_SOURCES}
   ${CMAKE_CURRENT_LIST_DIR}/memory_pool.cc
+  ${CMAKE_CURRENT_LIST_DIR}/device_executor.cc
 )
 target_link_libraries(ringguard_cuda PUBLIC ringguard_core CUDA::cudart)
 target_compile_options(ringguard_cuda PRIVATE

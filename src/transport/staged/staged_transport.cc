@@ -37,7 +37,10 @@ class StagedTransport::Op final : public TransportOp {
   Status advance() {
     if (stage_ == Stage::kCopyOut || stage_ == Stage::kCopyIn) {
       cudaError_t e = cudaEventQuery(event_);
-      if (e == cudaErrorNotReady) return Status::ok();
+      if (e == cudaErrorNotReady) {
+        (void)cudaGetLastError();  // "not ready" must not linger as the thread's last error
+        return Status::ok();
+      }
       RINGGUARD_CUDA_CHECK(e);
       if (stage_ == Stage::kCopyIn) return finish();
       stage_ = Stage::kHost;
@@ -74,7 +77,7 @@ class StagedTransport::Op final : public TransportOp {
       cudaEventDestroy(event_);
       event_ = nullptr;
     }
-    if (staging_) t_->pinned_->free(staging_);
+    if (staging_) (void)t_->pinned_->free(staging_);
     staging_ = nullptr;
     stage_ = Stage::kDone;
   }

@@ -1,0 +1,136 @@
+#pragma once
+// The device executor: the Executor of collectives on GPU memory (docs/design/protocol.md, "Executors").
+// Every step is enqueued on one communication stream, and nothing waits on the host except syncTest()
+// (an event query, never blocking), sync(), and the rare paths editSlot() and the growth of the verdict
+// array. Per received slice, verifyAndApply() enqueues
+//
+//   crc32Device(slot payload) -> device word
+//   verifyApplyKernel: every block checks the trailer (checkSlice) and only then reduces / copies its share,
+//                      block 0 writes the verdict (mapped pinned byte + device word)
+//   when forwarded: crc32Device(dst) -> device word, then sealTrailerKernel writes the outgoing trailer
+//                   (CRC of dst, poisoned unless the verdict is kOk) into device memory
+//
+// so the next ncclSend of the trailer needs no host decision. Results are bit-identical to HostExecutor.
+//
+// This header is CUDA-free (the stream handle is forward declared as in kernels.h) so that plain C++ can
+// include it. Memory comes from the caller's DevicePool and PinnedHostPool only.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "ringguard/algorithms/executor.h"
+#include "ringguard/core/status.h"
+#include "ringguard/core/trailer.h"
+
+typedef struct CUstream_st* cudaStream_t;
+typedef struct CUevent_st* cudaEvent_t;
+
+namespace ringguard {
+
+class DevicePool;
+class PinnedHostPool;
+
+class DeviceExecutor final : public Executor {
+ public:
+  // `stream`: the communication stream (created non-blocking by the caller, who owns it and keeps it, the
+  // pools and `device` alive for the executor's lifetime). Every call selects `device` on the calling
+  // thread while it runs (and restores the previous one). The first form uses pool->device().
+  DeviceExecutor(DevicePool* pool, PinnedHostPool* pinned, cudaStream_t stream);
+  DeviceExecutor(int device, DevicePool* pool, PinnedHostPool* pinned, cudaStream_t stream);
+  // Frees everything (stream-ordered frees of the device memory, a stream synchronisation, then the pinned
+  // blocks).
+  ~DeviceExecutor() override;
+  DeviceExecutor(const DeviceExecutor&) = delete;
+  DeviceExecutor& operator=(const DeviceExecutor&) = delete;
+
+  // Grows (never shrinks) the storage and resets it like HostExecutor::prepare: send and slot trailers
+  // zeroed (on the stream), verdicts kOk.
+  Status prepare(size_t items, int slots, size_t slotBytes) override;
+  Trailer* sendTrailer(size_t item) override { return trailers_ + item; }          // device memory
+  void* slot(int index) override { return slots_ + size_t(index) * slotStride_; }  // device, 256-B aligned
+  Trailer* slotTrailer(int index) override { return slotTrailers_ + index; }       // device memory
+
+  // crc32Device(data) then a one-thread kernel that seals the trailer on the device. `data`: device memory.
+  Status sealFirst(size_t item, const void* data, const SliceId& id) override;
+  // A one-thread kernel: attempt = `attempt`, trailer CRC recomputed. No host wait.
+  Status retag(size_t item, uint16_t attempt) override;
+  // Copies the slot payload and trailer to pinned host memory, waits, runs `edit`, copies both back and
+  // waits again (fault injection only).
+  Status editSlot(int index, size_t bytes, const std::function<void(uint8_t*, Trailer*)>& edit) override;
+  // Enqueues the sequence described above; no host wait. task.dst / task.local: device memory.
+  Status verifyAndApply(const ApplyTask& task, int index, size_t item, size_t nextItem) override;
+  // cudaMemcpyAsync on the stream (cudaMemcpyDefault: device to device for device pointers).
+  Status copy(void* dst, const void* src, size_t bytes) override;
+
+  // Records an event after the work enqueued so far (once) and queries it: *done once the stream has
+  // passed it (and no work was enqueued after it). Errors of the stream's work come back here.
+  Status syncTest(bool* done) override;
+  // Blocking form: cudaStreamSynchronize on the communication stream (tests, teardown).
+  Status sync();
+  SliceCheck verdict(size_t item) const override;
+
+  // Events on `callerStream` (a cudaStream_t; null: the legacy default stream): the collective's stream
+  // work waits for what the caller enqueued before the call, and orderCaller() makes the caller's stream
+  // wait for the collective. A stream being captured into a CUDA graph is refused (kInvalidArgument).
+  // Thread-safe against the progress thread: it touches no executor state.
+  Status makeFence(void* callerStream, std::unique_ptr<Fence>* out) override;
+
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  // Per receive slot (and one more for sealFirst): device words and the crc32Device scratch.
+  struct WorkArea {
+    uint32_t payloadCrc;  // CRC of the slot payload (or of sealFirst's data)
+    uint32_t dstCrc;      // CRC of dst after the apply
+    uint32_t verdict;     // SliceCheck of the last apply
+    uint32_t pad;
+    // followed by scratch: crc32DeviceScratchBytes(workScratchBytes_) bytes
+  };
+
+  Status growDevice(void** ptr, size_t* capacity, size_t bytes);
+  Status growWork(size_t areas, size_t scratchBytes);
+  WorkArea* work(size_t area) const;
+  void* workScratch(size_t area) const;
+  Status releaseRetired();
+  Status freeAll();
+
+  const int device_;
+  DevicePool* const pool_;
+  PinnedHostPool* const pinned_;
+  const cudaStream_t stream_;
+
+  // Device memory (DevicePool), grown on demand.
+  Trailer* trailers_ = nullptr;  // items
+  size_t trailersCap_ = 0;       // bytes
+  uint8_t* slots_ = nullptr;     // slots * slotStride_
+  size_t slotsCap_ = 0;          // bytes
+  size_t slotStride_ = 0;
+  Trailer* slotTrailers_ = nullptr;
+  size_t slotTrailersCap_ = 0;
+  uint8_t* work_ = nullptr;  // workAreas_ areas of workStride_ bytes: slots, then the sealFirst area
+  size_t workCap_ = 0;
+  size_t workStride_ = 0;
+  size_t workAreas_ = 0;
+  size_t workScratchBytes_ = 0;  // crc32Device scratch per area
+  size_t numSlots_ = 0;
+  size_t items_ = 0;
+
+  // Pinned host memory (PinnedHostPool): verdicts, written by the kernels through verdictsDevice_.
+  uint8_t* verdicts_ = nullptr;
+  uint8_t* verdictsDevice_ = nullptr;
+  size_t verdictsCap_ = 0;
+  uint8_t* staging_ = nullptr;  // editSlot
+  size_t stagingCap_ = 0;
+  std::vector<void*> retiredPinned_;  // replaced pinned blocks, freed once the stream has passed them
+
+  // syncTest
+  cudaEvent_t syncEvent_ = nullptr;
+  uint64_t enqueued_ = 0;    // calls that enqueued work
+  uint64_t recordedAt_ = 0;  // enqueued_ when syncEvent_ was recorded
+  bool syncPending_ = false;
+};
+
+}  // namespace ringguard

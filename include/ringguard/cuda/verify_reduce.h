@@ -1,0 +1,72 @@
+#pragma once
+// Host launchers of the verify + reduce kernels the device executor enqueues (src/cuda/verify_reduce.cu),
+// and a plain device reduction the tests compare with reduceHost. CUDA-free, like kernels.h: plain C++
+// translation units can include it.
+//
+// All launchers are asynchronous: they enqueue work on `stream` and return. Device pointers are used only
+// by the enqueued work, so the caller keeps them alive until the stream has passed it. Work is launched on
+// the calling thread's current device. Expected failures (bad arguments, CUDA errors at enqueue time) come
+// back as Status.
+//
+// The arithmetic is bit-identical to reduceHost (include/ringguard/core/reduce.h): f16 and bf16 are
+// computed in f32 and rounded to nearest even with the host's own bit manipulation (NaN payloads kept and
+// quieted exactly as floatToHalf / floatToBf16 do), integer sums and products wrap, avg divides by
+// nranks (an int) at the final step, min / max are std::min / std::max (the first operand wins ties and
+// NaN comparisons). One exception, shared with every GPU: an f32 / f64 sum, product or quotient whose
+// result is NaN is the canonical NaN on the device, where x86 propagates an input NaN's payload.
+#include <cstddef>
+#include <cstdint>
+
+#include "ringguard/core/status.h"
+#include "ringguard/core/trailer.h"
+#include "ringguard/core/types.h"
+
+// Forward declaration of the runtime's stream handle, so this header does not need cuda_runtime_api.h.
+typedef struct CUstream_st* cudaStream_t;
+
+namespace ringguard {
+
+// One "verify, then reduce or copy" of a received slot (the device half of Executor::verifyAndApply).
+// Every block of the kernel first computes the verdict exactly like checkSlice(*slotTrailer, expected,
+// *payloadCrc) and touches dst only when it is SliceCheck::kOk.
+struct DeviceApply {
+  const Trailer* slotTrailer = nullptr;  // device: the trailer that arrived with the slot
+  const uint32_t* payloadCrc = nullptr;  // device word: CRC-32 of the slot payload (crc32Device)
+  SliceId expected;                      // what the schedule says must have arrived
+
+  // Verdict outputs (a SliceCheck value), either may be null. verdictByte: a device-visible byte, e.g. the
+  // device pointer of mapped pinned host memory; verdictWord: a device word for later kernels.
+  uint8_t* verdictByte = nullptr;
+  uint32_t* verdictWord = nullptr;
+
+  void* dst = nullptr;          // device, element aligned
+  const void* local = nullptr;  // device, element aligned; may alias dst (reduce only)
+  const void* slot = nullptr;   // device, element aligned: the received payload
+  size_t count = 0;             // elements
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  bool reduce = false;     // dst = local op slot; else dst = slot
+  bool finalStep = false;  // avg divides by nranks here
+  int nranks = 1;
+};
+
+// Enqueues the verify + apply kernel (one launch, whatever the size; at least one block, so the verdict is
+// written even for count == 0).
+Status verifyApplyDevice(const DeviceApply& apply, cudaStream_t stream);
+
+// Enqueues a one-thread kernel writing *outDevice = makeTrailer(id, *crcDevice, flags) with the trailer
+// CRC computed on the device, where flags is kTrailerPoisoned when verdictWord is not null and
+// *verdictWord != SliceCheck::kOk, else 0.
+Status sealTrailerDevice(const SliceId& id, const uint32_t* crcDevice, const uint32_t* verdictWordDevice,
+                         Trailer* outDevice, cudaStream_t stream);
+
+// Enqueues a one-thread kernel that sets trailerDevice->attempt = attempt and re-seals it (sealTrailer).
+Status retagTrailerDevice(Trailer* trailerDevice, uint16_t attempt, cudaStream_t stream);
+
+// dst[i] = a[i] op b[i] for `count` elements of device memory, exactly as reduceHost does on the host; dst
+// may alias a or b. Pointers must be element aligned; 16-byte vectors are used where the three pointers
+// share their alignment, narrower ones (down to single elements) where they do not.
+Status reduceDevice(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t count,
+                    bool finalStep, int nranks, cudaStream_t stream);
+
+}  // namespace ringguard

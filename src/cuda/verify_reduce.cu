@@ -1,0 +1,836 @@
+// Verify + reduce kernels of the device executor (docs/design/protocol.md, "Executors"), bit-identical to
+// the host executor: checkSlice, makeTrailer / sealTrailer and reduceHost.
+//
+//  * verifyApplyKernel<Op>: every block first computes the verdict of the slot (thread 0, from the trailer in
+//    device memory and the payload CRC crc32Device left in a device word), exactly like checkSlice, and
+//    only when it is kOk reduces (dst = local op slot) or copies (dst = slot) its grid-stride share. Block 0
+//    also writes the verdict (a byte in mapped pinned memory, a word in device memory). dst is therefore
+//    never touched by a slice that failed, whatever the block scheduling.
+//  * The data path is a pure stream: 16-byte vectors where dst, local and slot share their alignment
+//    modulo 16, else the widest vector (8 or 4 bytes) they do share, else single elements; the elements
+//    before dst's first vector boundary (head) and after the last whole vector (tail), fewer than one
+//    vector each, are done by the first threads of the grid. kUnroll vectors per operand are in flight
+//    per thread.
+//  * sealTrailerKernel / retagTrailerKernel: makeTrailer and sealTrailer on one thread, the trailer CRC
+//    with slicing-by-4 tables built at compile time from crc32TableEntry (constant memory).
+//
+// The reduction arithmetic is that of reduceHost: the same expressions, with __fadd_rn-style intrinsics so
+// that nothing is contracted, integer sums and products computed in the unsigned type (wrap), the avg
+// divisor kept an int, std::min / std::max spelled out (y < x ? y : x, x < y ? y : x). f16 uses the
+// hardware conversions, which are the IEEE round-to-nearest-even that floatToHalf / halfToFloat implement,
+// except for NaN (and, going to f32, Inf), whose bits are built exactly as the host does; bf16 uses the
+// host's bit manipulation as is.
+//
+// Everything the kernels compute per element or per trailer is __host__ __device__, so that it can be
+// checked against the host reference without a GPU.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+#include "cuda_check.h"
+#include "ringguard/core/crc32_combine.h"
+#include "ringguard/cuda/verify_reduce.h"
+
+namespace ringguard {
+namespace {
+
+// ---- Launch geometry (scripts/regcheck.py reads the bounds from the __launch_bounds__ below) -----------
+constexpr int kApplyThreads = 256;
+constexpr int kApplyMinBlocks = 4;
+constexpr int kTrailerThreads = 32;
+constexpr int kUnroll = 4;  // vectors per operand in flight per thread
+constexpr int kMaxVectorBytes = 16;
+
+static_assert(2 * kMaxVectorBytes <= kApplyThreads, "block 0 covers head and tail, one element per thread");
+
+// `#pragma unroll` for the device pass only: the host compiler also sees the __host__ __device__ bodies.
+#if defined(__CUDA_ARCH__)
+#define RINGGUARD_UNROLL _Pragma("unroll")
+#else
+#define RINGGUARD_UNROLL
+#endif
+
+// ---- Bits and arithmetic shared by host and device -------------------------------------------------------
+
+__host__ __device__ inline uint32_t floatBits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+
+__host__ __device__ inline float bitsFloat(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+
+// halfToFloat of reduce.cc.
+__host__ __device__ inline float halfToFloatBits(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000) << 16;
+  const uint32_t exp = (h >> 10) & 0x1F;
+  uint32_t mant = h & 0x3FF;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: renormalise
+      int e = -1;
+      do {
+        ++e;
+        mant <<= 1;
+      } while ((mant & 0x400) == 0);
+      bits = sign | (uint32_t(127 - 15 - e) << 23) | ((mant & 0x3FF) << 13);
+    }
+  } else if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  return bitsFloat(bits);
+}
+
+// floatToHalf of reduce.cc.
+__host__ __device__ inline uint16_t floatToHalfBits(float f) {
+  const uint32_t x = floatBits(f);
+  const uint16_t sign = uint16_t((x >> 16) & 0x8000);
+  const uint32_t absx = x & 0x7FFFFFFFu;
+  if (absx >= 0x7F800000u) {  // inf or nan (keep nan quiet)
+    return uint16_t(sign | 0x7C00 | (absx > 0x7F800000u ? 0x200 | ((absx >> 13) & 0x3FF) : 0));
+  }
+  if (absx >= 0x477FF000u) return uint16_t(sign | 0x7C00);  // rounds to >= 65520: overflow to inf
+  if (absx < 0x38800000u) {                                 // below the smallest normal half: subnormal
+    if (absx < 0x33000000u) return sign;                    // < 2^-25 rounds to zero
+    const uint32_t e = absx >> 23;
+    const uint32_t m = (absx & 0x7FFFFF) | 0x800000;
+    const uint32_t shift = 126 - e;
+    uint32_t h = m >> shift;
+    const uint32_t rem = m & ((1u << shift) - 1);
+    const uint32_t halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (h & 1))) ++h;
+    return uint16_t(sign | h);
+  }
+  uint32_t h = ((absx - 0x38000000u) >> 13);  // rebias exponent 127 -> 15
+  const uint32_t rem = absx & 0x1FFF;
+  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) ++h;
+  return uint16_t(sign | h);
+}
+
+// f16 <-> f32 as the host does it. On the device the conversion instructions are exact (f16 -> f32) and
+// round to nearest even (f32 -> f16) for every finite value and for Inf; only the NaN (and, widening, the
+// Inf) bit patterns are built by hand, with the host's formulas.
+__host__ __device__ inline float halfToFloatHost(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+  if ((h & 0x7C00u) == 0x7C00u) return halfToFloatBits(h);  // Inf, NaN (payload kept)
+  return __half2float(__ushort_as_half(h));
+#else
+  return halfToFloatBits(h);
+#endif
+}
+
+__host__ __device__ inline uint16_t floatToHalfHost(float f) {
+#if defined(__CUDA_ARCH__)
+  if ((floatBits(f) & 0x7FFFFFFFu) > 0x7F800000u) return floatToHalfBits(f);  // NaN: quieted, payload kept
+  return __half_as_ushort(__float2half_rn(f));
+#else
+  return floatToHalfBits(f);
+#endif
+}
+
+// bf16ToFloat / floatToBf16 of reduce.cc (integer operations only: as cheap as any intrinsic).
+__host__ __device__ inline float bf16ToFloatHost(uint16_t b) { return bitsFloat(uint32_t(b) << 16); }
+
+__host__ __device__ inline uint16_t floatToBf16Host(float f) {
+  const uint32_t x = floatBits(f);
+  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((x >> 16) | 0x40);  // quiet nan
+  const uint32_t rounding = 0x7FFF + ((x >> 16) & 1);
+  return uint16_t((x + rounding) >> 16);
+}
+
+// IEEE operations rounded to nearest even, never contracted into an FMA.
+__host__ __device__ inline float addRn(float x, float y) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(x, y);
+#else
+  return x + y;
+#endif
+}
+__host__ __device__ inline double addRn(double x, double y) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(x, y);
+#else
+  return x + y;
+#endif
+}
+__host__ __device__ inline float mulRn(float x, float y) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(x, y);
+#else
+  return x * y;
+#endif
+}
+__host__ __device__ inline double mulRn(double x, double y) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(x, y);
+#else
+  return x * y;
+#endif
+}
+__host__ __device__ inline float divRn(float x, float y) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(x, y);
+#else
+  return x / y;
+#endif
+}
+__host__ __device__ inline double divRn(double x, double y) {
+#if defined(__CUDA_ARCH__)
+  return __ddiv_rn(x, y);
+#else
+  return x / y;
+#endif
+}
+
+// addWrap / mulWrap of reduce.cc.
+template <typename C>
+__host__ __device__ inline C addWrap(C x, C y) {
+  if constexpr (std::is_integral_v<C>) {
+    using U = std::make_unsigned_t<C>;
+    return C(U(U(x) + U(y)));
+  } else {
+    return addRn(x, y);
+  }
+}
+
+template <typename C>
+__host__ __device__ inline C mulWrap(C x, C y) {
+  if constexpr (std::is_integral_v<C>) {
+    using U = std::make_unsigned_t<C>;
+    using W = std::conditional_t<(sizeof(U) < sizeof(unsigned)), unsigned, U>;  // no promotion to int
+    return C(U(W(U(x)) * W(U(y))));
+  } else {
+    return mulRn(x, y);
+  }
+}
+
+// C(sum / div) with an int divisor, as reduceHost's avg does: the usual arithmetic conversions.
+template <typename C>
+__host__ __device__ inline C divideByInt(C sum, int div) {
+  if constexpr (std::is_integral_v<C>) {
+    return C(sum / div);
+  } else {
+    return divRn(sum, C(div));
+  }
+}
+
+// ---- Element types (load to the compute type, store back) ------------------------------------------------
+
+template <typename T>
+struct NativeConv {
+  using Elem = T;
+  using Compute = T;
+  __host__ __device__ static T load(T v) { return v; }
+  __host__ __device__ static T store(T v) { return v; }
+};
+struct HalfConv {
+  using Elem = uint16_t;
+  using Compute = float;
+  __host__ __device__ static float load(uint16_t v) { return halfToFloatHost(v); }
+  __host__ __device__ static uint16_t store(float v) { return floatToHalfHost(v); }
+};
+struct BFloatConv {
+  using Elem = uint16_t;
+  using Compute = float;
+  __host__ __device__ static float load(uint16_t v) { return bf16ToFloatHost(v); }
+  __host__ __device__ static uint16_t store(float v) { return floatToBf16Host(v); }
+};
+
+// ---- Operations (x: the local operand, y: the slot; reduceHost's a and b) --------------------------------
+
+struct SumFn {
+  template <typename C>
+  __host__ __device__ static C apply(C x, C y, int) {
+    return addWrap(x, y);
+  }
+};
+struct ProdFn {
+  template <typename C>
+  __host__ __device__ static C apply(C x, C y, int) {
+    return mulWrap(x, y);
+  }
+};
+struct MinFn {  // std::min(x, y)
+  template <typename C>
+  __host__ __device__ static C apply(C x, C y, int) {
+    return (y < x) ? y : x;
+  }
+};
+struct MaxFn {  // std::max(x, y)
+  template <typename C>
+  __host__ __device__ static C apply(C x, C y, int) {
+    return (x < y) ? y : x;
+  }
+};
+struct AvgFinalFn {  // the final step of avg: the sum divided by nranks
+  template <typename C>
+  __host__ __device__ static C apply(C x, C y, int nranks) {
+    return divideByInt(addWrap(x, y), nranks);
+  }
+};
+
+// An apply operation: what one element of dst becomes.
+template <typename Conv, typename Fn>
+struct ReduceOpT {
+  using Elem = typename Conv::Elem;
+  static constexpr bool kReadsLocal = true;
+  __host__ __device__ static Elem element(Elem x, Elem y, int nranks) {
+    return Conv::store(Fn::template apply<typename Conv::Compute>(Conv::load(x), Conv::load(y), nranks));
+  }
+};
+struct CopyOpT {  // all-gather: dst = slot, moved as bytes
+  using Elem = uint8_t;
+  static constexpr bool kReadsLocal = false;
+  __host__ __device__ static Elem element(Elem, Elem y, int) { return y; }
+};
+
+// ---- The data path -----------------------------------------------------------------------------------
+
+// Element <-> raw bits (the unsigned integer of the same width).
+template <typename E>
+__host__ __device__ inline E fromBits(uint64_t bits) {
+  if constexpr (std::is_same_v<E, float>) {
+    return bitsFloat(uint32_t(bits));
+  } else if constexpr (std::is_same_v<E, double>) {
+#if defined(__CUDA_ARCH__)
+    return __longlong_as_double(static_cast<long long>(bits));
+#else
+    double d;
+    std::memcpy(&d, &bits, 8);
+    return d;
+#endif
+  } else {
+    return static_cast<E>(bits);  // integers (and the 16-bit patterns of f16 / bf16): two's complement
+  }
+}
+
+template <typename E>
+__host__ __device__ inline uint64_t toBits(E v) {
+  if constexpr (std::is_same_v<E, float>) {
+    return floatBits(v);
+  } else if constexpr (std::is_same_v<E, double>) {
+#if defined(__CUDA_ARCH__)
+    return static_cast<uint64_t>(__double_as_longlong(v));
+#else
+    uint64_t u;
+    std::memcpy(&u, &v, 8);
+    return u;
+#endif
+  } else {
+    using U = std::make_unsigned_t<E>;
+    return static_cast<U>(v);
+  }
+}
+
+// A vector of V bytes (16, 8 or 4) held as 32-bit words, so that narrow elements do not each take a
+// register: element k of width sizeof(E) is extracted and inserted with shifts.
+template <int V>
+struct Words {
+  uint32_t w[V / 4];
+};
+
+template <int V>
+__host__ __device__ inline Words<V> loadWords(const void* base, uint64_t j) {
+  Words<V> r;
+  if constexpr (V == 16) {
+    const uint4 v = static_cast<const uint4*>(base)[j];
+    r.w[0] = v.x;
+    r.w[1] = v.y;
+    r.w[2] = v.z;
+    r.w[3] = v.w;
+  } else if constexpr (V == 8) {
+    const uint2 v = static_cast<const uint2*>(base)[j];
+    r.w[0] = v.x;
+    r.w[1] = v.y;
+  } else {
+    r.w[0] = static_cast<const uint32_t*>(base)[j];
+  }
+  return r;
+}
+
+template <int V>
+__host__ __device__ inline void storeWords(void* base, uint64_t j, const Words<V>& r) {
+  if constexpr (V == 16) {
+    static_cast<uint4*>(base)[j] = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
+  } else if constexpr (V == 8) {
+    static_cast<uint2*>(base)[j] = make_uint2(r.w[0], r.w[1]);
+  } else {
+    static_cast<uint32_t*>(base)[j] = r.w[0];
+  }
+}
+
+template <typename E, int V>
+__host__ __device__ inline E getElement(const Words<V>& v, int k) {
+  if constexpr (sizeof(E) == 8) {
+    return fromBits<E>((uint64_t(v.w[2 * k + 1]) << 32) | v.w[2 * k]);
+  } else if constexpr (sizeof(E) == 4) {
+    return fromBits<E>(v.w[k]);
+  } else {
+    constexpr int kPerWord = 4 / int(sizeof(E));
+    constexpr int kBits = 8 * int(sizeof(E));
+    constexpr uint32_t kMask = (1u << kBits) - 1;
+    return fromBits<E>((v.w[k / kPerWord] >> ((k % kPerWord) * kBits)) & kMask);
+  }
+}
+
+template <typename E, int V>
+__host__ __device__ inline void setElement(Words<V>& v, int k, E e) {
+  const uint64_t bits = toBits(e);
+  if constexpr (sizeof(E) == 8) {
+    v.w[2 * k] = uint32_t(bits);
+    v.w[2 * k + 1] = uint32_t(bits >> 32);
+  } else if constexpr (sizeof(E) == 4) {
+    v.w[k] = uint32_t(bits);
+  } else {
+    constexpr int kPerWord = 4 / int(sizeof(E));
+    constexpr int kBits = 8 * int(sizeof(E));
+    constexpr uint32_t kMask = (1u << kBits) - 1;
+    const int shift = (k % kPerWord) * kBits;
+    v.w[k / kPerWord] = (v.w[k / kPerWord] & ~(kMask << shift)) | ((uint32_t(bits) & kMask) << shift);
+  }
+}
+
+// What one launch moves. Elements [0, head) and [head + vectors * (vecBytes / elem), count) are single
+// elements; in between lie `vectors` vectors of vecBytes, aligned in dst, local and slot alike. vecBytes
+// equal to the element size means single elements throughout (head 0, vectors = count).
+struct ApplyParams {
+  void* dst;
+  const void* local;
+  const void* slot;
+  uint64_t count;
+  uint64_t head;
+  uint64_t vectors;
+  int vecBytes;
+  int nranks;
+};
+
+// One element: dst[i] = local[i] op slot[i] (or slot[i]).
+template <typename Op>
+__host__ __device__ inline void applyElement(const ApplyParams& p, uint64_t i) {
+  using E = typename Op::Elem;
+  E x{};
+  if constexpr (Op::kReadsLocal) x = static_cast<const E*>(p.local)[i];
+  static_cast<E*>(p.dst)[i] = Op::element(x, static_cast<const E*>(p.slot)[i], p.nranks);
+}
+
+// Single elements, grid-stride, kUnroll in flight (vecBytes == element size).
+template <typename Op>
+__host__ __device__ inline void applyScalars(const ApplyParams& p, uint64_t tid, uint64_t nthreads) {
+  using E = typename Op::Elem;
+  const E* local = static_cast<const E*>(p.local);
+  const E* slot = static_cast<const E*>(p.slot);
+  E* dst = static_cast<E*>(p.dst);
+  for (uint64_t i = tid; i < p.count; i += nthreads * kUnroll) {
+    E x[kUnroll] = {};
+    E y[kUnroll] = {};
+    RINGGUARD_UNROLL
+    for (int u = 0; u < kUnroll; ++u) {
+      const uint64_t j = i + u * nthreads;
+      if (j < p.count) {
+        y[u] = slot[j];
+        if constexpr (Op::kReadsLocal) x[u] = local[j];
+      }
+    }
+    RINGGUARD_UNROLL
+    for (int u = 0; u < kUnroll; ++u) {
+      const uint64_t j = i + u * nthreads;
+      if (j < p.count) dst[j] = Op::element(x[u], y[u], p.nranks);
+    }
+  }
+}
+
+// V-byte vectors (V > element size), grid-stride, kUnroll per operand in flight; head and tail by the
+// first threads of the grid.
+template <typename Op, int V>
+__host__ __device__ inline void applyVectors(const ApplyParams& p, uint64_t tid, uint64_t nthreads) {
+  using E = typename Op::Elem;
+  constexpr int N = V / int(sizeof(E));
+  const uint64_t tailBegin = p.head + p.vectors * N;
+  if (tid < p.head) {
+    applyElement<Op>(p, tid);
+  } else if (tid - p.head < p.count - tailBegin) {
+    applyElement<Op>(p, tailBegin + (tid - p.head));
+  }
+
+  void* d = static_cast<E*>(p.dst) + p.head;
+  const void* l = Op::kReadsLocal ? static_cast<const E*>(p.local) + p.head : nullptr;
+  const void* s = static_cast<const E*>(p.slot) + p.head;
+  for (uint64_t i = tid; i < p.vectors; i += nthreads * kUnroll) {
+    Words<V> x[kUnroll] = {};
+    Words<V> y[kUnroll] = {};
+    RINGGUARD_UNROLL
+    for (int u = 0; u < kUnroll; ++u) {
+      const uint64_t j = i + u * nthreads;
+      if (j < p.vectors) {
+        y[u] = loadWords<V>(s, j);
+        if constexpr (Op::kReadsLocal) x[u] = loadWords<V>(l, j);
+      }
+    }
+    RINGGUARD_UNROLL
+    for (int u = 0; u < kUnroll; ++u) {
+      const uint64_t j = i + u * nthreads;
+      if (j < p.vectors) {
+        if constexpr (Op::kReadsLocal) {
+          RINGGUARD_UNROLL
+          for (int k = 0; k < N; ++k) {
+            setElement<E, V>(y[u], k,
+                             Op::element(getElement<E, V>(x[u], k), getElement<E, V>(y[u], k), p.nranks));
+          }
+        }
+        storeWords<V>(d, j, y[u]);
+      }
+    }
+  }
+}
+
+// The share of global thread `tid` of `nthreads`: dispatches on the (grid-uniform) vector width.
+template <typename Op>
+__host__ __device__ inline void applyShare(const ApplyParams& p, uint64_t tid, uint64_t nthreads) {
+  constexpr int E = int(sizeof(typename Op::Elem));
+  if constexpr (E < 16) {
+    if (p.vecBytes == 16) return applyVectors<Op, 16>(p, tid, nthreads);
+  }
+  if constexpr (E < 8) {
+    if (p.vecBytes == 8) return applyVectors<Op, 8>(p, tid, nthreads);
+  }
+  if constexpr (E < 4) {
+    if (p.vecBytes == 4) return applyVectors<Op, 4>(p, tid, nthreads);
+  }
+  applyScalars<Op>(p, tid, nthreads);
+}
+
+// Vector width and head / vector count for elements of `elemBytes` at dst / local / slot (local null for a
+// copy). All three pointers are element aligned.
+ApplyParams planApply(void* dst, const void* local, const void* slot, size_t count, size_t elemBytes,
+                      int nranks) {
+  const uintptr_t d = reinterpret_cast<uintptr_t>(dst);
+  const uintptr_t l = reinterpret_cast<uintptr_t>(local);
+  const uintptr_t s = reinterpret_cast<uintptr_t>(slot);
+  // The widest of 16, 8 and 4 bytes at which the three pointers are equally misaligned, else single
+  // elements (2-byte vectors would only serve u8, and only in that odd case: not worth an instantiation).
+  size_t v = kMaxVectorBytes;
+  while (v >= 4 && v > elemBytes && ((d % v) != (s % v) || (local != nullptr && (d % v) != (l % v)))) v /= 2;
+  if (v < 4 || v <= elemBytes) v = elemBytes;
+  ApplyParams p{};
+  p.dst = dst;
+  p.local = local;
+  p.slot = slot;
+  p.count = count;
+  p.vecBytes = static_cast<int>(v);
+  p.nranks = nranks;
+  p.head = std::min<uint64_t>(((v - d % v) % v) / elemBytes, count);
+  p.vectors = (count - p.head) / (v / elemBytes);
+  return p;
+}
+
+// ---- Trailer CRC: slicing-by-4, tables at compile time -----------------------------------------------
+
+struct TrailerCrcTables {
+  uint32_t t[4][256];  // t[k][b]: the register after byte b followed by k zero bytes, from 0
+};
+
+__host__ __device__ constexpr TrailerCrcTables makeTrailerCrcTables() {
+  TrailerCrcTables s{};
+  for (uint32_t b = 0; b < 256; ++b) s.t[0][b] = crc32TableEntry(b);
+  for (int k = 1; k < 4; ++k) {
+    for (uint32_t b = 0; b < 256; ++b) s.t[k][b] = (s.t[k - 1][b] >> 8) ^ s.t[0][s.t[k - 1][b] & 0xffu];
+  }
+  return s;
+}
+
+constexpr TrailerCrcTables kTrailerCrcHost = makeTrailerCrcTables();
+static_assert(kTrailerCrcHost.t[0][1] == 0x77073096u, "standard CRC-32 table");
+__constant__ TrailerCrcTables kTrailerCrcDevice = makeTrailerCrcTables();
+
+static_assert(sizeof(Trailer) == 40 && offsetof(Trailer, trailerCrc) == 36, "trailer wire layout");
+
+// CRC-32 of the first 36 bytes of `t` (the nine little-endian words before trailerCrc).
+__host__ __device__ inline uint32_t trailerBodyCrc(const Trailer& t) {
+#if defined(__CUDA_ARCH__)
+  const TrailerCrcTables& tab = kTrailerCrcDevice;
+#else
+  const TrailerCrcTables& tab = kTrailerCrcHost;
+#endif
+  const uint32_t words[9] = {t.magic,
+                             t.payloadCrc,
+                             uint32_t(t.seq),
+                             uint32_t(t.seq >> 32),
+                             t.step,
+                             t.slice,
+                             t.column,
+                             t.payloadBytes,
+                             uint32_t(t.attempt) | (uint32_t(t.flags) << 16)};
+  uint32_t c = 0xFFFFFFFFu;
+  RINGGUARD_UNROLL
+  for (int w = 0; w < 9; ++w) {
+    c ^= words[w];
+    c = tab.t[3][c & 0xffu] ^ tab.t[2][(c >> 8) & 0xffu] ^ tab.t[1][(c >> 16) & 0xffu] ^ tab.t[0][c >> 24];
+  }
+  return c ^ 0xFFFFFFFFu;
+}
+
+// makeTrailer of trailer.cc.
+__host__ __device__ inline Trailer makeTrailerHD(const SliceId& id, uint32_t payloadCrc, uint16_t flags) {
+  Trailer t{};
+  t.magic = kTrailerMagic;
+  t.payloadCrc = payloadCrc;
+  t.seq = id.seq;
+  t.step = id.step;
+  t.slice = id.slice;
+  t.column = id.column;
+  t.payloadBytes = id.payloadBytes;
+  t.attempt = id.attempt;
+  t.flags = flags;
+  t.trailerCrc = trailerBodyCrc(t);
+  return t;
+}
+
+// checkSlice of trailer.cc (checkTrailer first, then the payload CRC, then the poisoned flag).
+__host__ __device__ inline SliceCheck checkSliceHD(const Trailer& t, const SliceId& e, uint32_t crc) {
+  if (t.magic != kTrailerMagic || t.trailerCrc != trailerBodyCrc(t)) return SliceCheck::kMalformed;
+  if (t.seq != e.seq || t.step != e.step || t.slice != e.slice || t.column != e.column ||
+      t.attempt != e.attempt) {
+    return SliceCheck::kStale;
+  }
+  if (t.payloadBytes != e.payloadBytes) return SliceCheck::kSizeMismatch;
+  if ((t.flags & ~kTrailerPoisoned) != 0) return SliceCheck::kMalformed;
+  if (t.payloadCrc != crc) return SliceCheck::kCorrupt;
+  if (t.flags & kTrailerPoisoned) return SliceCheck::kPoisoned;
+  return SliceCheck::kOk;
+}
+
+// ---- Kernels -------------------------------------------------------------------------------------------
+
+struct ApplyKernelArgs {
+  const Trailer* trailer;  // null: no verification (reduceDevice)
+  const uint32_t* payloadCrc;
+  SliceId expected;
+  uint8_t* verdictByte;   // may be null
+  uint32_t* verdictWord;  // may be null
+  ApplyParams p;
+};
+
+template <typename Op>
+__global__ void __launch_bounds__(kApplyThreads, kApplyMinBlocks)
+    verifyApplyKernel(const __grid_constant__ ApplyKernelArgs a) {
+  __shared__ int applies;
+  if (threadIdx.x == 0) {
+    SliceCheck verdict = SliceCheck::kOk;
+    if (a.trailer != nullptr) {
+      const Trailer t = *a.trailer;
+      verdict = checkSliceHD(t, a.expected, *a.payloadCrc);
+    }
+    applies = verdict == SliceCheck::kOk;
+    if (blockIdx.x == 0) {
+      if (a.verdictByte != nullptr) *a.verdictByte = static_cast<uint8_t>(verdict);
+      if (a.verdictWord != nullptr) *a.verdictWord = static_cast<uint32_t>(verdict);
+    }
+  }
+  __syncthreads();
+  if (!applies) return;
+  const uint64_t nthreads = static_cast<uint64_t>(gridDim.x) * kApplyThreads;
+  applyShare<Op>(a.p, static_cast<uint64_t>(blockIdx.x) * kApplyThreads + threadIdx.x, nthreads);
+}
+
+struct SealArgs {
+  SliceId id;
+  const uint32_t* crc;
+  const uint32_t* verdictWord;  // may be null: flags 0
+  Trailer* out;
+};
+
+__global__ void __launch_bounds__(kTrailerThreads, 1) sealTrailerKernel(const __grid_constant__ SealArgs a) {
+  if (threadIdx.x != 0) return;
+  const uint16_t flags =
+      (a.verdictWord != nullptr && *a.verdictWord != static_cast<uint32_t>(SliceCheck::kOk))
+          ? kTrailerPoisoned
+          : uint16_t(0);
+  *a.out = makeTrailerHD(a.id, *a.crc, flags);
+}
+
+__global__ void __launch_bounds__(kTrailerThreads, 1) retagTrailerKernel(Trailer* t, uint16_t attempt) {
+  if (threadIdx.x != 0) return;
+  Trailer v = *t;
+  v.attempt = attempt;
+  v.trailerCrc = trailerBodyCrc(v);
+  *t = v;
+}
+
+// Every instantiation the launcher dispatches to.
+#define RINGGUARD_APPLY_OPS(CONV)                                          \
+  template __global__ void verifyApplyKernel<ReduceOpT<CONV, SumFn>>(      \
+      const __grid_constant__ ApplyKernelArgs);                            \
+  template __global__ void verifyApplyKernel<ReduceOpT<CONV, ProdFn>>(     \
+      const __grid_constant__ ApplyKernelArgs);                            \
+  template __global__ void verifyApplyKernel<ReduceOpT<CONV, MinFn>>(      \
+      const __grid_constant__ ApplyKernelArgs);                            \
+  template __global__ void verifyApplyKernel<ReduceOpT<CONV, MaxFn>>(      \
+      const __grid_constant__ ApplyKernelArgs);                            \
+  template __global__ void verifyApplyKernel<ReduceOpT<CONV, AvgFinalFn>>( \
+      const __grid_constant__ ApplyKernelArgs);
+RINGGUARD_APPLY_OPS(NativeConv<float>)
+RINGGUARD_APPLY_OPS(NativeConv<double>)
+RINGGUARD_APPLY_OPS(HalfConv)
+RINGGUARD_APPLY_OPS(BFloatConv)
+RINGGUARD_APPLY_OPS(NativeConv<int32_t>)
+RINGGUARD_APPLY_OPS(NativeConv<int64_t>)
+RINGGUARD_APPLY_OPS(NativeConv<uint8_t>)
+#undef RINGGUARD_APPLY_OPS
+template __global__ void verifyApplyKernel<CopyOpT>(const __grid_constant__ ApplyKernelArgs);
+
+// ---- Launchers -----------------------------------------------------------------------------------------
+
+template <typename Op>
+Status launchApply(const ApplyKernelArgs& args, cudaStream_t stream) {
+  static cuda_detail::ResidentBlocks residency;
+  int resident = 0;
+  RINGGUARD_RETURN_IF_ERROR(residency.get(
+      verifyApplyKernel<Op>, kApplyThreads, 0, [](int) { return Status::ok(); }, &resident));
+  const uint64_t perBlock = static_cast<uint64_t>(kApplyThreads) * kUnroll;
+  const uint64_t wanted = std::max<uint64_t>(1, (args.p.vectors + perBlock - 1) / perBlock);
+  const unsigned blocks = static_cast<unsigned>(std::min<uint64_t>(wanted, static_cast<uint64_t>(resident)));
+  verifyApplyKernel<Op><<<blocks, kApplyThreads, 0, stream>>>(args);
+  RINGGUARD_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+template <typename Conv>
+Status launchReduce(ReduceOp op, bool finalStep, const ApplyKernelArgs& args, cudaStream_t stream) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return launchApply<ReduceOpT<Conv, SumFn>>(args, stream);
+    case ReduceOp::kProd:
+      return launchApply<ReduceOpT<Conv, ProdFn>>(args, stream);
+    case ReduceOp::kMin:
+      return launchApply<ReduceOpT<Conv, MinFn>>(args, stream);
+    case ReduceOp::kMax:
+      return launchApply<ReduceOpT<Conv, MaxFn>>(args, stream);
+    case ReduceOp::kAvg:
+      if (finalStep) return launchApply<ReduceOpT<Conv, AvgFinalFn>>(args, stream);
+      return launchApply<ReduceOpT<Conv, SumFn>>(args, stream);
+  }
+  return Status(StatusCode::kInvalidArgument, "invalid reduce op " + std::to_string(int(op)));
+}
+
+Status dispatchReduce(DataType dtype, ReduceOp op, bool finalStep, const ApplyKernelArgs& args,
+                      cudaStream_t stream) {
+  switch (dtype) {
+    case DataType::kFloat32:
+      return launchReduce<NativeConv<float>>(op, finalStep, args, stream);
+    case DataType::kFloat64:
+      return launchReduce<NativeConv<double>>(op, finalStep, args, stream);
+    case DataType::kFloat16:
+      return launchReduce<HalfConv>(op, finalStep, args, stream);
+    case DataType::kBFloat16:
+      return launchReduce<BFloatConv>(op, finalStep, args, stream);
+    case DataType::kInt32:
+      return launchReduce<NativeConv<int32_t>>(op, finalStep, args, stream);
+    case DataType::kInt64:
+      return launchReduce<NativeConv<int64_t>>(op, finalStep, args, stream);
+    case DataType::kUint8:
+      return launchReduce<NativeConv<uint8_t>>(op, finalStep, args, stream);
+  }
+  return Status(StatusCode::kInvalidArgument, "invalid dtype " + std::to_string(int(dtype)));
+}
+
+// Argument checks shared by verifyApplyDevice and reduceDevice; `what` names the caller.
+Status checkOperands(const char* what, DataType dtype, ReduceOp op, bool reduce, const void* dst,
+                     const void* local, const void* slot, size_t count, int nranks) {
+  if (!isValid(dtype)) return Status(StatusCode::kInvalidArgument, std::string(what) + ": invalid dtype");
+  if (reduce && !isValid(op)) return Status(StatusCode::kInvalidArgument, std::string(what) + ": invalid op");
+  if (reduce && nranks < 1) {
+    return Status(StatusCode::kInvalidArgument,
+                  std::string(what) + ": nranks must be >= 1, got " + std::to_string(nranks));
+  }
+  const size_t elemBytes = dataTypeSize(dtype);
+  if (count > (~size_t(0)) / elemBytes) {
+    return Status(StatusCode::kInvalidArgument, std::string(what) + ": element count overflows");
+  }
+  if (count != 0 && (dst == nullptr || slot == nullptr || (reduce && local == nullptr))) {
+    return Status(StatusCode::kInvalidArgument, std::string(what) + ": null buffer");
+  }
+  const auto misaligned = [&](const void* p) { return reinterpret_cast<uintptr_t>(p) % elemBytes != 0; };
+  if (misaligned(dst) || misaligned(slot) || (reduce && misaligned(local))) {
+    return Status(StatusCode::kInvalidArgument, std::string(what) + ": buffers must be aligned to their " +
+                                                    "element size (" + std::to_string(elemBytes) + " bytes)");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status verifyApplyDevice(const DeviceApply& a, cudaStream_t stream) {
+  if (a.slotTrailer == nullptr || a.payloadCrc == nullptr) {
+    return Status(StatusCode::kInvalidArgument, "verifyApplyDevice: null trailer or payload CRC pointer");
+  }
+  RINGGUARD_RETURN_IF_ERROR(
+      checkOperands("verifyApplyDevice", a.dtype, a.op, a.reduce, a.dst, a.local, a.slot, a.count, a.nranks));
+  ApplyKernelArgs args{};
+  args.trailer = a.slotTrailer;
+  args.payloadCrc = a.payloadCrc;
+  args.expected = a.expected;
+  args.verdictByte = a.verdictByte;
+  args.verdictWord = a.verdictWord;
+  const size_t elemBytes = dataTypeSize(a.dtype);
+  if (!a.reduce) {
+    args.p = planApply(a.dst, nullptr, a.slot, a.count * elemBytes, 1, a.nranks);
+    return launchApply<CopyOpT>(args, stream);
+  }
+  args.p = planApply(a.dst, a.local, a.slot, a.count, elemBytes, a.nranks);
+  return dispatchReduce(a.dtype, a.op, a.finalStep, args, stream);
+}
+
+Status sealTrailerDevice(const SliceId& id, const uint32_t* crcDevice, const uint32_t* verdictWordDevice,
+                         Trailer* outDevice, cudaStream_t stream) {
+  if (crcDevice == nullptr || outDevice == nullptr) {
+    return Status(StatusCode::kInvalidArgument, "sealTrailerDevice: null CRC or output pointer");
+  }
+  SealArgs args{};
+  args.id = id;
+  args.crc = crcDevice;
+  args.verdictWord = verdictWordDevice;
+  args.out = outDevice;
+  sealTrailerKernel<<<1, kTrailerThreads, 0, stream>>>(args);
+  RINGGUARD_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status retagTrailerDevice(Trailer* trailerDevice, uint16_t attempt, cudaStream_t stream) {
+  if (trailerDevice == nullptr)
+    return Status(StatusCode::kInvalidArgument, "retagTrailerDevice: null trailer");
+  retagTrailerKernel<<<1, kTrailerThreads, 0, stream>>>(trailerDevice, attempt);
+  RINGGUARD_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status reduceDevice(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t count,
+                    bool finalStep, int nranks, cudaStream_t stream) {
+  RINGGUARD_RETURN_IF_ERROR(checkOperands("reduceDevice", dtype, op, true, dst, a, b, count, nranks));
+  ApplyKernelArgs args{};
+  args.p = planApply(dst, a, b, count, dataTypeSize(dtype), nranks);
+  return dispatchReduce(dtype, op, finalStep, args, stream);
+}
+
+}  // namespace ringguard
