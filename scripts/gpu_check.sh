@@ -80,7 +80,10 @@ if [[ $built -eq 1 ]]; then
   if [[ -z "$sanitizer" && -x /usr/local/cuda/compute-sanitizer/compute-sanitizer ]]; then
     sanitizer=/usr/local/cuda/compute-sanitizer/compute-sanitizer
   fi
-  if [[ -n "$sanitizer" ]]; then
+  if [[ -n "$sanitizer" && "${GPU_CHECK_QUICK:-0}" == "1" ]]; then
+    record memcheck SKIP "GPU_CHECK_QUICK=1"
+    record racecheck SKIP "GPU_CHECK_QUICK=1"
+  elif [[ -n "$sanitizer" ]]; then
     run_step memcheck env RINGGUARD_TEST_MAX_BYTES=16777216 timeout 1800 \
       "$sanitizer" --tool memcheck --error-exitcode 99 "$tests_bin"
     # racecheck watches shared memory only: the kernel tests are what matters there.

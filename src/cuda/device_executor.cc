@@ -76,6 +76,14 @@ class DeviceFence final : public Executor::Fence {
     return Status::ok();
   }
   Status beforeCollective() override {
+    // The progress thread never joins a user's stream capture: in relaxed mode its CUDA calls cannot
+    // invalidate a capture that another thread of the application is making.
+    thread_local bool relaxed = false;
+    if (!relaxed) {
+      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+      RINGGUARD_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+      relaxed = true;
+    }
     RINGGUARD_DEVICE_GUARD(device_);
     RINGGUARD_CUDA_CHECK(cudaStreamWaitEvent(comm_, ready_, 0));
     return Status::ok();
