@@ -34,8 +34,8 @@ Status Transport::checkPeer(int peer, const char* what) const {
 Status Transport::postSend(int peer, const void* payload, size_t bytes, const Trailer* trailer,
                            FrameRequest* out) {
   RINGGUARD_RETURN_IF_ERROR(checkPeer(peer, "postSend"));
-  RINGGUARD_ENFORCE(trailer != nullptr && trailer->payloadBytes == bytes,
-                    "postSend: trailer must cover the payload");
+  // The trailer may live in device memory (device executors): it is never read here.
+  RINGGUARD_ENFORCE(trailer != nullptr, "postSend: a trailer is required");
   std::unique_ptr<TransportOp> p, t;
   RINGGUARD_RETURN_IF_ERROR(doPostSend(peer, Channel::kPayload, payload, bytes, &p));
   RINGGUARD_RETURN_IF_ERROR(doPostSend(peer, Channel::kTrailer, trailer, sizeof(Trailer), &t));
