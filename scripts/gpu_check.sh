@@ -145,6 +145,10 @@ if [[ $built -eq 1 ]]; then
       run_step "bench_staged_np$np" env RINGGUARD_DEVICE_TRANSPORT=staged timeout 300 mpirun "${mpirun_args[@]}" \
         -np "$np" "$allreduce_bin" -D -b 1M -e 256M -f 4 -n 5 -w 2
     done
+    for np in 2 4; do
+      run_step "bench_staged_np${np}_s4M_w4" env RINGGUARD_DEVICE_TRANSPORT=staged RINGGUARD_SLOTS=4 timeout 300 \
+        mpirun "${mpirun_args[@]}" -np "$np" "$allreduce_bin" -D -b 16M -e 256M -f 4 -n 5 -w 2 -s 4194304
+    done
     run_step bench_host_np2 timeout 300 mpirun "${mpirun_args[@]}" -np 2 "$allreduce_bin" -b 1M -e 64M -f 4 -n 10 -w 3
   fi
 else

@@ -34,18 +34,27 @@ class StagedTransport::Op final : public TransportOp {
     return Transport::innerPostRecv(t_->host_.get(), peer_, channel_, staging_, bytes_, &host_);
   }
 
-  Status advance() {
-    if (stage_ == Stage::kCopyOut || stage_ == Stage::kCopyIn) {
-      cudaError_t e = cudaEventQuery(event_);
-      if (e == cudaErrorNotReady) {
-        (void)cudaGetLastError();  // "not ready" must not linger as the thread's last error
+  // `sendsBlocked`: an earlier send is still copying out. Its host send must be posted first (the host
+  // transport matches messages to a peer in posting order), so this send waits even if its own copy is
+  // done; the copies complete in stream order, but two event queries can observe them out of order.
+  Status advance(bool* sendsBlocked) {
+    if (stage_ == Stage::kCopyOut) {
+      if (*sendsBlocked) return Status::ok();
+      bool ready = false;
+      RINGGUARD_RETURN_IF_ERROR(eventDone(&ready));
+      if (!ready) {
+        *sendsBlocked = true;
         return Status::ok();
       }
-      RINGGUARD_CUDA_CHECK(e);
-      if (stage_ == Stage::kCopyIn) return finish();
       stage_ = Stage::kHost;
       RINGGUARD_RETURN_IF_ERROR(
           Transport::innerPostSend(t_->host_.get(), peer_, channel_, staging_, bytes_, &host_));
+    }
+    if (stage_ == Stage::kCopyIn) {
+      bool ready = false;
+      RINGGUARD_RETURN_IF_ERROR(eventDone(&ready));
+      if (ready) return finish();
+      return Status::ok();
     }
     if (stage_ == Stage::kHost) {
       bool done = false;
@@ -83,6 +92,18 @@ class StagedTransport::Op final : public TransportOp {
   }
 
  private:
+  Status eventDone(bool* ready) {
+    cudaError_t e = cudaEventQuery(event_);
+    if (e == cudaErrorNotReady) {
+      (void)cudaGetLastError();  // "not ready" must not linger as the thread's last error
+      *ready = false;
+      return Status::ok();
+    }
+    RINGGUARD_CUDA_CHECK(e);
+    *ready = true;
+    return Status::ok();
+  }
+
   Status finish() {
     stage_ = Stage::kDone;
     cancel();  // releases the event and the staging buffer
@@ -123,7 +144,8 @@ Status StagedTransport::doPostRecv(int peer, Channel channel, void* data, size_t
 }
 
 Status StagedTransport::doProgress() {
-  for (Op* op : live_) RINGGUARD_RETURN_IF_ERROR(op->advance());
+  bool sendsBlocked = false;
+  for (Op* op : live_) RINGGUARD_RETURN_IF_ERROR(op->advance(&sendsBlocked));
   return Status::ok();
 }
 
