@@ -22,6 +22,9 @@
 
 #include "ringguard/cuda/device_communicator.h"
 #endif
+#if RINGGUARD_BENCH_NCCL
+#include <nccl.h>
+#endif
 
 using namespace ringguard;
 
@@ -115,6 +118,23 @@ void printBreakdown(const Counters& before, const Counters& after, int calls) {
   } while (0)
 #endif
 
+#if RINGGUARD_BENCH_NCCL
+ncclDataType_t ncclType(DataType t) {
+  switch (t) {
+    case DataType::kFloat32:
+      return ncclFloat32;
+    case DataType::kFloat64:
+      return ncclFloat64;
+    case DataType::kInt32:
+      return ncclInt32;
+    case DataType::kInt64:
+      return ncclInt64;
+    default:
+      return ncclUint8;
+  }
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -163,11 +183,26 @@ int main(int argc, char** argv) {
   Status created;
 #if RINGGUARD_BENCH_DEVICE
   cudaStream_t stream = nullptr;
+#if RINGGUARD_BENCH_NCCL
+  ncclComm_t nccl = nullptr;
+#endif
   if (device) {
     cuda::DeviceOptions dopt;
     created = cuda::DeviceOptions::fromEnv(&dopt);
     if (created.isOk()) created = cuda::createDeviceCommunicator(MPI_COMM_WORLD, options, dopt, &comm);
     if (created.isOk()) BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+#if RINGGUARD_BENCH_NCCL
+    // Over NCCL the peer is ncclAllReduce on the same buffers (a communicator of its own).
+    if (created.isOk() && std::string(comm->transportName()) == "nccl") {
+      ncclUniqueId id;
+      if (rank == 0) ncclGetUniqueId(&id);
+      MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+      if (ncclCommInitRank(&nccl, size, id, rank) != ncclSuccess) {
+        fprintf(stderr, "rank %d: ncclCommInitRank failed\n", rank);
+        MPI_Abort(MPI_COMM_WORLD, 4);
+      }
+    }
+#endif
   } else {
     created = mpi::createCommunicator(MPI_COMM_WORLD, options, &comm);
   }
@@ -190,7 +225,11 @@ int main(int argc, char** argv) {
         "transport=%s\n",
         size, dataTypeName(dtype), options.sliceBytes, options.slots, iters, warmup,
         device ? "device" : "host", comm->transportName());
-    if (device) printf("# peer (mpi columns): cudaMemcpy to pinned host + MPI_Allreduce + cudaMemcpy back\n");
+    if (device && std::string(comm->transportName()) == "nccl") {
+      printf("# peer (mpi columns): ncclAllReduce on the same device buffers\n");
+    } else if (device) {
+      printf("# peer (mpi columns): cudaMemcpy to pinned host + MPI_Allreduce + cudaMemcpy back\n");
+    }
     printf("# busbw = algbw * 2(n-1)/n. ratio = MPI time / ringguard time (> 1: ringguard faster)\n");
     printf("%12s %12s | %10s %9s %9s | %10s %9s %9s | %7s %6s\n", "bytes", "count", "rg_us", "rg_algbw",
            "rg_busbw", "mpi_us", "mpi_algbw", "mpi_busbw", "ratio", "check");
@@ -235,6 +274,13 @@ int main(int argc, char** argv) {
       });
       BENCH_CUDA(cudaMemcpy(outRg.data(), dOut, n, cudaMemcpyDeviceToHost));
       tMpi = timeIt(warmup, iters, [&] {
+#if RINGGUARD_BENCH_NCCL
+        if (nccl) {
+          ncclAllReduce(dIn, dOut, count, ncclType(dtype), ncclSum, nccl, stream);
+          BENCH_CUDA(cudaStreamSynchronize(stream));
+          return;
+        }
+#endif
         BENCH_CUDA(cudaMemcpyAsync(pinned, dIn, n, cudaMemcpyDeviceToHost, stream));
         BENCH_CUDA(cudaStreamSynchronize(stream));
         MPI_Allreduce(MPI_IN_PLACE, pinned, int(count), mpiType(dtype), MPI_SUM, MPI_COMM_WORLD);
@@ -271,10 +317,15 @@ int main(int argc, char** argv) {
   Counters c = comm->counters();
   if (rank == 0) {
     printf("# rank 0 counters: %s\n", c.toString().c_str());
-    printf("summary: bytes=%zu np=%d %s=%.3f\n", lastBytes, size,
-           device ? "ringguard_vs_mpi_staged" : "ringguard_vs_mpi", lastRatio);
+    const char* key = !device                                        ? "ringguard_vs_mpi"
+                      : std::string(comm->transportName()) == "nccl" ? "ringguard_vs_nccl"
+                                                                     : "ringguard_vs_mpi_staged";
+    printf("summary: bytes=%zu np=%d %s=%.3f\n", lastBytes, size, key, lastRatio);
   }
   comm.reset();
+#if RINGGUARD_BENCH_NCCL
+  if (nccl) ncclCommDestroy(nccl);
+#endif
   MPI_Finalize();
   return allOk ? 0 : 1;
 }
