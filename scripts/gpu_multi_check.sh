@@ -8,7 +8,7 @@ build_dir="${RINGGUARD_GPU_BUILD_DIR:-$repo_root/build-gpu}"
 out_dir="${OUT:-/tmp/out}"
 mkdir -p "$out_dir"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PATH="$PATH:/usr/local/cuda/bin"
-export NCCL_NVLS_ENABLE=0 RINGGUARD_DEVICE_TRANSPORT=nccl RINGGUARD_TIMEOUT_MS=20000
+export NCCL_NVLS_ENABLE=0 RINGGUARD_DEVICE_TRANSPORT=nccl RINGGUARD_TIMEOUT_MS=10000
 np="${NP:-$(nvidia-smi -L | wc -l)}"
 results=()
 step() {
@@ -21,7 +21,7 @@ step() {
 nvidia-smi -L > "$out_dir/environment.log" 2>&1
 step configure cmake -S "$repo_root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90
 step build cmake --build "$build_dir" --parallel 32 --target ringguard_gpu_ring_tests bench_allreduce
-mpirun_args=(--oversubscribe --bind-to none --timeout 240 -np "$np")
+mpirun_args=(--oversubscribe --bind-to none --timeout 150 -np "$np")
 step ring_nccl mpirun "${mpirun_args[@]}" "$build_dir/tests/gpu/ringguard_gpu_ring_tests"
 step bench_nccl_default mpirun "${mpirun_args[@]}" "$build_dir/bench/bench_allreduce" -D -b 1M -e 1G -f 4 -n 5 -w 2 -s 4194304
 step bench_nccl_ring env NCCL_ALGO=Ring mpirun "${mpirun_args[@]}" -x NCCL_ALGO "$build_dir/bench/bench_allreduce" \

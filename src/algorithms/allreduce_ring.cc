@@ -218,26 +218,21 @@ Status RingAllreduce::collectVerdicts() {
 
 Status RingAllreduce::pass() {
   const size_t total = size_t(T_) * S_;
-  size_t nextSend = 0, nextRecv = 0, nextDone = 0;
+  size_t nextSend = 0, nextDone = 0;
   while (nextDone < total) {
-    // Keep W receives posted: the next slices' transfers overlap this slice's verify + reduce.
-    while (nextRecv < total && nextRecv < nextDone + W_) {
-      RINGGUARD_RETURN_IF_ERROR(postRecvItem(int(nextRecv / S_), int(nextRecv % S_), int(nextRecv % W_)));
-      ++nextRecv;
-    }
-    // Sends whose input is final (step 0 at once, later steps once the slice was applied at the step
-    // before), never ahead of this rank's own receives: every rank posts the same items together, so a
-    // transport that matches batches (NCCL groups) never waits on a batch its peer has not issued.
-    while (nextSend < nextRecv && (nextSend < size_t(S_) || nextSend - S_ < nextDone)) {
+    // Item i is posted as a pair, receive i from the left with send i to the right, once its input is
+    // final (step 0 at once, later steps once the slice was applied at the step before) and a slot is
+    // free: up to W items in flight, so the next slices' transfers overlap this slice's verify + reduce.
+    // Every rank posts the same pairs together, so a transport that completes a batch as a whole (an
+    // NCCL group) never holds a receive whose matching send its peer can only post after that batch.
+    while (nextSend < total && nextSend < nextDone + W_ &&
+           (nextSend < size_t(S_) || nextSend - S_ < nextDone)) {
+      RINGGUARD_RETURN_IF_ERROR(postRecvItem(int(nextSend / S_), int(nextSend % S_), int(nextSend % W_)));
       RINGGUARD_RETURN_IF_ERROR(postSendItem(int(nextSend / S_), int(nextSend % S_), 0, false));
       ++nextSend;
     }
     RINGGUARD_RETURN_IF_ERROR(applyRecvItem(int(nextDone / S_), int(nextDone % S_), 0, int(nextDone % W_)));
     ++nextDone;
-  }
-  while (nextSend < total) {  // the last step's sends: their inputs are all applied now
-    RINGGUARD_RETURN_IF_ERROR(postSendItem(int(nextSend / S_), int(nextSend % S_), 0, false));
-    ++nextSend;
   }
   RINGGUARD_RETURN_IF_ERROR(waitAllSends());
   return collectVerdicts();
