@@ -258,6 +258,9 @@ Status RingAllreduce::repairRound(int attempt, const std::vector<ReplayEntry>& p
         RINGGUARD_RETURN_IF_ERROR(
             postSendItem(step, int(sends[i].slice), attempt, sends[i].fromStep == uint32_t(step)));
       }
+      // One batch per chunk: a rank that only sends at this step must not carry its sends into the
+      // next step's batch, or an NCCL group would wait on a receive its peer posts after this one.
+      RINGGUARD_RETURN_IF_ERROR(t_->flush());
       for (size_t i = base; i < std::min(recvs.size(), base + W_); ++i) {
         RINGGUARD_RETURN_IF_ERROR(applyRecvItem(step, int(recvs[i].slice), attempt, int(i - base)));
       }
