@@ -19,6 +19,7 @@
 #include <tuple>
 #include <vector>
 
+#include "gpu_test_util.h"
 #include "ringguard/algorithms/executor.h"
 #include "ringguard/core/crc32.h"
 #include "ringguard/core/reduce.h"
@@ -30,17 +31,6 @@
 
 namespace ringguard {
 namespace {
-
-#define ASSERT_CUDA(expr)                                                  \
-  do {                                                                     \
-    const cudaError_t _e = (expr);                                         \
-    ASSERT_EQ(cudaSuccess, _e) << #expr << ": " << cudaGetErrorString(_e); \
-  } while (0)
-#define ASSERT_STATUS_OK(expr)                                \
-  do {                                                        \
-    const ::ringguard::Status _s = (expr);                    \
-    ASSERT_TRUE(_s.isOk()) << #expr << ": " << _s.toString(); \
-  } while (0)
 
 constexpr size_t kLarge = (size_t(1) << 20) + 3;
 const size_t kSizes[] = {0, 1, 7, 4099, kLarge};

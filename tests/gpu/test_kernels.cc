@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_test_util.h"
 #include "ringguard/core/crc32.h"
 #include "ringguard/core/crc32_combine.h"
 #include "ringguard/cuda/kernels.h"
@@ -25,17 +26,6 @@
 
 namespace ringguard {
 namespace {
-
-#define ASSERT_CUDA(expr)                                                  \
-  do {                                                                     \
-    const cudaError_t _e = (expr);                                         \
-    ASSERT_EQ(cudaSuccess, _e) << #expr << ": " << cudaGetErrorString(_e); \
-  } while (0)
-#define ASSERT_STATUS_OK(expr)                                \
-  do {                                                        \
-    const ::ringguard::Status _s = (expr);                    \
-    ASSERT_TRUE(_s.isOk()) << #expr << ": " << _s.toString(); \
-  } while (0)
 
 constexpr size_t kDefaultMaxBytes = size_t(256) << 20;
 

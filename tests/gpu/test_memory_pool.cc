@@ -7,21 +7,11 @@
 #include <thread>
 #include <vector>
 
+#include "gpu_test_util.h"
 #include "ringguard/cuda/memory_pool.h"
 
 namespace ringguard {
 namespace {
-
-#define ASSERT_CUDA(expr)                                                  \
-  do {                                                                     \
-    const cudaError_t _e = (expr);                                         \
-    ASSERT_EQ(cudaSuccess, _e) << #expr << ": " << cudaGetErrorString(_e); \
-  } while (0)
-#define ASSERT_STATUS_OK(expr)                                \
-  do {                                                        \
-    const ::ringguard::Status _s = (expr);                    \
-    ASSERT_TRUE(_s.isOk()) << #expr << ": " << _s.toString(); \
-  } while (0)
 
 constexpr uint64_t kMiB = 1ull << 20;
 
