@@ -32,7 +32,24 @@ check_language(CUDA)
 find_package(CUDAToolkit QUIET)
 find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
 find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
-find_package(Torch QUIET)
+# libtorch: from the installed torch Python package (torch.utils.cmake_prefix_path), never a separate
+# download. Only when RINGGUARD_WITH_TORCH is not explicitly OFF, since its CMake config is slow.
+if(NOT DEFINED RINGGUARD_WITH_TORCH OR RINGGUARD_WITH_TORCH)
+  find_package(Python3 COMPONENTS Interpreter QUIET)
+  if(Python3_Interpreter_FOUND AND NOT Torch_DIR)
+    execute_process(
+      COMMAND ${Python3_EXECUTABLE} -c "import torch, sys; sys.stdout.write(torch.utils.cmake_prefix_path)"
+      OUTPUT_VARIABLE _rg_torch_prefix RESULT_VARIABLE _rg_torch_rc ERROR_QUIET)
+    if(_rg_torch_rc EQUAL 0)
+      list(APPEND CMAKE_PREFIX_PATH ${_rg_torch_prefix})
+    endif()
+  endif()
+  # Torch's config appends its own -gencode list (sm_50 .. sm_120a) to CMAKE_CUDA_FLAGS, which CUDA 13
+  # rejects and which would override our architectures: keep our flags.
+  set(_rg_cuda_flags "${CMAKE_CUDA_FLAGS}")
+  find_package(Torch QUIET)
+  set(CMAKE_CUDA_FLAGS "${_rg_cuda_flags}")
+endif()
 
 set(_rg_cuda_found OFF)
 if(CMAKE_CUDA_COMPILER AND CUDAToolkit_FOUND)

@@ -21,6 +21,24 @@ Counters& Counters::operator+=(const Counters& o) {
   return *this;
 }
 
+Counters Counters::since(const Counters& e) const {
+  Counters d;
+  d.collectives = collectives - e.collectives;
+  d.bytesSent = bytesSent - e.bytesSent;
+  d.slicesSent = slicesSent - e.slicesSent;
+  d.slicesVerified = slicesVerified - e.slicesVerified;
+  d.injected = injected - e.injected;
+  d.detected = detected - e.detected;
+  d.retransmitted = retransmitted - e.retransmitted;
+  d.escaped = escaped - e.escaped;
+  d.delayed = delayed - e.delayed;
+  d.repairRounds = repairRounds - e.repairRounds;
+  d.transferWaitNs = transferWaitNs - e.transferWaitNs;
+  d.applyNs = applyNs - e.applyNs;
+  d.executorWaitNs = executorWaitNs - e.executorWaitNs;
+  return d;
+}
+
 std::string Counters::toString() const {
   std::ostringstream os;
   os << "collectives=" << collectives << " bytes_sent=" << bytesSent << " slices_sent=" << slicesSent

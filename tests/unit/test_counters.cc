@@ -73,6 +73,15 @@ TEST(CountersTest, PlusEqualsAddsEveryField) {
   EXPECT_EQ(big.repairRounds, (uint64_t(1) << 40) + 10);
 }
 
+TEST(CountersTest, SinceSubtractsEveryField) {
+  Counters a = distinct(0), b = distinct(100);
+  Counters sum = a;
+  sum += b;
+  const Counters d = sum.since(a);
+  EXPECT_EQ(d.toString(), b.toString());
+  EXPECT_EQ(sum.since(sum).toString(), Counters{}.toString());
+}
+
 TEST(CountersTest, ToStringNamesEveryField) {
   const std::string s = distinct(100).toString();
   EXPECT_EQ(s,

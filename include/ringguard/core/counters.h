@@ -22,6 +22,8 @@ struct Counters {
   uint64_t executorWaitNs = 0;  // waiting for the executor's queued work (device kernels) to finish
 
   Counters& operator+=(const Counters& o);
+  // Field by field `*this - earlier` (counters only grow).
+  Counters since(const Counters& earlier) const;
   std::string toString() const;
 };
 

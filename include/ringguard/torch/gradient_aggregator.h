@@ -1,0 +1,101 @@
+#pragma once
+// Zero-copy gradient aggregation over libtorch (the torch layer: this header exposes torch types).
+//
+// The aggregator lays out the parameters in buckets (reverse registration order, as DDP does), allocates
+// each bucket as one flat tensor on the parameters' device, and makes every parameter's .grad a view into
+// its bucket before the first backward. Backward then accumulates straight into the buffers that are
+// allreduced: no gradient is copied into or out of a fusion buffer. Readiness comes from autograd post
+// hooks on each parameter's AccumulateGrad node; a ready bucket is launched once every lower-indexed bucket
+// has been launched, so every rank issues the same collectives in the same order.
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ringguard/core/counters.h"
+#include "ringguard/core/status.h"
+#include "ringguard/runtime/communicator.h"
+
+namespace ringguard {
+
+struct AggregatorOptions {
+  size_t bucketBytes = size_t(25) << 20;  // DDP's default bucket cap
+  bool average = true;                    // divide by the world size (ReduceOp::kAvg), else sum
+};
+
+struct StepStats {
+  Counters counters;        // integrity counters of this step (the communicator's, as a delta)
+  uint64_t gradCopies = 0;  // grads that were not the bucket view and had to be copied in (see below)
+  int bucketsLaunched = 0;  // buckets launched during backward (the rest at finish: unused parameters)
+  int buckets = 0;
+};
+
+class GradientAggregator {
+ public:
+  // Collective over `comm`'s ranks: checks that every rank has the same parameters (count, dtype and
+  // shape) and fails with kInvalidArgument naming the first parameter that differs. `comm` must outlive
+  // the aggregator.
+  static Status create(Communicator* comm, const std::vector<std::pair<std::string, torch::Tensor>>& params,
+                       const AggregatorOptions& options, std::unique_ptr<GradientAggregator>* out);
+  ~GradientAggregator();
+
+  // Gradient accumulation: while set, backward accumulates into the buckets and nothing is launched.
+  void setNoSync(bool noSync) { noSync_ = noSync; }
+
+  // After loss.backward(): launches what backward did not (parameters that got no gradient contribute
+  // zeros), waits for every bucket, and returns the step's statistics. With no_sync set it only resets.
+  //
+  // libtorch's optimizer.zero_grad() defaults to set_to_none, after which backward installs a fresh .grad
+  // tensor instead of accumulating into the bucket view. The hook then copies that grad into the bucket,
+  // points .grad back at the view and counts the copy (StepStats::gradCopies), so nothing is silently
+  // wrong; use zero_grad(false) for zero copies.
+  Status finish(StepStats* stats);
+
+  int numBuckets() const { return int(buckets_.size()); }
+  // The bucket each parameter (in the order given to create) lives in.
+  int bucketOf(size_t param) const { return params_[param].bucket; }
+  // Order of events in the last step, for tests: "launch:<bucket>" and "backward_end".
+  std::vector<std::string> trace() const;
+
+ private:
+  struct Param {
+    std::string name;
+    torch::Tensor tensor;
+    int bucket = 0;
+    int64_t offset = 0;  // elements into the bucket
+    torch::Tensor view;  // the bucket slice shaped like the parameter
+    bool ready = false;
+    std::shared_ptr<torch::autograd::Node> accumulator;  // kept alive: the hook lives on it
+    uintptr_t hookKey = 0;
+  };
+  struct Bucket {
+    torch::Tensor flat;
+    std::vector<size_t> params;
+    size_t pending = 0;
+    bool launched = false;
+    std::shared_ptr<Work> work;
+  };
+
+  GradientAggregator(Communicator* comm, const AggregatorOptions& options) : comm_(comm), options_(options) {}
+  void onGradReady(size_t param);
+  void launchReady(bool all);
+  void resetStep();
+
+  Communicator* comm_;
+  AggregatorOptions options_;
+  std::vector<Param> params_;
+  std::vector<Bucket> buckets_;
+  int nextLaunch_ = 0;
+  bool noSync_ = false;
+  bool stepStarted_ = false;
+  uint64_t gradCopies_ = 0;
+  int launchedInBackward_ = 0;
+  Counters before_;
+  mutable std::mutex mutex_;  // hooks may run on autograd worker threads
+  std::vector<std::string> trace_, lastTrace_;
+};
+
+}  // namespace ringguard
