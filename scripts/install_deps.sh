@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs (apt) everything ringguard's build and tests need on a fresh Debian 12. Idempotent: when every
-# package is already installed it does nothing (no apt-get update) and takes about a second.
+# Installs everything ringguard's build and tests need on a fresh Debian 12: Debian packages (apt) and
+# torch 2.11.0 from PyPI for the torch layer (libtorch comes with it). Idempotent: what is already
+# installed is left alone (no apt-get update), so a second run takes about a second.
 # Runs as root directly, or through sudo when not root. RINGGUARD_SKIP_INSTALL_DEPS=1 skips it entirely.
 set -euo pipefail
 
@@ -17,38 +18,58 @@ if [[ "${RINGGUARD_SKIP_INSTALL_DEPS:-0}" == "1" ]]; then
   exit 0
 fi
 
-missing=()
-for pkg in "${PACKAGES[@]}"; do
-  status="$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)"
-  if [[ "$status" != "installed" ]]; then
-    missing+=("$pkg")
+install_apt() {
+  missing=()
+  for pkg in "${PACKAGES[@]}"; do
+    status="$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)"
+    if [[ "$status" != "installed" ]]; then
+      missing+=("$pkg")
+    fi
+  done
+
+  if [[ ${#missing[@]} -eq 0 ]]; then
+    echo "install_deps: all ${#PACKAGES[@]} packages already installed, nothing to do"
+    return 0
   fi
-done
 
-if [[ ${#missing[@]} -eq 0 ]]; then
-  echo "install_deps: all ${#PACKAGES[@]} packages already installed, nothing to do"
-  exit 0
-fi
+  as_root=()
+  if [[ "$(id -u)" -ne 0 ]]; then
+    if command -v sudo >/dev/null 2>&1; then
+      as_root=(sudo)
+    else
+      echo "install_deps: not root and no sudo; install as root: apt-get install ${missing[*]}" >&2
+      return 1
+    fi
+  fi
 
-as_root=()
-if [[ "$(id -u)" -ne 0 ]]; then
-  if command -v sudo >/dev/null 2>&1; then
-    as_root=(sudo)
+  log="$(mktemp -t ringguard-install-deps.XXXXXX.log)"
+  trap 'rm -f "$log"' RETURN
+  apt_opts=(-qq -y --no-install-recommends -o DPkg::Lock::Timeout=300)
+  if ! "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -qq -o DPkg::Lock::Timeout=300 update \
+      >"$log" 2>&1 ||
+     ! "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" install "${missing[@]}" \
+      >>"$log" 2>&1; then
+    cat "$log" >&2
+    echo "install_deps: apt-get failed while installing: ${missing[*]}" >&2
+    return 1
+  fi
+  echo "install_deps: installed ${#missing[@]} missing package(s): ${missing[*]}"
+}
+
+# torch for the torch layer (RINGGUARD_WITH_TORCH turns on when CMake finds it). Pinned: the version the
+# GPU machine has.
+TORCH_VERSION=2.11.0
+install_torch() {
+  if python3 -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" \
+      >/dev/null 2>&1; then
+    echo "install_deps: torch $TORCH_VERSION already installed"
+  elif python3 -m pip --version >/dev/null 2>&1; then
+    python3 -m pip install -q --disable-pip-version-check "torch==$TORCH_VERSION" 2>&1 | grep -v "as the 'root' user" || true
+    python3 -c "import torch" || { echo "install_deps: pip could not install torch $TORCH_VERSION" >&2; exit 1; }
+    echo "install_deps: installed torch $TORCH_VERSION"
   else
-    echo "install_deps: not root and no sudo; install as root: apt-get install ${missing[*]}" >&2
-    exit 1
+    echo "install_deps: python3 has no pip: torch not installed, the torch layer is not built"
   fi
-fi
-
-log="$(mktemp -t ringguard-install-deps.XXXXXX.log)"
-trap 'rm -f "$log"' EXIT
-apt_opts=(-qq -y --no-install-recommends -o DPkg::Lock::Timeout=300)
-if ! "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -qq -o DPkg::Lock::Timeout=300 update \
-    >"$log" 2>&1 ||
-   ! "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" install "${missing[@]}" \
-    >>"$log" 2>&1; then
-  cat "$log" >&2
-  echo "install_deps: apt-get failed while installing: ${missing[*]}" >&2
-  exit 1
-fi
-echo "install_deps: installed ${#missing[@]} missing package(s): ${missing[*]}"
+}
+install_apt
+install_torch
