@@ -195,7 +195,7 @@ TEST_F(FaultErrors, StalledRankGivesTimeoutNamingItOnTheOthers) {
     ASSERT_TRUE(st.code() == StatusCode::kTimeout || st.code() == StatusCode::kPeerError) << st.toString();
     EXPECT_NE(st.message().find("timed out"), std::string::npos) << st.message();
     EXPECT_NE(st.message().find("from rank " + std::to_string(stalled)), std::string::npos) << st.message();
-    EXPECT_LT(seconds, 3.0);  // within the timeout (plus scheduling slack), not after the stall
+    EXPECT_LT(seconds, 3.4);  // within the timeout (plus scheduling slack), before the stall ends at 3.5 s
   } else {
     ASSERT_EQ(st.code(), StatusCode::kPeerError) << st.toString();
     EXPECT_NE(st.message().find("timed out"), std::string::npos) << st.message();
