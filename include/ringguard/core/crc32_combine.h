@@ -7,13 +7,7 @@
 // and the CRC polynomial P is 0xEDB88320 (x^32 is implicit).
 #include <cstdint>
 
-#ifndef RINGGUARD_HOST_DEVICE
-#if defined(__CUDACC__)
-#define RINGGUARD_HOST_DEVICE __host__ __device__
-#else
-#define RINGGUARD_HOST_DEVICE
-#endif
-#endif
+#include "ringguard/core/host_device.h"
 
 namespace ringguard {
 

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "ringguard/core/float16.h"
 #include "ringguard/core/types.h"
 
 namespace ringguard {
@@ -15,10 +16,5 @@ void reduceHost(DataType dtype, ReduceOp op, void* dst, const void* a, const voi
 
 // avg with a single rank, or any final division applied to a finished sum in place.
 void divideHost(DataType dtype, void* data, size_t count, int divisor);
-
-float halfToFloat(uint16_t h);
-uint16_t floatToHalf(float f);
-float bf16ToFloat(uint16_t b);
-uint16_t floatToBf16(float f);
 
 }  // namespace ringguard

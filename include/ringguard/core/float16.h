@@ -1,0 +1,80 @@
+#pragma once
+// f16 and bf16 <-> f32 conversions, round to nearest even, NaN kept quiet with its payload. One
+// definition for the host reduction and the CUDA kernels (which use the conversion instructions for
+// finite values and these formulas for the NaN and Inf bit patterns).
+#include <cstdint>
+#include <cstring>
+
+#include "ringguard/core/host_device.h"
+
+namespace ringguard {
+
+RINGGUARD_HOST_DEVICE inline float halfToFloat(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1F;
+  uint32_t mant = h & 0x3FF;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: renormalise
+      int e = -1;
+      do {
+        ++e;
+        mant <<= 1;
+      } while ((mant & 0x400) == 0);
+      bits = sign | (uint32_t(127 - 15 - e) << 23) | ((mant & 0x3FF) << 13);
+    }
+  } else if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+RINGGUARD_HOST_DEVICE inline uint16_t floatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint16_t sign = uint16_t((x >> 16) & 0x8000);
+  uint32_t absx = x & 0x7FFFFFFFu;
+  if (absx >= 0x7F800000u) {  // inf or nan (keep nan quiet)
+    return uint16_t(sign | 0x7C00 | (absx > 0x7F800000u ? 0x200 | ((absx >> 13) & 0x3FF) : 0));
+  }
+  if (absx >= 0x477FF000u) return uint16_t(sign | 0x7C00);  // rounds to >= 65520: overflow to inf
+  if (absx < 0x38800000u) {                                 // below the smallest normal half: subnormal
+    if (absx < 0x33000000u) return sign;                    // < 2^-25 rounds to zero
+    uint32_t e = absx >> 23;
+    uint32_t m = (absx & 0x7FFFFF) | 0x800000;
+    uint32_t shift = 126 - e;  // so that the result is m >> (shift - 1 + ...) in half-subnormal units
+    // value = m * 2^(e-150); half subnormal unit = 2^-24 -> h = m * 2^(e-126) = m >> (126 - e)
+    uint32_t h = m >> shift;
+    uint32_t rem = m & ((1u << shift) - 1);
+    uint32_t halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (h & 1))) ++h;
+    return uint16_t(sign | h);
+  }
+  uint32_t h = ((absx - 0x38000000u) >> 13);  // rebias exponent 127 -> 15
+  uint32_t rem = absx & 0x1FFF;
+  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) ++h;
+  return uint16_t(sign | h);
+}
+
+RINGGUARD_HOST_DEVICE inline float bf16ToFloat(uint16_t b) {
+  uint32_t bits = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+RINGGUARD_HOST_DEVICE inline uint16_t floatToBf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((x >> 16) | 0x40);  // quiet nan
+  uint32_t rounding = 0x7FFF + ((x >> 16) & 1);
+  return uint16_t((x + rounding) >> 16);
+}
+
+}  // namespace ringguard
