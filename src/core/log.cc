@@ -1,4 +1,5 @@
 #include "ringguard/core/log.h"
+#include "ringguard/core/log_text.h"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 
@@ -42,6 +43,19 @@ bool setLogLevel(const std::string& level) {
   if (!isValidLogLevel(level)) return false;
   logger()->set_level(spdlog::level::from_str(level));
   return true;
+}
+
+}  // namespace ringguard
+
+namespace ringguard {
+
+void logText(LogLevel level, const std::string& message) {
+  switch (level) {
+    case LogLevel::kDebug: logger()->debug("{}", message); break;
+    case LogLevel::kInfo: logger()->info("{}", message); break;
+    case LogLevel::kWarn: logger()->warn("{}", message); break;
+    case LogLevel::kError: logger()->error("{}", message); break;
+  }
 }
 
 }  // namespace ringguard

@@ -1,6 +1,7 @@
 #include "ringguard/core/options.h"
 
 #include <charconv>
+#include <functional>
 #include <limits>
 #include <system_error>
 
@@ -191,79 +192,81 @@ Status Options::validate() const {
   return Status::ok();
 }
 
-Status Options::fromEnv(Options* out) {
+Status Options::fromEnv(Options* out) { return fromLookup(envLookup, out); }
+
+Status Options::fromLookup(const std::function<const char*(const char*)>& lookup, Options* out) {
   // Defaults, not *out: the result must not depend on what the caller happened to pass in.
   Options o;
   const char* v = nullptr;
 
-  if ((v = envLookup("RINGGUARD_SLICE_BYTES")) != nullptr) {
+  if ((v = lookup("RINGGUARD_SLICE_BYTES")) != nullptr) {
     size_t n = 0;
     if (!parseInteger(std::string(v), &n) || n < 1) {
       return badValue("RINGGUARD_SLICE_BYTES", v, "expected a positive integer");
     }
     o.sliceBytes = n;
   }
-  if ((v = envLookup("RINGGUARD_SLOTS")) != nullptr) {
+  if ((v = lookup("RINGGUARD_SLOTS")) != nullptr) {
     if (!parseIntInRange(v, kMinSlots, kMaxSlots, &o.slots)) {
       return badValue("RINGGUARD_SLOTS", v, intRangeText(kMinSlots, kMaxSlots));
     }
   }
-  if ((v = envLookup("RINGGUARD_MAX_RETRIES")) != nullptr) {
+  if ((v = lookup("RINGGUARD_MAX_RETRIES")) != nullptr) {
     if (!parseIntInRange(v, 0, kMaxRetries, &o.maxRetries)) {
       return badValue("RINGGUARD_MAX_RETRIES", v, intRangeText(0, kMaxRetries));
     }
   }
-  if ((v = envLookup("RINGGUARD_TIMEOUT_MS")) != nullptr) {
+  if ((v = lookup("RINGGUARD_TIMEOUT_MS")) != nullptr) {
     std::chrono::milliseconds::rep ms = 0;
     if (!parseInteger(std::string(v), &ms) || ms <= 0) {
       return badValue("RINGGUARD_TIMEOUT_MS", v, "expected a positive integer (milliseconds)");
     }
     o.timeout = std::chrono::milliseconds(ms);
   }
-  if ((v = envLookup("RINGGUARD_LOG_LEVEL")) != nullptr) {
+  if ((v = lookup("RINGGUARD_LOG_LEVEL")) != nullptr) {
     if (!isValidLogLevel(v)) {
       return badValue("RINGGUARD_LOG_LEVEL", v,
                       "expected one of trace, debug, info, warn, error, critical, off");
     }
     o.logLevel = v;
   }
-  if ((v = envLookup("RINGGUARD_FAULT_MODE")) != nullptr) {
+  if ((v = lookup("RINGGUARD_FAULT_MODE")) != nullptr) {
     if (!parseFaultMode(v, &o.fault.mode)) {
       return badValue("RINGGUARD_FAULT_MODE", v, "expected one of " + faultModeList());
     }
   }
-  if ((v = envLookup("RINGGUARD_FAULT_PROB")) != nullptr) {
+  if ((v = lookup("RINGGUARD_FAULT_PROB")) != nullptr) {
     double p = 0.0;
     if (!parseDouble(v, &p) || !(p >= 0.0 && p <= 1.0)) {
       return badValue("RINGGUARD_FAULT_PROB", v, "expected a number in [0, 1]");
     }
     o.fault.probability = p;
   }
-  if ((v = envLookup("RINGGUARD_FAULT_SCHEDULE")) != nullptr) {
+  if ((v = lookup("RINGGUARD_FAULT_SCHEDULE")) != nullptr) {
     std::string why;
     if (!parseScheduleText(v, &o.fault.schedule, &why)) return badValue("RINGGUARD_FAULT_SCHEDULE", v, why);
   }
-  if ((v = envLookup("RINGGUARD_FAULT_SEED")) != nullptr) {
+  if ((v = lookup("RINGGUARD_FAULT_SEED")) != nullptr) {
     if (!parseInteger(std::string(v), &o.fault.seed)) {
       return badValue("RINGGUARD_FAULT_SEED", v, "expected a non-negative integer below 2^64");
     }
   }
-  if ((v = envLookup("RINGGUARD_FAULT_BITS")) != nullptr) {
+  if ((v = lookup("RINGGUARD_FAULT_BITS")) != nullptr) {
     if (!parseIntInRange(v, kMinFaultBits, kMaxFaultBits, &o.fault.bits)) {
       return badValue("RINGGUARD_FAULT_BITS", v, intRangeText(kMinFaultBits, kMaxFaultBits));
     }
   }
-  if ((v = envLookup("RINGGUARD_FAULT_BURST_BITS")) != nullptr) {
+  if ((v = lookup("RINGGUARD_FAULT_BURST_BITS")) != nullptr) {
     if (!parseIntInRange(v, kMinBurstBits, kMaxBurstBits, &o.fault.burstBits)) {
       return badValue("RINGGUARD_FAULT_BURST_BITS", v, intRangeText(kMinBurstBits, kMaxBurstBits));
     }
   }
-  if ((v = envLookup("RINGGUARD_FAULT_DELAY_MS")) != nullptr) {
+  if ((v = lookup("RINGGUARD_FAULT_DELAY_MS")) != nullptr) {
     if (!parseIntInRange(v, 0, kMaxDelayMs, &o.fault.delayMs)) {
       return badValue("RINGGUARD_FAULT_DELAY_MS", v, intRangeText(0, kMaxDelayMs));
     }
   }
-  if ((v = envLookup("RINGGUARD_FAULT_REPEAT")) != nullptr) {
+  if ((v = lookup("RINGGUARD_FAULT_REPEAT")) != nullptr) {
     if (!parseIntInRange(v, 1, std::numeric_limits<int>::max(), &o.fault.repeat)) {
       return badValue("RINGGUARD_FAULT_REPEAT", v, "expected a positive integer");
     }

@@ -34,7 +34,7 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, const Options& 
                            std::unique_ptr<Executor> executor, std::shared_ptr<void> resources)
     : transport_(std::move(transport)),
       options_(options),
-      injector_(options.fault),
+      injector_(std::make_shared<const FaultInjector>(options.fault)),
       executor_(executor ? std::move(executor) : std::make_unique<HostExecutor>()),
       resources_(std::move(resources)),
       rank_(transport_->rank()),
@@ -42,7 +42,7 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, const Options& 
   Status valid = options_.validate();
   RINGGUARD_ENFORCE(valid.isOk(), "Communicator: invalid options: " + valid.message());
   setLogLevel(options_.logLevel);
-  if (injector_.enabled()) {
+  if (injector_->enabled()) {
     logger()->info("rank {}: fault injection on: mode={} probability={} schedule entries={} seed={}", rank_,
                    faultModeName(options_.fault.mode), options_.fault.probability,
                    options_.fault.schedule.size(), options_.fault.seed);
@@ -128,6 +128,20 @@ Counters Communicator::counters() const {
   return counters_;
 }
 
+Status Communicator::setFault(const FaultOptions& fault) {
+  Options check = options_;
+  check.fault = fault;
+  RINGGUARD_RETURN_IF_ERROR(check.validate());
+  std::lock_guard<std::mutex> lock(mutex_);
+  injector_ = std::make_shared<const FaultInjector>(fault);
+  return Status::ok();
+}
+
+FaultOptions Communicator::fault() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return injector_->options();
+}
+
 Status Communicator::firstError() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return firstError_;
@@ -160,7 +174,12 @@ void Communicator::runTask(Task& task) {
     CollectiveContext ctx;
     ctx.transport = transport_.get();
     ctx.options = &options_;
-    ctx.injector = injector_.enabled() ? &injector_ : nullptr;
+    std::shared_ptr<const FaultInjector> injector;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      injector = injector_;
+    }
+    ctx.injector = injector->enabled() ? injector.get() : nullptr;
     ctx.counters = &delta;
     ctx.seq = seq;
     ctx.name = task.name;

@@ -48,13 +48,42 @@ Status localRankAndSize(MPI_Comm comm, int* localRank, int* localSize) {
   return Status::ok();
 }
 
+// The communicator over `host` staged through pinned memory, or (host == nullptr) over NCCL bootstrapped from
+// `comm`.
+Status build(MPI_Comm comm, std::unique_ptr<Transport> host, const Options& options, const DeviceOptions& device,
+             int gpu, std::unique_ptr<Communicator>* out) {
+  auto res = std::make_shared<DeviceResources>();
+  res->device = gpu;
+  RINGGUARD_CUDA_CHECK(cudaSetDevice(res->device));
+  RINGGUARD_CUDA_CHECK(cudaStreamCreateWithFlags(&res->stream, cudaStreamNonBlocking));
+  RINGGUARD_RETURN_IF_ERROR(DevicePool::create(res->device, device.poolReleaseThreshold, &res->pool));
+  res->pinned = std::make_unique<PinnedHostPool>();
+
+  std::unique_ptr<Transport> transport;
+  if (host) {
+    transport = std::make_unique<StagedTransport>(std::move(host), res->pinned.get(), res->stream);
+  } else {
+#if RINGGUARD_HAVE_NCCL
+    RINGGUARD_RETURN_IF_ERROR(NcclTransport::create(comm, res->stream, options.timeout, &transport));
+#else
+    return Status(StatusCode::kInvalidArgument, "the NCCL transport was asked for, but this build has no NCCL");
+#endif
+  }
+  auto executor =
+      std::make_unique<DeviceExecutor>(res->device, res->pool.get(), res->pinned.get(), res->stream);
+  out->reset(new Communicator(std::move(transport), options, std::move(executor), res));
+  return Status::ok();
+}
+
 }  // namespace
 
 bool haveNccl() { return RINGGUARD_HAVE_NCCL != 0; }
 
-Status DeviceOptions::fromEnv(DeviceOptions* out) {
+Status DeviceOptions::fromEnv(DeviceOptions* out) { return fromLookup(envLookup, out); }
+
+Status DeviceOptions::fromLookup(const std::function<const char*(const char*)>& lookup, DeviceOptions* out) {
   DeviceOptions o;
-  if (const char* v = envLookup("RINGGUARD_DEVICE_TRANSPORT")) {
+  if (const char* v = lookup("RINGGUARD_DEVICE_TRANSPORT")) {
     std::string s(v);
     if (s == "auto") {
       o.transport = DeviceTransportKind::kAuto;
@@ -67,7 +96,7 @@ Status DeviceOptions::fromEnv(DeviceOptions* out) {
                     "RINGGUARD_DEVICE_TRANSPORT='" + s + "': expected auto, nccl or staged");
     }
   }
-  if (const char* v = envLookup("RINGGUARD_POOL_RELEASE_BYTES")) {
+  if (const char* v = lookup("RINGGUARD_POOL_RELEASE_BYTES")) {
     char* end = nullptr;
     unsigned long long n = std::strtoull(v, &end, 10);
     if (*v == '\0' || *v == '-' || *end != '\0') {
@@ -101,27 +130,18 @@ Status createDeviceCommunicator(MPI_Comm comm, const Options& options, const Dev
                   "the NCCL transport was asked for, but this build has no NCCL");
   }
 
-  auto res = std::make_shared<DeviceResources>();
-  res->device = device.device >= 0 ? device.device : localRank % devices;
-  RINGGUARD_CUDA_CHECK(cudaSetDevice(res->device));
-  RINGGUARD_CUDA_CHECK(cudaStreamCreateWithFlags(&res->stream, cudaStreamNonBlocking));
-  RINGGUARD_RETURN_IF_ERROR(DevicePool::create(res->device, device.poolReleaseThreshold, &res->pool));
-  res->pinned = std::make_unique<PinnedHostPool>();
+  std::unique_ptr<Transport> host;
+  if (kind == DeviceTransportKind::kStaged) RINGGUARD_RETURN_IF_ERROR(MpiTransport::create(comm, &host));
+  return build(comm, std::move(host), options, device, device.device >= 0 ? device.device : localRank % devices,
+               out);
+}
 
-  std::unique_ptr<Transport> transport;
-  if (kind == DeviceTransportKind::kNccl) {
-#if RINGGUARD_HAVE_NCCL
-    RINGGUARD_RETURN_IF_ERROR(NcclTransport::create(comm, res->stream, options.timeout, &transport));
-#endif
-  } else {
-    std::unique_ptr<Transport> host;
-    RINGGUARD_RETURN_IF_ERROR(MpiTransport::create(comm, &host));
-    transport = std::make_unique<StagedTransport>(std::move(host), res->pinned.get(), res->stream);
-  }
-  auto executor =
-      std::make_unique<DeviceExecutor>(res->device, res->pool.get(), res->pinned.get(), res->stream);
-  out->reset(new Communicator(std::move(transport), options, std::move(executor), res));
-  return Status::ok();
+Status createStagedCommunicator(std::unique_ptr<Transport> host, const Options& options, const DeviceOptions& device,
+                                std::unique_ptr<Communicator>* out) {
+  RINGGUARD_RETURN_IF_ERROR(options.validate());
+  if (!host) return Status(StatusCode::kInvalidArgument, "createStagedCommunicator: no host transport");
+  if (device.device < 0) return Status(StatusCode::kInvalidArgument, "createStagedCommunicator: no device given");
+  return build(MPI_COMM_NULL, std::move(host), options, device, device.device, out);
 }
 
 }  // namespace cuda

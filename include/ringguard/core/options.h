@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,9 @@ struct Options {
   // Defaults overridden by the RINGGUARD_* variables that are set. A bad value gives kInvalidArgument
   // naming the variable and the value.
   static Status fromEnv(Options* out);
+  // Same, reading each registered RINGGUARD_* name through `lookup` (nullptr: unset) instead of the
+  // environment: how option maps from Python (pg_options) layer over the environment.
+  static Status fromLookup(const std::function<const char*(const char*)>& lookup, Options* out);
   // kInvalidArgument naming the field when a value is out of range.
   Status validate() const;
 };

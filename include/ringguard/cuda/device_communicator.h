@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "ringguard/core/options.h"
@@ -23,11 +24,18 @@ struct DeviceOptions {
 
   // Defaults overridden by RINGGUARD_DEVICE_TRANSPORT and RINGGUARD_POOL_RELEASE_BYTES.
   static Status fromEnv(DeviceOptions* out);
+  // Same through `lookup` (see Options::fromLookup).
+  static Status fromLookup(const std::function<const char*(const char*)>& lookup, DeviceOptions* out);
 };
 
 // Creates a communicator whose collectives take device pointers and the caller's cudaStream_t. Selects
 // the GPU (cudaSetDevice) on the calling thread too. Collective over `comm`.
 Status createDeviceCommunicator(MPI_Comm comm, const Options& options, const DeviceOptions& device,
+                                std::unique_ptr<Communicator>* out);
+
+// A communicator over device memory on GPU `device.device` (which must be set) whose slices travel through
+// pinned host memory over `host` (any host transport: MPI, c10d). Not collective.
+Status createStagedCommunicator(std::unique_ptr<Transport> host, const Options& options, const DeviceOptions& device,
                                 std::unique_ptr<Communicator>* out);
 
 // Was this build made with the NCCL transport?

@@ -75,6 +75,11 @@ class Communicator {
   // The first fatal error, or OK. Once set, every call fails with it.
   Status firstError() const;
 
+  // Fault injection of the collectives that start after this call (on this rank: injection happens where
+  // a slice is received, so ranks need not agree). Invalid options give kInvalidArgument.
+  Status setFault(const FaultOptions& fault);
+  FaultOptions fault() const;
+
  private:
   struct Task {
     std::function<Status(const CollectiveContext&)> run;
@@ -88,7 +93,7 @@ class Communicator {
 
   std::unique_ptr<Transport> transport_;
   const Options options_;
-  const FaultInjector injector_;
+  std::shared_ptr<const FaultInjector> injector_;  // guarded by mutex_; replaced, never edited
   std::unique_ptr<Executor> executor_;
   std::shared_ptr<void> resources_;
   const int rank_;

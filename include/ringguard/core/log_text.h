@@ -1,0 +1,11 @@
+#pragma once
+// Logging for translation units that cannot include spdlog: torch ships its own, newer fmt, which clashes
+// with the fmt that Debian's spdlog is built on. Messages go to the same "ringguard" spdlog logger.
+#include <string>
+
+namespace ringguard {
+
+enum class LogLevel { kDebug, kInfo, kWarn, kError };
+void logText(LogLevel level, const std::string& message);
+
+}  // namespace ringguard

@@ -1,0 +1,477 @@
+#include "ringguard/torch/process_group.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+#include <c10/util/Exception.h>
+
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "ringguard/core/env.h"
+#include "transport/c10d/c10d_transport.h"
+#if RINGGUARD_TORCH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "ringguard/cuda/device_communicator.h"
+#endif
+
+namespace ringguard {
+
+namespace {
+
+// Tag bases on the Gloo backend: one range per communicator (C10dTransport uses 3 tags from its base).
+constexpr int kCpuTagBase = 1;
+constexpr int kCudaTagBase = 8;
+
+std::string describe(const at::Tensor& t) {
+  std::ostringstream s;
+  s << c10::toString(t.scalar_type()) << " tensor on " << t.device();
+  return s.str();
+}
+
+[[noreturn]] void unsupported(const char* op, const std::string& what) {
+  TORCH_CHECK(false, "ringguard: ", op, " is not supported (", what,
+              "); supported: allreduce, broadcast, allgather, all_gather_into_tensor, barrier");
+}
+
+std::string firstTensor(const std::vector<at::Tensor>& t) { return t.empty() ? "no tensors" : describe(t[0]); }
+
+bool toDataType(at::ScalarType s, DataType* out) {
+  switch (s) {
+    case at::kFloat: *out = DataType::kFloat32; return true;
+    case at::kDouble: *out = DataType::kFloat64; return true;
+    case at::kHalf: *out = DataType::kFloat16; return true;
+    case at::kBFloat16: *out = DataType::kBFloat16; return true;
+    case at::kInt: *out = DataType::kInt32; return true;
+    case at::kLong: *out = DataType::kInt64; return true;
+    case at::kByte: *out = DataType::kUint8; return true;
+    default: return false;
+  }
+}
+
+bool toReduceOp(const c10d::ReduceOp& op, ReduceOp* out) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: *out = ReduceOp::kSum; return true;
+    case c10d::ReduceOp::AVG: *out = ReduceOp::kAvg; return true;
+    case c10d::ReduceOp::PRODUCT: *out = ReduceOp::kProd; return true;
+    case c10d::ReduceOp::MIN: *out = ReduceOp::kMin; return true;
+    case c10d::ReduceOp::MAX: *out = ReduceOp::kMax; return true;
+    default: return false;
+  }
+}
+
+const char* reduceOpText(const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::BAND: return "BAND";
+    case c10d::ReduceOp::BOR: return "BOR";
+    case c10d::ReduceOp::BXOR: return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
+    default: return "this reduce op";
+  }
+}
+
+// One tensor, dense and contiguous, on the CPU or a CUDA device.
+void checkTensor(const char* op, const at::Tensor& t) {
+  TORCH_CHECK(t.defined(), "ringguard: ", op, ": undefined tensor");
+  if (t.is_sparse()) unsupported(op, "sparse " + describe(t));
+  TORCH_CHECK(t.device().is_cpu() || t.device().is_cuda(), "ringguard: ", op, ": ", describe(t),
+              ": only cpu and cuda tensors are supported");
+  TORCH_CHECK(t.is_contiguous(), "ringguard: ", op, ": ", describe(t),
+              " is not contiguous; call .contiguous() first");
+}
+
+void checkSingle(const char* op, const std::vector<at::Tensor>& tensors) {
+  TORCH_CHECK(tensors.size() == 1, "ringguard: ", op, ": expects exactly one tensor per call, got ", tensors.size());
+  checkTensor(op, tensors[0]);
+}
+
+// The tensor's bytes as a flat uint8 tensor (same storage).
+at::Tensor bytesOf(const at::Tensor& t) { return t.reshape({-1}).view(at::kByte); }
+
+std::exception_ptr toException(const Status& st) {
+  try {
+    C10_THROW_ERROR(DistBackendError, "ringguard: " + st.toString());
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+std::exception_ptr currentException() { return std::current_exception(); }
+
+}  // namespace
+
+// A collective handed to torch: completes from the completion thread once the verdict is known.
+class ProcessGroupRingguard::RgWork : public c10d::Work {
+ public:
+  RgWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
+         c10::intrusive_ptr<c10::ivalue::Future> future)
+      : c10d::Work(rank, type, title), outputs_(std::move(outputs)), future_(std::move(future)) {}
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  void complete(std::exception_ptr error) { finish(std::move(error)); }
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+struct ProcessGroupRingguard::Pending {
+  std::shared_ptr<ringguard::Work> work;
+  c10::intrusive_ptr<RgWork> rg;
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  c10::IValue value;             // what the future completes with
+  std::vector<at::Tensor> keep;  // alive until done: inputs, staging buffers
+  std::function<void()> after;   // on success, before the future completes (copy-outs)
+  int device = -1;               // CUDA device, or -1
+  void* stream = nullptr;        // the caller's stream (CUDA)
+};
+
+ProcessGroupRingguard::ProcessGroupRingguard(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
+                                             const std::map<std::string, std::string>& options,
+                                             c10::intrusive_ptr<c10d::Backend> gloo)
+    : c10d::Backend(rank, size), store_(std::move(store)), gloo_(std::move(gloo)), optionMap_(options) {
+  std::set<std::string> known;
+  for (const auto& v : envRegistry()) known.insert(v.name);
+  for (const auto& kv : optionMap_) {
+    if (!known.count(kv.first)) {
+      throw std::invalid_argument("ringguard: unknown option '" + kv.first + "' (see docs/ENV.md)");
+    }
+  }
+  auto lookup = [this](const char* name) -> const char* {
+    auto it = optionMap_.find(name);
+    return it != optionMap_.end() ? it->second.c_str() : envLookup(name);
+  };
+  Status st = ringguard::Options::fromLookup(lookup, &options_);
+  if (!st.isOk()) throw std::invalid_argument("ringguard: " + st.message());
+  TORCH_CHECK(gloo_, "ringguard: a Gloo backend over the same ranks is required");
+  TORCH_CHECK(gloo_->getRank() == rank && gloo_->getSize() == size, "ringguard: the Gloo backend has rank ",
+              gloo_->getRank(), " of ", gloo_->getSize(), ", expected ", rank, " of ", size);
+  fault_ = options_.fault;
+  std::unique_ptr<Transport> transport;
+  st = createC10dTransport(gloo_, kCpuTagBase, &transport);
+  TORCH_CHECK(st.isOk(), "ringguard: ", st.toString());
+  cpu_ = std::make_unique<Communicator>(std::move(transport), options_);
+  completion_ = std::thread([this] { completionLoop(); });
+  init();
+}
+
+ProcessGroupRingguard::~ProcessGroupRingguard() { stop(/*abort=*/false); }
+
+c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupRingguard::getBackendOptions() {
+  return c10::make_intrusive<Backend::Options>("ringguard", options_.timeout);
+}
+
+Communicator* ProcessGroupRingguard::communicatorFor(const at::Tensor& t, const char* op) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  TORCH_CHECK(!stopped_, "ringguard: ", op, " after shutdown()");
+  if (t.device().is_cpu()) return cpu_.get();
+#if RINGGUARD_TORCH_CUDA
+  const int device = t.device().index();
+  if (!cuda_) {
+    // Several ranks may share a GPU (NCCL refuses that), so CUDA tensors are staged through pinned host
+    // memory over a second c10d transport. Creation is not collective.
+    cuda::DeviceOptions dev;
+    auto lookup = [this](const char* name) -> const char* {
+      auto it = optionMap_.find(name);
+      return it != optionMap_.end() ? it->second.c_str() : envLookup(name);
+    };
+    Status st = cuda::DeviceOptions::fromLookup(lookup, &dev);
+    TORCH_CHECK(st.isOk(), "ringguard: ", st.toString());
+    TORCH_CHECK(dev.transport != cuda::DeviceTransportKind::kNccl,
+                "ringguard: RINGGUARD_DEVICE_TRANSPORT=nccl is not available in the c10d backend yet; "
+                "CUDA tensors use the host-staged transport");
+    dev.device = device;
+    std::unique_ptr<Transport> host;
+    st = createC10dTransport(gloo_, kCudaTagBase, &host);
+    if (st.isOk()) {
+      c10::cuda::CUDAGuard guard(device);
+      ringguard::Options o = options_;
+      o.fault = fault_;
+      st = cuda::createStagedCommunicator(std::move(host), o, dev, &cuda_);
+    }
+    TORCH_CHECK(st.isOk(), "ringguard: creating the CUDA communicator: ", st.toString());
+    cudaDevice_ = device;
+  }
+  TORCH_CHECK(device == cudaDevice_, "ringguard: ", op, ": ", describe(t), ", but this process group uses cuda:",
+              cudaDevice_, " (one device per rank)");
+  return cuda_.get();
+#else
+  TORCH_CHECK(false, "ringguard: ", op, ": ", describe(t), ": this build of ringguard has no CUDA support");
+#endif
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::launch(const char* op, const at::Tensor& buffer, size_t count,
+                                                              DataType dtype, ReduceOp rop,
+                                                              std::vector<at::Tensor> outputs,
+                                                              std::function<void()> after, bool nestedOutputs) {
+  Communicator* comm = communicatorFor(buffer, op);
+  auto p = std::make_shared<Pending>();
+  std::vector<c10::Device> devices;
+  void* stream = nullptr;
+#if RINGGUARD_TORCH_CUDA
+  if (buffer.is_cuda()) {
+    devices.push_back(buffer.device());
+    p->device = buffer.device().index();
+    stream = c10::cuda::getCurrentCUDAStream(buffer.device().index()).stream();
+  }
+#endif
+  p->stream = stream;
+  c10::TypePtr type = c10::ListType::create(c10::TensorType::get());
+  if (nestedOutputs) {
+    type = c10::ListType::create(type);
+    c10::List<c10::List<at::Tensor>> nested;
+    nested.push_back(c10::List<at::Tensor>(outputs));
+    p->value = c10::IValue(nested);
+  } else {
+    p->value = c10::IValue(outputs);
+  }
+  p->future = c10::make_intrusive<c10::ivalue::Future>(type, devices);
+  p->rg = c10::make_intrusive<RgWork>(rank_, c10d::OpType::UNKNOWN, op, outputs, p->future);
+  p->keep = outputs;
+  p->keep.push_back(buffer);
+  p->after = std::move(after);
+  p->work = comm->allreduceAsync(buffer.data_ptr(), buffer.data_ptr(), count, dtype, rop, stream);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_.push_back(p);
+  }
+  cv_.notify_all();
+  return p->rg;
+}
+
+void ProcessGroupRingguard::completionLoop() {
+  for (;;) {
+    std::shared_ptr<Pending> p;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [this] { return stopping_ || !pending_.empty(); });
+      if (pending_.empty()) return;
+      p = pending_.front();
+    }
+    Status st = p->work->wait();  // for CUDA, also orders the caller's stream after the results
+    std::exception_ptr error;
+    if (!st.isOk()) error = toException(st);
+    try {
+#if RINGGUARD_TORCH_CUDA
+      std::optional<c10::cuda::CUDAStreamGuard> guard;
+      if (p->device >= 0) {
+        guard.emplace(c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(p->stream),
+                                                       c10::DeviceIndex(p->device)));
+      }
+#endif
+      if (!error && p->after) p->after();
+      // Future::markCompleted records an event on the current stream of each device (the caller's).
+      if (error) {
+        p->future->setError(error);
+      } else {
+        p->future->markCompleted(p->value);
+      }
+    } catch (...) {
+      if (!error) error = currentException();
+      if (!p->future->completed()) p->future->setError(error);
+    }
+    p->rg->complete(error);
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_.pop_front();
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allreduce(std::vector<at::Tensor>& tensors,
+                                                                const c10d::AllreduceOptions& opts) {
+  checkSingle("allreduce", tensors);
+  const at::Tensor& t = tensors[0];
+  DataType dt;
+  ReduceOp op;
+  if (!toDataType(t.scalar_type(), &dt)) {
+    unsupported("allreduce", "dtype of " + describe(t) + "; allreduce takes float32, float64, float16, "
+                             "bfloat16, int32, int64 and uint8");
+  }
+  if (!toReduceOp(opts.reduceOp, &op)) unsupported("allreduce", std::string(reduceOpText(opts.reduceOp)) + " on " + describe(t));
+  return launch("allreduce", t, size_t(t.numel()), dt, op, {t}, nullptr);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::broadcast(std::vector<at::Tensor>& tensors,
+                                                                const c10d::BroadcastOptions& opts) {
+  checkSingle("broadcast", tensors);
+  TORCH_CHECK(opts.rootTensor == 0, "ringguard: broadcast: rootTensor must be 0");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "ringguard: broadcast: root rank ", opts.rootRank,
+              " is outside [0, ", size_, ")");
+  at::Tensor t = tensors[0];
+  at::Tensor bytes = bytesOf(t);
+  // Every rank but the root contributes zeros to a byte-wise sum: the result is the root's bytes exactly.
+  if (rank_ != opts.rootRank) bytes.zero_();
+  return launch("broadcast", bytes, size_t(bytes.numel()), DataType::kUint8, ReduceOp::kSum, {t}, nullptr);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                                std::vector<at::Tensor>& inputs,
+                                                                const c10d::AllgatherOptions& opts) {
+  checkSingle("allgather", inputs);
+  TORCH_CHECK(outputs.size() == 1, "ringguard: allgather: expects one output list, got ", outputs.size());
+  const at::Tensor& in = inputs[0];
+  std::vector<at::Tensor> outs = outputs[0];
+  TORCH_CHECK(int(outs.size()) == size_, "ringguard: allgather: the output list has ", outs.size(),
+              " tensors, the group has ", size_, " ranks");
+  for (const auto& o : outs) {
+    checkTensor("allgather", o);
+    TORCH_CHECK(o.numel() == in.numel() && o.scalar_type() == in.scalar_type() && o.device() == in.device(),
+                "ringguard: allgather: output ", describe(o), " of ", o.numel(), " elements does not match the input ",
+                describe(in), " of ", in.numel());
+  }
+  // Each rank writes its bytes into its own block of a zeroed buffer; a byte-wise sum assembles them.
+  const int64_t n = in.numel() * int64_t(in.element_size());
+  at::Tensor flat = at::zeros({n * size_}, in.options().dtype(at::kByte));
+  flat.narrow(0, n * rank_, n).copy_(bytesOf(in));
+  auto after = [outs, flat, n]() {
+    for (size_t r = 0; r < outs.size(); ++r) bytesOf(outs[r]).copy_(flat.narrow(0, n * int64_t(r), n));
+  };
+  return launch("allgather", flat, size_t(flat.numel()), DataType::kUint8, ReduceOp::kSum, outs, after,
+                /*nestedOutputs=*/true);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                                      const c10d::AllgatherOptions& opts) {
+  checkTensor("all_gather_into_tensor", input);
+  checkTensor("all_gather_into_tensor", output);
+  TORCH_CHECK(output.numel() == input.numel() * size_ && output.scalar_type() == input.scalar_type() &&
+                  output.device() == input.device(),
+              "ringguard: all_gather_into_tensor: output ", describe(output), " of ", output.numel(),
+              " elements must hold ", size_, " x the input ", describe(input), " of ", input.numel());
+  at::Tensor bytes = bytesOf(output);
+  const int64_t n = input.numel() * int64_t(input.element_size());
+  at::Tensor mine = bytes.narrow(0, n * rank_, n).clone();  // the input may alias the output
+  mine.copy_(bytesOf(input));
+  bytes.zero_();
+  bytes.narrow(0, n * rank_, n).copy_(mine);
+  return launch("all_gather_into_tensor", bytes, size_t(bytes.numel()), DataType::kUint8, ReduceOp::kSum,
+                {output}, nullptr);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::barrier(const c10d::BarrierOptions& opts) {
+  // A one-element verified allreduce on the CPU communicator: it returns once every rank has entered.
+  at::Tensor t = at::zeros({1}, at::kInt);
+  return launch("barrier", t, 1, DataType::kInt32, ReduceOp::kSum, {t}, nullptr);
+}
+
+#define RINGGUARD_UNSUPPORTED(signature, opname, what)                   \
+  c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::signature {      \
+    unsupported(opname, what);                                          \
+  }
+
+RINGGUARD_UNSUPPORTED(allreduce_coalesced(std::vector<at::Tensor>& t, const c10d::AllreduceCoalescedOptions&),
+                      "allreduce_coalesced", firstTensor(t))
+RINGGUARD_UNSUPPORTED(allreduce_sparse(std::vector<at::Tensor>& t, const c10d::AllreduceOptions&), "allreduce_sparse",
+                      firstTensor(t))
+RINGGUARD_UNSUPPORTED(reduce(std::vector<at::Tensor>& t, const c10d::ReduceOptions&), "reduce", firstTensor(t))
+RINGGUARD_UNSUPPORTED(allgather_coalesced(std::vector<std::vector<at::Tensor>>&, std::vector<at::Tensor>& in,
+                                          const c10d::AllgatherOptions&),
+                      "allgather_coalesced", firstTensor(in))
+RINGGUARD_UNSUPPORTED(allgather_into_tensor_coalesced(std::vector<at::Tensor>&, std::vector<at::Tensor>& in,
+                                                      const c10d::AllgatherOptions&),
+                      "allgather_into_tensor_coalesced", firstTensor(in))
+RINGGUARD_UNSUPPORTED(gather(std::vector<std::vector<at::Tensor>>&, std::vector<at::Tensor>& in,
+                             const c10d::GatherOptions&),
+                      "gather", firstTensor(in))
+RINGGUARD_UNSUPPORTED(scatter(std::vector<at::Tensor>& out, std::vector<std::vector<at::Tensor>>&,
+                              const c10d::ScatterOptions&),
+                      "scatter", firstTensor(out))
+RINGGUARD_UNSUPPORTED(reduce_scatter(std::vector<at::Tensor>& out, std::vector<std::vector<at::Tensor>>&,
+                                     const c10d::ReduceScatterOptions&),
+                      "reduce_scatter", firstTensor(out))
+RINGGUARD_UNSUPPORTED(_reduce_scatter_base(at::Tensor& out, at::Tensor&, const c10d::ReduceScatterOptions&),
+                      "reduce_scatter_tensor", describe(out))
+RINGGUARD_UNSUPPORTED(reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& out, std::vector<at::Tensor>&,
+                                                      const c10d::ReduceScatterOptions&),
+                      "reduce_scatter_tensor_coalesced", firstTensor(out))
+RINGGUARD_UNSUPPORTED(alltoall_base(at::Tensor& out, at::Tensor&, std::vector<int64_t>&, std::vector<int64_t>&,
+                                    const c10d::AllToAllOptions&),
+                      "all_to_all_single", describe(out))
+RINGGUARD_UNSUPPORTED(alltoall(std::vector<at::Tensor>& out, std::vector<at::Tensor>&, const c10d::AllToAllOptions&),
+                      "all_to_all", firstTensor(out))
+RINGGUARD_UNSUPPORTED(send(std::vector<at::Tensor>& t, int, int), "send", firstTensor(t))
+RINGGUARD_UNSUPPORTED(recv(std::vector<at::Tensor>& t, int, int), "recv", firstTensor(t))
+RINGGUARD_UNSUPPORTED(recvAnysource(std::vector<at::Tensor>& t, int), "recv (any source)", firstTensor(t))
+#undef RINGGUARD_UNSUPPORTED
+
+void ProcessGroupRingguard::stop(bool abort) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopped_) return;
+    stopped_ = true;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  // The completion thread drains what was issued (each collective ends, at worst, at its timeout).
+  if (completion_.joinable()) completion_.join();
+  (void)abort;  // no difference yet: see the header
+  cuda_.reset();
+  cpu_.reset();
+}
+
+void ProcessGroupRingguard::shutdown() { stop(/*abort=*/false); }
+void ProcessGroupRingguard::abort() { stop(/*abort=*/true); }
+
+Counters ProcessGroupRingguard::counters() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Counters c;
+  if (cpu_) c += cpu_->counters();
+  if (cuda_) c += cuda_->counters();
+  return c;
+}
+
+void ProcessGroupRingguard::setFault(const std::map<std::string, std::string>& fault) {
+  for (const auto& kv : fault) {
+    if (kv.first.rfind("RINGGUARD_FAULT_", 0) != 0) {
+      throw std::invalid_argument("ringguard: set_fault: '" + kv.first + "' is not a RINGGUARD_FAULT_* option");
+    }
+  }
+  // Fault options not named keep their defaults: set_fault replaces the whole setting.
+  ringguard::Options o;
+  Status st = ringguard::Options::fromLookup(
+      [&fault](const char* name) -> const char* {
+        auto it = fault.find(name);
+        return it != fault.end() ? it->second.c_str() : nullptr;
+      },
+      &o);
+  if (!st.isOk()) throw std::invalid_argument("ringguard: set_fault: " + st.message());
+  std::lock_guard<std::mutex> lock(mutex_);
+  fault_ = o.fault;
+  for (Communicator* c : {cpu_.get(), cuda_.get()}) {
+    if (!c) continue;
+    st = c->setFault(fault_);
+    if (!st.isOk()) throw std::invalid_argument("ringguard: set_fault: " + st.message());
+  }
+}
+
+std::map<std::string, std::string> ProcessGroupRingguard::fault() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::map<std::string, std::string> m;
+  m["RINGGUARD_FAULT_MODE"] = faultModeName(fault_.mode);
+  std::ostringstream p;
+  p << fault_.probability;
+  m["RINGGUARD_FAULT_PROB"] = p.str();
+  std::string schedule;
+  for (const auto& e : fault_.schedule) {
+    if (!schedule.empty()) schedule += ",";
+    schedule += std::to_string(e.collective) + ":" + std::to_string(e.step) + ":" + std::to_string(e.slice) + ":" +
+                std::to_string(e.rank);
+  }
+  m["RINGGUARD_FAULT_SCHEDULE"] = schedule;
+  m["RINGGUARD_FAULT_SEED"] = std::to_string(fault_.seed);
+  m["RINGGUARD_FAULT_BITS"] = std::to_string(fault_.bits);
+  m["RINGGUARD_FAULT_BURST_BITS"] = std::to_string(fault_.burstBits);
+  m["RINGGUARD_FAULT_DELAY_MS"] = std::to_string(fault_.delayMs);
+  m["RINGGUARD_FAULT_REPEAT"] = std::to_string(fault_.repeat);
+  return m;
+}
+
+std::string ProcessGroupRingguard::transport(const std::string& deviceType) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (deviceType == "cpu" && cpu_) return cpu_->transportName();
+  if (deviceType == "cuda" && cuda_) return cuda_->transportName();
+  return "";
+}
+
+}  // namespace ringguard

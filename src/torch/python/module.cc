@@ -1,0 +1,105 @@
+// ringguard._C: the Python face of the "ringguard" c10d backend. Built against the installed torch and its
+// bundled pybind11, so our class derives from torch._C._distributed_c10d.Backend and torch accepts it as one.
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/utils/pybind.h>
+#include <torch/version.h>
+
+#include <pybind11/chrono.h>
+#include <pybind11/stl.h>
+
+#include <map>
+#include <string>
+
+#include "ringguard/core/env.h"
+#include "ringguard/torch/process_group.h"
+
+namespace py = pybind11;
+
+namespace {
+
+// torch binds its backends with a holder that drops the GIL while the last reference goes away (a
+// backend's destructor joins threads that may need the GIL); ours is the same, and has the same layout as
+// the intrusive_ptr that torch casts backends to.
+template <typename T>
+class IntrusivePtrNoGilDestructor {
+ public:
+  IntrusivePtrNoGilDestructor() = default;
+  IntrusivePtrNoGilDestructor(const IntrusivePtrNoGilDestructor&) = default;
+  IntrusivePtrNoGilDestructor(IntrusivePtrNoGilDestructor&&) noexcept = default;
+  IntrusivePtrNoGilDestructor& operator=(const IntrusivePtrNoGilDestructor&) = default;
+  IntrusivePtrNoGilDestructor& operator=(IntrusivePtrNoGilDestructor&&) noexcept = default;
+  explicit IntrusivePtrNoGilDestructor(c10::intrusive_ptr<T> impl) : impl_(std::move(impl)) {}
+  explicit IntrusivePtrNoGilDestructor(T* impl) : impl_(c10::intrusive_ptr<T>::unsafe_steal_from_new(impl)) {}
+  ~IntrusivePtrNoGilDestructor() {
+    if (impl_) {
+      if (PyGILState_Check()) {
+        py::gil_scoped_release release;
+        impl_.reset();
+      } else {
+        impl_.reset();
+      }
+    }
+  }
+  T& operator*() const noexcept { return *impl_; }
+  T* operator->() const noexcept { return impl_.get(); }
+  T* get() const noexcept { return impl_.get(); }
+  void reset() noexcept { impl_.reset(); }
+  operator bool() const noexcept { return impl_; }
+
+ private:
+  c10::intrusive_ptr<T> impl_;
+};
+
+py::dict countersDict(const ringguard::Counters& c) {
+  py::dict d;
+  d["collectives"] = c.collectives;
+  d["bytes_sent"] = c.bytesSent;
+  d["slices_sent"] = c.slicesSent;
+  d["slices_verified"] = c.slicesVerified;
+  d["injected"] = c.injected;
+  d["detected"] = c.detected;
+  d["retransmitted"] = c.retransmitted;
+  d["escaped"] = c.escaped;
+  d["delayed"] = c.delayed;
+  d["repair_rounds"] = c.repairRounds;
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_DECLARE_HOLDER_TYPE(T, IntrusivePtrNoGilDestructor<T>, true)
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "ringguard: CRC32-verified collectives as a torch.distributed backend";
+  m.attr("__torch_version__") = TORCH_VERSION;
+
+  m.def("option_names", [] {
+    std::vector<std::string> names;
+    for (const auto& v : ringguard::envRegistry()) names.emplace_back(v.name);
+    return names;
+  });
+
+  py::object backendBase = py::module_::import("torch._C._distributed_c10d").attr("Backend");
+  py::class_<ringguard::ProcessGroupRingguard, IntrusivePtrNoGilDestructor<ringguard::ProcessGroupRingguard>>(
+      m, "ProcessGroupRingguard", backendBase)
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       std::chrono::milliseconds timeout, std::map<std::string, std::string> options,
+                       const c10::intrusive_ptr<c10d::Backend>& gloo) {
+             // The process group's timeout, unless RINGGUARD_TIMEOUT_MS is set (options, then environment).
+             if (!options.count("RINGGUARD_TIMEOUT_MS") && !ringguard::envLookup("RINGGUARD_TIMEOUT_MS")) {
+               options["RINGGUARD_TIMEOUT_MS"] = std::to_string(timeout.count());
+             }
+             return IntrusivePtrNoGilDestructor<ringguard::ProcessGroupRingguard>(
+                 c10::make_intrusive<ringguard::ProcessGroupRingguard>(store, rank, size, options, gloo));
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("options"),
+           py::arg("gloo"),
+           py::call_guard<py::gil_scoped_release>())
+      .def(
+          "counters", [](const ringguard::ProcessGroupRingguard& self) { return countersDict(self.counters()); },
+          "Integrity counters of this rank, summed over the group's communicators.")
+      .def("set_fault", &ringguard::ProcessGroupRingguard::setFault, py::arg("options"),
+           "Fault injection (RINGGUARD_FAULT_* names) for collectives issued from now on.")
+      .def("fault", &ringguard::ProcessGroupRingguard::fault)
+      .def("transport", &ringguard::ProcessGroupRingguard::transport, py::arg("device_type"));
+}

@@ -1,0 +1,410 @@
+#include "transport/c10d/c10d_transport.h"
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ringguard/core/log_text.h"
+
+namespace ringguard {
+
+namespace {
+
+// Gloo's wait(timeout) closes every pair of the context when it expires; ours never does (a year), and
+// markBroken() ends waits that must stop.
+constexpr std::chrono::milliseconds kNoExpiry = std::chrono::hours(24 * 365);
+
+// Control frames: fixed size (a Gloo receive must know its size), a header and up to kFrameData bytes.
+constexpr size_t kFrameBytes = 4096;
+struct FrameHeader {
+  uint32_t tag;     // ControlTag
+  uint32_t total;   // message bytes
+  uint32_t offset;  // of this chunk
+  uint32_t length;  // of this chunk
+};
+constexpr size_t kFrameData = kFrameBytes - sizeof(FrameHeader);
+
+enum : int { kPending = 0, kDone = 1, kFailed = 2, kAborted = 3 };
+
+// What a TransportOp and its waiter share.
+struct OpState {
+  std::atomic<int> state{kPending};
+  std::string error;  // written before state becomes kFailed
+};
+
+struct Pending {
+  c10::intrusive_ptr<c10d::Work> work;
+  std::shared_ptr<OpState> state;
+  at::Tensor keep;  // memory the backend reads or writes until the work ends (control frames)
+};
+
+// Works whose wait was abandoned may still be used by the backend (a receive cannot be withdrawn from
+// Gloo): their buffers and works are kept for the life of the process, as MpiTransport keeps the
+// communicators of a broken transport.
+void keepForever(std::vector<Pending> pending) {
+  static std::mutex mutex;
+  static auto* kept = new std::vector<Pending>();
+  std::lock_guard<std::mutex> lock(mutex);
+  for (auto& p : pending) kept->push_back(std::move(p));
+}
+
+std::string describe(const std::exception& e) {
+  std::string what = e.what();
+  auto nl = what.find('\n');  // c10 errors append a backtrace
+  return nl == std::string::npos ? what : what.substr(0, nl);
+}
+
+// Waits the works of one (peer, direction) in post order on its own thread.
+class Waiter {
+ public:
+  Waiter() : thread_([this] { loop(); }) {}
+  ~Waiter() {
+    abortAll();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    std::vector<Pending> left(queue_.begin(), queue_.end());
+    keepForever(std::move(left));
+  }
+
+  void push(Pending p) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (aborted_) {
+        p.work->abort();
+        p.state->state = kAborted;
+      }
+      queue_.push_back(std::move(p));
+    }
+    cv_.notify_all();
+  }
+
+  // Ends every wait, now and later (the transport is broken).
+  void abortAll() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    aborted_ = true;
+    if (current_.work) current_.work->abort();
+    for (auto& p : queue_) {
+      p.work->abort();
+      p.state->state = kAborted;
+    }
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        current_ = std::move(queue_.front());
+        queue_.pop_front();
+        if (aborted_) {
+          current_.state->state = kAborted;
+          keepForever({std::move(current_)});
+          current_ = Pending();
+          continue;
+        }
+      }
+      int result = kDone;
+      std::string error;
+      try {
+        if (!current_.work->wait(kNoExpiry)) result = kAborted;
+      } catch (const std::exception& e) {
+        result = kFailed;
+        error = describe(e);
+      }
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (result == kFailed) current_.state->error = error;
+      current_.state->state = result;
+      if (result != kDone) keepForever({std::move(current_)});
+      current_ = Pending();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Pending> queue_;
+  Pending current_;
+  bool stop_ = false;
+  bool aborted_ = false;
+  std::thread thread_;
+};
+
+class C10dOp final : public TransportOp {
+ public:
+  C10dOp(std::shared_ptr<OpState> state, c10::intrusive_ptr<c10d::Work> work, int peer, bool isRecv)
+      : state_(std::move(state)), work_(std::move(work)), peer_(peer), isRecv_(isRecv) {}
+  ~C10dOp() override { cancel(); }
+
+  Status test(bool* done) override {
+    int s = state_ ? state_->state.load() : kDone;
+    *done = s == kDone;
+    if (s == kFailed) {
+      return Status(StatusCode::kTransportError, std::string(isRecv_ ? "receive from" : "send to") + " rank " +
+                                                     std::to_string(peer_) + " failed: " + state_->error);
+    }
+    if (s == kAborted) {
+      return Status(StatusCode::kAborted, std::string(isRecv_ ? "receive from" : "send to") + " rank " +
+                                              std::to_string(peer_) + " was aborted");
+    }
+    return Status::ok();
+  }
+
+  // Gloo cannot withdraw a posted receive: ending the wait is all there is. The waiter keeps the work (and
+  // so the memory it names stays the caller's problem only until the transport breaks, which a cancelled
+  // receive always precedes in the algorithms).
+  void cancel() override {
+    if (state_ && state_->state.load() == kPending && work_) work_->abort();
+    state_.reset();
+    work_.reset();
+  }
+
+ private:
+  std::shared_ptr<OpState> state_;
+  c10::intrusive_ptr<c10d::Work> work_;
+  int peer_;
+  bool isRecv_;
+};
+
+class C10dTransport final : public Transport {
+ public:
+  C10dTransport(c10::intrusive_ptr<c10d::Backend> backend, int tagBase)
+      : Transport(backend->getRank(), backend->getSize()),
+        backend_(std::move(backend)),
+        tagPayload_(tagBase),
+        tagTrailer_(tagBase + 1),
+        tagControl_(tagBase + 2),
+        peers_(size_t(size())) {
+    for (int p = 0; p < size(); ++p) {
+      if (p == rank()) continue;
+      auto& peer = peers_[size_t(p)];
+      peer.sends = std::make_unique<Waiter>();
+      peer.recvs = std::make_unique<Waiter>();
+      peer.controlSends = std::make_unique<Waiter>();
+      peer.controlThread = std::thread([this, p] { controlLoop(p); });
+    }
+  }
+
+  ~C10dTransport() override {
+    stopControl();
+    peers_.clear();  // joins the waiters
+  }
+
+  const char* name() const override { return "gloo"; }
+
+ protected:
+  Status doPostSend(int peer, Channel channel, const void* data, size_t bytes,
+                    std::unique_ptr<TransportOp>* out) override {
+    return post(peer, channel, const_cast<void*>(data), bytes, /*isRecv=*/false, out);
+  }
+  Status doPostRecv(int peer, Channel channel, void* data, size_t bytes,
+                    std::unique_ptr<TransportOp>* out) override {
+    return post(peer, channel, data, bytes, /*isRecv=*/true, out);
+  }
+
+  void doAbort() override {
+    stopControl();
+    for (auto& peer : peers_) {
+      if (peer.sends) peer.sends->abortAll();
+      if (peer.recvs) peer.recvs->abortAll();
+      if (peer.controlSends) peer.controlSends->abortAll();
+    }
+  }
+
+  Status doSendControl(int peer, ControlTag tag, const void* data, size_t bytes) override {
+    if (bytes > UINT32_MAX) return Status(StatusCode::kInvalidArgument, "control message too large");
+    if (peer == rank()) {
+      std::lock_guard<std::mutex> lock(inboxMutex_);
+      const auto* p = static_cast<const uint8_t*>(data);
+      inbox_[{peer, int(tag)}].emplace_back(p, p + bytes);
+      return Status::ok();
+    }
+    const auto* src = static_cast<const uint8_t*>(data);
+    size_t offset = 0;
+    do {
+      size_t length = std::min(kFrameData, bytes - offset);
+      at::Tensor frame = at::zeros({int64_t(kFrameBytes)}, at::kByte);
+      FrameHeader h{uint32_t(tag), uint32_t(bytes), uint32_t(offset), uint32_t(length)};
+      std::memcpy(frame.data_ptr(), &h, sizeof(h));
+      if (length) std::memcpy(frame.data_ptr<uint8_t>() + sizeof(h), src + offset, length);
+      std::vector<at::Tensor> tensors{frame};
+      c10::intrusive_ptr<c10d::Work> work;
+      RINGGUARD_RETURN_IF_ERROR(call("control send to", peer, [&] {
+        work = backend_->send(tensors, peer, tagControl_);
+      }));
+      peers_[size_t(peer)].controlSends->push(Pending{work, std::make_shared<OpState>(), frame});
+      offset += length;
+    } while (offset < bytes);
+    return Status::ok();
+  }
+
+  Status doProbeControl(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from,
+                        bool* got) override {
+    *got = false;
+    std::lock_guard<std::mutex> lock(inboxMutex_);
+    for (int p = (peer < 0 ? 0 : peer); p < (peer < 0 ? size() : peer + 1); ++p) {
+      auto it = inbox_.find({p, int(tag)});
+      if (it != inbox_.end() && !it->second.empty()) {
+        *message = std::move(it->second.front());
+        it->second.pop_front();
+        *from = p;
+        *got = true;
+        return Status::ok();
+      }
+    }
+    // A failed control channel means the peer (or the connection to it) is gone: say so, rather than
+    // let the caller wait for its timeout.
+    for (int p = (peer < 0 ? 0 : peer); p < (peer < 0 ? size() : peer + 1); ++p) {
+      if (!controlError_[size_t(p)].empty()) {
+        return Status(StatusCode::kTransportError,
+                      "control channel from rank " + std::to_string(p) + " failed: " + controlError_[size_t(p)]);
+      }
+    }
+    return Status::ok();
+  }
+
+ private:
+  struct Peer {
+    std::unique_ptr<Waiter> sends, recvs, controlSends;
+    std::thread controlThread;
+    std::mutex mutex;                        // guards controlWork
+    c10::intrusive_ptr<c10d::Work> controlWork;  // the receive the control thread waits on
+    ~Peer() {
+      if (controlThread.joinable()) controlThread.join();
+    }
+  };
+
+  template <typename F>
+  Status call(const char* what, int peer, F&& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      return Status(StatusCode::kTransportError,
+                    std::string(what) + " rank " + std::to_string(peer) + ": " + describe(e));
+    }
+    return Status::ok();
+  }
+
+  Status post(int peer, Channel channel, void* data, size_t bytes, bool isRecv,
+              std::unique_ptr<TransportOp>* out) {
+    if (peer == rank()) {
+      return Status(StatusCode::kInvalidArgument, "c10d transport: no data path to the own rank");
+    }
+    auto state = std::make_shared<OpState>();
+    if (bytes == 0) {  // both sides know the size; nothing travels
+      state->state = kDone;
+      out->reset(new C10dOp(state, {}, peer, isRecv));
+      return Status::ok();
+    }
+    int tag = channel == Channel::kPayload ? tagPayload_ : tagTrailer_;
+    std::vector<at::Tensor> tensors{at::from_blob(data, {int64_t(bytes)}, at::kByte)};
+    c10::intrusive_ptr<c10d::Work> work;
+    RINGGUARD_RETURN_IF_ERROR(call(isRecv ? "receive from" : "send to", peer, [&] {
+      work = isRecv ? backend_->recv(tensors, peer, tag) : backend_->send(tensors, peer, tag);
+    }));
+    auto& waiter = isRecv ? peers_[size_t(peer)].recvs : peers_[size_t(peer)].sends;
+    waiter->push(Pending{work, state, {}});
+    out->reset(new C10dOp(state, work, peer, isRecv));
+    return Status::ok();
+  }
+
+  // Receives control frames from `peer` until stopped, reassembling messages into the inbox.
+  void controlLoop(int peer) {
+    std::map<int, std::vector<uint8_t>> partial;  // by tag
+    for (;;) {
+      at::Tensor frame = at::empty({int64_t(kFrameBytes)}, at::kByte);
+      std::vector<at::Tensor> tensors{frame};
+      c10::intrusive_ptr<c10d::Work> work;
+      {
+        std::lock_guard<std::mutex> lock(peers_[size_t(peer)].mutex);
+        if (controlStopped_) return;
+        try {
+          work = backend_->recv(tensors, peer, tagControl_);
+        } catch (const std::exception& e) {
+          failControl(peer, describe(e));
+          return;
+        }
+        peers_[size_t(peer)].controlWork = work;
+      }
+      bool ok = false;
+      try {
+        ok = work->wait(kNoExpiry);
+      } catch (const std::exception& e) {
+        keepForever({Pending{work, std::make_shared<OpState>(), frame}});
+        failControl(peer, describe(e));
+        return;
+      }
+      if (!ok) {  // aborted: the receive stays posted in Gloo, with our frame
+        keepForever({Pending{work, std::make_shared<OpState>(), frame}});
+        return;
+      }
+      FrameHeader h;
+      std::memcpy(&h, frame.data_ptr(), sizeof(h));
+      if (h.length > kFrameData || uint64_t(h.offset) + h.length > h.total) {
+        failControl(peer, "malformed control frame");
+        return;
+      }
+      auto& msg = partial[int(h.tag)];
+      if (h.offset == 0) msg.assign(h.total, 0);
+      if (msg.size() != h.total) {
+        failControl(peer, "control frame out of order");
+        return;
+      }
+      std::memcpy(msg.data() + h.offset, frame.data_ptr<uint8_t>() + sizeof(h), h.length);
+      if (h.offset + h.length == h.total) {
+        std::lock_guard<std::mutex> lock(inboxMutex_);
+        inbox_[{peer, int(h.tag)}].push_back(std::move(msg));
+        partial.erase(int(h.tag));
+      }
+    }
+  }
+
+  void failControl(int peer, const std::string& why) {
+    logText(LogLevel::kWarn, "rank " + std::to_string(rank()) + ": control channel from rank " + std::to_string(peer) +
+                                 " failed: " + why);
+    std::lock_guard<std::mutex> lock(inboxMutex_);
+    controlError_[size_t(peer)] = why;
+  }
+
+  // Ends the control threads' receives (the works stay posted in Gloo: see keepForever).
+  void stopControl() {
+    for (auto& peer : peers_) {
+      std::lock_guard<std::mutex> lock(peer.mutex);
+      controlStopped_ = true;
+      if (peer.controlWork) peer.controlWork->abort();
+    }
+  }
+
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  const int tagPayload_, tagTrailer_, tagControl_;
+  std::atomic<bool> controlStopped_{false};
+  std::mutex inboxMutex_;
+  std::map<std::pair<int, int>, std::deque<std::vector<uint8_t>>> inbox_;  // (peer, tag) -> messages
+  std::vector<std::string> controlError_ = std::vector<std::string>(size_t(size()));
+  std::vector<Peer> peers_;
+};
+
+}  // namespace
+
+Status createC10dTransport(c10::intrusive_ptr<c10d::Backend> backend, int tagBase,
+                           std::unique_ptr<Transport>* out) {
+  if (!backend) return Status(StatusCode::kInvalidArgument, "createC10dTransport: no backend");
+  if (tagBase < 0) return Status(StatusCode::kInvalidArgument, "createC10dTransport: negative tag base");
+  out->reset(new C10dTransport(std::move(backend), tagBase));
+  return Status::ok();
+}
+
+}  // namespace ringguard
