@@ -1,7 +1,8 @@
 #include "ringguard/core/log.h"
-#include "ringguard/core/log_text.h"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
+
+#include "ringguard/core/log_text.h"
 
 namespace ringguard {
 
@@ -51,10 +52,18 @@ namespace ringguard {
 
 void logText(LogLevel level, const std::string& message) {
   switch (level) {
-    case LogLevel::kDebug: logger()->debug("{}", message); break;
-    case LogLevel::kInfo: logger()->info("{}", message); break;
-    case LogLevel::kWarn: logger()->warn("{}", message); break;
-    case LogLevel::kError: logger()->error("{}", message); break;
+    case LogLevel::kDebug:
+      logger()->debug("{}", message);
+      break;
+    case LogLevel::kInfo:
+      logger()->info("{}", message);
+      break;
+    case LogLevel::kWarn:
+      logger()->warn("{}", message);
+      break;
+    case LogLevel::kError:
+      logger()->error("{}", message);
+      break;
   }
 }
 

@@ -13,6 +13,8 @@
 #if RINGGUARD_TORCH_CUDA
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#include <unistd.h>
 
 #include "ringguard/cuda/device_communicator.h"
 #endif
@@ -36,39 +38,72 @@ std::string describe(const at::Tensor& t) {
               "); supported: allreduce, broadcast, allgather, all_gather_into_tensor, barrier");
 }
 
-std::string firstTensor(const std::vector<at::Tensor>& t) { return t.empty() ? "no tensors" : describe(t[0]); }
+std::string firstTensor(const std::vector<at::Tensor>& t) {
+  return t.empty() ? "no tensors" : describe(t[0]);
+}
 
 bool toDataType(at::ScalarType s, DataType* out) {
   switch (s) {
-    case at::kFloat: *out = DataType::kFloat32; return true;
-    case at::kDouble: *out = DataType::kFloat64; return true;
-    case at::kHalf: *out = DataType::kFloat16; return true;
-    case at::kBFloat16: *out = DataType::kBFloat16; return true;
-    case at::kInt: *out = DataType::kInt32; return true;
-    case at::kLong: *out = DataType::kInt64; return true;
-    case at::kByte: *out = DataType::kUint8; return true;
-    default: return false;
+    case at::kFloat:
+      *out = DataType::kFloat32;
+      return true;
+    case at::kDouble:
+      *out = DataType::kFloat64;
+      return true;
+    case at::kHalf:
+      *out = DataType::kFloat16;
+      return true;
+    case at::kBFloat16:
+      *out = DataType::kBFloat16;
+      return true;
+    case at::kInt:
+      *out = DataType::kInt32;
+      return true;
+    case at::kLong:
+      *out = DataType::kInt64;
+      return true;
+    case at::kByte:
+      *out = DataType::kUint8;
+      return true;
+    default:
+      return false;
   }
 }
 
 bool toReduceOp(const c10d::ReduceOp& op, ReduceOp* out) {
   switch (op.op_) {
-    case c10d::ReduceOp::SUM: *out = ReduceOp::kSum; return true;
-    case c10d::ReduceOp::AVG: *out = ReduceOp::kAvg; return true;
-    case c10d::ReduceOp::PRODUCT: *out = ReduceOp::kProd; return true;
-    case c10d::ReduceOp::MIN: *out = ReduceOp::kMin; return true;
-    case c10d::ReduceOp::MAX: *out = ReduceOp::kMax; return true;
-    default: return false;
+    case c10d::ReduceOp::SUM:
+      *out = ReduceOp::kSum;
+      return true;
+    case c10d::ReduceOp::AVG:
+      *out = ReduceOp::kAvg;
+      return true;
+    case c10d::ReduceOp::PRODUCT:
+      *out = ReduceOp::kProd;
+      return true;
+    case c10d::ReduceOp::MIN:
+      *out = ReduceOp::kMin;
+      return true;
+    case c10d::ReduceOp::MAX:
+      *out = ReduceOp::kMax;
+      return true;
+    default:
+      return false;
   }
 }
 
 const char* reduceOpText(const c10d::ReduceOp& op) {
   switch (op.op_) {
-    case c10d::ReduceOp::BAND: return "BAND";
-    case c10d::ReduceOp::BOR: return "BOR";
-    case c10d::ReduceOp::BXOR: return "BXOR";
-    case c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
-    default: return "this reduce op";
+    case c10d::ReduceOp::BAND:
+      return "BAND";
+    case c10d::ReduceOp::BOR:
+      return "BOR";
+    case c10d::ReduceOp::BXOR:
+      return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM:
+      return "PREMUL_SUM";
+    default:
+      return "this reduce op";
   }
 }
 
@@ -83,7 +118,8 @@ void checkTensor(const char* op, const at::Tensor& t) {
 }
 
 void checkSingle(const char* op, const std::vector<at::Tensor>& tensors) {
-  TORCH_CHECK(tensors.size() == 1, "ringguard: ", op, ": expects exactly one tensor per call, got ", tensors.size());
+  TORCH_CHECK(tensors.size() == 1, "ringguard: ", op, ": expects exactly one tensor per call, got ",
+              tensors.size());
   checkTensor(op, tensors[0]);
 }
 
@@ -163,6 +199,31 @@ c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupRingguard::getBackendOpti
   return c10::make_intrusive<Backend::Options>("ringguard", options_.timeout);
 }
 
+#if RINGGUARD_TORCH_CUDA
+// NCCL refuses two ranks on one GPU, so `auto` takes NCCL only when every rank of the group has a GPU of
+// its own: each rank publishes (host, GPU UUID) in the Store and all decide from the same list.
+bool ProcessGroupRingguard::useNccl(int kind, int device) {
+  const auto k = static_cast<cuda::DeviceTransportKind>(kind);
+  if (k == cuda::DeviceTransportKind::kStaged) return false;
+  TORCH_CHECK(k != cuda::DeviceTransportKind::kNccl || cuda::haveNccl(),
+              "ringguard: RINGGUARD_DEVICE_TRANSPORT=nccl, but this build has no NCCL");
+  if (k == cuda::DeviceTransportKind::kNccl) return true;
+  cudaDeviceProp prop;
+  TORCH_CHECK(cudaGetDeviceProperties(&prop, device) == cudaSuccess,
+              "ringguard: cudaGetDeviceProperties failed");
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::string me = std::string(host) + "/" + std::string(prop.uuid.bytes, sizeof(prop.uuid.bytes));
+  store_->set("ringguard/gpu/" + std::to_string(rank_), std::vector<uint8_t>(me.begin(), me.end()));
+  std::set<std::string> seen;
+  for (int r = 0; r < size_; ++r) {
+    auto v = store_->get("ringguard/gpu/" + std::to_string(r));
+    seen.insert(std::string(v.begin(), v.end()));
+  }
+  return cuda::haveNccl() && int(seen.size()) == size_;
+}
+#endif
+
 Communicator* ProcessGroupRingguard::communicatorFor(const at::Tensor& t, const char* op) {
   std::lock_guard<std::mutex> lock(mutex_);
   TORCH_CHECK(!stopped_, "ringguard: ", op, " after shutdown()");
@@ -170,8 +231,6 @@ Communicator* ProcessGroupRingguard::communicatorFor(const at::Tensor& t, const 
 #if RINGGUARD_TORCH_CUDA
   const int device = t.device().index();
   if (!cuda_) {
-    // Several ranks may share a GPU (NCCL refuses that), so CUDA tensors are staged through pinned host
-    // memory over a second c10d transport. Creation is not collective.
     cuda::DeviceOptions dev;
     auto lookup = [this](const char* name) -> const char* {
       auto it = optionMap_.find(name);
@@ -179,33 +238,44 @@ Communicator* ProcessGroupRingguard::communicatorFor(const at::Tensor& t, const 
     };
     Status st = cuda::DeviceOptions::fromLookup(lookup, &dev);
     TORCH_CHECK(st.isOk(), "ringguard: ", st.toString());
-    TORCH_CHECK(dev.transport != cuda::DeviceTransportKind::kNccl,
-                "ringguard: RINGGUARD_DEVICE_TRANSPORT=nccl is not available in the c10d backend yet; "
-                "CUDA tensors use the host-staged transport");
     dev.device = device;
-    std::unique_ptr<Transport> host;
+    const bool nccl = useNccl(static_cast<int>(dev.transport), device);
+    std::unique_ptr<Transport> host;  // the staged transport's data path, or NCCL's control channel
     st = createC10dTransport(gloo_, kCudaTagBase, &host);
     if (st.isOk()) {
       c10::cuda::CUDAGuard guard(device);
       ringguard::Options o = options_;
       o.fault = fault_;
-      st = cuda::createStagedCommunicator(std::move(host), o, dev, &cuda_);
+      if (nccl) {
+        // As ProcessGroupNCCL does: rank 0 makes the id and publishes it in the Store, the others read it.
+        std::vector<uint8_t> id;
+        if (rank_ == 0) {
+          st = cuda::newNcclUniqueId(&id);
+          if (st.isOk()) store_->set("ringguard/nccl_id", id);
+        } else {
+          id = store_->get("ringguard/nccl_id");
+        }
+        if (st.isOk()) st = cuda::createNcclCommunicator(id, std::move(host), o, dev, &cuda_);
+      } else {
+        st = cuda::createStagedCommunicator(std::move(host), o, dev, &cuda_);
+      }
     }
     TORCH_CHECK(st.isOk(), "ringguard: creating the CUDA communicator: ", st.toString());
     cudaDevice_ = device;
   }
-  TORCH_CHECK(device == cudaDevice_, "ringguard: ", op, ": ", describe(t), ", but this process group uses cuda:",
-              cudaDevice_, " (one device per rank)");
+  TORCH_CHECK(device == cudaDevice_, "ringguard: ", op, ": ", describe(t),
+              ", but this process group uses cuda:", cudaDevice_, " (one device per rank)");
   return cuda_.get();
 #else
   TORCH_CHECK(false, "ringguard: ", op, ": ", describe(t), ": this build of ringguard has no CUDA support");
 #endif
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::launch(const char* op, const at::Tensor& buffer, size_t count,
-                                                              DataType dtype, ReduceOp rop,
-                                                              std::vector<at::Tensor> outputs,
-                                                              std::function<void()> after, bool nestedOutputs) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::launch(const char* op, const at::Tensor& buffer,
+                                                             size_t count, DataType dtype, ReduceOp rop,
+                                                             std::vector<at::Tensor> outputs,
+                                                             std::function<void()> after,
+                                                             bool nestedOutputs) {
   Communicator* comm = communicatorFor(buffer, op);
   auto p = std::make_shared<Pending>();
   std::vector<c10::Device> devices;
@@ -285,10 +355,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allreduce(std::vector<at::
   DataType dt;
   ReduceOp op;
   if (!toDataType(t.scalar_type(), &dt)) {
-    unsupported("allreduce", "dtype of " + describe(t) + "; allreduce takes float32, float64, float16, "
-                             "bfloat16, int32, int64 and uint8");
+    unsupported("allreduce", "dtype of " + describe(t) +
+                                 "; allreduce takes float32, float64, float16, "
+                                 "bfloat16, int32, int64 and uint8");
   }
-  if (!toReduceOp(opts.reduceOp, &op)) unsupported("allreduce", std::string(reduceOpText(opts.reduceOp)) + " on " + describe(t));
+  if (!toReduceOp(opts.reduceOp, &op))
+    unsupported("allreduce", std::string(reduceOpText(opts.reduceOp)) + " on " + describe(t));
   return launch("allreduce", t, size_t(t.numel()), dt, op, {t}, nullptr);
 }
 
@@ -317,8 +389,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allgather(std::vector<std:
   for (const auto& o : outs) {
     checkTensor("allgather", o);
     TORCH_CHECK(o.numel() == in.numel() && o.scalar_type() == in.scalar_type() && o.device() == in.device(),
-                "ringguard: allgather: output ", describe(o), " of ", o.numel(), " elements does not match the input ",
-                describe(in), " of ", in.numel());
+                "ringguard: allgather: output ", describe(o), " of ", o.numel(),
+                " elements does not match the input ", describe(in), " of ", in.numel());
   }
   // Each rank writes its bytes into its own block of a zeroed buffer; a byte-wise sum assembles them.
   const int64_t n = in.numel() * int64_t(in.element_size());
@@ -355,16 +427,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::barrier(const c10d::Barrie
   return launch("barrier", t, 1, DataType::kInt32, ReduceOp::kSum, {t}, nullptr);
 }
 
-#define RINGGUARD_UNSUPPORTED(signature, opname, what)                   \
-  c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::signature {      \
-    unsupported(opname, what);                                          \
-  }
+#define RINGGUARD_UNSUPPORTED(signature, opname, what) \
+  c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::signature { unsupported(opname, what); }
 
 RINGGUARD_UNSUPPORTED(allreduce_coalesced(std::vector<at::Tensor>& t, const c10d::AllreduceCoalescedOptions&),
                       "allreduce_coalesced", firstTensor(t))
-RINGGUARD_UNSUPPORTED(allreduce_sparse(std::vector<at::Tensor>& t, const c10d::AllreduceOptions&), "allreduce_sparse",
+RINGGUARD_UNSUPPORTED(allreduce_sparse(std::vector<at::Tensor>& t, const c10d::AllreduceOptions&),
+                      "allreduce_sparse", firstTensor(t))
+RINGGUARD_UNSUPPORTED(reduce(std::vector<at::Tensor>& t, const c10d::ReduceOptions&), "reduce",
                       firstTensor(t))
-RINGGUARD_UNSUPPORTED(reduce(std::vector<at::Tensor>& t, const c10d::ReduceOptions&), "reduce", firstTensor(t))
 RINGGUARD_UNSUPPORTED(allgather_coalesced(std::vector<std::vector<at::Tensor>>&, std::vector<at::Tensor>& in,
                                           const c10d::AllgatherOptions&),
                       "allgather_coalesced", firstTensor(in))
@@ -385,10 +456,11 @@ RINGGUARD_UNSUPPORTED(_reduce_scatter_base(at::Tensor& out, at::Tensor&, const c
 RINGGUARD_UNSUPPORTED(reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& out, std::vector<at::Tensor>&,
                                                       const c10d::ReduceScatterOptions&),
                       "reduce_scatter_tensor_coalesced", firstTensor(out))
-RINGGUARD_UNSUPPORTED(alltoall_base(at::Tensor& out, at::Tensor&, std::vector<int64_t>&, std::vector<int64_t>&,
-                                    const c10d::AllToAllOptions&),
+RINGGUARD_UNSUPPORTED(alltoall_base(at::Tensor& out, at::Tensor&, std::vector<int64_t>&,
+                                    std::vector<int64_t>&, const c10d::AllToAllOptions&),
                       "all_to_all_single", describe(out))
-RINGGUARD_UNSUPPORTED(alltoall(std::vector<at::Tensor>& out, std::vector<at::Tensor>&, const c10d::AllToAllOptions&),
+RINGGUARD_UNSUPPORTED(alltoall(std::vector<at::Tensor>& out, std::vector<at::Tensor>&,
+                               const c10d::AllToAllOptions&),
                       "all_to_all", firstTensor(out))
 RINGGUARD_UNSUPPORTED(send(std::vector<at::Tensor>& t, int, int), "send", firstTensor(t))
 RINGGUARD_UNSUPPORTED(recv(std::vector<at::Tensor>& t, int, int), "recv", firstTensor(t))
@@ -424,7 +496,8 @@ Counters ProcessGroupRingguard::counters() const {
 void ProcessGroupRingguard::setFault(const std::map<std::string, std::string>& fault) {
   for (const auto& kv : fault) {
     if (kv.first.rfind("RINGGUARD_FAULT_", 0) != 0) {
-      throw std::invalid_argument("ringguard: set_fault: '" + kv.first + "' is not a RINGGUARD_FAULT_* option");
+      throw std::invalid_argument("ringguard: set_fault: '" + kv.first +
+                                  "' is not a RINGGUARD_FAULT_* option");
     }
   }
   // Fault options not named keep their defaults: set_fault replaces the whole setting.
@@ -455,8 +528,8 @@ std::map<std::string, std::string> ProcessGroupRingguard::fault() const {
   std::string schedule;
   for (const auto& e : fault_.schedule) {
     if (!schedule.empty()) schedule += ",";
-    schedule += std::to_string(e.collective) + ":" + std::to_string(e.step) + ":" + std::to_string(e.slice) + ":" +
-                std::to_string(e.rank);
+    schedule += std::to_string(e.collective) + ":" + std::to_string(e.step) + ":" + std::to_string(e.slice) +
+                ":" + std::to_string(e.rank);
   }
   m["RINGGUARD_FAULT_SCHEDULE"] = schedule;
   m["RINGGUARD_FAULT_SEED"] = std::to_string(fault_.seed);

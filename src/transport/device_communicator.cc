@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "cuda/cuda_check.h"
@@ -48,10 +49,11 @@ Status localRankAndSize(MPI_Comm comm, int* localRank, int* localSize) {
   return Status::ok();
 }
 
-// The communicator over `host` staged through pinned memory, or (host == nullptr) over NCCL bootstrapped from
-// `comm`.
-Status build(MPI_Comm comm, std::unique_ptr<Transport> host, const Options& options, const DeviceOptions& device,
-             int gpu, std::unique_ptr<Communicator>* out) {
+// The communicator over `host` staged through pinned memory; or, when `ncclId` is set, over NCCL from that
+// id with `host` as the control channel; or (host == nullptr) over NCCL bootstrapped from `comm`.
+Status build(MPI_Comm comm, std::unique_ptr<Transport> host, const std::vector<uint8_t>* ncclId,
+             const Options& options, const DeviceOptions& device, int gpu,
+             std::unique_ptr<Communicator>* out) {
   auto res = std::make_shared<DeviceResources>();
   res->device = gpu;
   RINGGUARD_CUDA_CHECK(cudaSetDevice(res->device));
@@ -60,13 +62,25 @@ Status build(MPI_Comm comm, std::unique_ptr<Transport> host, const Options& opti
   res->pinned = std::make_unique<PinnedHostPool>();
 
   std::unique_ptr<Transport> transport;
-  if (host) {
+  if (host && !ncclId) {
     transport = std::make_unique<StagedTransport>(std::move(host), res->pinned.get(), res->stream);
   } else {
 #if RINGGUARD_HAVE_NCCL
-    RINGGUARD_RETURN_IF_ERROR(NcclTransport::create(comm, res->stream, options.timeout, &transport));
+    if (ncclId) {
+      ncclUniqueId id;
+      if (ncclId->size() != sizeof(id)) {
+        return Status(StatusCode::kInvalidArgument, "NCCL unique id of " + std::to_string(ncclId->size()) +
+                                                        " bytes, expected " + std::to_string(sizeof(id)));
+      }
+      std::memcpy(&id, ncclId->data(), sizeof(id));
+      RINGGUARD_RETURN_IF_ERROR(
+          NcclTransport::create(id, std::move(host), res->stream, options.timeout, &transport));
+    } else {
+      RINGGUARD_RETURN_IF_ERROR(NcclTransport::create(comm, res->stream, options.timeout, &transport));
+    }
 #else
-    return Status(StatusCode::kInvalidArgument, "the NCCL transport was asked for, but this build has no NCCL");
+    return Status(StatusCode::kInvalidArgument,
+                  "the NCCL transport was asked for, but this build has no NCCL");
 #endif
   }
   auto executor =
@@ -132,16 +146,41 @@ Status createDeviceCommunicator(MPI_Comm comm, const Options& options, const Dev
 
   std::unique_ptr<Transport> host;
   if (kind == DeviceTransportKind::kStaged) RINGGUARD_RETURN_IF_ERROR(MpiTransport::create(comm, &host));
-  return build(comm, std::move(host), options, device, device.device >= 0 ? device.device : localRank % devices,
-               out);
+  return build(comm, std::move(host), nullptr, options, device,
+               device.device >= 0 ? device.device : localRank % devices, out);
 }
 
-Status createStagedCommunicator(std::unique_ptr<Transport> host, const Options& options, const DeviceOptions& device,
-                                std::unique_ptr<Communicator>* out) {
+Status createStagedCommunicator(std::unique_ptr<Transport> host, const Options& options,
+                                const DeviceOptions& device, std::unique_ptr<Communicator>* out) {
   RINGGUARD_RETURN_IF_ERROR(options.validate());
   if (!host) return Status(StatusCode::kInvalidArgument, "createStagedCommunicator: no host transport");
-  if (device.device < 0) return Status(StatusCode::kInvalidArgument, "createStagedCommunicator: no device given");
-  return build(MPI_COMM_NULL, std::move(host), options, device, device.device, out);
+  if (device.device < 0)
+    return Status(StatusCode::kInvalidArgument, "createStagedCommunicator: no device given");
+  return build(MPI_COMM_NULL, std::move(host), nullptr, options, device, device.device, out);
+}
+
+Status newNcclUniqueId(std::vector<uint8_t>* out) {
+#if RINGGUARD_HAVE_NCCL
+  ncclUniqueId id;
+  ncclResult_t r = ncclGetUniqueId(&id);
+  if (r != ncclSuccess) {
+    return Status(StatusCode::kTransportError, std::string("ncclGetUniqueId: ") + ncclGetErrorString(r));
+  }
+  out->assign(reinterpret_cast<const uint8_t*>(&id), reinterpret_cast<const uint8_t*>(&id) + sizeof(id));
+  return Status::ok();
+#else
+  return Status(StatusCode::kInvalidArgument, "this build has no NCCL");
+#endif
+}
+
+Status createNcclCommunicator(const std::vector<uint8_t>& ncclId, std::unique_ptr<Transport> control,
+                              const Options& options, const DeviceOptions& device,
+                              std::unique_ptr<Communicator>* out) {
+  RINGGUARD_RETURN_IF_ERROR(options.validate());
+  if (!control) return Status(StatusCode::kInvalidArgument, "createNcclCommunicator: no control transport");
+  if (device.device < 0)
+    return Status(StatusCode::kInvalidArgument, "createNcclCommunicator: no device given");
+  return build(MPI_COMM_NULL, std::move(control), &ncclId, options, device, device.device, out);
 }
 
 }  // namespace cuda

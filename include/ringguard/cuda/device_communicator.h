@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "ringguard/core/options.h"
 #include "ringguard/runtime/communicator.h"
@@ -35,8 +36,16 @@ Status createDeviceCommunicator(MPI_Comm comm, const Options& options, const Dev
 
 // A communicator over device memory on GPU `device.device` (which must be set) whose slices travel through
 // pinned host memory over `host` (any host transport: MPI, c10d). Not collective.
-Status createStagedCommunicator(std::unique_ptr<Transport> host, const Options& options, const DeviceOptions& device,
-                                std::unique_ptr<Communicator>* out);
+Status createStagedCommunicator(std::unique_ptr<Transport> host, const Options& options,
+                                const DeviceOptions& device, std::unique_ptr<Communicator>* out);
+
+// NCCL without MPI (the c10d backend bootstraps through torch's Store): rank 0 makes an id with
+// newNcclUniqueId and hands it to every rank, which calls createNcclCommunicator with it, its GPU in
+// `device.device`, and a host transport over the same ranks as the control channel. Collective.
+Status newNcclUniqueId(std::vector<uint8_t>* out);
+Status createNcclCommunicator(const std::vector<uint8_t>& ncclId, std::unique_ptr<Transport> control,
+                              const Options& options, const DeviceOptions& device,
+                              std::unique_ptr<Communicator>* out);
 
 // Was this build made with the NCCL transport?
 bool haveNccl();

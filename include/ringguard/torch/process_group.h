@@ -5,13 +5,10 @@
 //
 // Collectives run on ringguard communicators created per device type: CPU tensors over a C10dTransport
 // (CRC-framed slices on the point-to-point send/recv of a Gloo backend of the same ranks), CUDA tensors over
-// the host-staged transport on top of another C10dTransport. broadcast and allgather are verified
-// allreduces of bytes in which all but one rank contribute zeros: exact for every dtype, at about twice the
-// traffic of a dedicated broadcast or all-gather.
-#include <torch/csrc/distributed/c10d/Backend.hpp>
-#include <torch/csrc/distributed/c10d/Store.hpp>
-#include <torch/csrc/distributed/c10d/Work.hpp>
-
+// NCCL (its unique id passed through the c10d Store, a C10dTransport as control channel) when every rank has
+// a GPU of its own, else the host-staged transport on top of another C10dTransport. broadcast and allgather
+// are verified allreduces of bytes in which all but one rank contribute zeros: exact for every dtype, at
+// about twice the traffic of a dedicated broadcast or all-gather.
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -21,6 +18,9 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
 #include "ringguard/core/counters.h"
@@ -35,27 +35,32 @@ class ProcessGroupRingguard : public c10d::Backend {
   // value throws (ValueError in Python) naming it. `gloo` spans the same ranks: its send/recv carry our
   // framed slices. Not collective: communicators are created on first use.
   ProcessGroupRingguard(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
-                        const std::map<std::string, std::string>& options, c10::intrusive_ptr<c10d::Backend> gloo);
+                        const std::map<std::string, std::string>& options,
+                        c10::intrusive_ptr<c10d::Backend> gloo);
   ~ProcessGroupRingguard() override;
 
   const std::string getBackendName() const override { return "ringguard"; }
   c10::intrusive_ptr<Backend::Options> getBackendOptions() override;
 
-  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
-                                           const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
-  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
-                                           const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
-  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
-                                           std::vector<at::Tensor>& inputs,
-                                           const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
-  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
-                                                 const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> broadcast(
+      std::vector<at::Tensor>& tensors,
+      const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
 
   // Everything else fails with a message that names the op, the dtype and the device.
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& t,
                                                      const c10d::AllreduceCoalescedOptions& o) override;
-  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& t, const c10d::AllreduceOptions& o) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& t,
+                                                  const c10d::AllreduceOptions& o) override;
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& t, const c10d::ReduceOptions& o) override;
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& out,
                                                      std::vector<at::Tensor>& in,
@@ -63,20 +68,22 @@ class ProcessGroupRingguard : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& out,
                                                                  std::vector<at::Tensor>& in,
                                                                  const c10d::AllgatherOptions& o) override;
-  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& out, std::vector<at::Tensor>& in,
-                                        const c10d::GatherOptions& o) override;
-  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& out, std::vector<std::vector<at::Tensor>>& in,
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& out,
+                                        std::vector<at::Tensor>& in, const c10d::GatherOptions& o) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& out,
+                                         std::vector<std::vector<at::Tensor>>& in,
                                          const c10d::ScatterOptions& o) override;
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& out,
                                                 std::vector<std::vector<at::Tensor>>& in,
                                                 const c10d::ReduceScatterOptions& o) override;
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
                                                       const c10d::ReduceScatterOptions& o) override;
-  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& out,
-                                                                 std::vector<at::Tensor>& in,
-                                                                 const c10d::ReduceScatterOptions& o) override;
-  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& outSplit,
-                                               std::vector<int64_t>& inSplit, const c10d::AllToAllOptions& o) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& out, std::vector<at::Tensor>& in,
+      const c10d::ReduceScatterOptions& o) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& out, at::Tensor& in,
+                                               std::vector<int64_t>& outSplit, std::vector<int64_t>& inSplit,
+                                               const c10d::AllToAllOptions& o) override;
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& out, std::vector<at::Tensor>& in,
                                           const c10d::AllToAllOptions& o) override;
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& t, int dstRank, int tag) override;
@@ -93,7 +100,7 @@ class ProcessGroupRingguard : public c10d::Backend {
   // Fault injection for collectives issued from now on (RINGGUARD_FAULT_* names, as `options` above).
   void setFault(const std::map<std::string, std::string>& fault);
   std::map<std::string, std::string> fault() const;
-  // "gloo" or "staged" for a device type ("cpu", "cuda") whose communicator exists, else "".
+  // "gloo", "staged" or "nccl" for a device type ("cpu", "cuda") whose communicator exists, else "".
   std::string transport(const std::string& deviceType) const;
 
  private:
@@ -101,8 +108,9 @@ class ProcessGroupRingguard : public c10d::Backend {
   class RgWork;
 
   Communicator* communicatorFor(const at::Tensor& t, const char* op);
-  c10::intrusive_ptr<c10d::Work> launch(const char* op, const at::Tensor& buffer, size_t count, DataType dtype,
-                                        ReduceOp rop, std::vector<at::Tensor> outputs,
+  bool useNccl(int deviceTransportKind, int device);  // collective over the Store
+  c10::intrusive_ptr<c10d::Work> launch(const char* op, const at::Tensor& buffer, size_t count,
+                                        DataType dtype, ReduceOp rop, std::vector<at::Tensor> outputs,
                                         std::function<void()> after, bool nestedOutputs = false);
   void completionLoop();
   void stop(bool abort);

@@ -1,14 +1,13 @@
 // ringguard._C: the Python face of the "ringguard" c10d backend. Built against the installed torch and its
 // bundled pybind11, so our class derives from torch._C._distributed_c10d.Backend and torch accepts it as one.
-#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <pybind11/chrono.h>
+#include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/version.h>
 
-#include <pybind11/chrono.h>
-#include <pybind11/stl.h>
-
 #include <map>
 #include <string>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include "ringguard/core/env.h"
 #include "ringguard/torch/process_group.h"
@@ -93,10 +92,10 @@ PYBIND11_MODULE(_C, m) {
                  c10::make_intrusive<ringguard::ProcessGroupRingguard>(store, rank, size, options, gloo));
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("options"),
-           py::arg("gloo"),
-           py::call_guard<py::gil_scoped_release>())
+           py::arg("gloo"), py::call_guard<py::gil_scoped_release>())
       .def(
-          "counters", [](const ringguard::ProcessGroupRingguard& self) { return countersDict(self.counters()); },
+          "counters",
+          [](const ringguard::ProcessGroupRingguard& self) { return countersDict(self.counters()); },
           "Integrity counters of this rank, summed over the group's communicators.")
       .def("set_fault", &ringguard::ProcessGroupRingguard::setFault, py::arg("options"),
            "Fault injection (RINGGUARD_FAULT_* names) for collectives issued from now on.")

@@ -153,8 +153,9 @@ class C10dOp final : public TransportOp {
     int s = state_ ? state_->state.load() : kDone;
     *done = s == kDone;
     if (s == kFailed) {
-      return Status(StatusCode::kTransportError, std::string(isRecv_ ? "receive from" : "send to") + " rank " +
-                                                     std::to_string(peer_) + " failed: " + state_->error);
+      return Status(StatusCode::kTransportError, std::string(isRecv_ ? "receive from" : "send to") +
+                                                     " rank " + std::to_string(peer_) +
+                                                     " failed: " + state_->error);
     }
     if (s == kAborted) {
       return Status(StatusCode::kAborted, std::string(isRecv_ ? "receive from" : "send to") + " rank " +
@@ -242,9 +243,8 @@ class C10dTransport final : public Transport {
       if (length) std::memcpy(frame.data_ptr<uint8_t>() + sizeof(h), src + offset, length);
       std::vector<at::Tensor> tensors{frame};
       c10::intrusive_ptr<c10d::Work> work;
-      RINGGUARD_RETURN_IF_ERROR(call("control send to", peer, [&] {
-        work = backend_->send(tensors, peer, tagControl_);
-      }));
+      RINGGUARD_RETURN_IF_ERROR(
+          call("control send to", peer, [&] { work = backend_->send(tensors, peer, tagControl_); }));
       peers_[size_t(peer)].controlSends->push(Pending{work, std::make_shared<OpState>(), frame});
       offset += length;
     } while (offset < bytes);
@@ -269,8 +269,8 @@ class C10dTransport final : public Transport {
     // let the caller wait for its timeout.
     for (int p = (peer < 0 ? 0 : peer); p < (peer < 0 ? size() : peer + 1); ++p) {
       if (!controlError_[size_t(p)].empty()) {
-        return Status(StatusCode::kTransportError,
-                      "control channel from rank " + std::to_string(p) + " failed: " + controlError_[size_t(p)]);
+        return Status(StatusCode::kTransportError, "control channel from rank " + std::to_string(p) +
+                                                       " failed: " + controlError_[size_t(p)]);
       }
     }
     return Status::ok();
@@ -280,7 +280,7 @@ class C10dTransport final : public Transport {
   struct Peer {
     std::unique_ptr<Waiter> sends, recvs, controlSends;
     std::thread controlThread;
-    std::mutex mutex;                        // guards controlWork
+    std::mutex mutex;                            // guards controlWork
     c10::intrusive_ptr<c10d::Work> controlWork;  // the receive the control thread waits on
     ~Peer() {
       if (controlThread.joinable()) controlThread.join();
@@ -373,8 +373,8 @@ class C10dTransport final : public Transport {
   }
 
   void failControl(int peer, const std::string& why) {
-    logText(LogLevel::kWarn, "rank " + std::to_string(rank()) + ": control channel from rank " + std::to_string(peer) +
-                                 " failed: " + why);
+    logText(LogLevel::kWarn, "rank " + std::to_string(rank()) + ": control channel from rank " +
+                                 std::to_string(peer) + " failed: " + why);
     std::lock_guard<std::mutex> lock(inboxMutex_);
     controlError_[size_t(peer)] = why;
   }

@@ -8,9 +8,8 @@
 // waiter thread per (peer, direction) waits each posted work in post order with a wait that never expires,
 // and sets the flag TransportOp::test reads. Deadlines stay ours: the progress thread's timeouts decide,
 // and markBroken() aborts every pending wait.
-#include <torch/csrc/distributed/c10d/Backend.hpp>
-
 #include <memory>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include "ringguard/core/status.h"
 #include "ringguard/transport/transport.h"

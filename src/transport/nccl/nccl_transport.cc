@@ -45,6 +45,11 @@ Status NcclTransport::create(MPI_Comm comm, cudaStream_t stream, std::chrono::mi
   ncclUniqueId id;
   if (control->rank() == 0) RINGGUARD_NCCL_CHECK(ncclGetUniqueId(&id));
   RINGGUARD_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm));
+  return create(id, std::move(control), stream, timeout, out);
+}
+
+Status NcclTransport::create(const ncclUniqueId& id, std::unique_ptr<Transport> control, cudaStream_t stream,
+                             std::chrono::milliseconds timeout, std::unique_ptr<Transport>* out) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t nccl = nullptr;

@@ -2,7 +2,7 @@
 // Device memory over ncclSend/ncclRecv on the communication stream. The communicator is non-blocking
 // (config.blocking = 0): every call returns at once, and the waits of the algorithm poll
 // ncclCommGetAsyncError, so a timeout can abort it (ncclCommAbort) instead of hanging. Sends and receives
-// posted between two flushes form one NCCL group. The control channel is the MPI transport.
+// posted between two flushes form one NCCL group. The control channel is a host transport (MPI, or c10d).
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -20,6 +20,10 @@ class NcclTransport final : public Transport {
   // device must be the one this rank uses. Fails with kTimeout if the communicator is not ready in time.
   static Status create(MPI_Comm comm, cudaStream_t stream, std::chrono::milliseconds timeout,
                        std::unique_ptr<Transport>* out);
+  // Same from a unique id every rank already has (rank 0 made it with ncclGetUniqueId), with `control`
+  // (any host transport over the same ranks) as the control channel. Collective over those ranks.
+  static Status create(const ncclUniqueId& id, std::unique_ptr<Transport> control, cudaStream_t stream,
+                       std::chrono::milliseconds timeout, std::unique_ptr<Transport>* out);
   ~NcclTransport() override;
   const char* name() const override { return "nccl"; }
 
