@@ -151,6 +151,34 @@ TEST_F(EnvTest, GoodValues) {
   }
 }
 
+// The c10d backend layers pg_options over the environment through fromLookup: a name the lookup answers
+// wins, the rest fall through to the environment, and bad values name the variable as fromEnv does.
+TEST_F(EnvTest, FromLookupLayersOverTheEnvironment) {
+  set("RINGGUARD_SLOTS", "5");
+  set("RINGGUARD_SLICE_BYTES", "8192");
+  const std::map<std::string, std::string> overrides{{"RINGGUARD_SLICE_BYTES", "4096"},
+                                                     {"RINGGUARD_FAULT_MODE", "burst"}};
+  auto lookup = [&](const char* name) -> const char* {
+    auto it = overrides.find(name);
+    return it != overrides.end() ? it->second.c_str() : envLookup(name);
+  };
+  Options o;
+  ASSERT_TRUE(Options::fromLookup(lookup, &o).isOk());
+  EXPECT_EQ(o.sliceBytes, 4096u);
+  EXPECT_EQ(o.slots, 5);
+  EXPECT_EQ(o.fault.mode, FaultMode::kBurst);
+
+  const std::map<std::string, std::string> bad{{"RINGGUARD_FAULT_PROB", "1.5"}};
+  Status st = Options::fromLookup(
+      [&](const char* name) -> const char* {
+        auto it = bad.find(name);
+        return it != bad.end() ? it->second.c_str() : nullptr;
+      },
+      &o);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("RINGGUARD_FAULT_PROB='1.5'"), std::string::npos) << st.message();
+}
+
 TEST_F(EnvTest, BadValuesNameTheVariableAndValue) {
   const std::vector<std::pair<const char*, std::vector<std::string>>> cases = {
       {"RINGGUARD_SLICE_BYTES",
