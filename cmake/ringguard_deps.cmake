@@ -30,8 +30,6 @@ find_package(GTest QUIET)
 find_package(MPI QUIET COMPONENTS C)
 check_language(CUDA)
 find_package(CUDAToolkit QUIET)
-find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
-find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
 # libtorch: from the installed torch Python package (torch.utils.cmake_prefix_path), never a separate
 # download. Only when RINGGUARD_WITH_TORCH is not explicitly OFF, since its CMake config is slow.
 if(NOT DEFINED RINGGUARD_WITH_TORCH OR RINGGUARD_WITH_TORCH)
@@ -50,6 +48,24 @@ if(NOT DEFINED RINGGUARD_WITH_TORCH OR RINGGUARD_WITH_TORCH)
   find_package(Torch QUIET)
   set(CMAKE_CUDA_FLAGS "${_rg_cuda_flags}")
 endif()
+
+# NCCL: the one torch loads (the nvidia-nccl wheel) when torch is there, so a process that imports torch and
+# ringguard holds one libnccl.so.2; else the toolkit's or the system's.
+set(RINGGUARD_NCCL_SOURCE "toolkit/system")
+if(Torch_FOUND AND Python3_Interpreter_FOUND AND NOT NCCL_LIBRARY)
+  execute_process(
+    COMMAND ${Python3_EXECUTABLE} -c "import nvidia.nccl, sys; sys.stdout.write(list(nvidia.nccl.__path__)[0])"
+    OUTPUT_VARIABLE _rg_torch_nccl RESULT_VARIABLE _rg_torch_nccl_rc ERROR_QUIET)
+  if(_rg_torch_nccl_rc EQUAL 0 AND EXISTS "${_rg_torch_nccl}/include/nccl.h")
+    find_path(NCCL_INCLUDE_DIR nccl.h PATHS "${_rg_torch_nccl}/include" NO_DEFAULT_PATH)
+    find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 PATHS "${_rg_torch_nccl}/lib" NO_DEFAULT_PATH)
+    if(NCCL_LIBRARY)
+      set(RINGGUARD_NCCL_SOURCE "torch (${_rg_torch_nccl})")
+    endif()
+  endif()
+endif()
+find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
 
 set(_rg_cuda_found OFF)
 if(CMAKE_CUDA_COMPILER AND CUDAToolkit_FOUND)
