@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "ringguard/core/env.h"
+#include "torch/p2p.h"
 #include "transport/c10d/c10d_transport.h"
 #if RINGGUARD_TORCH_CUDA
 #include <c10/cuda/CUDAGuard.h>
@@ -35,7 +36,7 @@ std::string describe(const at::Tensor& t) {
 
 [[noreturn]] void unsupported(const char* op, const std::string& what) {
   TORCH_CHECK(false, "ringguard: ", op, " is not supported (", what,
-              "); supported: allreduce, broadcast, allgather, all_gather_into_tensor, barrier");
+              "); supported: allreduce, broadcast, allgather, all_gather_into_tensor, barrier, send, recv");
 }
 
 std::string firstTensor(const std::vector<at::Tensor>& t) {
@@ -189,6 +190,7 @@ ProcessGroupRingguard::ProcessGroupRingguard(c10::intrusive_ptr<c10d::Store> sto
   st = createC10dTransport(gloo_, kCpuTagBase, &transport);
   TORCH_CHECK(st.isOk(), "ringguard: ", st.toString());
   cpu_ = std::make_unique<Communicator>(std::move(transport), options_);
+  p2p_ = std::make_unique<VerifiedP2p>(gloo_, options_);
   completion_ = std::thread([this] { completionLoop(); });
   init();
 }
@@ -462,10 +464,79 @@ RINGGUARD_UNSUPPORTED(alltoall_base(at::Tensor& out, at::Tensor&, std::vector<in
 RINGGUARD_UNSUPPORTED(alltoall(std::vector<at::Tensor>& out, std::vector<at::Tensor>&,
                                const c10d::AllToAllOptions&),
                       "all_to_all", firstTensor(out))
-RINGGUARD_UNSUPPORTED(send(std::vector<at::Tensor>& t, int, int), "send", firstTensor(t))
-RINGGUARD_UNSUPPORTED(recv(std::vector<at::Tensor>& t, int, int), "recv", firstTensor(t))
 RINGGUARD_UNSUPPORTED(recvAnysource(std::vector<at::Tensor>& t, int), "recv (any source)", firstTensor(t))
 #undef RINGGUARD_UNSUPPORTED
+
+// send/recv: verified messages over the Gloo backend (p2p.h). CUDA tensors are staged through host memory.
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::p2p(const char* op, at::Tensor& t, int peer, int tag,
+                                                          bool isSend) {
+  TORCH_CHECK(peer >= 0 && peer < size_ && peer != rank_, "ringguard: ", op, ": peer rank ", peer,
+              " must be another rank in [0, ", size_, ")");
+  TORCH_CHECK(tag >= 0, "ringguard: ", op, ": tag ", tag, " must be non-negative");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    TORCH_CHECK(!stopped_, "ringguard: ", op, " after shutdown()");
+  }
+  std::vector<c10::Device> devices;
+  int device = -1;
+  void* stream = nullptr;
+#if RINGGUARD_TORCH_CUDA
+  if (t.is_cuda()) {
+    devices.push_back(t.device());
+    device = t.device().index();
+    stream = c10::cuda::getCurrentCUDAStream(device).stream();
+  }
+#endif
+  // Host memory the message moves through: the tensor itself, or (CUDA) a copy made on the caller's stream.
+  at::Tensor host =
+      t.is_cuda() ? (isSend ? t.to(at::kCPU) : at::empty(t.sizes(), t.options().device(at::kCPU))) : t;
+  auto future =
+      c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()), devices);
+  auto rg = c10::make_intrusive<RgWork>(rank_, isSend ? c10d::OpType::SEND : c10d::OpType::RECV, op,
+                                        std::vector<at::Tensor>{t}, future);
+  auto done = [rg, future, t, host, device, stream, isSend](const Status& st) mutable {
+    std::exception_ptr error;
+    if (!st.isOk()) error = toException(st);
+    try {
+#if RINGGUARD_TORCH_CUDA
+      std::optional<c10::cuda::CUDAStreamGuard> guard;
+      if (device >= 0) {
+        guard.emplace(
+            c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(stream), c10::DeviceIndex(device)));
+        if (!error && !isSend) t.copy_(host, /*non_blocking=*/false);
+      }
+#endif
+      if (error) {
+        future->setError(error);
+      } else {
+        future->markCompleted(c10::IValue(std::vector<at::Tensor>{t}));
+      }
+    } catch (...) {
+      if (!error) error = currentException();
+      if (!future->completed()) future->setError(error);
+    }
+    rg->complete(error);
+  };
+  const size_t bytes = size_t(host.numel()) * host.element_size();
+  if (isSend) {
+    p2p_->send(peer, tag, host.data_ptr(), bytes, std::move(done));
+  } else {
+    p2p_->recv(peer, tag, host.data_ptr(), bytes, std::move(done));
+  }
+  return rg;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::send(std::vector<at::Tensor>& tensors, int dstRank,
+                                                           int tag) {
+  checkSingle("send", tensors);
+  return p2p("send", tensors[0], dstRank, tag, /*isSend=*/true);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::recv(std::vector<at::Tensor>& tensors, int srcRank,
+                                                           int tag) {
+  checkSingle("recv", tensors);
+  return p2p("recv", tensors[0], srcRank, tag, /*isSend=*/false);
+}
 
 void ProcessGroupRingguard::stop(bool abort) {
   {
@@ -478,6 +549,7 @@ void ProcessGroupRingguard::stop(bool abort) {
   // The completion thread drains what was issued (each collective ends, at worst, at its timeout).
   if (completion_.joinable()) completion_.join();
   (void)abort;  // no difference yet: see the header
+  p2p_.reset();
   cuda_.reset();
   cpu_.reset();
 }
@@ -490,6 +562,7 @@ Counters ProcessGroupRingguard::counters() const {
   Counters c;
   if (cpu_) c += cpu_->counters();
   if (cuda_) c += cuda_->counters();
+  if (p2p_) c += p2p_->counters();
   return c;
 }
 
@@ -511,6 +584,7 @@ void ProcessGroupRingguard::setFault(const std::map<std::string, std::string>& f
   if (!st.isOk()) throw std::invalid_argument("ringguard: set_fault: " + st.message());
   std::lock_guard<std::mutex> lock(mutex_);
   fault_ = o.fault;
+  if (p2p_) p2p_->setFault(fault_);
   for (Communicator* c : {cpu_.get(), cuda_.get()}) {
     if (!c) continue;
     st = c->setFault(fault_);

@@ -29,6 +29,8 @@
 
 namespace ringguard {
 
+class VerifiedP2p;
+
 class ProcessGroupRingguard : public c10d::Backend {
  public:
   // `options` maps RINGGUARD_* names to values and overrides the environment; an unknown name or a bad
@@ -55,6 +57,10 @@ class ProcessGroupRingguard : public c10d::Backend {
       at::Tensor& output, at::Tensor& input,
       const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+  // Verified messages (CRC-checked, resent when damaged); sends and recvs between two ranks must match in
+  // order. CUDA tensors are staged through host memory.
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& t, int dstRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& t, int srcRank, int tag) override;
 
   // Everything else fails with a message that names the op, the dtype and the device.
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& t,
@@ -86,8 +92,6 @@ class ProcessGroupRingguard : public c10d::Backend {
                                                const c10d::AllToAllOptions& o) override;
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& out, std::vector<at::Tensor>& in,
                                           const c10d::AllToAllOptions& o) override;
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& t, int dstRank, int tag) override;
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& t, int srcRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& t, int tag) override;
 
   // Finishes what was issued, then joins every thread and releases the communicators. Idempotent.
@@ -112,6 +116,7 @@ class ProcessGroupRingguard : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> launch(const char* op, const at::Tensor& buffer, size_t count,
                                         DataType dtype, ReduceOp rop, std::vector<at::Tensor> outputs,
                                         std::function<void()> after, bool nestedOutputs = false);
+  c10::intrusive_ptr<c10d::Work> p2p(const char* op, at::Tensor& t, int peer, int tag, bool isSend);
   void completionLoop();
   void stop(bool abort);
 
@@ -125,6 +130,7 @@ class ProcessGroupRingguard : public c10d::Backend {
   std::condition_variable cv_;
   std::unique_ptr<Communicator> cpu_;
   std::unique_ptr<Communicator> cuda_;
+  std::unique_ptr<VerifiedP2p> p2p_;
   int cudaDevice_ = -1;
   std::deque<std::shared_ptr<Pending>> pending_;
   bool stopping_ = false;
