@@ -2,29 +2,64 @@
 // same step with no communication, in the same run; prints the overhead.
 //
 //   mpirun -np 2 build/bench/bench_train_step --hidden 512 --steps 50
+//   mpirun -np 2 build/bench/bench_train_step --device cuda   # node-local GPU, device communicator
+//
+// A step is zero_grad(false), forward, backward, GradientAggregator::finish() and the SGD step; the baseline
+// is the same step under no_sync (no collective). Time is host wall time over the timed steps, the slowest
+// rank's; on CUDA the device is synchronised after the warmup and at the end of the timed loop (never
+// inside a step), so queued GPU work is counted.
 #include <mpi.h>
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "ringguard/mpi/mpi_communicator.h"
 #include "ringguard/torch/gradient_aggregator.h"
+#if RINGGUARD_TORCH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+
+#include "ringguard/cuda/device_communicator.h"
+#endif
 
 using namespace ringguard;
+
+namespace {
+
+// Whether every rank can run on a GPU (so that all ranks pick the same device kind), and why not.
+bool cudaOnEveryRank(std::string* why) {
+  int mine = 0;
+#if RINGGUARD_TORCH_CUDA
+  mine = torch::cuda::is_available() ? 1 : 0;
+  *why = "torch::cuda::is_available() is false on some rank";
+#else
+  *why = "this build of ringguard has no CUDA support (RINGGUARD_WITH_CUDA)";
+#endif
+  int all = 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all != 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"bench_train_step: aggregator step time vs no communication"};
   int steps = 50, warmup = 5;
   int64_t batch = 64, hidden = 512, layers = 4;
   size_t bucketBytes = size_t(4) << 20;
+  std::string deviceKind = "cpu";
   app.add_option("--steps", steps, "timed steps")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "untimed steps")->check(CLI::NonNegativeNumber);
   app.add_option("--batch", batch, "samples per rank per step")->check(CLI::PositiveNumber);
   app.add_option("--hidden", hidden, "hidden width")->check(CLI::PositiveNumber);
   app.add_option("--layers", layers, "hidden layers")->check(CLI::PositiveNumber);
   app.add_option("--bucket-bytes", bucketBytes, "gradient bucket size");
+  app.add_option("--device", deviceKind,
+                 "cpu, cuda (the node-local GPU) or auto (cuda when every rank has one)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   try {
@@ -38,9 +73,36 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   torch::set_num_threads(1);
+  std::string noCuda;
+  const bool haveCuda = deviceKind != "cpu" && cudaOnEveryRank(&noCuda);
+  if (deviceKind == "cuda" && !haveCuda) {
+    if (rank == 0) fprintf(stderr, "--device cuda: %s\n", noCuda.c_str());
+    MPI_Finalize();
+    return 2;
+  }
+  torch::Device device = torch::kCPU;
   std::unique_ptr<Communicator> comm;
-  if (Status st = mpi::createCommunicator(&comm); !st.isOk()) {
-    fprintf(stderr, "rank %d: %s\n", rank, st.toString().c_str());
+  Status created;
+  if (haveCuda) {
+#if RINGGUARD_TORCH_CUDA
+    // The node-local GPU: OMPI_COMM_WORLD_LOCAL_RANK (the world rank without it) modulo the GPUs.
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    const int gpu = (local != nullptr ? std::atoi(local) : rank) % int(torch::cuda::device_count());
+    c10::cuda::set_device(c10::DeviceIndex(gpu));
+    device = torch::Device(torch::kCUDA, c10::DeviceIndex(gpu));
+    Options options;
+    cuda::DeviceOptions deviceOptions;
+    created = Options::fromEnv(&options);
+    if (created.isOk()) created = cuda::DeviceOptions::fromEnv(&deviceOptions);
+    deviceOptions.device = gpu;
+    if (created.isOk())
+      created = cuda::createDeviceCommunicator(MPI_COMM_WORLD, options, deviceOptions, &comm);
+#endif
+  } else {
+    created = mpi::createCommunicator(&comm);
+  }
+  if (!created.isOk()) {
+    fprintf(stderr, "rank %d: %s\n", rank, created.toString().c_str());
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   torch::manual_seed(7);
@@ -49,6 +111,7 @@ int main(int argc, char** argv) {
     model->push_back(torch::nn::Linear(hidden, hidden));
     model->push_back(torch::nn::Tanh());
   }
+  model->to(device);
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01));
   std::vector<std::pair<std::string, torch::Tensor>> named;
   for (const auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value());
@@ -59,7 +122,12 @@ int main(int argc, char** argv) {
     fprintf(stderr, "rank %d: %s\n", rank, st.toString().c_str());
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
-  torch::Tensor x = torch::randn({batch, hidden}), y = torch::randn({batch, hidden});
+  torch::Tensor x = torch::randn({batch, hidden}).to(device), y = torch::randn({batch, hidden}).to(device);
+  auto drain = [&] {  // outside the timed steps only: the queued GPU work belongs to the measurement
+#if RINGGUARD_TORCH_CUDA
+    if (device.is_cuda()) torch::cuda::synchronize(device.index());
+#endif
+  };
   auto step = [&](bool communicate) {
     opt.zero_grad(false);
     agg->setNoSync(!communicate);  // no_sync: the very same step without any collective
@@ -72,9 +140,11 @@ int main(int argc, char** argv) {
   };
   auto timeSteps = [&](bool communicate) {
     for (int i = 0; i < warmup; ++i) step(communicate);
+    drain();
     MPI_Barrier(MPI_COMM_WORLD);
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < steps; ++i) step(communicate);
+    drain();
     double mine = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps,
            worst = 0;
     MPI_Allreduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -84,8 +154,9 @@ int main(int argc, char** argv) {
   size_t gradBytes = 0;
   for (const auto& p : model->parameters()) gradBytes += size_t(p.numel()) * p.element_size();
   if (rank == 0) {
-    printf("# np=%d layers=%lld hidden=%lld batch=%lld grad_bytes=%zu buckets=%d\n", world, (long long)layers,
-           (long long)hidden, (long long)batch, gradBytes, agg->numBuckets());
+    printf("# np=%d layers=%lld hidden=%lld batch=%lld grad_bytes=%zu buckets=%d device=%s transport=%s\n",
+           world, (long long)layers, (long long)hidden, (long long)batch, gradBytes, agg->numBuckets(),
+           device.str().c_str(), comm->transportName());
     printf("step without communication: %.3f ms\nstep with verified aggregation: %.3f ms\n", local * 1e3,
            verified * 1e3);
     printf("summary: np=%d grad_bytes=%zu overhead_pct=%.1f\n", world, gradBytes,

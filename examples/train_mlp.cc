@@ -3,16 +3,27 @@
 // "teacher" network labels Gaussian inputs, and every rank trains on its shard of each global batch.
 //
 //   mpirun -np 4 --oversubscribe --bind-to none build/examples/train_mlp
+//   mpirun -np 2 build/examples/train_mlp --device cuda     # each rank on its node-local GPU
+//
+// --device cuda puts the model on GPU (OMPI_COMM_WORLD_LOCAL_RANK modulo the visible GPUs) and aggregates
+// over the device communicator (RINGGUARD_DEVICE_TRANSPORT: NCCL, or host-staged when ranks share a GPU).
 #include <mpi.h>
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "ringguard/core/crc32.h"
 #include "ringguard/mpi/mpi_communicator.h"
 #include "ringguard/torch/gradient_aggregator.h"
+#if RINGGUARD_TORCH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+
+#include "ringguard/cuda/device_communicator.h"
+#endif
 
 using namespace ringguard;
 
@@ -35,6 +46,30 @@ uint64_t sumOverRanks(uint64_t v) {
   return out;
 }
 
+// Whether every rank can train on a GPU (so that all ranks pick the same device kind), and why not.
+bool cudaOnEveryRank(std::string* why) {
+  int mine = 0;
+#if RINGGUARD_TORCH_CUDA
+  mine = torch::cuda::is_available() ? 1 : 0;
+  *why = "torch::cuda::is_available() is false on some rank";
+#else
+  *why = "this build of ringguard has no CUDA support (RINGGUARD_WITH_CUDA)";
+#endif
+  int all = 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all != 0;
+}
+
+#if RINGGUARD_TORCH_CUDA
+// The node-local GPU of this rank: OMPI_COMM_WORLD_LOCAL_RANK (the world rank without it) modulo the GPUs.
+int localGpu(int rank) {
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  const int localRank = local != nullptr ? std::atoi(local) : rank;
+  const int gpus = int(torch::cuda::device_count());
+  return gpus > 0 ? localRank % gpus : 0;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -43,6 +78,7 @@ int main(int argc, char** argv) {
   int64_t batch = 64, hidden = 128, in = 32, out = 8;
   double lr = 0.05, faultProbability = 0.002;
   size_t sliceBytes = 16384, bucketBytes = 64 * 1024;
+  std::string deviceKind = "cpu";
   app.add_option("--steps", steps, "training steps")->check(CLI::PositiveNumber);
   app.add_option("--batch", batch, "samples per rank per step")->check(CLI::PositiveNumber);
   app.add_option("--hidden", hidden, "hidden width")->check(CLI::PositiveNumber);
@@ -52,6 +88,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--slice-bytes", sliceBytes, "payload bytes per verified slice");
   app.add_option("--bucket-bytes", bucketBytes, "gradient bucket size");
+  app.add_option("--device", deviceKind,
+                 "cpu, cuda (the node-local GPU) or auto (cuda when every rank has one)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   try {
@@ -77,9 +116,32 @@ int main(int argc, char** argv) {
     options.fault.probability = faultProbability;
     options.fault.seed = 2026;
   }
+  std::string noCuda;
+  const bool haveCuda = deviceKind != "cpu" && cudaOnEveryRank(&noCuda);
+  if (deviceKind == "cuda" && !haveCuda) {
+    if (rank == 0) fprintf(stderr, "--device cuda: %s\n", noCuda.c_str());
+    MPI_Finalize();
+    return 2;
+  }
+  torch::Device device = torch::kCPU;
   std::unique_ptr<Communicator> comm;
-  if (Status st = mpi::createCommunicator(MPI_COMM_WORLD, options, &comm); !st.isOk()) {
-    fprintf(stderr, "rank %d: %s\n", rank, st.toString().c_str());
+  Status created;
+  if (haveCuda) {
+#if RINGGUARD_TORCH_CUDA
+    const int gpu = localGpu(rank);
+    c10::cuda::set_device(c10::DeviceIndex(gpu));
+    device = torch::Device(torch::kCUDA, c10::DeviceIndex(gpu));
+    cuda::DeviceOptions deviceOptions;
+    created = cuda::DeviceOptions::fromEnv(&deviceOptions);
+    deviceOptions.device = gpu;
+    if (created.isOk())
+      created = cuda::createDeviceCommunicator(MPI_COMM_WORLD, options, deviceOptions, &comm);
+#endif
+  } else {
+    created = mpi::createCommunicator(MPI_COMM_WORLD, options, &comm);
+  }
+  if (!created.isOk()) {
+    fprintf(stderr, "rank %d: %s\n", rank, created.toString().c_str());
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
 
@@ -87,6 +149,8 @@ int main(int argc, char** argv) {
   Mlp model(in, hidden, out);
   Mlp teacher(in, hidden, out);
   for (auto& p : teacher->parameters()) p.requires_grad_(false);
+  model->to(device);
+  teacher->to(device);
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(lr).momentum(0.9));
   std::vector<std::pair<std::string, torch::Tensor>> named;
   for (const auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value());
@@ -99,8 +163,11 @@ int main(int argc, char** argv) {
   }
   if (rank == 0) {
     printf(
-        "ringguard train_mlp: %d ranks, %d steps, %lld samples/rank/step, %d buckets, fault injection %s\n",
-        world, steps, (long long)batch, agg->numBuckets(), faultProbability > 0 ? "on" : "off");
+        "ringguard train_mlp: %d ranks, %d steps, %lld samples/rank/step, %d buckets, device %s (transport "
+        "%s), "
+        "fault injection %s\n",
+        world, steps, (long long)batch, agg->numBuckets(), device.str().c_str(), comm->transportName(),
+        faultProbability > 0 ? "on" : "off");
   }
 
   Counters total;
@@ -108,7 +175,7 @@ int main(int argc, char** argv) {
   auto start = std::chrono::steady_clock::now();
   for (int step = 1; step <= steps; ++step) {
     torch::manual_seed(1000 + step);  // the same global batch on every rank; each takes its shard
-    torch::Tensor x = torch::randn({world * batch, in});
+    torch::Tensor x = torch::randn({world * batch, in}).to(device);
     torch::Tensor y = teacher->forward(x);
     torch::Tensor xs = x.narrow(0, rank * batch, batch), ys = y.narrow(0, rank * batch, batch);
     opt.zero_grad(false);  // keep .grad as the bucket memory: zero copies
@@ -140,8 +207,10 @@ int main(int argc, char** argv) {
 
   // Every rank must hold bit-identical parameters.
   uint32_t crc = 0;
-  for (const auto& p : model->parameters())
-    crc = crc32(p.data_ptr(), size_t(p.numel()) * p.element_size(), crc);
+  for (const auto& p : model->parameters()) {
+    torch::Tensor host = p.detach().to(torch::kCPU).contiguous();
+    crc = crc32(host.data_ptr(), size_t(host.numel()) * host.element_size(), crc);
+  }
   uint32_t lo = 0, hi = 0;
   MPI_Allreduce(&crc, &lo, 1, MPI_UINT32_T, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(&crc, &hi, 1, MPI_UINT32_T, MPI_MAX, MPI_COMM_WORLD);

@@ -4,7 +4,18 @@
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
+#include <cstring>
 #include <sstream>
+
+#if RINGGUARD_TORCH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+
+#include "cuda/cuda_check.h"
+#include "ringguard/cuda/memory_pool.h"
+#endif
 
 namespace ringguard {
 
@@ -44,9 +55,74 @@ std::string describe(const torch::Tensor& t) {
   return os.str();
 }
 
+std::string deviceName(const torch::Device& d) { return d.str(); }
+
+// Device communicators (cuda::createDeviceCommunicator) move device memory; the MPI one host memory.
+bool movesDeviceMemory(const Communicator& comm) {
+  const std::string name = comm.transportName();
+  return name == "nccl" || name == "staged";
+}
+
+#if RINGGUARD_TORCH_CUDA
+// Makes `device` current on the calling thread for the guard's lifetime without throwing (it runs in
+// deleters and destructors too); error() says whether the switch worked.
+class ScopedDevice {
+ public:
+  explicit ScopedDevice(int device) {
+    int current = 0;
+    err_ = cudaGetDevice(&current);
+    if (err_ == cudaSuccess && current != device) {
+      err_ = cudaSetDevice(device);
+      if (err_ == cudaSuccess) {
+        previous_ = current;
+        switched_ = true;
+      }
+    }
+  }
+  ~ScopedDevice() {
+    if (switched_) (void)cudaSetDevice(previous_);
+  }
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+  cudaError_t error() const { return err_; }
+
+ private:
+  cudaError_t err_ = cudaSuccess;
+  int previous_ = 0;
+  bool switched_ = false;
+};
+
+cudaStream_t currentStream(int device) {
+  return c10::cuda::getCurrentCUDAStream(c10::DeviceIndex(device)).stream();
+}
+
+// Gradient offsets in a device bucket start on this many bytes: every vector width of the kernels that
+// accumulate into them. The padding is zero and reduces to zero.
+constexpr int64_t kDeviceAlignBytes = 256;
+#endif
+
+// One verified allreduce of a host vector through `comm`: directly for a host communicator, through a
+// temporary device copy on the current stream for a device communicator (construction only: it waits).
+Status allreduceHostVector(Communicator* comm, const torch::Device& device, std::vector<int64_t>* v,
+                           ReduceOp op) {
+  if (!device.is_cuda()) return comm->allreduce(v->data(), v->data(), v->size(), DataType::kInt64, op);
+#if RINGGUARD_TORCH_CUDA
+  ScopedDevice guard(device.index());
+  RINGGUARD_CUDA_CHECK(guard.error());
+  torch::Tensor d = torch::from_blob(v->data(), {int64_t(v->size())}, torch::kLong).to(device);
+  RINGGUARD_RETURN_IF_ERROR(comm->allreduce(d.data_ptr(), d.data_ptr(), v->size(), DataType::kInt64, op,
+                                            currentStream(device.index())));
+  torch::Tensor back = d.cpu();  // the allreduce's Work::wait ordered the current stream after the result
+  if (!v->empty()) std::memcpy(v->data(), back.data_ptr(), v->size() * sizeof(int64_t));
+  return Status::ok();
+#else
+  return Status(StatusCode::kInternal, "device parameters in a build without CUDA");
+#endif
+}
+
 // Every rank must hold the same parameters: compares (dtype, rank, numel, shape hash) of each parameter
 // through two verified allreduces (min and max) and names the first parameter the ranks disagree on.
-Status checkSameParameters(Communicator* comm,
+Status checkSameParameters(Communicator* comm, const torch::Device& device,
                            const std::vector<std::pair<std::string, torch::Tensor>>& params) {
   std::vector<int64_t> desc;
   for (const auto& [name, t] : params) {
@@ -55,8 +131,8 @@ Status checkSameParameters(Communicator* comm,
     desc.insert(desc.end(), {int64_t(t.scalar_type()), t.dim(), t.numel(), shapeHash});
   }
   std::vector<int64_t> lo = desc, hi = desc;
-  Status st = comm->allreduce(lo.data(), lo.data(), lo.size(), DataType::kInt64, ReduceOp::kMin);
-  if (st.isOk()) st = comm->allreduce(hi.data(), hi.data(), hi.size(), DataType::kInt64, ReduceOp::kMax);
+  Status st = allreduceHostVector(comm, device, &lo, ReduceOp::kMin);
+  if (st.isOk()) st = allreduceHostVector(comm, device, &hi, ReduceOp::kMax);
   if (st.code() == StatusCode::kFingerprintMismatch) {
     return Status(StatusCode::kInvalidArgument, "ranks have different numbers of parameters (this rank: " +
                                                     std::to_string(params.size()) + "): " + st.message());
@@ -76,7 +152,144 @@ Status checkSameParameters(Communicator* comm,
   return Status::ok();
 }
 
+// Local checks of where the parameters live against what the communicator moves: one device for all,
+// CPU with a host communicator, CUDA with a device communicator (in a build with CUDA).
+Status checkDevices(const Communicator& comm,
+                    const std::vector<std::pair<std::string, torch::Tensor>>& params) {
+  if (params.empty()) return Status::ok();
+  const std::string& name = params[0].first;
+  const torch::Device d = params[0].second.device();
+  for (size_t i = 1; i < params.size(); ++i) {
+    const torch::Device other = params[i].second.device();
+    if (other != d) {
+      return Status(StatusCode::kInvalidArgument,
+                    "parameter '" + params[i].first + "' (index " + std::to_string(i) + ") is on " +
+                        deviceName(other) + " but parameter '" + name + "' is on " + deviceName(d) +
+                        ": all parameters of one GradientAggregator must be on one device");
+    }
+  }
+  if (!d.is_cpu() && !d.is_cuda()) {
+    return Status(StatusCode::kInvalidArgument, "parameter '" + name + "' is on " + deviceName(d) +
+                                                    ": GradientAggregator takes CPU or CUDA tensors");
+  }
+#if !RINGGUARD_TORCH_CUDA
+  if (d.is_cuda()) {
+    return Status(StatusCode::kInvalidArgument,
+                  "parameter '" + name + "' is on " + deviceName(d) +
+                      ", but this build of ringguard has no CUDA support (RINGGUARD_WITH_CUDA)");
+  }
+#endif
+  const bool deviceComm = movesDeviceMemory(comm);
+  if (d.is_cuda() && !deviceComm) {
+    return Status(StatusCode::kInvalidArgument,
+                  "parameter '" + name + "' is on " + deviceName(d) +
+                      ", but the communicator moves host memory (transport '" + comm.transportName() +
+                      "'): CUDA parameters need cuda::createDeviceCommunicator");
+  }
+  if (d.is_cpu() && deviceComm) {
+    return Status(StatusCode::kInvalidArgument,
+                  "parameter '" + name +
+                      "' is on cpu, but the communicator moves device memory (transport '" +
+                      comm.transportName() + "'): CPU parameters need mpi::createCommunicator");
+  }
+  return Status::ok();
+}
+
 }  // namespace
+
+#if RINGGUARD_TORCH_CUDA
+// What CUDA parameters add: the device pool the buckets come from, and the events that order the streams
+// gradients are produced on, the streams collectives are launched after, and the stream finish() runs on.
+struct GradientAggregator::CudaState {
+  struct StreamEvent {
+    cudaStream_t stream = nullptr;
+    cudaEvent_t event = nullptr;
+    bool recorded = false;  // this step
+  };
+
+  int device = 0;
+  cudaStream_t home = nullptr;  // current at create(): buckets are allocated, and freed, in its order
+  std::shared_ptr<DevicePool> pool;
+  std::vector<std::vector<StreamEvent>> ready;  // per bucket: the streams its gradients came from this step
+  std::vector<cudaStream_t> launchStreams;      // this step: the streams launches were ordered after
+  std::vector<StreamEvent> joins;               // per stream: the event another stream waits for it by
+  std::vector<cudaStream_t> seen;               // every stream that touched a bucket (joined at the end)
+
+  ~CudaState() {
+    ScopedDevice guard(device);
+    // Safe while a wait on them is pending: the driver releases an event once its work completes.
+    for (auto& list : ready) {
+      for (StreamEvent& e : list) (void)cudaEventDestroy(e.event);
+    }
+    for (StreamEvent& e : joins) (void)cudaEventDestroy(e.event);
+  }
+
+  void see(cudaStream_t s) {
+    if (std::find(seen.begin(), seen.end(), s) == seen.end()) seen.push_back(s);
+  }
+
+  static Status eventFor(std::vector<StreamEvent>* list, cudaStream_t s, StreamEvent** out) {
+    for (StreamEvent& e : *list) {
+      if (e.stream == s) {
+        *out = &e;
+        return Status::ok();
+      }
+    }
+    StreamEvent e;
+    e.stream = s;
+    RINGGUARD_CUDA_CHECK(cudaEventCreateWithFlags(&e.event, cudaEventDisableTiming));
+    list->push_back(e);
+    *out = &list->back();
+    return Status::ok();
+  }
+
+  // Hook: bucket b's gradient just accumulated on `s`; mark that point (a later record on the same stream
+  // supersedes an earlier one, so one event per stream and bucket suffices).
+  Status gradReady(int b, cudaStream_t s) {
+    see(s);
+    StreamEvent* e = nullptr;
+    RINGGUARD_RETURN_IF_ERROR(eventFor(&ready[b], s, &e));
+    RINGGUARD_CUDA_CHECK(cudaEventRecord(e->event, s));
+    e->recorded = true;
+    return Status::ok();
+  }
+
+  // Before bucket b is launched after `launch`: `launch` waits for its gradients made on other streams
+  // (the communicator's fence then makes the communication stream wait for `launch`).
+  Status orderLaunch(int b, cudaStream_t launch) {
+    see(launch);
+    if (std::find(launchStreams.begin(), launchStreams.end(), launch) == launchStreams.end()) {
+      launchStreams.push_back(launch);
+    }
+    for (StreamEvent& e : ready[b]) {
+      if (e.recorded && e.stream != launch) RINGGUARD_CUDA_CHECK(cudaStreamWaitEvent(launch, e.event, 0));
+    }
+    return Status::ok();
+  }
+
+  // `waiter` waits for everything enqueued on `s` so far.
+  Status join(cudaStream_t waiter, cudaStream_t s) {
+    if (waiter == s) return Status::ok();
+    StreamEvent* e = nullptr;
+    RINGGUARD_RETURN_IF_ERROR(eventFor(&joins, s, &e));
+    RINGGUARD_CUDA_CHECK(cudaEventRecord(e->event, s));
+    RINGGUARD_CUDA_CHECK(cudaStreamWaitEvent(waiter, e->event, 0));
+    return Status::ok();
+  }
+
+  void resetStep() {
+    for (auto& list : ready) {
+      for (StreamEvent& e : list) e.recorded = false;
+    }
+    launchStreams.clear();
+  }
+};
+#else
+struct GradientAggregator::CudaState {};
+#endif
+
+GradientAggregator::GradientAggregator(Communicator* comm, const AggregatorOptions& options)
+    : comm_(comm), options_(options) {}
 
 Status GradientAggregator::create(Communicator* comm,
                                   const std::vector<std::pair<std::string, torch::Tensor>>& params,
@@ -95,10 +308,32 @@ Status GradientAggregator::create(Communicator* comm,
                                                       std::string(c10::toString(t.scalar_type())));
     }
   }
-  RINGGUARD_RETURN_IF_ERROR(checkSameParameters(comm, params));
+  RINGGUARD_RETURN_IF_ERROR(checkDevices(*comm, params));
+  torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params[0].second.device();
+#if RINGGUARD_TORCH_CUDA
+  if (params.empty() && movesDeviceMemory(*comm))
+    device = torch::Device(torch::kCUDA, c10::cuda::current_device());
+#endif
+  RINGGUARD_RETURN_IF_ERROR(checkSameParameters(comm, device, params));
 
   std::unique_ptr<GradientAggregator> agg(new GradientAggregator(comm, options));
+  agg->device_ = device;
   agg->params_.resize(params.size());
+#if RINGGUARD_TORCH_CUDA
+  std::unique_ptr<ScopedDevice> deviceGuard;
+  if (device.is_cuda()) {
+    auto cs = std::make_unique<CudaState>();
+    cs->device = device.index();
+    deviceGuard = std::make_unique<ScopedDevice>(cs->device);
+    RINGGUARD_CUDA_CHECK(deviceGuard->error());
+    cs->home = currentStream(cs->device);
+    std::unique_ptr<DevicePool> pool;
+    RINGGUARD_RETURN_IF_ERROR(DevicePool::create(cs->device, &pool));
+    cs->pool = std::move(pool);
+    cs->see(cs->home);
+    agg->cuda_ = std::move(cs);
+  }
+#endif
   // Buckets in reverse registration order (gradients of the last layers are ready first), one dtype and
   // device per bucket, each at most bucketBytes unless a single parameter is larger.
   std::vector<std::vector<size_t>> layout;
@@ -120,31 +355,76 @@ Status GradientAggregator::create(Communicator* comm,
   }
   for (size_t b = 0; b < layout.size(); ++b) {
     Bucket bucket;
-    int64_t total = 0;
-    for (size_t i : layout[b]) total += params[i].second.numel();
     const torch::Tensor& first = params[layout[b].front()].second;
-    bucket.flat = torch::zeros({total}, first.options().requires_grad(false));
-    int64_t offset = 0;
+    // CPU buckets are packed; device buckets start every gradient on kDeviceAlignBytes.
+    int64_t align = 1;
+#if RINGGUARD_TORCH_CUDA
+    if (agg->cuda_) align = std::max<int64_t>(1, kDeviceAlignBytes / int64_t(first.element_size()));
+#endif
+    std::vector<int64_t> offsets;
+    int64_t total = 0;
     for (size_t i : layout[b]) {
+      total = (total + align - 1) / align * align;
+      offsets.push_back(total);
+      total += params[i].second.numel();
+    }
+    if (!agg->cuda_) {
+      bucket.flat = torch::zeros({total}, first.options().requires_grad(false));
+    } else {
+#if RINGGUARD_TORCH_CUDA
+      // One allocation from the stream-ordered pool, zeroed, returned to the pool (in the order of the
+      // home stream) when the last tensor over it is gone: the bucket's and every gradient's.
+      CudaState& cs = *agg->cuda_;
+      const size_t bytes = size_t(total) * first.element_size();
+      void* ptr = nullptr;
+      RINGGUARD_RETURN_IF_ERROR(cs.pool->allocate(bytes, cs.home, &ptr));
+      if (bytes > 0) RINGGUARD_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, cs.home));
+      std::shared_ptr<DevicePool> pool = cs.pool;
+      const cudaStream_t home = cs.home;
+      const int dev = cs.device;
+      bucket.flat = at::from_blob(
+          ptr, {total},
+          [pool, home, dev](void* p) {
+            ScopedDevice guard(dev);
+            (void)pool->free(p, home);
+          },
+          first.options().requires_grad(false), first.device());
+#endif
+    }
+    for (size_t k = 0; k < layout[b].size(); ++k) {
+      const size_t i = layout[b][k];
       Param& p = agg->params_[i];
       p.name = params[i].first;
       p.tensor = params[i].second;
       p.bucket = int(b);
-      p.offset = offset;
+      p.offset = offsets[k];
       // A plain tensor over the bucket's memory, not an autograd view: libtorch's zero_grad(false) calls
       // detach_() on every grad, which views refuse. The deleter holds the bucket alive.
       torch::Tensor flat = bucket.flat;
-      p.view = torch::from_blob(
-          static_cast<char*>(flat.data_ptr()) + offset * flat.element_size(), p.tensor.sizes(),
-          [flat](void*) {}, flat.options());
+      void* data = static_cast<char*>(flat.data_ptr()) + p.offset * flat.element_size();
+      if (!agg->cuda_) {
+        p.view = torch::from_blob(
+            data, p.tensor.sizes(), [flat](void*) {}, flat.options());
+      } else {
+        // target_device: no pointer-attribute query per gradient.
+        p.view = at::from_blob(
+            data, p.tensor.sizes(), [flat](void*) {}, flat.options(), flat.device());
+      }
       if (p.tensor.grad().defined()) p.view.copy_(p.tensor.grad());
       p.tensor.mutable_grad() = p.view;  // backward accumulates into the bucket from now on
-      offset += p.tensor.numel();
     }
     bucket.params = layout[b];
     bucket.pending = layout[b].size();
     agg->buckets_.push_back(std::move(bucket));
   }
+#if RINGGUARD_TORCH_CUDA
+  if (agg->cuda_) {
+    CudaState& cs = *agg->cuda_;
+    cs.ready.resize(agg->buckets_.size());
+    // Once, at construction: the zeroed buckets are then ready for whatever stream backward runs on.
+    RINGGUARD_CUDA_CHECK(cudaStreamSynchronize(cs.home));
+  }
+#endif
   GradientAggregator* self = agg.get();
   for (size_t i = 0; i < params.size(); ++i) {
     Param& p = agg->params_[i];
@@ -166,6 +446,14 @@ GradientAggregator::~GradientAggregator() {
   for (Bucket& b : buckets_) {
     if (b.work) (void)b.work->wait();  // the communicator may still be writing the bucket
   }
+#if RINGGUARD_TORCH_CUDA
+  if (cuda_) {
+    // The buckets are freed in the order of the home stream: make it wait for every stream the
+    // aggregator saw touch them (the launch streams are ordered after the results by the waits above).
+    ScopedDevice guard(cuda_->device);
+    for (cudaStream_t s : cuda_->seen) (void)cuda_->join(cuda_->home, s);
+  }
+#endif
 }
 
 void GradientAggregator::onGradReady(size_t index) {
@@ -190,17 +478,36 @@ void GradientAggregator::onGradReady(size_t index) {
   }
   p.ready = true;
   buckets_[p.bucket].pending--;
-  if (!noSync_) launchReady(false);
+  if (noSync_) return;
+  void* stream = nullptr;
+#if RINGGUARD_TORCH_CUDA
+  if (cuda_) {
+    // The engine runs this hook with the stream the gradient was accumulated on as the current one.
+    cudaStream_t s = currentStream(cuda_->device);
+    Status st = cuda_->gradReady(p.bucket, s);
+    if (!st.isOk() && hookError_.isOk()) hookError_ = st;
+    stream = s;
+  }
+#endif
+  launchReady(false, stream);
 }
 
 // Caller holds mutex_.
-void GradientAggregator::launchReady(bool all) {
+void GradientAggregator::launchReady(bool all, void* stream) {
   while (nextLaunch_ < int(buckets_.size()) && (all || buckets_[nextLaunch_].pending == 0)) {
     Bucket& b = buckets_[nextLaunch_];
     DataType dt = DataType::kFloat32;
     toDataType(b.flat.scalar_type(), &dt);
+#if RINGGUARD_TORCH_CUDA
+    if (cuda_) {
+      // Launched even if ordering failed, so every rank still issues the same collectives; finish()
+      // reports the error.
+      Status st = cuda_->orderLaunch(nextLaunch_, static_cast<cudaStream_t>(stream));
+      if (!st.isOk() && hookError_.isOk()) hookError_ = st;
+    }
+#endif
     b.work = comm_->allreduceAsync(b.flat.data_ptr(), b.flat.data_ptr(), size_t(b.flat.numel()), dt,
-                                   options_.average ? ReduceOp::kAvg : ReduceOp::kSum);
+                                   options_.average ? ReduceOp::kAvg : ReduceOp::kSum, stream);
     b.launched = true;
     trace_.push_back("launch:" + std::to_string(nextLaunch_));
     if (!all) launchedInBackward_++;
@@ -215,10 +522,14 @@ void GradientAggregator::resetStep() {
     b.launched = false;
     b.work.reset();
   }
+#if RINGGUARD_TORCH_CUDA
+  if (cuda_) cuda_->resetStep();
+#endif
   nextLaunch_ = 0;
   stepStarted_ = false;
   launchedInBackward_ = 0;
   gradCopies_ = 0;
+  hookError_ = Status::ok();
   lastTrace_ = std::move(trace_);
   trace_.clear();
 }
@@ -228,11 +539,21 @@ Status GradientAggregator::finish(StepStats* stats) {
   StepStats s;
   s.buckets = int(buckets_.size());
   s.gradCopies = gradCopies_;
+  Status first = hookError_;
   if (noSync_) {
     resetStep();
     if (stats) *stats = s;
-    return Status::ok();
+    return first;
   }
+  void* stream = nullptr;
+#if RINGGUARD_TORCH_CUDA
+  std::unique_ptr<ScopedDevice> deviceGuard;
+  if (cuda_) {
+    deviceGuard = std::make_unique<ScopedDevice>(cuda_->device);
+    stream = currentStream(cuda_->device);
+    cuda_->see(static_cast<cudaStream_t>(stream));
+  }
+#endif
   if (!stepStarted_) before_ = comm_->counters();
   // Parameters that got no gradient this step contribute zeros (and their .grad is the view again).
   for (Param& p : params_) {
@@ -245,17 +566,26 @@ Status GradientAggregator::finish(StepStats* stats) {
     p.ready = true;
     buckets_[p.bucket].pending--;
   }
-  launchReady(true);
+  launchReady(true, stream);
   s.bucketsLaunched = launchedInBackward_;
   std::vector<std::shared_ptr<Work>> works;
   for (Bucket& b : buckets_) works.push_back(b.work);
   lock.unlock();
-  Status first;
   for (auto& w : works) {
-    Status st = w->wait();
+    Status st = w->wait();  // device buffers: also orders the bucket's launch stream after its result
     if (first.isOk() && !st.isOk()) first = st;
   }
   lock.lock();
+#if RINGGUARD_TORCH_CUDA
+  if (cuda_) {
+    // The stream finish() runs on (where the optimizer step follows) waits for every launch stream.
+    // (nullptr is a stream here: PyTorch's default stream is the legacy default stream.)
+    for (cudaStream_t l : cuda_->launchStreams) {
+      Status st = cuda_->join(static_cast<cudaStream_t>(stream), l);
+      if (first.isOk() && !st.isOk()) first = st;
+    }
+  }
+#endif
   s.counters = comm_->counters().since(before_);
   resetStep();
   if (stats) *stats = s;

@@ -1,16 +1,27 @@
-// GradientAggregator under mpirun (CPU tensors, MPI host transport): results against a single-process run,
-// zero-copy accounting, overlap with backward, unused parameters, no_sync, and mismatched models.
+// GradientAggregator under mpirun: results against a single-process run, zero-copy accounting, overlap with
+// backward, unused parameters, no_sync, and mismatched models; on CPU tensors over the MPI host transport,
+// and (AggregatorCuda, skipped with the reason where CUDA is not usable) on CUDA tensors over the device
+// communicator: buckets in the device pool, streams ordered by events, ranks sharing one GPU.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "ringguard/core/crc32.h"
 #include "ringguard/mpi/mpi_communicator.h"
 #include "ringguard/torch/gradient_aggregator.h"
+#if RINGGUARD_TORCH_CUDA
+#include <c10/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "ringguard/cuda/device_communicator.h"
+#endif
 
 namespace ringguard {
 namespace {
@@ -51,17 +62,21 @@ std::vector<std::pair<std::string, torch::Tensor>> namedParams(Net& net) {
   return out;
 }
 
-Net makeNet(int64_t hidden = kHidden) {
+// Initialised on the CPU and then moved, so every device starts from the same parameters.
+Net makeNet(int64_t hidden = kHidden, const torch::Device& dev = torch::kCPU) {
   torch::manual_seed(1234);  // identical initial parameters on every rank
-  return Net(hidden);
+  Net net(hidden);
+  if (!dev.is_cpu()) net->to(dev);
+  return net;
 }
 
 // The global batch of a step (the same on every rank); rank r trains on rows [r*kPerRank, (r+1)*kPerRank).
-std::pair<torch::Tensor, torch::Tensor> globalBatch(int step, int world) {
+std::pair<torch::Tensor, torch::Tensor> globalBatch(int step, int world,
+                                                    const torch::Device& dev = torch::kCPU) {
   torch::manual_seed(100 + step);
   torch::Tensor x = torch::randn({world * kPerRank, kIn});
   torch::Tensor y = torch::randn({world * kPerRank, kOut});
-  return {x, y};
+  return {x.to(dev), y.to(dev)};
 }
 
 std::unique_ptr<Communicator> makeComm(const Options& o) {
@@ -71,16 +86,43 @@ std::unique_ptr<Communicator> makeComm(const Options& o) {
   return c;
 }
 
+// What a test runs on: where the parameters live and the communicator that moves them.
+struct Target {
+  torch::Device dev = torch::kCPU;
+  std::function<std::unique_ptr<Communicator>(const Options&)> comm = makeComm;
+};
+
 struct RunResult {
-  std::vector<torch::Tensor> params;
+  std::vector<torch::Tensor> params;  // on the CPU
   std::vector<StepStats> stats;
   std::vector<std::string> trace;
 };
 
+std::vector<torch::Tensor> hostCopies(Net& net) {
+  std::vector<torch::Tensor> out;
+  for (auto& p : net->parameters()) out.push_back(p.detach().to(torch::kCPU).clone());
+  return out;
+}
+
+// Every parameter's .grad lies inside its bucket, on the aggregator's device: nothing was copied aside.
+void expectGradsInBuckets(Net& net, const GradientAggregator& agg) {
+  auto named = namedParams(net);
+  for (size_t i = 0; i < named.size(); ++i) {
+    const torch::Tensor& g = named[i].second.grad();
+    ASSERT_TRUE(g.defined()) << named[i].first;
+    const torch::Tensor& b = agg.bucket(agg.bucketOf(i));
+    EXPECT_EQ(g.device(), agg.device()) << named[i].first;
+    EXPECT_EQ(b.device(), agg.device()) << named[i].first;
+    auto* lo = static_cast<const char*>(b.data_ptr());
+    auto* at = static_cast<const char*>(g.data_ptr());
+    EXPECT_TRUE(at >= lo && at + g.nbytes() <= lo + b.nbytes()) << named[i].first << " is not in its bucket";
+  }
+}
+
 // K steps of SGD with the aggregator on this rank's shard.
 RunResult train(Communicator* comm, int steps, bool setToNone, size_t bucketBytes,
-                bool useSideOnRank0 = false) {
-  Net net = makeNet();
+                bool useSideOnRank0 = false, const torch::Device& dev = torch::kCPU) {
+  Net net = makeNet(kHidden, dev);
   torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1));
   AggregatorOptions ao;
   ao.bucketBytes = bucketBytes;
@@ -88,9 +130,10 @@ RunResult train(Communicator* comm, int steps, bool setToNone, size_t bucketByte
   Status st = GradientAggregator::create(comm, namedParams(net), ao, &agg);
   EXPECT_TRUE(st.isOk()) << st.toString();
   RunResult r;
+  if (!agg) return r;
   const int me = rankOf(), n = sizeOf();
   for (int s = 0; s < steps; ++s) {
-    auto [x, y] = globalBatch(s, n);
+    auto [x, y] = globalBatch(s, n, dev);
     opt.zero_grad(setToNone);
     torch::Tensor out = net->forward(x.narrow(0, me * kPerRank, kPerRank), useSideOnRank0 && me == 0);
     torch::mse_loss(out, y.narrow(0, me * kPerRank, kPerRank)).backward();
@@ -99,21 +142,23 @@ RunResult train(Communicator* comm, int steps, bool setToNone, size_t bucketByte
     EXPECT_TRUE(st.isOk()) << st.toString();
     r.stats.push_back(stats);
     r.trace = agg->trace();
+    if (!setToNone) expectGradsInBuckets(net, *agg);
     opt.step();
   }
-  for (auto& p : net->parameters()) r.params.push_back(p.detach().clone());
+  r.params = hostCopies(net);
   return r;
 }
 
 // The same K steps in one process on the concatenated batch.
-std::vector<torch::Tensor> trainSingleProcess(int steps, bool useSideOnRank0 = false) {
-  Net net = makeNet();
+std::vector<torch::Tensor> trainSingleProcess(int steps, bool useSideOnRank0 = false,
+                                              const torch::Device& dev = torch::kCPU) {
+  Net net = makeNet(kHidden, dev);
   torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1));
   const int n = sizeOf();
   for (int s = 0; s < steps; ++s) {
-    auto [x, y] = globalBatch(s, n);
+    auto [x, y] = globalBatch(s, n, dev);
     opt.zero_grad();
-    torch::Tensor loss = torch::zeros({});
+    torch::Tensor loss = torch::zeros({}, dev);
     // Mean over ranks of each shard's mean loss == the mean loss of the concatenated batch (equal shards);
     // the side layer only sees rank 0's shard, as in the distributed run.
     for (int r = 0; r < n; ++r) {
@@ -123,9 +168,7 @@ std::vector<torch::Tensor> trainSingleProcess(int steps, bool useSideOnRank0 = f
     loss.backward();
     opt.step();
   }
-  std::vector<torch::Tensor> out;
-  for (auto& p : net->parameters()) out.push_back(p.detach().clone());
-  return out;
+  return hostCopies(net);
 }
 
 bool identicalAcrossRanks(const std::vector<torch::Tensor>& params) {
@@ -148,15 +191,12 @@ void expectClose(const std::vector<torch::Tensor>& a, const std::vector<torch::T
   }
 }
 
-class Aggregator : public ::testing::Test {
- protected:
-  void SetUp() override { MPI_Barrier(MPI_COMM_WORLD); }
-};
+// ---- the checks, on CPU (Aggregator) and CUDA (AggregatorCuda) ------------------------------------------
 
-TEST_F(Aggregator, EqualsSingleProcessRunAndZeroCopiesWithZeroGradFalse) {
-  auto comm = makeComm(Options());
-  RunResult r = train(comm.get(), 5, /*setToNone=*/false, /*bucketBytes=*/1024);
-  expectClose(r.params, trainSingleProcess(5));
+void checkEqualsSingleProcessRunAndZeroCopies(const Target& t) {
+  auto comm = t.comm(Options());
+  RunResult r = train(comm.get(), 5, /*setToNone=*/false, /*bucketBytes=*/1024, false, t.dev);
+  expectClose(r.params, trainSingleProcess(5, false, t.dev));
   EXPECT_TRUE(identicalAcrossRanks(r.params));
   for (const StepStats& s : r.stats) {
     EXPECT_EQ(s.gradCopies, 0u);
@@ -165,27 +205,28 @@ TEST_F(Aggregator, EqualsSingleProcessRunAndZeroCopiesWithZeroGradFalse) {
   }
 }
 
-TEST_F(Aggregator, ZeroGradSetToNoneCopiesOncePerParameterAndStaysCorrect) {
-  auto comm = makeComm(Options());
-  RunResult r = train(comm.get(), 5, /*setToNone=*/true, 1024);
-  expectClose(r.params, trainSingleProcess(5));
+void checkZeroGradSetToNone(const Target& t) {
+  auto comm = t.comm(Options());
+  RunResult r = train(comm.get(), 5, /*setToNone=*/true, 1024, false, t.dev);
+  expectClose(r.params, trainSingleProcess(5, false, t.dev));
   EXPECT_TRUE(identicalAcrossRanks(r.params));
   // zero_grad(set_to_none) runs before every backward, which then installs fresh grad tensors: one
   // counted copy per parameter that gets a gradient (fc1 and fc2: 4 tensors; `side` is unused here).
   for (size_t s = 0; s < r.stats.size(); ++s) EXPECT_EQ(r.stats[s].gradCopies, 4u) << "step " << s;
 }
 
-TEST_F(Aggregator, FaultInjectionGivesBitIdenticalParameters) {
-  auto clean = makeComm(Options());
+void checkFaultInjectionBitIdentical(const Target& t) {
+  auto clean = t.comm(Options());
   Options o;
   o.sliceBytes = 256;
   o.fault.mode = FaultMode::kMultiBit;
   o.fault.probability = 0.05;
   o.fault.seed = 7;
   o.fault.schedule = {{0, 0, 0, 1 % sizeOf()}};
-  auto faulty = makeComm(o);
-  RunResult a = train(clean.get(), 5, false, 1024);
-  RunResult b = train(faulty.get(), 5, false, 1024);
+  auto faulty = t.comm(o);
+  RunResult a = train(clean.get(), 5, false, 1024, false, t.dev);
+  RunResult b = train(faulty.get(), 5, false, 1024, false, t.dev);
+  ASSERT_EQ(a.params.size(), b.params.size());
   for (size_t i = 0; i < a.params.size(); ++i) {
     ASSERT_EQ(0, std::memcmp(a.params[i].data_ptr(), b.params[i].data_ptr(), a.params[i].nbytes())) << i;
   }
@@ -201,9 +242,9 @@ TEST_F(Aggregator, FaultInjectionGivesBitIdenticalParameters) {
   EXPECT_EQ(inj, det);
 }
 
-TEST_F(Aggregator, FirstBucketLaunchesBeforeBackwardEnds) {
-  auto comm = makeComm(Options());
-  RunResult r = train(comm.get(), 1, false, 256);
+void checkLaunchOrder(const Target& t) {
+  auto comm = t.comm(Options());
+  RunResult r = train(comm.get(), 1, false, 256, false, t.dev);
   ASSERT_FALSE(r.trace.empty());
   auto launch0 = std::find(r.trace.begin(), r.trace.end(), "launch:0");
   auto end = std::find(r.trace.begin(), r.trace.end(), "backward_end");
@@ -211,28 +252,35 @@ TEST_F(Aggregator, FirstBucketLaunchesBeforeBackwardEnds) {
   ASSERT_NE(end, r.trace.end());
   EXPECT_LT(launch0 - r.trace.begin(), end - r.trace.begin()) << "bucket 0 was not launched during backward";
   EXPECT_GE(r.stats[0].bucketsLaunched, 1);
+  // Every bucket exactly once, in index order (the same sequence of collectives on every rank).
+  std::vector<std::string> launches;
+  for (const std::string& e : r.trace) {
+    if (e.rfind("launch:", 0) == 0) launches.push_back(e);
+  }
+  ASSERT_EQ(int(launches.size()), r.stats[0].buckets);
+  for (size_t b = 0; b < launches.size(); ++b) EXPECT_EQ(launches[b], "launch:" + std::to_string(b));
 }
 
-TEST_F(Aggregator, UnusedParametersOnSomeRanksContributeZerosAndNothingHangs) {
+void checkUnusedParameters(const Target& t) {
   Options o;
   o.timeout = std::chrono::milliseconds(20000);
-  auto comm = makeComm(o);
-  RunResult r = train(comm.get(), 3, false, 1024, /*useSideOnRank0=*/true);
-  expectClose(r.params, trainSingleProcess(3, /*useSideOnRank0=*/true));
+  auto comm = t.comm(o);
+  RunResult r = train(comm.get(), 3, false, 1024, /*useSideOnRank0=*/true, t.dev);
+  expectClose(r.params, trainSingleProcess(3, /*useSideOnRank0=*/true, t.dev));
   EXPECT_TRUE(identicalAcrossRanks(r.params));
 }
 
-TEST_F(Aggregator, NoSyncAccumulatesWithoutCommunicating) {
-  auto comm = makeComm(Options());
+void checkNoSync(const Target& t) {
+  auto comm = t.comm(Options());
   const int me = rankOf(), n = sizeOf();
-  Net net = makeNet();
+  Net net = makeNet(kHidden, t.dev);
   AggregatorOptions ao;
   ao.bucketBytes = 1024;
   std::unique_ptr<GradientAggregator> agg;
   ASSERT_TRUE(GradientAggregator::create(comm.get(), namedParams(net), ao, &agg).isOk());
   for (auto& p : net->parameters()) p.mutable_grad().zero_();
-  auto [x, y] = globalBatch(0, n);
-  auto [x2, y2] = globalBatch(1, n);
+  auto [x, y] = globalBatch(0, n, t.dev);
+  auto [x2, y2] = globalBatch(1, n, t.dev);
   const uint64_t before = comm->counters().collectives;
   agg->setNoSync(true);
   torch::mse_loss(net->forward(x.narrow(0, me * kPerRank, kPerRank)), y.narrow(0, me * kPerRank, kPerRank))
@@ -244,8 +292,8 @@ TEST_F(Aggregator, NoSyncAccumulatesWithoutCommunicating) {
       .backward();
   ASSERT_TRUE(agg->finish(nullptr).isOk());
   // Reference: the same two losses in one process, summed per rank and averaged over ranks.
-  Net ref = makeNet();
-  torch::Tensor loss = torch::zeros({});
+  Net ref = makeNet(kHidden, t.dev);
+  torch::Tensor loss = torch::zeros({}, t.dev);
   for (int r = 0; r < n; ++r) {
     loss = loss + (torch::mse_loss(ref->forward(x.narrow(0, r * kPerRank, kPerRank)),
                                    y.narrow(0, r * kPerRank, kPerRank)) +
@@ -255,11 +303,37 @@ TEST_F(Aggregator, NoSyncAccumulatesWithoutCommunicating) {
   }
   loss.backward();
   std::vector<torch::Tensor> got, want;
-  for (auto& p : net->parameters()) got.push_back(p.grad().clone());
+  for (auto& p : net->parameters()) got.push_back(p.grad().to(torch::kCPU).clone());
   for (auto& p : ref->parameters())
-    want.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+    want.push_back(p.grad().defined() ? p.grad().to(torch::kCPU).clone()
+                                      : torch::zeros_like(p).to(torch::kCPU));
   expectClose(got, want);
 }
+
+// ---- CPU -------------------------------------------------------------------------------------------------
+
+class Aggregator : public ::testing::Test {
+ protected:
+  void SetUp() override { MPI_Barrier(MPI_COMM_WORLD); }
+};
+
+TEST_F(Aggregator, EqualsSingleProcessRunAndZeroCopiesWithZeroGradFalse) {
+  checkEqualsSingleProcessRunAndZeroCopies(Target());
+}
+
+TEST_F(Aggregator, ZeroGradSetToNoneCopiesOncePerParameterAndStaysCorrect) {
+  checkZeroGradSetToNone(Target());
+}
+
+TEST_F(Aggregator, FaultInjectionGivesBitIdenticalParameters) { checkFaultInjectionBitIdentical(Target()); }
+
+TEST_F(Aggregator, FirstBucketLaunchesBeforeBackwardEnds) { checkLaunchOrder(Target()); }
+
+TEST_F(Aggregator, UnusedParametersOnSomeRanksContributeZerosAndNothingHangs) {
+  checkUnusedParameters(Target());
+}
+
+TEST_F(Aggregator, NoSyncAccumulatesWithoutCommunicating) { checkNoSync(Target()); }
 
 TEST_F(Aggregator, ParameterShapesDifferingAcrossRanksFailAtConstructionNamingTheParameter) {
   auto comm = makeComm(Options());
@@ -269,6 +343,208 @@ TEST_F(Aggregator, ParameterShapesDifferingAcrossRanksFailAtConstructionNamingTh
   ASSERT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
   EXPECT_NE(st.message().find("parameter 'fc1.weight'"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("differs across ranks"), std::string::npos) << st.message();
+}
+
+// Device checks are local and come before any communication; the meta device stands in for "not the CPU"
+// on machines without a GPU (AggregatorCuda covers real CUDA tensors).
+TEST_F(Aggregator, ParametersOnMixedDevicesFailAtConstructionNamingTheParameter) {
+  auto comm = makeComm(Options());
+  const uint64_t before = comm->counters().collectives;
+  torch::Tensor a = torch::zeros({4}, torch::TensorOptions().requires_grad(true));
+  torch::Tensor b = torch::zeros({4}, torch::TensorOptions().device(torch::kMeta).requires_grad(true));
+  std::unique_ptr<GradientAggregator> agg;
+  Status st = GradientAggregator::create(comm.get(), {{"a", a}, {"b", b}}, AggregatorOptions(), &agg);
+  ASSERT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+  EXPECT_NE(st.message().find("parameter 'b'"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("one device"), std::string::npos) << st.message();
+  st = GradientAggregator::create(comm.get(), {{"b", b}}, AggregatorOptions(), &agg);
+  ASSERT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+  EXPECT_NE(st.message().find("parameter 'b' is on meta"), std::string::npos) << st.message();
+  EXPECT_EQ(comm->counters().collectives, before);
+}
+
+// ---- CUDA ------------------------------------------------------------------------------------------------
+
+// All ranks agree whether CUDA is usable, so they skip (or run) together.
+bool cudaUsable(std::string* why) {
+#if RINGGUARD_TORCH_CUDA
+  const int mine = torch::cuda::is_available() ? 1 : 0;
+  int all = 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!all)
+    *why = mine ? "torch::cuda::is_available() is false on another rank"
+                : "torch::cuda::is_available() is false";
+  return all != 0;
+#else
+  *why = "this build of ringguard has no CUDA support (RINGGUARD_WITH_CUDA=OFF)";
+  return false;
+#endif
+}
+
+int localRank() {
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int r = 0;
+  MPI_Comm_rank(node, &r);
+  MPI_Comm_free(&node);
+  return r;
+}
+
+#if RINGGUARD_TORCH_CUDA
+// A device communicator on GPU `device` (transport from RINGGUARD_DEVICE_TRANSPORT unless `kind` is given).
+std::unique_ptr<Communicator> makeDeviceComm(
+    const Options& o, int device, cuda::DeviceTransportKind kind = cuda::DeviceTransportKind::kAuto,
+    bool kindFromEnv = true) {
+  cuda::DeviceOptions d;
+  if (kindFromEnv) {
+    Status st = cuda::DeviceOptions::fromEnv(&d);
+    if (!st.isOk()) {
+      fprintf(stderr, "DeviceOptions::fromEnv: %s\n", st.toString().c_str());
+      MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+  } else {
+    d.transport = kind;
+  }
+  d.device = device;
+  std::unique_ptr<Communicator> c;
+  Status st = cuda::createDeviceCommunicator(MPI_COMM_WORLD, o, d, &c);
+  if (!st.isOk()) {
+    fprintf(stderr, "createDeviceCommunicator: %s\n", st.toString().c_str());
+    MPI_Abort(MPI_COMM_WORLD, 3);
+  }
+  return c;
+}
+#endif
+
+class AggregatorCuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MPI_Barrier(MPI_COMM_WORLD);
+    std::string why;
+    if (!cudaUsable(&why)) GTEST_SKIP() << "CUDA not usable: " << why;
+#if RINGGUARD_TORCH_CUDA
+    // The GPU createDeviceCommunicator picks by default: node-local rank modulo the visible GPUs.
+    gpu_ = localRank() % int(torch::cuda::device_count());
+    c10::cuda::set_device(c10::DeviceIndex(gpu_));
+#endif
+  }
+  Target target() const {
+    Target t;
+    t.dev = torch::Device(torch::kCUDA, c10::DeviceIndex(gpu_));
+#if RINGGUARD_TORCH_CUDA
+    const int gpu = gpu_;
+    t.comm = [gpu](const Options& o) { return makeDeviceComm(o, gpu); };
+#endif
+    return t;
+  }
+  int gpu_ = 0;
+};
+
+TEST_F(AggregatorCuda, EqualsSingleProcessRunAndZeroCopiesWithZeroGradFalse) {
+  checkEqualsSingleProcessRunAndZeroCopies(target());
+}
+
+TEST_F(AggregatorCuda, ZeroGradSetToNoneCopiesOncePerParameterAndStaysCorrect) {
+  checkZeroGradSetToNone(target());
+}
+
+TEST_F(AggregatorCuda, FaultInjectionGivesBitIdenticalParameters) {
+  checkFaultInjectionBitIdentical(target());
+}
+
+TEST_F(AggregatorCuda, BucketsLaunchInOrderAndTheFirstBeforeBackwardEnds) { checkLaunchOrder(target()); }
+
+TEST_F(AggregatorCuda, UnusedParametersOnSomeRanksContributeZerosAndNothingHangs) {
+  checkUnusedParameters(target());
+}
+
+TEST_F(AggregatorCuda, NoSyncAccumulatesWithoutCommunicating) { checkNoSync(target()); }
+
+// Backward on a side stream, finish() and the optimizer step on the default stream: the hooks' events
+// order the launches (and, for a bucket launched in finish() after gradients made on the side stream, the
+// default stream), and finish() orders the default stream after every result. One bucket with an unused
+// parameter on ranks > 0 takes the second path; small buckets the first.
+TEST_F(AggregatorCuda, GradientsMadeOnAnotherStreamAreOrderedByEvents) {
+#if RINGGUARD_TORCH_CUDA
+  const Target t = target();
+  const int me = rankOf(), n = sizeOf();
+  for (size_t bucketBytes : {size_t(256), size_t(1) << 20}) {
+    SCOPED_TRACE("bucketBytes " + std::to_string(bucketBytes));
+    auto comm = t.comm(Options());
+    Net net = makeNet(kHidden, t.dev);
+    torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1));
+    AggregatorOptions ao;
+    ao.bucketBytes = bucketBytes;
+    std::unique_ptr<GradientAggregator> agg;
+    ASSERT_TRUE(GradientAggregator::create(comm.get(), namedParams(net), ao, &agg).isOk());
+    c10::cuda::CUDAStream main = c10::cuda::getCurrentCUDAStream(t.dev.index());
+    c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, t.dev.index());
+    ASSERT_NE(main.stream(), side.stream());
+    for (int s = 0; s < 3; ++s) {
+      {
+        c10::cuda::CUDAEvent stepDone;  // the side stream reads what the last optimizer step wrote
+        stepDone.record(main);
+        stepDone.block(side);
+        c10::cuda::CUDAStreamGuard guard(side);
+        auto [x, y] = globalBatch(s, n, t.dev);
+        opt.zero_grad(false);
+        torch::Tensor out = net->forward(x.narrow(0, me * kPerRank, kPerRank), /*useSide=*/me == 0);
+        torch::mse_loss(out, y.narrow(0, me * kPerRank, kPerRank)).backward();
+      }
+      StepStats stats;
+      Status st = agg->finish(&stats);  // on `main`
+      ASSERT_TRUE(st.isOk()) << st.toString();
+      EXPECT_EQ(stats.gradCopies, 0u);
+      opt.step();
+    }
+    std::vector<torch::Tensor> got = hostCopies(net);
+    expectClose(got, trainSingleProcess(3, /*useSideOnRank0=*/true, t.dev));
+    EXPECT_TRUE(identicalAcrossRanks(got));
+  }
+#endif
+}
+
+TEST_F(AggregatorCuda, CudaParametersWithAHostCommunicatorFailNamingTheParameter) {
+  auto comm = makeComm(Options());
+  Net net = makeNet(kHidden, target().dev);
+  std::unique_ptr<GradientAggregator> agg;
+  Status st = GradientAggregator::create(comm.get(), namedParams(net), AggregatorOptions(), &agg);
+  ASSERT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+  EXPECT_NE(st.message().find("parameter 'side.weight' is on cuda"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("createDeviceCommunicator"), std::string::npos) << st.message();
+}
+
+TEST_F(AggregatorCuda, CpuParametersWithADeviceCommunicatorFailAndMixedDevicesToo) {
+  const Target t = target();
+  auto comm = t.comm(Options());
+  Net net = makeNet();
+  std::unique_ptr<GradientAggregator> agg;
+  Status st = GradientAggregator::create(comm.get(), namedParams(net), AggregatorOptions(), &agg);
+  ASSERT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+  EXPECT_NE(st.message().find("parameter 'side.weight' is on cpu"), std::string::npos) << st.message();
+  auto named = namedParams(net);
+  named[2].second = named[2].second.detach().to(t.dev).requires_grad_(true);  // fc1.weight on the GPU
+  st = GradientAggregator::create(comm.get(), named, AggregatorOptions(), &agg);
+  ASSERT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+  EXPECT_NE(st.message().find("parameter '" + named[2].first + "' (index 2) is on cuda"), std::string::npos)
+      << st.message();
+}
+
+// Several ranks on one GPU (device 0 for all, whatever the machine has) through the host-staged transport.
+TEST_F(AggregatorCuda, SeveralRanksShareOneGpuThroughTheStagedTransport) {
+#if RINGGUARD_TORCH_CUDA
+  const torch::Device dev(torch::kCUDA, 0);
+  c10::cuda::set_device(0);
+  auto comm = makeDeviceComm(Options(), 0, cuda::DeviceTransportKind::kStaged, /*kindFromEnv=*/false);
+  EXPECT_STREQ(comm->transportName(), "staged");
+  RunResult r = train(comm.get(), 5, false, 1024, false, dev);
+  expectClose(r.params, trainSingleProcess(5, false, dev));
+  EXPECT_TRUE(identicalAcrossRanks(r.params));
+  for (const StepStats& s : r.stats) {
+    EXPECT_EQ(s.gradCopies, 0u);
+    EXPECT_EQ(s.counters.collectives, uint64_t(s.buckets));
+  }
+#endif
 }
 
 }  // namespace

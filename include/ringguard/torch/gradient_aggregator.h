@@ -7,6 +7,11 @@
 // allreduced: no gradient is copied into or out of a fusion buffer. Readiness comes from autograd post
 // hooks on each parameter's AccumulateGrad node; a ready bucket is launched once every lower-indexed bucket
 // has been launched, so every rank issues the same collectives in the same order.
+//
+// CPU parameters need a host communicator (mpi::createCommunicator); CUDA parameters (in a build with
+// CUDA) a device communicator (cuda::createDeviceCommunicator) on the parameters' GPU. Their buckets come
+// from a stream-ordered DevicePool, and the compute and communication streams meet through CUDA events
+// only (docs/AGGREGATION.md, "CUDA").
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -36,8 +41,12 @@ struct StepStats {
 class GradientAggregator {
  public:
   // Collective over `comm`'s ranks: checks that every rank has the same parameters (count, dtype and
-  // shape) and fails with kInvalidArgument naming the first parameter that differs. `comm` must outlive
-  // the aggregator.
+  // shape) and fails with kInvalidArgument naming the first parameter that differs. Every parameter must
+  // be on one device: CPU with a host communicator, or one GPU with a device communicator on that GPU
+  // (anything else fails with kInvalidArgument naming the parameter, before any communication). For CUDA
+  // parameters the stream current at create() allocates the buckets and, when the last gradient view is
+  // gone, frees them (as PyTorch's caching allocator does for a block and its stream). `comm` must
+  // outlive the aggregator.
   static Status create(Communicator* comm, const std::vector<std::pair<std::string, torch::Tensor>>& params,
                        const AggregatorOptions& options, std::unique_ptr<GradientAggregator>* out);
   ~GradientAggregator();
@@ -47,6 +56,9 @@ class GradientAggregator {
 
   // After loss.backward(): launches what backward did not (parameters that got no gradient contribute
   // zeros), waits for every bucket, and returns the step's statistics. With no_sync set it only resets.
+  // For CUDA parameters the wait is on the host for the verdicts, and the stream current at finish() is
+  // ordered after every bucket's result by CUDA events (no device synchronisation): the optimizer step
+  // that follows on that stream reads the averaged gradients.
   //
   // libtorch's optimizer.zero_grad() defaults to set_to_none, after which backward installs a fresh .grad
   // tensor instead of accumulating into the bucket view. The hook then copies that grad into the bucket,
@@ -57,6 +69,10 @@ class GradientAggregator {
   int numBuckets() const { return int(buckets_.size()); }
   // The bucket each parameter (in the order given to create) lives in.
   int bucketOf(size_t param) const { return params_[param].bucket; }
+  // The flat tensor of bucket `b` (its parameters' .grad are tensors over its memory).
+  const torch::Tensor& bucket(int b) const { return buckets_[b].flat; }
+  // The parameters' device (CPU, or the GPU of a device communicator).
+  torch::Device device() const { return device_; }
   // Order of events in the last step, for tests: "launch:<bucket>" and "backward_end".
   std::vector<std::string> trace() const;
 
@@ -78,14 +94,17 @@ class GradientAggregator {
     bool launched = false;
     std::shared_ptr<Work> work;
   };
+  struct CudaState;  // streams, events and the device pool of CUDA parameters (gradient_aggregator.cc)
 
-  GradientAggregator(Communicator* comm, const AggregatorOptions& options) : comm_(comm), options_(options) {}
+  GradientAggregator(Communicator* comm, const AggregatorOptions& options);
   void onGradReady(size_t param);
-  void launchReady(bool all);
+  // `stream`: the caller's cudaStream_t the launches are ordered after (CUDA parameters; else unused).
+  void launchReady(bool all, void* stream);
   void resetStep();
 
   Communicator* comm_;
   AggregatorOptions options_;
+  torch::Device device_{torch::kCPU};
   std::vector<Param> params_;
   std::vector<Bucket> buckets_;
   int nextLaunch_ = 0;
@@ -94,8 +113,10 @@ class GradientAggregator {
   uint64_t gradCopies_ = 0;
   int launchedInBackward_ = 0;
   Counters before_;
+  Status hookError_;          // a CUDA call that failed inside a hook; reported by finish()
   mutable std::mutex mutex_;  // hooks may run on autograd worker threads
   std::vector<std::string> trace_, lastTrace_;
+  std::unique_ptr<CudaState> cuda_;  // null for CPU parameters
 };
 
 }  // namespace ringguard
