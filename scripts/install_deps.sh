@@ -71,5 +71,42 @@ install_torch() {
     echo "install_deps: python3 has no pip: torch not installed, the torch layer is not built"
   fi
 }
+# Python packages for the torch backend's package and tests: scikit-build-core builds ringguard._C
+# (`pip install --no-build-isolation .`), pytest runs tests/python, numpy silences torch's "Failed to
+# initialize NumPy" warning. Each is installed only when it cannot be imported.
+PIP_PACKAGES=("scikit-build-core>=0.10:scikit_build_core" "pytest:pytest" "numpy:numpy")
+have_pip_package() {  # the requirement's module imports (and scikit-build-core is at least 0.10)
+  python3 - "$1" <<'PY' >/dev/null 2>&1
+import importlib, importlib.metadata, sys
+req, mod = sys.argv[1].split(":")
+importlib.import_module(mod)
+if mod == "scikit_build_core":
+    major, minor = importlib.metadata.version("scikit-build-core").split(".")[:2]
+    sys.exit(0 if (int(major), int(minor)) >= (0, 10) else 1)
+PY
+}
+install_pip_packages() {
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    echo "install_deps: python3 has no pip: the Python package and its tests are not available"
+    return 0
+  fi
+  missing=()
+  for entry in "${PIP_PACKAGES[@]}"; do
+    if ! have_pip_package "$entry"; then
+      missing+=("${entry%%:*}")
+    fi
+  done
+  if [[ ${#missing[@]} -eq 0 ]]; then
+    echo "install_deps: Python packages already installed (scikit-build-core, pytest, numpy)"
+    return 0
+  fi
+  python3 -m pip install -q --disable-pip-version-check "${missing[@]}" 2>&1 | grep -v "as the 'root' user" || true
+  for entry in "${PIP_PACKAGES[@]}"; do
+    have_pip_package "$entry" ||
+      { echo "install_deps: pip could not install ${entry%%:*}" >&2; exit 1; }
+  done
+  echo "install_deps: installed Python package(s): ${missing[*]}"
+}
 install_apt
 install_torch
+install_pip_packages

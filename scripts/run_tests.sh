@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite (README): dependencies, build, every ctest label (tests that need a GPU report
-# "skipped" on machines without one), then the CUDA register check when the build has it.
+# "skipped" on machines without one), then the CUDA register check when the build has it, then the
+# Python package (pip install --no-build-isolation .) and its pytest suite, tests/python.
 # Exits non-zero on any failure. Build directory: <repo>/build (override with $RINGGUARD_BUILD_DIR).
 set -euo pipefail
 
@@ -24,6 +25,24 @@ ctest --test-dir "$build_dir" --output-on-failure --no-tests=error || status=$?
 targets="$(ninja -C "$build_dir" -t targets all 2>/dev/null || true)"
 if grep -q '^regcheck:' <<<"$targets"; then
   cmake --build "$build_dir" --target regcheck || status=$?
+fi
+
+# The torch.distributed backend: build and install the Python package (ringguard._C is compiled against the
+# installed torch, hence --no-build-isolation; incremental in build/python-*), then tests/python (one
+# torchrun launch per module and world size, each under a wall-clock limit: see tests/python/harness.py).
+if python3 -c "import torch" >/dev/null 2>&1; then
+  pip_log="$(mktemp -t ringguard-pip-install.XXXXXX.log)"
+  if python3 -m pip install --no-build-isolation --disable-pip-version-check -v . >"$pip_log" 2>&1; then
+    echo "run_tests: installed the ringguard Python package"
+    python3 -m pytest tests/python -q -p no:cacheprovider || status=$?
+  else
+    tail -n 200 "$pip_log" >&2
+    echo "run_tests: pip install --no-build-isolation . FAILED (last 200 lines of its log above)" >&2
+    status=1
+  fi
+  rm -f "$pip_log"
+else
+  echo "run_tests: python3 has no torch: tests/python not run"
 fi
 
 if [[ $status -ne 0 ]]; then

@@ -6,6 +6,7 @@
 #include "ringguard/algorithms/allreduce_ring.h"
 #include "ringguard/algorithms/collective.h"
 #include "ringguard/core/log.h"
+#include "ringguard/core/thread_name.h"
 
 namespace ringguard {
 
@@ -47,7 +48,10 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, const Options& 
                    faultModeName(options_.fault.mode), options_.fault.probability,
                    options_.fault.schedule.size(), options_.fault.seed);
   }
-  progress_ = std::thread([this] { progressLoop(); });
+  progress_ = std::thread([this] {
+    nameThisThread("rg-progress");
+    progressLoop();
+  });
 }
 
 Communicator::~Communicator() {

@@ -7,6 +7,7 @@
 
 #include "ringguard/core/crc32.h"
 #include "ringguard/core/fault_injector.h"
+#include "ringguard/core/thread_name.h"
 #include "ringguard/core/trailer.h"
 
 namespace ringguard {
@@ -91,7 +92,10 @@ void VerifiedP2p::enqueue(int peer, bool isSend, Op op) {
     if (!slot) {
       slot = std::make_unique<Worker>();
       Worker* raw = slot.get();
-      raw->thread = std::thread([this, peer, isSend, raw] { loop(peer, isSend, raw); });
+      raw->thread = std::thread([this, peer, isSend, raw] {
+        nameThisThread("rg-p2p");
+        loop(peer, isSend, raw);
+      });
     }
     w = slot.get();
   }

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "ringguard/core/env.h"
+#include "ringguard/core/thread_name.h"
 #include "torch/p2p.h"
 #include "transport/c10d/c10d_transport.h"
 #if RINGGUARD_TORCH_CUDA
@@ -191,7 +192,10 @@ ProcessGroupRingguard::ProcessGroupRingguard(c10::intrusive_ptr<c10d::Store> sto
   TORCH_CHECK(st.isOk(), "ringguard: ", st.toString());
   cpu_ = std::make_unique<Communicator>(std::move(transport), options_);
   p2p_ = std::make_unique<VerifiedP2p>(gloo_, options_);
-  completion_ = std::thread([this] { completionLoop(); });
+  completion_ = std::thread([this] {
+    nameThisThread("rg-complete");
+    completionLoop();
+  });
   init();
 }
 
@@ -304,6 +308,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::launch(const char* op, con
   p->keep = outputs;
   p->keep.push_back(buffer);
   p->after = std::move(after);
+  ++sequence_;
   p->work = comm->allreduceAsync(buffer.data_ptr(), buffer.data_ptr(), count, dtype, rop, stream);
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -526,6 +531,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::p2p(const char* op, at::Te
   return rg;
 }
 
+// Every rank issues the same collectives in the same order, so a count of them agrees across the group
+// (what TORCH_DISTRIBUTED_DEBUG=DETAIL compares).
+void ProcessGroupRingguard::setSequenceNumberForGroup() { sequence_ = 0; }
+uint64_t ProcessGroupRingguard::getSequenceNumberForGroup() { return sequence_; }
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::send(std::vector<at::Tensor>& tensors, int dstRank,
                                                            int tag) {
   checkSingle("send", tensors);
@@ -550,8 +560,10 @@ void ProcessGroupRingguard::stop(bool abort) {
   if (completion_.joinable()) completion_.join();
   (void)abort;  // no difference yet: see the header
   p2p_.reset();
-  cuda_.reset();
+  cuda_.reset();  // each transport says goodbye to its peers, so no Gloo work is left pending
   cpu_.reset();
+  gloo_.reset();  // the last reference: Gloo's context and its threads go
+  store_.reset();
 }
 
 void ProcessGroupRingguard::shutdown() { stop(/*abort=*/false); }

@@ -9,6 +9,7 @@
 // a GPU of its own, else the host-staged transport on top of another C10dTransport. broadcast and allgather
 // are verified allreduces of bytes in which all but one rank contribute zeros: exact for every dtype, at
 // about twice the traffic of a dedicated broadcast or all-gather.
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -94,6 +95,9 @@ class ProcessGroupRingguard : public c10d::Backend {
                                           const c10d::AllToAllOptions& o) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& t, int tag) override;
 
+  void setSequenceNumberForGroup() override;
+  uint64_t getSequenceNumberForGroup() override;
+
   // Finishes what was issued, then joins every thread and releases the communicators. Idempotent.
   void shutdown() override;
   // For now the same as shutdown(): queued collectives still run (each ends at worst at its timeout).
@@ -136,6 +140,7 @@ class ProcessGroupRingguard : public c10d::Backend {
   bool stopping_ = false;
   bool stopped_ = false;
   std::thread completion_;
+  std::atomic<uint64_t> sequence_{0};  // collectives issued
 };
 
 }  // namespace ringguard

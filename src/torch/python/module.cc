@@ -3,7 +3,6 @@
 #include <pybind11/chrono.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
-#include <torch/version.h>
 
 #include <map>
 #include <string>
@@ -70,7 +69,7 @@ PYBIND11_DECLARE_HOLDER_TYPE(T, IntrusivePtrNoGilDestructor<T>, true)
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "ringguard: CRC32-verified collectives as a torch.distributed backend";
-  m.attr("__torch_version__") = TORCH_VERSION;
+  m.attr("__torch_version__") = RINGGUARD_TORCH_VERSION;  // torch.__version__ at configure time
 
   m.def("option_names", [] {
     std::vector<std::string> names;

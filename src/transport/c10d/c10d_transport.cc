@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ringguard/core/log_text.h"
+#include "ringguard/core/thread_name.h"
 
 namespace ringguard {
 
@@ -32,6 +33,12 @@ struct FrameHeader {
   uint32_t length;  // of this chunk
 };
 constexpr size_t kFrameData = kFrameBytes - sizeof(FrameHeader);
+// Frame tag of the last frame a transport sends each peer when it is destroyed cleanly: the peer's control
+// thread then ends without a receive left posted, so nothing keeps the Gloo context alive.
+constexpr uint32_t kGoodbyeTag = 0xB7Eu;
+// How long a clean shutdown waits for the peers' goodbyes (a peer that exits closes the connection, which
+// also ends the wait).
+constexpr std::chrono::seconds kGoodbyeWait(10);
 
 enum : int { kPending = 0, kDone = 1, kFailed = 2, kAborted = 3 };
 
@@ -66,7 +73,11 @@ std::string describe(const std::exception& e) {
 // Waits the works of one (peer, direction) in post order on its own thread.
 class Waiter {
  public:
-  Waiter() : thread_([this] { loop(); }) {}
+  Waiter()
+      : thread_([this] {
+          nameThisThread("rg-wait");
+          loop();
+        }) {}
   ~Waiter() {
     abortAll();
     {
@@ -89,6 +100,12 @@ class Waiter {
       queue_.push_back(std::move(p));
     }
     cv_.notify_all();
+  }
+
+  // Waits until everything pushed so far has completed, or `deadline`; true if it has.
+  bool drain(std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return idle_.wait_until(lock, deadline, [this] { return queue_.empty() && !current_.work; });
   }
 
   // Ends every wait, now and later (the transport is broken).
@@ -131,11 +148,12 @@ class Waiter {
       current_.state->state = result;
       if (result != kDone) keepForever({std::move(current_)});
       current_ = Pending();
+      idle_.notify_all();
     }
   }
 
   std::mutex mutex_;
-  std::condition_variable cv_;
+  std::condition_variable cv_, idle_;
   std::deque<Pending> queue_;
   Pending current_;
   bool stop_ = false;
@@ -195,11 +213,15 @@ class C10dTransport final : public Transport {
       peer.sends = std::make_unique<Waiter>();
       peer.recvs = std::make_unique<Waiter>();
       peer.controlSends = std::make_unique<Waiter>();
-      peer.controlThread = std::thread([this, p] { controlLoop(p); });
+      peer.controlThread = std::thread([this, p] {
+        nameThisThread("rg-control");
+        controlLoop(p);
+      });
     }
   }
 
   ~C10dTransport() override {
+    if (!broken()) sayGoodbye();
     stopControl();
     peers_.clear();  // joins the waiters
   }
@@ -353,6 +375,12 @@ class C10dTransport final : public Transport {
       }
       FrameHeader h;
       std::memcpy(&h, frame.data_ptr(), sizeof(h));
+      if (h.tag == kGoodbyeTag) {
+        std::lock_guard<std::mutex> lock(peers_[size_t(peer)].mutex);
+        peers_[size_t(peer)].controlWork.reset();
+        markControlDone(peer);
+        return;
+      }
       if (h.length > kFrameData || uint64_t(h.offset) + h.length > h.total) {
         failControl(peer, "malformed control frame");
         return;
@@ -372,11 +400,57 @@ class C10dTransport final : public Transport {
     }
   }
 
+  void markControlDone(int peer) {
+    {
+      std::lock_guard<std::mutex> lock(inboxMutex_);
+      controlDone_[size_t(peer)] = true;
+    }
+    controlDoneCv_.notify_all();
+  }
+
+  // A clean end: a goodbye frame to every peer, then (bounded) until every peer's goodbye arrived and our
+  // sends completed, so no Gloo work is left pending and the Gloo context can go.
+  void sayGoodbye() {
+    for (int p = 0; p < size(); ++p) {
+      if (p == rank()) continue;
+      at::Tensor frame = at::zeros({int64_t(kFrameBytes)}, at::kByte);
+      FrameHeader h{kGoodbyeTag, 0, 0, 0};
+      std::memcpy(frame.data_ptr(), &h, sizeof(h));
+      std::vector<at::Tensor> tensors{frame};
+      try {
+        auto work = backend_->send(tensors, p, tagControl_);
+        peers_[size_t(p)].controlSends->push(Pending{work, std::make_shared<OpState>(), frame});
+      } catch (const std::exception&) {
+        return;  // the connection is gone: nothing to say goodbye to
+      }
+    }
+    const auto deadline = std::chrono::steady_clock::now() + kGoodbyeWait;
+    {
+      std::unique_lock<std::mutex> lock(inboxMutex_);
+      controlDoneCv_.wait_until(lock, deadline, [this] {
+        for (int p = 0; p < size(); ++p) {
+          if (p != rank() && !controlDone_[size_t(p)]) return false;
+        }
+        return true;
+      });
+    }
+    for (auto& peer : peers_) {
+      if (peer.controlSends) peer.controlSends->drain(deadline);
+    }
+  }
+
   void failControl(int peer, const std::string& why) {
+    if (controlStopped_) {  // our own shutdown ended the receive: not a failure
+      markControlDone(peer);
+      return;
+    }
     logText(LogLevel::kWarn, "rank " + std::to_string(rank()) + ": control channel from rank " +
                                  std::to_string(peer) + " failed: " + why);
-    std::lock_guard<std::mutex> lock(inboxMutex_);
-    controlError_[size_t(peer)] = why;
+    {
+      std::lock_guard<std::mutex> lock(inboxMutex_);
+      controlError_[size_t(peer)] = why;
+    }
+    markControlDone(peer);
   }
 
   // Ends the control threads' receives (the works stay posted in Gloo: see keepForever).
@@ -394,6 +468,8 @@ class C10dTransport final : public Transport {
   std::mutex inboxMutex_;
   std::map<std::pair<int, int>, std::deque<std::vector<uint8_t>>> inbox_;  // (peer, tag) -> messages
   std::vector<std::string> controlError_ = std::vector<std::string>(size_t(size()));
+  std::vector<bool> controlDone_ = std::vector<bool>(size_t(size()), false);  // guarded by inboxMutex_
+  std::condition_variable controlDoneCv_;
   std::vector<Peer> peers_;
 };
 

@@ -1,0 +1,121 @@
+"""DDP step time: "ringguard" vs "gloo", same model, same data, same processes.
+
+    torchrun --nproc-per-node=2 bench/torch/bench_ddp.py                 # CPU tensors
+    torchrun --nproc-per-node=2 bench/torch/bench_ddp.py --device cuda   # CUDA tensors (gloo copies to host)
+
+The default group is ringguard; a gloo group over the same ranks is the baseline. Each backend gets its
+own copy of the model (same initial weights) wrapped in DDP. Rounds alternate between the two (and
+which one goes first), so load from other processes hits both alike. A step is forward, backward
+(DDP's bucketed allreduces overlap it), optimizer step; its time is the slowest rank's. Rank 0 prints
+the medians and
+
+    ringguard_vs_gloo=<gloo median / ringguard median>      (> 1: ringguard is faster)
+"""
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import ringguard
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--hidden", type=int, default=1024)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0)
+    p.add_argument("--warmup", type=int, default=5, help="steps per backend before timing")
+    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--steps", type=int, default=5, help="timed steps per backend and round")
+    p.add_argument("--json", help="also write the results to this file (rank 0)")
+    return p.parse_args()
+
+
+def model(args, device):
+    torch.manual_seed(0)
+    layers = [nn.Linear(args.hidden, args.hidden) for _ in range(args.layers)]
+    seq = []
+    for layer in layers:
+        seq += [layer, nn.ReLU()]
+    return nn.Sequential(*seq, nn.Linear(args.hidden, 10)).to(device)
+
+
+def main():
+    args = parse_args()
+    if args.device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+    device = torch.device(args.device)
+    dist.init_process_group("ringguard")
+    rank, size = dist.get_rank(), dist.get_world_size()
+    gloo = dist.new_group(backend="gloo")
+
+    runs = {}
+    for name, group in (("ringguard", None), ("gloo", gloo)):
+        net = DDP(model(args, device), process_group=group, bucket_cap_mb=args.bucket_cap_mb)
+        runs[name] = (net, torch.optim.SGD(net.parameters(), lr=1e-3), group)
+    data = torch.Generator().manual_seed(rank)
+    x = torch.randn(args.batch, args.hidden, generator=data).to(device)
+    y = torch.randint(0, 10, (args.batch,), generator=data).to(device)
+
+    def step(name):
+        net, opt, _ = runs[name]
+        opt.zero_grad(set_to_none=False)
+        F.cross_entropy(net(x), y).backward()
+        opt.step()
+
+    def sync():
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+        dist.barrier(group=gloo)
+
+    for name in runs:
+        for _ in range(args.warmup):
+            step(name)
+    times = {name: [] for name in runs}
+    order = list(runs)
+    for r in range(args.rounds):
+        for name in (order if r % 2 == 0 else order[::-1]):
+            sync()
+            for _ in range(args.steps):
+                t0 = time.perf_counter()
+                step(name)
+                if args.device == "cuda":
+                    torch.cuda.synchronize()
+                times[name].append(time.perf_counter() - t0)
+    # The slowest rank's time of each step.
+    for name in runs:
+        t = torch.tensor(times[name], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=gloo)
+        times[name] = t.tolist()
+
+    c = ringguard.counters()
+    params = sum(p.numel() for p in runs["gloo"][0].parameters())
+    dist.destroy_process_group()
+    if rank == 0:
+        med = {name: statistics.median(v) for name, v in times.items()}
+        ratio = med["gloo"] / med["ringguard"]
+        print(f"ranks={size} device={args.device} params={params} grad_bytes={params * 4} "
+              f"steps={len(times['gloo'])} per backend", flush=True)
+        for name, m in med.items():
+            print(f"{name}: median {m * 1e3:.2f} ms/step  (min {min(times[name]) * 1e3:.2f}, "
+                  f"max {max(times[name]) * 1e3:.2f})", flush=True)
+        print(f"ringguard_vs_gloo={ratio:.3f} ringguard_ms={med['ringguard'] * 1e3:.2f} "
+              f"gloo_ms={med['gloo'] * 1e3:.2f} slices_verified={c['slices_verified']}", flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"ranks": size, "device": args.device, "params": params,
+                           "median_s": med, "ringguard_vs_gloo": ratio, "times_s": times}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""ringguard: CRC32-verified collectives as the torch.distributed backend "ringguard".
+
+    import ringguard, torch.distributed as dist
+    dist.init_process_group("ringguard")                 # under torchrun (or after init_from_mpi())
+    dist.all_reduce(t)
+    ringguard.counters()                                 # {"slices_verified": ..., "detected": ...}
+
+The backend is also registered without ``import ringguard``, by torch's ``torch.backends`` entry point
+(see ``_autoload``). ``import ringguard`` loads the extension and raises ``ImportError`` naming both
+versions if it was built against another torch. When torch itself imports this package (the entry
+point, during ``import torch``) the extension is not loaded: that happens, with the same check, on the
+first use.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Dict, Tuple
+
+import torch
+
+from . import _autoload, _ext
+from .options import Options
+
+__version__ = "0.1.0"
+__all__ = ["Options", "backend", "counters", "set_fault", "fault", "transport", "init_from_mpi",
+           "__version__"]
+
+
+def _torch_initializing() -> bool:
+    """True while ``torch/__init__.py`` runs, i.e. when torch's entry point imported this package."""
+    spec = getattr(sys.modules.get("torch"), "__spec__", None)
+    return bool(getattr(spec, "_initializing", False))
+
+
+if not _torch_initializing():
+    _ext.load()
+    _autoload.register()
+
+
+def backend(group=None):
+    """The ``ProcessGroupRingguard`` of `group` (default: the default group)."""
+    import torch.distributed as dist
+
+    C = _ext.load()
+    if group is None:
+        group = dist.group.WORLD
+        if group is None:
+            raise RuntimeError("ringguard: no default process group; call "
+                               "torch.distributed.init_process_group('ringguard') first")
+    b = group._get_backend(torch.device("cpu"))
+    wrapped = getattr(b, "wrapped_pg", None)  # TORCH_DISTRIBUTED_DEBUG=DETAIL wraps the backend
+    if not isinstance(b, C.ProcessGroupRingguard) and wrapped is not None:
+        b = wrapped
+    if not isinstance(b, C.ProcessGroupRingguard):
+        raise TypeError(f"ringguard: this process group's CPU backend is {type(b).__name__}, "
+                        "not ringguard's ProcessGroupRingguard")
+    return b
+
+
+def counters(group=None) -> Dict[str, int]:
+    """This rank's counters of `group`: collectives, bytes_sent, slices_sent, slices_verified,
+    injected, detected, retransmitted, escaped, delayed, repair_rounds (they only grow)."""
+    return dict(backend(group).counters())
+
+
+def set_fault(group=None, **settings) -> None:
+    """Sets fault injection for collectives issued afterwards on this rank (call it on every rank).
+
+    Keywords are the ``RINGGUARD_FAULT_*`` settings: ``mode``, ``prob``, ``schedule``, ``seed``,
+    ``bits``, ``burst_bits``, ``delay_ms``, ``repeat`` (``fault_prob=`` and ``RINGGUARD_FAULT_PROB=``
+    work too). ``set_fault(prob=0)`` turns random injection off.
+    """
+    from .options import fault_dict
+
+    backend(group).set_fault(fault_dict(settings))
+
+
+def fault(group=None) -> Dict[str, str]:
+    """The current ``RINGGUARD_FAULT_*`` settings of `group` on this rank."""
+    return dict(backend(group).fault())
+
+
+def transport(device="cpu", group=None) -> str:
+    """The transport of `group` for a device type: "gloo", "staged", "nccl", or "" before the first
+    collective on that device type."""
+    device_type = device.type if isinstance(device, torch.device) else torch.device(device).type
+    return backend(group).transport(device_type)
+
+
+def init_from_mpi(master_addr: str = "127.0.0.1", master_port: int = 29500) -> Tuple[int, int]:
+    """Fills RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE from Open MPI's (or PMI's) variables so that
+    ``init_process_group("ringguard")`` works under mpirun; MASTER_ADDR/MASTER_PORT get the given
+    defaults unless set (on several nodes set MASTER_ADDR to rank 0's host). Returns (rank, size)."""
+    env = os.environ
+    pairs = [("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+              "OMPI_COMM_WORLD_LOCAL_SIZE"),
+             ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")]
+    for rank_var, size_var, local_var, local_size_var in pairs:
+        if rank_var in env and size_var in env:
+            rank, size = int(env[rank_var]), int(env[size_var])
+            env["RANK"] = str(rank)
+            env["WORLD_SIZE"] = str(size)
+            env["LOCAL_RANK"] = env.get(local_var, str(rank))
+            env["LOCAL_WORLD_SIZE"] = env.get(local_size_var, str(size))
+            env.setdefault("MASTER_ADDR", master_addr)
+            env.setdefault("MASTER_PORT", str(master_port))
+            return rank, size
+    raise RuntimeError("ringguard.init_from_mpi: no OMPI_COMM_WORLD_RANK/SIZE (or PMI_RANK/SIZE) in the "
+                       "environment; start the job with mpirun")
+

@@ -1,0 +1,165 @@
+"""Options of a ringguard process group (pure Python; no torch import).
+
+Precedence, lowest first: built-in defaults, ``RINGGUARD_*`` environment variables (read by the C++
+side), the fields set in :class:`Options` (``pg_options=`` of ``init_process_group``/``new_group``).
+The process-group ``timeout`` becomes ``RINGGUARD_TIMEOUT_MS`` unless ``Options.timeout`` or the
+environment variable sets it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
+
+TIMEOUT_NAME = "RINGGUARD_TIMEOUT_MS"
+
+# Field -> environment variable (docs/ENV.md). `timeout` is converted to milliseconds.
+_NAMES = {
+    "slice_bytes": "RINGGUARD_SLICE_BYTES",
+    "slots": "RINGGUARD_SLOTS",
+    "max_retries": "RINGGUARD_MAX_RETRIES",
+    "timeout": TIMEOUT_NAME,
+    "log_level": "RINGGUARD_LOG_LEVEL",
+    "fault_mode": "RINGGUARD_FAULT_MODE",
+    "fault_prob": "RINGGUARD_FAULT_PROB",
+    "fault_schedule": "RINGGUARD_FAULT_SCHEDULE",
+    "fault_seed": "RINGGUARD_FAULT_SEED",
+    "fault_bits": "RINGGUARD_FAULT_BITS",
+    "fault_burst_bits": "RINGGUARD_FAULT_BURST_BITS",
+    "fault_delay_ms": "RINGGUARD_FAULT_DELAY_MS",
+    "fault_repeat": "RINGGUARD_FAULT_REPEAT",
+    "device_transport": "RINGGUARD_DEVICE_TRANSPORT",
+    "pool_release_bytes": "RINGGUARD_POOL_RELEASE_BYTES",
+}
+
+Schedule = Union[str, Sequence[Tuple[int, int, int, int]]]
+
+
+def timeout_ms(timeout: timedelta) -> int:
+    """A timedelta as a positive number of milliseconds (rounded up)."""
+    if not isinstance(timeout, timedelta):
+        raise TypeError(f"timeout must be a datetime.timedelta, got {type(timeout).__name__}")
+    us = timeout // timedelta(microseconds=1)
+    ms = -(-us // 1000)
+    if ms <= 0:
+        raise ValueError(f"timeout must be positive, got {timeout!r}")
+    return ms
+
+
+def format_value(name: str, value) -> str:
+    """The string the C++ option parser receives for `value`."""
+    if isinstance(value, bool):
+        # str(True) == "True" would reach the C++ parser as a confusing number error.
+        raise TypeError(f"{name}: booleans are not accepted, got {value!r}")
+    if isinstance(value, timedelta):
+        return str(timeout_ms(value))
+    if isinstance(value, float):
+        return repr(value)
+    if name == "RINGGUARD_FAULT_SCHEDULE" and not isinstance(value, str):
+        # [(collective, step, slice, rank), ...] -> "c:s:l:r,c:s:l:r"
+        return ",".join(":".join(str(int(x)) for x in entry) for entry in value)
+    return str(value)
+
+
+@dataclass
+class Options:
+    """Per-group settings; ``None`` leaves the environment's value (or the default) in place.
+
+    ``extra`` takes further ``RINGGUARD_*`` names verbatim (``{"RINGGUARD_X": "value"}``).
+    Values are checked by the extension: an unknown name or a bad value raises ``ValueError``
+    naming it when the group is created.
+    """
+
+    slice_bytes: Optional[int] = None
+    slots: Optional[int] = None
+    max_retries: Optional[int] = None
+    timeout: Optional[timedelta] = None
+    log_level: Optional[str] = None
+    fault_mode: Optional[str] = None
+    fault_prob: Optional[float] = None
+    fault_schedule: Optional[Schedule] = None
+    fault_seed: Optional[int] = None
+    fault_bits: Optional[int] = None
+    fault_burst_bits: Optional[int] = None
+    fault_delay_ms: Optional[int] = None
+    fault_repeat: Optional[int] = None
+    device_transport: Optional[str] = None
+    pool_release_bytes: Optional[int] = None
+    extra: Dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> Dict[str, str]:
+        """``{RINGGUARD_NAME: str(value)}`` for every field that is set."""
+        out: Dict[str, str] = {}
+        for f in dataclasses.fields(self):
+            if f.name == "extra":
+                continue
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            name = _NAMES[f.name]
+            if f.name == "timeout":
+                out[name] = str(timeout_ms(value))
+            else:
+                out[name] = format_value(name, value)
+        for name, value in self.extra.items():
+            if not isinstance(name, str) or not name.startswith("RINGGUARD_"):
+                raise ValueError(f"Options.extra: keys must be RINGGUARD_* names, got {name!r}")
+            if name in out:
+                raise ValueError(f"Options.extra: {name} is also set by a field")
+            out[name] = format_value(name, value)
+        return out
+
+
+def field_names() -> Dict[str, str]:
+    """Field name -> environment variable name."""
+    return dict(_NAMES)
+
+
+def fault_dict(kwargs: Mapping[str, object]) -> Dict[str, str]:
+    """``set_fault`` keywords -> ``{RINGGUARD_FAULT_*: str}``.
+
+    Accepts ``prob=0.1``, ``fault_prob=0.1`` or ``RINGGUARD_FAULT_PROB=0.1``; ``None`` values are
+    skipped.
+    """
+    out: Dict[str, str] = {}
+    for key, value in kwargs.items():
+        if value is None:
+            continue
+        if key.startswith("RINGGUARD_FAULT_"):
+            name = key
+        else:
+            short = key[len("fault_"):] if key.startswith("fault_") else key
+            name = "RINGGUARD_FAULT_" + short.upper()
+        out[name] = format_value(name, value)
+    return out
+
+
+def resolve(pg_options, pg_timeout: timedelta,
+            environ: Optional[Mapping[str, str]] = None) -> Tuple[Dict[str, str], Optional[int]]:
+    """Options for the extension, and the effective timeout in ms when Python knows it.
+
+    Returns ``(options, timeout_ms)``: `options` overrides the environment on the C++ side; the
+    timeout is ``None`` only when it comes from an environment value the extension will reject.
+    """
+    if environ is None:
+        environ = os.environ
+    if pg_options is None:
+        opts: Dict[str, str] = {}
+    elif isinstance(pg_options, Options):
+        opts = pg_options.to_dict()
+    else:
+        raise TypeError("pg_options of a ringguard process group must be ringguard.Options or None, "
+                        f"got {type(pg_options).__module__}.{type(pg_options).__qualname__}")
+    if TIMEOUT_NAME in opts:
+        return opts, int(opts[TIMEOUT_NAME])
+    if TIMEOUT_NAME in environ:
+        try:
+            return opts, int(environ[TIMEOUT_NAME])
+        except ValueError:
+            return opts, None
+    ms = timeout_ms(pg_timeout)
+    opts[TIMEOUT_NAME] = str(ms)
+    return opts, ms

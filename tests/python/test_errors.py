@@ -1,0 +1,198 @@
+"""Errors of the "ringguard" backend (2 ranks): mismatched arguments, bad options, timeouts, teardown.
+
+Every case that breaks a communicator works on a fresh ``new_group(backend="ringguard")``. The launch's
+wall-clock limit is what proves that nothing hangs; the cases also bound each wait themselves. The last
+case destroys the default group (with the broken groups still registered) and checks that every thread
+the backend started is gone.
+"""
+
+import gc
+import re
+import time
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import harness
+
+NPROC = 2
+TIMEOUT_S = 3  # the short ringguard timeout of the timeout cases
+CASES = harness.Cases()
+
+
+def _raises_within(fn, seconds, exc=RuntimeError):
+    t0 = time.monotonic()
+    with pytest.raises(exc) as info:
+        fn()
+    took = time.monotonic() - t0
+    assert took < seconds, f"raised only after {took:.1f} s: {info.value}"
+    return str(info.value), took
+
+
+@CASES.case("shape-mismatch")
+def _(ctx):
+    g = dist.new_group(backend="ringguard")
+    count = 100 if ctx.rank == 0 else 99
+    msg, took = _raises_within(lambda: dist.all_reduce(torch.ones(count), group=g), 30)
+    assert "fingerprint" in msg.lower(), f"not a fingerprint mismatch: {msg}"
+    assert re.search(r"\b100\b", msg) and re.search(r"\b99\b", msg), f"does not name both sides: {msg}"
+    assert re.search(r"rank 0\b", msg) and re.search(r"rank 1\b", msg), f"does not name both ranks: {msg}"
+    # The group is poisoned: the next call fails at once, with the first error.
+    again, took2 = _raises_within(lambda: dist.all_reduce(torch.ones(count), group=g), 5)
+    assert "fingerprint" in again.lower(), f"later call: {again}"
+    return {"message": msg[:400], "seconds": took}
+
+
+@CASES.case("dtype-mismatch")
+def _(ctx):
+    g = dist.new_group(backend="ringguard")
+    dt = torch.float32 if ctx.rank == 0 else torch.float64
+    msg, took = _raises_within(lambda: dist.all_reduce(torch.ones(10, dtype=dt), group=g), 30)
+    assert "fingerprint" in msg.lower(), msg
+    assert harness.names_word(msg, harness.DTYPE_ALIASES["float32"]) and \
+        harness.names_word(msg, harness.DTYPE_ALIASES["float64"]), f"does not name both dtypes: {msg}"
+    return {"message": msg[:400]}
+
+
+@CASES.case("op-mismatch")
+def _(ctx):
+    g = dist.new_group(backend="ringguard")
+    op = dist.ReduceOp.SUM if ctx.rank == 0 else dist.ReduceOp.MAX
+    msg, _ = _raises_within(lambda: dist.all_reduce(torch.ones(10), op=op, group=g), 30)
+    assert "fingerprint" in msg.lower(), msg
+    return {"message": msg[:400]}
+
+
+@CASES.case("unsupported-dtype")
+def _(ctx):
+    g = dist.new_group(backend="ringguard")
+    msg, _ = _raises_within(lambda: dist.all_reduce(torch.ones(10, dtype=torch.bool), group=g), 10)
+    assert harness.names_word(msg, ("bool",)) and harness.names_word(msg, ("allreduce", "all_reduce")), msg
+    return {"message": msg[:400]}
+
+
+@CASES.case("bad-options")
+def _(ctx):
+    import ringguard
+
+    with pytest.raises(ValueError, match="RINGGUARD_NO_SUCH_OPTION"):
+        dist.new_group(backend="ringguard",
+                       pg_options=ringguard.Options(extra={"RINGGUARD_NO_SUCH_OPTION": "1"}))
+    with pytest.raises(ValueError, match="RINGGUARD_SLICE_BYTES"):
+        dist.new_group(backend="ringguard", pg_options=ringguard.Options(slice_bytes=0))
+    with pytest.raises(ValueError, match="RINGGUARD_FAULT_MODE"):
+        dist.new_group(backend="ringguard", pg_options=ringguard.Options(fault_mode="no-such-mode"))
+    with pytest.raises(TypeError, match="ringguard.Options"):
+        dist.new_group(backend="ringguard", pg_options={"RINGGUARD_SLICE_BYTES": "4096"})
+    g = dist.new_group(backend="ringguard")
+    with pytest.raises(ValueError, match="RINGGUARD_FAULT_PROB"):
+        ringguard.set_fault(g, prob=2.0)
+    t = torch.ones(5)
+    dist.all_reduce(t, group=g)  # still usable: a rejected setting changes nothing
+    assert torch.equal(t, torch.full((5,), float(ctx.size)))
+
+
+def _stall(ctx, g, warm_up):
+    """Rank 1 arrives 2 x TIMEOUT_S late: rank 0 times out naming rank 1, rank 1 then fails fast."""
+    if warm_up:
+        dist.all_reduce(torch.ones(4), group=g)
+    dist.barrier(group=ctx.ref)
+    if ctx.rank == 1:
+        time.sleep(2 * TIMEOUT_S)
+        msg, took = _raises_within(lambda: dist.all_reduce(torch.ones(4), group=g), 10 + TIMEOUT_S)
+        return {"message": msg[:400], "seconds": took}
+    msg, took = _raises_within(lambda: dist.all_reduce(torch.ones(4), group=g), 20 + TIMEOUT_S)
+    assert took > TIMEOUT_S * 0.8, f"timed out after {took:.1f} s, before the {TIMEOUT_S} s timeout"
+    assert "timeout" in msg.lower() or "timed out" in msg.lower(), f"not a timeout: {msg}"
+    assert re.search(r"rank 1\b", msg), f"does not name the late rank: {msg}"
+    return {"message": msg[:400], "seconds": took}
+
+
+@CASES.case("timeout-options")
+def _(ctx):
+    import ringguard
+
+    g = dist.new_group(backend="ringguard", pg_options=ringguard.Options(timeout=timedelta(seconds=TIMEOUT_S)))
+    return _stall(ctx, g, warm_up=True)
+
+
+@CASES.case("timeout-pg")
+def _(ctx):
+    # The process-group timeout becomes RINGGUARD_TIMEOUT_MS (not set in this launch's environment).
+    g = dist.new_group(backend="ringguard", timeout=timedelta(seconds=TIMEOUT_S))
+    return _stall(ctx, g, warm_up=True)
+
+
+@CASES.case("timeout-first-collective")
+def _(ctx):
+    # The late rank has not even created its communicator (that happens on the first collective).
+    import ringguard
+
+    g = dist.new_group(backend="ringguard", pg_options=ringguard.Options(timeout=timedelta(seconds=TIMEOUT_S)))
+    return _stall(ctx, g, warm_up=False)
+
+
+@CASES.case("threads-joined-after-destroy")
+def _(ctx):
+    gc.collect()
+    n0 = harness.native_threads()
+    g = dist.new_group(backend="ringguard")
+    for _ in range(3):
+        dist.all_reduce(torch.ones(1000), group=g)
+    n1 = harness.native_threads()
+    t0 = time.monotonic()
+    dist.destroy_process_group(g)
+    del g
+    gc.collect()
+    took = time.monotonic() - t0
+    time.sleep(0.2)
+    n2 = harness.native_threads()
+    assert took < 10, f"destroy_process_group took {took:.1f} s"
+    assert n1 > n0, f"no thread started ({n0} -> {n1}): the test measures nothing"
+    assert n2 <= n0, f"threads before {n0}, while in use {n1}, after destroy {n2}"
+    return {"before": n0, "in_use": n1, "after": n2}
+
+
+@CASES.case("destroy-world-with-broken-groups")
+def _(ctx):
+    # Last: the default group, the gloo reference group and every broken group above go away.
+    gc.collect()
+    t0 = time.monotonic()
+    dist.destroy_process_group()
+    gc.collect()
+    took = time.monotonic() - t0
+    time.sleep(0.2)
+    n = harness.native_threads()
+    assert took < 20, f"destroy_process_group took {took:.1f} s"
+    # Every thread of ours is joined. Gloo's own threads may stay: after a failure the transport keeps the
+    # Gloo works it abandoned (and with them their Gloo context), so that a late message can never land in
+    # freed memory (docs/design/protocol.md, "c10d transport"); the healthy case above returns exactly.
+    left = harness.ringguard_threads()
+    assert not left, f"ringguard threads still running after destroy: {left}"
+    return {"seconds": took, "threads": n, "before_init": ctx.threads_before_init}
+
+
+def _init():
+    dist.init_process_group("ringguard", timeout=timedelta(seconds=120))
+
+
+# --- pytest side ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def run():
+    return harness.launch(__file__, NPROC)
+
+
+@pytest.mark.parametrize("name", CASES.names)
+def test_case(run, name):
+    harness.check_case(CASES, run, name)
+
+
+def test_launch(run):
+    harness.check_launch(run)
+
+
+if __name__ == "__main__":
+    harness.run_worker(CASES, _init)

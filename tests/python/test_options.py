@@ -1,0 +1,109 @@
+"""The pure-Python parts: Options, option precedence, set_fault keywords, ringguard-run, init_from_mpi."""
+
+import os
+from datetime import timedelta
+
+import pytest
+
+from ringguard import init_from_mpi
+from ringguard.options import Options, fault_dict, resolve, timeout_ms
+from ringguard.run import split_args, torchrun_args
+
+
+def test_to_dict_only_set_fields():
+    assert Options().to_dict() == {}
+    d = Options(slice_bytes=65536, timeout=timedelta(seconds=2.5), fault_prob=0.05, fault_mode="bitflip",
+                fault_schedule=[(3, 1, 0, 2), (4, 0, 1, 1)], extra={"RINGGUARD_X": 7}).to_dict()
+    assert d == {"RINGGUARD_SLICE_BYTES": "65536", "RINGGUARD_TIMEOUT_MS": "2500",
+                 "RINGGUARD_FAULT_PROB": "0.05", "RINGGUARD_FAULT_MODE": "bitflip",
+                 "RINGGUARD_FAULT_SCHEDULE": "3:1:0:2,4:0:1:1", "RINGGUARD_X": "7"}
+
+
+def test_every_field_has_a_name():
+    fields = [f for f in Options.__dataclass_fields__ if f != "extra"]
+    assert len(fields) == 15
+    values = {f: 1 for f in fields}
+    values.update(timeout=timedelta(milliseconds=1), fault_schedule="1:1:1:1")
+    d = Options(**values).to_dict()
+    assert len(d) == 15 and all(k.startswith("RINGGUARD_") for k in d)
+
+
+@pytest.mark.parametrize("bad, exc", [
+    (dict(timeout=5), TypeError),
+    (dict(timeout=timedelta(0)), ValueError),
+    (dict(slots=True), TypeError),
+    (dict(extra={"SLICE_BYTES": "1"}), ValueError),
+    (dict(slice_bytes=1, extra={"RINGGUARD_SLICE_BYTES": "2"}), ValueError),
+])
+def test_to_dict_rejects(bad, exc):
+    with pytest.raises(exc):
+        Options(**bad).to_dict()
+
+
+def test_timeout_ms_rounds_up():
+    assert timeout_ms(timedelta(microseconds=1)) == 1
+    assert timeout_ms(timedelta(minutes=30)) == 1_800_000
+
+
+def test_version_match():
+    from ringguard._ext import matches
+
+    assert matches("2.11.0+cu130", "2.11.0+cu130") and matches("2.11.0", "2.11.0+cu130")
+    assert not matches("2.11.0+cpu", "2.11.0+cu130") and not matches("2.10.0", "2.11.0+cu130")
+    assert not matches("2.11.0", "2.11.01")
+
+
+def test_resolve_precedence():
+    pg = timedelta(seconds=7)
+    # No option, no env: the process-group timeout becomes RINGGUARD_TIMEOUT_MS.
+    assert resolve(None, pg, {}) == ({"RINGGUARD_TIMEOUT_MS": "7000"}, 7000)
+    # The env's value wins over the process-group timeout (the C++ side reads it).
+    assert resolve(None, pg, {"RINGGUARD_TIMEOUT_MS": "900"}) == ({}, 900)
+    # Options win over both.
+    opts = Options(timeout=timedelta(seconds=3), slots=4)
+    assert resolve(opts, pg, {"RINGGUARD_TIMEOUT_MS": "900"}) == \
+        ({"RINGGUARD_TIMEOUT_MS": "3000", "RINGGUARD_SLOTS": "4"}, 3000)
+    # A bad env value is left for the extension to reject by name.
+    assert resolve(None, pg, {"RINGGUARD_TIMEOUT_MS": "soon"}) == ({}, None)
+
+
+@pytest.mark.parametrize("bad", [{"RINGGUARD_SLOTS": "4"}, "slots=4", object()])
+def test_resolve_rejects_other_types(bad):
+    with pytest.raises(TypeError, match="ringguard.Options"):
+        resolve(bad, timedelta(seconds=1), {})
+
+
+def test_fault_dict():
+    assert fault_dict({"mode": "burst", "prob": 0.25, "fault_seed": 3, "RINGGUARD_FAULT_BITS": 5,
+                       "repeat": None, "schedule": [(1, 2, 3, 0)]}) == {
+        "RINGGUARD_FAULT_MODE": "burst", "RINGGUARD_FAULT_PROB": "0.25", "RINGGUARD_FAULT_SEED": "3",
+        "RINGGUARD_FAULT_BITS": "5", "RINGGUARD_FAULT_SCHEDULE": "1:2:3:0"}
+
+
+def test_run_split_args():
+    env, rest = split_args(["--rg", "fault_prob=0.1", "--rg=RINGGUARD_SLICE_BYTES=4096", "--nproc-per-node=2",
+                            "train.py", "--rg", "x=y"])
+    assert env == {"RINGGUARD_FAULT_PROB": "0.1", "RINGGUARD_SLICE_BYTES": "4096"}
+    assert rest == ["--nproc-per-node=2", "train.py", "--rg", "x=y"]
+    with pytest.raises(SystemExit):
+        split_args(["--rg", "novalue"])
+
+
+def test_run_standalone_default():
+    assert torchrun_args(["--nproc-per-node", "2", "t.py", "--master-port", "1"])[0] == "--standalone"
+    assert torchrun_args(["--master-port=1234", "t.py"]) == ["--master-port=1234", "t.py"]
+    assert torchrun_args(["--nnodes=2", "--rdzv-endpoint=h:1", "t.py"])[0] != "--standalone"
+
+
+def test_init_from_mpi(monkeypatch):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI_", "MPI_"))}
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(var, None)
+    monkeypatch.setattr(os, "environ", env)  # a private copy: nothing leaks into other tests
+    with pytest.raises(RuntimeError, match="mpirun"):
+        init_from_mpi()
+    env.update(OMPI_COMM_WORLD_RANK="2", OMPI_COMM_WORLD_SIZE="4", OMPI_COMM_WORLD_LOCAL_RANK="0",
+               MASTER_PORT="31000")
+    assert init_from_mpi() == (2, 4)
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"]) == ("2", "4", "0", "4")
+    assert env["MASTER_ADDR"] == "127.0.0.1" and env["MASTER_PORT"] == "31000"
