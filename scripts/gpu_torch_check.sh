@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU machine's check of the torch layer, in one go: the CUDA GradientAggregator (ctest -L torch,
+# The GPU machine's check of the torch layer, in one go: ctest -L gpu, the CUDA GradientAggregator (ctest -L torch,
 # train_mlp and bench_train_step with --device cuda), then the Python package (pip install), the pytest
 # suite (GPU cases included), the DDP example and the DDP benchmark with CUDA tensors against gloo.
 # Logs under ${OUT:-/tmp/out}; a PASS/FAIL line per step at the end; exit 0 only if every step passed.
@@ -28,6 +28,7 @@ mpi=(mpirun --oversubscribe --bind-to none --timeout 300)
   >"$out_dir/environment.log" 2>&1
 step configure cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90
 step build cmake --build "$build_dir"
+step ctest_gpu ctest --test-dir "$build_dir" -L gpu --output-on-failure
 step ctest_torch ctest --test-dir "$build_dir" -L torch --output-on-failure
 step train_mlp_cuda_np2 "${mpi[@]}" -np 2 "$build_dir/examples/train_mlp" --device cuda
 step train_mlp_cuda_np4 "${mpi[@]}" -np 4 "$build_dir/examples/train_mlp" --device cuda
@@ -41,5 +42,10 @@ step ddp_example_cuda_np2 python3 -m torch.distributed.run --nproc-per-node=2 ex
   --device cuda --fault-prob 0.01
 step bench_ddp_cuda_np2 python3 -m torch.distributed.run --nproc-per-node=2 bench/torch/bench_ddp.py --device cuda
 step bench_ddp_cuda_np4 python3 -m torch.distributed.run --nproc-per-node=4 bench/torch/bench_ddp.py --device cuda
+# One GPU per rank (2+ GPUs): DDP over ringguard's NCCL transport against DDP over NCCL itself.
+if [[ "$(nvidia-smi -L | wc -l)" -ge 2 ]]; then
+  step bench_ddp_nccl_np2 python3 -m torch.distributed.run --nproc-per-node=2 bench/torch/bench_ddp.py --device cuda \
+    --baseline nccl
+fi
 printf '%s\n' "${results[@]}" | tee "$out_dir/summary.log"
 ! grep -q FAIL "$out_dir/summary.log"

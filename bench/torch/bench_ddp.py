@@ -1,7 +1,8 @@
-"""DDP step time: "ringguard" vs "gloo", same model, same data, same processes.
+"""DDP step time: "ringguard" vs "gloo" (or "nccl"), same model, same data, same processes.
 
     torchrun --nproc-per-node=2 bench/torch/bench_ddp.py                 # CPU tensors
     torchrun --nproc-per-node=2 bench/torch/bench_ddp.py --device cuda   # CUDA tensors (gloo copies to host)
+    torchrun --nproc-per-node=2 bench/torch/bench_ddp.py --device cuda --baseline nccl   # one GPU per rank
 
 The default group is ringguard; a gloo group over the same ranks is the baseline. Each backend gets its
 own copy of the model (same initial weights) wrapped in DDP. Rounds alternate between the two (and
@@ -9,7 +10,7 @@ which one goes first), so load from other processes hits both alike. A step is f
 (DDP's bucketed allreduces overlap it), optimizer step; its time is the slowest rank's. Rank 0 prints
 the medians and
 
-    ringguard_vs_gloo=<gloo median / ringguard median>      (> 1: ringguard is faster)
+    ringguard_vs_<baseline>=<baseline median / ringguard median>      (> 1: ringguard is faster)
 """
 
 import argparse
@@ -37,6 +38,8 @@ def parse_args():
     p.add_argument("--warmup", type=int, default=5, help="steps per backend before timing")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--steps", type=int, default=5, help="timed steps per backend and round")
+    p.add_argument("--baseline", choices=["gloo", "nccl"], default="gloo",
+                   help="backend to compare with (nccl: CUDA tensors, one GPU per rank)")
     p.add_argument("--json", help="also write the results to this file (rank 0)")
     return p.parse_args()
 
@@ -57,10 +60,12 @@ def main():
     device = torch.device(args.device)
     dist.init_process_group("ringguard")
     rank, size = dist.get_rank(), dist.get_world_size()
-    gloo = dist.new_group(backend="gloo")
+    gloo = dist.new_group(backend="gloo")  # timing barriers and the max over ranks
+    base = args.baseline
+    baseline = gloo if base == "gloo" else dist.new_group(backend=base)
 
     runs = {}
-    for name, group in (("ringguard", None), ("gloo", gloo)):
+    for name, group in (("ringguard", None), (base, baseline)):
         net = DDP(model(args, device), process_group=group, bucket_cap_mb=args.bucket_cap_mb)
         runs[name] = (net, torch.optim.SGD(net.parameters(), lr=1e-3), group)
     data = torch.Generator().manual_seed(rank)
@@ -99,22 +104,24 @@ def main():
         times[name] = t.tolist()
 
     c = ringguard.counters()
-    params = sum(p.numel() for p in runs["gloo"][0].parameters())
+    transport = ringguard.transport(args.device)
+    params = sum(p.numel() for p in runs[base][0].parameters())
     dist.destroy_process_group()
     if rank == 0:
         med = {name: statistics.median(v) for name, v in times.items()}
-        ratio = med["gloo"] / med["ringguard"]
+        ratio = med[base] / med["ringguard"]
         print(f"ranks={size} device={args.device} params={params} grad_bytes={params * 4} "
-              f"steps={len(times['gloo'])} per backend", flush=True)
+              f"steps={len(times[base])} per backend", flush=True)
         for name, m in med.items():
             print(f"{name}: median {m * 1e3:.2f} ms/step  (min {min(times[name]) * 1e3:.2f}, "
                   f"max {max(times[name]) * 1e3:.2f})", flush=True)
-        print(f"ringguard_vs_gloo={ratio:.3f} ringguard_ms={med['ringguard'] * 1e3:.2f} "
-              f"gloo_ms={med['gloo'] * 1e3:.2f} slices_verified={c['slices_verified']}", flush=True)
+        print(f"ringguard_vs_{base}={ratio:.3f} ringguard_ms={med['ringguard'] * 1e3:.2f} "
+              f"{base}_ms={med[base] * 1e3:.2f} slices_verified={c['slices_verified']} "
+              f"transport={transport}", flush=True)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"ranks": size, "device": args.device, "params": params,
-                           "median_s": med, "ringguard_vs_gloo": ratio, "times_s": times}, f, indent=1)
+                           "median_s": med, f"ringguard_vs_{base}": ratio, "times_s": times}, f, indent=1)
 
 
 if __name__ == "__main__":
