@@ -412,6 +412,10 @@ SliceCheck DeviceExecutor::verdict(size_t item) const {
   return static_cast<SliceCheck>(static_cast<const volatile uint8_t*>(verdicts_)[item]);
 }
 
+// The staged transport creates events and copies on the executor's stream from the progress thread; with
+// ranks on GPU 1.. a thread left on GPU 0 gets cudaErrorInvalidResourceHandle.
+void DeviceExecutor::bindThread() { (void)cudaSetDevice(device_); }
+
 Status DeviceExecutor::makeFence(void* callerStream, std::unique_ptr<Fence>* out) {
   out->reset();
   RINGGUARD_DEVICE_GUARD(device_);

@@ -50,6 +50,7 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, const Options& 
   }
   progress_ = std::thread([this] {
     nameThisThread("rg-progress");
+    executor_->bindThread();
     progressLoop();
   });
 }

@@ -70,6 +70,9 @@ class Executor {
     virtual Status afterCollective() = 0;   // progress thread: marks the results ready
     virtual Status orderCaller() = 0;       // Work::wait: the caller's stream waits for the results
   };
+  // Called once on the progress thread before it runs anything: a device executor makes its GPU current
+  // there, so every CUDA call of the transports (events, copies) lands on the right device.
+  virtual void bindThread() {}
   virtual Status makeFence(void* callerStream, std::unique_ptr<Fence>* out) {
     out->reset();
     return Status::ok();

@@ -75,6 +75,7 @@ class DeviceExecutor final : public Executor {
   // work waits for what the caller enqueued before the call, and orderCaller() makes the caller's stream
   // wait for the collective. A stream being captured into a CUDA graph is refused (kInvalidArgument).
   // Thread-safe against the progress thread: it touches no executor state.
+  void bindThread() override;
   Status makeFence(void* callerStream, std::unique_ptr<Fence>* out) override;
 
   int device() const { return device_; }
