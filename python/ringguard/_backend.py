@@ -39,4 +39,6 @@ def create(dist_backend_opts, pg_options):
         # Collective like this creator: every member builds its helper over the same prefix.
         gloo = dist.ProcessGroupGloo(dist.PrefixStore(GLOO_PREFIX, store), rank, size,
                                      longest + GLOO_MARGIN)
-    return C.ProcessGroupRingguard(store, rank, size, timeout, options, gloo)
+    # World ranks of the group's members: under mpirun its CPU tensors ride MPI over exactly these ranks.
+    global_ranks = [int(r) for r in (getattr(dist_backend_opts, "global_ranks_in_group", None) or [])]
+    return C.ProcessGroupRingguard(store, rank, size, timeout, options, gloo, global_ranks)

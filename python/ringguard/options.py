@@ -32,6 +32,7 @@ _NAMES = {
     "fault_delay_ms": "RINGGUARD_FAULT_DELAY_MS",
     "fault_repeat": "RINGGUARD_FAULT_REPEAT",
     "device_transport": "RINGGUARD_DEVICE_TRANSPORT",
+    "cpu_transport": "RINGGUARD_CPU_TRANSPORT",
     "pool_release_bytes": "RINGGUARD_POOL_RELEASE_BYTES",
 }
 
@@ -87,6 +88,7 @@ class Options:
     fault_delay_ms: Optional[int] = None
     fault_repeat: Optional[int] = None
     device_transport: Optional[str] = None
+    cpu_transport: Optional[str] = None
     pool_release_bytes: Optional[int] = None
     extra: Dict[str, str] = field(default_factory=dict)
 

@@ -42,6 +42,9 @@ const std::vector<EnvVar>& envRegistry() {
       {"RINGGUARD_DEVICE_TRANSPORT", "auto",
        "Transport of a device communicator: auto (NCCL when built with it and no two local ranks share a "
        "GPU, staged otherwise), nccl, or staged (device <-> pinned host <-> MPI)."},
+      {"RINGGUARD_CPU_TRANSPORT", "auto",
+       "Transport of CPU tensors in the torch.distributed backend: auto (MPI when the process was started by "
+       "mpirun and ringguard was built with MPI, else the Gloo helper), mpi, or gloo."},
       {"RINGGUARD_POOL_RELEASE_BYTES", "268435456",
        "Release threshold of the device memory pool: freed memory it may keep cached across "
        "synchronisations; the rest goes back to the driver (and so to PyTorch's allocator)."},

@@ -4,11 +4,15 @@
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
 
+#include <cstdlib>
 #include <optional>
 #include <set>
 #include <sstream>
 
 #include "ringguard/core/env.h"
+#if RINGGUARD_TORCH_MPI
+#include "ringguard/mpi/mpi_communicator.h"
+#endif
 #include "ringguard/core/thread_name.h"
 #include "torch/p2p.h"
 #include "transport/c10d/c10d_transport.h"
@@ -168,7 +172,8 @@ struct ProcessGroupRingguard::Pending {
 
 ProcessGroupRingguard::ProcessGroupRingguard(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                                              const std::map<std::string, std::string>& options,
-                                             c10::intrusive_ptr<c10d::Backend> gloo)
+                                             c10::intrusive_ptr<c10d::Backend> gloo,
+                                             const std::vector<int>& globalRanks)
     : c10d::Backend(rank, size), store_(std::move(store)), gloo_(std::move(gloo)), optionMap_(options) {
   std::set<std::string> known;
   for (const auto& v : envRegistry()) known.insert(v.name);
@@ -187,10 +192,15 @@ ProcessGroupRingguard::ProcessGroupRingguard(c10::intrusive_ptr<c10d::Store> sto
   TORCH_CHECK(gloo_->getRank() == rank && gloo_->getSize() == size, "ringguard: the Gloo backend has rank ",
               gloo_->getRank(), " of ", gloo_->getSize(), ", expected ", rank, " of ", size);
   fault_ = options_.fault;
-  std::unique_ptr<Transport> transport;
-  st = createC10dTransport(gloo_, kCpuTagBase, &transport);
-  TORCH_CHECK(st.isOk(), "ringguard: ", st.toString());
-  cpu_ = std::make_unique<Communicator>(std::move(transport), options_);
+  if (useMpi(lookup)) {
+    st = createMpiCommunicator(globalRanks);
+    TORCH_CHECK(st.isOk(), "ringguard: CPU communicator over MPI: ", st.toString());
+  } else {
+    std::unique_ptr<Transport> transport;
+    st = createC10dTransport(gloo_, kCpuTagBase, &transport);
+    TORCH_CHECK(st.isOk(), "ringguard: ", st.toString());
+    cpu_ = std::make_unique<Communicator>(std::move(transport), options_);
+  }
   p2p_ = std::make_unique<VerifiedP2p>(gloo_, options_);
   completion_ = std::thread([this] {
     nameThisThread("rg-complete");
@@ -229,6 +239,64 @@ bool ProcessGroupRingguard::useNccl(int kind, int device) {
   return cuda::haveNccl() && int(seen.size()) == size_;
 }
 #endif
+
+// RINGGUARD_CPU_TRANSPORT: auto takes MPI when mpirun started us (its environment is there) and the build
+// has MPI.
+bool ProcessGroupRingguard::useMpi(const std::function<const char*(const char*)>& lookup) {
+  const char* v = lookup("RINGGUARD_CPU_TRANSPORT");
+  const std::string kind = v ? v : "auto";
+  TORCH_CHECK(kind == "auto" || kind == "mpi" || kind == "gloo", "ringguard: RINGGUARD_CPU_TRANSPORT='", kind,
+              "': expected auto, mpi or gloo");
+#if RINGGUARD_TORCH_MPI
+  if (kind == "mpi") return true;
+  return kind == "auto" && (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE"));
+#else
+  TORCH_CHECK(kind != "mpi", "ringguard: RINGGUARD_CPU_TRANSPORT=mpi, but this build has no MPI");
+  return false;
+#endif
+}
+
+// MPI over exactly this group's ranks: MPI_Comm_create_group is collective over the members only, as the
+// creator is (non-members of a new_group never get here).
+Status ProcessGroupRingguard::createMpiCommunicator(const std::vector<int>& globalRanks) {
+#if RINGGUARD_TORCH_MPI
+  RINGGUARD_RETURN_IF_ERROR(mpi::ensureInitialized());
+  std::vector<int> ranks = globalRanks;
+  if (ranks.empty()) {
+    for (int r = 0; r < size_; ++r) ranks.push_back(r);
+  }
+  int worldRank = -1, worldSize = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &worldRank);
+  MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
+  if (int(ranks.size()) != size_ || ranks[size_t(rank_)] != worldRank) {
+    return Status(StatusCode::kInvalidArgument,
+                  "group rank " + std::to_string(rank_) + " is torch rank " +
+                      std::to_string(ranks.size() == size_t(size_) ? ranks[size_t(rank_)] : -1) +
+                      " but MPI rank " + std::to_string(worldRank) +
+                      ": under mpirun torch's ranks must be MPI's (call ringguard.init_from_mpi() before "
+                      "init_process_group), or set RINGGUARD_CPU_TRANSPORT=gloo");
+  }
+  for (int r : ranks) {
+    if (r < 0 || r >= worldSize) {
+      return Status(StatusCode::kInvalidArgument, "rank " + std::to_string(r) + " is outside MPI_COMM_WORLD");
+    }
+  }
+  MPI_Group world = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  MPI_Group_incl(world, int(ranks.size()), ranks.data(), &group);
+  int rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, /*tag=*/0x52470, &comm);
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
+  if (rc != MPI_SUCCESS) return Status(StatusCode::kTransportError, "MPI_Comm_create_group failed");
+  Status st = mpi::createCommunicator(comm, options_, &cpu_);  // over a duplicate of comm
+  MPI_Comm_free(&comm);
+  return st;
+#else
+  (void)globalRanks;
+  return Status(StatusCode::kInvalidArgument, "this build has no MPI");
+#endif
+}
 
 Communicator* ProcessGroupRingguard::communicatorFor(const at::Tensor& t, const char* op) {
   std::lock_guard<std::mutex> lock(mutex_);

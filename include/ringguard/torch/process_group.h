@@ -3,8 +3,9 @@
 // (docs/TORCH.md for users, docs/design/torch_integration.md for the design). The torch layer: this header
 // exposes torch types.
 //
-// Collectives run on ringguard communicators created per device type: CPU tensors over a C10dTransport
-// (CRC-framed slices on the point-to-point send/recv of a Gloo backend of the same ranks), CUDA tensors over
+// Collectives run on ringguard communicators created per device type: CPU tensors over MPI when started by
+// mpirun, else over a C10dTransport (CRC-framed slices on the point-to-point send/recv of a Gloo backend of
+// the same ranks); CUDA tensors over
 // NCCL (its unique id passed through the c10d Store, a C10dTransport as control channel) when every rank has
 // a GPU of its own, else the host-staged transport on top of another C10dTransport. broadcast and allgather
 // are verified allreduces of bytes in which all but one rank contribute zeros: exact for every dtype, at
@@ -37,9 +38,12 @@ class ProcessGroupRingguard : public c10d::Backend {
   // `options` maps RINGGUARD_* names to values and overrides the environment; an unknown name or a bad
   // value throws (ValueError in Python) naming it. `gloo` spans the same ranks: its send/recv carry our
   // framed slices. Not collective: communicators are created on first use.
+  // `globalRanks[i]` is the world rank of group rank i (empty: the identity). Under mpirun (or with
+  // RINGGUARD_CPU_TRANSPORT=mpi) CPU tensors ride MPI over exactly those ranks, which requires torch's world
+  // ranks to be the MPI ranks (ringguard.init_from_mpi() sets them so).
   ProcessGroupRingguard(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                         const std::map<std::string, std::string>& options,
-                        c10::intrusive_ptr<c10d::Backend> gloo);
+                        c10::intrusive_ptr<c10d::Backend> gloo, const std::vector<int>& globalRanks = {});
   ~ProcessGroupRingguard() override;
 
   const std::string getBackendName() const override { return "ringguard"; }
@@ -108,7 +112,7 @@ class ProcessGroupRingguard : public c10d::Backend {
   // Fault injection for collectives issued from now on (RINGGUARD_FAULT_* names, as `options` above).
   void setFault(const std::map<std::string, std::string>& fault);
   std::map<std::string, std::string> fault() const;
-  // "gloo", "staged" or "nccl" for a device type ("cpu", "cuda") whose communicator exists, else "".
+  // "mpi", "gloo", "staged" or "nccl" for a device type ("cpu", "cuda") whose communicator exists, else "".
   std::string transport(const std::string& deviceType) const;
 
  private:
@@ -117,6 +121,8 @@ class ProcessGroupRingguard : public c10d::Backend {
 
   Communicator* communicatorFor(const at::Tensor& t, const char* op);
   bool useNccl(int deviceTransportKind, int device);  // collective over the Store
+  bool useMpi(const std::function<const char*(const char*)>& lookup);
+  Status createMpiCommunicator(const std::vector<int>& globalRanks);  // collective over the group
   c10::intrusive_ptr<c10d::Work> launch(const char* op, const at::Tensor& buffer, size_t count,
                                         DataType dtype, ReduceOp rop, std::vector<at::Tensor> outputs,
                                         std::function<void()> after, bool nestedOutputs = false);

@@ -82,16 +82,18 @@ PYBIND11_MODULE(_C, m) {
       m, "ProcessGroupRingguard", backendBase)
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout, std::map<std::string, std::string> options,
-                       const c10::intrusive_ptr<c10d::Backend>& gloo) {
+                       const c10::intrusive_ptr<c10d::Backend>& gloo, const std::vector<int>& globalRanks) {
              // The process group's timeout, unless RINGGUARD_TIMEOUT_MS is set (options, then environment).
              if (!options.count("RINGGUARD_TIMEOUT_MS") && !ringguard::envLookup("RINGGUARD_TIMEOUT_MS")) {
                options["RINGGUARD_TIMEOUT_MS"] = std::to_string(timeout.count());
              }
              return IntrusivePtrNoGilDestructor<ringguard::ProcessGroupRingguard>(
-                 c10::make_intrusive<ringguard::ProcessGroupRingguard>(store, rank, size, options, gloo));
+                 c10::make_intrusive<ringguard::ProcessGroupRingguard>(store, rank, size, options, gloo,
+                                                                       globalRanks));
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("options"),
-           py::arg("gloo"), py::call_guard<py::gil_scoped_release>())
+           py::arg("gloo"), py::arg("global_ranks") = std::vector<int>(),
+           py::call_guard<py::gil_scoped_release>())
       .def(
           "counters",
           [](const ringguard::ProcessGroupRingguard& self) { return countersDict(self.counters()); },
