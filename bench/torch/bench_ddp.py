@@ -3,6 +3,7 @@
     torchrun --nproc-per-node=2 bench/torch/bench_ddp.py                 # CPU tensors
     torchrun --nproc-per-node=2 bench/torch/bench_ddp.py --device cuda   # CUDA tensors (gloo copies to host)
     torchrun --nproc-per-node=2 bench/torch/bench_ddp.py --device cuda --baseline nccl   # one GPU per rank
+    mpirun -np 2 python3 bench/torch/bench_ddp.py                        # CPU tensors over MPI
 
 The default group is ringguard; a gloo group over the same ranks is the baseline. Each backend gets its
 own copy of the model (same initial weights) wrapped in DDP. Rounds alternate between the two (and
@@ -58,6 +59,8 @@ def main():
     if args.device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
     device = torch.device(args.device)
+    if "OMPI_COMM_WORLD_SIZE" in os.environ or "PMI_SIZE" in os.environ:
+        ringguard.init_from_mpi()  # started by mpirun: CPU tensors ride MPI
     dist.init_process_group("ringguard")
     rank, size = dist.get_rank(), dist.get_world_size()
     gloo = dist.new_group(backend="gloo")  # timing barriers and the max over ranks
