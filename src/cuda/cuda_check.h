@@ -85,5 +85,34 @@ class ResidentBlocks {
   int blocks_[kMaxDevices] = {};  // 0: not queried yet on that device
 };
 
+// Makes `device` current on the calling thread for the lifetime of the guard, and restores the previous
+// device afterwards; never throws (it runs in deleters and destructors too), error() says whether
+// it worked. The check is one cudaGetDevice when the device is already current (the usual case).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    int current = 0;
+    err_ = cudaGetDevice(&current);
+    if (err_ == cudaSuccess && current != device) {
+      err_ = cudaSetDevice(device);
+      if (err_ == cudaSuccess) {
+        previous_ = current;
+        switched_ = true;
+      }
+    }
+  }
+  ~DeviceGuard() {
+    if (switched_) (void)cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  cudaError_t error() const { return err_; }
+
+ private:
+  cudaError_t err_ = cudaSuccess;
+  int previous_ = 0;
+  bool switched_ = false;
+};
+
 }  // namespace cuda_detail
 }  // namespace ringguard

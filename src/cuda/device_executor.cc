@@ -23,33 +23,7 @@ constexpr size_t kStagingPayloadOffset = 64;  // editSlot staging: trailer at 0,
 
 size_t roundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
-// Makes `device` current on the calling thread for the lifetime of the guard, and restores the previous
-// device afterwards. The check is one cudaGetDevice when the device is already current (the usual case).
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    int current = 0;
-    err_ = cudaGetDevice(&current);
-    if (err_ == cudaSuccess && current != device) {
-      err_ = cudaSetDevice(device);
-      if (err_ == cudaSuccess) {
-        previous_ = current;
-        switched_ = true;
-      }
-    }
-  }
-  ~DeviceGuard() {
-    if (switched_) (void)cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-  cudaError_t error() const { return err_; }
-
- private:
-  cudaError_t err_ = cudaSuccess;
-  int previous_ = 0;
-  bool switched_ = false;
-};
+using cuda_detail::DeviceGuard;
 
 #define RINGGUARD_DEVICE_GUARD(device)  \
   DeviceGuard _rg_device_guard(device); \

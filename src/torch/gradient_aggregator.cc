@@ -8,6 +8,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "ringguard/torch/convert.h"
+
 #if RINGGUARD_TORCH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
@@ -20,34 +22,6 @@
 namespace ringguard {
 
 namespace {
-
-bool toDataType(at::ScalarType t, DataType* out) {
-  switch (t) {
-    case at::kFloat:
-      *out = DataType::kFloat32;
-      return true;
-    case at::kDouble:
-      *out = DataType::kFloat64;
-      return true;
-    case at::kHalf:
-      *out = DataType::kFloat16;
-      return true;
-    case at::kBFloat16:
-      *out = DataType::kBFloat16;
-      return true;
-    case at::kInt:
-      *out = DataType::kInt32;
-      return true;
-    case at::kLong:
-      *out = DataType::kInt64;
-      return true;
-    case at::kByte:
-      *out = DataType::kUint8;
-      return true;
-    default:
-      return false;
-  }
-}
 
 std::string describe(const torch::Tensor& t) {
   std::ostringstream os;
@@ -64,33 +38,7 @@ bool movesDeviceMemory(const Communicator& comm) {
 }
 
 #if RINGGUARD_TORCH_CUDA
-// Makes `device` current on the calling thread for the guard's lifetime without throwing (it runs in
-// deleters and destructors too); error() says whether the switch worked.
-class ScopedDevice {
- public:
-  explicit ScopedDevice(int device) {
-    int current = 0;
-    err_ = cudaGetDevice(&current);
-    if (err_ == cudaSuccess && current != device) {
-      err_ = cudaSetDevice(device);
-      if (err_ == cudaSuccess) {
-        previous_ = current;
-        switched_ = true;
-      }
-    }
-  }
-  ~ScopedDevice() {
-    if (switched_) (void)cudaSetDevice(previous_);
-  }
-  ScopedDevice(const ScopedDevice&) = delete;
-  ScopedDevice& operator=(const ScopedDevice&) = delete;
-  cudaError_t error() const { return err_; }
-
- private:
-  cudaError_t err_ = cudaSuccess;
-  int previous_ = 0;
-  bool switched_ = false;
-};
+using ScopedDevice = cuda_detail::DeviceGuard;
 
 cudaStream_t currentStream(int device) {
   return c10::cuda::getCurrentCUDAStream(c10::DeviceIndex(device)).stream();

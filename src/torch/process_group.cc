@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "ringguard/core/env.h"
+#include "ringguard/torch/convert.h"
 #if RINGGUARD_TORCH_MPI
 #include "ringguard/mpi/mpi_communicator.h"
 #endif
@@ -46,34 +47,6 @@ std::string describe(const at::Tensor& t) {
 
 std::string firstTensor(const std::vector<at::Tensor>& t) {
   return t.empty() ? "no tensors" : describe(t[0]);
-}
-
-bool toDataType(at::ScalarType s, DataType* out) {
-  switch (s) {
-    case at::kFloat:
-      *out = DataType::kFloat32;
-      return true;
-    case at::kDouble:
-      *out = DataType::kFloat64;
-      return true;
-    case at::kHalf:
-      *out = DataType::kFloat16;
-      return true;
-    case at::kBFloat16:
-      *out = DataType::kBFloat16;
-      return true;
-    case at::kInt:
-      *out = DataType::kInt32;
-      return true;
-    case at::kLong:
-      *out = DataType::kInt64;
-      return true;
-    case at::kByte:
-      *out = DataType::kUint8;
-      return true;
-    default:
-      return false;
-  }
 }
 
 bool toReduceOp(const c10d::ReduceOp& op, ReduceOp* out) {
