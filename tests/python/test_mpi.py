@@ -1,6 +1,6 @@
 """The backend under mpirun (2 ranks): CPU tensors ride MPI (RINGGUARD_CPU_TRANSPORT=auto), not the Gloo
-helper. One mpirun launch runs every check below on both ranks and prints one JSON line per rank; the pytest
-side asserts on them. The launch runs under a wall-clock limit, so a hang fails the test.
+helper. One mpirun launch runs every check below on both ranks, each writing its results to a JSON file; the
+pytest side asserts on them. The launch runs under a wall-clock limit, so a hang fails the test.
 
     mpirun -np 2 python3 tests/python/test_mpi.py --worker      # what the test runs
 """
@@ -66,11 +66,13 @@ def worker() -> None:
     out["subgroup_exact"] = bool(torch.equal(s, torch.full((5,), 2.0)))
     dist.destroy_process_group(g)
     dist.destroy_process_group()
-    print("RESULT " + json.dumps(out), flush=True)
+    # One file per rank: mpirun merges the ranks' stdout, and two lines can interleave.
+    with open(os.path.join(os.environ["RINGGUARD_TEST_OUT"], f"rank{rank}.json"), "w") as f:
+        json.dump(out, f)
 
 
 @pytest.fixture(scope="module")
-def results():
+def results(tmp_path_factory):
     import harness
 
     mpirun = shutil.which("mpirun")
@@ -79,13 +81,19 @@ def results():
     env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_rmaps_base_oversubscribe": "1", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(harness.free_port())}
+    out_dir = tmp_path_factory.mktemp("mpi")
+    env["RINGGUARD_TEST_OUT"] = str(out_dir)
     cmd = [mpirun, "--oversubscribe", "--bind-to", "none", "-np", str(NPROC), sys.executable, "-u",
            os.path.abspath(__file__), "--worker"]
     rc, timed_out, secs, log = harness.run_command(cmd, env, timeout=240)
     assert not timed_out, f"mpirun launch timed out after {secs:.0f} s\n{log[-4000:]}"
     assert rc == 0, f"mpirun launch failed (rc={rc})\n{log[-4000:]}"
-    recs = [json.loads(line[len("RESULT "):]) for line in log.splitlines() if line.startswith("RESULT ")]
-    assert sorted(r["rank"] for r in recs) == list(range(NPROC)), log[-4000:]
+    recs = []
+    for r in range(NPROC):
+        path = out_dir / f"rank{r}.json"
+        assert path.exists(), f"rank {r} wrote no result\n{log[-4000:]}"
+        recs.append(json.loads(path.read_text()))
+    assert sorted(r["rank"] for r in recs) == list(range(NPROC)), recs
     return recs
 
 
