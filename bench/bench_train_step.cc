@@ -17,33 +17,10 @@
 #include <cstdlib>
 #include <string>
 
-#include "ringguard/mpi/mpi_communicator.h"
 #include "ringguard/torch/gradient_aggregator.h"
-#if RINGGUARD_TORCH_CUDA
-#include <c10/cuda/CUDAFunctions.h>
-
-#include "ringguard/cuda/device_communicator.h"
-#endif
+#include "ringguard/torch/mpi_device.h"
 
 using namespace ringguard;
-
-namespace {
-
-// Whether every rank can run on a GPU (so that all ranks pick the same device kind), and why not.
-bool cudaOnEveryRank(std::string* why) {
-  int mine = 0;
-#if RINGGUARD_TORCH_CUDA
-  mine = torch::cuda::is_available() ? 1 : 0;
-  *why = "torch::cuda::is_available() is false on some rank";
-#else
-  *why = "this build of ringguard has no CUDA support (RINGGUARD_WITH_CUDA)";
-#endif
-  int all = 0;
-  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  return all != 0;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"bench_train_step: aggregator step time vs no communication"};
@@ -73,34 +50,18 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   torch::set_num_threads(1);
+  bool useCuda = false;
   std::string noCuda;
-  const bool haveCuda = deviceKind != "cpu" && cudaOnEveryRank(&noCuda);
-  if (deviceKind == "cuda" && !haveCuda) {
+  if (!chooseCuda(deviceKind, &useCuda, &noCuda)) {
     if (rank == 0) fprintf(stderr, "--device cuda: %s\n", noCuda.c_str());
     MPI_Finalize();
     return 2;
   }
   torch::Device device = torch::kCPU;
   std::unique_ptr<Communicator> comm;
-  Status created;
-  if (haveCuda) {
-#if RINGGUARD_TORCH_CUDA
-    // The node-local GPU: OMPI_COMM_WORLD_LOCAL_RANK (the world rank without it) modulo the GPUs.
-    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    const int gpu = (local != nullptr ? std::atoi(local) : rank) % int(torch::cuda::device_count());
-    c10::cuda::set_device(c10::DeviceIndex(gpu));
-    device = torch::Device(torch::kCUDA, c10::DeviceIndex(gpu));
-    Options options;
-    cuda::DeviceOptions deviceOptions;
-    created = Options::fromEnv(&options);
-    if (created.isOk()) created = cuda::DeviceOptions::fromEnv(&deviceOptions);
-    deviceOptions.device = gpu;
-    if (created.isOk())
-      created = cuda::createDeviceCommunicator(MPI_COMM_WORLD, options, deviceOptions, &comm);
-#endif
-  } else {
-    created = mpi::createCommunicator(&comm);
-  }
+  Options options;
+  Status created = Options::fromEnv(&options);
+  if (created.isOk()) created = createWorldCommunicator(useCuda, options, &device, &comm);
   if (!created.isOk()) {
     fprintf(stderr, "rank %d: %s\n", rank, created.toString().c_str());
     MPI_Abort(MPI_COMM_WORLD, 2);

@@ -17,13 +17,8 @@
 #include <string>
 
 #include "ringguard/core/crc32.h"
-#include "ringguard/mpi/mpi_communicator.h"
 #include "ringguard/torch/gradient_aggregator.h"
-#if RINGGUARD_TORCH_CUDA
-#include <c10/cuda/CUDAFunctions.h>
-
-#include "ringguard/cuda/device_communicator.h"
-#endif
+#include "ringguard/torch/mpi_device.h"
 
 using namespace ringguard;
 
@@ -45,30 +40,6 @@ uint64_t sumOverRanks(uint64_t v) {
   MPI_Allreduce(&v, &out, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
   return out;
 }
-
-// Whether every rank can train on a GPU (so that all ranks pick the same device kind), and why not.
-bool cudaOnEveryRank(std::string* why) {
-  int mine = 0;
-#if RINGGUARD_TORCH_CUDA
-  mine = torch::cuda::is_available() ? 1 : 0;
-  *why = "torch::cuda::is_available() is false on some rank";
-#else
-  *why = "this build of ringguard has no CUDA support (RINGGUARD_WITH_CUDA)";
-#endif
-  int all = 0;
-  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  return all != 0;
-}
-
-#if RINGGUARD_TORCH_CUDA
-// The node-local GPU of this rank: OMPI_COMM_WORLD_LOCAL_RANK (the world rank without it) modulo the GPUs.
-int localGpu(int rank) {
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  const int localRank = local != nullptr ? std::atoi(local) : rank;
-  const int gpus = int(torch::cuda::device_count());
-  return gpus > 0 ? localRank % gpus : 0;
-}
-#endif
 
 }  // namespace
 
@@ -116,32 +87,17 @@ int main(int argc, char** argv) {
     options.fault.probability = faultProbability;
     options.fault.seed = 2026;
   }
+  bool useCuda = false;
   std::string noCuda;
-  const bool haveCuda = deviceKind != "cpu" && cudaOnEveryRank(&noCuda);
-  if (deviceKind == "cuda" && !haveCuda) {
+  if (!chooseCuda(deviceKind, &useCuda, &noCuda)) {
     if (rank == 0) fprintf(stderr, "--device cuda: %s\n", noCuda.c_str());
     MPI_Finalize();
     return 2;
   }
   torch::Device device = torch::kCPU;
   std::unique_ptr<Communicator> comm;
-  Status created;
-  if (haveCuda) {
-#if RINGGUARD_TORCH_CUDA
-    const int gpu = localGpu(rank);
-    c10::cuda::set_device(c10::DeviceIndex(gpu));
-    device = torch::Device(torch::kCUDA, c10::DeviceIndex(gpu));
-    cuda::DeviceOptions deviceOptions;
-    created = cuda::DeviceOptions::fromEnv(&deviceOptions);
-    deviceOptions.device = gpu;
-    if (created.isOk())
-      created = cuda::createDeviceCommunicator(MPI_COMM_WORLD, options, deviceOptions, &comm);
-#endif
-  } else {
-    created = mpi::createCommunicator(MPI_COMM_WORLD, options, &comm);
-  }
-  if (!created.isOk()) {
-    fprintf(stderr, "rank %d: %s\n", rank, created.toString().c_str());
+  if (Status st = createWorldCommunicator(useCuda, options, &device, &comm); !st.isOk()) {
+    fprintf(stderr, "rank %d: %s\n", rank, st.toString().c_str());
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
 
