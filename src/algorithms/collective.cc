@@ -67,24 +67,42 @@ Status waitFrame(const CollectiveContext& ctx, FrameRequest* req, const std::fun
       ctx, [req](bool* done) { return req->test(done); }, what);
 }
 
-Status exchangeFingerprints(const CollectiveContext& ctx, const Fingerprint& mine) {
+// Sends `bytes` to every peer on the control channel and receives one message with `tag` from each
+// (messages[p], empty for this rank). `what(p)` names what a timeout was waiting for.
+static Status exchangeControl(const CollectiveContext& ctx, ControlTag tag, const void* data, size_t bytes,
+                              const std::function<std::string(int)>& what,
+                              std::vector<std::vector<uint8_t>>* messages) {
   Transport* t = ctx.transport;
   const int n = t->size(), me = t->rank();
   for (int p = 0; p < n; ++p) {
-    if (p != me) RINGGUARD_RETURN_IF_ERROR(t->sendControl(p, ControlTag::kFingerprint, &mine, sizeof(mine)));
+    if (p != me) RINGGUARD_RETURN_IF_ERROR(t->sendControl(p, tag, data, bytes));
   }
-  std::vector<Fingerprint> theirs(n);
-  theirs[me] = mine;
+  messages->assign(size_t(n), {});
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
-    std::vector<uint8_t> msg;
+    std::vector<uint8_t>& msg = (*messages)[size_t(p)];
     RINGGUARD_RETURN_IF_ERROR(pollUntil(
         ctx,
         [&](bool* done) {
           int from = -1;
-          return t->probeControl(p, ControlTag::kFingerprint, &msg, &from, done);
+          return t->probeControl(p, tag, &msg, &from, done);
         },
-        [p] { return "the collective fingerprint from rank " + std::to_string(p); }));
+        [&what, p] { return what(p); }));
+  }
+  return Status::ok();
+}
+
+Status exchangeFingerprints(const CollectiveContext& ctx, const Fingerprint& mine) {
+  const int n = ctx.transport->size(), me = ctx.transport->rank();
+  std::vector<std::vector<uint8_t>> msgs;
+  RINGGUARD_RETURN_IF_ERROR(exchangeControl(
+      ctx, ControlTag::kFingerprint, &mine, sizeof(mine),
+      [](int p) { return "the collective fingerprint from rank " + std::to_string(p); }, &msgs));
+  std::vector<Fingerprint> theirs(n);
+  theirs[me] = mine;
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    const std::vector<uint8_t>& msg = msgs[size_t(p)];
     if (msg.size() != sizeof(Fingerprint)) {
       return Status(StatusCode::kTransportError, "fingerprint from rank " + std::to_string(p) + " has " +
                                                      std::to_string(msg.size()) + " bytes");
@@ -101,28 +119,22 @@ Status exchangeFingerprints(const CollectiveContext& ctx, const Fingerprint& min
 
 Status exchangeVerdicts(const CollectiveContext& ctx, int round, const std::vector<SliceFailure>& mine,
                         std::vector<SliceFailure>* global) {
-  Transport* t = ctx.transport;
-  const int n = t->size(), me = t->rank();
+  const int n = ctx.transport->size(), me = ctx.transport->rank();
   std::vector<uint8_t> out(sizeof(VerdictHeader) + mine.size() * sizeof(SliceFailure));
   VerdictHeader h{ctx.seq, uint32_t(round), uint32_t(mine.size())};
   std::memcpy(out.data(), &h, sizeof(h));
   if (!mine.empty()) std::memcpy(out.data() + sizeof(h), mine.data(), mine.size() * sizeof(SliceFailure));
-  for (int p = 0; p < n; ++p) {
-    if (p != me) RINGGUARD_RETURN_IF_ERROR(t->sendControl(p, ControlTag::kVerdict, out.data(), out.size()));
-  }
+  std::vector<std::vector<uint8_t>> msgs;
+  RINGGUARD_RETURN_IF_ERROR(exchangeControl(
+      ctx, ControlTag::kVerdict, out.data(), out.size(),
+      [round](int p) {
+        return "the verdict of round " + std::to_string(round) + " from rank " + std::to_string(p);
+      },
+      &msgs));
   std::vector<SliceFailure> all = mine;
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
-    std::vector<uint8_t> msg;
-    RINGGUARD_RETURN_IF_ERROR(pollUntil(
-        ctx,
-        [&](bool* done) {
-          int from = -1;
-          return t->probeControl(p, ControlTag::kVerdict, &msg, &from, done);
-        },
-        [p, round] {
-          return "the verdict of round " + std::to_string(round) + " from rank " + std::to_string(p);
-        }));
+    const std::vector<uint8_t>& msg = msgs[size_t(p)];
     VerdictHeader ph{};
     if (msg.size() >= sizeof(ph)) std::memcpy(&ph, msg.data(), sizeof(ph));
     if (msg.size() < sizeof(ph) || ph.seq != ctx.seq || ph.round != uint32_t(round) ||
