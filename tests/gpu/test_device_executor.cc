@@ -180,16 +180,11 @@ std::string describe(const Trailer& t) {
 
 // ---- Fixture ---------------------------------------------------------------------------------------------
 
-// Skips the calling test (from SetUp) when no CUDA device is usable, with the runtime's reason.
+// Tests skip (from SetUp) when no CUDA device is usable.
 class DeviceExecutorTest : public ::testing::Test {
  public:
   void SetUp() override {
-    int count = 0;
-    const cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {
-      GTEST_SKIP() << "no CUDA device: "
-                   << (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices visible");
-    }
+    SKIP_WITHOUT_GPU();
     ASSERT_CUDA(cudaSetDevice(0));
     ASSERT_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     ASSERT_STATUS_OK(DevicePool::create(0, &pool_));

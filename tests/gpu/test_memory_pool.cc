@@ -15,16 +15,11 @@ namespace {
 
 constexpr uint64_t kMiB = 1ull << 20;
 
-// Skips the calling test (from SetUp) when no CUDA device is usable, with the runtime's reason.
+// Tests skip (from SetUp) when no CUDA device is usable.
 class PoolTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    int count = 0;
-    const cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {
-      GTEST_SKIP() << "no CUDA device: "
-                   << (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices visible");
-    }
+    SKIP_WITHOUT_GPU();
     ASSERT_CUDA(cudaSetDevice(0));
     ASSERT_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
