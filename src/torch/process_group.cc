@@ -461,8 +461,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::_allgather_base(at::Tensor
               " elements must hold ", size_, " x the input ", describe(input), " of ", input.numel());
   at::Tensor bytes = bytesOf(output);
   const int64_t n = input.numel() * int64_t(input.element_size());
-  at::Tensor mine = bytes.narrow(0, n * rank_, n).clone();  // the input may alias the output
-  mine.copy_(bytesOf(input));
+  at::Tensor mine = bytesOf(input).clone();  // the input may alias the output, which is zeroed next
   bytes.zero_();
   bytes.narrow(0, n * rank_, n).copy_(mine);
   return launch("all_gather_into_tensor", bytes, size_t(bytes.numel()), DataType::kUint8, ReduceOp::kSum,
