@@ -254,6 +254,18 @@ for _d in ("f32", "bf16", "u8"):
         CASES.add(f"allgather_into_tensor-{_d}-n{_n}", _into_tensor_case(_d, _n))
 
 
+@CASES.case("allgather_into_tensor-in-place")
+def _(ctx):
+    # The input is this rank's block of the output (the usual in-place pattern): it must survive the zeroing.
+    count = 1001
+    out = torch.zeros(ctx.size * count, dtype=torch.float32, device=ctx.device)
+    mine = out.narrow(0, ctx.rank * count, count)
+    mine.copy_(_payload(torch.float32, count, ctx.rank, 67).to(ctx.device))
+    dist.all_gather_into_tensor(out, mine)
+    want = torch.cat([_payload(torch.float32, count, r, 67) for r in range(ctx.size)])
+    assert _same_bits(out.cpu(), want), _diff(out, want)
+
+
 @CASES.case("barrier")
 def _(ctx):
     # Rank 0 arrives 0.5 s late: nobody may leave the barrier before it arrives.
