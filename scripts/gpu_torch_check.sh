@@ -42,6 +42,9 @@ step ddp_example_cuda_np2 python3 -m torch.distributed.run --nproc-per-node=2 ex
   --device cuda --fault-prob 0.01
 step bench_ddp_cuda_np2 python3 -m torch.distributed.run --nproc-per-node=2 bench/torch/bench_ddp.py --device cuda
 step bench_ddp_cuda_np4 python3 -m torch.distributed.run --nproc-per-node=4 bench/torch/bench_ddp.py --device cuda
+# Several ranks on one GPU: ringguard's CUDA tensors go host-staged.
+step bench_ddp_staged_1gpu_np2 env CUDA_VISIBLE_DEVICES=0 python3 -m torch.distributed.run --nproc-per-node=2 \
+  bench/torch/bench_ddp.py --device cuda
 # One GPU per rank (2+ GPUs): DDP over ringguard's NCCL transport against DDP over NCCL itself.
 if [[ "$(nvidia-smi -L | wc -l)" -ge 2 ]]; then
   step bench_ddp_nccl_np2 python3 -m torch.distributed.run --nproc-per-node=2 bench/torch/bench_ddp.py --device cuda \

@@ -195,9 +195,11 @@ def test_launch(run):
     harness.check_launch(run)
 
 
-# GPU: world size 1 over NCCL (send/recv to itself through the verify path); 2 ranks sharing one GPU
-# over the staged transport. Both compare against DDP over gloo with CUDA tensors.
-GPU_SETUPS = {"cuda-np1-nccl": (1, "nccl"), "cuda-np2-staged": (2, "staged")}
+# GPU: world size 1 over NCCL (send/recv to itself through the verify path); 2 and 4 ranks sharing
+# GPU 0 over the staged transport (NCCL refuses two ranks on one GPU). All compare against DDP over
+# gloo with CUDA tensors.
+GPU_SETUPS = {"cuda-np1-nccl": (1, "nccl"), "cuda-np2-staged": (2, "staged"),
+              "cuda-np4-staged": (4, "staged")}
 
 
 @pytest.fixture(scope="module", params=list(GPU_SETUPS))
@@ -208,6 +210,7 @@ def cuda_run(request):
     env = {"RINGGUARD_TEST_DEVICE": "cuda", "RINGGUARD_TEST_EXPECT_TRANSPORT": transport}
     if transport == "staged":
         env["RINGGUARD_DEVICE_TRANSPORT"] = "staged"
+        env["CUDA_VISIBLE_DEVICES"] = "0"
     return harness.launch(__file__, nproc, env=env)
 
 
