@@ -26,4 +26,11 @@ step ring_nccl mpirun "${mpirun_args[@]}" "$build_dir/tests/gpu/ringguard_gpu_ri
 step bench_nccl_default mpirun "${mpirun_args[@]}" "$build_dir/bench/bench_allreduce" -D -b 1M -e 1G -f 4 -n 5 -w 2 -s 4194304
 step bench_nccl_ring env NCCL_ALGO=Ring mpirun "${mpirun_args[@]}" -x NCCL_ALGO "$build_dir/bench/bench_allreduce" \
   -D -b 16M -e 1G -f 4 -n 5 -w 2 -s 4194304
+# Slice size and slot sweep (RINGGUARD_SLICE_BYTES / RINGGUARD_SLOTS) at the sizes of the goal.
+for slice in ${SWEEP_SLICES:-16777216 67108864}; do
+  for slots in ${SWEEP_SLOTS:-2 4}; do
+    step "sweep_s${slice}_w${slots}" env RINGGUARD_SLOTS="$slots" mpirun "${mpirun_args[@]}" -x RINGGUARD_SLOTS \
+      "$build_dir/bench/bench_allreduce" -D -b 64M -e 1G -f 4 -n 5 -w 2 -s "$slice"
+  done
+done
 printf '%s\n' "${results[@]}" | tee "$out_dir/summary.log"

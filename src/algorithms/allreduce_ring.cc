@@ -56,7 +56,7 @@ class RingAllreduce {
   Status postSendItem(int step, int slice, int attempt, bool retransmit);
   Status postRecvItem(int step, int slice, int slotIndex);
   Status applyRecvItem(int step, int slice, int attempt, int slotIndex);
-  Status waitSend(size_t idx);
+  Status waitSend(size_t idx, void** lastEvent = nullptr);
   Status waitAllSends();
   Status collectVerdicts();
   Status pass();
@@ -127,16 +127,25 @@ class ScopedNs {
   std::chrono::steady_clock::time_point start_;
 };
 
-Status RingAllreduce::waitSend(size_t idx) {
-  ScopedNs timed(&local_.transferWaitNs);
-  return waitFrame(ctx_, &sendReqs_[idx], [&] {
-    return "slice " + std::to_string(idx % S_) + " of step " + std::to_string(idx / S_) +
-           " to be taken by rank " + std::to_string(right_);
-  });
+// Waits until the send of item `idx` completed, and orders the executor's later work after it (a device
+// transport on a stream of its own has it complete in that stream's order only).
+Status RingAllreduce::waitSend(size_t idx, void** lastEvent) {
+  {
+    ScopedNs timed(&local_.transferWaitNs);
+    RINGGUARD_RETURN_IF_ERROR(waitFrame(ctx_, &sendReqs_[idx], [&] {
+      return "slice " + std::to_string(idx % S_) + " of step " + std::to_string(idx / S_) +
+             " to be taken by rank " + std::to_string(right_);
+    }));
+  }
+  void* event = sendReqs_[idx].streamEvent();
+  if (lastEvent != nullptr && event == *lastEvent) return Status::ok();
+  if (lastEvent != nullptr) *lastEvent = event;
+  return exec_->waitFor(event);
 }
 
 Status RingAllreduce::waitAllSends() {
-  for (size_t i = 0; i < sendReqs_.size(); ++i) RINGGUARD_RETURN_IF_ERROR(waitSend(i));
+  void* last = nullptr;  // frames posted together share one event: wait for each launch once
+  for (size_t i = 0; i < sendReqs_.size(); ++i) RINGGUARD_RETURN_IF_ERROR(waitSend(i, &last));
   return Status::ok();
 }
 
@@ -148,6 +157,8 @@ Status RingAllreduce::applyRecvItem(int step, int slice, int attempt, int slotIn
              std::to_string(left_);
     }));
   }
+  // The slot's bytes land in the transport stream's order: the executor's work on them waits for that.
+  RINGGUARD_RETURN_IF_ERROR(exec_->waitFor(slotReqs_[slotIndex].streamEvent()));
   const size_t idx = item(step, slice);
   const int column = sched_.recvColumn(me_, step);
   const ElementRange r = recvRange(step, slice);
@@ -225,10 +236,12 @@ Status RingAllreduce::pass() {
     // free: up to W items in flight, so the next slices' transfers overlap this slice's verify + reduce.
     // Every rank posts the same pairs together, so a transport that completes a batch as a whole (an
     // NCCL group) never holds a receive whose matching send its peer can only post after that batch.
+    // Each pair is launched on its own, so the verify of item i waits for item i's transfer only.
     while (nextSend < total && nextSend < nextDone + W_ &&
            (nextSend < size_t(S_) || nextSend - S_ < nextDone)) {
       RINGGUARD_RETURN_IF_ERROR(postRecvItem(int(nextSend / S_), int(nextSend % S_), int(nextSend % W_)));
       RINGGUARD_RETURN_IF_ERROR(postSendItem(int(nextSend / S_), int(nextSend % S_), 0, false));
+      RINGGUARD_RETURN_IF_ERROR(t_->flush());
       ++nextSend;
     }
     RINGGUARD_RETURN_IF_ERROR(applyRecvItem(int(nextDone / S_), int(nextDone % S_), 0, int(nextDone % W_)));

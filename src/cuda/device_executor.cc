@@ -343,6 +343,14 @@ Status DeviceExecutor::verifyAndApply(const ApplyTask& task, int index, size_t i
   return Status::ok();
 }
 
+Status DeviceExecutor::waitFor(void* streamEvent) {
+  if (streamEvent == nullptr) return Status::ok();
+  RINGGUARD_DEVICE_GUARD(device_);
+  RINGGUARD_CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(streamEvent), 0));
+  ++enqueued_;
+  return Status::ok();
+}
+
 Status DeviceExecutor::copy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return Status::ok();
   RINGGUARD_DEVICE_GUARD(device_);

@@ -10,7 +10,11 @@ Status FrameRequest::test(bool* done) {
     if (!*part) continue;
     bool partDone = false;
     RINGGUARD_RETURN_IF_ERROR((*part)->test(&partDone));
-    if (partDone) part->reset();
+    if (partDone) {
+      // Both parts of a frame are posted together: one launch, one event (the later one, to be safe).
+      if (std::shared_ptr<void> e = (*part)->streamEvent()) event_ = std::move(e);
+      part->reset();
+    }
   }
   *done = !payload_ && !trailer_;
   return Status::ok();

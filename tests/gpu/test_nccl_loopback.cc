@@ -85,6 +85,10 @@ TEST(NcclLoopback, FramedVerifiedSlicesWithInjectedFaultsAndRetransmission) {
       for (size_t k : slices) {
         ASSERT_TRUE(waitDone(&recvs[k]).isOk());
         ASSERT_TRUE(waitDone(&sends[k]).isOk());
+        // NCCL runs on a stream of its own: the executor's work on the slot waits for the group's event.
+        ASSERT_NE(recvs[k].streamEvent(), nullptr);
+        ASSERT_TRUE(exec.waitFor(recvs[k].streamEvent()).isOk());
+        ASSERT_TRUE(exec.waitFor(sends[k].streamEvent()).isOk());
         if (inj.corrupts(0, 0, int(k), 0, attempt)) {
           ASSERT_TRUE(exec.editSlot(int(k), bytes,
                                     [&](uint8_t* p, Trailer* tr) {

@@ -52,6 +52,10 @@ class Executor {
   // poisoned when the slice was not applied) into sendTrailer(nextItem). dst is sent on either way.
   virtual Status verifyAndApply(const ApplyTask& task, int index, size_t item, size_t nextItem) = 0;
 
+  // Orders the executor's later work after a transport's stream event (FrameRequest::streamEvent, a
+  // cudaEvent_t): a device executor's stream waits for it. Null, and host executors: nothing to do.
+  virtual Status waitFor(void* streamEvent) { return Status::ok(); }
+
   // Copies `bytes` between two buffers of the collective (single rank, out of place).
   virtual Status copy(void* dst, const void* src, size_t bytes) = 0;
 

@@ -61,6 +61,8 @@ class DeviceExecutor final : public Executor {
   Status editSlot(int index, size_t bytes, const std::function<void(uint8_t*, Trailer*)>& edit) override;
   // Enqueues the sequence described above; no host wait. task.dst / task.local: device memory.
   Status verifyAndApply(const ApplyTask& task, int index, size_t item, size_t nextItem) override;
+  // cudaStreamWaitEvent(stream, streamEvent): no host wait.
+  Status waitFor(void* streamEvent) override;
   // cudaMemcpyAsync on the stream (cudaMemcpyDefault: device to device for device pointers).
   Status copy(void* dst, const void* src, size_t bytes) override;
 

@@ -24,6 +24,11 @@ class TransportOp {
   virtual Status test(bool* done) = 0;
   // Withdraws a receive that has not matched yet, or releases a send; after it the op is inert.
   virtual void cancel() = 0;
+  // For device transports whose transfers run on a CUDA stream of their own (NCCL): an event (a cudaEvent_t)
+  // recorded on that stream after this op. Once test() reported done, work on another stream that touches
+  // the op's buffers must wait for it (Executor::waitFor). Null when test() reporting done means the bytes
+  // are in place (host transports, the staged transport).
+  virtual std::shared_ptr<void> streamEvent() const { return nullptr; }
 };
 
 // A framed slice in flight: payload and trailer.
@@ -36,10 +41,13 @@ class FrameRequest {
   // Sets *done when both parts completed (then the request becomes inactive).
   Status test(bool* done);
   void cancel();
+  // After test() reported done: the stream event of its ops (TransportOp::streamEvent), or null.
+  void* streamEvent() const { return event_.get(); }
 
  private:
   std::unique_ptr<TransportOp> payload_;
   std::unique_ptr<TransportOp> trailer_;
+  std::shared_ptr<void> event_;
 };
 
 class Transport {

@@ -21,21 +21,25 @@ Status ncclStatus(ncclResult_t r, const char* call, const char* file, int line) 
 
 }  // namespace
 
-// NCCL operations complete in stream order: once its group is launched, everything enqueued later on the
-// communication stream (the executor's kernels, the next sends) runs after it, so the op is done for the
-// algorithm's purposes. Real completion is observed by the executor's sync, which polls.
+// NCCL operations complete in stream order: once its group is launched, everything that waits for the
+// group's event (the executor's kernels) or is enqueued later on the communication stream (the next
+// groups) runs after it, so the op is done for the algorithm's purposes. Real completion is observed by the
+// executor's sync, which polls.
 class NcclOp final : public TransportOp {
  public:
-  NcclOp(NcclTransport* t, uint64_t flush) : t_(t), flush_(flush) {}
+  NcclOp(NcclTransport* t, uint64_t flush, std::shared_ptr<void> event)
+      : t_(t), flush_(flush), event_(std::move(event)) {}
   Status test(bool* done) override {
     *done = t_->flushes_ >= flush_;
     return Status::ok();
   }
   void cancel() override {}  // a queued NCCL op cannot be withdrawn; ncclCommAbort tears all of them down
+  std::shared_ptr<void> streamEvent() const override { return event_; }
 
  private:
   NcclTransport* t_;
   uint64_t flush_;
+  std::shared_ptr<void> event_;
 };
 
 Status NcclTransport::create(MPI_Comm comm, cudaStream_t stream, std::chrono::milliseconds timeout,
@@ -50,36 +54,63 @@ Status NcclTransport::create(MPI_Comm comm, cudaStream_t stream, std::chrono::mi
 
 Status NcclTransport::create(const ncclUniqueId& id, std::unique_ptr<Transport> control, cudaStream_t stream,
                              std::chrono::milliseconds timeout, std::unique_ptr<Transport>* out) {
+  // Our stream and the mark first; each later failure releases what was made before it.
+  cudaStream_t ours = nullptr;
+  cudaEvent_t mark = nullptr;
+  RINGGUARD_CUDA_CHECK(cudaStreamCreateWithFlags(&ours, cudaStreamNonBlocking));
+  auto release = [&] {
+    if (mark != nullptr) cudaEventDestroy(mark);
+    cudaStreamDestroy(ours);
+  };
+  if (cudaError_t err = cudaEventCreateWithFlags(&mark, cudaEventDisableTiming); err != cudaSuccess) {
+    release();
+    return cuda_detail::cudaErrorStatus(err, "cudaEventCreateWithFlags", __FILE__, __LINE__);
+  }
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t nccl = nullptr;
-  RINGGUARD_NCCL_CHECK(ncclCommInitRankConfig(&nccl, control->size(), id, control->rank(), &config));
+  Status st = ncclStatus(ncclCommInitRankConfig(&nccl, control->size(), id, control->rank(), &config),
+                         "ncclCommInitRankConfig", __FILE__, __LINE__);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
+  while (st.isOk()) {
     ncclResult_t state = ncclInProgress;
-    RINGGUARD_NCCL_CHECK(ncclCommGetAsyncError(nccl, &state));
-    if (state == ncclSuccess) break;
+    st = ncclStatus(ncclCommGetAsyncError(nccl, &state), "ncclCommGetAsyncError", __FILE__, __LINE__);
+    if (st.isOk()) st = ncclStatus(state, "ncclCommInitRankConfig", __FILE__, __LINE__);
+    if (!st.isOk() || state == ncclSuccess) break;
     if (std::chrono::steady_clock::now() > deadline) {
-      ncclCommAbort(nccl);
-      return Status(StatusCode::kTimeout, "NCCL communicator initialisation timed out after " +
-                                              std::to_string(timeout.count()) + " ms on rank " +
-                                              std::to_string(control->rank()));
+      st = Status(StatusCode::kTimeout, "NCCL communicator initialisation timed out after " +
+                                            std::to_string(timeout.count()) + " ms on rank " +
+                                            std::to_string(control->rank()));
     }
     std::this_thread::yield();
   }
-  out->reset(new NcclTransport(std::move(control), nccl, stream, timeout));
+  if (!st.isOk()) {
+    if (nccl != nullptr) ncclCommAbort(nccl);
+    release();
+    return st;
+  }
+  out->reset(new NcclTransport(std::move(control), nccl, stream, ours, mark, timeout));
   return Status::ok();
 }
 
-NcclTransport::NcclTransport(std::unique_ptr<Transport> control, ncclComm_t comm, cudaStream_t stream,
-                             std::chrono::milliseconds timeout)
+NcclTransport::NcclTransport(std::unique_ptr<Transport> control, ncclComm_t comm, cudaStream_t compute,
+                             cudaStream_t stream, cudaEvent_t computeMark, std::chrono::milliseconds timeout)
     : Transport(control->rank(), control->size()),
       control_(std::move(control)),
       comm_(comm),
+      compute_(compute),
       stream_(stream),
+      computeMark_(computeMark),
       timeout_(timeout) {}
 
 NcclTransport::~NcclTransport() {
+  closeComm();
+  // Not blocking: the stream is released once its queued work (aborted or finished) is gone.
+  cudaEventDestroy(computeMark_);
+  cudaStreamDestroy(stream_);
+}
+
+void NcclTransport::closeComm() {
   if (aborted_) return;
   if (groupOpen_) ncclGroupEnd();
   // Finalize flushes what is queued; poll it with the timeout, and abort instead of hanging.
@@ -99,6 +130,11 @@ NcclTransport::~NcclTransport() {
 
 Status NcclTransport::openGroup() {
   if (!groupOpen_) {
+    cudaEvent_t event = nullptr;
+    RINGGUARD_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    // Destroying an event whose record is still pending is fine: the driver releases it afterwards.
+    groupEvent_ =
+        std::shared_ptr<void>(event, [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
     RINGGUARD_NCCL_CHECK(ncclGroupStart());
     groupOpen_ = true;
   }
@@ -109,7 +145,7 @@ Status NcclTransport::doPostSend(int peer, Channel channel, const void* data, si
                                  std::unique_ptr<TransportOp>* out) {
   RINGGUARD_RETURN_IF_ERROR(openGroup());
   if (bytes) RINGGUARD_NCCL_CHECK(ncclSend(data, bytes, ncclUint8, peer, comm_, stream_));
-  out->reset(new NcclOp(this, flushes_ + 1));
+  out->reset(new NcclOp(this, flushes_ + 1, groupEvent_));
   return Status::ok();
 }
 
@@ -117,7 +153,7 @@ Status NcclTransport::doPostRecv(int peer, Channel channel, void* data, size_t b
                                  std::unique_ptr<TransportOp>* out) {
   RINGGUARD_RETURN_IF_ERROR(openGroup());
   if (bytes) RINGGUARD_NCCL_CHECK(ncclRecv(data, bytes, ncclUint8, peer, comm_, stream_));
-  out->reset(new NcclOp(this, flushes_ + 1));
+  out->reset(new NcclOp(this, flushes_ + 1, groupEvent_));
   return Status::ok();
 }
 
@@ -134,7 +170,15 @@ Status NcclTransport::asyncError(const char* what) {
 Status NcclTransport::doFlush() {
   if (!groupOpen_) return Status::ok();
   groupOpen_ = false;
-  RINGGUARD_NCCL_CHECK(ncclGroupEnd());
+  // The group's transfers read what the executor's stream wrote so far (payloads, trailers) and overwrite
+  // slots whose previous contents it has applied by now: order them after all of it.
+  cudaError_t ordered = cudaEventRecord(computeMark_, compute_);
+  if (ordered == cudaSuccess) ordered = cudaStreamWaitEvent(stream_, computeMark_, 0);
+  RINGGUARD_NCCL_CHECK(ncclGroupEnd());  // ends the group even when ordering failed
+  if (ordered != cudaSuccess) {
+    return cuda_detail::cudaErrorStatus(ordered, "ordering the NCCL group after the executor's stream",
+                                        __FILE__, __LINE__);
+  }
   // Non-blocking: the group may still be being enqueued; wait for that (not for the transfers).
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   for (;;) {
@@ -147,6 +191,8 @@ Status NcclTransport::doFlush() {
     }
     std::this_thread::yield();
   }
+  RINGGUARD_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(groupEvent_.get()), stream_));
+  groupEvent_.reset();
   ++flushes_;
   return Status::ok();
 }
