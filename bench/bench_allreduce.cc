@@ -223,7 +223,7 @@ int main(int argc, char** argv) {
     printf(
         "# ringguard bench_allreduce: np=%d dtype=%s slice=%zu slots=%d iters=%d warmup=%d memory=%s "
         "transport=%s\n",
-        size, dataTypeName(dtype), options.sliceBytes, options.slots, iters, warmup,
+        size, dataTypeName(dtype), comm->options().sliceBytes, options.slots, iters, warmup,
         device ? "device" : "host", comm->transportName());
     if (device && std::string(comm->transportName()) == "nccl") {
       printf("# peer (mpi columns): ncclAllReduce on the same device buffers\n");

@@ -11,9 +11,10 @@ const std::vector<EnvVar>& envRegistry() {
   // Defaults here are documentation; the authoritative defaults are the Options member initializers, and
   // test_options checks that the two agree.
   static const std::vector<EnvVar> registry = {
-      {"RINGGUARD_SLICE_BYTES", "1048576",
+      {"RINGGUARD_SLICE_BYTES", "0",
        "Payload bytes per slice, the unit that is checksummed and retransmitted (rounded down to the "
-       "element size). At least 1."},
+       "element size). 0: the transport's default, 1 MiB (MPI, host-staged, c10d) or 64 MiB (NCCL, whose "
+       "per-slice launch cost is high; docs/PERFORMANCE.md)."},
       {"RINGGUARD_SLOTS", "2", "Receive slots per link; 2 is double buffering. In [2, 64]."},
       {"RINGGUARD_MAX_RETRIES", "3",
        "Repair rounds for a slice that fails verification before the collective returns a Corruption "

@@ -153,7 +153,6 @@ Status parseFaultSchedule(const std::string& text, std::vector<FaultScheduleEntr
 }
 
 Status Options::validate() const {
-  if (sliceBytes < 1) return invalidField("sliceBytes", std::to_string(sliceBytes), "must be >= 1");
   if (slots < kMinSlots || slots > kMaxSlots) {
     return invalidField("slots", std::to_string(slots), "must be in [2, 64]");
   }
@@ -201,8 +200,8 @@ Status Options::fromLookup(const std::function<const char*(const char*)>& lookup
 
   if ((v = lookup("RINGGUARD_SLICE_BYTES")) != nullptr) {
     size_t n = 0;
-    if (!parseInteger(std::string(v), &n) || n < 1) {
-      return badValue("RINGGUARD_SLICE_BYTES", v, "expected a positive integer");
+    if (!parseInteger(std::string(v), &n)) {
+      return badValue("RINGGUARD_SLICE_BYTES", v, "expected a byte count (0: the transport's default)");
     }
     o.sliceBytes = n;
   }

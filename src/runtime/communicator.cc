@@ -31,10 +31,18 @@ void Work::complete(Status status) {
   cv_.notify_all();
 }
 
+namespace {
+// Options::sliceBytes 0 is the transport's default.
+Options withTransportDefaults(Options o, const Transport& t) {
+  if (o.sliceBytes == 0) o.sliceBytes = t.defaultSliceBytes();
+  return o;
+}
+}  // namespace
+
 Communicator::Communicator(std::unique_ptr<Transport> transport, const Options& options,
                            std::unique_ptr<Executor> executor, std::shared_ptr<void> resources)
     : transport_(std::move(transport)),
-      options_(options),
+      options_(withTransportDefaults(options, *transport_)),
       injector_(std::make_shared<const FaultInjector>(options.fault)),
       executor_(executor ? std::move(executor) : std::make_unique<HostExecutor>()),
       resources_(std::move(resources)),

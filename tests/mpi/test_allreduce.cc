@@ -67,6 +67,15 @@ TEST(AllreduceMatrix, SmallSlices) { runMatrix(64); }
 // Default slice size: mostly one slice per column.
 TEST(AllreduceMatrix, DefaultSlices) { runMatrix(Options().sliceBytes); }
 
+TEST(Allreduce, DefaultSliceSizeIsTheTransports) {
+  EXPECT_EQ(Options().sliceBytes, 0u);
+  auto comm = makeComm(Options());
+  EXPECT_EQ(comm->options().sliceBytes, size_t(1) << 20) << "the MPI transport's default";
+  Options explicitSize;
+  explicitSize.sliceBytes = 4096;
+  EXPECT_EQ(makeComm(explicitSize)->options().sliceBytes, 4096u);
+}
+
 TEST(Allreduce, LargeBufferManySlices) {
   Options options;
   options.sliceBytes = 64 * 1024;

@@ -101,6 +101,7 @@ struct GoodCase {
 
 TEST_F(EnvTest, GoodValues) {
   const std::vector<GoodCase> cases = {
+      {"RINGGUARD_SLICE_BYTES", "0", [](const Options& o) { EXPECT_EQ(o.sliceBytes, 0u); }},
       {"RINGGUARD_SLICE_BYTES", "1", [](const Options& o) { EXPECT_EQ(o.sliceBytes, 1u); }},
       {"RINGGUARD_SLICE_BYTES", "4194304", [](const Options& o) { EXPECT_EQ(o.sliceBytes, 4194304u); }},
       {"RINGGUARD_SLOTS", "2", [](const Options& o) { EXPECT_EQ(o.slots, 2); }},
@@ -182,7 +183,7 @@ TEST_F(EnvTest, FromLookupLayersOverTheEnvironment) {
 TEST_F(EnvTest, BadValuesNameTheVariableAndValue) {
   const std::vector<std::pair<const char*, std::vector<std::string>>> cases = {
       {"RINGGUARD_SLICE_BYTES",
-       {"abc", "", "0", "-1", "12abc", " 12", "12 ", "+5", "1e3", "0x10", "99999999999999999999999"}},
+       {"abc", "", "-1", "12abc", " 12", "12 ", "+5", "1e3", "0x10", "99999999999999999999999"}},
       {"RINGGUARD_SLOTS", {"1", "65", "2.5", "-2", "two"}},
       {"RINGGUARD_MAX_RETRIES", {"-1", "101", "3x"}},
       {"RINGGUARD_TIMEOUT_MS", {"0", "-5", "x", "1.5"}},
@@ -216,8 +217,10 @@ TEST_F(EnvTest, ErrorMessageStyle) {
   set("RINGGUARD_SLICE_BYTES", "abc");
   Options o;
   const Status s = Options::fromEnv(&o);
-  EXPECT_EQ(s.message(), "RINGGUARD_SLICE_BYTES='abc': expected a positive integer");
-  EXPECT_EQ(s.toString(), "InvalidArgument: RINGGUARD_SLICE_BYTES='abc': expected a positive integer");
+  EXPECT_EQ(s.message(), "RINGGUARD_SLICE_BYTES='abc': expected a byte count (0: the transport's default)");
+  EXPECT_EQ(
+      s.toString(),
+      "InvalidArgument: RINGGUARD_SLICE_BYTES='abc': expected a byte count (0: the transport's default)");
 }
 
 TEST_F(EnvTest, LookupReadsRegisteredVariables) {
@@ -291,7 +294,7 @@ void expectValidate(const std::function<void(Options&)>& mutate, bool ok, const 
 
 TEST(OptionsValidateTest, Ranges) {
   EXPECT_TRUE(Options().validate().isOk());
-  expectValidate([](Options& o) { o.sliceBytes = 0; }, false, "sliceBytes");
+  expectValidate([](Options& o) { o.sliceBytes = 0; }, true, "sliceBytes");  // the transport's default
   expectValidate([](Options& o) { o.sliceBytes = 1; }, true, "sliceBytes");
   expectValidate([](Options& o) { o.slots = 1; }, false, "slots");
   expectValidate([](Options& o) { o.slots = 2; }, true, "slots");

@@ -53,7 +53,9 @@ struct FaultOptions {
 };
 
 struct Options {
-  size_t sliceBytes = size_t(1) << 20;       // payload bytes per slice (rounded down to the element size)
+  // Payload bytes per slice (rounded down to the element size); 0: the transport's default
+  // (Transport::defaultSliceBytes: 1 MiB, 64 MiB over NCCL), resolved when the communicator is made.
+  size_t sliceBytes = 0;
   int slots = 2;                             // receive slots per link (>= 2: double buffering)
   int maxRetries = 3;                        // repair rounds before a kCorruption error
   std::chrono::milliseconds timeout{60000};  // no progress for this long -> kTimeout

@@ -58,6 +58,8 @@ class Transport {
   int size() const { return size_; }
   // Human-readable name for logs ("mpi", "nccl", "staged").
   virtual const char* name() const = 0;
+  // The slice size a communicator uses when Options::sliceBytes is 0.
+  virtual size_t defaultSliceBytes() const { return size_t(1) << 20; }
 
   // After a fatal error messages may still be in flight (unmatched fingerprints, error broadcasts).
   // A broken transport keeps its channels out of reuse, so those can never match a later communicator.

@@ -57,7 +57,10 @@ Status NcclTransport::create(const ncclUniqueId& id, std::unique_ptr<Transport> 
   // Our stream and the mark first; each later failure releases what was made before it.
   cudaStream_t ours = nullptr;
   cudaEvent_t mark = nullptr;
-  RINGGUARD_CUDA_CHECK(cudaStreamCreateWithFlags(&ours, cudaStreamNonBlocking));
+  // The highest priority: NCCL's few blocks get SMs ahead of the executor's wide kernels.
+  int leastPriority = 0, greatestPriority = 0;
+  RINGGUARD_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&leastPriority, &greatestPriority));
+  RINGGUARD_CUDA_CHECK(cudaStreamCreateWithPriority(&ours, cudaStreamNonBlocking, greatestPriority));
   auto release = [&] {
     if (mark != nullptr) cudaEventDestroy(mark);
     cudaStreamDestroy(ours);

@@ -32,6 +32,9 @@ class NcclTransport final : public Transport {
                        std::chrono::milliseconds timeout, std::unique_ptr<Transport>* out);
   ~NcclTransport() override;
   const char* name() const override { return "nccl"; }
+  // Each slice costs an NCCL group launch (tens of microseconds on the host for a non-blocking
+  // communicator) and a few kernels: small slices leave the link idle (docs/PERFORMANCE.md, NCCL sweep).
+  size_t defaultSliceBytes() const override { return size_t(64) << 20; }
 
  protected:
   Status doPostSend(int peer, Channel channel, const void* data, size_t bytes,
