@@ -5,6 +5,7 @@
 # Logs under ${OUT:-/tmp/out}; a PASS/FAIL line per step at the end; exit 0 only if every step passed.
 #
 #   scripts/gpu_torch_check.sh          build dir: <repo>/build-gpu ($RINGGUARD_GPU_BUILD_DIR overrides)
+#   GPU_TORCH_QUICK=1 ...               skips ctest -L gpu and the DDP benchmarks of ranks sharing a GPU
 set -uo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
@@ -28,7 +29,8 @@ mpi=(mpirun --oversubscribe --bind-to none --timeout 300)
   >"$out_dir/environment.log" 2>&1
 step configure cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90
 step build cmake --build "$build_dir"
-step ctest_gpu ctest --test-dir "$build_dir" -L gpu --output-on-failure
+quick="${GPU_TORCH_QUICK:-0}"
+[[ "$quick" == 1 ]] || step ctest_gpu ctest --test-dir "$build_dir" -L gpu --output-on-failure
 step ctest_torch ctest --test-dir "$build_dir" -L torch --output-on-failure
 step train_mlp_cuda_np2 "${mpi[@]}" -np 2 "$build_dir/examples/train_mlp" --device cuda
 step train_mlp_cuda_np4 "${mpi[@]}" -np 4 "$build_dir/examples/train_mlp" --device cuda
@@ -41,10 +43,12 @@ step pytest python3 -m pytest tests/python -v -rs
 step ddp_example_cuda_np2 python3 -m torch.distributed.run --nproc-per-node=2 examples/torch_ddp_train.py \
   --device cuda --fault-prob 0.01
 step bench_ddp_cuda_np2 python3 -m torch.distributed.run --nproc-per-node=2 bench/torch/bench_ddp.py --device cuda
-step bench_ddp_cuda_np4 python3 -m torch.distributed.run --nproc-per-node=4 bench/torch/bench_ddp.py --device cuda
-# Several ranks on one GPU: ringguard's CUDA tensors go host-staged.
-step bench_ddp_staged_1gpu_np2 env CUDA_VISIBLE_DEVICES=0 python3 -m torch.distributed.run --nproc-per-node=2 \
-  bench/torch/bench_ddp.py --device cuda
+if [[ "$quick" != 1 ]]; then
+  step bench_ddp_cuda_np4 python3 -m torch.distributed.run --nproc-per-node=4 bench/torch/bench_ddp.py --device cuda
+  # Several ranks on one GPU: ringguard's CUDA tensors go host-staged.
+  step bench_ddp_staged_1gpu_np2 env CUDA_VISIBLE_DEVICES=0 python3 -m torch.distributed.run --nproc-per-node=2 \
+    bench/torch/bench_ddp.py --device cuda
+fi
 # One GPU per rank (2+ GPUs): DDP over ringguard's NCCL transport against DDP over NCCL itself.
 if [[ "$(nvidia-smi -L | wc -l)" -ge 2 ]]; then
   step bench_ddp_nccl_np2 python3 -m torch.distributed.run --nproc-per-node=2 bench/torch/bench_ddp.py --device cuda \
