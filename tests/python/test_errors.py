@@ -81,7 +81,7 @@ def _(ctx):
         dist.new_group(backend="ringguard",
                        pg_options=ringguard.Options(extra={"RINGGUARD_NO_SUCH_OPTION": "1"}))
     with pytest.raises(ValueError, match="RINGGUARD_SLICE_BYTES"):
-        dist.new_group(backend="ringguard", pg_options=ringguard.Options(slice_bytes=0))
+        dist.new_group(backend="ringguard", pg_options=ringguard.Options(slice_bytes=-1))
     with pytest.raises(ValueError, match="RINGGUARD_FAULT_MODE"):
         dist.new_group(backend="ringguard", pg_options=ringguard.Options(fault_mode="no-such-mode"))
     with pytest.raises(TypeError, match="ringguard.Options"):
