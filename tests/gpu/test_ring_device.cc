@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
 
@@ -156,6 +157,38 @@ INSTANTIATE_TEST_SUITE_P(AllModes, DeviceRingFaults,
                                            FaultMode::kGarbage, FaultMode::kTrailer, FaultMode::kRetransmit,
                                            FaultMode::kDelay),
                          [](const ::testing::TestParamInfo<FaultMode>& i) { return faultModeName(i.param); });
+
+// A rank that stalls in the middle of a collective (its first send held back past the timeout by the delay
+// fault) ends in an error on every rank within the timeout, never a hang; the communicator stays failed and
+// is destroyed cleanly (over NCCL: the broken transport aborted the communicator, which releases the
+// transfers still queued on the GPU).
+TEST_F(DeviceRing, StalledRankEndsInErrorsWithinTheTimeoutNoHang) {
+  const int n = worldSize(), me = worldRank();
+  if (n < 2) GTEST_SKIP() << "needs 2 or more ranks";
+  Options o;
+  o.timeout = std::chrono::milliseconds(2000);
+  o.fault.mode = FaultMode::kDelay;
+  o.fault.delayMs = 3500;
+  o.fault.schedule = {{0, 0, 0, 0}};  // collective 0, step 0, slice 0, into rank 0: rank n-1's first send
+  auto comm = make(o);
+  const size_t count = size_t(1) << 20;
+  void* buf = nullptr;
+  ASSERT_EQ(cudaMalloc(&buf, count * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(buf, 0, count * sizeof(float)), cudaSuccess);
+  const auto start = std::chrono::steady_clock::now();
+  Status st = comm->allreduce(buf, buf, count, DataType::kFloat32, ReduceOp::kSum, nullptr);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_FALSE(st.isOk()) << "rank " << me << ": a stalled peer must fail the collective";
+  EXPECT_TRUE(st.code() == StatusCode::kTimeout || st.code() == StatusCode::kPeerError) << st.toString();
+  EXPECT_NE(st.message().find("timed out"), std::string::npos) << st.message();
+  // Within the timeout (plus slack) on the ranks that did not stall, before the stall ends at 3.5 s.
+  if (me != n - 1) EXPECT_LT(seconds, 3.4) << st.toString();
+  EXPECT_FALSE(comm->allreduce(buf, buf, count, DataType::kFloat32, ReduceOp::kSum, nullptr).isOk())
+      << "a failed communicator stays failed";
+  comm.reset();  // joins the progress thread, tears the transport down, synchronises its streams
+  EXPECT_EQ(cudaFree(buf), cudaSuccess);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
 
 TEST_F(DeviceRing, CapturingStreamIsRefusedNeverRunUnverified) {
   auto comm = make(Options());
