@@ -4,6 +4,11 @@
     torchrun --nproc-per-node=2 bench/torch/bench_ddp.py --device cuda   # CUDA tensors (gloo copies to host)
     torchrun --nproc-per-node=2 bench/torch/bench_ddp.py --device cuda --baseline nccl   # one GPU per rank
     mpirun -np 2 python3 bench/torch/bench_ddp.py                        # CPU tensors over MPI
+    torchrun --nproc-per-node=2 bench/torch/bench_ddp.py --model gpt --device cuda --baseline nccl
+
+Models: ``mlp`` (default: layers x Linear(hidden, hidden) + ReLU, a classifier head) and ``gpt`` (a small
+decoder-only transformer on synthetic tokens: token + position embeddings, pre-norm causal self-attention
+blocks, a language-model head; ~27 M parameters with the defaults).
 
 The default group is ringguard; a gloo group over the same ranks is the baseline. Each backend gets its
 own copy of the model (same initial weights) wrapped in DDP. Rounds alternate between the two (and
@@ -32,9 +37,13 @@ import ringguard
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--hidden", type=int, default=1024)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--model", choices=["mlp", "gpt"], default="mlp")
+    p.add_argument("--hidden", type=int, help="mlp width (default 1024) / gpt model dimension (512)")
+    p.add_argument("--layers", type=int, help="mlp layers (default 4) / gpt blocks (6)")
+    p.add_argument("--heads", type=int, default=8, help="gpt attention heads")
+    p.add_argument("--seq", type=int, default=256, help="gpt tokens per sample")
+    p.add_argument("--vocab", type=int, default=8192, help="gpt vocabulary")
+    p.add_argument("--batch", type=int, help="samples per rank and step (default mlp 32, gpt 8)")
     p.add_argument("--bucket-cap-mb", type=float, default=25.0)
     p.add_argument("--warmup", type=int, default=5, help="steps per backend before timing")
     p.add_argument("--rounds", type=int, default=6)
@@ -42,16 +51,54 @@ def parse_args():
     p.add_argument("--baseline", choices=["gloo", "nccl"], default="gloo",
                    help="backend to compare with (nccl: CUDA tensors, one GPU per rank)")
     p.add_argument("--json", help="also write the results to this file (rank 0)")
-    return p.parse_args()
+    args = p.parse_args()
+    defaults = {"mlp": (1024, 4, 32), "gpt": (512, 6, 8)}[args.model]
+    for name, value in zip(("hidden", "layers", "batch"), defaults):
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    return args
+
+
+class Gpt(nn.Module):
+    """Decoder-only transformer: embeddings, pre-norm causal blocks, a language-model head."""
+
+    def __init__(self, args):
+        super().__init__()
+        self.tokens = nn.Embedding(args.vocab, args.hidden)
+        self.positions = nn.Embedding(args.seq, args.hidden)
+        block = nn.TransformerEncoderLayer(args.hidden, args.heads, 4 * args.hidden, dropout=0.0,
+                                           activation="gelu", batch_first=True, norm_first=True)
+        self.blocks = nn.TransformerEncoder(block, args.layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(args.hidden)
+        self.head = nn.Linear(args.hidden, args.vocab, bias=False)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(args.seq), persistent=False)
+
+    def forward(self, idx):
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        h = self.tokens(idx) + self.positions(pos)
+        h = self.blocks(h, mask=self.mask, is_causal=True)
+        return self.head(self.norm(h))
 
 
 def model(args, device):
     torch.manual_seed(0)
+    if args.model == "gpt":
+        return Gpt(args).to(device)
     layers = [nn.Linear(args.hidden, args.hidden) for _ in range(args.layers)]
     seq = []
     for layer in layers:
         seq += [layer, nn.ReLU()]
     return nn.Sequential(*seq, nn.Linear(args.hidden, 10)).to(device)
+
+
+def batch(args, rank, device):
+    """Synthetic data, different on every rank: (inputs, targets)."""
+    data = torch.Generator().manual_seed(rank)
+    if args.model == "gpt":
+        tokens = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=data)
+        return tokens[:, :-1].to(device), tokens[:, 1:].to(device)
+    x = torch.randn(args.batch, args.hidden, generator=data)
+    return x.to(device), torch.randint(0, 10, (args.batch,), generator=data).to(device)
 
 
 def main():
@@ -71,14 +118,13 @@ def main():
     for name, group in (("ringguard", None), (base, baseline)):
         net = DDP(model(args, device), process_group=group, bucket_cap_mb=args.bucket_cap_mb)
         runs[name] = (net, torch.optim.SGD(net.parameters(), lr=1e-3), group)
-    data = torch.Generator().manual_seed(rank)
-    x = torch.randn(args.batch, args.hidden, generator=data).to(device)
-    y = torch.randint(0, 10, (args.batch,), generator=data).to(device)
+    x, y = batch(args, rank, device)
 
     def step(name):
         net, opt, _ = runs[name]
         opt.zero_grad(set_to_none=False)
-        F.cross_entropy(net(x), y).backward()
+        logits = net(x)
+        F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).backward()
         opt.step()
 
     def sync():
@@ -113,7 +159,7 @@ def main():
     if rank == 0:
         med = {name: statistics.median(v) for name, v in times.items()}
         ratio = med[base] / med["ringguard"]
-        print(f"ranks={size} device={args.device} params={params} grad_bytes={params * 4} "
+        print(f"model={args.model} ranks={size} device={args.device} params={params} grad_bytes={params * 4} "
               f"steps={len(times[base])} per backend", flush=True)
         for name, m in med.items():
             print(f"{name}: median {m * 1e3:.2f} ms/step  (min {min(times[name]) * 1e3:.2f}, "
