@@ -39,6 +39,12 @@ Status pollUntil(const CollectiveContext& ctx, const std::function<Status(bool* 
     bool done = false;
     RINGGUARD_RETURN_IF_ERROR(test(&done));
     if (done) return Status::ok();
+    if (ctx.aborted != nullptr && ctx.aborted->load(std::memory_order_relaxed)) {
+      std::ostringstream os;
+      os << ctx.name << " seq " << ctx.seq << ": aborted on rank " << ctx.transport->rank()
+         << " while waiting for " << what();
+      return Status(StatusCode::kAborted, os.str());
+    }
     auto now = Clock::now();
     if (now - lastErrorCheck > std::chrono::microseconds(500)) {
       RINGGUARD_RETURN_IF_ERROR(peerErrorIfAny(ctx));

@@ -160,15 +160,44 @@ Status Communicator::firstError() const {
   return firstError_;
 }
 
+void Communicator::abort(const std::string& why) {
+  std::deque<Task> dropped;
+  Status reason;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (firstError_.isOk()) {
+      firstError_ = Status(StatusCode::kAborted, "rank " + std::to_string(rank_) + " aborted: " + why);
+    }
+    reason = firstError_;
+    aborted_.store(true);
+    dropped.swap(queue_);
+  }
+  for (Task& t : dropped) t.work->complete(reason);
+  cv_.notify_all();
+}
+
 void Communicator::progressLoop() {
   for (;;) {
     Task task;
+    Status abortReason;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping with nothing left
-      task = std::move(queue_.front());
-      queue_.pop_front();
+      // transport_->broken() is the progress thread's own state: an abort is handled once.
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty() || (aborted_ && !transport_->broken()); });
+      if (aborted_ && !transport_->broken()) {
+        abortReason = firstError_;
+      } else if (queue_.empty()) {
+        return;  // stopping with nothing left
+      } else {
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+    }
+    if (!abortReason.isOk()) {
+      // Aborted between collectives: peers learn it now rather than at their timeout.
+      broadcastError(transport_.get(), abortReason);
+      transport_->markBroken();
+      continue;
     }
     runTask(task);
   }
@@ -196,6 +225,7 @@ void Communicator::runTask(Task& task) {
     ctx.counters = &delta;
     ctx.seq = seq;
     ctx.name = task.name;
+    ctx.aborted = &aborted_;
     Executor::Fence* fence = task.work->fence_.get();
     st = fence ? fence->beforeCollective() : Status::ok();
     if (st.isOk()) st = task.run(ctx);
@@ -215,9 +245,9 @@ void Communicator::runTask(Task& task) {
     counters_ += delta;
     if (st.isOk()) {
       counters_.collectives++;
-    } else if (firstError_.isOk()) {
-      firstError_ = st;
-      transport_->markBroken();
+    } else {
+      if (firstError_.isOk()) firstError_ = st;
+      if (!transport_->broken()) transport_->markBroken();
     }
   }
   task.work->complete(st);

@@ -594,11 +594,18 @@ void ProcessGroupRingguard::stop(bool abort) {
     if (stopped_) return;
     stopped_ = true;
     stopping_ = true;
+    // abort(): what is queued fails and the collective in progress returns at its next wait (kAborted);
+    // the peers are told. shutdown(): everything issued still runs.
+    if (abort) {
+      for (Communicator* c : {cpu_.get(), cuda_.get()}) {
+        if (c != nullptr) c->abort("abort() of the process group");
+      }
+    }
   }
   cv_.notify_all();
-  // The completion thread drains what was issued (each collective ends, at worst, at its timeout).
+  // The completion thread drains what was issued (after abort() at once; else each collective ends, at
+  // worst, at its timeout).
   if (completion_.joinable()) completion_.join();
-  (void)abort;  // no difference yet: see the header
   p2p_.reset();
   cuda_.reset();  // each transport says goodbye to its peers, so no Gloo work is left pending
   cpu_.reset();

@@ -1,5 +1,5 @@
 // Fault injection and error paths of the verified ring AllReduce: every fault mode, persistent
-// corruption, fingerprint mismatch, invalid arguments and a stalled rank. Run at 4 ranks.
+// corruption, fingerprint mismatch, invalid arguments, a stalled rank and abort(). Run at 4 ranks.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -202,6 +202,49 @@ TEST_F(FaultErrors, StalledRankGivesTimeoutNamingItOnTheOthers) {
   }
   Status again = comm->allreduce(in.data(), in.data(), 16, DataType::kFloat32, ReduceOp::kSum);
   EXPECT_EQ(again.message(), st.message());
+}
+
+// abort() ends the collective in progress and what is queued at once, and the peers learn it from the
+// control channel instead of waiting out their timeout.
+TEST_F(FaultErrors, AbortEndsTheCollectiveInProgressAndTellsThePeers) {
+  using Clock = std::chrono::steady_clock;
+  auto secondsSince = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  Options o;
+  o.timeout = std::chrono::milliseconds(20000);
+  auto comm = makeComm(o);
+  const int me = worldRank();
+  std::vector<uint8_t> in = makeInput(DataType::kFloat32, ReduceOp::kSum, me, 1000);
+  std::vector<uint8_t> other = in;
+  if (me == 0) {
+    // Only rank 0 calls: its collective waits for the others' fingerprints until it is aborted.
+    auto inProgress = comm->allreduceAsync(in.data(), in.data(), 1000, DataType::kFloat32, ReduceOp::kSum);
+    auto queued = comm->allreduceAsync(other.data(), other.data(), 1000, DataType::kFloat32, ReduceOp::kSum);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_FALSE(inProgress->isCompleted());
+    const auto t0 = Clock::now();
+    comm->abort("test");
+    comm->abort("twice");  // idempotent: the first reason stays
+    Status st = inProgress->wait();
+    EXPECT_LT(secondsSince(t0), 1.0);
+    EXPECT_EQ(st.code(), StatusCode::kAborted) << st.toString();
+    EXPECT_NE(st.message().find("aborted on rank 0 while waiting for"), std::string::npos) << st.message();
+    Status q = queued->wait();
+    EXPECT_EQ(q.code(), StatusCode::kAborted) << q.toString();
+    EXPECT_EQ(q.message(), "rank 0 aborted: test");
+    Status later = comm->allreduce(in.data(), in.data(), 1000, DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_EQ(later.message(), "rank 0 aborted: test");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me != 0) {
+    const auto t0 = Clock::now();
+    Status st = comm->allreduce(in.data(), in.data(), 1000, DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_LT(secondsSince(t0), 5.0) << "the peers must not wait out their 20 s timeout";
+    EXPECT_EQ(st.code(), StatusCode::kPeerError) << st.toString();
+    EXPECT_NE(st.message().find("rank 0"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("aborted"), std::string::npos) << st.message();
+  }
 }
 
 }  // namespace

@@ -134,6 +134,30 @@ def _(ctx):
     return _stall(ctx, g, warm_up=False)
 
 
+@CASES.case("abort-pg")
+def _(ctx):
+    # ProcessGroup.abort(): the collective in progress fails at once, and the peer's next one fails with the
+    # abort's cause instead of waiting out the (long) timeout.
+    g = dist.new_group(backend="ringguard", timeout=timedelta(seconds=60))
+    t = torch.ones(1000)
+    out = {}
+    if ctx.rank == 0:
+        work = dist.all_reduce(t, group=g, async_op=True)  # rank 1 never joins this one
+        time.sleep(0.3)
+        assert not work.is_completed(), "the collective finished without its peer"
+        t0 = time.monotonic()
+        g.abort()
+        out["message"], _ = _raises_within(work.wait, 2.0, Exception)
+        out["abort_seconds"] = time.monotonic() - t0
+        assert "aborted on rank 0" in out["message"], out["message"]
+    dist.barrier(group=ctx.ref)
+    if ctx.rank != 0:
+        out["message"], out["seconds"] = _raises_within(lambda: dist.all_reduce(t, group=g), 10.0, Exception)
+        assert "rank 0" in out["message"] and "aborted" in out["message"], out["message"]
+    dist.destroy_process_group(g)
+    return {k: v[:300] if isinstance(v, str) else v for k, v in out.items()}
+
+
 @CASES.case("threads-joined-after-destroy")
 def _(ctx):
     gc.collect()

@@ -1,6 +1,7 @@
 #pragma once
 // What every collective needs besides its buffers: the transport, options, fault injector, counters,
 // and the waiting discipline (deadline + peer errors) shared by all waits.
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -22,10 +23,12 @@ struct CollectiveContext {
   Counters* counters = nullptr;  // this collective adds to it
   uint64_t seq = 0;
   const char* name = "collective";
+  const std::atomic<bool>* aborted = nullptr;  // set by Communicator::abort: every wait returns kAborted
 };
 
 // Polls `test` until it reports done. Fails with kTimeout ("... waiting for <what>") when nothing
-// completes within the timeout, or with kPeerError as soon as a peer broadcasts a fatal error.
+// completes within the timeout, with kPeerError as soon as a peer broadcasts a fatal error, and with
+// kAborted once the communicator is aborted.
 Status pollUntil(const CollectiveContext& ctx, const std::function<Status(bool* done)>& test,
                  const std::function<std::string()>& what);
 

@@ -1,12 +1,14 @@
 #pragma once
 // The communicator: the public entry point of the runtime. One progress thread per communicator makes
 // every transport call; public calls validate, enqueue and return (docs/design/protocol.md, "Threading").
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "ringguard/algorithms/collective.h"
@@ -70,6 +72,12 @@ class Communicator {
   Status allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                    void* stream = nullptr);
 
+  // Ends this communicator at once (c10d's abort): the collective in progress returns kAborted from its
+  // next wait, what is queued and every later call fail with kAborted ("... aborted: <why>"), peers are
+  // told (they fail with kPeerError instead of timing out) and the transport is torn down (NCCL:
+  // ncclCommAbort). Thread-safe and idempotent; the destructor still joins the progress thread.
+  void abort(const std::string& why);
+
   // This rank's counters (a consistent snapshot).
   Counters counters() const;
   // The first fatal error, or OK. Once set, every call fails with it.
@@ -103,6 +111,7 @@ class Communicator {
   std::condition_variable cv_;
   std::deque<Task> queue_;
   bool stopping_ = false;
+  std::atomic<bool> aborted_{false};  // read by the waits of the collective in progress
   Status firstError_;
   Counters counters_;
   uint64_t nextSeq_ = 0;  // touched by the progress thread only

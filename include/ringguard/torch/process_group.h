@@ -104,7 +104,8 @@ class ProcessGroupRingguard : public c10d::Backend {
 
   // Finishes what was issued, then joins every thread and releases the communicators. Idempotent.
   void shutdown() override;
-  // For now the same as shutdown(): queued collectives still run (each ends at worst at its timeout).
+  // Fails what is queued and the collective in progress at once (kAborted, peers told), then as shutdown().
+  // Point-to-point operations in flight still end at their timeout.
   void abort() override;
 
   // Integrity counters, summed over this group's communicators.
