@@ -5,7 +5,9 @@
 //
 // With -D (device buffers, built with CUDA) the peer is what a user would do without ringguard: copy to
 // pinned host memory, MPI_Allreduce, copy back (ringguard_vs_mpi_staged). Ranks share the GPU through the
-// host-staged transport unless each has its own GPU and RINGGUARD_DEVICE_TRANSPORT allows NCCL.
+// host-staged transport unless each has its own GPU and RINGGUARD_DEVICE_TRANSPORT allows NCCL. Over NCCL
+// the peer is ncclAllReduce on the same buffers (ringguard_vs_nccl), and a third line times the ring's
+// transfers alone over ncclSend/ncclRecv (p2p_ring_vs_nccl): the ceiling of a ring on NCCL point-to-point.
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -234,7 +236,7 @@ int main(int argc, char** argv) {
     printf("%12s %12s | %10s %9s %9s | %10s %9s %9s | %7s %6s\n", "bytes", "count", "rg_us", "rg_algbw",
            "rg_busbw", "mpi_us", "mpi_algbw", "mpi_busbw", "ratio", "check");
   }
-  double lastRatio = 0;
+  double lastRatio = 0, lastP2p = 0;
   size_t lastBytes = 0;
   bool allOk = true;
   std::vector<uint8_t> in, outRg, outMpi;
@@ -252,7 +254,7 @@ int main(int argc, char** argv) {
         failed = true;
       }
     };
-    double tRg = 0, tMpi = 0;
+    double tRg = 0, tMpi = 0, tP2p = 0;
     Counters before = comm->counters();
     if (!device) {
       tRg = timeIt(warmup, iters,
@@ -288,6 +290,27 @@ int main(int argc, char** argv) {
         BENCH_CUDA(cudaStreamSynchronize(stream));
       });
       BENCH_CUDA(cudaMemcpy(outMpi.data(), dOut, n, cudaMemcpyDeviceToHost));
+#if RINGGUARD_BENCH_NCCL
+      // The ring's transfers alone over ncclSend/ncclRecv: 2(n-1) steps, each one group that sends a column
+      // (bytes / ranks) to the right and receives one from the left into scratch; no verification, no
+      // reduction. The ceiling of any ring built on NCCL's point-to-point operations.
+      if (nccl && size > 1) {
+        const size_t column = n / size;
+        void* scratch = nullptr;
+        BENCH_CUDA(cudaMalloc(&scratch, column + 1));
+        tP2p = timeIt(warmup, iters, [&] {
+          for (int s = 0; s < 2 * (size - 1); ++s) {
+            const size_t from = size_t((rank - s % size + size) % size) * column;
+            ncclGroupStart();
+            ncclSend(static_cast<uint8_t*>(dIn) + from, column, ncclUint8, (rank + 1) % size, nccl, stream);
+            ncclRecv(scratch, column, ncclUint8, (rank + size - 1) % size, nccl, stream);
+            ncclGroupEnd();
+          }
+          BENCH_CUDA(cudaStreamSynchronize(stream));
+        });
+        BENCH_CUDA(cudaFree(scratch));
+      }
+#endif
       BENCH_CUDA(cudaFree(dIn));
       BENCH_CUDA(cudaFree(dOut));
       BENCH_CUDA(cudaFreeHost(pinned));
@@ -312,7 +335,12 @@ int main(int argc, char** argv) {
              algRg, algRg * busFactor, tMpi * 1e6, algMpi, algMpi * busFactor, lastRatio,
              !check ? "-" : (allRanks ? "ok" : "FAIL"));
       printBreakdown(before, after, warmup + iters);
+      if (tP2p > 0) {
+        printf("%68s p2p ring (transfers only): %.1f us, busbw %.3f GB/s, p2p_ring_vs_nccl=%.3f\n", "",
+               tP2p * 1e6, double(n) / tP2p / 1e9 * busFactor, tMpi / tP2p);
+      }
     }
+    lastP2p = tP2p > 0 ? tMpi / tP2p : 0;
   }
   Counters c = comm->counters();
   if (rank == 0) {
@@ -320,7 +348,9 @@ int main(int argc, char** argv) {
     const char* key = !device                                        ? "ringguard_vs_mpi"
                       : std::string(comm->transportName()) == "nccl" ? "ringguard_vs_nccl"
                                                                      : "ringguard_vs_mpi_staged";
-    printf("summary: bytes=%zu np=%d %s=%.3f\n", lastBytes, size, key, lastRatio);
+    printf("summary: bytes=%zu np=%d %s=%.3f", lastBytes, size, key, lastRatio);
+    if (lastP2p > 0) printf(" p2p_ring_vs_nccl=%.3f", lastP2p);
+    printf("\n");
   }
   comm.reset();
 #if RINGGUARD_BENCH_NCCL
