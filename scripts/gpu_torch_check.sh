@@ -50,12 +50,14 @@ if [[ "$quick" != 1 ]]; then
     bench/torch/bench_ddp.py --device cuda
 fi
 # One GPU per rank (2+ GPUs): DDP over ringguard's NCCL transport against DDP over NCCL itself.
-if [[ "$(nvidia-smi -L | wc -l)" -ge 2 ]]; then
-  step bench_ddp_nccl_np2 python3 -m torch.distributed.run --nproc-per-node=2 bench/torch/bench_ddp.py --device cuda \
-    --baseline nccl
-  # A real model: the small GPT on synthetic tokens (~27 M parameters, 108 MB of gradients in 5 buckets).
-  step bench_ddp_gpt_nccl_np2 python3 -m torch.distributed.run --nproc-per-node=2 bench/torch/bench_ddp.py \
-    --device cuda --model gpt --baseline nccl
+# One rank per GPU of the machine (2, 4 or 8).
+gpus="$(nvidia-smi -L | wc -l)"
+if [[ "$gpus" -ge 2 ]]; then
+  step "bench_ddp_nccl_np$gpus" python3 -m torch.distributed.run --nproc-per-node="$gpus" bench/torch/bench_ddp.py \
+    --device cuda --baseline nccl
+  # A real model: the small GPT on synthetic tokens (~27 M parameters, 108 MB of gradients).
+  step "bench_ddp_gpt_nccl_np$gpus" python3 -m torch.distributed.run --nproc-per-node="$gpus" \
+    bench/torch/bench_ddp.py --device cuda --model gpt --baseline nccl
 fi
 printf '%s\n' "${results[@]}" | tee "$out_dir/summary.log"
 ! grep -q FAIL "$out_dir/summary.log"
