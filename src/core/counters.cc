@@ -4,38 +4,25 @@
 
 namespace ringguard {
 
+namespace {
+// Every field, once: what += and since() walk.
+constexpr uint64_t Counters::*kFields[] = {
+    &Counters::collectives,   &Counters::bytesSent,    &Counters::slicesSent,     &Counters::slicesVerified,
+    &Counters::injected,      &Counters::detected,     &Counters::retransmitted,  &Counters::escaped,
+    &Counters::delayed,       &Counters::repairRounds, &Counters::transferWaitNs, &Counters::applyNs,
+    &Counters::executorWaitNs};
+static_assert(sizeof(kFields) / sizeof(kFields[0]) * sizeof(uint64_t) == sizeof(Counters),
+              "kFields lists every counter");
+}  // namespace
+
 Counters& Counters::operator+=(const Counters& o) {
-  collectives += o.collectives;
-  bytesSent += o.bytesSent;
-  slicesSent += o.slicesSent;
-  slicesVerified += o.slicesVerified;
-  injected += o.injected;
-  detected += o.detected;
-  retransmitted += o.retransmitted;
-  escaped += o.escaped;
-  delayed += o.delayed;
-  repairRounds += o.repairRounds;
-  transferWaitNs += o.transferWaitNs;
-  applyNs += o.applyNs;
-  executorWaitNs += o.executorWaitNs;
+  for (auto f : kFields) this->*f += o.*f;
   return *this;
 }
 
 Counters Counters::since(const Counters& e) const {
   Counters d;
-  d.collectives = collectives - e.collectives;
-  d.bytesSent = bytesSent - e.bytesSent;
-  d.slicesSent = slicesSent - e.slicesSent;
-  d.slicesVerified = slicesVerified - e.slicesVerified;
-  d.injected = injected - e.injected;
-  d.detected = detected - e.detected;
-  d.retransmitted = retransmitted - e.retransmitted;
-  d.escaped = escaped - e.escaped;
-  d.delayed = delayed - e.delayed;
-  d.repairRounds = repairRounds - e.repairRounds;
-  d.transferWaitNs = transferWaitNs - e.transferWaitNs;
-  d.applyNs = applyNs - e.applyNs;
-  d.executorWaitNs = executorWaitNs - e.executorWaitNs;
+  for (auto f : kFields) d.*f = this->*f - e.*f;
   return d;
 }
 
