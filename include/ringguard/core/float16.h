@@ -1,7 +1,7 @@
 #pragma once
-// f16 and bf16 <-> f32 conversions, round to nearest even, NaN kept quiet with its payload. One
-// definition for the host reduction and the CUDA kernels (which use the conversion instructions for
-// finite values and these formulas for the NaN and Inf bit patterns).
+// f16 and bf16 <-> f32 conversions, round to nearest even, NaN kept quiet with its payload: the host
+// reduction's. src/cuda/verify_reduce.cu still has its own copies of the same formulas (the GPU-tested
+// ones): these compile to different device code, and moving the kernels onto them waits for a GPU run.
 #include <cstdint>
 #include <cstring>
 
