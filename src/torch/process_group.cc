@@ -155,17 +155,13 @@ ProcessGroupRingguard::ProcessGroupRingguard(c10::intrusive_ptr<c10d::Store> sto
       throw std::invalid_argument("ringguard: unknown option '" + kv.first + "' (see docs/ENV.md)");
     }
   }
-  auto lookup = [this](const char* name) -> const char* {
-    auto it = optionMap_.find(name);
-    return it != optionMap_.end() ? it->second.c_str() : envLookup(name);
-  };
-  Status st = ringguard::Options::fromLookup(lookup, &options_);
+  Status st = ringguard::Options::fromLookup([this](const char* name) { return option(name); }, &options_);
   if (!st.isOk()) throw std::invalid_argument("ringguard: " + st.message());
   TORCH_CHECK(gloo_, "ringguard: a Gloo backend over the same ranks is required");
   TORCH_CHECK(gloo_->getRank() == rank && gloo_->getSize() == size, "ringguard: the Gloo backend has rank ",
               gloo_->getRank(), " of ", gloo_->getSize(), ", expected ", rank, " of ", size);
   fault_ = options_.fault;
-  if (useMpi(lookup)) {
+  if (useMpi()) {
     st = createMpiCommunicator(globalRanks);
     TORCH_CHECK(st.isOk(), "ringguard: CPU communicator over MPI: ", st.toString());
   } else {
@@ -215,8 +211,13 @@ bool ProcessGroupRingguard::useNccl(int kind, int device) {
 
 // RINGGUARD_CPU_TRANSPORT: auto takes MPI when mpirun started us (its environment is there) and the build
 // has MPI.
-bool ProcessGroupRingguard::useMpi(const std::function<const char*(const char*)>& lookup) {
-  const char* v = lookup("RINGGUARD_CPU_TRANSPORT");
+const char* ProcessGroupRingguard::option(const char* name) const {
+  auto it = optionMap_.find(name);
+  return it != optionMap_.end() ? it->second.c_str() : envLookup(name);
+}
+
+bool ProcessGroupRingguard::useMpi() {
+  const char* v = option("RINGGUARD_CPU_TRANSPORT");
   const std::string kind = v ? v : "auto";
   TORCH_CHECK(kind == "auto" || kind == "mpi" || kind == "gloo", "ringguard: RINGGUARD_CPU_TRANSPORT='", kind,
               "': expected auto, mpi or gloo");
@@ -279,11 +280,7 @@ Communicator* ProcessGroupRingguard::communicatorFor(const at::Tensor& t, const 
   const int device = t.device().index();
   if (!cuda_) {
     cuda::DeviceOptions dev;
-    auto lookup = [this](const char* name) -> const char* {
-      auto it = optionMap_.find(name);
-      return it != optionMap_.end() ? it->second.c_str() : envLookup(name);
-    };
-    Status st = cuda::DeviceOptions::fromLookup(lookup, &dev);
+    Status st = cuda::DeviceOptions::fromLookup([this](const char* name) { return option(name); }, &dev);
     TORCH_CHECK(st.isOk(), "ringguard: ", st.toString());
     dev.device = device;
     const bool nccl = useNccl(static_cast<int>(dev.transport), device);

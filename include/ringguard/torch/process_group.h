@@ -122,7 +122,9 @@ class ProcessGroupRingguard : public c10d::Backend {
 
   Communicator* communicatorFor(const at::Tensor& t, const char* op);
   bool useNccl(int deviceTransportKind, int device);  // collective over the Store
-  bool useMpi(const std::function<const char*(const char*)>& lookup);
+  // A RINGGUARD_* option: from pg_options, else the environment, else null.
+  const char* option(const char* name) const;
+  bool useMpi();
   Status createMpiCommunicator(const std::vector<int>& globalRanks);  // collective over the group
   c10::intrusive_ptr<c10d::Work> launch(const char* op, const at::Tensor& buffer, size_t count,
                                         DataType dtype, ReduceOp rop, std::vector<at::Tensor> outputs,
