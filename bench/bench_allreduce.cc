@@ -7,7 +7,8 @@
 // pinned host memory, MPI_Allreduce, copy back (ringguard_vs_mpi_staged). Ranks share the GPU through the
 // host-staged transport unless each has its own GPU and RINGGUARD_DEVICE_TRANSPORT allows NCCL. Over NCCL
 // the peer is ncclAllReduce on the same buffers (ringguard_vs_nccl), and a third line times the ring's
-// transfers alone over ncclSend/ncclRecv (p2p_ring_vs_nccl): the ceiling of a ring on NCCL point-to-point.
+// transfers alone over ncclSend/ncclRecv (p2p_ring_vs_nccl): the ceiling of a ring on NCCL point-to-point,
+// whole columns per group and (p2p_sliced_vs_nccl) one group per slice.
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -254,7 +255,7 @@ int main(int argc, char** argv) {
         failed = true;
       }
     };
-    double tRg = 0, tMpi = 0, tP2p = 0;
+    double tRg = 0, tMpi = 0, tP2p = 0, tP2pSliced = 0;
     Counters before = comm->counters();
     if (!device) {
       tRg = timeIt(warmup, iters,
@@ -291,23 +292,34 @@ int main(int argc, char** argv) {
       });
       BENCH_CUDA(cudaMemcpy(outMpi.data(), dOut, n, cudaMemcpyDeviceToHost));
 #if RINGGUARD_BENCH_NCCL
-      // The ring's transfers alone over ncclSend/ncclRecv: 2(n-1) steps, each one group that sends a column
-      // (bytes / ranks) to the right and receives one from the left into scratch; no verification, no
-      // reduction. The ceiling of any ring built on NCCL's point-to-point operations.
+      // The ring's transfers alone over ncclSend/ncclRecv: 2(n-1) steps, each sending a column (bytes / ranks)
+      // to the right and receiving one from the left into scratch, in groups of `piece` bytes; no
+      // verification, no reduction. With whole columns: the ceiling of any ring on NCCL's point-to-point
+      // operations; with the ring's slice size: the ceiling at that slice size (one group per slice).
       if (nccl && size > 1) {
         const size_t column = n / size;
         void* scratch = nullptr;
         BENCH_CUDA(cudaMalloc(&scratch, column + 1));
-        tP2p = timeIt(warmup, iters, [&] {
-          for (int s = 0; s < 2 * (size - 1); ++s) {
-            const size_t from = size_t((rank - s % size + size) % size) * column;
-            ncclGroupStart();
-            ncclSend(static_cast<uint8_t*>(dIn) + from, column, ncclUint8, (rank + 1) % size, nccl, stream);
-            ncclRecv(scratch, column, ncclUint8, (rank + size - 1) % size, nccl, stream);
-            ncclGroupEnd();
-          }
-          BENCH_CUDA(cudaStreamSynchronize(stream));
-        });
+        auto p2pRing = [&](size_t piece) {
+          return timeIt(warmup, iters, [&] {
+            for (int s = 0; s < 2 * (size - 1); ++s) {
+              const size_t from = size_t((rank - s % size + size) % size) * column;
+              for (size_t off = 0; off < std::max<size_t>(column, 1); off += piece) {
+                const size_t len = std::min(piece, column - off);
+                ncclGroupStart();
+                ncclSend(static_cast<uint8_t*>(dIn) + from + off, len, ncclUint8, (rank + 1) % size, nccl,
+                         stream);
+                ncclRecv(static_cast<uint8_t*>(scratch) + off, len, ncclUint8, (rank + size - 1) % size, nccl,
+                         stream);
+                ncclGroupEnd();
+              }
+            }
+            BENCH_CUDA(cudaStreamSynchronize(stream));
+          });
+        };
+        tP2p = p2pRing(std::max<size_t>(column, 1));
+        const size_t slice = comm->options().sliceBytes;
+        if (slice < column) tP2pSliced = p2pRing(slice);
         BENCH_CUDA(cudaFree(scratch));
       }
 #endif
@@ -338,6 +350,11 @@ int main(int argc, char** argv) {
       if (tP2p > 0) {
         printf("%68s p2p ring (transfers only): %.1f us, busbw %.3f GB/s, p2p_ring_vs_nccl=%.3f\n", "",
                tP2p * 1e6, double(n) / tP2p / 1e9 * busFactor, tMpi / tP2p);
+      }
+      if (tP2pSliced > 0) {
+        printf("%68s p2p ring in %zu-byte groups: %.1f us, busbw %.3f GB/s, p2p_sliced_vs_nccl=%.3f\n", "",
+               comm->options().sliceBytes, tP2pSliced * 1e6, double(n) / tP2pSliced / 1e9 * busFactor,
+               tMpi / tP2pSliced);
       }
     }
     lastP2p = tP2p > 0 ? tMpi / tP2p : 0;

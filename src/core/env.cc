@@ -46,6 +46,9 @@ const std::vector<EnvVar>& envRegistry() {
       {"RINGGUARD_CPU_TRANSPORT", "auto",
        "Transport of CPU tensors in the torch.distributed backend: auto (MPI when the process was started by "
        "mpirun and ringguard was built with MPI, else the Gloo helper), mpi, or gloo."},
+      {"RINGGUARD_KERNEL_SMS", "0",
+       "SMs' worth of resident blocks that ringguard's CRC, verify + reduce and NaN-scan kernels may fill "
+       "(0: the whole device). Leaving SMs free lets NCCL's kernels run beside ours (like NCCL_MAX_CTAS)."},
       {"RINGGUARD_POOL_RELEASE_BYTES", "268435456",
        "Release threshold of the device memory pool: freed memory it may keep cached across "
        "synchronisations; the rest goes back to the driver (and so to PyTorch's allocator)."},

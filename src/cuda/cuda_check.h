@@ -1,13 +1,16 @@
 #pragma once
 // Private to the CUDA layer: turns CUDA runtime errors into ringguard::Status carrying the failing call and
 // file:line, so that every CUDA call in the layer is checked and no error is silently dropped, plus the
-// per-device launch-size cache the persistent kernels share.
+// per-device launch-size cache the persistent kernels share (capped by RINGGUARD_KERNEL_SMS).
 #include <cuda_runtime_api.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <utility>
 
+#include "ringguard/core/env.h"
 #include "ringguard/core/status.h"
 
 namespace ringguard {
@@ -46,6 +49,31 @@ inline Status cudaErrorStatus(cudaError_t err, const char* expr, const char* fil
 namespace ringguard {
 namespace cuda_detail {
 
+// RINGGUARD_KERNEL_SMS, read once per process: how many SMs' worth of resident blocks the streaming kernels
+// (CRC, verify + reduce, NaN scan) may use; 0 means the whole device. `status` reports a bad value.
+struct KernelSmLimit {
+  int sms = 0;
+  Status status;
+};
+inline const KernelSmLimit& kernelSmLimit() {
+  static const KernelSmLimit parsed = [] {
+    KernelSmLimit r;
+    const char* v = envLookup("RINGGUARD_KERNEL_SMS");
+    if (v == nullptr) return r;
+    char* end = nullptr;
+    errno = 0;
+    const long n = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || errno != 0 || n < 0 || n > 100000) {
+      r.status = Status(StatusCode::kInvalidArgument, std::string("RINGGUARD_KERNEL_SMS=\"") + v +
+                                                          "\": expected an SM count in [0, 100000] (0: every SM)");
+    } else {
+      r.sms = static_cast<int>(n);
+    }
+    return r;
+  }();
+  return parsed;
+}
+
 // How many blocks of one kernel fit on the current device at once (SM count x occupancy), cached per
 // device because the occupancy query costs microseconds and the launchers run on every collective.
 // Persistent kernels size their grids with it.
@@ -73,7 +101,9 @@ class ResidentBlocks {
                                                  " (SMs " + std::to_string(sms) + ", blocks per SM " +
                                                  std::to_string(perSm) + ")");
       }
-      blocks_[device] = sms * perSm;
+      const KernelSmLimit& limit = kernelSmLimit();
+      RINGGUARD_RETURN_IF_ERROR(limit.status);
+      blocks_[device] = (limit.sms > 0 && limit.sms < sms ? limit.sms : sms) * perSm;
     }
     *blocks = blocks_[device];
     return Status::ok();
