@@ -39,4 +39,14 @@ for slice in ${SWEEP_SLICES:-16777216 33554432 134217728}; do
       "$build_dir/bench/bench_allreduce" -D -b 64M -e 4G -f 4 -n 5 -w 2 -s "$slice"
   done
 done
+# Where the gap to ncclAllReduce goes: our kernels capped to fewer SMs (NCCL's kernels run beside them), and
+# NCCL's point-to-point chunk size (default 512 KiB over NVLink).
+for sms in ${SWEEP_KERNEL_SMS:-16 66}; do
+  step "sweep_sms$sms" env RINGGUARD_KERNEL_SMS="$sms" mpirun "${mpirun_args[@]}" -x RINGGUARD_KERNEL_SMS \
+    "$build_dir/bench/bench_allreduce" -D -b 1G -e 4G -f 4 -n 5 -w 2
+done
+for chunk in ${SWEEP_P2P_CHUNK:-2097152}; do
+  step "sweep_p2pchunk$chunk" env NCCL_P2P_NVL_CHUNKSIZE="$chunk" mpirun "${mpirun_args[@]}" \
+    -x NCCL_P2P_NVL_CHUNKSIZE "$build_dir/bench/bench_allreduce" -D -b 1G -e 4G -f 4 -n 5 -w 2
+done
 printf '%s\n' "${results[@]}" | tee "$out_dir/summary.log"
