@@ -154,6 +154,10 @@ int main(int argc, char** argv) {
   app.add_option("-c,--check", check, "1: check both results against each other at every size");
   app.add_option("-d,--datatype", dtypeName, "f32, f64, i32, i64 or u8");
   app.add_option("-s,--slice-bytes", sliceBytes, "ringguard slice size (default: RINGGUARD_SLICE_BYTES)");
+  int p2pLanes = 1;
+  app.add_option("--p2p-lanes", p2pLanes,
+                 "NCCL communicators (each on its own stream) the sliced p2p ceiling spreads its groups over")
+      ->check(CLI::Range(1, 8));
   bool device = false;
   app.add_flag("-D,--device", device,
                "device buffers (CUDA builds): against copy to host + MPI_Allreduce + copy back");
@@ -188,6 +192,11 @@ int main(int argc, char** argv) {
   cudaStream_t stream = nullptr;
 #if RINGGUARD_BENCH_NCCL
   ncclComm_t nccl = nullptr;
+  struct Lane {
+    ncclComm_t comm = nullptr;
+    cudaStream_t stream = nullptr;
+  };
+  std::vector<Lane> lanes;
 #endif
   if (device) {
     cuda::DeviceOptions dopt;
@@ -203,6 +212,16 @@ int main(int argc, char** argv) {
       if (ncclCommInitRank(&nccl, size, id, rank) != ncclSuccess) {
         fprintf(stderr, "rank %d: ncclCommInitRank failed\n", rank);
         MPI_Abort(MPI_COMM_WORLD, 4);
+      }
+      // Lanes of the sliced p2p ceiling: lane 0 is (nccl, stream); each other one a communicator and stream.
+      lanes.push_back({nccl, stream});
+      for (int l = 1; l < p2pLanes; ++l) {
+        Lane lane;
+        if (rank == 0) ncclGetUniqueId(&id);
+        MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+        BENCH_CUDA(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking));
+        if (ncclCommInitRank(&lane.comm, size, id, rank) != ncclSuccess) MPI_Abort(MPI_COMM_WORLD, 4);
+        lanes.push_back(lane);
       }
     }
 #endif
@@ -300,26 +319,29 @@ int main(int argc, char** argv) {
         const size_t column = n / size;
         void* scratch = nullptr;
         BENCH_CUDA(cudaMalloc(&scratch, column + 1));
-        auto p2pRing = [&](size_t piece) {
+        // Group g goes to lane g % numLanes (its own communicator and stream when --p2p-lanes > 1).
+        auto p2pRing = [&](size_t piece, size_t numLanes) {
           return timeIt(warmup, iters, [&] {
+            size_t g = 0;
             for (int s = 0; s < 2 * (size - 1); ++s) {
               const size_t from = size_t((rank - s % size + size) % size) * column;
-              for (size_t off = 0; off < std::max<size_t>(column, 1); off += piece) {
+              for (size_t off = 0; off < std::max<size_t>(column, 1); off += piece, ++g) {
                 const size_t len = std::min(piece, column - off);
+                const Lane& lane = lanes[g % numLanes];
                 ncclGroupStart();
-                ncclSend(static_cast<uint8_t*>(dIn) + from + off, len, ncclUint8, (rank + 1) % size, nccl,
-                         stream);
-                ncclRecv(static_cast<uint8_t*>(scratch) + off, len, ncclUint8, (rank + size - 1) % size, nccl,
-                         stream);
+                ncclSend(static_cast<uint8_t*>(dIn) + from + off, len, ncclUint8, (rank + 1) % size, lane.comm,
+                         lane.stream);
+                ncclRecv(static_cast<uint8_t*>(scratch) + off, len, ncclUint8, (rank + size - 1) % size,
+                         lane.comm, lane.stream);
                 ncclGroupEnd();
               }
             }
-            BENCH_CUDA(cudaStreamSynchronize(stream));
+            for (size_t l = 0; l < numLanes; ++l) BENCH_CUDA(cudaStreamSynchronize(lanes[l].stream));
           });
         };
-        tP2p = p2pRing(std::max<size_t>(column, 1));
+        tP2p = p2pRing(std::max<size_t>(column, 1), 1);
         const size_t slice = comm->options().sliceBytes;
-        if (slice < column) tP2pSliced = p2pRing(slice);
+        if (slice < column) tP2pSliced = p2pRing(slice, lanes.size());
         BENCH_CUDA(cudaFree(scratch));
       }
 #endif
@@ -352,8 +374,9 @@ int main(int argc, char** argv) {
                tP2p * 1e6, double(n) / tP2p / 1e9 * busFactor, tMpi / tP2p);
       }
       if (tP2pSliced > 0) {
-        printf("%68s p2p ring in %zu-byte groups: %.1f us, busbw %.3f GB/s, p2p_sliced_vs_nccl=%.3f\n", "",
-               comm->options().sliceBytes, tP2pSliced * 1e6, double(n) / tP2pSliced / 1e9 * busFactor,
+        printf("%68s p2p ring in %zu-byte groups over %zu lane(s): %.1f us, busbw %.3f GB/s, "
+               "p2p_sliced_vs_nccl=%.3f\n",
+               "", comm->options().sliceBytes, lanes.size(), tP2pSliced * 1e6, double(n) / tP2pSliced / 1e9 * busFactor,
                tMpi / tP2pSliced);
       }
     }
@@ -371,6 +394,10 @@ int main(int argc, char** argv) {
   }
   comm.reset();
 #if RINGGUARD_BENCH_NCCL
+  for (size_t l = 1; l < lanes.size(); ++l) {
+    ncclCommDestroy(lanes[l].comm);
+    cudaStreamDestroy(lanes[l].stream);
+  }
   if (nccl) ncclCommDestroy(nccl);
 #endif
   MPI_Finalize();
