@@ -175,6 +175,19 @@ Status PinnedHostPool::free(void* ptr) {
   return Status::ok();
 }
 
+Status PinnedHostPool::abandon(void* ptr) {
+  if (ptr == nullptr) return Status::ok();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_.find(ptr);
+  if (it == live_.end()) {
+    return Status(StatusCode::kInvalidArgument, "PinnedHostPool::abandon: pointer was not allocated by this pool");
+  }
+  stats_.usedBytes -= it->second;
+  live_.erase(it);
+  stats_.allocationCount = live_.size();
+  return Status::ok();
+}
+
 Status PinnedHostPool::trim() {
   std::map<size_t, std::vector<void*>> blocks;
   {

@@ -273,6 +273,26 @@ TEST_F(PoolTest, PinnedHostPoolReleasesBeyondTheCacheLimit) {
   EXPECT_EQ(8192u, s.reservedBytes);
 }
 
+// A block a failed MPI send may still read: forgotten by the pool, still mapped, never handed out again.
+TEST_F(PoolTest, PinnedHostPoolAbandonedBlockStaysMappedAndIsNotReused) {
+  void* a = nullptr;
+  {
+    PinnedHostPool pool;
+    ASSERT_STATUS_OK(pool.allocate(8192, &a));
+    ASSERT_STATUS_OK(pool.abandon(a));
+    EXPECT_EQ(0u, pool.stats().usedBytes);
+    EXPECT_EQ(0u, pool.stats().allocationCount);
+    EXPECT_EQ(StatusCode::kInvalidArgument, pool.free(a).code()) << "an abandoned block is no longer the pool's";
+    EXPECT_EQ(StatusCode::kInvalidArgument, pool.abandon(a).code());
+    void* b = nullptr;
+    ASSERT_STATUS_OK(pool.allocate(8192, &b));
+    EXPECT_NE(a, b) << "an abandoned block was handed out again";
+    ASSERT_STATUS_OK(pool.free(b));
+  }
+  static_cast<volatile unsigned char*>(a)[8191] = 7;  // the pool is gone; the block is still writable
+  EXPECT_EQ(cudaSuccess, cudaFreeHost(a));
+}
+
 TEST_F(PoolTest, PinnedHostPoolIsThreadSafe) {
   PinnedHostPool pool;
   constexpr int kThreads = 4;

@@ -102,6 +102,10 @@ class PinnedHostPool {
   // The block becomes reusable immediately: the caller must make sure no pending copy still uses it.
   // `ptr` must come from allocate() on this pool (kInvalidArgument otherwise); nullptr is a no-op.
   Status free(void* ptr);
+  // Forgets a live block without freeing it: for a send the host transport may still be reading after a
+  // failure (an MPI send cannot be cancelled). The block is leaked on purpose, never handed out again nor
+  // freed under MPI's feet, not even by the destructor. Same errors as free().
+  Status abandon(void* ptr);
   // Returns every cached block to the driver.
   Status trim();
   PinnedHostPoolStats stats() const;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "cuda/cuda_check.h"
+#include "ringguard/core/log.h"
 
 namespace ringguard {
 
@@ -78,6 +79,9 @@ class StagedTransport::Op final : public TransportOp {
   }
 
   void cancel() override {
+    // A host send still in flight cannot be withdrawn (MPI sends run on in the background once freed): its
+    // staging buffer must never be reused or freed, so it is abandoned (leaked) instead of returned.
+    const bool sendInFlight = isSend_ && host_ != nullptr;
     if (host_) host_->cancel();
     host_.reset();
     // A copy may still read or write the staging buffer; it cannot block on the network, so wait for it.
@@ -86,7 +90,13 @@ class StagedTransport::Op final : public TransportOp {
       cudaEventDestroy(event_);
       event_ = nullptr;
     }
-    if (staging_) (void)t_->pinned_->free(staging_);
+    if (staging_ && sendInFlight) {
+      logger()->warn("staged send of {} bytes to rank {} cancelled in flight: its pinned staging buffer is leaked",
+                     bytes_, peer_);
+      (void)t_->pinned_->abandon(staging_);
+    } else if (staging_) {
+      (void)t_->pinned_->free(staging_);
+    }
     staging_ = nullptr;
     stage_ = Stage::kDone;
   }
