@@ -34,6 +34,7 @@ _NAMES = {
     "device_transport": "RINGGUARD_DEVICE_TRANSPORT",
     "cpu_transport": "RINGGUARD_CPU_TRANSPORT",
     "pool_release_bytes": "RINGGUARD_POOL_RELEASE_BYTES",
+    "nccl_lanes": "RINGGUARD_NCCL_LANES",
 }
 
 Schedule = Union[str, Sequence[Tuple[int, int, int, int]]]
@@ -90,6 +91,7 @@ class Options:
     device_transport: Optional[str] = None
     cpu_transport: Optional[str] = None
     pool_release_bytes: Optional[int] = None
+    nccl_lanes: Optional[int] = None
     extra: Dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> Dict[str, str]:

@@ -46,6 +46,9 @@ const std::vector<EnvVar>& envRegistry() {
       {"RINGGUARD_CPU_TRANSPORT", "auto",
        "Transport of CPU tensors in the torch.distributed backend: auto (MPI when the process was started by "
        "mpirun and ringguard was built with MPI, else the Gloo helper), mpi, or gloo."},
+      {"RINGGUARD_NCCL_LANES", "4",
+       "NCCL communicators (each with a stream of its own) that consecutive slices to a peer alternate "
+       "over, so their groups overlap on the GPU. In [1, 8]."},
       {"RINGGUARD_KERNEL_SMS", "0",
        "SMs' worth of resident blocks that ringguard's CRC, verify + reduce and NaN-scan kernels may fill "
        "(0: the whole device). Leaving SMs free lets NCCL's kernels run beside ours (like NCCL_MAX_CTAS)."},

@@ -74,9 +74,11 @@ Status build(MPI_Comm comm, std::unique_ptr<Transport> host, const std::vector<u
       }
       std::memcpy(&id, ncclId->data(), sizeof(id));
       RINGGUARD_RETURN_IF_ERROR(
-          NcclTransport::create(id, std::move(host), res->stream, options.timeout, &transport));
+          NcclTransport::create(id, std::move(host), res->stream, options.timeout, device.ncclLanes,
+                                &transport));
     } else {
-      RINGGUARD_RETURN_IF_ERROR(NcclTransport::create(comm, res->stream, options.timeout, &transport));
+      RINGGUARD_RETURN_IF_ERROR(
+          NcclTransport::create(comm, res->stream, options.timeout, device.ncclLanes, &transport));
     }
 #else
     return Status(StatusCode::kInvalidArgument,
@@ -118,6 +120,15 @@ Status DeviceOptions::fromLookup(const std::function<const char*(const char*)>& 
                     std::string("RINGGUARD_POOL_RELEASE_BYTES='") + v + "': expected a byte count");
     }
     o.poolReleaseThreshold = n;
+  }
+  if (const char* v = lookup("RINGGUARD_NCCL_LANES")) {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (*v == '\0' || *end != '\0' || n < 1 || n > 8) {
+      return Status(StatusCode::kInvalidArgument,
+                    std::string("RINGGUARD_NCCL_LANES='") + v + "': expected an integer in [1, 8]");
+    }
+    o.ncclLanes = static_cast<int>(n);
   }
   *out = o;
   return Status::ok();

@@ -47,7 +47,8 @@ TEST(NcclLoopback, FramedVerifiedSlicesWithInjectedFaultsAndRetransmission) {
   ASSERT_TRUE(DevicePool::create(0, &pool).isOk());
   PinnedHostPool pinned;
   std::unique_ptr<Transport> t;
-  Status st = NcclTransport::create(MPI_COMM_WORLD, stream, std::chrono::milliseconds(20000), &t);
+  // Three lanes: consecutive frames go round-robin over three communicators, and still match.
+  Status st = NcclTransport::create(MPI_COMM_WORLD, stream, std::chrono::milliseconds(20000), 3, &t);
   ASSERT_TRUE(st.isOk()) << st.toString();
   ASSERT_EQ(t->size(), 1);
   {
@@ -152,6 +153,19 @@ TEST(NcclLoopback, FramedVerifiedSlicesWithInjectedFaultsAndRetransmission) {
   }
   t.reset();
   cudaStreamDestroy(stream);
+}
+
+TEST(NcclLoopback, LaneCountOutOfRangeIsRefused) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device";
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  for (int lanes : {0, NcclTransport::kMaxLanes + 1}) {
+    std::unique_ptr<Transport> t;
+    Status st = NcclTransport::create(MPI_COMM_WORLD, nullptr, std::chrono::milliseconds(20000), lanes, &t);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+    EXPECT_NE(st.message().find("lanes"), std::string::npos) << st.message();
+    EXPECT_EQ(t, nullptr);
+  }
 }
 
 }  // namespace

@@ -22,8 +22,9 @@ struct DeviceOptions {
   DeviceTransportKind transport = DeviceTransportKind::kAuto;
   int device = -1;                               // -1: node-local rank modulo the number of visible GPUs
   uint64_t poolReleaseThreshold = 256ull << 20;  // bytes the device pool may keep cached
+  int ncclLanes = 4;  // NCCL communicators consecutive slices to a peer alternate over, in [1, 8]
 
-  // Defaults overridden by RINGGUARD_DEVICE_TRANSPORT and RINGGUARD_POOL_RELEASE_BYTES.
+  // Defaults overridden by RINGGUARD_DEVICE_TRANSPORT, RINGGUARD_POOL_RELEASE_BYTES and RINGGUARD_NCCL_LANES.
   static Status fromEnv(DeviceOptions* out);
   // Same through `lookup` (see Options::fromLookup).
   static Status fromLookup(const std::function<const char*(const char*)>& lookup, DeviceOptions* out);

@@ -42,130 +42,174 @@ class NcclOp final : public TransportOp {
   std::shared_ptr<void> event_;
 };
 
-Status NcclTransport::create(MPI_Comm comm, cudaStream_t stream, std::chrono::milliseconds timeout,
+Status NcclTransport::create(MPI_Comm comm, cudaStream_t stream, std::chrono::milliseconds timeout, int lanes,
                              std::unique_ptr<Transport>* out) {
   std::unique_ptr<Transport> control;
   RINGGUARD_RETURN_IF_ERROR(MpiTransport::create(comm, &control));
   ncclUniqueId id;
   if (control->rank() == 0) RINGGUARD_NCCL_CHECK(ncclGetUniqueId(&id));
   RINGGUARD_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm));
-  return create(id, std::move(control), stream, timeout, out);
+  return create(id, std::move(control), stream, timeout, lanes, out);
 }
 
-Status NcclTransport::create(const ncclUniqueId& id, std::unique_ptr<Transport> control, cudaStream_t stream,
-                             std::chrono::milliseconds timeout, std::unique_ptr<Transport>* out) {
-  // Our stream and the mark first; each later failure releases what was made before it.
-  cudaStream_t ours = nullptr;
-  cudaEvent_t mark = nullptr;
-  // The highest priority: NCCL's few blocks get SMs ahead of the executor's wide kernels.
-  int leastPriority = 0, greatestPriority = 0;
-  RINGGUARD_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&leastPriority, &greatestPriority));
-  RINGGUARD_CUDA_CHECK(cudaStreamCreateWithPriority(&ours, cudaStreamNonBlocking, greatestPriority));
-  auto release = [&] {
-    if (mark != nullptr) cudaEventDestroy(mark);
-    cudaStreamDestroy(ours);
-  };
-  if (cudaError_t err = cudaEventCreateWithFlags(&mark, cudaEventDisableTiming); err != cudaSuccess) {
-    release();
-    return cuda_detail::cudaErrorStatus(err, "cudaEventCreateWithFlags", __FILE__, __LINE__);
-  }
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  ncclComm_t nccl = nullptr;
-  Status st = ncclStatus(ncclCommInitRankConfig(&nccl, control->size(), id, control->rank(), &config),
-                         "ncclCommInitRankConfig", __FILE__, __LINE__);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (st.isOk()) {
+namespace {
+
+// Polls a non-blocking communicator until it is ready; kTimeout after `deadline`.
+Status waitReady(ncclComm_t nccl, const char* what, std::chrono::steady_clock::time_point deadline,
+                 std::chrono::milliseconds timeout, int rank) {
+  for (;;) {
     ncclResult_t state = ncclInProgress;
-    st = ncclStatus(ncclCommGetAsyncError(nccl, &state), "ncclCommGetAsyncError", __FILE__, __LINE__);
-    if (st.isOk()) st = ncclStatus(state, "ncclCommInitRankConfig", __FILE__, __LINE__);
-    if (!st.isOk() || state == ncclSuccess) break;
+    RINGGUARD_NCCL_CHECK(ncclCommGetAsyncError(nccl, &state));
+    RINGGUARD_RETURN_IF_ERROR(ncclStatus(state, what, __FILE__, __LINE__));
+    if (state == ncclSuccess) return Status::ok();
     if (std::chrono::steady_clock::now() > deadline) {
-      st = Status(StatusCode::kTimeout, "NCCL communicator initialisation timed out after " +
-                                            std::to_string(timeout.count()) + " ms on rank " +
-                                            std::to_string(control->rank()));
+      return Status(StatusCode::kTimeout, std::string(what) + " timed out after " +
+                                              std::to_string(timeout.count()) + " ms on rank " +
+                                              std::to_string(rank));
     }
     std::this_thread::yield();
   }
-  if (!st.isOk()) {
-    if (nccl != nullptr) ncclCommAbort(nccl);
+}
+
+}  // namespace
+
+Status NcclTransport::create(const ncclUniqueId& id, std::unique_ptr<Transport> control, cudaStream_t stream,
+                             std::chrono::milliseconds timeout, int lanes, std::unique_ptr<Transport>* out) {
+  if (lanes < 1 || lanes > kMaxLanes) {
+    return Status(StatusCode::kInvalidArgument, "NcclTransport: " + std::to_string(lanes) +
+                                                    " lanes, expected 1 to " + std::to_string(kMaxLanes));
+  }
+  // Everything made so far is released by a later failure.
+  std::vector<Lane> made;
+  cudaEvent_t mark = nullptr;
+  auto release = [&] {
+    for (Lane& l : made) {
+      if (l.comm != nullptr) ncclCommAbort(l.comm);
+      if (l.stream != nullptr) cudaStreamDestroy(l.stream);
+    }
+    if (mark != nullptr) cudaEventDestroy(mark);
+  };
+  auto fail = [&](Status st) {
     release();
     return st;
+  };
+  if (cudaError_t err = cudaEventCreateWithFlags(&mark, cudaEventDisableTiming); err != cudaSuccess) {
+    return cuda_detail::cudaErrorStatus(err, "cudaEventCreateWithFlags", __FILE__, __LINE__);
   }
-  out->reset(new NcclTransport(std::move(control), nccl, stream, ours, mark, timeout));
+  // The highest priority: NCCL's few blocks get SMs ahead of the executor's wide kernels.
+  int leastPriority = 0, greatestPriority = 0;
+  if (cudaError_t err = cudaDeviceGetStreamPriorityRange(&leastPriority, &greatestPriority); err != cudaSuccess) {
+    return fail(cuda_detail::cudaErrorStatus(err, "cudaDeviceGetStreamPriorityRange", __FILE__, __LINE__));
+  }
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (int l = 0; l < lanes; ++l) {
+    made.emplace_back();
+    Lane& lane = made.back();
+    if (cudaError_t err = cudaStreamCreateWithPriority(&lane.stream, cudaStreamNonBlocking, greatestPriority);
+        err != cudaSuccess) {
+      lane.stream = nullptr;
+      return fail(cuda_detail::cudaErrorStatus(err, "cudaStreamCreateWithPriority", __FILE__, __LINE__));
+    }
+    // Lane 0 from the unique id; the others split from it (collective over the same ranks, same order).
+    const char* what = l == 0 ? "NCCL communicator initialisation" : "NCCL lane communicator split";
+    Status st = l == 0 ? ncclStatus(ncclCommInitRankConfig(&lane.comm, control->size(), id, control->rank(), &config),
+                                    "ncclCommInitRankConfig", __FILE__, __LINE__)
+                       : ncclStatus(ncclCommSplit(made[0].comm, 0, control->rank(), &lane.comm, &config),
+                                    "ncclCommSplit", __FILE__, __LINE__);
+    if (st.isOk() && lane.comm == nullptr) st = Status(StatusCode::kTransportError, std::string(what) + ": no communicator");
+    if (st.isOk()) st = waitReady(lane.comm, what, deadline, timeout, control->rank());
+    if (!st.isOk()) return fail(st);
+  }
+  out->reset(new NcclTransport(std::move(control), std::move(made), stream, mark, timeout));
   return Status::ok();
 }
 
-NcclTransport::NcclTransport(std::unique_ptr<Transport> control, ncclComm_t comm, cudaStream_t compute,
-                             cudaStream_t stream, cudaEvent_t computeMark, std::chrono::milliseconds timeout)
+NcclTransport::NcclTransport(std::unique_ptr<Transport> control, std::vector<Lane> lanes, cudaStream_t compute,
+                             cudaEvent_t computeMark, std::chrono::milliseconds timeout)
     : Transport(control->rank(), control->size()),
       control_(std::move(control)),
-      comm_(comm),
+      lanes_(std::move(lanes)),
       compute_(compute),
-      stream_(stream),
       computeMark_(computeMark),
-      timeout_(timeout) {}
+      timeout_(timeout),
+      sendsPosted_(2 * size_t(size()), 0),
+      recvsPosted_(2 * size_t(size()), 0) {}
 
 NcclTransport::~NcclTransport() {
-  closeComm();
-  // Not blocking: the stream is released once its queued work (aborted or finished) is gone.
+  closeComms();
+  // Not blocking: a stream is released once its queued work (aborted or finished) is gone.
   cudaEventDestroy(computeMark_);
-  cudaStreamDestroy(stream_);
+  for (Lane& l : lanes_) cudaStreamDestroy(l.stream);
 }
 
-void NcclTransport::closeComm() {
+void NcclTransport::closeComms() {
   if (aborted_) return;
   if (groupOpen_) ncclGroupEnd();
   // Finalize flushes what is queued; poll it with the timeout, and abort instead of hanging.
-  ncclCommFinalize(comm_);
+  for (Lane& l : lanes_) ncclCommFinalize(l.comm);
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
-  ncclResult_t state = ncclInProgress;
-  while (state == ncclInProgress && std::chrono::steady_clock::now() < deadline) {
-    ncclCommGetAsyncError(comm_, &state);
-    std::this_thread::yield();
-  }
-  if (state == ncclSuccess) {
-    ncclCommDestroy(comm_);
-  } else {
-    ncclCommAbort(comm_);
+  for (Lane& l : lanes_) {
+    ncclResult_t state = ncclInProgress;
+    while (state == ncclInProgress && std::chrono::steady_clock::now() < deadline) {
+      ncclCommGetAsyncError(l.comm, &state);
+      std::this_thread::yield();
+    }
+    if (state == ncclSuccess) {
+      ncclCommDestroy(l.comm);
+    } else {
+      ncclCommAbort(l.comm);
+    }
   }
 }
 
-Status NcclTransport::openGroup() {
-  if (!groupOpen_) {
+Status NcclTransport::nextLane(std::vector<uint64_t>& posted, int peer, Channel channel, Lane** lane) {
+  if (peer < 0 || peer >= size()) {
+    return Status(StatusCode::kInvalidArgument, "NcclTransport: peer " + std::to_string(peer) + " out of range");
+  }
+  uint64_t& count = posted[2 * size_t(peer) + (channel == Channel::kPayload ? 0 : 1)];
+  Lane& l = lanes_[count++ % lanes_.size()];
+  if (!l.event) {
     cudaEvent_t event = nullptr;
     RINGGUARD_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
     // Destroying an event whose record is still pending is fine: the driver releases it afterwards.
-    groupEvent_ =
-        std::shared_ptr<void>(event, [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
+    l.event = std::shared_ptr<void>(event, [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
+  }
+  if (!groupOpen_) {
     RINGGUARD_NCCL_CHECK(ncclGroupStart());
     groupOpen_ = true;
   }
+  *lane = &l;
   return Status::ok();
 }
 
 Status NcclTransport::doPostSend(int peer, Channel channel, const void* data, size_t bytes,
                                  std::unique_ptr<TransportOp>* out) {
-  RINGGUARD_RETURN_IF_ERROR(openGroup());
-  if (bytes) RINGGUARD_NCCL_CHECK(ncclSend(data, bytes, ncclUint8, peer, comm_, stream_));
-  out->reset(new NcclOp(this, flushes_ + 1, groupEvent_));
+  Lane* lane = nullptr;
+  RINGGUARD_RETURN_IF_ERROR(nextLane(sendsPosted_, peer, channel, &lane));
+  if (bytes) RINGGUARD_NCCL_CHECK(ncclSend(data, bytes, ncclUint8, peer, lane->comm, lane->stream));
+  out->reset(new NcclOp(this, flushes_ + 1, lane->event));
   return Status::ok();
 }
 
 Status NcclTransport::doPostRecv(int peer, Channel channel, void* data, size_t bytes,
                                  std::unique_ptr<TransportOp>* out) {
-  RINGGUARD_RETURN_IF_ERROR(openGroup());
-  if (bytes) RINGGUARD_NCCL_CHECK(ncclRecv(data, bytes, ncclUint8, peer, comm_, stream_));
-  out->reset(new NcclOp(this, flushes_ + 1, groupEvent_));
+  Lane* lane = nullptr;
+  RINGGUARD_RETURN_IF_ERROR(nextLane(recvsPosted_, peer, channel, &lane));
+  if (bytes) RINGGUARD_NCCL_CHECK(ncclRecv(data, bytes, ncclUint8, peer, lane->comm, lane->stream));
+  out->reset(new NcclOp(this, flushes_ + 1, lane->event));
   return Status::ok();
 }
 
 Status NcclTransport::asyncError(const char* what) {
-  ncclResult_t state = ncclSuccess;
-  RINGGUARD_NCCL_CHECK(ncclCommGetAsyncError(comm_, &state));
-  if (state != ncclSuccess && state != ncclInProgress) {
-    return Status(StatusCode::kTransportError,
-                  std::string("NCCL ") + what + ": " + ncclGetErrorString(state));
+  for (Lane& l : lanes_) {
+    ncclResult_t state = ncclSuccess;
+    RINGGUARD_NCCL_CHECK(ncclCommGetAsyncError(l.comm, &state));
+    if (state != ncclSuccess && state != ncclInProgress) {
+      return Status(StatusCode::kTransportError,
+                    std::string("NCCL ") + what + ": " + ncclGetErrorString(state));
+    }
   }
   return Status::ok();
 }
@@ -176,7 +220,9 @@ Status NcclTransport::doFlush() {
   // The group's transfers read what the executor's stream wrote so far (payloads, trailers) and overwrite
   // slots whose previous contents it has applied by now: order them after all of it.
   cudaError_t ordered = cudaEventRecord(computeMark_, compute_);
-  if (ordered == cudaSuccess) ordered = cudaStreamWaitEvent(stream_, computeMark_, 0);
+  for (Lane& l : lanes_) {
+    if (l.event && ordered == cudaSuccess) ordered = cudaStreamWaitEvent(l.stream, computeMark_, 0);
+  }
   RINGGUARD_NCCL_CHECK(ncclGroupEnd());  // ends the group even when ordering failed
   if (ordered != cudaSuccess) {
     return cuda_detail::cudaErrorStatus(ordered, "ordering the NCCL group after the executor's stream",
@@ -184,18 +230,13 @@ Status NcclTransport::doFlush() {
   }
   // Non-blocking: the group may still be being enqueued; wait for that (not for the transfers).
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
-  for (;;) {
-    ncclResult_t state = ncclSuccess;
-    RINGGUARD_NCCL_CHECK(ncclCommGetAsyncError(comm_, &state));
-    if (state == ncclSuccess) break;
-    RINGGUARD_RETURN_IF_ERROR(ncclStatus(state, "ncclGroupEnd", __FILE__, __LINE__));
-    if (std::chrono::steady_clock::now() > deadline) {
-      return Status(StatusCode::kTimeout, "NCCL group launch timed out on rank " + std::to_string(rank()));
-    }
-    std::this_thread::yield();
+  for (Lane& l : lanes_) {
+    if (!l.event) continue;
+    Status st = waitReady(l.comm, "NCCL group launch", deadline, timeout_, rank());
+    if (!st.isOk()) return st;
+    RINGGUARD_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(l.event.get()), l.stream));
+    l.event.reset();
   }
-  RINGGUARD_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(groupEvent_.get()), stream_));
-  groupEvent_.reset();
   ++flushes_;
   return Status::ok();
 }
@@ -205,7 +246,8 @@ Status NcclTransport::doProgress() { return asyncError("communicator error"); }
 void NcclTransport::doAbort() {
   if (aborted_) return;
   aborted_ = true;
-  ncclCommAbort(comm_);  // unblocks every queued operation so the stream (and our sync) can finish
+  // Unblocks every queued operation so the streams (and our sync) can finish.
+  for (Lane& l : lanes_) ncclCommAbort(l.comm);
   control_->markBroken();
 }
 

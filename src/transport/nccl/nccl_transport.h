@@ -4,16 +4,23 @@
 // ncclCommGetAsyncError, so a timeout can abort it (ncclCommAbort) instead of hanging. Sends and receives
 // posted between two flushes form one NCCL group. The control channel is a host transport (MPI, or c10d).
 //
-// Two streams, so transfers overlap the executor's kernels: `stream` (the executor's) produces what is
-// sent and consumes what arrives. Each group launch first makes the communication stream wait for all the
-// work enqueued on `stream` so far (the trailers sealed, the slots' previous contents applied), and then
-// records an event that its ops carry (TransportOp::streamEvent) for the executor to wait for.
+// Two kinds of stream, so transfers overlap the executor's kernels: `stream` (the executor's) produces what
+// is sent and consumes what arrives. Each group launch first makes the communication streams wait for all
+// the work enqueued on `stream` so far (the trailers sealed, the slots' previous contents applied), and
+// then records events that its ops carry (TransportOp::streamEvent) for the executor to wait for.
+//
+// Lanes: NCCL point-to-point pays tens of microseconds per group on the GPU (the kernels of one stream run
+// one after the other, each ramping up and draining), so consecutive slices to a peer go round-robin over
+// `lanes` communicators (split from the first), each with a stream of its own, and their groups overlap.
+// The k-th op to a peer on a channel takes lane k % lanes on both sides, so sends and receives still match
+// in posting order, as on one communicator (docs/PERFORMANCE.md, "NCCL lanes").
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 #include <nccl.h>
 
 #include <chrono>
 #include <memory>
+#include <vector>
 
 #include "ringguard/transport/transport.h"
 
@@ -24,12 +31,13 @@ class NcclTransport final : public Transport {
   // Collective over `comm`: rank 0 creates the NCCL unique id and broadcasts it over MPI. The current CUDA
   // device must be the one this rank uses; `stream` is the executor's (see above). Fails with kTimeout if the
   // communicator is not ready in time.
-  static Status create(MPI_Comm comm, cudaStream_t stream, std::chrono::milliseconds timeout,
+  static Status create(MPI_Comm comm, cudaStream_t stream, std::chrono::milliseconds timeout, int lanes,
                        std::unique_ptr<Transport>* out);
   // Same from a unique id every rank already has (rank 0 made it with ncclGetUniqueId), with `control`
   // (any host transport over the same ranks) as the control channel. Collective over those ranks.
   static Status create(const ncclUniqueId& id, std::unique_ptr<Transport> control, cudaStream_t stream,
-                       std::chrono::milliseconds timeout, std::unique_ptr<Transport>* out);
+                       std::chrono::milliseconds timeout, int lanes, std::unique_ptr<Transport>* out);
+  static constexpr int kMaxLanes = 8;
   ~NcclTransport() override;
   const char* name() const override { return "nccl"; }
   // Each slice costs an NCCL group launch (tens of microseconds on the host for a non-blocking
@@ -53,21 +61,26 @@ class NcclTransport final : public Transport {
   }
 
  private:
-  NcclTransport(std::unique_ptr<Transport> control, ncclComm_t comm, cudaStream_t compute,
-                cudaStream_t stream, cudaEvent_t computeMark, std::chrono::milliseconds timeout);
-  Status openGroup();
+  struct Lane {
+    ncclComm_t comm = nullptr;
+    cudaStream_t stream = nullptr;  // ours: NCCL's kernels of this lane
+    std::shared_ptr<void> event;    // the open group's event on this lane (a cudaEvent_t); null: unused
+  };
+  NcclTransport(std::unique_ptr<Transport> control, std::vector<Lane> lanes, cudaStream_t compute,
+                cudaEvent_t computeMark, std::chrono::milliseconds timeout);
+  // The lane of the next op to `peer` on `channel` (counted in `posted`), with its group event made.
+  Status nextLane(std::vector<uint64_t>& posted, int peer, Channel channel, Lane** lane);
   Status asyncError(const char* what);
-  void closeComm();  // finalize + destroy, or abort when that does not finish in time
+  void closeComms();  // finalize + destroy, or abort when that does not finish in time
 
   std::unique_ptr<Transport> control_;
-  ncclComm_t comm_;
+  std::vector<Lane> lanes_;
   const cudaStream_t compute_;  // the executor's stream
-  const cudaStream_t stream_;   // ours: NCCL's kernels
   cudaEvent_t computeMark_;     // re-recorded on compute_ at each launch
   std::chrono::milliseconds timeout_;
+  std::vector<uint64_t> sendsPosted_, recvsPosted_;  // per (peer, channel): ops posted so far
   bool groupOpen_ = false;
-  std::shared_ptr<void> groupEvent_;  // the open group's event (a cudaEvent_t), recorded at its launch
-  uint64_t flushes_ = 0;              // ops posted before flush number n are enqueued once flushes_ >= n
+  uint64_t flushes_ = 0;  // ops posted before flush number n are enqueued once flushes_ >= n
   bool aborted_ = false;
 
   friend class NcclOp;
