@@ -20,7 +20,8 @@ step() {
 }
 nvidia-smi -L > "$out_dir/environment.log" 2>&1
 step configure cmake -S "$repo_root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90
-step build cmake --build "$build_dir" --parallel 32 --target ringguard_gpu_ring_tests bench_allreduce
+step build cmake --build "$build_dir" --parallel 32 --target ringguard_gpu_ring_tests bench_allreduce \
+  ringguard_gpu_tests ringguard_gpu_nccl_tests
 mpirun_args=(--oversubscribe --bind-to none --timeout 150 -np "$np")
 step ring_nccl mpirun "${mpirun_args[@]}" "$build_dir/tests/gpu/ringguard_gpu_ring_tests" --gtest_filter=-*Stalled*
 step ring_nccl_stall mpirun "${mpirun_args[@]/150/60}" "$build_dir/tests/gpu/ringguard_gpu_ring_tests" \
@@ -32,21 +33,21 @@ step bench_nccl_ring env NCCL_ALGO=Ring mpirun "${mpirun_args[@]}" -x NCCL_ALGO 
 # One corrupted slice transfer in a thousand (detected, retransmitted; the bench checks the result).
 step bench_nccl_faults env RINGGUARD_FAULT_PROB=0.001 mpirun "${mpirun_args[@]}" -x RINGGUARD_FAULT_PROB \
   "$build_dir/bench/bench_allreduce" -D -b 256M -e 4G -f 4 -n 20 -w 2
-# Slice size and slot sweep (RINGGUARD_SLICE_BYTES / RINGGUARD_SLOTS) at the sizes of the goal.
-for slice in ${SWEEP_SLICES:-16777216 33554432 134217728}; do
-  for slots in ${SWEEP_SLOTS:-2}; do
-    step "sweep_s${slice}_w${slots}" env RINGGUARD_SLOTS="$slots" mpirun "${mpirun_args[@]}" -x RINGGUARD_SLOTS \
-      "$build_dir/bench/bench_allreduce" -D -b 64M -e 4G -f 4 -n 5 -w 2 -s "$slice"
-  done
-done
-# Where the gap to ncclAllReduce goes: our kernels capped to fewer SMs (NCCL's kernels run beside them), and
-# NCCL's point-to-point chunk size (default 512 KiB over NVLink).
-for sms in ${SWEEP_KERNEL_SMS:-16 66}; do
-  step "sweep_sms$sms" env RINGGUARD_KERNEL_SMS="$sms" mpirun "${mpirun_args[@]}" -x RINGGUARD_KERNEL_SMS \
-    "$build_dir/bench/bench_allreduce" -D -b 1G -e 4G -f 4 -n 5 -w 2
-done
-for chunk in ${SWEEP_P2P_CHUNK:-2097152}; do
-  step "sweep_p2pchunk$chunk" env NCCL_P2P_NVL_CHUNKSIZE="$chunk" mpirun "${mpirun_args[@]}" \
-    -x NCCL_P2P_NVL_CHUNKSIZE "$build_dir/bench/bench_allreduce" -D -b 1G -e 4G -f 4 -n 5 -w 2
-done
+# Variants at the sizes of the goal: each is a name and RINGGUARD_* / NCCL_* settings (VARIANTS overrides,
+# one per line). Slice size, the SMs our kernels may fill, and the NCCL lanes.
+variants="${VARIANTS:-s32M RINGGUARD_SLICE_BYTES=33554432
+s128M RINGGUARD_SLICE_BYTES=134217728
+sms33 RINGGUARD_KERNEL_SMS=33
+sms66 RINGGUARD_KERNEL_SMS=66
+sms33_s128M RINGGUARD_KERNEL_SMS=33 RINGGUARD_SLICE_BYTES=134217728
+lanes1 RINGGUARD_NCCL_LANES=1
+lanes2 RINGGUARD_NCCL_LANES=2
+lanes8 RINGGUARD_NCCL_LANES=8}"
+while read -r name settings; do
+  [[ -n "$name" ]] || continue
+  exports=()
+  for kv in $settings; do exports+=(-x "$kv"); done
+  step "variant_$name" mpirun "${mpirun_args[@]}" "${exports[@]}" "$build_dir/bench/bench_allreduce" \
+    -D -b 256M -e 4G -f 4 -n 5 -w 2 </dev/null  # mpirun would read the rest of the list
+done <<<"$variants"
 printf '%s\n' "${results[@]}" | tee "$out_dir/summary.log"
