@@ -81,6 +81,7 @@ Status NcclTransport::create(const ncclUniqueId& id, std::unique_ptr<Transport> 
   }
   // Everything made so far is released by a later failure.
   std::vector<Lane> made;
+  made.reserve(size_t(lanes));  // NCCL writes a split's child into made[l].comm from a thread of its own
   cudaEvent_t mark = nullptr;
   auto release = [&] {
     for (Lane& l : made) {
@@ -118,7 +119,11 @@ Status NcclTransport::create(const ncclUniqueId& id, std::unique_ptr<Transport> 
                                     "ncclCommInitRankConfig", __FILE__, __LINE__)
                        : ncclStatus(ncclCommSplit(made[0].comm, 0, control->rank(), &lane.comm, &config),
                                     "ncclCommSplit", __FILE__, __LINE__);
-    if (st.isOk() && lane.comm == nullptr) st = Status(StatusCode::kTransportError, std::string(what) + ": no communicator");
+    // A non-blocking split reports its progress on the parent and sets the child when it is done.
+    if (st.isOk() && l > 0) st = waitReady(made[0].comm, what, deadline, timeout, control->rank());
+    if (st.isOk() && lane.comm == nullptr) {
+      st = Status(StatusCode::kTransportError, std::string(what) + ": NCCL made no communicator");
+    }
     if (st.isOk()) st = waitReady(lane.comm, what, deadline, timeout, control->rank());
     if (!st.isOk()) return fail(st);
   }
