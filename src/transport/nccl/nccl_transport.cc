@@ -251,8 +251,11 @@ Status NcclTransport::doProgress() { return asyncError("communicator error"); }
 void NcclTransport::doAbort() {
   if (aborted_) return;
   aborted_ = true;
-  // Unblocks every queued operation so the streams (and our sync) can finish.
-  for (Lane& l : lanes_) ncclCommAbort(l.comm);
+  // Unblocks every queued operation so the streams (and our sync) can finish. One thread per lane: an abort
+  // with work in flight takes a while, and the caller's error waits for all of them.
+  std::vector<std::thread> aborts;
+  for (Lane& l : lanes_) aborts.emplace_back([comm = l.comm] { ncclCommAbort(comm); });
+  for (std::thread& t : aborts) t.join();
   control_->markBroken();
 }
 
