@@ -245,7 +245,7 @@ int main(int argc, char** argv) {
     printf(
         "# ringguard bench_allreduce: np=%d dtype=%s slice=%zu slots=%d iters=%d warmup=%d memory=%s "
         "transport=%s\n",
-        size, dataTypeName(dtype), comm->options().sliceBytes, options.slots, iters, warmup,
+        size, dataTypeName(dtype), comm->options().sliceBytes, comm->options().slots, iters, warmup,
         device ? "device" : "host", comm->transportName());
     if (device && std::string(comm->transportName()) == "nccl") {
       printf("# peer (mpi columns): ncclAllReduce on the same device buffers\n");
@@ -311,8 +311,8 @@ int main(int argc, char** argv) {
       });
       BENCH_CUDA(cudaMemcpy(outMpi.data(), dOut, n, cudaMemcpyDeviceToHost));
 #if RINGGUARD_BENCH_NCCL
-      // The ring's transfers alone over ncclSend/ncclRecv: 2(n-1) steps, each sending a column (bytes / ranks)
-      // to the right and receiving one from the left into scratch, in groups of `piece` bytes; no
+      // The ring's transfers alone over ncclSend/ncclRecv: 2(n-1) steps, each sending a column (bytes /
+      // ranks) to the right and receiving one from the left into scratch, in groups of `piece` bytes; no
       // verification, no reduction. With whole columns: the ceiling of any ring on NCCL's point-to-point
       // operations; with the ring's slice size: the ceiling at that slice size (one group per slice).
       if (nccl && size > 1) {
@@ -329,8 +329,8 @@ int main(int argc, char** argv) {
                 const size_t len = std::min(piece, column - off);
                 const Lane& lane = lanes[g % numLanes];
                 ncclGroupStart();
-                ncclSend(static_cast<uint8_t*>(dIn) + from + off, len, ncclUint8, (rank + 1) % size, lane.comm,
-                         lane.stream);
+                ncclSend(static_cast<uint8_t*>(dIn) + from + off, len, ncclUint8, (rank + 1) % size,
+                         lane.comm, lane.stream);
                 ncclRecv(static_cast<uint8_t*>(scratch) + off, len, ncclUint8, (rank + size - 1) % size,
                          lane.comm, lane.stream);
                 ncclGroupEnd();
@@ -374,10 +374,11 @@ int main(int argc, char** argv) {
                tP2p * 1e6, double(n) / tP2p / 1e9 * busFactor, tMpi / tP2p);
       }
       if (tP2pSliced > 0) {
-        printf("%68s p2p ring in %zu-byte groups over %zu lane(s): %.1f us, busbw %.3f GB/s, "
-               "p2p_sliced_vs_nccl=%.3f\n",
-               "", comm->options().sliceBytes, lanes.size(), tP2pSliced * 1e6, double(n) / tP2pSliced / 1e9 * busFactor,
-               tMpi / tP2pSliced);
+        printf(
+            "%68s p2p ring in %zu-byte groups over %zu lane(s): %.1f us, busbw %.3f GB/s, "
+            "p2p_sliced_vs_nccl=%.3f\n",
+            "", comm->options().sliceBytes, lanes.size(), tP2pSliced * 1e6,
+            double(n) / tP2pSliced / 1e9 * busFactor, tMpi / tP2pSliced);
       }
     }
     lastP2p = tP2p > 0 ? tMpi / tP2p : 0;

@@ -153,8 +153,8 @@ Status parseFaultSchedule(const std::string& text, std::vector<FaultScheduleEntr
 }
 
 Status Options::validate() const {
-  if (slots < kMinSlots || slots > kMaxSlots) {
-    return invalidField("slots", std::to_string(slots), "must be in [2, 64]");
+  if (slots != 0 && (slots < kMinSlots || slots > kMaxSlots)) {
+    return invalidField("slots", std::to_string(slots), "must be in [2, 64] (0: the transport's default)");
   }
   if (maxRetries < 0 || maxRetries > kMaxRetries) {
     return invalidField("maxRetries", std::to_string(maxRetries), "must be in [0, 100]");
@@ -206,8 +206,9 @@ Status Options::fromLookup(const std::function<const char*(const char*)>& lookup
     o.sliceBytes = n;
   }
   if ((v = lookup("RINGGUARD_SLOTS")) != nullptr) {
-    if (!parseIntInRange(v, kMinSlots, kMaxSlots, &o.slots)) {
-      return badValue("RINGGUARD_SLOTS", v, intRangeText(kMinSlots, kMaxSlots));
+    if (!parseIntInRange(v, 0, kMaxSlots, &o.slots) || o.slots == 1) {
+      return badValue("RINGGUARD_SLOTS", v,
+                      intRangeText(kMinSlots, kMaxSlots) + " (0: the transport's default)");
     }
   }
   if ((v = lookup("RINGGUARD_MAX_RETRIES")) != nullptr) {

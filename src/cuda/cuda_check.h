@@ -64,8 +64,9 @@ inline const KernelSmLimit& kernelSmLimit() {
     errno = 0;
     const long n = std::strtol(v, &end, 10);
     if (end == v || *end != '\0' || errno != 0 || n < 0 || n > 100000) {
-      r.status = Status(StatusCode::kInvalidArgument, std::string("RINGGUARD_KERNEL_SMS=\"") + v +
-                                                          "\": expected an SM count in [0, 100000] (0: every SM)");
+      r.status =
+          Status(StatusCode::kInvalidArgument, std::string("RINGGUARD_KERNEL_SMS=\"") + v +
+                                                   "\": expected an SM count in [0, 100000] (0: every SM)");
     } else {
       r.sms = static_cast<int>(n);
     }

@@ -180,7 +180,8 @@ Status PinnedHostPool::abandon(void* ptr) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = live_.find(ptr);
   if (it == live_.end()) {
-    return Status(StatusCode::kInvalidArgument, "PinnedHostPool::abandon: pointer was not allocated by this pool");
+    return Status(StatusCode::kInvalidArgument,
+                  "PinnedHostPool::abandon: pointer was not allocated by this pool");
   }
   stats_.usedBytes -= it->second;
   live_.erase(it);

@@ -35,6 +35,7 @@ namespace {
 // Options::sliceBytes 0 is the transport's default.
 Options withTransportDefaults(Options o, const Transport& t) {
   if (o.sliceBytes == 0) o.sliceBytes = t.defaultSliceBytes();
+  if (o.slots == 0) o.slots = t.defaultSlots();
   return o;
 }
 }  // namespace

@@ -73,9 +73,8 @@ Status build(MPI_Comm comm, std::unique_ptr<Transport> host, const std::vector<u
                                                         " bytes, expected " + std::to_string(sizeof(id)));
       }
       std::memcpy(&id, ncclId->data(), sizeof(id));
-      RINGGUARD_RETURN_IF_ERROR(
-          NcclTransport::create(id, std::move(host), res->stream, options.timeout, device.ncclLanes,
-                                &transport));
+      RINGGUARD_RETURN_IF_ERROR(NcclTransport::create(id, std::move(host), res->stream, options.timeout,
+                                                      device.ncclLanes, &transport));
     } else {
       RINGGUARD_RETURN_IF_ERROR(
           NcclTransport::create(comm, res->stream, options.timeout, device.ncclLanes, &transport));

@@ -282,7 +282,8 @@ TEST_F(PoolTest, PinnedHostPoolAbandonedBlockStaysMappedAndIsNotReused) {
     ASSERT_STATUS_OK(pool.abandon(a));
     EXPECT_EQ(0u, pool.stats().usedBytes);
     EXPECT_EQ(0u, pool.stats().allocationCount);
-    EXPECT_EQ(StatusCode::kInvalidArgument, pool.free(a).code()) << "an abandoned block is no longer the pool's";
+    EXPECT_EQ(StatusCode::kInvalidArgument, pool.free(a).code())
+        << "an abandoned block is no longer the pool's";
     EXPECT_EQ(StatusCode::kInvalidArgument, pool.abandon(a).code());
     void* b = nullptr;
     ASSERT_STATUS_OK(pool.allocate(8192, &b));

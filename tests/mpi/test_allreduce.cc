@@ -76,6 +76,14 @@ TEST(Allreduce, DefaultSliceSizeIsTheTransports) {
   EXPECT_EQ(makeComm(explicitSize)->options().sliceBytes, 4096u);
 }
 
+TEST(Allreduce, DefaultSlotCountIsTheTransports) {
+  EXPECT_EQ(Options().slots, 0);
+  EXPECT_EQ(makeComm(Options())->options().slots, 2) << "the MPI transport's default: double buffering";
+  Options explicitSlots;
+  explicitSlots.slots = 5;
+  EXPECT_EQ(makeComm(explicitSlots)->options().slots, 5);
+}
+
 TEST(Allreduce, LargeBufferManySlices) {
   Options options;
   options.sliceBytes = 64 * 1024;

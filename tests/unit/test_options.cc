@@ -104,6 +104,7 @@ TEST_F(EnvTest, GoodValues) {
       {"RINGGUARD_SLICE_BYTES", "0", [](const Options& o) { EXPECT_EQ(o.sliceBytes, 0u); }},
       {"RINGGUARD_SLICE_BYTES", "1", [](const Options& o) { EXPECT_EQ(o.sliceBytes, 1u); }},
       {"RINGGUARD_SLICE_BYTES", "4194304", [](const Options& o) { EXPECT_EQ(o.sliceBytes, 4194304u); }},
+      {"RINGGUARD_SLOTS", "0", [](const Options& o) { EXPECT_EQ(o.slots, 0); }},
       {"RINGGUARD_SLOTS", "2", [](const Options& o) { EXPECT_EQ(o.slots, 2); }},
       {"RINGGUARD_SLOTS", "64", [](const Options& o) { EXPECT_EQ(o.slots, 64); }},
       {"RINGGUARD_MAX_RETRIES", "0", [](const Options& o) { EXPECT_EQ(o.maxRetries, 0); }},
@@ -296,6 +297,7 @@ TEST(OptionsValidateTest, Ranges) {
   EXPECT_TRUE(Options().validate().isOk());
   expectValidate([](Options& o) { o.sliceBytes = 0; }, true, "sliceBytes");  // the transport's default
   expectValidate([](Options& o) { o.sliceBytes = 1; }, true, "sliceBytes");
+  expectValidate([](Options& o) { o.slots = 0; }, true, "slots");  // the transport's default
   expectValidate([](Options& o) { o.slots = 1; }, false, "slots");
   expectValidate([](Options& o) { o.slots = 2; }, true, "slots");
   expectValidate([](Options& o) { o.slots = 64; }, true, "slots");

@@ -60,6 +60,8 @@ class Transport {
   virtual const char* name() const = 0;
   // The slice size a communicator uses when Options::sliceBytes is 0.
   virtual size_t defaultSliceBytes() const { return size_t(1) << 20; }
+  // The receive slots per link a communicator uses when Options::slots is 0.
+  virtual int defaultSlots() const { return 2; }
 
   // After a fatal error messages may still be in flight (unmatched fingerprints, error broadcasts).
   // A broken transport keeps its channels out of reuse, so those can never match a later communicator.

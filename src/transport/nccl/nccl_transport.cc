@@ -99,7 +99,8 @@ Status NcclTransport::create(const ncclUniqueId& id, std::unique_ptr<Transport> 
   }
   // The highest priority: NCCL's few blocks get SMs ahead of the executor's wide kernels.
   int leastPriority = 0, greatestPriority = 0;
-  if (cudaError_t err = cudaDeviceGetStreamPriorityRange(&leastPriority, &greatestPriority); err != cudaSuccess) {
+  if (cudaError_t err = cudaDeviceGetStreamPriorityRange(&leastPriority, &greatestPriority);
+      err != cudaSuccess) {
     return fail(cuda_detail::cudaErrorStatus(err, "cudaDeviceGetStreamPriorityRange", __FILE__, __LINE__));
   }
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -115,10 +116,11 @@ Status NcclTransport::create(const ncclUniqueId& id, std::unique_ptr<Transport> 
     }
     // Lane 0 from the unique id; the others split from it (collective over the same ranks, same order).
     const char* what = l == 0 ? "NCCL communicator initialisation" : "NCCL lane communicator split";
-    Status st = l == 0 ? ncclStatus(ncclCommInitRankConfig(&lane.comm, control->size(), id, control->rank(), &config),
-                                    "ncclCommInitRankConfig", __FILE__, __LINE__)
-                       : ncclStatus(ncclCommSplit(made[0].comm, 0, control->rank(), &lane.comm, &config),
-                                    "ncclCommSplit", __FILE__, __LINE__);
+    Status st =
+        l == 0 ? ncclStatus(ncclCommInitRankConfig(&lane.comm, control->size(), id, control->rank(), &config),
+                            "ncclCommInitRankConfig", __FILE__, __LINE__)
+               : ncclStatus(ncclCommSplit(made[0].comm, 0, control->rank(), &lane.comm, &config),
+                            "ncclCommSplit", __FILE__, __LINE__);
     // A non-blocking split reports its progress on the parent and sets the child when it is done.
     if (st.isOk() && l > 0) st = waitReady(made[0].comm, what, deadline, timeout, control->rank());
     if (st.isOk() && lane.comm == nullptr) {
@@ -131,8 +133,8 @@ Status NcclTransport::create(const ncclUniqueId& id, std::unique_ptr<Transport> 
   return Status::ok();
 }
 
-NcclTransport::NcclTransport(std::unique_ptr<Transport> control, std::vector<Lane> lanes, cudaStream_t compute,
-                             cudaEvent_t computeMark, std::chrono::milliseconds timeout)
+NcclTransport::NcclTransport(std::unique_ptr<Transport> control, std::vector<Lane> lanes,
+                             cudaStream_t compute, cudaEvent_t computeMark, std::chrono::milliseconds timeout)
     : Transport(control->rank(), control->size()),
       control_(std::move(control)),
       lanes_(std::move(lanes)),
@@ -171,7 +173,8 @@ void NcclTransport::closeComms() {
 
 Status NcclTransport::nextLane(std::vector<uint64_t>& posted, int peer, Channel channel, Lane** lane) {
   if (peer < 0 || peer >= size()) {
-    return Status(StatusCode::kInvalidArgument, "NcclTransport: peer " + std::to_string(peer) + " out of range");
+    return Status(StatusCode::kInvalidArgument,
+                  "NcclTransport: peer " + std::to_string(peer) + " out of range");
   }
   uint64_t& count = posted[2 * size_t(peer) + (channel == Channel::kPayload ? 0 : 1)];
   Lane& l = lanes_[count++ % lanes_.size()];

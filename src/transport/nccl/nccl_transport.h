@@ -40,9 +40,11 @@ class NcclTransport final : public Transport {
   static constexpr int kMaxLanes = 8;
   ~NcclTransport() override;
   const char* name() const override { return "nccl"; }
-  // Each slice costs an NCCL group launch (tens of microseconds on the host for a non-blocking
-  // communicator) and a few kernels: small slices leave the link idle (docs/PERFORMANCE.md, NCCL sweep).
-  size_t defaultSliceBytes() const override { return size_t(64) << 20; }
+  // Each slice costs an NCCL group (tens of microseconds on the GPU and, for a non-blocking communicator,
+  // on the host): large slices, and four in flight so a lane always has the next transfer queued while
+  // the executor verifies and reduces (docs/PERFORMANCE.md, "NCCL slices, slots and lanes").
+  size_t defaultSliceBytes() const override { return size_t(128) << 20; }
+  int defaultSlots() const override { return 4; }
 
  protected:
   Status doPostSend(int peer, Channel channel, const void* data, size_t bytes,

@@ -91,8 +91,9 @@ class StagedTransport::Op final : public TransportOp {
       event_ = nullptr;
     }
     if (staging_ && sendInFlight) {
-      logger()->warn("staged send of {} bytes to rank {} cancelled in flight: its pinned staging buffer is leaked",
-                     bytes_, peer_);
+      logger()->warn(
+          "staged send of {} bytes to rank {} cancelled in flight: its pinned staging buffer is leaked",
+          bytes_, peer_);
       (void)t_->pinned_->abandon(staging_);
     } else if (staging_) {
       (void)t_->pinned_->free(staging_);
