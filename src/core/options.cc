@@ -191,6 +191,15 @@ Status Options::validate() const {
   return Status::ok();
 }
 
+Status parseKernelSms(const char* text, int* sms) {
+  constexpr int kMaxSms = 100000;
+  if (text == nullptr || !parseIntInRange(text, 0, kMaxSms, sms)) {
+    return badValue("RINGGUARD_KERNEL_SMS", text == nullptr ? "" : text,
+                    intRangeText(0, kMaxSms) + " (an SM count; 0: every SM)");
+  }
+  return Status::ok();
+}
+
 Status Options::fromEnv(Options* out) { return fromLookup(envLookup, out); }
 
 Status Options::fromLookup(const std::function<const char*(const char*)>& lookup, Options* out) {

@@ -4,13 +4,12 @@
 // per-device launch-size cache the persistent kernels share (capped by RINGGUARD_KERNEL_SMS).
 #include <cuda_runtime_api.h>
 
-#include <cerrno>
-#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <utility>
 
 #include "ringguard/core/env.h"
+#include "ringguard/core/options.h"
 #include "ringguard/core/status.h"
 
 namespace ringguard {
@@ -58,18 +57,7 @@ struct KernelSmLimit {
 inline const KernelSmLimit& kernelSmLimit() {
   static const KernelSmLimit parsed = [] {
     KernelSmLimit r;
-    const char* v = envLookup("RINGGUARD_KERNEL_SMS");
-    if (v == nullptr) return r;
-    char* end = nullptr;
-    errno = 0;
-    const long n = std::strtol(v, &end, 10);
-    if (end == v || *end != '\0' || errno != 0 || n < 0 || n > 100000) {
-      r.status =
-          Status(StatusCode::kInvalidArgument, std::string("RINGGUARD_KERNEL_SMS=\"") + v +
-                                                   "\": expected an SM count in [0, 100000] (0: every SM)");
-    } else {
-      r.sms = static_cast<int>(n);
-    }
+    if (const char* v = envLookup("RINGGUARD_KERNEL_SMS")) r.status = parseKernelSms(v, &r.sms);
     return r;
   }();
   return parsed;

@@ -335,6 +335,23 @@ TEST(OptionsValidateTest, Ranges) {
   expectValidate([](Options& o) { o.fault.schedule = {{0, 1, 2, 3}}; }, true, "schedule");
 }
 
+TEST(KernelSmsTest, AnSmCountOrZero) {
+  int sms = -1;
+  ASSERT_TRUE(parseKernelSms("0", &sms).isOk());
+  EXPECT_EQ(sms, 0);
+  ASSERT_TRUE(parseKernelSms("66", &sms).isOk());
+  EXPECT_EQ(sms, 66);
+  ASSERT_TRUE(parseKernelSms("100000", &sms).isOk());
+  EXPECT_EQ(sms, 100000);
+  for (const char* bad : {"", "-1", "100001", "6.5", "half", "66 "}) {
+    Status st = parseKernelSms(bad, &sms);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << "'" << bad << "'";
+    EXPECT_NE(st.message().find("RINGGUARD_KERNEL_SMS='" + std::string(bad) + "'"), std::string::npos)
+        << st.message();
+  }
+  EXPECT_EQ(parseKernelSms(nullptr, &sms).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(EnvRegistryTest, NamesAreUniqueAndDocumented) {
   const std::string md = envMarkdown();
   std::map<std::string, int> seen;

@@ -72,6 +72,10 @@ struct Options {
   Status validate() const;
 };
 
+// RINGGUARD_KERNEL_SMS's value: an SM count in [0, 100000], 0 meaning every SM. Process-wide (the CUDA
+// layer reads it once), so not an Options field. kInvalidArgument naming the variable otherwise.
+Status parseKernelSms(const char* text, int* sms);
+
 // Parses "c:s:k:r[,c:s:k:r...]" (collective:step:slice:rank) into entries.
 Status parseFaultSchedule(const std::string& text, std::vector<FaultScheduleEntry>* out);
 
