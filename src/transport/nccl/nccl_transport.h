@@ -13,7 +13,7 @@
 // one after the other, each ramping up and draining), so consecutive slices to a peer go round-robin over
 // `lanes` communicators (split from the first), each with a stream of its own, and their groups overlap.
 // The k-th op to a peer on a channel takes lane k % lanes on both sides, so sends and receives still match
-// in posting order, as on one communicator (docs/PERFORMANCE.md, "NCCL lanes").
+// in posting order, as on one communicator (docs/GPU.md, "Lanes over NCCL").
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -42,7 +42,7 @@ class NcclTransport final : public Transport {
   const char* name() const override { return "nccl"; }
   // Each slice costs an NCCL group (tens of microseconds on the GPU and, for a non-blocking communicator,
   // on the host): large slices, and four in flight so a lane always has the next transfer queued while
-  // the executor verifies and reduces (docs/PERFORMANCE.md, "NCCL slices, slots and lanes").
+  // the executor verifies and reduces (docs/PERFORMANCE.md, "Fourth session").
   size_t defaultSliceBytes() const override { return size_t(128) << 20; }
   int defaultSlots() const override { return 4; }
 
