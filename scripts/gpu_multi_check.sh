@@ -34,15 +34,14 @@ step bench_nccl_ring env NCCL_ALGO=Ring mpirun "${mpirun_args[@]}" -x NCCL_ALGO 
 step bench_nccl_faults env RINGGUARD_FAULT_PROB=0.001 mpirun "${mpirun_args[@]}" -x RINGGUARD_FAULT_PROB \
   "$build_dir/bench/bench_allreduce" -D -b 256M -e 4G -f 4 -n 20 -w 2
 # Variants at the sizes of the goal: each is a name and RINGGUARD_* / NCCL_* settings (VARIANTS overrides,
-# one per line). Slice size, the SMs our kernels may fill, and the NCCL lanes.
-variants="${VARIANTS:-s32M RINGGUARD_SLICE_BYTES=33554432
-s128M RINGGUARD_SLICE_BYTES=134217728
-sms33 RINGGUARD_KERNEL_SMS=33
-sms66 RINGGUARD_KERNEL_SMS=66
-sms33_s128M RINGGUARD_KERNEL_SMS=33 RINGGUARD_SLICE_BYTES=134217728
-lanes1 RINGGUARD_NCCL_LANES=1
+# one per line) against the defaults (128 MiB slices, 4 slots, 4 NCCL lanes, every SM): slice size, slots,
+# lanes, the SMs our kernels may fill, and the pre-lanes configuration as the baseline.
+variants="${VARIANTS:-s64M RINGGUARD_SLICE_BYTES=67108864
+s256M RINGGUARD_SLICE_BYTES=268435456
+slots8 RINGGUARD_SLOTS=8
 lanes2 RINGGUARD_NCCL_LANES=2
-lanes8 RINGGUARD_NCCL_LANES=8}"
+sms66 RINGGUARD_KERNEL_SMS=66
+before_lanes RINGGUARD_NCCL_LANES=1 RINGGUARD_SLOTS=2 RINGGUARD_SLICE_BYTES=67108864}"
 while read -r name settings; do
   [[ -n "$name" ]] || continue
   exports=()
