@@ -26,7 +26,7 @@ mpirun_args=(--oversubscribe --bind-to none --timeout 150 -np "$np")
 step ring_nccl mpirun "${mpirun_args[@]}" "$build_dir/tests/gpu/ringguard_gpu_ring_tests" --gtest_filter=-*Stalled*
 step ring_nccl_stall mpirun "${mpirun_args[@]/150/60}" "$build_dir/tests/gpu/ringguard_gpu_ring_tests" \
   --gtest_filter=*Stalled*
-# Default slice size (the NCCL transport's: 64 MiB), 1 KiB to 4 GiB, NCCL's default algorithm and Ring.
+# The defaults (the NCCL transport's: 128 MiB slices, 4 slots, 4 lanes), 1 KiB to 4 GiB, NCCL's default algorithm and Ring.
 step bench_nccl_default mpirun "${mpirun_args[@]}" "$build_dir/bench/bench_allreduce" -D -b 1K -e 4G -f 4 -n 5 -w 2
 step bench_nccl_ring env NCCL_ALGO=Ring mpirun "${mpirun_args[@]}" -x NCCL_ALGO "$build_dir/bench/bench_allreduce" \
   -D -b 1K -e 4G -f 4 -n 5 -w 2
