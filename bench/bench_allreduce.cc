@@ -154,10 +154,11 @@ int main(int argc, char** argv) {
   app.add_option("-c,--check", check, "1: check both results against each other at every size");
   app.add_option("-d,--datatype", dtypeName, "f32, f64, i32, i64 or u8");
   app.add_option("-s,--slice-bytes", sliceBytes, "ringguard slice size (default: RINGGUARD_SLICE_BYTES)");
-  int p2pLanes = 1;
+  int p2pLanes = 0;
   app.add_option("--p2p-lanes", p2pLanes,
-                 "NCCL communicators (each on its own stream) the sliced p2p ceiling spreads its groups over")
-      ->check(CLI::Range(1, 8));
+                 "NCCL communicators (each on its own stream) the sliced p2p ceiling spreads its groups over "
+                 "(0: as many as the transport's lanes, RINGGUARD_NCCL_LANES)")
+      ->check(CLI::Range(0, 8));
   bool device = false;
   app.add_flag("-D,--device", device,
                "device buffers (CUDA builds): against copy to host + MPI_Allreduce + copy back");
@@ -215,6 +216,7 @@ int main(int argc, char** argv) {
       }
       // Lanes of the sliced p2p ceiling: lane 0 is (nccl, stream); each other one a communicator and stream.
       lanes.push_back({nccl, stream});
+      if (p2pLanes == 0) p2pLanes = dopt.ncclLanes;
       for (int l = 1; l < p2pLanes; ++l) {
         Lane lane;
         if (rank == 0) ncclGetUniqueId(&id);
