@@ -32,7 +32,7 @@ void Work::complete(Status status) {
 }
 
 namespace {
-// Options::sliceBytes 0 is the transport's default.
+// Options::sliceBytes and Options::slots 0 are the transport's defaults.
 Options withTransportDefaults(Options o, const Transport& t) {
   if (o.sliceBytes == 0) o.sliceBytes = t.defaultSliceBytes();
   if (o.slots == 0) o.slots = t.defaultSlots();

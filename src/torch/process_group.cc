@@ -209,13 +209,14 @@ bool ProcessGroupRingguard::useNccl(int kind, int device) {
 }
 #endif
 
-// RINGGUARD_CPU_TRANSPORT: auto takes MPI when mpirun started us (its environment is there) and the build
-// has MPI.
+// A RINGGUARD_* setting: this group's pg_options first, then the environment (nullptr: unset).
 const char* ProcessGroupRingguard::option(const char* name) const {
   auto it = optionMap_.find(name);
   return it != optionMap_.end() ? it->second.c_str() : envLookup(name);
 }
 
+// RINGGUARD_CPU_TRANSPORT: auto takes MPI when mpirun started us (its environment is there) and the build
+// has MPI.
 bool ProcessGroupRingguard::useMpi() {
   const char* v = option("RINGGUARD_CPU_TRANSPORT");
   const std::string kind = v ? v : "auto";
