@@ -131,7 +131,8 @@ if [[ $built -eq 1 ]]; then
   fi
 
   # The verified ring on device memory: compute-sanitizer over a 2-rank staged run (small sizes), then
-  # bench_allreduce -D with 2, 3 and 4 ranks sharing the GPU against copy + MPI_Allreduce + copy back.
+  # bench_allreduce -D with 2, 3 and 4 ranks sharing the GPU (the staged defaults: 4 MiB slices, 4 slots)
+  # against copy + MPI_Allreduce + copy back.
   ring_bin="$build_dir/tests/gpu/ringguard_gpu_ring_tests"
   allreduce_bin="$build_dir/bench/bench_allreduce"
   mpirun_args=(--oversubscribe --bind-to none --timeout 600)
@@ -145,9 +146,10 @@ if [[ $built -eq 1 ]]; then
       run_step "bench_staged_np$np" env RINGGUARD_DEVICE_TRANSPORT=staged timeout 300 mpirun "${mpirun_args[@]}" \
         -np "$np" "$allreduce_bin" -D -b 1M -e 256M -f 4 -n 5 -w 2
     done
+    # The earlier defaults (1 MiB slices, 2 slots), for comparison with the staged transport's own.
     for np in 2 4; do
-      run_step "bench_staged_np${np}_s4M_w4" env RINGGUARD_DEVICE_TRANSPORT=staged RINGGUARD_SLOTS=4 timeout 300 \
-        mpirun "${mpirun_args[@]}" -np "$np" "$allreduce_bin" -D -b 16M -e 256M -f 4 -n 5 -w 2 -s 4194304
+      run_step "bench_staged_np${np}_s1M_w2" env RINGGUARD_DEVICE_TRANSPORT=staged RINGGUARD_SLOTS=2 timeout 300 \
+        mpirun "${mpirun_args[@]}" -np "$np" "$allreduce_bin" -D -b 16M -e 256M -f 4 -n 5 -w 2 -s 1048576
     done
     run_step bench_host_np2 timeout 300 mpirun "${mpirun_args[@]}" -np 2 "$allreduce_bin" -b 1M -e 64M -f 4 -n 10 -w 3
   fi
