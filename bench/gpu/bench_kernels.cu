@@ -10,9 +10,17 @@
 //   nanscan_vs_copy = (B / t_nanscan) / (2B / t_copy)        (fp32)
 //
 // i.e. the fraction of the copy's total DRAM throughput the checker sustains while reading. The goals are
-// crc_vs_copy >= 0.80 and nanscan_vs_copy >= 0.90. Times are medians of --iters runs timed with CUDA
-// events after --warmup runs. The last line is `summary: crc_vs_copy=<r> nanscan_vs_copy=<r>` for the
-// largest size.
+// crc_vs_copy >= 0.80 and nanscan_vs_copy >= 0.90.
+//
+// The apply of a forwarded slice (f32 sum of a slot and an accumulator, verified against a sealed trailer,
+// then the CRC of the result for the next hop; out of place, so that every run sums the same values) is
+// timed three ways: reduce alone (reduceDevice: no verify,
+// no CRC, the floor), two passes (verifyApplyDevice then crc32Device of dst) and fused
+// (verifyApplyCrcDevice). It moves 3B bytes (slot and accumulator in, accumulator out);
+// fused_vs_two_pass = t_two_pass / t_fused.
+//
+// Times are medians of --iters runs timed with CUDA events after --warmup runs. The last line is
+// `summary: crc_vs_copy=<r> nanscan_vs_copy=<r> fused_vs_two_pass=<r>` for the largest size.
 #include <cuda_runtime.h>
 
 #include <CLI/CLI.hpp>
@@ -27,6 +35,7 @@
 #include "ringguard/core/crc32.h"
 #include "ringguard/cuda/kernels.h"
 #include "ringguard/cuda/memory_pool.h"
+#include "ringguard/cuda/verify_reduce.h"
 
 namespace {
 
@@ -154,21 +163,32 @@ int main(int argc, char** argv) {
   void* dst = nullptr;
   void* scratch = nullptr;
   void* out = nullptr;
+  void* acc = nullptr;  // the accumulator of the apply
   const size_t scratchBytes = ringguard::crc32DeviceScratchBytes(largest);
   CHECK_OK(pool->allocate(padded, stream, &src));
   CHECK_OK(pool->allocate(padded, stream, &dst));
+  CHECK_OK(pool->allocate(padded, stream, &acc));
   CHECK_OK(pool->allocate(std::max<size_t>(scratchBytes, 4), stream, &scratch));
-  CHECK_OK(pool->allocate(sizeof(ringguard::NanScanResult) + 16, stream, &out));
+  CHECK_OK(pool->allocate(sizeof(ringguard::NanScanResult) + 16 + 64, stream, &out));
   fillFinite<<<1024, 256, 0, stream>>>(static_cast<uint32_t*>(src), padded / 4, 12345u);
+  CHECK_CUDA(cudaGetLastError());
+  fillFinite<<<1024, 256, 0, stream>>>(static_cast<uint32_t*>(acc), padded / 4, 777u);
   CHECK_CUDA(cudaGetLastError());
   auto* crcOut = static_cast<uint32_t*>(out);
   auto* scanOut = reinterpret_cast<ringguard::NanScanResult*>(static_cast<char*>(out) + 16);
+  // The apply's device words: the slot's trailer, its payload CRC, the verdict, the CRC of the result.
+  auto* trailer = reinterpret_cast<ringguard::Trailer*>(static_cast<char*>(out) + 16 + 16);
+  auto* applyWords = reinterpret_cast<uint32_t*>(static_cast<char*>(out) + 16 + 16 + 48);
+  uint32_t* payloadCrc = applyWords;
+  uint32_t* verdict = applyWords + 1;
+  uint32_t* accCrc = applyWords + 2;
   char* data = static_cast<char*>(src) + offset;
   // The scan needs element alignment: an --offset that is not a multiple of 4 is rounded down for it.
   char* scanData = static_cast<char*>(src) + (offset & ~size_t(3));
 
   double crcRatio = 0;
   double scanRatio = 0;
+  double fusedRatio = 0;
   for (size_t bytes : sizes) {
     const size_t crcScratch = ringguard::crc32DeviceScratchBytes(bytes);
     const double copyMs = medianMs(stream, warmup, iters, [&] {
@@ -203,6 +223,42 @@ int main(int argc, char** argv) {
                   torchMs / f32Ms);
     }
 
+    // The apply of a forwarded slice: the slot is `data` (f32, element aligned), sealed on the device.
+    const size_t count = bytes / 4;
+    const ringguard::SliceId id{1, 0, 0, 0, static_cast<uint32_t>(count * 4), 0};
+    CHECK_OK(ringguard::crc32Device(scanData, count * 4, payloadCrc, scratch, crcScratch, stream));
+    CHECK_OK(ringguard::sealTrailerDevice(id, payloadCrc, nullptr, trailer, stream));
+    char* accData = static_cast<char*>(acc) + (offset & ~size_t(3));
+    char* sumData = static_cast<char*>(dst) + (offset & ~size_t(3));
+    ringguard::DeviceApply apply;
+    apply.slotTrailer = trailer;
+    apply.payloadCrc = payloadCrc;
+    apply.expected = id;
+    apply.verdictWord = verdict;
+    apply.dst = sumData;
+    apply.local = accData;
+    apply.slot = scanData;
+    apply.count = count;
+    apply.nranks = 2;
+    const double reduceMs = medianMs(stream, warmup, iters, [&] {
+      CHECK_OK(ringguard::reduceDevice(ringguard::DataType::kFloat32, ringguard::ReduceOp::kSum, sumData,
+                                       accData, scanData, count, false, 2, stream));
+    });
+    const double twoPassMs = medianMs(stream, warmup, iters, [&] {
+      CHECK_OK(ringguard::verifyApplyDevice(apply, stream));
+      CHECK_OK(ringguard::crc32Device(sumData, count * 4, accCrc, scratch, crcScratch, stream));
+    });
+    const double fusedMs = medianMs(stream, warmup, iters, [&] {
+      CHECK_OK(ringguard::verifyApplyCrcDevice(apply, accCrc, scratch, crcScratch, stream));
+    });
+    fusedRatio = twoPassMs / fusedMs;
+    std::printf("  %-14s %9.4f ms  %6.3f TB/s read+write\n", "reduce f32", reduceMs, tbps(3.0 * count * 4, reduceMs));
+    std::printf("  %-14s %9.4f ms  %6.3f TB/s read+write (verify + reduce, then crc32 of the result)\n",
+                "apply 2-pass", twoPassMs, tbps(3.0 * count * 4, twoPassMs));
+    std::printf("  %-14s %9.4f ms  %6.3f TB/s read+write   fused_vs_two_pass=%.3f fused_vs_reduce=%.3f%s\n",
+                "apply fused", fusedMs, tbps(3.0 * count * 4, fusedMs), fusedRatio, reduceMs / fusedMs,
+                ringguard::verifyApplyCrcFuses(apply) ? "" : " (NOT fused: unequal alignment)");
+
     // The device results are checked too, so a fast but wrong kernel cannot pass unnoticed.
     ringguard::NanScanResult scan{};
     uint32_t crc = 0;
@@ -214,22 +270,37 @@ int main(int argc, char** argv) {
                   scan.firstIndex);
       return 1;
     }
+    uint32_t applied = 0, resultCrc = 0;
+    CHECK_CUDA(cudaMemcpyAsync(&applied, verdict, sizeof(applied), cudaMemcpyDeviceToHost, stream));
+    CHECK_CUDA(cudaMemcpyAsync(&resultCrc, accCrc, sizeof(resultCrc), cudaMemcpyDeviceToHost, stream));
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    if (applied != static_cast<uint32_t>(ringguard::SliceCheck::kOk)) {
+      std::printf("  apply check: FAILED (verdict %u on an intact slot)\n", applied);
+      return 1;
+    }
     if (!noVerify) {
       std::vector<unsigned char> host(bytes);
       CHECK_CUDA(cudaMemcpy(host.data(), data, bytes, cudaMemcpyDeviceToHost));
       const uint32_t want = ringguard::crc32(host.data(), bytes);
       std::printf("  crc check: %s (device %08x, host %08x)\n", want == crc ? "ok" : "FAILED", crc, want);
       if (want != crc) return 1;
+      CHECK_CUDA(cudaMemcpy(host.data(), sumData, count * 4, cudaMemcpyDeviceToHost));
+      const uint32_t wantAcc = ringguard::crc32(host.data(), count * 4);
+      std::printf("  fused crc check: %s (device %08x, host %08x)\n", wantAcc == resultCrc ? "ok" : "FAILED",
+                  resultCrc, wantAcc);
+      if (wantAcc != resultCrc) return 1;
     }
   }
 
   CHECK_OK(pool->free(src, stream));
   CHECK_OK(pool->free(dst, stream));
+  CHECK_OK(pool->free(acc, stream));
   CHECK_OK(pool->free(scratch, stream));
   CHECK_OK(pool->free(out, stream));
   CHECK_CUDA(cudaStreamSynchronize(stream));
   CHECK_CUDA(cudaStreamDestroy(stream));
   pool.reset();
-  std::printf("\nsummary: crc_vs_copy=%.3f nanscan_vs_copy=%.3f\n", crcRatio, scanRatio);
+  std::printf("\nsummary: crc_vs_copy=%.3f nanscan_vs_copy=%.3f fused_vs_two_pass=%.3f\n", crcRatio, scanRatio,
+              fusedRatio);
   return 0;
 }

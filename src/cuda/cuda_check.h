@@ -56,9 +56,10 @@ struct KernelSmLimit {
 };
 inline const KernelSmLimit& kernelSmLimit() {
   static const KernelSmLimit parsed = [] {
-    KernelSmLimit r;
-    if (const char* v = envLookup("RINGGUARD_KERNEL_SMS")) r.status = parseKernelSms(v, &r.sms);
-    return r;
+    int sms = 0;
+    const char* v = envLookup("RINGGUARD_KERNEL_SMS");
+    Status status = v != nullptr ? parseKernelSms(v, &sms) : Status::ok();  // no assignment: nvcc warns
+    return KernelSmLimit{sms, std::move(status)};                           // on a discarded Status&
   }();
   return parsed;
 }

@@ -330,12 +330,12 @@ Status DeviceExecutor::verifyAndApply(const ApplyTask& task, int index, size_t i
   a.reduce = task.reduce;
   a.finalStep = task.finalStep;
   a.nranks = task.nranks;
-  RINGGUARD_RETURN_IF_ERROR(verifyApplyDevice(a, stream_));
-  // (c) the outgoing trailer: CRC of what dst really holds now, poisoned unless the slice was applied.
-  // (For an applied all-gather copy that CRC is the verified incoming one; skipping the second pass would
-  // need a device-side branch around the CRC launch: left as an optimisation.)
-  if (task.forwarded) {
-    RINGGUARD_RETURN_IF_ERROR(crc32Device(task.dst, bytes, &w->dstCrc, scratch, workScratchBytes_, stream_));
+  if (!task.forwarded) {
+    RINGGUARD_RETURN_IF_ERROR(verifyApplyDevice(a, stream_));
+  } else {
+    // (c) with the CRC of what dst really holds afterwards, in the same pass where the pointers allow, and
+    // the outgoing trailer: that CRC, poisoned unless the slice was applied.
+    RINGGUARD_RETURN_IF_ERROR(verifyApplyCrcDevice(a, &w->dstCrc, scratch, workScratchBytes_, stream_));
     RINGGUARD_RETURN_IF_ERROR(
         sealTrailerDevice(task.next, &w->dstCrc, &w->verdict, trailers_ + nextItem, stream_));
   }

@@ -11,6 +11,11 @@
 //    before dst's first vector boundary (head) and after the last whole vector (tail), fewer than one
 //    vector each, are done by the first threads of the grid. kUnroll vectors per operand are in flight
 //    per thread.
+//  * verifyApplyCrcKernel<Op>: the same verify and apply, fused with the CRC-32 of what dst holds afterwards
+//    (the segment loop of crc32_segments.cuh, one 1024-thread block per SM): each 16-byte piece of the
+//    result is checksummed in registers as it is stored, so a forwarded slice needs no second read. It
+//    needs dst, local and slot equally aligned modulo 16; verifyApplyCrcDevice falls back to the two
+//    kernels otherwise. A block whose verdict is not kOk writes nothing and checksums dst as it is.
 //  * sealTrailerKernel / retagTrailerKernel: makeTrailer and sealTrailer on one thread, the trailer CRC
 //    with slicing-by-4 tables built at compile time from crc32TableEntry (constant memory).
 //
@@ -33,8 +38,10 @@
 #include <string>
 #include <type_traits>
 
+#include "crc32_segments.cuh"
 #include "cuda_check.h"
 #include "ringguard/core/crc32_combine.h"
+#include "ringguard/cuda/kernels.h"
 #include "ringguard/cuda/verify_reduce.h"
 
 namespace ringguard {
@@ -46,6 +53,12 @@ constexpr int kApplyMinBlocks = 4;
 constexpr int kTrailerThreads = 32;
 constexpr int kUnroll = 4;  // vectors per operand in flight per thread
 constexpr int kMaxVectorBytes = 16;
+constexpr int kFusedThreads = 1024;  // verifyApplyCrcKernel: the CRC segment geometry
+constexpr int kFusedMinBlocks = 1;   // 128 KiB of CRC tables in shared memory: one block per SM
+constexpr int kFusedBatch = 2;       // pieces (16 bytes of each operand) in flight per thread
+
+static_assert(kFusedThreads == crc_segments::kThreads, "the fused kernel runs the CRC segment loop");
+static_assert(kMaxVectorBytes == int(crc_segments::kPieceBytes), "a fused piece is one 16-byte vector");
 
 static_assert(2 * kMaxVectorBytes <= kApplyThreads, "block 0 covers head and tail, one element per thread");
 
@@ -461,18 +474,36 @@ __host__ __device__ inline void applyScalars(const ApplyParams& p, uint64_t tid,
   }
 }
 
-// V-byte vectors (V > element size), grid-stride, kUnroll per operand in flight; head and tail by the
-// first threads of the grid.
+// One vector of the result: element-wise local op slot (the slot itself for a copy).
 template <typename Op, int V>
-__host__ __device__ inline void applyVectors(const ApplyParams& p, uint64_t tid, uint64_t nthreads) {
+__host__ __device__ inline Words<V> combineWords(const Words<V>& x, Words<V> y, int nranks) {
   using E = typename Op::Elem;
-  constexpr int N = V / int(sizeof(E));
-  const uint64_t tailBegin = p.head + p.vectors * N;
+  if constexpr (Op::kReadsLocal) {
+    RINGGUARD_UNROLL
+    for (int k = 0; k < V / int(sizeof(E)); ++k) {
+      setElement<E, V>(y, k, Op::element(getElement<E, V>(x, k), getElement<E, V>(y, k), nranks));
+    }
+  }
+  return y;
+}
+
+// Elements [0, head) and the tail after the last whole vector, by global threads tid < head + tail.
+template <typename Op>
+__host__ __device__ inline void applyHeadTail(const ApplyParams& p, uint64_t tid) {
+  const uint64_t tailBegin = p.head + p.vectors * (uint64_t(p.vecBytes) / sizeof(typename Op::Elem));
   if (tid < p.head) {
     applyElement<Op>(p, tid);
   } else if (tid - p.head < p.count - tailBegin) {
     applyElement<Op>(p, tailBegin + (tid - p.head));
   }
+}
+
+// V-byte vectors (V > element size), grid-stride, kUnroll per operand in flight; head and tail by the
+// first threads of the grid.
+template <typename Op, int V>
+__host__ __device__ inline void applyVectors(const ApplyParams& p, uint64_t tid, uint64_t nthreads) {
+  using E = typename Op::Elem;
+  applyHeadTail<Op>(p, tid);
 
   void* d = static_cast<E*>(p.dst) + p.head;
   const void* l = Op::kReadsLocal ? static_cast<const E*>(p.local) + p.head : nullptr;
@@ -491,16 +522,7 @@ __host__ __device__ inline void applyVectors(const ApplyParams& p, uint64_t tid,
     RINGGUARD_UNROLL
     for (int u = 0; u < kUnroll; ++u) {
       const uint64_t j = i + u * nthreads;
-      if (j < p.vectors) {
-        if constexpr (Op::kReadsLocal) {
-          RINGGUARD_UNROLL
-          for (int k = 0; k < N; ++k) {
-            setElement<E, V>(y[u], k,
-                             Op::element(getElement<E, V>(x[u], k), getElement<E, V>(y[u], k), p.nranks));
-          }
-        }
-        storeWords<V>(d, j, y[u]);
-      }
+      if (j < p.vectors) storeWords<V>(d, j, combineWords<Op, V>(x[u], y[u], p.nranks));
     }
   }
 }
@@ -632,26 +654,91 @@ struct ApplyKernelArgs {
   ApplyParams p;
 };
 
+// Thread 0 of every block: the verdict of the slot (kOk without a trailer: reduceDevice), published by
+// block 0; *applies is whether the block may touch dst.
+__device__ inline void blockVerdict(const ApplyKernelArgs& a, int* applies) {
+  SliceCheck verdict = SliceCheck::kOk;
+  if (a.trailer != nullptr) {
+    const Trailer t = *a.trailer;
+    verdict = checkSliceHD(t, a.expected, *a.payloadCrc);
+  }
+  *applies = verdict == SliceCheck::kOk;
+  if (blockIdx.x == 0) {
+    if (a.verdictByte != nullptr) *a.verdictByte = static_cast<uint8_t>(verdict);
+    if (a.verdictWord != nullptr) *a.verdictWord = static_cast<uint32_t>(verdict);
+  }
+}
+
 template <typename Op>
 __global__ void __launch_bounds__(kApplyThreads, kApplyMinBlocks)
     verifyApplyKernel(const __grid_constant__ ApplyKernelArgs a) {
   __shared__ int applies;
-  if (threadIdx.x == 0) {
-    SliceCheck verdict = SliceCheck::kOk;
-    if (a.trailer != nullptr) {
-      const Trailer t = *a.trailer;
-      verdict = checkSliceHD(t, a.expected, *a.payloadCrc);
-    }
-    applies = verdict == SliceCheck::kOk;
-    if (blockIdx.x == 0) {
-      if (a.verdictByte != nullptr) *a.verdictByte = static_cast<uint8_t>(verdict);
-      if (a.verdictWord != nullptr) *a.verdictWord = static_cast<uint32_t>(verdict);
-    }
-  }
+  if (threadIdx.x == 0) blockVerdict(a, &applies);
   __syncthreads();
   if (!applies) return;
   const uint64_t nthreads = static_cast<uint64_t>(gridDim.x) * kApplyThreads;
   applyShare<Op>(a.p, static_cast<uint64_t>(blockIdx.x) * kApplyThreads + threadIdx.x, nthreads);
+}
+
+// The fused kernel's arguments: the apply (p.vecBytes == 16: the vectors are the CRC pieces of dst) and
+// the segment plan of dst.
+struct FusedKernelArgs {
+  ApplyKernelArgs apply;
+  uint64_t segmentPieces;
+  uint32_t* partials;  // the segment CRCs
+};
+
+// The crcSegments Source of the fused kernel: piece j is vector j of the apply, computed and stored by the
+// thread that checksums it. When the verdict is not kOk nothing is stored and the piece is dst's own bytes
+// (the loads of slot and local issued before the verdict was known are dropped).
+template <typename Op>
+struct ApplySource {
+  struct Loaded {
+    Words<16> x, y;  // local, slot
+  };
+  const ApplyKernelArgs& a;
+  uint4* dst;
+  const uint4* local;
+  const uint4* slot;
+  int* sharedApplies;
+  bool applies = false;
+
+  __device__ ApplySource(const ApplyKernelArgs& args, int* shared)
+      : a(args),
+        dst(reinterpret_cast<uint4*>(static_cast<typename Op::Elem*>(args.p.dst) + args.p.head)),
+        local(reinterpret_cast<const uint4*>(static_cast<const typename Op::Elem*>(args.p.local) + args.p.head)),
+        slot(reinterpret_cast<const uint4*>(static_cast<const typename Op::Elem*>(args.p.slot) + args.p.head)),
+        sharedApplies(shared) {}
+
+  __device__ Loaded load(uint64_t j) const {
+    Loaded v;
+    const uint4 y = crc_segments::loadStreaming(slot + j);  // slot: read-only for the kernel
+    v.y = Words<16>{{y.x, y.y, y.z, y.w}};
+    if constexpr (Op::kReadsLocal) v.x = loadWords<16>(local, j);  // may alias dst: a coherent load
+    return v;
+  }
+  __device__ void prologue() {
+    if (threadIdx.x == 0) blockVerdict(a, sharedApplies);
+  }
+  __device__ void afterBarrier() {
+    applies = *sharedApplies != 0;
+    if (applies && blockIdx.x == 0) applyHeadTail<Op>(a.p, threadIdx.x);  // before the merge reads them
+  }
+  __device__ uint4 produce(const Loaded& v, uint64_t j) const {
+    if (!applies) return dst[j];
+    const Words<16> r = combineWords<Op, 16>(v.x, v.y, a.p.nranks);
+    const uint4 out = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
+    dst[j] = out;
+    return out;
+  }
+};
+
+template <typename Op>
+__global__ void __launch_bounds__(kFusedThreads, kFusedMinBlocks)
+    verifyApplyCrcKernel(const __grid_constant__ FusedKernelArgs a) {
+  __shared__ int applies;
+  ApplySource<Op> src(a.apply, &applies);
+  crc_segments::crcSegments<kFusedBatch>(src, a.apply.p.vectors, a.segmentPieces, a.partials);
 }
 
 struct SealArgs {
@@ -679,17 +766,15 @@ __global__ void __launch_bounds__(kTrailerThreads, 1) retagTrailerKernel(Trailer
 }
 
 // Every instantiation the launcher dispatches to.
-#define RINGGUARD_APPLY_OPS(CONV)                                          \
-  template __global__ void verifyApplyKernel<ReduceOpT<CONV, SumFn>>(      \
-      const __grid_constant__ ApplyKernelArgs);                            \
-  template __global__ void verifyApplyKernel<ReduceOpT<CONV, ProdFn>>(     \
-      const __grid_constant__ ApplyKernelArgs);                            \
-  template __global__ void verifyApplyKernel<ReduceOpT<CONV, MinFn>>(      \
-      const __grid_constant__ ApplyKernelArgs);                            \
-  template __global__ void verifyApplyKernel<ReduceOpT<CONV, MaxFn>>(      \
-      const __grid_constant__ ApplyKernelArgs);                            \
-  template __global__ void verifyApplyKernel<ReduceOpT<CONV, AvgFinalFn>>( \
-      const __grid_constant__ ApplyKernelArgs);
+#define RINGGUARD_APPLY_KERNELS(...)                                                             \
+  template __global__ void verifyApplyKernel<__VA_ARGS__>(const __grid_constant__ ApplyKernelArgs); \
+  template __global__ void verifyApplyCrcKernel<__VA_ARGS__>(const __grid_constant__ FusedKernelArgs);
+#define RINGGUARD_APPLY_OPS(CONV)                       \
+  RINGGUARD_APPLY_KERNELS(ReduceOpT<CONV, SumFn>)       \
+  RINGGUARD_APPLY_KERNELS(ReduceOpT<CONV, ProdFn>)      \
+  RINGGUARD_APPLY_KERNELS(ReduceOpT<CONV, MinFn>)       \
+  RINGGUARD_APPLY_KERNELS(ReduceOpT<CONV, MaxFn>)       \
+  RINGGUARD_APPLY_KERNELS(ReduceOpT<CONV, AvgFinalFn>)
 RINGGUARD_APPLY_OPS(NativeConv<float>)
 RINGGUARD_APPLY_OPS(NativeConv<double>)
 RINGGUARD_APPLY_OPS(HalfConv)
@@ -697,8 +782,9 @@ RINGGUARD_APPLY_OPS(BFloatConv)
 RINGGUARD_APPLY_OPS(NativeConv<int32_t>)
 RINGGUARD_APPLY_OPS(NativeConv<int64_t>)
 RINGGUARD_APPLY_OPS(NativeConv<uint8_t>)
+RINGGUARD_APPLY_KERNELS(CopyOpT)
 #undef RINGGUARD_APPLY_OPS
-template __global__ void verifyApplyKernel<CopyOpT>(const __grid_constant__ ApplyKernelArgs);
+#undef RINGGUARD_APPLY_KERNELS
 
 // ---- Launchers -----------------------------------------------------------------------------------------
 
@@ -716,41 +802,80 @@ Status launchApply(const ApplyKernelArgs& args, cudaStream_t stream) {
   return Status::ok();
 }
 
-template <typename Conv>
-Status launchReduce(ReduceOp op, bool finalStep, const ApplyKernelArgs& args, cudaStream_t stream) {
+// The fused kernel over args.p (16-byte vectors), then the merge of its segment CRCs into *crcOut.
+template <typename Op>
+Status launchApplyCrc(const ApplyKernelArgs& args, uint32_t* crcOut, void* scratch, cudaStream_t stream) {
+  static cuda_detail::ResidentBlocks residency;
+  int resident = 0;
+  RINGGUARD_RETURN_IF_ERROR(residency.get(
+      verifyApplyCrcKernel<Op>, kFusedThreads, crc_segments::kDynamicSmemBytes,
+      [](int) -> Status {
+        RINGGUARD_CUDA_CHECK(cudaFuncSetAttribute(verifyApplyCrcKernel<Op>,
+                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  static_cast<int>(crc_segments::kDynamicSmemBytes)));
+        return Status::ok();
+      },
+      &resident));
+  const size_t bytes = args.p.count * sizeof(typename Op::Elem);
+  crc_segments::SegmentPlan plan = crc_segments::planSegments(args.p.dst, bytes, resident);
+  if (plan.numPieces != args.p.vectors) {
+    return Status(StatusCode::kInternal, "verifyApplyCrcDevice: " + std::to_string(args.p.vectors) +
+                                             " vectors against " + std::to_string(plan.numPieces) + " pieces");
+  }
+  FusedKernelArgs fused{};
+  fused.apply = args;
+  fused.segmentPieces = plan.segmentPieces;
+  fused.partials = static_cast<uint32_t*>(scratch);
+  // At least one block: the verdict and the head and tail elements are written even without a piece.
+  verifyApplyCrcKernel<Op><<<std::max<uint32_t>(plan.blocks, 1), kFusedThreads, crc_segments::kDynamicSmemBytes,
+                             stream>>>(fused);
+  RINGGUARD_CUDA_CHECK_LAUNCH();
+  plan.finalize.partials = fused.partials;
+  plan.finalize.out = crcOut;
+  return crc_segments::launchCrc32Finalize(plan.finalize, stream);
+}
+
+// Calls launch(Tag<Op>{}) with the apply operation of (dtype, op, finalStep).
+template <typename Op>
+struct Tag {
+  using type = Op;
+};
+
+template <typename Conv, typename Launch>
+Status dispatchOp(ReduceOp op, bool finalStep, Launch&& launch) {
   switch (op) {
     case ReduceOp::kSum:
-      return launchApply<ReduceOpT<Conv, SumFn>>(args, stream);
+      return launch(Tag<ReduceOpT<Conv, SumFn>>{});
     case ReduceOp::kProd:
-      return launchApply<ReduceOpT<Conv, ProdFn>>(args, stream);
+      return launch(Tag<ReduceOpT<Conv, ProdFn>>{});
     case ReduceOp::kMin:
-      return launchApply<ReduceOpT<Conv, MinFn>>(args, stream);
+      return launch(Tag<ReduceOpT<Conv, MinFn>>{});
     case ReduceOp::kMax:
-      return launchApply<ReduceOpT<Conv, MaxFn>>(args, stream);
+      return launch(Tag<ReduceOpT<Conv, MaxFn>>{});
     case ReduceOp::kAvg:
-      if (finalStep) return launchApply<ReduceOpT<Conv, AvgFinalFn>>(args, stream);
-      return launchApply<ReduceOpT<Conv, SumFn>>(args, stream);
+      if (finalStep) return launch(Tag<ReduceOpT<Conv, AvgFinalFn>>{});
+      return launch(Tag<ReduceOpT<Conv, SumFn>>{});
   }
   return Status(StatusCode::kInvalidArgument, "invalid reduce op " + std::to_string(int(op)));
 }
 
-Status dispatchReduce(DataType dtype, ReduceOp op, bool finalStep, const ApplyKernelArgs& args,
-                      cudaStream_t stream) {
+template <typename Launch>
+Status dispatchReduce(DataType dtype, ReduceOp op, bool finalStep, Launch&& launch) {
   switch (dtype) {
     case DataType::kFloat32:
-      return launchReduce<NativeConv<float>>(op, finalStep, args, stream);
+      return dispatchOp<NativeConv<float>>(op, finalStep, launch);
     case DataType::kFloat64:
-      return launchReduce<NativeConv<double>>(op, finalStep, args, stream);
+      return dispatchOp<NativeConv<double>>(op, finalStep, launch);
     case DataType::kFloat16:
-      return launchReduce<HalfConv>(op, finalStep, args, stream);
+      return dispatchOp<HalfConv>(op, finalStep, launch);
     case DataType::kBFloat16:
-      return launchReduce<BFloatConv>(op, finalStep, args, stream);
+      return dispatchOp<BFloatConv>(op, finalStep, launch);
     case DataType::kInt32:
-      return launchReduce<NativeConv<int32_t>>(op, finalStep, args, stream);
+      return dispatchOp<NativeConv<int32_t>>(op, finalStep, launch);
     case DataType::kInt64:
-      return launchReduce<NativeConv<int64_t>>(op, finalStep, args, stream);
+      return dispatchOp<NativeConv<int64_t>>(op, finalStep, launch);
     case DataType::kUint8:
-      return launchReduce<NativeConv<uint8_t>>(op, finalStep, args, stream);
+      return dispatchOp<NativeConv<uint8_t>>(op, finalStep, launch);
   }
   return Status(StatusCode::kInvalidArgument, "invalid dtype " + std::to_string(int(dtype)));
 }
@@ -779,14 +904,8 @@ Status checkOperands(const char* what, DataType dtype, ReduceOp op, bool reduce,
   return Status::ok();
 }
 
-}  // namespace
-
-Status verifyApplyDevice(const DeviceApply& a, cudaStream_t stream) {
-  if (a.slotTrailer == nullptr || a.payloadCrc == nullptr) {
-    return Status(StatusCode::kInvalidArgument, "verifyApplyDevice: null trailer or payload CRC pointer");
-  }
-  RINGGUARD_RETURN_IF_ERROR(
-      checkOperands("verifyApplyDevice", a.dtype, a.op, a.reduce, a.dst, a.local, a.slot, a.count, a.nranks));
+// The kernel arguments of `a` (checked by the caller), with the widest vectors its pointers allow.
+ApplyKernelArgs applyArgs(const DeviceApply& a) {
   ApplyKernelArgs args{};
   args.trailer = a.slotTrailer;
   args.payloadCrc = a.payloadCrc;
@@ -794,12 +913,55 @@ Status verifyApplyDevice(const DeviceApply& a, cudaStream_t stream) {
   args.verdictByte = a.verdictByte;
   args.verdictWord = a.verdictWord;
   const size_t elemBytes = dataTypeSize(a.dtype);
-  if (!a.reduce) {
-    args.p = planApply(a.dst, nullptr, a.slot, a.count * elemBytes, 1, a.nranks);
-    return launchApply<CopyOpT>(args, stream);
+  args.p = a.reduce ? planApply(a.dst, a.local, a.slot, a.count, elemBytes, a.nranks)
+                    : planApply(a.dst, nullptr, a.slot, a.count * elemBytes, 1, a.nranks);  // as bytes
+  return args;
+}
+
+Status checkApply(const char* what, const DeviceApply& a) {
+  if (a.slotTrailer == nullptr || a.payloadCrc == nullptr) {
+    return Status(StatusCode::kInvalidArgument, std::string(what) + ": null trailer or payload CRC pointer");
   }
-  args.p = planApply(a.dst, a.local, a.slot, a.count, elemBytes, a.nranks);
-  return dispatchReduce(a.dtype, a.op, a.finalStep, args, stream);
+  return checkOperands(what, a.dtype, a.op, a.reduce, a.dst, a.local, a.slot, a.count, a.nranks);
+}
+
+}  // namespace
+
+Status verifyApplyDevice(const DeviceApply& a, cudaStream_t stream) {
+  RINGGUARD_RETURN_IF_ERROR(checkApply("verifyApplyDevice", a));
+  const ApplyKernelArgs args = applyArgs(a);
+  if (!a.reduce) return launchApply<CopyOpT>(args, stream);
+  return dispatchReduce(a.dtype, a.op, a.finalStep,
+                        [&](auto tag) { return launchApply<typename decltype(tag)::type>(args, stream); });
+}
+
+bool verifyApplyCrcFuses(const DeviceApply& a) {
+  return applyArgs(a).p.vecBytes == kMaxVectorBytes;
+}
+
+Status verifyApplyCrcDevice(const DeviceApply& a, uint32_t* dstCrcDevice, void* scratch, size_t scratchBytes,
+                            cudaStream_t stream) {
+  RINGGUARD_RETURN_IF_ERROR(checkApply("verifyApplyCrcDevice", a));
+  if (dstCrcDevice == nullptr) {
+    return Status(StatusCode::kInvalidArgument, "verifyApplyCrcDevice: null CRC output pointer");
+  }
+  const size_t bytes = a.count * dataTypeSize(a.dtype);
+  const size_t needed = crc32DeviceScratchBytes(bytes);
+  if (scratchBytes < needed || (needed != 0 && scratch == nullptr) ||
+      reinterpret_cast<uintptr_t>(scratch) % alignof(uint32_t) != 0) {
+    return Status(StatusCode::kInvalidArgument, "verifyApplyCrcDevice: scratch of " +
+                                                    std::to_string(scratchBytes) + " bytes, need " +
+                                                    std::to_string(needed) + " (4-byte aligned)");
+  }
+  const ApplyKernelArgs args = applyArgs(a);
+  if (args.p.vecBytes != kMaxVectorBytes) {  // not equally aligned modulo 16: two passes
+    RINGGUARD_RETURN_IF_ERROR(verifyApplyDevice(a, stream));
+    return crc32Device(a.dst, bytes, dstCrcDevice, scratch, scratchBytes, stream);
+  }
+  if (!a.reduce) return launchApplyCrc<CopyOpT>(args, dstCrcDevice, scratch, stream);
+  return dispatchReduce(a.dtype, a.op, a.finalStep, [&](auto tag) {
+    return launchApplyCrc<typename decltype(tag)::type>(args, dstCrcDevice, scratch, stream);
+  });
 }
 
 Status sealTrailerDevice(const SliceId& id, const uint32_t* crcDevice, const uint32_t* verdictWordDevice,
@@ -830,7 +992,8 @@ Status reduceDevice(DataType dtype, ReduceOp op, void* dst, const void* a, const
   RINGGUARD_RETURN_IF_ERROR(checkOperands("reduceDevice", dtype, op, true, dst, a, b, count, nranks));
   ApplyKernelArgs args{};
   args.p = planApply(dst, a, b, count, dataTypeSize(dtype), nranks);
-  return dispatchReduce(dtype, op, finalStep, args, stream);
+  return dispatchReduce(dtype, op, finalStep,
+                        [&](auto tag) { return launchApply<typename decltype(tag)::type>(args, stream); });
 }
 
 }  // namespace ringguard

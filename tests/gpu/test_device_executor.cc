@@ -2,7 +2,8 @@
 // trailers and task, both executors must leave bit-identical dst buffers, the same verdicts and the same
 // outgoing trailers, for every dtype x op, sizes from 0 to 1 Mi + 3 elements and element offsets that give
 // every vector width (16, 8, 4 bytes, single elements). Damaged, stale and poisoned slices must get the
-// host's verdict and leave dst untouched.
+// host's verdict and leave dst untouched. verifyApplyCrcDevice (the fused apply + CRC of a forwarded slice)
+// is also checked directly, at offsets the executor's 256-byte-aligned slots never give.
 //
 // Without a CUDA device every test is skipped with the reason.
 #include <cuda_runtime_api.h>
@@ -12,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <memory>
@@ -26,6 +28,7 @@
 #include "ringguard/core/trailer.h"
 #include "ringguard/core/types.h"
 #include "ringguard/cuda/device_executor.h"
+#include "ringguard/cuda/kernels.h"
 #include "ringguard/cuda/memory_pool.h"
 #include "ringguard/cuda/verify_reduce.h"
 
@@ -713,6 +716,211 @@ TEST_F(DeviceExecutorTest, FencesOrderTheCollectiveAgainstTheCallersStream) {
   if (graph != nullptr) ASSERT_CUDA(cudaGraphDestroy(graph));
   ASSERT_CUDA(cudaStreamDestroy(capturing));
   ASSERT_CUDA(cudaStreamDestroy(caller));
+}
+
+// ---- verifyApplyCrcDevice: apply and the CRC of dst in one pass -----------------------------------------
+
+struct FusedCase {
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  bool reduce = true;
+  bool finalStep = false;
+  bool inPlace = false;
+  bool corrupt = false;     // a payload bit flipped after sealing: kCorrupt, dst untouched
+  size_t count = 0;
+  size_t offset = 0;        // elements, of dst, local and slot alike
+  size_t slotShift = 0;     // extra elements of the slot only: unequal alignment, the two-pass path
+  uint64_t seed = 1;
+
+  std::string name() const {
+    return std::string(dataTypeName(dtype)) + " " + (reduce ? reduceOpName(op) : "copy") +
+           (finalStep ? " final" : "") + (inPlace ? " in-place" : "") + (corrupt ? " corrupt" : "") +
+           " count " + std::to_string(count) + " offset " + std::to_string(offset) + " slot+" +
+           std::to_string(slotShift);
+  }
+};
+
+// Runs verifyApplyCrcDevice directly and checks dst (guard bytes included), the verdict and the CRC
+// against the host; returns whether the case ran fused.
+bool runFusedCase(DeviceExecutorTest* t, const FusedCase& c) {
+  SCOPED_TRACE(c.name());
+  t->releaseAllocations();
+  const size_t e = dataTypeSize(c.dtype);
+  const size_t bytes = c.count * e;
+  const size_t span = bytes + 64;
+  const int nranks = 3;
+  const SliceId id{9, 1, 2, 0, uint32_t(bytes), 0};
+
+  std::vector<uint8_t> payload = finiteElements(c.dtype, c.count, c.seed);
+  const Trailer trailer = makeTrailer(id, crc32(payload.data(), bytes), 0);
+  if (c.corrupt) payload[(c.seed * 7919) % bytes] ^= 0x10;  // after sealing: the CRCs no longer match
+  const uint32_t payloadCrc = crc32(payload.data(), bytes);  // what crc32Device computes of the slot
+  const std::vector<uint8_t> local = finiteElements(c.dtype, c.count, c.seed + 1);
+  const std::vector<uint8_t> dstInit = randomBytes(span, c.seed + 2);
+
+  // Host: what dst must hold afterwards.
+  std::vector<uint8_t> want = dstInit;
+  uint8_t* wDst = want.data() + c.offset * e;
+  if (c.inPlace && bytes) std::memcpy(wDst, local.data(), bytes);
+  if (!c.corrupt && bytes) {
+    if (c.reduce) {
+      reduceHost(c.dtype, c.op, wDst, local.data(), payload.data(), c.count, c.finalStep, nranks);
+    } else {
+      std::memcpy(wDst, payload.data(), bytes);
+    }
+  }
+
+  // Device (the pool hands out blocks aligned to at least 256 bytes).
+  uint8_t* dDstBuf = t->deviceAlloc(span);
+  uint8_t* dLocalBuf = t->deviceAlloc(span);
+  uint8_t* dSlotBuf = t->deviceAlloc(span + 16 * e);
+  auto* words = reinterpret_cast<uint32_t*>(t->deviceAlloc(sizeof(Trailer) + 16 + 4096));
+  auto* dTrailer = reinterpret_cast<Trailer*>(words);
+  uint32_t* dPayloadCrc = words + sizeof(Trailer) / 4;
+  uint32_t* dVerdict = dPayloadCrc + 1;
+  uint32_t* dDstCrc = dPayloadCrc + 2;
+  void* scratch = dPayloadCrc + 4;
+  uint8_t* dDst = dDstBuf + c.offset * e;
+  uint8_t* dSlot = dSlotBuf + (c.offset + c.slotShift) * e;
+  const uint8_t* dLocal = c.inPlace ? dDst : dLocalBuf + c.offset * e;
+  t->upload(dDstBuf, dstInit.data(), span);
+  if (c.inPlace) {
+    t->upload(dDst, local.data(), bytes);
+  } else {
+    t->upload(dLocalBuf + c.offset * e, local.data(), bytes);
+  }
+  t->upload(dSlot, payload.data(), bytes);
+  t->upload(dTrailer, &trailer, sizeof(Trailer));
+  t->upload(dPayloadCrc, &payloadCrc, 4);
+
+  DeviceApply a;
+  a.slotTrailer = dTrailer;
+  a.payloadCrc = dPayloadCrc;
+  a.expected = id;
+  a.verdictWord = dVerdict;
+  a.dst = dDst;
+  a.local = c.reduce ? dLocal : nullptr;
+  a.slot = dSlot;
+  a.count = c.count;
+  a.dtype = c.dtype;
+  a.op = c.op;
+  a.reduce = c.reduce;
+  a.finalStep = c.finalStep;
+  a.nranks = nranks;
+  const size_t scratchBytes = crc32DeviceScratchBytes(bytes);
+  EXPECT_LE(scratchBytes, 4096u);
+  const bool fused = verifyApplyCrcFuses(a);
+  EXPECT_EQ(c.slotShift == 0, fused);
+  const Status st = verifyApplyCrcDevice(a, dDstCrc, scratch, scratchBytes, t->stream_);
+  EXPECT_TRUE(st.isOk()) << st.toString();
+
+  std::vector<uint8_t> got(span);
+  uint32_t verdict = 0, dstCrc = 0;
+  t->download(got.data(), dDstBuf, span);
+  t->download(&verdict, dVerdict, 4);
+  t->download(&dstCrc, dDstCrc, 4);
+  EXPECT_EQ(uint32_t(c.corrupt ? SliceCheck::kCorrupt : SliceCheck::kOk), verdict);
+  const size_t diff = firstDifference(DataType::kUint8, want.data(), got.data(), span, false);
+  if (diff != SIZE_MAX) {
+    ADD_FAILURE() << "dst differs at byte " << diff << " (buffer offset " << c.offset * e << "): host "
+                  << hexElement(c.dtype, want.data() + (diff / e) * e) << ", device "
+                  << hexElement(c.dtype, got.data() + (diff / e) * e);
+  }
+  EXPECT_EQ(crc32(want.data() + c.offset * e, bytes), dstCrc) << "CRC of dst after the apply";
+  return fused;
+}
+
+TEST_F(DeviceExecutorTest, VerifyApplyCrcIsOnePassWhenEquallyAlignedAndMatchesTheHost) {
+  // Sizes around the 16-byte pieces, a multi-block one, and one that needs more segments than SMs.
+  const size_t sizes[] = {0, 1, 7, 15, 16, 17, 4099, kLarge};
+  uint64_t seed = 30000;
+  int fused = 0, twoPass = 0;
+  for (DataType dtype : kAllDataTypes) {
+    const size_t e = dataTypeSize(dtype);
+    for (ReduceOp op : kAllReduceOps) {
+      for (int reduce = 0; reduce < 2; ++reduce) {
+        if (!reduce && op != ReduceOp::kSum) continue;  // a copy has no op
+        for (size_t count : sizes) {
+          for (size_t offset : {size_t(0), size_t(1), 15 / e}) {  // heads of 0, e and up to 15 bytes
+            for (size_t slotShift : {size_t(0), size_t(1)}) {
+              if (slotShift && (count == kLarge || op != ReduceOp::kSum)) continue;
+              FusedCase c;
+              c.dtype = dtype;
+              c.op = op;
+              c.reduce = reduce != 0;
+              c.finalStep = op == ReduceOp::kAvg;
+              c.inPlace = reduce && count % 2 == 1;
+              c.count = count;
+              c.offset = offset;
+              c.slotShift = slotShift;
+              c.seed = ++seed;
+              (runFusedCase(this, c) ? fused : twoPass)++;
+              if (HasFailure()) return;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(fused, 0);
+  EXPECT_GT(twoPass, 0);
+  // A payload of more segments than the device has SMs (64 MiB + 3 floats), in place and not, unless the
+  // sanitizer runs cap the buffers (RINGGUARD_TEST_MAX_BYTES).
+  const char* cap = std::getenv("RINGGUARD_TEST_MAX_BYTES");
+  if (cap != nullptr && std::strtoull(cap, nullptr, 10) < (size_t(64) << 20)) return;
+  for (int inPlace = 0; inPlace < 2; ++inPlace) {
+    FusedCase c;
+    c.count = (size_t(16) << 20) + 3;
+    c.offset = 1;
+    c.inPlace = inPlace != 0;
+    c.seed = ++seed;
+    EXPECT_TRUE(runFusedCase(this, c));
+  }
+}
+
+TEST_F(DeviceExecutorTest, VerifyApplyCrcOfARejectedSliceLeavesDstAndChecksumsIt) {
+  uint64_t seed = 40000;
+  for (DataType dtype : {DataType::kFloat32, DataType::kFloat16, DataType::kUint8, DataType::kFloat64}) {
+    for (size_t count : {size_t(1), size_t(17), size_t(4099), kLarge}) {
+      for (int reduce = 0; reduce < 2; ++reduce) {
+        for (size_t slotShift : {size_t(0), size_t(1)}) {
+          FusedCase c;
+          c.dtype = dtype;
+          c.reduce = reduce != 0;
+          c.inPlace = reduce != 0;
+          c.corrupt = true;
+          c.count = count;
+          c.offset = 1;
+          c.slotShift = slotShift;
+          c.seed = ++seed;
+          runFusedCase(this, c);
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(DeviceExecutorTest, VerifyApplyCrcRejectsBadArguments) {
+  uint8_t* p = deviceAlloc(4096);
+  auto* trailer = reinterpret_cast<const Trailer*>(p);
+  auto* word = reinterpret_cast<uint32_t*>(p + 64);
+  DeviceApply a;
+  a.slotTrailer = trailer;
+  a.payloadCrc = word;
+  a.dst = p + 1024;
+  a.local = p + 1024;
+  a.slot = p + 2048;
+  a.count = 256;
+  EXPECT_TRUE(verifyApplyCrcFuses(a));
+  EXPECT_EQ(StatusCode::kInvalidArgument, verifyApplyCrcDevice(a, nullptr, word + 4, 64, stream_).code());
+  EXPECT_EQ(StatusCode::kInvalidArgument, verifyApplyCrcDevice(a, word + 1, nullptr, 0, stream_).code());
+  DeviceApply noTrailer = a;
+  noTrailer.slotTrailer = nullptr;
+  EXPECT_EQ(StatusCode::kInvalidArgument, verifyApplyCrcDevice(noTrailer, word + 1, word + 4, 64, stream_).code());
+  DeviceApply misaligned = a;
+  misaligned.dst = p + 1026;
+  EXPECT_EQ(StatusCode::kInvalidArgument, verifyApplyCrcDevice(misaligned, word + 1, word + 4, 64, stream_).code());
 }
 
 // ---- reduceDevice vs reduceHost ---------------------------------------------------------------------------

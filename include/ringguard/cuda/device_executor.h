@@ -7,8 +7,10 @@
 //   crc32Device(slot payload) -> device word
 //   verifyApplyKernel: every block checks the trailer (checkSlice) and only then reduces / copies its share,
 //                      block 0 writes the verdict (mapped pinned byte + device word)
-//   when forwarded: crc32Device(dst) -> device word, then sealTrailerKernel writes the outgoing trailer
-//                   (CRC of dst, poisoned unless the verdict is kOk) into device memory
+//   when forwarded: verifyApplyCrcKernel instead, which also checksums dst as it writes it (-> device word;
+//                   verifyApplyCrcDevice: two passes where the pointers are not equally aligned modulo 16),
+//                   then sealTrailerKernel writes the outgoing trailer (CRC of dst, poisoned unless the
+//                   verdict is kOk) into device memory
 //
 // so the next ncclSend of the trailer needs no host decision. Results are bit-identical to HostExecutor.
 //

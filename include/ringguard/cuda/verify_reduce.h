@@ -54,6 +54,17 @@ struct DeviceApply {
 // written even for count == 0).
 Status verifyApplyDevice(const DeviceApply& apply, cudaStream_t stream);
 
+// verifyApplyDevice, and the CRC-32 of what dst's count elements hold afterwards to the device word
+// *dstCrcDevice: what a forwarded slice's trailer needs. When dst, local and slot are equally aligned
+// modulo 16 (verifyApplyCrcFuses) one kernel does both, checksumming each 16 bytes of the result as it
+// stores them (then a one-block merge); otherwise verifyApplyDevice then crc32Device(dst). Either way dst is
+// untouched unless the verdict is kOk, and the CRC is that of dst as it then is. `scratch` holds
+// crc32DeviceScratchBytes(count * element size) bytes, 4-byte aligned, unused by other work until the
+// stream has passed this call.
+Status verifyApplyCrcDevice(const DeviceApply& apply, uint32_t* dstCrcDevice, void* scratch,
+                            size_t scratchBytes, cudaStream_t stream);
+bool verifyApplyCrcFuses(const DeviceApply& apply);
+
 // Enqueues a one-thread kernel writing *outDevice = makeTrailer(id, *crcDevice, flags) with the trailer
 // CRC computed on the device, where flags is kTrailerPoisoned when verdictWord is not null and
 // *verdictWord != SliceCheck::kOk, else 0.
