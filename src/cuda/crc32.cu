@@ -28,8 +28,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cuda_check.h"
 #include "crc32_segments.cuh"
+#include "cuda_check.h"
 #include "ringguard/core/crc32_combine.h"
 #include "ringguard/cuda/kernels.h"
 

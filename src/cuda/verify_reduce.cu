@@ -706,8 +706,10 @@ struct ApplySource {
   __device__ ApplySource(const ApplyKernelArgs& args, int* shared)
       : a(args),
         dst(reinterpret_cast<uint4*>(static_cast<typename Op::Elem*>(args.p.dst) + args.p.head)),
-        local(reinterpret_cast<const uint4*>(static_cast<const typename Op::Elem*>(args.p.local) + args.p.head)),
-        slot(reinterpret_cast<const uint4*>(static_cast<const typename Op::Elem*>(args.p.slot) + args.p.head)),
+        local(reinterpret_cast<const uint4*>(static_cast<const typename Op::Elem*>(args.p.local) +
+                                             args.p.head)),
+        slot(
+            reinterpret_cast<const uint4*>(static_cast<const typename Op::Elem*>(args.p.slot) + args.p.head)),
         sharedApplies(shared) {}
 
   __device__ Loaded load(uint64_t j) const {
@@ -766,14 +768,14 @@ __global__ void __launch_bounds__(kTrailerThreads, 1) retagTrailerKernel(Trailer
 }
 
 // Every instantiation the launcher dispatches to.
-#define RINGGUARD_APPLY_KERNELS(...)                                                             \
+#define RINGGUARD_APPLY_KERNELS(...)                                                                \
   template __global__ void verifyApplyKernel<__VA_ARGS__>(const __grid_constant__ ApplyKernelArgs); \
   template __global__ void verifyApplyCrcKernel<__VA_ARGS__>(const __grid_constant__ FusedKernelArgs);
-#define RINGGUARD_APPLY_OPS(CONV)                       \
-  RINGGUARD_APPLY_KERNELS(ReduceOpT<CONV, SumFn>)       \
-  RINGGUARD_APPLY_KERNELS(ReduceOpT<CONV, ProdFn>)      \
-  RINGGUARD_APPLY_KERNELS(ReduceOpT<CONV, MinFn>)       \
-  RINGGUARD_APPLY_KERNELS(ReduceOpT<CONV, MaxFn>)       \
+#define RINGGUARD_APPLY_OPS(CONV)                  \
+  RINGGUARD_APPLY_KERNELS(ReduceOpT<CONV, SumFn>)  \
+  RINGGUARD_APPLY_KERNELS(ReduceOpT<CONV, ProdFn>) \
+  RINGGUARD_APPLY_KERNELS(ReduceOpT<CONV, MinFn>)  \
+  RINGGUARD_APPLY_KERNELS(ReduceOpT<CONV, MaxFn>)  \
   RINGGUARD_APPLY_KERNELS(ReduceOpT<CONV, AvgFinalFn>)
 RINGGUARD_APPLY_OPS(NativeConv<float>)
 RINGGUARD_APPLY_OPS(NativeConv<double>)
@@ -820,15 +822,16 @@ Status launchApplyCrc(const ApplyKernelArgs& args, uint32_t* crcOut, void* scrat
   crc_segments::SegmentPlan plan = crc_segments::planSegments(args.p.dst, bytes, resident);
   if (plan.numPieces != args.p.vectors) {
     return Status(StatusCode::kInternal, "verifyApplyCrcDevice: " + std::to_string(args.p.vectors) +
-                                             " vectors against " + std::to_string(plan.numPieces) + " pieces");
+                                             " vectors against " + std::to_string(plan.numPieces) +
+                                             " pieces");
   }
   FusedKernelArgs fused{};
   fused.apply = args;
   fused.segmentPieces = plan.segmentPieces;
   fused.partials = static_cast<uint32_t*>(scratch);
   // At least one block: the verdict and the head and tail elements are written even without a piece.
-  verifyApplyCrcKernel<Op><<<std::max<uint32_t>(plan.blocks, 1), kFusedThreads, crc_segments::kDynamicSmemBytes,
-                             stream>>>(fused);
+  verifyApplyCrcKernel<Op>
+      <<<std::max<uint32_t>(plan.blocks, 1), kFusedThreads, crc_segments::kDynamicSmemBytes, stream>>>(fused);
   RINGGUARD_CUDA_CHECK_LAUNCH();
   plan.finalize.partials = fused.partials;
   plan.finalize.out = crcOut;
@@ -935,9 +938,7 @@ Status verifyApplyDevice(const DeviceApply& a, cudaStream_t stream) {
                         [&](auto tag) { return launchApply<typename decltype(tag)::type>(args, stream); });
 }
 
-bool verifyApplyCrcFuses(const DeviceApply& a) {
-  return applyArgs(a).p.vecBytes == kMaxVectorBytes;
-}
+bool verifyApplyCrcFuses(const DeviceApply& a) { return applyArgs(a).p.vecBytes == kMaxVectorBytes; }
 
 Status verifyApplyCrcDevice(const DeviceApply& a, uint32_t* dstCrcDevice, void* scratch, size_t scratchBytes,
                             cudaStream_t stream) {

@@ -726,10 +726,10 @@ struct FusedCase {
   bool reduce = true;
   bool finalStep = false;
   bool inPlace = false;
-  bool corrupt = false;     // a payload bit flipped after sealing: kCorrupt, dst untouched
+  bool corrupt = false;  // a payload bit flipped after sealing: kCorrupt, dst untouched
   size_t count = 0;
-  size_t offset = 0;        // elements, of dst, local and slot alike
-  size_t slotShift = 0;     // extra elements of the slot only: unequal alignment, the two-pass path
+  size_t offset = 0;     // elements, of dst, local and slot alike
+  size_t slotShift = 0;  // extra elements of the slot only: unequal alignment, the two-pass path
   uint64_t seed = 1;
 
   std::string name() const {
@@ -753,7 +753,7 @@ bool runFusedCase(DeviceExecutorTest* t, const FusedCase& c) {
 
   std::vector<uint8_t> payload = finiteElements(c.dtype, c.count, c.seed);
   const Trailer trailer = makeTrailer(id, crc32(payload.data(), bytes), 0);
-  if (c.corrupt) payload[(c.seed * 7919) % bytes] ^= 0x10;  // after sealing: the CRCs no longer match
+  if (c.corrupt) payload[(c.seed * 7919) % bytes] ^= 0x10;   // after sealing: the CRCs no longer match
   const uint32_t payloadCrc = crc32(payload.data(), bytes);  // what crc32Device computes of the slot
   const std::vector<uint8_t> local = finiteElements(c.dtype, c.count, c.seed + 1);
   const std::vector<uint8_t> dstInit = randomBytes(span, c.seed + 2);
@@ -917,10 +917,12 @@ TEST_F(DeviceExecutorTest, VerifyApplyCrcRejectsBadArguments) {
   EXPECT_EQ(StatusCode::kInvalidArgument, verifyApplyCrcDevice(a, word + 1, nullptr, 0, stream_).code());
   DeviceApply noTrailer = a;
   noTrailer.slotTrailer = nullptr;
-  EXPECT_EQ(StatusCode::kInvalidArgument, verifyApplyCrcDevice(noTrailer, word + 1, word + 4, 64, stream_).code());
+  EXPECT_EQ(StatusCode::kInvalidArgument,
+            verifyApplyCrcDevice(noTrailer, word + 1, word + 4, 64, stream_).code());
   DeviceApply misaligned = a;
   misaligned.dst = p + 1026;
-  EXPECT_EQ(StatusCode::kInvalidArgument, verifyApplyCrcDevice(misaligned, word + 1, word + 4, 64, stream_).code());
+  EXPECT_EQ(StatusCode::kInvalidArgument,
+            verifyApplyCrcDevice(misaligned, word + 1, word + 4, 64, stream_).code());
 }
 
 // ---- reduceDevice vs reduceHost ---------------------------------------------------------------------------

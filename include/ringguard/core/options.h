@@ -54,7 +54,8 @@ struct FaultOptions {
 
 struct Options {
   // Payload bytes per slice (rounded down to the element size); 0: the transport's default
-  // (Transport::defaultSliceBytes: 1 MiB; 4 MiB host-staged, 128 MiB over NCCL), resolved when the communicator is made.
+  // (Transport::defaultSliceBytes: 1 MiB; 4 MiB host-staged, 128 MiB over NCCL), resolved when the
+  // communicator is made.
   size_t sliceBytes = 0;
   int slots = 0;       // receive slots per link (>= 2: double buffering); 0: the transport's
   int maxRetries = 3;  // repair rounds before a kCorruption error
