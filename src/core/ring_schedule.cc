@@ -10,8 +10,10 @@ RingSchedule::RingSchedule(int nranks, size_t count, size_t elementSize, size_t 
     : nranks_(nranks), count_(count) {
   RINGGUARD_ENFORCE(nranks >= 1, "ring needs at least one rank");
   RINGGUARD_ENFORCE(elementSize >= 1, "element size must be positive");
+  unit_ = (elementSize < kAlignBytes && kAlignBytes % elementSize == 0) ? kAlignBytes / elementSize : 1;
   sliceElements_ = std::max<size_t>(1, sliceBytes / elementSize);
-  size_t largest = (count + nranks - 1) / nranks;
+  if (sliceElements_ >= unit_) sliceElements_ -= sliceElements_ % unit_;
+  const size_t largest = std::max(column(0).count, column(nranks - 1).count);
   size_t slices = std::max<size_t>(1, (largest + sliceElements_ - 1) / sliceElements_);
   RINGGUARD_ENFORCE(slices <= size_t(1) << 30,
                     "ring schedule: more than 2^30 slices per column (raise sliceBytes)");
@@ -20,12 +22,14 @@ RingSchedule::RingSchedule(int nranks, size_t count, size_t elementSize, size_t 
 }
 
 ElementRange RingSchedule::column(int j) const {
-  size_t base = count_ / nranks_;
-  size_t extra = count_ % nranks_;
-  size_t uj = static_cast<size_t>(j);
+  const size_t units = count_ / unit_;
+  const size_t base = units / nranks_;
+  const size_t extra = units % nranks_;
+  const size_t uj = static_cast<size_t>(j);
   ElementRange r;
-  r.offset = uj * base + std::min(uj, extra);
-  r.count = base + (uj < extra ? 1 : 0);
+  r.offset = (uj * base + std::min(uj, extra)) * unit_;
+  r.count = (base + (uj < extra ? 1 : 0)) * unit_;
+  if (j == nranks_ - 1) r.count += count_ % unit_;  // the elements after the last whole unit
   return r;
 }
 

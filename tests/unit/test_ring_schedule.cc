@@ -18,7 +18,8 @@ constexpr size_t kElementSizes[] = {1, 2, 4, 8};
 constexpr size_t kSliceBytes[] = {4, 64, size_t(1) << 20};
 
 std::vector<size_t> countsFor(int n) {
-  std::vector<size_t> counts = {0, 1, size_t(n) - 1, size_t(n), size_t(n) + 1, 1000, 12345};
+  std::vector<size_t> counts = {0,    1,     size_t(n) - 1,  size_t(n),          size_t(n) + 1,
+                                1000, 12345, 16 * size_t(n), 16 * size_t(n) + 7, 16 * size_t(n) + 17};
   std::sort(counts.begin(), counts.end());
   counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
   return counts;
@@ -34,13 +35,20 @@ void checkLayout(int n, size_t count, size_t elementSize, size_t sliceBytes) {
   const RingSchedule s(n, count, elementSize, sliceBytes);
   ASSERT_EQ(s.nranks(), n);
   ASSERT_EQ(s.count(), count);
-  const size_t sliceElements = std::max<size_t>(1, sliceBytes / elementSize);
+  // 16-byte units: 16, 8, 4, 2 elements of 1, 2, 4, 8 bytes.
+  const size_t unit = 16 / elementSize;
+  ASSERT_EQ(s.unit(), unit);
+  size_t sliceElements = std::max<size_t>(1, sliceBytes / elementSize);
+  if (sliceElements >= unit) sliceElements = sliceElements / unit * unit;
   ASSERT_EQ(s.sliceElements(), sliceElements);
   ASSERT_EQ(s.numSteps(), (n == 1 || count == 0) ? 0 : 2 * (n - 1));
 
-  const size_t base = count / n;
-  const size_t extra = count % n;
-  const size_t largest = base + (extra ? 1 : 0);
+  const size_t base = count / unit / n;
+  const size_t extra = count / unit % n;
+  const size_t rest = count % unit;
+  std::vector<size_t> want(n);
+  for (int j = 0; j < n; ++j) want[j] = (base + (size_t(j) < extra ? 1 : 0)) * unit + (j == n - 1 ? rest : 0);
+  const size_t largest = *std::max_element(want.begin(), want.end());
   const int expectedSlices =
       static_cast<int>(std::max<size_t>(1, (largest + sliceElements - 1) / sliceElements));
   ASSERT_EQ(s.slicesPerColumn(), expectedSlices);
@@ -50,7 +58,8 @@ void checkLayout(int n, size_t count, size_t elementSize, size_t sliceBytes) {
   for (int j = 0; j < n; ++j) {
     const ElementRange c = s.column(j);
     ASSERT_EQ(c.offset, next) << "column " << j << " is not contiguous with the previous one";
-    ASSERT_EQ(c.count, base + (size_t(j) < extra ? 1 : 0)) << "column " << j;
+    ASSERT_EQ(c.count, want[j]) << "column " << j;
+    ASSERT_EQ(c.offset * elementSize % 16, 0u) << "column " << j << " does not start on a 16-byte boundary";
     minSize = std::min(minSize, c.count);
     maxSize = std::max(maxSize, c.count);
     next = c.offset + c.count;
@@ -61,6 +70,9 @@ void checkLayout(int n, size_t count, size_t elementSize, size_t sliceBytes) {
       const ElementRange sl = s.slice(j, k);
       ASSERT_EQ(sl.offset, inColumn) << "column " << j << " slice " << k;
       ASSERT_LE(sl.count, sliceElements) << "column " << j << " slice " << k;
+      if (sliceElements >= unit) {
+        ASSERT_EQ(sl.offset * elementSize % 16, 0u) << "column " << j << " slice " << k << " is not aligned";
+      }
       // Only the tail of a column may be short: a slice is full unless the column ends inside it.
       if (sl.offset + sl.count < c.offset + c.count) {
         ASSERT_EQ(sl.count, sliceElements) << "column " << j << " slice " << k;
@@ -73,10 +85,12 @@ void checkLayout(int n, size_t count, size_t elementSize, size_t sliceBytes) {
     ASSERT_EQ(beyond.count, 0u) << "column " << j;
   }
   ASSERT_EQ(next, count) << "columns do not cover the buffer";
-  ASSERT_LE(maxSize - minSize, 1u);
+  // Balanced to within one unit, plus the rest of less than a unit in the last column.
+  ASSERT_LE(maxSize - minSize, 2 * unit - 1);
   // S is the smallest count that holds the largest column: its last slice is not empty.
   if (count > 0) {
-    ASSERT_GT(s.slice(0, s.slicesPerColumn() - 1).count, 0u);
+    const int biggest = want[0] >= want[n - 1] ? 0 : n - 1;
+    ASSERT_GT(s.slice(biggest, s.slicesPerColumn() - 1).count, 0u);
   }
 }
 
@@ -205,29 +219,30 @@ TEST(RingScheduleTest, NoStepsForOneRankOrEmptyBuffer) {
 }
 
 TEST(RingScheduleTest, HandComputedExample) {
-  // 4 ranks, 10 f32 elements, 8-byte slices (2 elements): columns 3,3,2,2; two slices per column.
-  const RingSchedule s(4, 10, 4, 8);
-  EXPECT_EQ(s.sliceElements(), 2u);
-  EXPECT_EQ(s.slicesPerColumn(), 2);
+  // 4 ranks, 37 f32 elements, 16-byte slices (4 elements). Columns are cut in 16-byte units of 4 elements:
+  // 9 units over 4 columns is 3, 2, 2, 2 units, and the last column also takes the 37th element; so columns
+  // of 12, 8, 8, 9 elements at 0, 12, 20, 28, and three slices per column (the largest holds 12).
+  const RingSchedule s(4, 37, 4, 16);
+  EXPECT_EQ(s.unit(), 4u);
+  EXPECT_EQ(s.sliceElements(), 4u);
+  EXPECT_EQ(s.slicesPerColumn(), 3);
   EXPECT_EQ(s.numSteps(), 6);
-  const size_t offsets[] = {0, 3, 6, 8};
-  const size_t sizes[] = {3, 3, 2, 2};
+  const size_t offsets[] = {0, 12, 20, 28};
+  const size_t sizes[] = {12, 8, 8, 9};
   for (int j = 0; j < 4; ++j) {
     EXPECT_EQ(s.column(j).offset, offsets[j]) << j;
     EXPECT_EQ(s.column(j).count, sizes[j]) << j;
   }
   EXPECT_EQ(s.slice(0, 0).offset, 0u);
-  EXPECT_EQ(s.slice(0, 0).count, 2u);
-  EXPECT_EQ(s.slice(0, 1).offset, 2u);
-  EXPECT_EQ(s.slice(0, 1).count, 1u);
-  EXPECT_EQ(s.slice(1, 1).offset, 5u);
-  EXPECT_EQ(s.slice(1, 1).count, 1u);
-  EXPECT_EQ(s.slice(2, 0).offset, 6u);
-  EXPECT_EQ(s.slice(2, 0).count, 2u);
-  EXPECT_EQ(s.slice(2, 1).offset, 8u);  // empty slice at the end of a short column
-  EXPECT_EQ(s.slice(2, 1).count, 0u);
-  EXPECT_EQ(s.slice(3, 1).offset, 10u);
-  EXPECT_EQ(s.slice(3, 1).count, 0u);
+  EXPECT_EQ(s.slice(0, 0).count, 4u);
+  EXPECT_EQ(s.slice(0, 2).offset, 8u);
+  EXPECT_EQ(s.slice(0, 2).count, 4u);
+  EXPECT_EQ(s.slice(1, 1).offset, 16u);
+  EXPECT_EQ(s.slice(1, 1).count, 4u);
+  EXPECT_EQ(s.slice(1, 2).offset, 20u);  // empty slice at the end of a short column
+  EXPECT_EQ(s.slice(1, 2).count, 0u);
+  EXPECT_EQ(s.slice(3, 2).offset, 36u);  // the last column's extra element
+  EXPECT_EQ(s.slice(3, 2).count, 1u);
   // Step 0: rank r sends column r and receives column r-1; step 1: rank 0 sends column 3.
   EXPECT_EQ(s.sendColumn(0, 0), 0);
   EXPECT_EQ(s.recvColumn(0, 0), 3);
@@ -248,8 +263,12 @@ TEST(RingScheduleTest, SliceBytesRoundDownToWholeElements) {
   EXPECT_EQ(RingSchedule(2, 100, 8, 16).sliceElements(), 2u);
   EXPECT_EQ(RingSchedule(2, 100, 2, 7).sliceElements(), 3u);
   EXPECT_EQ(RingSchedule(2, 100, 1, size_t(1) << 20).sliceElements(), size_t(1) << 20);
-  // 100 elements, 2 ranks, 3 per slice: 50 per column -> 17 slices.
-  EXPECT_EQ(RingSchedule(2, 100, 2, 7).slicesPerColumn(), 17);
+  // At least 16 bytes: down to a multiple of 16 bytes, so that slices start 16-byte aligned.
+  EXPECT_EQ(RingSchedule(2, 100, 4, 40).sliceElements(), 8u);
+  EXPECT_EQ(RingSchedule(2, 100, 1, 20).sliceElements(), 16u);
+  EXPECT_EQ(RingSchedule(2, 100, 8, 24).sliceElements(), 2u);
+  // 100 f16 elements, 2 ranks, 3 per slice: 12 units of 8 elements, columns of 48 and 48 + 4 -> 18 slices.
+  EXPECT_EQ(RingSchedule(2, 100, 2, 7).slicesPerColumn(), 18);
 }
 
 TEST(RingScheduleTest, LargeCountColumnsAndSlices) {

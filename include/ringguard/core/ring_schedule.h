@@ -13,7 +13,13 @@ struct ElementRange {
 
 class RingSchedule {
  public:
-  // `sliceBytes` is rounded down to whole elements (at least one element per slice).
+  // Columns and slices start at multiples of kAlignBytes from the buffer start where the element size
+  // divides it (all of ringguard's types): on an aligned buffer every slice can then be moved with 16-byte
+  // vectors, and the device's fused apply + CRC kernel applies (docs/GPU.md).
+  static constexpr size_t kAlignBytes = 16;
+
+  // `sliceBytes` is rounded down to whole elements (at least one element per slice), then to a multiple
+  // of kAlignBytes when it holds at least that.
   RingSchedule(int nranks, size_t count, size_t elementSize, size_t sliceBytes);
 
   int nranks() const { return nranks_; }
@@ -23,8 +29,12 @@ class RingSchedule {
   // 2(N-1) steps; 0 for a single rank or an empty buffer.
   int numSteps() const { return numSteps_; }
 
+  // Columns are whole units of kAlignBytes (of `unit()` elements), their unit counts differing by at most
+  // one (the first columns get the extra ones); the last column also gets the count % unit() elements
+  // after the last whole unit.
   ElementRange column(int j) const;
   ElementRange slice(int column, int k) const;  // may be empty near the end of a short column
+  size_t unit() const { return unit_; }
 
   // Step t < N-1 reduces into the accumulator; later steps copy the finished value.
   bool isReduceStep(int step) const { return step < nranks_ - 1; }
@@ -45,6 +55,7 @@ class RingSchedule {
 
   int nranks_;
   size_t count_;
+  size_t unit_ = 1;  // elements per kAlignBytes
   size_t sliceElements_;
   int slicesPerColumn_;
   int numSteps_;
