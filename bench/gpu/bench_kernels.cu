@@ -14,10 +14,10 @@
 //
 // The apply of a forwarded slice (f32 sum of a slot and an accumulator, verified against a sealed trailer,
 // then the CRC of the result for the next hop; out of place, so that every run sums the same values) is
-// timed four ways: reduce alone (reduceDevice: no verify, no CRC, the floor), verify + reduce without the
-// CRC (verifyApplyDevice), two passes (verifyApplyDevice then crc32Device of dst) and fused
-// (verifyApplyCrcDevice). It moves 3B bytes (slot and accumulator in, accumulator out);
-// fused_vs_two_pass = t_two_pass / t_fused.
+// timed as verify + apply without the CRC (verifyApplyDevice), two passes (verifyApplyDevice then crc32Device
+// of dst) and fused (verifyApplyCrcDevice), beside reduce alone (reduceDevice: no verify, no CRC). It
+// moves 3B bytes (slot and accumulator in, result out); the same as a copy (an all-gather step) moves 2B.
+// fused_vs_two_pass = t_two_pass / t_fused, of the sum.
 //
 // Times are medians of --iters runs timed with CUDA events after --warmup runs. The last line is
 // `summary: crc_vs_copy=<r> nanscan_vs_copy=<r> fused_vs_two_pass=<r>` for the largest size.
@@ -240,29 +240,38 @@ int main(int argc, char** argv) {
     apply.slot = scanData;
     apply.count = count;
     apply.nranks = 2;
+    apply.reduce = true;  // dst = local + slot (a reduce-scatter step); below also as a copy (all-gather)
     const double reduceMs = medianMs(stream, warmup, iters, [&] {
       CHECK_OK(ringguard::reduceDevice(ringguard::DataType::kFloat32, ringguard::ReduceOp::kSum, sumData,
                                        accData, scanData, count, false, 2, stream));
     });
-    const double verifyMs =
-        medianMs(stream, warmup, iters, [&] { CHECK_OK(ringguard::verifyApplyDevice(apply, stream)); });
-    const double twoPassMs = medianMs(stream, warmup, iters, [&] {
-      CHECK_OK(ringguard::verifyApplyDevice(apply, stream));
-      CHECK_OK(ringguard::crc32Device(sumData, count * 4, accCrc, scratch, crcScratch, stream));
-    });
-    const double fusedMs = medianMs(stream, warmup, iters, [&] {
-      CHECK_OK(ringguard::verifyApplyCrcDevice(apply, accCrc, scratch, crcScratch, stream));
-    });
-    fusedRatio = twoPassMs / fusedMs;
-    std::printf("  %-14s %9.4f ms  %6.3f TB/s read+write\n", "reduce f32", reduceMs,
+    std::printf("  %-14s %9.4f ms  %6.3f TB/s read+write (no verify, no CRC)\n", "reduce f32", reduceMs,
                 tbps(3.0 * count * 4, reduceMs));
-    std::printf("  %-14s %9.4f ms  %6.3f TB/s read+write (verify + reduce, no CRC of the result)\n",
-                "apply verify", verifyMs, tbps(3.0 * count * 4, verifyMs));
-    std::printf("  %-14s %9.4f ms  %6.3f TB/s read+write (verify + reduce, then crc32 of the result)\n",
-                "apply 2-pass", twoPassMs, tbps(3.0 * count * 4, twoPassMs));
-    std::printf("  %-14s %9.4f ms  %6.3f TB/s read+write   fused_vs_two_pass=%.3f fused_vs_reduce=%.3f%s\n",
-                "apply fused", fusedMs, tbps(3.0 * count * 4, fusedMs), fusedRatio, reduceMs / fusedMs,
-                ringguard::verifyApplyCrcFuses(apply) ? "" : " (NOT fused: unequal alignment)");
+    // One forwarded apply three ways; `moved` is its traffic without the CRC pass (3B reduce, 2B copy).
+    const auto timeApply = [&](const char* what, double moved) {
+      const double verifyMs =
+          medianMs(stream, warmup, iters, [&] { CHECK_OK(ringguard::verifyApplyDevice(apply, stream)); });
+      const double twoPassMs = medianMs(stream, warmup, iters, [&] {
+        CHECK_OK(ringguard::verifyApplyDevice(apply, stream));
+        CHECK_OK(ringguard::crc32Device(sumData, count * 4, accCrc, scratch, crcScratch, stream));
+      });
+      const double fusedMs = medianMs(stream, warmup, iters, [&] {
+        CHECK_OK(ringguard::verifyApplyCrcDevice(apply, accCrc, scratch, crcScratch, stream));
+      });
+      std::printf("  %-6s verify  %9.4f ms  %6.3f TB/s (no CRC of the result)\n", what, verifyMs,
+                  tbps(moved, verifyMs));
+      std::printf("  %-6s 2-pass  %9.4f ms  %6.3f TB/s (then crc32Device of the result)\n", what, twoPassMs,
+                  tbps(moved, twoPassMs));
+      std::printf("  %-6s fused   %9.4f ms  %6.3f TB/s   fused_vs_two_pass=%.3f fused_vs_verify=%.3f%s\n",
+                  what, fusedMs, tbps(moved, fusedMs), twoPassMs / fusedMs, verifyMs / fusedMs,
+                  ringguard::verifyApplyCrcFuses(apply) ? "" : " (NOT fused: unequal alignment)");
+      return twoPassMs / fusedMs;
+    };
+    fusedRatio = timeApply("sum", 3.0 * count * 4);
+    apply.reduce = false;
+    timeApply("copy", 2.0 * count * 4);
+    apply.reduce = true;
+    CHECK_OK(ringguard::verifyApplyCrcDevice(apply, accCrc, scratch, crcScratch, stream));  // for the check
 
     // The device results are checked too, so a fast but wrong kernel cannot pass unnoticed.
     ringguard::NanScanResult scan{};

@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kSegmentThreads, kSegmentMinBlocks)
     crc32SegmentsKernel(const uint4* __restrict__ base, uint64_t numPieces, uint64_t segmentPieces,
                         uint32_t* __restrict__ partials) {
   LoadSource src{base};
-  crcSegments<kBatch>(src, numPieces, segmentPieces, partials);
+  crcSegments<kBatch, false>(src, numPieces, segmentPieces, partials);
 }
 
 // Merges the segment CRCs and the unaligned head and tail into the conditioned CRC-32.

@@ -218,8 +218,11 @@ __device__ __forceinline__ uint32_t fillTables(uint32_t* dynamicSmem) {
 //   void prologue();                                  // all threads, before the barrier that ends the fill
 //   void afterBarrier();                              // all threads, after it (e.g. read a shared verdict)
 //   uint4 produce(const Loaded&, uint64_t piece) const;  // the 16 bytes of the piece to checksum
-// The first batch of loads is issued before the table fill, so it overlaps it.
-template <int kBatch, typename Source>
+// The first batch of loads is issued before the table fill, so it overlaps it. With kPrefetch the loads
+// of the next batch are issued before the current one is produced and checksummed, so that memory stays
+// busy while a thread computes (the fused apply, whose produce() also stores); it costs a second batch of
+// registers.
+template <int kBatch, bool kPrefetch, typename Source>
 __device__ __forceinline__ void crcSegments(Source& src, uint64_t numPieces, uint64_t segmentPieces,
                                             uint32_t* __restrict__ partials) {
   extern __shared__ __align__(16) uint32_t dynamicSmem[];
@@ -249,11 +252,26 @@ __device__ __forceinline__ void crcSegments(Source& src, uint64_t numPieces, uin
   const LaneLookup lanes = makeLaneLookup(tableAddr);
   uint32_t s = 0;
   while (left > (kBatch - 1) * kThreads) {
+    if constexpr (kPrefetch) {
+      Loaded next[kBatch];
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) s = crcPiece(s, src.produce(v[u], piece + u * kThreads), lanes);
-    piece += kBatch * kThreads;
-    left -= kBatch * kThreads;
-    loadBatch();
+      for (int u = 0; u < kBatch; ++u) {
+        const int64_t ahead = static_cast<int64_t>(u + kBatch) * kThreads;
+        next[u] = ahead < left ? src.load(piece + ahead) : Loaded{};
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) s = crcPiece(s, src.produce(v[u], piece + u * kThreads), lanes);
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) v[u] = next[u];
+      piece += kBatch * kThreads;
+      left -= kBatch * kThreads;
+    } else {
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) s = crcPiece(s, src.produce(v[u], piece + u * kThreads), lanes);
+      piece += kBatch * kThreads;
+      left -= kBatch * kThreads;
+      loadBatch();
+    }
   }
 #pragma unroll
   for (int u = 0; u < kBatch - 1; ++u) {

@@ -55,7 +55,7 @@ constexpr int kUnroll = 4;  // vectors per operand in flight per thread
 constexpr int kMaxVectorBytes = 16;
 constexpr int kFusedThreads = 1024;  // verifyApplyCrcKernel: the CRC segment geometry
 constexpr int kFusedMinBlocks = 1;   // 128 KiB of CRC tables in shared memory: one block per SM
-constexpr int kFusedBatch = 2;       // pieces (16 bytes of each operand) in flight per thread
+constexpr int kFusedBatch = 1;       // pieces (16 bytes of each operand) per step, the next step's prefetched
 
 static_assert(kFusedThreads == crc_segments::kThreads, "the fused kernel runs the CRC segment loop");
 static_assert(kMaxVectorBytes == int(crc_segments::kPieceBytes), "a fused piece is one 16-byte vector");
@@ -740,7 +740,7 @@ __global__ void __launch_bounds__(kFusedThreads, kFusedMinBlocks)
     verifyApplyCrcKernel(const __grid_constant__ FusedKernelArgs a) {
   __shared__ int applies;
   ApplySource<Op> src(a.apply, &applies);
-  crc_segments::crcSegments<kFusedBatch>(src, a.apply.p.vectors, a.segmentPieces, a.partials);
+  crc_segments::crcSegments<kFusedBatch, true>(src, a.apply.p.vectors, a.segmentPieces, a.partials);
 }
 
 struct SealArgs {
