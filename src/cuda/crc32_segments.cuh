@@ -19,6 +19,7 @@
 
 #include "ringguard/core/crc32_combine.h"
 #include "ringguard/core/status.h"
+#include "streaming_load.cuh"
 
 namespace ringguard {
 namespace crc_segments {
@@ -177,14 +178,7 @@ __device__ __forceinline__ uint32_t crcPiece(uint32_t s, uint4 v, const LaneLook
   return lookupWord<1>(s ^ v.w, l);
 }
 
-// Streaming 16-byte load: the data is read once, so keep it out of L1 and let L2 fetch 256-byte sectors.
-__device__ __forceinline__ uint4 loadStreaming(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
+using cuda_detail::loadStreaming;
 
 // Fills the tables into the block's dynamic shared memory (no barrier) and returns their shared address.
 __device__ __forceinline__ uint32_t fillTables(uint32_t* dynamicSmem) {

@@ -19,6 +19,7 @@
 
 #include "cuda_check.h"
 #include "ringguard/cuda/kernels.h"
+#include "streaming_load.cuh"
 
 namespace ringguard {
 namespace {
@@ -108,14 +109,7 @@ __device__ __noinline__ Hits accountVector(uint4 v, unsigned long long firstElem
   return h;
 }
 
-// Streaming 16-byte load: read once, so keep it out of L1 and let L2 fetch 256-byte sectors.
-__device__ __forceinline__ uint4 loadStreaming(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
+using cuda_detail::loadStreaming;
 
 __global__ void __launch_bounds__(32, 1) nanScanInitKernel(NanScanResult* out) {
   if (threadIdx.x == 0) {

@@ -714,7 +714,7 @@ struct ApplySource {
 
   __device__ Loaded load(uint64_t j) const {
     Loaded v;
-    const uint4 y = crc_segments::loadStreaming(slot + j);  // slot: read-only for the kernel
+    const uint4 y = cuda_detail::loadStreaming(slot + j);  // slot: read-only for the kernel
     v.y = Words<16>{{y.x, y.y, y.z, y.w}};
     if constexpr (Op::kReadsLocal) v.x = loadWords<16>(local, j);  // may alias dst: a coherent load
     return v;
