@@ -706,8 +706,9 @@ struct ApplySource {
   __device__ ApplySource(const ApplyKernelArgs& args, int* shared)
       : a(args),
         dst(reinterpret_cast<uint4*>(static_cast<typename Op::Elem*>(args.p.dst) + args.p.head)),
-        local(reinterpret_cast<const uint4*>(static_cast<const typename Op::Elem*>(args.p.local) +
-                                             args.p.head)),
+        local(Op::kReadsLocal ? reinterpret_cast<const uint4*>(
+                                    static_cast<const typename Op::Elem*>(args.p.local) + args.p.head)
+                              : nullptr),  // a copy has no local operand (null)
         slot(
             reinterpret_cast<const uint4*>(static_cast<const typename Op::Elem*>(args.p.slot) + args.p.head)),
         sharedApplies(shared) {}
