@@ -13,9 +13,8 @@ const std::vector<EnvVar>& envRegistry() {
   static const std::vector<EnvVar> registry = {
       {"RINGGUARD_SLICE_BYTES", "0",
        "Payload bytes per slice, the unit that is checksummed and retransmitted (rounded down to the "
-       "element size). 0: the transport's default, 1 MiB (MPI, c10d), 4 MiB (host-staged) or 128 MiB (NCCL, "
-       "whose "
-       "per-slice launch cost is high; docs/PERFORMANCE.md)."},
+       "element size). 0: the transport's default, 1 MiB (MPI, c10d), 4 MiB (host-staged) or 128 MiB "
+       "(NCCL, whose per-slice launch cost is high; docs/PERFORMANCE.md)."},
       {"RINGGUARD_SLOTS", "0",
        "Receive slots per link (slices in flight); 2 is double buffering. In [2, 64]. 0: the transport's "
        "default, 2 (MPI, c10d) or 4 (NCCL, host-staged)."},

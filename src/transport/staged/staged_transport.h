@@ -20,8 +20,8 @@ class StagedTransport final : public Transport {
   ~StagedTransport() override;
   const char* name() const override { return "staged"; }
   // Each slice makes three hops (D2H, host transport, H2D) driven by one progress thread: deeper and
-  // larger than the host default, or the pipeline idles (docs/PERFORMANCE.md: 4 MiB x 4 slots ran 2.8-3.8x
-  // copy + MPI_Allreduce + copy at 2 and 4 ranks on one H200, 1 MiB x 2 slots 0.6-1.4x).
+  // larger than the host default, or the pipeline idles (docs/PERFORMANCE.md: at 256 MiB on one H200,
+  // 4 MiB x 4 slots ran 1.8-3.9x copy + MPI_Allreduce + copy with 2-4 ranks, 1 MiB x 2 slots 0.6-1.4x).
   size_t defaultSliceBytes() const override { return size_t(4) << 20; }
   int defaultSlots() const override { return 4; }
 
