@@ -168,7 +168,7 @@ Status RingAllreduce::applyRecvItem(int step, int slice, int attempt, int slotIn
   injected_[idx] = 0;
   if (ctx_.injector && ctx_.injector->corrupts(ctx_.seq, step, slice, me_, attempt)) {
     bool changed = false;
-    RINGGUARD_RETURN_IF_ERROR(exec_->editSlot(slotIndex, bytes, [&](uint8_t* payload, Trailer* trailer) {
+    RINGGUARD_RETURN_IF_ERROR(exec_->editSlot(slotIndex, nullptr, bytes, [&](uint8_t* payload, Trailer* trailer) {
       changed = ctx_.injector->corrupt(ctx_.seq, step, slice, me_, attempt, payload, bytes, trailer);
     }));
     injected_[idx] = changed;

@@ -4,12 +4,37 @@
 
 namespace ringguard {
 
-Fingerprint makeAllreduceFingerprint(ReduceOp op, DataType dtype, uint64_t count, uint64_t seq) {
+const char* collectiveKindName(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::kAllreduce:
+      return "allreduce";
+    case CollectiveKind::kReduceScatter:
+      return "reduce_scatter";
+    case CollectiveKind::kAllgather:
+      return "allgather";
+    case CollectiveKind::kBroadcast:
+      return "broadcast";
+    case CollectiveKind::kAlltoall:
+      return "alltoall";
+    case CollectiveKind::kSendRecv:
+      return "sendrecv";
+  }
+  return "collective?";
+}
+
+namespace {
+bool reduces(CollectiveKind k) { return k == CollectiveKind::kAllreduce || k == CollectiveKind::kReduceScatter; }
+}  // namespace
+
+Fingerprint makeFingerprint(CollectiveKind kind, ReduceOp op, DataType dtype, uint64_t count, int32_t root,
+                            uint64_t seq) {
   Fingerprint f;
-  f.op = static_cast<uint8_t>(op);
+  f.collective = static_cast<uint8_t>(kind);
+  f.op = reduces(kind) ? static_cast<uint8_t>(op) : 0;
   f.dtype = static_cast<uint8_t>(dtype);
   f.count = count;
   f.seq = seq;
+  f.root = root;
   return f;
 }
 
@@ -19,11 +44,14 @@ std::string describeFingerprint(const Fingerprint& f) {
     os << "{malformed fingerprint}";
     return os.str();
   }
-  os << "{" << (f.collective == 0 ? "allreduce" : "collective?");
+  const auto kind = static_cast<CollectiveKind>(f.collective);
+  os << "{" << collectiveKindName(kind);
   auto op = static_cast<ReduceOp>(f.op);
   auto dt = static_cast<DataType>(f.dtype);
-  os << " op=" << (isValid(op) ? reduceOpName(op) : "invalid")
-     << " dtype=" << (isValid(dt) ? dataTypeName(dt) : "invalid") << " count=" << f.count << " seq=" << f.seq;
+  if (reduces(kind)) os << " op=" << (isValid(op) ? reduceOpName(op) : "invalid");
+  os << " dtype=" << (isValid(dt) ? dataTypeName(dt) : "invalid") << " count=" << f.count;
+  if (f.root != kNoRoot) os << " root=" << f.root;
+  os << " seq=" << f.seq;
   if (f.flags & kFingerprintInvalidInput) os << " invalid-arguments";
   os << "}";
   return os.str();

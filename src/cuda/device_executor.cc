@@ -260,9 +260,9 @@ Status DeviceExecutor::retag(size_t item, uint16_t attempt) {
   return Status::ok();
 }
 
-Status DeviceExecutor::editSlot(int index, size_t bytes,
+Status DeviceExecutor::editSlot(int index, void* target, size_t bytes,
                                 const std::function<void(uint8_t*, Trailer*)>& edit) {
-  if (index < 0 || size_t(index) >= numSlots_ || bytes > slotStride_) {
+  if (index < 0 || size_t(index) >= numSlots_ || (target == nullptr && bytes > slotStride_)) {
     return Status(StatusCode::kInvalidArgument, "DeviceExecutor::editSlot: slot " + std::to_string(index) +
                                                     " / " + std::to_string(bytes) + " bytes out of range");
   }
@@ -280,16 +280,17 @@ Status DeviceExecutor::editSlot(int index, size_t bytes,
   }
   Trailer* trailer = reinterpret_cast<Trailer*>(staging_);
   uint8_t* payload = staging_ + kStagingPayloadOffset;
+  void* src = target != nullptr ? target : slot(index);
   RINGGUARD_CUDA_CHECK(
       cudaMemcpyAsync(trailer, slotTrailer(index), sizeof(Trailer), cudaMemcpyDeviceToHost, stream_));
   if (bytes != 0)
-    RINGGUARD_CUDA_CHECK(cudaMemcpyAsync(payload, slot(index), bytes, cudaMemcpyDeviceToHost, stream_));
+    RINGGUARD_CUDA_CHECK(cudaMemcpyAsync(payload, src, bytes, cudaMemcpyDeviceToHost, stream_));
   RINGGUARD_CUDA_CHECK(cudaStreamSynchronize(stream_));
   edit(payload, trailer);
   RINGGUARD_CUDA_CHECK(
       cudaMemcpyAsync(slotTrailer(index), trailer, sizeof(Trailer), cudaMemcpyHostToDevice, stream_));
   if (bytes != 0)
-    RINGGUARD_CUDA_CHECK(cudaMemcpyAsync(slot(index), payload, bytes, cudaMemcpyHostToDevice, stream_));
+    RINGGUARD_CUDA_CHECK(cudaMemcpyAsync(src, payload, bytes, cudaMemcpyHostToDevice, stream_));
   RINGGUARD_CUDA_CHECK(cudaStreamSynchronize(stream_));
   return Status::ok();
 }

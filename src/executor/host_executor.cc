@@ -39,15 +39,24 @@ Status HostExecutor::copy(void* dst, const void* src, size_t bytes) {
   return Status::ok();
 }
 
-Status HostExecutor::editSlot(int index, size_t bytes, const std::function<void(uint8_t*, Trailer*)>& edit) {
-  edit(slots_[index].data(), &slotTrailers_[index]);
+Status HostExecutor::scratch(size_t bytes, void** out) {
+  if (scratch_.size() < bytes) scratch_.resize(bytes);
+  *out = scratch_.data();
+  return Status::ok();
+}
+
+Status HostExecutor::editSlot(int index, void* payload, size_t bytes,
+                              const std::function<void(uint8_t*, Trailer*)>& edit) {
+  (void)bytes;
+  edit(payload ? static_cast<uint8_t*>(payload) : slots_[index].data(), &slotTrailers_[index]);
   return Status::ok();
 }
 
 Status HostExecutor::verifyAndApply(const ApplyTask& task, int index, size_t item, size_t nextItem) {
   const size_t esize = dataTypeSize(task.dtype);
   const size_t bytes = task.count * esize;
-  const uint8_t* slot = slots_[index].data();
+  // In place: the payload already lies in dst (verified there, never copied).
+  const uint8_t* slot = task.inPlace ? static_cast<const uint8_t*>(task.dst) : slots_[index].data();
   const Trailer& trailer = slotTrailers_[index];
   // The trailer alone first: a damaged or stale trailer is rejected without reading the payload.
   SliceCheck check = checkTrailer(trailer, task.expected);
@@ -62,7 +71,7 @@ Status HostExecutor::verifyAndApply(const ApplyTask& task, int index, size_t ite
     return Status::ok();
   }
   if (!task.reduce) {
-    if (bytes) std::memcpy(dst, slot, bytes);
+    if (bytes && !task.inPlace) std::memcpy(dst, slot, bytes);
     outCrc = trailer.payloadCrc;  // the bytes just verified, unchanged
   } else {
     const size_t blockElems = std::max<size_t>(1, kBlockBytes / esize);

@@ -593,7 +593,7 @@ TEST_F(DeviceExecutorTest, EditSlotSeesAndChangesTheSlotAndItsTrailer) {
   upload(exec_->slot(1), payload.data(), bytes);
   upload(exec_->slotTrailer(1), &trailer, sizeof(trailer));
   bool called = false;
-  ASSERT_STATUS_OK(exec_->editSlot(1, bytes, [&](uint8_t* p, Trailer* t) {
+  ASSERT_STATUS_OK(exec_->editSlot(1, nullptr, bytes, [&](uint8_t* p, Trailer* t) {
     called = true;
     EXPECT_EQ(0, std::memcmp(p, payload.data(), bytes));
     EXPECT_EQ(0, std::memcmp(t, &trailer, sizeof(Trailer)));

@@ -91,7 +91,7 @@ TEST(NcclLoopback, FramedVerifiedSlicesWithInjectedFaultsAndRetransmission) {
         ASSERT_TRUE(exec.waitFor(recvs[k].streamEvent()).isOk());
         ASSERT_TRUE(exec.waitFor(sends[k].streamEvent()).isOk());
         if (inj.corrupts(0, 0, int(k), 0, attempt)) {
-          ASSERT_TRUE(exec.editSlot(int(k), bytes,
+          ASSERT_TRUE(exec.editSlot(int(k), nullptr, bytes,
                                     [&](uint8_t* p, Trailer* tr) {
                                       EXPECT_TRUE(inj.corrupt(0, 0, int(k), 0, attempt, p, bytes, tr));
                                     })

@@ -16,7 +16,7 @@ namespace {
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 TEST(FingerprintTest, WireLayout) {
-  EXPECT_EQ(sizeof(Fingerprint), 24u);
+  EXPECT_EQ(sizeof(Fingerprint), 32u);
   const Fingerprint f = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, 3);
   EXPECT_EQ(std::memcmp(&f, "RFP1", 4), 0);
 }

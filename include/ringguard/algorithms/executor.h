@@ -24,6 +24,10 @@ struct ApplyTask {
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   bool reduce = false;     // reduce-scatter step (else: all-gather copy)
+  // The payload was received straight into dst (all-gather, broadcast, send/recv, all-to-all): slot
+  // `index` holds only its trailer, nothing is copied, dst is verified where it lies. Only with !reduce.
+  // A rejected slice leaves dst holding what arrived (never used: it is forwarded poisoned and repaired).
+  bool inPlace = false;
   bool finalStep = false;  // avg divides here
   bool forwarded = false;  // dst is sent on at the next step
   int nranks = 1;
@@ -44,8 +48,11 @@ class Executor {
   virtual Status sealFirst(size_t item, const void* data, const SliceId& id) = 0;
   // Sets a new attempt number on sendTrailer(item), keeping its payload CRC (a retransmission).
   virtual Status retag(size_t item, uint16_t attempt) = 0;
-  // Gives `edit` host access to a received slot (fault injection; rare, may be slow).
-  virtual Status editSlot(int index, size_t bytes, const std::function<void(uint8_t*, Trailer*)>& edit) = 0;
+  // Gives `edit` host access to a received payload and slot `index`'s trailer (fault injection; rare, may
+  // be slow). `payload` is where the payload was received: the slot's (nullptr) or, for an in-place
+  // receive, dst.
+  virtual Status editSlot(int index, void* payload, size_t bytes,
+                          const std::function<void(uint8_t*, Trailer*)>& edit) = 0;
 
   // Verifies slot `index` against task.expected and only then reduces or copies it into task.dst.
   // Records the verdict of `item`; when task.forwarded, writes the trailer of the next step (CRC of dst,
@@ -58,6 +65,11 @@ class Executor {
 
   // Copies `bytes` between two buffers of the collective (single rank, out of place).
   virtual Status copy(void* dst, const void* src, size_t bytes) = 0;
+
+  // Memory of the executor's kind (host or device) for partial results a collective does not keep
+  // (reduce-scatter's intermediate accumulators): at least `bytes`, valid until the next prepare() or
+  // scratch() call, grown on demand, never shrunk. Its contents are unspecified.
+  virtual Status scratch(size_t bytes, void** out) = 0;
 
   // Polled until *done: then every verdict recorded so far is readable with verdict(). Never blocks, so
   // the caller's wait keeps its timeout and its watch for peer errors (a dead peer must not hang us).
@@ -93,9 +105,11 @@ class HostExecutor final : public Executor {
   Trailer* slotTrailer(int index) override { return &slotTrailers_[index]; }
   Status sealFirst(size_t item, const void* data, const SliceId& id) override;
   Status retag(size_t item, uint16_t attempt) override;
-  Status editSlot(int index, size_t bytes, const std::function<void(uint8_t*, Trailer*)>& edit) override;
+  Status editSlot(int index, void* payload, size_t bytes,
+                  const std::function<void(uint8_t*, Trailer*)>& edit) override;
   Status verifyAndApply(const ApplyTask& task, int index, size_t item, size_t nextItem) override;
   Status copy(void* dst, const void* src, size_t bytes) override;
+  Status scratch(size_t bytes, void** out) override;
   Status syncTest(bool* done) override {
     *done = true;
     return Status::ok();
@@ -107,6 +121,7 @@ class HostExecutor final : public Executor {
   std::vector<SliceCheck> verdicts_;
   std::vector<std::vector<uint8_t>> slots_;
   std::vector<Trailer> slotTrailers_;
+  std::vector<uint8_t> scratch_;
 };
 
 }  // namespace ringguard

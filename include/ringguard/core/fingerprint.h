@@ -12,23 +12,41 @@ namespace ringguard {
 inline constexpr uint32_t kFingerprintMagic = 0x31504652;  // "RFP1"
 inline constexpr uint8_t kFingerprintInvalidInput = 1;     // the caller's arguments were rejected
 
+// The group collectives (point-to-point exchanges carry no group fingerprint).
+enum class CollectiveKind : uint8_t {
+  kAllreduce = 0,
+  kReduceScatter,
+  kAllgather,
+  kBroadcast,
+  kAlltoall,
+  kSendRecv,
+};
+const char* collectiveKindName(CollectiveKind k);  // "allreduce", "reduce_scatter", "allgather", ...
+inline constexpr int32_t kNoRoot = -1;               // collectives without a root
+
 struct Fingerprint {
   uint32_t magic = kFingerprintMagic;
-  uint8_t collective = 0;  // 0 = allreduce
-  uint8_t op = 0;
+  uint8_t collective = 0;  // CollectiveKind
+  uint8_t op = 0;          // ReduceOp (0 for collectives that do not reduce)
   uint8_t dtype = 0;
   uint8_t flags = 0;
-  uint64_t count = 0;
+  uint64_t count = 0;      // per-rank element count as the collective defines it (e.g. recvCount)
   uint64_t seq = 0;
+  int32_t root = kNoRoot;  // broadcast's root
+  uint32_t reserved = 0;
   bool operator==(const Fingerprint& o) const {
     return magic == o.magic && collective == o.collective && op == o.op && dtype == o.dtype &&
-           flags == o.flags && count == o.count && seq == o.seq;
+           flags == o.flags && count == o.count && seq == o.seq && root == o.root && reserved == o.reserved;
   }
 };
-static_assert(sizeof(Fingerprint) == 24, "fingerprint is a fixed wire format");
+static_assert(sizeof(Fingerprint) == 32, "fingerprint is a fixed wire format");
 
-Fingerprint makeAllreduceFingerprint(ReduceOp op, DataType dtype, uint64_t count, uint64_t seq);
-// "{allreduce op=sum dtype=f32 count=100 seq=3}"
+Fingerprint makeFingerprint(CollectiveKind kind, ReduceOp op, DataType dtype, uint64_t count, int32_t root,
+                            uint64_t seq);
+inline Fingerprint makeAllreduceFingerprint(ReduceOp op, DataType dtype, uint64_t count, uint64_t seq) {
+  return makeFingerprint(CollectiveKind::kAllreduce, op, dtype, count, kNoRoot, seq);
+}
+// "{allreduce op=sum dtype=f32 count=100 seq=3}", "{broadcast dtype=f32 count=8 root=2 seq=5}"
 std::string describeFingerprint(const Fingerprint& f);
 // OK when equal; otherwise kFingerprintMismatch naming both ranks and both values.
 Status compareFingerprints(int rankA, const Fingerprint& a, int rankB, const Fingerprint& b);

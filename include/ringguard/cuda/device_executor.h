@@ -60,7 +60,8 @@ class DeviceExecutor final : public Executor {
   Status retag(size_t item, uint16_t attempt) override;
   // Copies the slot payload and trailer to pinned host memory, waits, runs `edit`, copies both back and
   // waits again (fault injection only).
-  Status editSlot(int index, size_t bytes, const std::function<void(uint8_t*, Trailer*)>& edit) override;
+  Status editSlot(int index, void* payload, size_t bytes,
+                  const std::function<void(uint8_t*, Trailer*)>& edit) override;
   // Enqueues the sequence described above; no host wait. task.dst / task.local: device memory.
   Status verifyAndApply(const ApplyTask& task, int index, size_t item, size_t nextItem) override;
   // cudaStreamWaitEvent(stream, streamEvent): no host wait.

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ringguard/algorithms/collective.h"
 #include "ringguard/algorithms/executor.h"
@@ -71,6 +72,40 @@ class Communicator {
   // allreduceAsync(...)->wait().
   Status allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                    void* stream = nullptr);
+
+  // The other collectives. Every one validates its own arguments (kInvalidArgument naming the argument
+  // and the rank, and a kPeerError on the other ranks), is verified slice by slice like allreduce, and
+  // takes the caller's stream as allreduceAsync does. Counts are in elements of `dtype`.
+  //
+  // reduceScatter: `send` holds size() blocks of `recvCount` elements; rank r's `recv` gets block r
+  // reduced over all ranks (ncclReduceScatter). In place when recv == send + rank() * recvCount.
+  std::shared_ptr<Work> reduceScatterAsync(const void* send, void* recv, size_t recvCount, DataType dtype,
+                                           ReduceOp op, void* stream = nullptr);
+  // allgather: rank r's `sendCount` elements land at block r of every rank's `recv` (size() blocks;
+  // ncclAllGather). In place when send == recv + rank() * sendCount.
+  std::shared_ptr<Work> allgatherAsync(const void* send, void* recv, size_t sendCount, DataType dtype,
+                                       void* stream = nullptr);
+  // broadcast: `root`'s `send` lands in every rank's `recv` (ncclBroadcast; `send` is read on the root
+  // only and may be null elsewhere). In place when send == recv.
+  std::shared_ptr<Work> broadcastAsync(const void* send, void* recv, size_t count, DataType dtype, int root,
+                                       void* stream = nullptr);
+  // One verified point-to-point exchange: `sendCount` elements to rank `dst` and `recvCount` from rank
+  // `src`, posted together (so two ranks exchanging with each other cannot deadlock). dst < 0 or
+  // src < 0: no send or no receive. Messages of one (peer, direction) match in call order; a peer's
+  // count that differs from this rank's is an error on both sides naming both counts.
+  std::shared_ptr<Work> sendRecvAsync(const void* send, size_t sendCount, int dst, void* recv,
+                                      size_t recvCount, int src, DataType dtype, void* stream = nullptr);
+  // alltoall: block p of `send` (sendCounts[p] elements at sendDispls[p]) goes to rank p, and rank p's
+  // block for this rank lands at recvDispls[p] (recvCounts[p] elements); vectors of size() entries
+  // (MPI_Alltoallv). Each rank's sendCounts[p] must equal rank p's recvCounts[rank()]. Not in place.
+  std::shared_ptr<Work> alltoallAsync(const void* send, const std::vector<size_t>& sendCounts,
+                                      const std::vector<size_t>& sendDispls, void* recv,
+                                      const std::vector<size_t>& recvCounts,
+                                      const std::vector<size_t>& recvDispls, DataType dtype,
+                                      void* stream = nullptr);
+  // Equal splits: `count` elements to and from every rank, blocks in rank order.
+  std::shared_ptr<Work> alltoallAsync(const void* send, void* recv, size_t count, DataType dtype,
+                                      void* stream = nullptr);
 
   // Ends this communicator at once (c10d's abort): the collective in progress returns kAborted from its
   // next wait, what is queued and every later call fail with kAborted ("... aborted: <why>"), peers are
