@@ -1,0 +1,70 @@
+#pragma once
+// Bit patterns of the guard's floating types, shared by the host backend and the CUDA kernels
+// (src/cuda/guard_scan.cu) so both write and recognise exactly the same values. Elements are handled as
+// unsigned words of their width: no float arithmetic, so a NaN payload or a -0 is never altered by a copy.
+#include <cstdint>
+
+#include "ringguard/core/host_device.h"
+#include "ringguard/core/types.h"
+
+namespace ringguard {
+namespace guard_detail {
+
+// Exponent mask (non-finite iff all its bits are set), sign bit, and the values the guard writes.
+struct FloatBits {
+  uint64_t exponent;
+  uint64_t sign;
+  uint64_t quietNan;
+  uint64_t posInf;
+  uint64_t maxFinite;  // the largest finite value; the lowest is sign | maxFinite
+  int width;           // bytes
+};
+
+RINGGUARD_HOST_DEVICE inline bool floatBits(DataType t, FloatBits* out) {
+  switch (t) {
+    case DataType::kFloat32:
+      *out = {0x7f800000ull, 0x80000000ull, 0x7fc00000ull, 0x7f800000ull, 0x7f7fffffull, 4};
+      return true;
+    case DataType::kFloat64:
+      *out = {0x7ff0000000000000ull, 0x8000000000000000ull, 0x7ff8000000000000ull,
+              0x7ff0000000000000ull, 0x7fefffffffffffffull, 8};
+      return true;
+    case DataType::kFloat16:
+      *out = {0x7c00ull, 0x8000ull, 0x7e00ull, 0x7c00ull, 0x7bffull, 2};
+      return true;
+    case DataType::kBFloat16:
+      *out = {0x7f80ull, 0x8000ull, 0x7fc0ull, 0x7f80ull, 0x7f7full, 2};
+      return true;
+    default:
+      return false;
+  }
+}
+
+RINGGUARD_HOST_DEVICE inline bool isNonFinite(uint64_t bits, const FloatBits& f) {
+  return (bits & f.exponent) == f.exponent;
+}
+
+// The replacement for a non-finite element: 0 (zero), or NaN -> 0, +-Inf -> +-maxFinite (clamp).
+RINGGUARD_HOST_DEVICE inline uint64_t sanitized(uint64_t bits, const FloatBits& f, bool clamp) {
+  if (!clamp) return 0;
+  const bool nan = (bits & ~(f.exponent | f.sign)) != 0;  // mantissa bits set
+  if (nan) return 0;
+  return (bits & f.sign) | f.maxFinite;
+}
+
+// value: 0 NaN, 1 +Inf, 2 -Inf, 3 largest finite (FaultValue's order).
+RINGGUARD_HOST_DEVICE inline uint64_t faultBits(int value, const FloatBits& f) {
+  switch (value) {
+    case 0:
+      return f.quietNan;
+    case 1:
+      return f.posInf;
+    case 2:
+      return f.sign | f.posInf;
+    default:
+      return f.maxFinite;
+  }
+}
+
+}  // namespace guard_detail
+}  // namespace ringguard
