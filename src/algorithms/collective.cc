@@ -11,20 +11,28 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct VerdictHeader {
+// Precedes the summary in every dissemination message.
+struct DisseminationHeader {
   uint64_t seq;
-  uint32_t round;
-  uint32_t count;
+  uint32_t round;  // verdicts: the repair round; fingerprints: 0
+  uint32_t k;      // dissemination round
 };
 
 Status peerErrorIfAny(const CollectiveContext& ctx) {
   std::vector<uint8_t> msg;
   int from = -1;
   bool got = false;
-  RINGGUARD_RETURN_IF_ERROR(ctx.transport->probeControl(-1, ControlTag::kError, &msg, &from, &got));
+  RINGGUARD_RETURN_IF_ERROR(
+      ctx.transport->control()->probe(-1, ControlTag::kError, &msg, &from, &got, ctx.injector, ctx.counters));
   if (!got) return Status::ok();
   std::string text(msg.begin(), msg.end());
   return Status(StatusCode::kPeerError, "rank " + std::to_string(from) + " reported: " + text);
+}
+
+template <typename T>
+void append(std::vector<uint8_t>* out, const T& v) {
+  const auto* p = reinterpret_cast<const uint8_t*>(&v);
+  out->insert(out->end(), p, p + sizeof(T));
 }
 
 }  // namespace
@@ -73,88 +81,191 @@ Status waitFrame(const CollectiveContext& ctx, FrameRequest* req, const std::fun
       ctx, [req](bool* done) { return req->test(done); }, what);
 }
 
-// Sends `bytes` to every peer on the control channel and receives one message with `tag` from each
-// (messages[p], empty for this rank). `what(p)` names what a timeout was waiting for.
-static Status exchangeControl(const CollectiveContext& ctx, ControlTag tag, const void* data, size_t bytes,
-                              const std::function<std::string(int)>& what,
-                              std::vector<std::vector<uint8_t>>* messages) {
-  Transport* t = ctx.transport;
-  const int n = t->size(), me = t->rank();
-  for (int p = 0; p < n; ++p) {
-    if (p != me) RINGGUARD_RETURN_IF_ERROR(t->sendControl(p, tag, data, bytes));
-  }
-  messages->assign(size_t(n), {});
-  for (int p = 0; p < n; ++p) {
-    if (p == me) continue;
-    std::vector<uint8_t>& msg = (*messages)[size_t(p)];
+int disseminationRounds(int nranks) {
+  int k = 0;
+  while ((int64_t(1) << k) < int64_t(nranks)) ++k;
+  return k;
+}
+
+Status disseminate(const CollectiveContext& ctx, ControlTag tag, uint32_t round, bool checkSeq,
+                   const std::function<std::vector<uint8_t>()>& summary,
+                   const std::function<Status(int from, const uint8_t* body, size_t bytes)>& merge,
+                   const std::function<std::string(int peer)>& what) {
+  ControlChannel* control = ctx.transport->control();
+  const int n = ctx.transport->size(), me = ctx.transport->rank();
+  const int rounds = disseminationRounds(n);
+  std::vector<uint8_t> msg;
+  for (int k = 0; k < rounds; ++k) {
+    const int dist = 1 << k;
+    const int to = (me + dist) % n, from = (me - dist % n + n) % n;
+    std::vector<uint8_t> out;
+    append(&out, DisseminationHeader{ctx.seq, round, uint32_t(k)});
+    const std::vector<uint8_t> body = summary();
+    out.insert(out.end(), body.begin(), body.end());
+    RINGGUARD_RETURN_IF_ERROR(control->send(to, tag, out.data(), out.size(), ctx.counters));
     RINGGUARD_RETURN_IF_ERROR(pollUntil(
         ctx,
         [&](bool* done) {
-          int from = -1;
-          return t->probeControl(p, tag, &msg, &from, done);
+          int src = -1;
+          return control->probe(from, tag, &msg, &src, done, ctx.injector, ctx.counters);
         },
-        [&what, p] { return what(p); }));
+        [&] { return what(from); }));
+    DisseminationHeader h{};
+    if (msg.size() >= sizeof(h)) std::memcpy(&h, msg.data(), sizeof(h));
+    if (msg.size() < sizeof(h) || (checkSeq && h.seq != ctx.seq) || h.round != round || h.k != uint32_t(k)) {
+      std::ostringstream os;
+      os << ctx.name << " seq " << ctx.seq << ": unexpected " << controlTagName(tag) << " message from rank "
+         << from << " (" << msg.size() << " bytes, seq " << h.seq << " round " << h.round
+         << " exchange round " << h.k << "; expected seq " << ctx.seq << " round " << round
+         << " exchange round " << k << ")";
+      return Status(StatusCode::kTransportError, os.str());
+    }
+    RINGGUARD_RETURN_IF_ERROR(merge(from, msg.data() + sizeof(h), msg.size() - sizeof(h)));
   }
   return Status::ok();
 }
 
-Status exchangeFingerprints(const CollectiveContext& ctx, const Fingerprint& mine) {
-  const int n = ctx.transport->size(), me = ctx.transport->rank();
-  std::vector<std::vector<uint8_t>> msgs;
-  RINGGUARD_RETURN_IF_ERROR(exchangeControl(
-      ctx, ControlTag::kFingerprint, &mine, sizeof(mine),
-      [](int p) { return "the collective fingerprint from rank " + std::to_string(p); }, &msgs));
-  std::vector<Fingerprint> theirs(n);
-  theirs[me] = mine;
-  for (int p = 0; p < n; ++p) {
-    if (p == me) continue;
-    const std::vector<uint8_t>& msg = msgs[size_t(p)];
-    if (msg.size() != sizeof(Fingerprint)) {
-      return Status(StatusCode::kTransportError, "fingerprint from rank " + std::to_string(p) + " has " +
-                                                     std::to_string(msg.size()) + " bytes");
+Status findDisagreement(const CollectiveContext& ctx, ControlTag tag, const void* mine, size_t bytes,
+                        Disagreement* out) {
+  const int n = ctx.transport->size();
+  // Summary: (lowest rank seen, its bytes), (lowest rank seen whose bytes differ from those, its bytes).
+  // The summary of a union is a function of the two summaries, so merging overlapping ranges (as the
+  // dissemination does when N is not a power of two) changes nothing.
+  Disagreement sum;
+  sum.lowRank = ctx.transport->rank();
+  sum.diffRank = -1;
+  sum.low.assign(static_cast<const uint8_t*>(mine), static_cast<const uint8_t*>(mine) + bytes);
+  sum.diff.assign(bytes, 0);
+  auto summary = [&] {
+    std::vector<uint8_t> out;
+    append(&out, int32_t(sum.lowRank));
+    append(&out, int32_t(sum.diffRank));
+    out.insert(out.end(), sum.low.begin(), sum.low.end());
+    out.insert(out.end(), sum.diff.begin(), sum.diff.end());
+    return out;
+  };
+  auto merge = [&](int from, const uint8_t* body, size_t size) {
+    int32_t low = -1, diff = -1;
+    if (size == 8 + 2 * bytes) {
+      std::memcpy(&low, body, 4);
+      std::memcpy(&diff, body + 4, 4);
     }
-    std::memcpy(&theirs[p], msg.data(), sizeof(Fingerprint));
-  }
-  // Every rank holds all fingerprints and reports the same first mismatch (lowest rank pair).
-  for (int p = 1; p < n; ++p) {
-    RINGGUARD_RETURN_IF_ERROR(compareFingerprints(0, theirs[0], p, theirs[p]));
+    if (size != 8 + 2 * bytes || low < 0 || low >= n || (diff != -1 && (diff <= low || diff >= n))) {
+      std::ostringstream os;
+      os << ctx.name << " seq " << ctx.seq << ": malformed " << controlTagName(tag) << " summary from rank "
+         << from << " (" << size << " bytes, ranks " << low << " and " << diff << ")";
+      return Status(StatusCode::kTransportError, os.str());
+    }
+    Disagreement t;
+    t.lowRank = low;
+    t.diffRank = diff;
+    t.low.assign(body + 8, body + 8 + bytes);
+    t.diff.assign(body + 8 + bytes, body + 8 + 2 * bytes);
+    Disagreement& a = sum.lowRank <= t.lowRank ? sum : t;  // holds the lowest rank
+    Disagreement& b = sum.lowRank <= t.lowRank ? t : sum;
+    // The lowest rank of b's set whose bytes differ from a.low: b's lowest when that differs, else b's
+    // first differing one (b.low == a.low, so b.diff differs from a.low too).
+    int cand = -1;
+    const std::vector<uint8_t>* candBytes = nullptr;
+    if (b.low != a.low) {
+      if (b.lowRank != a.lowRank) cand = b.lowRank, candBytes = &b.low;
+    } else if (b.diffRank != -1) {
+      cand = b.diffRank, candBytes = &b.diff;
+    }
+    if (cand != -1 && (a.diffRank == -1 || cand < a.diffRank)) {
+      a.diffRank = cand;
+      a.diff = *candBytes;
+    }
+    if (&a != &sum) sum = std::move(a);
+    return Status::ok();
+  };
+  RINGGUARD_RETURN_IF_ERROR(disseminate(ctx, tag, 0, /*checkSeq=*/false, summary, merge, [tag](int p) {
+    return std::string("the ") + controlTagName(tag) + " summary from rank " + std::to_string(p);
+  }));
+  *out = std::move(sum);
+  return Status::ok();
+}
+
+Status exchangeFingerprints(const CollectiveContext& ctx, const Fingerprint& mine) {
+  Disagreement d;
+  RINGGUARD_RETURN_IF_ERROR(findDisagreement(ctx, ControlTag::kFingerprint, &mine, sizeof(mine), &d));
+  if (d.diffRank != -1) {
+    Fingerprint a, b;
+    std::memcpy(&a, d.low.data(), sizeof(a));
+    std::memcpy(&b, d.diff.data(), sizeof(b));
+    RINGGUARD_RETURN_IF_ERROR(compareFingerprints(d.lowRank, a, d.diffRank, b));
   }
   // A peer that already failed (e.g. timed out waiting for this rank) must stop us before payload moves.
   return peerErrorIfAny(ctx);
 }
 
+FailureValidator ringFailureValidator(const RingSchedule& schedule) {
+  return [&schedule](const SliceFailure& f) {
+    const bool ok =
+        f.column < uint32_t(schedule.nranks()) && f.slice < uint32_t(schedule.slicesPerColumn()) &&
+        f.step < uint32_t(schedule.numSteps()) && f.sender == schedule.sender(int(f.column), int(f.step)) &&
+        f.receiver == schedule.receiver(int(f.column), int(f.step));
+    if (ok) return Status::ok();
+    std::ostringstream os;
+    os << "outside the ring schedule (" << schedule.nranks() << " columns, " << schedule.slicesPerColumn()
+       << " slices, " << schedule.numSteps() << " steps)";
+    return Status(StatusCode::kTransportError, os.str());
+  };
+}
+
 Status exchangeVerdicts(const CollectiveContext& ctx, int round, const std::vector<SliceFailure>& mine,
-                        std::vector<SliceFailure>* global) {
-  const int n = ctx.transport->size(), me = ctx.transport->rank();
-  std::vector<uint8_t> out(sizeof(VerdictHeader) + mine.size() * sizeof(SliceFailure));
-  VerdictHeader h{ctx.seq, uint32_t(round), uint32_t(mine.size())};
-  std::memcpy(out.data(), &h, sizeof(h));
-  if (!mine.empty()) std::memcpy(out.data() + sizeof(h), mine.data(), mine.size() * sizeof(SliceFailure));
-  std::vector<std::vector<uint8_t>> msgs;
-  RINGGUARD_RETURN_IF_ERROR(exchangeControl(
-      ctx, ControlTag::kVerdict, out.data(), out.size(),
-      [round](int p) {
-        return "the verdict of round " + std::to_string(round) + " from rank " + std::to_string(p);
-      },
-      &msgs));
-  std::vector<SliceFailure> all = mine;
-  for (int p = 0; p < n; ++p) {
-    if (p == me) continue;
-    const std::vector<uint8_t>& msg = msgs[size_t(p)];
-    VerdictHeader ph{};
-    if (msg.size() >= sizeof(ph)) std::memcpy(&ph, msg.data(), sizeof(ph));
-    if (msg.size() < sizeof(ph) || ph.seq != ctx.seq || ph.round != uint32_t(round) ||
-        msg.size() != sizeof(ph) + size_t(ph.count) * sizeof(SliceFailure)) {
+                        std::vector<SliceFailure>* global, const FailureValidator& validate) {
+  const int n = ctx.transport->size();
+  std::vector<SliceFailure> all = canonicalFailures(mine);
+  auto summary = [&] {
+    std::vector<uint8_t> out;
+    append(&out, uint32_t(all.size()));
+    append(&out, uint32_t(0));
+    const auto* p = reinterpret_cast<const uint8_t*>(all.data());
+    out.insert(out.end(), p, p + all.size() * sizeof(SliceFailure));
+    return out;
+  };
+  auto merge = [&](int from, const uint8_t* body, size_t bytes) {
+    uint32_t count = 0;
+    if (bytes >= 8) std::memcpy(&count, body, sizeof(count));
+    if (bytes < 8 || bytes != 8 + size_t(count) * sizeof(SliceFailure)) {
       std::ostringstream os;
-      os << "malformed verdict from rank " << p << " (" << msg.size() << " bytes, seq " << ph.seq << " round "
-         << ph.round << "; expected seq " << ctx.seq << " round " << round << ")";
+      os << ctx.name << " seq " << ctx.seq << ": malformed verdict of round " << round << " from rank "
+         << from << " (" << bytes << " bytes for " << count << " entries)";
       return Status(StatusCode::kTransportError, os.str());
     }
-    size_t base = all.size();
-    all.resize(base + ph.count);
-    if (ph.count) std::memcpy(all.data() + base, msg.data() + sizeof(ph), ph.count * sizeof(SliceFailure));
-  }
-  *global = canonicalFailures(std::move(all));
+    for (uint32_t i = 0; i < count; ++i) {
+      SliceFailure f;
+      std::memcpy(&f, body + 8 + size_t(i) * sizeof(f), sizeof(f));
+      const auto reason = static_cast<SliceCheck>(f.reason);
+      Status st;
+      if (f.sender < 0 || f.sender >= n || f.receiver < 0 || f.receiver >= n) {
+        st = Status(StatusCode::kTransportError, "ranks outside [0, " + std::to_string(n) + ")");
+      } else if (f.reason > uint8_t(SliceCheck::kPoisoned) || !isLinkFailure(reason)) {
+        st = Status(StatusCode::kTransportError,
+                    "reason " + std::to_string(f.reason) + " is not a link failure");
+      } else if (validate) {
+        st = validate(f);
+      }
+      if (!st.isOk()) {
+        std::ostringstream os;
+        os << ctx.name << " seq " << ctx.seq << ": verdict entry from rank " << from << " rejected (link "
+           << f.sender << " -> " << f.receiver << ", step " << f.step << ", slice " << f.slice << ", column "
+           << f.column << "): " << st.message();
+        return Status(StatusCode::kTransportError, os.str());
+      }
+      all.push_back(f);
+    }
+    // Sorted and deduplicated after each merge: overlapping ranges add nothing, and the list stays
+    // bounded by the distinct failures the schedule allows.
+    all = canonicalFailures(std::move(all));
+    return Status::ok();
+  };
+  RINGGUARD_RETURN_IF_ERROR(disseminate(
+      ctx, ControlTag::kVerdict, uint32_t(round), /*checkSeq=*/true, summary, merge, [round](int p) {
+        return "the verdict of round " + std::to_string(round) + " from rank " + std::to_string(p);
+      }));
+  *global = std::move(all);
   return Status::ok();
 }
 
@@ -162,7 +273,7 @@ void broadcastError(Transport* transport, const Status& error) {
   std::string text = "rank " + std::to_string(transport->rank()) + ": " + error.toString();
   for (int p = 0; p < transport->size(); ++p) {
     if (p == transport->rank()) continue;
-    (void)transport->sendControl(p, ControlTag::kError, text.data(), text.size());
+    (void)transport->control()->send(p, ControlTag::kError, text.data(), text.size());
   }
 }
 

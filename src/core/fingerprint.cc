@@ -23,7 +23,9 @@ const char* collectiveKindName(CollectiveKind k) {
 }
 
 namespace {
-bool reduces(CollectiveKind k) { return k == CollectiveKind::kAllreduce || k == CollectiveKind::kReduceScatter; }
+bool reduces(CollectiveKind k) {
+  return k == CollectiveKind::kAllreduce || k == CollectiveKind::kReduceScatter;
+}
 }  // namespace
 
 Fingerprint makeFingerprint(CollectiveKind kind, ReduceOp op, DataType dtype, uint64_t count, int32_t root,

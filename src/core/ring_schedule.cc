@@ -7,7 +7,15 @@
 namespace ringguard {
 
 RingSchedule::RingSchedule(int nranks, size_t count, size_t elementSize, size_t sliceBytes)
-    : nranks_(nranks), count_(count) {
+    : RingSchedule(nranks, count, elementSize, sliceBytes, 0) {}
+
+RingSchedule RingSchedule::blocks(int nranks, size_t blockCount, size_t elementSize, size_t sliceBytes) {
+  RINGGUARD_ENFORCE(nranks >= 1, "ring needs at least one rank");
+  return RingSchedule(nranks, blockCount * size_t(nranks), elementSize, sliceBytes, blockCount);
+}
+
+RingSchedule::RingSchedule(int nranks, size_t count, size_t elementSize, size_t sliceBytes, size_t block)
+    : nranks_(nranks), count_(count), block_(block) {
   RINGGUARD_ENFORCE(nranks >= 1, "ring needs at least one rank");
   RINGGUARD_ENFORCE(elementSize >= 1, "element size must be positive");
   unit_ = (elementSize < kAlignBytes && kAlignBytes % elementSize == 0) ? kAlignBytes / elementSize : 1;
@@ -22,6 +30,7 @@ RingSchedule::RingSchedule(int nranks, size_t count, size_t elementSize, size_t 
 }
 
 ElementRange RingSchedule::column(int j) const {
+  if (block_ != 0) return ElementRange{size_t(j) * block_, block_};
   const size_t units = count_ / unit_;
   const size_t base = units / nranks_;
   const size_t extra = units % nranks_;

@@ -3,10 +3,11 @@
 #include <algorithm>
 #include <sstream>
 
-#include "ringguard/algorithms/allreduce_ring.h"
 #include "ringguard/algorithms/collective.h"
+#include "ringguard/algorithms/collectives.h"
 #include "ringguard/core/log.h"
 #include "ringguard/core/thread_name.h"
+#include "ringguard/runtime/handshake.h"
 
 namespace ringguard {
 
@@ -48,7 +49,9 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, const Options& 
       executor_(executor ? std::move(executor) : std::make_unique<HostExecutor>()),
       resources_(std::move(resources)),
       rank_(transport_->rank()),
-      size_(transport_->size()) {
+      size_(transport_->size()),
+      sendSeq_(size_t(size_), 0),
+      recvSeq_(size_t(size_), 0) {
   Status valid = options_.validate();
   RINGGUARD_ENFORCE(valid.isOk(), "Communicator: invalid options: " + valid.message());
   setLogLevel(options_.logLevel);
@@ -60,6 +63,12 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, const Options& 
   progress_ = std::thread([this] {
     nameThisThread("rg-progress");
     executor_->bindThread();
+    if (Status hs = handshake(transport_.get(), options_, &aborted_);
+        !hs.isOk()) {  // poisons: every call fails
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (firstError_.isOk()) firstError_ = hs;
+      transport_->markBroken();
+    }
     progressLoop();
   });
 }
@@ -77,48 +86,107 @@ Communicator::~Communicator() {
   resources_.reset();
 }
 
-std::shared_ptr<Work> Communicator::allreduceAsync(const void* send, void* recv, size_t count, DataType dtype,
-                                                   ReduceOp op, void* stream) {
+std::shared_ptr<Work> Communicator::submit(const char* name, Status checked, void* stream,
+                                           std::function<Status(const CollectiveContext&, Executor*)> run,
+                                           bool group) {
   Task task;
-  task.name = "allreduce";
-  std::ostringstream bad;
-  if (!isValid(dtype)) {
-    bad << "invalid dtype " << int(dtype);
-  } else if (!isValid(op)) {
-    bad << "invalid reduce op " << int(op);
-  } else if (count > 0 && send == nullptr) {
-    bad << "send buffer is null with count " << count;
-  } else if (count > 0 && recv == nullptr) {
-    bad << "recv buffer is null with count " << count;
-  } else if ((count / size_ + 1) / std::max<size_t>(1, options_.sliceBytes / dataTypeSize(dtype)) >
-             (size_t(1) << 30)) {
-    bad << "count " << count << " needs more than 2^30 slices per rank at slice size " << options_.sliceBytes;
-  } else if (count > 0 && send != recv) {
-    const size_t bytes = count * dataTypeSize(dtype);
-    auto s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
-    if (s < r + bytes && r < s + bytes) bad << "send and recv buffers overlap without being equal";
-  }
-  if (!bad.str().empty()) {
-    task.invalid =
-        Status(StatusCode::kInvalidArgument, "allreduce on rank " + std::to_string(rank_) + ": " + bad.str());
+  task.name = name;
+  task.group = group;
+  if (!checked.isOk()) {
+    task.invalid = Status(StatusCode::kInvalidArgument,
+                          std::string(name) + " on rank " + std::to_string(rank_) + ": " + checked.message());
   }
   std::unique_ptr<Executor::Fence> fence;
   if (task.invalid.isOk()) {
     Status st = executor_->makeFence(stream, &fence);
     if (!st.isOk()) {
-      task.invalid = Status(st.code(), "allreduce on rank " + std::to_string(rank_) + ": " + st.message());
+      task.invalid =
+          Status(st.code(), std::string(name) + " on rank " + std::to_string(rank_) + ": " + st.message());
     }
   }
   Executor* exec = executor_.get();
-  task.run = [=](const CollectiveContext& ctx) {
-    return allreduceRing(ctx, exec, send, recv, count, dtype, op);
-  };
+  task.run = [exec, run = std::move(run)](const CollectiveContext& ctx) { return run(ctx, exec); };
   return enqueue(std::move(task), std::move(fence));
+}
+
+CollectiveShape Communicator::shape() const { return CollectiveShape{rank_, size_, options_.sliceBytes}; }
+
+std::shared_ptr<Work> Communicator::allreduceAsync(const void* send, void* recv, size_t count, DataType dtype,
+                                                   ReduceOp op, void* stream) {
+  return submit("allreduce", checkAllreduceArgs(shape(), send, recv, count, dtype, op), stream,
+                [=](const CollectiveContext& ctx, Executor* exec) {
+                  return ringguard::allreduce(ctx, exec, send, recv, count, dtype, op);
+                });
 }
 
 Status Communicator::allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                                void* stream) {
   return allreduceAsync(send, recv, count, dtype, op, stream)->wait();
+}
+
+std::shared_ptr<Work> Communicator::reduceScatterAsync(const void* send, void* recv, size_t recvCount,
+                                                       DataType dtype, ReduceOp op, void* stream) {
+  return submit("reduce_scatter", checkReduceScatterArgs(shape(), send, recv, recvCount, dtype, op), stream,
+                [=](const CollectiveContext& ctx, Executor* exec) {
+                  return ringguard::reduceScatter(ctx, exec, send, recv, recvCount, dtype, op);
+                });
+}
+
+std::shared_ptr<Work> Communicator::allgatherAsync(const void* send, void* recv, size_t sendCount,
+                                                   DataType dtype, void* stream) {
+  return submit("allgather", checkAllgatherArgs(shape(), send, recv, sendCount, dtype), stream,
+                [=](const CollectiveContext& ctx, Executor* exec) {
+                  return ringguard::allgather(ctx, exec, send, recv, sendCount, dtype);
+                });
+}
+
+std::shared_ptr<Work> Communicator::broadcastAsync(const void* send, void* recv, size_t count, DataType dtype,
+                                                   int root, void* stream) {
+  return submit("broadcast", checkBroadcastArgs(shape(), send, recv, count, dtype, root), stream,
+                [=](const CollectiveContext& ctx, Executor* exec) {
+                  return ringguard::broadcast(ctx, exec, send, recv, count, dtype, root);
+                });
+}
+
+std::shared_ptr<Work> Communicator::sendRecvAsync(const void* send, size_t sendCount, int dst, void* recv,
+                                                  size_t recvCount, int src, DataType dtype, void* stream) {
+  PeerExchange x;
+  x.send = send;
+  x.sendCount = sendCount;
+  x.dst = dst;
+  x.recv = recv;
+  x.recvCount = recvCount;
+  x.src = src;
+  return submit(
+      "sendrecv", checkSendRecvArgs(shape(), x, dtype), stream,
+      [this, x, dtype](const CollectiveContext& ctx, Executor* exec) mutable {
+        // Numbered here, on the progress thread, in the order every exchange runs.
+        if (x.dst >= 0) x.sendSeq = sendSeq_[size_t(x.dst)]++;
+        if (x.src >= 0) x.recvSeq = recvSeq_[size_t(x.src)]++;
+        return ringguard::sendRecv(ctx, exec, x, dtype);
+      },
+      /*group=*/false);
+}
+
+std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, const std::vector<size_t>& sendCounts,
+                                                  const std::vector<size_t>& sendDispls, void* recv,
+                                                  const std::vector<size_t>& recvCounts,
+                                                  const std::vector<size_t>& recvDispls, DataType dtype,
+                                                  void* stream) {
+  AlltoallLayout layout{sendCounts, sendDispls, recvCounts, recvDispls};
+  Status checked = checkAlltoallArgs(shape(), send, recv, layout, dtype);
+  return submit("alltoall", checked, stream,
+                [=, layout = std::move(layout)](const CollectiveContext& ctx, Executor* exec) {
+                  return ringguard::alltoall(ctx, exec, send, recv, layout, dtype);
+                });
+}
+
+std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, void* recv, size_t count, DataType dtype,
+                                                  void* stream) {
+  std::vector<size_t> counts(size_t(size_), count);
+  std::vector<size_t> displs(counts.size(), 0);
+  for (size_t p = 0; p < displs.size(); ++p) displs[p] = p * count;
+  return alltoallAsync(send, counts, displs, recv, counts, displs, dtype, stream);
 }
 
 std::shared_ptr<Work> Communicator::enqueue(Task task, std::unique_ptr<Executor::Fence> fence) {
@@ -210,7 +278,8 @@ void Communicator::runTask(Task& task) {
     task.work->complete(poisoned);
     return;
   }
-  const uint64_t seq = nextSeq_++;
+  // Point-to-point exchanges do not take a collective number: the ranks not involved never see them.
+  const uint64_t seq = task.group ? nextSeq_++ : nextSeq_;
   Counters delta;
   Status st = task.invalid;
   if (st.isOk()) {

@@ -22,7 +22,7 @@ enum class CollectiveKind : uint8_t {
   kSendRecv,
 };
 const char* collectiveKindName(CollectiveKind k);  // "allreduce", "reduce_scatter", "allgather", ...
-inline constexpr int32_t kNoRoot = -1;               // collectives without a root
+inline constexpr int32_t kNoRoot = -1;             // collectives without a root
 
 struct Fingerprint {
   uint32_t magic = kFingerprintMagic;
@@ -30,7 +30,7 @@ struct Fingerprint {
   uint8_t op = 0;          // ReduceOp (0 for collectives that do not reduce)
   uint8_t dtype = 0;
   uint8_t flags = 0;
-  uint64_t count = 0;      // per-rank element count as the collective defines it (e.g. recvCount)
+  uint64_t count = 0;  // per-rank element count as the collective defines it (e.g. recvCount)
   uint64_t seq = 0;
   int32_t root = kNoRoot;  // broadcast's root
   uint32_t reserved = 0;

@@ -21,6 +21,10 @@ class RingSchedule {
   // `sliceBytes` is rounded down to whole elements (at least one element per slice), then to a multiple
   // of kAlignBytes when it holds at least that.
   RingSchedule(int nranks, size_t count, size_t elementSize, size_t sliceBytes);
+  // Columns of exactly `blockCount` elements, column j at j * blockCount (count = nranks * blockCount):
+  // reduce-scatter and all-gather, whose blocks the caller lays out. Slices as above, from each block's
+  // start (aligned where blockCount * elementSize is a multiple of kAlignBytes).
+  static RingSchedule blocks(int nranks, size_t blockCount, size_t elementSize, size_t sliceBytes);
 
   int nranks() const { return nranks_; }
   size_t count() const { return count_; }
@@ -51,11 +55,13 @@ class RingSchedule {
   int leftOf(int rank) const { return mod(rank - 1); }
 
  private:
+  RingSchedule(int nranks, size_t count, size_t elementSize, size_t sliceBytes, size_t block);
   int mod(int x) const { return ((x % nranks_) + nranks_) % nranks_; }
 
   int nranks_;
   size_t count_;
-  size_t unit_ = 1;  // elements per kAlignBytes
+  size_t unit_ = 1;   // elements per kAlignBytes
+  size_t block_ = 0;  // blocks(): elements per column; 0: columns cut at whole units
   size_t sliceElements_;
   int slicesPerColumn_;
   int numSteps_;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ringguard/algorithms/collective.h"
+#include "ringguard/algorithms/collectives.h"
 #include "ringguard/algorithms/executor.h"
 #include "ringguard/core/counters.h"
 #include "ringguard/core/fault_injector.h"
@@ -129,8 +130,15 @@ class Communicator {
     std::shared_ptr<Work> work;
     Status invalid;  // set when the caller's arguments were rejected
     const char* name;
+    bool group = true;  // a collective of every rank (numbered by nextSeq_); else point-to-point
   };
+  // The one way in: `checked` is the collective's argument check; an error in it completes the Work with
+  // kInvalidArgument ("<name> on rank r: ...") after telling the peers.
+  std::shared_ptr<Work> submit(const char* name, Status checked, void* stream,
+                               std::function<Status(const CollectiveContext&, Executor*)> run,
+                               bool group = true);
   std::shared_ptr<Work> enqueue(Task task, std::unique_ptr<Executor::Fence> fence);
+  CollectiveShape shape() const;
   void progressLoop();
   void runTask(Task& task);
 
@@ -150,6 +158,8 @@ class Communicator {
   Status firstError_;
   Counters counters_;
   uint64_t nextSeq_ = 0;  // touched by the progress thread only
+  // Point-to-point message numbers per peer (progress thread only): only the two ends count them.
+  std::vector<uint64_t> sendSeq_, recvSeq_;
   std::thread progress_;
 };
 

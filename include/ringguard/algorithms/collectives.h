@@ -1,0 +1,75 @@
+#pragma once
+// The verified collectives, one per file in src/algorithms/, each written against Transport and Executor
+// only and run on the shared pipeline (docs/design/protocol.md). Each runs on the communicator's progress
+// thread; on success every rank's result is bit-identical to a fault-free run, on failure every rank
+// involved returns an error and the outputs are unspecified. Each has an argument check the communicator
+// runs on the caller's thread before enqueueing (kInvalidArgument naming the argument).
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "ringguard/algorithms/collective.h"
+#include "ringguard/algorithms/executor.h"
+#include "ringguard/core/types.h"
+
+namespace ringguard {
+
+// What an argument check needs to know of the communicator.
+struct CollectiveShape {
+  int rank = 0;
+  int size = 1;
+  size_t sliceBytes = 1;
+};
+
+// Ring: `send` and `recv` hold `count` elements; `send` may equal `recv`.
+Status checkAllreduceArgs(const CollectiveShape& c, const void* send, const void* recv, size_t count,
+                          DataType dtype, ReduceOp op);
+Status allreduce(const CollectiveContext& ctx, Executor* exec, const void* send, void* recv, size_t count,
+                 DataType dtype, ReduceOp op);
+
+// Ring reduce steps: `send` holds size blocks of `recvCount`; `recv` gets block rank, reduced. In place
+// when recv == send + rank * recvCount.
+Status checkReduceScatterArgs(const CollectiveShape& c, const void* send, const void* recv, size_t recvCount,
+                              DataType dtype, ReduceOp op);
+Status reduceScatter(const CollectiveContext& ctx, Executor* exec, const void* send, void* recv,
+                     size_t recvCount, DataType dtype, ReduceOp op);
+
+// Ring copy steps, received slices verified in place in `recv` (size blocks of `sendCount`). In place
+// when send == recv + rank * sendCount.
+Status checkAllgatherArgs(const CollectiveShape& c, const void* send, const void* recv, size_t sendCount,
+                          DataType dtype);
+Status allgather(const CollectiveContext& ctx, Executor* exec, const void* send, void* recv, size_t sendCount,
+                 DataType dtype);
+
+// Pipelined chain root, root + 1, ...: `root`'s `send` lands in every `recv` (verified in place).
+Status checkBroadcastArgs(const CollectiveShape& c, const void* send, const void* recv, size_t count,
+                          DataType dtype, int root);
+Status broadcast(const CollectiveContext& ctx, Executor* exec, const void* send, void* recv, size_t count,
+                 DataType dtype, int root);
+
+// Pairwise exchange in N - 1 rounds (round k: to rank + k, from rank - k), verified in place. Counts and
+// displacements in elements, size entries each.
+struct AlltoallLayout {
+  std::vector<size_t> sendCounts, sendDispls, recvCounts, recvDispls;
+};
+Status checkAlltoallArgs(const CollectiveShape& c, const void* send, const void* recv,
+                         const AlltoallLayout& l, DataType dtype);
+Status alltoall(const CollectiveContext& ctx, Executor* exec, const void* send, void* recv,
+                const AlltoallLayout& layout, DataType dtype);
+
+// One verified point-to-point exchange (a send to `dst` and/or a receive from `src`; -1: none). `sendSeq`
+// and `recvSeq` number the messages of each (peer, direction), so only the two ends take part.
+struct PeerExchange {
+  const void* send = nullptr;
+  size_t sendCount = 0;
+  int dst = -1;
+  uint64_t sendSeq = 0;
+  void* recv = nullptr;
+  size_t recvCount = 0;
+  int src = -1;
+  uint64_t recvSeq = 0;
+};
+Status checkSendRecvArgs(const CollectiveShape& c, const PeerExchange& x, DataType dtype);
+Status sendRecv(const CollectiveContext& ctx, Executor* exec, const PeerExchange& x, DataType dtype);
+
+}  // namespace ringguard

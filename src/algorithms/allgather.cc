@@ -1,0 +1,36 @@
+// All-gather: the ring's copy steps; every received slice lands in the output and is verified there.
+#include "algorithms/arguments.h"
+#include "algorithms/ring_plan.h"
+#include "ringguard/algorithms/collectives.h"
+
+namespace ringguard {
+
+Status checkAllgatherArgs(const CollectiveShape& c, const void* send, const void* recv, size_t sendCount,
+                          DataType dtype) {
+  RINGGUARD_RETURN_IF_ERROR(checkDtype(dtype));
+  const size_t total = sendCount * size_t(c.size);
+  RINGGUARD_RETURN_IF_ERROR(checkBuffer("send", send, sendCount));
+  RINGGUARD_RETURN_IF_ERROR(checkBuffer("recv", recv, total));
+  RINGGUARD_RETURN_IF_ERROR(checkSlices(sendCount, dtype, c.sliceBytes));
+  const size_t esize = dataTypeSize(dtype);
+  if (sendCount > 0 && send == static_cast<const uint8_t*>(recv) + size_t(c.rank) * sendCount * esize)
+    return Status::ok();  // in place: send is this rank's block of recv
+  return checkDisjoint("send", send, sendCount * esize, "recv", recv, total * esize);
+}
+
+Status allgather(const CollectiveContext& ctx, Executor* exec, const void* send, void* recv, size_t sendCount,
+                 DataType dtype) {
+  RINGGUARD_RETURN_IF_ERROR(exchangeFingerprints(
+      ctx, makeFingerprint(CollectiveKind::kAllgather, ReduceOp::kSum, dtype, sendCount, kNoRoot, ctx.seq)));
+  const int n = ctx.transport->size(), me = ctx.transport->rank();
+  const size_t esize = dataTypeSize(dtype), bytes = sendCount * esize;
+  uint8_t* own = static_cast<uint8_t*>(recv) + size_t(me) * bytes;
+  // This rank's block of the result is its input; nothing crosses a link for it.
+  if (own != send) RINGGUARD_RETURN_IF_ERROR(exec->copy(own, send, bytes));
+  if (n == 1 || sendCount == 0) return Status::ok();
+  const RingSchedule sched = RingSchedule::blocks(n, sendCount, esize, ctx.options->sliceBytes);
+  const RingPlan plan(RingPlan::Kind::kAllgather, sched, me, dtype, ReduceOp::kSum, send, recv, nullptr);
+  return runPipeline(ctx, exec, plan, groupVerdicts(ctx));
+}
+
+}  // namespace ringguard

@@ -1,0 +1,83 @@
+// All-to-all: N - 1 pairwise rounds; in round k (step k - 1) rank r sends its block for r + k and
+// receives the block of r - k, straight into its output, verified there. Column src * N + dst is the
+// flow src -> dst. Before any payload each rank tells every peer how much it will send it, so splits
+// that do not match are an error naming both counts, not a timeout.
+#include <algorithm>
+#include <cstring>
+
+#include "algorithms/arguments.h"
+#include "algorithms/flow_plan.h"
+#include "algorithms/peer_messages.h"
+#include "ringguard/algorithms/collectives.h"
+
+namespace ringguard {
+
+Status checkAlltoallArgs(const CollectiveShape& c, const void* send, const void* recv,
+                         const AlltoallLayout& l, DataType dtype) {
+  RINGGUARD_RETURN_IF_ERROR(checkDtype(dtype));
+  const size_t n = size_t(c.size), esize = dataTypeSize(dtype);
+  for (const std::vector<size_t>* v : {&l.sendCounts, &l.sendDispls, &l.recvCounts, &l.recvDispls}) {
+    if (v->size() != n) {
+      return Status(StatusCode::kInvalidArgument,
+                    "split vectors need " + std::to_string(n) + " entries, got " + std::to_string(v->size()));
+    }
+  }
+  size_t sendEnd = 0, recvEnd = 0;
+  for (size_t p = 0; p < n; ++p) {
+    sendEnd = std::max(sendEnd, l.sendDispls[p] + l.sendCounts[p]);
+    recvEnd = std::max(recvEnd, l.recvDispls[p] + l.recvCounts[p]);
+    RINGGUARD_RETURN_IF_ERROR(checkSlices(std::max(l.sendCounts[p], l.recvCounts[p]), dtype, c.sliceBytes));
+  }
+  RINGGUARD_RETURN_IF_ERROR(checkBuffer("send", send, sendEnd));
+  RINGGUARD_RETURN_IF_ERROR(checkBuffer("recv", recv, recvEnd));
+  const size_t me = size_t(c.rank);
+  if (l.sendCounts[me] != l.recvCounts[me]) {
+    return Status(StatusCode::kInvalidArgument, "sends " + std::to_string(l.sendCounts[me]) +
+                                                    " elements to itself but receives " +
+                                                    std::to_string(l.recvCounts[me]));
+  }
+  // Receives land in recv while sends read send: they must not share bytes.
+  return checkDisjoint("send", send, sendEnd * esize, "recv", recv, recvEnd * esize);
+}
+
+Status alltoall(const CollectiveContext& ctx, Executor* exec, const void* send, void* recv,
+                const AlltoallLayout& l, DataType dtype) {
+  const int n = ctx.transport->size(), me = ctx.transport->rank();
+  RINGGUARD_RETURN_IF_ERROR(exchangeFingerprints(
+      ctx, makeFingerprint(CollectiveKind::kAlltoall, ReduceOp::kSum, dtype, 0, kNoRoot, ctx.seq)));
+  const size_t esize = dataTypeSize(dtype);
+  RINGGUARD_RETURN_IF_ERROR(exec->copy(static_cast<uint8_t*>(recv) + l.recvDispls[me] * esize,
+                                       static_cast<const uint8_t*>(send) + l.sendDispls[me] * esize,
+                                       l.sendCounts[me] * esize));
+  if (n == 1) return Status::ok();
+
+  // The split check: one message to and from every peer (the collective itself is N - 1 exchanges).
+  for (int k = 1; k < n; ++k) {
+    const int to = (me + k) % n;
+    const Fingerprint f =
+        makeFingerprint(CollectiveKind::kAlltoall, ReduceOp::kSum, dtype, l.sendCounts[to], kNoRoot, ctx.seq);
+    RINGGUARD_RETURN_IF_ERROR(sendToPeer(ctx, to, ControlTag::kFingerprint, &f, sizeof(f)));
+  }
+  for (int k = 1; k < n; ++k) {
+    const int from = (me - k + n) % n;
+    const Fingerprint expected = makeFingerprint(CollectiveKind::kAlltoall, ReduceOp::kSum, dtype,
+                                                 l.recvCounts[from], kNoRoot, ctx.seq);
+    RINGGUARD_RETURN_IF_ERROR(receivePeerFingerprint(ctx, from, expected, "alltoall split"));
+  }
+
+  std::vector<Flow> out, in;
+  for (int k = 1; k < n; ++k) {
+    const int to = (me + k) % n, from = (me - k + n) % n;
+    out.push_back(Flow{me * n + to, to, k - 1, l.sendDispls[to], l.sendCounts[to], ctx.seq});
+    in.push_back(Flow{from * n + me, from, k - 1, l.recvDispls[from], l.recvCounts[from], ctx.seq});
+  }
+  auto route = [n](int column) {
+    const int src = column / n, dst = column % n;
+    if (src == dst) return FlowRoute{};
+    return FlowRoute{src, dst, (dst - src - 1 + n) % n};
+  };
+  const FlowPlan plan(n, me, n * n, n - 1, dtype, ctx.options->sliceBytes, send, recv, out, in, route);
+  return runPipeline(ctx, exec, plan, groupVerdicts(ctx));
+}
+
+}  // namespace ringguard

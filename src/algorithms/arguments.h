@@ -1,0 +1,25 @@
+#pragma once
+// The argument checks the collectives share (each collective's check composes them). Each returns
+// kInvalidArgument with a message naming the argument; the communicator prefixes "<collective> on rank r".
+#include <cstddef>
+#include <cstdint>
+
+#include "ringguard/algorithms/collectives.h"
+#include "ringguard/core/status.h"
+#include "ringguard/core/types.h"
+
+namespace ringguard {
+
+Status checkDtype(DataType dtype);
+Status checkOp(ReduceOp op);
+// `what` is null while `count` elements are to be read or written through it.
+Status checkBuffer(const char* what, const void* p, size_t count);
+// Two buffers of the call that overlap without being the allowed in-place alias.
+Status checkDisjoint(const char* a, const void* pa, size_t aBytes, const char* b, const void* pb,
+                     size_t bBytes);
+// A peer or root rank outside [0, size).
+Status checkRank(const char* what, int r, int size);
+// More than 2^30 slices of `count` elements at the communicator's slice size.
+Status checkSlices(size_t count, DataType dtype, size_t sliceBytes);
+
+}  // namespace ringguard

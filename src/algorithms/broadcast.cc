@@ -1,0 +1,111 @@
+// Broadcast: a pipelined chain root -> root + 1 -> ... -> root - 1 over one column. Each rank receives
+// the slices straight into its output, verifies them there and forwards them; hop h of the chain is
+// step h, so a repair replays a failed slice from the failed hop to the end of the chain.
+#include <algorithm>
+
+#include "algorithms/arguments.h"
+#include "algorithms/pipeline.h"
+#include "ringguard/algorithms/collectives.h"
+
+namespace ringguard {
+
+namespace {
+
+class ChainPlan final : public PipelinePlan {
+ public:
+  ChainPlan(int nranks, int rank, int root, size_t count, DataType dtype, size_t sliceBytes, int slots,
+            const void* input, void* output)
+      : n_(nranks),
+        root_(root),
+        pos_((rank - root + nranks) % nranks),
+        count_(count),
+        dtype_(dtype),
+        esize_(dataTypeSize(dtype)),
+        slots_(slots),
+        input_(static_cast<const uint8_t*>(input)),
+        output_(static_cast<uint8_t*>(output)) {
+    sliceElems_ = std::max<size_t>(1, sliceBytes / esize_);
+    if (sliceElems_ * esize_ >= 16) sliceElems_ -= sliceElems_ % std::max<size_t>(1, 16 / esize_);
+    slices_ = int(std::max<size_t>(1, (count + sliceElems_ - 1) / sliceElems_));
+  }
+
+  int numSteps() const override { return n_ - 1; }
+  int numColumns() const override { return 1; }
+  int numSlices() const override { return slices_; }
+  size_t slotBytes() const override { return 0; }  // every receive is in place
+  DataType dtype() const override { return dtype_; }
+  int nranks() const override { return n_; }
+
+  // This rank receives at hop pos - 1 and sends at hop pos. The receives run `slots` ahead of the sends
+  // that forward them, so the next slices arrive while this one is verified and sent on.
+  std::vector<PlanItem> passOrder() const override {
+    std::vector<PlanItem> order;
+    const bool recvs = pos_ > 0, sends = pos_ < n_ - 1;
+    const int ahead = recvs ? slots_ : 0;
+    for (int k = 0; k < slices_ + ahead; ++k) {
+      if (recvs && k < slices_) order.push_back(PlanItem{pos_ - 1, k, true, false});
+      if (sends && k - ahead >= 0) order.push_back(PlanItem{pos_, k - ahead, false, true});
+    }
+    return order;
+  }
+  int sender(int column, int step) const override { return (root_ + step) % n_; }
+  int receiver(int column, int step) const override { return (root_ + step + 1) % n_; }
+  int lastStep(int column) const override { return n_ - 2; }
+  int sendColumn(int step) const override { return step == pos_ && pos_ < n_ - 1 ? 0 : -1; }
+  int recvColumn(int step) const override { return step == pos_ - 1 ? 0 : -1; }
+  ElementRange range(int column, int slice) const override {
+    const size_t start = std::min(count_, size_t(slice) * sliceElems_);
+    return ElementRange{start, std::min(count_, start + sliceElems_) - start};
+  }
+  const uint8_t* sendBytes(int column, int step, const ElementRange& r, bool* origin) const override {
+    *origin = pos_ == 0;
+    return (pos_ == 0 ? input_ : output_) + r.offset * esize_;
+  }
+  RecvTarget recvTarget(int column, int step, const ElementRange& r) const override {
+    RecvTarget t;
+    t.dst = output_ + r.offset * esize_;
+    t.inPlace = true;
+    t.forwarded = pos_ < n_ - 1;
+    return t;
+  }
+
+ private:
+  const int n_, root_, pos_;
+  const size_t count_;
+  const DataType dtype_;
+  const size_t esize_;
+  const int slots_;
+  const uint8_t* input_;
+  uint8_t* output_;
+  size_t sliceElems_ = 1;
+  int slices_ = 1;
+};
+
+}  // namespace
+
+Status checkBroadcastArgs(const CollectiveShape& c, const void* send, const void* recv, size_t count,
+                          DataType dtype, int root) {
+  RINGGUARD_RETURN_IF_ERROR(checkDtype(dtype));
+  RINGGUARD_RETURN_IF_ERROR(checkRank("root", root, c.size));
+  if (c.rank == root) RINGGUARD_RETURN_IF_ERROR(checkBuffer("send", send, count));
+  RINGGUARD_RETURN_IF_ERROR(checkBuffer("recv", recv, count));
+  RINGGUARD_RETURN_IF_ERROR(checkSlices(count, dtype, c.sliceBytes));
+  if (c.rank != root || send == recv) return Status::ok();
+  const size_t bytes = count * dataTypeSize(dtype);
+  return checkDisjoint("send", send, bytes, "recv", recv, bytes);
+}
+
+Status broadcast(const CollectiveContext& ctx, Executor* exec, const void* send, void* recv, size_t count,
+                 DataType dtype, int root) {
+  RINGGUARD_RETURN_IF_ERROR(exchangeFingerprints(
+      ctx, makeFingerprint(CollectiveKind::kBroadcast, ReduceOp::kSum, dtype, count, root, ctx.seq)));
+  const int n = ctx.transport->size(), me = ctx.transport->rank();
+  if (me == root && send != recv)
+    RINGGUARD_RETURN_IF_ERROR(exec->copy(recv, send, count * dataTypeSize(dtype)));
+  if (n == 1 || count == 0) return Status::ok();
+  const ChainPlan plan(n, me, root, count, dtype, ctx.options->sliceBytes, std::max(1, ctx.options->slots),
+                       me == root ? send : recv, recv);
+  return runPipeline(ctx, exec, plan, groupVerdicts(ctx));
+}
+
+}  // namespace ringguard

@@ -1,0 +1,33 @@
+#pragma once
+// Control messages between two ranks of a collective (point-to-point fingerprints and verdicts, the
+// all-to-all split check), over the communicator's sealed control channel.
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ringguard/algorithms/collective.h"
+#include "ringguard/core/fingerprint.h"
+#include "ringguard/core/repair.h"
+
+namespace ringguard {
+
+Status sendToPeer(const CollectiveContext& ctx, int peer, ControlTag tag, const void* data, size_t bytes);
+// Waits (pollUntil: deadline, peer errors, abort) for the next message with `tag` from `peer`.
+Status receiveFromPeer(const CollectiveContext& ctx, int peer, ControlTag tag, std::vector<uint8_t>* message,
+                       const std::function<std::string()>& what);
+
+// `expected` is what this rank will receive from `peer`; the peer sent what it will send. kInvalidArgument
+// naming both sides when they differ ("... rank 1 sends {sendrecv dtype=f32 count=5 seq=0}, rank 0
+// expects {... count=4 ...}").
+Status receivePeerFingerprint(const CollectiveContext& ctx, int peer, const Fingerprint& expected,
+                              const char* what);
+
+// A verdict list of one (peer, direction): `seq` and `round` name it, so a stale or misdirected list is
+// rejected.
+Status sendPeerVerdict(const CollectiveContext& ctx, int peer, uint64_t seq, int round,
+                       const std::vector<SliceFailure>& failures);
+Status receivePeerVerdict(const CollectiveContext& ctx, int peer, uint64_t seq, int round,
+                          std::vector<SliceFailure>* failures);
+
+}  // namespace ringguard

@@ -1,0 +1,92 @@
+#pragma once
+// The verified pipeline every collective runs on (docs/design/protocol.md, "One pipeline"): the pass
+// (post, verify, apply, forward) and the repair rounds (retransmit retained bytes, replay the dependent
+// hops), over a plan that says which hops this rank takes part in and where their bytes lie. Private to
+// the algorithms layer: each collective (one per file) builds a plan and runs it.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ringguard/algorithms/collective.h"
+#include "ringguard/algorithms/executor.h"
+#include "ringguard/core/counters.h"
+#include "ringguard/core/repair.h"
+#include "ringguard/core/ring_schedule.h"
+#include "ringguard/core/types.h"
+
+namespace ringguard {
+
+// One (step, slice) of this rank: a receive, a send, or both (a ring hop receives and sends at once).
+struct PlanItem {
+  int step = 0;
+  int slice = 0;
+  bool recv = false;
+  bool send = false;
+};
+
+// Where one received slice goes (the ApplyTask without its identities).
+struct RecvTarget {
+  uint8_t* dst = nullptr;
+  const uint8_t* local = nullptr;  // reductions only
+  bool reduce = false;
+  bool inPlace = false;
+  bool finalStep = false;  // avg divides here
+  bool forwarded = false;  // sent on by this rank at step + 1
+};
+
+// A collective's data movement. A column is a stream of bytes that travels a fixed route hop by hop
+// (step by step); every column is cut into the same number of slices. Everything here is a pure function
+// of the arguments every rank agreed on in the fingerprint, so all ranks compute the same routes.
+class PipelinePlan {
+ public:
+  virtual ~PipelinePlan() = default;
+
+  virtual int numSteps() const = 0;
+  virtual int numColumns() const = 0;
+  virtual int numSlices() const = 0;
+  // Bytes of the largest slice this rank receives into a slot (0: every receive is in place).
+  virtual size_t slotBytes() const = 0;
+  virtual DataType dtype() const = 0;
+  virtual ReduceOp op() const { return ReduceOp::kSum; }
+  virtual int nranks() const = 0;
+
+  // This rank's items in the order the pass posts and applies them.
+  virtual std::vector<PlanItem> passOrder() const = 0;
+  // Route: the rank that sends / receives `column` at `step`, or -1 when the column has no hop then.
+  virtual int sender(int column, int step) const = 0;
+  virtual int receiver(int column, int step) const = 0;
+  // The last hop of `column` (a repair replays from the failed hop to here).
+  virtual int lastStep(int column) const = 0;
+  // The column this rank sends / receives at `step` (-1: none).
+  virtual int sendColumn(int step) const = 0;
+  virtual int recvColumn(int step) const = 0;
+  virtual ElementRange range(int column, int slice) const = 0;
+
+  // Bytes this rank sends for (column, step, slice range): the origin's input (`*origin` true: sealed
+  // here) or what this rank applied at step - 1 (its trailer was written by that apply).
+  virtual const uint8_t* sendBytes(int column, int step, const ElementRange& r, bool* origin) const = 0;
+  virtual RecvTarget recvTarget(int column, int step, const ElementRange& r) const = 0;
+  // A receive at `step` overwrites bytes this rank sent at the returned step (that send must be complete
+  // first), or -1.
+  virtual int overwritesSendOf(int step) const { return -1; }
+  // The sequence number the trailers of `column` carry: the collective's, or a point-to-point flow's own.
+  virtual uint64_t sliceSeq(int column, uint64_t collectiveSeq) const { return collectiveSeq; }
+};
+
+// How the ranks learn each other's failures after a pass or round: `mine` are the failures this rank
+// detected; `*repair` gets every failure this rank must take part in repairing, identical on both ends
+// of each failed hop. Group collectives exchange with every rank; point-to-point only with the peers.
+using VerdictExchange = std::function<Status(int round, const std::vector<SliceFailure>& mine,
+                                             std::vector<SliceFailure>* repair)>;
+
+// Runs `plan` on this rank: the pass, then verdict exchanges and repair rounds until no failure is left
+// (kCorruption after maxRetries rounds, the same on every rank involved). Adds to ctx.counters.
+Status runPipeline(const CollectiveContext& ctx, Executor* exec, const PipelinePlan& plan,
+                   const VerdictExchange& exchange);
+
+// The verdict exchange of the group collectives (exchangeVerdicts over every rank).
+VerdictExchange groupVerdicts(const CollectiveContext& ctx);
+
+}  // namespace ringguard

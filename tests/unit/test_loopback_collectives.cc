@@ -1,0 +1,443 @@
+// Every collective besides allreduce in one process (ranks 1..8 over the loopback transport): exact
+// results against closed forms for every dtype (and op where it reduces), counts {0, 1, odd, fewer than N,
+// not divisible, many slices}, in and out of place; every fault mode with detected == injected and
+// escaped == 0; persistent faults and bad arguments giving the same clear error on every rank.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "loopback_util.h"
+
+namespace ringguard {
+namespace {
+
+using testing::expectedResult;
+using testing::LoopbackGroup;
+using testing::makeInput;
+
+Options smallSlices(size_t sliceBytes = 64) {
+  Options o;
+  o.sliceBytes = sliceBytes;
+  o.timeout = std::chrono::milliseconds(20000);
+  return o;
+}
+
+std::vector<size_t> countsFor(int n) { return {0, 1, 7, size_t(n) - 1, size_t(n) + 1, 301}; }
+
+std::string where(const char* what, DataType t, size_t count, int rank) {
+  return std::string(what) + " " + dataTypeName(t) + " count=" + std::to_string(count) + " rank " +
+         std::to_string(rank);
+}
+
+// Rank r's distinct pattern for a copy-only collective: the sum inputs of a "rank" that differs per source.
+std::vector<uint8_t> pattern(DataType t, int source, size_t count) {
+  return makeInput(t, ReduceOp::kSum, source * 5 + 3, count);
+}
+
+// ---- reduce-scatter ---------------------------------------------------------------------------------
+
+void reduceScatterAndCheck(LoopbackGroup& g, DataType t, ReduceOp op, size_t recvCount, bool inPlace) {
+  const int n = g.size();
+  const size_t esize = dataTypeSize(t), total = recvCount * size_t(n);
+  const std::vector<uint8_t> full = expectedResult(t, op, n, total);
+  g.run([&](int rank, Communicator& c) {
+    std::vector<uint8_t> in = makeInput(t, op, rank, total);
+    std::vector<uint8_t> out(recvCount * esize + 1, 0xAB);
+    void* recv = inPlace ? in.data() + size_t(rank) * recvCount * esize : out.data();
+    Status st = c.reduceScatterAsync(in.data(), recv, recvCount, t, op)->wait();
+    ASSERT_TRUE(st.isOk()) << where("reduce_scatter", t, recvCount, rank) << ": " << st.toString();
+    const uint8_t* got = static_cast<const uint8_t*>(recv);
+    const uint8_t* want = full.data() + size_t(rank) * recvCount * esize;
+    EXPECT_EQ(std::memcmp(got, want, recvCount * esize), 0)
+        << where("reduce_scatter", t, recvCount, rank) << " op " << reduceOpName(op);
+    if (!inPlace) {
+      EXPECT_EQ(in, makeInput(t, op, rank, total)) << "out of place modified the input";
+      EXPECT_EQ(out[recvCount * esize], 0xAB) << "wrote past the block";
+    }
+  });
+}
+
+class LoopbackCollectives : public ::testing::TestWithParam<int> {};
+
+TEST_P(LoopbackCollectives, ReduceScatterEveryDtypeOpAndCount) {
+  LoopbackGroup g(GetParam(), smallSlices());
+  for (DataType t : kAllDataTypes) {
+    for (ReduceOp op : kAllReduceOps) {
+      for (size_t count : countsFor(GetParam())) {
+        reduceScatterAndCheck(g, t, op, count, false);
+        if (count % 3 == 1) reduceScatterAndCheck(g, t, op, count, true);
+      }
+    }
+  }
+  EXPECT_EQ(g.totalCounters().detected, 0u);
+}
+
+// ---- all-gather -------------------------------------------------------------------------------------
+
+void allgatherAndCheck(LoopbackGroup& g, DataType t, size_t sendCount, bool inPlace) {
+  const int n = g.size();
+  const size_t esize = dataTypeSize(t), block = sendCount * esize;
+  std::vector<uint8_t> expected;
+  for (int r = 0; r < n; ++r) {
+    std::vector<uint8_t> p = pattern(t, r, sendCount);
+    expected.insert(expected.end(), p.begin(), p.end());
+  }
+  g.run([&](int rank, Communicator& c) {
+    std::vector<uint8_t> in = pattern(t, rank, sendCount);
+    std::vector<uint8_t> out(block * size_t(n) + 1, 0xAB);
+    if (inPlace) std::memcpy(out.data() + size_t(rank) * block, in.data(), block);
+    const void* send = inPlace ? out.data() + size_t(rank) * block : in.data();
+    Status st = c.allgatherAsync(send, out.data(), sendCount, t)->wait();
+    ASSERT_TRUE(st.isOk()) << where("allgather", t, sendCount, rank) << ": " << st.toString();
+    EXPECT_EQ(std::vector<uint8_t>(out.begin(), out.end() - 1), expected)
+        << where("allgather", t, sendCount, rank);
+    EXPECT_EQ(out.back(), 0xAB) << "wrote past the result";
+  });
+}
+
+TEST_P(LoopbackCollectives, AllgatherEveryDtypeAndCount) {
+  LoopbackGroup g(GetParam(), smallSlices());
+  for (DataType t : kAllDataTypes) {
+    for (size_t count : countsFor(GetParam())) {
+      allgatherAndCheck(g, t, count, false);
+      allgatherAndCheck(g, t, count, true);
+    }
+  }
+  // Nothing is sent twice: every rank sends N-1 blocks (plus the trailers), the ring's optimum.
+  EXPECT_EQ(g.totalCounters().detected, 0u);
+}
+
+// ---- broadcast --------------------------------------------------------------------------------------
+
+void broadcastAndCheck(LoopbackGroup& g, DataType t, size_t count, int root, bool inPlace) {
+  const std::vector<uint8_t> expected = pattern(t, root, count);
+  const size_t bytes = count * dataTypeSize(t);
+  g.run([&](int rank, Communicator& c) {
+    std::vector<uint8_t> in = rank == root ? expected : std::vector<uint8_t>(bytes, 0x11);
+    std::vector<uint8_t> out(bytes + 1, 0xAB);
+    void* recv = inPlace ? in.data() : out.data();
+    Status st = c.broadcastAsync(rank == root ? in.data() : nullptr, recv, count, t, root)->wait();
+    ASSERT_TRUE(st.isOk()) << where("broadcast", t, count, rank) << " root " << root << ": " << st.toString();
+    EXPECT_EQ(std::memcmp(recv, expected.data(), bytes), 0)
+        << where("broadcast", t, count, rank) << " root " << root;
+    if (!inPlace) EXPECT_EQ(out[bytes], 0xAB) << "wrote past the result";
+  });
+}
+
+TEST_P(LoopbackCollectives, BroadcastFromEveryRoot) {
+  const int n = GetParam();
+  LoopbackGroup g(n, smallSlices());
+  for (DataType t : {DataType::kFloat32, DataType::kFloat16, DataType::kInt64, DataType::kUint8}) {
+    for (size_t count : countsFor(n)) {
+      for (int root = 0; root < n; ++root) broadcastAndCheck(g, t, count, root, root % 2 == 0);
+    }
+  }
+  // Bytes on the wire: the chain sends the buffer exactly N-1 times.
+  const Counters before = g.totalCounters();
+  broadcastAndCheck(g, DataType::kFloat32, 1000, n - 1, false);
+  EXPECT_EQ(g.totalCounters().since(before).bytesSent, uint64_t(n - 1) * 4000u);
+}
+
+// ---- send/recv --------------------------------------------------------------------------------------
+
+TEST_P(LoopbackCollectives, SendRecvRingShiftAndPairs) {
+  const int n = GetParam();
+  LoopbackGroup g(n, smallSlices());
+  for (DataType t : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt32}) {
+    for (size_t count : countsFor(n)) {
+      const size_t bytes = count * dataTypeSize(t);
+      // Every rank sends to the right and receives from the left in one call.
+      g.run([&](int rank, Communicator& c) {
+        std::vector<uint8_t> in = pattern(t, rank, count), out(bytes + 1, 0xAB);
+        const int right = (rank + 1) % n, left = (rank + n - 1) % n;
+        Status st = c.sendRecvAsync(in.data(), count, right, out.data(), count, left, t)->wait();
+        ASSERT_TRUE(st.isOk()) << where("sendrecv", t, count, rank) << ": " << st.toString();
+        EXPECT_EQ(std::memcmp(out.data(), pattern(t, left, count).data(), bytes), 0)
+            << where("sendrecv", t, count, rank);
+        EXPECT_EQ(out[bytes], 0xAB);
+      });
+      // Separate sends and receives between pairs (0 -> 1, 2 -> 3, ...); ranks not in a pair do nothing.
+      g.run([&](int rank, Communicator& c) {
+        if (rank % 2 == 0 && rank + 1 < n) {
+          std::vector<uint8_t> in = pattern(t, rank, count);
+          Status st = c.sendRecvAsync(in.data(), count, rank + 1, nullptr, 0, -1, t)->wait();
+          EXPECT_TRUE(st.isOk()) << st.toString();
+        } else if (rank % 2 == 1) {
+          std::vector<uint8_t> out(bytes + 1, 0xAB);
+          Status st = c.sendRecvAsync(nullptr, 0, -1, out.data(), count, rank - 1, t)->wait();
+          ASSERT_TRUE(st.isOk()) << st.toString();
+          EXPECT_EQ(std::memcmp(out.data(), pattern(t, rank - 1, count).data(), bytes), 0);
+        }
+      });
+    }
+  }
+  // A group collective after point-to-point traffic: the numbering of collectives stayed in step.
+  testing::LoopbackGroup* gp = &g;
+  gp->run([&](int rank, Communicator& c) {
+    std::vector<uint8_t> in = makeInput(DataType::kInt32, ReduceOp::kSum, rank, 5);
+    EXPECT_TRUE(c.allreduce(in.data(), in.data(), 5, DataType::kInt32, ReduceOp::kSum).isOk());
+    EXPECT_EQ(in, expectedResult(DataType::kInt32, ReduceOp::kSum, n, 5));
+  });
+}
+
+// ---- all-to-all -------------------------------------------------------------------------------------
+
+// Rank r sends (r + p) % 3 * 5 + p elements to rank p (unequal, some empty), or `equal` to each.
+size_t splitOf(int from, int to, bool equal) { return equal ? 13 : size_t(((from + to) % 3) * 5 + to); }
+
+void alltoallAndCheck(LoopbackGroup& g, DataType t, bool equal) {
+  const int n = g.size();
+  const size_t esize = dataTypeSize(t);
+  g.run([&](int rank, Communicator& c) {
+    std::vector<size_t> sc(n), sd(n), rc(n), rd(n);
+    size_t s = 0, r = 0;
+    for (int p = 0; p < n; ++p) {
+      sc[p] = splitOf(rank, p, equal);
+      rc[p] = splitOf(p, rank, equal);
+      sd[p] = s;
+      rd[p] = r + 1;  // a gap before each received block: displacements are honoured
+      s += sc[p];
+      r += rc[p] + 1;
+    }
+    std::vector<uint8_t> in, out((r + 1) * esize, 0xAB);
+    for (int p = 0; p < n; ++p) {
+      std::vector<uint8_t> b = pattern(t, rank * n + p, sc[p]);
+      in.insert(in.end(), b.begin(), b.end());
+    }
+    Status st = c.alltoallAsync(in.data(), sc, sd, out.data(), rc, rd, t)->wait();
+    ASSERT_TRUE(st.isOk()) << "alltoall rank " << rank << ": " << st.toString();
+    for (int p = 0; p < n; ++p) {
+      std::vector<uint8_t> want = pattern(t, p * n + rank, rc[p]);
+      EXPECT_EQ(std::memcmp(out.data() + rd[p] * esize, want.data(), want.size()), 0)
+          << "alltoall rank " << rank << " block from " << p;
+      EXPECT_EQ(out[(rd[p] - 1) * esize], 0xAB) << "wrote into the gap before block " << p;
+    }
+  });
+}
+
+TEST_P(LoopbackCollectives, AlltoallEqualAndUnequalSplits) {
+  LoopbackGroup g(GetParam(), smallSlices());
+  for (DataType t : {DataType::kFloat32, DataType::kFloat64, DataType::kUint8}) {
+    alltoallAndCheck(g, t, true);
+    alltoallAndCheck(g, t, false);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, LoopbackCollectives, ::testing::Range(1, 9),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return "np" + std::to_string(i.param);
+                         });
+
+// ---- faults: every collective, every mode -----------------------------------------------------------
+
+struct FaultCase {
+  FaultMode mode;
+  const char* name;
+};
+
+class LoopbackCollectiveFaults : public ::testing::TestWithParam<FaultCase> {};
+
+TEST_P(LoopbackCollectiveFaults, EveryCollectiveBitIdenticalAndEveryInjectionDetected) {
+  for (int n : {2, 3, 5}) {
+    Options o = smallSlices(256);
+    o.maxRetries = 5;
+    o.fault.mode = GetParam().mode;
+    o.fault.probability = 0.15;
+    o.fault.seed = 7;
+    o.fault.delayMs = 1;
+    LoopbackGroup g(n, o);
+    for (DataType t : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64}) {
+      reduceScatterAndCheck(g, t, ReduceOp::kSum, 777, false);
+      reduceScatterAndCheck(g, t, ReduceOp::kMax, 500, true);
+      allgatherAndCheck(g, t, 901, false);
+      broadcastAndCheck(g, t, 1500, n - 1, false);
+      alltoallAndCheck(g, t, false);
+    }
+    const Counters c = g.totalCounters();
+    EXPECT_EQ(c.escaped, 0u) << "np" << n;
+    if (GetParam().mode == FaultMode::kDelay) {
+      EXPECT_GT(c.delayed, 0u) << "np" << n;
+    } else {
+      EXPECT_GT(c.injected, 0u) << "np" << n;
+      EXPECT_EQ(c.detected, c.injected) << "np" << n;
+      EXPECT_GT(c.retransmitted, 0u) << "np" << n;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, LoopbackCollectiveFaults,
+    ::testing::Values(FaultCase{FaultMode::kBitFlip, "bitflip"}, FaultCase{FaultMode::kMultiBit, "multibit"},
+                      FaultCase{FaultMode::kBurst, "burst"}, FaultCase{FaultMode::kGarbage, "garbage"},
+                      FaultCase{FaultMode::kTrailer, "trailer"},
+                      FaultCase{FaultMode::kRetransmit, "retransmit"}, FaultCase{FaultMode::kDelay, "delay"}),
+    [](const ::testing::TestParamInfo<FaultCase>& i) { return std::string(i.param.name); });
+
+TEST(LoopbackCollectiveFaults, SendRecvCorruptionIsRetransmitted) {
+  Options o = smallSlices(128);
+  o.fault.probability = 0.3;
+  o.fault.mode = FaultMode::kRetransmit;  // each hit slice is damaged twice: two repair rounds
+  LoopbackGroup g(2, o);
+  for (int i = 0; i < 5; ++i) {
+    g.run([&](int rank, Communicator& c) {
+      std::vector<uint8_t> in = pattern(DataType::kFloat32, rank, 999), out(999 * 4);
+      Status st =
+          c.sendRecvAsync(in.data(), 999, 1 - rank, out.data(), 999, 1 - rank, DataType::kFloat32)->wait();
+      ASSERT_TRUE(st.isOk()) << st.toString();
+      EXPECT_EQ(out, pattern(DataType::kFloat32, 1 - rank, 999));
+    });
+  }
+  const Counters c = g.totalCounters();
+  EXPECT_GT(c.injected, 0u);
+  EXPECT_EQ(c.detected, c.injected);
+  EXPECT_EQ(c.escaped, 0u);
+  EXPECT_GE(c.repairRounds, 2u);
+}
+
+// A slice that stays corrupt: every rank of the collective ends with the same kCorruption error.
+TEST(LoopbackCollectiveFaults, PersistentFaultSameErrorEverywhere) {
+  for (const char* which : {"reduce_scatter", "allgather", "broadcast", "alltoall"}) {
+    Options o = smallSlices(64);
+    o.maxRetries = 2;
+    o.fault.schedule = {FaultScheduleEntry{0, 0, 1, 1}};  // collective 0, step 0, slice 1, into rank 1
+    o.fault.repeat = 10;
+    LoopbackGroup g(3, o);
+    std::vector<Status> results(3);
+    g.run([&](int rank, Communicator& c) {
+      std::vector<uint8_t> in(3 * 400 * 4, 1), out(3 * 400 * 4);
+      const std::string w = which;
+      if (w == "reduce_scatter") {
+        results[rank] =
+            c.reduceScatterAsync(in.data(), out.data(), 400, DataType::kInt32, ReduceOp::kSum)->wait();
+      } else if (w == "allgather") {
+        results[rank] = c.allgatherAsync(in.data(), out.data(), 400, DataType::kInt32)->wait();
+      } else if (w == "broadcast") {
+        results[rank] = c.broadcastAsync(in.data(), out.data(), 400, DataType::kInt32, 0)->wait();
+      } else {
+        results[rank] = c.alltoallAsync(in.data(), out.data(), 400, DataType::kInt32)->wait();
+      }
+    });
+    // Ranks that do not receive the failing slice learn it from the verdicts: the same message everywhere.
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(results[r].code(), StatusCode::kCorruption)
+          << which << " rank " << r << ": " << results[r].toString();
+      EXPECT_EQ(results[r].message(), results[0].message()) << which;
+    }
+    EXPECT_NE(results[0].message().find(std::string(which) + " seq 0"), std::string::npos)
+        << results[0].message();
+    EXPECT_NE(results[0].message().find("step 0, slice 1"), std::string::npos) << results[0].message();
+  }
+}
+
+// ---- errors -----------------------------------------------------------------------------------------
+
+TEST(LoopbackCollectiveErrors, MismatchedBroadcastRootNamesBroadcastAndBothRoots) {
+  LoopbackGroup g(3, smallSlices());
+  std::vector<Status> results(3);
+  g.run([&](int rank, Communicator& c) {
+    std::vector<uint8_t> buf(40);
+    results[rank] =
+        c.broadcastAsync(buf.data(), buf.data(), 10, DataType::kFloat32, rank == 2 ? 1 : 0)->wait();
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(results[r].code(), StatusCode::kFingerprintMismatch) << results[r].toString();
+    EXPECT_NE(results[r].message().find("{broadcast dtype=f32 count=10 root=0"), std::string::npos)
+        << results[r].message();
+    EXPECT_NE(results[r].message().find("root=1"), std::string::npos) << results[r].message();
+  }
+}
+
+TEST(LoopbackCollectiveErrors, DifferentCollectivesAreNamed) {
+  LoopbackGroup g(2, smallSlices());
+  std::vector<Status> results(2);
+  g.run([&](int rank, Communicator& c) {
+    std::vector<uint8_t> in(80), out(80);
+    results[rank] =
+        rank == 0
+            ? c.allgatherAsync(in.data(), out.data(), 10, DataType::kFloat32)->wait()
+            : c.reduceScatterAsync(in.data(), out.data(), 10, DataType::kFloat32, ReduceOp::kSum)->wait();
+  });
+  for (const Status& st : results) {
+    EXPECT_EQ(st.code(), StatusCode::kFingerprintMismatch) << st.toString();
+    EXPECT_NE(st.message().find("allgather"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("reduce_scatter"), std::string::npos) << st.message();
+  }
+}
+
+TEST(LoopbackCollectiveErrors, SendRecvCountMismatchNamesBothCounts) {
+  LoopbackGroup g(2, smallSlices());
+  std::vector<Status> results(2);
+  g.run([&](int rank, Communicator& c) {
+    std::vector<uint8_t> buf(400);
+    results[rank] = rank == 0
+                        ? c.sendRecvAsync(buf.data(), 50, 1, nullptr, 0, -1, DataType::kFloat32)->wait()
+                        : c.sendRecvAsync(nullptr, 0, -1, buf.data(), 40, 0, DataType::kFloat32)->wait();
+  });
+  EXPECT_EQ(results[1].code(), StatusCode::kInvalidArgument) << results[1].toString();
+  EXPECT_NE(results[1].message().find("count=50"), std::string::npos) << results[1].message();
+  EXPECT_NE(results[1].message().find("count=40"), std::string::npos) << results[1].message();
+  EXPECT_EQ(results[0].code(), StatusCode::kPeerError) << results[0].toString();
+  EXPECT_NE(results[0].message().find("count=40"), std::string::npos) << results[0].message();
+}
+
+TEST(LoopbackCollectiveErrors, AlltoallSplitMismatchNamesBothCounts) {
+  LoopbackGroup g(2, smallSlices());
+  std::vector<Status> results(2);
+  g.run([&](int rank, Communicator& c) {
+    std::vector<uint8_t> in(400), out(400);
+    std::vector<size_t> sc = {5, 5}, d = {0, 10}, rc = {5, rank == 1 ? size_t(5) : size_t(5)};
+    if (rank == 1) rc = {7, 5};  // rank 0 sends 5 to rank 1, which expects 7
+    results[rank] = c.alltoallAsync(in.data(), sc, d, out.data(), rc, d, DataType::kInt32)->wait();
+  });
+  EXPECT_EQ(results[1].code(), StatusCode::kInvalidArgument) << results[1].toString();
+  EXPECT_NE(results[1].message().find("count=5"), std::string::npos) << results[1].message();
+  EXPECT_NE(results[1].message().find("count=7"), std::string::npos) << results[1].message();
+  EXPECT_EQ(results[0].code(), StatusCode::kPeerError) << results[0].toString();
+}
+
+TEST(LoopbackCollectiveErrors, BadArgumentsNameWhatAndWhere) {
+  LoopbackGroup g(2, smallSlices());
+  struct Case {
+    std::function<std::shared_ptr<Work>(Communicator&, uint8_t*)> call;
+    const char* expect;
+  };
+  const std::vector<Case> cases = {
+      {[](Communicator& c, uint8_t* b) { return c.broadcastAsync(b, b, 4, DataType::kFloat32, 2); },
+       "broadcast on rank 1: root 2 is outside [0, 2)"},
+      {[](Communicator& c, uint8_t* b) { return c.allgatherAsync(nullptr, b, 4, DataType::kFloat32); },
+       "allgather on rank 1: send buffer is null with count 4"},
+      {[](Communicator& c, uint8_t* b) {
+         return c.reduceScatterAsync(b, b + 4, 4, DataType::kFloat32, ReduceOp::kSum);
+       },
+       "reduce_scatter on rank 1: send and recv buffers overlap"},
+      {[](Communicator& c, uint8_t* b) {
+         return c.sendRecvAsync(b, 4, 5, nullptr, 0, -1, DataType::kFloat32);
+       },
+       "sendrecv on rank 1: destination rank 5 is outside [0, 2)"},
+      {[](Communicator& c, uint8_t* b) {
+         return c.alltoallAsync(b, {1}, {0}, b + 64, {1}, {0}, DataType::kFloat32);
+       },
+       "alltoall on rank 1: split vectors need 2 entries, got 1"},
+  };
+  for (const Case& k : cases) {
+    LoopbackGroup fresh(2, smallSlices());
+    std::vector<Status> results(2);
+    fresh.run([&](int rank, Communicator& c) {
+      std::vector<uint8_t> buf(256);
+      if (rank == 1) {
+        results[rank] = k.call(c, buf.data())->wait();
+      } else {
+        results[rank] = c.allgatherAsync(buf.data(), buf.data() + 64, 4, DataType::kFloat32)->wait();
+      }
+    });
+    EXPECT_EQ(results[1].code(), StatusCode::kInvalidArgument) << results[1].toString();
+    EXPECT_NE(results[1].message().find(k.expect), std::string::npos) << results[1].message();
+    // The other rank does not wait for it: it hears of the error (or of a fingerprint it cannot match).
+    EXPECT_FALSE(results[0].isOk());
+  }
+}
+
+}  // namespace
+}  // namespace ringguard
