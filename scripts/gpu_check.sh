@@ -21,42 +21,9 @@ export OMPI_ALLOW_RUN_AS_ROOT=1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export PATH="$PATH:/usr/local/cuda/bin"
 
-names=()
-results=()
-notes=()
-
-# run_step <name> <command...>: runs the command with its output tee'd to $out_dir/<name>.log.
-run_step() {
-  local name="$1"
-  shift
-  local log="$out_dir/$name.log"
-  echo "=== [$name] $*" | tee "$log"
-  local start=$SECONDS
-  "$@" 2>&1 | tee -a "$log"
-  local rc=${PIPESTATUS[0]}
-  local secs=$((SECONDS - start))
-  echo "=== [$name] exit $rc after ${secs}s" | tee -a "$log"
-  names+=("$name")
-  if [[ $rc -eq 0 ]]; then results+=("PASS"); else results+=("FAIL"); fi
-  notes+=("exit $rc, ${secs}s")
-  return "$rc"
-}
-
-# record <name> <PASS|FAIL|SKIP> <note>: a row that is not a command of its own.
-record() {
-  names+=("$1")
-  results+=("$2")
-  notes+=("$3")
-}
-
-{
-  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "commit: $(git -C "$repo_root" rev-parse HEAD 2>/dev/null || echo unknown)"
-  nvidia-smi 2>&1 || true
-  nvcc --version 2>&1 || true
-  cmake --version 2>&1 | head -1
-  gcc --version 2>&1 | head -1
-} >"$out_dir/environment.log"
+# run_step, record, fail_last, write_environment, print_summary
+source "$repo_root/scripts/gpu_steps.sh"
+write_environment
 
 run_step configure cmake -S "$repo_root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CUDA_ARCHITECTURES="$cuda_arch" -DRINGGUARD_WITH_CUDA=ON
@@ -69,10 +36,7 @@ bench_bin="$build_dir/bench/gpu/bench_kernels"
 if [[ $built -eq 1 ]]; then
   run_step ctest_gpu ctest --test-dir "$build_dir" -L gpu --output-on-failure
   # On this machine a skipped GPU test means the device was not usable: that is a failure here.
-  if grep -q "(Skipped)" "$out_dir/ctest_gpu.log"; then
-    results[${#results[@]} - 1]="FAIL"
-    notes[${#notes[@]} - 1]="gpu tests were SKIPPED (no usable device?)"
-  fi
+  if grep -q "(Skipped)" "$out_dir/ctest_gpu.log"; then fail_last "gpu tests were SKIPPED (no usable device?)"; fi
 
   run_step regcheck cmake --build "$build_dir" --target regcheck
 
@@ -157,17 +121,4 @@ else
   for step in ctest_gpu regcheck memcheck racecheck bench_kernels; do record "$step" FAIL "not built"; done
 fi
 
-status=0
-{
-  echo
-  echo "gpu_check summary (logs in $out_dir)"
-  printf '  %-16s %-5s %s\n' STEP RESULT NOTE
-  for i in "${!names[@]}"; do
-    printf '  %-16s %-5s %s\n' "${names[$i]}" "${results[$i]}" "${notes[$i]}"
-    if [[ "${results[$i]}" == "FAIL" ]]; then status=1; fi
-  done
-} | tee "$out_dir/summary.log"
-for r in "${results[@]}"; do
-  if [[ "$r" == "FAIL" ]]; then status=1; fi
-done
-exit "$status"
+print_summary gpu_check

@@ -17,10 +17,14 @@
 // timed as verify + apply without the CRC (verifyApplyDevice), two passes (verifyApplyDevice then crc32Device
 // of dst) and fused (verifyApplyCrcDevice), beside reduce alone (reduceDevice: no verify, no CRC). It
 // moves 3B bytes (slot and accumulator in, result out); the same as a copy (an all-gather step) moves 2B.
-// fused_vs_two_pass = t_two_pass / t_fused, of the sum.
+// fused_vs_two_pass = t_two_pass / t_fused, of the sum. The forwarded copy is also timed as the device
+// executor now runs it, "sealed" (verifyCopyCrcDevice: verify + copy, then the verified payload CRC after
+// kOk, no second read of the result), and "reject" (the same after a bad verdict: nothing copied, the CRC of
+// dst computed); copy_sealed_vs_fused = t_fused / t_sealed of the copy.
 //
 // Times are medians of --iters runs timed with CUDA events after --warmup runs. The last line is
-// `summary: crc_vs_copy=<r> nanscan_vs_copy=<r> fused_vs_two_pass=<r>` for the largest size.
+// `summary: crc_vs_copy=<r> nanscan_vs_copy=<r> fused_vs_two_pass=<r> copy_sealed_vs_fused=<r>` for the
+// largest size.
 #include <cuda_runtime.h>
 
 #include <CLI/CLI.hpp>
@@ -189,6 +193,7 @@ int main(int argc, char** argv) {
   double crcRatio = 0;
   double scanRatio = 0;
   double fusedRatio = 0;
+  double sealedRatio = 0;
   for (size_t bytes : sizes) {
     const size_t crcScratch = ringguard::crc32DeviceScratchBytes(bytes);
     const double copyMs = medianMs(stream, warmup, iters, [&] {
@@ -248,6 +253,9 @@ int main(int argc, char** argv) {
     std::printf("  %-14s %9.4f ms  %6.3f TB/s read+write (no verify, no CRC)\n", "reduce f32", reduceMs,
                 tbps(3.0 * count * 4, reduceMs));
     // One forwarded apply three ways; `moved` is its traffic without the CRC pass (3B reduce, 2B copy).
+    struct ApplyTimes {
+      double verifyMs, twoPassMs, fusedMs;
+    };
     const auto timeApply = [&](const char* what, double moved) {
       const double verifyMs =
           medianMs(stream, warmup, iters, [&] { CHECK_OK(ringguard::verifyApplyDevice(apply, stream)); });
@@ -265,11 +273,27 @@ int main(int argc, char** argv) {
       std::printf("  %-6s fused   %9.4f ms  %6.3f TB/s   fused_vs_two_pass=%.3f fused_vs_verify=%.3f%s\n",
                   what, fusedMs, tbps(moved, fusedMs), twoPassMs / fusedMs, verifyMs / fusedMs,
                   ringguard::verifyApplyCrcFuses(apply) ? "" : " (NOT fused: unequal alignment)");
-      return twoPassMs / fusedMs;
+      return ApplyTimes{verifyMs, twoPassMs, fusedMs};
     };
-    fusedRatio = timeApply("sum", 3.0 * count * 4);
+    const ApplyTimes sum = timeApply("sum", 3.0 * count * 4);
+    fusedRatio = sum.twoPassMs / sum.fusedMs;
     apply.reduce = false;
-    timeApply("copy", 2.0 * count * 4);
+    const ApplyTimes copy = timeApply("copy", 2.0 * count * 4);
+    // The forwarded copy as the executor runs it: the CRC kernels read the verdict and return at once
+    // after kOk; after a bad verdict (a stale trailer here) they checksum dst as it is.
+    const double sealedMs = medianMs(stream, warmup, iters, [&] {
+      CHECK_OK(ringguard::verifyCopyCrcDevice(apply, accCrc, scratch, crcScratch, stream));
+    });
+    ringguard::DeviceApply rejected = apply;
+    rejected.expected.step += 1;
+    const double rejectMs = medianMs(stream, warmup, iters, [&] {
+      CHECK_OK(ringguard::verifyCopyCrcDevice(rejected, accCrc, scratch, crcScratch, stream));
+    });
+    std::printf("  %-6s sealed  %9.4f ms  %6.3f TB/s   copy_sealed_vs_fused=%.3f sealed_vs_verify=%.3f\n",
+                "copy", sealedMs, tbps(2.0 * count * 4, sealedMs), copy.fusedMs / sealedMs,
+                copy.verifyMs / sealedMs);
+    std::printf("  %-6s reject  %9.4f ms  (bad verdict: nothing copied, crc32 of dst)\n", "copy", rejectMs);
+    sealedRatio = copy.fusedMs / sealedMs;
     apply.reduce = true;
     CHECK_OK(ringguard::verifyApplyCrcDevice(apply, accCrc, scratch, crcScratch, stream));  // for the check
 
@@ -303,6 +327,25 @@ int main(int argc, char** argv) {
       std::printf("  fused crc check: %s (device %08x, host %08x)\n", wantAcc == resultCrc ? "ok" : "FAILED",
                   resultCrc, wantAcc);
       if (wantAcc != resultCrc) return 1;
+      // The sealed copy: after kOk the verified CRC (that of the slot), and dst holds the slot; after a bad
+      // verdict the CRC of dst as it then is (the same bytes here, copied by the good run).
+      for (int bad = 0; bad < 2; ++bad) {
+        apply.reduce = false;
+        CHECK_OK(ringguard::verifyCopyCrcDevice(bad ? rejected : apply, accCrc, scratch, crcScratch, stream));
+        apply.reduce = true;
+        CHECK_CUDA(cudaMemcpyAsync(&applied, verdict, sizeof(applied), cudaMemcpyDeviceToHost, stream));
+        CHECK_CUDA(cudaMemcpyAsync(&resultCrc, accCrc, sizeof(resultCrc), cudaMemcpyDeviceToHost, stream));
+        CHECK_CUDA(cudaStreamSynchronize(stream));
+        std::vector<unsigned char> slotHost(count * 4);
+        CHECK_CUDA(cudaMemcpy(host.data(), sumData, count * 4, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(slotHost.data(), scanData, count * 4, cudaMemcpyDeviceToHost));
+        const uint32_t wantCopy = ringguard::crc32(host.data(), count * 4);
+        const bool ok = resultCrc == wantCopy && std::equal(slotHost.begin(), slotHost.end(), host.begin()) &&
+                        (applied == static_cast<uint32_t>(ringguard::SliceCheck::kOk)) == (bad == 0);
+        std::printf("  sealed copy check (%s): %s (device %08x, host %08x, verdict %u)\n",
+                    bad ? "rejected" : "ok", ok ? "ok" : "FAILED", resultCrc, wantCopy, applied);
+        if (!ok) return 1;
+      }
     }
   }
 
@@ -314,7 +357,8 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaStreamSynchronize(stream));
   CHECK_CUDA(cudaStreamDestroy(stream));
   pool.reset();
-  std::printf("\nsummary: crc_vs_copy=%.3f nanscan_vs_copy=%.3f fused_vs_two_pass=%.3f\n", crcRatio,
-              scanRatio, fusedRatio);
+  std::printf(
+      "\nsummary: crc_vs_copy=%.3f nanscan_vs_copy=%.3f fused_vs_two_pass=%.3f copy_sealed_vs_fused=%.3f\n",
+      crcRatio, scanRatio, fusedRatio, sealedRatio);
   return 0;
 }

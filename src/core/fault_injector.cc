@@ -24,8 +24,6 @@ uint64_t hashOf(uint64_t seed, uint64_t seq, int step, int slice, int receiver, 
   return h;
 }
 
-void flipBit(uint8_t* p, size_t bit) { p[bit / 8] ^= uint8_t(1u << (bit % 8)); }
-
 }  // namespace
 
 bool FaultInjector::selected(uint64_t seq, int step, int slice, int receiver) const {
@@ -54,56 +52,75 @@ int FaultInjector::delayMs(uint64_t seq, int step, int slice, int receiver, int 
 
 bool FaultInjector::corrupt(uint64_t seq, int step, int slice, int receiver, int attempt, uint8_t* payload,
                             size_t bytes, Trailer* trailer) const {
+  return applyCorruptionPlan(plan(seq, step, slice, receiver, attempt, bytes), payload, trailer);
+}
+
+// The random draws are those the host-side corrupt() always made (one mt19937_64 per transfer), so every mode
+// but garbage flips exactly the bits it flipped before the plans; only garbage is now a counter-based
+// expansion of one draw (a kernel cannot replay a sequential generator per byte).
+CorruptionPlan FaultInjector::plan(uint64_t seq, int step, int slice, int receiver, int attempt,
+                                   size_t bytes) const {
+  CorruptionPlan plan;
+  plan.bytes = bytes;
   std::mt19937_64 rng(hashOf(options_.seed, seq, step, slice, receiver, attempt));
   const size_t bits = bytes * 8;
+  std::vector<size_t> flips;  // bit positions (byte * 8 + bit, LSB first), each at most once
   switch (options_.mode) {
     case FaultMode::kBitFlip:
     case FaultMode::kRetransmit:
-      if (bits == 0) return false;
-      flipBit(payload, rng() % bits);
-      return true;
+      if (bits == 0) return plan;
+      flips.push_back(rng() % bits);
+      break;
     case FaultMode::kMultiBit: {
-      if (bits == 0) return false;
-      size_t k = std::min<size_t>(size_t(options_.bits), bits);
-      std::vector<size_t> chosen;
-      while (chosen.size() < k) {
+      if (bits == 0) return plan;
+      // fault.bits is validated to [1, 64]; the clamp keeps an unvalidated value within the plan's edits.
+      const size_t wanted = size_t(std::clamp(options_.bits, 1, CorruptionPlan::kMaxEdits));
+      const size_t k = std::min(wanted, bits);
+      while (flips.size() < k) {
         size_t b = rng() % bits;
-        if (std::find(chosen.begin(), chosen.end(), b) == chosen.end()) chosen.push_back(b);
+        if (std::find(flips.begin(), flips.end(), b) == flips.end()) flips.push_back(b);
       }
-      for (size_t b : chosen) flipBit(payload, b);
-      return true;
+      break;
     }
     case FaultMode::kBurst: {
-      if (bits < 2) return false;
-      size_t len = 2 + rng() % size_t(std::max(1, options_.burstBits - 1));  // 2..burstBits
+      if (bits < 2) return plan;
+      const int burstBits = std::clamp(options_.burstBits, 2, 32);  // validated to [2, 32]: <= 5 bytes
+      size_t len = 2 + rng() % size_t(std::max(1, burstBits - 1));  // 2..burstBits
       len = std::min(len, bits);
       size_t start = rng() % (bits - len + 1);
       // First and last bit always flip, so the burst really has that length; inner bits at random.
-      flipBit(payload, start);
-      flipBit(payload, start + len - 1);
+      flips.push_back(start);
+      flips.push_back(start + len - 1);
       for (size_t b = start + 1; b + 1 < start + len; ++b) {
-        if (rng() & 1) flipBit(payload, b);
+        if (rng() & 1) flips.push_back(b);
       }
-      return true;
+      break;
     }
-    case FaultMode::kGarbage: {
-      if (bytes == 0) return false;
-      bool changed = false;
-      for (size_t i = 0; i < bytes; ++i) {
-        uint8_t g = uint8_t(rng());
-        changed |= (g != payload[i]);
-        payload[i] = g;
-      }
-      if (!changed) flipBit(payload, 0);  // never leave the slice intact: it must count as a corruption
-      return true;
-    }
+    case FaultMode::kGarbage:
+      if (bytes == 0) return plan;
+      plan.target = CorruptionPlan::Target::kPayload;
+      plan.garbage = true;
+      plan.seed = rng();
+      return plan;
     case FaultMode::kTrailer:
-      flipBit(reinterpret_cast<uint8_t*>(trailer), rng() % (sizeof(Trailer) * 8));
-      return true;
-    case FaultMode::kDelay:
-      return false;
+      plan.target = CorruptionPlan::Target::kTrailer;
+      flips.push_back(rng() % (sizeof(Trailer) * 8));
+      break;
+    default:  // kDelay and the control-frame mode damage no slice
+      return plan;
   }
-  return false;
+  if (options_.mode != FaultMode::kTrailer) plan.target = CorruptionPlan::Target::kPayload;
+  // Byte edits, ascending; flips are distinct bits, so no mask cancels out.
+  std::sort(flips.begin(), flips.end());
+  for (size_t b : flips) {
+    if (plan.edits == 0 || plan.offset[plan.edits - 1] != b / 8) {
+      plan.offset[plan.edits] = b / 8;
+      plan.mask[plan.edits] = 0;
+      ++plan.edits;
+    }
+    plan.mask[plan.edits - 1] ^= uint8_t(1u << (b % 8));
+  }
+  return plan;
 }
 
 }  // namespace ringguard

@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "crc32_segments.cuh"
 #include "cuda_check.h"
@@ -55,10 +56,13 @@ struct LoadSource {
   __device__ uint4 produce(const uint4& v, uint64_t) const { return v; }
 };
 
-// Raw CRC of each block's segment of `base[0 .. numPieces)` to partials[blockIdx.x] (crcSegments).
+// Raw CRC of each block's segment of `base[0 .. numPieces)` to partials[blockIdx.x] (crcSegments). With a
+// `verdict` word that says kOk (0), nothing: the caller's merge takes the verified CRC instead (the
+// forwarded copy, FinalizeArgs::okCrc). Checked before the table fill, so a skipped launch costs ~nothing.
 __global__ void __launch_bounds__(kSegmentThreads, kSegmentMinBlocks)
     crc32SegmentsKernel(const uint4* __restrict__ base, uint64_t numPieces, uint64_t segmentPieces,
-                        uint32_t* __restrict__ partials) {
+                        uint32_t* __restrict__ partials, const uint32_t* __restrict__ verdict) {
+  if (verdict != nullptr && *verdict == 0u) return;  // grid-uniform: every thread leaves
   LoadSource src{base};
   crcSegments<kBatch, false>(src, numPieces, segmentPieces, partials);
 }
@@ -67,6 +71,10 @@ __global__ void __launch_bounds__(kSegmentThreads, kSegmentMinBlocks)
 __global__ void __launch_bounds__(kFinalizeThreads, 1)
     crc32FinalizeKernel(const __grid_constant__ FinalizeArgs a) {
   __shared__ uint32_t tree[kMaxBlocks];
+  if (a.verdict != nullptr && *a.verdict == 0u) {  // block-uniform, before any barrier
+    if (threadIdx.x == 0) *a.out = *a.okCrc;
+    return;
+  }
   const uint32_t width = 1u << a.numLevels;
   const uint32_t pad = width - a.numPartials;
   // Right-aligned, zero-padded on the left: zeros contribute nothing, and every right subtree then covers
@@ -121,18 +129,24 @@ size_t crc32DeviceScratchBytes(size_t bytes) {
   return static_cast<size_t>(wantedBlocks(bytes / kPieceBytes)) * sizeof(uint32_t);
 }
 
-Status crc32Device(const void* data, size_t bytes, uint32_t* crcOutDevice, void* scratch, size_t scratchBytes,
+namespace {
+
+// crc32Device and crc32DeviceUnlessOk: `verdict` and `okCrc` both null, or both device words.
+Status launchCrc32(const char* what, const void* data, size_t bytes, const uint32_t* verdict,
+                   const uint32_t* okCrc, uint32_t* crcOutDevice, void* scratch, size_t scratchBytes,
                    cudaStream_t stream) {
   if (crcOutDevice == nullptr)
-    return Status(StatusCode::kInvalidArgument, "crc32Device: null output pointer");
-  if (data == nullptr && bytes != 0) return Status(StatusCode::kInvalidArgument, "crc32Device: null data");
+    return Status(StatusCode::kInvalidArgument, std::string(what) + ": null output pointer");
+  if (data == nullptr && bytes != 0)
+    return Status(StatusCode::kInvalidArgument, std::string(what) + ": null data");
   const size_t needed = crc32DeviceScratchBytes(bytes);
   if (scratchBytes < needed || (needed != 0 && scratch == nullptr)) {
-    return Status(StatusCode::kInvalidArgument, "crc32Device: scratch of " + std::to_string(scratchBytes) +
-                                                    " bytes, need " + std::to_string(needed));
+    return Status(StatusCode::kInvalidArgument, std::string(what) + ": scratch of " +
+                                                    std::to_string(scratchBytes) + " bytes, need " +
+                                                    std::to_string(needed));
   }
   if (reinterpret_cast<uintptr_t>(scratch) % alignof(uint32_t) != 0) {
-    return Status(StatusCode::kInvalidArgument, "crc32Device: scratch must be 4-byte aligned");
+    return Status(StatusCode::kInvalidArgument, std::string(what) + ": scratch must be 4-byte aligned");
   }
 
   int resident = 0;
@@ -140,13 +154,33 @@ Status crc32Device(const void* data, size_t bytes, uint32_t* crcOutDevice, void*
   SegmentPlan plan = planSegments(data, bytes, resident);
   plan.finalize.partials = static_cast<const uint32_t*>(scratch);
   plan.finalize.out = crcOutDevice;
+  plan.finalize.verdict = verdict;
+  plan.finalize.okCrc = okCrc;
   if (plan.blocks != 0) {
     crc32SegmentsKernel<<<plan.blocks, kSegmentThreads, kDynamicSmemBytes, stream>>>(
         reinterpret_cast<const uint4*>(static_cast<const unsigned char*>(data) + plan.headBytes),
-        plan.numPieces, plan.segmentPieces, static_cast<uint32_t*>(scratch));
+        plan.numPieces, plan.segmentPieces, static_cast<uint32_t*>(scratch), verdict);
     RINGGUARD_CUDA_CHECK_LAUNCH();
   }
   return launchCrc32Finalize(plan.finalize, stream);
+}
+
+}  // namespace
+
+Status crc32Device(const void* data, size_t bytes, uint32_t* crcOutDevice, void* scratch, size_t scratchBytes,
+                   cudaStream_t stream) {
+  return launchCrc32("crc32Device", data, bytes, nullptr, nullptr, crcOutDevice, scratch, scratchBytes,
+                     stream);
+}
+
+Status crc32DeviceUnlessOk(const void* data, size_t bytes, const uint32_t* verdictDevice,
+                           const uint32_t* okCrcDevice, uint32_t* crcOutDevice, void* scratch,
+                           size_t scratchBytes, cudaStream_t stream) {
+  if (verdictDevice == nullptr || okCrcDevice == nullptr) {
+    return Status(StatusCode::kInvalidArgument, "crc32DeviceUnlessOk: null verdict or CRC pointer");
+  }
+  return launchCrc32("crc32DeviceUnlessOk", data, bytes, verdictDevice, okCrcDevice, crcOutDevice, scratch,
+                     scratchBytes, stream);
 }
 
 Status crc32DeviceTableForTesting(uint32_t* tableHost) {

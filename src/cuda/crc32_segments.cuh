@@ -305,6 +305,11 @@ struct FinalizeArgs {
   uint32_t numLevels;               // ceil(log2(numPartials))
   uint32_t alignedShift;            // x^(8 * aligned bytes)
   uint32_t levelShift[kMaxLevels];  // x^(8 * segment bytes * 2^level)
+  // Both null (always merge), or both device words: when *verdict is SliceCheck::kOk (0) the merge writes
+  // *okCrc instead and reads no partials (the segment kernel skipped them too): the CRC of a forwarded copy
+  // is the verified payload CRC, and dst needs checksumming only after a rejected slice.
+  const uint32_t* verdict;
+  const uint32_t* okCrc;
 };
 
 // A segment kernel's launch over `bytes` bytes at `data` (any byte address), for a kernel of which

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -107,11 +108,13 @@ Status DeviceExecutor::freeAll() {
   note(pool_->free(slots_, stream_));
   note(pool_->free(slotTrailers_, stream_));
   note(pool_->free(work_, stream_));
+  note(pool_->free(scratch_, stream_));
   trailers_ = nullptr;
   slots_ = nullptr;
   slotTrailers_ = nullptr;
   work_ = nullptr;
-  trailersCap_ = slotsCap_ = slotTrailersCap_ = workCap_ = 0;
+  scratch_ = nullptr;
+  trailersCap_ = slotsCap_ = slotTrailersCap_ = workCap_ = scratchCap_ = 0;
   // The pinned blocks are reusable as soon as they are freed: only after the stream has passed every use.
   const cudaError_t err = cudaStreamSynchronize(stream_);
   if (err != cudaSuccess) {
@@ -283,24 +286,43 @@ Status DeviceExecutor::editSlot(int index, void* target, size_t bytes,
   void* src = target != nullptr ? target : slot(index);
   RINGGUARD_CUDA_CHECK(
       cudaMemcpyAsync(trailer, slotTrailer(index), sizeof(Trailer), cudaMemcpyDeviceToHost, stream_));
-  if (bytes != 0)
-    RINGGUARD_CUDA_CHECK(cudaMemcpyAsync(payload, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  if (bytes != 0) RINGGUARD_CUDA_CHECK(cudaMemcpyAsync(payload, src, bytes, cudaMemcpyDeviceToHost, stream_));
   RINGGUARD_CUDA_CHECK(cudaStreamSynchronize(stream_));
   edit(payload, trailer);
   RINGGUARD_CUDA_CHECK(
       cudaMemcpyAsync(slotTrailer(index), trailer, sizeof(Trailer), cudaMemcpyHostToDevice, stream_));
-  if (bytes != 0)
-    RINGGUARD_CUDA_CHECK(cudaMemcpyAsync(src, payload, bytes, cudaMemcpyHostToDevice, stream_));
+  if (bytes != 0) RINGGUARD_CUDA_CHECK(cudaMemcpyAsync(src, payload, bytes, cudaMemcpyHostToDevice, stream_));
   RINGGUARD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return Status::ok();
+}
+
+Status DeviceExecutor::corruptReceived(int index, void* payload, size_t bytes, const CorruptionPlan& plan) {
+  if (index < 0 || size_t(index) >= numSlots_ || (payload == nullptr && bytes > slotStride_) ||
+      !corruptionPlanFits(plan, bytes)) {
+    return Status(StatusCode::kInvalidArgument, "DeviceExecutor::corruptReceived: slot " +
+                                                    std::to_string(index) + " / " + std::to_string(bytes) +
+                                                    " bytes out of range, or a plan that does not fit");
+  }
+  if (!plan.damages()) return Status::ok();
+  RINGGUARD_DEVICE_GUARD(device_);
+  RINGGUARD_RETURN_IF_ERROR(
+      corruptDevice(plan, payload != nullptr ? payload : slot(index), bytes, slotTrailer(index), stream_));
+  ++enqueued_;
   return Status::ok();
 }
 
 Status DeviceExecutor::verifyAndApply(const ApplyTask& task, int index, size_t item, size_t nextItem) {
   if (!isValid(task.dtype))
     return Status(StatusCode::kInvalidArgument, "DeviceExecutor::verifyAndApply: invalid dtype");
+  if (task.inPlace && task.reduce) {
+    return Status(StatusCode::kInvalidArgument,
+                  "DeviceExecutor::verifyAndApply: an in-place receive cannot be a reduction");
+  }
   const size_t bytes = task.count * dataTypeSize(task.dtype);
+  // In place the payload lies in dst, not in the slot: only the work area's CRC scratch bounds it.
+  const bool fitsSlot = task.inPlace || (task.count <= slotStride_ && bytes <= slotStride_);
   if (index < 0 || size_t(index) >= numSlots_ || item >= items_ || (task.forwarded && nextItem >= items_) ||
-      task.count > slotStride_ || bytes > slotStride_) {
+      !fitsSlot) {
     return Status(StatusCode::kInvalidArgument,
                   "DeviceExecutor::verifyAndApply: slot " + std::to_string(index) + ", item " +
                       std::to_string(item) + ", next item " + std::to_string(nextItem) + " or " +
@@ -309,9 +331,31 @@ Status DeviceExecutor::verifyAndApply(const ApplyTask& task, int index, size_t i
                       " items)");
   }
   RINGGUARD_DEVICE_GUARD(device_);
+  if (task.inPlace) {
+    const size_t need = crc32DeviceScratchBytes(bytes);
+    if (need > workScratchBytes_) RINGGUARD_RETURN_IF_ERROR(growWork(numSlots_ + 1, need));
+  }
   WorkArea* w = work(size_t(index));
   void* scratch = workScratch(size_t(index));
   void* slotPtr = slot(index);
+
+  if (task.inPlace) {
+    // The CRC of dst where it lies is both the one to check and, verified or not, the one of what is sent
+    // on; the verdict and the outgoing trailer are one tiny kernel. Nothing is copied.
+    RINGGUARD_RETURN_IF_ERROR(
+        crc32Device(task.dst, bytes, &w->payloadCrc, scratch, workScratchBytes_, stream_));
+    DeviceVerify v;
+    v.slotTrailer = slotTrailer(index);
+    v.payloadCrc = &w->payloadCrc;
+    v.expected = task.expected;
+    v.verdictByte = verdictsDevice_ + item;
+    v.verdictWord = &w->verdict;
+    v.next = task.next;
+    v.sealOut = task.forwarded ? trailers_ + nextItem : nullptr;
+    RINGGUARD_RETURN_IF_ERROR(verifyInPlaceDevice(v, stream_));
+    ++enqueued_;
+    return Status::ok();
+  }
 
   // (a) CRC of what arrived.
   RINGGUARD_RETURN_IF_ERROR(crc32Device(slotPtr, bytes, &w->payloadCrc, scratch, workScratchBytes_, stream_));
@@ -334,9 +378,15 @@ Status DeviceExecutor::verifyAndApply(const ApplyTask& task, int index, size_t i
   if (!task.forwarded) {
     RINGGUARD_RETURN_IF_ERROR(verifyApplyDevice(a, stream_));
   } else {
-    // (c) with the CRC of what dst really holds afterwards, in the same pass where the pointers allow, and
-    // the outgoing trailer: that CRC, poisoned unless the slice was applied.
-    RINGGUARD_RETURN_IF_ERROR(verifyApplyCrcDevice(a, &w->dstCrc, scratch, workScratchBytes_, stream_));
+    // (c) the CRC the outgoing trailer carries: for a reduction, that of what dst really holds afterwards,
+    // in the same pass where the pointers allow; for a copy, the verified payload CRC after kOk (dst holds
+    // exactly those bytes) and the CRC of dst only after a bad verdict. Then the trailer, poisoned unless
+    // the slice was applied.
+    if (task.reduce) {
+      RINGGUARD_RETURN_IF_ERROR(verifyApplyCrcDevice(a, &w->dstCrc, scratch, workScratchBytes_, stream_));
+    } else {
+      RINGGUARD_RETURN_IF_ERROR(verifyCopyCrcDevice(a, &w->dstCrc, scratch, workScratchBytes_, stream_));
+    }
     RINGGUARD_RETURN_IF_ERROR(
         sealTrailerDevice(task.next, &w->dstCrc, &w->verdict, trailers_ + nextItem, stream_));
   }
@@ -357,6 +407,14 @@ Status DeviceExecutor::copy(void* dst, const void* src, size_t bytes) {
   RINGGUARD_DEVICE_GUARD(device_);
   RINGGUARD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
   ++enqueued_;
+  return Status::ok();
+}
+
+Status DeviceExecutor::scratch(size_t bytes, void** out) {
+  *out = nullptr;
+  RINGGUARD_DEVICE_GUARD(device_);
+  RINGGUARD_RETURN_IF_ERROR(growDevice(&scratch_, &scratchCap_, bytes));
+  *out = scratch_;
   return Status::ok();
 }
 

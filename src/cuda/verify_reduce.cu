@@ -16,8 +16,12 @@
 //    result is checksummed in registers as it is stored, so a forwarded slice needs no second read. It
 //    needs dst, local and slot equally aligned modulo 16; verifyApplyCrcDevice falls back to the two
 //    kernels otherwise. A block whose verdict is not kOk writes nothing and checksums dst as it is.
-//  * sealTrailerKernel / retagTrailerKernel: makeTrailer and sealTrailer on one thread, the trailer CRC
-//    with slicing-by-4 tables built at compile time from crc32TableEntry (constant memory).
+//  * A forwarded copy (all-gather) does not use the fused kernel: verifyCopyCrcDevice runs the plain copy
+//    and then a CRC of dst that only runs after a bad verdict (crc32DeviceUnlessOk): after kOk the outgoing
+//    CRC is the verified payload CRC, since dst holds exactly those bytes.
+//  * verifySliceKernel: the verdict of a slice received in place (nothing to apply) and its forwarding
+//    trailer; sealTrailerKernel / retagTrailerKernel: makeTrailer and sealTrailer on one thread, the trailer
+//    CRC with slicing-by-4 tables built at compile time from crc32TableEntry (constant memory).
 //
 // The reduction arithmetic is that of reduceHost: the same expressions, with __fadd_rn-style intrinsics so
 // that nothing is contracted, integer sums and products computed in the unsigned type (wrap), the avg
@@ -760,6 +764,30 @@ __global__ void __launch_bounds__(kTrailerThreads, 1) sealTrailerKernel(const __
   *a.out = makeTrailerHD(a.id, *a.crc, flags);
 }
 
+// verifyInPlaceDevice: the verdict of bytes verified where they lie, and the trailer forwarding them.
+struct VerifyArgs {
+  const Trailer* trailer;
+  const uint32_t* payloadCrc;
+  SliceId expected;
+  uint8_t* verdictByte;   // may be null
+  uint32_t* verdictWord;  // may be null
+  SliceId next;
+  Trailer* sealOut;  // may be null
+};
+
+__global__ void __launch_bounds__(kTrailerThreads, 1)
+    verifySliceKernel(const __grid_constant__ VerifyArgs a) {
+  if (threadIdx.x != 0) return;
+  const Trailer t = *a.trailer;
+  const uint32_t crc = *a.payloadCrc;
+  const SliceCheck verdict = checkSliceHD(t, a.expected, crc);
+  if (a.verdictByte != nullptr) *a.verdictByte = static_cast<uint8_t>(verdict);
+  if (a.verdictWord != nullptr) *a.verdictWord = static_cast<uint32_t>(verdict);
+  if (a.sealOut != nullptr) {
+    *a.sealOut = makeTrailerHD(a.next, crc, verdict == SliceCheck::kOk ? uint16_t(0) : kTrailerPoisoned);
+  }
+}
+
 __global__ void __launch_bounds__(kTrailerThreads, 1) retagTrailerKernel(Trailer* t, uint16_t attempt) {
   if (threadIdx.x != 0) return;
   Trailer v = *t;
@@ -964,6 +992,36 @@ Status verifyApplyCrcDevice(const DeviceApply& a, uint32_t* dstCrcDevice, void* 
   return dispatchReduce(a.dtype, a.op, a.finalStep, [&](auto tag) {
     return launchApplyCrc<typename decltype(tag)::type>(args, dstCrcDevice, scratch, stream);
   });
+}
+
+Status verifyCopyCrcDevice(const DeviceApply& a, uint32_t* outCrcDevice, void* scratch, size_t scratchBytes,
+                           cudaStream_t stream) {
+  RINGGUARD_RETURN_IF_ERROR(checkApply("verifyCopyCrcDevice", a));
+  if (a.reduce || a.verdictWord == nullptr || outCrcDevice == nullptr) {
+    return Status(StatusCode::kInvalidArgument,
+                  "verifyCopyCrcDevice: a copy (reduce false) with a verdict word and a CRC output");
+  }
+  RINGGUARD_RETURN_IF_ERROR(verifyApplyDevice(a, stream));
+  // Stream order: the apply kernel's block 0 has written the verdict word when this reads it.
+  return crc32DeviceUnlessOk(a.dst, a.count * dataTypeSize(a.dtype), a.verdictWord, a.payloadCrc,
+                             outCrcDevice, scratch, scratchBytes, stream);
+}
+
+Status verifyInPlaceDevice(const DeviceVerify& v, cudaStream_t stream) {
+  if (v.slotTrailer == nullptr || v.payloadCrc == nullptr) {
+    return Status(StatusCode::kInvalidArgument, "verifyInPlaceDevice: null trailer or payload CRC pointer");
+  }
+  VerifyArgs args{};
+  args.trailer = v.slotTrailer;
+  args.payloadCrc = v.payloadCrc;
+  args.expected = v.expected;
+  args.verdictByte = v.verdictByte;
+  args.verdictWord = v.verdictWord;
+  args.next = v.next;
+  args.sealOut = v.sealOut;
+  verifySliceKernel<<<1, kTrailerThreads, 0, stream>>>(args);
+  RINGGUARD_CUDA_CHECK_LAUNCH();
+  return Status::ok();
 }
 
 Status sealTrailerDevice(const SliceId& id, const uint32_t* crcDevice, const uint32_t* verdictWordDevice,

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "ringguard/algorithms/executor.h"
 #include "ringguard/core/crc32.h"
@@ -49,6 +50,18 @@ Status HostExecutor::editSlot(int index, void* payload, size_t bytes,
                               const std::function<void(uint8_t*, Trailer*)>& edit) {
   (void)bytes;
   edit(payload ? static_cast<uint8_t*>(payload) : slots_[index].data(), &slotTrailers_[index]);
+  return Status::ok();
+}
+
+Status HostExecutor::corruptReceived(int index, void* payload, size_t bytes, const CorruptionPlan& plan) {
+  if (index < 0 || size_t(index) >= slots_.size() || !corruptionPlanFits(plan, bytes) ||
+      (payload == nullptr && bytes > slots_[size_t(index)].size())) {
+    return Status(StatusCode::kInvalidArgument, "HostExecutor::corruptReceived: slot " +
+                                                    std::to_string(index) + " / " + std::to_string(bytes) +
+                                                    " bytes out of range, or a plan that does not fit");
+  }
+  applyCorruptionPlan(plan, payload ? static_cast<uint8_t*>(payload) : slots_[size_t(index)].data(),
+                      &slotTrailers_[size_t(index)]);
   return Status::ok();
 }
 

@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -18,12 +20,16 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
 #include "gpu_test_util.h"
 #include "ringguard/algorithms/executor.h"
+#include "ringguard/core/corruption_plan.h"
 #include "ringguard/core/crc32.h"
+#include "ringguard/core/fault_injector.h"
+#include "ringguard/core/options.h"
 #include "ringguard/core/reduce.h"
 #include "ringguard/core/trailer.h"
 #include "ringguard/core/types.h"
@@ -309,7 +315,9 @@ struct ApplyCase {
   bool reduce = true;
   bool finalStep = false;
   bool forwarded = true;
-  bool inPlace = false;  // local aliases dst
+  bool inPlace = false;     // local aliases dst
+  bool received = false;    // ApplyTask::inPlace: the payload arrived in dst, the slot holds only its trailer
+  bool smallSlots = false;  // received: slots smaller than the payload (it never lies there)
   size_t count = 0;
   size_t dstOffset = 0;    // elements
   size_t localOffset = 0;  // elements
@@ -320,7 +328,8 @@ struct ApplyCase {
   std::string name() const {
     return std::string(dataTypeName(dtype)) + " " + (reduce ? reduceOpName(op) : "copy") +
            (finalStep ? " final" : "") + (forwarded ? " forwarded" : "") + (inPlace ? " in-place" : "") +
-           " count " + std::to_string(count) + " dst+" + std::to_string(dstOffset) + " local+" +
+           (received ? " received-in-place" : "") + (smallSlots ? " small-slots" : "") + " count " +
+           std::to_string(count) + " dst+" + std::to_string(dstOffset) + " local+" +
            std::to_string(localOffset) + " N=" + std::to_string(nranks) + " tamper " + tamperName(tamper);
   }
 };
@@ -363,7 +372,14 @@ void runApplyCase(DeviceExecutorTest* t, DeviceExecutor* dev, const ApplyCase& c
   // Buffers at the case's element offsets; dst starts as a recognisable pattern ("poisoned").
   const size_t span = bytes + 16 * e + 64;
   const std::vector<uint8_t> localInit = finiteElements(c.dtype, span / e, c.seed + 1);
-  const std::vector<uint8_t> dstInit = randomBytes(span, c.seed + 2);
+  std::vector<uint8_t> dstInit = randomBytes(span, c.seed + 2);
+  // Received in place: what arrived already lies in dst; the slot holds other bytes, which must not matter.
+  std::vector<uint8_t> slotBytes = payload;
+  if (c.received) {
+    if (bytes) std::memcpy(dstInit.data() + c.dstOffset * e, payload.data(), bytes);
+    slotBytes = randomBytes(bytes, c.seed + 3);
+  }
+  const size_t slotSize = c.smallSlots ? std::min<size_t>(bytes, 16) : bytes;
   std::vector<uint8_t> hostLocal = localInit, hostDst = dstInit;
   uint8_t* hDst = hostDst.data() + c.dstOffset * e;
   const uint8_t* hLocal = c.inPlace ? hDst : hostLocal.data() + c.localOffset * e;
@@ -378,12 +394,13 @@ void runApplyCase(DeviceExecutorTest* t, DeviceExecutor* dev, const ApplyCase& c
   task.reduce = c.reduce;
   task.finalStep = c.finalStep;
   task.forwarded = c.forwarded;
+  task.inPlace = c.received;
   task.nranks = c.nranks;
 
   // Host.
   HostExecutor host;
-  ASSERT_STATUS_OK(host.prepare(kItems, kSlots, bytes));
-  if (bytes) std::memcpy(host.slot(kSlotIndex), payload.data(), bytes);
+  ASSERT_STATUS_OK(host.prepare(kItems, kSlots, slotSize));
+  if (slotSize) std::memcpy(host.slot(kSlotIndex), slotBytes.data(), slotSize);
   *host.slotTrailer(kSlotIndex) = trailer;
   ApplyTask hostTask = task;
   hostTask.dst = hDst;
@@ -401,8 +418,8 @@ void runApplyCase(DeviceExecutorTest* t, DeviceExecutor* dev, const ApplyCase& c
     ASSERT_CUDA(
         cudaMemcpyAsync(dDst, dLocalBuf + c.localOffset * e, bytes, cudaMemcpyDeviceToDevice, t->stream_));
   }
-  ASSERT_STATUS_OK(dev->prepare(kItems, kSlots, bytes));
-  t->upload(dev->slot(kSlotIndex), payload.data(), bytes);
+  ASSERT_STATUS_OK(dev->prepare(kItems, kSlots, slotSize));
+  t->upload(dev->slot(kSlotIndex), slotBytes.data(), slotSize);
   t->upload(dev->slotTrailer(kSlotIndex), &trailer, sizeof(Trailer));
   ApplyTask devTask = task;
   devTask.dst = dDst;
@@ -531,6 +548,62 @@ TEST_F(DeviceExecutorTest, RejectedSlicesGetTheHostVerdictAndLeaveDstUntouched) 
       }
     }
   }
+}
+
+// Received in place (ApplyTask::inPlace: all-gather, broadcast, send/recv, all-to-all): dst is verified where
+// it lies and never written, the verdict and the outgoing trailer (verified CRC, or the CRC of dst poisoned)
+// are the host's, for every dtype, sizes 0 to 1 Mi + 3 elements, heads of 0 to 15 bytes, slots smaller than
+// the payload, and each kind of rejection.
+TEST_F(DeviceExecutorTest, ReceivedInPlaceMatchesHostForEveryDtypeSizeOffsetAndVerdict) {
+  const Tamper tampers[] = {Tamper::kNone,      Tamper::kCorruptPayload, Tamper::kPoisoned,
+                            Tamper::kStaleStep, Tamper::kBadTrailerCrc,  Tamper::kSizeMismatch};
+  uint64_t seed = 60000;
+  for (DataType dtype : kAllDataTypes) {
+    const size_t e = dataTypeSize(dtype);
+    for (size_t count : kSizes) {
+      for (size_t dstOffset : {size_t(0), size_t(1), 15 / e}) {
+        for (Tamper tamper : tampers) {
+          if (count == 0 && tamper == Tamper::kCorruptPayload) continue;  // nothing to corrupt
+          if (count == kLarge &&
+              (dstOffset != 1 || (tamper != Tamper::kNone && tamper != Tamper::kCorruptPayload)))
+            continue;  // keep the large size quick
+          for (int forwarded = 0; forwarded < 2; ++forwarded) {
+            ApplyCase c;
+            c.dtype = dtype;
+            c.reduce = false;
+            c.received = true;
+            c.smallSlots = (seed % 2) == 0;
+            c.forwarded = forwarded != 0;
+            c.count = count;
+            c.dstOffset = dstOffset;
+            c.tamper = tamper;
+            c.seed = ++seed;
+            ASSERT_NO_FATAL_FAILURE(runApplyCase(this, exec_.get(), c));
+            if (HasFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(DeviceExecutorTest, ReceivedInPlaceRefusesAReduction) {
+  ASSERT_STATUS_OK(exec_->prepare(4, 2, 64));
+  uint8_t* dst = deviceAlloc(64);
+  ApplyTask task;
+  task.dst = dst;
+  task.local = dst;
+  task.count = 16;
+  task.reduce = true;
+  task.inPlace = true;
+  EXPECT_EQ(StatusCode::kInvalidArgument, exec_->verifyAndApply(task, 0, 0, 1).code());
+  task.reduce = false;
+  task.count = 1000;  // larger than a slot: fine in place (the payload is not in the slot)
+  uint8_t* big = deviceAlloc(4000);
+  task.dst = big;
+  ASSERT_STATUS_OK(exec_->verifyAndApply(task, 0, 0, 1));
+  ASSERT_STATUS_OK(exec_->sync());
+  EXPECT_EQ(SliceCheck::kMalformed, exec_->verdict(0)) << "the slot trailer is zeroed by prepare";
 }
 
 // ---- Trailers made on the device
@@ -718,6 +791,291 @@ TEST_F(DeviceExecutorTest, FencesOrderTheCollectiveAgainstTheCallersStream) {
   ASSERT_CUDA(cudaStreamDestroy(caller));
 }
 
+// ---- Fault injection on the stream: corruptDevice / corruptReceived against the host ---------------------
+
+FaultOptions faultMode(FaultMode mode, uint64_t seed) {
+  FaultOptions o;
+  o.mode = mode;
+  o.probability = 1.0;
+  o.seed = seed;
+  o.bits = 64;       // the most edits a plan holds
+  o.burstBits = 32;  // the longest burst
+  return o;
+}
+const FaultMode kSliceFaultModes[] = {FaultMode::kBitFlip, FaultMode::kMultiBit, FaultMode::kBurst,
+                                      FaultMode::kGarbage, FaultMode::kTrailer,  FaultMode::kRetransmit};
+
+// corruptDevice on a payload at `offset` bytes into its buffer (guard bytes around it) and on a trailer,
+// against applyCorruptionPlan on the same bytes.
+void runCorruptCase(DeviceExecutorTest* t, const CorruptionPlan& plan, size_t bytes, size_t offset,
+                    uint64_t seed) {
+  SCOPED_TRACE("bytes " + std::to_string(bytes) + " offset " + std::to_string(offset) + " target " +
+               std::to_string(int(plan.target)) + (plan.garbage ? " garbage" : "") + " edits " +
+               std::to_string(plan.edits));
+  t->releaseAllocations();
+  const size_t span = bytes + 32;
+  const std::vector<uint8_t> init = randomBytes(span, seed);
+  const Trailer trailerInit = makeTrailer(SliceId{5, 1, 2, 0, uint32_t(bytes), 0}, 0x12345678u, 0);
+  std::vector<uint8_t> want = init;
+  Trailer wantTrailer = trailerInit;
+  ASSERT_TRUE(applyCorruptionPlan(plan, want.data() + offset, &wantTrailer) == plan.damages());
+
+  uint8_t* buf = t->deviceAlloc(span);
+  auto* trailer = reinterpret_cast<Trailer*>(t->deviceAlloc(sizeof(Trailer)));
+  t->upload(buf, init.data(), span);
+  t->upload(trailer, &trailerInit, sizeof(Trailer));
+  ASSERT_STATUS_OK(corruptDevice(plan, buf + offset, bytes, trailer, t->stream_));
+  std::vector<uint8_t> got(span);
+  Trailer gotTrailer;
+  t->download(got.data(), buf, span);
+  t->download(&gotTrailer, trailer, sizeof(Trailer));
+  const size_t diff = firstDifference(DataType::kUint8, want.data(), got.data(), span, false);
+  if (diff != SIZE_MAX) {
+    ADD_FAILURE() << "byte " << diff << " (payload byte " << (long long)(diff) - (long long)(offset)
+                  << "): host " << int(want[diff]) << ", device " << int(got[diff]);
+  }
+  EXPECT_EQ(0, std::memcmp(&wantTrailer, &gotTrailer, sizeof(Trailer)))
+      << "host " << describe(wantTrailer) << ", device " << describe(gotTrailer);
+}
+
+TEST_F(DeviceExecutorTest, CorruptDeviceMatchesTheHostForEveryModeSizeAndOffset) {
+  std::vector<size_t> sizes = {0, 1, 2, 7, 15, 16, 17, 31, 33, 4099, kLarge};
+  const char* cap = std::getenv("RINGGUARD_TEST_MAX_BYTES");
+  if (cap == nullptr || std::strtoull(cap, nullptr, 10) >= (size_t(64) << 20))
+    sizes.push_back((size_t(64) << 20) + 3);
+  uint64_t seed = 70000;
+  for (FaultMode mode : kSliceFaultModes) {
+    SCOPED_TRACE(faultModeName(mode));
+    const FaultInjector inj(faultMode(mode, 3));
+    for (size_t bytes : sizes) {
+      const bool large = bytes >= kLarge;
+      for (size_t offset = 0; offset < 16; offset += large ? 5 : 1) {
+        for (int slice = 0; slice < (large ? 2 : 4); ++slice) {
+          const CorruptionPlan plan = inj.plan(11, 2, slice, 1, int(offset % 3), bytes);
+          ASSERT_NO_FATAL_FAILURE(runCorruptCase(this, plan, bytes, offset, ++seed));
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+  // Garbage whose byte 0 already holds what the garbage would put there: still changed, as on the host.
+  const FaultInjector garbage(faultMode(FaultMode::kGarbage, 9));
+  for (size_t bytes : {size_t(1), size_t(16), size_t(100)}) {
+    for (size_t offset : {size_t(0), size_t(3)}) {
+      const CorruptionPlan plan = garbage.plan(1, 0, 0, 0, 0, bytes);
+      releaseAllocations();
+      uint8_t* p = deviceAlloc(bytes + 16);
+      std::vector<uint8_t> init = randomBytes(bytes, bytes);
+      init[0] = static_cast<uint8_t>(corruptionGarbageWord(plan.seed, 0));
+      std::vector<uint8_t> want = init;
+      applyCorruptionPlan(plan, want.data(), nullptr);
+      ASSERT_NE(want[0], init[0]);
+      upload(p + offset, init.data(), bytes);
+      ASSERT_STATUS_OK(corruptDevice(plan, p + offset, bytes, nullptr, stream_));
+      std::vector<uint8_t> got(bytes);
+      download(got.data(), p + offset, bytes);
+      EXPECT_EQ(want, got) << bytes << " bytes at offset " << offset;
+    }
+  }
+}
+
+// Through the executors: the slot's payload or an in-place receive's dst, and the slot's trailer, damaged
+// exactly as HostExecutor::corruptReceived damages them.
+TEST_F(DeviceExecutorTest, CorruptReceivedMatchesTheHostExecutor) {
+  const size_t bytes = 4099;
+  uint64_t seed = 80000;
+  for (FaultMode mode : kSliceFaultModes) {
+    SCOPED_TRACE(faultModeName(mode));
+    const FaultInjector inj(faultMode(mode, 4));
+    for (int inPlace = 0; inPlace < 2; ++inPlace) {
+      releaseAllocations();
+      const std::vector<uint8_t> payload = randomBytes(bytes, ++seed);
+      const Trailer trailer =
+          makeTrailer(SliceId{2, 3, 1, 0, uint32_t(bytes), 0}, crc32(payload.data(), bytes), 0);
+      const CorruptionPlan plan = inj.plan(2, 3, 1, 0, 0, bytes);
+      ASSERT_TRUE(plan.damages());
+
+      HostExecutor host;
+      ASSERT_STATUS_OK(host.prepare(kItems, kSlots, bytes));
+      std::vector<uint8_t> hostDst = payload;
+      std::memcpy(host.slot(kSlotIndex), payload.data(), bytes);
+      *host.slotTrailer(kSlotIndex) = trailer;
+      ASSERT_STATUS_OK(host.corruptReceived(kSlotIndex, inPlace ? hostDst.data() : nullptr, bytes, plan));
+
+      ASSERT_STATUS_OK(exec_->prepare(kItems, kSlots, bytes));
+      uint8_t* dDst = deviceAlloc(bytes + 1) + 1;  // an unaligned in-place payload
+      upload(dDst, payload.data(), bytes);
+      upload(exec_->slot(kSlotIndex), payload.data(), bytes);
+      upload(exec_->slotTrailer(kSlotIndex), &trailer, sizeof(Trailer));
+      ASSERT_STATUS_OK(exec_->corruptReceived(kSlotIndex, inPlace ? dDst : nullptr, bytes, plan));
+      ASSERT_STATUS_OK(exec_->sync());
+      std::vector<uint8_t> gotSlot(bytes), gotDst(bytes);
+      Trailer gotTrailer;
+      download(gotSlot.data(), exec_->slot(kSlotIndex), bytes);
+      download(gotDst.data(), dDst, bytes);
+      download(&gotTrailer, exec_->slotTrailer(kSlotIndex), sizeof(Trailer));
+      EXPECT_EQ(0, std::memcmp(host.slot(kSlotIndex), gotSlot.data(), bytes)) << "slot payload";
+      EXPECT_EQ(hostDst, gotDst) << "in-place payload";
+      EXPECT_EQ(0, std::memcmp(host.slotTrailer(kSlotIndex), &gotTrailer, sizeof(Trailer)));
+      // And the verify that follows rejects it, on both.
+      ApplyTask task;
+      task.expected = SliceId{2, 3, 1, 0, uint32_t(bytes), 0};
+      task.count = bytes;
+      task.dtype = DataType::kUint8;
+      task.inPlace = inPlace != 0;
+      std::vector<uint8_t> hostOut(bytes);
+      task.dst = inPlace ? hostDst.data() : hostOut.data();
+      ASSERT_STATUS_OK(host.verifyAndApply(task, kSlotIndex, kItem, kNextItem));
+      uint8_t* dOut = deviceAlloc(bytes);
+      task.dst = inPlace ? dDst : dOut;
+      ASSERT_STATUS_OK(exec_->verifyAndApply(task, kSlotIndex, kItem, kNextItem));
+      ASSERT_STATUS_OK(exec_->sync());
+      EXPECT_NE(SliceCheck::kOk, host.verdict(kItem));
+      EXPECT_EQ(host.verdict(kItem), exec_->verdict(kItem));
+    }
+  }
+  // Out of range, or a plan for another size.
+  const CorruptionPlan plan = FaultInjector(faultMode(FaultMode::kBitFlip, 1)).plan(0, 0, 0, 0, 0, 64);
+  EXPECT_EQ(StatusCode::kInvalidArgument, exec_->corruptReceived(kSlots, nullptr, 64, plan).code());
+  EXPECT_EQ(StatusCode::kInvalidArgument, exec_->corruptReceived(0, nullptr, 65, plan).code());
+  ASSERT_STATUS_OK(exec_->sync());
+}
+
+// corruptReceived enqueues and returns: with the stream held behind an event that a host callback on another
+// stream gates, it returns at once (the old editSlot path synchronised the stream and would wait forever),
+// the stream is still busy, and once released the damage is there.
+TEST_F(DeviceExecutorTest, CorruptReceivedIsStreamOrderedAndNeverWaits) {
+  const size_t bytes = size_t(1) << 20;
+  ASSERT_STATUS_OK(exec_->prepare(kItems, kSlots, bytes));
+  const std::vector<uint8_t> payload = randomBytes(bytes, 5);
+  upload(exec_->slot(0), payload.data(), bytes);
+  const CorruptionPlan plan = FaultInjector(faultMode(FaultMode::kGarbage, 6)).plan(0, 0, 0, 0, 0, bytes);
+  // Warm-up on another slot: loading a kernel lazily (CUDA_MODULE_LOADING=LAZY) may synchronise the context,
+  // which the gated stream below would turn into a wait.
+  ASSERT_STATUS_OK(exec_->corruptReceived(1, nullptr, bytes, plan));
+  ASSERT_STATUS_OK(exec_->sync());
+
+  cudaStream_t gate = nullptr;
+  cudaEvent_t opened = nullptr;
+  ASSERT_CUDA(cudaStreamCreateWithFlags(&gate, cudaStreamNonBlocking));
+  ASSERT_CUDA(cudaEventCreateWithFlags(&opened, cudaEventDisableTiming));
+  static std::atomic<bool> release;
+  release = false;
+  ASSERT_CUDA(cudaLaunchHostFunc(
+      gate,
+      [](void*) {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (!release.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+      },
+      nullptr));
+  ASSERT_CUDA(cudaEventRecord(opened, gate));
+  ASSERT_STATUS_OK(exec_->waitFor(opened));
+
+  const auto start = std::chrono::steady_clock::now();
+  const Status st = exec_->corruptReceived(0, nullptr, bytes, plan);
+  const auto took = std::chrono::steady_clock::now() - start;
+  const cudaError_t busy = cudaStreamQuery(stream_);
+  release = true;
+  ASSERT_STATUS_OK(st);
+  EXPECT_LT(took, std::chrono::seconds(5)) << "corruptReceived waited for the stream";
+  EXPECT_EQ(cudaErrorNotReady, busy) << "the stream was not held behind the gate";
+  ASSERT_STATUS_OK(exec_->sync());
+  std::vector<uint8_t> want = payload, got(bytes);
+  applyCorruptionPlan(plan, want.data(), nullptr);
+  download(got.data(), exec_->slot(0), bytes);
+  EXPECT_EQ(want, got);
+  ASSERT_CUDA(cudaStreamSynchronize(gate));
+  ASSERT_CUDA(cudaEventDestroy(opened));
+  ASSERT_CUDA(cudaStreamDestroy(gate));
+}
+
+// ---- Argument checks that run without a GPU (ctest gpu_kernels_nogpu, on CI too) ------------------------
+
+TEST(NoGpuDeviceLaunchers, CorruptDeviceRefusesPlansThatDoNotFit) {
+  auto* fake = reinterpret_cast<uint8_t*>(uintptr_t(0x1000));
+  auto* fakeTrailer = reinterpret_cast<Trailer*>(uintptr_t(0x2000));
+  EXPECT_TRUE(corruptDevice(CorruptionPlan{}, nullptr, 0, nullptr, nullptr).isOk()) << "nothing to do";
+  const CorruptionPlan flip = FaultInjector(faultMode(FaultMode::kBitFlip, 1)).plan(0, 0, 0, 0, 0, 64);
+  EXPECT_EQ(StatusCode::kInvalidArgument, corruptDevice(flip, fake, 63, fakeTrailer, nullptr).code());
+  EXPECT_EQ(StatusCode::kInvalidArgument, corruptDevice(flip, nullptr, 64, fakeTrailer, nullptr).code());
+  CorruptionPlan outside = flip;
+  outside.offset[0] = 64;
+  EXPECT_EQ(StatusCode::kInvalidArgument, corruptDevice(outside, fake, 64, fakeTrailer, nullptr).code());
+  const CorruptionPlan trailer = FaultInjector(faultMode(FaultMode::kTrailer, 1)).plan(0, 0, 0, 0, 0, 64);
+  EXPECT_EQ(StatusCode::kInvalidArgument, corruptDevice(trailer, fake, 64, nullptr, nullptr).code());
+  const CorruptionPlan garbage = FaultInjector(faultMode(FaultMode::kGarbage, 1)).plan(0, 0, 0, 0, 0, 64);
+  EXPECT_EQ(StatusCode::kInvalidArgument, corruptDevice(garbage, nullptr, 64, fakeTrailer, nullptr).code());
+  EXPECT_EQ(StatusCode::kInvalidArgument, corruptDevice(garbage, fake, 65, fakeTrailer, nullptr).code());
+}
+
+TEST(NoGpuDeviceLaunchers, VerifyCopyCrcAndInPlaceRefuseBadArguments) {
+  auto* p = reinterpret_cast<uint8_t*>(uintptr_t(0x10000));
+  auto* word = reinterpret_cast<uint32_t*>(uintptr_t(0x20000));
+  DeviceApply a;
+  a.slotTrailer = reinterpret_cast<const Trailer*>(uintptr_t(0x30000));
+  a.payloadCrc = word;
+  a.verdictWord = word + 1;
+  a.dst = p;
+  a.slot = p + 4096;
+  a.count = 256;
+  a.reduce = false;
+  DeviceApply reduce = a;
+  reduce.reduce = true;
+  reduce.local = p;
+  EXPECT_EQ(StatusCode::kInvalidArgument,
+            verifyCopyCrcDevice(reduce, word + 2, word + 4, 64, nullptr).code());
+  DeviceApply noVerdict = a;
+  noVerdict.verdictWord = nullptr;
+  EXPECT_EQ(StatusCode::kInvalidArgument,
+            verifyCopyCrcDevice(noVerdict, word + 2, word + 4, 64, nullptr).code());
+  EXPECT_EQ(StatusCode::kInvalidArgument, verifyCopyCrcDevice(a, nullptr, word + 4, 64, nullptr).code());
+  DeviceApply noTrailer = a;
+  noTrailer.slotTrailer = nullptr;
+  EXPECT_EQ(StatusCode::kInvalidArgument,
+            verifyCopyCrcDevice(noTrailer, word + 2, word + 4, 64, nullptr).code());
+  DeviceVerify v;
+  EXPECT_EQ(StatusCode::kInvalidArgument, verifyInPlaceDevice(v, nullptr).code());
+  v.slotTrailer = a.slotTrailer;
+  EXPECT_EQ(StatusCode::kInvalidArgument, verifyInPlaceDevice(v, nullptr).code()) << "no payload CRC";
+  uint32_t out = 0;
+  EXPECT_EQ(StatusCode::kInvalidArgument,
+            crc32DeviceUnlessOk(p, 64, nullptr, word, &out, nullptr, 0, nullptr).code());
+  EXPECT_EQ(StatusCode::kInvalidArgument,
+            crc32DeviceUnlessOk(p, 64, word, nullptr, &out, nullptr, 0, nullptr).code());
+  EXPECT_EQ(StatusCode::kInvalidArgument,
+            crc32DeviceUnlessOk(p, 1 << 20, word, word, &out, nullptr, 0, nullptr).code())
+      << "no scratch";
+}
+
+// ---- scratch
+// ------------------------------------------------------------------------------------------------
+
+TEST_F(DeviceExecutorTest, ScratchIsDeviceMemoryThatOnlyGrows) {
+  void* p = nullptr;
+  ASSERT_STATUS_OK(exec_->scratch(0, &p));
+  void* q = nullptr;
+  ASSERT_STATUS_OK(exec_->scratch(4099, &q));
+  ASSERT_NE(nullptr, q);
+  ASSERT_CUDA(cudaMemsetAsync(q, 0x5a, 4099, stream_));
+  void* r = nullptr;
+  ASSERT_STATUS_OK(exec_->scratch(100, &r));
+  EXPECT_EQ(q, r) << "a smaller request keeps the block";
+  std::vector<uint8_t> got(4099);
+  download(got.data(), r, 4099);
+  EXPECT_EQ(size_t(std::count(got.begin(), got.end(), uint8_t(0x5a))), got.size());
+  void* big = nullptr;
+  ASSERT_STATUS_OK(exec_->scratch(size_t(3) << 20, &big));
+  ASSERT_CUDA(cudaMemsetAsync(big, 1, size_t(3) << 20, stream_));  // all of it is ours
+  void* again = nullptr;
+  ASSERT_STATUS_OK(exec_->prepare(kItems, kSlots, 64));
+  ASSERT_STATUS_OK(exec_->scratch(size_t(1) << 20, &again));
+  EXPECT_EQ(big, again) << "never shrunk";
+  cudaPointerAttributes attr{};
+  ASSERT_CUDA(cudaPointerGetAttributes(&attr, again));
+  EXPECT_EQ(cudaMemoryTypeDevice, attr.type);
+  ASSERT_STATUS_OK(exec_->sync());
+}
+
 // ---- verifyApplyCrcDevice: apply and the CRC of dst in one pass -----------------------------------------
 
 struct FusedCase {
@@ -728,15 +1086,16 @@ struct FusedCase {
   bool inPlace = false;
   bool corrupt = false;  // a payload bit flipped after sealing: kCorrupt, dst untouched
   size_t count = 0;
-  size_t offset = 0;     // elements, of dst, local and slot alike
-  size_t slotShift = 0;  // extra elements of the slot only: unequal alignment, the two-pass path
+  size_t offset = 0;      // elements, of dst, local and slot alike
+  size_t slotShift = 0;   // extra elements of the slot only: unequal alignment, the two-pass path
+  bool copyPath = false;  // verifyCopyCrcDevice (the forwarded copy; reduce false) instead
   uint64_t seed = 1;
 
   std::string name() const {
     return std::string(dataTypeName(dtype)) + " " + (reduce ? reduceOpName(op) : "copy") +
-           (finalStep ? " final" : "") + (inPlace ? " in-place" : "") + (corrupt ? " corrupt" : "") +
-           " count " + std::to_string(count) + " offset " + std::to_string(offset) + " slot+" +
-           std::to_string(slotShift);
+           (copyPath ? " (copy path)" : "") + (finalStep ? " final" : "") + (inPlace ? " in-place" : "") +
+           (corrupt ? " corrupt" : "") + " count " + std::to_string(count) + " offset " +
+           std::to_string(offset) + " slot+" + std::to_string(slotShift);
   }
 };
 
@@ -811,7 +1170,8 @@ bool runFusedCase(DeviceExecutorTest* t, const FusedCase& c) {
   EXPECT_LE(scratchBytes, 4096u);
   const bool fused = verifyApplyCrcFuses(a);
   EXPECT_EQ(c.slotShift == 0, fused);
-  const Status st = verifyApplyCrcDevice(a, dDstCrc, scratch, scratchBytes, t->stream_);
+  const Status st = c.copyPath ? verifyCopyCrcDevice(a, dDstCrc, scratch, scratchBytes, t->stream_)
+                               : verifyApplyCrcDevice(a, dDstCrc, scratch, scratchBytes, t->stream_);
   EXPECT_TRUE(st.isOk()) << st.toString();
 
   std::vector<uint8_t> got(span);
@@ -856,6 +1216,11 @@ TEST_F(DeviceExecutorTest, VerifyApplyCrcIsOnePassWhenEquallyAlignedAndMatchesTh
               c.seed = ++seed;
               (runFusedCase(this, c) ? fused : twoPass)++;
               if (HasFailure()) return;
+              if (!reduce) {  // the forwarded copy's own path, on the same data
+                c.copyPath = true;
+                runFusedCase(this, c);
+                if (HasFailure()) return;
+              }
             }
           }
         }
@@ -895,9 +1260,58 @@ TEST_F(DeviceExecutorTest, VerifyApplyCrcOfARejectedSliceLeavesDstAndChecksumsIt
           c.seed = ++seed;
           runFusedCase(this, c);
           if (HasFailure()) return;
+          if (!reduce) {
+            c.copyPath = true;
+            runFusedCase(this, c);  // a bad verdict: the CRC of dst as it is, computed after all
+            if (HasFailure()) return;
+          }
         }
       }
     }
+  }
+}
+
+// After kOk the forwarded copy carries the verified payload CRC and dst is not checksummed again: with a
+// trailer and a payload CRC word that agree on a value that is not the slot's real CRC, the verdict is kOk,
+// the copy happens, and the outgoing CRC is that value (a re-read of dst would give the real one). The two
+// CRC kernels still run (they cannot know the verdict at enqueue time) and return at once.
+TEST_F(DeviceExecutorTest, ForwardedCopyAfterKOkCarriesTheVerifiedCrcWithoutReadingDst) {
+  for (size_t bytes : {size_t(0), size_t(1), size_t(4099), size_t(1) << 20, (size_t(8) << 20) + 5}) {
+    SCOPED_TRACE(bytes);
+    releaseAllocations();
+    const std::vector<uint8_t> payload = randomBytes(bytes, bytes + 1);
+    const uint32_t claimed = crc32(payload.data(), bytes) ^ 0x5a5a5a5au;
+    const SliceId id{3, 1, 0, 0, uint32_t(bytes), 0};
+    const Trailer trailer = makeTrailer(id, claimed, 0);
+    uint8_t* dst = deviceAlloc(bytes + 16);
+    uint8_t* slot = deviceAlloc(bytes + 16);
+    auto* words = reinterpret_cast<uint32_t*>(deviceAlloc(sizeof(Trailer) + 16 + 4096));
+    auto* dTrailer = reinterpret_cast<Trailer*>(words);
+    uint32_t* dPayloadCrc = words + sizeof(Trailer) / 4;
+    uint32_t* dVerdict = dPayloadCrc + 1;
+    uint32_t* dOut = dPayloadCrc + 2;
+    upload(slot, payload.data(), bytes);
+    upload(dTrailer, &trailer, sizeof(Trailer));
+    upload(dPayloadCrc, &claimed, 4);
+    DeviceApply a;
+    a.slotTrailer = dTrailer;
+    a.payloadCrc = dPayloadCrc;
+    a.expected = id;
+    a.verdictWord = dVerdict;
+    a.dst = dst;
+    a.slot = slot;
+    a.count = bytes;
+    a.dtype = DataType::kUint8;
+    a.reduce = false;
+    ASSERT_STATUS_OK(verifyCopyCrcDevice(a, dOut, dPayloadCrc + 4, crc32DeviceScratchBytes(bytes), stream_));
+    uint32_t verdict = 99, out = 0;
+    std::vector<uint8_t> got(bytes);
+    download(&verdict, dVerdict, 4);
+    download(&out, dOut, 4);
+    download(got.data(), dst, bytes);
+    EXPECT_EQ(uint32_t(SliceCheck::kOk), verdict);
+    EXPECT_EQ(payload, got);
+    EXPECT_EQ(claimed, out);
   }
 }
 

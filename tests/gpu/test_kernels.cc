@@ -108,7 +108,7 @@ uint32_t boostCrc(const uint8_t* data, size_t n) {
   return crc.checksum();
 }
 
-TEST(Crc32DeviceArgs, RejectsBadArguments) {
+TEST(NoGpuCrc32DeviceArgs, RejectsBadArguments) {
   uint32_t out = 0;
   const uint8_t data[64] = {};
   EXPECT_EQ(StatusCode::kInvalidArgument, crc32Device(data, 64, nullptr, nullptr, 0, nullptr).code());
@@ -120,7 +120,7 @@ TEST(Crc32DeviceArgs, RejectsBadArguments) {
             crc32Device(data, 1 << 20, &out, &out, crc32DeviceScratchBytes(1 << 20) - 4, nullptr).code());
 }
 
-TEST(Crc32DeviceArgs, ScratchIsSmallAndMonotonic) {
+TEST(NoGpuCrc32DeviceArgs, ScratchIsSmallAndMonotonic) {
   EXPECT_EQ(0u, crc32DeviceScratchBytes(0));
   EXPECT_EQ(0u, crc32DeviceScratchBytes(15));
   size_t prev = 0;
@@ -273,7 +273,7 @@ std::vector<uint8_t> finiteElements(const ScanType& t, size_t count, uint64_t se
   return out;
 }
 
-TEST(NanScanDeviceArgs, RejectsUnsupportedDtypesAndBadPointers) {
+TEST(NoGpuNanScanDeviceArgs, RejectsUnsupportedDtypesAndBadPointers) {
   NanScanResult* fakeResult = reinterpret_cast<NanScanResult*>(uintptr_t(0x1000));
   const void* fakeData = reinterpret_cast<const void*>(uintptr_t(0x2000));
   for (DataType dt : {DataType::kInt32, DataType::kInt64, DataType::kUint8, static_cast<DataType>(99)}) {

@@ -39,7 +39,7 @@ class PoolTest : public ::testing::Test {
   cudaStream_t stream_ = nullptr;
 };
 
-TEST(PinnedHostPoolClasses, SizeClassesRoundUpByAtMostAQuarter) {
+TEST(NoGpuPinnedHostPoolClasses, SizeClassesRoundUpByAtMostAQuarter) {
   EXPECT_EQ(4096u, PinnedHostPool::sizeClass(1));
   EXPECT_EQ(4096u, PinnedHostPool::sizeClass(4096));
   EXPECT_EQ(5120u, PinnedHostPool::sizeClass(4097));

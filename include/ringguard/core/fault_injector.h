@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "ringguard/core/corruption_plan.h"
 #include "ringguard/core/options.h"
 #include "ringguard/core/trailer.h"
 
@@ -22,8 +23,13 @@ class FaultInjector {
   // Milliseconds the sender waits before posting this transfer (kDelay mode), else 0.
   int delayMs(uint64_t seq, int step, int slice, int receiver, int attempt) const;
 
-  // Damages a received slice in place as the configured mode says. Returns true when bytes changed
-  // (an empty payload cannot be damaged by the payload modes: nothing is injected then).
+  // The damage the configured mode does to the transfer of (seq, step, slice) into `receiver` at `attempt`,
+  // a payload of `bytes` bytes, computed without the payload: applied in executor order by
+  // Executor::corruptReceived (a kernel on a device executor's stream). Call it where corrupts() is true;
+  // plan.damages() is false when nothing can be damaged (an empty payload in a payload mode): nothing is
+  // injected then.
+  CorruptionPlan plan(uint64_t seq, int step, int slice, int receiver, int attempt, size_t bytes) const;
+  // plan() applied to host memory at once (applyCorruptionPlan). Returns true when bytes changed.
   bool corrupt(uint64_t seq, int step, int slice, int receiver, int attempt, uint8_t* payload, size_t bytes,
                Trailer* trailer) const;
 

@@ -7,12 +7,18 @@
 //   crc32Device(slot payload) -> device word
 //   verifyApplyKernel: every block checks the trailer (checkSlice) and only then reduces / copies its share,
 //                      block 0 writes the verdict (mapped pinned byte + device word)
-//   when forwarded: verifyApplyCrcKernel instead, which also checksums dst as it writes it (-> device word;
-//                   verifyApplyCrcDevice: two passes where the pointers are not equally aligned modulo 16),
-//                   then sealTrailerKernel writes the outgoing trailer (CRC of dst, poisoned unless the
-//                   verdict is kOk) into device memory
+//   when forwarded, a reduction: verifyApplyCrcKernel instead, which also checksums dst as it writes it
+//                   (-> device word; verifyApplyCrcDevice: two passes where the pointers are not equally
+//                   aligned modulo 16);
+//   when forwarded, a copy: verifyApplyKernel, then a CRC of dst that runs only after a bad verdict
+//                   (verifyCopyCrcDevice: after kOk the outgoing CRC is the verified payload CRC);
+//   then sealTrailerKernel writes the outgoing trailer (that CRC, poisoned unless the verdict is kOk)
 //
-// so the next ncclSend of the trailer needs no host decision. Results are bit-identical to HostExecutor.
+// and for a slice received in place (task.inPlace: the payload is already in dst, the slot holds only its
+// trailer) crc32Device(dst), then verifySliceKernel: the verdict and, when forwarded, the outgoing trailer
+// (the CRC of dst, poisoned unless kOk); nothing is copied. So the next ncclSend of the trailer needs no
+// host decision. Results are bit-identical to HostExecutor. Fault injection (corruptReceived) is a kernel
+// on the same stream.
 //
 // This header is CUDA-free (the stream handle is forward declared as in kernels.h) so that plain C++ can
 // include it. Memory comes from the caller's DevicePool and PinnedHostPool only.
@@ -59,15 +65,21 @@ class DeviceExecutor final : public Executor {
   // A one-thread kernel: attempt = `attempt`, trailer CRC recomputed. No host wait.
   Status retag(size_t item, uint16_t attempt) override;
   // Copies the slot payload and trailer to pinned host memory, waits, runs `edit`, copies both back and
-  // waits again (fault injection only).
+  // waits again (tests; superseded by corruptReceived for fault injection).
   Status editSlot(int index, void* payload, size_t bytes,
                   const std::function<void(uint8_t*, Trailer*)>& edit) override;
+  // corruptDevice on the stream: the plan's kernel lands between the transfer and the verify, no host wait.
+  // `payload`: device memory (nullptr: slot `index`'s).
+  Status corruptReceived(int index, void* payload, size_t bytes, const CorruptionPlan& plan) override;
   // Enqueues the sequence described above; no host wait. task.dst / task.local: device memory.
   Status verifyAndApply(const ApplyTask& task, int index, size_t item, size_t nextItem) override;
   // cudaStreamWaitEvent(stream, streamEvent): no host wait.
   Status waitFor(void* streamEvent) override;
   // cudaMemcpyAsync on the stream (cudaMemcpyDefault: device to device for device pointers).
   Status copy(void* dst, const void* src, size_t bytes) override;
+  // Device memory from the pool, grown (never shrunk) stream-ordered: a replaced block is reused only after
+  // the work already enqueued on it. Null for 0 bytes before any growth.
+  Status scratch(size_t bytes, void** out) override;
 
   // Records an event after the work enqueued so far (once) and queries it: *done once the stream has
   // passed it (and no work was enqueued after it). Errors of the stream's work come back here.
@@ -116,6 +128,8 @@ class DeviceExecutor final : public Executor {
   size_t slotStride_ = 0;
   Trailer* slotTrailers_ = nullptr;
   size_t slotTrailersCap_ = 0;
+  void* scratch_ = nullptr;  // scratch()
+  size_t scratchCap_ = 0;
   uint8_t* work_ = nullptr;  // workAreas_ areas of workStride_ bytes: slots, then the sealFirst area
   size_t workCap_ = 0;
   size_t workStride_ = 0;

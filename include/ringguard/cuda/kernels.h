@@ -9,7 +9,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "ringguard/core/corruption_plan.h"
 #include "ringguard/core/status.h"
+#include "ringguard/core/trailer.h"
 #include "ringguard/core/types.h"
 
 // Forward declaration of the runtime's stream handle, so this header does not need cuda_runtime_api.h.
@@ -29,6 +31,14 @@ size_t crc32DeviceScratchBytes(size_t bytes);
 // bytes (4-byte aligned) and must not be used by other work until the stream has passed this call.
 Status crc32Device(const void* data, size_t bytes, uint32_t* crcOutDevice, void* scratch, size_t scratchBytes,
                    cudaStream_t stream);
+
+// crc32Device, made conditional on a verdict the stream computes first (the forwarded copy of an all-gather
+// step): when *verdictDevice is SliceCheck::kOk (0) as the stream reaches this work, *crcOutDevice gets
+// *okCrcDevice (the verified payload CRC, which is what an applied copy holds) and `data` is not read;
+// otherwise the CRC of `data`, exactly as crc32Device. Arguments as crc32Device; both words non-null.
+Status crc32DeviceUnlessOk(const void* data, size_t bytes, const uint32_t* verdictDevice,
+                           const uint32_t* okCrcDevice, uint32_t* crcOutDevice, void* scratch,
+                           size_t scratchBytes, cudaStream_t stream);
 
 // Copies the device's standard byte table (256 entries, the table zlib and boost::crc_32_type use) into
 // host memory at `tableHost`. The kernels' slicing tables are derived from it at compile time; tests
@@ -51,6 +61,16 @@ struct NanScanResult {
 // misaligned head and tail are handled; a pointer that is not element aligned gives kInvalidArgument.
 // `data` may be null when count == 0.
 Status nanScanDevice(const void* data, size_t count, DataType dtype, NanScanResult* resultDevice,
+                     cudaStream_t stream);
+
+// ---- Fault injection -------------------------------------------------------------------------------------
+
+// Applies `plan` (FaultInjector::plan) on `stream`, bit-identical to applyCorruptionPlan on the host: to the
+// `bytes` bytes at device address `payloadDevice` (a kPayload plan, made for exactly `bytes` bytes; any
+// byte address) or to the 40 bytes at `trailerDevice` (a kTrailer plan). Byte edits are one small kernel,
+// garbage a grid-stride kernel over the payload; a kNone plan enqueues nothing. kInvalidArgument when the
+// plan does not fit (corruptionPlanFits) or its target pointer is null.
+Status corruptDevice(const CorruptionPlan& plan, void* payloadDevice, size_t bytes, Trailer* trailerDevice,
                      cudaStream_t stream);
 
 }  // namespace ringguard

@@ -65,6 +65,31 @@ Status verifyApplyCrcDevice(const DeviceApply& apply, uint32_t* dstCrcDevice, vo
                             size_t scratchBytes, cudaStream_t stream);
 bool verifyApplyCrcFuses(const DeviceApply& apply);
 
+// The forwarded copy of an all-gather step (apply.reduce false; apply.verdictWord required):
+// verifyApplyDevice, then the CRC the outgoing trailer carries, to *outCrcDevice. After kOk that is
+// *apply.payloadCrc: dst now holds exactly the bytes just verified, so it is not read again; after any other
+// verdict it is the CRC of dst as it is (crc32DeviceUnlessOk), which a poisoned trailer must carry. Same
+// result as verifyApplyCrcDevice for a copy, without its CRC work on the good path. `scratch` as
+// verifyApplyCrcDevice.
+Status verifyCopyCrcDevice(const DeviceApply& apply, uint32_t* outCrcDevice, void* scratch,
+                           size_t scratchBytes, cudaStream_t stream);
+
+// A slice received in place (ApplyTask::inPlace): the payload already lies where the result goes, so nothing
+// is applied. One one-thread kernel writes the verdict, exactly checkSlice(*slotTrailer, expected,
+// *payloadCrc) with payloadCrc the CRC of those bytes where they lie, and, when sealOut is not null, the
+// trailer that forwards them: makeTrailer(next, *payloadCrc, kTrailerPoisoned unless the verdict is kOk).
+// Either way that CRC is the verified one (kOk) or that of what is really sent on (poisoned).
+struct DeviceVerify {
+  const Trailer* slotTrailer = nullptr;  // device
+  const uint32_t* payloadCrc = nullptr;  // device word
+  SliceId expected;
+  uint8_t* verdictByte = nullptr;  // either may be null, as in DeviceApply
+  uint32_t* verdictWord = nullptr;
+  SliceId next;                // the forwarded slice's identity
+  Trailer* sealOut = nullptr;  // device; null: not forwarded
+};
+Status verifyInPlaceDevice(const DeviceVerify& verify, cudaStream_t stream);
+
 // Enqueues a one-thread kernel writing *outDevice = makeTrailer(id, *crcDevice, flags) with the trailer
 // CRC computed on the device, where flags is kTrailerPoisoned when verdictWord is not null and
 // *verdictWord != SliceCheck::kOk, else 0.

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The GPU machine's check of the engine's GPU path (issue 13, item 7): in-place verify, the forwarded copy
+# sealed with the verified CRC, stream-ordered fault injection, the no-GPU ctest entry.
+#   configure (Release, Ninja, sm_90, CUDA + MPI + NCCL on, torch off for speed) + build (-j16),
+#   ctest -L gpu (the device tests, the staged ring, NCCL loopback; gpu_kernels_nogpu too), ctest -L unit,
+#   regcheck, compute-sanitizer memcheck over the new device tests (16 MiB buffers), bench_kernels at 128 MiB
+#   and 1 GiB (the forwarded copy: fused vs sealed), then a table of steps and of the copy's timings.
+# Every log goes to ${OUT:-/tmp/out}/<step>.log (tee, pipefail). Exit status: 0 only if every step passed.
+#
+#   scripts/gpu_engine_check.sh      build dir: <repo>/build-engine ($RINGGUARD_GPU_BUILD_DIR overrides)
+#   CUDA_ARCH=90 JOBS=16 GPU_CHECK_QUICK=1 scripts/gpu_engine_check.sh   (QUICK: no memcheck)
+set -uo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build_dir="${RINGGUARD_GPU_BUILD_DIR:-$repo_root/build-engine}"
+out_dir="${OUT:-/tmp/out}"
+cuda_arch="${CUDA_ARCH:-90}"
+jobs="${JOBS:-16}"
+mkdir -p "$out_dir"
+
+export OMPI_ALLOW_RUN_AS_ROOT=1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+export PATH="$PATH:/usr/local/cuda/bin"
+
+# run_step, record, fail_last, write_environment, print_summary
+source "$repo_root/scripts/gpu_steps.sh"
+write_environment
+
+run_step configure cmake -S "$repo_root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CUDA_ARCHITECTURES="$cuda_arch" -DRINGGUARD_WITH_CUDA=ON -DRINGGUARD_WITH_MPI=ON \
+  -DRINGGUARD_WITH_NCCL=ON -DRINGGUARD_WITH_TORCH=OFF
+built=0
+if run_step build cmake --build "$build_dir" --parallel "$jobs"; then built=1; fi
+
+tests_bin="$build_dir/tests/gpu/ringguard_gpu_tests"
+bench_bin="$build_dir/bench/gpu/bench_kernels"
+
+if [[ $built -eq 1 ]]; then
+  # Which GPU tests exist, for the record (a renamed or missing test shows here).
+  "$tests_bin" --gtest_list_tests >"$out_dir/gpu_tests_list.log" 2>&1 || true
+
+  run_step ctest_gpu ctest --test-dir "$build_dir" -L gpu --output-on-failure
+  # On this machine a skipped GPU test means the device was not usable: that is a failure here.
+  if grep -q "(Skipped)" "$out_dir/ctest_gpu.log"; then fail_last "gpu tests were SKIPPED (no usable device?)"; fi
+  run_step ctest_unit ctest --test-dir "$build_dir" -L unit --output-on-failure
+  run_step regcheck cmake --build "$build_dir" --target regcheck
+
+  sanitizer="$(command -v compute-sanitizer 2>/dev/null || true)"
+  if [[ -z "$sanitizer" && -x /usr/local/cuda/compute-sanitizer/compute-sanitizer ]]; then
+    sanitizer=/usr/local/cuda/compute-sanitizer/compute-sanitizer
+  fi
+  if [[ "${GPU_CHECK_QUICK:-0}" == "1" ]]; then
+    record memcheck_new SKIP "GPU_CHECK_QUICK=1"
+  elif [[ -n "$sanitizer" ]]; then
+    # The tests of what this change added: the corruption kernels, in-place verify, the sealed copy.
+    run_step memcheck_new env RINGGUARD_TEST_MAX_BYTES=16777216 timeout 1200 \
+      "$sanitizer" --tool memcheck --error-exitcode 99 "$tests_bin" \
+      --gtest_filter='*Corrupt*:*ReceivedInPlace*:*ForwardedCopy*:*VerifyApplyCrc*:*Scratch*:*CopyMatchesHost*'
+  else
+    record memcheck_new FAIL "compute-sanitizer not found"
+  fi
+
+  run_step bench_kernels "$bench_bin" --bytes 128M,1G --iters 20 --warmup 5
+else
+  for step in ctest_gpu ctest_unit regcheck memcheck_new bench_kernels; do record "$step" FAIL "not built"; done
+fi
+
+# The forwarded copy's rows of bench_kernels, per size: verify only, fused (verify + copy + CRC of dst in one
+# pass), sealed (this change: the verified CRC after kOk), reject (after a bad verdict).
+bench_log="$out_dir/bench_kernels.log"
+if [[ -s "$bench_log" ]]; then
+  {
+    echo
+    echo "forwarded copy (bench_kernels; ms, median)"
+    printf '  %-12s %10s %10s %10s %10s %s\n' SIZE VERIFY FUSED SEALED REJECT SEALED_VS_FUSED
+    awk '
+      /^size / { size = $2 / 1048576 " MiB" }
+      /^  copy   verify/ { verify = $3 }
+      /^  copy   fused/ { fused = $3 }
+      /^  copy   reject/ { reject = $3 }
+      /^  copy   sealed/ { sealed = $3; ratio = $0; sub(/.*copy_sealed_vs_fused=/, "", ratio); sub(/ .*/, "", ratio) }
+      /^  sealed copy check \(rejected\)/ {
+        printf "  %-12s %10s %10s %10s %10s %s\n", size, verify, fused, sealed, reject, ratio
+      }' "$bench_log"
+    grep '^summary:' "$bench_log" | tail -1 | sed 's/^/  /'
+  } | tee "$out_dir/bench_copy_table.log"
+fi
+
+print_summary gpu_engine_check

@@ -1,0 +1,68 @@
+# Shared by the GPU machine's check scripts (gpu_check.sh, gpu_engine_check.sh); source it, do not run it.
+# Each step's output is tee'd to $out_dir/<name>.log, a failing step does not stop the later ones, and
+# print_summary closes the run with a PASS/FAIL/SKIP table. The caller sets out_dir (and creates it).
+#
+#   run_step <name> <command...>   runs the command; its exit status decides PASS or FAIL
+#   record <name> <PASS|FAIL|SKIP> <note>   a row that is not a command of its own
+#   fail_last <note>               turns the last row into a FAIL (e.g. tests that were skipped)
+#   write_environment              date, commit, nvidia-smi, nvcc, cmake, gcc to $out_dir/environment.log
+#   print_summary <title>          the table (also $out_dir/summary.log); returns 1 if any row failed
+
+names=()
+results=()
+notes=()
+
+run_step() {
+  local name="$1"
+  shift
+  local log="$out_dir/$name.log"
+  echo "=== [$name] $*" | tee "$log"
+  local start=$SECONDS
+  "$@" 2>&1 | tee -a "$log"
+  local rc=${PIPESTATUS[0]}
+  local secs=$((SECONDS - start))
+  echo "=== [$name] exit $rc after ${secs}s" | tee -a "$log"
+  names+=("$name")
+  if [[ $rc -eq 0 ]]; then results+=("PASS"); else results+=("FAIL"); fi
+  notes+=("exit $rc, ${secs}s")
+  return "$rc"
+}
+
+record() {
+  names+=("$1")
+  results+=("$2")
+  notes+=("$3")
+}
+
+fail_last() {
+  results[${#results[@]} - 1]="FAIL"
+  notes[${#notes[@]} - 1]="$1"
+}
+
+write_environment() {
+  {
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "commit: $(git -C "$repo_root" rev-parse HEAD 2>/dev/null || echo unknown)"
+    git -C "$repo_root" status --short 2>/dev/null | head -50 || true
+    nvidia-smi 2>&1 || true
+    nvcc --version 2>&1 || true
+    cmake --version 2>&1 | head -1
+    gcc --version 2>&1 | head -1
+  } >"$out_dir/environment.log"
+}
+
+print_summary() {
+  local status=0
+  {
+    echo
+    echo "$1 summary (logs in $out_dir)"
+    printf '  %-22s %-5s %s\n' STEP RESULT NOTE
+    for i in "${!names[@]}"; do
+      printf '  %-22s %-5s %s\n' "${names[$i]}" "${results[$i]}" "${notes[$i]}"
+    done
+  } | tee "$out_dir/summary.log"
+  for r in "${results[@]}"; do
+    if [[ "$r" == "FAIL" ]]; then status=1; fi
+  done
+  return "$status"
+}
