@@ -1,0 +1,55 @@
+#pragma once
+// The guard's device side: the launchers of src/cuda/guard_scan.cu and the GuardBackend over device memory
+// (src/cuda/guard_scan_backend.cc). CUDA-free, like kernels.h, so the torch adapter and plain C++ callers
+// include it without the CUDA headers. Launchers are asynchronous on `stream` (see kernels.h).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "ringguard/core/status.h"
+#include "ringguard/core/types.h"
+#include "ringguard/cuda/kernels.h"
+#include "ringguard/guard/backend.h"
+
+namespace ringguard {
+
+class DevicePool;
+
+// The summary of a batch of scans, written by the device into mapped pinned host memory: the host reads
+// these 24 bytes after one event, and copies the per-buffer results back only when badScans != 0.
+struct GuardVerdict {
+  unsigned long long badScans;      // scans that found a non-finite element
+  unsigned long long firstBadScan;  // lowest index (within the batch) of such a scan, UINT64_MAX if none
+  unsigned long long badElements;   // non-finite elements over the whole batch
+};
+
+// Summarises `count` NanScanResults at `resultsDevice` (scans base .. base + count - 1 of the batch) into
+// `*verdict`, a device-visible pointer (mapped pinned memory or device memory). accumulate == false starts
+// a new summary; true adds to the one a previous launch on the same stream wrote (batches of several
+// chunks). One block: a batch holds at most a few thousand scans.
+Status guardVerdictDevice(const NanScanResult* resultsDevice, size_t count, uint64_t base, bool accumulate,
+                          GuardVerdict* verdict, cudaStream_t stream);
+
+// Replaces the non-finite elements of `count` elements at `data` in place: with 0 (clamp == false), or
+// NaN -> 0 and +-Inf -> the dtype's largest / lowest finite value (clamp == true). Bit-identical to the
+// host backend. Float dtypes only (others: kInvalidArgument).
+Status guardSanitizeDevice(void* data, size_t count, DataType dtype, bool clamp, cudaStream_t stream);
+
+// Writes `value` (quiet NaN, +Inf, -Inf or the largest finite value) into element `index` at `data`: the
+// guard's fault injection. Float dtypes only.
+Status guardInjectDevice(void* data, size_t index, DataType dtype, FaultValue value, cudaStream_t stream);
+
+struct DeviceGuardBackendOptions {
+  int device = 0;
+  // Snapshot storage and the scans' result slots come from this pool; null: the backend creates its own
+  // (DevicePool::create on `device`).
+  DevicePool* pool = nullptr;
+};
+
+// The GuardBackend over device memory. Snapshots are cudaMemcpyAsync D2D on a side stream of its own,
+// ordered with the caller's stream by events (no device synchronisation); scans are nanScanDevice into
+// pool slots; readScans is one guardVerdictDevice + one event wait. Not thread-safe (a Guard is used by
+// one thread at a time).
+Status makeDeviceGuardBackend(const DeviceGuardBackendOptions& options, std::unique_ptr<GuardBackend>* out);
+
+}  // namespace ringguard
