@@ -27,7 +27,9 @@ const std::vector<EnvVar>& envRegistry() {
        "spdlog level of the `ringguard` logger: trace, debug, info, warn, error, critical or off."},
       {"RINGGUARD_FAULT_MODE", "bitflip",
        "How an injected fault damages a slice in transit: bitflip|multibit|burst|garbage|trailer|"
-       "retransmit|delay."},
+       "retransmit|delay, or control: one bit of a control frame of a collective (fingerprint, verdict, "
+       "error), where RINGGUARD_FAULT_SCHEDULE entries read as frame:tag:sender:receiver (frame: the "
+       "frame's number on that (sender, receiver, tag), from 0; tags: 1 fingerprint, 2 verdict, 3 error)."},
       {"RINGGUARD_FAULT_PROB", "0",
        "Probability in [0, 1] that a slice transfer is hit by an injected fault. 0 disables random "
        "injection."},

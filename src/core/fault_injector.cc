@@ -24,6 +24,8 @@ uint64_t hashOf(uint64_t seed, uint64_t seq, int step, int slice, int receiver, 
   return h;
 }
 
+void flipBit(uint8_t* p, size_t bit) { p[bit / 8] ^= uint8_t(1u << (bit % 8)); }
+
 }  // namespace
 
 bool FaultInjector::selected(uint64_t seq, int step, int slice, int receiver) const {
@@ -41,13 +43,25 @@ int FaultInjector::repeatCount() const {
 }
 
 bool FaultInjector::corrupts(uint64_t seq, int step, int slice, int receiver, int attempt) const {
-  if (!enabled() || options_.mode == FaultMode::kDelay) return false;
+  if (!enabled() || options_.mode == FaultMode::kDelay || options_.mode == FaultMode::kControl) return false;
   return attempt < repeatCount() && selected(seq, step, slice, receiver);
 }
 
 int FaultInjector::delayMs(uint64_t seq, int step, int slice, int receiver, int attempt) const {
   if (!enabled() || options_.mode != FaultMode::kDelay) return 0;
   return (attempt < repeatCount() && selected(seq, step, slice, receiver)) ? options_.delayMs : 0;
+}
+
+bool FaultInjector::corruptsControl(uint64_t seq, int tag, int sender, int receiver) const {
+  return enabled() && options_.mode == FaultMode::kControl && selected(seq, tag, sender, receiver);
+}
+
+bool FaultInjector::corruptControl(uint64_t seq, int tag, int sender, int receiver, uint8_t* frame,
+                                   size_t bytes) const {
+  if (bytes == 0) return false;
+  std::mt19937_64 rng(hashOf(options_.seed, seq, tag, sender, receiver, 0));
+  flipBit(frame, rng() % (bytes * 8));
+  return true;
 }
 
 bool FaultInjector::corrupt(uint64_t seq, int step, int slice, int receiver, int attempt, uint8_t* payload,

@@ -14,7 +14,7 @@ namespace {
 
 constexpr FaultMode kAllFaultModes[] = {FaultMode::kBitFlip, FaultMode::kMultiBit, FaultMode::kBurst,
                                         FaultMode::kGarbage, FaultMode::kTrailer,  FaultMode::kRetransmit,
-                                        FaultMode::kDelay};
+                                        FaultMode::kDelay,   FaultMode::kControl};
 
 // Ranges shared by validate() and fromEnv() so that the two can never disagree.
 constexpr int kMinSlots = 2;
@@ -130,6 +130,8 @@ const char* faultModeName(FaultMode m) {
       return "retransmit";
     case FaultMode::kDelay:
       return "delay";
+    case FaultMode::kControl:
+      return "control";
   }
   return "invalid";
 }

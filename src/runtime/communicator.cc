@@ -63,8 +63,8 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, const Options& 
   progress_ = std::thread([this] {
     nameThisThread("rg-progress");
     executor_->bindThread();
-    if (Status hs = handshake(transport_.get(), options_, &aborted_);
-        !hs.isOk()) {  // poisons: every call fails
+    // A failed handshake poisons the communicator: every call returns its error.
+    if (Status hs = handshake(transport_.get(), options_, &aborted_); !hs.isOk()) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (firstError_.isOk()) firstError_ = hs;
       transport_->markBroken();

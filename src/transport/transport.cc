@@ -57,15 +57,4 @@ Status Transport::postRecv(int peer, void* payload, size_t bytes, Trailer* trail
   return Status::ok();
 }
 
-Status Transport::sendControl(int peer, ControlTag tag, const void* data, size_t bytes) {
-  RINGGUARD_RETURN_IF_ERROR(checkPeer(peer, "sendControl"));
-  return doSendControl(peer, tag, data, bytes);
-}
-
-Status Transport::probeControl(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from,
-                               bool* got) {
-  if (peer >= 0) RINGGUARD_RETURN_IF_ERROR(checkPeer(peer, "probeControl"));
-  return doProbeControl(peer, tag, message, from, got);
-}
-
 }  // namespace ringguard

@@ -9,8 +9,8 @@
 namespace ringguard {
 namespace {
 
-// Thirteen uint64_t fields. If a field is added, this fails so that the tests below get extended with it.
-static_assert(sizeof(Counters) == 13 * sizeof(uint64_t), "update test_counters.cc for the new field");
+// Fifteen uint64_t fields. If a field is added, this fails so that the tests below get extended with it.
+static_assert(sizeof(Counters) == 15 * sizeof(uint64_t), "update test_counters.cc for the new field");
 
 Counters distinct(uint64_t base) {
   Counters c;
@@ -27,6 +27,8 @@ Counters distinct(uint64_t base) {
   c.transferWaitNs = (base + 11) * 1000000;
   c.applyNs = (base + 12) * 1000000;
   c.executorWaitNs = (base + 13) * 1000000;
+  c.controlFrames = base + 14;
+  c.controlBytes = base + 15;
   return c;
 }
 
@@ -42,6 +44,8 @@ TEST(CountersTest, DefaultIsAllZero) {
   EXPECT_EQ(c.escaped, 0u);
   EXPECT_EQ(c.delayed, 0u);
   EXPECT_EQ(c.repairRounds, 0u);
+  EXPECT_EQ(c.controlFrames, 0u);
+  EXPECT_EQ(c.controlBytes, 0u);
 }
 
 TEST(CountersTest, PlusEqualsAddsEveryField) {
@@ -62,6 +66,8 @@ TEST(CountersTest, PlusEqualsAddsEveryField) {
   EXPECT_EQ(a.transferWaitNs, (11u + 111u) * 1000000);
   EXPECT_EQ(a.applyNs, (12u + 112u) * 1000000);
   EXPECT_EQ(a.executorWaitNs, (13u + 113u) * 1000000);
+  EXPECT_EQ(a.controlFrames, 14u + 114u);
+  EXPECT_EQ(a.controlBytes, 15u + 115u);
   // The right-hand side is untouched.
   EXPECT_EQ(b.collectives, 101u);
   EXPECT_EQ(b.repairRounds, 110u);
@@ -84,19 +90,21 @@ TEST(CountersTest, SinceSubtractsEveryField) {
 
 TEST(CountersTest, ToStringNamesEveryField) {
   const std::string s = distinct(100).toString();
-  EXPECT_EQ(s,
-            "collectives=101 bytes_sent=102 slices_sent=103 slices_verified=104 injected=105 detected=106 "
-            "retransmitted=107 escaped=108 delayed=109 repair_rounds=110 transfer_wait_ms=111 apply_ms=112 "
-            "executor_wait_ms=113");
-  for (const char* field :
-       {"collectives=101", "bytes_sent=102", "slices_sent=103", "slices_verified=104", "injected=105",
-        "detected=106", "retransmitted=107", "escaped=108", "delayed=109", "repair_rounds=110"}) {
+  EXPECT_EQ(
+      s,
+      "collectives=101 bytes_sent=102 slices_sent=103 slices_verified=104 injected=105 detected=106 "
+      "retransmitted=107 escaped=108 delayed=109 repair_rounds=110 control_frames=114 control_bytes=115 "
+      "transfer_wait_ms=111 apply_ms=112 executor_wait_ms=113");
+  for (const char* field : {"collectives=101", "bytes_sent=102", "slices_sent=103", "slices_verified=104",
+                            "injected=105", "detected=106", "retransmitted=107", "escaped=108", "delayed=109",
+                            "repair_rounds=110", "control_frames=114", "control_bytes=115"}) {
     EXPECT_NE(s.find(field), std::string::npos) << field << " missing in: " << s;
   }
   EXPECT_EQ(
       Counters{}.toString(),
       "collectives=0 bytes_sent=0 slices_sent=0 slices_verified=0 injected=0 detected=0 retransmitted=0 "
-      "escaped=0 delayed=0 repair_rounds=0 transfer_wait_ms=0 apply_ms=0 executor_wait_ms=0");
+      "escaped=0 delayed=0 repair_rounds=0 control_frames=0 control_bytes=0 transfer_wait_ms=0 apply_ms=0 "
+      "executor_wait_ms=0");
 }
 
 }  // namespace

@@ -12,6 +12,8 @@
 #include "ringguard/core/fingerprint.h"
 #include "ringguard/core/options.h"
 #include "ringguard/core/repair.h"
+#include "ringguard/core/ring_schedule.h"
+#include "ringguard/transport/control_channel.h"
 #include "ringguard/transport/transport.h"
 
 namespace ringguard {
@@ -35,12 +37,51 @@ Status pollUntil(const CollectiveContext& ctx, const std::function<Status(bool* 
 // Waits for one framed request.
 Status waitFrame(const CollectiveContext& ctx, FrameRequest* req, const std::function<std::string()>& what);
 
-// Sends `mine` to every peer and checks every peer's fingerprint against it (before any payload).
+// Control exchanges cost O(log N) per rank (docs/design/protocol.md, "Control channel"): a dissemination
+// of an idempotent, associative summary in disseminationRounds(N) rounds; in round k each rank sends to
+// rank + 2^k and receives from rank - 2^k. Every rank ends with the summary of all ranks.
+int disseminationRounds(int nranks);  // ceil(log2 nranks); 0 for one rank
+
+// Round k's message is made by `summary()` (called once per round, after the merges of the rounds before)
+// and the one received is handed to `merge(from, body, bytes)`. Every message carries (ctx.seq, `round`,
+// k); one that does not match is a kTransportError naming the peer, except that the seq is not compared
+// when !checkSeq (fingerprints: ranks at different sequence numbers are a fingerprint mismatch, which the
+// summary reports). `what(peer)` names what a timeout was waiting for.
+Status disseminate(const CollectiveContext& ctx, ControlTag tag, uint32_t round, bool checkSeq,
+                   const std::function<std::vector<uint8_t>()>& summary,
+                   const std::function<Status(int from, const uint8_t* body, size_t bytes)>& merge,
+                   const std::function<std::string(int peer)>& what);
+
+// Compares every rank's `bytes` at `mine` in one dissemination (tag `tag`). On every rank the same
+// outcome: diffRank == -1 when all ranks hold the same bytes, otherwise the lowest rank (lowRank, its bytes
+// in low) and the lowest rank whose bytes differ from low (diffRank, diff).
+struct Disagreement {
+  int lowRank = 0;
+  int diffRank = -1;
+  std::vector<uint8_t> low, diff;
+};
+Status findDisagreement(const CollectiveContext& ctx, ControlTag tag, const void* mine, size_t bytes,
+                        Disagreement* out);
+
+// Checks `mine` against every rank's fingerprint (before any payload). A mismatch is the same
+// kFingerprintMismatch on every rank, naming the lowest rank and the lowest rank whose fingerprint differs
+// from it, with both values ("rank 0 has {...}, rank 2 has {...}").
 Status exchangeFingerprints(const CollectiveContext& ctx, const Fingerprint& mine);
 
-// Sends this rank's failures of `round` to every peer and returns the canonical global list.
+// Checks one verdict entry received from a peer against the collective's schedule (column, slice and
+// step in range, sender and receiver the ranks of that hop): an entry a buggy or hostile peer made up must
+// end in an error, never reach the repair plan (which indexes the executor's memory with it).
+using FailureValidator = std::function<Status(const SliceFailure&)>;
+// The ring schedule's bounds (allreduce, reduce-scatter, all-gather over `schedule`, which must outlive
+// the validator).
+FailureValidator ringFailureValidator(const RingSchedule& schedule);
+
+// Combines this rank's failures of `round` with every rank's and returns the canonical global list (the
+// same on every rank). Every entry received from a peer is checked (ranks in range, reason a link
+// failure, then `validate` when given: collectives pass their schedule's bounds) before it is used; a
+// rejected entry is a kTransportError naming the peer and the entry.
 Status exchangeVerdicts(const CollectiveContext& ctx, int round, const std::vector<SliceFailure>& mine,
-                        std::vector<SliceFailure>* global);
+                        std::vector<SliceFailure>* global, const FailureValidator& validate = nullptr);
 
 // Tells every peer about a fatal error (best effort) so they fail fast with the same cause.
 void broadcastError(Transport* transport, const Status& error);

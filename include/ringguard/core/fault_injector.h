@@ -33,6 +33,12 @@ class FaultInjector {
   bool corrupt(uint64_t seq, int step, int slice, int receiver, int attempt, uint8_t* payload, size_t bytes,
                Trailer* trailer) const;
 
+  // Fault mode control: is control frame number `seq` of `tag` from `sender` into `receiver` hit? Schedule
+  // entries read as (collective = seq, step = tag, slice = sender, rank = receiver).
+  bool corruptsControl(uint64_t seq, int tag, int sender, int receiver) const;
+  // Flips one bit of a received control frame (header or body) in place; false for an empty frame.
+  bool corruptControl(uint64_t seq, int tag, int sender, int receiver, uint8_t* frame, size_t bytes) const;
+
  private:
   bool selected(uint64_t seq, int step, int slice, int receiver) const;
   int repeatCount() const;

@@ -21,9 +21,10 @@ enum class FaultMode : uint8_t {
   kTrailer,      // one bit of the trailer
   kRetransmit,   // a bit flip on the first transfer and again on the first retransmission
   kDelay,        // the slice is sent `delayMs` late (not a corruption)
+  kControl,      // one bit of a collective's control frame (fingerprint, verdict, error), not of a slice
 };
 const char* faultModeName(
-    FaultMode m);  // "bitflip", "multibit", "burst", "garbage", "trailer", "retransmit", "delay"
+    FaultMode m);  // "bitflip", "multibit", "burst", "garbage", "trailer", "retransmit", "delay", "control"
 bool parseFaultMode(const std::string& s, FaultMode* out);
 
 // One exact injection: the transfer of `slice` at ring `step` of collective number `collective` (the

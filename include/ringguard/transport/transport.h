@@ -10,11 +10,9 @@
 
 #include "ringguard/core/status.h"
 #include "ringguard/core/trailer.h"
+#include "ringguard/transport/control_channel.h"
 
 namespace ringguard {
-
-// Control-channel message kinds.
-enum class ControlTag : int { kFingerprint = 1, kVerdict = 2, kError = 3 };
 
 // One posted message (payload or trailer) of an implementation.
 class TransportOp {
@@ -81,10 +79,9 @@ class Transport {
   // Advances posted operations that need the host to move them on (staged copies); called while waiting.
   Status progress() { return doProgress(); }
 
-  // Control plane: small messages to any peer. sendControl does not wait for the receiver.
-  Status sendControl(int peer, ControlTag tag, const void* data, size_t bytes);
-  // Takes one pending message with `tag` from `peer` (or from any peer when peer < 0) if there is one.
-  Status probeControl(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from, bool* got);
+  // The control channel over the same ranks (sealed frames: control_channel.h), owned by the transport
+  // or by the host transport it is built on. Never null.
+  virtual ControlChannel* control() = 0;
 
  protected:
   Transport(int rank, int size) : rank_(rank), size_(size) {}
@@ -98,9 +95,6 @@ class Transport {
   virtual void doAbort() {}
   virtual Status doFlush() { return Status::ok(); }
   virtual Status doProgress() { return Status::ok(); }
-  virtual Status doSendControl(int peer, ControlTag tag, const void* data, size_t bytes) = 0;
-  virtual Status doProbeControl(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from,
-                                bool* got) = 0;
 
   // Transports built on another transport (staging through host memory, a host control channel) reach
   // its hooks through these.

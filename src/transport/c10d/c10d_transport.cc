@@ -198,10 +198,27 @@ class C10dOp final : public TransportOp {
   bool isRecv_;
 };
 
+class C10dTransport;
+
+// The control channel's hooks move sealed frames through the transport's control frames and inbox.
+class C10dControlChannel final : public ControlChannel {
+ public:
+  C10dControlChannel(int rank, int size, C10dTransport* transport)
+      : ControlChannel(rank, size), transport_(transport) {}
+
+ protected:
+  Status doSend(int peer, ControlTag tag, const void* frame, size_t bytes) override;
+  Status doProbe(int peer, ControlTag tag, std::vector<uint8_t>* frame, int* from, bool* got) override;
+
+ private:
+  C10dTransport* transport_;
+};
+
 class C10dTransport final : public Transport {
  public:
   C10dTransport(c10::intrusive_ptr<c10d::Backend> backend, int tagBase)
       : Transport(backend->getRank(), backend->getSize()),
+        control_(rank(), size(), this),
         backend_(std::move(backend)),
         tagPayload_(tagBase),
         tagTrailer_(tagBase + 1),
@@ -227,6 +244,11 @@ class C10dTransport final : public Transport {
   }
 
   const char* name() const override { return "gloo"; }
+  ControlChannel* control() override { return &control_; }
+
+  // The control channel's hooks (C10dControlChannel).
+  Status sendControlFrame(int peer, ControlTag tag, const void* data, size_t bytes);
+  Status probeControlFrame(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from, bool* got);
 
  protected:
   Status doPostSend(int peer, Channel channel, const void* data, size_t bytes,
@@ -245,57 +267,6 @@ class C10dTransport final : public Transport {
       if (peer.recvs) peer.recvs->abortAll();
       if (peer.controlSends) peer.controlSends->abortAll();
     }
-  }
-
-  Status doSendControl(int peer, ControlTag tag, const void* data, size_t bytes) override {
-    if (bytes > UINT32_MAX) return Status(StatusCode::kInvalidArgument, "control message too large");
-    if (peer == rank()) {
-      std::lock_guard<std::mutex> lock(inboxMutex_);
-      const auto* p = static_cast<const uint8_t*>(data);
-      inbox_[{peer, int(tag)}].emplace_back(p, p + bytes);
-      return Status::ok();
-    }
-    const auto* src = static_cast<const uint8_t*>(data);
-    size_t offset = 0;
-    do {
-      size_t length = std::min(kFrameData, bytes - offset);
-      at::Tensor frame = at::zeros({int64_t(kFrameBytes)}, at::kByte);
-      FrameHeader h{uint32_t(tag), uint32_t(bytes), uint32_t(offset), uint32_t(length)};
-      std::memcpy(frame.data_ptr(), &h, sizeof(h));
-      if (length) std::memcpy(frame.data_ptr<uint8_t>() + sizeof(h), src + offset, length);
-      std::vector<at::Tensor> tensors{frame};
-      c10::intrusive_ptr<c10d::Work> work;
-      RINGGUARD_RETURN_IF_ERROR(
-          call("control send to", peer, [&] { work = backend_->send(tensors, peer, tagControl_); }));
-      peers_[size_t(peer)].controlSends->push(Pending{work, std::make_shared<OpState>(), frame});
-      offset += length;
-    } while (offset < bytes);
-    return Status::ok();
-  }
-
-  Status doProbeControl(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from,
-                        bool* got) override {
-    *got = false;
-    std::lock_guard<std::mutex> lock(inboxMutex_);
-    for (int p = (peer < 0 ? 0 : peer); p < (peer < 0 ? size() : peer + 1); ++p) {
-      auto it = inbox_.find({p, int(tag)});
-      if (it != inbox_.end() && !it->second.empty()) {
-        *message = std::move(it->second.front());
-        it->second.pop_front();
-        *from = p;
-        *got = true;
-        return Status::ok();
-      }
-    }
-    // A failed control channel means the peer (or the connection to it) is gone: say so, rather than
-    // let the caller wait for its timeout.
-    for (int p = (peer < 0 ? 0 : peer); p < (peer < 0 ? size() : peer + 1); ++p) {
-      if (!controlError_[size_t(p)].empty()) {
-        return Status(StatusCode::kTransportError, "control channel from rank " + std::to_string(p) +
-                                                       " failed: " + controlError_[size_t(p)]);
-      }
-    }
-    return Status::ok();
   }
 
  private:
@@ -462,6 +433,7 @@ class C10dTransport final : public Transport {
     }
   }
 
+  C10dControlChannel control_;
   c10::intrusive_ptr<c10d::Backend> backend_;
   const int tagPayload_, tagTrailer_, tagControl_;
   std::atomic<bool> controlStopped_{false};
@@ -472,6 +444,66 @@ class C10dTransport final : public Transport {
   std::condition_variable controlDoneCv_;
   std::vector<Peer> peers_;
 };
+
+Status C10dTransport::sendControlFrame(int peer, ControlTag tag, const void* data, size_t bytes) {
+  if (bytes > UINT32_MAX) return Status(StatusCode::kInvalidArgument, "control message too large");
+  if (peer == rank()) {
+    std::lock_guard<std::mutex> lock(inboxMutex_);
+    const auto* p = static_cast<const uint8_t*>(data);
+    inbox_[{peer, int(tag)}].emplace_back(p, p + bytes);
+    return Status::ok();
+  }
+  const auto* src = static_cast<const uint8_t*>(data);
+  size_t offset = 0;
+  do {
+    size_t length = std::min(kFrameData, bytes - offset);
+    at::Tensor frame = at::zeros({int64_t(kFrameBytes)}, at::kByte);
+    FrameHeader h{uint32_t(tag), uint32_t(bytes), uint32_t(offset), uint32_t(length)};
+    std::memcpy(frame.data_ptr(), &h, sizeof(h));
+    if (length) std::memcpy(frame.data_ptr<uint8_t>() + sizeof(h), src + offset, length);
+    std::vector<at::Tensor> tensors{frame};
+    c10::intrusive_ptr<c10d::Work> work;
+    RINGGUARD_RETURN_IF_ERROR(
+        call("control send to", peer, [&] { work = backend_->send(tensors, peer, tagControl_); }));
+    peers_[size_t(peer)].controlSends->push(Pending{work, std::make_shared<OpState>(), frame});
+    offset += length;
+  } while (offset < bytes);
+  return Status::ok();
+}
+
+Status C10dTransport::probeControlFrame(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from,
+                                        bool* got) {
+  *got = false;
+  std::lock_guard<std::mutex> lock(inboxMutex_);
+  for (int p = (peer < 0 ? 0 : peer); p < (peer < 0 ? size() : peer + 1); ++p) {
+    auto it = inbox_.find({p, int(tag)});
+    if (it != inbox_.end() && !it->second.empty()) {
+      *message = std::move(it->second.front());
+      it->second.pop_front();
+      *from = p;
+      *got = true;
+      return Status::ok();
+    }
+  }
+  // A failed control channel means the peer (or the connection to it) is gone: say so, rather than
+  // let the caller wait for its timeout.
+  for (int p = (peer < 0 ? 0 : peer); p < (peer < 0 ? size() : peer + 1); ++p) {
+    if (!controlError_[size_t(p)].empty()) {
+      return Status(StatusCode::kTransportError, "control channel from rank " + std::to_string(p) +
+                                                     " failed: " + controlError_[size_t(p)]);
+    }
+  }
+  return Status::ok();
+}
+
+Status C10dControlChannel::doSend(int peer, ControlTag tag, const void* frame, size_t bytes) {
+  return transport_->sendControlFrame(peer, tag, frame, bytes);
+}
+
+Status C10dControlChannel::doProbe(int peer, ControlTag tag, std::vector<uint8_t>* frame, int* from,
+                                   bool* got) {
+  return transport_->probeControlFrame(peer, tag, frame, from, got);
+}
 
 }  // namespace
 

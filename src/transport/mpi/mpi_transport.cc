@@ -74,28 +74,71 @@ Status MpiTransport::create(MPI_Comm comm, std::unique_ptr<Transport>* out) {
   return Status::ok();
 }
 
-MpiTransport::MpiTransport(int rank, int size, MPI_Comm data, MPI_Comm control)
-    : Transport(rank, size), data_(data), control_(control) {}
-
-MpiTransport::~MpiTransport() {
+MpiControlChannel::~MpiControlChannel() {
   // Give small control messages (errors, verdicts) a moment to leave; never block on a dead peer.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
-  while (!controlSends_.empty() && std::chrono::steady_clock::now() < deadline) {
-    reapControlSends();
+  while (!sends_.empty() && std::chrono::steady_clock::now() < deadline) {
+    reapSends();
     std::this_thread::yield();
   }
-  for (PendingControl& p : controlSends_) {
+  for (PendingSend& p : sends_) {
     MPI_Request_free(&p.request);
     // The buffer must outlive a send MPI may still be making: leak it rather than free it under MPI.
     new std::vector<uint8_t>(std::move(p.buffer));
   }
+}
+
+void MpiControlChannel::reapSends() {
+  while (!sends_.empty()) {
+    int flag = 0;
+    MPI_Test(&sends_.front().request, &flag, MPI_STATUS_IGNORE);
+    if (!flag) return;
+    sends_.pop_front();
+  }
+}
+
+Status MpiControlChannel::doSend(int peer, ControlTag tag, const void* frame, size_t bytes) {
+  RINGGUARD_RETURN_IF_ERROR(checkSize(bytes, "MpiTransport control send"));
+  reapSends();
+  PendingSend p;
+  p.buffer.assign(static_cast<const uint8_t*>(frame), static_cast<const uint8_t*>(frame) + bytes);
+  RINGGUARD_MPI_CHECK(MPI_Isend(p.buffer.data(), int(bytes), MPI_BYTE, peer, int(tag), comm_, &p.request));
+  sends_.push_back(std::move(p));
+  return Status::ok();
+}
+
+Status MpiControlChannel::doProbe(int peer, ControlTag tag, std::vector<uint8_t>* frame, int* from,
+                                  bool* got) {
+  reapSends();
+  int flag = 0;
+  MPI_Message handle;
+  MPI_Status st;
+  RINGGUARD_MPI_CHECK(MPI_Improbe(peer < 0 ? MPI_ANY_SOURCE : peer, int(tag), comm_, &flag, &handle, &st));
+  *got = flag != 0;
+  if (!flag) return Status::ok();
+  int count = 0;
+  RINGGUARD_MPI_CHECK(MPI_Get_count(&st, MPI_BYTE, &count));
+  frame->resize(size_t(count));
+  RINGGUARD_MPI_CHECK(MPI_Mrecv(frame->data(), count, MPI_BYTE, &handle, MPI_STATUS_IGNORE));
+  *from = st.MPI_SOURCE;
+  return Status::ok();
+}
+
+MpiTransport::MpiTransport(int rank, int size, MPI_Comm data, MPI_Comm control)
+    : Transport(rank, size),
+      data_(data),
+      controlComm_(control),
+      control_(std::make_unique<MpiControlChannel>(rank, size, control)) {}
+
+MpiTransport::~MpiTransport() {
+  control_.reset();  // its sends in flight first, while the communicator exists
   int finalized = 0;
   MPI_Finalized(&finalized);
   // A freed communicator's context id is reused by the next MPI_Comm_dup, and messages still in flight
   // on it would match there: after a fatal error the duplicates are deliberately not freed.
   if (!finalized && !broken()) {
     MPI_Comm_free(&data_);
-    MPI_Comm_free(&control_);
+    MPI_Comm_free(&controlComm_);
   }
 }
 
@@ -116,42 +159,6 @@ Status MpiTransport::doPostRecv(int peer, Channel channel, void* data, size_t by
   RINGGUARD_MPI_CHECK(MPI_Irecv(data, int(bytes), MPI_BYTE, peer,
                                 channel == Channel::kPayload ? kTagPayload : kTagTrailer, data_, &r));
   out->reset(new MpiOp(r, true));
-  return Status::ok();
-}
-
-void MpiTransport::reapControlSends() {
-  while (!controlSends_.empty()) {
-    int flag = 0;
-    MPI_Test(&controlSends_.front().request, &flag, MPI_STATUS_IGNORE);
-    if (!flag) return;
-    controlSends_.pop_front();
-  }
-}
-
-Status MpiTransport::doSendControl(int peer, ControlTag tag, const void* data, size_t bytes) {
-  RINGGUARD_RETURN_IF_ERROR(checkSize(bytes, "MpiTransport control send"));
-  reapControlSends();
-  PendingControl p;
-  p.buffer.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + bytes);
-  RINGGUARD_MPI_CHECK(MPI_Isend(p.buffer.data(), int(bytes), MPI_BYTE, peer, int(tag), control_, &p.request));
-  controlSends_.push_back(std::move(p));
-  return Status::ok();
-}
-
-Status MpiTransport::doProbeControl(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from,
-                                    bool* got) {
-  reapControlSends();
-  int flag = 0;
-  MPI_Message handle;
-  MPI_Status st;
-  RINGGUARD_MPI_CHECK(MPI_Improbe(peer < 0 ? MPI_ANY_SOURCE : peer, int(tag), control_, &flag, &handle, &st));
-  *got = flag != 0;
-  if (!flag) return Status::ok();
-  int count = 0;
-  RINGGUARD_MPI_CHECK(MPI_Get_count(&st, MPI_BYTE, &count));
-  message->resize(size_t(count));
-  RINGGUARD_MPI_CHECK(MPI_Mrecv(message->data(), count, MPI_BYTE, &handle, MPI_STATUS_IGNORE));
-  *from = st.MPI_SOURCE;
   return Status::ok();
 }
 

@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -11,33 +12,49 @@
 
 namespace ringguard {
 
+// The control channel on its own duplicated communicator: one MPI message per sealed frame, the frame's
+// tag as the MPI tag (MPI keeps messages of one (source, tag) in order).
+class MpiControlChannel final : public ControlChannel {
+ public:
+  MpiControlChannel(int rank, int size, MPI_Comm comm) : ControlChannel(rank, size), comm_(comm) {}
+  // Gives sends in flight a moment to leave; never blocks on a dead peer.
+  ~MpiControlChannel() override;
+
+ protected:
+  Status doSend(int peer, ControlTag tag, const void* frame, size_t bytes) override;
+  Status doProbe(int peer, ControlTag tag, std::vector<uint8_t>* frame, int* from, bool* got) override;
+
+ private:
+  void reapSends();
+
+  MPI_Comm comm_;
+  struct PendingSend {
+    MPI_Request request;
+    std::vector<uint8_t> buffer;
+  };
+  std::deque<PendingSend> sends_;
+};
+
 class MpiTransport final : public Transport {
  public:
   // Duplicates `comm` twice. Fails if MPI is not initialised.
   static Status create(MPI_Comm comm, std::unique_ptr<Transport>* out);
   ~MpiTransport() override;
   const char* name() const override { return "mpi"; }
+  ControlChannel* control() override { return control_.get(); }
 
  protected:
   Status doPostSend(int peer, Channel channel, const void* data, size_t bytes,
                     std::unique_ptr<TransportOp>* out) override;
   Status doPostRecv(int peer, Channel channel, void* data, size_t bytes,
                     std::unique_ptr<TransportOp>* out) override;
-  Status doSendControl(int peer, ControlTag tag, const void* data, size_t bytes) override;
-  Status doProbeControl(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from,
-                        bool* got) override;
 
  private:
   MpiTransport(int rank, int size, MPI_Comm data, MPI_Comm control);
-  void reapControlSends();
 
   MPI_Comm data_;
-  MPI_Comm control_;
-  struct PendingControl {
-    MPI_Request request;
-    std::vector<uint8_t> buffer;
-  };
-  std::deque<PendingControl> controlSends_;
+  MPI_Comm controlComm_;
+  std::unique_ptr<MpiControlChannel> control_;  // reset before the communicators are freed
 };
 
 }  // namespace ringguard

@@ -40,6 +40,7 @@ class NcclTransport final : public Transport {
   static constexpr int kMaxLanes = 8;
   ~NcclTransport() override;
   const char* name() const override { return "nccl"; }
+  ControlChannel* control() override { return control_->control(); }  // the host transport's
   // Each slice costs an NCCL group (tens of microseconds on the GPU and, for a non-blocking communicator,
   // on the host): large slices, and four in flight so a lane always has the next transfer queued while
   // the executor verifies and reduces (docs/PERFORMANCE.md, "Fourth session").
@@ -54,13 +55,6 @@ class NcclTransport final : public Transport {
   Status doFlush() override;
   Status doProgress() override;
   void doAbort() override;
-  Status doSendControl(int peer, ControlTag tag, const void* data, size_t bytes) override {
-    return control_->sendControl(peer, tag, data, bytes);
-  }
-  Status doProbeControl(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from,
-                        bool* got) override {
-    return control_->probeControl(peer, tag, message, from, got);
-  }
 
  private:
   struct Lane {

@@ -19,6 +19,7 @@ class StagedTransport final : public Transport {
   StagedTransport(std::unique_ptr<Transport> host, PinnedHostPool* pinned, cudaStream_t stream);
   ~StagedTransport() override;
   const char* name() const override { return "staged"; }
+  ControlChannel* control() override { return host_->control(); }  // the host transport's
   // Each slice makes three hops (D2H, host transport, H2D) driven by one progress thread: deeper and
   // larger than the host default, or the pipeline idles (docs/PERFORMANCE.md: at 256 MiB on one H200,
   // 4 MiB x 4 slots ran 1.8-3.9x copy + MPI_Allreduce + copy with 2-4 ranks, 1 MiB x 2 slots 0.6-1.4x).
@@ -34,13 +35,6 @@ class StagedTransport final : public Transport {
                     std::unique_ptr<TransportOp>* out) override;
   Status doProgress() override;
   void doAbort() override { host_->markBroken(); }
-  Status doSendControl(int peer, ControlTag tag, const void* data, size_t bytes) override {
-    return host_->sendControl(peer, tag, data, bytes);
-  }
-  Status doProbeControl(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from,
-                        bool* got) override {
-    return host_->probeControl(peer, tag, message, from, got);
-  }
 
  private:
   friend class Op;

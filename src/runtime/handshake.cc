@@ -1,0 +1,82 @@
+#include "ringguard/runtime/handshake.h"
+
+#include <cstring>
+#include <sstream>
+#include <string>
+
+#include "ringguard/algorithms/collective.h"
+
+namespace ringguard {
+
+namespace {
+
+constexpr uint32_t kHandshakeMagic = 0x31484752;  // "RGH1"
+
+// The wire record. Its layout never changes with the protocol version, so ranks of different versions
+// still compare versions and report that, rather than something a new layout garbled.
+struct Settings {
+  uint32_t magic;
+  uint32_t version;
+  uint64_t sliceBytes;
+  int32_t slots;
+  int32_t maxRetries;
+  int64_t timeoutMs;
+};
+static_assert(sizeof(Settings) == 32, "handshake record is a fixed wire format");
+
+// The first field that differs, in the order a user fixes them: a version skew explains everything else.
+std::string firstDifference(const Settings& a, int rankA, const Settings& b, int rankB) {
+  std::ostringstream os;
+  auto differs = [&](const char* name, auto x, auto y) {
+    os << name << " differs: rank " << rankA << " has " << x << ", rank " << rankB << " has " << y;
+  };
+  if (a.magic != b.magic) {
+    differs("handshake record", a.magic, b.magic);
+  } else if (a.version != b.version) {
+    differs("ringguard protocol version", a.version, b.version);
+  } else if (a.sliceBytes != b.sliceBytes) {
+    differs("RINGGUARD_SLICE_BYTES", a.sliceBytes, b.sliceBytes);
+  } else if (a.slots != b.slots) {
+    differs("RINGGUARD_SLOTS", a.slots, b.slots);
+  } else if (a.maxRetries != b.maxRetries) {
+    differs("RINGGUARD_MAX_RETRIES", a.maxRetries, b.maxRetries);
+  } else if (a.timeoutMs != b.timeoutMs) {
+    differs("RINGGUARD_TIMEOUT_MS", a.timeoutMs, b.timeoutMs);
+  }
+  return os.str();
+}
+
+}  // namespace
+
+Status handshake(Transport* transport, const Options& options, const std::atomic<bool>* aborted,
+                 uint32_t protocolVersion) {
+  if (transport->size() == 1) return Status::ok();
+  Settings mine{};
+  mine.magic = kHandshakeMagic;
+  mine.version = protocolVersion;
+  mine.sliceBytes = options.sliceBytes;
+  mine.slots = options.slots;
+  mine.maxRetries = options.maxRetries;
+  mine.timeoutMs = int64_t(options.timeout.count());
+
+  CollectiveContext ctx;
+  ctx.transport = transport;
+  ctx.options = &options;
+  ctx.name = "handshake";
+  ctx.aborted = aborted;
+  Disagreement d;
+  Status st = findDisagreement(ctx, ControlTag::kHandshake, &mine, sizeof(mine), &d);
+  if (!st.isOk()) {
+    // Every rank computes the same mismatch; a timeout or a transport failure only this rank knows about.
+    if (st.code() != StatusCode::kPeerError) broadcastError(transport, st);
+    return st;
+  }
+  if (d.diffRank == -1) return Status::ok();
+  Settings a, b;
+  std::memcpy(&a, d.low.data(), sizeof(a));
+  std::memcpy(&b, d.diff.data(), sizeof(b));
+  return Status(StatusCode::kInvalidArgument,
+                "communicator settings disagree: " + firstDifference(a, d.lowRank, b, d.diffRank));
+}
+
+}  // namespace ringguard

@@ -1,0 +1,92 @@
+#pragma once
+// N ranks in one process over a LoopbackFabric: the harness of the algorithm layer's unit suites.
+//
+//   testing::LoopbackGroup g(4, options);       // 4 Communicators (their handshakes run at once)
+//   g.run([&](int rank, Communicator& c) {      // one thread per rank, joined before run() returns
+//     EXPECT_TRUE(c.allreduce(...).isOk());
+//   });
+//   Counters total = g.totalCounters();
+//
+// For tests below the Communicator (exchanges, the control channel), runRanks(n, fn) runs fn(rank) on n
+// threads over transports from makeLoopbackTransports(n), and contextFor() makes a CollectiveContext.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "ringguard/algorithms/collective.h"
+#include "ringguard/core/counters.h"
+#include "ringguard/core/options.h"
+#include "ringguard/runtime/communicator.h"
+#include "transport/loopback/loopback_transport.h"
+#include "verifiable.h"
+
+namespace ringguard {
+namespace testing {
+
+// Runs fn(rank) for rank 0..n-1 on n threads at once and joins them all.
+inline void runRanks(int n, const std::function<void(int rank)>& fn) {
+  std::vector<std::thread> threads;
+  threads.reserve(size_t(n));
+  for (int r = 0; r < n; ++r) threads.emplace_back([&fn, r] { fn(r); });
+  for (auto& t : threads) t.join();
+}
+
+// A context for calling the collective helpers (exchangeVerdicts, disseminate...) directly.
+inline CollectiveContext contextFor(Transport* transport, const Options* options, Counters* counters,
+                                    uint64_t seq = 0, const FaultInjector* injector = nullptr) {
+  CollectiveContext ctx;
+  ctx.transport = transport;
+  ctx.options = options;
+  ctx.counters = counters;
+  ctx.seq = seq;
+  ctx.injector = injector;
+  ctx.name = "test";
+  return ctx;
+}
+
+class LoopbackGroup {
+ public:
+  // `size` ranks with the same options.
+  LoopbackGroup(int size, const Options& options)
+      : LoopbackGroup(std::vector<Options>(size_t(size), options)) {}
+  // One rank per entry, each with its own options (settings that must agree are checked by the handshake).
+  explicit LoopbackGroup(const std::vector<Options>& perRank) {
+    std::vector<std::unique_ptr<Transport>> transports =
+        makeLoopbackTransports(int(perRank.size()), &fabric_);
+    for (size_t r = 0; r < perRank.size(); ++r) {
+      comms_.push_back(std::make_unique<Communicator>(std::move(transports[r]), perRank[r]));
+    }
+  }
+
+  int size() const { return int(comms_.size()); }
+  Communicator& comm(int rank) { return *comms_[size_t(rank)]; }
+  LoopbackFabric& fabric() { return *fabric_; }
+
+  // Runs fn(rank, comm(rank)) for every rank on a thread of its own (every rank takes part in each
+  // collective) and joins them all.
+  void run(const std::function<void(int rank, Communicator& comm)>& fn) {
+    runRanks(size(), [&](int r) { fn(r, comm(r)); });
+  }
+
+  std::vector<Counters> counters() const {
+    std::vector<Counters> out;
+    for (const auto& c : comms_) out.push_back(c->counters());
+    return out;
+  }
+  // Field by field sum over the ranks.
+  Counters totalCounters() const {
+    Counters sum;
+    for (const auto& c : comms_) sum += c->counters();
+    return sum;
+  }
+
+ private:
+  std::shared_ptr<LoopbackFabric> fabric_;
+  std::vector<std::unique_ptr<Communicator>> comms_;
+};
+
+}  // namespace testing
+}  // namespace ringguard
