@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.h"
 #include "ringguard/core/reduce.h"
 #include "ringguard/mpi/mpi_communicator.h"
 #if RINGGUARD_BENCH_DEVICE
@@ -30,115 +31,7 @@
 #endif
 
 using namespace ringguard;
-
-namespace {
-
-size_t parseBytes(const std::string& s) {
-  size_t pos = 0;
-  double v = std::stod(s, &pos);
-  std::string suffix = s.substr(pos);
-  double mult = 1;
-  if (suffix == "K" || suffix == "k")
-    mult = 1 << 10;
-  else if (suffix == "M" || suffix == "m")
-    mult = 1 << 20;
-  else if (suffix == "G" || suffix == "g")
-    mult = double(1 << 30);
-  else if (!suffix.empty())
-    throw CLI::ValidationError("size", "unknown suffix in '" + s + "' (use K, M or G)");
-  return size_t(v * mult);
-}
-
-MPI_Datatype mpiType(DataType t) {
-  switch (t) {
-    case DataType::kFloat32:
-      return MPI_FLOAT;
-    case DataType::kFloat64:
-      return MPI_DOUBLE;
-    case DataType::kInt32:
-      return MPI_INT32_T;
-    case DataType::kInt64:
-      return MPI_INT64_T;
-    case DataType::kUint8:
-      return MPI_UINT8_T;
-    default:
-      return MPI_DATATYPE_NULL;  // f16/bf16: MPI has no sum for them
-  }
-}
-
-// Slowest rank's time of `iters` calls after `warmup` calls.
-template <typename F>
-double timeIt(int warmup, int iters, F&& f) {
-  for (int i = 0; i < warmup; ++i) f();
-  MPI_Barrier(MPI_COMM_WORLD);
-  double t0 = MPI_Wtime();
-  for (int i = 0; i < iters; ++i) f();
-  double mine = (MPI_Wtime() - t0) / iters, worst = 0;
-  MPI_Allreduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return worst;
-}
-
-void fill(DataType t, void* buf, size_t count, int rank) {
-  for (size_t i = 0; i < count; ++i) {
-    double v = double(int((i * 13 + size_t(rank) * 7) % 32) - 16);
-    switch (t) {
-      case DataType::kFloat32:
-        static_cast<float*>(buf)[i] = float(v);
-        break;
-      case DataType::kFloat64:
-        static_cast<double*>(buf)[i] = v;
-        break;
-      case DataType::kInt32:
-        static_cast<int32_t*>(buf)[i] = int32_t(v);
-        break;
-      case DataType::kInt64:
-        static_cast<int64_t*>(buf)[i] = int64_t(v);
-        break;
-      case DataType::kUint8:
-        static_cast<uint8_t*>(buf)[i] = uint8_t(int(v) + 16);
-        break;
-      default:
-        break;
-    }
-  }
-}
-
-void printBreakdown(const Counters& before, const Counters& after, int calls) {
-  auto ms = [calls](uint64_t a, uint64_t b) { return double(b - a) / 1e6 / calls; };
-  printf("%68s breakdown/call: transfer_wait=%.3f ms apply=%.3f ms executor_wait=%.3f ms\n", "",
-         ms(before.transferWaitNs, after.transferWaitNs), ms(before.applyNs, after.applyNs),
-         ms(before.executorWaitNs, after.executorWaitNs));
-}
-
-#if RINGGUARD_BENCH_DEVICE
-#define BENCH_CUDA(call)                                                                              \
-  do {                                                                                                \
-    cudaError_t e_ = (call);                                                                          \
-    if (e_ != cudaSuccess) {                                                                          \
-      fprintf(stderr, "%s failed at %s:%d: %s\n", #call, __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      MPI_Abort(MPI_COMM_WORLD, 4);                                                                   \
-    }                                                                                                 \
-  } while (0)
-#endif
-
-#if RINGGUARD_BENCH_NCCL
-ncclDataType_t ncclType(DataType t) {
-  switch (t) {
-    case DataType::kFloat32:
-      return ncclFloat32;
-    case DataType::kFloat64:
-      return ncclFloat64;
-    case DataType::kInt32:
-      return ncclInt32;
-    case DataType::kInt64:
-      return ncclInt64;
-    default:
-      return ncclUint8;
-  }
-}
-#endif
-
-}  // namespace
+using namespace ringguard::bench;
 
 int main(int argc, char** argv) {
   CLI::App app{"bench_allreduce: ringguard verified ring vs MPI_Allreduce"};
@@ -375,6 +268,7 @@ int main(int argc, char** argv) {
         printf("%68s p2p ring (transfers only): %.1f us, busbw %.3f GB/s, p2p_ring_vs_nccl=%.3f\n", "",
                tP2p * 1e6, double(n) / tP2p / 1e9 * busFactor, tMpi / tP2p);
       }
+#if RINGGUARD_BENCH_NCCL
       if (tP2pSliced > 0) {
         printf(
             "%68s p2p ring in %zu-byte groups over %zu lane(s): %.1f us, busbw %.3f GB/s, "
@@ -382,6 +276,7 @@ int main(int argc, char** argv) {
             "", comm->options().sliceBytes, lanes.size(), tP2pSliced * 1e6,
             double(n) / tP2pSliced / 1e9 * busFactor, tMpi / tP2pSliced);
       }
+#endif
     }
     lastP2p = tP2p > 0 ? tMpi / tP2p : 0;
   }

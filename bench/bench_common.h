@@ -1,0 +1,128 @@
+#pragma once
+// What the benchmarks share: nccl-tests-style size parsing, MPI and NCCL types, the slowest rank's time,
+// verifiable inputs and the progress thread's time breakdown.
+#include <mpi.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string>
+
+#include "ringguard/core/counters.h"
+#include "ringguard/core/types.h"
+#if RINGGUARD_BENCH_DEVICE
+#include <cuda_runtime_api.h>
+#endif
+#if RINGGUARD_BENCH_NCCL
+#include <nccl.h>
+#endif
+
+namespace ringguard {
+namespace bench {
+
+inline size_t parseBytes(const std::string& s) {
+  size_t pos = 0;
+  double v = std::stod(s, &pos);
+  std::string suffix = s.substr(pos);
+  double mult = 1;
+  if (suffix == "K" || suffix == "k")
+    mult = 1 << 10;
+  else if (suffix == "M" || suffix == "m")
+    mult = 1 << 20;
+  else if (suffix == "G" || suffix == "g")
+    mult = double(1 << 30);
+  else if (!suffix.empty())
+    throw CLI::ValidationError("size", "unknown suffix in '" + s + "' (use K, M or G)");
+  return size_t(v * mult);
+}
+
+inline MPI_Datatype mpiType(DataType t) {
+  switch (t) {
+    case DataType::kFloat32:
+      return MPI_FLOAT;
+    case DataType::kFloat64:
+      return MPI_DOUBLE;
+    case DataType::kInt32:
+      return MPI_INT32_T;
+    case DataType::kInt64:
+      return MPI_INT64_T;
+    case DataType::kUint8:
+      return MPI_UINT8_T;
+    default:
+      return MPI_DATATYPE_NULL;  // f16/bf16: MPI has no sum for them
+  }
+}
+
+// Slowest rank's time of `iters` calls after `warmup` calls.
+template <typename F>
+inline double timeIt(int warmup, int iters, F&& f) {
+  for (int i = 0; i < warmup; ++i) f();
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t0 = MPI_Wtime();
+  for (int i = 0; i < iters; ++i) f();
+  double mine = (MPI_Wtime() - t0) / iters, worst = 0;
+  MPI_Allreduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return worst;
+}
+
+inline void fill(DataType t, void* buf, size_t count, int rank) {
+  for (size_t i = 0; i < count; ++i) {
+    double v = double(int((i * 13 + size_t(rank) * 7) % 32) - 16);
+    switch (t) {
+      case DataType::kFloat32:
+        static_cast<float*>(buf)[i] = float(v);
+        break;
+      case DataType::kFloat64:
+        static_cast<double*>(buf)[i] = v;
+        break;
+      case DataType::kInt32:
+        static_cast<int32_t*>(buf)[i] = int32_t(v);
+        break;
+      case DataType::kInt64:
+        static_cast<int64_t*>(buf)[i] = int64_t(v);
+        break;
+      case DataType::kUint8:
+        static_cast<uint8_t*>(buf)[i] = uint8_t(int(v) + 16);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+inline void printBreakdown(const Counters& before, const Counters& after, int calls) {
+  auto ms = [calls](uint64_t a, uint64_t b) { return double(b - a) / 1e6 / calls; };
+  printf("%68s breakdown/call: transfer_wait=%.3f ms apply=%.3f ms executor_wait=%.3f ms\n", "",
+         ms(before.transferWaitNs, after.transferWaitNs), ms(before.applyNs, after.applyNs),
+         ms(before.executorWaitNs, after.executorWaitNs));
+}
+
+#if RINGGUARD_BENCH_DEVICE
+#define BENCH_CUDA(call)                                                                              \
+  do {                                                                                                \
+    cudaError_t e_ = (call);                                                                          \
+    if (e_ != cudaSuccess) {                                                                          \
+      fprintf(stderr, "%s failed at %s:%d: %s\n", #call, __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      MPI_Abort(MPI_COMM_WORLD, 4);                                                                   \
+    }                                                                                                 \
+  } while (0)
+#endif
+
+#if RINGGUARD_BENCH_NCCL
+inline ncclDataType_t ncclType(DataType t) {
+  switch (t) {
+    case DataType::kFloat32:
+      return ncclFloat32;
+    case DataType::kFloat64:
+      return ncclFloat64;
+    case DataType::kInt32:
+      return ncclInt32;
+    case DataType::kInt64:
+      return ncclInt64;
+    default:
+      return ncclUint8;
+  }
+}
+#endif
+
+}  // namespace bench
+}  // namespace ringguard
