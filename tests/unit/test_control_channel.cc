@@ -1,0 +1,338 @@
+// The sealed control channel over the loopback transport: round trips, every kind of bad frame rejected
+// with an error naming the peer and the cause, the control fault mode ending in the same error on every
+// rank (never a hang), and the O(log N) control cost measured exactly.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "loopback_util.h"
+#include "ringguard/core/crc32.h"
+
+namespace ringguard {
+namespace {
+
+using testing::expectedResult;
+using testing::LoopbackGroup;
+using testing::makeInput;
+
+std::vector<uint8_t> bytesOf(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+
+// Takes what is pending from `peer` on `tag`, asserting that something is.
+Status probeOnce(ControlChannel* c, int peer, ControlTag tag, std::vector<uint8_t>* msg, int* from) {
+  bool got = false;
+  Status st = c->probe(peer, tag, msg, from, &got);
+  if (st.isOk() && !got) return Status(StatusCode::kInternal, "nothing arrived");
+  return st;
+}
+
+TEST(ControlChannelTest, FramesArriveInOrderPerPeerAndTag) {
+  std::shared_ptr<LoopbackFabric> fabric;
+  auto t = makeLoopbackTransports(3, &fabric);
+  ControlChannel* c0 = t[0]->control();
+  ControlChannel* c2 = t[2]->control();
+  Counters counters;
+  ASSERT_TRUE(c0->send(2, ControlTag::kVerdict, "first", 5, &counters).isOk());
+  ASSERT_TRUE(c0->send(2, ControlTag::kFingerprint, "other tag", 9, &counters).isOk());
+  ASSERT_TRUE(c0->send(2, ControlTag::kVerdict, "second", 6, &counters).isOk());
+  ASSERT_TRUE(t[1]->control()->send(2, ControlTag::kVerdict, "", 0).isOk());
+  EXPECT_EQ(counters.controlFrames, 3u);
+  EXPECT_EQ(counters.controlBytes, 3 * sizeof(ControlFrameHeader) + 5 + 9 + 6);
+
+  std::vector<uint8_t> msg;
+  int from = -1;
+  ASSERT_TRUE(probeOnce(c2, 0, ControlTag::kVerdict, &msg, &from).isOk());
+  EXPECT_EQ(msg, bytesOf("first"));
+  EXPECT_EQ(from, 0);
+  ASSERT_TRUE(probeOnce(c2, -1, ControlTag::kVerdict, &msg, &from).isOk());  // any peer: lowest first
+  EXPECT_EQ(msg, bytesOf("second"));
+  ASSERT_TRUE(probeOnce(c2, -1, ControlTag::kVerdict, &msg, &from).isOk());
+  EXPECT_TRUE(msg.empty());
+  EXPECT_EQ(from, 1);
+  ASSERT_TRUE(probeOnce(c2, 0, ControlTag::kFingerprint, &msg, &from).isOk());
+  EXPECT_EQ(msg, bytesOf("other tag"));
+  bool got = true;
+  ASSERT_TRUE(c2->probe(-1, ControlTag::kVerdict, &msg, &from, &got).isOk());
+  EXPECT_FALSE(got);
+  EXPECT_EQ(fabric->undeliveredControlFrames(), 0u);
+  // A peer outside the group is the caller's mistake.
+  EXPECT_EQ(c0->send(3, ControlTag::kError, "x", 1).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c0->probe(3, ControlTag::kError, &msg, &from, &got).code(), StatusCode::kInvalidArgument);
+}
+
+// Re-seals a frame as a sender that knows the format would (a hostile or buggy peer, not a bad wire).
+void reseal(std::vector<uint8_t>* frame, const std::function<void(ControlFrameHeader*)>& edit) {
+  ControlFrameHeader h;
+  std::memcpy(&h, frame->data(), sizeof(h));
+  edit(&h);
+  h.crc = crc32(frame->data() + sizeof(h), frame->size() - sizeof(h),
+                crc32(&h, offsetof(ControlFrameHeader, crc)));
+  std::memcpy(frame->data(), &h, sizeof(h));
+}
+
+Status firstRejection(const LoopbackFabric::ControlHook& hook) {
+  std::shared_ptr<LoopbackFabric> fabric;
+  auto t = makeLoopbackTransports(2, &fabric);
+  fabric->setControlHook(hook);
+  EXPECT_TRUE(t[1]->control()->send(0, ControlTag::kVerdict, "frame0", 6).isOk());
+  EXPECT_TRUE(t[1]->control()->send(0, ControlTag::kVerdict, "frame1", 6).isOk());
+  std::vector<uint8_t> msg;
+  int from = -1;
+  for (int i = 0; i < 2; ++i) {
+    bool got = false;
+    Status st = t[0]->control()->probe(1, ControlTag::kVerdict, &msg, &from, &got);
+    if (!st.isOk()) return st;
+    if (!got) return Status(StatusCode::kInternal, "frame " + std::to_string(i) + " never arrived");
+    EXPECT_EQ(msg, bytesOf("frame" + std::to_string(i)));
+  }
+  return Status::ok();
+}
+
+TEST(ControlChannelTest, RejectsEveryKindOfBadFrameNamingPeerAndCause) {
+  const std::string prefix = "control frame verdict #0 from rank 1 rejected on rank 0: ";
+  const std::string prefix1 = "control frame verdict #1 from rank 1 rejected on rank 0: ";
+  auto expect = [](const Status& st, const std::string& text) {
+    EXPECT_EQ(st.code(), StatusCode::kTransportError) << st.toString();
+    EXPECT_EQ(st.message(), text);
+  };
+  EXPECT_TRUE(firstRejection(nullptr).isOk());
+  // A wire that flips one bit of the body, or of the header.
+  expect(firstRejection([](int, int, ControlTag, std::vector<uint8_t>* f) {
+           (*f)[sizeof(ControlFrameHeader) + 2] ^= 0x10;
+           return true;
+         }),
+         prefix + "CRC mismatch (damaged in transit)");
+  expect(firstRejection([](int, int, ControlTag, std::vector<uint8_t>* f) {
+           (*f)[offsetof(ControlFrameHeader, seq)] ^= 0x01;
+           return true;
+         }),
+         prefix + "CRC mismatch (damaged in transit)");
+  // Cut short, inside the header.
+  expect(firstRejection([](int, int, ControlTag, std::vector<uint8_t>* f) {
+           f->resize(10);
+           return true;
+         }),
+         prefix + "truncated (10 bytes, a header has 32)");
+  // Well sealed but wrong: a length that does not match, another format, misaddressed.
+  expect(firstRejection([](int, int, ControlTag, std::vector<uint8_t>* f) {
+           reseal(f, [](ControlFrameHeader* h) { h->length = 7; });
+           return true;
+         }),
+         prefix + "length field says 7 bytes, 6 arrived");
+  expect(firstRejection([](int, int, ControlTag, std::vector<uint8_t>* f) {
+           reseal(f, [](ControlFrameHeader* h) { h->magic = 0x32434752; });
+           return true;
+         }),
+         prefix + "not a control frame of this format (bad magic)");
+  expect(firstRejection([](int, int, ControlTag, std::vector<uint8_t>* f) {
+           reseal(f, [](ControlFrameHeader* h) { h->receiver = 1; });
+           return true;
+         }),
+         prefix + "misaddressed (tag 2, rank 1 -> rank 1)");
+  expect(firstRejection([](int, int, ControlTag, std::vector<uint8_t>* f) {
+           reseal(f, [](ControlFrameHeader* h) { h->tag = uint16_t(ControlTag::kError); });
+           return true;
+         }),
+         prefix + "misaddressed (tag 3, rank 1 -> rank 0)");
+  // A lost frame: the next one is out of order.
+  int sent = 0;
+  expect(firstRejection([&sent](int, int, ControlTag, std::vector<uint8_t>*) { return sent++ != 0; }),
+         prefix + "out of order: sequence number 1 arrived first (a frame was lost)");
+  // A duplicated (replayed) frame: the first one again in place of the second.
+  std::vector<uint8_t> firstFrame;
+  expect(firstRejection([&firstFrame](int, int, ControlTag, std::vector<uint8_t>* f) {
+           if (firstFrame.empty()) {
+             firstFrame = *f;
+           } else {
+             *f = firstFrame;
+           }
+           return true;
+         }),
+         prefix1 + "stale or duplicated (sequence number 0)");
+}
+
+TEST(ControlChannelTest, RejectionAndInjectionAreCounted) {
+  std::shared_ptr<LoopbackFabric> fabric;
+  auto t = makeLoopbackTransports(2, &fabric);
+  FaultOptions fo;
+  fo.mode = FaultMode::kControl;
+  fo.schedule = {{1, int(ControlTag::kVerdict), 1, 0}};  // frame #1 of verdicts 1 -> 0
+  const FaultInjector injector(fo);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(t[1]->control()->send(0, ControlTag::kVerdict, "abc", 3).isOk());
+  Counters c;
+  std::vector<uint8_t> msg;
+  int from = -1;
+  bool got = false;
+  ASSERT_TRUE(t[0]->control()->probe(1, ControlTag::kVerdict, &msg, &from, &got, &injector, &c).isOk());
+  EXPECT_TRUE(got);
+  EXPECT_EQ(c.injected, 0u);
+  Status st = t[0]->control()->probe(1, ControlTag::kVerdict, &msg, &from, &got, &injector, &c);
+  EXPECT_EQ(st.code(), StatusCode::kTransportError);
+  EXPECT_NE(st.message().find("control frame verdict #1 from rank 1 rejected on rank 0"), std::string::npos)
+      << st.message();
+  EXPECT_EQ(c.injected, 1u);
+  EXPECT_EQ(c.detected, 1u);
+  EXPECT_EQ(c.escaped, 0u);
+}
+
+// ---- the control fault mode through the communicator ---------------------------------------------
+
+struct RankOutcome {
+  std::vector<Status> results;  // one per collective attempted
+};
+
+// Runs `collectives` allreduces of 1001 f32 on every rank; each result must be exact or an error, and
+// once a rank has an error every later call returns it.
+std::vector<RankOutcome> runAllreduces(LoopbackGroup& g, int collectives) {
+  const size_t count = 1001;
+  const std::vector<uint8_t> expected = expectedResult(DataType::kFloat32, ReduceOp::kSum, g.size(), count);
+  std::vector<RankOutcome> out(size_t(g.size()));
+  g.run([&](int rank, Communicator& c) {
+    for (int i = 0; i < collectives; ++i) {
+      std::vector<uint8_t> in = makeInput(DataType::kFloat32, ReduceOp::kSum, rank, count), res(in.size());
+      Status st = c.allreduce(in.data(), res.data(), count, DataType::kFloat32, ReduceOp::kSum);
+      if (st.isOk()) EXPECT_EQ(res, expected) << "rank " << rank << " collective " << i;
+      out[size_t(rank)].results.push_back(st);
+    }
+  });
+  return out;
+}
+
+Options controlFaults(std::vector<FaultScheduleEntry> schedule, double probability = 0.0) {
+  Options o;
+  o.sliceBytes = 256;
+  o.timeout = std::chrono::milliseconds(20000);
+  o.logLevel = "off";
+  o.fault.mode = FaultMode::kControl;
+  o.fault.schedule = std::move(schedule);
+  o.fault.probability = probability;
+  o.fault.seed = 11;
+  return o;
+}
+
+// One damaged frame at a known place: the rank that received it fails with a kTransportError naming the
+// sender and the cause, every other rank with a kPeerError carrying that text, and every later call
+// returns the same error. A rank whose exchange was already complete when the frame was rejected keeps
+// its (exact) result and fails at the next collective, which cannot finish without the failed rank.
+void expectSameCauseEverywhere(int n, ControlTag tag, int sender, int receiver) {
+  LoopbackGroup g(n, controlFaults({{0, int(tag), sender, receiver}}));
+  const std::vector<RankOutcome> out = runAllreduces(g, 3);
+  const std::string cause = std::string("control frame ") + controlTagName(tag) + " #0 from rank " +
+                            std::to_string(sender) + " rejected on rank " + std::to_string(receiver) +
+                            ": CRC mismatch (damaged in transit)";
+  for (int r = 0; r < n; ++r) {
+    const std::vector<Status>& res = out[size_t(r)].results;
+    const size_t first = res[0].isOk() ? 1 : 0;
+    if (r == receiver) EXPECT_EQ(first, 0u) << "the receiver fails the collective it detected the damage in";
+    const Status& err = res[first];
+    EXPECT_EQ(err.code(), r == receiver ? StatusCode::kTransportError : StatusCode::kPeerError)
+        << "rank " << r << ": " << err.toString();
+    EXPECT_NE(err.message().find(cause), std::string::npos) << "rank " << r << ": " << err.message();
+    for (size_t i = first + 1; i < res.size(); ++i)
+      EXPECT_EQ(res[i].toString(), err.toString()) << "poisoned";
+  }
+  const std::vector<Counters> c = g.counters();
+  EXPECT_EQ(c[size_t(receiver)].injected, 1u);
+  EXPECT_EQ(c[size_t(receiver)].detected, 1u);
+  const Counters total = g.totalCounters();
+  EXPECT_EQ(total.injected, 1u);
+  EXPECT_EQ(total.detected, 1u);
+  EXPECT_EQ(total.escaped, 0u);
+  EXPECT_LE(total.collectives, uint64_t(n - 1));
+}
+
+TEST(ControlFaultTest, DamagedFingerprintFrameIsTheSameCauseOnEveryRank) {
+  // Dissemination round 0: rank r hears from rank r - 1.
+  expectSameCauseEverywhere(4, ControlTag::kFingerprint, 3, 0);
+  expectSameCauseEverywhere(2, ControlTag::kFingerprint, 0, 1);
+  // Round 1 of 5 ranks: rank 2 hears from rank 0.
+  expectSameCauseEverywhere(5, ControlTag::kFingerprint, 0, 2);
+}
+
+TEST(ControlFaultTest, DamagedVerdictFrameIsTheSameCauseOnEveryRank) {
+  expectSameCauseEverywhere(3, ControlTag::kVerdict, 1, 2);
+  expectSameCauseEverywhere(8, ControlTag::kVerdict, 4, 0);  // round 2: distance 4
+}
+
+// Random control damage: every collective is exact on a rank or an error there; once a rank fails it
+// stays failed; no rank hangs; every error is about a rejected control frame; and a rank that fails at
+// collective f takes every other rank down by collective f + 1 (each needs every rank's fingerprint).
+TEST(ControlFaultTest, RandomDamageNeverGivesAWrongResultOrAHang) {
+  const int reps = 12;
+  uint64_t injected = 0;
+  for (int n : {2, 3, 6}) {
+    LoopbackGroup g(n, controlFaults({}, 0.05));
+    const std::vector<RankOutcome> out = runAllreduces(g, reps);
+    std::vector<int> firstError(size_t(n), reps);
+    for (int r = 0; r < n; ++r) {
+      const std::vector<Status>& res = out[size_t(r)].results;
+      for (int i = 0; i < reps; ++i) {
+        if (res[size_t(i)].isOk()) continue;
+        if (firstError[size_t(r)] == reps) {
+          firstError[size_t(r)] = i;
+          EXPECT_NE(res[size_t(i)].message().find("rejected on rank"), std::string::npos)
+              << res[size_t(i)].toString();
+        }
+        EXPECT_EQ(res[size_t(i)].toString(), res[size_t(firstError[size_t(r)])].toString()) << "poisoned";
+      }
+    }
+    const int f = *std::min_element(firstError.begin(), firstError.end());
+    for (int r = 0; r < n; ++r) {
+      EXPECT_TRUE(firstError[size_t(r)] <= f + 1 || f + 1 >= reps)
+          << "n=" << n << ": rank " << r << " failed first at " << firstError[size_t(r)] << ", another at "
+          << f;
+    }
+    const Counters total = g.totalCounters();
+    EXPECT_EQ(total.escaped, 0u);
+    EXPECT_EQ(total.detected, total.injected) << "n=" << n;
+    const bool someFailed = f<reps, someInjected = total.injected> 0;
+    EXPECT_EQ(someFailed, someInjected) << "n=" << n << ": a damaged frame always ends in an error";
+    injected += total.injected;
+  }
+  EXPECT_GT(injected, 0u) << "the seed must damage something, or this test shows nothing";
+}
+
+// ---- control cost --------------------------------------------------------------------------------
+
+int ceilLog2(int n) {
+  int k = 0;
+  while ((1 << k) < n) ++k;
+  return k;
+}
+
+// Fault-free: a fingerprint dissemination and one verdict dissemination, ceil(log2 N) frames each, per
+// rank per collective; a collective with nothing to move (count 0) exchanges fingerprints only.
+TEST(ControlCostTest, FramesPerCollectiveAreTwiceCeilLog2N) {
+  for (int n = 1; n <= 8; ++n) {
+    Options o;
+    o.sliceBytes = 256;
+    LoopbackGroup g(n, o);
+    const int k = ceilLog2(n);
+    const size_t count = 1001;
+    const int reps = 3;
+    g.run([&](int rank, Communicator& c) {
+      std::vector<uint8_t> in = makeInput(DataType::kFloat32, ReduceOp::kSum, rank, count), res(in.size());
+      for (int i = 0; i < reps; ++i) {
+        ASSERT_TRUE(c.allreduce(in.data(), res.data(), count, DataType::kFloat32, ReduceOp::kSum).isOk());
+      }
+    });
+    // Fingerprint frame: header, dissemination header, two ranks and two fingerprints; verdict frame:
+    // header, dissemination header, an empty list.
+    const uint64_t fpFrame = 32 + 16 + 8 + 2 * 32, verdictFrame = 32 + 16 + 8;
+    for (const Counters& c : g.counters()) {
+      EXPECT_EQ(c.controlFrames, uint64_t(reps * 2 * k)) << "n=" << n;
+      EXPECT_EQ(c.controlBytes, uint64_t(reps * k) * (fpFrame + verdictFrame)) << "n=" << n;
+    }
+    const Counters before = g.comm(0).counters();
+    g.run([&](int, Communicator& c) {
+      ASSERT_TRUE(c.allreduce(nullptr, nullptr, 0, DataType::kFloat32, ReduceOp::kSum).isOk());
+    });
+    EXPECT_EQ(g.comm(0).counters().since(before).controlFrames, uint64_t(k)) << "n=" << n;
+    EXPECT_EQ(g.fabric().undeliveredControlFrames(), 0u) << "every frame sent was taken";
+  }
+}
+
+}  // namespace
+}  // namespace ringguard
