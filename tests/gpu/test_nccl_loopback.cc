@@ -90,12 +90,12 @@ TEST(NcclLoopback, FramedVerifiedSlicesWithInjectedFaultsAndRetransmission) {
         ASSERT_NE(recvs[k].streamEvent(), nullptr);
         ASSERT_TRUE(exec.waitFor(recvs[k].streamEvent()).isOk());
         ASSERT_TRUE(exec.waitFor(sends[k].streamEvent()).isOk());
+        // Fault injection as the algorithm does it: a plan, applied by a kernel on the executor's stream
+        // after the transfer's event, with no host wait.
         if (inj.corrupts(0, 0, int(k), 0, attempt)) {
-          ASSERT_TRUE(exec.editSlot(int(k), nullptr, bytes,
-                                    [&](uint8_t* p, Trailer* tr) {
-                                      EXPECT_TRUE(inj.corrupt(0, 0, int(k), 0, attempt, p, bytes, tr));
-                                    })
-                          .isOk());
+          const CorruptionPlan plan = inj.plan(0, 0, int(k), 0, attempt, bytes);
+          EXPECT_TRUE(plan.damages());
+          ASSERT_TRUE(exec.corruptReceived(int(k), nullptr, bytes, plan).isOk());
         }
         ApplyTask task;
         task.expected = SliceId{0, 0, uint32_t(k), 0, uint32_t(bytes), uint16_t(attempt)};

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -344,6 +345,65 @@ TEST(CorruptionPlanTest, HostExecutorRefusesPlansThatDoNotFit) {
   std::vector<uint8_t> dst(128);
   EXPECT_TRUE(exec.corruptReceived(0, dst.data(), 128, big).isOk()) << "in place: dst's size";
   EXPECT_TRUE(exec.corruptReceived(0, nullptr, 0, CorruptionPlan{}).isOk()) << "nothing to do";
+}
+
+// An executor that only has editSlot (every call forwarded to a HostExecutor but corruptReceived): the
+// interface's default corruptReceived, for executors that do not apply plans themselves.
+class EditOnlyExecutor final : public Executor {
+ public:
+  Status prepare(size_t items, int slots, size_t slotBytes) override {
+    return h_.prepare(items, slots, slotBytes);
+  }
+  Trailer* sendTrailer(size_t item) override { return h_.sendTrailer(item); }
+  void* slot(int index) override { return h_.slot(index); }
+  Trailer* slotTrailer(int index) override { return h_.slotTrailer(index); }
+  Status sealFirst(size_t item, const void* data, const SliceId& id) override {
+    return h_.sealFirst(item, data, id);
+  }
+  Status retag(size_t item, uint16_t attempt) override { return h_.retag(item, attempt); }
+  Status editSlot(int index, void* payload, size_t bytes,
+                  const std::function<void(uint8_t*, Trailer*)>& edit) override {
+    ++edits;
+    return h_.editSlot(index, payload, bytes, edit);
+  }
+  Status verifyAndApply(const ApplyTask& task, int index, size_t item, size_t nextItem) override {
+    return h_.verifyAndApply(task, index, item, nextItem);
+  }
+  Status copy(void* dst, const void* src, size_t bytes) override { return h_.copy(dst, src, bytes); }
+  Status scratch(size_t bytes, void** out) override { return h_.scratch(bytes, out); }
+  Status syncTest(bool* done) override { return h_.syncTest(done); }
+  SliceCheck verdict(size_t item) const override { return h_.verdict(item); }
+  int edits = 0;
+
+ private:
+  HostExecutor h_;
+};
+
+TEST(CorruptionPlanTest, TheDefaultCorruptReceivedAppliesThePlanThroughEditSlot) {
+  constexpr size_t kBytes = 333;
+  for (FaultMode m : {FaultMode::kBurst, FaultMode::kGarbage, FaultMode::kTrailer}) {
+    SCOPED_TRACE(faultModeName(m));
+    const FaultInjector inj(withMode(m, 8));
+    EditOnlyExecutor exec;
+    HostExecutor host;
+    ASSERT_TRUE(exec.prepare(2, 2, kBytes).isOk());
+    ASSERT_TRUE(host.prepare(2, 2, kBytes).isOk());
+    const std::vector<uint8_t> original = randomBytes(kBytes, 4);
+    std::memcpy(exec.slot(0), original.data(), kBytes);
+    std::memcpy(host.slot(0), original.data(), kBytes);
+    *exec.slotTrailer(0) = *host.slotTrailer(0) = sampleTrailer();
+    const CorruptionPlan plan = inj.plan(1, 1, 1, 1, 0, kBytes);
+    ASSERT_TRUE(exec.corruptReceived(0, nullptr, kBytes, plan).isOk());
+    ASSERT_TRUE(host.corruptReceived(0, nullptr, kBytes, plan).isOk());
+    EXPECT_EQ(1, exec.edits);
+    EXPECT_EQ(0, std::memcmp(exec.slot(0), host.slot(0), kBytes));
+    EXPECT_EQ(0, std::memcmp(exec.slotTrailer(0), host.slotTrailer(0), sizeof(Trailer)));
+    if (m != FaultMode::kTrailer) {  // a trailer plan fits any payload size
+      EXPECT_EQ(StatusCode::kInvalidArgument, exec.corruptReceived(0, nullptr, kBytes + 1, plan).code());
+    }
+    ASSERT_TRUE(exec.corruptReceived(0, nullptr, 0, CorruptionPlan{}).isOk());
+    EXPECT_EQ(1, exec.edits) << "nothing to damage: no host round trip";
+  }
 }
 
 }  // namespace
