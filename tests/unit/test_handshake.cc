@@ -1,0 +1,256 @@
+// The handshake at communicator creation, and peers that cannot be trusted: ranks with different settings
+// or protocol versions get one error naming the setting and both values on every rank; a verdict entry a
+// peer made up is rejected with a clear error instead of reaching the repair plan.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "loopback_util.h"
+#include "ringguard/runtime/handshake.h"
+
+namespace ringguard {
+namespace {
+
+using testing::contextFor;
+using testing::LoopbackGroup;
+using testing::makeInput;
+using testing::runRanks;
+
+Options quiet() {
+  Options o;
+  o.timeout = std::chrono::milliseconds(20000);
+  o.logLevel = "off";
+  return o;
+}
+
+// Every rank's first allreduce (and its communicator's firstError) after the handshake.
+std::vector<Status> firstCalls(LoopbackGroup& g) {
+  std::vector<Status> out(size_t(g.size()));
+  g.run([&](int rank, Communicator& c) {
+    std::vector<uint8_t> in = makeInput(DataType::kInt32, ReduceOp::kSum, rank, 100), res(in.size());
+    out[size_t(rank)] = c.allreduce(in.data(), res.data(), 100, DataType::kInt32, ReduceOp::kSum);
+  });
+  return out;
+}
+
+void expectEverywhere(LoopbackGroup& g, const std::string& message) {
+  const std::vector<Status> got = firstCalls(g);
+  for (int r = 0; r < g.size(); ++r) {
+    EXPECT_EQ(got[size_t(r)].code(), StatusCode::kInvalidArgument) << "rank " << r;
+    EXPECT_EQ(got[size_t(r)].message(), message) << "rank " << r;
+    // Poisoned: every later call, and firstError, give the same error; nothing ran.
+    EXPECT_EQ(g.comm(r).firstError().toString(), got[size_t(r)].toString());
+    EXPECT_EQ(g.comm(r).counters().collectives, 0u);
+  }
+}
+
+TEST(HandshakeTest, AgreeingRanksPassAndTransportDefaultsCount) {
+  // Rank 0 leaves slice bytes and slots to the transport's defaults (1 MiB, 2): the same as rank 1's.
+  std::vector<Options> o(2, quiet());
+  o[1].sliceBytes = size_t(1) << 20;
+  o[1].slots = 2;
+  LoopbackGroup g(o);
+  for (const Status& st : firstCalls(g)) EXPECT_TRUE(st.isOk()) << st.toString();
+  LoopbackGroup one(1, quiet());
+  for (const Status& st : firstCalls(one)) EXPECT_TRUE(st.isOk()) << st.toString();
+}
+
+TEST(HandshakeTest, EachSettingThatMustAgreeIsNamedWithBothValues) {
+  const std::string prefix = "communicator settings disagree: ";
+  {
+    std::vector<Options> o(2, quiet());
+    o[1].sliceBytes = 4096;
+    LoopbackGroup g(o);
+    expectEverywhere(g, prefix + "RINGGUARD_SLICE_BYTES differs: rank 0 has 1048576, rank 1 has 4096");
+  }
+  {
+    std::vector<Options> o(3, quiet());
+    o[2].slots = 4;
+    LoopbackGroup g(o);
+    expectEverywhere(g, prefix + "RINGGUARD_SLOTS differs: rank 0 has 2, rank 2 has 4");
+  }
+  {
+    std::vector<Options> o(4, quiet());
+    o[1].maxRetries = 5;
+    LoopbackGroup g(o);
+    expectEverywhere(g, prefix + "RINGGUARD_MAX_RETRIES differs: rank 0 has 3, rank 1 has 5");
+  }
+  {
+    std::vector<Options> o(2, quiet());
+    o[0].timeout = std::chrono::milliseconds(15000);
+    LoopbackGroup g(o);
+    expectEverywhere(g, prefix + "RINGGUARD_TIMEOUT_MS differs: rank 0 has 15000, rank 1 has 20000");
+  }
+  {
+    // The lowest rank against the lowest rank that differs from it, whatever the others hold; the first
+    // setting that differs between those two.
+    std::vector<Options> o(7, quiet());
+    o[5].sliceBytes = 512;
+    o[5].maxRetries = 1;
+    o[3].maxRetries = 2;
+    o[6].slots = 8;
+    LoopbackGroup g(o);
+    expectEverywhere(g, prefix + "RINGGUARD_MAX_RETRIES differs: rank 0 has 3, rank 3 has 2");
+  }
+}
+
+TEST(HandshakeTest, SimulatedVersionSkewIsNamed) {
+  for (int n : {2, 5}) {
+    auto transports = makeLoopbackTransports(n);
+    const Options o = quiet();
+    std::vector<Status> got{size_t(n)};
+    runRanks(n, [&](int r) {
+      got[size_t(r)] = handshake(transports[size_t(r)].get(), o, nullptr,
+                                 r == n - 1 ? kProtocolVersion + 1 : kProtocolVersion);
+    });
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(got[size_t(r)].code(), StatusCode::kInvalidArgument);
+      EXPECT_EQ(got[size_t(r)].message(),
+                "communicator settings disagree: ringguard protocol version differs: rank 0 has " +
+                    std::to_string(kProtocolVersion) + ", rank " + std::to_string(n - 1) + " has " +
+                    std::to_string(kProtocolVersion + 1))
+          << "rank " << r;
+    }
+  }
+}
+
+TEST(HandshakeTest, AMissingPeerIsATimeoutNamingIt) {
+  auto transports = makeLoopbackTransports(3);
+  // Rank 2 never takes part: rank 0 hears from it in round 0, rank 1 in round 1. Rank 0 gives up first
+  // and tells rank 1, which learns the cause instead of waiting out its own timeout.
+  std::vector<Options> o(2, quiet());
+  o[0].timeout = std::chrono::milliseconds(100);
+  std::vector<Status> got(2);
+  runRanks(2, [&](int r) { got[size_t(r)] = handshake(transports[size_t(r)].get(), o[size_t(r)]); });
+  const std::string cause =
+      "handshake seq 0: timed out after 100 ms on rank 0 waiting for the handshake summary from rank 2";
+  EXPECT_EQ(got[0].code(), StatusCode::kTimeout) << got[0].toString();
+  EXPECT_EQ(got[0].message(), cause);
+  EXPECT_EQ(got[1].code(), StatusCode::kPeerError) << got[1].toString();
+  EXPECT_NE(got[1].message().find(cause), std::string::npos) << got[1].message();
+}
+
+// ---- verdict entries from untrusted peers ---------------------------------------------------------
+
+// Runs exchangeVerdicts on n ranks where rank `liar` adds `bogus` to its own list (a peer's own list is
+// never checked by itself: it is what the others receive). Errors are broadcast as the communicator does.
+std::vector<Status> exchangeWithLiar(int n, int liar, const SliceFailure& bogus, const RingSchedule& sched,
+                                     bool withValidator) {
+  auto transports = makeLoopbackTransports(n);
+  Options o = quiet();
+  std::vector<Status> got{size_t(n)};
+  runRanks(n, [&](int r) {
+    Counters c;
+    const CollectiveContext ctx = contextFor(transports[size_t(r)].get(), &o, &c, /*seq=*/4);
+    std::vector<SliceFailure> mine, global;
+    if (r == liar) mine.push_back(bogus);
+    Status st =
+        exchangeVerdicts(ctx, 0, mine, &global, withValidator ? ringFailureValidator(sched) : nullptr);
+    if (!st.isOk() && st.code() != StatusCode::kPeerError) broadcastError(transports[size_t(r)].get(), st);
+    got[size_t(r)] = st;
+  });
+  return got;
+}
+
+TEST(UntrustedPeerTest, OutOfRangeVerdictEntryIsRejectedWithAClearError) {
+  const int n = 3;
+  const RingSchedule sched(n, 1001, 4, 256);  // 3 columns, 6 slices, 4 steps
+  ASSERT_EQ(sched.slicesPerColumn(), 6);
+  SliceFailure f;
+  f.column = 0;
+  f.slice = 99;  // outside the schedule: the repair would index past the executor's trailers
+  f.step = 0;
+  f.sender = 0;
+  f.receiver = 1;
+  f.reason = uint8_t(SliceCheck::kCorrupt);
+  const std::vector<Status> got = exchangeWithLiar(n, 1, f, sched, true);
+  // Rank 1 sends to rank 2 in round 0 and to rank 0 in round 1. Rank 2 rejects it; rank 0 rejects it too,
+  // unless rank 2's broadcast reaches it first. Rank 1 waits on rank 2 and learns the error.
+  const std::string rejected =
+      "test seq 4: verdict entry from rank 1 rejected (link 0 -> 1, step 0, slice 99, "
+      "column 0): outside the ring schedule (3 columns, 6 slices, 4 steps)";
+  EXPECT_EQ(got[2].code(), StatusCode::kTransportError) << got[2].toString();
+  EXPECT_EQ(got[2].message(), rejected);
+  for (int r : {0, 1}) {
+    EXPECT_TRUE(got[size_t(r)].code() == StatusCode::kTransportError ||
+                got[size_t(r)].code() == StatusCode::kPeerError)
+        << got[size_t(r)].toString();
+    EXPECT_NE(got[size_t(r)].message().find(rejected), std::string::npos) << got[size_t(r)].message();
+  }
+
+  // A route that is not the schedule's (sender 2 does not send column 0 at step 0).
+  f.slice = 1;
+  f.sender = 2;
+  const std::vector<Status> route = exchangeWithLiar(n, 1, f, sched, true);
+  EXPECT_EQ(route[2].code(), StatusCode::kTransportError);
+  EXPECT_NE(route[2].message().find("(link 2 -> 1, step 0, slice 1, column 0): outside the ring schedule"),
+            std::string::npos)
+      << route[2].message();
+  // The same entry with a correct route passes and every rank holds it.
+  f.sender = 0;
+  for (const Status& st : exchangeWithLiar(n, 1, f, sched, true)) EXPECT_TRUE(st.isOk()) << st.toString();
+}
+
+TEST(UntrustedPeerTest, RanksAndReasonsAreCheckedWithoutASchedule) {
+  const RingSchedule sched(2, 100, 4, 256);
+  SliceFailure f;
+  f.sender = 7;  // no such rank
+  f.receiver = 0;
+  f.reason = uint8_t(SliceCheck::kCorrupt);
+  std::vector<Status> got = exchangeWithLiar(2, 1, f, sched, false);
+  EXPECT_EQ(got[0].message(),
+            "test seq 4: verdict entry from rank 1 rejected (link 7 -> 0, step 0, slice 0, column 0): ranks "
+            "outside [0, 2)");
+  f.sender = 1;
+  f.reason = uint8_t(SliceCheck::kPoisoned);  // not a link failure: never repaired
+  got = exchangeWithLiar(2, 1, f, sched, false);
+  EXPECT_EQ(
+      got[0].message(),
+      "test seq 4: verdict entry from rank 1 rejected (link 1 -> 0, step 0, slice 0, column 0): reason 5 is "
+      "not a link failure");
+  // Rank 1 heard all it needed from rank 0 before that: it ends its part (and would fail at its next wait).
+  EXPECT_TRUE(got[1].isOk()) << got[1].toString();
+}
+
+// Through the communicator: rank 1's verdict frames are forged (well sealed, so the channel accepts
+// them) with an entry outside the schedule. Every rank fails with a clear error; nothing is written out
+// of bounds.
+TEST(UntrustedPeerTest, ForgedVerdictThroughTheCommunicatorFailsCleanly) {
+  const int n = 3;
+  Options o = quiet();
+  o.sliceBytes = 256;
+  LoopbackGroup g(n, o);
+  g.fabric().setControlHook([](int from, int, ControlTag tag, std::vector<uint8_t>* frame) {
+    if (from != 1 || tag != ControlTag::kVerdict) return true;
+    // Body: dissemination header (16 bytes), count, pad, entries. Append one entry and re-seal.
+    ControlFrameHeader h;
+    std::memcpy(&h, frame->data(), sizeof(h));
+    std::vector<uint8_t> body(frame->begin() + sizeof(h), frame->end());
+    uint32_t count = 0;
+    std::memcpy(&count, body.data() + 16, 4);
+    SliceFailure f;
+    f.column = 0;
+    f.slice = 1000000;
+    f.step = 0;
+    f.sender = 0;
+    f.receiver = 1;
+    f.reason = uint8_t(SliceCheck::kCorrupt);
+    ++count;
+    std::memcpy(body.data() + 16, &count, 4);
+    const auto* p = reinterpret_cast<const uint8_t*>(&f);
+    body.insert(body.end(), p, p + sizeof(f));
+    *frame = sealControlFrame(ControlTag(h.tag), h.sender, h.receiver, h.seq, body.data(), body.size());
+    return true;
+  });
+  const std::vector<Status> got = firstCalls(g);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_FALSE(got[size_t(r)].isOk()) << "rank " << r;
+    EXPECT_NE(got[size_t(r)].message().find("slice 1000000"), std::string::npos)
+        << "rank " << r << ": " << got[size_t(r)].toString();
+  }
+}
+
+}  // namespace
+}  // namespace ringguard
