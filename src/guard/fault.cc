@@ -64,7 +64,7 @@ bool GuardFaultInjector::enabled() const {
 }
 
 std::vector<GuardFaultHit> GuardFaultInjector::hits(const std::string& op, uint64_t call, int attempt,
-                                                    size_t outputs) const {
+                                                    size_t targets) const {
   std::vector<GuardFaultHit> out;
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t r = 0; r < rules_.size(); ++r) {
@@ -72,7 +72,7 @@ std::vector<GuardFaultHit> GuardFaultInjector::hits(const std::string& op, uint6
     if (!rule.op.empty() && rule.op != op) continue;
     if (rule.call >= 0 && static_cast<uint64_t>(rule.call) != call) continue;
     if (attempt >= rule.attempts) continue;
-    for (size_t o = 0; o < outputs; ++o) {
+    for (size_t o = 0; o < targets; ++o) {
       if (rule.output >= 0 && static_cast<size_t>(rule.output) != o) continue;
       if (rule.probability < 1.0) {
         // The draw ignores the attempt, so a hit call stays hit for its first `attempts` attempts.

@@ -181,8 +181,11 @@ Status Guard::releaseAll(std::vector<Saved>* saved) {
 
 Status Guard::attempt(const GuardedOp& op, uint64_t call, int attemptIndex, bool useFallback) {
   RINGGUARD_RETURN_IF_ERROR(useFallback ? op.fallback() : op.body());
-  for (const GuardFaultHit& hit : faults_.hits(op.name, call, attemptIndex, op.outputs.size())) {
-    const GuardBuffer& out = op.outputs[static_cast<size_t>(hit.output)];
+  // Targets count the outputs first, then the state tensors (an op that only mutates has no outputs).
+  const size_t targets = op.outputs.size() + op.state.size();
+  for (const GuardFaultHit& hit : faults_.hits(op.name, call, attemptIndex, targets)) {
+    const size_t t = static_cast<size_t>(hit.output);
+    const GuardBuffer& out = t < op.outputs.size() ? op.outputs[t] : op.state[t - op.outputs.size()];
     if (out.count() == 0) continue;
     const size_t index = static_cast<size_t>(hit.element % out.count());
     RINGGUARD_RETURN_IF_ERROR(backendFor(out)->inject(out, index, hit.value, op.stream));

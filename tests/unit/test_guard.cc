@@ -344,3 +344,29 @@ TEST(Guard, ScanInputsFindsAPoisonedInput) {
 
 }  // namespace
 }  // namespace ringguard
+
+namespace ringguard {
+namespace {
+
+// An op that only mutates has no outputs: fault targets continue with its state tensors.
+TEST(Guard, FaultsCanTargetStateTensorsAfterTheOutputs) {
+  auto guard = guard_test::hostGuard(guard_test::policyWith(GuardAction::kReplay));
+  GuardFaultRule r = guard_test::rule("affine", 1, 1, FaultValue::kPosInf, 2);
+  r.output = 1;  // outputs: y (0); state: w (1)
+  guard->faults().addRule(r);
+  guard_test::Affine a(9), ref(9);
+  for (int s = 0; s < 3; ++s) {
+    a.feed(s);
+    ref.feed(s);
+    ref.compute();
+    GuardedOp op = a.op();
+    CallReport rep;
+    ASSERT_TRUE(guard->run(op, &rep).isOk());
+    EXPECT_EQ(s == 1 ? GuardResolution::kReplayed : GuardResolution::kClean, rep.resolution);
+  }
+  EXPECT_EQ(guard_test::bitsOf(ref.w), guard_test::bitsOf(a.w));
+  EXPECT_EQ(1u, guard->counters().injected);
+}
+
+}  // namespace
+}  // namespace ringguard

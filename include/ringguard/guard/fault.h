@@ -13,17 +13,17 @@
 namespace ringguard {
 
 struct GuardFaultRule {
-  std::string op;        // op name; empty matches every op
-  int64_t call = -1;     // the op's call index (0-based, per op name); -1 matches every call
-  int attempts = 1;      // attempts hit, from the first: 1 = transient; a large value = persistent
-  int output = 0;        // which declared output is written; -1: every output
+  std::string op;     // op name; empty matches every op
+  int64_t call = -1;  // the op's call index (0-based, per op name); -1 matches every call
+  int attempts = 1;   // attempts hit, from the first: 1 = transient; a large value = persistent
+  int output = 0;     // which target is written: the op's outputs, then its state tensors; -1: every target
   uint64_t element = 0;  // element index (taken modulo the output's count)
   FaultValue value = FaultValue::kNaN;
   double probability = 1.0;  // < 1: each matching (call, output) is hit with this probability
 };
 
 struct GuardFaultHit {
-  int output;  // index into the op's outputs
+  int output;  // index into the op's outputs followed by its state tensors
   uint64_t element;
   FaultValue value;
 };
@@ -34,8 +34,9 @@ class GuardFaultInjector {
   void addRule(const GuardFaultRule& rule);
   void clear();
   bool enabled() const;
-  // The writes for attempt `attempt` (0 = first run) of call `call` of `op`, which has `outputs` outputs.
-  std::vector<GuardFaultHit> hits(const std::string& op, uint64_t call, int attempt, size_t outputs) const;
+  // The writes for attempt `attempt` (0 = first run) of call `call` of `op`, which has `targets` targets
+  // (outputs + state tensors).
+  std::vector<GuardFaultHit> hits(const std::string& op, uint64_t call, int attempt, size_t targets) const;
 
  private:
   mutable std::mutex mu_;

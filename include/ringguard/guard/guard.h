@@ -43,9 +43,11 @@ struct GuardCounters {
 
 struct GuardedOp {
   std::string name;
-  std::vector<GuardBuffer> inputs;   // read only; must be unchanged by the op (checkInputs verifies it)
-  std::vector<GuardBuffer> state;    // mutated in place: snapshotted before the op, restored on detection
-  std::vector<GuardBuffer> outputs;  // written entirely by the op: scanned, never snapshotted
+  std::vector<GuardBuffer> inputs;  // read only; must be unchanged by the op (checkInputs verifies it)
+  std::vector<GuardBuffer> state;   // mutated in place: snapshotted before the op, restored on detection
+  // Written entirely by the op: scanned, never snapshotted. The guard reads this list after every run of
+  // the body, so a body that allocates its results (a functional op) may assign them here as it returns.
+  std::vector<GuardBuffer> outputs;
   std::function<Status()> body;
   std::function<Status()> fallback;  // optional alternative (fp32 compute, reference implementation)
   void* stream = nullptr;            // device work's stream (cudaStream_t), shared by body and guard
