@@ -58,10 +58,11 @@ Status pollUntil(const CollectiveContext& ctx, const std::function<Status(bool* 
       RINGGUARD_RETURN_IF_ERROR(peerErrorIfAny(ctx));
       lastErrorCheck = now;
     }
-    if (now - start > ctx.options->timeout) {
+    if (now - start > ctx.options->timeout + ctx.timeoutSlack) {
       std::ostringstream os;
-      os << ctx.name << " seq " << ctx.seq << ": timed out after " << ctx.options->timeout.count()
-         << " ms on rank " << ctx.transport->rank() << " waiting for " << what();
+      os << ctx.name << " seq " << ctx.seq << ": timed out after "
+         << (ctx.options->timeout + ctx.timeoutSlack).count() << " ms on rank " << ctx.transport->rank()
+         << " waiting for " << what();
       return Status(StatusCode::kTimeout, os.str());
     }
     // Ranks may share cores (oversubscribed tests): give the peer a chance to run. A wait that has lasted
@@ -95,7 +96,13 @@ Status disseminate(const CollectiveContext& ctx, ControlTag tag, uint32_t round,
   const int n = ctx.transport->size(), me = ctx.transport->rank();
   const int rounds = disseminationRounds(n);
   std::vector<uint8_t> msg;
+  // Round k's sender sends only after its own rounds < k: a chain of waits on a stalled rank has strictly
+  // decreasing rounds and ends at a rank that waits on the stalled one itself. A quarter of the timeout of
+  // slack per round lets that rank time out first and broadcast the stalled rank's name, so every rank
+  // reports the real culprit rather than the healthy rank it was relayed through.
+  CollectiveContext waitCtx = ctx;
   for (int k = 0; k < rounds; ++k) {
+    waitCtx.timeoutSlack = ctx.timeoutSlack + k * (ctx.options->timeout / 4);
     const int dist = 1 << k;
     const int to = (me + dist) % n, from = (me - dist % n + n) % n;
     std::vector<uint8_t> out;
@@ -104,7 +111,7 @@ Status disseminate(const CollectiveContext& ctx, ControlTag tag, uint32_t round,
     out.insert(out.end(), body.begin(), body.end());
     RINGGUARD_RETURN_IF_ERROR(control->send(to, tag, out.data(), out.size(), ctx.counters));
     RINGGUARD_RETURN_IF_ERROR(pollUntil(
-        ctx,
+        waitCtx,
         [&](bool* done) {
           int src = -1;
           return control->probe(from, tag, &msg, &src, done, ctx.injector, ctx.counters);

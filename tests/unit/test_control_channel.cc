@@ -294,6 +294,37 @@ TEST(ControlFaultTest, RandomDamageNeverGivesAWrongResultOrAHang) {
   EXPECT_GT(injected, 0u) << "the seed must damage something, or this test shows nothing";
 }
 
+// A rank that never shows up: only some ranks wait on it directly, the others on healthy ranks that wait
+// on it. Every rank must still name the stalled rank, not the one it was relayed through.
+TEST(DisseminationTest, AStalledRankIsNamedByEveryRank) {
+  for (int n : {3, 4, 8}) {
+    auto transports = makeLoopbackTransports(n);
+    Options o;
+    o.timeout = std::chrono::milliseconds(300);
+    o.logLevel = "off";
+    const int stalled = n - 1;
+    std::vector<Status> got{size_t(n - 1)};
+    testing::runRanks(n - 1, [&](int r) {
+      Counters c;
+      const CollectiveContext ctx = testing::contextFor(transports[size_t(r)].get(), &o, &c);
+      Status st =
+          exchangeFingerprints(ctx, makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 8, 0));
+      if (!st.isOk() && st.code() != StatusCode::kPeerError) broadcastError(transports[size_t(r)].get(), st);
+      got[size_t(r)] = st;
+    });
+    const std::string culprit = "waiting for the fingerprint summary from rank " + std::to_string(stalled);
+    for (int r = 0; r < n - 1; ++r) {
+      EXPECT_TRUE(got[size_t(r)].code() == StatusCode::kTimeout ||
+                  got[size_t(r)].code() == StatusCode::kPeerError)
+          << got[size_t(r)].toString();
+      EXPECT_NE(got[size_t(r)].message().find(culprit), std::string::npos)
+          << "n=" << n << " rank " << r << ": " << got[size_t(r)].message();
+    }
+    // Rank 0 waits on it in round 0, with no slack: it is the one that times out.
+    EXPECT_EQ(got[0].code(), StatusCode::kTimeout) << got[0].toString();
+  }
+}
+
 // ---- control cost --------------------------------------------------------------------------------
 
 int ceilLog2(int n) {

@@ -2,6 +2,7 @@
 // What every collective needs besides its buffers: the transport, options, fault injector, counters,
 // and the waiting discipline (deadline + peer errors) shared by all waits.
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -26,6 +27,10 @@ struct CollectiveContext {
   uint64_t seq = 0;
   const char* name = "collective";
   const std::atomic<bool>* aborted = nullptr;  // set by Communicator::abort: every wait returns kAborted
+  // Added to options->timeout by pollUntil. A dissemination round k waits on a rank that may itself wait
+  // in an earlier round for a stalled one: its slack lets the rank that waits on the stalled rank directly
+  // time out first and name it (see disseminate).
+  std::chrono::milliseconds timeoutSlack{0};
 };
 
 // Polls `test` until it reports done. Fails with kTimeout ("... waiting for <what>") when nothing
