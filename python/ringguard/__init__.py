@@ -22,6 +22,7 @@ import torch
 
 from . import _autoload, _ext
 from .options import Options
+from .guard import Guard, GuardError, guard  # noqa: E402,F401  NaN/Inf rollback (docs/GUARD.md)
 
 __version__ = "0.1.0"
 __all__ = ["Options", "backend", "counters", "set_fault", "fault", "transport", "init_from_mpi",

@@ -70,6 +70,10 @@ PYBIND11_DECLARE_HOLDER_TYPE(T, IntrusivePtrNoGilDestructor<T>, true)
 PYBIND11_MODULE(_C, m) {
   m.doc() = "ringguard: CRC32-verified collectives as a torch.distributed backend";
   m.attr("__torch_version__") = RINGGUARD_TORCH_VERSION;  // torch.__version__ at configure time
+  {
+    void ringguardRegisterGuardBindings(py::module_&);  // ringguard._C.Guard: guard_bindings.cc
+    ringguardRegisterGuardBindings(m);
+  }
 
   m.def("option_names", [] {
     std::vector<std::string> names;

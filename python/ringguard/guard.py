@@ -1,0 +1,308 @@
+"""NaN/Inf snapshot-and-rollback for custom operators (docs/GUARD.md).
+
+    g = ringguard.guard(policy="replay", replays=2, fallback=None)
+
+    @g                                   # a decorated function: one guarded call per call
+    def mlp(x, w): return torch.relu(x @ w)
+
+    @ringguard.guard(mutates=["m", "w"])  # a function that changes tensors in place declares them
+    def sgd(w: torch.Tensor, m: torch.Tensor, g: torch.Tensor) -> None: ...
+
+    op = g.custom_op("fused", fn, mutates_args=())   # one opaque op under torch.compile(fullgraph=True)
+
+    with g:                              # a TorchDispatchMode: every aten op of the block is guarded
+        y = model(x)
+
+    g.step(train_step, batch)            # a step: deferred verdicts, replayed or skipped as a whole,
+                                         # agreed across ranks (group=...)
+    g.counters()                         # detections, rollbacks, replays, fallbacks, escalations, ...
+
+The state machine is the C++ one (``ringguard._C.Guard``, src/guard/); this module declares the tensors
+and hands it the op bodies as callables.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import torch
+
+from . import _ext
+
+__all__ = ["Guard", "GuardError", "guard"]
+
+
+class GuardError(RuntimeError):
+    """Raised when the policy ends in ``raise``: names op, call, tensor, first bad index and value, the
+    count of bad values and the replays tried. The extension raises this class (guard_bindings.cc)."""
+
+
+def _tensors(obj) -> List[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for t in obj if isinstance(t, torch.Tensor)]
+    return []
+
+
+def _stream_of(tensors: Iterable[torch.Tensor]) -> int:
+    for t in tensors:
+        if t.is_cuda:
+            return torch.cuda.current_stream(t.device).cuda_stream
+    return 0
+
+
+def _max_allreduce(group):
+    """The step agreement over torch.distributed: MAX of one int64 over `group` (any backend)."""
+    import torch.distributed as dist
+
+    def agree(severity: int) -> int:
+        t = torch.tensor([severity], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+        return int(t.item())
+
+    return agree
+
+
+class Guard:
+    """A guard with one policy, its own counters and fault injection.
+
+    policy: first response to a non-finite result: "replay", "fallback", "zero", "clamp", "skip_step",
+    "raise". replays: K. escalation: after K failed replays ("raise", "fallback", "zero", "clamp",
+    "skip_step"). after_fallback: when a fallback escalation failed too. mode: "immediate" (verdict read
+    after each call) or "deferred" (read once per ``step``). fallback: the default alternative for
+    decorated functions. group: a torch.distributed group whose ranks agree on every step's outcome.
+    """
+
+    def __init__(self, policy: str = "replay", replays: int = 2, escalation: str = "raise",
+                 after_fallback: str = "raise", mode: str = "immediate",
+                 fallback: Optional[Callable] = None, mutates: Sequence[str] = (),
+                 snapshot_budget_bytes: int = 1 << 30, scan_state: bool = True, scan_inputs: bool = False,
+                 check_inputs: bool = False, device: Optional[int] = None, group: Any = None):
+        C = _ext.load()
+        if device is None:
+            device = torch.cuda.current_device() if torch.cuda.is_available() else -1
+        self.mode = mode
+        self.fallback = fallback
+        self.mutates = tuple(mutates)
+        self._impl = C.Guard(dict(policy=policy, replays=replays, escalation=escalation,
+                                  after_fallback=after_fallback, mode=mode,
+                                  snapshot_budget_bytes=snapshot_budget_bytes, scan_state=scan_state,
+                                  scan_inputs=scan_inputs, check_inputs=check_inputs), device)
+        if group is not None:
+            self.set_group(group)
+        self._mode_stack: List[Any] = []
+
+    # ---- calls ------------------------------------------------------------------------------------
+
+    def call(self, fn: Callable, *args, name: Optional[str] = None, mutates: Sequence = (),
+             fallback: Optional[Callable] = None, **kwargs):
+        """Runs ``fn(*args, **kwargs)`` as one guarded call and returns its result. Tensors among the
+        arguments named (or indexed) in `mutates` are the state (snapshotted, restored); the other tensor
+        arguments are inputs; the returned tensors are the outputs (scanned)."""
+        name = name or getattr(fn, "__name__", "op")
+        state, inputs = _split(fn, args, kwargs, mutates)
+        fb = fallback or self.fallback
+        body = functools.partial(fn, *args, **kwargs)
+        fb_body = functools.partial(fb, *args, **kwargs) if fb is not None else None
+        stream = _stream_of([t for _, t in state + inputs])
+        result, _ = self._impl.run(name, inputs, state, [], body, fb_body, stream)
+        return result
+
+    def __call__(self, fn: Optional[Callable] = None, *, name: Optional[str] = None,
+                 mutates: Optional[Sequence] = None, fallback: Optional[Callable] = None):
+        """Decorator: ``@g`` or ``@g(name=..., mutates=[...], fallback=...)``."""
+        if fn is None:
+            return lambda f: self(f, name=name, mutates=mutates, fallback=fallback)
+        muts = self.mutates if mutates is None else tuple(mutates)
+
+        @functools.wraps(fn)
+        def guarded(*args, **kwargs):
+            return self.call(fn, *args, name=name or fn.__name__, mutates=muts, fallback=fallback,
+                             **kwargs)
+
+        guarded.guard = self
+        return guarded
+
+    def step(self, fn: Callable, *args, guard_ops: bool = False, **kwargs):
+        """Runs ``fn(*args, **kwargs)`` as one step: every snapshot of the step is kept to its end, the
+        verdicts (deferred mode) are read once, the outcome is agreed across the group's ranks, and on
+        a detection every snapshot is restored and the step replayed, run with the flagged ops'
+        fallbacks, skipped or raised. guard_ops=True guards every aten op of the step (TorchDispatchMode;
+        the step is the replay unit). Returns (result of the last run, report); a skipped step returns
+        (None, report) with report["resolution"] == "skipped"."""
+        box: Dict[str, Any] = {}
+
+        def region():
+            if guard_ops:
+                with _GuardMode(self):
+                    box["result"] = fn(*args, **kwargs)
+            else:
+                box["result"] = fn(*args, **kwargs)
+
+        report = self._impl.run_step(region)
+        result = None if report["resolution"] == "skipped" else box.get("result")
+        return result, report
+
+    # ---- torch.library ------------------------------------------------------------------------------
+
+    def custom_op(self, name: str, fn: Callable, *, mutates_args: Sequence[str] = (),
+                  fallback: Optional[Callable] = None, fake: Optional[Callable] = None,
+                  namespace: str = "ringguard_guard"):
+        """Registers ``namespace::name``, a ``torch.library.custom_op`` whose implementation is `fn`
+        under this guard: one opaque op to ``torch.compile(fullgraph=True)``, guarded in eager and
+        compiled runs alike. `fn` needs type annotations (the schema is inferred from them); `fake`
+        (default: `fn` itself, fine for ops written in torch) gives output metadata to the compiler.
+        Returns the op (``op.register_autograd`` adds a backward)."""
+        muts = tuple(mutates_args)
+
+        @functools.wraps(fn)
+        def impl(*args, **kwargs):
+            return self.call(fn, *args, name=name, mutates=muts, fallback=fallback, **kwargs)
+
+        op = torch.library.custom_op(f"{namespace}::{name}", impl, mutates_args=muts)
+        # The compiler traces `fake` on FakeTensors for output metadata; an op written in torch can be
+        # its own fake (in-place writes on fakes are harmless).
+        op.register_fake(fake if fake is not None else fn)
+        return op
+
+    # ---- context manager: every op of the block ------------------------------------------------------
+
+    def __enter__(self):
+        if self.mode != "immediate":
+            raise ValueError("ringguard.guard: a `with` block cannot be replayed as a whole; in deferred "
+                             "mode run the region as g.step(fn, guard_ops=True)")
+        mode = _GuardMode(self)
+        mode.__enter__()
+        self._mode_stack.append(mode)
+        return self
+
+    def __exit__(self, *exc):
+        return self._mode_stack.pop().__exit__(*exc)
+
+    # ---- counters, faults, agreement ----------------------------------------------------------------
+
+    def counters(self) -> Dict[str, int]:
+        """calls, steps, detections, rollbacks, replays, fallbacks, escalations, sanitized,
+        skipped_steps, raised, injected, bytes_snapshotted, host_waits (they only grow)."""
+        return dict(self._impl.counters())
+
+    def inject(self, op: str = "", call: int = -1, attempts: int = 1, output: int = 0, element: int = 0,
+               value: str = "nan", probability: float = 1.0) -> None:
+        """Fault injection: writes `value` ("nan", "+inf", "-inf", or "large": the largest finite value,
+        which the guard does not catch) into element `element` of target `output` (the op's outputs,
+        then its state tensors; -1: all) of call `call` of `op` ("" and -1: every op / call), for the
+        first `attempts` attempts (1: transient; large: persistent), with `probability` (seeded)."""
+        self._impl.add_fault(op, call, attempts, output, element, value, probability)
+
+    def seed(self, seed: int) -> None:
+        self._impl.set_fault_seed(seed)
+
+    def clear_faults(self) -> None:
+        self._impl.clear_faults()
+
+    def set_group(self, group) -> None:
+        """Agree every step's outcome with the ranks of `group` (one MAX allreduce of an int64 per step
+        attempt); None turns agreement off."""
+        self._impl.set_agreement(None if group is None else _max_allreduce(group))
+
+    def set_agreement(self, fn: Optional[Callable[[int], int]]) -> None:
+        """A custom agreement: fn(local severity) -> the MAX over every rank."""
+        self._impl.set_agreement(fn)
+
+
+def guard(fn: Optional[Callable] = None, **policy):
+    """``ringguard.guard(policy=..., replays=..., fallback=...)``: a :class:`Guard`, usable as a
+    decorator and as a context manager; ``ringguard.guard(fn)`` decorates `fn` with the defaults."""
+    if fn is not None:
+        return Guard(**policy)(fn)
+    return Guard(**policy)
+
+
+# ---- helpers ------------------------------------------------------------------------------------------
+
+
+def _split(fn, args, kwargs, mutates) -> Tuple[List[Tuple[str, torch.Tensor]], List[Tuple[str, torch.Tensor]]]:
+    """(state, inputs): the tensor arguments, named by parameter, split by `mutates` (names or
+    positions)."""
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+        named = list(bound.arguments.items())
+    except (TypeError, ValueError):
+        named = [(f"arg{i}", a) for i, a in enumerate(args)] + list(kwargs.items())
+    muts = set(mutates)
+    state, inputs = [], []
+    seen = set()
+    for i, (pname, value) in enumerate(named):
+        for j, t in enumerate(_tensors(value)):
+            key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.numel())
+            if key in seen:
+                continue  # the same tensor passed twice is declared once
+            seen.add(key)
+            label = pname if isinstance(value, torch.Tensor) else f"{pname}[{j}]"
+            (state if (pname in muts or i in muts) else inputs).append((label, t))
+    return state, inputs
+
+
+_UNINITIALISED = "empty"  # aten::empty, empty_like, empty_strided, new_empty, ...
+
+
+@functools.lru_cache(maxsize=None)
+def _guard_mode_class():
+    # Imported on first use: this module is imported while torch itself initialises (the backend's entry
+    # point), when torch.utils._python_dispatch may not be importable yet.
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _GuardMode(TorchDispatchMode):
+        """Guards every aten op: in-place arguments are the state, fresh results the outputs. Views and ops
+        whose results alias an argument run unguarded (nothing new to scan), as do ops on non-contiguous
+        state or results (the snapshot is one byte range)."""
+
+        def __init__(self, guard: Guard):
+            super().__init__()
+            self.guard = guard
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            schema = func._schema
+            if _UNINITIALISED in schema.name or "resize" in schema.name:
+                return func(*args, **kwargs)  # uninitialised memory is no verdict on anything
+            if any(r.alias_info is not None for r in schema.returns):
+                if not any(r.alias_info is not None and r.alias_info.is_write for r in schema.returns):
+                    return func(*args, **kwargs)  # a view: nothing computed
+            state = []
+            flat = list(zip(schema.arguments, args)) + [(a, kwargs[a.name]) for a in schema.arguments
+                                                        if a.name in kwargs]
+            for arg, value in flat:
+                if arg.alias_info is not None and arg.alias_info.is_write:
+                    for t in _tensors(value):
+                        if not t.is_contiguous():
+                            return func(*args, **kwargs)
+                        state.append((arg.name, t))
+            impl = self.guard._impl
+
+            def body():
+                out = func(*args, **kwargs)
+                fresh = [t for t in _tensors(out) if t.is_contiguous()
+                         and all(t.untyped_storage().data_ptr() != s.untyped_storage().data_ptr()
+                                 for _, s in state)]
+                return fresh, out
+
+            box = {}
+
+            def run():
+                fresh, out = body()
+                box["out"] = out
+                return fresh
+
+            stream = _stream_of([t for _, t in state] + [t for a in args for t in _tensors(a)])
+            impl.run(str(func), [], state, [], run, None, stream)
+            return box["out"]
+
+    return _GuardMode
+
+
+def _GuardMode(guard):
+    return _guard_mode_class()(guard)

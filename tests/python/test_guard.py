@@ -1,0 +1,341 @@
+"""ringguard.guard from Python: the C++ state machine (ringguard._C.Guard) over torch tensors, eager, under
+torch.compile(fullgraph=True), as a TorchDispatchMode and under autocast. CPU cases run everywhere (CI);
+CUDA cases are skipped without a GPU."""
+
+import pytest
+import torch
+
+import ringguard
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bytes as integers: equality is bit identity (NaN payloads and -0 included)."""
+    return t.detach().contiguous().view(torch.uint8).clone()
+
+
+def train(g, steps=12, device="cpu", faults=()):
+    """A tiny regression trained with a guarded forward (autograd through it) and a guarded in-place
+    momentum SGD update. Returns the final weights and momentum."""
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(16, 8, generator=gen).to(device).requires_grad_(True)
+    m = torch.zeros(16, 8, device=device)
+    xs = [torch.randn(32, 16, generator=gen).to(device) for _ in range(steps)]
+    ts = [torch.randn(32, 8, generator=gen).to(device) for _ in range(steps)]
+
+    def forward(x, w):
+        return torch.tanh(x @ w)
+
+    def sgd(w, m, grad):
+        m.mul_(0.9).add_(grad)
+        w.sub_(0.05 * m)
+
+    if g is not None:
+        for f in faults:
+            g.inject(**f)
+        forward = g(forward)
+        sgd = g(sgd, mutates=["w", "m"])
+    for x, t in zip(xs, ts):
+        loss = ((forward(x, w) - t) ** 2).mean()
+        (grad,) = torch.autograd.grad(loss, [w])
+        with torch.no_grad():
+            sgd(w, m, grad)
+    return w.detach(), m
+
+
+FAULTS = [dict(op="forward", call=3, value="nan", element=5),
+          dict(op="sgd", call=7, value="+inf", element=100),  # sgd has no outputs: target 0 is w
+          dict(op="sgd", call=9, output=1, value="-inf")]      # target 1: m
+
+
+def test_replay_after_injected_faults_is_bit_identical_to_a_fault_free_run():
+    w_ref, m_ref = train(None)
+    g = ringguard.guard(policy="replay", replays=2)
+    w, m = train(g, faults=FAULTS)
+    assert torch.equal(bits(w), bits(w_ref))
+    assert torch.equal(bits(m), bits(m_ref))
+    c = g.counters()
+    assert (c["injected"], c["detections"], c["rollbacks"], c["replays"]) == (3, 3, 3, 3)
+    assert c["escalations"] == 0 and c["calls"] == 24
+    assert c["bytes_snapshotted"] == 12 * 2 * 16 * 8 * 4  # w and m, every sgd call
+
+
+def test_fault_during_replay_and_escalation_after_k_replays():
+    g = ringguard.guard(policy="replay", replays=3)
+    g.inject(op="forward", call=2, attempts=3)  # the first run and two replays
+    w_ref, _ = train(None)
+    w, _ = train(g)
+    assert torch.equal(bits(w), bits(w_ref))
+    assert g.counters()["replays"] == 3
+
+    g = ringguard.guard(policy="replay", replays=2)
+    g.inject(op="sgd", call=4, attempts=1000, element=3, value="nan")
+    with pytest.raises(ringguard.GuardError) as err:
+        train(g)
+    assert str(err.value) == ("guard: op 'sgd' call 4: state 'w' has 1 non-finite value (first at index 3: "
+                              "nan); after 2 replays and 0 fallbacks; raised; state restored")
+    c = g.counters()
+    assert (c["detections"], c["replays"], c["escalations"], c["raised"]) == (3, 2, 1, 1)
+
+
+def test_fallback_is_taken_and_within_tolerance():
+    calls = {"fast": 0, "ref": 0}
+
+    def fast(x):
+        calls["fast"] += 1
+        return (x.half() * x.half()).float()  # overflows f16 above 256
+
+    def reference(x):
+        calls["ref"] += 1
+        return x * x
+
+    g = ringguard.guard(policy="replay", replays=1, escalation="fallback")
+    f = g(fast, fallback=reference)
+    x = torch.tensor([300.0, 2.0, -1000.0, 0.5])
+    y = f(x)
+    assert calls == {"fast": 2, "ref": 1}
+    torch.testing.assert_close(y, x * x, rtol=0, atol=0)  # the f32 reference, exactly
+    c = g.counters()
+    assert (c["fallbacks"], c["escalations"], c["detections"]) == (1, 1, 2)
+
+
+def test_zero_clamp_and_skip():
+    for policy, expect in [("zero", [0.0, 0.0, 0.0]), ("clamp", [0.0, 3.4028234663852886e38,
+                                                                 -3.4028234663852886e38])]:
+        g = ringguard.guard(policy=policy)
+        g.inject(op="ident", call=0, element=0, value="nan")
+        g.inject(op="ident", call=0, element=1, value="+inf")
+        g.inject(op="ident", call=0, element=2, value="-inf")
+        y = g(lambda x: x * 1.0, name="ident")(torch.ones(4))
+        assert y.tolist() == expect + [1.0], policy
+        assert g.counters()["sanitized"] == 1
+
+    g = ringguard.guard(policy="skip_step", mode="deferred")
+    w = torch.ones(5)
+    step = g(lambda w: w.add_(1.0), name="inc", mutates=["w"])
+    g.inject(op="inc", call=1, output=0)
+    results = [g.step(step, w)[1]["resolution"] for _ in range(3)]
+    assert results == ["clean", "skipped", "clean"]
+    assert w.tolist() == [3.0] * 5  # the skipped step's increment was rolled back
+
+
+def test_large_finite_values_are_not_caught():
+    g = ringguard.guard()
+    g.inject(op="ident", call=0, element=2, value="large")
+    y = g(lambda x: x + 0.0, name="ident")(torch.zeros(4))
+    assert y[2].item() == torch.finfo(torch.float32).max
+    assert g.counters()["detections"] == 0
+
+
+def test_deferred_step_replay_is_bit_identical():
+    w_ref, m_ref = train(None)
+    g = ringguard.guard(policy="replay", replays=2, mode="deferred")
+    for f in FAULTS:
+        g.inject(**f)
+    forward = g(lambda x, w: torch.tanh(x @ w), name="forward")
+
+    def sgd_(w, m, grad):
+        m.mul_(0.9).add_(grad)
+        w.sub_(0.05 * m)
+
+    sgd = g(sgd_, name="sgd", mutates=["w", "m"])
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(16, 8, generator=gen).requires_grad_(True)
+    m = torch.zeros(16, 8)
+    xs = [torch.randn(32, 16, generator=gen) for _ in range(12)]
+    ts = [torch.randn(32, 8, generator=gen) for _ in range(12)]
+
+    def step(x, t):
+        loss = ((forward(x, w) - t) ** 2).mean()
+        (grad,) = torch.autograd.grad(loss, [w])
+        with torch.no_grad():
+            sgd(w, m, grad)
+
+    reports = [g.step(step, x, t)[1] for x, t in zip(xs, ts)]
+    assert torch.equal(bits(w), bits(w_ref))
+    assert torch.equal(bits(m), bits(m_ref))
+    assert [i for i, r in enumerate(reports) if r["resolution"] == "replayed"] == [3, 7, 9]
+    c = g.counters()
+    assert (c["steps"], c["replays"], c["rollbacks"]) == (12, 3, 3)
+
+
+def test_deferred_mode_needs_a_step_and_with_blocks_need_immediate_mode():
+    g = ringguard.guard(mode="deferred")
+    with pytest.raises(ValueError, match="deferred mode reads verdicts at a step's end"):
+        g(lambda x: x * 2, name="double")(torch.ones(2))
+    with pytest.raises(ValueError, match="cannot be replayed as a whole"):
+        with g:
+            pass
+
+
+def test_bad_use_gets_a_clear_error():
+    g = ringguard.guard()
+    w = torch.ones(4, 4).t()
+    with pytest.raises(ValueError, match=r"tensor 'w' is not contiguous \(sizes \[4, 4\], strides \[1, 4\]\)"):
+        g(lambda w: w.mul_(2), name="scale", mutates=["w"])(w)
+    g = ringguard.guard(snapshot_budget_bytes=100)
+    with pytest.raises(ValueError, match="its state needs a snapshot of 128 bytes, 0 are held already, and "
+                                         "the snapshot budget is 100 bytes"):
+        g(lambda w: w.mul_(2), name="scale", mutates=["w"])(torch.ones(32))
+    g = ringguard.guard(check_inputs=True)
+    x = torch.ones(8)
+    with pytest.raises(ValueError, match="changed its input 'x': declare a tensor the op writes as state"):
+        g(lambda x: x.add_(1), name="sneaky")(x)
+    assert x.tolist() == [2.0] * 8  # undeclared, so not restored: the error says how to fix it
+    with pytest.raises(ValueError, match="unknown policy 'retry'"):
+        ringguard.guard(policy="retry")
+
+
+def test_op_exceptions_pass_through_with_state_restored():
+    g = ringguard.guard()
+    w = torch.zeros(3)
+
+    def bad(w):
+        w.add_(5)
+        raise KeyError("boom")
+
+    with pytest.raises(KeyError, match="boom"):
+        g(bad, mutates=["w"])(w)
+    assert w.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_dispatch_mode_guards_every_op_and_works_under_autocast():
+    a = torch.randn(8, 4, generator=torch.Generator().manual_seed(1))
+    b = torch.randn(4, 6, generator=torch.Generator().manual_seed(2))
+    ref = torch.relu(a @ b).sum(0)
+    g = ringguard.guard()
+    g.inject(op="aten.mm.default", call=0, element=7)
+    g.inject(op="aten.relu.default", call=0, element=0, value="-inf")
+    with g:
+        y = torch.relu(a @ b).sum(0)
+    assert torch.equal(bits(y), bits(ref))
+    c = g.counters()
+    assert c["replays"] == 2 and c["calls"] >= 3
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = a @ b
+        g = ringguard.guard()
+        g.inject(op="aten.mm.default", call=0, element=3)
+        with g:
+            y = a @ b
+    assert y.dtype == torch.bfloat16 and ref.dtype == torch.bfloat16
+    assert torch.equal(bits(y), bits(ref))
+    assert g.counters()["replays"] == 1
+
+
+def test_step_with_guard_ops_replays_the_region():
+    w = torch.arange(6, dtype=torch.float32)
+    g = ringguard.guard(mode="deferred")
+    g.inject(op="aten.mul_.Tensor", call=1, output=0)  # in place: target 0 is the state, w
+
+    def region():
+        w.mul_(torch.tensor(2.0))
+        return w.sum()
+
+    outs = [g.step(region, guard_ops=True) for _ in range(3)]
+    assert [r["resolution"] for _, r in outs] == ["clean", "replayed", "clean"]
+    assert torch.equal(w, torch.arange(6, dtype=torch.float32) * 8)
+    assert [o.item() for o, _ in outs] == [30.0, 60.0, 120.0]
+
+
+def _affine_tanh(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(x @ w + 1.0)
+
+
+def test_custom_op_is_one_opaque_op_under_torch_compile_fullgraph():
+    x = torch.randn(16, 8, generator=torch.Generator().manual_seed(3))
+    w = torch.randn(8, 4, generator=torch.Generator().manual_seed(4))
+    results = {}
+    for compiled in (False, True):
+        g = ringguard.guard(replays=2)
+        op = g.custom_op(f"affine_tanh_{int(compiled)}", _affine_tanh)  # one qualname per registration
+        g.inject(op=f"affine_tanh_{int(compiled)}", call=1, element=9)  # faults name the guarded op
+
+        def model(x, w):
+            return op(op(x, w) @ w.t(), w).sum(1)
+
+        fn = torch.compile(model, fullgraph=True, backend="aot_eager") if compiled else model
+        results[compiled] = fn(x, w)
+        c = g.counters()
+        assert (c["calls"], c["replays"]) == (2, 1), compiled
+    assert torch.equal(bits(results[False]), bits(results[True]))
+    assert torch.equal(bits(results[False]), bits(_affine_tanh(_affine_tanh(x, w) @ w.t(), w).sum(1)))
+
+
+def test_custom_op_under_inductor():
+    x = torch.randn(16, 8, generator=torch.Generator().manual_seed(5))
+    w = torch.randn(8, 4, generator=torch.Generator().manual_seed(6))
+    g = ringguard.guard()
+    op = g.custom_op("affine_tanh_inductor", _affine_tanh)
+    g.inject(op="affine_tanh_inductor", call=0, element=2, value="+inf")
+    fn = torch.compile(lambda x, w: op(x, w) * 2.0, fullgraph=True)
+    y = fn(x, w)
+    assert torch.equal(bits(y), bits(_affine_tanh(x, w) * 2.0))
+    assert g.counters()["replays"] == 1
+
+
+def test_agreement_callback_makes_a_clean_rank_replay():
+    seen = []
+
+    def other_rank_detected(severity):
+        seen.append(severity)
+        return max(severity, 1 if len(seen) == 1 else 0)  # the other rank rolls back the first attempt
+
+    g = ringguard.guard(mode="deferred")
+    g.set_agreement(other_rank_detected)
+    w = torch.zeros(3)
+    inc = g(lambda w: w.add_(1.0), name="inc", mutates=["w"])
+    _, report = g.step(inc, w)
+    assert seen == [0, 0] and report["resolution"] == "replayed"
+    assert w.tolist() == [1.0, 1.0, 1.0]  # restored, then run once more
+    assert g.counters()["detections"] == 0 and g.counters()["replays"] == 1
+
+
+@CUDA
+def test_cuda_replay_is_bit_identical():
+    w_ref, m_ref = train(None, device="cuda")
+    g = ringguard.guard()
+    w, m = train(g, device="cuda", faults=FAULTS)
+    assert torch.equal(bits(w), bits(w_ref)) and torch.equal(bits(m), bits(m_ref))
+    c = g.counters()
+    assert (c["detections"], c["replays"]) == (3, 3)
+    assert c["host_waits"] >= c["calls"]  # immediate: one verdict wait per call (+ rare-path reads)
+
+
+@CUDA
+def test_cuda_deferred_step_waits_once_per_step():
+    g = ringguard.guard(mode="deferred")
+    w = torch.zeros(1 << 20, device="cuda")
+    inc = g(lambda w: w.add_(1.0), name="inc", mutates=["w"])
+    ops = g(lambda x: torch.sin(x), name="sin")
+    waits_inside = []
+
+    def step():
+        before = g.counters()["host_waits"]
+        for _ in range(10):
+            inc(w)
+            ops(w)
+        waits_inside.append(g.counters()["host_waits"] - before)
+
+    for _ in range(5):
+        g.step(step)
+    torch.cuda.synchronize()
+    assert waits_inside == [0] * 5
+    assert g.counters()["host_waits"] == 5
+    assert torch.equal(w, torch.full_like(w, 50.0))
+
+
+@CUDA
+def test_cuda_custom_op_compiled_matches_eager():
+    x = torch.randn(64, 32, device="cuda")
+    w = torch.randn(32, 16, device="cuda")
+    outs = []
+    for compiled in (False, True):
+        g = ringguard.guard()
+        op = g.custom_op(f"cuda_affine_tanh_{int(compiled)}", _affine_tanh)
+        g.inject(op=f"cuda_affine_tanh_{int(compiled)}", call=0, element=11)
+        fn = torch.compile(lambda x, w: op(x, w), fullgraph=True) if compiled else (lambda x, w: op(x, w))
+        outs.append(fn(x, w))
+        assert g.counters()["replays"] == 1
+    assert torch.equal(bits(outs[0]), bits(outs[1]))
