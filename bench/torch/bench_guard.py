@@ -66,7 +66,7 @@ def bench_op(mib: int, iters: int):
     rows["op guarded, immediate"] = timed(lambda: guarded(w, g), iters)
     waits_imm = imm.counters()["host_waits"] / max(1, imm.counters()["calls"])
 
-    dfr = ringguard.guard(mode="deferred")
+    dfr = ringguard.guard(mode="deferred", snapshot_budget_bytes=16 << 30)  # 10 snapshots held per step
     gdef = dfr(op, mutates=["w"])
     inside = []
 
@@ -83,7 +83,7 @@ def bench_op(mib: int, iters: int):
     unguarded10 = timed(lambda: [op(w, g) for _ in range(10)], max(1, iters // 10)) / 10
 
     base = rows["op unguarded"]
-    need = rows["D2D copy of the state"] + rows["guard scan + verdict alone"] - 0.0
+    need = rows["D2D copy of the state"] + rows["guard scan + verdict alone"]
     print(f"\n== guarded op: in-place add over {mib} MiB of f32 state ==")
     for k, v in rows.items():
         print(f"  {k:46s} {v:8.3f} ms   {v / base:5.2f}x op")
