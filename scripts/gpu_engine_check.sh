@@ -5,7 +5,10 @@
 #   ctest -L gpu (the device tests, the staged ring, NCCL loopback; gpu_kernels_nogpu too), ctest -L unit,
 #   regcheck, compute-sanitizer memcheck over the new device tests (16 MiB buffers), bench_kernels at 128 MiB
 #   and 1 GiB (the forwarded copy: fused vs sealed), then a table of steps and of the copy's timings.
-# Every log goes to ${OUT:-/tmp/out}/<step>.log (tee, pipefail). Exit status: 0 only if every step passed.
+# Every step's log goes to ${OUT:-/tmp/out}/gpu_engine/<step>.log (tee, pipefail); at the end they are packed
+# into $OUT/gpu_engine_logs.tgz, next to $OUT/summary.log and $OUT/bench_copy_table.log (few files: a
+# machine that hands back a bounded number of files from $OUT still returns all of it; KEEP_LOGS=1 keeps
+# the folder too). Exit status: 0 only if every step passed.
 #
 #   scripts/gpu_engine_check.sh      build dir: <repo>/build-engine ($RINGGUARD_GPU_BUILD_DIR overrides)
 #   CUDA_ARCH=90 JOBS=16 GPU_CHECK_QUICK=1 scripts/gpu_engine_check.sh   (QUICK: no memcheck)
@@ -13,7 +16,8 @@ set -uo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="${RINGGUARD_GPU_BUILD_DIR:-$repo_root/build-engine}"
-out_dir="${OUT:-/tmp/out}"
+out_root="${OUT:-/tmp/out}"
+out_dir="$out_root/gpu_engine"
 cuda_arch="${CUDA_ARCH:-90}"
 jobs="${JOBS:-16}"
 mkdir -p "$out_dir"
@@ -87,4 +91,11 @@ if [[ -s "$bench_log" ]]; then
   } | tee "$out_dir/bench_copy_table.log"
 fi
 
-print_summary gpu_engine_check
+status=0
+print_summary gpu_engine_check || status=1
+tar -czf "$out_root/gpu_engine_logs.tgz" -C "$out_root" gpu_engine
+cp "$out_dir/summary.log" "$out_root/summary.log"
+if [[ -f "$out_dir/bench_copy_table.log" ]]; then cp "$out_dir/bench_copy_table.log" "$out_root/"; fi
+if [[ "${KEEP_LOGS:-0}" != "1" ]]; then rm -rf "$out_dir"; fi
+echo "logs: $out_root/gpu_engine_logs.tgz (tar -xzf it: gpu_engine/<step>.log)"
+exit "$status"
