@@ -48,9 +48,10 @@ def _tensors(obj) -> List[torch.Tensor]:
 
 
 def _stream_of(tensors: Iterable[torch.Tensor]) -> int:
+    """The raw cudaStream_t of the current stream of the first CUDA tensor's device (0: none)."""
     for t in tensors:
         if t.is_cuda:
-            return torch.cuda.current_stream(t.device).cuda_stream
+            return torch._C._cuda_getCurrentRawStream(t.device.index)
     return 0
 
 
@@ -102,8 +103,11 @@ class Guard:
         """Runs ``fn(*args, **kwargs)`` as one guarded call and returns its result. Tensors among the
         arguments named (or indexed) in `mutates` are the state (snapshotted, restored); the other tensor
         arguments are inputs; the returned tensors are the outputs (scanned)."""
+        return self._run(fn, _signature(fn), args, kwargs, name, mutates, fallback)
+
+    def _run(self, fn, sig, args, kwargs, name, mutates, fallback):
         name = name or getattr(fn, "__name__", "op")
-        state, inputs = _split(fn, args, kwargs, mutates)
+        state, inputs = _split(sig, args, kwargs, mutates)
         fb = fallback or self.fallback
         body = functools.partial(fn, *args, **kwargs)
         fb_body = functools.partial(fb, *args, **kwargs) if fb is not None else None
@@ -117,11 +121,12 @@ class Guard:
         if fn is None:
             return lambda f: self(f, name=name, mutates=mutates, fallback=fallback)
         muts = self.mutates if mutates is None else tuple(mutates)
+        sig = _signature(fn)  # once: inspect.signature costs tens of microseconds per call
+        op_name = name or getattr(fn, "__name__", "op")
 
         @functools.wraps(fn)
         def guarded(*args, **kwargs):
-            return self.call(fn, *args, name=name or fn.__name__, mutates=muts, fallback=fallback,
-                             **kwargs)
+            return self._run(fn, sig, args, kwargs, op_name, muts, fallback)
 
         guarded.guard = self
         return guarded
@@ -157,10 +162,11 @@ class Guard:
         (default: `fn` itself, fine for ops written in torch) gives output metadata to the compiler.
         Returns the op (``op.register_autograd`` adds a backward)."""
         muts = tuple(mutates_args)
+        sig = _signature(fn)
 
         @functools.wraps(fn)
         def impl(*args, **kwargs):
-            return self.call(fn, *args, name=name, mutates=muts, fallback=fallback, **kwargs)
+            return self._run(fn, sig, args, kwargs, name, muts, fallback)
 
         op = torch.library.custom_op(f"{namespace}::{name}", impl, mutates_args=muts)
         # The compiler traces `fake` on FakeTensors for output metadata; an op written in torch can be
@@ -224,13 +230,23 @@ def guard(fn: Optional[Callable] = None, **policy):
 # ---- helpers ------------------------------------------------------------------------------------------
 
 
-def _split(fn, args, kwargs, mutates) -> Tuple[List[Tuple[str, torch.Tensor]], List[Tuple[str, torch.Tensor]]]:
+def _signature(fn) -> Optional[inspect.Signature]:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+
+
+def _split(sig, args, kwargs, mutates) -> Tuple[List[Tuple[str, torch.Tensor]], List[Tuple[str, torch.Tensor]]]:
     """(state, inputs): the tensor arguments, named by parameter, split by `mutates` (names or
     positions)."""
-    try:
-        bound = inspect.signature(fn).bind(*args, **kwargs)
-        named = list(bound.arguments.items())
-    except (TypeError, ValueError):
+    named = None
+    if sig is not None:
+        try:
+            named = list(sig.bind(*args, **kwargs).arguments.items())
+        except TypeError:
+            named = None
+    if named is None:
         named = [(f"arg{i}", a) for i, a in enumerate(args)] + list(kwargs.items())
     muts = set(mutates)
     state, inputs = [], []
