@@ -24,7 +24,7 @@ struct ApplyTask {
   size_t count = 0;             // elements
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
-  bool reduce = false;     // reduce-scatter step (else: all-gather copy)
+  bool reduce = false;  // reduce-scatter step (else: all-gather copy)
   // The payload was received straight into dst (all-gather, broadcast, send/recv, all-to-all): slot
   // `index` holds only its trailer, nothing is copied, dst is verified where it lies. Only with !reduce.
   // A rejected slice leaves dst holding what arrived (never used: it is forwarded poisoned and repaired).
