@@ -316,11 +316,24 @@ Communicator* ProcessGroupRingguard::communicatorFor(const at::Tensor& t, const 
 #endif
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::launchAllreduce(const char* op,
+                                                                      const at::Tensor& buffer, size_t count,
+                                                                      DataType dtype, ReduceOp rop,
+                                                                      std::vector<at::Tensor> outputs,
+                                                                      std::function<void()> after) {
+  void* data = buffer.data_ptr();
+  return launch(
+      op, buffer,
+      [=](Communicator* comm, void* stream) {
+        return comm->allreduceAsync(data, data, count, dtype, rop, stream);
+      },
+      std::move(outputs), std::move(after));
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::launch(const char* op, const at::Tensor& buffer,
-                                                             size_t count, DataType dtype, ReduceOp rop,
-                                                             std::vector<at::Tensor> outputs,
-                                                             std::function<void()> after,
-                                                             bool nestedOutputs) {
+                                                             Start start, std::vector<at::Tensor> outputs,
+                                                             std::function<void()> after, bool nestedOutputs,
+                                                             std::vector<at::Tensor> keep) {
   Communicator* comm = communicatorFor(buffer, op);
   auto p = std::make_shared<Pending>();
   std::vector<c10::Device> devices;
@@ -346,9 +359,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::launch(const char* op, con
   p->rg = c10::make_intrusive<RgWork>(rank_, c10d::OpType::UNKNOWN, op, outputs, p->future);
   p->keep = outputs;
   p->keep.push_back(buffer);
+  p->keep.insert(p->keep.end(), keep.begin(), keep.end());
   p->after = std::move(after);
   ++sequence_;
-  p->work = comm->allreduceAsync(buffer.data_ptr(), buffer.data_ptr(), count, dtype, rop, stream);
+  p->work = start(comm, stream);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     pending_.push_back(p);
@@ -407,7 +421,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allreduce(std::vector<at::
   }
   if (!toReduceOp(opts.reduceOp, &op))
     unsupported("allreduce", std::string(reduceOpText(opts.reduceOp)) + " on " + describe(t));
-  return launch("allreduce", t, size_t(t.numel()), dt, op, {t}, nullptr);
+  return launchAllreduce("allreduce", t, size_t(t.numel()), dt, op, {t}, nullptr);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::broadcast(std::vector<at::Tensor>& tensors,
@@ -417,10 +431,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::broadcast(std::vector<at::
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "ringguard: broadcast: root rank ", opts.rootRank,
               " is outside [0, ", size_, ")");
   at::Tensor t = tensors[0];
+  // The native pipelined chain, as bytes: any dtype, verified slice by slice like every collective.
   at::Tensor bytes = bytesOf(t);
-  // Every rank but the root contributes zeros to a byte-wise sum: the result is the root's bytes exactly.
-  if (rank_ != opts.rootRank) bytes.zero_();
-  return launch("broadcast", bytes, size_t(bytes.numel()), DataType::kUint8, ReduceOp::kSum, {t}, nullptr);
+  void* data = bytes.data_ptr();
+  const size_t n = size_t(bytes.numel());
+  const int root = int(opts.rootRank);
+  return launch(
+      "broadcast", bytes,
+      [=](Communicator* comm, void* stream) {
+        return comm->broadcastAsync(data, data, n, DataType::kUint8, root, stream);
+      },
+      {t}, nullptr);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -438,15 +459,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allgather(std::vector<std:
                 "ringguard: allgather: output ", describe(o), " of ", o.numel(),
                 " elements does not match the input ", describe(in), " of ", in.numel());
   }
-  // Each rank writes its bytes into its own block of a zeroed buffer; a byte-wise sum assembles them.
+  // The native ring all-gather into one flat buffer (every block verified where it lands), then copied
+  // out into the list.
   const int64_t n = in.numel() * int64_t(in.element_size());
-  at::Tensor flat = at::zeros({n * size_}, in.options().dtype(at::kByte));
-  flat.narrow(0, n * rank_, n).copy_(bytesOf(in));
+  at::Tensor flat = at::empty({n * size_}, in.options().dtype(at::kByte));
+  at::Tensor mine = bytesOf(in);
   auto after = [outs, flat, n]() {
     for (size_t r = 0; r < outs.size(); ++r) bytesOf(outs[r]).copy_(flat.narrow(0, n * int64_t(r), n));
   };
-  return launch("allgather", flat, size_t(flat.numel()), DataType::kUint8, ReduceOp::kSum, outs, after,
-                /*nestedOutputs=*/true);
+  return launch("allgather", flat,
+                [mine, flat, n](Communicator* comm, void* stream) {
+                  return comm->allgatherAsync(mine.data_ptr(), flat.data_ptr(), size_t(n), DataType::kUint8,
+                                              stream);
+                },
+                outs, after, /*nestedOutputs=*/true, {mine});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::_allgather_base(at::Tensor& output, at::Tensor& input,
@@ -459,17 +485,24 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::_allgather_base(at::Tensor
               " elements must hold ", size_, " x the input ", describe(input), " of ", input.numel());
   at::Tensor bytes = bytesOf(output);
   const int64_t n = input.numel() * int64_t(input.element_size());
-  at::Tensor mine = bytesOf(input).clone();  // the input may alias the output, which is zeroed next
-  bytes.zero_();
-  bytes.narrow(0, n * rank_, n).copy_(mine);
-  return launch("all_gather_into_tensor", bytes, size_t(bytes.numel()), DataType::kUint8, ReduceOp::kSum,
-                {output}, nullptr);
+  // The input may be this rank's block of the output (in place, as FSDP does); any other overlap is copied.
+  at::Tensor mine = bytesOf(input);
+  const auto* own = static_cast<const uint8_t*>(bytes.data_ptr()) + n * rank_;
+  const auto* in0 = static_cast<const uint8_t*>(mine.data_ptr());
+  const auto* out0 = static_cast<const uint8_t*>(bytes.data_ptr());
+  if (in0 != own && n > 0 && in0 < out0 + n * size_ && out0 < in0 + n) mine = mine.clone();
+  return launch("all_gather_into_tensor", bytes,
+                [mine, bytes, n](Communicator* comm, void* stream) {
+                  return comm->allgatherAsync(mine.data_ptr(), bytes.data_ptr(), size_t(n), DataType::kUint8,
+                                              stream);
+                },
+                {output}, nullptr, /*nestedOutputs=*/false, {mine});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::barrier(const c10d::BarrierOptions& opts) {
   // A one-element verified allreduce on the CPU communicator: it returns once every rank has entered.
   at::Tensor t = at::zeros({1}, at::kInt);
-  return launch("barrier", t, 1, DataType::kInt32, ReduceOp::kSum, {t}, nullptr);
+  return launchAllreduce("barrier", t, 1, DataType::kInt32, ReduceOp::kSum, {t}, nullptr);
 }
 
 #define RINGGUARD_UNSUPPORTED(signature, opname, what) \

@@ -126,9 +126,18 @@ class ProcessGroupRingguard : public c10d::Backend {
   const char* option(const char* name) const;
   bool useMpi();
   Status createMpiCommunicator(const std::vector<int>& globalRanks);  // collective over the group
-  c10::intrusive_ptr<c10d::Work> launch(const char* op, const at::Tensor& buffer, size_t count,
-                                        DataType dtype, ReduceOp rop, std::vector<at::Tensor> outputs,
-                                        std::function<void()> after, bool nestedOutputs = false);
+  // Starts one collective of the communicator of `buffer`'s device (`start` gets it and the caller's
+  // stream) and returns its c10d Work; `after` runs on success before the Work completes. The Work keeps
+  // `buffer`, the outputs and `keep` (inputs the collective reads) alive until it completes.
+  using Start = std::function<std::shared_ptr<ringguard::Work>(Communicator*, void* stream)>;
+  c10::intrusive_ptr<c10d::Work> launch(const char* op, const at::Tensor& buffer, Start start,
+                                        std::vector<at::Tensor> outputs, std::function<void()> after,
+                                        bool nestedOutputs = false, std::vector<at::Tensor> keep = {});
+  // An allreduce of `buffer` in place.
+  c10::intrusive_ptr<c10d::Work> launchAllreduce(const char* op, const at::Tensor& buffer, size_t count,
+                                                 DataType dtype, ReduceOp rop,
+                                                 std::vector<at::Tensor> outputs,
+                                                 std::function<void()> after);
   c10::intrusive_ptr<c10d::Work> p2p(const char* op, at::Tensor& t, int peer, int tag, bool isSend);
   void completionLoop();
   void stop(bool abort);
