@@ -158,14 +158,16 @@ Status Pipeline::apply(int step, int slice, int attempt, int slotIndex) {
 
   // Fault injection: after the sender's CRC, before this rank's check, as a bad link would.
   injected_[idx] = 0;
+  // The damage is planned on the host without reading the payload and applied in the executor's order
+  // (a kernel on a device executor's stream), so injection keeps the production event ordering.
   if (ctx_.injector && ctx_.injector->corrupts(seq, step, slice, me_, attempt)) {
-    bool changed = false;
-    RINGGUARD_RETURN_IF_ERROR(exec_->editSlot(
-        slotIndex, target.inPlace ? target.dst : nullptr, bytes, [&](uint8_t* payload, Trailer* trailer) {
-          changed = ctx_.injector->corrupt(seq, step, slice, me_, attempt, payload, bytes, trailer);
-        }));
-    injected_[idx] = changed;
-    if (changed) local_.injected++;
+    const CorruptionPlan damage = ctx_.injector->plan(seq, step, slice, me_, attempt, bytes);
+    if (damage.damages()) {
+      RINGGUARD_RETURN_IF_ERROR(
+          exec_->corruptReceived(slotIndex, target.inPlace ? target.dst : nullptr, bytes, damage));
+      injected_[idx] = 1;
+      local_.injected++;
+    }
   }
 
   // A write into a region this rank sent from: that send must be done.
