@@ -30,7 +30,7 @@ Status allgather(const CollectiveContext& ctx, Executor* exec, const void* send,
   if (n == 1 || sendCount == 0) return Status::ok();
   const RingSchedule sched = RingSchedule::blocks(n, sendCount, esize, ctx.options->sliceBytes);
   const RingPlan plan(RingPlan::Kind::kAllgather, sched, me, dtype, ReduceOp::kSum, send, recv, nullptr);
-  return runPipeline(ctx, exec, plan, groupVerdicts(ctx));
+  return runPipeline(ctx, exec, plan, groupVerdicts(ctx, plan));
 }
 
 }  // namespace ringguard

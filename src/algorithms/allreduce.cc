@@ -28,7 +28,7 @@ Status allreduce(const CollectiveContext& ctx, Executor* exec, const void* send,
   const RingSchedule sched(ctx.transport->size(), count, dataTypeSize(dtype), ctx.options->sliceBytes);
   const RingPlan plan(RingPlan::Kind::kAllreduce, sched, ctx.transport->rank(), dtype, op, send, recv,
                       nullptr);
-  return runPipeline(ctx, exec, plan, groupVerdicts(ctx));
+  return runPipeline(ctx, exec, plan, groupVerdicts(ctx, plan));
 }
 
 }  // namespace ringguard

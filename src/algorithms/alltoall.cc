@@ -77,7 +77,7 @@ Status alltoall(const CollectiveContext& ctx, Executor* exec, const void* send, 
     return FlowRoute{src, dst, (dst - src - 1 + n) % n};
   };
   const FlowPlan plan(n, me, n * n, n - 1, dtype, ctx.options->sliceBytes, send, recv, out, in, route);
-  return runPipeline(ctx, exec, plan, groupVerdicts(ctx));
+  return runPipeline(ctx, exec, plan, groupVerdicts(ctx, plan));
 }
 
 }  // namespace ringguard

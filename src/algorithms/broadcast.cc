@@ -105,7 +105,7 @@ Status broadcast(const CollectiveContext& ctx, Executor* exec, const void* send,
   if (n == 1 || count == 0) return Status::ok();
   const ChainPlan plan(n, me, root, count, dtype, ctx.options->sliceBytes, std::max(1, ctx.options->slots),
                        me == root ? send : recv, recv);
-  return runPipeline(ctx, exec, plan, groupVerdicts(ctx));
+  return runPipeline(ctx, exec, plan, groupVerdicts(ctx, plan));
 }
 
 }  // namespace ringguard

@@ -62,7 +62,6 @@ class Pipeline {
   Status collectVerdicts();
   Status pass();
   Status repairRound(int attempt, const std::vector<ReplayEntry>& plan);
-  Status checkFailure(const SliceFailure& f) const;
 
   const CollectiveContext& ctx_;
   Executor* exec_;
@@ -298,23 +297,28 @@ Status Pipeline::repairRound(int attempt, const std::vector<ReplayEntry>& replay
   return collectVerdicts();
 }
 
-// A failure record another rank sent: it must name a hop of this plan that this rank takes part in,
-// or acting on it would index outside this collective's trailers and slots.
-Status Pipeline::checkFailure(const SliceFailure& f) const {
+}  // namespace
+
+// A failure record another rank sent: it must name a hop of this plan, or acting on it would index
+// outside this collective's trailers and slots.
+Status checkPlanFailure(const PipelinePlan& plan, const SliceFailure& f) {
   std::ostringstream os;
   const int column = int(f.column), step = int(f.step);
-  if (f.column >= uint32_t(plan_.numColumns()) || f.slice >= uint32_t(S_) || f.step >= uint32_t(T_)) {
+  if (f.column >= uint32_t(plan.numColumns()) || f.slice >= uint32_t(plan.numSlices()) ||
+      f.step >= uint32_t(plan.numSteps())) {
     os << "column " << f.column << ", slice " << f.slice << " or step " << f.step << " outside the schedule ("
-       << plan_.numColumns() << " columns, " << S_ << " slices, " << T_ << " steps)";
-  } else if (f.sender != plan_.sender(column, step) || f.receiver != plan_.receiver(column, step)) {
+       << plan.numColumns() << " columns, " << plan.numSlices() << " slices, " << plan.numSteps()
+       << " steps)";
+  } else if (f.sender != plan.sender(column, step) || f.receiver != plan.receiver(column, step)) {
     os << "link " << f.sender << " -> " << f.receiver << " is not the route of column " << f.column
        << " at step " << f.step;
   } else {
     return Status::ok();
   }
-  return Status(StatusCode::kTransportError, std::string(ctx_.name) + " seq " + std::to_string(ctx_.seq) +
-                                                 ": a peer's verdict names " + os.str());
+  return Status(StatusCode::kTransportError, "a peer's verdict names " + os.str());
 }
+
+namespace {
 
 Status Pipeline::run(const VerdictExchange& exchange) {
   const size_t total = size_t(T_) * S_;
@@ -326,7 +330,12 @@ Status Pipeline::run(const VerdictExchange& exchange) {
   std::vector<SliceFailure> repair;
   for (int attempt = 0; st.isOk(); ++attempt) {
     st = exchange(attempt, failures_, &repair);
-    for (size_t i = 0; st.isOk() && i < repair.size(); ++i) st = checkFailure(repair[i]);
+    for (size_t i = 0; st.isOk() && i < repair.size(); ++i) {
+      st = checkPlanFailure(plan_, repair[i]);
+      if (!st.isOk())
+        st = Status(st.code(),
+                    std::string(ctx_.name) + " seq " + std::to_string(ctx_.seq) + ": " + st.message());
+    }
     if (!st.isOk() || repair.empty()) break;
     if (attempt == ctx_.options->maxRetries) {
       std::ostringstream os;
@@ -356,10 +365,13 @@ Status runPipeline(const CollectiveContext& ctx, Executor* exec, const PipelineP
   return p.run(exchange);
 }
 
-VerdictExchange groupVerdicts(const CollectiveContext& ctx) {
-  return [&ctx](int round, const std::vector<SliceFailure>& mine, std::vector<SliceFailure>* repair) {
-    return exchangeVerdicts(ctx, round, mine, repair);
-  };
+VerdictExchange groupVerdicts(const CollectiveContext& ctx, const PipelinePlan& plan) {
+  // Entries are checked as they arrive, so the error names the peer that sent a bad one.
+  FailureValidator onRoute = [&plan](const SliceFailure& f) { return checkPlanFailure(plan, f); };
+  return
+      [&ctx, onRoute](int round, const std::vector<SliceFailure>& mine, std::vector<SliceFailure>* repair) {
+        return exchangeVerdicts(ctx, round, mine, repair, onRoute);
+      };
 }
 
 }  // namespace ringguard

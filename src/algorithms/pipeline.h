@@ -86,7 +86,10 @@ using VerdictExchange = std::function<Status(int round, const std::vector<SliceF
 Status runPipeline(const CollectiveContext& ctx, Executor* exec, const PipelinePlan& plan,
                    const VerdictExchange& exchange);
 
-// The verdict exchange of the group collectives (exchangeVerdicts over every rank).
-VerdictExchange groupVerdicts(const CollectiveContext& ctx);
+// The verdict exchange of the group collectives (exchangeVerdicts over every rank), every entry a peer
+// sends checked against `plan`'s routes.
+VerdictExchange groupVerdicts(const CollectiveContext& ctx, const PipelinePlan& plan);
+// OK when `f` names a hop of `plan` (column, slice and step in range, sender and receiver its route).
+Status checkPlanFailure(const PipelinePlan& plan, const SliceFailure& f);
 
 }  // namespace ringguard

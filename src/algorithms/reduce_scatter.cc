@@ -32,7 +32,7 @@ Status reduceScatter(const CollectiveContext& ctx, Executor* exec, const void* s
   RINGGUARD_RETURN_IF_ERROR(exec->scratch(bytes * size_t(n), &scratch));
   const RingSchedule sched = RingSchedule::blocks(n, recvCount, esize, ctx.options->sliceBytes);
   const RingPlan plan(RingPlan::Kind::kReduceScatter, sched, me, dtype, op, send, recv, scratch);
-  return runPipeline(ctx, exec, plan, groupVerdicts(ctx));
+  return runPipeline(ctx, exec, plan, groupVerdicts(ctx, plan));
 }
 
 }  // namespace ringguard

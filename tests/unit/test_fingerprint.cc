@@ -105,11 +105,28 @@ TEST(FingerprintTest, FlagsAndCollectiveDifferencesAreMismatches) {
       contains(s.message(), "rank 3 has {allreduce op=sum dtype=f32 count=100 seq=3 invalid-arguments}"))
       << s.message();
 
+  // Another collective is named; a kind byte no collective has is "collective?".
   Fingerprint other = mine;
-  other.collective = 1;
+  other.collective = uint8_t(CollectiveKind::kReduceScatter);
   s = compareFingerprints(1, mine, 3, other);
   EXPECT_EQ(s.code(), StatusCode::kFingerprintMismatch);
-  EXPECT_TRUE(contains(s.message(), "rank 3 has {collective? op=sum")) << s.message();
+  EXPECT_TRUE(contains(s.message(), "rank 3 has {reduce_scatter op=sum dtype=f32 count=100 seq=3}"))
+      << s.message();
+  other.collective = 200;
+  s = compareFingerprints(1, mine, 3, other);
+  EXPECT_TRUE(contains(s.message(), "rank 3 has {collective? dtype=f32")) << s.message();
+
+  // Broadcast's root is part of it, and named.
+  const Fingerprint b0 =
+      makeFingerprint(CollectiveKind::kBroadcast, ReduceOp::kSum, DataType::kInt32, 8, 0, 2);
+  const Fingerprint b1 =
+      makeFingerprint(CollectiveKind::kBroadcast, ReduceOp::kSum, DataType::kInt32, 8, 1, 2);
+  s = compareFingerprints(0, b0, 2, b1);
+  EXPECT_EQ(s.code(), StatusCode::kFingerprintMismatch);
+  EXPECT_TRUE(contains(s.message(),
+                       "rank 0 has {broadcast dtype=i32 count=8 root=0 seq=2}, rank 2 has "
+                       "{broadcast dtype=i32 count=8 root=1 seq=2}"))
+      << s.message();
 }
 
 TEST(FingerprintTest, InvalidOpOrDtypeByteIsDescribedAsInvalid) {
