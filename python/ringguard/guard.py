@@ -151,6 +151,25 @@ class Guard:
         result = None if report["resolution"] == "skipped" else box.get("result")
         return result, report
 
+    def step_flag(self, fn: Callable, *args, flag: Optional[torch.Tensor] = None, **kwargs):
+        """A step whose verdict stays on the device (deferred mode): ``fn(*args, **kwargs)`` runs with
+        its guarded calls scanned, nothing is snapshotted and nothing waits; `flag` (one float32 element (0-dim for found_inf),
+        created on the current CUDA device or the CPU when None) becomes 1.0 when the step saw a
+        non-finite value, else 0.0. Gate the step's update on it on the device, e.g.
+        ``opt.found_inf = flag`` for a fused torch optimizer (the update is skipped where flag == 1):
+        skip_step with zero host waits. Across ranks, ``all_reduce(flag, MAX)`` first. Returns
+        (result, flag)."""
+        if flag is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            flag = torch.zeros((), dtype=torch.float32, device=device)  # 0-dim, as found_inf must be
+        box: Dict[str, Any] = {}
+
+        def region():
+            box["result"] = fn(*args, **kwargs)
+
+        self._impl.run_step_to_flag(region, flag, _stream_of([flag]))
+        return box.get("result"), flag
+
     # ---- torch.library ------------------------------------------------------------------------------
 
     def custom_op(self, name: str, fn: Callable, *, mutates_args: Sequence[str] = (),

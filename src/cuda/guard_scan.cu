@@ -66,6 +66,11 @@ __global__ void __launch_bounds__(kVerdictThreads, 1)
   }
 }
 
+__global__ void __launch_bounds__(kInjectThreads, 1)
+    guardFlagKernel(const GuardVerdict* verdict, float* flag) {
+  if (threadIdx.x == 0) *flag = verdict->badScans != 0 ? 1.0f : 0.0f;
+}
+
 // Rare path (a last-resort policy after a detection): a scalar grid-stride loop is enough, and keeps the
 // kernel free of the vector head/tail logic the streaming kernels need.
 template <typename Word>
@@ -129,6 +134,15 @@ Status guardVerdictDevice(const NanScanResult* resultsDevice, size_t count, uint
   }
   guardVerdictKernel<<<1, kVerdictThreads, 0, stream>>>(resultsDevice, count, base, accumulate ? 1 : 0,
                                                         verdict);
+  RINGGUARD_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status guardVerdictFlagDevice(const GuardVerdict* verdict, float* flag, cudaStream_t stream) {
+  if (verdict == nullptr || flag == nullptr) {
+    return Status(StatusCode::kInvalidArgument, "guardVerdictFlagDevice: null verdict or flag");
+  }
+  guardFlagKernel<<<1, kInjectThreads, 0, stream>>>(verdict, flag);
   RINGGUARD_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }

@@ -28,6 +28,7 @@ class DeviceGuardBackend final : public GuardBackend {
     // Best effort: the chunks go back to the pool once the side stream passes this point.
     if (side_ != nullptr) {
       for (void* c : chunks_) (void)pool_->free(c, side_);
+      if (verdictScratch_ != nullptr) (void)pool_->free(verdictScratch_, side_);
       (void)cudaStreamSynchronize(side_);
       (void)cudaStreamDestroy(side_);
     }
@@ -65,7 +66,10 @@ class DeviceGuardBackend final : public GuardBackend {
     verdictHost_ = static_cast<GuardVerdict*>(pinnedHost_);
     verdictDevice_ = static_cast<GuardVerdict*>(mapped);
     scratchHost_ = static_cast<unsigned char*>(pinnedHost_) + 64;
-    return addChunk();
+    void* scratch = nullptr;
+    RINGGUARD_RETURN_IF_ERROR(pool_->allocate(sizeof(GuardVerdict), side_, &scratch));
+    verdictScratch_ = static_cast<GuardVerdict*>(scratch);
+    return addChunk();  // synchronises the side stream: both allocations are usable from any stream
   }
 
   MemoryKind kind() const override { return MemoryKind::kDevice; }
@@ -137,6 +141,22 @@ class DeviceGuardBackend final : public GuardBackend {
     ++waits_;
     for (size_t i = 0; i < used; ++i) (*results)[i] = ScanResult{all[i].count, all[i].firstIndex};
     return Status::ok();
+  }
+
+  Status verdictFlag(void* stream, float* flag) override {
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    const size_t used = pending_;
+    pending_ = 0;
+    // Summarised into device memory this time: nothing on the host reads it.
+    RINGGUARD_RETURN_IF_ERROR(
+        guardVerdictDevice(used == 0 ? nullptr : static_cast<const NanScanResult*>(chunks_[0]),
+                           std::min(kSlotsPerChunk, used), 0, false, verdictScratch_, s));
+    for (size_t c = 1; c * kSlotsPerChunk < used; ++c) {
+      const size_t n = std::min(kSlotsPerChunk, used - c * kSlotsPerChunk);
+      RINGGUARD_RETURN_IF_ERROR(guardVerdictDevice(static_cast<const NanScanResult*>(chunks_[c]), n,
+                                                   c * kSlotsPerChunk, true, verdictScratch_, s));
+    }
+    return guardVerdictFlagDevice(verdictScratch_, flag, s);
   }
 
   Status sanitize(const GuardBuffer& buffer, SanitizeMode mode, void* stream) override {
@@ -266,6 +286,7 @@ class DeviceGuardBackend final : public GuardBackend {
   void* pinnedHost_ = nullptr;
   GuardVerdict* verdictHost_ = nullptr;
   GuardVerdict* verdictDevice_ = nullptr;
+  GuardVerdict* verdictScratch_ = nullptr;  // device memory: runStepToFlag's summary
   unsigned char* scratchHost_ = nullptr;
   std::vector<void*> chunks_;
   size_t pending_ = 0;

@@ -409,7 +409,7 @@ Status Guard::run(const GuardedOp& op, CallReport* report) {
   if (stepAttempt_ == 0) count(&GuardCounters::calls);
 
   std::vector<Saved> saved;
-  const Status snap = snapshotState(op, &saved);
+  const Status snap = stepToFlag_ ? Status::ok() : snapshotState(op, &saved);
   if (!snap.isOk()) {
     (void)releaseAll(&saved);
     return snap;
@@ -506,6 +506,46 @@ Status Guard::readStepVerdicts(std::vector<std::string>* flaggedOps, std::string
   }
   stepPending_.clear();
   return Status::ok();
+}
+
+Status Guard::runStepToFlag(const std::function<Status()>& region, const GuardBuffer& flag, void* stream) {
+  if (inStep_) return Status(StatusCode::kInvalidArgument, "guard: runStepToFlag does not nest");
+  if (policy_.mode != VerdictMode::kDeferred) {
+    return Status(StatusCode::kInvalidArgument, "guard: runStepToFlag needs deferred mode");
+  }
+  if (flag.dtype != DataType::kFloat32 || flag.bytes != sizeof(float) || flag.data == nullptr) {
+    return Status(StatusCode::kInvalidArgument, "guard: the step's flag must be one f32 element");
+  }
+  GuardBackend* backend = backendFor(flag);
+  if (backend == nullptr)
+    return Status(StatusCode::kInvalidArgument, "guard: the flag's memory has no backend");
+  inStep_ = true;
+  stepToFlag_ = true;
+  stepPending_.clear();
+  count(&GuardCounters::steps);
+  auto finish = [&](Status st) {
+    stepPending_.clear();
+    inStep_ = false;
+    stepToFlag_ = false;
+    return st;
+  };
+  const Status ran = region();
+  if (!ran.isOk()) return finish(ran);
+  for (const Pending& p : stepPending_) {
+    for (const GuardBuffer& b : p.scanned) {
+      if (b.kind != flag.kind) {
+        // Drain both batches so the next step starts empty (a host wait, on this error path only).
+        std::vector<ScanResult> drop;
+        (void)host_->readScans(stream, &drop);
+        if (device_) (void)device_->readScans(stream, &drop);
+        return finish(
+            Status(StatusCode::kInvalidArgument,
+                   "guard: op '" + p.op + "' scanned '" + b.name +
+                       "' in other memory than the step's flag (host and device verdicts do not mix)"));
+      }
+    }
+  }
+  return finish(backend->verdictFlag(stream, static_cast<float*>(flag.data)));
 }
 
 Status Guard::runStep(const std::function<Status()>& region, StepReport* report) {

@@ -90,6 +90,15 @@ class HostGuardBackend final : public GuardBackend {
     return Status::ok();
   }
 
+  Status verdictFlag(void*, float* flag) override {
+    *flag = 0.0f;
+    for (const ScanResult& r : pending_) {
+      if (!r.clean()) *flag = 1.0f;
+    }
+    pending_.clear();
+    return Status::ok();
+  }
+
   Status sanitize(const GuardBuffer& buffer, SanitizeMode mode, void*) override {
     FloatBits f;
     if (!guard_detail::floatBits(buffer.dtype, &f)) return Status::ok();

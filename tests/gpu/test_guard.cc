@@ -246,6 +246,41 @@ TEST_F(GuardDevice, DeferredStepHasNoHostWaitInsideTheStepAndReplaysIt) {
   EXPECT_EQ(xs, download(a.y, n * 4));
 }
 
+TEST_F(GuardDevice, StepToFlagWritesTheVerdictOnTheDeviceWithoutAnyHostWait) {
+  const size_t n = 4097;
+  DeviceCopyOp a{static_cast<float*>(alloc(n * 4)), static_cast<float*>(alloc(n * 4)),
+                 static_cast<float*>(alloc(n * 4)), n, stream_};
+  std::vector<float> ones(n, 1.0f);
+  upload(a.w, ones.data(), n * 4);
+  upload(a.x, ones.data(), n * 4);
+  float* flag = static_cast<float*>(alloc(sizeof(float)));
+  GuardPolicy p;
+  p.mode = VerdictMode::kDeferred;
+  Guard g(p, makeHostGuardBackend(), deviceBackend());
+  GuardFaultRule r;
+  r.op = "copy";
+  r.call = 4;  // step 2, its first of two calls
+  g.faults().addRule(r);
+  std::vector<float> flags;
+  for (int s = 0; s < 4; ++s) {
+    ASSERT_STATUS_OK(g.runStepToFlag(
+        [&] {
+          for (int k = 0; k < 2; ++k) {
+            GuardedOp o = a.op();
+            RINGGUARD_RETURN_IF_ERROR(g.run(o));
+          }
+          return Status::ok();
+        },
+        GuardBuffer{"flag", flag, sizeof(float), DataType::kFloat32, MemoryKind::kDevice}, stream_));
+    EXPECT_EQ(0u, g.counters().hostWaits) << "step " << s;
+    float v = -1;
+    std::memcpy(&v, download(flag, sizeof(float)).data(), sizeof(float));
+    flags.push_back(v);
+  }
+  EXPECT_EQ((std::vector<float>{0.0f, 0.0f, 1.0f, 0.0f}), flags);
+  EXPECT_EQ(0u, g.counters().bytesSnapshotted);
+}
+
 TEST_F(GuardDevice, MixedHostAndDeviceBuffersInOneOp) {
   const size_t n = 33;
   float* d = static_cast<float*>(alloc(n * 4));
@@ -296,6 +331,7 @@ TEST(NoGpuGuardLaunchers, RejectBadArguments) {
   EXPECT_EQ(StatusCode::kInvalidArgument, guardVerdictDevice(nullptr, 0, 0, false, nullptr, nullptr).code());
   GuardVerdict v;
   EXPECT_EQ(StatusCode::kInvalidArgument, guardVerdictDevice(nullptr, 3, 0, false, &v, nullptr).code());
+  EXPECT_EQ(StatusCode::kInvalidArgument, guardVerdictFlagDevice(&v, nullptr, nullptr).code());
 }
 
 }  // namespace

@@ -327,6 +327,17 @@ def test_cuda_deferred_step_waits_once_per_step():
 
 
 @CUDA
+def test_cuda_step_flag_has_no_host_wait():
+    g = ringguard.guard(mode="deferred", policy="skip_step")
+    sin = g(lambda x: torch.sin(x), name="sin")
+    x = torch.ones(1 << 16, device="cuda")
+    g.inject(op="sin", call=1)
+    flags = [g.step_flag(sin, x)[1].item() for _ in range(3)]
+    assert flags == [0.0, 1.0, 0.0]
+    assert g.counters()["host_waits"] == 0
+
+
+@CUDA
 def test_cuda_custom_op_compiled_matches_eager():
     x = torch.randn(64, 32, device="cuda")
     w = torch.randn(32, 16, device="cuda")
@@ -339,3 +350,44 @@ def test_cuda_custom_op_compiled_matches_eager():
         outs.append(fn(x, w))
         assert g.counters()["replays"] == 1
     assert torch.equal(bits(outs[0]), bits(outs[1]))
+
+
+def test_step_flag_gates_a_fused_optimizer_without_rollback():
+    """skip_step on the device: the flag is the fused AdamW's found_inf; a faulty step leaves the
+    parameters and the optimizer's step count exactly as a run without that step."""
+    def run(skip_at=None, guard=None):
+        torch.manual_seed(0)
+        w = torch.nn.Parameter(torch.randn(8, 4))
+        opt = torch.optim.AdamW([w], lr=0.01, fused=True)
+        fwd = (lambda x: x @ w) if guard is None else guard(lambda x: x @ w, name="fwd")
+        grad_scan = None if guard is None else guard(lambda grads: grads, name="grads")
+        for s in range(5):
+            x = torch.randn(3, 8, generator=torch.Generator().manual_seed(s))
+            if guard is None:
+                if s == skip_at:
+                    continue
+                opt.zero_grad()
+                fwd(x).square().sum().backward()
+                opt.step()
+                continue
+
+            def region():
+                opt.zero_grad()
+                fwd(x).square().sum().backward()
+                grad_scan([w.grad])
+
+            _, flag = guard.step_flag(region)
+            opt.found_inf = flag
+            opt.step()
+            flags.append(flag.item())
+        return w.detach(), opt.state[w]["step"]
+
+    flags = []
+    g = ringguard.guard(mode="deferred", policy="skip_step")
+    g.inject(op="fwd", call=2, element=1, value="nan")
+    w, steps = run(guard=g)
+    w_ref, steps_ref = run(skip_at=2)
+    assert flags == [0.0, 0.0, 1.0, 0.0, 0.0]
+    assert torch.equal(bits(w), bits(w_ref))
+    assert steps.item() == steps_ref.item() == 4
+    assert g.counters()["bytes_snapshotted"] == 0

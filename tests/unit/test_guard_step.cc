@@ -325,3 +325,61 @@ TEST(GuardStep, OneRanksRaiseReachesEveryRankAtTheStepsEnd) {
 
 }  // namespace
 }  // namespace ringguard
+
+namespace ringguard {
+namespace {
+
+// The device-verdict step over host memory: the flag says whether the step saw a non-finite value; nothing
+// is snapshotted, restored or waited for.
+TEST(GuardStepToFlag, FlagIsSetByAFaultyStepOnlyAndNothingIsSnapshotted) {
+  Guard g(deferred(GuardAction::kSkipStep), makeHostGuardBackend(), nullptr);
+  g.faults().addRule(rule("decay", 2, 1, FaultValue::kNaN, 4));
+  Model m;
+  float flag = -1.0f;
+  const GuardBuffer f{"flag", &flag, sizeof(float), DataType::kFloat32, MemoryKind::kHost};
+  std::vector<float> flags;
+  for (int s = 0; s < 4; ++s) {
+    m.feed(s);
+    ASSERT_TRUE(g.runStepToFlag(
+                     [&] {
+                       GuardedOp a = m.affineOp();
+                       RINGGUARD_RETURN_IF_ERROR(g.run(a));
+                       GuardedOp d = m.decayOp();
+                       return g.run(d);
+                     },
+                     f, nullptr)
+                    .isOk());
+    flags.push_back(flag);
+  }
+  EXPECT_EQ((std::vector<float>{0.0f, 0.0f, 1.0f, 0.0f}), flags);
+  const GuardCounters c = g.counters();
+  EXPECT_EQ(0u, c.bytesSnapshotted);
+  EXPECT_EQ(0u, c.rollbacks);
+  EXPECT_EQ(4u, c.steps);
+  EXPECT_EQ(1u, c.injected);
+}
+
+TEST(GuardStepToFlag, BadUse) {
+  float flag = 0;
+  const GuardBuffer f{"flag", &flag, sizeof(float), DataType::kFloat32, MemoryKind::kHost};
+  Guard immediate(policyWith(GuardAction::kReplay), makeHostGuardBackend(), nullptr);
+  EXPECT_EQ("guard: runStepToFlag needs deferred mode",
+            immediate.runStepToFlag([] { return Status::ok(); }, f, nullptr).message());
+  Guard g(deferred(GuardAction::kSkipStep), makeHostGuardBackend(), nullptr);
+  GuardBuffer wide = f;
+  wide.dtype = DataType::kFloat64;
+  wide.bytes = 8;
+  double d = 0;
+  wide.data = &d;
+  EXPECT_EQ("guard: the step's flag must be one f32 element",
+            g.runStepToFlag([] { return Status::ok(); }, wide, nullptr).message());
+  EXPECT_EQ(
+      "guard: runStepToFlag does not nest",
+      g.runStepToFlag([&] { return g.runStepToFlag([] { return Status::ok(); }, f, nullptr); }, f, nullptr)
+          .message());
+  // After an error the guard is usable again.
+  EXPECT_TRUE(g.runStepToFlag([] { return Status::ok(); }, f, nullptr).isOk());
+}
+
+}  // namespace
+}  // namespace ringguard

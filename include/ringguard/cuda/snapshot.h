@@ -30,6 +30,10 @@ struct GuardVerdict {
 Status guardVerdictDevice(const NanScanResult* resultsDevice, size_t count, uint64_t base, bool accumulate,
                           GuardVerdict* verdict, cudaStream_t stream);
 
+// Writes 1.0f into the device float `*flag` when `*verdict` (device-visible) counts a bad scan, else 0.0f:
+// the device-side verdict of a step (a fused optimizer's found_inf reads it), with no host wait.
+Status guardVerdictFlagDevice(const GuardVerdict* verdict, float* flag, cudaStream_t stream);
+
 // Replaces the non-finite elements of `count` elements at `data` in place: with 0 (clamp == false), or
 // NaN -> 0 and +-Inf -> the dtype's largest / lowest finite value (clamp == true). Bit-identical to the
 // host backend. Float dtypes only (others: kInvalidArgument).

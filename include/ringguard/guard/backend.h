@@ -72,6 +72,11 @@ class GuardBackend {
   // then empties the batch. The device backend's one host wait: an event on `stream` and a summary word in
   // mapped pinned memory; the per-buffer results are copied back only when the summary is not clean.
   virtual Status readScans(void* stream, std::vector<ScanResult>* results) = 0;
+  // Summarises the pending scans into `*flag` (an f32 in this backend's memory: host or device) without any
+  // host wait, then empties the batch: 1.0f when some scan found a non-finite value, else 0.0f (written
+  // in both cases, ordered on `stream`). The device verdict of Guard::runStepToFlag: the flag gates the
+  // state update on the device (a fused optimizer's found_inf), so the host never needs the result.
+  virtual Status verdictFlag(void* stream, float* flag) = 0;
   // Replaces non-finite elements in place (zero / clamp policies).
   virtual Status sanitize(const GuardBuffer& buffer, SanitizeMode mode, void* stream) = 0;
   // Writes `value` into element `index` (fault injection; index < buffer.count()).

@@ -105,6 +105,14 @@ class Guard {
   // fallbacks, skipped or raised, per the policy's ladder. Steps do not nest.
   Status runStep(const std::function<Status()>& region, StepReport* report = nullptr);
 
+  // A step whose verdict stays on the device: `region` runs as in runStep (deferred mode only), but no
+  // state is snapshotted and nothing waits; the verdict is written into `flag` (one f32 element, host or
+  // device memory, ordered on `stream`): 1.0f when any scan of the step found a non-finite value, else
+  // 0.0f. Whatever the step would change must be gated by the flag on the device, e.g. a fused
+  // optimizer's found_inf (skip_step with zero host waits). Agreement across ranks is a MAX allreduce of
+  // the flag (stream-ordered with NCCL); detections are not counted (the host never sees them).
+  Status runStepToFlag(const std::function<Status()>& region, const GuardBuffer& flag, void* stream);
+
   void setAgreement(GuardAgreement agreement);
   GuardFaultInjector& faults() { return faults_; }
   const GuardPolicy& policy() const { return policy_; }
@@ -149,6 +157,7 @@ class Guard {
 
   // Step state (runStep).
   bool inStep_ = false;
+  bool stepToFlag_ = false;                   // runStepToFlag: no snapshots, verdict into a flag
   int stepAttempt_ = 0;                       // 0: the step's first run; n: its n-th replay
   void* stepStream_ = nullptr;                // stream of the step's last guarded call: verdicts read there
   bool stepFallback_ = false;                 // this attempt runs flagged ops' fallbacks

@@ -220,6 +220,27 @@ class PyGuard {
     return rep;
   }
 
+  // runStepToFlag: the verdict lands in `flag` (one f32 element on the step's device), no host wait.
+  void runStepToFlag(const py::function& region, const at::Tensor& flag, uintptr_t stream) {
+    GuardBuffer f;
+    const Status conv = tensorBuffer(flag, "flag", &f);
+    if (!conv.isOk()) raise(conv);
+    std::exception_ptr pending;
+    const Status st = guard_->runStepToFlag(
+        [&]() -> Status {
+          try {
+            region();
+            return Status::ok();
+          } catch (...) {
+            pending = std::current_exception();
+            return Status(StatusCode::kInternal, "guard: the step raised");
+          }
+        },
+        f, reinterpret_cast<void*>(stream));
+    if (pending) std::rethrow_exception(pending);
+    if (!st.isOk()) raise(st);
+  }
+
   void setAgreement(const py::object& fn) {
     if (fn.is_none()) {
       guard_->setAgreement(nullptr);
@@ -267,6 +288,8 @@ void ringguardRegisterGuardBindings(py::module_& m) {
       .def("run", &PyGuard::run, py::arg("name"), py::arg("inputs"), py::arg("state"), py::arg("outputs"),
            py::arg("body"), py::arg("fallback") = py::none(), py::arg("stream") = 0)
       .def("run_step", &PyGuard::runStep, py::arg("region"))
+      .def("run_step_to_flag", &PyGuard::runStepToFlag, py::arg("region"), py::arg("flag"),
+           py::arg("stream") = 0)
       .def("set_agreement", &PyGuard::setAgreement, py::arg("fn"))
       .def("add_fault", &PyGuard::addFault, py::arg("op") = "", py::arg("call") = -1, py::arg("attempts") = 1,
            py::arg("output") = 0, py::arg("element") = 0, py::arg("value") = "nan",
