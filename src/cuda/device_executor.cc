@@ -20,7 +20,6 @@ namespace {
 
 constexpr size_t kSlotAlignment = 256;  // slot starts: every vector width, any element type
 constexpr size_t kWorkAlignment = 256;
-constexpr size_t kStagingPayloadOffset = 64;  // editSlot staging: trailer at 0, payload here
 
 size_t roundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
@@ -121,11 +120,10 @@ Status DeviceExecutor::freeAll() {
     note(cuda_detail::cudaErrorStatus(err, "cudaStreamSynchronize(stream_)", __FILE__, __LINE__));
   } else {
     note(pinned_->free(verdicts_));
-    note(pinned_->free(staging_));
     for (void* p : retiredPinned_) note(pinned_->free(p));
     retiredPinned_.clear();
-    verdicts_ = verdictsDevice_ = staging_ = nullptr;
-    verdictsCap_ = stagingCap_ = 0;
+    verdicts_ = verdictsDevice_ = nullptr;
+    verdictsCap_ = 0;
   }
   if (syncEvent_ != nullptr) {
     (void)cudaEventDestroy(syncEvent_);
@@ -260,39 +258,6 @@ Status DeviceExecutor::retag(size_t item, uint16_t attempt) {
   RINGGUARD_DEVICE_GUARD(device_);
   RINGGUARD_RETURN_IF_ERROR(retagTrailerDevice(trailers_ + item, attempt, stream_));
   ++enqueued_;
-  return Status::ok();
-}
-
-Status DeviceExecutor::editSlot(int index, void* target, size_t bytes,
-                                const std::function<void(uint8_t*, Trailer*)>& edit) {
-  if (index < 0 || size_t(index) >= numSlots_ || (target == nullptr && bytes > slotStride_)) {
-    return Status(StatusCode::kInvalidArgument, "DeviceExecutor::editSlot: slot " + std::to_string(index) +
-                                                    " / " + std::to_string(bytes) + " bytes out of range");
-  }
-  RINGGUARD_DEVICE_GUARD(device_);
-  const size_t need = kStagingPayloadOffset + bytes;
-  if (need > stagingCap_) {
-    // Nothing uses the staging block outside this call, which always ends synchronised.
-    RINGGUARD_RETURN_IF_ERROR(pinned_->free(staging_));
-    staging_ = nullptr;
-    stagingCap_ = 0;
-    void* host = nullptr;
-    RINGGUARD_RETURN_IF_ERROR(pinned_->allocate(need, &host));
-    staging_ = static_cast<uint8_t*>(host);
-    stagingCap_ = need;
-  }
-  Trailer* trailer = reinterpret_cast<Trailer*>(staging_);
-  uint8_t* payload = staging_ + kStagingPayloadOffset;
-  void* src = target != nullptr ? target : slot(index);
-  RINGGUARD_CUDA_CHECK(
-      cudaMemcpyAsync(trailer, slotTrailer(index), sizeof(Trailer), cudaMemcpyDeviceToHost, stream_));
-  if (bytes != 0) RINGGUARD_CUDA_CHECK(cudaMemcpyAsync(payload, src, bytes, cudaMemcpyDeviceToHost, stream_));
-  RINGGUARD_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  edit(payload, trailer);
-  RINGGUARD_CUDA_CHECK(
-      cudaMemcpyAsync(slotTrailer(index), trailer, sizeof(Trailer), cudaMemcpyHostToDevice, stream_));
-  if (bytes != 0) RINGGUARD_CUDA_CHECK(cudaMemcpyAsync(src, payload, bytes, cudaMemcpyHostToDevice, stream_));
-  RINGGUARD_CUDA_CHECK(cudaStreamSynchronize(stream_));
   return Status::ok();
 }
 

@@ -46,13 +46,6 @@ Status HostExecutor::scratch(size_t bytes, void** out) {
   return Status::ok();
 }
 
-Status HostExecutor::editSlot(int index, void* payload, size_t bytes,
-                              const std::function<void(uint8_t*, Trailer*)>& edit) {
-  (void)bytes;
-  edit(payload ? static_cast<uint8_t*>(payload) : slots_[index].data(), &slotTrailers_[index]);
-  return Status::ok();
-}
-
 Status HostExecutor::corruptReceived(int index, void* payload, size_t bytes, const CorruptionPlan& plan) {
   if (index < 0 || size_t(index) >= slots_.size() || !corruptionPlanFits(plan, bytes) ||
       (payload == nullptr && bytes > slots_[size_t(index)].size())) {

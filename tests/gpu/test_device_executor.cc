@@ -655,35 +655,7 @@ TEST_F(DeviceExecutorTest, SealFirstAndRetagEqualTheHostTrailers) {
   }
 }
 
-// ---- editSlot, copy, prepare, syncTest, fences ---------------------------------------------------------
-
-TEST_F(DeviceExecutorTest, EditSlotSeesAndChangesTheSlotAndItsTrailer) {
-  const size_t bytes = 4099;
-  ASSERT_STATUS_OK(exec_->prepare(4, 2, bytes));
-  const std::vector<uint8_t> payload = randomBytes(bytes, 3);
-  const SliceId id{9, 1, 2, 3, uint32_t(bytes), 0};
-  const Trailer trailer = makeTrailer(id, crc32(payload.data(), bytes), 0);
-  upload(exec_->slot(1), payload.data(), bytes);
-  upload(exec_->slotTrailer(1), &trailer, sizeof(trailer));
-  bool called = false;
-  ASSERT_STATUS_OK(exec_->editSlot(1, nullptr, bytes, [&](uint8_t* p, Trailer* t) {
-    called = true;
-    EXPECT_EQ(0, std::memcmp(p, payload.data(), bytes));
-    EXPECT_EQ(0, std::memcmp(t, &trailer, sizeof(Trailer)));
-    p[100] ^= 0x10;
-    t->attempt = 7;
-  }));
-  EXPECT_TRUE(called);
-  std::vector<uint8_t> got(bytes);
-  Trailer gotTrailer;
-  download(got.data(), exec_->slot(1), bytes);
-  download(&gotTrailer, exec_->slotTrailer(1), sizeof(gotTrailer));
-  std::vector<uint8_t> want = payload;
-  want[100] ^= 0x10;
-  EXPECT_EQ(want, got);
-  EXPECT_EQ(7, gotTrailer.attempt);
-  EXPECT_EQ(trailer.trailerCrc, gotTrailer.trailerCrc);  // not resealed: a damaged trailer
-}
+// ---- copy, prepare, syncTest, fences ---------------------------------------------------------
 
 TEST_F(DeviceExecutorTest, CopyMovesBytesOnTheStream) {
   for (size_t bytes : {size_t(0), size_t(1), size_t(4099), size_t(3) << 20}) {
@@ -942,7 +914,7 @@ TEST_F(DeviceExecutorTest, CorruptReceivedMatchesTheHostExecutor) {
 }
 
 // corruptReceived enqueues and returns: with the stream held behind an event that a host callback on another
-// stream gates, it returns at once (the old editSlot path synchronised the stream and would wait forever),
+// stream gates, it returns at once (the old host round trip synchronised the stream and would wait forever),
 // the stream is still busy, and once released the damage is there.
 TEST_F(DeviceExecutorTest, CorruptReceivedIsStreamOrderedAndNeverWaits) {
   const size_t bytes = size_t(1) << 20;

@@ -49,24 +49,11 @@ class Executor {
   virtual Status sealFirst(size_t item, const void* data, const SliceId& id) = 0;
   // Sets a new attempt number on sendTrailer(item), keeping its payload CRC (a retransmission).
   virtual Status retag(size_t item, uint16_t attempt) = 0;
-  // Gives `edit` host access to a received payload and slot `index`'s trailer (fault injection; rare, may
-  // be slow). `payload` is where the payload was received: the slot's (nullptr) or, for an in-place
-  // receive, dst. Superseded by corruptReceived (kept until the algorithm layer has switched).
-  virtual Status editSlot(int index, void* payload, size_t bytes,
-                          const std::function<void(uint8_t*, Trailer*)>& edit) = 0;
   // Fault injection in executor order: damages the received payload (`bytes` bytes at `payload`; nullptr:
   // slot `index`'s) or slot `index`'s trailer as `plan` (FaultInjector::plan) says, after the work enqueued
   // so far and before the next verifyAndApply. A device executor enqueues a kernel on its stream (no host
   // wait). kInvalidArgument when the plan does not fit (corruptionPlanFits) or the slot is out of range.
-  // The default applies the plan through editSlot.
-  virtual Status corruptReceived(int index, void* payload, size_t bytes, const CorruptionPlan& plan) {
-    if (!corruptionPlanFits(plan, bytes)) {
-      return Status(StatusCode::kInvalidArgument, "corruptReceived: the plan does not fit the payload");
-    }
-    if (!plan.damages()) return Status::ok();
-    return editSlot(index, payload, bytes,
-                    [&plan](uint8_t* p, Trailer* t) { applyCorruptionPlan(plan, p, t); });
-  }
+  virtual Status corruptReceived(int index, void* payload, size_t bytes, const CorruptionPlan& plan) = 0;
 
   // Verifies slot `index` against task.expected and only then reduces or copies it into task.dst.
   // Records the verdict of `item`; when task.forwarded, writes the trailer of the next step (CRC of dst,
@@ -119,8 +106,6 @@ class HostExecutor final : public Executor {
   Trailer* slotTrailer(int index) override { return &slotTrailers_[index]; }
   Status sealFirst(size_t item, const void* data, const SliceId& id) override;
   Status retag(size_t item, uint16_t attempt) override;
-  Status editSlot(int index, void* payload, size_t bytes,
-                  const std::function<void(uint8_t*, Trailer*)>& edit) override;
   Status corruptReceived(int index, void* payload, size_t bytes, const CorruptionPlan& plan) override;
   Status verifyAndApply(const ApplyTask& task, int index, size_t item, size_t nextItem) override;
   Status copy(void* dst, const void* src, size_t bytes) override;

@@ -1,7 +1,7 @@
 #pragma once
 // The device executor: the Executor of collectives on GPU memory (docs/design/protocol.md, "Executors").
 // Every step is enqueued on one communication stream, and nothing waits on the host except syncTest()
-// (an event query, never blocking), sync(), and the rare paths editSlot() and the growth of the verdict
+// (an event query, never blocking), sync(), and the rare path of the growth of the verdict
 // array. Per received slice, verifyAndApply() enqueues
 //
 //   crc32Device(slot payload) -> device word
@@ -64,10 +64,6 @@ class DeviceExecutor final : public Executor {
   Status sealFirst(size_t item, const void* data, const SliceId& id) override;
   // A one-thread kernel: attempt = `attempt`, trailer CRC recomputed. No host wait.
   Status retag(size_t item, uint16_t attempt) override;
-  // Copies the slot payload and trailer to pinned host memory, waits, runs `edit`, copies both back and
-  // waits again (tests; superseded by corruptReceived for fault injection).
-  Status editSlot(int index, void* payload, size_t bytes,
-                  const std::function<void(uint8_t*, Trailer*)>& edit) override;
   // corruptDevice on the stream: the plan's kernel lands between the transfer and the verify, no host wait.
   // `payload`: device memory (nullptr: slot `index`'s).
   Status corruptReceived(int index, void* payload, size_t bytes, const CorruptionPlan& plan) override;
@@ -142,8 +138,6 @@ class DeviceExecutor final : public Executor {
   uint8_t* verdicts_ = nullptr;
   uint8_t* verdictsDevice_ = nullptr;
   size_t verdictsCap_ = 0;
-  uint8_t* staging_ = nullptr;  // editSlot
-  size_t stagingCap_ = 0;
   std::vector<void*> retiredPinned_;  // replaced pinned blocks, freed once the stream has passed them
 
   // syncTest
