@@ -27,7 +27,7 @@ OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "prod": dist.ReduceOp
 # 0, 1, odd, and more than one slice per ring chunk at 3 ranks even for u8.
 COUNTS = [0, 1, 1001, 3 * SLICE_BYTES + 77]
 COUNTER_KEYS = {"collectives", "bytes_sent", "slices_sent", "slices_verified", "injected", "detected",
-                "retransmitted", "escaped", "delayed", "repair_rounds"}
+                "retransmitted", "escaped", "delayed", "repair_rounds", "control_frames", "control_bytes"}
 
 CASES = harness.Cases()
 
@@ -446,6 +446,8 @@ def _(ctx):
     assert c["injected"] == c["detected"] == c["escaped"] == 0, f"faults on a group without injection: {c}"
     # Options(slice_bytes=4096) took effect: no slice carried more than 4096 payload bytes.
     assert c["bytes_sent"] <= SLICE_BYTES * c["slices_sent"], c
+    # Fingerprint and verdict exchanges went over the sealed control channel.
+    assert c["control_frames"] > 0 and c["control_bytes"] >= 32 * c["control_frames"], c
     assert ringguard.transport("cpu") == "gloo", ringguard.transport("cpu")
     if ctx.device == "cpu":
         assert ringguard.transport("cuda") == "", ringguard.transport("cuda")

@@ -60,6 +60,8 @@ py::dict countersDict(const ringguard::Counters& c) {
   d["escaped"] = c.escaped;
   d["delayed"] = c.delayed;
   d["repair_rounds"] = c.repairRounds;
+  d["control_frames"] = c.controlFrames;
+  d["control_bytes"] = c.controlBytes;
   return d;
 }
 
