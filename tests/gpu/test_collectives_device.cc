@@ -6,12 +6,13 @@
 #include <gtest/gtest.h>
 
 #include "../mpi/collective_checks.h"
-#include "ringguard/cuda/device_communicator.h"
+#include "device_comm_util.h"
 
 namespace ringguard {
 namespace {
 
 using testing::everyCollective;
+using testing::makeDeviceComm;
 using testing::sumOverRanks;
 
 // Device buffers (test memory: not ringguard's pool) on one stream.
@@ -54,30 +55,11 @@ class DeviceMemory final : public testing::Memory {
   std::vector<void*> bufs_;
 };
 
-bool haveDevice() {
-  int n = 0;
-  int mine = (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) ? 1 : 0, all = 0;
-  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  return all != 0;
-}
-
-std::unique_ptr<Communicator> make(const Options& o) {
-  cuda::DeviceOptions d;
-  EXPECT_TRUE(cuda::DeviceOptions::fromEnv(&d).isOk());
-  std::unique_ptr<Communicator> c;
-  Status st = cuda::createDeviceCommunicator(MPI_COMM_WORLD, o, d, &c);
-  if (!st.isOk()) {
-    fprintf(stderr, "createDeviceCommunicator: %s\n", st.toString().c_str());
-    MPI_Abort(MPI_COMM_WORLD, 3);
-  }
-  return c;
-}
-
 TEST(DeviceCollectives, EveryCollectiveDtypeAndCount) {
-  if (!haveDevice()) GTEST_SKIP() << "no CUDA device";
+  if (!testing::everyRankHasDevice(nullptr)) GTEST_SKIP() << "no CUDA device";
   Options o;
   o.sliceBytes = 4096;
-  auto comm = make(o);
+  auto comm = makeDeviceComm(o);
   DeviceMemory mem;
   for (DataType t : kAllDataTypes) {
     for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000), size_t(100003)}) {
@@ -88,7 +70,7 @@ TEST(DeviceCollectives, EveryCollectiveDtypeAndCount) {
 }
 
 TEST(DeviceCollectives, FaultsDetectedAndRepaired) {
-  if (!haveDevice()) GTEST_SKIP() << "no CUDA device";
+  if (!testing::everyRankHasDevice(nullptr)) GTEST_SKIP() << "no CUDA device";
   for (FaultMode mode :
        {FaultMode::kBitFlip, FaultMode::kGarbage, FaultMode::kTrailer, FaultMode::kRetransmit}) {
     SCOPED_TRACE(faultModeName(mode));
@@ -98,7 +80,7 @@ TEST(DeviceCollectives, FaultsDetectedAndRepaired) {
     o.fault.mode = mode;
     o.fault.probability = 0.1;
     o.fault.seed = 5;
-    auto comm = make(o);
+    auto comm = makeDeviceComm(o);
     DeviceMemory mem;
     for (DataType t : {DataType::kFloat32, DataType::kBFloat16}) everyCollective(*comm, mem, t, 30001, false);
     const Counters c = comm->counters();

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "../mpi/test_util.h"
-#include "ringguard/cuda/device_communicator.h"
+#include "device_comm_util.h"
 
 namespace ringguard {
 namespace {
@@ -20,35 +20,15 @@ using testing::sumOverRanks;
 using testing::worldRank;
 using testing::worldSize;
 
-// All ranks agree whether a device is usable, so they skip (or run) together.
-bool haveDevice(std::string* why) {
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  int mine = (e == cudaSuccess && n > 0) ? 1 : 0, all = 0;
-  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (!all) *why = e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device on some rank";
-  return all != 0;
-}
-
 class DeviceRing : public ::testing::Test {
  protected:
   void SetUp() override {
     MPI_Barrier(MPI_COMM_WORLD);
     std::string why;
-    if (!haveDevice(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+    if (!testing::everyRankHasDevice(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   }
 
-  std::unique_ptr<Communicator> make(const Options& o) {
-    cuda::DeviceOptions d;
-    EXPECT_TRUE(cuda::DeviceOptions::fromEnv(&d).isOk());
-    std::unique_ptr<Communicator> c;
-    Status st = cuda::createDeviceCommunicator(MPI_COMM_WORLD, o, d, &c);
-    if (!st.isOk()) {
-      fprintf(stderr, "createDeviceCommunicator: %s\n", st.toString().c_str());
-      MPI_Abort(MPI_COMM_WORLD, 3);
-    }
-    return c;
-  }
+  std::unique_ptr<Communicator> make(const Options& o) { return testing::makeDeviceComm(o); }
 
   // Runs one AllReduce of host data `in` through device buffers on a caller stream; returns the result.
   Status run(Communicator* c, const std::vector<uint8_t>& in, size_t count, DataType t, ReduceOp op,

@@ -12,13 +12,9 @@ namespace {
 using testing::expectedResult;
 using testing::makeComm;
 using testing::makeInput;
+using testing::smoke;
 using testing::worldRank;
 using testing::worldSize;
-
-bool smoke() {
-  const char* s = std::getenv("RINGGUARD_TEST_SMOKE");
-  return s && std::string(s) == "1";
-}
 
 std::vector<size_t> counts(int n) {
   // 0, 1, fewer than N, N, not divisible by N, several slices, and uneven last slices.

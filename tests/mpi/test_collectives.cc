@@ -15,14 +15,10 @@ namespace {
 using testing::everyCollective;
 using testing::HostMemory;
 using testing::makeComm;
+using testing::smoke;
 using testing::sumOverRanks;
 using testing::worldRank;
 using testing::worldSize;
-
-bool smoke() {
-  const char* s = std::getenv("RINGGUARD_TEST_SMOKE");
-  return s && std::string(s) == "1";
-}
 
 std::vector<size_t> counts(int n) {
   std::vector<size_t> c = {0, 1, size_t(n) - 1, size_t(n) + 1, 7, 1000, 4099};

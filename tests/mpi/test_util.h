@@ -1,16 +1,16 @@
 #pragma once
-// Verifiable inputs (nccl-tests style): small integer values, so every partial sum and product is exact
-// in every dtype and the result does not depend on the reduction order.
+// What the mpirun suites share: ranks, the verifiable inputs of tests/unit/verifiable.h (small integer
+// values, so every partial sum and product is exact and order-independent), a communicator over
+// MPI_COMM_WORLD, sums of counters over the ranks.
 #include <mpi.h>
 
-#include <cmath>
 #include <cstdint>
-#include <cstring>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
-#include <vector>
+#include <string>
 
-#include "ringguard/core/reduce.h"
-#include "ringguard/core/types.h"
+#include "../unit/verifiable.h"
 #include "ringguard/mpi/mpi_communicator.h"
 
 namespace ringguard {
@@ -27,101 +27,10 @@ inline int worldSize() {
   return n;
 }
 
-inline bool isIntegral(DataType t) {
-  return t == DataType::kInt32 || t == DataType::kInt64 || t == DataType::kUint8;
-}
-
-inline int64_t inputValue(DataType t, ReduceOp op, int rank, size_t i) {
-  const bool unsignedType = t == DataType::kUint8;
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg: {
-      int64_t v = int64_t((i * 7 + size_t(rank) * 3) % 11);
-      return unsignedType ? v : v - 5;
-    }
-    case ReduceOp::kProd: {
-      static const int64_t kSigned[] = {1, 2, -1, 1};
-      return unsignedType ? 1 + int64_t((i + rank) % 2) : kSigned[(i + rank) % 4];
-    }
-    case ReduceOp::kMin:
-    case ReduceOp::kMax: {
-      int64_t v = int64_t((i * 13 + size_t(rank) * 5) % 17);
-      return unsignedType ? v : v - 8;
-    }
-  }
-  return 0;
-}
-
-// Stores the value `v` (a double holding an exactly representable number) as dtype t at index i.
-inline void store(DataType t, void* buf, size_t i, double v) {
-  switch (t) {
-    case DataType::kFloat32:
-      static_cast<float*>(buf)[i] = float(v);
-      break;
-    case DataType::kFloat64:
-      static_cast<double*>(buf)[i] = v;
-      break;
-    case DataType::kFloat16:
-      static_cast<uint16_t*>(buf)[i] = floatToHalf(float(v));
-      break;
-    case DataType::kBFloat16:
-      static_cast<uint16_t*>(buf)[i] = floatToBf16(float(v));
-      break;
-    case DataType::kInt32:
-      static_cast<int32_t*>(buf)[i] = int32_t(v);
-      break;
-    case DataType::kInt64:
-      static_cast<int64_t*>(buf)[i] = int64_t(v);
-      break;
-    case DataType::kUint8:
-      static_cast<uint8_t*>(buf)[i] = uint8_t(v);
-      break;
-  }
-}
-
-inline std::vector<uint8_t> makeInput(DataType t, ReduceOp op, int rank, size_t count) {
-  std::vector<uint8_t> buf(count * dataTypeSize(t) + 1);  // +1: never a zero-sized allocation
-  for (size_t i = 0; i < count; ++i) store(t, buf.data(), i, double(inputValue(t, op, rank, i)));
-  buf.resize(count * dataTypeSize(t));
-  return buf;
-}
-
-// The closed-form result over `nranks` ranks.
-inline std::vector<uint8_t> expectedResult(DataType t, ReduceOp op, int nranks, size_t count) {
-  std::vector<uint8_t> buf(count * dataTypeSize(t));
-  for (size_t i = 0; i < count; ++i) {
-    int64_t acc = inputValue(t, op, 0, i);
-    for (int r = 1; r < nranks; ++r) {
-      int64_t v = inputValue(t, op, r, i);
-      switch (op) {
-        case ReduceOp::kSum:
-        case ReduceOp::kAvg:
-          acc += v;
-          break;
-        case ReduceOp::kProd:
-          acc *= v;
-          break;
-        case ReduceOp::kMin:
-          acc = std::min(acc, v);
-          break;
-        case ReduceOp::kMax:
-          acc = std::max(acc, v);
-          break;
-      }
-    }
-    double out = double(acc);
-    if (op == ReduceOp::kAvg) {
-      if (isIntegral(t)) {
-        out = double(acc / nranks);  // exact sum, truncating division
-      } else if (t == DataType::kFloat64) {
-        out = double(acc) / double(nranks);
-      } else {
-        out = double(float(acc) / float(nranks));  // f32/f16/bf16 divide in f32, then round once
-      }
-    }
-    store(t, buf.data(), i, out);
-  }
-  return buf;
+// RINGGUARD_TEST_SMOKE=1: the suite runs a subset (the np 5 entries).
+inline bool smoke() {
+  const char* s = std::getenv("RINGGUARD_TEST_SMOKE");
+  return s && std::string(s) == "1";
 }
 
 inline std::unique_ptr<Communicator> makeComm(const Options& options) {

@@ -1,7 +1,7 @@
 #pragma once
 // Verifiable inputs (nccl-tests style) without MPI: small integer values, so every partial sum and product
-// is exact in every dtype and the result does not depend on the reduction order. The same formulas as
-// tests/mpi/test_util.h (which could include this header instead of its own copy).
+// is exact in every dtype and the result does not depend on the reduction order. The mpirun suites use
+// them too (tests/mpi/test_util.h).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
