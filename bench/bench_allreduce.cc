@@ -35,51 +35,25 @@ using namespace ringguard::bench;
 
 int main(int argc, char** argv) {
   CLI::App app{"bench_allreduce: ringguard verified ring vs MPI_Allreduce"};
-  std::string minBytes = "1K", maxBytes = "64M", dtypeName = "f32";
-  double factor = 4;
-  int iters = 10, warmup = 3, check = 1;
-  size_t sliceBytes = 0;
-  app.add_option("-b,--minbytes", minBytes, "smallest message (K/M/G suffixes)");
-  app.add_option("-e,--maxbytes", maxBytes, "largest message");
-  app.add_option("-f,--stepfactor", factor, "size multiplier between rows")->check(CLI::Range(1.01, 1024.0));
-  app.add_option("-n,--iters", iters, "timed iterations per size")->check(CLI::PositiveNumber);
-  app.add_option("-w,--warmup_iters", warmup, "untimed iterations per size")->check(CLI::NonNegativeNumber);
-  app.add_option("-c,--check", check, "1: check both results against each other at every size");
-  app.add_option("-d,--datatype", dtypeName, "f32, f64, i32, i64 or u8");
-  app.add_option("-s,--slice-bytes", sliceBytes, "ringguard slice size (default: RINGGUARD_SLICE_BYTES)");
+  BenchArgs args;
+  args.addTo(app, "device buffers (CUDA builds): against copy to host + MPI_Allreduce + copy back");
   int p2pLanes = 0;
   app.add_option("--p2p-lanes", p2pLanes,
                  "NCCL communicators (each on its own stream) the sliced p2p ceiling spreads its groups over "
                  "(0: as many as the transport's lanes, RINGGUARD_NCCL_LANES)")
       ->check(CLI::Range(0, 8));
-  bool device = false;
-  app.add_flag("-D,--device", device,
-               "device buffers (CUDA builds): against copy to host + MPI_Allreduce + copy back");
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  size_t minB = 0, maxB = 0;
-  DataType dtype{};
-  try {
-    app.parse(argc, argv);
-    minB = parseBytes(minBytes);
-    maxB = parseBytes(maxBytes);
-    if (!parseDataType(dtypeName, &dtype) || mpiType(dtype) == MPI_DATATYPE_NULL) {
-      throw CLI::ValidationError("--datatype", "'" + dtypeName + "' is not one of f32, f64, i32, i64, u8");
-    }
-  } catch (const CLI::Error& e) {
-    int rc = rank == 0 ? app.exit(e) : 1;
-    MPI_Finalize();
-    return rc;
-  }
-  Options options;
-  if (Status st = Options::fromEnv(&options); !st.isOk()) {
-    if (rank == 0) fprintf(stderr, "%s\n", st.toString().c_str());
-    MPI_Abort(MPI_COMM_WORLD, 2);
-  }
-  if (sliceBytes) options.sliceBytes = sliceBytes;
+  if (int rc = parseOrExit(app, argc, argv, &args, nullptr); rc >= 0) return rc;
+  const Options options = benchOptions(args);
+  const size_t minB = args.minB, maxB = args.maxB;
+  const DataType dtype = args.dtype;
+  const double factor = args.factor;
+  const int iters = args.iters, warmup = args.warmup, check = args.check;
+  const bool device = args.device;
   std::unique_ptr<Communicator> comm;
   Status created;
 #if RINGGUARD_BENCH_DEVICE

@@ -179,48 +179,30 @@ void runNccl(Op op, const void* in, void* out, const Shape& s, DataType t, ncclC
 
 int main(int argc, char** argv) {
   CLI::App app{"bench_collectives: every ringguard verified collective vs its MPI / NCCL peer"};
-  std::string opName = "allreduce", minBytes = "1K", maxBytes = "64M", dtypeName = "f32";
-  double factor = 4;
-  int iters = 10, warmup = 3, check = 1;
-  size_t sliceBytes = 0;
-  bool device = false;
+  std::string opName = "allreduce";
+  BenchArgs args;
   app.add_option("-o,--op", opName, "allreduce, reduce_scatter, allgather, broadcast, alltoall or sendrecv");
-  app.add_option("-b,--minbytes", minBytes, "smallest size (K/M/G suffixes)");
-  app.add_option("-e,--maxbytes", maxBytes, "largest size");
-  app.add_option("-f,--stepfactor", factor, "size multiplier between rows")->check(CLI::Range(1.01, 1024.0));
-  app.add_option("-n,--iters", iters, "timed iterations per size")->check(CLI::PositiveNumber);
-  app.add_option("-w,--warmup_iters", warmup, "untimed iterations per size")->check(CLI::NonNegativeNumber);
-  app.add_option("-c,--check", check, "1: check both results against each other at every size");
-  app.add_option("-d,--datatype", dtypeName, "f32, f64, i32, i64 or u8");
-  app.add_option("-s,--slice-bytes", sliceBytes, "ringguard slice size (default: RINGGUARD_SLICE_BYTES)");
-  app.add_flag("-D,--device", device, "device buffers (CUDA builds): against copy + MPI + copy, or NCCL");
+  args.addTo(app, "device buffers (CUDA builds): against copy + MPI + copy, or NCCL");
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  size_t minB = 0, maxB = 0;
-  DataType dtype{};
   Op op{};
-  try {
-    app.parse(argc, argv);
-    minB = parseBytes(minBytes);
-    maxB = parseBytes(maxBytes);
-    if (!parseOp(opName, &op)) throw CLI::ValidationError("--op", "'" + opName + "' is not a collective");
-    if (!parseDataType(dtypeName, &dtype) || mpiType(dtype) == MPI_DATATYPE_NULL) {
-      throw CLI::ValidationError("--datatype", "'" + dtypeName + "' is not one of f32, f64, i32, i64, u8");
-    }
-  } catch (const CLI::Error& e) {
-    int rc = rank == 0 ? app.exit(e) : 1;
-    MPI_Finalize();
+  if (int rc = parseOrExit(app, argc, argv, &args,
+                           [&] {
+                             if (!parseOp(opName, &op))
+                               throw CLI::ValidationError("--op", "'" + opName + "' is not a collective");
+                           });
+      rc >= 0) {
     return rc;
   }
-  Options options;
-  if (Status st = Options::fromEnv(&options); !st.isOk()) {
-    if (rank == 0) fprintf(stderr, "%s\n", st.toString().c_str());
-    MPI_Abort(MPI_COMM_WORLD, 2);
-  }
-  if (sliceBytes) options.sliceBytes = sliceBytes;
+  const Options options = benchOptions(args);
+  const size_t minB = args.minB, maxB = args.maxB;
+  const DataType dtype = args.dtype;
+  const double factor = args.factor;
+  const int iters = args.iters, warmup = args.warmup, check = args.check;
+  const bool device = args.device;
   std::unique_ptr<Communicator> comm;
   Status created;
   void* stream = nullptr;

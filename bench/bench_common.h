@@ -5,9 +5,11 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "ringguard/core/counters.h"
+#include "ringguard/core/options.h"
 #include "ringguard/core/types.h"
 #if RINGGUARD_BENCH_DEVICE
 #include <cuda_runtime_api.h>
@@ -123,6 +125,70 @@ inline ncclDataType_t ncclType(DataType t) {
   }
 }
 #endif
+
+// The flags every benchmark takes (nccl-tests' -b -e -f -n -w -c -d, plus -s and -D) and their parsing.
+struct BenchArgs {
+  std::string minBytes = "1K", maxBytes = "64M", dtypeName = "f32";
+  double factor = 4;
+  int iters = 10, warmup = 3, check = 1;
+  size_t sliceBytes = 0;
+  bool device = false;
+  // After parse():
+  size_t minB = 0, maxB = 0;
+  DataType dtype{};
+
+  void addTo(CLI::App& app, const char* deviceHelp) {
+    app.add_option("-b,--minbytes", minBytes, "smallest size (K/M/G suffixes)");
+    app.add_option("-e,--maxbytes", maxBytes, "largest size");
+    app.add_option("-f,--stepfactor", factor, "size multiplier between rows")
+        ->check(CLI::Range(1.01, 1024.0));
+    app.add_option("-n,--iters", iters, "timed iterations per size")->check(CLI::PositiveNumber);
+    app.add_option("-w,--warmup_iters", warmup, "untimed iterations per size")->check(CLI::NonNegativeNumber);
+    app.add_option("-c,--check", check, "1: check both results against each other at every size");
+    app.add_option("-d,--datatype", dtypeName, "f32, f64, i32, i64 or u8");
+    app.add_option("-s,--slice-bytes", sliceBytes, "ringguard slice size (default: RINGGUARD_SLICE_BYTES)");
+    app.add_flag("-D,--device", device, deviceHelp);
+  }
+  // Sizes and dtype, after app.parse (throws CLI::ValidationError).
+  void finish() {
+    minB = parseBytes(minBytes);
+    maxB = parseBytes(maxBytes);
+    if (!parseDataType(dtypeName, &dtype) || mpiType(dtype) == MPI_DATATYPE_NULL) {
+      throw CLI::ValidationError("--datatype", "'" + dtypeName + "' is not one of f32, f64, i32, i64, u8");
+    }
+  }
+};
+
+// Parses the command line after MPI_Init (`more` checks what the benchmark adds). -1: go on; otherwise the
+// exit code, after rank 0 printed the help or the error and MPI was finalised.
+inline int parseOrExit(CLI::App& app, int argc, char** argv, BenchArgs* args,
+                       const std::function<void()>& more) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  try {
+    app.parse(argc, argv);
+    args->finish();
+    if (more) more();
+  } catch (const CLI::Error& e) {
+    int rc = rank == 0 ? app.exit(e) : 1;
+    MPI_Finalize();
+    return rc;
+  }
+  return -1;
+}
+
+// Options from the RINGGUARD_* environment, -s over them; aborts the job on a bad setting.
+inline Options benchOptions(const BenchArgs& args) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  Options options;
+  if (Status st = Options::fromEnv(&options); !st.isOk()) {
+    if (rank == 0) fprintf(stderr, "%s\n", st.toString().c_str());
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  if (args.sliceBytes) options.sliceBytes = args.sliceBytes;
+  return options;
+}
 
 }  // namespace bench
 }  // namespace ringguard
