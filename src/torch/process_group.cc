@@ -42,7 +42,8 @@ std::string describe(const at::Tensor& t) {
 
 [[noreturn]] void unsupported(const char* op, const std::string& what) {
   TORCH_CHECK(false, "ringguard: ", op, " is not supported (", what,
-              "); supported: allreduce, broadcast, allgather, all_gather_into_tensor, barrier, send, recv");
+              "); supported: allreduce, broadcast, allgather, all_gather_into_tensor, reduce_scatter, "
+              "reduce_scatter_tensor, all_to_all, all_to_all_single, barrier, send, recv");
 }
 
 std::string firstTensor(const std::vector<at::Tensor>& t) {
@@ -505,6 +506,132 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::barrier(const c10d::Barrie
   return launchAllreduce("barrier", t, 1, DataType::kInt32, ReduceOp::kSum, {t}, nullptr);
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  const char* name = "reduce_scatter_tensor";
+  checkTensor(name, input);
+  checkTensor(name, output);
+  TORCH_CHECK(input.numel() == output.numel() * size_ && output.scalar_type() == input.scalar_type() &&
+                  output.device() == input.device(),
+              "ringguard: reduce_scatter_tensor: input ", describe(input), " of ", input.numel(),
+              " elements must hold ", size_, " x the output ", describe(output), " of ", output.numel());
+  DataType dt;
+  ReduceOp op;
+  if (!toDataType(input.scalar_type(), &dt)) unsupported(name, "dtype of " + describe(input));
+  if (!toReduceOp(opts.reduceOp, &op))
+    unsupported(name, std::string(reduceOpText(opts.reduceOp)) + " on " + describe(input));
+  // The native ring's reduce steps: block r of the input, reduced over the ranks, lands in rank r's output.
+  const size_t count = size_t(output.numel());
+  return launch(name, output,
+                [input, output, count, dt, op](Communicator* comm, void* stream) {
+                  return comm->reduceScatterAsync(input.data_ptr(), output.data_ptr(), count, dt, op, stream);
+                },
+                {output}, nullptr, /*nestedOutputs=*/false, {input});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  checkSingle("reduce_scatter", outputs);
+  TORCH_CHECK(inputs.size() == 1 && int(inputs[0].size()) == size_,
+              "ringguard: reduce_scatter: expects one input list of ", size_, " tensors");
+  at::Tensor out = outputs[0];
+  for (const auto& t : inputs[0]) {
+    TORCH_CHECK(
+        t.numel() == out.numel() && t.scalar_type() == out.scalar_type() && t.device() == out.device(),
+        "ringguard: reduce_scatter: input ", describe(t), " of ", t.numel(),
+        " elements does not match the output ", describe(out), " of ", out.numel());
+  }
+  // One flat input (the list in rank order), then the tensor form.
+  at::Tensor flat = at::cat(inputs[0]).reshape({-1});
+  at::Tensor flatOut = out.reshape({-1});
+  return _reduce_scatter_base(flatOut, flat, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                                    std::vector<int64_t>& outputSplits,
+                                                                    std::vector<int64_t>& inputSplits,
+                                                                    const c10d::AllToAllOptions& opts) {
+  const char* name = "all_to_all_single";
+  checkTensor(name, input);
+  checkTensor(name, output);
+  TORCH_CHECK(output.scalar_type() == input.scalar_type() && output.device() == input.device(),
+              "ringguard: all_to_all_single: output ", describe(output), " and input ", describe(input),
+              " must have one dtype and device");
+  // Splits count rows of dim 0 (empty: equal rows); the exchange moves bytes, so any dtype works.
+  auto toBytes = [this, name](const at::Tensor& t, const std::vector<int64_t>& splits,
+                              std::vector<size_t>* counts, std::vector<size_t>* displs) {
+    const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+    const size_t rowBytes = rows == 0 ? 0 : size_t(t.numel() / rows) * t.element_size();
+    counts->assign(size_t(size_), 0);
+    displs->assign(size_t(size_), 0);
+    if (splits.empty()) {
+      TORCH_CHECK(rows % size_ == 0, "ringguard: ", name, ": ", describe(t), " has ", rows,
+                  " rows, not divisible by the group size ", size_, " (give split sizes)");
+    } else {
+      TORCH_CHECK(int(splits.size()) == size_, "ringguard: ", name, ": ", splits.size(), " split sizes for ",
+                  size_, " ranks");
+    }
+    int64_t sum = 0;
+    for (int p = 0; p < size_; ++p) {
+      const int64_t r = splits.empty() ? rows / size_ : splits[size_t(p)];
+      TORCH_CHECK(r >= 0, "ringguard: ", name, ": negative split size ", r);
+      (*displs)[size_t(p)] = size_t(sum) * rowBytes;
+      (*counts)[size_t(p)] = size_t(r) * rowBytes;
+      sum += r;
+    }
+    TORCH_CHECK(sum == rows, "ringguard: ", name, ": split sizes add up to ", sum, " rows, ", describe(t),
+                " has ", rows);
+  };
+  std::vector<size_t> sc, sd, rc, rd;
+  toBytes(input, inputSplits, &sc, &sd);
+  toBytes(output, outputSplits, &rc, &rd);
+  return launch(name, output,
+                [input, output, sc, sd, rc, rd](Communicator* comm, void* stream) {
+                  return comm->alltoallAsync(input.data_ptr(), sc, sd, output.data_ptr(), rc, rd,
+                                             DataType::kUint8, stream);
+                },
+                {output}, nullptr, /*nestedOutputs=*/false, {input});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::alltoall(std::vector<at::Tensor>& outputs,
+                                                               std::vector<at::Tensor>& inputs,
+                                                               const c10d::AllToAllOptions& opts) {
+  TORCH_CHECK(int(outputs.size()) == size_ && int(inputs.size()) == size_, "ringguard: all_to_all: expects ",
+              size_, " input and output tensors, got ", inputs.size(), " and ", outputs.size());
+  // The list in rank order as one flat byte buffer each way, then copied out into the output list.
+  std::vector<at::Tensor> inBytes;
+  std::vector<size_t> sc, sd, rc, rd;
+  size_t sendTotal = 0, recvTotal = 0;
+  for (int p = 0; p < size_; ++p) {
+    checkTensor("all_to_all", inputs[size_t(p)]);
+    checkTensor("all_to_all", outputs[size_t(p)]);
+    TORCH_CHECK(
+        inputs[size_t(p)].device() == inputs[0].device() && outputs[size_t(p)].device() == inputs[0].device(),
+        "ringguard: all_to_all: every tensor must be on ", inputs[0].device());
+    inBytes.push_back(bytesOf(inputs[size_t(p)]));
+    sd.push_back(sendTotal);
+    sc.push_back(size_t(inBytes.back().numel()));
+    sendTotal += sc.back();
+    rd.push_back(recvTotal);
+    rc.push_back(size_t(outputs[size_t(p)].numel()) * outputs[size_t(p)].element_size());
+    recvTotal += rc.back();
+  }
+  at::Tensor in = at::cat(inBytes);
+  at::Tensor out = at::empty({int64_t(recvTotal)}, in.options());
+  std::vector<at::Tensor> outs = outputs;
+  auto after = [outs, out, rc, rd]() {
+    for (size_t p = 0; p < outs.size(); ++p)
+      bytesOf(outs[p]).copy_(out.narrow(0, int64_t(rd[p]), int64_t(rc[p])));
+  };
+  return launch("all_to_all", out,
+                [in, out, sc, sd, rc, rd](Communicator* comm, void* stream) {
+                  return comm->alltoallAsync(in.data_ptr(), sc, sd, out.data_ptr(), rc, rd, DataType::kUint8,
+                                             stream);
+                },
+                outs, after, /*nestedOutputs=*/false, {in});
+}
+
 #define RINGGUARD_UNSUPPORTED(signature, opname, what) \
   c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::signature { unsupported(opname, what); }
 
@@ -526,20 +653,9 @@ RINGGUARD_UNSUPPORTED(gather(std::vector<std::vector<at::Tensor>>&, std::vector<
 RINGGUARD_UNSUPPORTED(scatter(std::vector<at::Tensor>& out, std::vector<std::vector<at::Tensor>>&,
                               const c10d::ScatterOptions&),
                       "scatter", firstTensor(out))
-RINGGUARD_UNSUPPORTED(reduce_scatter(std::vector<at::Tensor>& out, std::vector<std::vector<at::Tensor>>&,
-                                     const c10d::ReduceScatterOptions&),
-                      "reduce_scatter", firstTensor(out))
-RINGGUARD_UNSUPPORTED(_reduce_scatter_base(at::Tensor& out, at::Tensor&, const c10d::ReduceScatterOptions&),
-                      "reduce_scatter_tensor", describe(out))
 RINGGUARD_UNSUPPORTED(reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& out, std::vector<at::Tensor>&,
                                                       const c10d::ReduceScatterOptions&),
                       "reduce_scatter_tensor_coalesced", firstTensor(out))
-RINGGUARD_UNSUPPORTED(alltoall_base(at::Tensor& out, at::Tensor&, std::vector<int64_t>&,
-                                    std::vector<int64_t>&, const c10d::AllToAllOptions&),
-                      "all_to_all_single", describe(out))
-RINGGUARD_UNSUPPORTED(alltoall(std::vector<at::Tensor>& out, std::vector<at::Tensor>&,
-                               const c10d::AllToAllOptions&),
-                      "all_to_all", firstTensor(out))
 RINGGUARD_UNSUPPORTED(recvAnysource(std::vector<at::Tensor>& t, int), "recv (any source)", firstTensor(t))
 #undef RINGGUARD_UNSUPPORTED
 

@@ -349,12 +349,58 @@ def _expect_unsupported(ctx, call, op_aliases, dtype_key):
     return {"message": msg[:300]}
 
 
-@CASES.case("error-reduce_scatter")
+def _reduce_scatter_case(dname, opname, count, list_form):
+    dt = DTYPES[dname]
+
+    def fn(ctx):
+        inputs = [_input(dt, opname, count * ctx.size, r, ctx.size, 71) for r in range(ctx.size)]
+        want = _expected(dt, opname, inputs, ctx.size).narrow(0, ctx.rank * count, count)
+        mine = inputs[ctx.rank].to(ctx.device)
+        out = torch.zeros(count, dtype=dt, device=ctx.device)
+        if list_form:
+            dist.reduce_scatter(out, list(mine.chunk(ctx.size)) if count else
+                                [mine.narrow(0, 0, 0)] * ctx.size, op=OPS[opname])
+        else:
+            dist.reduce_scatter_tensor(out, mine, op=OPS[opname])
+        assert _same_bits(out.cpu(), want), f"{dname} {opname} count {count}: {_diff(out, want)}"
+    return fn
+
+
+for _d in ("f32", "bf16", "i64", "u8"):
+    for _o in ("sum", "avg", "max"):
+        for _n in (0, 1, 3 * SLICE_BYTES + 77):
+            CASES.add(f"reduce_scatter_tensor-{_d}-{_o}-n{_n}", _reduce_scatter_case(_d, _o, _n, False))
+CASES.add("reduce_scatter-list-f32-sum", _reduce_scatter_case("f32", "sum", 1001, True))
+
+
+@CASES.case("all_to_all_single-equal-and-unequal")
 def _(ctx):
-    def call(g):
-        out = torch.zeros(4)
-        dist.reduce_scatter(out, [torch.ones(4) for _ in range(ctx.size)], group=g)
-    return _expect_unsupported(ctx, call, ("reduce_scatter", "reducescatter", "reduce-scatter"), "float32")
+    n, r = ctx.size, ctx.rank
+    # Equal splits: rows of 3 columns, 5 rows per rank.
+    mine = torch.stack([_payload(torch.float32, 3, r * n + p, 80) for p in range(n) for _ in range(5)])
+    out = torch.zeros(5 * n, 3, device=ctx.device)
+    dist.all_to_all_single(out, mine.to(ctx.device))
+    want = torch.stack([_payload(torch.float32, 3, p * n + r, 80) for p in range(n) for _ in range(5)])
+    assert _same_bits(out.cpu(), want), _diff(out, want)
+    # Unequal splits (some empty), int64: rank a sends (a + b) % 3 rows to rank b.
+    send_rows = [(r + p) % 3 for p in range(n)]
+    recv_rows = [(p + r) % 3 for p in range(n)]
+    mine = torch.cat([_payload(torch.int64, 2 * k, r * n + p, 81).view(k, 2) for p, k in enumerate(send_rows)])
+    out = torch.zeros(sum(recv_rows), 2, dtype=torch.int64, device=ctx.device)
+    dist.all_to_all_single(out, mine.to(ctx.device), recv_rows, send_rows)
+    want = torch.cat([_payload(torch.int64, 2 * k, p * n + r, 81).view(k, 2) for p, k in enumerate(recv_rows)])
+    assert _same_bits(out.cpu(), want), _diff(out, want)
+
+
+@CASES.case("all_to_all-list-bool")
+def _(ctx):
+    n, r = ctx.size, ctx.rank
+    ins = [_payload(torch.bool, 7 + p, r * n + p, 82).to(ctx.device) for p in range(n)]
+    outs = [torch.zeros(7 + r, dtype=torch.bool, device=ctx.device) for _ in range(n)]
+    dist.all_to_all(outs, ins)
+    for p in range(n):
+        want = _payload(torch.bool, 7 + r, p * n + r, 82)
+        assert _same_bits(outs[p].cpu(), want), f"block from {p}: {_diff(outs[p], want)}"
 
 
 @CASES.case("error-band")
