@@ -15,15 +15,15 @@
 #include "ringguard/mpi/mpi_communicator.h"
 #endif
 #include "ringguard/core/thread_name.h"
+#include "ringguard/runtime/factories.h"
 #include "torch/p2p.h"
-#include "transport/c10d/c10d_transport.h"
+#include "torch/store_bootstrap.h"
 #if RINGGUARD_TORCH_CUDA
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
-#include <unistd.h>
 
-#include "ringguard/cuda/device_communicator.h"
+#include "ringguard/runtime/device_factory.h"
 #endif
 
 namespace ringguard {
@@ -166,10 +166,9 @@ ProcessGroupRingguard::ProcessGroupRingguard(c10::intrusive_ptr<c10d::Store> sto
     st = createMpiCommunicator(globalRanks);
     TORCH_CHECK(st.isOk(), "ringguard: CPU communicator over MPI: ", st.toString());
   } else {
-    std::unique_ptr<Transport> transport;
-    st = createC10dTransport(gloo_, kCpuTagBase, &transport);
+    StoreBootstrap bootstrap(store_, gloo_, "ringguard/cpu", kCpuTagBase);
+    st = createHostCommunicator(bootstrap, options_, &cpu_);
     TORCH_CHECK(st.isOk(), "ringguard: ", st.toString());
-    cpu_ = std::make_unique<Communicator>(std::move(transport), options_);
   }
   p2p_ = std::make_unique<VerifiedP2p>(gloo_, options_);
   completion_ = std::thread([this] {
@@ -184,31 +183,6 @@ ProcessGroupRingguard::~ProcessGroupRingguard() { stop(/*abort=*/false); }
 c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupRingguard::getBackendOptions() {
   return c10::make_intrusive<Backend::Options>("ringguard", options_.timeout);
 }
-
-#if RINGGUARD_TORCH_CUDA
-// NCCL refuses two ranks on one GPU, so `auto` takes NCCL only when every rank of the group has a GPU of
-// its own: each rank publishes (host, GPU UUID) in the Store and all decide from the same list.
-bool ProcessGroupRingguard::useNccl(int kind, int device) {
-  const auto k = static_cast<cuda::DeviceTransportKind>(kind);
-  if (k == cuda::DeviceTransportKind::kStaged) return false;
-  TORCH_CHECK(k != cuda::DeviceTransportKind::kNccl || cuda::haveNccl(),
-              "ringguard: RINGGUARD_DEVICE_TRANSPORT=nccl, but this build has no NCCL");
-  if (k == cuda::DeviceTransportKind::kNccl) return true;
-  cudaDeviceProp prop;
-  TORCH_CHECK(cudaGetDeviceProperties(&prop, device) == cudaSuccess,
-              "ringguard: cudaGetDeviceProperties failed");
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  std::string me = std::string(host) + "/" + std::string(prop.uuid.bytes, sizeof(prop.uuid.bytes));
-  store_->set("ringguard/gpu/" + std::to_string(rank_), std::vector<uint8_t>(me.begin(), me.end()));
-  std::set<std::string> seen;
-  for (int r = 0; r < size_; ++r) {
-    auto v = store_->get("ringguard/gpu/" + std::to_string(r));
-    seen.insert(std::string(v.begin(), v.end()));
-  }
-  return cuda::haveNccl() && int(seen.size()) == size_;
-}
-#endif
 
 // A RINGGUARD_* setting: this group's pg_options first, then the environment (nullptr: unset).
 const char* ProcessGroupRingguard::option(const char* name) const {
@@ -265,8 +239,10 @@ Status ProcessGroupRingguard::createMpiCommunicator(const std::vector<int>& glob
   MPI_Group_free(&group);
   MPI_Group_free(&world);
   if (rc != MPI_SUCCESS) return Status(StatusCode::kTransportError, "MPI_Comm_create_group failed");
-  Status st = mpi::createCommunicator(comm, options_, &cpu_);  // over a duplicate of comm
+  std::unique_ptr<Bootstrap> bootstrap;
+  Status st = mpi::createBootstrap(comm, &bootstrap);  // over a duplicate of comm
   MPI_Comm_free(&comm);
+  if (st.isOk()) st = createHostCommunicator(*bootstrap, options_, &cpu_);
   return st;
 #else
   (void)globalRanks;
@@ -285,27 +261,13 @@ Communicator* ProcessGroupRingguard::communicatorFor(const at::Tensor& t, const 
     Status st = cuda::DeviceOptions::fromLookup([this](const char* name) { return option(name); }, &dev);
     TORCH_CHECK(st.isOk(), "ringguard: ", st.toString());
     dev.device = device;
-    const bool nccl = useNccl(static_cast<int>(dev.transport), device);
-    std::unique_ptr<Transport> host;  // the staged transport's data path, or NCCL's control channel
-    st = createC10dTransport(gloo_, kCudaTagBase, &host);
-    if (st.isOk()) {
-      c10::cuda::CUDAGuard guard(device);
-      ringguard::Options o = options_;
-      o.fault = fault_;
-      if (nccl) {
-        // As ProcessGroupNCCL does: rank 0 makes the id and publishes it in the Store, the others read it.
-        std::vector<uint8_t> id;
-        if (rank_ == 0) {
-          st = cuda::newNcclUniqueId(&id);
-          if (st.isOk()) store_->set("ringguard/nccl_id", id);
-        } else {
-          id = store_->get("ringguard/nccl_id");
-        }
-        if (st.isOk()) st = cuda::createNcclCommunicator(id, std::move(host), o, dev, &cuda_);
-      } else {
-        st = cuda::createStagedCommunicator(std::move(host), o, dev, &cuda_);
-      }
-    }
+    c10::cuda::CUDAGuard guard(device);
+    ringguard::Options o = options_;
+    o.fault = fault_;
+    // The Store carries the agreement on NCCL and its unique id, Gloo the staged data path or NCCL's control
+    // channel.
+    StoreBootstrap bootstrap(store_, gloo_, "ringguard/cuda", kCudaTagBase);
+    st = cuda::createDeviceCommunicator(bootstrap, o, dev, &cuda_);
     TORCH_CHECK(st.isOk(), "ringguard: creating the CUDA communicator: ", st.toString());
     cudaDevice_ = device;
   }
@@ -632,6 +594,76 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::alltoall(std::vector<at::T
                 outs, after, /*nestedOutputs=*/false, {in});
 }
 
+// The coalesced forms enqueue one verified collective per pair, back to back, and complete with the last:
+// the communicator runs its queue in order and a failure poisons everything after it, so the last one
+// succeeding means every one did.
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  const char* name = "allgather_into_tensor_coalesced";
+  TORCH_CHECK(!inputs.empty() && inputs.size() == outputs.size(), "ringguard: ", name, ": ", inputs.size(),
+              " inputs and ", outputs.size(), " outputs");
+  std::vector<at::Tensor> ins, outs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    checkTensor(name, inputs[i]);
+    checkTensor(name, outputs[i]);
+    TORCH_CHECK(outputs[i].numel() == inputs[i].numel() * size_ &&
+                    outputs[i].scalar_type() == inputs[i].scalar_type() &&
+                    outputs[i].device() == inputs[0].device() && inputs[i].device() == inputs[0].device(),
+                "ringguard: ", name, ": output ", i, " ", describe(outputs[i]), " of ", outputs[i].numel(),
+                " elements must hold ", size_, " x input ", describe(inputs[i]), " of ", inputs[i].numel());
+    ins.push_back(bytesOf(inputs[i]));
+    outs.push_back(bytesOf(outputs[i]));
+  }
+  return launch(
+      name, outputs[0],
+      [ins, outs](Communicator* comm, void* stream) {
+        std::shared_ptr<ringguard::Work> last;
+        for (size_t i = 0; i < ins.size(); ++i) {
+          last = comm->allgatherAsync(ins[i].data_ptr(), outs[i].data_ptr(), size_t(ins[i].numel()),
+                                      DataType::kUint8, stream);
+        }
+        return last;
+      },
+      outputs, nullptr, /*nestedOutputs=*/false, inputs);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  const char* name = "reduce_scatter_tensor_coalesced";
+  TORCH_CHECK(!inputs.empty() && inputs.size() == outputs.size(), "ringguard: ", name, ": ", inputs.size(),
+              " inputs and ", outputs.size(), " outputs");
+  ReduceOp op;
+  if (!toReduceOp(opts.reduceOp, &op))
+    unsupported(name, std::string(reduceOpText(opts.reduceOp)) + " on " + describe(inputs[0]));
+  std::vector<DataType> dts;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    checkTensor(name, inputs[i]);
+    checkTensor(name, outputs[i]);
+    TORCH_CHECK(inputs[i].numel() == outputs[i].numel() * size_ &&
+                    outputs[i].scalar_type() == inputs[i].scalar_type() &&
+                    outputs[i].device() == inputs[0].device() && inputs[i].device() == inputs[0].device(),
+                "ringguard: ", name, ": input ", i, " ", describe(inputs[i]), " of ", inputs[i].numel(),
+                " elements must hold ", size_, " x output ", describe(outputs[i]), " of ",
+                outputs[i].numel());
+    DataType dt;
+    if (!toDataType(inputs[i].scalar_type(), &dt)) unsupported(name, "dtype of " + describe(inputs[i]));
+    dts.push_back(dt);
+  }
+  std::vector<at::Tensor> ins = inputs, outs = outputs;
+  return launch(
+      name, outputs[0],
+      [ins, outs, dts, op](Communicator* comm, void* stream) {
+        std::shared_ptr<ringguard::Work> last;
+        for (size_t i = 0; i < ins.size(); ++i) {
+          last = comm->reduceScatterAsync(ins[i].data_ptr(), outs[i].data_ptr(), size_t(outs[i].numel()),
+                                          dts[i], op, stream);
+        }
+        return last;
+      },
+      outputs, nullptr, /*nestedOutputs=*/false, inputs);
+}
+
 #define RINGGUARD_UNSUPPORTED(signature, opname, what) \
   c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::signature { unsupported(opname, what); }
 
@@ -644,18 +676,12 @@ RINGGUARD_UNSUPPORTED(reduce(std::vector<at::Tensor>& t, const c10d::ReduceOptio
 RINGGUARD_UNSUPPORTED(allgather_coalesced(std::vector<std::vector<at::Tensor>>&, std::vector<at::Tensor>& in,
                                           const c10d::AllgatherOptions&),
                       "allgather_coalesced", firstTensor(in))
-RINGGUARD_UNSUPPORTED(allgather_into_tensor_coalesced(std::vector<at::Tensor>&, std::vector<at::Tensor>& in,
-                                                      const c10d::AllgatherOptions&),
-                      "allgather_into_tensor_coalesced", firstTensor(in))
 RINGGUARD_UNSUPPORTED(gather(std::vector<std::vector<at::Tensor>>&, std::vector<at::Tensor>& in,
                              const c10d::GatherOptions&),
                       "gather", firstTensor(in))
 RINGGUARD_UNSUPPORTED(scatter(std::vector<at::Tensor>& out, std::vector<std::vector<at::Tensor>>&,
                               const c10d::ScatterOptions&),
                       "scatter", firstTensor(out))
-RINGGUARD_UNSUPPORTED(reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& out, std::vector<at::Tensor>&,
-                                                      const c10d::ReduceScatterOptions&),
-                      "reduce_scatter_tensor_coalesced", firstTensor(out))
 RINGGUARD_UNSUPPORTED(recvAnysource(std::vector<at::Tensor>& t, int), "recv (any source)", firstTensor(t))
 #undef RINGGUARD_UNSUPPORTED
 
