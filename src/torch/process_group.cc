@@ -41,9 +41,10 @@ std::string describe(const at::Tensor& t) {
 }
 
 [[noreturn]] void unsupported(const char* op, const std::string& what) {
-  TORCH_CHECK(false, "ringguard: ", op, " is not supported (", what,
-              "); supported: allreduce, broadcast, allgather, all_gather_into_tensor, reduce_scatter, "
-              "reduce_scatter_tensor, all_to_all, all_to_all_single, barrier, send, recv");
+  TORCH_CHECK(
+      false, "ringguard: ", op, " is not supported (", what,
+      "); supported: allreduce, broadcast, allgather, all_gather_into_tensor, reduce_scatter, "
+      "reduce_scatter_tensor, all_to_all, all_to_all_single, reduce, gather, scatter, barrier, send, recv");
 }
 
 std::string firstTensor(const std::vector<at::Tensor>& t) {
@@ -664,6 +665,108 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce_scatter_tensor_coal
       outputs, nullptr, /*nestedOutputs=*/false, inputs);
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce(std::vector<at::Tensor>& tensors,
+                                                             const c10d::ReduceOptions& opts) {
+  checkSingle("reduce", tensors);
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "ringguard: reduce: root rank ", opts.rootRank,
+              " is outside [0, ", size_, ")");
+  at::Tensor t = tensors[0];
+  DataType dt;
+  ReduceOp op;
+  if (!toDataType(t.scalar_type(), &dt)) unsupported("reduce", "dtype of " + describe(t));
+  if (!toReduceOp(opts.reduceOp, &op))
+    unsupported("reduce", std::string(reduceOpText(opts.reduceOp)) + " on " + describe(t));
+  // A verified allreduce; the other ranks reduce a copy, so their tensors keep their values (as NCCL's).
+  // Traffic: the allreduce's, about 2x a reduce to one rank.
+  at::Tensor buffer = rank_ == int(opts.rootRank) ? t : t.clone();
+  return launchAllreduce("reduce", buffer, size_t(t.numel()), dt, op, {t}, nullptr);
+}
+
+// Gather and scatter are all-to-all exchanges in which only the root receives (gather) or sends
+// (scatter): N - 1 verified flows, each block moved once.
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                             std::vector<at::Tensor>& inputs,
+                                                             const c10d::GatherOptions& opts) {
+  checkSingle("gather", inputs);
+  const int root = int(opts.rootRank);
+  TORCH_CHECK(root >= 0 && root < size_, "ringguard: gather: root rank ", root, " is outside [0, ", size_,
+              ")");
+  at::Tensor in = bytesOf(inputs[0]);
+  const size_t n = size_t(in.numel());
+  std::vector<size_t> sc(size_t(size_), 0), sd(size_t(size_), 0), rc(size_t(size_), 0), rd(size_t(size_), 0);
+  sc[size_t(root)] = n;
+  std::vector<at::Tensor> outs;
+  if (rank_ == root) {
+    TORCH_CHECK(outputs.size() == 1 && int(outputs[0].size()) == size_,
+                "ringguard: gather: the root needs one list of ", size_, " output tensors");
+    outs = outputs[0];
+    for (int p = 0; p < size_; ++p) {
+      const at::Tensor& o = outs[size_t(p)];
+      checkTensor("gather", o);
+      TORCH_CHECK(o.numel() == inputs[0].numel() && o.scalar_type() == inputs[0].scalar_type() &&
+                      o.device() == inputs[0].device(),
+                  "ringguard: gather: output ", describe(o), " of ", o.numel(),
+                  " elements does not match the input ", describe(inputs[0]), " of ", inputs[0].numel());
+      rc[size_t(p)] = n;
+      rd[size_t(p)] = size_t(p) * n;
+    }
+  } else {
+    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
+                "ringguard: gather: only the root passes output tensors");
+  }
+  at::Tensor flat = at::empty({int64_t(rank_ == root ? n * size_t(size_) : 0)}, in.options());
+  auto after = [outs, flat, n]() {
+    for (size_t p = 0; p < outs.size(); ++p)
+      bytesOf(outs[p]).copy_(flat.narrow(0, int64_t(p * n), int64_t(n)));
+  };
+  return launch("gather", in,
+                [in, flat, sc, sd, rc, rd](Communicator* comm, void* stream) {
+                  return comm->alltoallAsync(in.data_ptr(), sc, sd, flat.data_ptr(), rc, rd, DataType::kUint8,
+                                             stream);
+                },
+                outs, after, /*nestedOutputs=*/true, {flat});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::scatter(std::vector<at::Tensor>& outputs,
+                                                              std::vector<std::vector<at::Tensor>>& inputs,
+                                                              const c10d::ScatterOptions& opts) {
+  checkSingle("scatter", outputs);
+  const int root = int(opts.rootRank);
+  TORCH_CHECK(root >= 0 && root < size_, "ringguard: scatter: root rank ", root, " is outside [0, ", size_,
+              ")");
+  at::Tensor out = bytesOf(outputs[0]);
+  const size_t n = size_t(out.numel());
+  std::vector<size_t> sc(size_t(size_), 0), sd(size_t(size_), 0), rc(size_t(size_), 0), rd(size_t(size_), 0);
+  rc[size_t(root)] = n;
+  at::Tensor flat = at::empty({0}, out.options());
+  if (rank_ == root) {
+    TORCH_CHECK(inputs.size() == 1 && int(inputs[0].size()) == size_,
+                "ringguard: scatter: the root needs one list of ", size_, " input tensors");
+    std::vector<at::Tensor> blocks;
+    for (int p = 0; p < size_; ++p) {
+      const at::Tensor& i = inputs[0][size_t(p)];
+      checkTensor("scatter", i);
+      TORCH_CHECK(i.numel() == outputs[0].numel() && i.scalar_type() == outputs[0].scalar_type() &&
+                      i.device() == outputs[0].device(),
+                  "ringguard: scatter: input ", describe(i), " of ", i.numel(),
+                  " elements does not match the output ", describe(outputs[0]), " of ", outputs[0].numel());
+      blocks.push_back(bytesOf(i));
+      sc[size_t(p)] = n;
+      sd[size_t(p)] = size_t(p) * n;
+    }
+    flat = at::cat(blocks);
+  } else {
+    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
+                "ringguard: scatter: only the root passes input tensors");
+  }
+  return launch("scatter", out,
+                [flat, out, sc, sd, rc, rd](Communicator* comm, void* stream) {
+                  return comm->alltoallAsync(flat.data_ptr(), sc, sd, out.data_ptr(), rc, rd,
+                                             DataType::kUint8, stream);
+                },
+                outputs, nullptr, /*nestedOutputs=*/false, {flat});
+}
+
 #define RINGGUARD_UNSUPPORTED(signature, opname, what) \
   c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::signature { unsupported(opname, what); }
 
@@ -671,17 +774,9 @@ RINGGUARD_UNSUPPORTED(allreduce_coalesced(std::vector<at::Tensor>& t, const c10d
                       "allreduce_coalesced", firstTensor(t))
 RINGGUARD_UNSUPPORTED(allreduce_sparse(std::vector<at::Tensor>& t, const c10d::AllreduceOptions&),
                       "allreduce_sparse", firstTensor(t))
-RINGGUARD_UNSUPPORTED(reduce(std::vector<at::Tensor>& t, const c10d::ReduceOptions&), "reduce",
-                      firstTensor(t))
 RINGGUARD_UNSUPPORTED(allgather_coalesced(std::vector<std::vector<at::Tensor>>&, std::vector<at::Tensor>& in,
                                           const c10d::AllgatherOptions&),
                       "allgather_coalesced", firstTensor(in))
-RINGGUARD_UNSUPPORTED(gather(std::vector<std::vector<at::Tensor>>&, std::vector<at::Tensor>& in,
-                             const c10d::GatherOptions&),
-                      "gather", firstTensor(in))
-RINGGUARD_UNSUPPORTED(scatter(std::vector<at::Tensor>& out, std::vector<std::vector<at::Tensor>>&,
-                              const c10d::ScatterOptions&),
-                      "scatter", firstTensor(out))
 RINGGUARD_UNSUPPORTED(recvAnysource(std::vector<at::Tensor>& t, int), "recv (any source)", firstTensor(t))
 #undef RINGGUARD_UNSUPPORTED
 

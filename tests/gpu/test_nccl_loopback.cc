@@ -1,9 +1,9 @@
 // The NCCL transport with world size 1: ncclSend/ncclRecv to itself through the full path of the
 // verified ring (framing, device CRC, fused verify + apply, fault injection, retransmission with the
-// original CRC). Run under mpirun -np 1 (MPI bootstraps the NCCL communicator).
+// original CRC). The transport is a leaf: its id comes from newUniqueId and its control channel is a
+// one-rank loopback transport, no bootstrap needed.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
-#include <mpi.h>
 
 #include <cstring>
 #include <vector>
@@ -12,6 +12,7 @@
 #include "ringguard/core/fault_injector.h"
 #include "ringguard/cuda/device_executor.h"
 #include "ringguard/cuda/memory_pool.h"
+#include "transport/loopback/loopback_transport.h"
 #include "transport/nccl/nccl_transport.h"
 
 namespace ringguard {
@@ -27,6 +28,14 @@ Status waitDone(FrameRequest* r) {
     if (done) return Status::ok();
   }
   return Status(StatusCode::kTimeout, "request did not complete");
+}
+
+// World size 1: a fresh id, and a loopback transport of one rank as the control channel.
+Status createSelfNccl(cudaStream_t stream, int lanes, std::unique_ptr<Transport>* out) {
+  std::vector<uint8_t> id;
+  RINGGUARD_RETURN_IF_ERROR(NcclTransport::newUniqueId(&id));
+  return NcclTransport::create(id, std::move(makeLoopbackTransports(1)[0]), stream,
+                               std::chrono::milliseconds(20000), lanes, out);
 }
 
 Status syncExec(Executor* e) {
@@ -48,7 +57,7 @@ TEST(NcclLoopback, FramedVerifiedSlicesWithInjectedFaultsAndRetransmission) {
   PinnedHostPool pinned;
   std::unique_ptr<Transport> t;
   // Three lanes: consecutive frames go round-robin over three communicators, and still match.
-  Status st = NcclTransport::create(MPI_COMM_WORLD, stream, std::chrono::milliseconds(20000), 3, &t);
+  Status st = createSelfNccl(stream, 3, &t);
   ASSERT_TRUE(st.isOk()) << st.toString();
   ASSERT_EQ(t->size(), 1);
   {
@@ -161,7 +170,7 @@ TEST(NcclLoopback, LaneCountOutOfRangeIsRefused) {
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   for (int lanes : {0, NcclTransport::kMaxLanes + 1}) {
     std::unique_ptr<Transport> t;
-    Status st = NcclTransport::create(MPI_COMM_WORLD, nullptr, std::chrono::milliseconds(20000), lanes, &t);
+    Status st = createSelfNccl(nullptr, lanes, &t);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
     EXPECT_NE(st.message().find("lanes"), std::string::npos) << st.message();
     EXPECT_EQ(t, nullptr);

@@ -1,9 +1,13 @@
 #pragma once
-// Creating a communicator over MPI (host memory). This header is the MPI layer's own: it exposes MPI types.
+// Bootstrapping from MPI, and the host communicator over it. This header is the MPI layer's own: it
+// exposes MPI types. The communicators themselves are built by the runtime's factories
+// (ringguard/runtime/factories.h); createCommunicator below is the short form of createBootstrap +
+// createHostCommunicator that most MPI programs want.
 #include <mpi.h>
 
 #include <memory>
 
+#include "ringguard/bootstrap/bootstrap.h"
 #include "ringguard/core/options.h"
 #include "ringguard/runtime/communicator.h"
 
@@ -14,6 +18,10 @@ namespace mpi {
 // for MPI_THREAD_MULTIPLE: the progress thread calls MPI while the application may too). MPI initialised
 // here is finalised at process exit.
 Status ensureInitialized();
+
+// A bootstrap over a duplicate of `comm` (MPI initialised first, as above): its host transport is the MPI
+// transport. Collective over `comm`.
+Status createBootstrap(MPI_Comm comm, std::unique_ptr<Bootstrap>* out);
 
 // A communicator over a duplicate of `comm` (MPI_Comm_dup, MPI_ERRORS_RETURN on the copies), so our
 // traffic never matches the application's. Collective over `comm`.

@@ -121,7 +121,6 @@ class ProcessGroupRingguard : public c10d::Backend {
   class RgWork;
 
   Communicator* communicatorFor(const at::Tensor& t, const char* op);
-  bool useNccl(int deviceTransportKind, int device);  // collective over the Store
   // A RINGGUARD_* option: from pg_options, else the environment, else null.
   const char* option(const char* name) const;
   bool useMpi();

@@ -1,12 +1,11 @@
 #include "transport/nccl/nccl_transport.h"
 
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <thread>
 
 #include "cuda/cuda_check.h"
-#include "transport/mpi/mpi_check.h"
-#include "transport/mpi/mpi_transport.h"
 
 namespace ringguard {
 
@@ -42,14 +41,11 @@ class NcclOp final : public TransportOp {
   std::shared_ptr<void> event_;
 };
 
-Status NcclTransport::create(MPI_Comm comm, cudaStream_t stream, std::chrono::milliseconds timeout, int lanes,
-                             std::unique_ptr<Transport>* out) {
-  std::unique_ptr<Transport> control;
-  RINGGUARD_RETURN_IF_ERROR(MpiTransport::create(comm, &control));
+Status NcclTransport::newUniqueId(std::vector<uint8_t>* out) {
   ncclUniqueId id;
-  if (control->rank() == 0) RINGGUARD_NCCL_CHECK(ncclGetUniqueId(&id));
-  RINGGUARD_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm));
-  return create(id, std::move(control), stream, timeout, lanes, out);
+  RINGGUARD_NCCL_CHECK(ncclGetUniqueId(&id));
+  out->assign(reinterpret_cast<const uint8_t*>(&id), reinterpret_cast<const uint8_t*>(&id) + sizeof(id));
+  return Status::ok();
 }
 
 namespace {
@@ -73,8 +69,16 @@ Status waitReady(ncclComm_t nccl, const char* what, std::chrono::steady_clock::t
 
 }  // namespace
 
-Status NcclTransport::create(const ncclUniqueId& id, std::unique_ptr<Transport> control, cudaStream_t stream,
-                             std::chrono::milliseconds timeout, int lanes, std::unique_ptr<Transport>* out) {
+Status NcclTransport::create(const std::vector<uint8_t>& idBytes, std::unique_ptr<Transport> control,
+                             cudaStream_t stream, std::chrono::milliseconds timeout, int lanes,
+                             std::unique_ptr<Transport>* out) {
+  ncclUniqueId id;
+  if (idBytes.size() != sizeof(id)) {
+    return Status(StatusCode::kInvalidArgument, "NcclTransport: unique id of " +
+                                                    std::to_string(idBytes.size()) + " bytes, expected " +
+                                                    std::to_string(sizeof(id)));
+  }
+  std::memcpy(&id, idBytes.data(), sizeof(id));
   if (lanes < 1 || lanes > kMaxLanes) {
     return Status(StatusCode::kInvalidArgument, "NcclTransport: " + std::to_string(lanes) +
                                                     " lanes, expected 1 to " + std::to_string(kMaxLanes));

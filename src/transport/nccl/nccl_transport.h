@@ -3,6 +3,8 @@
 // non-blocking (config.blocking = 0): every call returns at once, and the waits of the algorithm poll
 // ncclCommGetAsyncError, so a timeout can abort it (ncclCommAbort) instead of hanging. Sends and receives
 // posted between two flushes form one NCCL group. The control channel is a host transport (MPI, or c10d).
+// A leaf: it takes a unique id and a host transport, and knows nothing of how ranks found each other (the
+// runtime's device factory exchanges the id over a Bootstrap).
 //
 // Two kinds of stream, so transfers overlap the executor's kernels: `stream` (the executor's) produces what
 // is sent and consumes what arrives. Each group launch first makes the communication streams wait for all
@@ -15,10 +17,10 @@
 // The k-th op to a peer on a channel takes lane k % lanes on both sides, so sends and receives still match
 // in posting order, as on one communicator (docs/GPU.md, "Lanes over NCCL").
 #include <cuda_runtime_api.h>
-#include <mpi.h>
 #include <nccl.h>
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -28,15 +30,14 @@ namespace ringguard {
 
 class NcclTransport final : public Transport {
  public:
-  // Collective over `comm`: rank 0 creates the NCCL unique id and broadcasts it over MPI. The current CUDA
-  // device must be the one this rank uses; `stream` is the executor's (see above). Fails with kTimeout if the
-  // communicator is not ready in time.
-  static Status create(MPI_Comm comm, cudaStream_t stream, std::chrono::milliseconds timeout, int lanes,
+  // A fresh unique id (ncclGetUniqueId), as bytes: one rank makes it, every rank passes it to create().
+  static Status newUniqueId(std::vector<uint8_t>* out);
+  // Collective over the ranks of `control` (any host transport over them, the control channel), from the
+  // id rank 0 made. The current CUDA device must be the one this rank uses; `stream` is the executor's
+  // (see above). Fails with kTimeout if the communicator is not ready in time.
+  static Status create(const std::vector<uint8_t>& id, std::unique_ptr<Transport> control,
+                       cudaStream_t stream, std::chrono::milliseconds timeout, int lanes,
                        std::unique_ptr<Transport>* out);
-  // Same from a unique id every rank already has (rank 0 made it with ncclGetUniqueId), with `control`
-  // (any host transport over the same ranks) as the control channel. Collective over those ranks.
-  static Status create(const ncclUniqueId& id, std::unique_ptr<Transport> control, cudaStream_t stream,
-                       std::chrono::milliseconds timeout, int lanes, std::unique_ptr<Transport>* out);
   static constexpr int kMaxLanes = 8;
   ~NcclTransport() override;
   const char* name() const override { return "nccl"; }

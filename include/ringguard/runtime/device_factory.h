@@ -1,0 +1,43 @@
+#pragma once
+// Communicators over device memory, built from any bootstrap (MPI, c10d Store): the device half of the one
+// place that builds communicators (host: ringguard/runtime/factories.h). Compiled into ringguard::device
+// (CUDA, and NCCL when the build has it); no MPI type here.
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "ringguard/bootstrap/bootstrap.h"
+#include "ringguard/core/options.h"
+#include "ringguard/runtime/communicator.h"
+
+namespace ringguard {
+namespace cuda {
+
+enum class DeviceTransportKind { kAuto, kNccl, kStaged };
+
+struct DeviceOptions {
+  // kAuto: NCCL when built with it and no two ranks share a GPU (NCCL refuses that), the host-staged
+  // transport otherwise. Every rank must end up with the same kind; kAuto agrees over the bootstrap.
+  DeviceTransportKind transport = DeviceTransportKind::kAuto;
+  int device = -1;                               // -1: node-local rank modulo the number of visible GPUs
+  uint64_t poolReleaseThreshold = 256ull << 20;  // bytes the device pool may keep cached
+  int ncclLanes = 4;  // NCCL communicators consecutive slices to a peer alternate over, in [1, 8]
+
+  // Defaults overridden by RINGGUARD_DEVICE_TRANSPORT, RINGGUARD_POOL_RELEASE_BYTES and RINGGUARD_NCCL_LANES.
+  static Status fromEnv(DeviceOptions* out);
+  // Same through `lookup` (see Options::fromLookup).
+  static Status fromLookup(const std::function<const char*(const char*)>& lookup, DeviceOptions* out);
+};
+
+// A communicator whose collectives take device pointers and the caller's cudaStream_t, on GPU
+// `device.device` (which it makes current on the calling thread). Its slices travel over NCCL (rank 0's
+// unique id broadcast over `bootstrap`, the bootstrap's host transport as the control channel) or through
+// pinned host memory over the bootstrap's host transport. Collective over `bootstrap`.
+Status createDeviceCommunicator(Bootstrap& bootstrap, const Options& options, const DeviceOptions& device,
+                                std::unique_ptr<Communicator>* out);
+
+// Was this build made with the NCCL transport?
+bool haveNccl();
+
+}  // namespace cuda
+}  // namespace ringguard

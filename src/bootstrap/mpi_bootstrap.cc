@@ -1,0 +1,110 @@
+#include "bootstrap/mpi_bootstrap.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "ringguard/mpi/mpi_communicator.h"
+#include "ringguard/runtime/factories.h"
+#include "transport/mpi/mpi_check.h"
+#include "transport/mpi/mpi_transport.h"
+
+namespace ringguard {
+
+Status MpiBootstrap::create(MPI_Comm comm, std::unique_ptr<Bootstrap>* out) {
+  MPI_Comm dup = MPI_COMM_NULL;
+  RINGGUARD_MPI_CHECK(MPI_Comm_dup(comm, &dup));
+  MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
+  int rank = 0, size = 0;
+  MPI_Comm_rank(dup, &rank);
+  MPI_Comm_size(dup, &size);
+  out->reset(new MpiBootstrap(dup, rank, size));
+  return Status::ok();
+}
+
+MpiBootstrap::~MpiBootstrap() {
+  // Its collectives are blocking, so nothing of ours is in flight on the duplicate any more.
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Comm_free(&comm_);
+}
+
+Status MpiBootstrap::broadcast(int root, std::vector<uint8_t>* bytes) {
+  unsigned long long n = bytes->size();
+  RINGGUARD_MPI_CHECK(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, root, comm_));
+  bytes->resize(size_t(n));
+  RINGGUARD_MPI_CHECK(MPI_Bcast(bytes->data(), int(n), MPI_BYTE, root, comm_));
+  return Status::ok();
+}
+
+Status MpiBootstrap::allgather(const std::vector<uint8_t>& mine, std::vector<std::vector<uint8_t>>* all) {
+  int n = int(mine.size());
+  std::vector<int> counts(static_cast<size_t>(size_)), displs(static_cast<size_t>(size_));
+  RINGGUARD_MPI_CHECK(MPI_Allgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, comm_));
+  int total = 0;
+  for (int r = 0; r < size_; ++r) {
+    displs[size_t(r)] = total;
+    total += counts[size_t(r)];
+  }
+  std::vector<uint8_t> flat(static_cast<size_t>(total));
+  RINGGUARD_MPI_CHECK(
+      MPI_Allgatherv(mine.data(), n, MPI_BYTE, flat.data(), counts.data(), displs.data(), MPI_BYTE, comm_));
+  all->assign(size_t(size_), {});
+  for (int r = 0; r < size_; ++r) {
+    (*all)[size_t(r)].assign(flat.begin() + displs[size_t(r)],
+                             flat.begin() + displs[size_t(r)] + counts[size_t(r)]);
+  }
+  return Status::ok();
+}
+
+Status MpiBootstrap::createHostTransport(std::unique_ptr<Transport>* out) {
+  return MpiTransport::create(comm_, out);
+}
+
+namespace mpi {
+
+namespace {
+void finalizeAtExit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+}  // namespace
+
+Status ensureInitialized() {
+  int initialized = 0;
+  RINGGUARD_MPI_CHECK(MPI_Initialized(&initialized));
+  int provided = 0;
+  if (!initialized) {
+    RINGGUARD_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
+    std::atexit(finalizeAtExit);
+  } else {
+    RINGGUARD_MPI_CHECK(MPI_Query_thread(&provided));
+  }
+  if (provided < MPI_THREAD_MULTIPLE) {
+    return Status(StatusCode::kInvalidArgument,
+                  "MPI provides thread level " + std::to_string(provided) +
+                      "; ringguard needs MPI_THREAD_MULTIPLE (initialise MPI with MPI_Init_thread)");
+  }
+  return Status::ok();
+}
+
+Status createBootstrap(MPI_Comm comm, std::unique_ptr<Bootstrap>* out) {
+  RINGGUARD_RETURN_IF_ERROR(ensureInitialized());
+  return MpiBootstrap::create(comm, out);
+}
+
+Status createCommunicator(MPI_Comm comm, const Options& options, std::unique_ptr<Communicator>* out) {
+  RINGGUARD_RETURN_IF_ERROR(options.validate());
+  std::unique_ptr<Bootstrap> bootstrap;
+  RINGGUARD_RETURN_IF_ERROR(createBootstrap(comm, &bootstrap));
+  return createHostCommunicator(*bootstrap, options, out);
+}
+
+Status createCommunicator(std::unique_ptr<Communicator>* out) {
+  Options options;
+  RINGGUARD_RETURN_IF_ERROR(Options::fromEnv(&options));
+  return createCommunicator(MPI_COMM_WORLD, options, out);
+}
+
+}  // namespace mpi
+}  // namespace ringguard

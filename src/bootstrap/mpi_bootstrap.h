@@ -1,0 +1,30 @@
+#pragma once
+// The bootstrap over an MPI communicator (a duplicate of the caller's, so its collectives never match the
+// application's). Private: MPI types stay out of the public Bootstrap; users get one from
+// mpi::createBootstrap.
+#include <mpi.h>
+
+#include "ringguard/bootstrap/bootstrap.h"
+
+namespace ringguard {
+
+class MpiBootstrap final : public Bootstrap {
+ public:
+  // Duplicates `comm`; MPI must be initialised.
+  static Status create(MPI_Comm comm, std::unique_ptr<Bootstrap>* out);
+  ~MpiBootstrap() override;
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Status broadcast(int root, std::vector<uint8_t>* bytes) override;
+  Status allgather(const std::vector<uint8_t>& mine, std::vector<std::vector<uint8_t>>* all) override;
+  Status createHostTransport(std::unique_ptr<Transport>* out) override;
+
+ private:
+  MpiBootstrap(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+
+  MPI_Comm comm_;
+  int rank_;
+  int size_;
+};
+
+}  // namespace ringguard

@@ -1,0 +1,163 @@
+#include "ringguard/runtime/device_factory.h"
+
+#include <cuda_runtime_api.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_check.h"
+#include "ringguard/core/env.h"
+#include "ringguard/cuda/device_executor.h"
+#include "ringguard/cuda/memory_pool.h"
+#include "transport/staged/staged_transport.h"
+#if RINGGUARD_HAVE_NCCL
+#include "transport/nccl/nccl_transport.h"
+#endif
+
+namespace ringguard {
+namespace cuda {
+
+namespace {
+
+// What a device communicator owns besides its transport and executor; released after both.
+struct DeviceResources {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<DevicePool> pool;
+  std::unique_ptr<PinnedHostPool> pinned;
+  ~DeviceResources() {
+    pinned.reset();
+    pool.reset();
+    if (stream) {
+      cudaSetDevice(device);
+      cudaStreamSynchronize(stream);
+      cudaStreamDestroy(stream);
+    }
+  }
+};
+
+// The communicator on GPU `gpu` over NCCL from `ncclId` with `host` as its control channel, or (ncclId null)
+// over `host` staged through pinned memory.
+Status build(std::unique_ptr<Transport> host, const std::vector<uint8_t>* ncclId, const Options& options,
+             const DeviceOptions& device, int gpu, std::unique_ptr<Communicator>* out) {
+  auto res = std::make_shared<DeviceResources>();
+  res->device = gpu;
+  RINGGUARD_CUDA_CHECK(cudaSetDevice(res->device));
+  RINGGUARD_CUDA_CHECK(cudaStreamCreateWithFlags(&res->stream, cudaStreamNonBlocking));
+  RINGGUARD_RETURN_IF_ERROR(DevicePool::create(res->device, device.poolReleaseThreshold, &res->pool));
+  res->pinned = std::make_unique<PinnedHostPool>();
+
+  std::unique_ptr<Transport> transport;
+  if (!ncclId) {
+    transport = std::make_unique<StagedTransport>(std::move(host), res->pinned.get(), res->stream);
+  } else {
+#if RINGGUARD_HAVE_NCCL
+    RINGGUARD_RETURN_IF_ERROR(NcclTransport::create(*ncclId, std::move(host), res->stream, options.timeout,
+                                                    device.ncclLanes, &transport));
+#else
+    return Status(StatusCode::kInvalidArgument,
+                  "the NCCL transport was asked for, but this build has no NCCL");
+#endif
+  }
+  auto executor =
+      std::make_unique<DeviceExecutor>(res->device, res->pool.get(), res->pinned.get(), res->stream);
+  out->reset(new Communicator(std::move(transport), options, std::move(executor), res));
+  return Status::ok();
+}
+
+}  // namespace
+
+bool haveNccl() { return RINGGUARD_HAVE_NCCL != 0; }
+
+Status DeviceOptions::fromEnv(DeviceOptions* out) { return fromLookup(envLookup, out); }
+
+Status DeviceOptions::fromLookup(const std::function<const char*(const char*)>& lookup, DeviceOptions* out) {
+  DeviceOptions o;
+  if (const char* v = lookup("RINGGUARD_DEVICE_TRANSPORT")) {
+    std::string s(v);
+    if (s == "auto") {
+      o.transport = DeviceTransportKind::kAuto;
+    } else if (s == "nccl") {
+      o.transport = DeviceTransportKind::kNccl;
+    } else if (s == "staged") {
+      o.transport = DeviceTransportKind::kStaged;
+    } else {
+      return Status(StatusCode::kInvalidArgument,
+                    "RINGGUARD_DEVICE_TRANSPORT='" + s + "': expected auto, nccl or staged");
+    }
+  }
+  if (const char* v = lookup("RINGGUARD_POOL_RELEASE_BYTES")) {
+    char* end = nullptr;
+    unsigned long long n = std::strtoull(v, &end, 10);
+    if (*v == '\0' || *v == '-' || *end != '\0') {
+      return Status(StatusCode::kInvalidArgument,
+                    std::string("RINGGUARD_POOL_RELEASE_BYTES='") + v + "': expected a byte count");
+    }
+    o.poolReleaseThreshold = n;
+  }
+  if (const char* v = lookup("RINGGUARD_NCCL_LANES")) {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (*v == '\0' || *end != '\0' || n < 1 || n > 8) {
+      return Status(StatusCode::kInvalidArgument,
+                    std::string("RINGGUARD_NCCL_LANES='") + v + "': expected an integer in [1, 8]");
+    }
+    o.ncclLanes = static_cast<int>(n);
+  }
+  *out = o;
+  return Status::ok();
+}
+
+// NCCL refuses two ranks on one GPU, so kAuto takes NCCL only when every rank has a GPU of its own: each
+// rank contributes (host, GPU UUID) and all decide from the same list.
+static Status agreeOnNccl(Bootstrap& bootstrap, int gpu, bool* nccl) {
+  cudaDeviceProp prop;
+  RINGGUARD_CUDA_CHECK(cudaGetDeviceProperties(&prop, gpu));
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  const std::string me = std::string(host) + "/" + std::string(prop.uuid.bytes, sizeof(prop.uuid.bytes));
+  std::vector<std::vector<uint8_t>> all;
+  RINGGUARD_RETURN_IF_ERROR(bootstrap.allgather(std::vector<uint8_t>(me.begin(), me.end()), &all));
+  std::set<std::vector<uint8_t>> seen(all.begin(), all.end());
+  *nccl = haveNccl() && int(seen.size()) == bootstrap.size();
+  return Status::ok();
+}
+
+Status createDeviceCommunicator(Bootstrap& bootstrap, const Options& options, const DeviceOptions& device,
+                                std::unique_ptr<Communicator>* out) {
+  RINGGUARD_RETURN_IF_ERROR(options.validate());
+  int gpu = device.device;
+  if (gpu < 0) {
+    int devices = 0;
+    RINGGUARD_CUDA_CHECK(cudaGetDeviceCount(&devices));
+    if (devices < 1) return Status(StatusCode::kInvalidArgument, "createDeviceCommunicator: no visible GPU");
+    int localRank = 0, localSize = 1;
+    RINGGUARD_RETURN_IF_ERROR(nodeLocalRank(bootstrap, &localRank, &localSize));
+    gpu = localRank % devices;
+  }
+  bool nccl = device.transport == DeviceTransportKind::kNccl;
+  if (nccl && !haveNccl()) {
+    return Status(StatusCode::kInvalidArgument,
+                  "the NCCL transport was asked for, but this build has no NCCL");
+  }
+  if (device.transport == DeviceTransportKind::kAuto)
+    RINGGUARD_RETURN_IF_ERROR(agreeOnNccl(bootstrap, gpu, &nccl));
+
+  // The staged transport's data path, or NCCL's control channel.
+  std::unique_ptr<Transport> host;
+  RINGGUARD_RETURN_IF_ERROR(bootstrap.createHostTransport(&host));
+  if (!nccl) return build(std::move(host), nullptr, options, device, gpu, out);
+  // As ProcessGroupNCCL does: rank 0 makes the id, the bootstrap hands it to the others.
+  std::vector<uint8_t> id;
+#if RINGGUARD_HAVE_NCCL
+  if (bootstrap.rank() == 0) RINGGUARD_RETURN_IF_ERROR(NcclTransport::newUniqueId(&id));
+#endif
+  RINGGUARD_RETURN_IF_ERROR(bootstrap.broadcast(0, &id));
+  return build(std::move(host), &id, options, device, gpu, out);
+}
+
+}  // namespace cuda
+}  // namespace ringguard
