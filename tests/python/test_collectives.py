@@ -403,6 +403,52 @@ def _(ctx):
         assert _same_bits(outs[p].cpu(), want), f"block from {p}: {_diff(outs[p], want)}"
 
 
+@CASES.case("reduce-gather-scatter")
+def _(ctx):
+    n, r = ctx.size, ctx.rank
+    for root in range(n):
+        # reduce: the root gets the sum; every other rank's tensor keeps its values.
+        inputs = [_input(torch.float32, "sum", 1001, q, n, 90 + root) for q in range(n)]
+        t = inputs[r].clone().to(ctx.device)
+        dist.reduce(t, dst=root)
+        want = _expected(torch.float32, "sum", inputs, n) if r == root else inputs[r]
+        assert _same_bits(t.cpu(), want), f"reduce to {root}: {_diff(t, want)}"
+        # gather / scatter of int32 blocks (empty blocks too).
+        for count in (0, 777):
+            mine = _payload(torch.int32, count, r * n + root, 91).to(ctx.device)
+            outs = [torch.zeros(count, dtype=torch.int32, device=ctx.device) for _ in range(n)] if r == root else None
+            dist.gather(mine, outs, dst=root)
+            if r == root:
+                for q in range(n):
+                    want = _payload(torch.int32, count, q * n + root, 91)
+                    assert _same_bits(outs[q].cpu(), want), f"gather to {root}, block {q}: {_diff(outs[q], want)}"
+            got = torch.zeros(count, dtype=torch.int32, device=ctx.device)
+            blocks = [_payload(torch.int32, count, q * n + root, 92).to(ctx.device) for q in range(n)] if r == root else None
+            dist.scatter(got, blocks, src=root)
+            want = _payload(torch.int32, count, r * n + root, 92)
+            assert _same_bits(got.cpu(), want), f"scatter from {root}: {_diff(got, want)}"
+
+
+@CASES.case("object-collectives")
+def _(ctx):
+    # What torch.distributed.checkpoint relies on: all over the ringguard default group.
+    n, r = ctx.size, ctx.rank
+    mine = {"rank": r, "payload": list(range(r * 3)), "text": "x" * (10 + r)}
+    got = [None] * n
+    dist.all_gather_object(got, mine)
+    assert got == [{"rank": q, "payload": list(range(q * 3)), "text": "x" * (10 + q)} for q in range(n)], got
+    gathered = [None] * n if r == 0 else None
+    dist.gather_object(mine, gathered, dst=0)
+    if r == 0:
+        assert gathered == got, gathered
+    objs = [{"from": "root", "n": n}, [1, 2, 3]] if r == 1 % n else [None, None]
+    dist.broadcast_object_list(objs, src=1 % n)
+    assert objs == [{"from": "root", "n": n}, [1, 2, 3]], objs
+    out = [None]
+    dist.scatter_object_list(out, [f"for {q}" for q in range(n)] if r == 0 else None, src=0)
+    assert out == [f"for {r}"], out
+
+
 @CASES.case("error-band")
 def _(ctx):
     return _expect_unsupported(ctx, lambda g: dist.all_reduce(torch.ones(4, dtype=torch.int32),
