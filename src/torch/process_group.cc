@@ -595,6 +595,37 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::alltoall(std::vector<at::T
                 outs, after, /*nestedOutputs=*/false, {in});
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  const char* name = "allreduce_coalesced";
+  TORCH_CHECK(!tensors.empty(), "ringguard: ", name, ": no tensors");
+  ReduceOp op;
+  if (!toReduceOp(opts.reduceOp, &op))
+    unsupported(name, std::string(reduceOpText(opts.reduceOp)) + " on " + describe(tensors[0]));
+  std::vector<DataType> dts;
+  for (const at::Tensor& t : tensors) {
+    checkTensor(name, t);
+    TORCH_CHECK(t.device() == tensors[0].device(), "ringguard: ", name, ": every tensor must be on ",
+                tensors[0].device());
+    DataType dt;
+    if (!toDataType(t.scalar_type(), &dt)) unsupported(name, "dtype of " + describe(t));
+    dts.push_back(dt);
+  }
+  // One verified allreduce per tensor, queued back to back (see the coalesced all-gather below).
+  std::vector<at::Tensor> ts = tensors;
+  return launch(
+      name, tensors[0],
+      [ts, dts, op](Communicator* comm, void* stream) {
+        std::shared_ptr<ringguard::Work> last;
+        for (size_t i = 0; i < ts.size(); ++i) {
+          last = comm->allreduceAsync(ts[i].data_ptr(), ts[i].data_ptr(), size_t(ts[i].numel()), dts[i], op,
+                                      stream);
+        }
+        return last;
+      },
+      tensors, nullptr);
+}
+
 // The coalesced forms enqueue one verified collective per pair, back to back, and complete with the last:
 // the communicator runs its queue in order and a failure poisons everything after it, so the last one
 // succeeding means every one did.
@@ -770,8 +801,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::scatter(std::vector<at::Te
 #define RINGGUARD_UNSUPPORTED(signature, opname, what) \
   c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::signature { unsupported(opname, what); }
 
-RINGGUARD_UNSUPPORTED(allreduce_coalesced(std::vector<at::Tensor>& t, const c10d::AllreduceCoalescedOptions&),
-                      "allreduce_coalesced", firstTensor(t))
 RINGGUARD_UNSUPPORTED(allreduce_sparse(std::vector<at::Tensor>& t, const c10d::AllreduceOptions&),
                       "allreduce_sparse", firstTensor(t))
 RINGGUARD_UNSUPPORTED(allgather_coalesced(std::vector<std::vector<at::Tensor>>&, std::vector<at::Tensor>& in,

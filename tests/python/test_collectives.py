@@ -449,6 +449,21 @@ def _(ctx):
     assert out == [f"for {r}"], out
 
 
+@CASES.case("allreduce-coalesced")
+def _(ctx):
+    # Mixed dtypes and sizes in one call, as torch's coalescing manager issues them.
+    specs = [(torch.float32, 1001), (torch.int64, 0), (torch.bfloat16, 3 * SLICE_BYTES + 77), (torch.uint8, 5)]
+    inputs = [[_input(dt, "sum", n, r, ctx.size, 95 + i) for r in range(ctx.size)] for i, (dt, n) in enumerate(specs)]
+    ts = [inp[ctx.rank].clone().to(ctx.device) for inp in inputs]
+    opts = dist.AllreduceCoalescedOptions()
+    opts.reduceOp = dist.ReduceOp.SUM
+    dist.distributed_c10d._get_default_group()._get_backend(torch.device(ctx.device)).allreduce_coalesced(
+        ts, opts).wait()
+    for i, (t, inp) in enumerate(zip(ts, inputs)):
+        want = _expected(specs[i][0], "sum", inp, ctx.size)
+        assert _same_bits(t.cpu(), want), f"tensor {i}: {_diff(t, want)}"
+
+
 @CASES.case("error-band")
 def _(ctx):
     return _expect_unsupported(ctx, lambda g: dist.all_reduce(torch.ones(4, dtype=torch.int32),
