@@ -21,12 +21,4 @@ Status nodeLocalRank(Bootstrap& bootstrap, int* localRank, int* localSize) {
   return Status::ok();
 }
 
-Status allTrue(Bootstrap& bootstrap, bool mine, bool* all) {
-  std::vector<std::vector<uint8_t>> flags;
-  RINGGUARD_RETURN_IF_ERROR(bootstrap.allgather({uint8_t(mine ? 1 : 0)}, &flags));
-  *all = true;
-  for (const auto& f : flags) *all = *all && f.size() == 1 && f[0] == 1;
-  return Status::ok();
-}
-
 }  // namespace ringguard

@@ -72,18 +72,6 @@ TEST(Bootstrap, NodeLocalRankOnOneHostIsTheRank) {
   }
 }
 
-TEST(Bootstrap, AllTrueIsFalseWhenOneRankSaysNo) {
-  Board board(4);
-  testing::runRanks(4, [&](int rank) {
-    MemoryBootstrap b(&board, rank);
-    bool all = false;
-    ASSERT_TRUE(allTrue(b, true, &all).isOk());
-    EXPECT_TRUE(all);
-    ASSERT_TRUE(allTrue(b, rank != 2, &all).isOk());
-    EXPECT_FALSE(all);
-  });
-}
-
 TEST(Factories, HostCommunicatorFromABootstrapReduces) {
   const int n = 3;
   Board board(n);

@@ -22,7 +22,7 @@ class Bootstrap {
   virtual int size() const = 0;
   // Root's `bytes` replace every other rank's (whose size need not match). Collective.
   virtual Status broadcast(int root, std::vector<uint8_t>* bytes) = 0;
-  // Every rank's `mine` (small: a host name, a flag), in rank order. Collective.
+  // Every rank's `mine` (small: a host name, a GPU id), in rank order. Collective.
   virtual Status allgather(const std::vector<uint8_t>& mine, std::vector<std::vector<uint8_t>>* all) = 0;
   // A fresh host transport over these ranks (data plane and control channel). Collective where the
   // implementation needs it (MPI duplicates its communicator); call it on every rank the same number of
@@ -33,8 +33,5 @@ class Bootstrap {
 // This rank's index among the ranks of its host (by host name) and how many ranks that host runs.
 // Collective over `bootstrap`.
 Status nodeLocalRank(Bootstrap& bootstrap, int* localRank, int* localSize);
-
-// Whether every rank passed true. Collective over `bootstrap`.
-Status allTrue(Bootstrap& bootstrap, bool mine, bool* all);
 
 }  // namespace ringguard

@@ -151,11 +151,15 @@ Status createDeviceCommunicator(Bootstrap& bootstrap, const Options& options, co
   RINGGUARD_RETURN_IF_ERROR(bootstrap.createHostTransport(&host));
   if (!nccl) return build(std::move(host), nullptr, options, device, gpu, out);
   // As ProcessGroupNCCL does: rank 0 makes the id, the bootstrap hands it to the others.
+  // Rank 0 broadcasts even when making the id failed: the others then fail on the empty id's size
+  // instead of waiting for an id that never comes.
   std::vector<uint8_t> id;
+  Status made = Status::ok();
 #if RINGGUARD_HAVE_NCCL
-  if (bootstrap.rank() == 0) RINGGUARD_RETURN_IF_ERROR(NcclTransport::newUniqueId(&id));
+  if (bootstrap.rank() == 0) made = NcclTransport::newUniqueId(&id);
 #endif
   RINGGUARD_RETURN_IF_ERROR(bootstrap.broadcast(0, &id));
+  RINGGUARD_RETURN_IF_ERROR(made);
   return build(std::move(host), &id, options, device, gpu, out);
 }
 
