@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "../guard/element_bits.h"
 #include "cuda_check.h"
 #include "ringguard/core/float16.h"
 #include "ringguard/cuda/kernels.h"
@@ -107,7 +108,7 @@ class DeviceGuardBackend final : public GuardBackend {
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     NanScanResult* slot = nullptr;
     RINGGUARD_RETURN_IF_ERROR(nextSlot(s, &slot));
-    const bool check = isFloat(buffer.dtype);
+    const bool check = guard_detail::isFloatType(buffer.dtype);
     // Integer buffers get a clean slot: the launcher with count 0 only initialises it.
     return nanScanDevice(check ? buffer.data : nullptr, check ? buffer.count() : 0,
                          check ? buffer.dtype : DataType::kFloat32, slot, s);
@@ -160,13 +161,13 @@ class DeviceGuardBackend final : public GuardBackend {
   }
 
   Status sanitize(const GuardBuffer& buffer, SanitizeMode mode, void* stream) override {
-    if (!isFloat(buffer.dtype)) return Status::ok();
+    if (!guard_detail::isFloatType(buffer.dtype)) return Status::ok();
     return guardSanitizeDevice(buffer.data, buffer.count(), buffer.dtype, mode == SanitizeMode::kClamp,
                                static_cast<cudaStream_t>(stream));
   }
 
   Status inject(const GuardBuffer& buffer, size_t index, FaultValue value, void* stream) override {
-    if (!isFloat(buffer.dtype)) {
+    if (!guard_detail::isFloatType(buffer.dtype)) {
       return Status(StatusCode::kInvalidArgument,
                     "guard: cannot inject a non-finite value into integer buffer '" + buffer.name + "'");
     }
@@ -187,7 +188,7 @@ class DeviceGuardBackend final : public GuardBackend {
                                          width, cudaMemcpyDeviceToHost, s));
     RINGGUARD_CUDA_CHECK(cudaStreamSynchronize(s));
     ++waits_;
-    *value = elementAsDouble(scratchHost_, buffer.dtype);
+    *value = guard_detail::elementAsDouble(scratchHost_, buffer.dtype);
     return Status::ok();
   }
 
@@ -214,44 +215,6 @@ class DeviceGuardBackend final : public GuardBackend {
   uint64_t hostWaits() const override { return waits_; }
 
  private:
-  static bool isFloat(DataType t) {
-    return t == DataType::kFloat32 || t == DataType::kFloat64 || t == DataType::kFloat16 ||
-           t == DataType::kBFloat16;
-  }
-
-  static double elementAsDouble(const unsigned char* p, DataType t) {
-    switch (t) {
-      case DataType::kFloat32: {
-        float v;
-        std::memcpy(&v, p, 4);
-        return v;
-      }
-      case DataType::kFloat64: {
-        double v;
-        std::memcpy(&v, p, 8);
-        return v;
-      }
-      case DataType::kFloat16:
-      case DataType::kBFloat16: {
-        uint16_t h;
-        std::memcpy(&h, p, 2);
-        return t == DataType::kFloat16 ? halfToFloat(h) : bf16ToFloat(h);
-      }
-      case DataType::kInt32: {
-        int32_t v;
-        std::memcpy(&v, p, 4);
-        return v;
-      }
-      case DataType::kInt64: {
-        int64_t v;
-        std::memcpy(&v, p, 8);
-        return static_cast<double>(v);
-      }
-      default:
-        return *p;
-    }
-  }
-
   // Result slots live for the backend's life. They are allocated on the side stream and synchronised
   // once, so any caller stream may use them: the first chunk at creation, further ones only when a batch
   // holds more than kSlotsPerChunk scans (a one-time host wait, counted).

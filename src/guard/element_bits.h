@@ -3,7 +3,9 @@
 // (src/cuda/guard_scan.cu) so both write and recognise exactly the same values. Elements are handled as
 // unsigned words of their width: no float arithmetic, so a NaN payload or a -0 is never altered by a copy.
 #include <cstdint>
+#include <cstring>
 
+#include "ringguard/core/float16.h"
 #include "ringguard/core/host_device.h"
 #include "ringguard/core/types.h"
 
@@ -40,6 +42,12 @@ RINGGUARD_HOST_DEVICE inline bool floatBits(DataType t, FloatBits* out) {
   }
 }
 
+// The types the guard scans (the floating ones).
+RINGGUARD_HOST_DEVICE inline bool isFloatType(DataType t) {
+  FloatBits f;
+  return floatBits(t, &f);
+}
+
 RINGGUARD_HOST_DEVICE inline bool isNonFinite(uint64_t bits, const FloatBits& f) {
   return (bits & f.exponent) == f.exponent;
 }
@@ -63,6 +71,40 @@ RINGGUARD_HOST_DEVICE inline uint64_t faultBits(int value, const FloatBits& f) {
       return f.sign | f.posInf;
     default:
       return f.maxFinite;
+  }
+}
+
+// The element at `p` (host memory) as a double: what an error message reports as a bad value.
+inline double elementAsDouble(const unsigned char* p, DataType t) {
+  switch (t) {
+    case DataType::kFloat32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DataType::kFloat64: {
+      double v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+    case DataType::kFloat16:
+    case DataType::kBFloat16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return t == DataType::kFloat16 ? halfToFloat(h) : bf16ToFloat(h);
+    }
+    case DataType::kInt32: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DataType::kInt64: {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      return static_cast<double>(v);
+    }
+    default:
+      return *p;
   }
 }
 

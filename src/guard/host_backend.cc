@@ -132,7 +132,7 @@ class HostGuardBackend final : public GuardBackend {
     if (index >= buffer.count())
       return Status(StatusCode::kInvalidArgument, "guard: element index past the end");
     const auto* p = static_cast<const unsigned char*>(buffer.data) + index * dataTypeSize(buffer.dtype);
-    *value = elementAsDouble(p, buffer.dtype);
+    *value = guard_detail::elementAsDouble(p, buffer.dtype);
     return Status::ok();
   }
 
@@ -144,31 +144,6 @@ class HostGuardBackend final : public GuardBackend {
   uint64_t hostWaits() const override { return 0; }  // the host scan never waits for a device
 
  private:
-  static double elementAsDouble(const unsigned char* p, DataType t) {
-    switch (t) {
-      case DataType::kFloat32: {
-        float v;
-        std::memcpy(&v, p, 4);
-        return v;
-      }
-      case DataType::kFloat64: {
-        double v;
-        std::memcpy(&v, p, 8);
-        return v;
-      }
-      case DataType::kFloat16:
-        return halfToFloat(static_cast<uint16_t>(loadBits(p, 2)));
-      case DataType::kBFloat16:
-        return bf16ToFloat(static_cast<uint16_t>(loadBits(p, 2)));
-      case DataType::kInt32:
-        return static_cast<double>(static_cast<int32_t>(loadBits(p, 4)));
-      case DataType::kInt64:
-        return static_cast<double>(static_cast<int64_t>(loadBits(p, 8)));
-      default:
-        return static_cast<double>(*p);
-    }
-  }
-
   std::vector<ScanResult> pending_;
 };
 
