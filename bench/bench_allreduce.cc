@@ -54,10 +54,16 @@ int main(int argc, char** argv) {
   const double factor = args.factor;
   const int iters = args.iters, warmup = args.warmup, check = args.check;
   const bool device = args.device;
-  std::unique_ptr<Communicator> comm;
-  Status created;
+#if RINGGUARD_BENCH_DEVICE
+  cuda::DeviceOptions dopt;
+  std::unique_ptr<Communicator> comm = benchCommunicator(args, options, &dopt);
+#else
+  std::unique_ptr<Communicator> comm = benchCommunicator(args, options);
+#endif
+  if (!comm) return 2;
 #if RINGGUARD_BENCH_DEVICE
   cudaStream_t stream = nullptr;
+  if (device) BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
 #if RINGGUARD_BENCH_NCCL
   ncclComm_t nccl = nullptr;
   struct Lane {
@@ -65,50 +71,21 @@ int main(int argc, char** argv) {
     cudaStream_t stream = nullptr;
   };
   std::vector<Lane> lanes;
-#endif
-  if (device) {
-    cuda::DeviceOptions dopt;
-    created = cuda::DeviceOptions::fromEnv(&dopt);
-    if (created.isOk()) created = cuda::createDeviceCommunicator(MPI_COMM_WORLD, options, dopt, &comm);
-    if (created.isOk()) BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-#if RINGGUARD_BENCH_NCCL
-    // Over NCCL the peer is ncclAllReduce on the same buffers (a communicator of its own).
-    if (created.isOk() && std::string(comm->transportName()) == "nccl") {
-      ncclUniqueId id;
-      if (rank == 0) ncclGetUniqueId(&id);
-      MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-      if (ncclCommInitRank(&nccl, size, id, rank) != ncclSuccess) {
-        fprintf(stderr, "rank %d: ncclCommInitRank failed\n", rank);
-        MPI_Abort(MPI_COMM_WORLD, 4);
-      }
-      // Lanes of the sliced p2p ceiling: lane 0 is (nccl, stream); each other one a communicator and stream.
-      lanes.push_back({nccl, stream});
-      if (p2pLanes == 0) p2pLanes = dopt.ncclLanes;
-      for (int l = 1; l < p2pLanes; ++l) {
-        Lane lane;
-        if (rank == 0) ncclGetUniqueId(&id);
-        MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-        BENCH_CUDA(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking));
-        if (ncclCommInitRank(&lane.comm, size, id, rank) != ncclSuccess) MPI_Abort(MPI_COMM_WORLD, 4);
-        lanes.push_back(lane);
-      }
+  // Over NCCL the peer is ncclAllReduce on the same buffers (a communicator of its own).
+  if (device && std::string(comm->transportName()) == "nccl") {
+    nccl = newNcclComm();
+    // Lanes of the sliced p2p ceiling: lane 0 is (nccl, stream); each other one a communicator and stream.
+    lanes.push_back({nccl, stream});
+    if (p2pLanes == 0) p2pLanes = dopt.ncclLanes;
+    for (int l = 1; l < p2pLanes; ++l) {
+      Lane lane;
+      BENCH_CUDA(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking));
+      lane.comm = newNcclComm();
+      lanes.push_back(lane);
     }
+  }
 #endif
-  } else {
-    created = mpi::createCommunicator(MPI_COMM_WORLD, options, &comm);
-  }
-#else
-  if (device) {
-    if (rank == 0) fprintf(stderr, "-D needs a build with CUDA\n");
-    MPI_Finalize();
-    return 2;
-  }
-  created = mpi::createCommunicator(MPI_COMM_WORLD, options, &comm);
 #endif
-  if (Status st = created; !st.isOk()) {
-    fprintf(stderr, "rank %d: %s\n", rank, st.toString().c_str());
-    MPI_Abort(MPI_COMM_WORLD, 2);
-  }
   const size_t esize = dataTypeSize(dtype);
   if (rank == 0) {
     printf(

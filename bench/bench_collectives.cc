@@ -23,10 +23,6 @@
 #include <vector>
 
 #include "bench_common.h"
-#include "ringguard/mpi/mpi_communicator.h"
-#if RINGGUARD_BENCH_DEVICE
-#include "ringguard/cuda/device_communicator.h"
-#endif
 
 using namespace ringguard;
 using namespace ringguard::bench;
@@ -203,43 +199,18 @@ int main(int argc, char** argv) {
   const double factor = args.factor;
   const int iters = args.iters, warmup = args.warmup, check = args.check;
   const bool device = args.device;
-  std::unique_ptr<Communicator> comm;
-  Status created;
+  std::unique_ptr<Communicator> comm = benchCommunicator(args, options);
+  if (!comm) return 2;
   void* stream = nullptr;
 #if RINGGUARD_BENCH_DEVICE
   cudaStream_t cudaStream = nullptr;
+  if (device) BENCH_CUDA(cudaStreamCreateWithFlags(&cudaStream, cudaStreamNonBlocking));
+  stream = cudaStream;
 #if RINGGUARD_BENCH_NCCL
   ncclComm_t nccl = nullptr;
+  if (device && std::string(comm->transportName()) == "nccl") nccl = newNcclComm();
 #endif
-  if (device) {
-    cuda::DeviceOptions dopt;
-    created = cuda::DeviceOptions::fromEnv(&dopt);
-    if (created.isOk()) created = cuda::createDeviceCommunicator(MPI_COMM_WORLD, options, dopt, &comm);
-    if (created.isOk()) BENCH_CUDA(cudaStreamCreateWithFlags(&cudaStream, cudaStreamNonBlocking));
-    stream = cudaStream;
-#if RINGGUARD_BENCH_NCCL
-    if (created.isOk() && std::string(comm->transportName()) == "nccl") {
-      ncclUniqueId id;
-      if (rank == 0) ncclGetUniqueId(&id);
-      MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-      if (ncclCommInitRank(&nccl, size, id, rank) != ncclSuccess) MPI_Abort(MPI_COMM_WORLD, 4);
-    }
 #endif
-  } else {
-    created = mpi::createCommunicator(MPI_COMM_WORLD, options, &comm);
-  }
-#else
-  if (device) {
-    if (rank == 0) fprintf(stderr, "-D needs a build with CUDA\n");
-    MPI_Finalize();
-    return 2;
-  }
-  created = mpi::createCommunicator(MPI_COMM_WORLD, options, &comm);
-#endif
-  if (!created.isOk()) {
-    fprintf(stderr, "rank %d: %s\n", rank, created.toString().c_str());
-    MPI_Abort(MPI_COMM_WORLD, 2);
-  }
   const bool overNccl = device && std::string(comm->transportName()) == "nccl";
   const char* peer = !device ? "mpi" : overNccl ? "nccl" : "mpi_staged";
   const size_t esize = dataTypeSize(dtype);

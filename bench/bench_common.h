@@ -11,8 +11,11 @@
 #include "ringguard/core/counters.h"
 #include "ringguard/core/options.h"
 #include "ringguard/core/types.h"
+#include "ringguard/mpi/mpi_communicator.h"
 #if RINGGUARD_BENCH_DEVICE
 #include <cuda_runtime_api.h>
+
+#include "ringguard/cuda/device_communicator.h"
 #endif
 #if RINGGUARD_BENCH_NCCL
 #include <nccl.h>
@@ -189,6 +192,54 @@ inline Options benchOptions(const BenchArgs& args) {
   if (args.sliceBytes) options.sliceBytes = args.sliceBytes;
   return options;
 }
+
+// The communicator under test over MPI_COMM_WORLD: host memory, or device memory with -D (then
+// *deviceOptions gets what RINGGUARD_DEVICE_* said). nullptr (after MPI_Finalize) when -D was asked of a
+// build without CUDA; any other failure aborts the job.
+inline std::unique_ptr<Communicator> benchCommunicator(const BenchArgs& args, const Options& options,
+                                                       void* deviceOptions = nullptr) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::unique_ptr<Communicator> comm;
+  Status created;
+  if (args.device) {
+#if RINGGUARD_BENCH_DEVICE
+    cuda::DeviceOptions dopt;
+    created = cuda::DeviceOptions::fromEnv(&dopt);
+    if (created.isOk()) created = cuda::createDeviceCommunicator(MPI_COMM_WORLD, options, dopt, &comm);
+    if (deviceOptions != nullptr) *static_cast<cuda::DeviceOptions*>(deviceOptions) = dopt;
+#else
+    if (rank == 0) fprintf(stderr, "-D needs a build with CUDA\n");
+    MPI_Finalize();
+    return nullptr;
+#endif
+  } else {
+    created = mpi::createCommunicator(MPI_COMM_WORLD, options, &comm);
+  }
+  if (!created.isOk()) {
+    fprintf(stderr, "rank %d: %s\n", rank, created.toString().c_str());
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  return comm;
+}
+
+#if RINGGUARD_BENCH_NCCL
+// An NCCL communicator of its own over MPI_COMM_WORLD (the peer's, or a p2p ceiling's lane).
+inline ncclComm_t newNcclComm() {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  ncclUniqueId id;
+  if (rank == 0) ncclGetUniqueId(&id);
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  ncclComm_t comm = nullptr;
+  if (ncclCommInitRank(&comm, size, id, rank) != ncclSuccess) {
+    fprintf(stderr, "rank %d: ncclCommInitRank failed\n", rank);
+    MPI_Abort(MPI_COMM_WORLD, 4);
+  }
+  return comm;
+}
+#endif
 
 }  // namespace bench
 }  // namespace ringguard
