@@ -315,7 +315,7 @@ Status checkPlanFailure(const PipelinePlan& plan, const SliceFailure& f) {
   } else {
     return Status::ok();
   }
-  return Status(StatusCode::kTransportError, "a peer's verdict names " + os.str());
+  return Status(StatusCode::kTransportError, os.str());
 }
 
 namespace {
@@ -329,13 +329,7 @@ Status Pipeline::run(const VerdictExchange& exchange) {
   if (st.isOk()) st = pass();
   std::vector<SliceFailure> repair;
   for (int attempt = 0; st.isOk(); ++attempt) {
-    st = exchange(attempt, failures_, &repair);
-    for (size_t i = 0; st.isOk() && i < repair.size(); ++i) {
-      st = checkPlanFailure(plan_, repair[i]);
-      if (!st.isOk())
-        st = Status(st.code(),
-                    std::string(ctx_.name) + " seq " + std::to_string(ctx_.seq) + ": " + st.message());
-    }
+    st = exchange(attempt, failures_, &repair);  // every entry from a peer already checked
     if (!st.isOk() || repair.empty()) break;
     if (attempt == ctx_.options->maxRetries) {
       std::ostringstream os;

@@ -78,6 +78,8 @@ class PipelinePlan {
 // How the ranks learn each other's failures after a pass or round: `mine` are the failures this rank
 // detected; `*repair` gets every failure this rank must take part in repairing, identical on both ends
 // of each failed hop. Group collectives exchange with every rank; point-to-point only with the peers.
+// Every entry a peer sent is checked (checkPlanFailure) before it is returned: the pipeline indexes its
+// trailers and slots with them.
 using VerdictExchange = std::function<Status(int round, const std::vector<SliceFailure>& mine,
                                              std::vector<SliceFailure>* repair)>;
 

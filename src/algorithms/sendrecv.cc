@@ -81,6 +81,14 @@ Status sendRecv(const CollectiveContext& ctx, Executor* exec, const PeerExchange
     std::vector<SliceFailure> theirs;
     if (recvActive) RINGGUARD_RETURN_IF_ERROR(sendPeerVerdict(ctx, x.src, x.recvSeq, round, mine));
     if (sendActive) RINGGUARD_RETURN_IF_ERROR(receivePeerVerdict(ctx, x.dst, x.sendSeq, round, &theirs));
+    for (const SliceFailure& f : theirs) {
+      Status onRoute = checkPlanFailure(plan, f);
+      if (!onRoute.isOk()) {
+        return Status(onRoute.code(), "sendrecv seq " + std::to_string(x.sendSeq) +
+                                          ": verdict entry from rank " + std::to_string(x.dst) +
+                                          " rejected: " + onRoute.message());
+      }
+    }
     recvActive = !mine.empty();
     sendActive = !theirs.empty();
     std::vector<SliceFailure> all = mine;

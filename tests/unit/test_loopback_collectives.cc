@@ -400,6 +400,51 @@ TEST(LoopbackCollectiveErrors, AlltoallSplitMismatchNamesBothCounts) {
   EXPECT_EQ(results[0].code(), StatusCode::kPeerError) << results[0].toString();
 }
 
+// A hostile receiver: its verdict to the sender (well sealed, so the channel accepts it) names a slice
+// the exchange does not have. The sender rejects it with a clear error instead of indexing its trailers
+// with it; the receiver, which got its data, hears of the error.
+TEST(LoopbackCollectiveErrors, ForgedSendRecvVerdictIsRejected) {
+  Options o = smallSlices(256);
+  o.logLevel = "off";
+  LoopbackGroup g(2, o);
+  g.fabric().setControlHook([](int from, int, ControlTag tag, std::vector<uint8_t>* frame) {
+    if (from != 1 || tag != ControlTag::kVerdict) return true;
+    // Body: {seq, round, count} (16 bytes), then the entries. Append one and re-seal.
+    ControlFrameHeader h;
+    std::memcpy(&h, frame->data(), sizeof(h));
+    std::vector<uint8_t> body(frame->begin() + sizeof(h), frame->end());
+    uint32_t count = 0;
+    std::memcpy(&count, body.data() + 12, 4);
+    SliceFailure f;
+    f.column = 0;  // the flow 0 -> 1
+    f.slice = 1000000;
+    f.sender = 0;
+    f.receiver = 1;
+    f.reason = uint8_t(SliceCheck::kCorrupt);
+    ++count;
+    std::memcpy(body.data() + 12, &count, 4);
+    const auto* p = reinterpret_cast<const uint8_t*>(&f);
+    body.insert(body.end(), p, p + sizeof(f));
+    *frame = sealControlFrame(ControlTag(h.tag), h.sender, h.receiver, h.seq, body.data(), body.size());
+    return true;
+  });
+  std::vector<Status> results(2);
+  g.run([&](int rank, Communicator& c) {
+    std::vector<uint8_t> buf(4000);
+    results[rank] = rank == 0
+                        ? c.sendRecvAsync(buf.data(), 1000, 1, nullptr, 0, -1, DataType::kFloat32)->wait()
+                        : c.sendRecvAsync(nullptr, 0, -1, buf.data(), 1000, 0, DataType::kFloat32)->wait();
+  });
+  EXPECT_EQ(results[0].code(), StatusCode::kTransportError) << results[0].toString();
+  EXPECT_NE(results[0].message().find("verdict entry from rank 1 rejected"), std::string::npos)
+      << results[0].message();
+  EXPECT_NE(results[0].message().find("slice 1000000"), std::string::npos) << results[0].message();
+  // The receiver's own exchange had completed; its next call fails with the sender's error.
+  std::vector<uint8_t> buf(40);
+  Status next = g.comm(1).allreduce(buf.data(), buf.data(), 10, DataType::kFloat32, ReduceOp::kSum);
+  EXPECT_FALSE(next.isOk());
+}
+
 TEST(LoopbackCollectiveErrors, BadArgumentsNameWhatAndWhere) {
   LoopbackGroup g(2, smallSlices());
   struct Case {
