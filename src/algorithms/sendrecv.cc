@@ -47,7 +47,11 @@ Status checkSendRecvArgs(const CollectiveShape& c, const PeerExchange& x, DataTy
   return Status::ok();
 }
 
-Status sendRecv(const CollectiveContext& ctx, Executor* exec, const PeerExchange& x, DataType dtype) {
+Status sendRecv(const CollectiveContext& group, Executor* exec, const PeerExchange& x, DataType dtype) {
+  // Errors name the exchange by its own message number (the one it receives, else the one it sends), not
+  // by the group's collective number, which point-to-point traffic does not advance.
+  CollectiveContext ctx = group;
+  ctx.seq = x.src >= 0 ? x.recvSeq : x.sendSeq;
   const int n = ctx.transport->size(), me = ctx.transport->rank();
   const size_t esize = dataTypeSize(dtype);
   if (x.dst == me) return exec->copy(x.recv, x.send, x.sendCount * esize);  // nothing crosses a link
