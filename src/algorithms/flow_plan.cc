@@ -22,8 +22,17 @@ FlowPlan::FlowPlan(int nranks, int rank, int numColumns, int numSteps, DataType 
   const size_t unit = std::max<size_t>(1, 16 / esize_);
   if (sliceElems_ >= unit) sliceElems_ -= sliceElems_ % unit;
   slices_ = 1;
-  for (const std::vector<Flow>* flows : {&out_, &in_}) {
-    for (const Flow& f : *flows) slices_ = std::max(slices_, slicesOf(&f));
+  outAtStep_.assign(size_t(std::max(0, steps_)), -1);
+  inAtStep_.assign(size_t(std::max(0, steps_)), -1);
+  for (int side = 0; side < 2; ++side) {
+    const std::vector<Flow>& flows = side == 0 ? out_ : in_;
+    std::vector<int>& atStep = side == 0 ? outAtStep_ : inAtStep_;
+    for (size_t i = 0; i < flows.size(); ++i) {
+      const Flow& f = flows[i];
+      slices_ = std::max(slices_, slicesOf(&f));
+      if (f.step >= 0 && f.step < steps_) atStep[size_t(f.step)] = int(i);
+      byColumn_.emplace(f.column, std::make_pair(side, int(i)));
+    }
   }
 }
 
@@ -33,26 +42,19 @@ int FlowPlan::slicesOf(const Flow* f) const {
 }
 
 const Flow* FlowPlan::outAt(int step) const {
-  for (const Flow& f : out_) {
-    if (f.step == step) return &f;
-  }
-  return nullptr;
+  if (step < 0 || step >= steps_ || outAtStep_[size_t(step)] < 0) return nullptr;
+  return &out_[size_t(outAtStep_[size_t(step)])];
 }
 
 const Flow* FlowPlan::inAt(int step) const {
-  for (const Flow& f : in_) {
-    if (f.step == step) return &f;
-  }
-  return nullptr;
+  if (step < 0 || step >= steps_ || inAtStep_[size_t(step)] < 0) return nullptr;
+  return &in_[size_t(inAtStep_[size_t(step)])];
 }
 
 const Flow* FlowPlan::find(int column) const {
-  for (const std::vector<Flow>* flows : {&out_, &in_}) {
-    for (const Flow& f : *flows) {
-      if (f.column == column) return &f;
-    }
-  }
-  return nullptr;
+  auto it = byColumn_.find(column);
+  if (it == byColumn_.end()) return nullptr;
+  return &(it->second.first == 0 ? out_ : in_)[size_t(it->second.second)];
 }
 
 std::vector<PlanItem> FlowPlan::passOrder() const {

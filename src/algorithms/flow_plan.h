@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "algorithms/pipeline.h"
@@ -67,6 +69,9 @@ class FlowPlan final : public PipelinePlan {
   const uint8_t* input_;
   uint8_t* output_;
   std::vector<Flow> out_, in_;
+  // Looked up per item: by step (index into out_ / in_, -1: none) and by column (0: out_, 1: in_).
+  std::vector<int> outAtStep_, inAtStep_;
+  std::unordered_map<int, std::pair<int, int>> byColumn_;
   std::function<FlowRoute(int)> route_;
 };
 
