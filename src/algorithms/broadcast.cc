@@ -6,6 +6,7 @@
 #include "algorithms/arguments.h"
 #include "algorithms/pipeline.h"
 #include "ringguard/algorithms/collectives.h"
+#include "ringguard/core/ring_schedule.h"
 
 namespace ringguard {
 
@@ -24,8 +25,7 @@ class ChainPlan final : public PipelinePlan {
         slots_(slots),
         input_(static_cast<const uint8_t*>(input)),
         output_(static_cast<uint8_t*>(output)) {
-    sliceElems_ = std::max<size_t>(1, sliceBytes / esize_);
-    if (sliceElems_ * esize_ >= 16) sliceElems_ -= sliceElems_ % std::max<size_t>(1, 16 / esize_);
+    sliceElems_ = RingSchedule::sliceElementsFor(esize_, sliceBytes);
     slices_ = int(std::max<size_t>(1, (count + sliceElems_ - 1) / sliceElems_));
   }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "ringguard/core/ring_schedule.h"
+
 namespace ringguard {
 
 FlowPlan::FlowPlan(int nranks, int rank, int numColumns, int numSteps, DataType dtype, size_t sliceBytes,
@@ -18,9 +20,7 @@ FlowPlan::FlowPlan(int nranks, int rank, int numColumns, int numSteps, DataType 
       out_(std::move(outgoing)),
       in_(std::move(incoming)),
       route_(std::move(route)) {
-  sliceElems_ = std::max<size_t>(1, sliceBytes / esize_);
-  const size_t unit = std::max<size_t>(1, 16 / esize_);
-  if (sliceElems_ >= unit) sliceElems_ -= sliceElems_ % unit;
+  sliceElems_ = RingSchedule::sliceElementsFor(esize_, sliceBytes);
   slices_ = 1;
   outAtStep_.assign(size_t(std::max(0, steps_)), -1);
   inAtStep_.assign(size_t(std::max(0, steps_)), -1);

@@ -9,6 +9,14 @@ namespace ringguard {
 RingSchedule::RingSchedule(int nranks, size_t count, size_t elementSize, size_t sliceBytes)
     : RingSchedule(nranks, count, elementSize, sliceBytes, 0) {}
 
+size_t RingSchedule::sliceElementsFor(size_t elementSize, size_t sliceBytes) {
+  const size_t unit =
+      (elementSize < kAlignBytes && kAlignBytes % elementSize == 0) ? kAlignBytes / elementSize : 1;
+  size_t elements = std::max<size_t>(1, sliceBytes / elementSize);
+  if (elements >= unit) elements -= elements % unit;
+  return elements;
+}
+
 RingSchedule RingSchedule::blocks(int nranks, size_t blockCount, size_t elementSize, size_t sliceBytes) {
   RINGGUARD_ENFORCE(nranks >= 1, "ring needs at least one rank");
   return RingSchedule(nranks, blockCount * size_t(nranks), elementSize, sliceBytes, blockCount);
@@ -19,8 +27,7 @@ RingSchedule::RingSchedule(int nranks, size_t count, size_t elementSize, size_t 
   RINGGUARD_ENFORCE(nranks >= 1, "ring needs at least one rank");
   RINGGUARD_ENFORCE(elementSize >= 1, "element size must be positive");
   unit_ = (elementSize < kAlignBytes && kAlignBytes % elementSize == 0) ? kAlignBytes / elementSize : 1;
-  sliceElements_ = std::max<size_t>(1, sliceBytes / elementSize);
-  if (sliceElements_ >= unit_) sliceElements_ -= sliceElements_ % unit_;
+  sliceElements_ = sliceElementsFor(elementSize, sliceBytes);
   const size_t largest = std::max(column(0).count, column(nranks - 1).count);
   size_t slices = std::max<size_t>(1, (largest + sliceElements_ - 1) / sliceElements_);
   RINGGUARD_ENFORCE(slices <= size_t(1) << 30,

@@ -25,6 +25,9 @@ class RingSchedule {
   // reduce-scatter and all-gather, whose blocks the caller lays out. Slices as above, from each block's
   // start (aligned where blockCount * elementSize is a multiple of kAlignBytes).
   static RingSchedule blocks(int nranks, size_t blockCount, size_t elementSize, size_t sliceBytes);
+  // Elements per slice for `sliceBytes`: whole elements, at least one, a multiple of kAlignBytes when it
+  // holds that much. Every pipeline plan cuts its slices with it (the chain and the flows too).
+  static size_t sliceElementsFor(size_t elementSize, size_t sliceBytes);
 
   int nranks() const { return nranks_; }
   size_t count() const { return count_; }
