@@ -59,6 +59,22 @@ const std::vector<EnvVar>& envRegistry() {
       {"RINGGUARD_POOL_RELEASE_BYTES", "268435456",
        "Release threshold of the device memory pool: freed memory it may keep cached across "
        "synchronisations; the rest goes back to the driver (and so to PyTorch's allocator)."},
+      {"RINGGUARD_TELEMETRY_INTERVAL_MS", "20",
+       "Milliseconds between two samples of the telemetry sampler thread (docs/DOWNGRADE.md). NVML's 32-bit "
+       "PCIe byte counters wrap every ~70 ms at 58 GB/s: a rate over an interval in which the link could have moved "
+       "2^32 bytes at its maximum rate is reported missing. In [1, 60000]."},
+      {"RINGGUARD_POLICY", "on",
+       "on: the downgrade engine switches operator variants by its rules; off: every family stays on its "
+       "first enabled variant."},
+      {"RINGGUARD_POLICY_RULES", "",
+       "Path of the downgrade rules file (JSON, docs/DOWNGRADE.md). Empty: the built-in default rules "
+       "(share/ringguard/rules/default.json)."},
+      {"RINGGUARD_POLICY_SET", "",
+       "Edits of the rules applied before validation: `;`-separated `/json/pointer=value` entries, the value "
+       "in JSON, e.g. `/families/attention/variants/2/when/0/enter=0.5`."},
+      {"RINGGUARD_POLICY_FORCE", "",
+       "Pins operator families to one variant, bypassing the rules: comma-separated `family=variant` (the "
+       "variant must be in the rules)."},
   };
   return registry;
 }
