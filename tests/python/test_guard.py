@@ -352,17 +352,20 @@ def test_cuda_custom_op_compiled_matches_eager():
     assert torch.equal(bits(outs[0]), bits(outs[1]))
 
 
-def test_step_flag_gates_a_fused_optimizer_without_rollback():
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+def test_step_flag_gates_a_fused_optimizer_without_rollback(device):
     """skip_step on the device: the flag is the fused AdamW's found_inf; a faulty step leaves the
-    parameters and the optimizer's step count exactly as a run without that step."""
+    parameters and the optimizer's step count exactly as a run without that step. The flag lives where
+    the parameters do (a CPU flag with CUDA tensors, or the reverse, is refused: host and device verdicts
+    do not mix)."""
     def run(skip_at=None, guard=None):
         torch.manual_seed(0)
-        w = torch.nn.Parameter(torch.randn(8, 4))
+        w = torch.nn.Parameter(torch.randn(8, 4).to(device))
         opt = torch.optim.AdamW([w], lr=0.01, fused=True)
         fwd = (lambda x: x @ w) if guard is None else guard(lambda x: x @ w, name="fwd")
         grad_scan = None if guard is None else guard(lambda grads: grads, name="grads")
         for s in range(5):
-            x = torch.randn(3, 8, generator=torch.Generator().manual_seed(s))
+            x = torch.randn(3, 8, generator=torch.Generator().manual_seed(s)).to(device)
             if guard is None:
                 if s == skip_at:
                     continue
@@ -376,7 +379,7 @@ def test_step_flag_gates_a_fused_optimizer_without_rollback():
                 fwd(x).square().sum().backward()
                 grad_scan([w.grad])
 
-            _, flag = guard.step_flag(region)
+            _, flag = guard.step_flag(region, flag=torch.zeros((), device=device))
             opt.found_inf = flag
             opt.step()
             flags.append(flag.item())
