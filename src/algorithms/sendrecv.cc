@@ -13,14 +13,15 @@ namespace ringguard {
 
 namespace {
 
-Fingerprint flowFingerprint(DataType dtype, size_t count, uint64_t seq) {
-  return makeFingerprint(CollectiveKind::kSendRecv, ReduceOp::kSum, dtype, count, kNoRoot, seq);
+Fingerprint flowFingerprint(DataType dtype, size_t count, int32_t tag, uint64_t seq) {
+  return makeFingerprint(CollectiveKind::kSendRecv, ReduceOp::kSum, dtype, count, tag, seq);
 }
 
 }  // namespace
 
 Status checkSendRecvArgs(const CollectiveShape& c, const PeerExchange& x, DataType dtype) {
   RINGGUARD_RETURN_IF_ERROR(checkDtype(dtype));
+  if (x.tag < 0) return Status(StatusCode::kInvalidArgument, "tag " + std::to_string(x.tag) + " is negative");
   if (x.dst < 0 && x.src < 0)
     return Status(StatusCode::kInvalidArgument, "neither a destination nor a source rank");
   if (x.dst >= 0) {
@@ -58,12 +59,12 @@ Status sendRecv(const CollectiveContext& group, Executor* exec, const PeerExchan
 
   // Before any payload: the receiver checks what the sender will send.
   if (x.dst >= 0) {
-    const Fingerprint f = flowFingerprint(dtype, x.sendCount, x.sendSeq);
+    const Fingerprint f = flowFingerprint(dtype, x.sendCount, x.tag, x.sendSeq);
     RINGGUARD_RETURN_IF_ERROR(sendToPeer(ctx, x.dst, ControlTag::kFingerprint, &f, sizeof(f)));
   }
   if (x.src >= 0)
     RINGGUARD_RETURN_IF_ERROR(
-        receivePeerFingerprint(ctx, x.src, flowFingerprint(dtype, x.recvCount, x.recvSeq), "sendrecv"));
+        receivePeerFingerprint(ctx, x.src, flowFingerprint(dtype, x.recvCount, x.tag, x.recvSeq), "sendrecv"));
 
   // Flows are columns named by their sender; one step.
   std::vector<Flow> out, in;

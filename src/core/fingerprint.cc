@@ -52,7 +52,7 @@ std::string describeFingerprint(const Fingerprint& f) {
   auto dt = static_cast<DataType>(f.dtype);
   if (reduces(kind)) os << " op=" << (isValid(op) ? reduceOpName(op) : "invalid");
   os << " dtype=" << (isValid(dt) ? dataTypeName(dt) : "invalid") << " count=" << f.count;
-  if (f.root != kNoRoot) os << " root=" << f.root;
+  if (f.root != kNoRoot) os << (kind == CollectiveKind::kSendRecv ? " tag=" : " root=") << f.root;
   os << " seq=" << f.seq;
   if (f.flags & kFingerprintInvalidInput) os << " invalid-arguments";
   os << "}";

@@ -16,8 +16,9 @@
 #endif
 #include "ringguard/core/thread_name.h"
 #include "ringguard/runtime/factories.h"
-#include "torch/p2p.h"
+#include "ringguard/runtime/peer_lanes.h"
 #include "torch/store_bootstrap.h"
+#include "transport/c10d/c10d_transport.h"
 #if RINGGUARD_TORCH_CUDA
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -33,6 +34,7 @@ namespace {
 // Tag bases on the Gloo backend: one range per communicator (C10dTransport uses 3 tags from its base).
 constexpr int kCpuTagBase = 1;
 constexpr int kCudaTagBase = 8;
+constexpr int kP2pTagBase = 16;  // send/recv's lanes (peer_lanes.h)
 
 std::string describe(const at::Tensor& t) {
   std::ostringstream s;
@@ -171,7 +173,12 @@ ProcessGroupRingguard::ProcessGroupRingguard(c10::intrusive_ptr<c10d::Store> sto
     st = createHostCommunicator(bootstrap, options_, &cpu_);
     TORCH_CHECK(st.isOk(), "ringguard: ", st.toString());
   }
-  p2p_ = std::make_unique<VerifiedP2p>(gloo_, options_);
+  // send/recv: the engine's verified point-to-point, one lane per (peer, direction), over a c10d transport
+  // of their own on the same Gloo backend.
+  std::unique_ptr<Transport> lanes;
+  st = createC10dTransport(gloo_, kP2pTagBase, &lanes);
+  TORCH_CHECK(st.isOk(), "ringguard: send/recv transport: ", st.toString());
+  p2p_ = std::make_unique<PeerLanes>(std::move(lanes), options_);
   completion_ = std::thread([this] {
     nameThisThread("rg-complete");
     completionLoop();
@@ -809,7 +816,8 @@ RINGGUARD_UNSUPPORTED(allgather_coalesced(std::vector<std::vector<at::Tensor>>&,
 RINGGUARD_UNSUPPORTED(recvAnysource(std::vector<at::Tensor>& t, int), "recv (any source)", firstTensor(t))
 #undef RINGGUARD_UNSUPPORTED
 
-// send/recv: verified messages over the Gloo backend (p2p.h). CUDA tensors are staged through host memory.
+// send/recv: the engine's verified point-to-point (PeerLanes, sendRecv), the tensor's bytes as uint8. CUDA
+// tensors are staged through host memory.
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::p2p(const char* op, at::Tensor& t, int peer, int tag,
                                                           bool isSend) {
   TORCH_CHECK(peer >= 0 && peer < size_ && peer != rank_, "ringguard: ", op, ": peer rank ", peer,
@@ -861,9 +869,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::p2p(const char* op, at::Te
   };
   const size_t bytes = size_t(host.numel()) * host.element_size();
   if (isSend) {
-    p2p_->send(peer, tag, host.data_ptr(), bytes, std::move(done));
+    p2p_->send(peer, tag, host.data_ptr(), bytes, DataType::kUint8, std::move(done));
   } else {
-    p2p_->recv(peer, tag, host.data_ptr(), bytes, std::move(done));
+    p2p_->recv(peer, tag, host.data_ptr(), bytes, DataType::kUint8, std::move(done));
   }
   return rg;
 }
@@ -897,6 +905,7 @@ void ProcessGroupRingguard::stop(bool abort) {
       for (Communicator* c : {cpu_.get(), cuda_.get()}) {
         if (c != nullptr) c->abort("abort() of the process group");
       }
+      if (p2p_) p2p_->abort("abort() of the process group");
     }
   }
   cv_.notify_all();
@@ -940,7 +949,10 @@ void ProcessGroupRingguard::setFault(const std::map<std::string, std::string>& f
   if (!st.isOk()) throw std::invalid_argument("ringguard: set_fault: " + st.message());
   std::lock_guard<std::mutex> lock(mutex_);
   fault_ = o.fault;
-  if (p2p_) p2p_->setFault(fault_);
+  if (p2p_) {
+    st = p2p_->setFault(fault_);
+    if (!st.isOk()) throw std::invalid_argument("ringguard: set_fault: " + st.message());
+  }
   for (Communicator* c : {cpu_.get(), cuda_.get()}) {
     if (!c) continue;
     st = c->setFault(fault_);

@@ -68,6 +68,9 @@ struct PeerExchange {
   size_t recvCount = 0;
   int src = -1;
   uint64_t recvSeq = 0;
+  // Both ends give the same (non-negative) tag; it travels in the fingerprint, so a message sent with
+  // another tag is an error on both sides naming both (messages match in order, not by tag).
+  int32_t tag = 0;
 };
 Status checkSendRecvArgs(const CollectiveShape& c, const PeerExchange& x, DataType dtype);
 Status sendRecv(const CollectiveContext& ctx, Executor* exec, const PeerExchange& x, DataType dtype);

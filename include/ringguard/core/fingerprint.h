@@ -32,7 +32,7 @@ struct Fingerprint {
   uint8_t flags = 0;
   uint64_t count = 0;  // per-rank element count as the collective defines it (e.g. recvCount)
   uint64_t seq = 0;
-  int32_t root = kNoRoot;  // broadcast's root
+  int32_t root = kNoRoot;  // broadcast's root; sendrecv's tag
   uint32_t reserved = 0;
   bool operator==(const Fingerprint& o) const {
     return magic == o.magic && collective == o.collective && op == o.op && dtype == o.dtype &&

@@ -31,7 +31,7 @@
 
 namespace ringguard {
 
-class VerifiedP2p;
+class PeerLanes;
 
 class ProcessGroupRingguard : public c10d::Backend {
  public:
@@ -151,7 +151,7 @@ class ProcessGroupRingguard : public c10d::Backend {
   std::condition_variable cv_;
   std::unique_ptr<Communicator> cpu_;
   std::unique_ptr<Communicator> cuda_;
-  std::unique_ptr<VerifiedP2p> p2p_;
+  std::unique_ptr<PeerLanes> p2p_;
   int cudaDevice_ = -1;
   std::deque<std::shared_ptr<Pending>> pending_;
   bool stopping_ = false;

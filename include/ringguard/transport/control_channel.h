@@ -3,11 +3,13 @@
 // (peer, tag), separate from the data plane (docs/design/protocol.md, "Control channel"). The public
 // send/probe are non-virtual and seal every frame (magic, tag, sender, receiver, a sequence number per
 // (peer, tag), length, CRC-32 of header and body); probe rejects a damaged, misaddressed, stale,
-// duplicated or out-of-order frame with a kTransportError naming the peer and what was wrong.
+// duplicated or out-of-order frame with a kTransportError naming the peer and what was wrong. Safe for
+// concurrent use.
 // Implementations override protected hooks that move the sealed bytes, so no transport can deliver an
 // unchecked control message (spdlog's base_sink pattern, as Transport does for slices).
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 #include "ringguard/core/status.h"
@@ -76,6 +78,9 @@ class ControlChannel {
 
   int rank_;
   int size_;
+  // Threads may send and probe at once (point-to-point lanes share a channel: peer_lanes.h): each side's
+  // numbering is under a lock of its own.
+  std::mutex sendMutex_, probeMutex_;
   std::vector<uint64_t> sent_;      // [peer * kNumControlTags + tag]: next sequence number to send
   std::vector<uint64_t> received_;  // [peer * kNumControlTags + tag]: next sequence number expected
 };

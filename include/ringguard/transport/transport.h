@@ -4,6 +4,7 @@
 // implementation can send an unframed slice; implementations override the protected hooks (spdlog's
 // base_sink pattern).
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -112,7 +113,7 @@ class Transport {
 
   int rank_;
   int size_;
-  bool broken_ = false;
+  std::atomic<bool> broken_{false};  // read by every thread that uses the transport
 };
 
 }  // namespace ringguard

@@ -73,6 +73,7 @@ Status ControlChannel::send(int peer, ControlTag tag, const void* data, size_t b
     return Status(StatusCode::kInvalidArgument,
                   "control send: a message of " + std::to_string(bytes) + " bytes is too large for a frame");
   }
+  std::lock_guard<std::mutex> lock(sendMutex_);  // numbered and handed on in one order
   uint64_t& seq = sent_[size_t(peer) * kNumControlTags + size_t(tag)];
   std::vector<uint8_t> frame = sealControlFrame(tag, rank_, peer, seq, data, bytes);
   RINGGUARD_RETURN_IF_ERROR(doSend(peer, tag, frame.data(), frame.size()));
@@ -128,6 +129,7 @@ Status ControlChannel::probe(int peer, ControlTag tag, std::vector<uint8_t>* mes
   *got = false;
   if (peer >= 0) RINGGUARD_RETURN_IF_ERROR(checkPeer(peer, "control probe"));
   RINGGUARD_ENFORCE(validTag(tag), "control probe: invalid tag");
+  std::lock_guard<std::mutex> lock(probeMutex_);  // taken and checked in one order
   std::vector<uint8_t> frame;
   int src = -1;
   bool arrived = false;

@@ -1,0 +1,104 @@
+#pragma once
+// Verified point-to-point messages issued one direction at a time (c10d's isend / irecv, MPI_Isend /
+// MPI_Irecv), each running the engine's sendRecv (docs/design/protocol.md, "Point-to-point lanes").
+//
+// A Communicator runs everything on one progress thread in issue order, which suits collectives (every
+// rank issues them in the same order) but not point-to-point traffic: in the ring pattern `irecv(left);
+// isend(right)` every rank would wait in its receive before posting its send. So each (peer, direction) is
+// a lane with a thread of its own that runs that lane's messages in issue order: sends and receives never
+// wait for each other, and messages of one (peer, direction) match in order, as in NCCL, Gloo and MPI.
+//
+// The lanes share one transport of their own (its channels are not the collectives'). Per peer two lane
+// threads use it at once: the send lane posts payloads to the peer and reads its verdicts, the receive
+// lane posts receives from it and sends verdicts; every transport of ours is safe for that (host
+// transports; the control channel locks).
+//
+// The first failed message fails every lane (what is queued and every later message complete with it)
+// and is announced to the peers, as a failed collective is: a lane whose peer stopped never leaves the
+// other side waiting past its own timeout.
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "ringguard/core/counters.h"
+#include "ringguard/core/fault_injector.h"
+#include "ringguard/core/options.h"
+#include "ringguard/core/status.h"
+#include "ringguard/core/types.h"
+#include "ringguard/transport/transport.h"
+
+namespace ringguard {
+
+class PeerLanes {
+ public:
+  // Runs on the lane's thread once the message completed, with its Status.
+  using Done = std::function<void(const Status&)>;
+
+  // Takes the transport (host memory; sizes and rank from it). `options` must be valid for its size.
+  PeerLanes(std::unique_ptr<Transport> transport, const Options& options);
+  // Runs what is queued (each message ends, at worst, at its timeout), then joins the lanes.
+  ~PeerLanes();
+  PeerLanes(const PeerLanes&) = delete;
+  PeerLanes& operator=(const PeerLanes&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // `count` elements of `dtype` at `data` (host memory, valid until `done` ran) to / from `peer`, another
+  // rank. `tag` (non-negative) must be the one the other side gives: messages match in order per (peer,
+  // direction), and a count, dtype or tag that differs is an error on both sides naming both. Bad
+  // arguments run `done` at once, on the caller's thread, with kInvalidArgument.
+  void send(int peer, int tag, const void* data, size_t count, DataType dtype, Done done);
+  void recv(int peer, int tag, void* data, size_t count, DataType dtype, Done done);
+
+  // Fails what is queued and the messages in flight at their next wait (kAborted), and tells the peers.
+  void abort(const std::string& why);
+
+  // Fault injection of the messages that start after this call.
+  Status setFault(const FaultOptions& fault);
+  Counters counters() const;
+  Status firstError() const;
+
+ private:
+  struct Message {
+    int tag;
+    const void* send;
+    void* recv;
+    size_t count;
+    DataType dtype;
+    Done done;
+  };
+  struct Lane {
+    std::deque<Message> queue;  // guarded by PeerLanes::mutex_
+    uint64_t messages = 0;      // the lane's thread only: the next message number
+    std::thread thread;
+  };
+
+  void enqueue(int peer, bool isSend, Message m);
+  void loop(int peer, bool isSend, Lane* lane);
+  Status run(int peer, bool isSend, Lane* lane, const Message& m, Counters* delta);
+  void fail(const Status& error);
+
+  std::unique_ptr<Transport> transport_;
+  const Options options_;
+  const int rank_;
+  const int size_;
+
+  mutable std::mutex mutex_;  // guards lanes_, injector_, counters_, firstError_, stopping_
+  std::condition_variable cv_;
+  std::map<std::pair<int, bool>, std::unique_ptr<Lane>> lanes_;  // (peer, isSend), made at first use
+  std::shared_ptr<const FaultInjector> injector_;
+  Counters counters_;
+  Status firstError_;
+  bool stopping_ = false;
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace ringguard

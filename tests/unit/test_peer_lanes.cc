@@ -1,0 +1,221 @@
+// PeerLanes over the loopback transport: one-direction messages (c10d's isend / irecv) issued without
+// waiting, in the patterns a single progress thread would deadlock on, with exact payloads, mismatches
+// that fail both sides, fault injection repaired bit-identically, and abort.
+#include "ringguard/runtime/peer_lanes.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <vector>
+
+#include "loopback_util.h"
+#include "transport/loopback/loopback_transport.h"
+
+namespace ringguard {
+namespace {
+
+using testing::runRanks;
+
+// A message's bytes: a function of sender, receiver, message number and index, never all zero.
+uint8_t pattern(int from, int to, int message, size_t i) {
+  return uint8_t(1 + (from * 37 + to * 11 + message * 5 + int(i % 251)) % 255);
+}
+
+std::vector<uint8_t> payload(int from, int to, int message, size_t bytes) {
+  std::vector<uint8_t> v(bytes);
+  for (size_t i = 0; i < bytes; ++i) v[i] = pattern(from, to, message, i);
+  return v;
+}
+
+// The Status a message completed with, once it did.
+struct Pending {
+  std::promise<Status> promise;
+  std::future<Status> future = promise.get_future();
+  PeerLanes::Done done() {
+    return [this](const Status& st) { promise.set_value(st); };
+  }
+  Status wait() {
+    if (future.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+      return Status(StatusCode::kTimeout, "test: the message never completed");
+    }
+    return future.get();
+  }
+};
+
+Options laneOptions(size_t sliceBytes = 4096) {
+  Options o;
+  o.sliceBytes = sliceBytes;
+  o.timeout = std::chrono::milliseconds(10000);
+  return o;
+}
+
+std::vector<std::unique_ptr<PeerLanes>> makeLanes(int n, const Options& options) {
+  std::vector<std::unique_ptr<PeerLanes>> lanes;
+  for (auto& t : makeLoopbackTransports(n)) lanes.push_back(std::make_unique<PeerLanes>(std::move(t), options));
+  return lanes;
+}
+
+class PeerLanesRing : public ::testing::TestWithParam<int> {};
+
+// Every rank posts its receive from the left before its send to the right, and waits only then: on one
+// progress thread every rank would sit in its receive. Several rounds, sizes across slice boundaries.
+TEST_P(PeerLanesRing, ReceiveBeforeSendCompletes) {
+  const int n = GetParam();
+  auto lanes = makeLanes(n, laneOptions());
+  const size_t sizes[] = {0, 1, 4095, 4096, 4097, 3 * 4096 + 17};
+  runRanks(n, [&](int r) {
+    const int left = (r - 1 + n) % n, right = (r + 1) % n;
+    for (int m = 0; m < int(std::size(sizes)); ++m) {
+      const size_t bytes = sizes[m];
+      std::vector<uint8_t> out = payload(r, right, m, bytes), in(bytes, 0);
+      Pending recv, send;
+      lanes[size_t(r)]->recv(left, /*tag=*/m, in.data(), bytes, DataType::kUint8, recv.done());
+      lanes[size_t(r)]->send(right, /*tag=*/m, out.data(), bytes, DataType::kUint8, send.done());
+      Status rs = recv.wait(), ss = send.wait();
+      ASSERT_TRUE(rs.isOk()) << rs.toString();
+      ASSERT_TRUE(ss.isOk()) << ss.toString();
+      ASSERT_EQ(in, payload(left, r, m, bytes)) << "rank " << r << " message " << m;
+    }
+  });
+  for (auto& l : lanes) EXPECT_EQ(l->counters().collectives, 2 * std::size(sizes));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, PeerLanesRing, ::testing::Values(2, 3, 5));
+
+// Messages of one (peer, direction) match in issue order; both directions run at once, and a rank's sends
+// to different peers do not wait for each other.
+TEST(PeerLanes, MessagesMatchInOrderPerDirection) {
+  const int n = 3, messages = 12;
+  auto lanes = makeLanes(n, laneOptions(1024));
+  runRanks(n, [&](int r) {
+    std::vector<std::vector<uint8_t>> out, in;
+    std::vector<std::unique_ptr<Pending>> pending;
+    std::vector<std::pair<int, int>> expect;  // (from, message) of each receive
+    for (int m = 0; m < messages; ++m) {
+      for (int p = 0; p < n; ++p) {
+        if (p == r) continue;
+        const size_t bytes = size_t(100 * m + 7);
+        out.push_back(payload(r, p, m, bytes));
+        in.emplace_back(bytes, 0);
+        expect.emplace_back(p, m);
+        pending.push_back(std::make_unique<Pending>());
+        lanes[size_t(r)]->send(p, 0, out.back().data(), bytes, DataType::kUint8, pending.back()->done());
+        pending.push_back(std::make_unique<Pending>());
+        lanes[size_t(r)]->recv(p, 0, in.back().data(), bytes, DataType::kUint8, pending.back()->done());
+      }
+    }
+    for (auto& p : pending) {
+      Status st = p->wait();
+      ASSERT_TRUE(st.isOk()) << st.toString();
+    }
+    for (size_t k = 0; k < in.size(); ++k) {
+      EXPECT_EQ(in[k], payload(expect[k].first, r, expect[k].second, in[k].size())) << "rank " << r << " #" << k;
+    }
+  });
+}
+
+// What the two ends disagree on fails both, at once (not at the timeout), naming both values.
+void expectMismatchFailsBothSides(size_t sendCount, int sendTag, size_t recvCount, int recvTag,
+                                  const std::string& sent, const std::string& expected) {
+  auto lanes = makeLanes(2, laneOptions());
+  std::vector<float> out(sendCount, 1.0f), in(recvCount, 0.0f);
+  Pending send, recv;
+  const auto start = std::chrono::steady_clock::now();
+  lanes[0]->send(1, sendTag, out.data(), sendCount, DataType::kFloat32, send.done());
+  lanes[1]->recv(0, recvTag, in.data(), recvCount, DataType::kFloat32, recv.done());
+  Status rs = recv.wait(), ss = send.wait();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(rs.code(), StatusCode::kInvalidArgument) << rs.toString();
+  EXPECT_NE(rs.message().find(sent), std::string::npos) << rs.toString();
+  EXPECT_NE(rs.message().find(expected), std::string::npos) << rs.toString();
+  EXPECT_EQ(ss.code(), StatusCode::kPeerError) << ss.toString();
+  EXPECT_NE(ss.message().find("rank 1 reported"), std::string::npos) << ss.toString();
+  // Both sides stay failed: a later message gets the same error.
+  Pending later;
+  lanes[0]->send(1, 0, out.data(), 1, DataType::kFloat32, later.done());
+  EXPECT_EQ(later.wait().code(), StatusCode::kPeerError);
+}
+
+TEST(PeerLanes, CountMismatchFailsBothSides) {
+  expectMismatchFailsBothSides(5, 0, 4, 0, "count=5", "count=4");
+}
+
+TEST(PeerLanes, TagMismatchFailsBothSides) { expectMismatchFailsBothSides(4, 7, 4, 8, "tag=7", "tag=8"); }
+
+// Corrupted slices are detected and resent; the payload arrives bit-identical.
+TEST(PeerLanes, FaultsAreRepairedBitIdentically) {
+  Options o = laneOptions(1024);
+  o.fault.probability = 0.3;
+  o.fault.seed = 11;
+  auto lanes = makeLanes(2, o);
+  const size_t bytes = 64 * 1024;
+  runRanks(2, [&](int r) {
+    const int peer = 1 - r;
+    for (int m = 0; m < 4; ++m) {
+      std::vector<uint8_t> out = payload(r, peer, m, bytes), in(bytes, 0);
+      Pending recv, send;
+      lanes[size_t(r)]->recv(peer, 0, in.data(), bytes, DataType::kUint8, recv.done());
+      lanes[size_t(r)]->send(peer, 0, out.data(), bytes, DataType::kUint8, send.done());
+      Status rs = recv.wait(), ss = send.wait();
+      ASSERT_TRUE(rs.isOk()) << rs.toString();
+      ASSERT_TRUE(ss.isOk()) << ss.toString();
+      ASSERT_EQ(in, payload(peer, r, m, bytes));
+    }
+  });
+  Counters total = lanes[0]->counters();
+  total += lanes[1]->counters();
+  EXPECT_GT(total.injected, 0u);
+  EXPECT_EQ(total.detected, total.injected);
+  EXPECT_EQ(total.retransmitted, total.injected);
+  EXPECT_EQ(total.escaped, 0u);
+}
+
+TEST(PeerLanes, BadArgumentsCompleteAtOnceNamingThem) {
+  auto lanes = makeLanes(2, laneOptions());
+  float x = 0;
+  struct Case {
+    int peer, tag;
+    const void* data;
+    const char* says;
+  } cases[] = {{0, 0, &x, "must be another rank"},
+               {2, 0, &x, "must be another rank"},
+               {-1, 0, &x, "must be another rank"},
+               {1, -3, &x, "tag -3 is negative"},
+               {1, 0, nullptr, "send"}};
+  for (const Case& c : cases) {
+    Pending p;
+    lanes[0]->send(c.peer, c.tag, c.data, 1, DataType::kFloat32, p.done());
+    ASSERT_EQ(p.future.wait_for(std::chrono::seconds(0)), std::future_status::ready) << c.says;
+    Status st = p.future.get();
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+    EXPECT_NE(st.message().find(c.says), std::string::npos) << st.toString();
+    EXPECT_NE(st.message().find("send on rank 0"), std::string::npos) << st.toString();
+  }
+  EXPECT_TRUE(lanes[0]->firstError().isOk());  // a refused call poisons nothing
+}
+
+// abort(): the receive waiting for a message that never comes ends with kAborted, queued ones too, and
+// the peer learns it instead of timing out.
+TEST(PeerLanes, AbortEndsWaitsAndTellsThePeer) {
+  auto lanes = makeLanes(2, laneOptions());
+  std::vector<uint8_t> a(16), b(16);
+  Pending first, queued, peer;
+  lanes[0]->recv(1, 0, a.data(), a.size(), DataType::kUint8, first.done());
+  lanes[0]->recv(1, 0, b.data(), b.size(), DataType::kUint8, queued.done());
+  lanes[1]->recv(0, 0, b.data(), b.size(), DataType::kUint8, peer.done());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto start = std::chrono::steady_clock::now();
+  lanes[0]->abort("test");
+  EXPECT_EQ(first.wait().code(), StatusCode::kAborted);
+  EXPECT_EQ(queued.wait().code(), StatusCode::kAborted);
+  Status ps = peer.wait();
+  EXPECT_EQ(ps.code(), StatusCode::kPeerError) << ps.toString();
+  EXPECT_NE(ps.message().find("aborted: test"), std::string::npos) << ps.toString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+}  // namespace
+}  // namespace ringguard
