@@ -14,9 +14,9 @@
 #if RINGGUARD_TORCH_MPI
 #include "ringguard/mpi/mpi_communicator.h"
 #endif
-#include "ringguard/core/thread_name.h"
 #include "ringguard/runtime/factories.h"
 #include "ringguard/runtime/peer_lanes.h"
+#include "torch/completion.h"
 #include "torch/store_bootstrap.h"
 #include "transport/c10d/c10d_transport.h"
 #if RINGGUARD_TORCH_CUDA
@@ -109,43 +109,9 @@ void checkSingle(const char* op, const std::vector<at::Tensor>& tensors) {
 // The tensor's bytes as a flat uint8 tensor (same storage).
 at::Tensor bytesOf(const at::Tensor& t) { return t.reshape({-1}).view(at::kByte); }
 
-std::exception_ptr toException(const Status& st) {
-  try {
-    C10_THROW_ERROR(DistBackendError, "ringguard: " + st.toString());
-  } catch (...) {
-    return std::current_exception();
-  }
-}
-
 std::exception_ptr currentException() { return std::current_exception(); }
 
 }  // namespace
-
-// A collective handed to torch: completes from the completion thread once the verdict is known.
-class ProcessGroupRingguard::RgWork : public c10d::Work {
- public:
-  RgWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
-         c10::intrusive_ptr<c10::ivalue::Future> future)
-      : c10d::Work(rank, type, title), outputs_(std::move(outputs)), future_(std::move(future)) {}
-  std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-  void complete(std::exception_ptr error) { finish(std::move(error)); }
-
- private:
-  std::vector<at::Tensor> outputs_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
-};
-
-struct ProcessGroupRingguard::Pending {
-  std::shared_ptr<ringguard::Work> work;
-  c10::intrusive_ptr<RgWork> rg;
-  c10::intrusive_ptr<c10::ivalue::Future> future;
-  c10::IValue value;             // what the future completes with
-  std::vector<at::Tensor> keep;  // alive until done: inputs, staging buffers
-  std::function<void()> after;   // on success, before the future completes (copy-outs)
-  int device = -1;               // CUDA device, or -1
-  void* stream = nullptr;        // the caller's stream (CUDA)
-};
 
 ProcessGroupRingguard::ProcessGroupRingguard(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                                              const std::map<std::string, std::string>& options,
@@ -179,10 +145,8 @@ ProcessGroupRingguard::ProcessGroupRingguard(c10::intrusive_ptr<c10d::Store> sto
   st = createC10dTransport(gloo_, kP2pTagBase, &lanes);
   TORCH_CHECK(st.isOk(), "ringguard: send/recv transport: ", st.toString());
   p2p_ = std::make_unique<PeerLanes>(std::move(lanes), options_);
-  completion_ = std::thread([this] {
-    nameThisThread("rg-complete");
-    completionLoop();
-  });
+  cpuLane_ = std::make_unique<CompletionLane>("rg-done-cpu");
+  cudaLane_ = std::make_unique<CompletionLane>("rg-done-cuda");
   init();
 }
 
@@ -306,7 +270,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::launch(const char* op, con
                                                              std::function<void()> after, bool nestedOutputs,
                                                              std::vector<at::Tensor> keep) {
   Communicator* comm = communicatorFor(buffer, op);
-  auto p = std::make_shared<Pending>();
+  auto p = std::make_shared<PendingCollective>();
   std::vector<c10::Device> devices;
   void* stream = nullptr;
 #if RINGGUARD_TORCH_CUDA
@@ -327,56 +291,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::launch(const char* op, con
     p->value = c10::IValue(outputs);
   }
   p->future = c10::make_intrusive<c10::ivalue::Future>(type, devices);
-  p->rg = c10::make_intrusive<RgWork>(rank_, c10d::OpType::UNKNOWN, op, outputs, p->future);
+  p->c10dWork = c10::make_intrusive<C10dWork>(rank_, c10d::OpType::UNKNOWN, op, outputs, p->future);
   p->keep = outputs;
   p->keep.push_back(buffer);
   p->keep.insert(p->keep.end(), keep.begin(), keep.end());
   p->after = std::move(after);
   ++sequence_;
   p->work = start(comm, stream);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    pending_.push_back(p);
-  }
-  cv_.notify_all();
-  return p->rg;
-}
-
-void ProcessGroupRingguard::completionLoop() {
-  for (;;) {
-    std::shared_ptr<Pending> p;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [this] { return stopping_ || !pending_.empty(); });
-      if (pending_.empty()) return;
-      p = pending_.front();
-    }
-    Status st = p->work->wait();  // for CUDA, also orders the caller's stream after the results
-    std::exception_ptr error;
-    if (!st.isOk()) error = toException(st);
-    try {
-#if RINGGUARD_TORCH_CUDA
-      std::optional<c10::cuda::CUDAStreamGuard> guard;
-      if (p->device >= 0) {
-        guard.emplace(c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(p->stream),
-                                                       c10::DeviceIndex(p->device)));
-      }
-#endif
-      if (!error && p->after) p->after();
-      // Future::markCompleted records an event on the current stream of each device (the caller's).
-      if (error) {
-        p->future->setError(error);
-      } else {
-        p->future->markCompleted(p->value);
-      }
-    } catch (...) {
-      if (!error) error = currentException();
-      if (!p->future->completed()) p->future->setError(error);
-    }
-    p->rg->complete(error);
-    std::lock_guard<std::mutex> lock(mutex_);
-    pending_.pop_front();
-  }
+  c10::intrusive_ptr<c10d::Work> work = p->c10dWork;
+  (buffer.is_cuda() ? cudaLane_ : cpuLane_)->push(std::move(p));
+  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allreduce(std::vector<at::Tensor>& tensors,
@@ -471,9 +395,82 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::_allgather_base(at::Tensor
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::barrier(const c10d::BarrierOptions& opts) {
-  // A one-element verified allreduce on the CPU communicator: it returns once every rank has entered.
-  at::Tensor t = at::zeros({1}, at::kInt);
+  for (int64_t id : opts.device_ids) {
+    TORCH_CHECK(id >= 0, "ringguard: barrier: device id ", id, " in device_ids is negative");
+  }
+  // A one-element verified allreduce returns once every rank has entered. With device_ids torch sets
+  // opts.device to (accelerator, device_ids[0]); on a CUDA device the barrier runs there, as NCCL's does,
+  // and also orders that device's current stream. Otherwise (torch may pick the current CUDA device for a
+  // plain barrier) it stays on the CPU communicator, so a barrier never creates the CUDA one.
+  at::Device device(at::kCPU);
+  if (!opts.device_ids.empty() && opts.device.has_value() && opts.device->is_cuda()) device = *opts.device;
+  at::Tensor t = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(device));
   return launchAllreduce("barrier", t, 1, DataType::kInt32, ReduceOp::kSum, {t}, nullptr);
+}
+
+// Every rank sets its key; rank 0 waits for each in turn (then only checks, once the time is up) and
+// publishes a verdict that the others wait for (twice the timeout: rank 0 may itself arrive late).
+void ProcessGroupRingguard::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
+  c10::intrusive_ptr<c10d::Store> store;
+  uint64_t number = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    TORCH_CHECK(!stopped_, "ringguard: monitored_barrier after shutdown()");
+    store = store_;
+    number = monitoredBarriers_++;
+  }
+  using std::chrono::milliseconds;
+  const milliseconds timeout = opts.timeout.count() > 0 ? opts.timeout : options_.timeout;
+  const std::string base = "ringguard/monitored_barrier/" + std::to_string(number) + "/";
+  const std::string verdictKey = base + "verdict";
+  const std::string within = " within " + std::to_string(timeout.count()) + " ms";
+  if (rank_ != 0) {
+    store->set(base + std::to_string(rank_), std::vector<uint8_t>{1});
+    std::vector<uint8_t> verdict;
+    try {
+      store->wait({verdictKey}, 2 * timeout);
+      verdict = store->get(verdictKey);
+    } catch (const std::exception& e) {
+      C10_THROW_ERROR(DistBackendError, "ringguard: monitored_barrier on rank " + std::to_string(rank_) +
+                                            ": no verdict from rank 0" + within + " (x2): " + e.what());
+    }
+    const std::string text(verdict.begin(), verdict.end());
+    if (text != "ok") C10_THROW_ERROR(DistBackendError, text);
+    return;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<int> missing;
+  for (int r = 1; r < size_ && (waitAllRanks || missing.empty()); ++r) {
+    const std::string key = base + std::to_string(r);
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+    bool arrived = false;
+    if (left.count() > 0) {
+      try {
+        store->wait({key}, left);
+        arrived = true;
+      } catch (const std::exception&) {
+        arrived = store->check({key});  // a Store error, not a timeout, is raised from here
+      }
+    } else {
+      arrived = store->check({key});
+    }
+    if (arrived) {
+      store->deleteKey(key);
+    } else {
+      missing.push_back(r);
+    }
+  }
+  std::string verdict = "ok";
+  if (!missing.empty()) {
+    std::ostringstream m;
+    m << "ringguard: monitored_barrier: rank" << (missing.size() > 1 ? "s " : " ");
+    for (size_t i = 0; i < missing.size(); ++i) m << (i ? ", " : "") << missing[i];
+    m << " of " << size_ << " did not arrive" << within << " (seen by rank 0"
+      << (waitAllRanks ? "" : "; the first one missing, wait_all_ranks=True names all") << ")";
+    verdict = m.str();
+  }
+  store->set(verdictKey, std::vector<uint8_t>(verdict.begin(), verdict.end()));
+  if (!missing.empty()) C10_THROW_ERROR(DistBackendError, verdict);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::_reduce_scatter_base(
@@ -722,6 +719,28 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce(std::vector<at::Ten
 
 // Gather and scatter are all-to-all exchanges in which only the root receives (gather) or sends
 // (scatter): N - 1 verified flows, each block moved once.
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::launchGather(const char* op, const at::Tensor& in,
+                                                                   const at::Tensor& out, int root,
+                                                                   std::vector<at::Tensor> outputs,
+                                                                   std::function<void()> after,
+                                                                   bool nestedOutputs) {
+  const size_t n = size_t(in.numel());
+  std::vector<size_t> sc(size_t(size_), 0), sd(size_t(size_), 0), rc(size_t(size_), 0), rd(size_t(size_), 0);
+  sc[size_t(root)] = n;
+  if (rank_ == root) {
+    for (int p = 0; p < size_; ++p) {
+      rc[size_t(p)] = n;
+      rd[size_t(p)] = size_t(p) * n;
+    }
+  }
+  return launch(op, in,
+                [in, out, sc, sd, rc, rd](Communicator* comm, void* stream) {
+                  return comm->alltoallAsync(in.data_ptr(), sc, sd, out.data_ptr(), rc, rd, DataType::kUint8,
+                                             stream);
+                },
+                std::move(outputs), std::move(after), nestedOutputs, {out});
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                              std::vector<at::Tensor>& inputs,
                                                              const c10d::GatherOptions& opts) {
@@ -731,8 +750,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::gather(std::vector<std::ve
               ")");
   at::Tensor in = bytesOf(inputs[0]);
   const size_t n = size_t(in.numel());
-  std::vector<size_t> sc(size_t(size_), 0), sd(size_t(size_), 0), rc(size_t(size_), 0), rd(size_t(size_), 0);
-  sc[size_t(root)] = n;
   std::vector<at::Tensor> outs;
   if (rank_ == root) {
     TORCH_CHECK(outputs.size() == 1 && int(outputs[0].size()) == size_,
@@ -745,8 +762,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::gather(std::vector<std::ve
                       o.device() == inputs[0].device(),
                   "ringguard: gather: output ", describe(o), " of ", o.numel(),
                   " elements does not match the input ", describe(inputs[0]), " of ", inputs[0].numel());
-      rc[size_t(p)] = n;
-      rd[size_t(p)] = size_t(p) * n;
     }
   } else {
     TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
@@ -757,12 +772,33 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::gather(std::vector<std::ve
     for (size_t p = 0; p < outs.size(); ++p)
       bytesOf(outs[p]).copy_(flat.narrow(0, int64_t(p * n), int64_t(n)));
   };
-  return launch("gather", in,
-                [in, flat, sc, sd, rc, rd](Communicator* comm, void* stream) {
-                  return comm->alltoallAsync(in.data_ptr(), sc, sd, flat.data_ptr(), rc, rd, DataType::kUint8,
-                                             stream);
-                },
-                outs, after, /*nestedOutputs=*/true, {flat});
+  return launchGather("gather", in, flat, root, outs, after, /*nestedOutputs=*/true);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::gatherSingle(at::Tensor& output, at::Tensor& input,
+                                                                   const c10d::GatherOptions& opts) {
+  const char* name = "gather_single";
+  checkTensor(name, input);
+  const int root = int(opts.rootRank);
+  TORCH_CHECK(root >= 0 && root < size_, "ringguard: ", name, ": root rank ", root, " is outside [0, ", size_,
+              ")");
+  at::Tensor in = bytesOf(input);
+  at::Tensor out = at::empty({0}, in.options());
+  std::vector<at::Tensor> outputs;
+  if (rank_ == root) {
+    checkTensor(name, output);
+    TORCH_CHECK(output.numel() == input.numel() * size_ && output.scalar_type() == input.scalar_type() &&
+                    output.device() == input.device(),
+                "ringguard: ", name, ": output ", describe(output), " of ", output.numel(),
+                " elements must hold ", size_, " x the input ", describe(input), " of ", input.numel());
+    out = bytesOf(output);
+    outputs.push_back(output);
+    // The exchange is not in place: an input inside the output (the root's own block, say) is copied first.
+    const auto* i0 = static_cast<const uint8_t*>(in.data_ptr());
+    const auto* o0 = static_cast<const uint8_t*>(out.data_ptr());
+    if (in.numel() > 0 && i0 < o0 + out.numel() && o0 < i0 + in.numel()) in = in.clone();
+  }
+  return launchGather(name, in, out, root, outputs, nullptr, /*nestedOutputs=*/false);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::scatter(std::vector<at::Tensor>& outputs,
@@ -898,7 +934,6 @@ void ProcessGroupRingguard::stop(bool abort) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopped_) return;
     stopped_ = true;
-    stopping_ = true;
     // abort(): what is queued fails and the collective in progress returns at its next wait (kAborted);
     // the peers are told. shutdown(): everything issued still runs.
     if (abort) {
@@ -908,10 +943,10 @@ void ProcessGroupRingguard::stop(bool abort) {
       if (p2p_) p2p_->abort("abort() of the process group");
     }
   }
-  cv_.notify_all();
-  // The completion thread drains what was issued (after abort() at once; else each collective ends, at
-  // worst, at its timeout).
-  if (completion_.joinable()) completion_.join();
+  // The lanes complete what was issued (after abort() at once; else each collective ends, at worst, at its
+  // timeout).
+  if (cpuLane_) cpuLane_->drain();
+  if (cudaLane_) cudaLane_->drain();
   p2p_.reset();
   cuda_.reset();  // each transport says goodbye to its peers, so no Gloo work is left pending
   cpu_.reset();

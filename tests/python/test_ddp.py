@@ -43,13 +43,15 @@ class Net(nn.Module):
         return self.fc3(F.relu(self.fc2(h)))
 
 
-def train(ctx, group, branch=False):
-    """20 SGD steps of DDP over `group`; returns (params, loss, hash)."""
+def train(ctx, group, branch=False, hook=None, bucket_cap_mb=0.004):
+    """20 SGD steps of DDP over `group`; returns (params, loss, hash). `hook(ddp, group)` may register a
+    communication hook. Default: 4 KB buckets, several per step."""
     torch.manual_seed(1234)
     model = Net(branch).to(ctx.device)
     init = [p.detach().clone() for p in model.parameters()]
-    ddp = DDP(model, process_group=group, bucket_cap_mb=0.004,  # 4 KB buckets: several per step
-              find_unused_parameters=branch)
+    ddp = DDP(model, process_group=group, bucket_cap_mb=bucket_cap_mb, find_unused_parameters=branch)
+    if hook is not None:
+        hook(ddp, group)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     loss = None
     for step in range(STEPS):
@@ -173,6 +175,110 @@ def _(ctx):
     return {"transport": got}
 
 
+# --- Future callbacks that wait on collectives -----------------------------------------------------
+# A then() callback that issues a collective and waits for it used to deadlock for good: the callback ran
+# on the one thread that would complete the inner collective. These cases run in a launch of their own
+# under a short wall-clock limit (HOOK_LAUNCH_TIMEOUT), so a hang fails the tests instead of blocking CI.
+
+HOOK_CASES = harness.Cases()
+HOOK_LAUNCH_TIMEOUT = 150
+# PowerSGD against gloo: both compress the same gradients with the same seeded random Q, but sum P and Q in
+# a different order; the orthogonalisation and the error feedback carry those last-bit differences along,
+# so the bound is looser than plain DDP's (observed max |diff| is recorded in the result).
+PSGD_RTOL, PSGD_ATOL = 1e-4, 1e-5
+
+
+def _powersgd(ddp, group):
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powerSGD
+
+    # start_powerSGD_iter=2: steps 0-1 all-reduce plainly, every later step runs the compressed path (its
+    # P and Q all-reduces are issued and waited inside Future callbacks).
+    state = powerSGD.PowerSGDState(process_group=group, matrix_approximation_rank=1, start_powerSGD_iter=2,
+                                   min_compression_rate=0.5, random_seed=7)
+    ddp.register_comm_hook(state, powerSGD.powerSGD_hook)
+
+
+def _check_powersgd(results, nproc):
+    _same_on_all_ranks(results, nproc)
+    _same_on_all_ranks(results, nproc, "hash_gloo")
+    for rank, r in enumerate(results):
+        assert r["allclose_gloo"], f"rank {rank}: ringguard vs gloo max |diff| {r['max_diff_gloo']}"
+
+
+# One bucket (DDP's first bucket holds 1 MB; the model has 22 KB): with several, the hook of bucket k+1
+# (issued on the autograd thread) races with the P/Q all-reduces that bucket k's callbacks issue on a
+# completion thread, so ranks can issue them in different orders (seen here with 4 KB buckets: a
+# fingerprint mismatch naming both ranks' collectives). With NCCL the callbacks run inline at issue.
+@HOOK_CASES.case("ddp-powersgd-hook", check=_check_powersgd)
+def _(ctx):
+    params, loss, h, init, _ = train(ctx, None, hook=_powersgd, bucket_cap_mb=25)
+    gparams, gloss, gh, _, _ = train(ctx, ctx.ref, hook=_powersgd, bucket_cap_mb=25)
+    worst = max(float((x - y).abs().max()) for x, y in zip(params, gparams))
+    close = all(torch.allclose(x, y, rtol=PSGD_RTOL, atol=PSGD_ATOL) for x, y in zip(params, gparams))
+    assert all(not torch.equal(p, p0.cpu()) for p, p0 in zip(params, init)), "a parameter did not train"
+    return {"hash": h, "hash_gloo": gh, "allclose_gloo": close, "max_diff_gloo": worst, "loss": loss,
+            "loss_gloo": gloss}
+
+
+def _ranks_sum(ctx, scale=1.0):
+    return scale * ctx.size * (ctx.size + 1) / 2  # sum over ranks of scale * (rank + 1)
+
+
+@HOOK_CASES.case("then-callback-waits-a-work")
+def _(ctx):
+    t = torch.full((5,), float(ctx.rank + 1), device=ctx.device)
+    u = torch.full((5,), 10.0 * (ctx.rank + 1), device=ctx.device)
+
+    def callback(fut):
+        dist.all_reduce(u)  # issued and waited (Work.wait) inside the callback
+        return fut.value()[0] + u
+    out = dist.all_reduce(t, async_op=True).get_future().then(callback).wait()
+    assert torch.equal(out.cpu(), torch.full((5,), _ranks_sum(ctx, 11.0))), out
+    return {"sum": float(out[0])}
+
+
+@HOOK_CASES.case("then-callback-waits-a-future")
+def _(ctx):
+    t = torch.full((7,), float(ctx.rank + 1), device=ctx.device)
+    u = torch.full((7,), 100.0 * (ctx.rank + 1), device=ctx.device)
+
+    def callback(fut):
+        # As PowerSGD does: the inner collective's Future, waited inside the outer one's callback.
+        return fut.value()[0] + dist.all_reduce(u, async_op=True).get_future().wait()[0]
+    out = dist.all_reduce(t, async_op=True).get_future().then(callback).wait()
+    assert torch.equal(out.cpu(), torch.full((7,), _ranks_sum(ctx, 101.0))), out
+    return {"sum": float(out[0])}
+
+
+@HOOK_CASES.case("then-callbacks-nested-three-deep")
+def _(ctx):
+    # Each level's callback issues the next level's collective and waits for its Future, whose own callback
+    # does the same: three threads of one lane are blocked in callbacks at once, and the fourth completes.
+    ts = [torch.full((3,), float(10 ** k) * (ctx.rank + 1), device=ctx.device) for k in range(4)]
+
+    def level(k):
+        def callback(fut):
+            mine = fut.value()[0]
+            if k + 1 == len(ts):
+                return mine
+            inner = dist.all_reduce(ts[k + 1], async_op=True).get_future().then(level(k + 1))
+            return mine + inner.wait()
+        return callback
+    out = dist.all_reduce(ts[0], async_op=True).get_future().then(level(0)).wait()
+    assert torch.equal(out.cpu(), torch.full((3,), _ranks_sum(ctx, 1111.0))), out
+    # Eight in flight, each one's callback waiting on a collective queued behind all eight: every callback
+    # blocks a thread of the lane, and the lane must still complete the rest. (The main thread issues every
+    # collective, so the ranks issue them in the same order.)
+    firsts = [dist.all_reduce(torch.full((2,), float(i), device=ctx.device), async_op=True) for i in range(8)]
+    seconds = [dist.all_reduce(torch.full((2,), float(ctx.rank + 1), device=ctx.device), async_op=True)
+               for _ in range(8)]
+    futs = [w.get_future().then(lambda f, s=s: f.value()[0] + s.get_future().wait()[0])
+            for w, s in zip(firsts, seconds)]
+    for i, f in enumerate(futs):
+        assert torch.equal(f.wait().cpu(), torch.full((2,), ctx.size * i + _ranks_sum(ctx))), (i, f.wait())
+    return {"sum": float(out[0])}
+
+
 def _init():
     if os.environ.get("RINGGUARD_TEST_DEVICE") == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
@@ -193,6 +299,21 @@ def test_case(run, name):
 
 def test_launch(run):
     harness.check_launch(run)
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=lambda n: f"np{n}")
+def hook_run(request):
+    return harness.launch(__file__, request.param, env={"RINGGUARD_TEST_SET": "hooks"},
+                          timeout=HOOK_LAUNCH_TIMEOUT)
+
+
+@pytest.mark.parametrize("name", HOOK_CASES.names)
+def test_hook_case(hook_run, name):
+    harness.check_case(HOOK_CASES, hook_run, name)
+
+
+def test_hook_launch(hook_run):
+    harness.check_launch(hook_run)
 
 
 # GPU: world size 1 over NCCL (send/recv to itself through the verify path); 2 and 4 ranks sharing
@@ -224,4 +345,4 @@ def test_cuda_launch(cuda_run):
 
 
 if __name__ == "__main__":
-    harness.run_worker(CASES, _init)
+    harness.run_worker(HOOK_CASES if os.environ.get("RINGGUARD_TEST_SET") == "hooks" else CASES, _init)

@@ -12,26 +12,37 @@
 // about twice the traffic of a dedicated broadcast or all-gather.
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/headeronly/version.h>
 #include <vector>
 
 #include "ringguard/core/counters.h"
 #include "ringguard/core/options.h"
 #include "ringguard/runtime/communicator.h"
 
+// torch 2.14 renamed the tensor forms of the c10d Backend virtuals (all_gather_single for _allgather_base,
+// reduce_scatter_single for _reduce_scatter_base, all_to_all_single for alltoall_base, the *_single_coalesced
+// forms, and added gather_single / gather_into_tensor); each old name stays as a virtual alias that forwards
+// to the new one and back. ProcessGroupRingguard implements the old names and, on 2.14 and later, overrides
+// the new ones too (forwarding to the same code), so a call through either name reaches it directly.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 14)
+#define RINGGUARD_C10D_SINGLE_NAMES 1
+#else
+#define RINGGUARD_C10D_SINGLE_NAMES 0
+#endif
+
 namespace ringguard {
 
 class PeerLanes;
+class C10dWork;
+class CompletionLane;
 
 class ProcessGroupRingguard : public c10d::Backend {
  public:
@@ -61,7 +72,13 @@ class ProcessGroupRingguard : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> _allgather_base(
       at::Tensor& output, at::Tensor& input,
       const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  // A verified one-element allreduce: on the CUDA communicator for barrier(device_ids=[i]) with CUDA in use,
+  // else on the CPU one.
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+  // torch.distributed.monitored_barrier over the c10d Store: every rank checks in, rank 0 waits for each
+  // (opts.timeout, else the group's) and tells every rank the outcome, so all ranks raise the same error
+  // naming the ranks that did not arrive (the first one, or all of them with waitAllRanks).
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks = false) override;
   // Verified messages (CRC-checked, resent when damaged); sends and recvs between two ranks must match in
   // order. CUDA tensors are staged through host memory.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& t, int dstRank, int tag) override;
@@ -98,6 +115,44 @@ class ProcessGroupRingguard : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& out, std::vector<at::Tensor>& in,
                                           const c10d::AllToAllOptions& o) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& t, int tag) override;
+  // gather into one flat tensor on the root (size() x the input, blocks in rank order); torch names it
+  // gather_single / gather_into_tensor from 2.14 on. Non-roots' output is not touched.
+  c10::intrusive_ptr<c10d::Work> gatherSingle(at::Tensor& out, at::Tensor& in, const c10d::GatherOptions& o);
+
+#if RINGGUARD_C10D_SINGLE_NAMES
+  c10::intrusive_ptr<c10d::Work> all_gather_single(
+      at::Tensor& out, at::Tensor& in, const c10d::AllgatherOptions& o = c10d::AllgatherOptions()) override {
+    return _allgather_base(out, in, o);
+  }
+  c10::intrusive_ptr<c10d::Work> all_gather_single_coalesced(
+      std::vector<at::Tensor>& out, std::vector<at::Tensor>& in,
+      const c10d::AllgatherOptions& o = c10d::AllgatherOptions()) override {
+    return allgather_into_tensor_coalesced(out, in, o);
+  }
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_single(
+      at::Tensor& out, at::Tensor& in,
+      const c10d::ReduceScatterOptions& o = c10d::ReduceScatterOptions()) override {
+    return _reduce_scatter_base(out, in, o);
+  }
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_single_coalesced(
+      std::vector<at::Tensor>& out, std::vector<at::Tensor>& in,
+      const c10d::ReduceScatterOptions& o = c10d::ReduceScatterOptions()) override {
+    return reduce_scatter_tensor_coalesced(out, in, o);
+  }
+  c10::intrusive_ptr<c10d::Work> all_to_all_single(
+      at::Tensor& out, at::Tensor& in, std::vector<int64_t>& outSplit, std::vector<int64_t>& inSplit,
+      const c10d::AllToAllOptions& o = c10d::AllToAllOptions()) override {
+    return alltoall_base(out, in, outSplit, inSplit, o);
+  }
+  c10::intrusive_ptr<c10d::Work> gather_single(
+      at::Tensor& out, at::Tensor& in, const c10d::GatherOptions& o = c10d::GatherOptions()) override {
+    return gatherSingle(out, in, o);
+  }
+  c10::intrusive_ptr<c10d::Work> gather_into_tensor(
+      at::Tensor& out, at::Tensor& in, const c10d::GatherOptions& o = c10d::GatherOptions()) override {
+    return gatherSingle(out, in, o);
+  }
+#endif
 
   void setSequenceNumberForGroup() override;
   uint64_t getSequenceNumberForGroup() override;
@@ -117,8 +172,7 @@ class ProcessGroupRingguard : public c10d::Backend {
   std::string transport(const std::string& deviceType) const;
 
  private:
-  struct Pending;
-  class RgWork;
+  using RgWork = C10dWork;
 
   Communicator* communicatorFor(const at::Tensor& t, const char* op);
   // A RINGGUARD_* option: from pg_options, else the environment, else null.
@@ -137,8 +191,11 @@ class ProcessGroupRingguard : public c10d::Backend {
                                                  DataType dtype, ReduceOp rop,
                                                  std::vector<at::Tensor> outputs,
                                                  std::function<void()> after);
+  // Gather of `in` (bytes) into `out` (bytes, size() blocks in rank order; root only) over the all-to-all.
+  c10::intrusive_ptr<c10d::Work> launchGather(const char* op, const at::Tensor& in, const at::Tensor& out,
+                                              int root, std::vector<at::Tensor> outputs,
+                                              std::function<void()> after, bool nestedOutputs);
   c10::intrusive_ptr<c10d::Work> p2p(const char* op, at::Tensor& t, int peer, int tag, bool isSend);
-  void completionLoop();
   void stop(bool abort);
 
   c10::intrusive_ptr<c10d::Store> store_;
@@ -147,17 +204,18 @@ class ProcessGroupRingguard : public c10d::Backend {
   ringguard::Options options_;
   FaultOptions fault_;
 
-  mutable std::mutex mutex_;  // guards the communicators and the pending queue
-  std::condition_variable cv_;
+  mutable std::mutex mutex_;  // guards the communicators
   std::unique_ptr<Communicator> cpu_;
   std::unique_ptr<Communicator> cuda_;
   std::unique_ptr<PeerLanes> p2p_;
   int cudaDevice_ = -1;
-  std::deque<std::shared_ptr<Pending>> pending_;
-  bool stopping_ = false;
+  // One completion lane per communicator (src/torch/completion.h), so a CPU collective never waits behind
+  // an earlier CUDA one.
+  std::unique_ptr<CompletionLane> cpuLane_;
+  std::unique_ptr<CompletionLane> cudaLane_;
   bool stopped_ = false;
-  std::thread completion_;
   std::atomic<uint64_t> sequence_{0};  // collectives issued
+  uint64_t monitoredBarriers_ = 0;     // monitored barriers entered (their Store keys)
 };
 
 }  // namespace ringguard

@@ -1,0 +1,146 @@
+#include "torch/completion.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <optional>
+#include <stdexcept>
+
+#include "ringguard/core/thread_name.h"
+#if RINGGUARD_TORCH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace ringguard {
+
+namespace {
+
+// Idle threads a lane keeps: two serve a backlog (one completes, the other leads); more only after a burst of
+// nested waits, and those exit as they fall idle.
+constexpr int kMaxIdle = 2;
+
+}  // namespace
+
+std::exception_ptr toException(const Status& st) {
+  try {
+    C10_THROW_ERROR(DistBackendError, "ringguard: " + st.toString());
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+CompletionLane::CompletionLane(std::string threadName) : threadName_(std::move(threadName)) {}
+
+CompletionLane::~CompletionLane() { drain(); }
+
+void CompletionLane::push(std::shared_ptr<PendingCollective> p) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (draining_) throw std::logic_error("ringguard: a collective was issued after shutdown()");
+  queue_.push_back(std::move(p));
+  if (!leading_) recruitLocked();
+}
+
+void CompletionLane::recruitLocked() {
+  leading_ = true;
+  if (idle_ > wakeups_) {
+    ++wakeups_;
+    cv_.notify_one();
+    return;
+  }
+  // Threads that returned are joined here (they hold no lock any more: they left it when they returned).
+  for (auto it = threads_.begin(); it != threads_.end();) {
+    if (std::find(finished_.begin(), finished_.end(), it->get_id()) != finished_.end()) {
+      it->join();
+      it = threads_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  finished_.clear();
+  threads_.emplace_back([this] { threadMain(); });
+}
+
+// A thread is started as the leader. As leader it takes the oldest collective, waits for it, runs its
+// copy-outs and gives the role up (recruiting the next leader if more is queued) before it completes the
+// Future: the callbacks that run there may wait for a later collective of this lane, which the next leader
+// completes. Then it completes the Work and leads again if nobody does, else falls idle.
+void CompletionLane::threadMain() {
+  nameThisThread(threadName_.c_str());
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    bool lead = true;  // started as the leader, or woken to be it
+    while (lead && !queue_.empty()) {
+      std::shared_ptr<PendingCollective> p = queue_.front();
+      queue_.pop_front();
+      lock.unlock();
+      Status st = p->work->wait();  // for CUDA, also orders the caller's stream after the results
+      lock.lock();
+      leading_ = false;
+      ++busy_;
+      if (!queue_.empty()) recruitLocked();
+      lock.unlock();
+      completeOne(*p, st);
+      p.reset();  // the tensors it kept go before the lock is taken again
+      lock.lock();
+      --busy_;
+      if (leading_) {
+        lead = false;  // another thread leads now
+      } else {
+        leading_ = true;
+      }
+    }
+    if (lead) leading_ = false;  // nothing queued
+    drained_.notify_all();
+    // Idle: wait to be offered the leader role.
+    if (idle_ >= kMaxIdle || draining_) break;
+    ++idle_;
+    cv_.wait(lock, [this] { return wakeups_ > 0 || draining_; });
+    --idle_;
+    if (wakeups_ == 0) break;  // draining, and nothing to lead
+    --wakeups_;
+  }
+  finished_.push_back(std::this_thread::get_id());
+  drained_.notify_all();
+}
+
+void CompletionLane::completeOne(PendingCollective& p, const Status& st) {
+  std::exception_ptr error;
+  if (!st.isOk()) error = toException(st);
+  try {
+#if RINGGUARD_TORCH_CUDA
+    // The copy-outs run on the caller's stream, and Future::markCompleted records an event on the current
+    // stream of each of its devices: the caller's.
+    std::optional<c10::cuda::CUDAStreamGuard> guard;
+    if (p.device >= 0) {
+      guard.emplace(c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(p.stream),
+                                                     c10::DeviceIndex(p.device)));
+    }
+#endif
+    if (!error && p.after) p.after();
+    if (error) {
+      p.future->setError(error);
+    } else {
+      p.future->markCompleted(p.value);  // runs the then() callbacks, here
+    }
+  } catch (...) {
+    if (!error) error = std::current_exception();
+    if (!p.future->completed()) p.future->setError(error);
+  }
+  p.c10dWork->complete(error);
+}
+
+void CompletionLane::drain() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  draining_ = true;
+  cv_.notify_all();
+  drained_.wait(lock, [this] { return queue_.empty() && !leading_ && busy_ == 0 && idle_ == 0; });
+  // Every thread has returned or is about to (it pushed its id under the lock and only returns now).
+  std::list<std::thread> threads;
+  threads.swap(threads_);
+  lock.unlock();
+  for (std::thread& t : threads) t.join();
+}
+
+}  // namespace ringguard
