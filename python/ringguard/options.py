@@ -9,12 +9,15 @@ environment variable sets it.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
 TIMEOUT_NAME = "RINGGUARD_TIMEOUT_MS"
+# Options::kMaxTimeoutMs (include/ringguard/core/options.h): a year of milliseconds.
+MAX_TIMEOUT_MS = 365 * 24 * 3600 * 1000
 
 # Field -> environment variable (docs/ENV.md). `timeout` is converted to milliseconds.
 _NAMES = {
@@ -48,6 +51,22 @@ def timeout_ms(timeout: timedelta) -> int:
     ms = -(-us // 1000)
     if ms <= 0:
         raise ValueError(f"timeout must be positive, got {timeout!r}")
+    if ms > MAX_TIMEOUT_MS:
+        raise ValueError(f"{TIMEOUT_NAME}: timeout {timeout!r} ({ms} ms) is above the maximum, "
+                         f"{MAX_TIMEOUT_MS} ms (a year)")
+    return ms
+
+
+def _checked_timeout(text: str, where: str) -> Optional[int]:
+    """RINGGUARD_TIMEOUT_MS's text as milliseconds; ``None`` when it is not an integer (the extension then
+    rejects it naming the variable); ValueError naming the variable when it is out of range."""
+    try:
+        ms = int(text)
+    except ValueError:
+        return None
+    if not 1 <= ms <= MAX_TIMEOUT_MS:
+        raise ValueError(f"{TIMEOUT_NAME}={text!r} ({where}): expected an integer in [1, {MAX_TIMEOUT_MS}] "
+                         "(milliseconds, at most a year)")
     return ms
 
 
@@ -126,17 +145,25 @@ def fault_dict(kwargs: Mapping[str, object]) -> Dict[str, str]:
     """``set_fault`` keywords -> ``{RINGGUARD_FAULT_*: str}``.
 
     Accepts ``prob=0.1``, ``fault_prob=0.1`` or ``RINGGUARD_FAULT_PROB=0.1``; ``None`` values are
-    skipped.
+    skipped. A keyword that names no fault setting (``probability=``, ``sead=``) raises ValueError
+    naming the closest one: ignoring it would inject nothing and say nothing.
     """
+    known = {name for name in _NAMES.values() if name.startswith("RINGGUARD_FAULT_")}
     out: Dict[str, str] = {}
     for key, value in kwargs.items():
-        if value is None:
-            continue
         if key.startswith("RINGGUARD_FAULT_"):
             name = key
         else:
             short = key[len("fault_"):] if key.startswith("fault_") else key
             name = "RINGGUARD_FAULT_" + short.upper()
+        if name not in known:
+            shorts = sorted(n[len("RINGGUARD_FAULT_"):].lower() for n in known)
+            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.0)
+            hint = f" (did you mean {close[0][len('RINGGUARD_FAULT_'):].lower()!r}?)" if close else ""
+            raise ValueError(f"set_fault: unknown setting {key!r}{hint}; the settings are "
+                             + ", ".join(shorts))
+        if value is None:
+            continue
         out[name] = format_value(name, value)
     return out
 
@@ -158,12 +185,9 @@ def resolve(pg_options, pg_timeout: timedelta,
         raise TypeError("pg_options of a ringguard process group must be ringguard.Options or None, "
                         f"got {type(pg_options).__module__}.{type(pg_options).__qualname__}")
     if TIMEOUT_NAME in opts:
-        return opts, int(opts[TIMEOUT_NAME])
+        return opts, _checked_timeout(opts[TIMEOUT_NAME], "pg_options")
     if TIMEOUT_NAME in environ:
-        try:
-            return opts, int(environ[TIMEOUT_NAME])
-        except ValueError:
-            return opts, None
+        return opts, _checked_timeout(environ[TIMEOUT_NAME], "environment")
     ms = timeout_ms(pg_timeout)
     opts[TIMEOUT_NAME] = str(ms)
     return opts, ms

@@ -1,5 +1,7 @@
 #include "algorithms/ring_plan.h"
 
+#include <algorithm>
+
 namespace ringguard {
 
 RingPlan::RingPlan(Kind kind, const RingSchedule& schedule, int rank, DataType dtype, ReduceOp op,
@@ -20,8 +22,11 @@ RingPlan::RingPlan(Kind kind, const RingSchedule& schedule, int rank, DataType d
 }
 
 size_t RingPlan::slotBytes() const {
-  // All-gather receives straight into the output.
-  return kind_ == Kind::kAllgather ? 0 : sched_.sliceElements() * esize_;
+  // All-gather receives straight into the output. The largest slice this collective has, not the
+  // configured slice size: a 12-byte allreduce with 1 GiB slices needs 12-byte slots.
+  if (kind_ == Kind::kAllgather) return 0;
+  const size_t largestColumn = std::max(sched_.column(0).count, sched_.column(sched_.nranks() - 1).count);
+  return std::min(sched_.sliceElements(), largestColumn) * esize_;
 }
 
 std::vector<PlanItem> RingPlan::passOrder() const {

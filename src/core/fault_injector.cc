@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace ringguard {
@@ -26,7 +27,37 @@ uint64_t hashOf(uint64_t seed, uint64_t seq, int step, int slice, int receiver, 
 
 void flipBit(uint8_t* p, size_t bit) { p[bit / 8] ^= uint8_t(1u << (bit % 8)); }
 
+std::string entryText(const FaultScheduleEntry& e) {
+  return std::to_string(e.collective) + ":" + std::to_string(e.step) + ":" + std::to_string(e.slice) + ":" +
+         std::to_string(e.rank);
+}
+
 }  // namespace
+
+Status checkFaultSchedule(const FaultOptions& fault, int worldSize) {
+  const bool control = fault.mode == FaultMode::kControl;
+  const int steps = std::max(1, 2 * (worldSize - 1));  // allreduce's ring: the most steps of any plan
+  for (const FaultScheduleEntry& e : fault.schedule) {
+    std::string why;
+    if (e.rank < 0 || e.rank >= worldSize) {
+      why = std::string(control ? "receiver " : "rank ") + std::to_string(e.rank) + " does not exist";
+    } else if (control && (e.step < 1 || e.step > 3)) {
+      why = "tag " + std::to_string(e.step) + " is not a control tag (1 fingerprint, 2 verdict, 3 error)";
+    } else if (control && (e.slice < 0 || e.slice >= worldSize || e.slice == e.rank)) {
+      why = "sender " + std::to_string(e.slice) +
+            (e.slice == e.rank ? " is the receiver itself" : " does not exist");
+    } else if (!control && (e.step < 0 || e.step >= steps)) {
+      why = "step " + std::to_string(e.step) + " does not exist (collectives have steps 0.." +
+            std::to_string(steps - 1) + ")";
+    }
+    if (!why.empty()) {
+      return Status(StatusCode::kInvalidArgument, "RINGGUARD_FAULT_SCHEDULE entry " + entryText(e) +
+                                                      " can never fire on " + std::to_string(worldSize) +
+                                                      " rank(s): " + why);
+    }
+  }
+  return Status::ok();
+}
 
 bool FaultInjector::selected(uint64_t seq, int step, int slice, int receiver) const {
   for (const FaultScheduleEntry& e : options_.schedule) {

@@ -6,6 +6,7 @@
 #include <system_error>
 
 #include "ringguard/core/env.h"
+#include "ringguard/core/fault_injector.h"
 #include "ringguard/core/log.h"
 
 namespace ringguard {
@@ -161,8 +162,14 @@ Status Options::validate() const {
   if (maxRetries < 0 || maxRetries > kMaxRetries) {
     return invalidField("maxRetries", std::to_string(maxRetries), "must be in [0, 100]");
   }
-  if (timeout.count() <= 0) {
-    return invalidField("timeout", std::to_string(timeout.count()) + "ms", "must be positive");
+  if (sliceBytes > kMaxSliceBytes) {
+    return invalidField(
+        "sliceBytes", std::to_string(sliceBytes),
+        "must be at most " + std::to_string(kMaxSliceBytes) + " (1 GiB; 0: the transport's default)");
+  }
+  if (timeout.count() <= 0 || timeout.count() > kMaxTimeoutMs) {
+    return invalidField("timeout", std::to_string(timeout.count()) + "ms",
+                        "must be in [1, " + std::to_string(kMaxTimeoutMs) + "] ms (a year)");
   }
   if (!isValidLogLevel(logLevel)) {
     return invalidField("logLevel", "'" + logLevel + "'",
@@ -193,6 +200,51 @@ Status Options::validate() const {
   return Status::ok();
 }
 
+Status Options::validateFor(int worldSize) const {
+  RINGGUARD_RETURN_IF_ERROR(validate());
+  return checkFaultSchedule(fault, worldSize);
+}
+
+Status parseUnsignedSetting(const char* name, const char* text, uint64_t lo, uint64_t hi, uint64_t* out) {
+  const std::string s = text == nullptr ? "" : text;
+  uint64_t v = 0;
+  if (!parseInteger(s, &v)) {
+    const bool digits = !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+    return badValue(name, s,
+                    std::string(digits ? "too large" : "not a non-negative decimal integer") +
+                        ": expected [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  if (v < lo || v > hi) {
+    return badValue(name, s,
+                    "out of range: expected [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  *out = v;
+  return Status::ok();
+}
+
+Status DeviceSettings::fromLookup(const std::function<const char*(const char*)>& lookup,
+                                  DeviceSettings* out) {
+  DeviceSettings o;
+  if (const char* v = lookup("RINGGUARD_DEVICE_TRANSPORT")) {
+    const std::string s(v);
+    if (s != "auto" && s != "nccl" && s != "staged") {
+      return badValue("RINGGUARD_DEVICE_TRANSPORT", s, "expected auto, nccl or staged");
+    }
+    o.transport = s;
+  }
+  if (const char* v = lookup("RINGGUARD_POOL_RELEASE_BYTES")) {
+    RINGGUARD_RETURN_IF_ERROR(
+        parseUnsignedSetting("RINGGUARD_POOL_RELEASE_BYTES", v, 0, uint64_t(1) << 48, &o.poolReleaseBytes));
+  }
+  if (const char* v = lookup("RINGGUARD_NCCL_LANES")) {
+    uint64_t n = 0;
+    RINGGUARD_RETURN_IF_ERROR(parseUnsignedSetting("RINGGUARD_NCCL_LANES", v, 1, 8, &n));
+    o.ncclLanes = int(n);
+  }
+  *out = std::move(o);
+  return Status::ok();
+}
+
 Status parseKernelSms(const char* text, int* sms) {
   constexpr int kMaxSms = 100000;
   if (text == nullptr || !parseIntInRange(text, 0, kMaxSms, sms)) {
@@ -202,7 +254,10 @@ Status parseKernelSms(const char* text, int* sms) {
   return Status::ok();
 }
 
-Status Options::fromEnv(Options* out) { return fromLookup(envLookup, out); }
+Status Options::fromEnv(Options* out) {
+  warnUnknownEnv();
+  return fromLookup(envLookup, out);
+}
 
 Status Options::fromLookup(const std::function<const char*(const char*)>& lookup, Options* out) {
   // Defaults, not *out: the result must not depend on what the caller happened to pass in.
@@ -210,11 +265,9 @@ Status Options::fromLookup(const std::function<const char*(const char*)>& lookup
   const char* v = nullptr;
 
   if ((v = lookup("RINGGUARD_SLICE_BYTES")) != nullptr) {
-    size_t n = 0;
-    if (!parseInteger(std::string(v), &n)) {
-      return badValue("RINGGUARD_SLICE_BYTES", v, "expected a byte count (0: the transport's default)");
-    }
-    o.sliceBytes = n;
+    uint64_t n = 0;
+    RINGGUARD_RETURN_IF_ERROR(parseUnsignedSetting("RINGGUARD_SLICE_BYTES", v, 0, kMaxSliceBytes, &n));
+    o.sliceBytes = size_t(n);
   }
   if ((v = lookup("RINGGUARD_SLOTS")) != nullptr) {
     if (!parseIntInRange(v, 0, kMaxSlots, &o.slots) || o.slots == 1) {
@@ -228,16 +281,15 @@ Status Options::fromLookup(const std::function<const char*(const char*)>& lookup
     }
   }
   if ((v = lookup("RINGGUARD_TIMEOUT_MS")) != nullptr) {
-    std::chrono::milliseconds::rep ms = 0;
-    if (!parseInteger(std::string(v), &ms) || ms <= 0) {
-      return badValue("RINGGUARD_TIMEOUT_MS", v, "expected a positive integer (milliseconds)");
-    }
-    o.timeout = std::chrono::milliseconds(ms);
+    uint64_t ms = 0;
+    RINGGUARD_RETURN_IF_ERROR(
+        parseUnsignedSetting("RINGGUARD_TIMEOUT_MS", v, 1, uint64_t(kMaxTimeoutMs), &ms));
+    o.timeout = std::chrono::milliseconds(int64_t(ms));
   }
   if ((v = lookup("RINGGUARD_LOG_LEVEL")) != nullptr) {
     if (!isValidLogLevel(v)) {
       return badValue("RINGGUARD_LOG_LEVEL", v,
-                      "expected one of trace, debug, info, warn, error, critical, off");
+                      "expected one of trace, debug, info, warn (or warning), error (or err), critical, off");
     }
     o.logLevel = v;
   }
@@ -286,6 +338,20 @@ Status Options::fromLookup(const std::function<const char*(const char*)>& lookup
   RINGGUARD_RETURN_IF_ERROR(o.validate());
   *out = std::move(o);
   return Status::ok();
+  // Settings that are not Options fields, checked by the same parsers here so that a bad one fails when the
+  // communicator or group is made (not when a GPU first needs it).
+  DeviceSettings device;
+  RINGGUARD_RETURN_IF_ERROR(DeviceSettings::fromLookup(lookup, &device));
+  if ((v = lookup("RINGGUARD_KERNEL_SMS")) != nullptr) {
+    int sms = 0;
+    RINGGUARD_RETURN_IF_ERROR(parseKernelSms(v, &sms));
+  }
+  if ((v = lookup("RINGGUARD_CPU_TRANSPORT")) != nullptr) {
+    const std::string s(v);
+    if (s != "auto" && s != "mpi" && s != "gloo")
+      return badValue("RINGGUARD_CPU_TRANSPORT", s, "expected auto, mpi or gloo");
+  }
+
 }
 
 }  // namespace ringguard

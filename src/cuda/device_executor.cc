@@ -181,6 +181,11 @@ Status DeviceExecutor::prepare(size_t items, int slots, size_t slotBytes) {
   trailers_ = static_cast<Trailer*>(p);
 
   const size_t stride = roundUp(std::max<size_t>(slotBytes, 1), kSlotAlignment);
+  if (nslots != 0 && stride > SIZE_MAX / nslots) {
+    return Status(StatusCode::kInvalidArgument, "DeviceExecutor::prepare: " + std::to_string(nslots) +
+                                                    " slots of " + std::to_string(slotBytes) +
+                                                    " bytes overflow size_t");
+  }
   p = slots_;
   RINGGUARD_RETURN_IF_ERROR(growDevice(&p, &slotsCap_, nslots * stride));
   slots_ = static_cast<uint8_t*>(p);

@@ -1,5 +1,7 @@
 #include <algorithm>
 #include <cstring>
+#include <new>
+#include <stdexcept>
 #include <string>
 
 #include "ringguard/algorithms/executor.h"
@@ -11,16 +13,30 @@ namespace ringguard {
 namespace {
 // Small enough that the block just reduced is still in L1/L2 when it is checksummed.
 constexpr size_t kBlockBytes = 32 * 1024;
+
+Status outOfMemory(const char* what, size_t bytes) {
+  return Status(StatusCode::kInternal,
+                std::string("HostExecutor: cannot allocate ") + std::to_string(bytes) + " bytes for " + what);
+}
+
 }  // namespace
 
+// Slots keep the size of the largest collective so far (no reallocation per call) but never more: the
+// plan asks for the largest slice this collective has, not for Options::sliceBytes.
 Status HostExecutor::prepare(size_t items, int slots, size_t slotBytes) {
-  trailers_.assign(items, Trailer{});
-  verdicts_.assign(items, SliceCheck::kOk);
-  slots_.resize(size_t(slots));
-  for (auto& s : slots_) {
-    if (s.size() < slotBytes) s.resize(slotBytes);
+  try {
+    trailers_.assign(items, Trailer{});
+    verdicts_.assign(items, SliceCheck::kOk);
+    slots_.resize(size_t(slots));
+    for (auto& s : slots_) {
+      if (s.size() < slotBytes) s.resize(slotBytes);
+    }
+    slotTrailers_.assign(size_t(slots), Trailer{});
+  } catch (const std::bad_alloc&) {
+    return outOfMemory("receive slots and trailers", size_t(slots) * slotBytes + items * sizeof(Trailer));
+  } catch (const std::length_error&) {
+    return outOfMemory("receive slots and trailers", size_t(slots) * slotBytes + items * sizeof(Trailer));
   }
-  slotTrailers_.assign(size_t(slots), Trailer{});
   return Status::ok();
 }
 
@@ -41,7 +57,13 @@ Status HostExecutor::copy(void* dst, const void* src, size_t bytes) {
 }
 
 Status HostExecutor::scratch(size_t bytes, void** out) {
-  if (scratch_.size() < bytes) scratch_.resize(bytes);
+  try {
+    if (scratch_.size() < bytes) scratch_.resize(bytes);
+  } catch (const std::bad_alloc&) {
+    return outOfMemory("scratch", bytes);
+  } catch (const std::length_error&) {
+    return outOfMemory("scratch", bytes);
+  }
   *out = scratch_.data();
   return Status::ok();
 }
@@ -85,7 +107,9 @@ Status HostExecutor::verifyAndApply(const ApplyTask& task, int index, size_t ite
     for (size_t i = 0; i < task.count; i += blockElems) {
       size_t n = std::min(blockElems, task.count - i);
       size_t off = i * esize;
-      reduceHost(task.dtype, task.op, dst + off, local + off, slot + off, n, task.finalStep, task.nranks);
+      // Nothing is forwarded into step 0: its slot holds the sender's input (premul_sum scales it too).
+      reduceHost(task.dtype, task.op, dst + off, local + off, slot + off, n, task.finalStep, task.nranks,
+                 task.expected.step == 0);
       if (task.forwarded) outCrc = crc32(dst + off, n * esize, outCrc);
     }
   }

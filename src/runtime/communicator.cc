@@ -1,6 +1,7 @@
 #include "ringguard/runtime/communicator.h"
 
 #include <algorithm>
+#include <new>
 #include <sstream>
 
 #include "ringguard/algorithms/collective.h"
@@ -52,7 +53,7 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, const Options& 
       size_(transport_->size()),
       sendSeq_(size_t(size_), 0),
       recvSeq_(size_t(size_), 0) {
-  Status valid = options_.validate();
+  Status valid = options_.validateFor(size_);
   RINGGUARD_ENFORCE(valid.isOk(), "Communicator: invalid options: " + valid.message());
   setLogLevel(options_.logLevel);
   if (injector_->enabled()) {
@@ -213,7 +214,7 @@ Counters Communicator::counters() const {
 Status Communicator::setFault(const FaultOptions& fault) {
   Options check = options_;
   check.fault = fault;
-  RINGGUARD_RETURN_IF_ERROR(check.validate());
+  RINGGUARD_RETURN_IF_ERROR(check.validateFor(size_));
   std::lock_guard<std::mutex> lock(mutex_);
   injector_ = std::make_shared<const FaultInjector>(fault);
   return Status::ok();
@@ -297,9 +298,19 @@ void Communicator::runTask(Task& task) {
     ctx.name = task.name;
     ctx.aborted = &aborted_;
     Executor::Fence* fence = task.work->fence_.get();
-    st = fence ? fence->beforeCollective() : Status::ok();
-    if (st.isOk()) st = task.run(ctx);
-    if (st.isOk() && fence) st = fence->afterCollective();
+    // An exception escaping here would end the process through std::terminate on this thread: an
+    // allocation failure (or any other throw) becomes this collective's error instead.
+    try {
+      st = fence ? fence->beforeCollective() : Status::ok();
+      if (st.isOk()) st = task.run(ctx);
+      if (st.isOk() && fence) st = fence->afterCollective();
+    } catch (const std::bad_alloc&) {
+      st = Status(StatusCode::kInternal, std::string(task.name) + " seq " + std::to_string(seq) + " on rank " +
+                                             std::to_string(rank_) + ": out of memory");
+    } catch (const std::exception& e) {
+      st = Status(StatusCode::kInternal, std::string(task.name) + " seq " + std::to_string(seq) + " on rank " +
+                                             std::to_string(rank_) + ": " + e.what());
+    }
   }
   if (!st.isOk()) {
     // Errors every rank already sees the same way need no broadcast; the rest are announced so that

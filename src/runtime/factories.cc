@@ -4,7 +4,7 @@ namespace ringguard {
 
 Status createHostCommunicator(Bootstrap& bootstrap, const Options& options,
                               std::unique_ptr<Communicator>* out) {
-  RINGGUARD_RETURN_IF_ERROR(options.validate());
+  RINGGUARD_RETURN_IF_ERROR(options.validateFor(bootstrap.size()));
   std::unique_ptr<Transport> transport;
   RINGGUARD_RETURN_IF_ERROR(bootstrap.createHostTransport(&transport));
   out->reset(new Communicator(std::move(transport), options));

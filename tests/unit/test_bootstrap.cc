@@ -99,5 +99,18 @@ TEST(Factories, HostCommunicatorRejectsBadOptions) {
   EXPECT_EQ(createHostCommunicator(b, o, &c).code(), StatusCode::kInvalidArgument);
 }
 
+// A fault-schedule entry for a rank the group does not have could never fire: an error at creation.
+TEST(Factories, HostCommunicatorRejectsAScheduleThatCannotFire) {
+  Board board(1);
+  MemoryBootstrap b(&board, 0);
+  Options o;
+  o.fault.schedule = {{0, 0, 0, 1}};
+  std::unique_ptr<Communicator> c;
+  Status st = createHostCommunicator(b, o, &c);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("rank 1 does not exist"), std::string::npos) << st.message();
+  EXPECT_EQ(c, nullptr);
+}
+
 }  // namespace
 }  // namespace ringguard

@@ -218,10 +218,11 @@ TEST_F(EnvTest, ErrorMessageStyle) {
   set("RINGGUARD_SLICE_BYTES", "abc");
   Options o;
   const Status s = Options::fromEnv(&o);
-  EXPECT_EQ(s.message(), "RINGGUARD_SLICE_BYTES='abc': expected a byte count (0: the transport's default)");
-  EXPECT_EQ(
-      s.toString(),
-      "InvalidArgument: RINGGUARD_SLICE_BYTES='abc': expected a byte count (0: the transport's default)");
+  EXPECT_EQ(s.message(),
+            "RINGGUARD_SLICE_BYTES='abc': not a non-negative decimal integer: expected [0, 1073741824]");
+  EXPECT_EQ(s.toString(),
+            "InvalidArgument: RINGGUARD_SLICE_BYTES='abc': not a non-negative decimal integer: expected [0, "
+            "1073741824]");
 }
 
 TEST_F(EnvTest, LookupReadsRegisteredVariables) {

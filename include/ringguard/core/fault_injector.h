@@ -10,6 +10,12 @@
 
 namespace ringguard {
 
+// kInvalidArgument naming the first schedule entry of `fault` that can never fire on a communicator of
+// `worldSize` ranks: a receiving rank outside [0, worldSize), a ring step no collective has (every plan has
+// fewer than max(1, 2 (worldSize - 1)) steps), or, in control mode, a tag other than 1..3 or a sender outside
+// the group or equal to the receiver. Slices and collective numbers depend on the calls, so any is accepted.
+Status checkFaultSchedule(const FaultOptions& fault, int worldSize);
+
 class FaultInjector {
  public:
   FaultInjector() = default;

@@ -54,18 +54,27 @@ struct FaultOptions {
 };
 
 struct Options {
-  // Payload bytes per slice (rounded down to the element size); 0: the transport's default
-  // (Transport::defaultSliceBytes: 1 MiB; 4 MiB host-staged, 128 MiB over NCCL), resolved when the
-  // communicator is made.
+  // Upper bounds of sliceBytes and timeout. A slice is one checksum unit and one receive slot: past 1 GiB
+  // it only costs memory. A year of milliseconds stays far from overflowing the nanosecond clocks that
+  // every wait compares against (2^63 ns is 292 years; the control rounds add up to a few timeouts).
+  static constexpr size_t kMaxSliceBytes = size_t(1) << 30;
+  static constexpr int64_t kMaxTimeoutMs = int64_t(365) * 24 * 3600 * 1000;
+
+  // Payload bytes per slice (rounded down to the element size), at most kMaxSliceBytes; 0: the
+  // transport's default (Transport::defaultSliceBytes: 1 MiB; 4 MiB host-staged, 128 MiB over NCCL),
+  // resolved when the communicator is made.
   size_t sliceBytes = 0;
   int slots = 0;       // receive slots per link (>= 2: double buffering); 0: the transport's
   int maxRetries = 3;  // repair rounds before a kCorruption error
-  std::chrono::milliseconds timeout{60000};  // no progress for this long -> kTimeout
+  std::chrono::milliseconds timeout{60000};  // no progress for this long -> kTimeout; (0, kMaxTimeoutMs]
   std::string logLevel = "warn";             // spdlog level name
   FaultOptions fault;
 
   // Defaults overridden by the RINGGUARD_* variables that are set. A bad value gives kInvalidArgument
-  // naming the variable and the value.
+  // naming the variable and the value. Every registered setting is checked, also those that are not
+  // Options fields (DeviceSettings, RINGGUARD_KERNEL_SMS, RINGGUARD_CPU_TRANSPORT), so a job fails when
+  // its communicator or group is made, not at its first CUDA tensor. Warns once per process about set
+  // RINGGUARD_* variables that are not registered (warnUnknownEnv).
   static Status fromEnv(Options* out);
   // Same, reading each registered RINGGUARD_* name through `lookup` (nullptr: unset) instead of the
   // environment: how option maps from Python (pg_options) layer over the environment.
@@ -75,8 +84,25 @@ struct Options {
 };
 
 // RINGGUARD_KERNEL_SMS's value: an SM count in [0, 100000], 0 meaning every SM. Process-wide (the CUDA
+  // validate(), and the fault schedule checked against a communicator of `worldSize` ranks: an entry
+  // that can never fire is an error (checkFaultSchedule). What the factories check before building.
+  Status validateFor(int worldSize) const;
+};
+
+// Settings of device communicators (read by the device factory), parsed here, in core, so that a job
+// without a GPU checks them too. The one parser for their RINGGUARD_* names.
+struct DeviceSettings {
+  std::string transport = "auto";            // RINGGUARD_DEVICE_TRANSPORT: auto, nccl or staged
+  uint64_t poolReleaseBytes = 256ull << 20;  // RINGGUARD_POOL_RELEASE_BYTES, at most 2^48 (256 TiB)
+  int ncclLanes = 4;                         // RINGGUARD_NCCL_LANES, in [1, 8]
+  static Status fromLookup(const std::function<const char*(const char*)>& lookup, DeviceSettings* out);
 // layer reads it once), so not an Options field. kInvalidArgument naming the variable otherwise.
 Status parseKernelSms(const char* text, int* sms);
+// A strict unsigned parse of setting `name`: decimal digits only (no sign, no space, nothing after), in
+// [lo, hi]; kInvalidArgument naming the variable and the value otherwise. The parser every unsigned
+// RINGGUARD_* value goes through.
+Status parseUnsignedSetting(const char* name, const char* text, uint64_t lo, uint64_t hi, uint64_t* out);
+
 
 // Parses "c:s:k:r[,c:s:k:r...]" (collective:step:slice:rank) into entries.
 Status parseFaultSchedule(const std::string& text, std::vector<FaultScheduleEntry>* out);

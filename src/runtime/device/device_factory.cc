@@ -75,38 +75,15 @@ bool haveNccl() { return RINGGUARD_HAVE_NCCL != 0; }
 Status DeviceOptions::fromEnv(DeviceOptions* out) { return fromLookup(envLookup, out); }
 
 Status DeviceOptions::fromLookup(const std::function<const char*(const char*)>& lookup, DeviceOptions* out) {
+  // Parsed in core (DeviceSettings), where CPU-only jobs check the same values when their group is made.
+  DeviceSettings settings;
+  RINGGUARD_RETURN_IF_ERROR(DeviceSettings::fromLookup(lookup, &settings));
   DeviceOptions o;
-  if (const char* v = lookup("RINGGUARD_DEVICE_TRANSPORT")) {
-    std::string s(v);
-    if (s == "auto") {
-      o.transport = DeviceTransportKind::kAuto;
-    } else if (s == "nccl") {
-      o.transport = DeviceTransportKind::kNccl;
-    } else if (s == "staged") {
-      o.transport = DeviceTransportKind::kStaged;
-    } else {
-      return Status(StatusCode::kInvalidArgument,
-                    "RINGGUARD_DEVICE_TRANSPORT='" + s + "': expected auto, nccl or staged");
-    }
-  }
-  if (const char* v = lookup("RINGGUARD_POOL_RELEASE_BYTES")) {
-    char* end = nullptr;
-    unsigned long long n = std::strtoull(v, &end, 10);
-    if (*v == '\0' || *v == '-' || *end != '\0') {
-      return Status(StatusCode::kInvalidArgument,
-                    std::string("RINGGUARD_POOL_RELEASE_BYTES='") + v + "': expected a byte count");
-    }
-    o.poolReleaseThreshold = n;
-  }
-  if (const char* v = lookup("RINGGUARD_NCCL_LANES")) {
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    if (*v == '\0' || *end != '\0' || n < 1 || n > 8) {
-      return Status(StatusCode::kInvalidArgument,
-                    std::string("RINGGUARD_NCCL_LANES='") + v + "': expected an integer in [1, 8]");
-    }
-    o.ncclLanes = static_cast<int>(n);
-  }
+  o.transport = settings.transport == "nccl"     ? DeviceTransportKind::kNccl
+                : settings.transport == "staged" ? DeviceTransportKind::kStaged
+                                                 : DeviceTransportKind::kAuto;
+  o.poolReleaseThreshold = settings.poolReleaseBytes;
+  o.ncclLanes = settings.ncclLanes;
   *out = o;
   return Status::ok();
 }
@@ -128,7 +105,7 @@ static Status agreeOnNccl(Bootstrap& bootstrap, int gpu, bool* nccl) {
 
 Status createDeviceCommunicator(Bootstrap& bootstrap, const Options& options, const DeviceOptions& device,
                                 std::unique_ptr<Communicator>* out) {
-  RINGGUARD_RETURN_IF_ERROR(options.validate());
+  RINGGUARD_RETURN_IF_ERROR(options.validateFor(bootstrap.size()));
   int gpu = device.device;
   if (gpu < 0) {
     int devices = 0;

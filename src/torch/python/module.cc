@@ -5,6 +5,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
@@ -104,8 +105,19 @@ PYBIND11_MODULE(_C, m) {
           "counters",
           [](const ringguard::ProcessGroupRingguard& self) { return countersDict(self.counters()); },
           "Integrity counters of this rank, summed over the group's communicators.")
-      .def("set_fault", &ringguard::ProcessGroupRingguard::setFault, py::arg("options"),
-           "Fault injection (RINGGUARD_FAULT_* names) for collectives issued from now on.")
+      .def(
+          "set_fault",
+          [](ringguard::ProcessGroupRingguard& self, const std::map<std::string, std::string>& fault) {
+            // A name the registry does not know would be ignored: nothing injected and nothing said.
+            for (const auto& kv : fault) {
+              if (!ringguard::findEnvVar(kv.first)) {
+                throw std::invalid_argument("ringguard: set_fault: unknown setting '" + kv.first +
+                                            "' (did you mean " + ringguard::closestEnvName(kv.first) + "?)");
+              }
+            }
+            self.setFault(fault);
+          },
+          py::arg("options"), "Fault injection (RINGGUARD_FAULT_* names) for collectives issued from now on.")
       .def("fault", &ringguard::ProcessGroupRingguard::fault)
       .def("transport", &ringguard::ProcessGroupRingguard::transport, py::arg("device_type"));
 }
