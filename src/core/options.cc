@@ -335,9 +335,6 @@ Status Options::fromLookup(const std::function<const char*(const char*)>& lookup
     }
   }
 
-  RINGGUARD_RETURN_IF_ERROR(o.validate());
-  *out = std::move(o);
-  return Status::ok();
   // Settings that are not Options fields, checked by the same parsers here so that a bad one fails when the
   // communicator or group is made (not when a GPU first needs it).
   DeviceSettings device;
@@ -352,6 +349,9 @@ Status Options::fromLookup(const std::function<const char*(const char*)>& lookup
       return badValue("RINGGUARD_CPU_TRANSPORT", s, "expected auto, mpi or gloo");
   }
 
+  RINGGUARD_RETURN_IF_ERROR(o.validate());
+  *out = std::move(o);
+  return Status::ok();
 }
 
 }  // namespace ringguard

@@ -81,9 +81,6 @@ struct Options {
   static Status fromLookup(const std::function<const char*(const char*)>& lookup, Options* out);
   // kInvalidArgument naming the field when a value is out of range.
   Status validate() const;
-};
-
-// RINGGUARD_KERNEL_SMS's value: an SM count in [0, 100000], 0 meaning every SM. Process-wide (the CUDA
   // validate(), and the fault schedule checked against a communicator of `worldSize` ranks: an entry
   // that can never fire is an error (checkFaultSchedule). What the factories check before building.
   Status validateFor(int worldSize) const;
@@ -96,13 +93,16 @@ struct DeviceSettings {
   uint64_t poolReleaseBytes = 256ull << 20;  // RINGGUARD_POOL_RELEASE_BYTES, at most 2^48 (256 TiB)
   int ncclLanes = 4;                         // RINGGUARD_NCCL_LANES, in [1, 8]
   static Status fromLookup(const std::function<const char*(const char*)>& lookup, DeviceSettings* out);
-// layer reads it once), so not an Options field. kInvalidArgument naming the variable otherwise.
-Status parseKernelSms(const char* text, int* sms);
+};
+
 // A strict unsigned parse of setting `name`: decimal digits only (no sign, no space, nothing after), in
 // [lo, hi]; kInvalidArgument naming the variable and the value otherwise. The parser every unsigned
 // RINGGUARD_* value goes through.
 Status parseUnsignedSetting(const char* name, const char* text, uint64_t lo, uint64_t hi, uint64_t* out);
 
+// RINGGUARD_KERNEL_SMS's value: an SM count in [0, 100000], 0 meaning every SM. Process-wide (the CUDA
+// layer reads it once), so not an Options field. kInvalidArgument naming the variable otherwise.
+Status parseKernelSms(const char* text, int* sms);
 
 // Parses "c:s:k:r[,c:s:k:r...]" (collective:step:slice:rank) into entries.
 Status parseFaultSchedule(const std::string& text, std::vector<FaultScheduleEntry>* out);
