@@ -1,0 +1,151 @@
+// Rule files: the shipped default and the small test rules load; every kind of error names the key (a JSON
+// pointer), the value where there is one, and the problem; RINGGUARD_POLICY_SET edits and their errors.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "ringguard/policy/rules.h"
+
+namespace ringguard {
+namespace {
+
+const std::string kData = std::string(RINGGUARD_SOURCE_DIR) + "/tests/unit/data/policy/";
+
+TEST(PolicyRules, DefaultRulesEncodeTheTwoRules) {
+  PolicyRules r;
+  Status st = parseRules(defaultRulesJson(), "built-in default", "", &r);
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  ASSERT_EQ(r.families.size(), 2u);
+  EXPECT_EQ(r.families[0].name, "all_gather");  // sorted by name
+  const PolicyFamily* att = r.family("attention");
+  ASSERT_NE(att, nullptr);
+  EXPECT_EQ(att->scope, PolicyScope::kLocal);
+  ASSERT_EQ(att->variants.size(), 4u);
+  EXPECT_EQ(att->variants[0].name, "cudnn");
+  EXPECT_EQ(att->variants[1].name, "flash");
+  EXPECT_EQ(att->variants[2].name, "mem_efficient");
+  EXPECT_EQ(att->variants[3].name, "math");
+  EXPECT_FALSE(att->variants[2].matchAll);
+  EXPECT_EQ(att->variants[2].when[0].signal, "torch.fragmentation");
+  EXPECT_EQ(att->variants[2].minDwellSteps, 20);  // the family's default
+  const PolicyFamily* ag = r.family("all_gather");
+  EXPECT_EQ(ag->scope, PolicyScope::kCollective);
+  EXPECT_EQ(ag->variants[1].name, "staged_chunked");
+  EXPECT_EQ(ag->variants[1].when[0].signal, "pcie.util");
+  EXPECT_EQ(ag->variants[1].when[0].enter, 0.85);
+  EXPECT_EQ(ag->variants[1].when[0].exit, 0.60);
+  EXPECT_EQ(r.signalsOf(*att),
+            (std::vector<std::string>{"pool.device.fragmentation", "torch.fragmentation"}));
+  // The file in share/ is what is compiled in.
+  PolicyRules fromFile;
+  ASSERT_TRUE(
+      loadRulesFile(std::string(RINGGUARD_SOURCE_DIR) + "/share/ringguard/rules/default.json", "", &fromFile)
+          .isOk());
+  EXPECT_EQ(fromFile.digest, r.digest);
+}
+
+TEST(PolicyRules, EditsFromTheEnvironment) {
+  ::unsetenv("RINGGUARD_POLICY_RULES");
+  ::setenv("RINGGUARD_POLICY_SET",
+           "/families/all_gather/variants/1/when/0/above/enter=0.9; /families/attention/min_dwell_steps=5",
+           1);
+  PolicyRules r;
+  Status st = loadRulesFromEnv(&r);
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  EXPECT_EQ(r.family("all_gather")->variants[1].when[0].enter, 0.9);
+  EXPECT_EQ(r.family("attention")->variants[0].minDwellSteps, 5);
+  PolicyRules plain;
+  ASSERT_TRUE(parseRules(defaultRulesJson(), "x", "", &plain).isOk());
+  EXPECT_NE(plain.digest, r.digest);  // edits change the digest ranks compare
+
+  ::setenv("RINGGUARD_POLICY_RULES", (kData + "rules_small.json").c_str(), 1);
+  ::unsetenv("RINGGUARD_POLICY_SET");
+  ASSERT_TRUE(loadRulesFromEnv(&r).isOk());
+  EXPECT_NE(r.family("gather"), nullptr);
+  EXPECT_NE(r.origin.find("rules_small.json"), std::string::npos);
+  ::unsetenv("RINGGUARD_POLICY_RULES");
+}
+
+struct BadCase {
+  const char* what;
+  std::string json;
+  std::string edits;
+  std::string expect;  // a substring of the error message
+};
+
+const char* kFamilyHead = R"({"version": 1, "families": {"f": )";
+
+std::string fam(const std::string& body) { return std::string(kFamilyHead) + body + "}}"; }
+std::string variants(const std::string& list) { return fam(R"({"variants": )" + list + "}"); }
+std::string cond(const std::string& c) {
+  return variants(R"([{"name": "base"}, {"name": "v", "when": [)" + c + "]}]");
+}
+
+class PolicyRulesBad : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(PolicyRulesBad, ErrorNamesKeyAndProblem) {
+  const BadCase& c = GetParam();
+  PolicyRules r;
+  Status st = parseRules(c.json, "test.json", c.edits, &r);
+  ASSERT_EQ(st.code(), StatusCode::kInvalidArgument) << c.what;
+  EXPECT_NE(st.message().find(c.expect), std::string::npos)
+      << c.what << "\n  got: " << st.message() << "\n  want: " << c.expect;
+}
+
+// clang-format off
+INSTANTIATE_TEST_SUITE_P(AllKinds, PolicyRulesBad, ::testing::Values(
+  BadCase{"not json", "{\"version\": 1,", "", "rules test.json: not valid JSON"},
+  BadCase{"top not object", "[1]", "", "key '': value [1]: expected an object"},
+  BadCase{"unknown top key", R"({"version": 1, "families": {}, "famlies": {}})", "", "key '/famlies': value {}: unknown key (allowed here: version, description, families)"},
+  BadCase{"no version", R"({"families": {}})", "", "key '/version': missing"},
+  BadCase{"bad version", R"({"version": 2, "families": {}})", "", "key '/version': value 2: unsupported version"},
+  BadCase{"no families", R"({"version": 1})", "", "key '/families': missing (an object is required)"},
+  BadCase{"families not object", R"({"version": 1, "families": []})", "", "key '/families': value []: expected an object"},
+  BadCase{"family not object", fam("3"), "", "key '/families/f': value 3: expected an object"},
+  BadCase{"bad family name", R"({"version": 1, "families": {"a b": {"variants": [{"name": "x"}]}}})", "", "key '/families/a b': family name must match"},
+  BadCase{"unknown family key", fam(R"({"variants": [{"name": "x"}], "dwell": 3})"), "", "key '/families/f/dwell': value 3: unknown key"},
+  BadCase{"bad scope", fam(R"({"scope": "global", "variants": [{"name": "x"}]})"), "", "key '/families/f/scope': value \"global\": expected \"local\" or \"collective\""},
+  BadCase{"scope not string", fam(R"({"scope": 1, "variants": [{"name": "x"}]})"), "", "key '/families/f/scope': value 1: expected a string"},
+  BadCase{"negative dwell", fam(R"({"min_dwell_steps": -1, "variants": [{"name": "x"}]})"), "", "key '/families/f/min_dwell_steps': value -1: out of range [0, 100000000]"},
+  BadCase{"fractional dwell", fam(R"({"min_dwell_ms": 1.5, "variants": [{"name": "x"}]})"), "", "key '/families/f/min_dwell_ms': value 1.5: expected an integer"},
+  BadCase{"no variants", fam("{}"), "", "key '/families/f/variants': missing"},
+  BadCase{"empty variants", variants("[]"), "", "key '/families/f/variants': value []: expected a non-empty array"},
+  BadCase{"variant not object", variants("[\"x\"]"), "", "key '/families/f/variants/0': value \"x\": expected an object"},
+  BadCase{"variant without name", variants(R"([{"priority": 1}])"), "", "key '/families/f/variants/0/name': missing (a string is required)"},
+  BadCase{"bad variant name", variants(R"([{"name": ""}])"), "", "key '/families/f/variants/0/name': value \"\": variant name must match"},
+  BadCase{"duplicate variant", variants(R"([{"name": "x"}, {"name": "x"}])"), "", "key '/families/f/variants/1/name': value \"x\": duplicate variant name"},
+  BadCase{"unknown variant key", variants(R"([{"name": "x", "prio": 1}])"), "", "key '/families/f/variants/0/prio': value 1: unknown key"},
+  BadCase{"priority not integer", variants(R"([{"name": "x", "priority": "high"}])"), "", "key '/families/f/variants/0/priority': value \"high\": expected an integer"},
+  BadCase{"bad match", variants(R"([{"name": "x"}, {"name": "y", "match": "some", "when": [{"signal": "s", "above": {"enter": 1}}]}])"), "", "key '/families/f/variants/1/match': value \"some\": expected \"all\" or \"any\""},
+  BadCase{"match without when", variants(R"([{"name": "x", "match": "any"}])"), "", "key '/families/f/variants/0/match': value \"any\": given without \"when\" conditions"},
+  BadCase{"empty when", variants(R"([{"name": "x"}, {"name": "y", "when": []}])"), "", "key '/families/f/variants/1/when': value []: expected a non-empty array"},
+  BadCase{"no baseline", variants(R"([{"name": "y", "when": [{"signal": "s", "above": {"enter": 1}}]}])"), "", "key '/families/f/variants': no baseline variant"},
+  BadCase{"condition not object", cond("1"), "", "key '/families/f/variants/1/when/0': value 1: expected an object"},
+  BadCase{"condition without signal", cond(R"({"above": {"enter": 1}})"), "", "key '/families/f/variants/1/when/0/signal': missing"},
+  BadCase{"bad signal name", cond(R"({"signal": "a b", "above": {"enter": 1}})"), "", "key '/families/f/variants/1/when/0/signal': value \"a b\": not a signal name"},
+  BadCase{"above and below", cond(R"({"signal": "s", "above": {"enter": 1}, "below": {"enter": 0}})"), "", "key '/families/f/variants/1/when/0': value {\"above\":{\"enter\":1},\"below\":{\"enter\":0},\"signal\":\"s\"}: needs exactly one of \"above\" and \"below\""},
+  BadCase{"neither above nor below", cond(R"({"signal": "s"})"), "", "needs exactly one of \"above\" and \"below\""},
+  BadCase{"unknown condition key", cond(R"({"signal": "s", "above": {"enter": 1}, "for": 3})"), "", "key '/families/f/variants/1/when/0/for': value 3: unknown key"},
+  BadCase{"threshold not object", cond(R"({"signal": "s", "above": 0.5})"), "", "key '/families/f/variants/1/when/0/above': value 0.5: expected an object"},
+  BadCase{"no enter", cond(R"({"signal": "s", "above": {"exit": 1}})"), "", "key '/families/f/variants/1/when/0/above/enter': missing (a number is required)"},
+  BadCase{"enter not number", cond(R"({"signal": "s", "above": {"enter": "0.5"}})"), "", "key '/families/f/variants/1/when/0/above/enter': value \"0.5\": expected a number"},
+  BadCase{"unknown threshold key", cond(R"({"signal": "s", "above": {"enter": 1, "leave": 0}})"), "", "key '/families/f/variants/1/when/0/above/leave': value 0: unknown key (allowed here: enter, exit)"},
+  BadCase{"above: exit over enter", cond(R"({"signal": "s", "above": {"enter": 0.5, "exit": 0.7}})"), "", "key '/families/f/variants/1/when/0/above/exit': value 0.7: is above enter 0.5"},
+  BadCase{"below: exit under enter", cond(R"({"signal": "s", "below": {"enter": 0.5, "exit": 0.2}})"), "", "key '/families/f/variants/1/when/0/below/exit': value 0.2: is below enter 0.5"},
+  BadCase{"edit: no '='", R"({"version": 1, "families": {}})", "/version", "RINGGUARD_POLICY_SET entry '/version': expected /json/pointer=value"},
+  BadCase{"edit: value not JSON", R"({"version": 1, "families": {}})", "/version=one", "RINGGUARD_POLICY_SET entry '/version=one': value 'one' is not JSON"},
+  BadCase{"edit: no such key", R"({"version": 1, "families": {}})", "/familes/x/scope=1", "RINGGUARD_POLICY_SET entry '/familes/x/scope=1': key '/familes/x' does not exist"},
+  BadCase{"edit makes it invalid", variants(R"([{"name": "x"}])"), "/families/f/scope=\"everywhere\"", "key '/families/f/scope': value \"everywhere\": expected \"local\" or \"collective\""}
+));
+// clang-format on
+
+TEST(PolicyRules, MissingFile) {
+  PolicyRules r;
+  Status st = loadRulesFile("/nonexistent/rules.json", "", &r);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "rules file '/nonexistent/rules.json' cannot be opened");
+}
+
+}  // namespace
+}  // namespace ringguard
