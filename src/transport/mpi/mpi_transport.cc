@@ -1,5 +1,6 @@
 #include "transport/mpi/mpi_transport.h"
 
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <string>
@@ -15,9 +16,16 @@ namespace {
 constexpr int kTagPayload = 1;
 constexpr int kTagTrailer = 2;
 
+// How long a cancelled receive may take to complete. One that MPI matched (part of a rendezvous message
+// arrived) cannot be withdrawn; it completes only when its sender makes progress again, which a stopped or
+// departed peer never does. MPI_Wait would hang forever there, so the wait is bounded, and once one
+// receive of a transport has been abandoned the rest are not waited for at all.
+constexpr std::chrono::milliseconds kCancelWait(1000);
+
 class MpiOp final : public TransportOp {
  public:
-  MpiOp(MPI_Request r, bool isRecv) : request_(r), isRecv_(isRecv) {}
+  MpiOp(MPI_Request r, bool isRecv, int rank, int peer, std::shared_ptr<std::atomic<bool>> stuck)
+      : request_(r), isRecv_(isRecv), rank_(rank), peer_(peer), stuck_(std::move(stuck)) {}
   ~MpiOp() override { cancel(); }
 
   Status test(bool* done) override {
@@ -34,9 +42,26 @@ class MpiOp final : public TransportOp {
   void cancel() override {
     if (request_ == MPI_REQUEST_NULL) return;
     if (isRecv_) {
-      // An unmatched receive is withdrawn at once; a matched one completes with the data in flight.
+      // An unmatched receive is withdrawn at once; a matched one completes with the data in flight, if its
+      // sender is still making progress.
       MPI_Cancel(&request_);
-      MPI_Wait(&request_, MPI_STATUS_IGNORE);
+      const auto deadline =
+          std::chrono::steady_clock::now() + (stuck_->load() ? std::chrono::milliseconds(0) : kCancelWait);
+      int flag = 0;
+      while (MPI_Test(&request_, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && !flag &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+      if (!flag) {
+        if (!stuck_->exchange(true)) {
+          logger()->warn(
+              "rank {}: a receive from rank {} could not be cancelled within {} ms (the peer stopped or left "
+              "in the middle of a message): abandoned, with the rest of this transport's receives; their "
+              "buffers may still be written if that peer resumes",
+              rank_, peer_, kCancelWait.count());
+        }
+        MPI_Request_free(&request_);
+      }
     } else {
       MPI_Request_free(&request_);  // the send may finish in the background; nothing waits for it
     }
@@ -46,6 +71,9 @@ class MpiOp final : public TransportOp {
  private:
   MPI_Request request_;
   bool isRecv_;
+  int rank_;
+  int peer_;
+  std::shared_ptr<std::atomic<bool>> stuck_;  // shared by the transport's ops; outlives the transport
 };
 
 Status checkSize(size_t bytes, const char* what) {
@@ -148,7 +176,7 @@ Status MpiTransport::doPostSend(int peer, Channel channel, const void* data, siz
   MPI_Request r = MPI_REQUEST_NULL;
   RINGGUARD_MPI_CHECK(MPI_Isend(data, int(bytes), MPI_BYTE, peer,
                                 channel == Channel::kPayload ? kTagPayload : kTagTrailer, data_, &r));
-  out->reset(new MpiOp(r, false));
+  out->reset(new MpiOp(r, false, rank(), peer, cancelStuck_));
   return Status::ok();
 }
 
@@ -158,7 +186,7 @@ Status MpiTransport::doPostRecv(int peer, Channel channel, void* data, size_t by
   MPI_Request r = MPI_REQUEST_NULL;
   RINGGUARD_MPI_CHECK(MPI_Irecv(data, int(bytes), MPI_BYTE, peer,
                                 channel == Channel::kPayload ? kTagPayload : kTagTrailer, data_, &r));
-  out->reset(new MpiOp(r, true));
+  out->reset(new MpiOp(r, true, rank(), peer, cancelStuck_));
   return Status::ok();
 }
 

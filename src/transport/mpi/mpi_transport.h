@@ -3,6 +3,7 @@
 // duplicate of the user's communicator (MPI_ERRORS_RETURN), so our traffic never matches the user's.
 #include <mpi.h>
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -55,6 +56,8 @@ class MpiTransport final : public Transport {
   MPI_Comm data_;
   MPI_Comm controlComm_;
   std::unique_ptr<MpiControlChannel> control_;  // reset before the communicators are freed
+  // Set once a cancelled receive did not complete in time: later cancels do not wait (mpi_transport.cc).
+  std::shared_ptr<std::atomic<bool>> cancelStuck_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 }  // namespace ringguard
