@@ -107,3 +107,25 @@ def test_init_from_mpi(monkeypatch):
     assert init_from_mpi() == (2, 4)
     assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"]) == ("2", "4", "0", "4")
     assert env["MASTER_ADDR"] == "127.0.0.1" and env["MASTER_PORT"] == "31000"
+
+
+@pytest.mark.parametrize("key,hint", [("probability", "prob"), ("sead", "seed"), ("fault_seeds", "seed"),
+                                      ("RINGGUARD_FAULT_PROBABILITY", "prob")])
+def test_fault_dict_rejects_unknown_keys(key, hint):
+    # Accepted and ignored, these injected nothing (issue 17, defect 4).
+    with pytest.raises(ValueError, match=f"unknown setting '{key}' \\(did you mean '{hint}'\\?\\)"):
+        fault_dict({key: 0.5})
+
+
+@pytest.mark.parametrize("where", ["environ", "options"])
+def test_timeout_above_a_year_names_the_setting(where):
+    # 1e14 ms overflowed the nanosecond clocks (and timedelta(milliseconds=...) raised a bare OverflowError).
+    big = "99999999999999"
+    environ = {"RINGGUARD_TIMEOUT_MS": big} if where == "environ" else {}
+    opts = Options(extra={"RINGGUARD_TIMEOUT_MS": big}) if where == "options" else None
+    with pytest.raises(ValueError, match="RINGGUARD_TIMEOUT_MS='99999999999999'"):
+        resolve(opts, timedelta(seconds=1), environ)
+    with pytest.raises(ValueError, match="RINGGUARD_TIMEOUT_MS"):
+        timeout_ms(timedelta(days=366))
+    assert resolve(None, timedelta(seconds=1), {"RINGGUARD_TIMEOUT_MS": str(365 * 24 * 3600 * 1000)})[1] == \
+        365 * 24 * 3600 * 1000
