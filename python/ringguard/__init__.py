@@ -23,6 +23,7 @@ import torch
 from . import _autoload, _ext
 from .options import Options
 from .guard import Guard, GuardError, guard  # noqa: E402,F401  NaN/Inf rollback (docs/GUARD.md)
+from . import policy  # noqa: E402,F401  operator downgrade engine (docs/DOWNGRADE.md)
 
 __version__ = "0.1.0"
 __all__ = ["Options", "backend", "counters", "set_fault", "fault", "transport", "init_from_mpi",

@@ -77,6 +77,8 @@ PYBIND11_MODULE(_C, m) {
     void ringguardRegisterGuardBindings(py::module_&);  // ringguard._C.Guard: guard_bindings.cc
     ringguardRegisterGuardBindings(m);
   }
+  void ringguardRegisterPolicyBindings(py::module_&);  // ringguard._C.PolicyEngine: policy_bindings.cc
+  ringguardRegisterPolicyBindings(m);
 
   m.def("option_names", [] {
     std::vector<std::string> names;

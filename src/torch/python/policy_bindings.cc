@@ -1,0 +1,264 @@
+// ringguard._C.PolicyEngine: the C++ downgrade engine (src/policy) with its telemetry sources (src/telemetry)
+// for Python. Rules, hysteresis, dwell, agreement checks and the decision log stay in C++; Python feeds
+// torch's allocator statistics and extra signals, registers variants with "enabled" predicates, and calls
+// step() at step boundaries (python/ringguard/policy.py is the thin layer on top).
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ringguard/core/env.h"
+#include "ringguard/policy/engine.h"
+#include "ringguard/policy/registry.h"
+#include "ringguard/policy/rules.h"
+#include "ringguard/telemetry/memory.h"
+#include "ringguard/telemetry/pcie.h"
+
+namespace py = pybind11;
+
+namespace ringguard {
+namespace {
+
+[[noreturn]] void raise(const Status& st) {
+  if (st.code() == StatusCode::kInvalidArgument) throw py::value_error(st.message());
+  throw std::runtime_error(st.toString());
+}
+
+py::object signalValue(const Signal& s) { return s.missing ? py::none() : py::object(py::float_(s.value)); }
+
+py::dict decisionDict(const PolicyDecision& d) {
+  py::dict out;
+  out["index"] = d.index;
+  out["step"] = d.step;
+  out["time_ns"] = d.timeNs;
+  out["family"] = d.family;
+  out["from"] = d.from;
+  out["to"] = d.to;
+  out["reason"] = d.reason;
+  out["agreed"] = d.agreed;
+  py::dict signals;
+  for (const Signal& s : d.signals) signals[py::str(s.name)] = signalValue(s);
+  out["signals"] = signals;
+  out["text"] = d.toString();
+  return out;
+}
+
+class PyPolicyEngine {
+ public:
+  // rules_json given: parsed as is (origin "python"); else rules_path; else the environment
+  // (RINGGUARD_POLICY_RULES, default rules). edits: RINGGUARD_POLICY_SET syntax (else the environment's).
+  // nvml_device >= 0 adds the NVML PCIe source for that NVML index.
+  PyPolicyEngine(const py::object& rulesPath, const py::object& rulesJson, const py::object& edits,
+                 int nvmlDevice) {
+    PolicyRules rules;
+    const char* envEdits = envLookup("RINGGUARD_POLICY_SET");
+    const std::string e = edits.is_none() ? (envEdits ? envEdits : "") : py::cast<std::string>(edits);
+    Status st;
+    if (!rulesJson.is_none()) {
+      st = parseRules(py::cast<std::string>(rulesJson), "python", e, &rules);
+    } else if (!rulesPath.is_none()) {
+      st = loadRulesFile(py::cast<std::string>(rulesPath), e, &rules);
+    } else if (edits.is_none()) {
+      st = loadRulesFromEnv(&rules);
+    } else {
+      const char* path = envLookup("RINGGUARD_POLICY_RULES");
+      st = path && path[0] ? loadRulesFile(path, e, &rules)
+                           : parseRules(defaultRulesJson(), "built-in default", e, &rules);
+    }
+    if (!st.isOk()) raise(st);
+    engine_ = std::make_unique<PolicyEngine>(std::move(rules), &registry_);
+    if (nvmlDevice >= 0) nvml_ = NvmlPcieSource::create(static_cast<unsigned>(nvmlDevice));
+  }
+
+  void registerVariant(const std::string& family, const std::string& name, const py::object& enabled) {
+    VariantRegistry::Enabled fn;
+    if (!enabled.is_none()) {
+      fn = [enabled]() {
+        py::gil_scoped_acquire gil;
+        return py::cast<bool>(enabled());
+      };
+    }
+    Status st = registry_.add(family, name, std::move(fn));
+    if (!st.isOk()) raise(st);
+  }
+
+  void feedTorchStats(const py::dict& stats, bool asyncBackend) {
+    auto get = [&](const char* key) -> uint64_t {
+      return stats.contains(key) ? py::cast<uint64_t>(stats[key]) : uint64_t{0};
+    };
+    TorchAllocatorStats t;
+    t.reservedBytes = get("reserved_bytes.all.current");
+    t.allocatedBytes = get("allocated_bytes.all.current");
+    t.inactiveSplitBytes = get("inactive_split_bytes.all.current");
+    t.numAllocRetries = get("num_alloc_retries");
+    t.numOoms = get("num_ooms");
+    t.asyncBackend = asyncBackend;
+    torch_.feed(t);
+  }
+
+  void feedPoolStats(const std::string& pool, uint64_t reserved, uint64_t used, uint64_t highWater,
+                     const py::object& failures) {
+    PoolSource* src = pool == "device" ? &devicePool_ : pool == "pinned" ? &pinnedPool_ : nullptr;
+    if (src == nullptr)
+      throw py::value_error("policy: pool must be 'device' or 'pinned', not '" + pool + "'");
+    PoolStatsSample s;
+    s.reservedBytes = reserved;
+    s.usedBytes = used;
+    s.highWaterBytes = highWater;
+    if (!failures.is_none()) s.allocationFailures = py::cast<uint64_t>(failures);
+    src->feed(s);
+  }
+
+  // The sample the engine would see now: the fed sources (and NVML when enabled), plus `extra` signals
+  // (name -> float, or None for missing) which replace same-named ones.
+  Sample sample(const py::object& extra, const py::object& tMs) {
+    Sample s;
+    s.timeNs = tMs.is_none() ? std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count()
+                             : static_cast<int64_t>(py::cast<double>(tMs) * 1e6);
+    torch_.sample(s.timeNs, &s.signals);
+    devicePool_.sample(s.timeNs, &s.signals);
+    pinnedPool_.sample(s.timeNs, &s.signals);
+    if (nvml_) nvml_->sample(s.timeNs, &s.signals);
+    if (!extra.is_none()) {
+      for (auto kv : py::cast<py::dict>(extra)) {
+        const std::string name = py::cast<std::string>(kv.first);
+        if (kv.second.is_none()) {
+          s.set(Signal::absent(name, "", "python", "None from Python"));
+        } else {
+          s.set(Signal::present(name, py::cast<double>(kv.second), "", "python"));
+        }
+      }
+    }
+    return s;
+  }
+
+  void step(const py::object& extra, const py::object& tMs) {
+    const Sample s = sample(extra, tMs);
+    Status st;
+    {
+      // The agreement callback re-takes the GIL itself; the predicates too.
+      py::gil_scoped_release release;
+      st = engine_->onStep(s);
+    }
+    if (!st.isOk()) raise(st);
+  }
+
+  py::dict signals(const py::object& extra, const py::object& tMs) {
+    py::dict out;
+    for (const Signal& s : sample(extra, tMs).signals) out[py::str(s.name)] = signalValue(s);
+    return out;
+  }
+
+  void setAgreement(const py::object& fn) {
+    if (fn.is_none()) {
+      engine_->setAgreement(nullptr);
+      return;
+    }
+    engine_->setAgreement([fn](std::vector<double>* values) -> Status {
+      py::gil_scoped_acquire gil;
+      try {
+        std::vector<double> out = py::cast<std::vector<double>>(fn(*values));
+        if (out.size() != values->size()) {
+          return Status(StatusCode::kInternal, "policy: the agreement callback returned " +
+                                                   std::to_string(out.size()) + " values for " +
+                                                   std::to_string(values->size()));
+        }
+        *values = std::move(out);
+        return Status::ok();
+      } catch (const std::exception& e) {
+        return Status(StatusCode::kInternal,
+                      std::string("policy: the agreement callback failed: ") + e.what());
+      }
+    });
+  }
+
+  py::list decisions() const {
+    py::list out;
+    for (const PolicyDecision& d : engine_->decisions()) out.append(decisionDict(d));
+    return out;
+  }
+
+  py::dict counters() const {
+    const PolicyCounters c = engine_->counters();
+    py::dict out;
+    out["steps"] = c.steps;
+    out["decisions"] = c.decisions;
+    out["dwell_holds"] = c.dwellHolds;
+    out["missing_reads"] = c.missingReads;
+    out["agreements"] = c.agreements;
+    out["switches"] = c.switches;
+    return out;
+  }
+
+  py::dict families() const {
+    py::dict out;
+    for (const PolicyFamily& f : engine_->rules().families) {
+      py::list variants;
+      for (const PolicyVariant& v : f.variants) variants.append(v.name);
+      py::dict d;
+      d["scope"] = policyScopeName(f.scope);
+      d["variants"] = variants;
+      out[py::str(f.name)] = d;
+    }
+    return out;
+  }
+
+  PolicyEngine& engine() { return *engine_; }
+  VariantRegistry& registry() { return registry_; }
+
+ private:
+  VariantRegistry registry_;  // before engine_: the engine holds a pointer to it
+  std::unique_ptr<PolicyEngine> engine_;
+  TorchAllocatorSource torch_;
+  PoolSource devicePool_{"device"};
+  PoolSource pinnedPool_{"pinned"};
+  std::unique_ptr<NvmlPcieSource> nvml_;
+};
+
+}  // namespace
+}  // namespace ringguard
+
+// Called from module.cc's PYBIND11_MODULE.
+void ringguardRegisterPolicyBindings(py::module_& m) {
+  using ringguard::PyPolicyEngine;
+  py::class_<PyPolicyEngine>(m, "PolicyEngine")
+      .def(py::init<const py::object&, const py::object&, const py::object&, int>(),
+           py::arg("rules_path") = py::none(), py::arg("rules_json") = py::none(),
+           py::arg("edits") = py::none(), py::arg("nvml_device") = -1)
+      .def("register_variant", &PyPolicyEngine::registerVariant, py::arg("family"), py::arg("name"),
+           py::arg("enabled") = py::none())
+      .def("feed_torch_stats", &PyPolicyEngine::feedTorchStats, py::arg("stats"),
+           py::arg("async_backend") = false)
+      .def("feed_pool_stats", &PyPolicyEngine::feedPoolStats, py::arg("pool"), py::arg("reserved"),
+           py::arg("used"), py::arg("high_water") = 0, py::arg("failures") = py::none())
+      .def("step", &PyPolicyEngine::step, py::arg("signals") = py::none(), py::arg("t_ms") = py::none())
+      .def("signals", &PyPolicyEngine::signals, py::arg("extra") = py::none(), py::arg("t_ms") = py::none())
+      .def("current", [](PyPolicyEngine& p, const std::string& family) { return p.engine().current(family); })
+      .def("first_enabled",
+           [](PyPolicyEngine& p, const std::string& family) { return p.registry().firstEnabled(family); })
+      .def("force",
+           [](PyPolicyEngine& p, const std::string& family, const std::string& variant) {
+             ringguard::Status st = p.engine().force(family, variant);
+             if (!st.isOk()) throw py::value_error(st.message());
+           })
+      .def("configure_from_env",
+           [](PyPolicyEngine& p) {
+             ringguard::Status st = p.engine().configureFromEnv();
+             if (!st.isOk()) throw py::value_error(st.message());
+           })
+      .def("set_rules_enabled", [](PyPolicyEngine& p, bool on) { p.engine().setRulesEnabled(on); })
+      .def("set_agreement", &PyPolicyEngine::setAgreement, py::arg("fn"))
+      .def("decisions", &PyPolicyEngine::decisions)
+      .def("counters", &PyPolicyEngine::counters)
+      .def("families", &PyPolicyEngine::families)
+      .def("rules_digest", [](PyPolicyEngine& p) { return p.engine().rules().digest; })
+      .def("rules_origin", [](PyPolicyEngine& p) { return p.engine().rules().origin; });
+  m.def("alloc_conf_selects_async", &ringguard::allocConfSelectsAsync, py::arg("conf"));
+  m.def("default_rules_json", [] { return ringguard::defaultRulesJson(); });
+}
