@@ -8,7 +8,8 @@ namespace ringguard {
 Status checkAllreduceArgs(const CollectiveShape& c, const void* send, const void* recv, size_t count,
                           DataType dtype, ReduceOp op) {
   RINGGUARD_RETURN_IF_ERROR(checkDtype(dtype));
-  RINGGUARD_RETURN_IF_ERROR(checkOp(op));
+  RINGGUARD_RETURN_IF_ERROR(checkOp(op, dtype));
+  RINGGUARD_RETURN_IF_ERROR(checkOpRanks(op, c.size));
   RINGGUARD_RETURN_IF_ERROR(checkBuffer("send", send, count));
   RINGGUARD_RETURN_IF_ERROR(checkBuffer("recv", recv, count));
   RINGGUARD_RETURN_IF_ERROR(checkSlices(count / size_t(c.size), dtype, c.sliceBytes));

@@ -13,8 +13,45 @@ Status checkDtype(DataType dtype) {
   return isValid(dtype) ? Status::ok() : invalid("invalid dtype " + std::to_string(int(dtype)));
 }
 
-Status checkOp(ReduceOp op) {
-  return isValid(op) ? Status::ok() : invalid("invalid reduce op " + std::to_string(int(op)));
+Status checkOp(ReduceOp op, DataType dtype) {
+  if (!isValid(op)) {
+    if (op == ReduceOp::kPremulSum)
+      return invalid("op premul_sum without a factor (makePremulSum makes one)");
+    return invalid("invalid reduce op " + std::to_string(int(op)));
+  }
+  if (reduceSupported(dtype, op)) return Status::ok();
+  std::string why;
+  if (isFloat8Type(dtype)) {
+    why = "float8 dtypes are copy-only (allgather, broadcast, alltoall, send/recv)";
+  } else {
+    switch (baseOp(op)) {
+      case ReduceOp::kBand:
+      case ReduceOp::kBor:
+      case ReduceOp::kBxor:
+        why = "bitwise ops take integer and bool dtypes only";
+        break;
+      case ReduceOp::kPremulSum:
+        why = "premul_sum takes floating and complex dtypes only";
+        break;
+      case ReduceOp::kAvg:
+        why = "avg is not defined on bool";
+        break;
+      default:
+        why = "complex dtypes take sum, avg and premul_sum only (no order, no element-wise product)";
+        break;
+    }
+  }
+  return invalid(std::string("op ") + reduceOpName(op) + " does not reduce dtype " + dataTypeName(dtype) +
+                 ": " + why);
+}
+
+Status checkOpRanks(ReduceOp op, int size) {
+  if (size == 1 && isPremulSum(op)) {
+    return invalid(
+        "premul_sum on a single rank: nothing is reduced, so nothing would be scaled (the collectives "
+        "copy; scale the input instead)");
+  }
+  return Status::ok();
 }
 
 Status checkBuffer(const char* what, const void* p, size_t count) {

@@ -11,7 +11,10 @@
 namespace ringguard {
 
 Status checkDtype(DataType dtype);
-Status checkOp(ReduceOp op);
+// A valid op that reduces `dtype` (reduceSupported), else an error naming both and why; checkDtype first.
+Status checkOp(ReduceOp op, DataType dtype);
+// premul_sum needs two ranks: the one-rank collectives copy (the executors have no scaling pass).
+Status checkOpRanks(ReduceOp op, int size);
 // `what` is null while `count` elements are to be read or written through it.
 Status checkBuffer(const char* what, const void* p, size_t count);
 // Two buffers of the call that overlap without being the allowed in-place alias.

@@ -8,7 +8,8 @@ namespace ringguard {
 Status checkReduceScatterArgs(const CollectiveShape& c, const void* send, const void* recv, size_t recvCount,
                               DataType dtype, ReduceOp op) {
   RINGGUARD_RETURN_IF_ERROR(checkDtype(dtype));
-  RINGGUARD_RETURN_IF_ERROR(checkOp(op));
+  RINGGUARD_RETURN_IF_ERROR(checkOp(op, dtype));
+  RINGGUARD_RETURN_IF_ERROR(checkOpRanks(op, c.size));
   const size_t total = recvCount * size_t(c.size);
   RINGGUARD_RETURN_IF_ERROR(checkBuffer("send", send, total));
   RINGGUARD_RETURN_IF_ERROR(checkBuffer("recv", recv, recvCount));

@@ -1,5 +1,6 @@
 #include "ringguard/core/fingerprint.h"
 
+#include <cstring>
 #include <sstream>
 
 namespace ringguard {
@@ -32,7 +33,13 @@ Fingerprint makeFingerprint(CollectiveKind kind, ReduceOp op, DataType dtype, ui
                             uint64_t seq) {
   Fingerprint f;
   f.collective = static_cast<uint8_t>(kind);
-  f.op = reduces(kind) ? static_cast<uint8_t>(op) : 0;
+  if (reduces(kind)) {
+    f.op = static_cast<uint8_t>(baseOp(op));
+    if (isPremulSum(op)) {
+      const float factor = float(premulFactor(op));
+      std::memcpy(&f.opScalar, &factor, sizeof factor);
+    }
+  }
   f.dtype = static_cast<uint8_t>(dtype);
   f.count = count;
   f.seq = seq;
@@ -50,7 +57,15 @@ std::string describeFingerprint(const Fingerprint& f) {
   os << "{" << collectiveKindName(kind);
   auto op = static_cast<ReduceOp>(f.op);
   auto dt = static_cast<DataType>(f.dtype);
-  if (reduces(kind)) os << " op=" << (isValid(op) ? reduceOpName(op) : "invalid");
+  if (reduces(kind)) {
+    if (op == ReduceOp::kPremulSum) {
+      float factor;
+      std::memcpy(&factor, &f.opScalar, sizeof factor);
+      os << " op=premul_sum(" << factor << ")";
+    } else {
+      os << " op=" << (isValid(op) ? reduceOpName(op) : "invalid");
+    }
+  }
   os << " dtype=" << (isValid(dt) ? dataTypeName(dt) : "invalid") << " count=" << f.count;
   if (f.root != kNoRoot) os << (kind == CollectiveKind::kSendRecv ? " tag=" : " root=") << f.root;
   os << " seq=" << f.seq;

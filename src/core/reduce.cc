@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 #include "ringguard/core/status.h"
@@ -10,18 +11,21 @@ namespace ringguard {
 
 namespace {
 
-template <typename T>
+template <typename T, DataType D = DataType::kFloat32>
 struct Native {
+  static constexpr DataType kDtype = D;  // the dtype premulScalar rounds to (floating types only)
   using Compute = T;
   static Compute load(T v) { return v; }
   static T store(Compute v) { return v; }
 };
 struct Half {
+  static constexpr DataType kDtype = DataType::kFloat16;
   using Compute = float;
   static float load(uint16_t v) { return halfToFloat(v); }
   static uint16_t store(float v) { return floatToHalf(v); }
 };
 struct BFloat {
+  static constexpr DataType kDtype = DataType::kBFloat16;
   using Compute = float;
   static float load(uint16_t v) { return bf16ToFloat(v); }
   static uint16_t store(float v) { return floatToBf16(v); }
@@ -58,9 +62,10 @@ C mulWrap(C x, C y) {
 }
 
 template <typename T, typename Conv>
-void reduceTyped(ReduceOp op, void* dst, const void* a, const void* b, size_t n, bool finalStep, int nranks) {
+void reduceTyped(ReduceOp op, void* dst, const void* a, const void* b, size_t n, bool finalStep, int nranks,
+                 bool firstStep) {
   using C = typename Conv::Compute;
-  switch (op) {
+  switch (baseOp(op)) {
     case ReduceOp::kSum:
       return apply<T, Conv>(dst, a, b, n, [](C x, C y) { return addWrap(x, y); });
     case ReduceOp::kAvg:
@@ -76,7 +81,26 @@ void reduceTyped(ReduceOp op, void* dst, const void* a, const void* b, size_t n,
       return apply<T, Conv>(dst, a, b, n, [](C x, C y) { return std::min(x, y); });
     case ReduceOp::kMax:
       return apply<T, Conv>(dst, a, b, n, [](C x, C y) { return std::max(x, y); });
+    case ReduceOp::kBand:
+    case ReduceOp::kBor:
+    case ReduceOp::kBxor:
+      if constexpr (std::is_integral_v<C>) {
+        if (baseOp(op) == ReduceOp::kBand)
+          return apply<T, Conv>(dst, a, b, n, [](C x, C y) { return C(x & y); });
+        if (baseOp(op) == ReduceOp::kBor)
+          return apply<T, Conv>(dst, a, b, n, [](C x, C y) { return C(x | y); });
+        return apply<T, Conv>(dst, a, b, n, [](C x, C y) { return C(x ^ y); });
+      }
+      break;
+    case ReduceOp::kPremulSum:
+      if constexpr (std::is_floating_point_v<C>) {
+        const C s = C(premulScalar(Conv::kDtype, premulFactor(op)));
+        if (firstStep) return apply<T, Conv>(dst, a, b, n, [s](C x, C y) { return C(C(x * s) + C(y * s)); });
+        return apply<T, Conv>(dst, a, b, n, [s](C x, C y) { return C(C(x * s) + y); });
+      }
+      break;
   }
+  RINGGUARD_ENFORCE(false, std::string("reduceHost: op ") + reduceOpName(op) + " does not reduce this dtype");
 }
 
 template <typename T, typename Conv>
@@ -88,23 +112,60 @@ void divideTyped(void* data, size_t n, int divisor) {
 
 }  // namespace
 
-void reduceHost(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t count,
-                bool finalStep, int nranks) {
+double premulScalar(DataType dtype, double factor) {
   switch (dtype) {
     case DataType::kFloat32:
-      return reduceTyped<float, Native<float>>(op, dst, a, b, count, finalStep, nranks);
-    case DataType::kFloat64:
-      return reduceTyped<double, Native<double>>(op, dst, a, b, count, finalStep, nranks);
+    case DataType::kComplex64:
+      return double(float(factor));
     case DataType::kFloat16:
-      return reduceTyped<uint16_t, Half>(op, dst, a, b, count, finalStep, nranks);
+      return double(halfToFloat(floatToHalf(float(factor))));
     case DataType::kBFloat16:
-      return reduceTyped<uint16_t, BFloat>(op, dst, a, b, count, finalStep, nranks);
+      return double(bf16ToFloat(floatToBf16(float(factor))));
+    default:
+      return factor;
+  }
+}
+
+void reduceHost(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t count,
+                bool finalStep, int nranks, bool firstStep) {
+  RINGGUARD_ENFORCE(reduceSupported(dtype, op),
+                    std::string("reduceHost: op ") + reduceOpName(op) + " on dtype " + dataTypeName(dtype));
+  const auto f = finalStep;
+  const auto s = firstStep;
+  switch (dtype) {
+    case DataType::kFloat32:
+      return reduceTyped<float, Native<float>>(op, dst, a, b, count, f, nranks, s);
+    case DataType::kFloat64:
+      return reduceTyped<double, Native<double, DataType::kFloat64>>(op, dst, a, b, count, f, nranks, s);
+    case DataType::kFloat16:
+      return reduceTyped<uint16_t, Half>(op, dst, a, b, count, f, nranks, s);
+    case DataType::kBFloat16:
+      return reduceTyped<uint16_t, BFloat>(op, dst, a, b, count, f, nranks, s);
     case DataType::kInt32:
-      return reduceTyped<int32_t, Native<int32_t>>(op, dst, a, b, count, finalStep, nranks);
+      return reduceTyped<int32_t, Native<int32_t>>(op, dst, a, b, count, f, nranks, s);
     case DataType::kInt64:
-      return reduceTyped<int64_t, Native<int64_t>>(op, dst, a, b, count, finalStep, nranks);
+      return reduceTyped<int64_t, Native<int64_t>>(op, dst, a, b, count, f, nranks, s);
     case DataType::kUint8:
-      return reduceTyped<uint8_t, Native<uint8_t>>(op, dst, a, b, count, finalStep, nranks);
+      return reduceTyped<uint8_t, Native<uint8_t>>(op, dst, a, b, count, f, nranks, s);
+    case DataType::kInt8:
+      return reduceTyped<int8_t, Native<int8_t>>(op, dst, a, b, count, f, nranks, s);
+    case DataType::kInt16:
+      return reduceTyped<int16_t, Native<int16_t>>(op, dst, a, b, count, f, nranks, s);
+    case DataType::kBool: {
+      // Bytes 0 and 1: or is their max, and their min (as ProcessGroupNCCL maps SUM / PRODUCT on bool).
+      const ReduceOp base = baseOp(op);
+      const ReduceOp u8op = base == ReduceOp::kSum    ? ReduceOp::kMax
+                            : base == ReduceOp::kProd ? ReduceOp::kMin
+                                                      : base;
+      return reduceTyped<uint8_t, Native<uint8_t>>(u8op, dst, a, b, count, f, nranks, s);
+    }
+    case DataType::kComplex64:  // (re, im) pairs: sum, avg and premul_sum act on each part alike
+      return reduceTyped<float, Native<float>>(op, dst, a, b, 2 * count, f, nranks, s);
+    case DataType::kComplex128:
+      return reduceTyped<double, Native<double, DataType::kFloat64>>(op, dst, a, b, 2 * count, f, nranks, s);
+    case DataType::kFloat8E4M3:
+    case DataType::kFloat8E5M2:
+      break;
   }
   RINGGUARD_ENFORCE(false, "reduceHost: invalid dtype");
 }
@@ -125,8 +186,18 @@ void divideHost(DataType dtype, void* data, size_t count, int divisor) {
       return divideTyped<int64_t, Native<int64_t>>(data, count, divisor);
     case DataType::kUint8:
       return divideTyped<uint8_t, Native<uint8_t>>(data, count, divisor);
+    case DataType::kInt8:
+      return divideTyped<int8_t, Native<int8_t>>(data, count, divisor);
+    case DataType::kInt16:
+      return divideTyped<int16_t, Native<int16_t>>(data, count, divisor);
+    case DataType::kComplex64:
+      return divideTyped<float, Native<float>>(data, 2 * count, divisor);
+    case DataType::kComplex128:
+      return divideTyped<double, Native<double>>(data, 2 * count, divisor);
+    default:
+      break;
   }
-  RINGGUARD_ENFORCE(false, "divideHost: invalid dtype");
+  RINGGUARD_ENFORCE(false, std::string("divideHost: dtype ") + dataTypeName(dtype) + " cannot be divided");
 }
 
 }  // namespace ringguard

@@ -45,6 +45,7 @@
 #include "crc32_segments.cuh"
 #include "cuda_check.h"
 #include "ringguard/core/crc32_combine.h"
+#include "ringguard/core/reduce.h"
 #include "ringguard/cuda/kernels.h"
 #include "ringguard/cuda/verify_reduce.h"
 
@@ -277,34 +278,75 @@ struct BFloatConv {
 
 // ---- Operations (x: the local operand, y: the slot; reduceHost's a and b) --------------------------------
 
+// What an operation needs besides its operands: avg's divisor, premul_sum's factor (premulScalar: already
+// rounded to the element type, so converting it to the compute type is exact).
+struct OpArg {
+  int nranks;
+  double scalar;
+};
+
 struct SumFn {
   template <typename C>
-  __host__ __device__ static C apply(C x, C y, int) {
+  __host__ __device__ static C apply(C x, C y, const OpArg&) {
     return addWrap(x, y);
   }
 };
 struct ProdFn {
   template <typename C>
-  __host__ __device__ static C apply(C x, C y, int) {
+  __host__ __device__ static C apply(C x, C y, const OpArg&) {
     return mulWrap(x, y);
   }
 };
 struct MinFn {  // std::min(x, y)
   template <typename C>
-  __host__ __device__ static C apply(C x, C y, int) {
+  __host__ __device__ static C apply(C x, C y, const OpArg&) {
     return (y < x) ? y : x;
   }
 };
 struct MaxFn {  // std::max(x, y)
   template <typename C>
-  __host__ __device__ static C apply(C x, C y, int) {
+  __host__ __device__ static C apply(C x, C y, const OpArg&) {
     return (x < y) ? y : x;
   }
 };
 struct AvgFinalFn {  // the final step of avg: the sum divided by nranks
   template <typename C>
-  __host__ __device__ static C apply(C x, C y, int nranks) {
-    return divideByInt(addWrap(x, y), nranks);
+  __host__ __device__ static C apply(C x, C y, const OpArg& arg) {
+    return divideByInt(addWrap(x, y), arg.nranks);
+  }
+};
+// premul_sum: x (this rank's input) times the factor plus y, a partial sum of scaled inputs; at the first
+// step y is the sending rank's input and is scaled too (reduceHost's firstStep). Floating types only.
+template <bool kFirst>
+struct PremulFn {
+  template <typename C>
+  __host__ __device__ static C apply(C x, C y, const OpArg& arg) {
+    const C s = C(arg.scalar);
+    if constexpr (kFirst) {
+      return addRn(mulRn(x, s), mulRn(y, s));
+    } else {
+      return addRn(mulRn(x, s), y);
+    }
+  }
+};
+// Bitwise ops act on bits alone: every integer dtype (and bool) runs them on bytes, a vector a word at a
+// time.
+struct BandFn {
+  template <typename U>
+  __host__ __device__ static U apply(U x, U y) {
+    return U(x & y);
+  }
+};
+struct BorFn {
+  template <typename U>
+  __host__ __device__ static U apply(U x, U y) {
+    return U(x | y);
+  }
+};
+struct BxorFn {
+  template <typename U>
+  __host__ __device__ static U apply(U x, U y) {
+    return U(x ^ y);
   }
 };
 
@@ -313,14 +355,24 @@ template <typename Conv, typename Fn>
 struct ReduceOpT {
   using Elem = typename Conv::Elem;
   static constexpr bool kReadsLocal = true;
-  __host__ __device__ static Elem element(Elem x, Elem y, int nranks) {
-    return Conv::store(Fn::template apply<typename Conv::Compute>(Conv::load(x), Conv::load(y), nranks));
+  static constexpr bool kWordwise = false;
+  __host__ __device__ static Elem element(Elem x, Elem y, const OpArg& arg) {
+    return Conv::store(Fn::template apply<typename Conv::Compute>(Conv::load(x), Conv::load(y), arg));
   }
+};
+template <typename Fn>
+struct BitwiseOpT {  // dst = local op slot on bytes; whole 32-bit words inside a vector
+  using Elem = uint8_t;
+  static constexpr bool kReadsLocal = true;
+  static constexpr bool kWordwise = true;
+  __host__ __device__ static Elem element(Elem x, Elem y, const OpArg&) { return Fn::apply(x, y); }
+  __host__ __device__ static uint32_t word(uint32_t x, uint32_t y) { return Fn::apply(x, y); }
 };
 struct CopyOpT {  // all-gather: dst = slot, moved as bytes
   using Elem = uint8_t;
   static constexpr bool kReadsLocal = false;
-  __host__ __device__ static Elem element(Elem, Elem y, int) { return y; }
+  static constexpr bool kWordwise = false;
+  __host__ __device__ static Elem element(Elem, Elem y, const OpArg&) { return y; }
 };
 
 // ---- The data path -----------------------------------------------------------------------------------
@@ -440,7 +492,7 @@ struct ApplyParams {
   uint64_t head;
   uint64_t vectors;
   int vecBytes;
-  int nranks;
+  OpArg arg;
 };
 
 // One element: dst[i] = local[i] op slot[i] (or slot[i]).
@@ -449,7 +501,7 @@ __host__ __device__ inline void applyElement(const ApplyParams& p, uint64_t i) {
   using E = typename Op::Elem;
   E x{};
   if constexpr (Op::kReadsLocal) x = static_cast<const E*>(p.local)[i];
-  static_cast<E*>(p.dst)[i] = Op::element(x, static_cast<const E*>(p.slot)[i], p.nranks);
+  static_cast<E*>(p.dst)[i] = Op::element(x, static_cast<const E*>(p.slot)[i], p.arg);
 }
 
 // Single elements, grid-stride, kUnroll in flight (vecBytes == element size).
@@ -473,19 +525,22 @@ __host__ __device__ inline void applyScalars(const ApplyParams& p, uint64_t tid,
     RINGGUARD_UNROLL
     for (int u = 0; u < kUnroll; ++u) {
       const uint64_t j = i + u * nthreads;
-      if (j < p.count) dst[j] = Op::element(x[u], y[u], p.nranks);
+      if (j < p.count) dst[j] = Op::element(x[u], y[u], p.arg);
     }
   }
 }
 
 // One vector of the result: element-wise local op slot (the slot itself for a copy).
 template <typename Op, int V>
-__host__ __device__ inline Words<V> combineWords(const Words<V>& x, Words<V> y, int nranks) {
+__host__ __device__ inline Words<V> combineWords(const Words<V>& x, Words<V> y, const OpArg& arg) {
   using E = typename Op::Elem;
-  if constexpr (Op::kReadsLocal) {
+  if constexpr (Op::kWordwise) {
+    RINGGUARD_UNROLL
+    for (int k = 0; k < V / 4; ++k) y.w[k] = Op::word(x.w[k], y.w[k]);
+  } else if constexpr (Op::kReadsLocal) {
     RINGGUARD_UNROLL
     for (int k = 0; k < V / int(sizeof(E)); ++k) {
-      setElement<E, V>(y, k, Op::element(getElement<E, V>(x, k), getElement<E, V>(y, k), nranks));
+      setElement<E, V>(y, k, Op::element(getElement<E, V>(x, k), getElement<E, V>(y, k), arg));
     }
   }
   return y;
@@ -526,7 +581,7 @@ __host__ __device__ inline void applyVectors(const ApplyParams& p, uint64_t tid,
     RINGGUARD_UNROLL
     for (int u = 0; u < kUnroll; ++u) {
       const uint64_t j = i + u * nthreads;
-      if (j < p.vectors) storeWords<V>(d, j, combineWords<Op, V>(x[u], y[u], p.nranks));
+      if (j < p.vectors) storeWords<V>(d, j, combineWords<Op, V>(x[u], y[u], p.arg));
     }
   }
 }
@@ -550,7 +605,7 @@ __host__ __device__ inline void applyShare(const ApplyParams& p, uint64_t tid, u
 // Vector width and head / vector count for elements of `elemBytes` at dst / local / slot (local null for a
 // copy). All three pointers are element aligned.
 ApplyParams planApply(void* dst, const void* local, const void* slot, size_t count, size_t elemBytes,
-                      int nranks) {
+                      OpArg arg) {
   const uintptr_t d = reinterpret_cast<uintptr_t>(dst);
   const uintptr_t l = reinterpret_cast<uintptr_t>(local);
   const uintptr_t s = reinterpret_cast<uintptr_t>(slot);
@@ -565,7 +620,7 @@ ApplyParams planApply(void* dst, const void* local, const void* slot, size_t cou
   p.slot = slot;
   p.count = count;
   p.vecBytes = static_cast<int>(v);
-  p.nranks = nranks;
+  p.arg = arg;
   p.head = std::min<uint64_t>(((v - d % v) % v) / elemBytes, count);
   p.vectors = (count - p.head) / (v / elemBytes);
   return p;
@@ -733,7 +788,7 @@ struct ApplySource {
   }
   __device__ uint4 produce(const Loaded& v, uint64_t j) const {
     if (!applies) return dst[j];
-    const Words<16> r = combineWords<Op, 16>(v.x, v.y, a.p.nranks);
+    const Words<16> r = combineWords<Op, 16>(v.x, v.y, a.p.arg);
     const uint4 out = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
     dst[j] = out;
     return out;
@@ -813,7 +868,24 @@ RINGGUARD_APPLY_OPS(BFloatConv)
 RINGGUARD_APPLY_OPS(NativeConv<int32_t>)
 RINGGUARD_APPLY_OPS(NativeConv<int64_t>)
 RINGGUARD_APPLY_OPS(NativeConv<uint8_t>)
+RINGGUARD_APPLY_OPS(NativeConv<int16_t>)
+// i8 sums and products run on the u8 kernels (two's complement: the same bits), so only the ops that read
+// the sign are instantiated.
+RINGGUARD_APPLY_KERNELS(ReduceOpT<NativeConv<int8_t>, MinFn>)
+RINGGUARD_APPLY_KERNELS(ReduceOpT<NativeConv<int8_t>, MaxFn>)
+RINGGUARD_APPLY_KERNELS(ReduceOpT<NativeConv<int8_t>, AvgFinalFn>)
+#define RINGGUARD_APPLY_PREMUL(CONV)                       \
+  RINGGUARD_APPLY_KERNELS(ReduceOpT<CONV, PremulFn<true>>) \
+  RINGGUARD_APPLY_KERNELS(ReduceOpT<CONV, PremulFn<false>>)
+RINGGUARD_APPLY_PREMUL(NativeConv<float>)
+RINGGUARD_APPLY_PREMUL(NativeConv<double>)
+RINGGUARD_APPLY_PREMUL(HalfConv)
+RINGGUARD_APPLY_PREMUL(BFloatConv)
+RINGGUARD_APPLY_KERNELS(BitwiseOpT<BandFn>)
+RINGGUARD_APPLY_KERNELS(BitwiseOpT<BorFn>)
+RINGGUARD_APPLY_KERNELS(BitwiseOpT<BxorFn>)
 RINGGUARD_APPLY_KERNELS(CopyOpT)
+#undef RINGGUARD_APPLY_PREMUL
 #undef RINGGUARD_APPLY_OPS
 #undef RINGGUARD_APPLY_KERNELS
 
@@ -873,9 +945,23 @@ struct Tag {
   using type = Op;
 };
 
+// What a reduction of (dtype, op) runs on: bitwise ops on bytes, complex dtypes on their real parts, every
+// other dtype on its elements.
+struct ReduceLayout {
+  size_t elemBytes;
+  size_t perElement;  // kernel elements per dtype element
+};
+ReduceLayout reduceLayout(DataType dtype, ReduceOp op) {
+  const size_t size = dataTypeSize(dtype);
+  const ReduceOp base = baseOp(op);
+  if (base == ReduceOp::kBand || base == ReduceOp::kBor || base == ReduceOp::kBxor) return {1, size};
+  if (isComplexType(dtype)) return {size / 2, 2};
+  return {size, 1};
+}
+
 template <typename Conv, typename Launch>
-Status dispatchOp(ReduceOp op, bool finalStep, Launch&& launch) {
-  switch (op) {
+Status dispatchOp(ReduceOp op, bool finalStep, bool firstStep, Launch&& launch) {
+  switch (baseOp(op)) {
     case ReduceOp::kSum:
       return launch(Tag<ReduceOpT<Conv, SumFn>>{});
     case ReduceOp::kProd:
@@ -887,29 +973,78 @@ Status dispatchOp(ReduceOp op, bool finalStep, Launch&& launch) {
     case ReduceOp::kAvg:
       if (finalStep) return launch(Tag<ReduceOpT<Conv, AvgFinalFn>>{});
       return launch(Tag<ReduceOpT<Conv, SumFn>>{});
+    case ReduceOp::kPremulSum:
+      if constexpr (std::is_floating_point_v<typename Conv::Compute>) {
+        if (firstStep) return launch(Tag<ReduceOpT<Conv, PremulFn<true>>>{});
+        return launch(Tag<ReduceOpT<Conv, PremulFn<false>>>{});
+      }
+      break;
+    default:
+      break;
   }
-  return Status(StatusCode::kInvalidArgument, "invalid reduce op " + std::to_string(int(op)));
+  return Status(StatusCode::kInvalidArgument,
+                std::string("op ") + reduceOpName(op) + " has no device kernel here");
 }
 
+// Calls launch(Tag<Op>{}) with the apply operation of (dtype, op, finalStep, firstStep); the caller checked
+// reduceSupported(dtype, op) and planned the operands with reduceLayout.
 template <typename Launch>
-Status dispatchReduce(DataType dtype, ReduceOp op, bool finalStep, Launch&& launch) {
+Status dispatchReduce(DataType dtype, ReduceOp op, bool finalStep, bool firstStep, Launch&& launch) {
+  switch (baseOp(op)) {
+    case ReduceOp::kBand:
+      return launch(Tag<BitwiseOpT<BandFn>>{});
+    case ReduceOp::kBor:
+      return launch(Tag<BitwiseOpT<BorFn>>{});
+    case ReduceOp::kBxor:
+      return launch(Tag<BitwiseOpT<BxorFn>>{});
+    default:
+      break;
+  }
   switch (dtype) {
     case DataType::kFloat32:
-      return dispatchOp<NativeConv<float>>(op, finalStep, launch);
+    case DataType::kComplex64:
+      return dispatchOp<NativeConv<float>>(op, finalStep, firstStep, launch);
     case DataType::kFloat64:
-      return dispatchOp<NativeConv<double>>(op, finalStep, launch);
+    case DataType::kComplex128:
+      return dispatchOp<NativeConv<double>>(op, finalStep, firstStep, launch);
     case DataType::kFloat16:
-      return dispatchOp<HalfConv>(op, finalStep, launch);
+      return dispatchOp<HalfConv>(op, finalStep, firstStep, launch);
     case DataType::kBFloat16:
-      return dispatchOp<BFloatConv>(op, finalStep, launch);
+      return dispatchOp<BFloatConv>(op, finalStep, firstStep, launch);
     case DataType::kInt32:
-      return dispatchOp<NativeConv<int32_t>>(op, finalStep, launch);
+      return dispatchOp<NativeConv<int32_t>>(op, finalStep, firstStep, launch);
     case DataType::kInt64:
-      return dispatchOp<NativeConv<int64_t>>(op, finalStep, launch);
+      return dispatchOp<NativeConv<int64_t>>(op, finalStep, firstStep, launch);
     case DataType::kUint8:
-      return dispatchOp<NativeConv<uint8_t>>(op, finalStep, launch);
+      return dispatchOp<NativeConv<uint8_t>>(op, finalStep, firstStep, launch);
+    case DataType::kInt16:
+      return dispatchOp<NativeConv<int16_t>>(op, finalStep, firstStep, launch);
+    case DataType::kInt8:
+      switch (baseOp(op)) {
+        case ReduceOp::kMin:
+          return launch(Tag<ReduceOpT<NativeConv<int8_t>, MinFn>>{});
+        case ReduceOp::kMax:
+          return launch(Tag<ReduceOpT<NativeConv<int8_t>, MaxFn>>{});
+        case ReduceOp::kAvg:
+          if (finalStep) return launch(Tag<ReduceOpT<NativeConv<int8_t>, AvgFinalFn>>{});
+          break;
+        default:
+          break;
+      }
+      return dispatchOp<NativeConv<uint8_t>>(op, finalStep, firstStep, launch);  // wrapping sum / product
+    case DataType::kBool: {
+      // Bytes 0 and 1: sum is their max (or), product their min (and), as reduceHost does.
+      const ReduceOp base = baseOp(op);
+      const ReduceOp u8op = base == ReduceOp::kSum    ? ReduceOp::kMax
+                            : base == ReduceOp::kProd ? ReduceOp::kMin
+                                                      : base;
+      return dispatchOp<NativeConv<uint8_t>>(u8op, finalStep, firstStep, launch);
+    }
+    default:
+      break;
   }
-  return Status(StatusCode::kInvalidArgument, "invalid dtype " + std::to_string(int(dtype)));
+  return Status(StatusCode::kInvalidArgument,
+                std::string("dtype ") + dataTypeName(dtype) + " does not reduce");
 }
 
 // Argument checks shared by verifyApplyDevice and reduceDevice; `what` names the caller.
@@ -917,6 +1052,10 @@ Status checkOperands(const char* what, DataType dtype, ReduceOp op, bool reduce,
                      const void* local, const void* slot, size_t count, int nranks) {
   if (!isValid(dtype)) return Status(StatusCode::kInvalidArgument, std::string(what) + ": invalid dtype");
   if (reduce && !isValid(op)) return Status(StatusCode::kInvalidArgument, std::string(what) + ": invalid op");
+  if (reduce && !reduceSupported(dtype, op)) {
+    return Status(StatusCode::kInvalidArgument, std::string(what) + ": op " + reduceOpName(op) +
+                                                    " does not reduce dtype " + dataTypeName(dtype));
+  }
   if (reduce && nranks < 1) {
     return Status(StatusCode::kInvalidArgument,
                   std::string(what) + ": nranks must be >= 1, got " + std::to_string(nranks));
@@ -928,10 +1067,13 @@ Status checkOperands(const char* what, DataType dtype, ReduceOp op, bool reduce,
   if (count != 0 && (dst == nullptr || slot == nullptr || (reduce && local == nullptr))) {
     return Status(StatusCode::kInvalidArgument, std::string(what) + ": null buffer");
   }
-  const auto misaligned = [&](const void* p) { return reinterpret_cast<uintptr_t>(p) % elemBytes != 0; };
+  // A reduction reads its layout's elements (complex: one part); a copy moves whole elements.
+  const size_t alignBytes = reduce ? reduceLayout(dtype, op).elemBytes : elemBytes;
+  const auto misaligned = [&](const void* p) { return reinterpret_cast<uintptr_t>(p) % alignBytes != 0; };
   if (misaligned(dst) || misaligned(slot) || (reduce && misaligned(local))) {
     return Status(StatusCode::kInvalidArgument, std::string(what) + ": buffers must be aligned to their " +
-                                                    "element size (" + std::to_string(elemBytes) + " bytes)");
+                                                    "element size (" + std::to_string(alignBytes) +
+                                                    " bytes)");
   }
   return Status::ok();
 }
@@ -945,10 +1087,18 @@ ApplyKernelArgs applyArgs(const DeviceApply& a) {
   args.verdictByte = a.verdictByte;
   args.verdictWord = a.verdictWord;
   const size_t elemBytes = dataTypeSize(a.dtype);
-  args.p = a.reduce ? planApply(a.dst, a.local, a.slot, a.count, elemBytes, a.nranks)
-                    : planApply(a.dst, nullptr, a.slot, a.count * elemBytes, 1, a.nranks);  // as bytes
+  const OpArg arg{a.nranks, premulScalar(a.dtype, premulFactor(a.op))};
+  if (a.reduce) {
+    const ReduceLayout l = reduceLayout(a.dtype, a.op);
+    args.p = planApply(a.dst, a.local, a.slot, a.count * l.perElement, l.elemBytes, arg);
+  } else {
+    args.p = planApply(a.dst, nullptr, a.slot, a.count * elemBytes, 1, arg);  // as bytes
+  }
   return args;
 }
+
+// Nothing is forwarded into step 0: its slot holds the sender's input (premul_sum scales it too).
+bool firstStepOf(const DeviceApply& a) { return a.expected.step == 0; }
 
 Status checkApply(const char* what, const DeviceApply& a) {
   if (a.slotTrailer == nullptr || a.payloadCrc == nullptr) {
@@ -963,7 +1113,7 @@ Status verifyApplyDevice(const DeviceApply& a, cudaStream_t stream) {
   RINGGUARD_RETURN_IF_ERROR(checkApply("verifyApplyDevice", a));
   const ApplyKernelArgs args = applyArgs(a);
   if (!a.reduce) return launchApply<CopyOpT>(args, stream);
-  return dispatchReduce(a.dtype, a.op, a.finalStep,
+  return dispatchReduce(a.dtype, a.op, a.finalStep, firstStepOf(a),
                         [&](auto tag) { return launchApply<typename decltype(tag)::type>(args, stream); });
 }
 
@@ -989,7 +1139,7 @@ Status verifyApplyCrcDevice(const DeviceApply& a, uint32_t* dstCrcDevice, void* 
     return crc32Device(a.dst, bytes, dstCrcDevice, scratch, scratchBytes, stream);
   }
   if (!a.reduce) return launchApplyCrc<CopyOpT>(args, dstCrcDevice, scratch, stream);
-  return dispatchReduce(a.dtype, a.op, a.finalStep, [&](auto tag) {
+  return dispatchReduce(a.dtype, a.op, a.finalStep, firstStepOf(a), [&](auto tag) {
     return launchApplyCrc<typename decltype(tag)::type>(args, dstCrcDevice, scratch, stream);
   });
 }
@@ -1048,11 +1198,13 @@ Status retagTrailerDevice(Trailer* trailerDevice, uint16_t attempt, cudaStream_t
 }
 
 Status reduceDevice(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t count,
-                    bool finalStep, int nranks, cudaStream_t stream) {
+                    bool finalStep, int nranks, cudaStream_t stream, bool firstStep) {
   RINGGUARD_RETURN_IF_ERROR(checkOperands("reduceDevice", dtype, op, true, dst, a, b, count, nranks));
   ApplyKernelArgs args{};
-  args.p = planApply(dst, a, b, count, dataTypeSize(dtype), nranks);
-  return dispatchReduce(dtype, op, finalStep,
+  const ReduceLayout l = reduceLayout(dtype, op);
+  args.p = planApply(dst, a, b, count * l.perElement, l.elemBytes,
+                     OpArg{nranks, premulScalar(dtype, premulFactor(op))});
+  return dispatchReduce(dtype, op, finalStep, firstStep,
                         [&](auto tag) { return launchApply<typename decltype(tag)::type>(args, stream); });
 }
 

@@ -107,7 +107,9 @@ Status HostExecutor::verifyAndApply(const ApplyTask& task, int index, size_t ite
     for (size_t i = 0; i < task.count; i += blockElems) {
       size_t n = std::min(blockElems, task.count - i);
       size_t off = i * esize;
-      reduceHost(task.dtype, task.op, dst + off, local + off, slot + off, n, task.finalStep, task.nranks);
+      // Nothing is forwarded into step 0: its slot holds the sender's input (premul_sum scales it too).
+      reduceHost(task.dtype, task.op, dst + off, local + off, slot + off, n, task.finalStep, task.nranks,
+                 task.expected.step == 0);
       if (task.forwarded) outCrc = crc32(dst + off, n * esize, outCrc);
     }
   }

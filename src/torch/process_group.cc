@@ -53,41 +53,20 @@ std::string firstTensor(const std::vector<at::Tensor>& t) {
   return t.empty() ? "no tensors" : describe(t[0]);
 }
 
-bool toReduceOp(const c10d::ReduceOp& op, ReduceOp* out) {
-  switch (op.op_) {
-    case c10d::ReduceOp::SUM:
-      *out = ReduceOp::kSum;
-      return true;
-    case c10d::ReduceOp::AVG:
-      *out = ReduceOp::kAvg;
-      return true;
-    case c10d::ReduceOp::PRODUCT:
-      *out = ReduceOp::kProd;
-      return true;
-    case c10d::ReduceOp::MIN:
-      *out = ReduceOp::kMin;
-      return true;
-    case c10d::ReduceOp::MAX:
-      *out = ReduceOp::kMax;
-      return true;
-    default:
-      return false;
+// The ringguard op of a reduction of `t` (dtype `dt`), or the error naming the collective, the op, the dtype
+// and the device (toReduceOp, reduceSupported: include/ringguard/torch/convert.h, core/types.h).
+ReduceOp reduceOpFor(const char* name, const c10d::ReduceOp& rop, const at::Tensor& t, DataType dt) {
+  ReduceOp op = ReduceOp::kSum;
+  std::string why;
+  if (!toReduceOp(rop, &op, &why)) unsupported(name, why + " on " + describe(t));
+  if (!reduceSupported(dt, op)) {
+    unsupported(name,
+                std::string(c10dReduceOpName(rop)) + " on " + describe(t) +
+                    " (floats: SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM; integers: those but PREMUL_SUM, and "
+                    "BAND, BOR, BXOR; bool: SUM, PRODUCT, MIN, MAX, BAND, BOR, BXOR; complex: SUM, AVG, "
+                    "PREMUL_SUM; float8: copy collectives only)");
   }
-}
-
-const char* reduceOpText(const c10d::ReduceOp& op) {
-  switch (op.op_) {
-    case c10d::ReduceOp::BAND:
-      return "BAND";
-    case c10d::ReduceOp::BOR:
-      return "BOR";
-    case c10d::ReduceOp::BXOR:
-      return "BXOR";
-    case c10d::ReduceOp::PREMUL_SUM:
-      return "PREMUL_SUM";
-    default:
-      return "this reduce op";
-  }
+  return op;
 }
 
 // One tensor, dense and contiguous, on the CPU or a CUDA device.
@@ -311,11 +290,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allreduce(std::vector<at::
   ReduceOp op;
   if (!toDataType(t.scalar_type(), &dt)) {
     unsupported("allreduce", "dtype of " + describe(t) +
-                                 "; allreduce takes float32, float64, float16, "
-                                 "bfloat16, int32, int64 and uint8");
+                                 "; allreduce takes float32, float64, float16, bfloat16, int8, int16, "
+                                 "int32, int64, uint8, bool, complex64 and complex128");
   }
-  if (!toReduceOp(opts.reduceOp, &op))
-    unsupported("allreduce", std::string(reduceOpText(opts.reduceOp)) + " on " + describe(t));
+  op = reduceOpFor("allreduce", opts.reduceOp, t, dt);
   return launchAllreduce("allreduce", t, size_t(t.numel()), dt, op, {t}, nullptr);
 }
 
@@ -485,8 +463,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::_reduce_scatter_base(
   DataType dt;
   ReduceOp op;
   if (!toDataType(input.scalar_type(), &dt)) unsupported(name, "dtype of " + describe(input));
-  if (!toReduceOp(opts.reduceOp, &op))
-    unsupported(name, std::string(reduceOpText(opts.reduceOp)) + " on " + describe(input));
+  op = reduceOpFor(name, opts.reduceOp, input, dt);
   // The native ring's reduce steps: block r of the input, reduced over the ranks, lands in rank r's output.
   const size_t count = size_t(output.numel());
   return launch(name, output,
@@ -603,9 +580,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   const char* name = "allreduce_coalesced";
   TORCH_CHECK(!tensors.empty(), "ringguard: ", name, ": no tensors");
-  ReduceOp op;
-  if (!toReduceOp(opts.reduceOp, &op))
-    unsupported(name, std::string(reduceOpText(opts.reduceOp)) + " on " + describe(tensors[0]));
+  ReduceOp op = ReduceOp::kSum;
   std::vector<DataType> dts;
   for (const at::Tensor& t : tensors) {
     checkTensor(name, t);
@@ -613,6 +588,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allreduce_coalesced(
                 tensors[0].device());
     DataType dt;
     if (!toDataType(t.scalar_type(), &dt)) unsupported(name, "dtype of " + describe(t));
+    op = reduceOpFor(name, opts.reduceOp, t, dt);  // every dtype checked against the op
     dts.push_back(dt);
   }
   // One verified allreduce per tensor, queued back to back (see the coalesced all-gather below).
@@ -669,9 +645,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce_scatter_tensor_coal
   const char* name = "reduce_scatter_tensor_coalesced";
   TORCH_CHECK(!inputs.empty() && inputs.size() == outputs.size(), "ringguard: ", name, ": ", inputs.size(),
               " inputs and ", outputs.size(), " outputs");
-  ReduceOp op;
-  if (!toReduceOp(opts.reduceOp, &op))
-    unsupported(name, std::string(reduceOpText(opts.reduceOp)) + " on " + describe(inputs[0]));
+  ReduceOp op = ReduceOp::kSum;
   std::vector<DataType> dts;
   for (size_t i = 0; i < inputs.size(); ++i) {
     checkTensor(name, inputs[i]);
@@ -684,6 +658,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce_scatter_tensor_coal
                 outputs[i].numel());
     DataType dt;
     if (!toDataType(inputs[i].scalar_type(), &dt)) unsupported(name, "dtype of " + describe(inputs[i]));
+    op = reduceOpFor(name, opts.reduceOp, inputs[i], dt);
     dts.push_back(dt);
   }
   std::vector<at::Tensor> ins = inputs, outs = outputs;
@@ -709,8 +684,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce(std::vector<at::Ten
   DataType dt;
   ReduceOp op;
   if (!toDataType(t.scalar_type(), &dt)) unsupported("reduce", "dtype of " + describe(t));
-  if (!toReduceOp(opts.reduceOp, &op))
-    unsupported("reduce", std::string(reduceOpText(opts.reduceOp)) + " on " + describe(t));
+  op = reduceOpFor("reduce", opts.reduceOp, t, dt);
   // A verified allreduce; the other ranks reduce a copy, so their tensors keep their values (as NCCL's).
   // Traffic: the allreduce's, about 2x a reduce to one rank.
   at::Tensor buffer = rank_ == int(opts.rootRank) ? t : t.clone();

@@ -49,6 +49,30 @@ TEST(FingerprintTest, DescribeExact) {
   EXPECT_EQ(describeFingerprint(invalid), "{allreduce op=sum dtype=f32 count=1 seq=2 invalid-arguments}");
 }
 
+TEST(FingerprintTest, PremulSumCarriesItsFactor) {
+  ReduceOp half = ReduceOp::kSum, quarter = ReduceOp::kSum;
+  ASSERT_TRUE(makePremulSum(0.5, &half).isOk());
+  ASSERT_TRUE(makePremulSum(0.25, &quarter).isOk());
+  const Fingerprint a =
+      makeFingerprint(CollectiveKind::kReduceScatter, half, DataType::kBFloat16, 8, kNoRoot, 1);
+  const Fingerprint b =
+      makeFingerprint(CollectiveKind::kReduceScatter, quarter, DataType::kBFloat16, 8, kNoRoot, 1);
+  // The wire carries the kind and the factor, never the process-local handle.
+  EXPECT_EQ(a.op, static_cast<uint8_t>(ReduceOp::kPremulSum));
+  EXPECT_EQ(describeFingerprint(a), "{reduce_scatter op=premul_sum(0.5) dtype=bf16 count=8 seq=1}");
+  const Status s = compareFingerprints(0, a, 1, b);
+  EXPECT_EQ(s.code(), StatusCode::kFingerprintMismatch);
+  EXPECT_EQ(
+      s.message(),
+      "collective fingerprint mismatch: rank 0 has {reduce_scatter op=premul_sum(0.5) dtype=bf16 count=8 "
+      "seq=1}, rank 1 has {reduce_scatter op=premul_sum(0.25) dtype=bf16 count=8 seq=1}");
+  // premul_sum against sum: a mismatch too.
+  const Fingerprint c =
+      makeFingerprint(CollectiveKind::kReduceScatter, ReduceOp::kSum, DataType::kBFloat16, 8, kNoRoot, 1);
+  EXPECT_EQ(compareFingerprints(0, a, 1, c).code(), StatusCode::kFingerprintMismatch);
+  EXPECT_TRUE(compareFingerprints(0, a, 1, a).isOk());
+}
+
 TEST(FingerprintTest, EqualFingerprintsCompareOk) {
   const Fingerprint a = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, 3);
   const Fingerprint b = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, 3);
@@ -131,12 +155,12 @@ TEST(FingerprintTest, FlagsAndCollectiveDifferencesAreMismatches) {
 
 TEST(FingerprintTest, InvalidOpOrDtypeByteIsDescribedAsInvalid) {
   Fingerprint f = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 8, 1);
-  f.op = 5;  // one past kAvg
+  f.op = 9;  // one past kPremulSum (premul_sum handles never go on the wire)
   EXPECT_EQ(describeFingerprint(f), "{allreduce op=invalid dtype=f32 count=8 seq=1}");
   f.op = 0xFF;
   EXPECT_EQ(describeFingerprint(f), "{allreduce op=invalid dtype=f32 count=8 seq=1}");
   f.op = static_cast<uint8_t>(ReduceOp::kProd);
-  f.dtype = 7;  // one past kUint8
+  f.dtype = 14;  // one past kComplex128
   EXPECT_EQ(describeFingerprint(f), "{allreduce op=prod dtype=invalid count=8 seq=1}");
   f.dtype = 200;
   EXPECT_EQ(describeFingerprint(f), "{allreduce op=prod dtype=invalid count=8 seq=1}");

@@ -55,8 +55,11 @@ TEST_P(LoopbackAllreduce, EveryDtypeOpAndCount) {
   // 64-byte slices: the counts above 16 elements already span several slices per column.
   LoopbackGroup g(n, baseOptions(64));
   const std::vector<size_t> counts = {0, 1, 7, size_t(n) - 1, size_t(n) + 1, 1001};
+  uint64_t pairs = 0;
   for (DataType t : kAllDataTypes) {
     for (ReduceOp op : kAllReduceOps) {
+      if (!reduceSupported(t, op)) continue;  // LoopbackAllreduceOps: the refusals
+      ++pairs;
       for (size_t count : counts) {
         for (bool inPlace : {false, true}) allreduceAndCheck(g, t, op, count, inPlace);
       }
@@ -65,8 +68,24 @@ TEST_P(LoopbackAllreduce, EveryDtypeOpAndCount) {
   const Counters total = g.totalCounters();
   EXPECT_EQ(total.detected, 0u);
   EXPECT_EQ(total.injected, 0u);
-  EXPECT_EQ(total.collectives,
-            uint64_t(n) * std::size(kAllDataTypes) * std::size(kAllReduceOps) * counts.size() * 2);
+  EXPECT_EQ(total.collectives, uint64_t(n) * pairs * counts.size() * 2);
+}
+
+TEST_P(LoopbackAllreduce, PremulSumEveryFloatingAndComplexDtype) {
+  const int n = GetParam();
+  if (n == 1) GTEST_SKIP() << "premul_sum needs 2 or more ranks (LoopbackAllreduceOps.PremulSumOnOneRank)";
+  LoopbackGroup g(n, baseOptions(64));
+  for (double factor : {0.5, 0.25, 2.0}) {
+    ReduceOp op = ReduceOp::kSum;
+    ASSERT_TRUE(makePremulSum(factor, &op).isOk());
+    for (DataType t : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
+                       DataType::kComplex64, DataType::kComplex128}) {
+      for (size_t count : {size_t(0), size_t(1), size_t(n) + 1, size_t(1001)}) {
+        for (bool inPlace : {false, true}) allreduceAndCheck(g, t, op, count, inPlace);
+      }
+    }
+  }
+  EXPECT_EQ(g.totalCounters().detected, 0u);
 }
 
 TEST_P(LoopbackAllreduce, LargeCountInManySlices) {
@@ -88,6 +107,81 @@ INSTANTIATE_TEST_SUITE_P(Ranks, LoopbackAllreduce, ::testing::Range(1, 9),
                          [](const ::testing::TestParamInfo<int>& i) {
                            return "np" + std::to_string(i.param);
                          });
+
+// Ops a dtype does not take are refused on the caller's thread, naming the collective, the op and the dtype,
+// and the other ranks fail at once instead of waiting.
+TEST(LoopbackAllreduceOps, UnsupportedOpDtypePairsNameOpDtypeAndCollective) {
+  ReduceOp premul = ReduceOp::kSum;
+  ASSERT_TRUE(makePremulSum(0.5, &premul).isOk());
+  const struct {
+    DataType t;
+    ReduceOp op;
+    const char* says;
+  } cases[] = {
+      {DataType::kFloat32, ReduceOp::kBand,
+       "op band does not reduce dtype f32: bitwise ops take integer and bool"},
+      {DataType::kBFloat16, ReduceOp::kBxor, "op bxor does not reduce dtype bf16"},
+      {DataType::kInt32, premul,
+       "op premul_sum does not reduce dtype i32: premul_sum takes floating and complex"},
+      {DataType::kBool, ReduceOp::kAvg, "op avg does not reduce dtype bool: avg is not defined on bool"},
+      {DataType::kComplex64, ReduceOp::kMax,
+       "op max does not reduce dtype c64: complex dtypes take sum, avg"},
+      {DataType::kComplex128, ReduceOp::kProd, "op prod does not reduce dtype c128"},
+      {DataType::kFloat8E4M3, ReduceOp::kSum,
+       "op sum does not reduce dtype f8e4m3: float8 dtypes are copy-only"},
+      {DataType::kFloat8E5M2, ReduceOp::kMax, "op max does not reduce dtype f8e5m2"},
+      {DataType::kFloat32, ReduceOp::kPremulSum, "op premul_sum without a factor"},
+  };
+  for (const auto& c : cases) {
+    LoopbackGroup g(2, baseOptions(64));  // an argument error poisons the communicators: a group per case
+    g.run([&](int rank, Communicator& comm) {
+      std::vector<uint8_t> buf(4 * dataTypeSize(c.t), 0);
+      // Rank 0 passes the bad pair, rank 1 a good one: rank 1 must hear of it, not wait.
+      const DataType t = rank == 0 ? c.t : DataType::kInt32;
+      const ReduceOp op = rank == 0 ? c.op : ReduceOp::kSum;
+      std::vector<uint8_t> other(4 * dataTypeSize(t), 0);
+      const Status st = rank == 0 ? comm.allreduce(buf.data(), buf.data(), 4, t, op)
+                                  : comm.allreduce(other.data(), other.data(), 4, t, op);
+      ASSERT_FALSE(st.isOk()) << c.says;
+      if (rank == 0) {
+        EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+        EXPECT_NE(st.message().find("allreduce on rank 0"), std::string::npos) << st.message();
+        EXPECT_NE(st.message().find(c.says), std::string::npos) << st.message();
+      }
+    });
+  }
+}
+
+TEST(LoopbackAllreduceOps, PremulSumOnOneRank) {
+  ReduceOp premul = ReduceOp::kSum;
+  ASSERT_TRUE(makePremulSum(0.5, &premul).isOk());
+  LoopbackGroup g(1, baseOptions(64));
+  g.run([&](int, Communicator& comm) {
+    std::vector<float> v = {2, 4};
+    const Status st = comm.allreduce(v.data(), v.data(), 2, DataType::kFloat32, premul);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("premul_sum on a single rank"), std::string::npos) << st.message();
+  });
+}
+
+// Ranks whose premul_sum factors differ fail on every rank naming both factors (the fingerprint carries it).
+TEST(LoopbackAllreduceOps, DifferentPremulFactorsNameBothSides) {
+  ReduceOp half = ReduceOp::kSum, quarter = ReduceOp::kSum;
+  ASSERT_TRUE(makePremulSum(0.5, &half).isOk());
+  ASSERT_TRUE(makePremulSum(0.25, &quarter).isOk());
+  LoopbackGroup g(3, baseOptions(64));
+  g.run([&](int rank, Communicator& comm) {
+    std::vector<float> v = {2, 4};
+    const Status st = comm.allreduce(v.data(), v.data(), 2, DataType::kFloat32, rank == 2 ? quarter : half);
+    EXPECT_EQ(st.code(), StatusCode::kFingerprintMismatch) << st.toString();
+    EXPECT_NE(st.message().find("rank 0 has {allreduce op=premul_sum(0.5) dtype=f32 count=2"),
+              std::string::npos)
+        << st.message();
+    EXPECT_NE(st.message().find("rank 2 has {allreduce op=premul_sum(0.25) dtype=f32 count=2"),
+              std::string::npos)
+        << st.message();
+  });
+}
 
 // ---- fault injection -------------------------------------------------------------------------------
 

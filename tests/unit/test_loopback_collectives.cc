@@ -68,6 +68,25 @@ TEST_P(LoopbackCollectives, ReduceScatterEveryDtypeOpAndCount) {
   LoopbackGroup g(GetParam(), smallSlices());
   for (DataType t : kAllDataTypes) {
     for (ReduceOp op : kAllReduceOps) {
+      if (!reduceSupported(t, op)) continue;  // refusals: LoopbackAllreduceOps
+      for (size_t count : countsFor(GetParam())) {
+        reduceScatterAndCheck(g, t, op, count, false);
+        if (count % 3 == 1) reduceScatterAndCheck(g, t, op, count, true);
+      }
+    }
+  }
+  EXPECT_EQ(g.totalCounters().detected, 0u);
+}
+
+// FSDP2's gradient_divide_factor path: premul_sum reduce-scatters.
+TEST_P(LoopbackCollectives, ReduceScatterPremulSum) {
+  if (GetParam() == 1) GTEST_SKIP() << "premul_sum needs 2 or more ranks";
+  LoopbackGroup g(GetParam(), smallSlices());
+  for (double factor : {0.5, 0.125}) {
+    ReduceOp op = ReduceOp::kSum;
+    ASSERT_TRUE(makePremulSum(factor, &op).isOk());
+    for (DataType t : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
+                       DataType::kComplex64, DataType::kComplex128}) {
       for (size_t count : countsFor(GetParam())) {
         reduceScatterAndCheck(g, t, op, count, false);
         if (count % 3 == 1) reduceScatterAndCheck(g, t, op, count, true);
@@ -132,7 +151,9 @@ void broadcastAndCheck(LoopbackGroup& g, DataType t, size_t count, int root, boo
 TEST_P(LoopbackCollectives, BroadcastFromEveryRoot) {
   const int n = GetParam();
   LoopbackGroup g(n, smallSlices());
-  for (DataType t : {DataType::kFloat32, DataType::kFloat16, DataType::kInt64, DataType::kUint8}) {
+  for (DataType t :
+       {DataType::kFloat32, DataType::kFloat16, DataType::kInt64, DataType::kUint8, DataType::kBool,
+        DataType::kFloat8E4M3, DataType::kFloat8E5M2, DataType::kInt16, DataType::kComplex128}) {
     for (size_t count : countsFor(n)) {
       for (int root = 0; root < n; ++root) broadcastAndCheck(g, t, count, root, root % 2 == 0);
     }
@@ -148,7 +169,8 @@ TEST_P(LoopbackCollectives, BroadcastFromEveryRoot) {
 TEST_P(LoopbackCollectives, SendRecvRingShiftAndPairs) {
   const int n = GetParam();
   LoopbackGroup g(n, smallSlices());
-  for (DataType t : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt32}) {
+  for (DataType t : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt32, DataType::kFloat8E5M2,
+                     DataType::kBool, DataType::kComplex128}) {
     for (size_t count : countsFor(n)) {
       const size_t bytes = count * dataTypeSize(t);
       // Every rank sends to the right and receives from the left in one call.
@@ -222,7 +244,8 @@ void alltoallAndCheck(LoopbackGroup& g, DataType t, bool equal) {
 
 TEST_P(LoopbackCollectives, AlltoallEqualAndUnequalSplits) {
   LoopbackGroup g(GetParam(), smallSlices());
-  for (DataType t : {DataType::kFloat32, DataType::kFloat64, DataType::kUint8}) {
+  for (DataType t : {DataType::kFloat32, DataType::kFloat64, DataType::kUint8, DataType::kInt8,
+                     DataType::kBool, DataType::kFloat8E4M3, DataType::kFloat8E5M2, DataType::kComplex64}) {
     alltoallAndCheck(g, t, true);
     alltoallAndCheck(g, t, false);
   }

@@ -14,13 +14,25 @@
 namespace ringguard {
 namespace testing {
 
-inline bool isIntegral(DataType t) {
-  return t == DataType::kInt32 || t == DataType::kInt64 || t == DataType::kUint8;
-}
+inline bool isIntegral(DataType t) { return isIntegerType(t) || t == DataType::kBool; }
 
+// Scalars stored per element: complex dtypes hold (re, im), each an input of its own.
+inline size_t scalarsPerElement(DataType t) { return isComplexType(t) ? 2 : 1; }
+
+// Input i of `rank` (i counts scalars: a complex element holds two).
 inline int64_t inputValue(DataType t, ReduceOp op, int rank, size_t i) {
+  if (t == DataType::kBool) return int64_t((i * 5 + size_t(rank) * 3) % 7 < 3);  // 0 or 1
+  if (isFloat8Type(t)) return int64_t((i * 7 + size_t(rank) * 29) % 251);        // copy-only: any bit pattern
   const bool unsignedType = t == DataType::kUint8;
-  switch (op) {
+  switch (baseOp(op)) {
+    case ReduceOp::kBand:
+    case ReduceOp::kBor:
+    case ReduceOp::kBxor: {
+      int64_t v = int64_t((i * 37 + size_t(rank) * 11) % 64);
+      return unsignedType ? v : v - 32;  // negative values: the sign bits take part
+    }
+    case ReduceOp::kPremulSum:  // summed after scaling by a power of two: exact
+      return int64_t((i * 7 + size_t(rank) * 3) % 11) - 5;
     case ReduceOp::kSum:
     case ReduceOp::kAvg: {
       int64_t v = int64_t((i * 7 + size_t(rank) * 3) % 11);
@@ -61,14 +73,31 @@ inline void store(DataType t, void* buf, size_t i, double v) {
       static_cast<int64_t*>(buf)[i] = int64_t(v);
       break;
     case DataType::kUint8:
+    case DataType::kBool:
+    case DataType::kFloat8E4M3:  // copy-only: the value is a bit pattern
+    case DataType::kFloat8E5M2:
       static_cast<uint8_t*>(buf)[i] = uint8_t(v);
+      break;
+    case DataType::kInt8:
+      static_cast<int8_t*>(buf)[i] = int8_t(v);
+      break;
+    case DataType::kInt16:
+      static_cast<int16_t*>(buf)[i] = int16_t(v);
+      break;
+    case DataType::kComplex64:  // i counts scalars
+      static_cast<float*>(buf)[i] = float(v);
+      break;
+    case DataType::kComplex128:
+      static_cast<double*>(buf)[i] = v;
       break;
   }
 }
 
 inline std::vector<uint8_t> makeInput(DataType t, ReduceOp op, int rank, size_t count) {
   std::vector<uint8_t> buf(count * dataTypeSize(t) + 1);  // +1: never a zero-sized allocation
-  for (size_t i = 0; i < count; ++i) store(t, buf.data(), i, double(inputValue(t, op, rank, i)));
+  for (size_t i = 0; i < count * scalarsPerElement(t); ++i) {
+    store(t, buf.data(), i, double(inputValue(t, op, rank, i)));
+  }
   buf.resize(count * dataTypeSize(t));
   return buf;
 }
@@ -76,11 +105,16 @@ inline std::vector<uint8_t> makeInput(DataType t, ReduceOp op, int rank, size_t 
 // The closed-form result over `nranks` ranks.
 inline std::vector<uint8_t> expectedResult(DataType t, ReduceOp op, int nranks, size_t count) {
   std::vector<uint8_t> buf(count * dataTypeSize(t));
-  for (size_t i = 0; i < count; ++i) {
+  const double factor = premulFactor(op);
+  for (size_t i = 0; i < count * scalarsPerElement(t); ++i) {
     int64_t acc = inputValue(t, op, 0, i);
     for (int r = 1; r < nranks; ++r) {
       int64_t v = inputValue(t, op, r, i);
-      switch (op) {
+      if (t == DataType::kBool && (op == ReduceOp::kSum || op == ReduceOp::kProd)) {
+        acc = op == ReduceOp::kSum ? (acc | v) : (acc & v);  // or, and
+        continue;
+      }
+      switch (baseOp(op)) {
         case ReduceOp::kSum:
         case ReduceOp::kAvg:
           acc += v;
@@ -94,13 +128,26 @@ inline std::vector<uint8_t> expectedResult(DataType t, ReduceOp op, int nranks, 
         case ReduceOp::kMax:
           acc = std::max(acc, v);
           break;
+        case ReduceOp::kBand:
+          acc &= v;
+          break;
+        case ReduceOp::kBor:
+          acc |= v;
+          break;
+        case ReduceOp::kBxor:
+          acc ^= v;
+          break;
+        case ReduceOp::kPremulSum:
+          acc += v;
+          break;
       }
     }
     double out = double(acc);
+    if (isPremulSum(op)) out = double(acc) * factor;  // exact for power-of-two factors and small sums
     if (op == ReduceOp::kAvg) {
       if (isIntegral(t)) {
         out = double(acc / nranks);  // exact sum, truncating division
-      } else if (t == DataType::kFloat64) {
+      } else if (t == DataType::kFloat64 || t == DataType::kComplex128) {
         out = double(acc) / double(nranks);
       } else {
         out = double(float(acc) / float(nranks));  // f32/f16/bf16 divide in f32, then round once

@@ -27,16 +27,18 @@ inline constexpr int32_t kNoRoot = -1;             // collectives without a root
 struct Fingerprint {
   uint32_t magic = kFingerprintMagic;
   uint8_t collective = 0;  // CollectiveKind
-  uint8_t op = 0;          // ReduceOp (0 for collectives that do not reduce)
+  uint8_t op = 0;          // baseOp(ReduceOp) (0 for collectives that do not reduce)
   uint8_t dtype = 0;
   uint8_t flags = 0;
   uint64_t count = 0;  // per-rank element count as the collective defines it (e.g. recvCount)
   uint64_t seq = 0;
   int32_t root = kNoRoot;  // broadcast's root; sendrecv's tag
-  uint32_t reserved = 0;
+  // premul_sum: the f32 bits of its factor (ranks whose factors differ at f32 precision mismatch; op
+  // handles are per process, so the factor, not the handle, goes on the wire). 0 for every other op.
+  uint32_t opScalar = 0;
   bool operator==(const Fingerprint& o) const {
     return magic == o.magic && collective == o.collective && op == o.op && dtype == o.dtype &&
-           flags == o.flags && count == o.count && seq == o.seq && root == o.root && reserved == o.reserved;
+           flags == o.flags && count == o.count && seq == o.seq && root == o.root && opScalar == o.opScalar;
   }
 };
 static_assert(sizeof(Fingerprint) == 32, "fingerprint is a fixed wire format");
@@ -46,7 +48,8 @@ Fingerprint makeFingerprint(CollectiveKind kind, ReduceOp op, DataType dtype, ui
 inline Fingerprint makeAllreduceFingerprint(ReduceOp op, DataType dtype, uint64_t count, uint64_t seq) {
   return makeFingerprint(CollectiveKind::kAllreduce, op, dtype, count, kNoRoot, seq);
 }
-// "{allreduce op=sum dtype=f32 count=100 seq=3}", "{broadcast dtype=f32 count=8 root=2 seq=5}"
+// "{allreduce op=sum dtype=f32 count=100 seq=3}", "{broadcast dtype=f32 count=8 root=2 seq=5}",
+// "{reduce_scatter op=premul_sum(0.25) dtype=bf16 count=8 seq=1}"
 std::string describeFingerprint(const Fingerprint& f);
 // OK when equal; otherwise kFingerprintMismatch naming both ranks and both values.
 Status compareFingerprints(int rankA, const Fingerprint& a, int rankB, const Fingerprint& b);

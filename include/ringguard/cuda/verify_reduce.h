@@ -12,8 +12,11 @@
 // computed in f32 and rounded to nearest even with the host's own bit manipulation (NaN payloads kept and
 // quieted exactly as floatToHalf / floatToBf16 do), integer sums and products wrap, avg divides by
 // nranks (an int) at the final step, min / max are std::min / std::max (the first operand wins ties and
-// NaN comparisons). One exception, shared with every GPU: an f32 / f64 sum, product or quotient whose
-// result is NaN is the canonical NaN on the device, where x86 propagates an input NaN's payload.
+// NaN comparisons), premul_sum multiplies by premulScalar (the slot too at step 0: expected.step == 0 means
+// the slot holds the sender's input, since nothing is forwarded into step 0), bitwise ops act on bytes, bool
+// sums and products are or / and, complex dtypes reduce their parts. One exception, shared with every GPU: an
+// f32 / f64 sum, product or quotient whose result is NaN is the canonical NaN on the device, where x86
+// propagates an input NaN's payload.
 #include <cstddef>
 #include <cstdint>
 
@@ -45,7 +48,7 @@ struct DeviceApply {
   size_t count = 0;             // elements
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
-  bool reduce = false;     // dst = local op slot; else dst = slot
+  bool reduce = false;     // dst = local op slot (reduceSupported(dtype, op)); else dst = slot
   bool finalStep = false;  // avg divides by nranks here
   int nranks = 1;
 };
@@ -102,7 +105,8 @@ Status retagTrailerDevice(Trailer* trailerDevice, uint16_t attempt, cudaStream_t
 // dst[i] = a[i] op b[i] for `count` elements of device memory, exactly as reduceHost does on the host; dst
 // may alias a or b. Pointers must be element aligned; 16-byte vectors are used where the three pointers
 // share their alignment, narrower ones (down to single elements) where they do not.
+// firstStep as reduceHost's (premul_sum scales b too).
 Status reduceDevice(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t count,
-                    bool finalStep, int nranks, cudaStream_t stream);
+                    bool finalStep, int nranks, cudaStream_t stream, bool firstStep = false);
 
 }  // namespace ringguard
