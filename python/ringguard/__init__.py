@@ -63,8 +63,8 @@ def backend(group=None):
 
 def counters(group=None) -> Dict[str, int]:
     """This rank's counters of `group`: collectives, bytes_sent, slices_sent, slices_verified,
-    injected, detected, retransmitted, escaped, delayed, repair_rounds, control_frames, control_bytes
-    (they only grow)."""
+    injected, detected, retransmitted, escaped, delayed, repair_rounds, control_frames, control_bytes,
+    non_finite_inputs and skipped (RINGGUARD_NAN_CHECK) (they only grow)."""
     return dict(backend(group).counters())
 
 

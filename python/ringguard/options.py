@@ -26,6 +26,7 @@ _NAMES = {
     "max_retries": "RINGGUARD_MAX_RETRIES",
     "timeout": TIMEOUT_NAME,
     "log_level": "RINGGUARD_LOG_LEVEL",
+    "nan_check": "RINGGUARD_NAN_CHECK",
     "fault_mode": "RINGGUARD_FAULT_MODE",
     "fault_prob": "RINGGUARD_FAULT_PROB",
     "fault_schedule": "RINGGUARD_FAULT_SCHEDULE",
@@ -99,6 +100,7 @@ class Options:
     max_retries: Optional[int] = None
     timeout: Optional[timedelta] = None
     log_level: Optional[str] = None
+    nan_check: Optional[str] = None  # off | warn | skip | error (docs/GUARD.md)
     fault_mode: Optional[str] = None
     fault_prob: Optional[float] = None
     fault_schedule: Optional[Schedule] = None

@@ -25,6 +25,12 @@ const std::vector<EnvVar>& envRegistry() {
       {"RINGGUARD_SLOTS", "0",
        "Receive slots per link (slices in flight); 2 is double buffering. In [2, 64]. 0: the transport's "
        "default, 2 (MPI, c10d) or 4 (NCCL, host-staged)."},
+      {"RINGGUARD_NAN_CHECK", "off",
+       "What a collective does when its input holds NaN or +-Inf (floating dtypes): off (no scan), warn "
+       "(log rank, collective and first index, then run), skip (every rank skips the collective and leaves "
+       "its output as it was; one O(log N) agreement round per collective), error (the collective fails on "
+       "every rank, naming the rank and the first index). Never ends the CUDA context. Every rank must use "
+       "the same mode (checked when the communicator is made). docs/GUARD.md."},
       {"RINGGUARD_MAX_RETRIES", "3",
        "Repair rounds for a slice that fails verification before the collective returns a Corruption "
        "error. In [0, 100]."},

@@ -293,6 +293,11 @@ Status Options::fromLookup(const std::function<const char*(const char*)>& lookup
     }
     o.logLevel = v;
   }
+  if ((v = lookup("RINGGUARD_NAN_CHECK")) != nullptr) {
+    if (!parseNanCheck(v, &o.nanCheck)) {
+      return badValue("RINGGUARD_NAN_CHECK", v, "expected off, warn, skip or error");
+    }
+  }
   if ((v = lookup("RINGGUARD_FAULT_MODE")) != nullptr) {
     if (!parseFaultMode(v, &o.fault.mode)) {
       return badValue("RINGGUARD_FAULT_MODE", v, "expected one of " + faultModeList());

@@ -108,6 +108,9 @@ Status DeviceExecutor::freeAll() {
   note(pool_->free(slotTrailers_, stream_));
   note(pool_->free(work_, stream_));
   note(pool_->free(scratch_, stream_));
+  note(pool_->free(scansDevice_, stream_));
+  scansDevice_ = nullptr;
+  scansDeviceCap_ = 0;
   trailers_ = nullptr;
   slots_ = nullptr;
   slotTrailers_ = nullptr;
@@ -120,6 +123,9 @@ Status DeviceExecutor::freeAll() {
     note(cuda_detail::cudaErrorStatus(err, "cudaStreamSynchronize(stream_)", __FILE__, __LINE__));
   } else {
     note(pinned_->free(verdicts_));
+    if (scansHost_ != nullptr) note(pinned_->free(scansHost_));
+    scansHost_ = nullptr;
+    scansHostCap_ = 0;
     for (void* p : retiredPinned_) note(pinned_->free(p));
     retiredPinned_.clear();
     verdicts_ = verdictsDevice_ = nullptr;
@@ -386,6 +392,42 @@ Status DeviceExecutor::scratch(size_t bytes, void** out) {
   RINGGUARD_RETURN_IF_ERROR(growDevice(&scratch_, &scratchCap_, bytes));
   *out = scratch_;
   return Status::ok();
+}
+
+Status DeviceExecutor::scanNonFinite(const std::vector<ScanSpan>& spans, DataType dtype) {
+  RINGGUARD_DEVICE_GUARD(device_);
+  scans_ = 0;
+  const size_t bytes = spans.size() * sizeof(NanScanResult);
+  RINGGUARD_RETURN_IF_ERROR(growDevice(&scansDevice_, &scansDeviceCap_, bytes));
+  if (spans.size() > scansHostCap_) {
+    // An earlier scan's copy may still be in flight (a failed collective): retire the block, as verdicts.
+    if (scansHost_ != nullptr) retiredPinned_.push_back(scansHost_);
+    scansHost_ = nullptr;
+    scansHostCap_ = 0;
+    RINGGUARD_RETURN_IF_ERROR(pinned_->allocate(bytes, &scansHost_));
+    scansHostCap_ = spans.size();
+  }
+  auto* dev = static_cast<NanScanResult*>(scansDevice_);
+  for (size_t i = 0; i < spans.size(); ++i) {
+    RINGGUARD_RETURN_IF_ERROR(nanScanDevice(spans[i].data, spans[i].count, dtype, dev + i, stream_));
+  }
+  if (!spans.empty()) {
+    RINGGUARD_CUDA_CHECK(cudaMemcpyAsync(scansHost_, scansDevice_, bytes, cudaMemcpyDeviceToHost, stream_));
+  }
+  scans_ = spans.size();
+  ++enqueued_;
+  return Status::ok();
+}
+
+std::vector<NonFiniteCount> DeviceExecutor::nonFiniteCounts() const {
+  // Read after syncTest reported completion (the copy above is on the stream).
+  std::vector<NonFiniteCount> out(scans_);
+  const auto* host = static_cast<const volatile NanScanResult*>(scansHost_);
+  for (size_t i = 0; i < scans_; ++i) {
+    out[i].count = host[i].count;
+    out[i].firstIndex = host[i].firstIndex;
+  }
+  return out;
 }
 
 Status DeviceExecutor::syncTest(bool* done) {

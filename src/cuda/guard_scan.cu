@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "../guard/element_bits.h"
+#include "../core/element_bits.h"
 #include "cuda_check.h"
 #include "ringguard/cuda/snapshot.h"
 
@@ -17,7 +17,7 @@ constexpr int kSanitizeThreads = 256;
 constexpr int kSanitizeMinBlocks = 4;
 constexpr int kInjectThreads = 32;
 
-using guard_detail::FloatBits;
+using element_bits::FloatBits;
 
 __global__ void __launch_bounds__(kVerdictThreads, 1)
     guardVerdictKernel(const NanScanResult* __restrict__ results, unsigned long long count,
@@ -80,15 +80,15 @@ __global__ void __launch_bounds__(kSanitizeThreads, kSanitizeMinBlocks)
   for (unsigned long long i = static_cast<unsigned long long>(blockIdx.x) * kSanitizeThreads + threadIdx.x;
        i < count; i += stride) {
     const uint64_t w = data[i];
-    if (guard_detail::isNonFinite(w, bits))
-      data[i] = static_cast<Word>(guard_detail::sanitized(w, bits, clamp != 0));
+    if (element_bits::isNonFinite(w, bits))
+      data[i] = static_cast<Word>(element_bits::sanitized(w, bits, clamp != 0));
   }
 }
 
 template <typename Word>
 __global__ void __launch_bounds__(kInjectThreads, 1)
     guardInjectKernel(Word* data, unsigned long long index, FloatBits bits, int value) {
-  if (threadIdx.x == 0) data[index] = static_cast<Word>(guard_detail::faultBits(value, bits));
+  if (threadIdx.x == 0) data[index] = static_cast<Word>(element_bits::faultBits(value, bits));
 }
 
 // Element widths the guard handles (f16/bf16: 16 bits, f32: 32, f64: 64).
@@ -102,7 +102,7 @@ template __global__ void guardInjectKernel<unsigned long long>(unsigned long lon
                                                                FloatBits, int);
 
 Status floatBitsOf(DataType dtype, const char* who, FloatBits* bits) {
-  if (!guard_detail::floatBits(dtype, bits)) {
+  if (!element_bits::floatBits(dtype, bits)) {
     return Status(StatusCode::kInvalidArgument, std::string(who) + ": unsupported dtype " +
                                                     (isValid(dtype) ? dataTypeName(dtype) : "(invalid)") +
                                                     " (f32, f64, f16 and bf16 only)");

@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "../guard/element_bits.h"
+#include "../core/element_bits.h"
 #include "cuda_check.h"
 #include "ringguard/core/float16.h"
 #include "ringguard/cuda/kernels.h"
@@ -108,7 +108,7 @@ class DeviceGuardBackend final : public GuardBackend {
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     NanScanResult* slot = nullptr;
     RINGGUARD_RETURN_IF_ERROR(nextSlot(s, &slot));
-    const bool check = guard_detail::isFloatType(buffer.dtype);
+    const bool check = element_bits::isFloatType(buffer.dtype);
     // Integer buffers get a clean slot: the launcher with count 0 only initialises it.
     return nanScanDevice(check ? buffer.data : nullptr, check ? buffer.count() : 0,
                          check ? buffer.dtype : DataType::kFloat32, slot, s);
@@ -161,13 +161,13 @@ class DeviceGuardBackend final : public GuardBackend {
   }
 
   Status sanitize(const GuardBuffer& buffer, SanitizeMode mode, void* stream) override {
-    if (!guard_detail::isFloatType(buffer.dtype)) return Status::ok();
+    if (!element_bits::isFloatType(buffer.dtype)) return Status::ok();
     return guardSanitizeDevice(buffer.data, buffer.count(), buffer.dtype, mode == SanitizeMode::kClamp,
                                static_cast<cudaStream_t>(stream));
   }
 
   Status inject(const GuardBuffer& buffer, size_t index, FaultValue value, void* stream) override {
-    if (!guard_detail::isFloatType(buffer.dtype)) {
+    if (!element_bits::isFloatType(buffer.dtype)) {
       return Status(StatusCode::kInvalidArgument,
                     "guard: cannot inject a non-finite value into integer buffer '" + buffer.name + "'");
     }
@@ -188,7 +188,7 @@ class DeviceGuardBackend final : public GuardBackend {
                                          width, cudaMemcpyDeviceToHost, s));
     RINGGUARD_CUDA_CHECK(cudaStreamSynchronize(s));
     ++waits_;
-    *value = guard_detail::elementAsDouble(scratchHost_, buffer.dtype);
+    *value = element_bits::elementAsDouble(scratchHost_, buffer.dtype);
     return Status::ok();
   }
 

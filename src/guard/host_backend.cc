@@ -3,40 +3,18 @@
 #include <memory>
 #include <vector>
 
-#include "guard/element_bits.h"
+#include "core/element_bits.h"
 #include "ringguard/core/crc32.h"
 #include "ringguard/core/float16.h"
+#include "ringguard/core/non_finite.h"
 #include "ringguard/guard/backend.h"
 
 namespace ringguard {
 namespace {
 
-using guard_detail::FloatBits;
-
-uint64_t loadBits(const unsigned char* p, int width) {
-  switch (width) {
-    case 2: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return v;
-    }
-    case 4: {
-      uint32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    default: {
-      uint64_t v;
-      std::memcpy(&v, p, 8);
-      return v;
-    }
-  }
-}
-
-void storeBits(unsigned char* p, int width, uint64_t bits) {
-  // Little endian: the low `width` bytes of the word are the element.
-  std::memcpy(p, &bits, static_cast<size_t>(width));
-}
+using element_bits::FloatBits;
+using element_bits::loadBits;
+using element_bits::storeBits;
 
 class HostGuardBackend final : public GuardBackend {
  public:
@@ -68,19 +46,7 @@ class HostGuardBackend final : public GuardBackend {
   }
 
   Status scan(const GuardBuffer& buffer, void*) override {
-    ScanResult r;
-    FloatBits f;
-    if (guard_detail::floatBits(buffer.dtype, &f)) {
-      const auto* p = static_cast<const unsigned char*>(buffer.data);
-      const size_t n = buffer.count();
-      for (size_t i = 0; i < n; ++i) {
-        if (guard_detail::isNonFinite(loadBits(p + i * f.width, f.width), f)) {
-          if (r.count == 0) r.firstIndex = i;
-          ++r.count;
-        }
-      }
-    }
-    pending_.push_back(r);
+    pending_.push_back(scanNonFinite(buffer.data, buffer.count(), buffer.dtype));
     return Status::ok();
   }
 
@@ -101,13 +67,13 @@ class HostGuardBackend final : public GuardBackend {
 
   Status sanitize(const GuardBuffer& buffer, SanitizeMode mode, void*) override {
     FloatBits f;
-    if (!guard_detail::floatBits(buffer.dtype, &f)) return Status::ok();
+    if (!element_bits::floatBits(buffer.dtype, &f)) return Status::ok();
     auto* p = static_cast<unsigned char*>(buffer.data);
     const size_t n = buffer.count();
     for (size_t i = 0; i < n; ++i) {
       const uint64_t bits = loadBits(p + i * f.width, f.width);
-      if (guard_detail::isNonFinite(bits, f)) {
-        storeBits(p + i * f.width, f.width, guard_detail::sanitized(bits, f, mode == SanitizeMode::kClamp));
+      if (element_bits::isNonFinite(bits, f)) {
+        storeBits(p + i * f.width, f.width, element_bits::sanitized(bits, f, mode == SanitizeMode::kClamp));
       }
     }
     return Status::ok();
@@ -115,7 +81,7 @@ class HostGuardBackend final : public GuardBackend {
 
   Status inject(const GuardBuffer& buffer, size_t index, FaultValue value, void*) override {
     FloatBits f;
-    if (!guard_detail::floatBits(buffer.dtype, &f)) {
+    if (!element_bits::floatBits(buffer.dtype, &f)) {
       return Status(StatusCode::kInvalidArgument,
                     "guard: cannot inject a non-finite value into integer buffer '" + buffer.name + "'");
     }
@@ -124,7 +90,7 @@ class HostGuardBackend final : public GuardBackend {
                                                       " is past the end of '" + buffer.name + "'");
     }
     storeBits(static_cast<unsigned char*>(buffer.data) + index * f.width, f.width,
-              guard_detail::faultBits(static_cast<int>(value), f));
+              element_bits::faultBits(static_cast<int>(value), f));
     return Status::ok();
   }
 
@@ -132,7 +98,7 @@ class HostGuardBackend final : public GuardBackend {
     if (index >= buffer.count())
       return Status(StatusCode::kInvalidArgument, "guard: element index past the end");
     const auto* p = static_cast<const unsigned char*>(buffer.data) + index * dataTypeSize(buffer.dtype);
-    *value = guard_detail::elementAsDouble(p, buffer.dtype);
+    *value = element_bits::elementAsDouble(p, buffer.dtype);
     return Status::ok();
   }
 

@@ -9,6 +9,7 @@
 #include "ringguard/core/log.h"
 #include "ringguard/core/thread_name.h"
 #include "ringguard/runtime/handshake.h"
+#include "runtime/transport_defaults.h"
 
 namespace ringguard {
 
@@ -32,15 +33,6 @@ void Work::complete(Status status) {
   }
   cv_.notify_all();
 }
-
-namespace {
-// Options::sliceBytes and Options::slots 0 are the transport's defaults.
-Options withTransportDefaults(Options o, const Transport& t) {
-  if (o.sliceBytes == 0) o.sliceBytes = t.defaultSliceBytes();
-  if (o.slots == 0) o.slots = t.defaultSlots();
-  return o;
-}
-}  // namespace
 
 Communicator::Communicator(std::unique_ptr<Transport> transport, const Options& options,
                            std::unique_ptr<Executor> executor, std::shared_ptr<void> resources)
@@ -89,10 +81,11 @@ Communicator::~Communicator() {
 
 std::shared_ptr<Work> Communicator::submit(const char* name, Status checked, void* stream,
                                            std::function<Status(const CollectiveContext&, Executor*)> run,
-                                           bool group) {
+                                           bool group, CollectiveInput input) {
   Task task;
   task.name = name;
   task.group = group;
+  task.input = std::move(input);
   if (!checked.isOk()) {
     task.invalid = Status(StatusCode::kInvalidArgument,
                           std::string(name) + " on rank " + std::to_string(rank_) + ": " + checked.message());
@@ -114,10 +107,12 @@ CollectiveShape Communicator::shape() const { return CollectiveShape{rank_, size
 
 std::shared_ptr<Work> Communicator::allreduceAsync(const void* send, void* recv, size_t count, DataType dtype,
                                                    ReduceOp op, void* stream) {
-  return submit("allreduce", checkAllreduceArgs(shape(), send, recv, count, dtype, op), stream,
-                [=](const CollectiveContext& ctx, Executor* exec) {
-                  return ringguard::allreduce(ctx, exec, send, recv, count, dtype, op);
-                });
+  return submit(
+      "allreduce", checkAllreduceArgs(shape(), send, recv, count, dtype, op), stream,
+      [=](const CollectiveContext& ctx, Executor* exec) {
+        return ringguard::allreduce(ctx, exec, send, recv, count, dtype, op);
+      },
+      true, CollectiveInput{send, {{send, count}}, dtype});
 }
 
 Status Communicator::allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
@@ -127,26 +122,34 @@ Status Communicator::allreduce(const void* send, void* recv, size_t count, DataT
 
 std::shared_ptr<Work> Communicator::reduceScatterAsync(const void* send, void* recv, size_t recvCount,
                                                        DataType dtype, ReduceOp op, void* stream) {
-  return submit("reduce_scatter", checkReduceScatterArgs(shape(), send, recv, recvCount, dtype, op), stream,
-                [=](const CollectiveContext& ctx, Executor* exec) {
-                  return ringguard::reduceScatter(ctx, exec, send, recv, recvCount, dtype, op);
-                });
+  return submit(
+      "reduce_scatter", checkReduceScatterArgs(shape(), send, recv, recvCount, dtype, op), stream,
+      [=](const CollectiveContext& ctx, Executor* exec) {
+        return ringguard::reduceScatter(ctx, exec, send, recv, recvCount, dtype, op);
+      },
+      true, CollectiveInput{send, {{send, recvCount * size_t(size_)}}, dtype});
 }
 
 std::shared_ptr<Work> Communicator::allgatherAsync(const void* send, void* recv, size_t sendCount,
                                                    DataType dtype, void* stream) {
-  return submit("allgather", checkAllgatherArgs(shape(), send, recv, sendCount, dtype), stream,
-                [=](const CollectiveContext& ctx, Executor* exec) {
-                  return ringguard::allgather(ctx, exec, send, recv, sendCount, dtype);
-                });
+  return submit(
+      "allgather", checkAllgatherArgs(shape(), send, recv, sendCount, dtype), stream,
+      [=](const CollectiveContext& ctx, Executor* exec) {
+        return ringguard::allgather(ctx, exec, send, recv, sendCount, dtype);
+      },
+      true, CollectiveInput{send, {{send, sendCount}}, dtype});
 }
 
 std::shared_ptr<Work> Communicator::broadcastAsync(const void* send, void* recv, size_t count, DataType dtype,
                                                    int root, void* stream) {
-  return submit("broadcast", checkBroadcastArgs(shape(), send, recv, count, dtype, root), stream,
-                [=](const CollectiveContext& ctx, Executor* exec) {
-                  return ringguard::broadcast(ctx, exec, send, recv, count, dtype, root);
-                });
+  return submit(
+      "broadcast", checkBroadcastArgs(shape(), send, recv, count, dtype, root), stream,
+      [=](const CollectiveContext& ctx, Executor* exec) {
+        return ringguard::broadcast(ctx, exec, send, recv, count, dtype, root);
+      },
+      true,
+      // Only the root's input travels.
+      rank_ == root ? CollectiveInput{send, {{send, count}}, dtype} : CollectiveInput{});
 }
 
 std::shared_ptr<Work> Communicator::sendRecvAsync(const void* send, size_t sendCount, int dst, void* recv,
@@ -176,10 +179,19 @@ std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, const std::v
                                                   void* stream) {
   AlltoallLayout layout{sendCounts, sendDispls, recvCounts, recvDispls};
   Status checked = checkAlltoallArgs(shape(), send, recv, layout, dtype);
-  return submit("alltoall", checked, stream,
-                [=, layout = std::move(layout)](const CollectiveContext& ctx, Executor* exec) {
-                  return ringguard::alltoall(ctx, exec, send, recv, layout, dtype);
-                });
+  CollectiveInput input{send, {}, dtype};
+  if (checked.isOk()) {
+    for (size_t p = 0; p < sendCounts.size(); ++p) {
+      input.spans.push_back(
+          {static_cast<const char*>(send) + sendDispls[p] * dataTypeSize(dtype), sendCounts[p]});
+    }
+  }
+  return submit(
+      "alltoall", checked, stream,
+      [=, layout = std::move(layout)](const CollectiveContext& ctx, Executor* exec) {
+        return ringguard::alltoall(ctx, exec, send, recv, layout, dtype);
+      },
+      true, std::move(input));
 }
 
 std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, void* recv, size_t count, DataType dtype,
@@ -302,14 +314,18 @@ void Communicator::runTask(Task& task) {
     // allocation failure (or any other throw) becomes this collective's error instead.
     try {
       st = fence ? fence->beforeCollective() : Status::ok();
-      if (st.isOk()) st = task.run(ctx);
+      bool skip = false;
+      if (st.isOk() && task.group) {
+        st = checkCollectiveInput(ctx, executor_.get(), options_.nanCheck, task.input, &skip);
+      }
+      if (st.isOk() && !skip) st = task.run(ctx);
       if (st.isOk() && fence) st = fence->afterCollective();
     } catch (const std::bad_alloc&) {
-      st = Status(StatusCode::kInternal, std::string(task.name) + " seq " + std::to_string(seq) + " on rank " +
-                                             std::to_string(rank_) + ": out of memory");
+      st = Status(StatusCode::kInternal, std::string(task.name) + " seq " + std::to_string(seq) +
+                                             " on rank " + std::to_string(rank_) + ": out of memory");
     } catch (const std::exception& e) {
-      st = Status(StatusCode::kInternal, std::string(task.name) + " seq " + std::to_string(seq) + " on rank " +
-                                             std::to_string(rank_) + ": " + e.what());
+      st = Status(StatusCode::kInternal, std::string(task.name) + " seq " + std::to_string(seq) +
+                                             " on rank " + std::to_string(rank_) + ": " + e.what());
     }
   }
   if (!st.isOk()) {

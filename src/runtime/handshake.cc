@@ -19,7 +19,11 @@ struct Settings {
   uint32_t version;
   uint64_t sliceBytes;
   int32_t slots;
-  int32_t maxRetries;
+  // Was one int32 maxRetries (at most 100): on little-endian hosts an older peer reads as nanCheck 0
+  // (off), which is what it does.
+  int16_t maxRetries;
+  uint8_t nanCheck;  // NanCheck
+  uint8_t reserved;  // 0
   int64_t timeoutMs;
 };
 static_assert(sizeof(Settings) == 32, "handshake record is a fixed wire format");
@@ -42,6 +46,11 @@ std::string firstDifference(const Settings& a, int rankA, const Settings& b, int
     differs("RINGGUARD_MAX_RETRIES", a.maxRetries, b.maxRetries);
   } else if (a.timeoutMs != b.timeoutMs) {
     differs("RINGGUARD_TIMEOUT_MS", a.timeoutMs, b.timeoutMs);
+  } else if (a.nanCheck != b.nanCheck) {
+    auto name = [](uint8_t m) { return m <= uint8_t(NanCheck::kError) ? nanCheckName(NanCheck(m)) : "?"; };
+    differs("RINGGUARD_NAN_CHECK", name(a.nanCheck), name(b.nanCheck));
+  } else if (a.reserved != b.reserved) {
+    differs("handshake record (reserved byte)", int(a.reserved), int(b.reserved));
   }
   return os.str();
 }
@@ -56,7 +65,8 @@ Status handshake(Transport* transport, const Options& options, const std::atomic
   mine.version = protocolVersion;
   mine.sliceBytes = options.sliceBytes;
   mine.slots = options.slots;
-  mine.maxRetries = options.maxRetries;
+  mine.maxRetries = int16_t(options.maxRetries);
+  mine.nanCheck = uint8_t(options.nanCheck);
   mine.timeoutMs = int64_t(options.timeout.count());
 
   CollectiveContext ctx;

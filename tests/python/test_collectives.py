@@ -27,7 +27,8 @@ OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "prod": dist.ReduceOp
 # 0, 1, odd, and more than one slice per ring chunk at 3 ranks even for u8.
 COUNTS = [0, 1, 1001, 3 * SLICE_BYTES + 77]
 COUNTER_KEYS = {"collectives", "bytes_sent", "slices_sent", "slices_verified", "injected", "detected",
-                "retransmitted", "escaped", "delayed", "repair_rounds", "control_frames", "control_bytes"}
+                "retransmitted", "escaped", "delayed", "repair_rounds", "control_frames", "control_bytes",
+                "non_finite_inputs", "skipped"}
 
 CASES = harness.Cases()
 

@@ -9,8 +9,8 @@
 namespace ringguard {
 namespace {
 
-// Fifteen uint64_t fields. If a field is added, this fails so that the tests below get extended with it.
-static_assert(sizeof(Counters) == 15 * sizeof(uint64_t), "update test_counters.cc for the new field");
+// Seventeen uint64_t fields. If a field is added, this fails so that the tests below get extended with it.
+static_assert(sizeof(Counters) == 17 * sizeof(uint64_t), "update test_counters.cc for the new field");
 
 Counters distinct(uint64_t base) {
   Counters c;
@@ -29,6 +29,8 @@ Counters distinct(uint64_t base) {
   c.executorWaitNs = (base + 13) * 1000000;
   c.controlFrames = base + 14;
   c.controlBytes = base + 15;
+  c.nonFiniteInputs = base + 16;
+  c.skipped = base + 17;
   return c;
 }
 
@@ -46,6 +48,8 @@ TEST(CountersTest, DefaultIsAllZero) {
   EXPECT_EQ(c.repairRounds, 0u);
   EXPECT_EQ(c.controlFrames, 0u);
   EXPECT_EQ(c.controlBytes, 0u);
+  EXPECT_EQ(c.nonFiniteInputs, 0u);
+  EXPECT_EQ(c.skipped, 0u);
 }
 
 TEST(CountersTest, PlusEqualsAddsEveryField) {
@@ -68,6 +72,8 @@ TEST(CountersTest, PlusEqualsAddsEveryField) {
   EXPECT_EQ(a.executorWaitNs, (13u + 113u) * 1000000);
   EXPECT_EQ(a.controlFrames, 14u + 114u);
   EXPECT_EQ(a.controlBytes, 15u + 115u);
+  EXPECT_EQ(a.nonFiniteInputs, 16u + 116u);
+  EXPECT_EQ(a.skipped, 17u + 117u);
   // The right-hand side is untouched.
   EXPECT_EQ(b.collectives, 101u);
   EXPECT_EQ(b.repairRounds, 110u);
@@ -94,16 +100,18 @@ TEST(CountersTest, ToStringNamesEveryField) {
       s,
       "collectives=101 bytes_sent=102 slices_sent=103 slices_verified=104 injected=105 detected=106 "
       "retransmitted=107 escaped=108 delayed=109 repair_rounds=110 control_frames=114 control_bytes=115 "
-      "transfer_wait_ms=111 apply_ms=112 executor_wait_ms=113");
-  for (const char* field : {"collectives=101", "bytes_sent=102", "slices_sent=103", "slices_verified=104",
-                            "injected=105", "detected=106", "retransmitted=107", "escaped=108", "delayed=109",
-                            "repair_rounds=110", "control_frames=114", "control_bytes=115"}) {
+      "non_finite_inputs=116 skipped=117 transfer_wait_ms=111 apply_ms=112 executor_wait_ms=113");
+  for (const char* field :
+       {"collectives=101", "bytes_sent=102", "slices_sent=103", "slices_verified=104", "injected=105",
+        "detected=106", "retransmitted=107", "escaped=108", "delayed=109", "repair_rounds=110",
+        "control_frames=114", "control_bytes=115", "non_finite_inputs=116", "skipped=117"}) {
     EXPECT_NE(s.find(field), std::string::npos) << field << " missing in: " << s;
   }
   EXPECT_EQ(
       Counters{}.toString(),
       "collectives=0 bytes_sent=0 slices_sent=0 slices_verified=0 injected=0 detected=0 retransmitted=0 "
-      "escaped=0 delayed=0 repair_rounds=0 control_frames=0 control_bytes=0 transfer_wait_ms=0 apply_ms=0 "
+      "escaped=0 delayed=0 repair_rounds=0 control_frames=0 control_bytes=0 non_finite_inputs=0 skipped=0 "
+      "transfer_wait_ms=0 apply_ms=0 "
       "executor_wait_ms=0");
 }
 

@@ -1,8 +1,6 @@
 // PeerLanes over the loopback transport: one-direction messages (c10d's isend / irecv) issued without
 // waiting, in the patterns a single progress thread would deadlock on, with exact payloads, mismatches
 // that fail both sides, fault injection repaired bit-identically, and abort.
-#include "ringguard/runtime/peer_lanes.h"
-
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -12,6 +10,7 @@
 #include <vector>
 
 #include "loopback_util.h"
+#include "ringguard/runtime/peer_lanes.h"
 #include "transport/loopback/loopback_transport.h"
 
 namespace ringguard {
@@ -54,7 +53,8 @@ Options laneOptions(size_t sliceBytes = 4096) {
 
 std::vector<std::unique_ptr<PeerLanes>> makeLanes(int n, const Options& options) {
   std::vector<std::unique_ptr<PeerLanes>> lanes;
-  for (auto& t : makeLoopbackTransports(n)) lanes.push_back(std::make_unique<PeerLanes>(std::move(t), options));
+  for (auto& t : makeLoopbackTransports(n))
+    lanes.push_back(std::make_unique<PeerLanes>(std::move(t), options));
   return lanes;
 }
 
@@ -112,7 +112,8 @@ TEST(PeerLanes, MessagesMatchInOrderPerDirection) {
       ASSERT_TRUE(st.isOk()) << st.toString();
     }
     for (size_t k = 0; k < in.size(); ++k) {
-      EXPECT_EQ(in[k], payload(expect[k].first, r, expect[k].second, in[k].size())) << "rank " << r << " #" << k;
+      EXPECT_EQ(in[k], payload(expect[k].first, r, expect[k].second, in[k].size()))
+          << "rank " << r << " #" << k;
     }
   });
 }

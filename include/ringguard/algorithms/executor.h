@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ringguard/core/corruption_plan.h"
+#include "ringguard/core/non_finite.h"
 #include "ringguard/core/status.h"
 #include "ringguard/core/trailer.h"
 #include "ringguard/core/types.h"
@@ -72,6 +73,21 @@ class Executor {
   // scratch() call, grown on demand, never shrunk. Its contents are unspecified.
   virtual Status scratch(size_t bytes, void** out) = 0;
 
+  // RINGGUARD_NAN_CHECK: counts the non-finite elements of each span of the collective's input, in
+  // executor order (so after the caller's stream produced the input); the counts are readable with
+  // nonFiniteCounts() once syncTest reported done. The default scans host memory at once; a device
+  // executor enqueues a scan kernel per span and a copy of the counts to pinned memory.
+  struct ScanSpan {
+    const void* data;
+    size_t count;
+  };
+  virtual Status scanNonFinite(const std::vector<ScanSpan>& spans, DataType dtype) {
+    scans_.clear();
+    for (const ScanSpan& s : spans) scans_.push_back(ringguard::scanNonFinite(s.data, s.count, dtype));
+    return Status::ok();
+  }
+  virtual std::vector<NonFiniteCount> nonFiniteCounts() const { return scans_; }
+
   // Polled until *done: then every verdict recorded so far is readable with verdict(). Never blocks, so
   // the caller's wait keeps its timeout and its watch for peer errors (a dead peer must not hang us).
   virtual Status syncTest(bool* done) = 0;
@@ -94,6 +110,9 @@ class Executor {
     out->reset();
     return Status::ok();
   }
+
+ private:
+  std::vector<NonFiniteCount> scans_;  // the default scanNonFinite's counts
 };
 
 // Host memory: ISA-L (or zlib) CRC and the host reduction, blocked so each output block is

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ringguard/core/non_finite.h"
 #include "ringguard/core/status.h"
 
 namespace ringguard {
@@ -68,6 +69,8 @@ struct Options {
   int maxRetries = 3;  // repair rounds before a kCorruption error
   std::chrono::milliseconds timeout{60000};  // no progress for this long -> kTimeout; (0, kMaxTimeoutMs]
   std::string logLevel = "warn";             // spdlog level name
+  // Non-finite values in a collective's input (core/non_finite.h): every rank must use the same mode.
+  NanCheck nanCheck = NanCheck::kOff;
   FaultOptions fault;
 
   // Defaults overridden by the RINGGUARD_* variables that are set. A bad value gives kInvalidArgument

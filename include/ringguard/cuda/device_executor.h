@@ -79,6 +79,8 @@ class DeviceExecutor final : public Executor {
 
   // Records an event after the work enqueued so far (once) and queries it: *done once the stream has
   // passed it (and no work was enqueued after it). Errors of the stream's work come back here.
+  Status scanNonFinite(const std::vector<ScanSpan>& spans, DataType dtype) override;
+  std::vector<NonFiniteCount> nonFiniteCounts() const override;
   Status syncTest(bool* done) override;
   // Blocking form: cudaStreamSynchronize on the communication stream (tests, teardown).
   Status sync();
@@ -139,6 +141,12 @@ class DeviceExecutor final : public Executor {
   uint8_t* verdictsDevice_ = nullptr;
   size_t verdictsCap_ = 0;
   std::vector<void*> retiredPinned_;  // replaced pinned blocks, freed once the stream has passed them
+  // scanNonFinite: one NanScanResult per span on the device, copied to pinned memory on the stream.
+  void* scansDevice_ = nullptr;
+  size_t scansDeviceCap_ = 0;  // bytes
+  void* scansHost_ = nullptr;  // pinned, scansHostCap_ results
+  size_t scansHostCap_ = 0;
+  size_t scans_ = 0;  // spans of the last scanNonFinite
 
   // syncTest
   cudaEvent_t syncEvent_ = nullptr;

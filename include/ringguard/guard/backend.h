@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "ringguard/core/non_finite.h"
 #include "ringguard/core/status.h"
 #include "ringguard/core/types.h"
 
@@ -29,11 +30,8 @@ struct GuardBuffer {
 };
 
 // Non-finite elements of one scanned buffer.
-struct ScanResult {
-  uint64_t count = 0;                // NaN, +Inf and -Inf elements
-  uint64_t firstIndex = UINT64_MAX;  // element index of the first one, UINT64_MAX when there is none
-  bool clean() const { return count == 0; }
-};
+// NaN, +Inf and -Inf elements, and the index of the first (core/non_finite.h).
+using ScanResult = NonFiniteCount;
 
 // What the guard's fault injection writes. kLargeFinite is the dtype's largest finite value: a wrong
 // finite value that the scan cannot see, injected to show exactly that (docs/GUARD.md).

@@ -20,6 +20,7 @@
 #include "ringguard/core/options.h"
 #include "ringguard/core/status.h"
 #include "ringguard/core/types.h"
+#include "ringguard/runtime/nan_check.h"
 #include "ringguard/transport/transport.h"
 
 namespace ringguard {
@@ -130,13 +131,14 @@ class Communicator {
     std::shared_ptr<Work> work;
     Status invalid;  // set when the caller's arguments were rejected
     const char* name;
-    bool group = true;  // a collective of every rank (numbered by nextSeq_); else point-to-point
+    bool group = true;      // a collective of every rank (numbered by nextSeq_); else point-to-point
+    CollectiveInput input;  // what RINGGUARD_NAN_CHECK scans (group collectives)
   };
   // The one way in: `checked` is the collective's argument check; an error in it completes the Work with
   // kInvalidArgument ("<name> on rank r: ...") after telling the peers.
   std::shared_ptr<Work> submit(const char* name, Status checked, void* stream,
                                std::function<Status(const CollectiveContext&, Executor*)> run,
-                               bool group = true);
+                               bool group = true, CollectiveInput input = {});
   std::shared_ptr<Work> enqueue(Task task, std::unique_ptr<Executor::Fence> fence);
   CollectiveShape shape() const;
   void progressLoop();

@@ -63,6 +63,8 @@ py::dict countersDict(const ringguard::Counters& c) {
   d["repair_rounds"] = c.repairRounds;
   d["control_frames"] = c.controlFrames;
   d["control_bytes"] = c.controlBytes;
+  d["non_finite_inputs"] = c.nonFiniteInputs;
+  d["skipped"] = c.skipped;
   return d;
 }
 

@@ -1,7 +1,8 @@
 #pragma once
-// Bit patterns of the guard's floating types, shared by the host backend and the CUDA kernels
-// (src/cuda/guard_scan.cu) so both write and recognise exactly the same values. Elements are handled as
-// unsigned words of their width: no float arithmetic, so a NaN payload or a -0 is never altered by a copy.
+// Bit patterns of the floating types, shared by the guard's host backend, its CUDA kernels
+// (src/cuda/guard_scan.cu) and the collectives' NaN check (core/non_finite.cc), so all of them write and
+// recognise exactly the same values. Elements are handled as unsigned words of their width: no float
+// arithmetic, so a NaN payload or a -0 is never altered by a copy.
 #include <cstdint>
 #include <cstring>
 
@@ -10,7 +11,7 @@
 #include "ringguard/core/types.h"
 
 namespace ringguard {
-namespace guard_detail {
+namespace element_bits {
 
 // Exponent mask (non-finite iff all its bits are set), sign bit, and the values the guard writes.
 struct FloatBits {
@@ -74,6 +75,32 @@ RINGGUARD_HOST_DEVICE inline uint64_t faultBits(int value, const FloatBits& f) {
   }
 }
 
+// Host memory: the element of `width` bytes at `p` as an unsigned word, and back.
+inline uint64_t loadBits(const unsigned char* p, int width) {
+  switch (width) {
+    case 2: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return v;
+    }
+    case 4: {
+      uint32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    default: {
+      uint64_t v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+  }
+}
+
+inline void storeBits(unsigned char* p, int width, uint64_t bits) {
+  // Little endian: the low `width` bytes of the word are the element.
+  std::memcpy(p, &bits, static_cast<size_t>(width));
+}
+
 // The element at `p` (host memory) as a double: what an error message reports as a bad value.
 inline double elementAsDouble(const unsigned char* p, DataType t) {
   switch (t) {
@@ -108,5 +135,5 @@ inline double elementAsDouble(const unsigned char* p, DataType t) {
   }
 }
 
-}  // namespace guard_detail
+}  // namespace element_bits
 }  // namespace ringguard

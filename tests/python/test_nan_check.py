@@ -1,0 +1,113 @@
+"""RINGGUARD_NAN_CHECK through the "ringguard" backend (CPU tensors; docs/GUARD.md, "The collectives' NaN
+check"): one group per mode, made with ``pg_options``, and a NaN or Inf placed on one rank.
+
+warn runs the collective (the NaN reaches every rank), skip leaves every rank's tensor as it was and
+counts the skip on every rank, error raises on every rank naming the rank that held the value and its
+first element; the default group (off) is untouched by all of it.
+"""
+
+import math
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import harness
+
+CASES = harness.Cases()
+BAD_RANK = 1
+
+
+def _group(mode):
+    import ringguard
+
+    return dist.new_group(backend="ringguard", pg_options=ringguard.Options(nan_check=mode))
+
+
+def _tensor(ctx, bad=float("nan"), at=(5,)):
+    t = torch.full((64,), float(ctx.rank + 1))
+    if ctx.rank == BAD_RANK:
+        for i in at:
+            t[i] = bad
+    return t
+
+
+@CASES.case("warn-runs-and-counts")
+def _(ctx):
+    import ringguard
+
+    g = _group("warn")
+    t = _tensor(ctx, float("inf"), at=(3, 9))
+    dist.all_reduce(t, group=g)
+    assert t[3].item() == math.inf and t[9].item() == math.inf, t
+    assert t[4].item() == ctx.size * (ctx.size + 1) / 2, t
+    c = ringguard.counters(g)
+    assert c["non_finite_inputs"] == (1 if ctx.rank == BAD_RANK else 0), c
+    assert c["skipped"] == 0, c
+
+
+@CASES.case("skip-leaves-every-rank-as-it-was")
+def _(ctx):
+    import ringguard
+
+    g = _group("skip")
+    t = _tensor(ctx)
+    before = t.clone()
+    dist.all_reduce(t, group=g)
+    assert torch.equal(t.isnan(), before.isnan()) and torch.equal(t.nan_to_num(), before.nan_to_num()), t
+    # all_gather_into_tensor: the output keeps what it held.
+    out = torch.full((64 * ctx.size,), -3.0)
+    dist.all_gather_into_tensor(out, _tensor(ctx), group=g)
+    assert torch.equal(out, torch.full((64 * ctx.size,), -3.0)), out
+    # Clean inputs run.
+    clean = torch.full((64,), float(ctx.rank + 1))
+    dist.all_reduce(clean, group=g)
+    assert torch.equal(clean, torch.full((64,), float(ctx.size * (ctx.size + 1) / 2))), clean
+    c = ringguard.counters(g)
+    assert c["skipped"] == 2, c
+    assert c["non_finite_inputs"] == (2 if ctx.rank == BAD_RANK else 0), c
+
+
+@CASES.case("error-raises-on-every-rank")
+def _(ctx):
+    g = _group("error")
+    t = _tensor(ctx, at=(40, 7))
+    with pytest.raises(Exception) as err:
+        dist.all_reduce(t, group=g)
+    text = str(err.value)
+    assert ("RINGGUARD_NAN_CHECK=error: the input of allreduce seq 0 on rank 1 holds 2 non-finite values "
+            "(NaN or +-Inf; first at element 7)") in text, text
+    # The default group (off) still works.
+    x = torch.ones(4)
+    dist.all_reduce(x)
+    assert torch.equal(x, torch.full((4,), float(ctx.size))), x
+
+
+@CASES.case("bad-mode-is-named")
+def _(ctx):
+    with pytest.raises(Exception) as err:
+        _group("sometimes")
+    assert "RINGGUARD_NAN_CHECK" in str(err.value) and "sometimes" in str(err.value), str(err.value)
+
+
+def _init():
+    dist.init_process_group("ringguard", timeout=timedelta(seconds=60))
+
+
+@pytest.fixture(scope="module", params=[2], ids=lambda n: f"np{n}")
+def run(request):
+    return harness.launch(__file__, request.param)
+
+
+@pytest.mark.parametrize("name", CASES.names)
+def test_case(run, name):
+    harness.check_case(CASES, run, name)
+
+
+def test_launch(run):
+    harness.check_launch(run)
+
+
+if __name__ == "__main__":
+    harness.run_worker(CASES, _init)
