@@ -76,8 +76,10 @@ def load(rules_path: Optional[str] = None, rules_json: Optional[str] = None, edi
          device: Optional[torch.device] = None, nvml_device: int = -1, builtin_variants: bool = True):
     """Creates the process's engine from a rules file (or JSON text, or the environment: RINGGUARD_POLICY_RULES,
     RINGGUARD_POLICY_SET), applies RINGGUARD_POLICY / RINGGUARD_POLICY_FORCE, and registers the built-in
-    attention variants for `device` (default: the current CUDA device, or CPU). A bad rules file raises
-    ValueError naming the key, the value and the problem."""
+    attention variants for `device` (default: the current CUDA device, or CPU). `nvml_device` >= 0 starts a
+    sampler thread reading that NVML device's PCIe counters every RINGGUARD_TELEMETRY_INTERVAL_MS (NVML
+    numbers devices in PCI bus order, not CUDA_VISIBLE_DEVICES order). A bad rules file raises ValueError
+    naming the key, the value and the problem."""
     global _engine, _device, _signals
     C = _ext.load()
     if device is None:

@@ -120,6 +120,20 @@ def test_cpu_has_no_cuda_only_backends():
     assert "pcie.util" not in sig  # no NVML source asked for (nvml_device=-1)
 
 
+def test_pcie_sampler_thread_reports_missing_without_nvml():
+    import time
+
+    policy.load(edits="", device=torch.device("cpu"), nvml_device=0)
+    deadline = time.monotonic() + 10
+    while "pcie.util" not in policy.signals() and time.monotonic() < deadline:
+        time.sleep(0.01)  # the sampler thread's first sample
+    sig = policy.signals()
+    assert "pcie.util" in sig
+    if sig["pcie.link_gen"] is not None:
+        pytest.skip("this machine has NVML and a device 0")
+    assert sig["pcie.util"] is None and sig["pcie.tx_bytes_per_s"] is None  # missing, not zero
+
+
 def test_async_allocator_statistics():
     policy.load(rules_json=FLASH_OR_MATH, edits="", device=torch.device("cpu"))
     policy.feed_torch_stats(stats(100, 60, 0), async_backend=True)

@@ -17,6 +17,7 @@
 #include "ringguard/policy/rules.h"
 #include "ringguard/telemetry/memory.h"
 #include "ringguard/telemetry/pcie.h"
+#include "ringguard/telemetry/sampler.h"
 
 namespace py = pybind11;
 
@@ -51,7 +52,7 @@ class PyPolicyEngine {
  public:
   // rules_json given: parsed as is (origin "python"); else rules_path; else the environment
   // (RINGGUARD_POLICY_RULES, default rules). edits: RINGGUARD_POLICY_SET syntax (else the environment's).
-  // nvml_device >= 0 adds the NVML PCIe source for that NVML index.
+  // nvml_device >= 0 starts a sampler thread with the NVML PCIe source for that NVML index.
   PyPolicyEngine(const py::object& rulesPath, const py::object& rulesJson, const py::object& edits,
                  int nvmlDevice) {
     PolicyRules rules;
@@ -71,7 +72,16 @@ class PyPolicyEngine {
     }
     if (!st.isOk()) raise(st);
     engine_ = std::make_unique<PolicyEngine>(std::move(rules), &registry_);
-    if (nvmlDevice >= 0) nvml_ = NvmlPcieSource::create(static_cast<unsigned>(nvmlDevice));
+    if (nvmlDevice >= 0) {
+      // PCIe counters are sampled on the sampler's thread at RINGGUARD_TELEMETRY_INTERVAL_MS, not at step
+      // boundaries: a 32-bit counter read once per (long) step would alias, and its rate be reported missing.
+      std::chrono::nanoseconds interval{};
+      Status ist = telemetryIntervalFromEnv(&interval);
+      if (!ist.isOk()) raise(ist);
+      sampler_ = std::make_unique<Sampler>(interval);
+      sampler_->add(NvmlPcieSource::create(static_cast<unsigned>(nvmlDevice)));
+      sampler_->start();
+    }
   }
 
   void registerVariant(const std::string& family, const std::string& name, const py::object& enabled) {
@@ -114,7 +124,8 @@ class PyPolicyEngine {
   }
 
   // The sample the engine would see now: the fed sources (and NVML when enabled), plus `extra` signals
-  // (name -> float, or None for missing) which replace same-named ones.
+  // (name -> float, or None for missing) which replace same-named ones. The PCIe signals are the sampler
+  // thread's latest (missing until its first two samples).
   Sample sample(const py::object& extra, const py::object& tMs) {
     Sample s;
     s.timeNs = tMs.is_none() ? std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -124,7 +135,10 @@ class PyPolicyEngine {
     torch_.sample(s.timeNs, &s.signals);
     devicePool_.sample(s.timeNs, &s.signals);
     pinnedPool_.sample(s.timeNs, &s.signals);
-    if (nvml_) nvml_->sample(s.timeNs, &s.signals);
+    if (sampler_) {
+      Sample latest = sampler_->latest();
+      for (Signal& sig : latest.signals) s.set(std::move(sig));
+    }
     if (!extra.is_none()) {
       for (auto kv : py::cast<py::dict>(extra)) {
         const std::string name = py::cast<std::string>(kv.first);
@@ -218,7 +232,7 @@ class PyPolicyEngine {
   TorchAllocatorSource torch_;
   PoolSource devicePool_{"device"};
   PoolSource pinnedPool_{"pinned"};
-  std::unique_ptr<NvmlPcieSource> nvml_;
+  std::unique_ptr<Sampler> sampler_;  // the NVML source's thread, when asked for
 };
 
 }  // namespace
