@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The sanitizer runs of the host layers (issue 17; part of scripts/run_tests.sh, the README's test command):
+#   1. ASan + UBSan (any UB is fatal): the unit suite (which holds the loopback suites) and every mpirun
+#      suite (ctest labels unit and mpi), torch and CUDA off;
+#   2. TSan: the loopback suites, the communicator and what runs on its threads (handshake, control
+#      channel, factories, peer lanes, the progress thread's error paths) in the unit binary.
+# Usage: scripts/run_sanitizers.sh [asan|tsan|all]   (default all). Build directories:
+# $RINGGUARD_SANITIZER_DIR/{asan,tsan} (default <repo>/build-sanitizers). Exits non-zero on any failure;
+# prints how long each part took.
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo_root"
+which="${1:-all}"
+base="${RINGGUARD_SANITIZER_DIR:-$repo_root/build-sanitizers}"
+jobs="$(nproc 2>/dev/null || echo 2)"
+supp="$repo_root/scripts/sanitizers"
+
+export OMPI_ALLOW_RUN_AS_ROOT=1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+
+# Host layers only, no benchmarks or examples: what the sanitizers are asked to cover, and the shortest
+# build. RelWithDebInfo (-O2 -g): readable reports at a speed the mpirun suites' limits allow.
+configure() {  # dir flags...
+  local dir="$1" flags="$2"
+  cmake -S "$repo_root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DRINGGUARD_WITH_CUDA=OFF -DRINGGUARD_WITH_TORCH=OFF -DRINGGUARD_BUILD_BENCH=OFF \
+    -DRINGGUARD_BUILD_EXAMPLES=OFF "-DCMAKE_CXX_FLAGS=$flags" "-DCMAKE_C_FLAGS=$flags" \
+    "-DCMAKE_EXE_LINKER_FLAGS=$flags" "-DCMAKE_SHARED_LINKER_FLAGS=$flags" >"$dir.configure.log" 2>&1 ||
+    { cat "$dir.configure.log" >&2; return 1; }
+}
+
+status=0
+run_asan() {
+  local dir="$base/asan" t0=$SECONDS
+  mkdir -p "$base"
+  configure "$dir" "-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+  cmake --build "$dir" --parallel "$jobs"
+  # detect_leaks with Open MPI's own leaks suppressed (lsan.supp says why each entry is there); UBSan
+  # reports fail the run (halt_on_error) with a stack.
+  ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0" \
+    LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0" \
+    UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
+    ctest --test-dir "$dir" --output-on-failure --no-tests=error -L 'unit|mpi' -E '^format$' || status=1
+  echo "run_sanitizers: asan+ubsan took $((SECONDS - t0)) s"
+}
+
+run_tsan() {
+  local dir="$base/tsan" t0=$SECONDS
+  mkdir -p "$base"
+  configure "$dir" "-fsanitize=thread -fno-omit-frame-pointer"
+  cmake --build "$dir" --parallel "$jobs" --target ringguard_unit_tests
+  local filter='*Loopback*:Handshake*:UntrustedPeer*:ControlChannel*:ControlFault*:Dissemination*'
+  filter+=':Factories*:Bootstrap*:AllocationFailure*:FaultScheduleReach*:PeerLanes*:SlotSizing*'
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" \
+    "$dir/tests/ringguard_unit_tests" --gtest_filter="$filter" --gtest_brief=1 || status=1
+  echo "run_sanitizers: tsan took $((SECONDS - t0)) s"
+}
+
+case "$which" in
+  asan) run_asan ;;
+  tsan) run_tsan ;;
+  all) run_asan; run_tsan ;;
+  *) echo "usage: $0 [asan|tsan|all]" >&2; exit 2 ;;
+esac
+if [[ $status -ne 0 ]]; then
+  echo "run_sanitizers: FAILED" >&2
+fi
+exit $status
