@@ -5,6 +5,10 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+#include <limits>
+
 #include "../mpi/collective_checks.h"
 #include "device_comm_util.h"
 
@@ -87,6 +91,58 @@ TEST(DeviceCollectives, FaultsDetectedAndRepaired) {
     EXPECT_EQ(sumOverRanks(c.escaped), 0u);
     EXPECT_EQ(sumOverRanks(c.detected), sumOverRanks(c.injected));
     if (testing::worldSize() > 1) EXPECT_GT(sumOverRanks(c.injected), 0u);
+  }
+}
+
+// RINGGUARD_NAN_CHECK on device memory: the scan kernel runs on the communication stream after the
+// caller's stream produced the input (the NaN is written by a kernel-ordered copy on the caller's stream
+// just before the collective, with no host synchronisation in between).
+TEST(DeviceCollectives, NanCheckOnDeviceInputs) {
+  if (!testing::everyRankHasDevice(nullptr)) GTEST_SKIP() << "no CUDA device";
+  const int n = testing::worldSize(), me = testing::worldRank(), bad = n - 1;
+  const size_t count = 100003, at = 77777;
+  DeviceMemory mem;
+  cudaStream_t stream = static_cast<cudaStream_t>(mem.stream());
+  std::vector<float> host(count, float(me + 1));
+  std::vector<uint8_t> init(count * 4);
+  std::memcpy(init.data(), host.data(), init.size());
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (NanCheck mode : {NanCheck::kWarn, NanCheck::kSkip, NanCheck::kError}) {
+    SCOPED_TRACE(nanCheckName(mode));
+    Options o;
+    o.sliceBytes = 65536;
+    o.nanCheck = mode;
+    auto comm = makeDeviceComm(o);
+    auto* in = static_cast<float*>(mem.make(count * 4, init));
+    auto* out = static_cast<float*>(mem.make(count * 4, {}));
+    if (me == bad) ASSERT_EQ(cudaMemcpyAsync(in + at, &nan, 4, cudaMemcpyHostToDevice, stream), cudaSuccess);
+    Status st = comm->allreduce(in, out, count, DataType::kFloat32, ReduceOp::kSum, stream);
+    std::vector<uint8_t> got = mem.read(out, count * 4);
+    std::vector<float> res(count);
+    std::memcpy(res.data(), got.data(), got.size());
+    const Counters c = comm->counters();
+    EXPECT_EQ(c.nonFiniteInputs, me == bad ? 1u : 0u);
+    if (mode == NanCheck::kWarn) {
+      ASSERT_TRUE(st.isOk()) << st.toString();
+      EXPECT_TRUE(std::isnan(res[at]));
+      EXPECT_EQ(res[at + 1], float(n * (n + 1) / 2));
+    } else if (mode == NanCheck::kSkip) {
+      ASSERT_TRUE(st.isOk()) << st.toString();
+      EXPECT_EQ(c.skipped, 1u);
+      // The output was never written: it still holds make()'s 0xAB fill.
+      uint32_t bits;
+      std::memcpy(&bits, &res[at + 1], 4);
+      EXPECT_EQ(bits, 0xABABABABu);
+    } else {
+      EXPECT_EQ(st.code(), me == bad ? StatusCode::kInvalidArgument : StatusCode::kPeerError)
+          << st.toString();
+      EXPECT_NE(st.message().find("on rank " + std::to_string(bad) +
+                                  " holds 1 non-finite value (NaN or +-Inf; "
+                                  "first at element 77777)"),
+                std::string::npos)
+          << st.toString();
+    }
+    mem.releaseAll();
   }
 }
 
