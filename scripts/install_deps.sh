@@ -10,7 +10,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   libspdlog-dev libboost-dev libisal-dev zlib1g-dev
   libgtest-dev nlohmann-json3-dev libcli11-dev
-  clang-format python3
+  clang-format python3 python3-venv
 )
 
 if [[ "${RINGGUARD_SKIP_INSTALL_DEPS:-0}" == "1" ]]; then
