@@ -63,8 +63,8 @@ Status sendRecv(const CollectiveContext& group, Executor* exec, const PeerExchan
     RINGGUARD_RETURN_IF_ERROR(sendToPeer(ctx, x.dst, ControlTag::kFingerprint, &f, sizeof(f)));
   }
   if (x.src >= 0)
-    RINGGUARD_RETURN_IF_ERROR(
-        receivePeerFingerprint(ctx, x.src, flowFingerprint(dtype, x.recvCount, x.tag, x.recvSeq), "sendrecv"));
+    RINGGUARD_RETURN_IF_ERROR(receivePeerFingerprint(
+        ctx, x.src, flowFingerprint(dtype, x.recvCount, x.tag, x.recvSeq), "sendrecv"));
 
   // Flows are columns named by their sender; one step.
   std::vector<Flow> out, in;

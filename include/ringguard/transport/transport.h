@@ -3,8 +3,8 @@
 // interface"). Public methods are non-virtual and always move a payload together with its trailer, so no
 // implementation can send an unframed slice; implementations override the protected hooks (spdlog's
 // base_sink pattern).
-#include <cstddef>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
