@@ -343,9 +343,9 @@ def _expect_unsupported(ctx, call, op_aliases, dtype_key):
     finally:
         dist.destroy_process_group(g)
     msg = str(info.value)
+    dtype_aliases = dtype_key if isinstance(dtype_key, tuple) else harness.DTYPE_ALIASES[dtype_key]
     assert harness.names_word(msg, op_aliases), f"message does not name the op {op_aliases[0]}: {msg}"
-    assert harness.names_word(msg, harness.DTYPE_ALIASES[dtype_key]), \
-        f"message does not name the dtype {dtype_key}: {msg}"
+    assert harness.names_word(msg, dtype_aliases), f"message does not name the dtype {dtype_aliases[0]}: {msg}"
     assert harness.names_word(msg, ("cpu",)), f"message does not name the device: {msg}"
     return {"message": msg[:300]}
 
@@ -465,33 +465,184 @@ def _(ctx):
         assert _same_bits(t.cpu(), want), f"tensor {i}: {_diff(t, want)}"
 
 
-@CASES.case("error-band")
+# --- issue 14's ops and dtypes: bitwise ops, i8 / i16 / bool, complex, float8 (copy-only), PREMUL_SUM ----
+
+def _backend_allreduce(t, op):
+    """The backend's own allreduce: dist.all_reduce would view a complex tensor as real first."""
+    opts = dist.AllreduceOptions()
+    opts.reduceOp = op
+    g = dist.distributed_c10d._get_default_group()
+    g._get_backend(torch.device("cpu")).allreduce([t], opts).wait()
+
+
+def _bitwise_case(dname):
+    dt = {"i8": torch.int8, "i16": torch.int16, "i32": torch.int32, "i64": torch.int64, "u8": torch.uint8,
+          "bool": torch.bool}[dname]
+
+    def fn(ctx):
+        lo, hi = (0, 2) if dt == torch.bool else (0, 256) if dt == torch.uint8 else (-128, 128)
+        inputs = [torch.randint(lo, hi, (1001,), generator=_gen(91, r), dtype=torch.int64).to(dt)
+                  for r in range(ctx.size)]
+        for name, op, fold in (("band", dist.ReduceOp.BAND, torch.bitwise_and),
+                               ("bor", dist.ReduceOp.BOR, torch.bitwise_or),
+                               ("bxor", dist.ReduceOp.BXOR, torch.bitwise_xor)):
+            want = inputs[0].clone()
+            for t in inputs[1:]:
+                want = fold(want, t)
+            t = inputs[ctx.rank].clone()
+            dist.all_reduce(t, op=op)
+            assert _same_bits(t, want), f"{dname} {name}: {_diff(t, want)}"
+    return fn
+
+
+for _d in ("i8", "i16", "i32", "i64", "u8", "bool"):
+    CASES.add(f"allreduce-bitwise-{_d}", _bitwise_case(_d))
+
+
+@CASES.case("allreduce-int8-int16-bool-arithmetic")
 def _(ctx):
-    return _expect_unsupported(ctx, lambda g: dist.all_reduce(torch.ones(4, dtype=torch.int32),
-                                                              op=dist.ReduceOp.BAND, group=g),
-                               ("band", "bitwise_and"), "int32")
+    for dt, lo, hi in ((torch.int8, -40, 40), (torch.int16, -10000, 10000)):
+        inputs = [torch.randint(lo, hi, (777,), generator=_gen(92, r), dtype=torch.int64) for r in range(ctx.size)]
+        xs = torch.stack(inputs)
+        for name, op, want in (("sum", dist.ReduceOp.SUM, xs.sum(0)), ("max", dist.ReduceOp.MAX, xs.amax(0)),
+                               ("min", dist.ReduceOp.MIN, xs.amin(0)),
+                               ("avg", dist.ReduceOp.AVG, torch.div(xs.sum(0), ctx.size, rounding_mode="trunc"))):
+            t = inputs[ctx.rank].to(dt)
+            dist.all_reduce(t, op=op)
+            assert _same_bits(t, want.to(dt)), f"{dt} {name}: {_diff(t, want.to(dt))}"
+    bools = [torch.randint(0, 2, (513,), generator=_gen(93, r)).bool() for r in range(ctx.size)]
+    bs = torch.stack(bools)
+    # As ProcessGroupNCCL: SUM is a logical or, PRODUCT a logical and.
+    for name, op, want in (("sum", dist.ReduceOp.SUM, bs.any(0)), ("prod", dist.ReduceOp.PRODUCT, bs.all(0)),
+                           ("min", dist.ReduceOp.MIN, bs.all(0)), ("max", dist.ReduceOp.MAX, bs.any(0))):
+        t = bools[ctx.rank].clone()
+        dist.all_reduce(t, op=op)
+        assert _same_bits(t, want), f"bool {name}: {_diff(t, want)}"
 
 
-@CASES.case("error-bool")
+@CASES.case("allreduce-complex-at-the-backend")
 def _(ctx):
-    return _expect_unsupported(ctx, lambda g: dist.all_reduce(torch.ones(4, dtype=torch.bool), group=g),
-                               ("allreduce", "all_reduce"), "bool")
+    for dt in (torch.complex64, torch.complex128):
+        parts = [torch.randint(-40, 41, (2, 301), generator=_gen(94, r)).double() for r in range(ctx.size)]
+        inputs = [torch.complex(p[0], p[1]).to(dt) for p in parts]
+        total = sum(torch.complex(p[0], p[1]) for p in parts)
+        for name, op, want in (("sum", dist.ReduceOp.SUM, total.to(dt)),
+                               # Each part divided by the rank count (complex / complex rounds otherwise).
+                               ("avg", dist.ReduceOp.AVG,
+                                torch.complex(total.real / ctx.size, total.imag / ctx.size).to(dt))):
+            t = inputs[ctx.rank].clone()
+            _backend_allreduce(t, op)
+            assert _same_bits(t, want), f"{dt} {name}: {_diff(t, want)}"
 
 
-@CASES.case("error-int16")
+def _premul_want(inputs, factor, dt):
+    # Every rank's input times the factor, then summed: power-of-two factors and small integers, so exact.
+    return sum(t.double() * factor for t in inputs).to(dt)
+
+
+@CASES.case("premul_sum-allreduce-and-reduce_scatter")
 def _(ctx):
-    return _expect_unsupported(ctx, lambda g: dist.all_reduce(torch.ones(4, dtype=torch.int16), group=g),
-                               ("allreduce", "all_reduce"), "int16")
+    for factor in (0.5, 0.125, 4.0):
+        for make in (lambda f: dist._make_nccl_premul_sum(f),
+                     lambda f: dist._make_nccl_premul_sum(torch.tensor([f], dtype=torch.float64))):
+            op = make(factor)
+            for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+                n = 3 * SLICE_BYTES // 4 + 5
+                inputs = [_input(dt, "sum", n * ctx.size, r, ctx.size, 95) for r in range(ctx.size)]
+                want = _premul_want(inputs, factor, dt)
+                t = inputs[ctx.rank].clone()
+                dist.all_reduce(t, op=op)
+                assert _same_bits(t, want), f"allreduce premul {factor} {dt}: {_diff(t, want)}"
+                out = torch.zeros(n, dtype=dt)
+                dist.reduce_scatter_tensor(out, inputs[ctx.rank], op=op)
+                mine = want.narrow(0, ctx.rank * n, n)
+                assert _same_bits(out, mine), f"reduce_scatter premul {factor} {dt}: {_diff(out, mine)}"
+    # Complex, at the backend: both parts scaled.
+    z = [torch.complex(torch.full((5,), float(r + 1)), torch.full((5,), -2.0 * r)) for r in range(ctx.size)]
+    t = z[ctx.rank].clone()
+    _backend_allreduce(t, dist._make_nccl_premul_sum(0.5))
+    want = sum(x * 0.5 for x in z)
+    assert _same_bits(t, want), f"complex premul: {_diff(t, want)}"
 
 
-@CASES.case("error-complex")
+@CASES.case("premul_sum-different-factors-fail-on-every-rank")
 def _(ctx):
-    # dist.all_reduce views complex tensors as real before the backend sees them; call the backend itself.
+    g = dist.new_group(backend="ringguard")
+    try:
+        with pytest.raises(RuntimeError) as info:
+            dist.all_reduce(torch.ones(8), op=dist._make_nccl_premul_sum(0.5 if ctx.rank == 0 else 0.25), group=g)
+    finally:
+        dist.destroy_process_group(g)
+    msg = str(info.value)
+    assert "premul_sum(0.5)" in msg and "premul_sum(0.25)" in msg, msg
+    return {"message": msg[:300]}
+
+
+def _copy_dtypes_case(dname):
+    dt = {"f8e4m3": torch.float8_e4m3fn, "f8e5m2": torch.float8_e5m2, "bool": torch.bool, "i8": torch.int8,
+          "i16": torch.int16, "c64": torch.complex64, "c128": torch.complex128}[dname]
+
+    def payload(rank, n):
+        raw = torch.randint(0, 256, (n * torch.empty(0, dtype=dt).element_size(),), generator=_gen(96, rank, n),
+                            dtype=torch.int64).to(torch.uint8)
+        if dt == torch.bool:
+            raw = raw % 2
+        return raw.view(dt)
+
+    def fn(ctx):
+        for n in (0, 1, 1001):
+            t = payload(ctx.rank, n) if ctx.rank == 1 else torch.zeros(n, dtype=dt)
+            dist.broadcast(t, src=1)
+            assert _same_bits(t, payload(1, n)), f"broadcast {dname} n={n}"
+            out = torch.zeros(n * ctx.size, dtype=dt)
+            dist.all_gather_into_tensor(out, payload(ctx.rank, n))
+            want = torch.cat([payload(r, n) for r in range(ctx.size)])
+            assert _same_bits(out, want), f"all_gather_into_tensor {dname} n={n}"
+            outs = [torch.zeros(n, dtype=dt) for _ in range(ctx.size)]
+            dist.all_to_all(outs, [payload(ctx.rank * 7 + p, n) for p in range(ctx.size)])
+            for p in range(ctx.size):
+                assert _same_bits(outs[p], payload(p * 7 + ctx.rank, n)), f"all_to_all {dname} n={n} from {p}"
+    return fn
+
+
+for _d in ("f8e4m3", "f8e5m2", "bool", "i8", "i16", "c64", "c128"):
+    CASES.add(f"copy-collectives-{_d}", _copy_dtypes_case(_d))
+
+
+@CASES.case("error-band-on-float")
+def _(ctx):
+    return _expect_unsupported(ctx, lambda g: dist.all_reduce(torch.ones(4), op=dist.ReduceOp.BAND, group=g),
+                               ("band",), "float32")
+
+
+@CASES.case("error-avg-on-bool")
+def _(ctx):
+    return _expect_unsupported(ctx, lambda g: dist.all_reduce(torch.ones(4, dtype=torch.bool), op=dist.ReduceOp.AVG,
+                                                              group=g), ("avg",), "bool")
+
+
+@CASES.case("error-premul_sum-on-int")
+def _(ctx):
+    return _expect_unsupported(
+        ctx, lambda g: dist.all_reduce(torch.ones(4, dtype=torch.int32), op=dist._make_nccl_premul_sum(0.5), group=g),
+        ("premul_sum",), "int32")
+
+
+@CASES.case("error-sum-on-float8")
+def _(ctx):
+    return _expect_unsupported(
+        ctx, lambda g: dist.reduce_scatter_tensor(torch.zeros(4, dtype=torch.float8_e4m3fn),
+                                                  torch.zeros(4 * ctx.size, dtype=torch.float8_e4m3fn), group=g),
+        ("sum",), ("float8_e4m3fn",))
+
+
+@CASES.case("error-max-on-complex")
+def _(ctx):
     def call(g):
         opts = dist.AllreduceOptions()
-        opts.reduceOp = dist.ReduceOp.SUM
+        opts.reduceOp = dist.ReduceOp.MAX
         g._get_backend(torch.device("cpu")).allreduce([torch.ones(4, dtype=torch.complex64)], opts).wait()
-    return _expect_unsupported(ctx, call, ("allreduce", "all_reduce"), "complex64")
+    return _expect_unsupported(ctx, call, ("max",), "complex64")
 
 
 # --- fault injection and counters -----------------------------------------------------------------

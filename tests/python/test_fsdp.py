@@ -36,7 +36,7 @@ def _model():
     return nn.Sequential(*layers)
 
 
-def train(ctx, group):
+def train(ctx, group, divide_factor=None, force_sum=False):
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import fully_shard
 
@@ -46,6 +46,11 @@ def train(ctx, group):
         if isinstance(m, nn.Linear):
             fully_shard(m, mesh=mesh)
     fully_shard(model, mesh=mesh)
+    for m in model.modules():
+        if divide_factor is not None and hasattr(m, "set_gradient_divide_factor"):
+            m.set_gradient_divide_factor(divide_factor)  # fp32: a PREMUL_SUM(1 / factor) reduce-scatter
+        if force_sum and hasattr(m, "set_force_sum_reduction_for_comms"):
+            m.set_force_sum_reduction_for_comms(True)  # SUM with pre / post division (what gloo can run)
     opt = torch.optim.SGD(model.parameters(), lr=0.25)
     for step in range(STEPS):
         g = torch.Generator().manual_seed(100 * ctx.rank + step)
@@ -77,6 +82,20 @@ def _(ctx):
     full, h = train(ctx, dist.new_group(backend="ringguard"))
     gfull, _ = train(ctx, ctx.ref)
     same, close = _compare(full, gfull)
+    return {"hash": h, "identical_to_gloo": same, "allclose_gloo": close}
+
+
+# A gradient divide factor of 4: FSDP2 reduce-scatters with PREMUL_SUM(0.25) (every rank's gradient times
+# 0.25, then summed). Gloo has no PREMUL_SUM, so the reference is FSDP2 over gloo forced to SUM, which
+# divides by 2 before and by 2 after; both scalings are exact (powers of two), so at 2 ranks (one sum per
+# element, commutative) the parameters must be bit-identical, at 3 allclose (another summation order).
+@CASES.case("fsdp2-gradient-divide-factor", check=_check_same_everywhere)
+def _(ctx):
+    full, h = train(ctx, dist.new_group(backend="ringguard"), divide_factor=4.0)
+    gfull, _ = train(ctx, ctx.ref, divide_factor=4.0, force_sum=True)
+    plain, _ = train(ctx, dist.new_group(backend="ringguard"))
+    same, close = _compare(full, gfull)
+    assert not _compare(full, plain)[0], "the divide factor changed nothing"
     return {"hash": h, "identical_to_gloo": same, "allclose_gloo": close}
 
 
