@@ -45,6 +45,9 @@ else
   echo "run_tests: python3 has no torch: tests/python not run"
 fi
 
+# The Python package on the newest torch too, in a venv of its own (docs/TORCH.md, "Tests and benchmark").
+bash scripts/run_torch_latest.sh || status=$?
+
 if [[ $status -ne 0 ]]; then
   echo "run_tests: FAILED (exit $status)" >&2
 else
