@@ -119,17 +119,19 @@ TEST(SettingsBounds, UnsignedParserNamesWhatIsWrong) {
 // Slots are sized to the largest slice of the collective, not to the configured slice.
 TEST(SlotSizing, SlotsFollowTheCollectiveNotTheSliceSetting) {
   const size_t kGiB = size_t(1) << 30;
-  RingPlan small(RingPlan::Kind::kAllreduce, RingSchedule(2, 3, 4, kGiB), 0, DataType::kFloat32,
-                 ReduceOp::kSum, nullptr, nullptr, nullptr);
+  // RingPlan keeps a reference to its schedule: the schedules are named, not temporaries.
+  const RingSchedule tiny(2, 3, 4, kGiB);
+  RingPlan small(RingPlan::Kind::kAllreduce, tiny, 0, DataType::kFloat32, ReduceOp::kSum, nullptr, nullptr,
+                 nullptr);
   EXPECT_EQ(small.slotBytes(), 12u);
-  RingPlan odd(RingPlan::Kind::kAllreduce, RingSchedule(3, 1001, 8, kGiB), 0, DataType::kFloat64,
-               ReduceOp::kSum, nullptr, nullptr, nullptr);
-  // Columns of 2-element units: 334 + 334 + 332 + the last element -> largest column 334 or 333 elements.
   const RingSchedule s(3, 1001, 8, kGiB);
+  RingPlan odd(RingPlan::Kind::kAllreduce, s, 0, DataType::kFloat64, ReduceOp::kSum, nullptr, nullptr,
+               nullptr);
   const size_t largest = std::max(s.column(0).count, s.column(2).count);
   EXPECT_EQ(odd.slotBytes(), largest * 8);
-  RingPlan big(RingPlan::Kind::kReduceScatter, RingSchedule::blocks(2, 1 << 20, 4, 4096), 0,
-               DataType::kFloat32, ReduceOp::kSum, nullptr, nullptr, nullptr);
+  const RingSchedule blocks = RingSchedule::blocks(2, 1 << 20, 4, 4096);
+  RingPlan big(RingPlan::Kind::kReduceScatter, blocks, 0, DataType::kFloat32, ReduceOp::kSum, nullptr,
+               nullptr, nullptr);
   EXPECT_EQ(big.slotBytes(), 4096u);
 }
 
