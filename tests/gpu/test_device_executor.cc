@@ -98,6 +98,18 @@ std::vector<uint8_t> finiteElements(DataType dtype, size_t count, uint64_t seed)
         std::memcpy(p, &b, 2);
         break;
       }
+      case DataType::kComplex64: {  // pairs of the f32 values above (random bits could be NaNs)
+        const float re = float(v), im = float(-v * 0.5);
+        std::memcpy(p, &re, 4);
+        std::memcpy(p + 4, &im, 4);
+        break;
+      }
+      case DataType::kComplex128: {
+        const double im = -v * 0.5;
+        std::memcpy(p, &v, 8);
+        std::memcpy(p + 8, &im, 8);
+        break;
+      }
       default:
         std::memcpy(p, &r, e);
         break;
@@ -142,6 +154,9 @@ std::vector<uint8_t> anyElements(DataType dtype, size_t count, uint64_t seed) {
 }
 
 bool isNan(DataType dtype, const uint8_t* p) {
+  // Complex: a NaN in either part (a NaN result's payload may differ between host and device).
+  if (dtype == DataType::kComplex64) return isNan(DataType::kFloat32, p) || isNan(DataType::kFloat32, p + 4);
+  if (dtype == DataType::kComplex128) return isNan(DataType::kFloat64, p) || isNan(DataType::kFloat64, p + 8);
   uint64_t v = 0;
   std::memcpy(&v, p, dataTypeSize(dtype));
   switch (dtype) {
