@@ -114,8 +114,8 @@ void CompletionLane::completeOne(PendingCollective& p, const Status& st) {
     // stream of each of its devices: the caller's.
     std::optional<c10::cuda::CUDAStreamGuard> guard;
     if (p.device >= 0) {
-      guard.emplace(c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(p.stream),
-                                                     c10::DeviceIndex(p.device)));
+      guard.emplace(
+          c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(p.stream), c10::DeviceIndex(p.device)));
     }
 #endif
     if (!error && p.after) p.after();

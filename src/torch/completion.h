@@ -86,10 +86,10 @@ class CompletionLane {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<PendingCollective>> queue_;
-  bool leading_ = false;   // a thread holds the leader role
-  int idle_ = 0;           // threads waiting to lead
-  int wakeups_ = 0;        // leader roles offered to idle threads, not yet taken
-  int busy_ = 0;           // threads completing a collective after giving up the leader role
+  bool leading_ = false;  // a thread holds the leader role
+  int idle_ = 0;          // threads waiting to lead
+  int wakeups_ = 0;       // leader roles offered to idle threads, not yet taken
+  int busy_ = 0;          // threads completing a collective after giving up the leader role
   bool draining_ = false;
   std::condition_variable drained_;  // drain() waits on it
   std::list<std::thread> threads_;

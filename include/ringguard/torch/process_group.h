@@ -10,6 +10,8 @@
 // a GPU of its own, else the host-staged transport on top of another C10dTransport. broadcast and allgather
 // are verified allreduces of bytes in which all but one rank contribute zeros: exact for every dtype, at
 // about twice the traffic of a dedicated broadcast or all-gather.
+#include <torch/headeronly/version.h>
+
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -20,7 +22,6 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
-#include <torch/headeronly/version.h>
 #include <vector>
 
 #include "ringguard/core/counters.h"
