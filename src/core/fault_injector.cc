@@ -36,7 +36,9 @@ std::string entryText(const FaultScheduleEntry& e) {
 
 Status checkFaultSchedule(const FaultOptions& fault, int worldSize) {
   const bool control = fault.mode == FaultMode::kControl;
-  const int steps = std::max(1, 2 * (worldSize - 1));  // allreduce's ring: the most steps of any plan
+  // Allreduce's ring has the most steps of any plan. In 64 bits: 2 (worldSize - 1) overflows an int past
+  // 2^30 ranks (found by tests/fuzz/fuzz_fault_schedule.cc).
+  const int64_t steps = std::max<int64_t>(1, 2 * (int64_t(worldSize) - 1));
   for (const FaultScheduleEntry& e : fault.schedule) {
     std::string why;
     if (e.rank < 0 || e.rank >= worldSize) {

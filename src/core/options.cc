@@ -172,8 +172,9 @@ Status Options::validate() const {
                         "must be in [1, " + std::to_string(kMaxTimeoutMs) + "] ms (a year)");
   }
   if (!isValidLogLevel(logLevel)) {
-    return invalidField("logLevel", "'" + logLevel + "'",
-                        "is not a log level (trace, debug, info, warn, error, critical, off)");
+    return invalidField(
+        "logLevel", "'" + logLevel + "'",
+        "is not a log level (trace, debug, info, warn (or warning), error (or err), critical, off)");
   }
   // Written as a negated range test so that NaN is rejected too.
   if (!(fault.probability >= 0.0 && fault.probability <= 1.0)) {

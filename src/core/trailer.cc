@@ -1,6 +1,8 @@
 #include "ringguard/core/trailer.h"
 
 #include <cstddef>
+#include <cstdio>
+#include <string>
 
 #include "ringguard/core/crc32.h"
 
@@ -62,6 +64,25 @@ SliceCheck checkSlice(const Trailer& t, const SliceId& expected, uint32_t receiv
   if (t.payloadCrc != receivedPayloadCrc) return SliceCheck::kCorrupt;
   if (t.flags & kTrailerPoisoned) return SliceCheck::kPoisoned;
   return SliceCheck::kOk;
+}
+
+bool isTrailerVersionSkew(const Trailer& t) {
+  return t.magic != kTrailerMagic && (t.magic & 0x00FFFFFFu) == kTrailerMagicFamily &&
+         t.trailerCrc == trailerBodyCrc(t);
+}
+
+std::string describeTrailerCheck(const Trailer& t, const SliceId& expected, uint32_t receivedPayloadCrc) {
+  const SliceCheck c = checkSlice(t, expected, receivedPayloadCrc);
+  if (c != SliceCheck::kMalformed || !isTrailerVersionSkew(t)) return sliceCheckName(c);
+  // The version byte is shown as a character when it is one ('2'), else as its number.
+  auto version = [](uint32_t magic) {
+    const unsigned v = magic >> 24;
+    return (v >= 0x21 && v <= 0x7E) ? std::string(1, char(v)) : "byte " + std::to_string(v);
+  };
+  char magicHex[16];
+  std::snprintf(magicHex, sizeof magicHex, "0x%08X", unsigned(t.magic));
+  return "protocol version mismatch: trailer format version " + version(t.magic) + " (magic " + magicHex +
+         "), this build reads version " + version(kTrailerMagic) + " (ranks of different ringguard builds)";
 }
 
 }  // namespace ringguard

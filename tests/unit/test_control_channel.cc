@@ -126,6 +126,12 @@ TEST(ControlChannelTest, RejectsEveryKindOfBadFrameNamingPeerAndCause) {
            return true;
          }),
          prefix + "not a control frame of this format (bad magic)");
+  // Found by tests/fuzz/fuzz_control_frame.cc: a sealed frame with a non-zero reserved field was accepted.
+  expect(firstRejection([](int, int, ControlTag, std::vector<uint8_t>* f) {
+           reseal(f, [](ControlFrameHeader* h) { h->reserved = 4; });
+           return true;
+         }),
+         prefix + "not a control frame of this format (reserved field 4, expected 0)");
   expect(firstRejection([](int, int, ControlTag, std::vector<uint8_t>* f) {
            reseal(f, [](ControlFrameHeader* h) { h->receiver = 1; });
            return true;
@@ -151,6 +157,32 @@ TEST(ControlChannelTest, RejectsEveryKindOfBadFrameNamingPeerAndCause) {
            return true;
          }),
          prefix1 + "stale or duplicated (sequence number 0)");
+}
+
+// The channel's checks without a channel (openControlFrame, what the fuzz target drives): a frame opens
+// exactly when it is the one a sender of that (tag, sender, receiver, sequence number) seals.
+TEST(ControlChannelTest, OpenControlFrameAcceptsExactlyTheSealedFrame) {
+  const std::string body = "a verdict";
+  const std::vector<uint8_t> frame =
+      sealControlFrame(ControlTag::kVerdict, 2, 0, 5, body.data(), body.size());
+  std::vector<uint8_t> msg;
+  ASSERT_TRUE(openControlFrame(frame.data(), frame.size(), ControlTag::kVerdict, 2, 0, 5, &msg).isOk());
+  EXPECT_EQ(msg, bytesOf(body));
+  msg = {7};
+  const Status st = openControlFrame(frame.data(), frame.size(), ControlTag::kVerdict, 2, 0, 6, &msg);
+  EXPECT_EQ(
+      st.message(),
+      "control frame verdict #6 from rank 2 rejected on rank 0: stale or duplicated (sequence number 5)");
+  EXPECT_EQ(msg, std::vector<uint8_t>{7});  // untouched on a rejection
+  EXPECT_FALSE(openControlFrame(frame.data(), frame.size(), ControlTag::kError, 2, 0, 5, &msg).isOk());
+  EXPECT_FALSE(openControlFrame(frame.data(), frame.size(), ControlTag::kVerdict, 1, 0, 5, &msg).isOk());
+  EXPECT_FALSE(openControlFrame(frame.data(), frame.size(), ControlTag::kVerdict, 2, 1, 5, &msg).isOk());
+  EXPECT_FALSE(openControlFrame(nullptr, 0, ControlTag::kVerdict, 2, 0, 5, &msg).isOk());
+  std::vector<uint8_t> reserved = frame;
+  reseal(&reserved, [](ControlFrameHeader* h) { h->reserved = 0x8000; });
+  EXPECT_EQ(openControlFrame(reserved.data(), reserved.size(), ControlTag::kVerdict, 2, 0, 5, &msg).message(),
+            "control frame verdict #5 from rank 2 rejected on rank 0: not a control frame of this format "
+            "(reserved field 32768, expected 0)");
 }
 
 TEST(ControlChannelTest, RejectionAndInjectionAreCounted) {

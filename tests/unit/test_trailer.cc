@@ -13,6 +13,7 @@
 
 #include "ringguard/core/crc32.h"
 #include "ringguard/core/trailer.h"
+#include "ringguard/runtime/handshake.h"
 
 namespace ringguard {
 namespace {
@@ -309,6 +310,54 @@ TEST(TrailerTest, SliceCheckNamesAreNonEmptyAndDistinct) {
   EXPECT_STREQ(sliceCheckName(SliceCheck::kOk), "ok");
   EXPECT_STREQ(sliceCheckName(SliceCheck::kCorrupt), "payload CRC mismatch");
   EXPECT_STREQ(sliceCheckName(static_cast<SliceCheck>(200)), "unknown");
+}
+
+// Issue 17, defect 7: a trailer of another format version read as "malformed trailer", a bad link.
+TEST(TrailerVersionTest, AnIntactTrailerOfAnotherVersionSaysProtocolVersion) {
+  const SliceId id = sampleId();
+  Trailer t = makeTrailer(id, 42, 0);
+  t.magic = (kTrailerMagic & 0x00FFFFFFu) | (uint32_t('2') << 24);  // "RGT2", sealed by its sender
+  sealTrailer(&t);
+  EXPECT_EQ(checkSlice(t, id, 42), SliceCheck::kMalformed);  // the verdict codes are unchanged
+  EXPECT_TRUE(isTrailerVersionSkew(t));
+  EXPECT_EQ(
+      describeTrailerCheck(t, id, 42),
+      "protocol version mismatch: trailer format version 2 (magic 0x32544752), this build reads version 1 "
+      "(ranks of different ringguard builds)");
+  t.magic = kTrailerMagicFamily;  // version byte 0: not a printable character
+  sealTrailer(&t);
+  EXPECT_NE(describeTrailerCheck(t, id, 42).find("version byte 0 (magic 0x00544752)"), std::string::npos);
+}
+
+TEST(TrailerVersionTest, DamageIsStillABadLink) {
+  const SliceId id = sampleId();
+  const Trailer good = makeTrailer(id, 42, 0);
+  EXPECT_FALSE(isTrailerVersionSkew(good));
+  EXPECT_EQ(describeTrailerCheck(good, id, 42), "ok");
+  EXPECT_EQ(describeTrailerCheck(good, id, 41), "payload CRC mismatch");
+  // The version byte flipped in transit: the trailer CRC no longer matches, so a link damaged it.
+  for (int bit = 24; bit < 32; ++bit) {
+    Trailer t = good;
+    t.magic ^= 1u << bit;
+    EXPECT_FALSE(isTrailerVersionSkew(t)) << bit;
+    EXPECT_EQ(describeTrailerCheck(t, id, 42), "malformed trailer") << bit;
+  }
+  // Another format altogether (not "RGT"), even sealed, is malformed, not a version.
+  Trailer other = good;
+  other.magic = 0x31434752;  // "RGC1", a control frame's magic
+  sealTrailer(&other);
+  EXPECT_FALSE(isTrailerVersionSkew(other));
+  EXPECT_EQ(describeTrailerCheck(other, id, 42), "malformed trailer");
+}
+
+// Ranks of two builds meet the handshake's version check first ("ringguard protocol version differs"), so a
+// trailer of the other version never arrives, as long as a new trailer format comes with a higher
+// kProtocolVersion. Trailer format 1 was current at protocol version 2: a new format fails this test until
+// the protocol version is raised past 2 and the new pair recorded here.
+TEST(TrailerVersionTest, TrailerFormatVersionIsPinnedToTheProtocolVersion) {
+  EXPECT_EQ(kTrailerMagic, 0x31544752u)
+      << "a new trailer format version needs a kProtocolVersion bump (runtime/handshake.h); record the pair";
+  EXPECT_GE(kProtocolVersion, 2u);
 }
 
 }  // namespace

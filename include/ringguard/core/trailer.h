@@ -2,10 +2,15 @@
 // The trailer that covers every slice crossing a link (docs/design/protocol.md, "Frame and trailer").
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace ringguard {
 
 inline constexpr uint32_t kTrailerMagic = 0x31544752;  // "RGT1" little-endian
+// The magic's first three bytes name the format ("RGT"), its last byte the format's version ('1'). A change
+// of the version byte goes with a kProtocolVersion bump (runtime/handshake.h), so ranks of two builds stop
+// at the handshake ("ringguard protocol version differs") before a trailer of the other build arrives.
+inline constexpr uint32_t kTrailerMagicFamily = kTrailerMagic & 0x00FFFFFFu;
 inline constexpr uint16_t kTrailerPoisoned = 1;
 
 // Identity of one slice transfer: what the receiver expects.
@@ -44,6 +49,15 @@ enum class SliceCheck : uint8_t {
 const char* sliceCheckName(SliceCheck c);
 // True for the outcomes that mean the link damaged something (counted as detected).
 inline bool isLinkFailure(SliceCheck c) { return c != SliceCheck::kOk && c != SliceCheck::kPoisoned; }
+
+// True when `t` is intact (its trailer CRC matches) and has the format's name but another version byte: a
+// trailer of another protocol version, not one a link damaged. checkTrailer calls it kMalformed (the
+// verdict codes are a wire format of their own); describeTrailerCheck names it.
+bool isTrailerVersionSkew(const Trailer& t);
+// checkSlice's verdict in words: sliceCheckName, except for a version skew: "protocol version mismatch:
+// trailer format version 2 (magic 0x32544752), this build reads version 1 (ranks of different ringguard
+// builds)".
+std::string describeTrailerCheck(const Trailer& t, const SliceId& expected, uint32_t receivedPayloadCrc);
 
 // Builds a trailer for `id` with the given payload CRC and flags (trailerCrc filled in).
 Trailer makeTrailer(const SliceId& id, uint32_t payloadCrc, uint16_t flags);

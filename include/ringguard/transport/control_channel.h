@@ -42,6 +42,13 @@ static_assert(sizeof(ControlFrameHeader) == 32, "control frame header is a fixed
 // A sealed frame of `bytes` at `body` (what ControlChannel::send hands its hook).
 std::vector<uint8_t> sealControlFrame(ControlTag tag, int sender, int receiver, uint64_t seq,
                                       const void* body, size_t bytes);
+// The checks ControlChannel::probe applies to a raw frame of `bytes` at `frame` that arrived from rank
+// `from` with `tag` on rank `receiver`, which expects sequence number `expectedSeq` next: OK with the body
+// in *message, or a kTransportError naming the frame and what was wrong (damaged, truncated, wrong length,
+// bad magic, misaddressed, stale, out of order); *message is untouched then. Keeps no state (the channel
+// numbers the frames), so it can be driven alone (tests/fuzz/fuzz_control_frame.cc).
+Status openControlFrame(const uint8_t* frame, size_t bytes, ControlTag tag, int from, int receiver,
+                        uint64_t expectedSeq, std::vector<uint8_t>* message);
 
 class ControlChannel {
  public:

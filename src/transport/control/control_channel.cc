@@ -87,41 +87,50 @@ Status ControlChannel::send(int peer, ControlTag tag, const void* data, size_t b
 
 // Checks in the order that names the real cause: a damaged frame (CRC over everything) before a frame
 // that is intact but not the one expected (misaddressed, stale, duplicated, a gap).
-Status ControlChannel::open(int from, ControlTag tag, std::vector<uint8_t>* frame,
-                            std::vector<uint8_t>* message) const {
-  const uint64_t expected = received_[size_t(from) * kNumControlTags + size_t(tag)];
+Status openControlFrame(const uint8_t* frame, size_t bytes, ControlTag tag, int from, int receiver,
+                        uint64_t expectedSeq, std::vector<uint8_t>* message) {
   auto reject = [&](const std::string& why) {
     std::ostringstream os;
-    os << "control frame " << controlTagName(tag) << " #" << expected << " from rank " << from
-       << " rejected on rank " << rank_ << ": " << why;
+    os << "control frame " << controlTagName(tag) << " #" << expectedSeq << " from rank " << from
+       << " rejected on rank " << receiver << ": " << why;
     return Status(StatusCode::kTransportError, os.str());
   };
-  if (frame->size() < sizeof(ControlFrameHeader)) {
-    return reject("truncated (" + std::to_string(frame->size()) + " bytes, a header has " +
+  if (bytes < sizeof(ControlFrameHeader)) {
+    return reject("truncated (" + std::to_string(bytes) + " bytes, a header has " +
                   std::to_string(sizeof(ControlFrameHeader)) + ")");
   }
   ControlFrameHeader h;
-  std::memcpy(&h, frame->data(), sizeof(h));
-  const size_t body = frame->size() - sizeof(h);
-  if (h.crc != frameCrc(h, frame->data() + sizeof(h), body))
-    return reject("CRC mismatch (damaged in transit)");
+  std::memcpy(&h, frame, sizeof(h));
+  const size_t body = bytes - sizeof(h);
+  if (h.crc != frameCrc(h, frame + sizeof(h), body)) return reject("CRC mismatch (damaged in transit)");
   if (h.length != body) {
     return reject("length field says " + std::to_string(h.length) + " bytes, " + std::to_string(body) +
                   " arrived");
   }
   if (h.magic != kControlFrameMagic) return reject("not a control frame of this format (bad magic)");
-  if (h.tag != uint16_t(tag) || h.sender != from || h.receiver != rank_) {
+  // Senders write 0: anything else is another format under the same magic, not something to ignore.
+  if (h.reserved != 0) {
+    return reject("not a control frame of this format (reserved field " + std::to_string(h.reserved) +
+                  ", expected 0)");
+  }
+  if (h.tag != uint16_t(tag) || h.sender != from || h.receiver != receiver) {
     std::ostringstream os;
     os << "misaddressed (tag " << h.tag << ", rank " << h.sender << " -> rank " << h.receiver << ")";
     return reject(os.str());
   }
-  if (h.seq != expected) {
-    return reject(h.seq < expected ? "stale or duplicated (sequence number " + std::to_string(h.seq) + ")"
-                                   : "out of order: sequence number " + std::to_string(h.seq) +
-                                         " arrived first (a frame was lost)");
+  if (h.seq != expectedSeq) {
+    return reject(h.seq < expectedSeq ? "stale or duplicated (sequence number " + std::to_string(h.seq) + ")"
+                                      : "out of order: sequence number " + std::to_string(h.seq) +
+                                            " arrived first (a frame was lost)");
   }
-  message->assign(frame->begin() + sizeof(h), frame->end());
+  message->assign(frame + sizeof(h), frame + bytes);
   return Status::ok();
+}
+
+Status ControlChannel::open(int from, ControlTag tag, std::vector<uint8_t>* frame,
+                            std::vector<uint8_t>* message) const {
+  return openControlFrame(frame->data(), frame->size(), tag, from, rank_,
+                          received_[size_t(from) * kNumControlTags + size_t(tag)], message);
 }
 
 Status ControlChannel::probe(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from, bool* got,
