@@ -14,6 +14,9 @@
 namespace ringguard {
 
 Status Work::wait() {
+  // A host collective still queued runs on this thread rather than waking the progress thread and
+  // sleeping until it is done (two thread hand-offs, most of a small collective's latency).
+  if (help_ && !isCompleted()) help_(this);
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [this] { return done_; });
   if (status_.isOk() && fence_) return fence_->orderCaller();
@@ -62,6 +65,11 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, const Options& 
       if (firstError_.isOk()) firstError_ = hs;
       transport_->markBroken();
     }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      busy_ = false;  // the handshake was the first run
+    }
+    cv_.notify_all();
     progressLoop();
   });
 }
@@ -205,6 +213,9 @@ std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, void* recv, 
 std::shared_ptr<Work> Communicator::enqueue(Task task, std::unique_ptr<Executor::Fence> fence) {
   task.work = std::make_shared<Work>();
   task.work->fence_ = std::move(fence);
+  // Host-memory collectives (no fence) may run on the thread that waits for them (helpWhileWaiting).
+  // Device ones stay on the progress thread, which is bound to the device and joins no user's capture.
+  if (!task.work->fence_) task.work->help_ = [this](const Work* w) { helpWhileWaiting(w); };
   std::shared_ptr<Work> work = task.work;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -264,8 +275,10 @@ void Communicator::progressLoop() {
     Status abortReason;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      // transport_->broken() is the progress thread's own state: an abort is handled once.
-      cv_.wait(lock, [this] { return stopping_ || !queue_.empty() || (aborted_ && !transport_->broken()); });
+      // transport_->broken() is the runners' own state: an abort is handled once.
+      cv_.wait(lock, [this] {
+        return !busy_ && (stopping_ || !queue_.empty() || (aborted_ && !transport_->broken()));
+      });
       if (aborted_ && !transport_->broken()) {
         abortReason = firstError_;
       } else if (queue_.empty()) {
@@ -274,15 +287,40 @@ void Communicator::progressLoop() {
         task = std::move(queue_.front());
         queue_.pop_front();
       }
+      busy_ = true;
     }
     if (!abortReason.isOk()) {
       // Aborted between collectives: peers learn it now rather than at their timeout.
       broadcastError(transport_.get(), abortReason);
       transport_->markBroken();
-      continue;
+    } else {
+      runTask(task);
     }
-    runTask(task);
+    finishRun();
   }
+}
+
+void Communicator::helpWhileWaiting(const Work* waited) {
+  for (;;) {
+    Task task;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      // Busy: the progress thread (or another waiting caller) runs tasks in order and will reach this one.
+      if (waited->isCompleted() || busy_ || queue_.empty() || aborted_ || queue_.front().work->fence_) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    runTask(task);  // tasks ahead of the waited one first: the order is the queue's, whoever runs it
+    finishRun();
+  }
+}
+
+void Communicator::finishRun() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  busy_ = false;
+  // Under the lock: once it is released the destructor may go on (its progress thread waits for !busy_).
+  cv_.notify_all();
 }
 
 void Communicator::runTask(Task& task) {

@@ -40,6 +40,17 @@ Status Transport::postSend(int peer, const void* payload, size_t bytes, const Tr
   RINGGUARD_RETURN_IF_ERROR(checkPeer(peer, "postSend"));
   // The trailer may live in device memory (device executors): it is never read here.
   RINGGUARD_ENFORCE(trailer != nullptr, "postSend: a trailer is required");
+  return doPostFrameSend(peer, payload, bytes, trailer, out);
+}
+
+Status Transport::postRecv(int peer, void* payload, size_t bytes, Trailer* trailer, FrameRequest* out) {
+  RINGGUARD_RETURN_IF_ERROR(checkPeer(peer, "postRecv"));
+  RINGGUARD_ENFORCE(trailer != nullptr, "postRecv: a trailer slot is required");
+  return doPostFrameRecv(peer, payload, bytes, trailer, out);
+}
+
+Status Transport::doPostFrameSend(int peer, const void* payload, size_t bytes, const Trailer* trailer,
+                                  FrameRequest* out) {
   std::unique_ptr<TransportOp> p, t;
   RINGGUARD_RETURN_IF_ERROR(doPostSend(peer, Channel::kPayload, payload, bytes, &p));
   RINGGUARD_RETURN_IF_ERROR(doPostSend(peer, Channel::kTrailer, trailer, sizeof(Trailer), &t));
@@ -47,9 +58,8 @@ Status Transport::postSend(int peer, const void* payload, size_t bytes, const Tr
   return Status::ok();
 }
 
-Status Transport::postRecv(int peer, void* payload, size_t bytes, Trailer* trailer, FrameRequest* out) {
-  RINGGUARD_RETURN_IF_ERROR(checkPeer(peer, "postRecv"));
-  RINGGUARD_ENFORCE(trailer != nullptr, "postRecv: a trailer slot is required");
+Status Transport::doPostFrameRecv(int peer, void* payload, size_t bytes, Trailer* trailer,
+                                  FrameRequest* out) {
   std::unique_ptr<TransportOp> p, t;
   RINGGUARD_RETURN_IF_ERROR(doPostRecv(peer, Channel::kPayload, payload, bytes, &p));
   RINGGUARD_RETURN_IF_ERROR(doPostRecv(peer, Channel::kTrailer, trailer, sizeof(Trailer), &t));

@@ -1,6 +1,7 @@
 #pragma once
-// The communicator: the public entry point of the runtime. One progress thread per communicator makes
-// every transport call; public calls validate, enqueue and return (docs/design/protocol.md, "Threading").
+// The communicator: the public entry point of the runtime. Public calls validate, enqueue and return; one
+// runner at a time makes the transport calls, in queue order: the progress thread, or for host memory the
+// caller that waits for a queued collective (docs/design/protocol.md, "Threading").
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -42,8 +43,17 @@ class Work {
   bool done_ = false;
   Status status_;
   std::unique_ptr<Executor::Fence> fence_;
+  std::function<void(const Work*)> help_;  // runs queued host collectives on the waiting thread
 };
 
+// Threads: every public call is thread-safe, but collectives are matched across ranks by the order in
+// which each rank issued them (the sequence number in every fingerprint), not by the thread that issued
+// them. Two threads that issue collectives of the same shape (collective, op, dtype, count, root; for
+// sendrecv the peer, tag and count) in a different order on different ranks get each other's results with
+// every check passing: each rank sends and receives exactly what the matched collective describes, so no
+// fingerprint, CRC or verdict can tell (NCCL and gloo behave alike). Collectives of different shapes fail
+// instead, with kFingerprintMismatch on every rank. Issue one communicator's collectives from one thread,
+// or in one order on every rank (e.g. under a mutex held across the issue calls).
 class Communicator {
  public:
   // Takes ownership of the transport and starts the progress thread. `options` must be valid. Without an
@@ -142,7 +152,10 @@ class Communicator {
   std::shared_ptr<Work> enqueue(Task task, std::unique_ptr<Executor::Fence> fence);
   CollectiveShape shape() const;
   void progressLoop();
+  // A waiting caller runs queued host tasks itself while no one else runs one (Work::wait).
+  void helpWhileWaiting(const Work* waited);
   void runTask(Task& task);
+  void finishRun();
 
   std::unique_ptr<Transport> transport_;
   const Options options_;
@@ -156,11 +169,12 @@ class Communicator {
   std::condition_variable cv_;
   std::deque<Task> queue_;
   bool stopping_ = false;
+  bool busy_ = true;  // a runner holds the transport; the handshake runs first, on the progress thread
   std::atomic<bool> aborted_{false};  // read by the waits of the collective in progress
   Status firstError_;
   Counters counters_;
-  uint64_t nextSeq_ = 0;  // touched by the progress thread only
-  // Point-to-point message numbers per peer (progress thread only): only the two ends count them.
+  uint64_t nextSeq_ = 0;  // touched by the runner only
+  // Point-to-point message numbers per peer (runner only): only the two ends count them.
   std::vector<uint64_t> sendSeq_, recvSeq_;
   std::thread progress_;
 };

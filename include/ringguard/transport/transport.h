@@ -92,6 +92,12 @@ class Transport {
                             std::unique_ptr<TransportOp>* out) = 0;
   virtual Status doPostRecv(int peer, Channel channel, void* data, size_t bytes,
                             std::unique_ptr<TransportOp>* out) = 0;
+  // One framed slice. By default two messages, the payload and the trailer (doPostSend, doPostRecv); a
+  // transport may move a small frame as one message instead (MPI packs payload and trailer: one message
+  // latency instead of two). Both ends decide from the slice's byte count, which the fingerprint agreed.
+  virtual Status doPostFrameSend(int peer, const void* payload, size_t bytes, const Trailer* trailer,
+                                 FrameRequest* out);
+  virtual Status doPostFrameRecv(int peer, void* payload, size_t bytes, Trailer* trailer, FrameRequest* out);
   // Called once when the transport breaks: tear down what could otherwise block forever (ncclCommAbort).
   virtual void doAbort() {}
   virtual Status doFlush() { return Status::ok(); }

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <cstring>
 #include <string>
 #include <thread>
 
@@ -15,6 +16,7 @@ namespace {
 
 constexpr int kTagPayload = 1;
 constexpr int kTagTrailer = 2;
+constexpr int kTagPackedFrame = 3;
 
 // How long a cancelled receive may take to complete. One that MPI matched (part of a rendezvous message
 // arrived) cannot be withdrawn; it completes only when its sender makes progress again, which a stopped or
@@ -28,14 +30,36 @@ class MpiOp final : public TransportOp {
       : request_(r), isRecv_(isRecv), rank_(rank), peer_(peer), stuck_(std::move(stuck)) {}
   ~MpiOp() override { cancel(); }
 
+  // A packed frame (MpiTransport::kPackedFrameBytes): the op owns the message buffer; a receive copies it
+  // out to `payload` and `trailer` when it completes.
+  void setPacked(std::vector<uint8_t> buffer, void* payload, size_t bytes, Trailer* trailer) {
+    packed_ = std::move(buffer);
+    payload_ = payload;
+    bytes_ = bytes;
+    trailer_ = trailer;
+  }
+
   Status test(bool* done) override {
     if (request_ == MPI_REQUEST_NULL) {
       *done = true;
       return Status::ok();
     }
     int flag = 0;
-    RINGGUARD_MPI_CHECK(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
+    MPI_Status status;
+    RINGGUARD_MPI_CHECK(MPI_Test(&request_, &flag, &status));
     *done = flag != 0;
+    if (flag && isRecv_ && !packed_.empty()) {
+      int count = 0;
+      RINGGUARD_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &count));
+      if (size_t(count) != packed_.size()) {
+        return Status(StatusCode::kTransportError, "rank " + std::to_string(rank_) + ": a frame of " +
+                                                       std::to_string(count) + " bytes from rank " +
+                                                       std::to_string(peer_) + " where " +
+                                                       std::to_string(packed_.size()) + " were expected");
+      }
+      if (bytes_ != 0) std::memcpy(payload_, packed_.data(), bytes_);
+      std::memcpy(trailer_, packed_.data() + bytes_, sizeof(Trailer));
+    }
     return Status::ok();
   }
 
@@ -61,19 +85,30 @@ class MpiOp final : public TransportOp {
               rank_, peer_, kCancelWait.count());
         }
         MPI_Request_free(&request_);
+        keepAlive();
       }
     } else {
       MPI_Request_free(&request_);  // the send may finish in the background; nothing waits for it
+      keepAlive();
     }
     request_ = MPI_REQUEST_NULL;
   }
 
  private:
+  // MPI may still read or write a released request's buffer: leak it rather than free it under MPI.
+  void keepAlive() {
+    if (!packed_.empty()) new std::vector<uint8_t>(std::move(packed_));
+  }
+
   MPI_Request request_;
   bool isRecv_;
   int rank_;
   int peer_;
   std::shared_ptr<std::atomic<bool>> stuck_;  // shared by the transport's ops; outlives the transport
+  std::vector<uint8_t> packed_;
+  void* payload_ = nullptr;
+  size_t bytes_ = 0;
+  Trailer* trailer_ = nullptr;
 };
 
 Status checkSize(size_t bytes, const char* what) {
@@ -187,6 +222,32 @@ Status MpiTransport::doPostRecv(int peer, Channel channel, void* data, size_t by
   RINGGUARD_MPI_CHECK(MPI_Irecv(data, int(bytes), MPI_BYTE, peer,
                                 channel == Channel::kPayload ? kTagPayload : kTagTrailer, data_, &r));
   out->reset(new MpiOp(r, true, rank(), peer, cancelStuck_));
+  return Status::ok();
+}
+
+Status MpiTransport::doPostFrameSend(int peer, const void* payload, size_t bytes, const Trailer* trailer,
+                                     FrameRequest* out) {
+  if (bytes > kPackedFrameBytes) return Transport::doPostFrameSend(peer, payload, bytes, trailer, out);
+  std::vector<uint8_t> frame(bytes + sizeof(Trailer));
+  if (bytes != 0) std::memcpy(frame.data(), payload, bytes);
+  std::memcpy(frame.data() + bytes, trailer, sizeof(Trailer));
+  MPI_Request r = MPI_REQUEST_NULL;
+  RINGGUARD_MPI_CHECK(MPI_Isend(frame.data(), int(frame.size()), MPI_BYTE, peer, kTagPackedFrame, data_, &r));
+  auto op = std::make_unique<MpiOp>(r, false, rank(), peer, cancelStuck_);
+  op->setPacked(std::move(frame), nullptr, 0, nullptr);  // the vector's storage moves with it: r stays valid
+  *out = FrameRequest(std::move(op), nullptr);
+  return Status::ok();
+}
+
+Status MpiTransport::doPostFrameRecv(int peer, void* payload, size_t bytes, Trailer* trailer,
+                                     FrameRequest* out) {
+  if (bytes > kPackedFrameBytes) return Transport::doPostFrameRecv(peer, payload, bytes, trailer, out);
+  std::vector<uint8_t> frame(bytes + sizeof(Trailer));
+  MPI_Request r = MPI_REQUEST_NULL;
+  RINGGUARD_MPI_CHECK(MPI_Irecv(frame.data(), int(frame.size()), MPI_BYTE, peer, kTagPackedFrame, data_, &r));
+  auto op = std::make_unique<MpiOp>(r, true, rank(), peer, cancelStuck_);
+  op->setPacked(std::move(frame), payload, bytes, trailer);
+  *out = FrameRequest(std::move(op), nullptr);
   return Status::ok();
 }
 

@@ -38,6 +38,10 @@ class MpiControlChannel final : public ControlChannel {
 
 class MpiTransport final : public Transport {
  public:
+  // Up to this payload size a frame is copied into one message: two small copies cost less than the
+  // second message's latency (bench_collectives, docs/PERFORMANCE.md).
+  static constexpr size_t kPackedFrameBytes = size_t(16) << 10;
+
   // Duplicates `comm` twice. Fails if MPI is not initialised.
   static Status create(MPI_Comm comm, std::unique_ptr<Transport>* out);
   ~MpiTransport() override;
@@ -49,6 +53,10 @@ class MpiTransport final : public Transport {
                     std::unique_ptr<TransportOp>* out) override;
   Status doPostRecv(int peer, Channel channel, void* data, size_t bytes,
                     std::unique_ptr<TransportOp>* out) override;
+  // Frames of up to kPackedFrameBytes of payload travel as one message: payload then trailer.
+  Status doPostFrameSend(int peer, const void* payload, size_t bytes, const Trailer* trailer,
+                         FrameRequest* out) override;
+  Status doPostFrameRecv(int peer, void* payload, size_t bytes, Trailer* trailer, FrameRequest* out) override;
 
  private:
   MpiTransport(int rank, int size, MPI_Comm data, MPI_Comm control);
