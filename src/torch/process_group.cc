@@ -4,6 +4,7 @@
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <optional>
 #include <set>
@@ -279,6 +280,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::launch(const char* op, con
   p->work = start(comm, stream);
   c10::intrusive_ptr<c10d::Work> work = p->c10dWork;
   (buffer.is_cuda() ? cudaLane_ : cpuLane_)->push(std::move(p));
+  coalesce(work);
   return work;
 }
 
@@ -294,6 +296,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allreduce(std::vector<at::
                                  "int32, int64, uint8, bool, complex64 and complex128");
   }
   op = reduceOpFor("allreduce", opts.reduceOp, t, dt);
+  premulOnOneRank(t, &op, /*inPlace=*/true);
   return launchAllreduce("allreduce", t, size_t(t.numel()), dt, op, {t}, nullptr);
 }
 
@@ -464,13 +467,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::_reduce_scatter_base(
   ReduceOp op;
   if (!toDataType(input.scalar_type(), &dt)) unsupported(name, "dtype of " + describe(input));
   op = reduceOpFor(name, opts.reduceOp, input, dt);
+  at::Tensor in = premulOnOneRank(input, &op, /*inPlace=*/false);
   // The native ring's reduce steps: block r of the input, reduced over the ranks, lands in rank r's output.
   const size_t count = size_t(output.numel());
   return launch(name, output,
-                [input, output, count, dt, op](Communicator* comm, void* stream) {
-                  return comm->reduceScatterAsync(input.data_ptr(), output.data_ptr(), count, dt, op, stream);
+                [in, output, count, dt, op](Communicator* comm, void* stream) {
+                  return comm->reduceScatterAsync(in.data_ptr(), output.data_ptr(), count, dt, op, stream);
                 },
-                {output}, nullptr, /*nestedOutputs=*/false, {input});
+                {output}, nullptr, /*nestedOutputs=*/false, {in});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce_scatter(
@@ -591,6 +595,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allreduce_coalesced(
     op = reduceOpFor(name, opts.reduceOp, t, dt);  // every dtype checked against the op
     dts.push_back(dt);
   }
+  if (size_ == 1 && isPremulSum(op)) {
+    const ReduceOp premul = op;
+    for (const at::Tensor& t : tensors) {
+      op = premul;
+      premulOnOneRank(t, &op, /*inPlace=*/true);
+    }
+  }
   // One verified allreduce per tensor, queued back to back (see the coalesced all-gather below).
   std::vector<at::Tensor> ts = tensors;
   return launch(
@@ -662,6 +673,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce_scatter_tensor_coal
     dts.push_back(dt);
   }
   std::vector<at::Tensor> ins = inputs, outs = outputs;
+  if (size_ == 1 && isPremulSum(op)) {
+    const ReduceOp premul = op;
+    for (at::Tensor& in : ins) {
+      op = premul;
+      in = premulOnOneRank(in, &op, /*inPlace=*/false);
+    }
+  }
   return launch(
       name, outputs[0],
       [ins, outs, dts, op](Communicator* comm, void* stream) {
@@ -672,7 +690,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce_scatter_tensor_coal
         }
         return last;
       },
-      outputs, nullptr, /*nestedOutputs=*/false, inputs);
+      outputs, nullptr, /*nestedOutputs=*/false, ins);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce(std::vector<at::Tensor>& tensors,
@@ -688,6 +706,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce(std::vector<at::Ten
   // A verified allreduce; the other ranks reduce a copy, so their tensors keep their values (as NCCL's).
   // Traffic: the allreduce's, about 2x a reduce to one rank.
   at::Tensor buffer = rank_ == int(opts.rootRank) ? t : t.clone();
+  premulOnOneRank(buffer, &op, /*inPlace=*/true);  // one rank: the root
   return launchAllreduce("reduce", buffer, size_t(t.numel()), dt, op, {t}, nullptr);
 }
 
@@ -823,8 +842,23 @@ RINGGUARD_UNSUPPORTED(allreduce_sparse(std::vector<at::Tensor>& t, const c10d::A
 RINGGUARD_UNSUPPORTED(allgather_coalesced(std::vector<std::vector<at::Tensor>>&, std::vector<at::Tensor>& in,
                                           const c10d::AllgatherOptions&),
                       "allgather_coalesced", firstTensor(in))
-RINGGUARD_UNSUPPORTED(recvAnysource(std::vector<at::Tensor>& t, int), "recv (any source)", firstTensor(t))
 #undef RINGGUARD_UNSUPPORTED
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::recvAnysource(std::vector<at::Tensor>& tensors,
+                                                                    int tag) {
+  const std::string why = "recv from any source (dist.recv / irecv without src, tag " + std::to_string(tag) +
+                          ") is not supported: give the source rank; point-to-point on this group is " +
+                          "stopped on every rank";
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    TORCH_CHECK(!stopped_, "ringguard: recv after shutdown()");
+    // A sender waiting for this receive would otherwise wait out its timeout: the abort is announced, so its
+    // send (in flight or later) fails at once naming this rank.
+    if (p2p_) p2p_->abort(why);
+  }
+  C10_THROW_ERROR(DistBackendError, "ringguard: rank " + std::to_string(rank_) + ": " + why + " (" +
+                                        firstTensor(tensors) + ")");
+}
 
 // send/recv: the engine's verified point-to-point (PeerLanes, sendRecv), the tensor's bytes as uint8. CUDA
 // tensors are staged through host memory.
@@ -883,7 +917,85 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::p2p(const char* op, at::Te
   } else {
     p2p_->recv(peer, tag, host.data_ptr(), bytes, DataType::kUint8, std::move(done));
   }
+  coalesce(rg);
   return rg;
+}
+
+at::Tensor ProcessGroupRingguard::premulOnOneRank(const at::Tensor& t, ReduceOp* op, bool inPlace) const {
+  if (size_ != 1 || !isPremulSum(*op)) return t;
+  // The factor as a scalar of the tensor's (real) dtype, as ProcessGroupNCCL makes it and the engine rounds
+  // it; the product is computed as at::mul computes it (f16/bf16 in f32, rounded once), which is the
+  // engine's arithmetic for one input. A CPU scalar also for a CUDA tensor (a kernel argument, no copy);
+  // the multiply runs on the caller's stream, which the collective is ordered after.
+  at::Tensor out = inPlace ? t : t.clone();
+  at::Tensor real = out.is_complex() ? at::view_as_real(out) : out;
+  real.mul_(at::scalar_tensor(premulFactor(*op), real.options().device(at::kCPU)));
+  *op = ReduceOp::kSum;
+  return out;
+}
+
+void ProcessGroupRingguard::coalesce(const c10::intrusive_ptr<c10d::Work>& work) {
+  std::lock_guard<std::mutex> lock(coalescingMutex_);
+  if (coalescing_) coalesced_.push_back(work);
+}
+
+void ProcessGroupRingguard::startCoalescing() {
+  std::lock_guard<std::mutex> lock(coalescingMutex_);
+  // A block that ended in an exception never reached endCoalescing (as with NCCL): start afresh.
+  coalesced_.clear();
+  coalescing_ = true;
+}
+
+// One Work over the block's operations: its Future completes (with every output) once each of theirs has,
+// with the first error if any failed; then the Work. Each operation's own completion runs the countdown, so
+// nothing waits on a thread of its own.
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::endCoalescing() {
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  {
+    std::lock_guard<std::mutex> lock(coalescingMutex_);
+    TORCH_CHECK(coalescing_, "ringguard: endCoalescing without startCoalescing");
+    coalescing_ = false;
+    works.swap(coalesced_);
+  }
+  if (works.empty()) return nullptr;
+  std::vector<at::Tensor> outputs;
+  std::vector<c10::Device> devices;
+  std::vector<c10::intrusive_ptr<c10::ivalue::Future>> futures;
+  for (const auto& w : works) {
+    for (const at::Tensor& t : w->result()) outputs.push_back(t);
+    futures.push_back(w->getFuture());
+    for (const c10::Device& d : futures.back()->devices()) {
+      if (std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);
+    }
+  }
+  auto future =
+      c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()), devices);
+  auto all = c10::make_intrusive<RgWork>(rank_, c10d::OpType::COALESCED, "coalesced", outputs, future);
+  struct Countdown {
+    std::mutex mutex;
+    size_t left;
+    std::exception_ptr error;
+  };
+  auto state = std::make_shared<Countdown>();
+  state->left = futures.size();
+  for (const auto& f : futures) {
+    f->addCallback([state, all, future, outputs](c10::ivalue::Future& done) {
+      std::exception_ptr error;
+      {
+        std::lock_guard<std::mutex> lock(state->mutex);
+        if (done.hasError() && !state->error) state->error = done.exception_ptr();
+        if (--state->left > 0) return;
+        error = state->error;
+      }
+      if (error) {
+        future->setError(error);
+      } else {
+        future->markCompleted(c10::IValue(outputs));
+      }
+      all->complete(error);
+    });
+  }
+  return all;
 }
 
 // Every rank issues the same collectives in the same order, so a count of them agrees across the group

@@ -115,6 +115,9 @@ class ProcessGroupRingguard : public c10d::Backend {
                                                const c10d::AllToAllOptions& o) override;
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& out, std::vector<at::Tensor>& in,
                                           const c10d::AllToAllOptions& o) override;
+  // Not supported: the lanes match messages per (peer, direction), and a receive that names no peer has no
+  // lane. Rather than leave the sender waiting out its timeout, it stops this group's point-to-point on
+  // every rank (PeerLanes::abort tells the peers: their sends in flight and later fail at once) and throws.
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& t, int tag) override;
   // gather into one flat tensor on the root (size() x the input, blocks in rank order); torch names it
   // gather_single / gather_into_tensor from 2.14 on. Non-roots' output is not touched.
@@ -154,6 +157,14 @@ class ProcessGroupRingguard : public c10d::Backend {
     return gatherSingle(out, in, o);
   }
 #endif
+
+  // Coalescing (torch.distributed.batch_isend_irecv, _coalescing_manager(device=...)): between
+  // startCoalescing and endCoalescing every operation issued on this group starts at once as usual (the lanes
+  // already keep sends and receives from waiting for each other); endCoalescing returns one Work that
+  // completes when all of them have (the first error, if any), or null when nothing was issued.
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
 
   void setSequenceNumberForGroup() override;
   uint64_t getSequenceNumberForGroup() override;
@@ -197,6 +208,13 @@ class ProcessGroupRingguard : public c10d::Backend {
                                               int root, std::vector<at::Tensor> outputs,
                                               std::function<void()> after, bool nestedOutputs);
   c10::intrusive_ptr<c10d::Work> p2p(const char* op, at::Tensor& t, int peer, int tag, bool isSend);
+  // One rank and a premul_sum op: the engine refuses it (nothing is reduced, so nothing would scale), NCCL
+  // returns input x factor. Returns `t` times the factor (rounded to its dtype, as the engine rounds it):
+  // `t` itself, scaled, when `inPlace`, else a new tensor; *op becomes kSum, which copies on one rank.
+  // Any other case returns `t` untouched.
+  at::Tensor premulOnOneRank(const at::Tensor& t, ReduceOp* op, bool inPlace) const;
+  // Records `work` while coalescing.
+  void coalesce(const c10::intrusive_ptr<c10d::Work>& work);
   void stop(bool abort);
 
   c10::intrusive_ptr<c10d::Store> store_;
@@ -217,6 +235,9 @@ class ProcessGroupRingguard : public c10d::Backend {
   bool stopped_ = false;
   std::atomic<uint64_t> sequence_{0};  // collectives issued
   uint64_t monitoredBarriers_ = 0;     // monitored barriers entered (their Store keys)
+  std::mutex coalescingMutex_;         // guards the two below
+  bool coalescing_ = false;
+  std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
 };
 
 }  // namespace ringguard

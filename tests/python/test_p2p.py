@@ -1,0 +1,214 @@
+"""Point-to-point over the "ringguard" backend: batch_isend_irecv (coalescing), and receive from any source.
+
+``batch_isend_irecv`` goes through the backend's startCoalescing / endCoalescing (the backend says
+``supports_coalescing``): the ops of one batch start at once, and the batch returns one Work that completes
+when all of them have. Every rank sends a message of its own size to both neighbours of the ring and
+receives from both; the payloads are integer-valued (arange plus 1000 x the sender's rank, several dtypes),
+so the expected bytes are known exactly. With injected corruptions (small slices, so a message has many)
+the results must be the same bytes, every injection detected (detected == injected, nothing escaped).
+
+``dist.recv(t)`` without ``src`` is not supported: the receiver raises at once, naming the missing source,
+and the sender, which would otherwise wait out its 60 s timeout, fails within seconds naming the receiver.
+"""
+
+import os
+import time
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import harness
+
+CASES = harness.Cases()
+# Sizes in elements: larger than a 1 KiB slice for the fault cases, odd, and one empty message.
+DTYPES = (torch.float32, torch.float64, torch.int64, torch.bfloat16, torch.uint8)
+
+
+def _count(src: int, to_right: bool, k: int) -> int:
+    # Message k from rank `src` to its right (or left) neighbour: sizes differ per sender, direction, dtype.
+    return 0 if (src, to_right, k) == (0, False, 4) else 257 + 131 * src + (64 if to_right else 0) + 37 * k
+
+
+def _payload(src: int, to_right: bool, k: int, dtype) -> torch.Tensor:
+    n = _count(src, to_right, k)
+    base = torch.arange(n, dtype=torch.int64) % 251 + (7 if to_right else 3) * src + k
+    return base.to(dtype)
+
+
+def _ring_ops(ctx, group):
+    """The batch: to both neighbours, every dtype; returns (ops, [(received tensor, expected)])."""
+    right, left = (ctx.rank + 1) % ctx.size, (ctx.rank - 1) % ctx.size
+    ops, checks = [], []
+    for k, dt in enumerate(DTYPES):
+        ops.append(dist.P2POp(dist.isend, _payload(ctx.rank, True, k, dt), right, group))
+        ops.append(dist.P2POp(dist.isend, _payload(ctx.rank, False, k, dt), left, group))
+    for k, dt in enumerate(DTYPES):
+        # From the left neighbour its to-the-right message, from the right one its to-the-left one. At 2
+        # ranks both neighbours are the same rank: messages per (peer, direction) match in issue order,
+        # and the sender issues to-right before to-left as the receiver issues from-left before from-right.
+        from_left = torch.full((_count(left, True, k),), 99, dtype=dt)
+        from_right = torch.full((_count(right, False, k),), 99, dtype=dt)
+        ops.append(dist.P2POp(dist.irecv, from_left, left, group))
+        ops.append(dist.P2POp(dist.irecv, from_right, right, group))
+        checks.append((from_left, _payload(left, True, k, dt)))
+        checks.append((from_right, _payload(right, False, k, dt)))
+    return ops, checks
+
+
+def _run_ring(ctx, group):
+    ops, checks = _ring_ops(ctx, group)
+    works = dist.batch_isend_irecv(ops)
+    # Coalesced: one Work for the whole batch (without coalescing torch returns one per op).
+    assert len(works) == 1, f"{len(works)} works for a batch of {len(ops)} ops"
+    works[0].wait()
+    assert works[0].is_completed()
+    for i, (got, want) in enumerate(checks):
+        assert got.dtype == want.dtype and torch.equal(got, want), f"message {i} ({want.dtype}): {got[:8]}"
+    return len(ops)
+
+
+@CASES.case("backend-supports-coalescing")
+def _(ctx):
+    backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+    assert backend.supports_coalescing, "batch_isend_irecv would not coalesce"
+    return {}
+
+
+@CASES.case("batch_isend_irecv-ring")
+def _(ctx):
+    return {"ops": _run_ring(ctx, None)}
+
+
+@CASES.case("batch_isend_irecv-ring-twice-on-a-new-group")
+def _(ctx):
+    g = dist.new_group(backend="ringguard")
+    n = _run_ring(ctx, g) + _run_ring(ctx, g)
+    dist.destroy_process_group(g)
+    return {"ops": n}
+
+
+def _check_faults(results, nproc):
+    assert sum(r["injected"] for r in results) > 0, f"nothing injected: {results}"
+    for rank, r in enumerate(results):
+        assert r["detected"] == r["injected"] and r["escaped"] == 0, f"rank {rank}: {r}"
+
+
+@CASES.case("batch_isend_irecv-ring-with-faults", check=_check_faults)
+def _(ctx):
+    import ringguard
+
+    g = dist.new_group(backend="ringguard", pg_options=ringguard.Options(
+        slice_bytes=1024, fault_mode="bitflip", fault_prob=0.2, fault_seed=9))
+    before = ringguard.counters(g)
+    for _ in range(3):
+        _run_ring(ctx, g)
+    after = ringguard.counters(g)
+    dist.destroy_process_group(g)
+    return {k: after[k] - before[k] for k in ("injected", "detected", "escaped", "retransmitted")}
+
+
+@CASES.case("coalescing-manager-with-device")
+def _(ctx):
+    # _coalescing_manager(device=...) calls startCoalescing/endCoalescing itself; what is issued inside
+    # (a broadcast, the fast path's allreduce_coalesced) completes with the one Work it returns.
+    t = torch.full((33,), float(ctx.rank + 1))
+    u = torch.full((5,), 2.0 * (ctx.rank + 1))
+    b = torch.arange(17, dtype=torch.int32) * (ctx.rank + 1)
+    with dist._coalescing_manager(device=torch.device("cpu"), async_ops=True) as cm:
+        dist.broadcast(b, src=ctx.size - 1)
+    assert len(cm.works) == 1
+    cm.wait()
+    assert torch.equal(b, torch.arange(17, dtype=torch.int32) * ctx.size), b
+    with dist._coalescing_manager(device=torch.device("cpu"), async_ops=True) as cm:
+        dist.all_reduce(t)
+        dist.all_reduce(u)
+    assert len(cm.works) == 1
+    cm.wait()
+    total = ctx.size * (ctx.size + 1) / 2
+    assert torch.equal(t, torch.full((33,), total)) and torch.equal(u, torch.full((5,), 2 * total)), (t, u)
+    # Synchronous: the manager waits itself.
+    v = torch.full((9,), float(ctx.rank))
+    with dist._coalescing_manager(device=torch.device("cpu")):
+        dist.all_reduce(v)
+    assert torch.equal(v, torch.full((9,), total - ctx.size)), v
+    return {}
+
+
+@CASES.case("batch_isend_irecv-size-mismatch-fails-the-batch")
+def _(ctx):
+    # Rank 0 receives one element fewer than its left neighbour sends: the batch's Work raises on both
+    # (the lanes compare counts and name both), and the group's later operations fail with that error.
+    g = dist.new_group(backend="ringguard", timeout=timedelta(seconds=60))
+    right, left = (ctx.rank + 1) % ctx.size, (ctx.rank - 1) % ctx.size
+    send = torch.ones(10)
+    recv = torch.zeros(9 if ctx.rank == 0 else 10)
+    t0 = time.monotonic()
+    error = ""
+    try:
+        dist.batch_isend_irecv([dist.P2POp(dist.isend, send, right, g),
+                                dist.P2POp(dist.irecv, recv, left, g)])[0].wait()
+    except RuntimeError as err:
+        error = str(err)
+    seconds = time.monotonic() - t0
+    dist.destroy_process_group(g)
+    if ctx.rank in (0, ctx.size - 1):  # the mismatched pair (a middle rank may or may not see the error)
+        assert error, "the mismatched batch completed"
+        assert "count=36" in error and "count=40" in error, error  # bytes: 9 and 10 floats
+    if error:
+        assert seconds < 30, f"failed after {seconds:.1f} s: {error}"
+    return {"error": error[:300], "seconds": round(seconds, 3)}
+
+
+def _check_anysource(results, nproc):
+    for rank, r in enumerate(results):
+        assert r["error"], f"rank {rank}: no error"
+        assert r["seconds"] < 20, f"rank {rank}: failed only after {r['seconds']} s (timeout 60 s)"
+    assert "any source" in results[0]["error"], results[0]
+
+
+@CASES.case("recv-any-source-fails-both-sides", check=_check_anysource)
+def _(ctx):
+    g = dist.new_group(backend="ringguard", timeout=timedelta(seconds=60))
+    t = torch.arange(6, dtype=torch.float32) + ctx.rank
+    t0 = time.monotonic()
+    error = ""
+    try:
+        if ctx.rank == 0:
+            dist.recv(t, group=g)  # no src
+        else:
+            dist.send(t, dst=0, group=g)
+    except RuntimeError as err:
+        error = str(err)
+    seconds = time.monotonic() - t0
+    # Collectives of the group are not affected (their own transport).
+    s = torch.ones(4)
+    dist.all_reduce(s, group=g)
+    assert torch.equal(s, torch.full((4,), float(ctx.size))), s
+    dist.destroy_process_group(g)
+    return {"error": error[:400], "seconds": round(seconds, 3)}
+
+
+def _init():
+    dist.init_process_group("ringguard", timeout=timedelta(seconds=120))
+
+
+# --- pytest side ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module", params=[2, 3], ids=lambda n: f"np{n}")
+def run(request):
+    return harness.launch(__file__, request.param)
+
+
+@pytest.mark.parametrize("name", CASES.names)
+def test_case(run, name):
+    harness.check_case(CASES, run, name)
+
+
+def test_launch(run):
+    harness.check_launch(run)
+
+
+if __name__ == "__main__":
+    harness.run_worker(CASES, _init)
