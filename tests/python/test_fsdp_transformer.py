@@ -7,7 +7,9 @@ shard). Each block and the root are ``fully_shard``-ed; 4 AdamW steps on seeded 
 
 The matrix: fp32 with ``reshard_after_forward`` True and False; gradient accumulation (two micro-batches,
 the first with ``set_requires_gradient_sync(False)``); mixed precision (``MixedPrecisionPolicy``: bf16
-parameters, fp32 reduce); and the fp32 run again with injected corruptions.
+parameters, fp32 reduce); a gradient divide factor of 4 (PREMUL_SUM(0.25); the gloo reference is forced to
+SUM with pre- and post-division, as gloo has no PREMUL_SUM); and the fp32 and bf16 runs again with injected
+corruptions.
 
 Tolerance. At 2 ranks: bit-identical to gloo. Each element of a reduce-scatter is the sum of two values,
 the same IEEE result in either order, and the division by 2 is exact whichever side of the sum it is done
@@ -77,7 +79,7 @@ def _batch(ctx, step, micro):
     return idx[:, :-1], idx[:, 1:]
 
 
-def train(ctx, group, reshard=True, accumulate=1, bf16=False):
+def train(ctx, group, reshard=True, accumulate=1, bf16=False, divide_factor=None, force_sum=False):
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -90,6 +92,11 @@ def train(ctx, group, reshard=True, accumulate=1, bf16=False):
     for blk in model.blocks:
         fully_shard(blk, **kw)
     fully_shard(model, **kw)
+    for m in model.modules():
+        if divide_factor is not None and hasattr(m, "set_gradient_divide_factor"):
+            m.set_gradient_divide_factor(divide_factor)  # a PREMUL_SUM(1 / factor) reduce-scatter
+        if force_sum and hasattr(m, "set_force_sum_reduction_for_comms"):
+            m.set_force_sum_reduction_for_comms(True)  # SUM with pre / post division (what gloo runs)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     loss = None
     for step in range(STEPS):
@@ -121,9 +128,12 @@ def _check(results, nproc):
         assert r["allclose_gloo"], f"rank {rank}: parameters differ from FSDP2 over gloo: {r}"
 
 
-def _versus_gloo(ctx, bf16=False, **kw):
-    full, h, loss, uneven = train(ctx, dist.new_group(backend="ringguard"), bf16=bf16, **kw)
-    gfull, _, gloss, _ = train(ctx, ctx.ref, bf16=bf16, **kw)
+def _versus_gloo(ctx, bf16=False, divide_factor=None, **kw):
+    full, h, loss, uneven = train(ctx, dist.new_group(backend="ringguard"), bf16=bf16,
+                                  divide_factor=divide_factor, **kw)
+    # Gloo has no PREMUL_SUM: with a divide factor the reference is FSDP2 over gloo forced to SUM.
+    gfull, _, gloss, _ = train(ctx, ctx.ref, bf16=bf16, divide_factor=divide_factor,
+                               force_sum=divide_factor is not None, **kw)
     rtol, atol = (2e-2, 2e-3) if bf16 else (1e-4, 1e-5)
     same, close, worst = _compare(full, gfull, rtol, atol)
     return {"hash": h, "identical_to_gloo": same, "allclose_gloo": close, "max_diff_gloo": worst,
@@ -150,6 +160,14 @@ def _(ctx):
     return _versus_gloo(ctx, bf16=True)
 
 
+# A gradient divide factor of 4: ringguard reduce-scatters with PREMUL_SUM(0.25), gloo (forced to SUM)
+# divides by 2 before the sum and by 2 after. Both scalings are by powers of two, exact on either side of a
+# sum, so at 2 ranks the parameters must be bit-identical.
+@CASES.case("fp32-gradient-divide-factor-4", check=_check)
+def _(ctx):
+    return _versus_gloo(ctx, divide_factor=4.0)
+
+
 def _check_faults(results, nproc):
     assert len({r["hash"] for r in results}) == 1, f"ranks differ: {results}"
     assert sum(r["injected"] for r in results) > 0, f"nothing injected: {results}"
@@ -158,17 +176,26 @@ def _check_faults(results, nproc):
         assert r["detected"] == r["injected"] and r["escaped"] == 0, f"rank {rank}: {r}"
 
 
-@CASES.case("fp32-with-faults", check=_check_faults)
-def _(ctx):
+def _fault_run(ctx, **kw):
     import ringguard
 
-    clean, _, _, _ = train(ctx, dist.new_group(backend="ringguard"))
+    clean, _, _, _ = train(ctx, dist.new_group(backend="ringguard"), **kw)
     rg = dist.new_group(backend="ringguard", pg_options=ringguard.Options(
         slice_bytes=1024, fault_mode="bitflip", fault_prob=0.1, fault_seed=17))
-    full, h, _, _ = train(ctx, rg)
+    full, h, _, _ = train(ctx, rg, **kw)
     c = ringguard.counters(rg)
     return {"hash": h, "identical_to_clean": all(torch.equal(a, b) for a, b in zip(full, clean)),
             "injected": c["injected"], "detected": c["detected"], "escaped": c["escaped"]}
+
+
+@CASES.case("fp32-with-faults", check=_check_faults)
+def _(ctx):
+    return _fault_run(ctx)
+
+
+@CASES.case("mp-bf16-with-faults-gradient-accumulation", check=_check_faults)
+def _(ctx):
+    return _fault_run(ctx, bf16=True, accumulate=2)
 
 
 def _init():
