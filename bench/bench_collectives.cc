@@ -89,15 +89,15 @@ Status runRingguard(Communicator& c, Op op, const void* in, void* out, const Sha
     case Op::kAllreduce:
       return c.allreduce(in, out, s.count, t, ReduceOp::kSum, stream);
     case Op::kReduceScatter:
-      return c.reduceScatterAsync(in, out, s.count, t, ReduceOp::kSum, stream)->wait();
+      return c.reduceScatter(in, out, s.count, t, ReduceOp::kSum, stream);
     case Op::kAllgather:
-      return c.allgatherAsync(in, out, s.count, t, stream)->wait();
+      return c.allgather(in, out, s.count, t, stream);
     case Op::kBroadcast:
-      return c.broadcastAsync(out, out, s.count, t, 0, stream)->wait();  // in place on root's filled out
+      return c.broadcast(out, out, s.count, t, 0, stream);  // in place on root's filled out
     case Op::kAlltoall:
-      return c.alltoallAsync(in, out, s.count, t, stream)->wait();
+      return c.alltoall(in, out, s.count, t, stream);
     case Op::kSendRecv:
-      return c.sendRecvAsync(in, s.count, (me + 1) % n, out, s.count, (me + n - 1) % n, t, stream)->wait();
+      return c.sendRecv(in, s.count, (me + 1) % n, out, s.count, (me + n - 1) % n, t, stream);
   }
   return Status::ok();
 }

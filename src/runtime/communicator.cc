@@ -123,9 +123,46 @@ std::shared_ptr<Work> Communicator::allreduceAsync(const void* send, void* recv,
       true, CollectiveInput{send, {{send, count}}, dtype});
 }
 
+namespace {
+// Set while a synchronous form enqueues: its caller waits at once, so the progress thread is not woken
+// for a host item (waking it preempts the caller on a small machine, only for it to find the item taken).
+thread_local bool tlEnqueueToWait = false;
+}  // namespace
+
+Status Communicator::enqueueAndWait(const std::function<std::shared_ptr<Work>()>& enqueueIt) {
+  tlEnqueueToWait = true;
+  std::shared_ptr<Work> work = enqueueIt();
+  tlEnqueueToWait = false;
+  return work->wait();
+}
+
 Status Communicator::allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                                void* stream) {
-  return allreduceAsync(send, recv, count, dtype, op, stream)->wait();
+  return enqueueAndWait([&] { return allreduceAsync(send, recv, count, dtype, op, stream); });
+}
+
+Status Communicator::reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype,
+                                   ReduceOp op, void* stream) {
+  return enqueueAndWait([&] { return reduceScatterAsync(send, recv, recvCount, dtype, op, stream); });
+}
+
+Status Communicator::allgather(const void* send, void* recv, size_t sendCount, DataType dtype, void* stream) {
+  return enqueueAndWait([&] { return allgatherAsync(send, recv, sendCount, dtype, stream); });
+}
+
+Status Communicator::broadcast(const void* send, void* recv, size_t count, DataType dtype, int root,
+                               void* stream) {
+  return enqueueAndWait([&] { return broadcastAsync(send, recv, count, dtype, root, stream); });
+}
+
+Status Communicator::sendRecv(const void* send, size_t sendCount, int dst, void* recv, size_t recvCount,
+                              int src, DataType dtype, void* stream) {
+  return enqueueAndWait(
+      [&] { return sendRecvAsync(send, sendCount, dst, recv, recvCount, src, dtype, stream); });
+}
+
+Status Communicator::alltoall(const void* send, void* recv, size_t count, DataType dtype, void* stream) {
+  return enqueueAndWait([&] { return alltoallAsync(send, recv, count, dtype, stream); });
 }
 
 std::shared_ptr<Work> Communicator::reduceScatterAsync(const void* send, void* recv, size_t recvCount,
@@ -217,6 +254,7 @@ std::shared_ptr<Work> Communicator::enqueue(Task task, std::unique_ptr<Executor:
   // Device ones stay on the progress thread, which is bound to the device and joins no user's capture.
   if (!task.work->fence_) task.work->help_ = [this](const Work* w) { helpWhileWaiting(w); };
   std::shared_ptr<Work> work = task.work;
+  const bool wake = !tlEnqueueToWait || !work->help_;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!firstError_.isOk()) {
@@ -225,7 +263,9 @@ std::shared_ptr<Work> Communicator::enqueue(Task task, std::unique_ptr<Executor:
     }
     queue_.push_back(std::move(task));
   }
-  cv_.notify_all();
+  // Not woken, the progress thread still reaches the item: a runner that finishes wakes it when
+  // something is queued (finishRun), and the waiting caller runs it when no runner is busy.
+  if (wake) cv_.notify_all();
   return work;
 }
 
@@ -319,8 +359,9 @@ void Communicator::helpWhileWaiting(const Work* waited) {
 void Communicator::finishRun() {
   std::lock_guard<std::mutex> lock(mutex_);
   busy_ = false;
-  // Under the lock: once it is released the destructor may go on (its progress thread waits for !busy_).
-  cv_.notify_all();
+  // Only when the progress thread has something to do: waking it after every inline run would cost the
+  // hand-off the inline run saved. Under the lock: once it is released the destructor may go on.
+  if (!queue_.empty() || stopping_ || aborted_) cv_.notify_all();
 }
 
 void Communicator::runTask(Task& task) {

@@ -81,9 +81,18 @@ class Communicator {
   // the verified collective is host-driven and cannot be captured.
   std::shared_ptr<Work> allreduceAsync(const void* send, void* recv, size_t count, DataType dtype,
                                        ReduceOp op, void* stream = nullptr);
-  // allreduceAsync(...)->wait().
+  // The synchronous forms: the Async call's Work, waited for. A host collective runs on the calling thread
+  // when no other runner holds the transport (then the progress thread is not even woken).
   Status allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                    void* stream = nullptr);
+  Status reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype, ReduceOp op,
+                       void* stream = nullptr);
+  Status allgather(const void* send, void* recv, size_t sendCount, DataType dtype, void* stream = nullptr);
+  Status broadcast(const void* send, void* recv, size_t count, DataType dtype, int root,
+                   void* stream = nullptr);
+  Status sendRecv(const void* send, size_t sendCount, int dst, void* recv, size_t recvCount, int src,
+                  DataType dtype, void* stream = nullptr);
+  Status alltoall(const void* send, void* recv, size_t count, DataType dtype, void* stream = nullptr);
 
   // The other collectives. Every one validates its own arguments (kInvalidArgument naming the argument
   // and the rank, and a kPeerError on the other ranks), is verified slice by slice like allreduce, and
@@ -150,6 +159,7 @@ class Communicator {
                                std::function<Status(const CollectiveContext&, Executor*)> run,
                                bool group = true, CollectiveInput input = {});
   std::shared_ptr<Work> enqueue(Task task, std::unique_ptr<Executor::Fence> fence);
+  Status enqueueAndWait(const std::function<std::shared_ptr<Work>()>& enqueueIt);
   CollectiveShape shape() const;
   void progressLoop();
   // A waiting caller runs queued host tasks itself while no one else runs one (Work::wait).
