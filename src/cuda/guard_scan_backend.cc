@@ -114,6 +114,20 @@ class DeviceGuardBackend final : public GuardBackend {
                          check ? buffer.dtype : DataType::kFloat32, slot, s);
   }
 
+  Status scanMany(const std::vector<const GuardBuffer*>& buffers, void* stream) override {
+    std::vector<NanScanSpan> spans;
+    spans.reserve(buffers.size());
+    for (const GuardBuffer* b : buffers) {
+      NanScanResult* slot = nullptr;
+      RINGGUARD_RETURN_IF_ERROR(nextSlot(static_cast<cudaStream_t>(stream), &slot));
+      const bool check = element_bits::isFloatType(b->dtype);
+      // Integer buffers get a clean slot, as in scan().
+      spans.push_back(NanScanSpan{check ? b->data : nullptr, check ? b->count() : 0,
+                                  check ? b->dtype : DataType::kFloat32, slot});
+    }
+    return nanScanManyDevice(spans.data(), spans.size(), static_cast<cudaStream_t>(stream));
+  }
+
   Status readScans(void* stream, std::vector<ScanResult>* results) override {
     results->clear();
     if (pending_ == 0) return Status::ok();

@@ -16,6 +16,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "cuda_check.h"
 #include "ringguard/cuda/kernels.h"
@@ -120,15 +122,18 @@ __global__ void __launch_bounds__(32, 1) nanScanInitKernel(NanScanResult* out) {
 
 // Elements [0, head) and [head + numVectors * kPerVector, count) are scalars (the unaligned head and tail,
 // fewer than one vector each, checked by block 0); the rest are 16-byte vectors starting at element head.
+// One block's share of one buffer's scan: block `block` of `blocks` (the grid, or the blocks a multi-buffer
+// launch gave this buffer).
 template <typename T>
-__global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
-    nanScanKernel(const typename T::Scalar* __restrict__ elems, unsigned long long count,
-                  unsigned long long head, unsigned long long numVectors, NanScanResult* __restrict__ out) {
+__device__ __forceinline__ void scanBlock(const typename T::Scalar* __restrict__ elems,
+                                          unsigned long long count, unsigned long long head,
+                                          unsigned long long numVectors, unsigned block, unsigned blocks,
+                                          NanScanResult* __restrict__ out) {
   unsigned long long bad = 0;
   unsigned long long first = ~0ull;
   const uint4* vectors = reinterpret_cast<const uint4*>(elems + head);
-  const unsigned long long stride = static_cast<unsigned long long>(gridDim.x) * kScanThreads;
-  unsigned long long i = static_cast<unsigned long long>(blockIdx.x) * kScanThreads + threadIdx.x;
+  const unsigned long long stride = static_cast<unsigned long long>(blocks) * kScanThreads;
+  unsigned long long i = static_cast<unsigned long long>(block) * kScanThreads + threadIdx.x;
 
   for (; i + (kUnroll - 1) * stride < numVectors; i += kUnroll * stride) {
     uint4 v[kUnroll];
@@ -159,7 +164,7 @@ __global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
     }
   }
 
-  if (blockIdx.x == 0) {
+  if (block == 0) {
     // Thread t < head takes head element t, the next threads take the tail elements in order.
     const unsigned long long tailBegin = head + numVectors * T::kPerVector;
     const unsigned long long index = threadIdx.x < head ? threadIdx.x : tailBegin + (threadIdx.x - head);
@@ -183,6 +188,52 @@ __global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
   }
 }
 
+template <typename T>
+__global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
+    nanScanKernel(const typename T::Scalar* __restrict__ elems, unsigned long long count,
+                  unsigned long long head, unsigned long long numVectors, NanScanResult* __restrict__ out) {
+  scanBlock<T>(elems, count, head, numVectors, blockIdx.x, gridDim.x, out);
+}
+
+// Many buffers of one dtype in one launch (nanScanManyDevice): the table travels as the kernel's parameter
+// (like PyTorch's multi_tensor_apply), block b works on the span whose block range holds b.
+constexpr int kMaxSpansPerLaunch = 64;
+struct ScanEntry {
+  const void* elems;
+  unsigned long long count, head, numVectors;
+  NanScanResult* out;
+  unsigned blockBegin, blocks;
+};
+struct ScanTable {
+  ScanEntry e[kMaxSpansPerLaunch];
+  int n;
+};
+static_assert(sizeof(ScanTable) <= 4000, "a kernel parameter is at most 4 KiB");
+
+__global__ void __launch_bounds__(kMaxSpansPerLaunch, 1)
+    nanScanInitManyKernel(const __grid_constant__ ScanTable t) {
+  if (static_cast<int>(threadIdx.x) < t.n) {
+    t.e[threadIdx.x].out->count = 0;
+    t.e[threadIdx.x].out->firstIndex = ~0ull;
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
+    nanScanManyKernel(const __grid_constant__ ScanTable t) {
+  int lo = 0, hi = t.n - 1;  // the last entry whose blockBegin <= blockIdx.x
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (t.e[mid].blockBegin <= blockIdx.x)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const ScanEntry& e = t.e[lo];
+  scanBlock<T>(static_cast<const typename T::Scalar*>(e.elems), e.count, e.head, e.numVectors,
+               blockIdx.x - e.blockBegin, e.blocks, e.out);
+}
+
 // The dtypes the scan supports; the launcher dispatches on DataType to these.
 template __global__ void nanScanKernel<F32>(const F32::Scalar*, unsigned long long, unsigned long long,
                                             unsigned long long, NanScanResult*);
@@ -193,32 +244,71 @@ template __global__ void nanScanKernel<F16>(const F16::Scalar*, unsigned long lo
 template __global__ void nanScanKernel<BF16>(const BF16::Scalar*, unsigned long long, unsigned long long,
                                              unsigned long long, NanScanResult*);
 
+// The split of a buffer into the 16-byte vectors of the fast path and the scalars around them.
 template <typename T>
-Status launchScan(const void* data, size_t count, NanScanResult* out, cudaStream_t stream) {
-  static cuda_detail::ResidentBlocks residency;
+void vectorSplit(const void* data, size_t count, size_t* head, size_t* numVectors) {
   constexpr size_t kElemBytes = sizeof(typename T::Scalar);
   // Scalars before the first 16-byte boundary: fewer than a vector, like the tail, so block 0 covers both.
   const size_t misalign = reinterpret_cast<uintptr_t>(data) % 16;
-  const size_t head = std::min<size_t>(misalign == 0 ? 0 : (16 - misalign) / kElemBytes, count);
-  const size_t numVectors = (count - head) / T::kPerVector;
+  *head = std::min<size_t>(misalign == 0 ? 0 : (16 - misalign) / kElemBytes, count);
+  *numVectors = (count - *head) / T::kPerVector;
   static_assert(2 * 16 <= kScanThreads, "block 0 covers head and tail with one element per thread");
+}
 
+// Blocks for a buffer of `numVectors` vectors: enough for kUnroll vectors per thread, at most `resident`.
+size_t blocksFor(size_t numVectors, int resident) {
+  const size_t perBlock = static_cast<size_t>(kScanThreads) * kUnroll;
+  const size_t wanted = std::max<size_t>(1, (numVectors + perBlock - 1) / perBlock);
+  return std::min<size_t>(wanted, static_cast<size_t>(resident));
+}
+
+template <typename T>
+Status launchScan(const void* data, size_t count, NanScanResult* out, cudaStream_t stream) {
+  static cuda_detail::ResidentBlocks residency;
+  size_t head = 0, numVectors = 0;
+  vectorSplit<T>(data, count, &head, &numVectors);
   int resident = 0;
   RINGGUARD_RETURN_IF_ERROR(residency.get(
       nanScanKernel<T>, kScanThreads, 0, [](int) { return Status::ok(); }, &resident));
-  const size_t perBlock = static_cast<size_t>(kScanThreads) * kUnroll;
-  const size_t wanted = std::max<size_t>(1, (numVectors + perBlock - 1) / perBlock);
-  const unsigned blocks = static_cast<unsigned>(std::min<size_t>(wanted, static_cast<size_t>(resident)));
+  const unsigned blocks = static_cast<unsigned>(blocksFor(numVectors, resident));
   nanScanKernel<T><<<blocks, kScanThreads, 0, stream>>>(static_cast<const typename T::Scalar*>(data), count,
                                                         head, numVectors, out);
   RINGGUARD_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }
 
-}  // namespace
+// Up to kMaxSpansPerLaunch spans of one dtype: one launch initialises their results, one scans them all.
+template <typename T>
+Status launchScanMany(const NanScanSpan* const* spans, size_t n, cudaStream_t stream) {
+  static cuda_detail::ResidentBlocks residency;
+  int resident = 0;
+  RINGGUARD_RETURN_IF_ERROR(residency.get(
+      nanScanManyKernel<T>, kScanThreads, 0, [](int) { return Status::ok(); }, &resident));
+  ScanTable table{};
+  table.n = static_cast<int>(n);
+  size_t blocks = 0;
+  for (size_t i = 0; i < n; ++i) {
+    ScanEntry& e = table.e[i];
+    size_t head = 0, numVectors = 0;
+    vectorSplit<T>(spans[i]->data, spans[i]->count, &head, &numVectors);
+    e.elems = spans[i]->data;
+    e.count = spans[i]->count;
+    e.head = head;
+    e.numVectors = numVectors;
+    e.out = spans[i]->result;
+    e.blockBegin = static_cast<unsigned>(blocks);
+    e.blocks = static_cast<unsigned>(blocksFor(numVectors, resident));
+    blocks += e.blocks;
+  }
+  nanScanInitManyKernel<<<1, kMaxSpansPerLaunch, 0, stream>>>(table);
+  RINGGUARD_CUDA_CHECK_LAUNCH();
+  nanScanManyKernel<T><<<static_cast<unsigned>(blocks), kScanThreads, 0, stream>>>(table);
+  RINGGUARD_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
 
-Status nanScanDevice(const void* data, size_t count, DataType dtype, NanScanResult* resultDevice,
-                     cudaStream_t stream) {
+Status checkScanArgs(const void* data, size_t count, DataType dtype, const NanScanResult* result,
+                     const char* who) {
   switch (dtype) {
     case DataType::kFloat32:
     case DataType::kFloat64:
@@ -226,21 +316,30 @@ Status nanScanDevice(const void* data, size_t count, DataType dtype, NanScanResu
     case DataType::kBFloat16:
       break;
     default:
-      return Status(StatusCode::kInvalidArgument, std::string("nanScanDevice: unsupported dtype ") +
+      return Status(StatusCode::kInvalidArgument, std::string(who) + ": unsupported dtype " +
                                                       (isValid(dtype) ? dataTypeName(dtype) : "(invalid)") +
                                                       " (f32, f64, f16 and bf16 only)");
   }
-  if (resultDevice == nullptr)
-    return Status(StatusCode::kInvalidArgument, "nanScanDevice: null result pointer");
-  if (data == nullptr && count != 0) return Status(StatusCode::kInvalidArgument, "nanScanDevice: null data");
+  if (result == nullptr)
+    return Status(StatusCode::kInvalidArgument, std::string(who) + ": null result pointer");
+  if (data == nullptr && count != 0)
+    return Status(StatusCode::kInvalidArgument, std::string(who) + ": null data");
   // Every tensor's storage is element aligned; a pointer that is not is a caller bug, and the vector path
   // could not read it anyway.
   const size_t elemBytes = dataTypeSize(dtype);
   if (reinterpret_cast<uintptr_t>(data) % elemBytes != 0) {
-    return Status(StatusCode::kInvalidArgument, "nanScanDevice: data must be aligned to its element size (" +
+    return Status(StatusCode::kInvalidArgument, std::string(who) +
+                                                    ": data must be aligned to its element size (" +
                                                     std::to_string(elemBytes) + " bytes)");
   }
+  return Status::ok();
+}
 
+}  // namespace
+
+Status nanScanDevice(const void* data, size_t count, DataType dtype, NanScanResult* resultDevice,
+                     cudaStream_t stream) {
+  RINGGUARD_RETURN_IF_ERROR(checkScanArgs(data, count, dtype, resultDevice, "nanScanDevice"));
   nanScanInitKernel<<<1, 32, 0, stream>>>(resultDevice);
   RINGGUARD_CUDA_CHECK_LAUNCH();
   if (count == 0) return Status::ok();
@@ -254,6 +353,41 @@ Status nanScanDevice(const void* data, size_t count, DataType dtype, NanScanResu
     default:
       return launchScan<BF16>(data, count, resultDevice, stream);
   }
+}
+
+Status nanScanManyDevice(const NanScanSpan* spans, size_t n, cudaStream_t stream) {
+  if (spans == nullptr && n != 0)
+    return Status(StatusCode::kInvalidArgument, "nanScanManyDevice: null spans");
+  for (size_t i = 0; i < n; ++i) {
+    Status st =
+        checkScanArgs(spans[i].data, spans[i].count, spans[i].dtype, spans[i].result, "nanScanManyDevice");
+    if (!st.isOk()) return Status(st.code(), st.message() + " (span " + std::to_string(i) + ")");
+  }
+  // Grouped by dtype (one kernel each), in launches of up to kMaxSpansPerLaunch spans.
+  for (DataType dtype : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16}) {
+    std::vector<const NanScanSpan*> group;
+    for (size_t i = 0; i < n; ++i) {
+      if (spans[i].dtype == dtype) group.push_back(&spans[i]);
+    }
+    for (size_t base = 0; base < group.size(); base += kMaxSpansPerLaunch) {
+      const size_t k = std::min<size_t>(kMaxSpansPerLaunch, group.size() - base);
+      const NanScanSpan* const* chunk = group.data() + base;
+      auto launch = [&]() -> Status {
+        switch (dtype) {
+          case DataType::kFloat32:
+            return launchScanMany<F32>(chunk, k, stream);
+          case DataType::kFloat64:
+            return launchScanMany<F64>(chunk, k, stream);
+          case DataType::kFloat16:
+            return launchScanMany<F16>(chunk, k, stream);
+          default:
+            return launchScanMany<BF16>(chunk, k, stream);
+        }
+      };
+      RINGGUARD_RETURN_IF_ERROR(launch());
+    }
+  }
+  return Status::ok();
 }
 
 }  // namespace ringguard

@@ -207,16 +207,22 @@ Status Guard::checksums(const GuardedOp& op, std::vector<uint32_t>* crcs) {
 }
 
 Status Guard::scanOp(const GuardedOp& op, std::vector<const GuardBuffer*>* scanned) {
-  auto scanAll = [&](const std::vector<GuardBuffer>& list) -> Status {
-    for (const GuardBuffer& b : list) {
-      RINGGUARD_RETURN_IF_ERROR(backendFor(b)->scan(b, op.stream));
-      scanned->push_back(&b);
-    }
-    return Status::ok();
+  const size_t begin = scanned->size();
+  auto add = [&](const std::vector<GuardBuffer>& list) {
+    for (const GuardBuffer& b : list) scanned->push_back(&b);
   };
-  RINGGUARD_RETURN_IF_ERROR(scanAll(op.outputs));
-  if (policy_.scanState) RINGGUARD_RETURN_IF_ERROR(scanAll(op.state));
-  if (policy_.scanInputs) RINGGUARD_RETURN_IF_ERROR(scanAll(op.inputs));
+  add(op.outputs);
+  if (policy_.scanState) add(op.state);
+  if (policy_.scanInputs) add(op.inputs);
+  // One batch per backend, each in the order of `scanned`: readVerdict takes each backend's results in
+  // that order.
+  std::vector<const GuardBuffer*> host, device;
+  for (size_t i = begin; i < scanned->size(); ++i) {
+    const GuardBuffer* b = (*scanned)[i];
+    (b->kind == MemoryKind::kDevice ? device : host).push_back(b);
+  }
+  if (!host.empty()) RINGGUARD_RETURN_IF_ERROR(host_->scanMany(host, op.stream));
+  if (!device.empty()) RINGGUARD_RETURN_IF_ERROR(backendFor(*device.front())->scanMany(device, op.stream));
   return Status::ok();
 }
 

@@ -412,5 +412,90 @@ TEST_F(NanScanDeviceBasics, ZeroCountReportsNone) {
   EXPECT_EQ(~0ull, got.firstIndex);
 }
 
+TEST(NoGpuNanScanManyDeviceArgs, NamesTheBadSpanAndLaunchesNothing) {
+  NanScanResult* fakeResult = reinterpret_cast<NanScanResult*>(uintptr_t(0x1000));
+  const void* fakeData = reinterpret_cast<const void*>(uintptr_t(0x2000));
+  std::vector<NanScanSpan> spans(5, NanScanSpan{fakeData, 16, DataType::kFloat32, fakeResult});
+  spans[3].dtype = DataType::kInt32;
+  const Status s = nanScanManyDevice(spans.data(), spans.size(), nullptr);
+  EXPECT_EQ(StatusCode::kInvalidArgument, s.code());
+  EXPECT_NE(std::string::npos, s.message().find("(span 3)")) << s.toString();
+  spans[3] = NanScanSpan{fakeData, 16, DataType::kFloat16, nullptr};
+  EXPECT_NE(std::string::npos,
+            nanScanManyDevice(spans.data(), spans.size(), nullptr).message().find("span 3"));
+  EXPECT_EQ(StatusCode::kInvalidArgument, nanScanManyDevice(nullptr, 2, nullptr).code());
+  EXPECT_TRUE(nanScanManyDevice(nullptr, 0, nullptr).isOk());
+}
+
+// 150 spans of every dtype interleaved (more than one launch's 64 of a dtype), every size of the single
+// scan's test and every head alignment, with each pattern of non-finite elements: one call, each result
+// exactly what nanScanDevice reports for that span alone. The result slots start as garbage.
+TEST_F(NanScanDeviceBasics, ManySpansMatchOneScanEach) {
+  struct Case {
+    size_t type, n, off;
+    Pattern pattern;
+    size_t at;  // byte offset in the device buffer
+  };
+  std::vector<Case> cases;
+  size_t bytes = 0;
+  for (size_t i = 0; cases.size() < 150; ++i) {
+    const size_t type = i % scanTypes().size();
+    const ScanType& t = scanTypes()[type];
+    std::vector<size_t> sizes = testSizes(t.bytes);
+    sizes.erase(std::remove_if(sizes.begin(), sizes.end(), [](size_t n) { return n > (size_t(1) << 21); }),
+                sizes.end());
+    Case c{type, sizes[(i / 4) % sizes.size()], (i / 3) % (16 / t.bytes), kPatterns[(i / 2) % 6], 0};
+    c.at = bytes + c.off * t.bytes;
+    bytes += (c.n + 16 / t.bytes) * t.bytes + 256;
+    bytes = (bytes + 255) / 256 * 256;
+    cases.push_back(c);
+  }
+  std::vector<uint8_t> host(bytes, 0);
+  std::vector<NanScanResult> want(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const ScanType& t = scanTypes()[c.type];
+    const std::vector<uint8_t> finite = finiteElements(t, c.n, 99 + i);
+    std::copy(finite.begin(), finite.end(), host.begin() + long(c.at));
+    std::set<size_t> positions = patternPositions(c.pattern, c.n);
+    if (c.pattern == Pattern::kAll) {
+      for (size_t e = 0; e < c.n; ++e) positions.insert(e);
+    }
+    size_t k = 0;
+    for (size_t pos : positions) {
+      const uint64_t v = t.nonFinite[k++ % t.nonFinite.size()];
+      std::memcpy(&host[c.at + pos * t.bytes], &v, t.bytes);
+    }
+    want[i] = NanScanResult{positions.size(), positions.empty() ? ~0ull : *positions.begin()};
+  }
+  auto* dev = static_cast<uint8_t*>(deviceAlloc(bytes));
+  auto* results = static_cast<NanScanResult*>(deviceAlloc(2 * cases.size() * sizeof(NanScanResult)));
+  ASSERT_CUDA(cudaMemcpyAsync(dev, host.data(), bytes, cudaMemcpyHostToDevice, stream_));
+  ASSERT_CUDA(cudaMemsetAsync(results, 0x5a, 2 * cases.size() * sizeof(NanScanResult), stream_));
+  std::vector<NanScanSpan> spans;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    spans.push_back(
+        NanScanSpan{dev + cases[i].at, cases[i].n, scanTypes()[cases[i].type].dtype, results + i});
+  }
+  ASSERT_STATUS_OK(nanScanManyDevice(spans.data(), spans.size(), stream_));
+  for (size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_STATUS_OK(
+        nanScanDevice(spans[i].data, spans[i].count, spans[i].dtype, results + cases.size() + i, stream_));
+  }
+  std::vector<NanScanResult> got(2 * cases.size());
+  ASSERT_CUDA(cudaMemcpyAsync(got.data(), results, got.size() * sizeof(NanScanResult), cudaMemcpyDeviceToHost,
+                              stream_));
+  ASSERT_CUDA(cudaStreamSynchronize(stream_));
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE("span " + std::to_string(i) + " " + dataTypeName(spans[i].dtype) +
+                 " n=" + std::to_string(cases[i].n) + " offset=" + std::to_string(cases[i].off) +
+                 " pattern=" + patternName(cases[i].pattern));
+    EXPECT_EQ(want[i].count, got[i].count);
+    EXPECT_EQ(want[i].firstIndex, got[i].firstIndex);
+    EXPECT_EQ(got[cases.size() + i].count, got[i].count);
+    EXPECT_EQ(got[cases.size() + i].firstIndex, got[i].firstIndex);
+  }
+}
+
 }  // namespace
 }  // namespace ringguard

@@ -63,6 +63,19 @@ struct NanScanResult {
 Status nanScanDevice(const void* data, size_t count, DataType dtype, NanScanResult* resultDevice,
                      cudaStream_t stream);
 
+// One buffer of a multi-buffer scan.
+struct NanScanSpan {
+  const void* data;
+  size_t count;
+  DataType dtype;
+  NanScanResult* result;  // device memory
+};
+
+// nanScanDevice over each of `n` spans, with the same results, in two launches per dtype per 64 spans
+// (the table of spans is the kernels' parameter) instead of two per span: the guard scans an op's outputs
+// and a step's gradients this way. Argument errors name the span; nothing is launched then.
+Status nanScanManyDevice(const NanScanSpan* spans, size_t n, cudaStream_t stream);
+
 // ---- Fault injection -------------------------------------------------------------------------------------
 
 // Applies `plan` (FaultInjector::plan) on `stream`, bit-identical to applyCorruptionPlan on the host: to the

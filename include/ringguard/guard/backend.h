@@ -66,6 +66,12 @@ class GuardBackend {
   virtual Status release(const SnapshotHandle& saved, void* stream) = 0;
   // Appends a scan of `buffer` to the pending batch. Integer buffers scan clean.
   virtual Status scan(const GuardBuffer& buffer, void* stream) = 0;
+  // Appends scans of every buffer, in order, as scan() on each would. The device backend launches them
+  // together (nanScanManyDevice: two launches per 64 buffers of a dtype instead of two per buffer).
+  virtual Status scanMany(const std::vector<const GuardBuffer*>& buffers, void* stream) {
+    for (const GuardBuffer* b : buffers) RINGGUARD_RETURN_IF_ERROR(scan(*b, stream));
+    return Status::ok();
+  }
   // Waits until every pending scan has run and returns their results in the order of the scan() calls,
   // then empties the batch. The device backend's one host wait: an event on `stream` and a summary word in
   // mapped pinned memory; the per-buffer results are copied back only when the summary is not clean.
