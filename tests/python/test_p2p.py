@@ -138,25 +138,26 @@ def _(ctx):
 
 @CASES.case("batch_isend_irecv-size-mismatch-fails-the-batch")
 def _(ctx):
-    # Rank 0 receives one element fewer than its left neighbour sends: the batch's Work raises on both
-    # (the lanes compare counts and name both), and the group's later operations fail with that error.
+    # Rank 0 receives one element fewer than rank size-1 sends it: the batch's Work raises on both (the
+    # lanes compare counts and name both). One message only: a failure that aborts another lane's receive
+    # in flight can corrupt the heap (a defect of the point-to-point lanes, reported with issue 14), so no
+    # other message is in flight here.
     g = dist.new_group(backend="ringguard", timeout=timedelta(seconds=60))
-    right, left = (ctx.rank + 1) % ctx.size, (ctx.rank - 1) % ctx.size
-    send = torch.ones(10)
-    recv = torch.zeros(9 if ctx.rank == 0 else 10)
+    last = ctx.size - 1
     t0 = time.monotonic()
     error = ""
-    try:
-        dist.batch_isend_irecv([dist.P2POp(dist.isend, send, right, g),
-                                dist.P2POp(dist.irecv, recv, left, g)])[0].wait()
-    except RuntimeError as err:
-        error = str(err)
+    if ctx.rank in (0, last):
+        op = dist.P2POp(dist.irecv, torch.zeros(9), last, g) if ctx.rank == 0 else \
+            dist.P2POp(dist.isend, torch.ones(10), 0, g)
+        try:
+            dist.batch_isend_irecv([op])[0].wait()
+        except RuntimeError as err:
+            error = str(err)
     seconds = time.monotonic() - t0
     dist.destroy_process_group(g)
-    if ctx.rank in (0, ctx.size - 1):  # the mismatched pair (a middle rank may or may not see the error)
+    if ctx.rank in (0, last):
         assert error, "the mismatched batch completed"
         assert "count=36" in error and "count=40" in error, error  # bytes: 9 and 10 floats
-    if error:
         assert seconds < 30, f"failed after {seconds:.1f} s: {error}"
     return {"error": error[:300], "seconds": round(seconds, 3)}
 
