@@ -43,10 +43,37 @@ RINGGUARD_HOST_DEVICE inline bool floatBits(DataType t, FloatBits* out) {
   }
 }
 
-// The types the guard scans (the floating ones).
+// The real floating types.
 RINGGUARD_HOST_DEVICE inline bool isFloatType(DataType t) {
   FloatBits f;
   return floatBits(t, &f);
+}
+
+// How a type is scanned, sanitized and injected: as `parts` elements of the real type `part` each (a
+// complex value as its real and imaginary parts; a real type as itself). False for integer types, which
+// hold no non-finite value. Counts of non-finite values are counts of parts; indices are the element's.
+RINGGUARD_HOST_DEVICE inline bool scanParts(DataType t, DataType* part, int* parts) {
+  switch (t) {
+    case DataType::kComplex64:
+      *part = DataType::kFloat32;
+      *parts = 2;
+      return true;
+    case DataType::kComplex128:
+      *part = DataType::kFloat64;
+      *parts = 2;
+      return true;
+    default:
+      *part = t;
+      *parts = 1;
+      return isFloatType(t);
+  }
+}
+
+// The types that can hold a non-finite value: the floating ones and complex.
+RINGGUARD_HOST_DEVICE inline bool holdsNonFinite(DataType t) {
+  DataType part;
+  int parts = 0;
+  return scanParts(t, &part, &parts);
 }
 
 RINGGUARD_HOST_DEVICE inline bool isNonFinite(uint64_t bits, const FloatBits& f) {
@@ -129,6 +156,15 @@ inline double elementAsDouble(const unsigned char* p, DataType t) {
       int64_t v;
       std::memcpy(&v, p, 8);
       return static_cast<double>(v);
+    }
+    case DataType::kComplex64:
+    case DataType::kComplex128: {
+      // The part to show for a non-finite value: the real one if it is non-finite, else the imaginary.
+      const DataType part = t == DataType::kComplex64 ? DataType::kFloat32 : DataType::kFloat64;
+      FloatBits f;
+      floatBits(part, &f);
+      const bool realBad = isNonFinite(loadBits(p, f.width), f);
+      return elementAsDouble(realBad ? p : p + f.width, part);
     }
     default:
       return *p;

@@ -6,16 +6,18 @@
 
 namespace ringguard {
 
-bool holdsNonFinite(DataType dtype) { return element_bits::isFloatType(dtype); }
+bool holdsNonFinite(DataType dtype) { return element_bits::holdsNonFinite(dtype); }
 
 NonFiniteCount scanNonFinite(const void* data, size_t count, DataType dtype) {
   NonFiniteCount r;
+  DataType part;
+  int parts = 0;
   element_bits::FloatBits f;
-  if (!element_bits::floatBits(dtype, &f)) return r;
+  if (!element_bits::scanParts(dtype, &part, &parts) || !element_bits::floatBits(part, &f)) return r;
   const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < count; ++i) {
+  for (size_t i = 0; i < count * size_t(parts); ++i) {
     if (element_bits::isNonFinite(element_bits::loadBits(p + i * size_t(f.width), f.width), f)) {
-      if (r.count == 0) r.firstIndex = i;
+      if (r.count == 0) r.firstIndex = i / size_t(parts);
       ++r.count;
     }
   }

@@ -108,7 +108,7 @@ class DeviceGuardBackend final : public GuardBackend {
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     NanScanResult* slot = nullptr;
     RINGGUARD_RETURN_IF_ERROR(nextSlot(s, &slot));
-    const bool check = element_bits::isFloatType(buffer.dtype);
+    const bool check = element_bits::holdsNonFinite(buffer.dtype);
     // Integer buffers get a clean slot: the launcher with count 0 only initialises it.
     return nanScanDevice(check ? buffer.data : nullptr, check ? buffer.count() : 0,
                          check ? buffer.dtype : DataType::kFloat32, slot, s);
@@ -120,7 +120,7 @@ class DeviceGuardBackend final : public GuardBackend {
     for (const GuardBuffer* b : buffers) {
       NanScanResult* slot = nullptr;
       RINGGUARD_RETURN_IF_ERROR(nextSlot(static_cast<cudaStream_t>(stream), &slot));
-      const bool check = element_bits::isFloatType(b->dtype);
+      const bool check = element_bits::holdsNonFinite(b->dtype);
       // Integer buffers get a clean slot, as in scan().
       spans.push_back(NanScanSpan{check ? b->data : nullptr, check ? b->count() : 0,
                                   check ? b->dtype : DataType::kFloat32, slot});
@@ -175,13 +175,17 @@ class DeviceGuardBackend final : public GuardBackend {
   }
 
   Status sanitize(const GuardBuffer& buffer, SanitizeMode mode, void* stream) override {
-    if (!element_bits::isFloatType(buffer.dtype)) return Status::ok();
-    return guardSanitizeDevice(buffer.data, buffer.count(), buffer.dtype, mode == SanitizeMode::kClamp,
-                               static_cast<cudaStream_t>(stream));
+    DataType part;
+    int parts = 0;
+    if (!element_bits::scanParts(buffer.dtype, &part, &parts)) return Status::ok();
+    return guardSanitizeDevice(buffer.data, buffer.count() * size_t(parts), part,
+                               mode == SanitizeMode::kClamp, static_cast<cudaStream_t>(stream));
   }
 
   Status inject(const GuardBuffer& buffer, size_t index, FaultValue value, void* stream) override {
-    if (!element_bits::isFloatType(buffer.dtype)) {
+    DataType part;
+    int parts = 0;
+    if (!element_bits::scanParts(buffer.dtype, &part, &parts)) {
       return Status(StatusCode::kInvalidArgument,
                     "guard: cannot inject a non-finite value into integer buffer '" + buffer.name + "'");
     }
@@ -189,7 +193,9 @@ class DeviceGuardBackend final : public GuardBackend {
       return Status(StatusCode::kInvalidArgument, "guard: injection index " + std::to_string(index) +
                                                       " is past the end of '" + buffer.name + "'");
     }
-    return guardInjectDevice(buffer.data, index, buffer.dtype, value, static_cast<cudaStream_t>(stream));
+    // A complex element gets the value in its real part.
+    return guardInjectDevice(buffer.data, index * size_t(parts), part, value,
+                             static_cast<cudaStream_t>(stream));
   }
 
   Status readElement(const GuardBuffer& buffer, size_t index, void* stream, double* value) override {

@@ -128,7 +128,7 @@ template <typename T>
 __device__ __forceinline__ void scanBlock(const typename T::Scalar* __restrict__ elems,
                                           unsigned long long count, unsigned long long head,
                                           unsigned long long numVectors, unsigned block, unsigned blocks,
-                                          NanScanResult* __restrict__ out) {
+                                          unsigned shift, NanScanResult* __restrict__ out) {
   unsigned long long bad = 0;
   unsigned long long first = ~0ull;
   const uint4* vectors = reinterpret_cast<const uint4*>(elems + head);
@@ -183,7 +183,7 @@ __device__ __forceinline__ void scanBlock(const typename T::Scalar* __restrict__
     }
     if ((threadIdx.x & 31u) == 0) {
       atomicAdd(&out->count, bad);
-      atomicMin(&out->firstIndex, first);
+      atomicMin(&out->firstIndex, first >> shift);  // a complex scan's part index -> its element's
     }
   }
 }
@@ -191,8 +191,9 @@ __device__ __forceinline__ void scanBlock(const typename T::Scalar* __restrict__
 template <typename T>
 __global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
     nanScanKernel(const typename T::Scalar* __restrict__ elems, unsigned long long count,
-                  unsigned long long head, unsigned long long numVectors, NanScanResult* __restrict__ out) {
-  scanBlock<T>(elems, count, head, numVectors, blockIdx.x, gridDim.x, out);
+                  unsigned long long head, unsigned long long numVectors, unsigned shift,
+                  NanScanResult* __restrict__ out) {
+  scanBlock<T>(elems, count, head, numVectors, blockIdx.x, gridDim.x, shift, out);
 }
 
 // Many buffers of one dtype in one launch (nanScanManyDevice): the table travels as the kernel's parameter
@@ -202,7 +203,7 @@ struct ScanEntry {
   const void* elems;
   unsigned long long count, head, numVectors;
   NanScanResult* out;
-  unsigned blockBegin, blocks;
+  unsigned blockBegin, blocks, shift;
 };
 struct ScanTable {
   ScanEntry e[kMaxSpansPerLaunch];
@@ -231,18 +232,18 @@ __global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
   }
   const ScanEntry& e = t.e[lo];
   scanBlock<T>(static_cast<const typename T::Scalar*>(e.elems), e.count, e.head, e.numVectors,
-               blockIdx.x - e.blockBegin, e.blocks, e.out);
+               blockIdx.x - e.blockBegin, e.blocks, e.shift, e.out);
 }
 
 // The dtypes the scan supports; the launcher dispatches on DataType to these.
 template __global__ void nanScanKernel<F32>(const F32::Scalar*, unsigned long long, unsigned long long,
-                                            unsigned long long, NanScanResult*);
+                                            unsigned long long, unsigned, NanScanResult*);
 template __global__ void nanScanKernel<F64>(const F64::Scalar*, unsigned long long, unsigned long long,
-                                            unsigned long long, NanScanResult*);
+                                            unsigned long long, unsigned, NanScanResult*);
 template __global__ void nanScanKernel<F16>(const F16::Scalar*, unsigned long long, unsigned long long,
-                                            unsigned long long, NanScanResult*);
+                                            unsigned long long, unsigned, NanScanResult*);
 template __global__ void nanScanKernel<BF16>(const BF16::Scalar*, unsigned long long, unsigned long long,
-                                             unsigned long long, NanScanResult*);
+                                             unsigned long long, unsigned, NanScanResult*);
 
 // The split of a buffer into the 16-byte vectors of the fast path and the scalars around them.
 template <typename T>
@@ -263,7 +264,7 @@ size_t blocksFor(size_t numVectors, int resident) {
 }
 
 template <typename T>
-Status launchScan(const void* data, size_t count, NanScanResult* out, cudaStream_t stream) {
+Status launchScan(const void* data, size_t count, unsigned shift, NanScanResult* out, cudaStream_t stream) {
   static cuda_detail::ResidentBlocks residency;
   size_t head = 0, numVectors = 0;
   vectorSplit<T>(data, count, &head, &numVectors);
@@ -272,14 +273,24 @@ Status launchScan(const void* data, size_t count, NanScanResult* out, cudaStream
       nanScanKernel<T>, kScanThreads, 0, [](int) { return Status::ok(); }, &resident));
   const unsigned blocks = static_cast<unsigned>(blocksFor(numVectors, resident));
   nanScanKernel<T><<<blocks, kScanThreads, 0, stream>>>(static_cast<const typename T::Scalar*>(data), count,
-                                                        head, numVectors, out);
+                                                        head, numVectors, shift, out);
   RINGGUARD_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }
 
+// A span as the kernels see it: elements of a real type (a complex span as its parts, `shift` = 1 turning
+// the first part's index into its element's).
+struct RealSpan {
+  const void* data;
+  size_t count;
+  DataType dtype;
+  unsigned shift;
+  NanScanResult* result;
+};
+
 // Up to kMaxSpansPerLaunch spans of one dtype: one launch initialises their results, one scans them all.
 template <typename T>
-Status launchScanMany(const NanScanSpan* const* spans, size_t n, cudaStream_t stream) {
+Status launchScanMany(const RealSpan* const* spans, size_t n, cudaStream_t stream) {
   static cuda_detail::ResidentBlocks residency;
   int resident = 0;
   RINGGUARD_RETURN_IF_ERROR(residency.get(
@@ -296,6 +307,7 @@ Status launchScanMany(const NanScanSpan* const* spans, size_t n, cudaStream_t st
     e.head = head;
     e.numVectors = numVectors;
     e.out = spans[i]->result;
+    e.shift = spans[i]->shift;
     e.blockBegin = static_cast<unsigned>(blocks);
     e.blocks = static_cast<unsigned>(blocksFor(numVectors, resident));
     blocks += e.blocks;
@@ -314,11 +326,13 @@ Status checkScanArgs(const void* data, size_t count, DataType dtype, const NanSc
     case DataType::kFloat64:
     case DataType::kFloat16:
     case DataType::kBFloat16:
+    case DataType::kComplex64:
+    case DataType::kComplex128:
       break;
     default:
       return Status(StatusCode::kInvalidArgument, std::string(who) + ": unsupported dtype " +
                                                       (isValid(dtype) ? dataTypeName(dtype) : "(invalid)") +
-                                                      " (f32, f64, f16 and bf16 only)");
+                                                      " (f32, f64, f16, bf16, c64 and c128 only)");
   }
   if (result == nullptr)
     return Status(StatusCode::kInvalidArgument, std::string(who) + ": null result pointer");
@@ -335,6 +349,14 @@ Status checkScanArgs(const void* data, size_t count, DataType dtype, const NanSc
   return Status::ok();
 }
 
+RealSpan realSpan(const void* data, size_t count, DataType dtype, NanScanResult* result) {
+  const bool complex = dtype == DataType::kComplex64 || dtype == DataType::kComplex128;
+  const DataType part = dtype == DataType::kComplex64    ? DataType::kFloat32
+                        : dtype == DataType::kComplex128 ? DataType::kFloat64
+                                                         : dtype;
+  return RealSpan{data, complex ? 2 * count : count, part, complex ? 1u : 0u, result};
+}
+
 }  // namespace
 
 Status nanScanDevice(const void* data, size_t count, DataType dtype, NanScanResult* resultDevice,
@@ -343,15 +365,16 @@ Status nanScanDevice(const void* data, size_t count, DataType dtype, NanScanResu
   nanScanInitKernel<<<1, 32, 0, stream>>>(resultDevice);
   RINGGUARD_CUDA_CHECK_LAUNCH();
   if (count == 0) return Status::ok();
-  switch (dtype) {
+  const RealSpan r = realSpan(data, count, dtype, resultDevice);
+  switch (r.dtype) {
     case DataType::kFloat32:
-      return launchScan<F32>(data, count, resultDevice, stream);
+      return launchScan<F32>(r.data, r.count, r.shift, r.result, stream);
     case DataType::kFloat64:
-      return launchScan<F64>(data, count, resultDevice, stream);
+      return launchScan<F64>(r.data, r.count, r.shift, r.result, stream);
     case DataType::kFloat16:
-      return launchScan<F16>(data, count, resultDevice, stream);
+      return launchScan<F16>(r.data, r.count, r.shift, r.result, stream);
     default:
-      return launchScan<BF16>(data, count, resultDevice, stream);
+      return launchScan<BF16>(r.data, r.count, r.shift, r.result, stream);
   }
 }
 
@@ -363,15 +386,19 @@ Status nanScanManyDevice(const NanScanSpan* spans, size_t n, cudaStream_t stream
         checkScanArgs(spans[i].data, spans[i].count, spans[i].dtype, spans[i].result, "nanScanManyDevice");
     if (!st.isOk()) return Status(st.code(), st.message() + " (span " + std::to_string(i) + ")");
   }
-  // Grouped by dtype (one kernel each), in launches of up to kMaxSpansPerLaunch spans.
+  std::vector<RealSpan> real;
+  real.reserve(n);
+  for (size_t i = 0; i < n; ++i)
+    real.push_back(realSpan(spans[i].data, spans[i].count, spans[i].dtype, spans[i].result));
+  // Grouped by real dtype (one kernel each), in launches of up to kMaxSpansPerLaunch spans.
   for (DataType dtype : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16}) {
-    std::vector<const NanScanSpan*> group;
-    for (size_t i = 0; i < n; ++i) {
-      if (spans[i].dtype == dtype) group.push_back(&spans[i]);
+    std::vector<const RealSpan*> group;
+    for (const RealSpan& r : real) {
+      if (r.dtype == dtype) group.push_back(&r);
     }
     for (size_t base = 0; base < group.size(); base += kMaxSpansPerLaunch) {
       const size_t k = std::min<size_t>(kMaxSpansPerLaunch, group.size() - base);
-      const NanScanSpan* const* chunk = group.data() + base;
+      const RealSpan* const* chunk = group.data() + base;
       auto launch = [&]() -> Status {
         switch (dtype) {
           case DataType::kFloat32:

@@ -67,9 +67,13 @@ class HostGuardBackend final : public GuardBackend {
 
   Status sanitize(const GuardBuffer& buffer, SanitizeMode mode, void*) override {
     FloatBits f;
-    if (!element_bits::floatBits(buffer.dtype, &f)) return Status::ok();
+    DataType part;
+    int parts = 0;
+    if (!element_bits::scanParts(buffer.dtype, &part, &parts) || !element_bits::floatBits(part, &f)) {
+      return Status::ok();
+    }
     auto* p = static_cast<unsigned char*>(buffer.data);
-    const size_t n = buffer.count();
+    const size_t n = buffer.count() * size_t(parts);
     for (size_t i = 0; i < n; ++i) {
       const uint64_t bits = loadBits(p + i * f.width, f.width);
       if (element_bits::isNonFinite(bits, f)) {
@@ -81,7 +85,9 @@ class HostGuardBackend final : public GuardBackend {
 
   Status inject(const GuardBuffer& buffer, size_t index, FaultValue value, void*) override {
     FloatBits f;
-    if (!element_bits::floatBits(buffer.dtype, &f)) {
+    DataType part;
+    int parts = 0;
+    if (!element_bits::scanParts(buffer.dtype, &part, &parts) || !element_bits::floatBits(part, &f)) {
       return Status(StatusCode::kInvalidArgument,
                     "guard: cannot inject a non-finite value into integer buffer '" + buffer.name + "'");
     }
@@ -89,7 +95,8 @@ class HostGuardBackend final : public GuardBackend {
       return Status(StatusCode::kInvalidArgument, "guard: injection index " + std::to_string(index) +
                                                       " is past the end of '" + buffer.name + "'");
     }
-    storeBits(static_cast<unsigned char*>(buffer.data) + index * f.width, f.width,
+    // A complex element gets the value in its real part.
+    storeBits(static_cast<unsigned char*>(buffer.data) + index * size_t(parts) * f.width, f.width,
               element_bits::faultBits(static_cast<int>(value), f));
     return Status::ok();
   }

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <boost/crc.hpp>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -21,6 +22,7 @@
 #include "gpu_test_util.h"
 #include "ringguard/core/crc32.h"
 #include "ringguard/core/crc32_combine.h"
+#include "ringguard/core/non_finite.h"
 #include "ringguard/cuda/kernels.h"
 #include "ringguard/cuda/memory_pool.h"
 
@@ -494,6 +496,44 @@ TEST_F(NanScanDeviceBasics, ManySpansMatchOneScanEach) {
     EXPECT_EQ(want[i].firstIndex, got[i].firstIndex);
     EXPECT_EQ(got[cases.size() + i].count, got[i].count);
     EXPECT_EQ(got[cases.size() + i].firstIndex, got[i].firstIndex);
+  }
+}
+
+// Complex values as their real and imaginary parts: the count is of non-finite parts, the first index the
+// complex element's, by the single scan and the batched one alike (on the host: scanNonFinite).
+TEST_F(NanScanDeviceBasics, ComplexIsScannedByPart) {
+  const size_t n = 4099;  // complex elements: an odd number, so c64 has a scalar tail
+  std::vector<float> c64(2 * n + 2, 0.25f);
+  std::vector<double> c128(2 * n, -0.5);
+  c64[2 + 2 * 1000 + 1] = std::nanf("");  // element 1000 (after a one-element offset), imaginary part
+  c64[2 + 2 * 3000] = INFINITY;           // element 3000, both parts
+  c64[2 + 2 * 3000 + 1] = -INFINITY;
+  c128[2 * 17] = std::nan("");  // element 17, real part
+  auto* d64 = static_cast<float*>(deviceAlloc(c64.size() * sizeof(float)));
+  auto* d128 = static_cast<double*>(deviceAlloc(c128.size() * sizeof(double)));
+  auto* results = static_cast<NanScanResult*>(deviceAlloc(4 * sizeof(NanScanResult)));
+  ASSERT_CUDA(cudaMemcpyAsync(d64, c64.data(), c64.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
+  ASSERT_CUDA(
+      cudaMemcpyAsync(d128, c128.data(), c128.size() * sizeof(double), cudaMemcpyHostToDevice, stream_));
+  ASSERT_STATUS_OK(nanScanDevice(d64 + 2, n, DataType::kComplex64, results, stream_));
+  ASSERT_STATUS_OK(nanScanDevice(d128, n, DataType::kComplex128, results + 1, stream_));
+  const NanScanSpan spans[] = {{d64 + 2, n, DataType::kComplex64, results + 2},
+                               {d128, n, DataType::kComplex128, results + 3}};
+  ASSERT_STATUS_OK(nanScanManyDevice(spans, 2, stream_));
+  NanScanResult got[4];
+  ASSERT_CUDA(cudaMemcpyAsync(got, results, sizeof(got), cudaMemcpyDeviceToHost, stream_));
+  ASSERT_CUDA(cudaStreamSynchronize(stream_));
+  const NonFiniteCount host64 = scanNonFinite(c64.data() + 2, n, DataType::kComplex64);
+  const NonFiniteCount host128 = scanNonFinite(c128.data(), n, DataType::kComplex128);
+  EXPECT_EQ(3u, host64.count);
+  EXPECT_EQ(1000u, host64.firstIndex);
+  EXPECT_EQ(1u, host128.count);
+  EXPECT_EQ(17u, host128.firstIndex);
+  for (int k : {0, 2}) {
+    EXPECT_EQ(host64.count, got[k].count) << k;
+    EXPECT_EQ(host64.firstIndex, got[k].firstIndex) << k;
+    EXPECT_EQ(host128.count, got[k + 1].count) << k;
+    EXPECT_EQ(host128.firstIndex, got[k + 1].firstIndex) << k;
   }
 }
 

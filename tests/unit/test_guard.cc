@@ -368,5 +368,54 @@ TEST(Guard, FaultsCanTargetStateTensorsAfterTheOutputs) {
   EXPECT_EQ(1u, guard->counters().injected);
 }
 
+// Complex outputs: the scan sees a NaN in an imaginary part, an injected fault lands in the real part of
+// the element it names, and the replay restores the state bit for bit.
+TEST(Guard, ComplexOutputsAreScannedByPartAndReplayed) {
+  auto guard = hostGuard(policyWith(GuardAction::kReplay, 2));
+  guard->faults().addRule(rule("rotate", 1, 1, FaultValue::kPosInf, 4));
+  std::vector<float> z(2 * 6), out(2 * 6);  // 6 complex64 values, state and output
+  for (size_t i = 0; i < z.size(); ++i) z[i] = static_cast<float>(i);
+  std::vector<float> seen;  // the output after the injection, before the replay
+  int runs = 0;
+  GuardedOp op;
+  op.name = "rotate";
+  op.state = {GuardBuffer{"z", z.data(), z.size() * sizeof(float), DataType::kComplex64, MemoryKind::kHost}};
+  op.outputs = {
+      GuardBuffer{"out", out.data(), out.size() * sizeof(float), DataType::kComplex64, MemoryKind::kHost}};
+  op.body = [&] {
+    ++runs;
+    for (size_t k = 0; k < 6; ++k) {  // out = i * z, z += 1 (exact)
+      out[2 * k] = -z[2 * k + 1];
+      out[2 * k + 1] = z[2 * k];
+      z[2 * k] += 1.0f;
+    }
+    return Status::ok();
+  };
+  for (int call = 0; call < 3; ++call) {
+    CallReport r;
+    ASSERT_TRUE(guard->run(op, &r).isOk());
+    EXPECT_EQ(call == 1 ? GuardResolution::kReplayed : GuardResolution::kClean, r.resolution) << call;
+  }
+  EXPECT_EQ(4, runs);  // the faulty call ran twice
+  EXPECT_EQ(1u, guard->counters().detections);
+  for (size_t k = 0; k < 6; ++k) {
+    EXPECT_EQ(static_cast<float>(2 * k) + 3.0f, z[2 * k]) << k;  // three increments, none twice
+    EXPECT_EQ(static_cast<float>(2 * k + 1), z[2 * k + 1]) << k;
+  }
+
+  // Raise names the complex element, whichever part is bad.
+  auto raising = hostGuard(policyWith(GuardAction::kRaise));
+  op.body = [&] {
+    out.assign(out.size(), 0.0f);
+    out[2 * 5 + 1] = std::nanf("");
+    return Status::ok();
+  };
+  const Status st = raising->run(op);
+  ASSERT_EQ(StatusCode::kCorruption, st.code());
+  EXPECT_NE(std::string::npos,
+            st.message().find("output 'out' has 1 non-finite value (first at index 5: nan)"))
+      << st.message();
+}
+
 }  // namespace
 }  // namespace ringguard

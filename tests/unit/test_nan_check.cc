@@ -57,6 +57,44 @@ TEST(NonFiniteScan, CountsAndFirstIndexPerDtype) {
   EXPECT_TRUE(scanNonFinite(nullptr, 0, DataType::kFloat32).clean());
 }
 
+// Complex values are scanned as their real and imaginary parts: the count is of non-finite parts, the first
+// index is the complex element's.
+TEST(NonFiniteScan, ComplexCountsPartsAndNamesTheElement) {
+  std::vector<float> c64(2 * 9, 1.5f);  // 9 complex64 values
+  c64[2 * 3 + 1] = kNaN;                // imaginary part of element 3
+  c64[2 * 5] = kInf;                    // both parts of element 5
+  c64[2 * 5 + 1] = -kInf;
+  NonFiniteCount c = scanNonFinite(c64.data(), 9, DataType::kComplex64);
+  EXPECT_EQ(3u, c.count);
+  EXPECT_EQ(3u, c.firstIndex);
+  std::vector<double> c128(2 * 4, -2.0);
+  c128[2 * 2] = std::nan("");  // real part of element 2
+  c = scanNonFinite(c128.data(), 4, DataType::kComplex128);
+  EXPECT_EQ(1u, c.count);
+  EXPECT_EQ(2u, c.firstIndex);
+  EXPECT_TRUE(scanNonFinite(c128.data(), 2, DataType::kComplex128).clean());  // elements 0 and 1 only
+  EXPECT_TRUE(holdsNonFinite(DataType::kComplex64));
+  EXPECT_TRUE(holdsNonFinite(DataType::kComplex128));
+}
+
+// A complex collective input is checked like a real one: the NaN in an imaginary part is found and named by
+// its element.
+TEST(NanCheck, ComplexInputsAreScannedByPart) {
+  LoopbackGroup g(2, withCheck(NanCheck::kError));
+  std::vector<Status> got(2);
+  g.run([&](int r, Communicator& c) {
+    std::vector<float> in(2 * 10, 1.0f), out(2 * 10, 0.0f);
+    if (r == 0) in[2 * 7 + 1] = kNaN;
+    got[size_t(r)] = c.allreduce(in.data(), out.data(), 10, DataType::kComplex64, ReduceOp::kSum);
+  });
+  EXPECT_EQ(StatusCode::kInvalidArgument, got[0].code()) << got[0].toString();
+  EXPECT_EQ(StatusCode::kPeerError, got[1].code()) << got[1].toString();
+  EXPECT_NE(std::string::npos,
+            got[0].message().find("on rank 0 holds 1 non-finite value (NaN or +-Inf; first at "
+                                  "element 7)"))
+      << got[0].toString();
+}
+
 TEST(NanCheck, ParsesEveryModeAndNothingElse) {
   for (NanCheck m : {NanCheck::kOff, NanCheck::kWarn, NanCheck::kSkip, NanCheck::kError}) {
     NanCheck got = NanCheck::kOff;

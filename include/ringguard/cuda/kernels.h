@@ -56,10 +56,11 @@ struct NanScanResult {
 
 // Scans `count` elements of type `dtype` at device address `data` for non-finite values and writes the
 // complete result to `*resultDevice` (the launcher initialises it on the stream first, so one call is
-// self-contained). Floating types only: kFloat32, kFloat64, kFloat16, kBFloat16; any other dtype gives
-// kInvalidArgument. `data` must be aligned to the element size (every tensor is), not to 16 bytes: a
-// misaligned head and tail are handled; a pointer that is not element aligned gives kInvalidArgument.
-// `data` may be null when count == 0.
+// self-contained). Floating and complex types only: kFloat32, kFloat64, kFloat16, kBFloat16, and kComplex64
+// and kComplex128 as their real and imaginary parts (the count is of non-finite parts, the first index is
+// the complex element's); any other dtype gives kInvalidArgument. `data` must be aligned to the element size
+// (every tensor is), not to 16 bytes: a misaligned head and tail are handled; a pointer that is not element
+// aligned gives kInvalidArgument. `data` may be null when count == 0.
 Status nanScanDevice(const void* data, size_t count, DataType dtype, NanScanResult* resultDevice,
                      cudaStream_t stream);
 
