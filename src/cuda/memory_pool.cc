@@ -41,7 +41,15 @@ Status DevicePool::allocate(size_t bytes, cudaStream_t stream, void** ptr) {
   *ptr = nullptr;
   if (bytes == 0) return Status::ok();
   void* p = nullptr;
-  RINGGUARD_CUDA_CHECK(cudaMallocFromPoolAsync(&p, bytes, pool_, stream));
+  const cudaError_t e = cudaMallocFromPoolAsync(&p, bytes, pool_, stream);
+  if (e != cudaSuccess) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++allocationFailures_;  // the downgrade rules' signal (telemetry's <pool>.allocation_failures)
+    }
+    (void)cudaGetLastError();  // an out-of-memory is not sticky: clear it for the next call
+    return cuda_detail::cudaErrorStatus(e, "cudaMallocFromPoolAsync", __FILE__, __LINE__);
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     live_.emplace(p, bytes);
@@ -91,6 +99,7 @@ Status DevicePool::stats(DevicePoolStats* out) const {
     std::lock_guard<std::mutex> lock(mu_);
     s.allocationCount = live_.size();
     s.totalAllocations = totalAllocations_;
+    s.allocationFailures = allocationFailures_;
   }
   *out = s;
   return Status::ok();

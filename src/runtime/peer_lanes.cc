@@ -28,6 +28,12 @@ PeerLanes::~PeerLanes() {
   }
   cv_.notify_all();
   for (auto& entry : lanes_) entry.second->thread.join();
+  if (!firstError_.isOk()) {
+    // A receive abandoned by the failure may still land in its lane's slots when the peer's message
+    // arrives: leak them (one executor per lane, after a failure only) rather than free them under the
+    // transport, as the MPI transport does with its abandoned buffers.
+    for (auto& entry : lanes_) (void)entry.second->exec.release();
+  }
   lanes_.clear();
   // After a failure messages may still be in flight: the broken transport keeps them from matching
   // anything later (as a failed Communicator's). Otherwise it says goodbye to the peers.
@@ -151,8 +157,8 @@ Status PeerLanes::run(int peer, bool isSend, Lane* lane, const Message& m, Count
   ctx.counters = delta;
   ctx.name = isSend ? "send" : "recv";
   ctx.aborted = &aborted_;
-  HostExecutor exec;  // the lane's slots and trailers: nothing is shared between lanes
-  return sendRecv(ctx, &exec, x, m.dtype);
+  if (!lane->exec) lane->exec = std::make_unique<HostExecutor>();  // nothing is shared between lanes
+  return sendRecv(ctx, lane->exec.get(), x, m.dtype);
 }
 
 void PeerLanes::fail(const Status& error) {

@@ -125,6 +125,29 @@ TEST_F(PoolTest, DevicePoolStatsFollowAllocations) {
   EXPECT_EQ(StatusCode::kInvalidArgument, pool->free(a, stream_).code());
 }
 
+// An allocation the driver refuses (more than the device has) is an error and counted, and the pool and
+// the stream stay usable: the downgrade rules read the count (telemetry's device.allocation_failures).
+TEST_F(PoolTest, DevicePoolCountsRefusedAllocations) {
+  std::unique_ptr<DevicePool> pool;
+  ASSERT_STATUS_OK(DevicePool::create(0, &pool));
+  void* p = reinterpret_cast<void*>(uintptr_t(1));
+  const Status refused = pool->allocate(size_t(1) << 50, stream_, &p);  // 1 PiB
+  EXPECT_FALSE(refused.isOk());
+  EXPECT_EQ(nullptr, p);
+  DevicePoolStats s = statsOf(*pool);
+  EXPECT_EQ(1u, s.allocationFailures);
+  EXPECT_EQ(0u, s.totalAllocations);
+  EXPECT_EQ(0u, s.allocationCount);
+  void* q = nullptr;
+  ASSERT_STATUS_OK(pool->allocate(kMiB, stream_, &q));
+  ASSERT_CUDA(cudaMemsetAsync(q, 0, kMiB, stream_));
+  ASSERT_STATUS_OK(pool->free(q, stream_));
+  ASSERT_CUDA(cudaStreamSynchronize(stream_));
+  s = statsOf(*pool);
+  EXPECT_EQ(1u, s.allocationFailures);
+  EXPECT_EQ(1u, s.totalAllocations);
+}
+
 TEST_F(PoolTest, DevicePoolTrimReleasesCachedMemory) {
   std::unique_ptr<DevicePool> pool;
   ASSERT_STATUS_OK(DevicePool::create(0, 1024 * kMiB, &pool));

@@ -22,11 +22,12 @@
 namespace ringguard {
 
 struct DevicePoolStats {
-  uint64_t reservedBytes = 0;     // device memory the pool holds now (cudaMemPoolAttrReservedMemCurrent)
-  uint64_t usedBytes = 0;         // of which handed out (cudaMemPoolAttrUsedMemCurrent)
-  uint64_t highWaterBytes = 0;    // peak usedBytes since creation or resetHighWater (UsedMemHigh)
-  uint64_t allocationCount = 0;   // live allocations (allocated and not yet freed through this pool)
-  uint64_t totalAllocations = 0;  // allocations since creation
+  uint64_t reservedBytes = 0;       // device memory the pool holds now (cudaMemPoolAttrReservedMemCurrent)
+  uint64_t usedBytes = 0;           // of which handed out (cudaMemPoolAttrUsedMemCurrent)
+  uint64_t highWaterBytes = 0;      // peak usedBytes since creation or resetHighWater (UsedMemHigh)
+  uint64_t allocationCount = 0;     // live allocations (allocated and not yet freed through this pool)
+  uint64_t totalAllocations = 0;    // allocations since creation
+  uint64_t allocationFailures = 0;  // allocate() calls the driver refused since creation (out of memory)
 };
 
 class DevicePool {
@@ -74,15 +75,17 @@ class DevicePool {
   uint64_t releaseThreshold_;               // guarded by mu_
   std::unordered_map<void*, size_t> live_;  // guarded by mu_
   uint64_t totalAllocations_ = 0;           // guarded by mu_
+  uint64_t allocationFailures_ = 0;         // guarded by mu_
 };
 
 struct PinnedHostPoolStats {
-  uint64_t reservedBytes = 0;     // pinned memory held: blocks handed out plus cached blocks
-  uint64_t usedBytes = 0;         // block bytes handed out (size-class rounded)
-  uint64_t cachedBytes = 0;       // block bytes cached in the free lists
-  uint64_t highWaterBytes = 0;    // peak usedBytes
-  uint64_t allocationCount = 0;   // live allocations
-  uint64_t totalAllocations = 0;  // allocations since creation
+  uint64_t reservedBytes = 0;       // pinned memory held: blocks handed out plus cached blocks
+  uint64_t usedBytes = 0;           // block bytes handed out (size-class rounded)
+  uint64_t cachedBytes = 0;         // block bytes cached in the free lists
+  uint64_t highWaterBytes = 0;      // peak usedBytes
+  uint64_t allocationCount = 0;     // live allocations
+  uint64_t totalAllocations = 0;    // allocations since creation
+  uint64_t allocationFailures = 0;  // allocate() calls the driver refused since creation (out of memory)
 };
 
 // Page-locked host blocks (cudaHostAlloc, portable to every device) cached by size class. Sizes are rounded

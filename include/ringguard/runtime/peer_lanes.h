@@ -27,6 +27,7 @@
 #include <string>
 #include <thread>
 
+#include "ringguard/algorithms/executor.h"
 #include "ringguard/core/counters.h"
 #include "ringguard/core/fault_injector.h"
 #include "ringguard/core/options.h"
@@ -78,6 +79,9 @@ class PeerLanes {
   struct Lane {
     std::deque<Message> queue;  // guarded by PeerLanes::mutex_
     uint64_t messages = 0;      // the lane's thread only: the next message number
+    // The lane's slots and trailers, for its whole life: a receive the transport could not withdraw after a
+    // failure (Gloo cannot) may still write into them, so they must outlive the message (~PeerLanes).
+    std::unique_ptr<Executor> exec;
     std::thread thread;
   };
 
