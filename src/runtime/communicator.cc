@@ -14,8 +14,8 @@
 namespace ringguard {
 
 Status Work::wait() {
-  // A host collective still queued runs on this thread rather than waking the progress thread and
-  // sleeping until it is done (two thread hand-offs, most of a small collective's latency).
+  // A synchronous form's host collective still queued runs on this thread rather than waking the progress
+  // thread and sleeping until it is done (two thread hand-offs, most of a small collective's latency).
   if (help_ && !isCompleted()) help_(this);
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [this] { return done_; });
@@ -250,9 +250,12 @@ std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, void* recv, 
 std::shared_ptr<Work> Communicator::enqueue(Task task, std::unique_ptr<Executor::Fence> fence) {
   task.work = std::make_shared<Work>();
   task.work->fence_ = std::move(fence);
-  // Host-memory collectives (no fence) may run on the thread that waits for them (helpWhileWaiting).
-  // Device ones stay on the progress thread, which is bound to the device and joins no user's capture.
-  if (!task.work->fence_) task.work->help_ = [this](const Work* w) { helpWhileWaiting(w); };
+  // A host-memory collective (no fence) of a synchronous form runs on its caller (helpWhileWaiting). Device
+  // ones stay on the progress thread, which is bound to the device and joins no user's capture; so do the
+  // Async forms' items, whose waits come from threads with work of their own (c10d's completion: a 4 KiB
+  // all_reduce under torchrun took 3.7 ms with those waiters running it, 2.6 ms without: protocol.md).
+  if (!task.work->fence_ && tlEnqueueToWait)
+    task.work->help_ = [this](const Work* w) { helpWhileWaiting(w); };
   std::shared_ptr<Work> work = task.work;
   const bool wake = !tlEnqueueToWait || !work->help_;
   {

@@ -1,7 +1,8 @@
 #pragma once
 // The communicator: the public entry point of the runtime. Public calls validate, enqueue and return; one
 // runner at a time makes the transport calls, in queue order: the progress thread, or for host memory the
-// caller that waits for a queued collective (docs/design/protocol.md, "Threading").
+// caller of a synchronous form (allreduce(), ...) waiting for its collective (docs/design/protocol.md,
+// "Threading").
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
