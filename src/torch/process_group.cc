@@ -204,7 +204,7 @@ Status ProcessGroupRingguard::createMpiCommunicator(const std::vector<int>& glob
 
 Communicator* ProcessGroupRingguard::communicatorFor(const at::Tensor& t, const char* op) {
   std::lock_guard<std::mutex> lock(mutex_);
-  TORCH_CHECK(!stopped_, "ringguard: ", op, " after shutdown()");
+  TORCH_CHECK(!stopped_, "ringguard: ", op, " after ", stoppedBy_);
   if (t.device().is_cpu()) return cpu_.get();
 #if RINGGUARD_TORCH_CUDA
   const int device = t.device().index();
@@ -396,7 +396,7 @@ void ProcessGroupRingguard::monitoredBarrier(const c10d::BarrierOptions& opts, b
   uint64_t number = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    TORCH_CHECK(!stopped_, "ringguard: monitored_barrier after shutdown()");
+    TORCH_CHECK(!stopped_, "ringguard: monitored_barrier after ", stoppedBy_);
     store = store_;
     number = monitoredBarriers_++;
   }
@@ -851,7 +851,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::recvAnysource(std::vector<
                           "stopped on every rank";
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    TORCH_CHECK(!stopped_, "ringguard: recv after shutdown()");
+    TORCH_CHECK(!stopped_, "ringguard: recv after ", stoppedBy_);
     // A sender waiting for this receive would otherwise wait out its timeout: the abort is announced, so its
     // send (in flight or later) fails at once naming this rank.
     if (p2p_) p2p_->abort(why);
@@ -869,7 +869,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::p2p(const char* op, at::Te
   TORCH_CHECK(tag >= 0, "ringguard: ", op, ": tag ", tag, " must be non-negative");
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    TORCH_CHECK(!stopped_, "ringguard: ", op, " after shutdown()");
+    TORCH_CHECK(!stopped_, "ringguard: ", op, " after ", stoppedBy_);
   }
   std::vector<c10::Device> devices;
   int device = -1;
@@ -1020,6 +1020,7 @@ void ProcessGroupRingguard::stop(bool abort) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopped_) return;
     stopped_ = true;
+    stoppedBy_ = abort ? "abort()" : "shutdown()";
     // abort(): what is queued fails and the collective in progress returns at its next wait (kAborted);
     // the peers are told. shutdown(): everything issued still runs.
     if (abort) {

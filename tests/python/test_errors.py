@@ -153,6 +153,9 @@ def _(ctx):
         out["message"], _ = _raises_within(work.wait, 2.0, Exception)
         out["abort_seconds"] = time.monotonic() - t0
         assert "aborted on rank 0" in out["message"], out["message"]
+        # A later call names what stopped the group (it used to say "after shutdown()").
+        out["later"], _ = _raises_within(lambda: dist.all_reduce(t, group=g), 2.0, Exception)
+        assert "after abort()" in out["later"], out["later"]
     dist.barrier(group=ctx.ref)
     if ctx.rank != 0:
         out["message"], out["seconds"] = _raises_within(lambda: dist.all_reduce(t, group=g), 10.0, Exception)

@@ -233,9 +233,10 @@ class ProcessGroupRingguard : public c10d::Backend {
   std::unique_ptr<CompletionLane> cpuLane_;
   std::unique_ptr<CompletionLane> cudaLane_;
   bool stopped_ = false;
-  std::atomic<uint64_t> sequence_{0};  // collectives issued
-  uint64_t monitoredBarriers_ = 0;     // monitored barriers entered (their Store keys)
-  std::mutex coalescingMutex_;         // guards the two below
+  const char* stoppedBy_ = "shutdown()";  // what stopped the group, for the errors of later calls
+  std::atomic<uint64_t> sequence_{0};     // collectives issued
+  uint64_t monitoredBarriers_ = 0;        // monitored barriers entered (their Store keys)
+  std::mutex coalescingMutex_;            // guards the two below
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
 };
