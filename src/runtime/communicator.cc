@@ -130,9 +130,15 @@ thread_local bool tlEnqueueToWait = false;
 }  // namespace
 
 Status Communicator::enqueueAndWait(const std::function<std::shared_ptr<Work>()>& enqueueIt) {
-  tlEnqueueToWait = true;
-  std::shared_ptr<Work> work = enqueueIt();
-  tlEnqueueToWait = false;
+  struct Scope {  // reset even if the enqueue throws: a later Async call must wake the progress thread
+    Scope() { tlEnqueueToWait = true; }
+    ~Scope() { tlEnqueueToWait = false; }
+  };
+  std::shared_ptr<Work> work;
+  {
+    Scope scope;
+    work = enqueueIt();
+  }
   return work->wait();
 }
 
