@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "../core/element_bits.h"
 #include "cuda_check.h"
 #include "ringguard/cuda/kernels.h"
 #include "streaming_load.cuh"
@@ -321,18 +322,10 @@ Status launchScanMany(const RealSpan* const* spans, size_t n, cudaStream_t strea
 
 Status checkScanArgs(const void* data, size_t count, DataType dtype, const NanScanResult* result,
                      const char* who) {
-  switch (dtype) {
-    case DataType::kFloat32:
-    case DataType::kFloat64:
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-    case DataType::kComplex64:
-    case DataType::kComplex128:
-      break;
-    default:
-      return Status(StatusCode::kInvalidArgument, std::string(who) + ": unsupported dtype " +
-                                                      (isValid(dtype) ? dataTypeName(dtype) : "(invalid)") +
-                                                      " (f32, f64, f16, bf16, c64 and c128 only)");
+  if (!element_bits::holdsNonFinite(dtype)) {
+    return Status(StatusCode::kInvalidArgument, std::string(who) + ": unsupported dtype " +
+                                                    (isValid(dtype) ? dataTypeName(dtype) : "(invalid)") +
+                                                    " (f32, f64, f16, bf16, c64 and c128 only)");
   }
   if (result == nullptr)
     return Status(StatusCode::kInvalidArgument, std::string(who) + ": null result pointer");
@@ -349,12 +342,12 @@ Status checkScanArgs(const void* data, size_t count, DataType dtype, const NanSc
   return Status::ok();
 }
 
+// The dtype was checked (checkScanArgs): scanParts maps it, as for the host scan and the guard.
 RealSpan realSpan(const void* data, size_t count, DataType dtype, NanScanResult* result) {
-  const bool complex = dtype == DataType::kComplex64 || dtype == DataType::kComplex128;
-  const DataType part = dtype == DataType::kComplex64    ? DataType::kFloat32
-                        : dtype == DataType::kComplex128 ? DataType::kFloat64
-                                                         : dtype;
-  return RealSpan{data, complex ? 2 * count : count, part, complex ? 1u : 0u, result};
+  DataType part = dtype;
+  int parts = 1;
+  element_bits::scanParts(dtype, &part, &parts);
+  return RealSpan{data, count * size_t(parts), part, parts == 2 ? 1u : 0u, result};
 }
 
 }  // namespace
