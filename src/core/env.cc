@@ -40,6 +40,21 @@ const std::vector<EnvVar>& envRegistry() {
       {"RINGGUARD_LOG_LEVEL", "warn",
        "spdlog level of the `ringguard` logger: trace, debug, info, warn (or warning), error (or err), "
        "critical or off."},
+      {"RINGGUARD_LOG_SUBSYS", "all",
+       "Subsystems whose messages are logged, like NCCL_DEBUG_SUBSYS: all, or a comma-separated list of "
+       "core, ring, transport, control, runtime, guard, policy, telemetry, cuda, torch; a leading ^ "
+       "excludes the listed ones instead. Messages at warn level and above are always logged."},
+      {"RINGGUARD_TIMELINE", "",
+       "Path prefix of the per-rank timeline: each rank writes <prefix>.<rank>.json, a Chrome trace "
+       "(Perfetto's JSON importer reads it) of collectives, ring steps, repair rounds, detections, "
+       "retransmissions, control exchanges, guard and downgrade events. Empty: no timeline."},
+      {"RINGGUARD_SUMMARY", "",
+       "Path prefix of the per-rank run summary: each communicator writes <prefix>.<rank>.json when it is "
+       "destroyed (collectives by kind, bytes, slices verified, detections, retransmissions, repair rounds, "
+       "time in verification). Empty: the summary is only logged at info level."},
+      {"RINGGUARD_TIMELINE_EVENTS", "1048576",
+       "Capacity in events of each rank's timeline buffer (about 48 bytes each); events past it are counted "
+       "as dropped, never block. In [1024, 268435456]."},
       {"RINGGUARD_FAULT_MODE", "bitflip",
        "How an injected fault damages a slice in transit: bitflip|multibit|burst|garbage|trailer|"
        "retransmit|delay, or control: one bit of a control frame of a collective (fingerprint, verdict, "

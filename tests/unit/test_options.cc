@@ -362,7 +362,7 @@ TEST(EnvRegistryTest, NamesAreUniqueAndDocumented) {
     EXPECT_GT(std::string(v.description).size(), 0u) << v.name;
     EXPECT_NE(md.find(std::string("| `") + v.name + "` |"), std::string::npos) << v.name;
   }
-  EXPECT_EQ(envRegistry().size(), 24u);
+  EXPECT_EQ(envRegistry().size(), 28u);
   EXPECT_EQ(md.rfind("# ", 0), 0u);  // starts with a title
 }
 
