@@ -14,6 +14,7 @@ first use.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from typing import Dict, Tuple
@@ -27,7 +28,7 @@ from . import policy  # noqa: E402,F401  operator downgrade engine (docs/DOWNGRA
 
 __version__ = "0.1.0"
 __all__ = ["Options", "backend", "counters", "set_fault", "fault", "transport", "init_from_mpi",
-           "__version__"]
+           "summary", "timeline", "write_files", "__version__"]
 
 
 def _torch_initializing() -> bool:
@@ -66,6 +67,26 @@ def counters(group=None) -> Dict[str, int]:
     injected, detected, retransmitted, escaped, delayed, repair_rounds, control_frames, control_bytes,
     non_finite_inputs and skipped (RINGGUARD_NAN_CHECK) (they only grow)."""
     return dict(backend(group).counters())
+
+
+def summary() -> dict:
+    """This process's run summary: every communicator ringguard made here (live or destroyed) with its
+    collectives by kind (calls, failed, bytes, ns), its counters and time in verification; the guard's
+    and the downgrade engine's event counts; the timeline's fill. ``RINGGUARD_SUMMARY=<prefix>`` writes
+    the same as ``<prefix>.<rank>.json`` when a communicator is destroyed and at exit (docs/GUIDE.md)."""
+    return json.loads(_ext.load().summary_json())
+
+
+def timeline() -> dict:
+    """The events recorded so far, as the Chrome trace that ``RINGGUARD_TIMELINE=<prefix>`` writes to
+    ``<prefix>.<rank>.json`` (empty unless RINGGUARD_TIMELINE was set before the import)."""
+    return json.loads(_ext.load().timeline_json())
+
+
+def write_files(timeline_prefix: str = "", summary_prefix: str = "") -> None:
+    """Writes the timeline and the summary now, to the given prefixes or else to RINGGUARD_TIMELINE and
+    RINGGUARD_SUMMARY's (``<prefix>.<rank>.json``); ``RuntimeError`` naming the path on failure."""
+    _ext.load().write_observability_files(timeline_prefix, summary_prefix)
 
 
 def set_fault(group=None, **settings) -> None:

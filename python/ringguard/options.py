@@ -13,35 +13,19 @@ import difflib
 import os
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, Mapping, Optional, Tuple
+
+# The fields, their variables, types, defaults and ranges come from the C++ declarations
+# (src/core/settings.cc), through the generated _settings.py (docs/ENV.md).
+from ._settings import SETTINGS, Fields, Schedule  # noqa: F401  Schedule: the fault_schedule type
+
+_BY_NAME = {s.name: s for s in SETTINGS}
+# Field -> environment variable. `timeout` is converted to milliseconds.
+_NAMES = {s.field: s.name for s in SETTINGS if s.field is not None}
 
 TIMEOUT_NAME = "RINGGUARD_TIMEOUT_MS"
 # Options::kMaxTimeoutMs (include/ringguard/core/options.h): a year of milliseconds.
-MAX_TIMEOUT_MS = 365 * 24 * 3600 * 1000
-
-# Field -> environment variable (docs/ENV.md). `timeout` is converted to milliseconds.
-_NAMES = {
-    "slice_bytes": "RINGGUARD_SLICE_BYTES",
-    "slots": "RINGGUARD_SLOTS",
-    "max_retries": "RINGGUARD_MAX_RETRIES",
-    "timeout": TIMEOUT_NAME,
-    "log_level": "RINGGUARD_LOG_LEVEL",
-    "nan_check": "RINGGUARD_NAN_CHECK",
-    "fault_mode": "RINGGUARD_FAULT_MODE",
-    "fault_prob": "RINGGUARD_FAULT_PROB",
-    "fault_schedule": "RINGGUARD_FAULT_SCHEDULE",
-    "fault_seed": "RINGGUARD_FAULT_SEED",
-    "fault_bits": "RINGGUARD_FAULT_BITS",
-    "fault_burst_bits": "RINGGUARD_FAULT_BURST_BITS",
-    "fault_delay_ms": "RINGGUARD_FAULT_DELAY_MS",
-    "fault_repeat": "RINGGUARD_FAULT_REPEAT",
-    "device_transport": "RINGGUARD_DEVICE_TRANSPORT",
-    "cpu_transport": "RINGGUARD_CPU_TRANSPORT",
-    "pool_release_bytes": "RINGGUARD_POOL_RELEASE_BYTES",
-    "nccl_lanes": "RINGGUARD_NCCL_LANES",
-}
-
-Schedule = Union[str, Sequence[Tuple[int, int, int, int]]]
+MAX_TIMEOUT_MS = _BY_NAME[TIMEOUT_NAME].hi
 
 
 def timeout_ms(timeout: timedelta) -> int:
@@ -80,39 +64,23 @@ def format_value(name: str, value) -> str:
         return str(timeout_ms(value))
     if isinstance(value, float):
         return repr(value)
-    if name == "RINGGUARD_FAULT_SCHEDULE" and not isinstance(value, str):
+    setting = _BY_NAME.get(name)
+    if setting is not None and setting.kind == "schedule" and not isinstance(value, str):
         # [(collective, step, slice, rank), ...] -> "c:s:l:r,c:s:l:r"
         return ",".join(":".join(str(int(x)) for x in entry) for entry in value)
     return str(value)
 
 
 @dataclass
-class Options:
+class Options(Fields):
     """Per-group settings; ``None`` leaves the environment's value (or the default) in place.
 
+    One field per per-group setting of docs/ENV.md (the fields come from ``_settings.Fields``).
     ``extra`` takes further ``RINGGUARD_*`` names verbatim (``{"RINGGUARD_X": "value"}``).
     Values are checked by the extension: an unknown name or a bad value raises ``ValueError``
     naming it when the group is created.
     """
 
-    slice_bytes: Optional[int] = None
-    slots: Optional[int] = None
-    max_retries: Optional[int] = None
-    timeout: Optional[timedelta] = None
-    log_level: Optional[str] = None
-    nan_check: Optional[str] = None  # off | warn | skip | error (docs/GUARD.md)
-    fault_mode: Optional[str] = None
-    fault_prob: Optional[float] = None
-    fault_schedule: Optional[Schedule] = None
-    fault_seed: Optional[int] = None
-    fault_bits: Optional[int] = None
-    fault_burst_bits: Optional[int] = None
-    fault_delay_ms: Optional[int] = None
-    fault_repeat: Optional[int] = None
-    device_transport: Optional[str] = None
-    cpu_transport: Optional[str] = None
-    pool_release_bytes: Optional[int] = None
-    nccl_lanes: Optional[int] = None
     extra: Dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> Dict[str, str]:

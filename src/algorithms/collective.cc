@@ -5,6 +5,8 @@
 #include <sstream>
 #include <thread>
 
+#include "core/trace_events.h"
+
 namespace ringguard {
 
 namespace {
@@ -95,6 +97,9 @@ Status disseminate(const CollectiveContext& ctx, ControlTag tag, uint32_t round,
   ControlChannel* control = ctx.transport->control();
   const int n = ctx.transport->size(), me = ctx.transport->rank();
   const int rounds = disseminationRounds(n);
+  trace::Span span(trace::Kind::kControl, controlTagName(tag), ctx.track, ctx.seq);
+  span.event().a = rounds;
+  span.event().b = int32_t(round);
   std::vector<uint8_t> msg;
   // Round k's sender sends only after its own rounds < k: a chain of waits on a stalled rank has strictly
   // decreasing rounds and ends at a rank that waits on the stalled one itself. A quarter of the timeout of

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/trace_events.h"
 #include "ringguard/core/log.h"
 
 namespace ringguard {
@@ -90,6 +91,7 @@ Status Pipeline::postSend(int step, int slice, int attempt, bool retransmit) {
     // The retained bytes with their original CRC: every later write to this region was skipped.
     RINGGUARD_RETURN_IF_ERROR(exec_->retag(idx, uint16_t(attempt)));
     local_.retransmitted++;
+    trace::instant(trace::Kind::kRetransmit, "retransmit", ctx_.track, ctx_.seq, peer, step, slice, attempt);
   } else if (origin) {
     RINGGUARD_RETURN_IF_ERROR(exec_->sealFirst(idx, ptr, idOf(column, step, slice, bytes, attempt)));
   }
@@ -140,6 +142,15 @@ Status Pipeline::waitAllSends() {
 Status Pipeline::apply(int step, int slice, int attempt, int slotIndex) {
   const int column = plan_.recvColumn(step);
   const int from = plan_.sender(column, step);
+  trace::Span span(trace::Kind::kSlice, "slice", ctx_.track, ctx_.seq);
+  if (trace::on()) {
+    trace::Event& e = span.event();
+    e.a = step;
+    e.b = slice;
+    e.c = from;
+    e.d = attempt;
+    e.value = plan_.range(column, slice).count * esize_;
+  }
   {
     ScopedNs timed(&local_.transferWaitNs);
     RINGGUARD_RETURN_IF_ERROR(waitFrame(ctx_, &slotReqs_[size_t(slotIndex)], [&] {
@@ -211,6 +222,8 @@ Status Pipeline::collectVerdicts() {
       f.receiver = me_;
       f.reason = uint8_t(check);
       failures_.push_back(f);
+      trace::instant(trace::Kind::kDetect, "detected", ctx_.track, ctx_.seq, f.sender, f.receiver, step,
+                     slice, sliceCheckName(check));
       logger()->debug("{} seq {}: detected {}", ctx_.name, ctx_.seq, describeFailure(f));
     } else if (injected_[idx] && check == SliceCheck::kOk) {
       local_.escaped++;
@@ -341,6 +354,9 @@ Status Pipeline::run(const VerdictExchange& exchange) {
     }
     failures_.clear();
     local_.repairRounds++;
+    trace::Span span(trace::Kind::kRepair, "repair round", ctx_.track, ctx_.seq);
+    span.event().a = attempt + 1;
+    span.event().b = int32_t(repair.size());
     st = repairRound(attempt + 1, planRepair(repair));
   }
   if (!st.isOk()) {

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <utility>
 
+#include "core/trace_events.h"
 #include "ringguard/core/log.h"
 
 namespace ringguard {
@@ -88,9 +89,43 @@ GuardCounters Guard::counters() const {
   return c;
 }
 
+namespace {
+
+// The guard's events on the timeline and in the run summary: what each counted action is called.
+struct GuardEvent {
+  uint64_t GuardCounters::*field;
+  const char* name;
+  trace::Tally tally;
+};
+constexpr GuardEvent kGuardEvents[] = {
+    {&GuardCounters::detections, "guard detect", trace::Tally::kGuardDetect},
+    {&GuardCounters::rollbacks, "guard restore", trace::Tally::kGuardRestore},
+    {&GuardCounters::replays, "guard replay", trace::Tally::kGuardReplay},
+    {&GuardCounters::fallbacks, "guard fallback", trace::Tally::kGuardFallback},
+    {&GuardCounters::escalations, "guard escalate", trace::Tally::kGuardTerminal},
+    {&GuardCounters::sanitized, "guard sanitize", trace::Tally::kGuardTerminal},
+    {&GuardCounters::skippedSteps, "guard skip step", trace::Tally::kGuardTerminal},
+    {&GuardCounters::raised, "guard raise", trace::Tally::kGuardTerminal},
+};
+
+uint32_t guardTrack() {
+  static const uint32_t track = trace::newTrack("guard");
+  return track;
+}
+
+}  // namespace
+
 void Guard::count(uint64_t GuardCounters::*field, uint64_t n) {
-  std::lock_guard<std::mutex> lock(countersMu_);
-  counters_.*field += n;
+  {
+    std::lock_guard<std::mutex> lock(countersMu_);
+    counters_.*field += n;
+  }
+  for (const GuardEvent& e : kGuardEvents) {
+    if (e.field != field) continue;
+    trace::tally(e.tally);
+    trace::instant(trace::Kind::kGuard, e.name, guardTrack(), 0, stepAttempt_, 0, 0, 0,
+                   trace::on() ? trace::intern(inStep_ ? "step" : traceOp_) : nullptr);
+  }
 }
 
 GuardBackend* Guard::backendFor(const GuardBuffer& b) {
@@ -412,6 +447,7 @@ Status Guard::run(const GuardedOp& op, CallReport* report) {
   RINGGUARD_RETURN_IF_ERROR(validate(op));
   const uint64_t call = calls_[op.name]++;
   report->call = call;
+  traceOp_ = op.name;
   if (stepAttempt_ == 0) count(&GuardCounters::calls);
 
   std::vector<Saved> saved;

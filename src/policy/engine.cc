@@ -6,6 +6,7 @@
 #include <sstream>
 #include <utility>
 
+#include "core/trace_events.h"
 #include "ringguard/core/env.h"
 #include "ringguard/core/log.h"  // spdlog, and with it fmt
 
@@ -13,6 +14,13 @@ namespace ringguard {
 
 namespace {
 constexpr double kMissing = -std::numeric_limits<double>::infinity();  // MAX-neutral
+}  // namespace
+
+namespace {
+uint32_t policyTrack() {
+  static const uint32_t track = trace::newTrack("policy");
+  return track;
+}
 }  // namespace
 
 std::string PolicyDecision::toString() const {
@@ -72,15 +80,10 @@ Status PolicyEngine::force(const std::string& family, const std::string& variant
 }
 
 Status PolicyEngine::configureFromEnv() {
-  if (const char* on = envLookup("RINGGUARD_POLICY")) {
-    const std::string v = on;
-    if (v == "on" || v == "1") {
-      rulesEnabled_ = true;
-    } else if (v == "off" || v == "0") {
-      rulesEnabled_ = false;
-    } else {
-      return Status(StatusCode::kInvalidArgument, "RINGGUARD_POLICY='" + v + "': expected on or off");
-    }
+  if (envLookup("RINGGUARD_POLICY") != nullptr) {
+    int choice = 0;  // 0: on (or 1), 1: off (or 0), as declared (core/settings.cc)
+    RINGGUARD_RETURN_IF_ERROR(parseChoiceSetting("RINGGUARD_POLICY", envLookup, &choice));
+    rulesEnabled_ = choice == 0;
   }
   if (const char* f = envLookup("RINGGUARD_POLICY_FORCE")) {
     std::stringstream ss(f);
@@ -314,11 +317,29 @@ void PolicyEngine::evaluate(const PolicyFamily& f, FamilyState* st, const Inputs
   if (!initial) ++counters_.switches[f.name];
   current_[f.name] = to.name;
   logger()->info("policy: {}", d.toString());
+  trace::tally(trace::Tally::kDowngrade);
+  if (trace::on()) {
+    trace::instant(trace::Kind::kDowngrade, "downgrade", policyTrack(), 0, 0, 0, 0, 0,
+                   trace::intern(d.toString()));
+  }
   decisions_.push_back(std::move(d));
   if (decisions_.size() > kKeptDecisions) decisions_.erase(decisions_.begin());
 }
 
 Status PolicyEngine::onStep(const Sample& local) {
+  if (trace::on()) {
+    // The signals the rules read, as counter tracks beside the decisions they led to.
+    for (const Signal& sig : local.signals) {
+      if (sig.missing) continue;
+      trace::Event e;
+      e.kind = trace::Kind::kCounter;
+      e.name = trace::intern(sig.name);
+      e.real = sig.value;
+      e.track = policyTrack();
+      e.tsNs = trace::nowNs();
+      trace::record(e);
+    }
+  }
   std::vector<double> agreed;
   RINGGUARD_RETURN_IF_ERROR(agree(local, &agreed));
   const uint64_t step = step_;

@@ -1,13 +1,16 @@
 #include "ringguard/runtime/communicator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <new>
 #include <sstream>
 
+#include "core/trace_events.h"
 #include "ringguard/algorithms/collective.h"
 #include "ringguard/algorithms/collectives.h"
 #include "ringguard/core/log.h"
 #include "ringguard/core/thread_name.h"
+#include "ringguard/observability/observability.h"
 #include "ringguard/runtime/handshake.h"
 #include "runtime/transport_defaults.h"
 
@@ -48,6 +51,7 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, const Options& 
       size_(transport_->size()),
       sendSeq_(size_t(size_), 0),
       recvSeq_(size_t(size_), 0) {
+  track_ = observability::attach(rank_, size_, transport_->name(), [this] { return summary(); });
   Status valid = options_.validateFor(size_);
   RINGGUARD_ENFORCE(valid.isOk(), "Communicator: invalid options: " + valid.message());
   setLogLevel(options_.logLevel);
@@ -81,17 +85,20 @@ Communicator::~Communicator() {
   }
   cv_.notify_all();
   progress_.join();
+  observability::detach(track_, summary());
   // The transport may hold operations on the executor's memory and stream; both use the resources.
   transport_.reset();
   executor_.reset();
   resources_.reset();
 }
 
-std::shared_ptr<Work> Communicator::submit(const char* name, Status checked, void* stream,
+std::shared_ptr<Work> Communicator::submit(const char* name, uint64_t bytes, Status checked, void* stream,
                                            std::function<Status(const CollectiveContext&, Executor*)> run,
                                            bool group, CollectiveInput input) {
+  trace::instant(trace::Kind::kEnqueue, name, track_, 0, 0, 0, 0, 0, nullptr, bytes);
   Task task;
   task.name = name;
+  task.bytes = bytes;
   task.group = group;
   task.input = std::move(input);
   if (!checked.isOk()) {
@@ -116,7 +123,8 @@ CollectiveShape Communicator::shape() const { return CollectiveShape{rank_, size
 std::shared_ptr<Work> Communicator::allreduceAsync(const void* send, void* recv, size_t count, DataType dtype,
                                                    ReduceOp op, void* stream) {
   return submit(
-      "allreduce", checkAllreduceArgs(shape(), send, recv, count, dtype, op), stream,
+      "allreduce", count * dataTypeSize(dtype), checkAllreduceArgs(shape(), send, recv, count, dtype, op),
+      stream,
       [=](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::allreduce(ctx, exec, send, recv, count, dtype, op);
       },
@@ -174,7 +182,8 @@ Status Communicator::alltoall(const void* send, void* recv, size_t count, DataTy
 std::shared_ptr<Work> Communicator::reduceScatterAsync(const void* send, void* recv, size_t recvCount,
                                                        DataType dtype, ReduceOp op, void* stream) {
   return submit(
-      "reduce_scatter", checkReduceScatterArgs(shape(), send, recv, recvCount, dtype, op), stream,
+      "reduce_scatter", recvCount * size_t(size_) * dataTypeSize(dtype),
+      checkReduceScatterArgs(shape(), send, recv, recvCount, dtype, op), stream,
       [=](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::reduceScatter(ctx, exec, send, recv, recvCount, dtype, op);
       },
@@ -184,7 +193,8 @@ std::shared_ptr<Work> Communicator::reduceScatterAsync(const void* send, void* r
 std::shared_ptr<Work> Communicator::allgatherAsync(const void* send, void* recv, size_t sendCount,
                                                    DataType dtype, void* stream) {
   return submit(
-      "allgather", checkAllgatherArgs(shape(), send, recv, sendCount, dtype), stream,
+      "allgather", sendCount * size_t(size_) * dataTypeSize(dtype),
+      checkAllgatherArgs(shape(), send, recv, sendCount, dtype), stream,
       [=](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::allgather(ctx, exec, send, recv, sendCount, dtype);
       },
@@ -194,7 +204,8 @@ std::shared_ptr<Work> Communicator::allgatherAsync(const void* send, void* recv,
 std::shared_ptr<Work> Communicator::broadcastAsync(const void* send, void* recv, size_t count, DataType dtype,
                                                    int root, void* stream) {
   return submit(
-      "broadcast", checkBroadcastArgs(shape(), send, recv, count, dtype, root), stream,
+      "broadcast", count * dataTypeSize(dtype), checkBroadcastArgs(shape(), send, recv, count, dtype, root),
+      stream,
       [=](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::broadcast(ctx, exec, send, recv, count, dtype, root);
       },
@@ -213,7 +224,9 @@ std::shared_ptr<Work> Communicator::sendRecvAsync(const void* send, size_t sendC
   x.recvCount = recvCount;
   x.src = src;
   return submit(
-      "sendrecv", checkSendRecvArgs(shape(), x, dtype), stream,
+      "sendrecv",
+      (dst >= 0 ? sendCount : 0) * dataTypeSize(dtype) + (src >= 0 ? recvCount : 0) * dataTypeSize(dtype),
+      checkSendRecvArgs(shape(), x, dtype), stream,
       [this, x, dtype](const CollectiveContext& ctx, Executor* exec) mutable {
         // Numbered here, on the progress thread, in the order every exchange runs.
         if (x.dst >= 0) x.sendSeq = sendSeq_[size_t(x.dst)]++;
@@ -237,8 +250,10 @@ std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, const std::v
           {static_cast<const char*>(send) + sendDispls[p] * dataTypeSize(dtype), sendCounts[p]});
     }
   }
+  size_t bytes = 0;
+  for (size_t c : sendCounts) bytes += c * dataTypeSize(dtype);
   return submit(
-      "alltoall", checked, stream,
+      "alltoall", bytes, checked, stream,
       [=, layout = std::move(layout)](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::alltoall(ctx, exec, send, recv, layout, dtype);
       },
@@ -281,6 +296,19 @@ std::shared_ptr<Work> Communicator::enqueue(Task task, std::unique_ptr<Executor:
 Counters Communicator::counters() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return counters_;
+}
+
+CommunicatorSummary Communicator::summary() const {
+  CommunicatorSummary s;
+  s.track = track_;
+  s.rank = rank_;
+  s.size = size_;
+  s.transport = transport_->name();
+  std::lock_guard<std::mutex> lock(mutex_);
+  s.byKind = byKind_;
+  s.counters = counters_;
+  s.firstError = firstError_.isOk() ? "" : firstError_.toString();
+  return s;
 }
 
 Status Communicator::setFault(const FaultOptions& fault) {
@@ -383,6 +411,9 @@ void Communicator::runTask(Task& task) {
   const uint64_t seq = task.group ? nextSeq_++ : nextSeq_;
   Counters delta;
   Status st = task.invalid;
+  trace::Span span(trace::Kind::kCollective, task.name, track_, seq);
+  span.event().value = task.bytes;
+  const auto started = std::chrono::steady_clock::now();
   if (st.isOk()) {
     CollectiveContext ctx;
     ctx.transport = transport_.get();
@@ -396,6 +427,7 @@ void Communicator::runTask(Task& task) {
     ctx.counters = &delta;
     ctx.seq = seq;
     ctx.name = task.name;
+    ctx.track = track_;
     ctx.aborted = &aborted_;
     Executor::Fence* fence = task.work->fence_.get();
     // An exception escaping here would end the process through std::terminate on this thread: an
@@ -424,9 +456,18 @@ void Communicator::runTask(Task& task) {
       broadcastError(transport_.get(), st);
     }
     logger()->error("rank {}: {} seq {} failed: {}", rank_, task.name, seq, st.toString());
+    if (trace::on()) span.event().detail = trace::intern(st.toString());
   }
+  const uint64_t ns = uint64_t(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started)
+          .count());
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    CollectiveStats& kind = byKind_[task.name];
+    kind.calls++;
+    kind.failed += st.isOk() ? 0 : 1;
+    kind.bytes += task.bytes;
+    kind.ns += ns;
     counters_ += delta;
     if (st.isOk()) {
       counters_.collectives++;

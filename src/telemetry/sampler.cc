@@ -1,7 +1,5 @@
 #include "ringguard/telemetry/sampler.h"
 
-#include <cerrno>
-#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -100,17 +98,8 @@ SamplerStats Sampler::stats() const {
 }
 
 Status telemetryIntervalFromEnv(std::chrono::nanoseconds* out) {
-  const char* v = envLookup("RINGGUARD_TELEMETRY_INTERVAL_MS");
-  long long ms = 20;
-  if (v != nullptr) {
-    errno = 0;
-    char* end = nullptr;
-    ms = std::strtoll(v, &end, 10);
-    if (end == v || *end != '\0' || errno != 0 || ms < 1 || ms > 60000) {
-      return Status(StatusCode::kInvalidArgument, std::string("RINGGUARD_TELEMETRY_INTERVAL_MS='") + v +
-                                                      "': expected milliseconds in [1, 60000]");
-    }
-  }
+  uint64_t ms = 0;  // range and default: the setting's declaration (core/settings.cc)
+  RINGGUARD_RETURN_IF_ERROR(parseSetting("RINGGUARD_TELEMETRY_INTERVAL_MS", envLookup, &ms));
   *out = std::chrono::milliseconds(ms);
   return Status::ok();
 }

@@ -145,10 +145,10 @@ const char* ProcessGroupRingguard::option(const char* name) const {
 // RINGGUARD_CPU_TRANSPORT: auto takes MPI when mpirun started us (its environment is there) and the build
 // has MPI.
 bool ProcessGroupRingguard::useMpi() {
-  const char* v = option("RINGGUARD_CPU_TRANSPORT");
-  const std::string kind = v ? v : "auto";
-  TORCH_CHECK(kind == "auto" || kind == "mpi" || kind == "gloo", "ringguard: RINGGUARD_CPU_TRANSPORT='", kind,
-              "': expected auto, mpi or gloo");
+  std::string kind;  // choices and default: the setting's declaration (core/settings.cc)
+  const Status st = parseSetting(
+      "RINGGUARD_CPU_TRANSPORT", [this](const char* name) { return option(name); }, &kind);
+  TORCH_CHECK(st.isOk(), "ringguard: ", st.message());
 #if RINGGUARD_TORCH_MPI
   if (kind == "mpi") return true;
   return kind == "auto" && (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE"));

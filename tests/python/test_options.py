@@ -6,7 +6,8 @@ from datetime import timedelta
 import pytest
 
 from ringguard import init_from_mpi
-from ringguard.options import Options, fault_dict, resolve, timeout_ms
+from ringguard._settings import SETTINGS
+from ringguard.options import MAX_TIMEOUT_MS, Options, fault_dict, field_names, resolve, timeout_ms
 from ringguard.run import split_args, torchrun_args
 
 
@@ -26,6 +27,33 @@ def test_every_field_has_a_name():
     values.update(timeout=timedelta(milliseconds=1), fault_schedule="1:1:1:1")
     d = Options(**values).to_dict()
     assert len(d) == 18 and all(k.startswith("RINGGUARD_") for k in d)
+
+
+def test_fields_come_from_the_declarations():
+    # One Options field per per-group declaration (src/core/settings.cc), in declaration order; the
+    # process-wide settings (kernels, logging, tracing, telemetry, policy) have none.
+    fields = [f for f in Options.__dataclass_fields__ if f != "extra"]
+    assert fields == [s.field for s in SETTINGS if s.field is not None]
+    assert field_names() == {s.field: s.name for s in SETTINGS if s.field is not None}
+    process_wide = {s.name for s in SETTINGS if s.field is None}
+    assert {"RINGGUARD_KERNEL_SMS", "RINGGUARD_LOG_SUBSYS", "RINGGUARD_TIMELINE", "RINGGUARD_SUMMARY",
+            "RINGGUARD_TIMELINE_EVENTS", "RINGGUARD_TELEMETRY_INTERVAL_MS"} <= process_wide
+    assert MAX_TIMEOUT_MS == 365 * 24 * 3600 * 1000
+    for s in SETTINGS:
+        assert s.name.startswith("RINGGUARD_") and s.doc, s
+        if s.kind in ("choice", "list"):
+            assert s.choices and all(c in s.doc for c in s.choices), s
+        if s.kind == "choice":
+            assert s.default in s.choices, s
+        if s.kind == "unsigned":
+            assert s.lo <= int(s.default) <= s.hi or int(s.default) == 0, s
+
+
+def test_settings_match_the_extension():
+    # The generated module and the compiled extension know the same variables, in the same order.
+    from ringguard import _C
+
+    assert list(_C.option_names()) == [s.name for s in SETTINGS]
 
 
 @pytest.mark.parametrize("bad, exc", [

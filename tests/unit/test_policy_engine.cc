@@ -204,7 +204,8 @@ TEST(PolicyEngine, ConfigureFromEnv) {
             std::string::npos);
   ::unsetenv("RINGGUARD_POLICY_FORCE");
   ::setenv("RINGGUARD_POLICY", "maybe", 1);
-  EXPECT_EQ(engine.configureFromEnv().message(), "RINGGUARD_POLICY='maybe': expected on or off");
+  EXPECT_EQ(engine.configureFromEnv().message(),
+            "RINGGUARD_POLICY='maybe': expected one of on (or 1), off (or 0)");
   ::unsetenv("RINGGUARD_POLICY");
 }
 

@@ -26,6 +26,7 @@ struct CollectiveContext {
   Counters* counters = nullptr;  // this collective adds to it
   uint64_t seq = 0;
   const char* name = "collective";
+  uint32_t track = 0;                          // the communicator's timeline track (core/trace_events.h)
   const std::atomic<bool>* aborted = nullptr;  // set by Communicator::abort: every wait returns kAborted
   // Added to options->timeout by pollUntil. A dissemination round k waits on a rank that may itself wait
   // in an earlier round for a stalled one: its slack lets the rank that waits on the stalled rank directly

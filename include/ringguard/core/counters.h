@@ -1,6 +1,7 @@
 #pragma once
 // Integrity and traffic counters of a communicator (local to this rank).
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace ringguard {
@@ -29,6 +30,8 @@ struct Counters {
   Counters& operator+=(const Counters& o);
   // Field by field `*this - earlier` (counters only grow).
   Counters since(const Counters& earlier) const;
+  // Every field with its snake_case name ("slices_verified", "apply_ns", ...), in declaration order.
+  void forEach(const std::function<void(const char* name, uint64_t value)>& visit) const;
   std::string toString() const;
 };
 

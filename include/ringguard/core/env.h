@@ -1,33 +1,35 @@
 #pragma once
-// The one registry of RINGGUARD_* environment variables (NCCL's param.h pattern): each variable is
-// declared once with its default and description; Options::fromEnv reads through it and
-// `ringguard_envdoc` prints docs/ENV.md from it.
+// The process environment as ringguard reads it: every RINGGUARD_* variable the library reads is a declared
+// setting (settings.h), read through envLookup; set RINGGUARD_* names that are neither settings nor tool
+// names are warned about once.
 #include <string>
 #include <vector>
 
+#include "ringguard/core/settings.h"
+
 namespace ringguard {
 
-struct EnvVar {
-  const char* name;          // e.g. "RINGGUARD_SLICE_BYTES"
-  const char* defaultValue;  // as text
+// The declarations under their environment-registry names (the same table as settings()).
+using EnvVar = Setting;
+inline const std::vector<Setting>& envRegistry() { return settings(); }
+inline const Setting* findEnvVar(const std::string& name) { return findSetting(name); }
+
+// The value set in the environment, or nullptr when unset. ENFORCEs that `name` is declared.
+const char* envLookup(const char* name);
+
+// A RINGGUARD_* name that is not a library setting: read by scripts/, launch/, the tests, the benchmarks or
+// the Python package. `name` ends in '*' for a prefix (RINGGUARD_TEST_*).
+struct ToolEnvName {
+  const char* name;
+  const char* readBy;
   const char* description;
 };
+const std::vector<ToolEnvName>& toolEnvNames();
 
-// Every variable the library reads, in documentation order.
-const std::vector<EnvVar>& envRegistry();
-// The value set in the environment, or nullptr when unset. ENFORCEs that `name` is registered.
-const char* envLookup(const char* name);
-// Markdown table of the registry (docs/ENV.md).
-std::string envMarkdown();
-
-// The registry entry of `name`, or nullptr.
-const EnvVar* findEnvVar(const std::string& name);
-// The registered name closest to `name` (edit distance; ties: registry order).
+// The declared name closest to `name` (edit distance; ties: declaration order).
 std::string closestEnvName(const std::string& name);
 // One warning text for each `RINGGUARD_*=...` entry of `environ`-style `env` (null-terminated) that is
-// neither registered nor one of the names the scripts, tests and the Python package read themselves
-// (RINGGUARD_TEST_*, RINGGUARD_BENCH_*, RINGGUARD_AUTOLOAD, RINGGUARD_BUILD_DIR, ...); each names the closest
-// registered variable.
+// neither declared nor a tool name; each names the closest declared variable.
 std::vector<std::string> unknownEnvWarnings(char** env);
 // Logs unknownEnvWarnings(environ) at warn level, once per process (Options::fromEnv calls it).
 void warnUnknownEnv();

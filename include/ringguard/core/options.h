@@ -1,6 +1,7 @@
 #pragma once
 // Communicator options. Every field can be set in code or through a RINGGUARD_* environment variable;
-// the variables are declared once in the registry (env.h), which also generates docs/ENV.md.
+// each variable is declared once (settings.h: kind, default, range, description), and the defaults below,
+// fromLookup's parsing and validate()'s bounds all come from that declaration.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "ringguard/core/non_finite.h"
+#include "ringguard/core/settings.h"
 #include "ringguard/core/status.h"
 
 namespace ringguard {
@@ -40,18 +42,20 @@ struct FaultScheduleEntry {
   }
 };
 
+// Defaults: the declarations of the RINGGUARD_FAULT_* settings.
 struct FaultOptions {
   bool enabled() const { return probability > 0.0 || !schedule.empty(); }
-  FaultMode mode = FaultMode::kBitFlip;
-  double probability = 0.0;                  // per slice transfer, in [0, 1]
-  std::vector<FaultScheduleEntry> schedule;  // exact injections (in addition to `probability`)
-  uint64_t seed = 1;
-  int bits = 3;        // kMultiBit
-  int burstBits = 32;  // kBurst, 2..32
-  int delayMs = 50;    // kDelay
+  FaultMode mode = FaultMode(declaredChoice("RINGGUARD_FAULT_MODE"));
+  double probability = declaredReal("RINGGUARD_FAULT_PROB");  // per slice transfer
+  std::vector<FaultScheduleEntry>
+      schedule;  // exact injections (in addition to `probability`); declared empty
+  uint64_t seed = declaredUnsigned("RINGGUARD_FAULT_SEED");
+  int bits = int(declaredUnsigned("RINGGUARD_FAULT_BITS"));             // kMultiBit
+  int burstBits = int(declaredUnsigned("RINGGUARD_FAULT_BURST_BITS"));  // kBurst, at most 32
+  int delayMs = int(declaredUnsigned("RINGGUARD_FAULT_DELAY_MS"));      // kDelay
   // How many consecutive transfer attempts of a hit slice are corrupted (1 = only the first). A value
   // above the retry bound makes the corruption persistent. kRetransmit implies at least 2.
-  int repeat = 1;
+  int repeat = int(declaredUnsigned("RINGGUARD_FAULT_REPEAT"));
 };
 
 struct Options {
@@ -61,28 +65,30 @@ struct Options {
   static constexpr size_t kMaxSliceBytes = size_t(1) << 30;
   static constexpr int64_t kMaxTimeoutMs = int64_t(365) * 24 * 3600 * 1000;
 
-  // Payload bytes per slice (rounded down to the element size), at most kMaxSliceBytes; 0: the
-  // transport's default (Transport::defaultSliceBytes: 1 MiB; 4 MiB host-staged, 128 MiB over NCCL),
+  // Defaults: the declarations (docs/ENV.md). Payload bytes per slice (rounded down to the element size);
+  // 0: the transport's default (Transport::defaultSliceBytes: 1 MiB; 4 MiB host-staged, 128 MiB over NCCL),
   // resolved when the communicator is made.
-  size_t sliceBytes = 0;
-  int slots = 0;       // receive slots per link (>= 2: double buffering); 0: the transport's
-  int maxRetries = 3;  // repair rounds before a kCorruption error
-  std::chrono::milliseconds timeout{60000};  // no progress for this long -> kTimeout; (0, kMaxTimeoutMs]
-  std::string logLevel = "warn";             // spdlog level name
+  size_t sliceBytes = declaredUnsigned("RINGGUARD_SLICE_BYTES");
+  int slots = int(declaredUnsigned("RINGGUARD_SLOTS"));  // receive slots per link; 0: the transport's
+  int maxRetries =
+      int(declaredUnsigned("RINGGUARD_MAX_RETRIES"));  // repair rounds before a kCorruption error
+  // No progress for this long -> kTimeout.
+  std::chrono::milliseconds timeout{int64_t(declaredUnsigned("RINGGUARD_TIMEOUT_MS"))};
+  std::string logLevel = declaredText("RINGGUARD_LOG_LEVEL");  // spdlog level name
   // Non-finite values in a collective's input (core/non_finite.h): every rank must use the same mode.
-  NanCheck nanCheck = NanCheck::kOff;
+  NanCheck nanCheck = NanCheck(declaredChoice("RINGGUARD_NAN_CHECK"));
   FaultOptions fault;
 
   // Defaults overridden by the RINGGUARD_* variables that are set. A bad value gives kInvalidArgument
-  // naming the variable and the value. Every registered setting is checked, also those that are not
-  // Options fields (DeviceSettings, RINGGUARD_KERNEL_SMS, RINGGUARD_CPU_TRANSPORT), so a job fails when
-  // its communicator or group is made, not at its first CUDA tensor. Warns once per process about set
-  // RINGGUARD_* variables that are not registered (warnUnknownEnv).
+  // naming the variable and the value. Every declared setting is checked (checkSettings), also those that
+  // are not Options fields (DeviceSettings, RINGGUARD_CPU_TRANSPORT, the process-wide ones), so a job fails
+  // when its communicator or group is made, not at its first CUDA tensor. Warns once per process about set
+  // RINGGUARD_* variables that are not declared (warnUnknownEnv).
   static Status fromEnv(Options* out);
   // Same, reading each registered RINGGUARD_* name through `lookup` (nullptr: unset) instead of the
   // environment: how option maps from Python (pg_options) layer over the environment.
   static Status fromLookup(const std::function<const char*(const char*)>& lookup, Options* out);
-  // kInvalidArgument naming the field when a value is out of range.
+  // kInvalidArgument naming the field and its variable when a value is outside the declared range.
   Status validate() const;
   // validate(), and the fault schedule checked against a communicator of `worldSize` ranks: an entry
   // that can never fire is an error (checkFaultSchedule). What the factories check before building.
@@ -90,24 +96,21 @@ struct Options {
 };
 
 // Settings of device communicators (read by the device factory), parsed here, in core, so that a job
-// without a GPU checks them too. The one parser for their RINGGUARD_* names.
+// without a GPU checks them too. The one parser for their RINGGUARD_* names; defaults: their declarations.
 struct DeviceSettings {
-  std::string transport = "auto";            // RINGGUARD_DEVICE_TRANSPORT: auto, nccl or staged
-  uint64_t poolReleaseBytes = 256ull << 20;  // RINGGUARD_POOL_RELEASE_BYTES, at most 2^48 (256 TiB)
-  int ncclLanes = 4;                         // RINGGUARD_NCCL_LANES, in [1, 8]
+  std::string transport = declaredText("RINGGUARD_DEVICE_TRANSPORT");  // auto, nccl or staged
+  uint64_t poolReleaseBytes = declaredUnsigned("RINGGUARD_POOL_RELEASE_BYTES");
+  int ncclLanes = int(declaredUnsigned("RINGGUARD_NCCL_LANES"));
   static Status fromLookup(const std::function<const char*(const char*)>& lookup, DeviceSettings* out);
 };
 
-// A strict unsigned parse of setting `name`: decimal digits only (no sign, no space, nothing after), in
-// [lo, hi]; kInvalidArgument naming the variable and the value otherwise. The parser every unsigned
-// RINGGUARD_* value goes through.
-Status parseUnsignedSetting(const char* name, const char* text, uint64_t lo, uint64_t hi, uint64_t* out);
-
-// RINGGUARD_KERNEL_SMS's value: an SM count in [0, 100000], 0 meaning every SM. Process-wide (the CUDA
-// layer reads it once), so not an Options field. kInvalidArgument naming the variable otherwise.
+// RINGGUARD_KERNEL_SMS's value: an SM count, 0 meaning every SM. Process-wide (the CUDA layer reads it once),
+// so not an Options field. kInvalidArgument naming the variable otherwise (also for nullptr).
 Status parseKernelSms(const char* text, int* sms);
 
-// Parses "c:s:k:r[,c:s:k:r...]" (collective:step:slice:rank) into entries.
+// Parses "c:s:k:r[,c:s:k:r...]" (collective:step:slice:rank) into entries; *out untouched on error.
 Status parseFaultSchedule(const std::string& text, std::vector<FaultScheduleEntry>* out);
+// The same, with `why` naming the bad entry instead of a Status (what the schedule kind's check reports).
+bool parseFaultSchedule(const std::string& text, std::vector<FaultScheduleEntry>* out, std::string* why);
 
 }  // namespace ringguard

@@ -174,6 +174,7 @@ class Guard {
   Status stepError_;  // the error behind a kRaise severity, returned at the step's end
 
   uint64_t heldBytes_ = 0;
+  std::string traceOp_;  // the op whose events are being counted (timeline detail)
   mutable std::mutex countersMu_;
   GuardCounters counters_;  // guarded by countersMu_
 };

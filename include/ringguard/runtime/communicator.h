@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,6 +21,7 @@
 #include "ringguard/core/counters.h"
 #include "ringguard/core/fault_injector.h"
 #include "ringguard/core/options.h"
+#include "ringguard/core/run_summary.h"
 #include "ringguard/core/status.h"
 #include "ringguard/core/types.h"
 #include "ringguard/runtime/nan_check.h"
@@ -137,6 +139,9 @@ class Communicator {
 
   // This rank's counters (a consistent snapshot).
   Counters counters() const;
+  // What this communicator did so far, by collective kind, with its counters (the run summary's entry;
+  // include/ringguard/observability/observability.h).
+  CommunicatorSummary summary() const;
   // The first fatal error, or OK. Once set, every call fails with it.
   Status firstError() const;
 
@@ -151,12 +156,13 @@ class Communicator {
     std::shared_ptr<Work> work;
     Status invalid;  // set when the caller's arguments were rejected
     const char* name;
+    uint64_t bytes = 0;     // the call's payload (CollectiveStats::bytes)
     bool group = true;      // a collective of every rank (numbered by nextSeq_); else point-to-point
     CollectiveInput input;  // what RINGGUARD_NAN_CHECK scans (group collectives)
   };
   // The one way in: `checked` is the collective's argument check; an error in it completes the Work with
   // kInvalidArgument ("<name> on rank r: ...") after telling the peers.
-  std::shared_ptr<Work> submit(const char* name, Status checked, void* stream,
+  std::shared_ptr<Work> submit(const char* name, uint64_t bytes, Status checked, void* stream,
                                std::function<Status(const CollectiveContext&, Executor*)> run,
                                bool group = true, CollectiveInput input = {});
   std::shared_ptr<Work> enqueue(Task task, std::unique_ptr<Executor::Fence> fence);
@@ -184,6 +190,8 @@ class Communicator {
   std::atomic<bool> aborted_{false};  // read by the waits of the collective in progress
   Status firstError_;
   Counters counters_;
+  std::map<std::string, CollectiveStats> byKind_;
+  uint32_t track_ = 0;    // timeline track (set in the constructor, before the progress thread starts)
   uint64_t nextSeq_ = 0;  // touched by the runner only
   // Point-to-point message numbers per peer (runner only): only the two ends count them.
   std::vector<uint64_t> sendSeq_, recvSeq_;

@@ -68,8 +68,8 @@ class Sampler {
   std::thread thread_;
 };
 
-// Sampling interval from RINGGUARD_TELEMETRY_INTERVAL_MS (milliseconds, in [1, 60000]); kInvalidArgument
-// naming the variable and the value otherwise.
+// Sampling interval from RINGGUARD_TELEMETRY_INTERVAL_MS (milliseconds; range and default as declared,
+// docs/ENV.md); kInvalidArgument naming the variable and the value otherwise.
 Status telemetryIntervalFromEnv(std::chrono::nanoseconds* out);
 
 }  // namespace ringguard

@@ -10,6 +10,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include "ringguard/core/env.h"
+#include "ringguard/observability/observability.h"
 #include "ringguard/torch/process_group.h"
 
 namespace py = pybind11;
@@ -87,6 +88,21 @@ PYBIND11_MODULE(_C, m) {
     for (const auto& v : ringguard::envRegistry()) names.emplace_back(v.name);
     return names;
   });
+
+  // The run summary and the timeline (docs/GUIDE.md): RINGGUARD_TIMELINE starts recording at import, so
+  // guard-only runs (no communicator) have a timeline too. A bad setting is logged here and raised when a
+  // process group is made (Options::fromEnv checks every setting).
+  (void)ringguard::observability::init();
+  m.def("summary_json", &ringguard::observability::summaryJson);
+  m.def("timeline_json", &ringguard::observability::timelineJson);
+  m.def("file_rank", &ringguard::observability::fileRank);
+  m.def(
+      "write_observability_files",
+      [](const std::string& timeline, const std::string& summary) {
+        const ringguard::Status st = ringguard::observability::writeFiles(timeline, summary);
+        if (!st.isOk()) throw std::runtime_error("ringguard: " + st.message());
+      },
+      py::arg("timeline") = "", py::arg("summary") = "");
 
   py::object backendBase = py::module_::import("torch._C._distributed_c10d").attr("Backend");
   py::class_<ringguard::ProcessGroupRingguard, IntrusivePtrNoGilDestructor<ringguard::ProcessGroupRingguard>>(
