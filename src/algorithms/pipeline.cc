@@ -5,8 +5,8 @@
 #include <sstream>
 #include <thread>
 
+#include "core/logging.h"
 #include "core/trace_events.h"
-#include "ringguard/core/log.h"
 
 namespace ringguard {
 
@@ -224,11 +224,11 @@ Status Pipeline::collectVerdicts() {
       failures_.push_back(f);
       trace::instant(trace::Kind::kDetect, "detected", ctx_.track, ctx_.seq, f.sender, f.receiver, step,
                      slice, sliceCheckName(check));
-      logger()->debug("{} seq {}: detected {}", ctx_.name, ctx_.seq, describeFailure(f));
+      logDebug(Subsys::kRing, "{} seq {}: detected {}", ctx_.name, ctx_.seq, describeFailure(f));
     } else if (injected_[idx] && check == SliceCheck::kOk) {
       local_.escaped++;
-      logger()->error("{} seq {}: an injected corruption of step {} slice {} passed verification", ctx_.name,
-                      ctx_.seq, step, slice);
+      logError(Subsys::kRing, "{} seq {}: an injected corruption of step {} slice {} passed verification",
+               ctx_.name, ctx_.seq, step, slice);
     }
   }
   appliedThisRound_.clear();

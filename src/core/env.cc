@@ -7,7 +7,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "ringguard/core/log.h"
+#include "core/logging.h"
 #include "ringguard/core/status.h"
 
 extern char** environ;
@@ -100,7 +100,7 @@ std::vector<std::string> unknownEnvWarnings(char** env) {
 void warnUnknownEnv() {
   static std::once_flag once;
   std::call_once(once, [] {
-    for (const std::string& w : unknownEnvWarnings(environ)) logger()->warn("{}", w);
+    for (const std::string& w : unknownEnvWarnings(environ)) logWarn(Subsys::kCore, "{}", w);
   });
 }
 

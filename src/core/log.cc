@@ -1,15 +1,33 @@
-#include "ringguard/core/log.h"
-
 #include <spdlog/sinks/stdout_color_sinks.h>
 
-#include "ringguard/core/log_text.h"
+#include <vector>
+
+#include "core/log_text.h"
+#include "core/logging.h"
+#include "ringguard/core/env.h"
+#include "ringguard/core/settings.h"
 
 namespace ringguard {
+
+namespace detail {
+std::atomic<uint32_t> gLogSubsystems{(1u << unsigned(Subsys::kCount)) - 1};
+std::atomic<int> gLogRank{-1};
+}  // namespace detail
 
 namespace {
 
 constexpr const char* kLoggerName = "ringguard";
 constexpr const char* kPattern = "[%H:%M:%S.%e] [ringguard] [%l] %v";
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  size_t begin = 0;
+  for (size_t at; (at = s.find(sep, begin)) != std::string::npos; begin = at + 1) {
+    parts.push_back(s.substr(begin, at - begin));
+  }
+  parts.push_back(s.substr(begin));
+  return parts;
+}
 
 std::shared_ptr<spdlog::logger> createLogger() {
   // An application may have registered "ringguard" itself to route our messages; respect that.
@@ -28,11 +46,49 @@ std::shared_ptr<spdlog::logger> createLogger() {
   return log;
 }
 
+// RINGGUARD_LOG_SUBSYS, once, before the first message. A bad value keeps every subsystem (and fails the
+// first communicator or group, whose Options::fromEnv checks every setting).
+void selectFromEnv() {
+  std::string spec;
+  if (parseSetting("RINGGUARD_LOG_SUBSYS", envLookup, &spec).isOk()) (void)setLogSubsystems(spec);
+}
+
 }  // namespace
+
+const char* subsysName(Subsys s) {
+  switch (s) {
+    case Subsys::kCore:
+      return "core";
+    case Subsys::kRing:
+      return "ring";
+    case Subsys::kTransport:
+      return "transport";
+    case Subsys::kControl:
+      return "control";
+    case Subsys::kRuntime:
+      return "runtime";
+    case Subsys::kGuard:
+      return "guard";
+    case Subsys::kPolicy:
+      return "policy";
+    case Subsys::kTelemetry:
+      return "telemetry";
+    case Subsys::kCuda:
+      return "cuda";
+    case Subsys::kTorch:
+      return "torch";
+    case Subsys::kCount:
+      break;
+  }
+  return "?";
+}
 
 std::shared_ptr<spdlog::logger> logger() {
   // Magic static: initialised exactly once even with concurrent first calls.
-  static const std::shared_ptr<spdlog::logger> instance = createLogger();
+  static const std::shared_ptr<spdlog::logger> instance = [] {
+    selectFromEnv();
+    return createLogger();
+  }();
   return instance;
 }
 
@@ -46,23 +102,52 @@ bool setLogLevel(const std::string& level) {
   return true;
 }
 
-}  // namespace ringguard
+Status setLogSubsystems(const std::string& spec) {
+  const uint32_t all = (1u << unsigned(Subsys::kCount)) - 1;
+  const bool exclude = !spec.empty() && spec[0] == '^';
+  uint32_t mask = 0;
+  for (const std::string& name : split(exclude ? spec.substr(1) : spec, ',')) {
+    if (name == "all") {
+      mask = all;
+      continue;
+    }
+    bool known = false;
+    for (unsigned s = 0; s < unsigned(Subsys::kCount); ++s) {
+      if (name == subsysName(Subsys(s))) {
+        mask |= 1u << s;
+        known = true;
+      }
+    }
+    if (!known) {
+      return Status(
+          StatusCode::kInvalidArgument,
+          "RINGGUARD_LOG_SUBSYS='" + spec + "': unknown subsystem '" + name +
+              "': expected all or a list of core, ring, transport, control, runtime, guard, policy, "
+              "telemetry, cuda, torch (a leading ^ excludes them)");
+    }
+  }
+  detail::gLogSubsystems.store(exclude ? all & ~mask : mask, std::memory_order_relaxed);
+  return Status::ok();
+}
 
-namespace ringguard {
+void setLogRank(int rank) {
+  int unset = -1;
+  detail::gLogRank.compare_exchange_strong(unset, rank, std::memory_order_relaxed);
+}
 
-void logText(LogLevel level, const std::string& message) {
+void logText(LogLevel level, Subsys subsys, const std::string& message) {
   switch (level) {
     case LogLevel::kDebug:
-      logger()->debug("{}", message);
+      logDebug(subsys, "{}", message);
       break;
     case LogLevel::kInfo:
-      logger()->info("{}", message);
+      logInfo(subsys, "{}", message);
       break;
     case LogLevel::kWarn:
-      logger()->warn("{}", message);
+      logWarn(subsys, "{}", message);
       break;
     case LogLevel::kError:
-      logger()->error("{}", message);
+      logError(subsys, "{}", message);
       break;
   }
 }

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "ringguard/core/log.h"
+#include "core/logging.h"
 
 namespace ringguard {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <utility>
 
+#include "core/logging.h"
 #include "cuda_check.h"
-#include "ringguard/core/log.h"
 #include "ringguard/cuda/kernels.h"
 #include "ringguard/cuda/memory_pool.h"
 #include "ringguard/cuda/verify_reduce.h"
@@ -94,7 +94,7 @@ DeviceExecutor::DeviceExecutor(int device, DevicePool* pool, PinnedHostPool* pin
 
 DeviceExecutor::~DeviceExecutor() {
   const Status st = freeAll();
-  if (!st.isOk()) logger()->warn("DeviceExecutor: releasing its memory failed: {}", st.toString());
+  if (!st.isOk()) logWarn(Subsys::kCuda, "DeviceExecutor: releasing its memory failed: {}", st.toString());
 }
 
 Status DeviceExecutor::freeAll() {

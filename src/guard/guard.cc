@@ -7,8 +7,8 @@
 #include <sstream>
 #include <utility>
 
+#include "core/logging.h"
 #include "core/trace_events.h"
-#include "ringguard/core/log.h"
 
 namespace ringguard {
 namespace {
@@ -225,8 +225,8 @@ Status Guard::attempt(const GuardedOp& op, uint64_t call, int attemptIndex, bool
     const size_t index = static_cast<size_t>(hit.element % out.count());
     RINGGUARD_RETURN_IF_ERROR(backendFor(out)->inject(out, index, hit.value, op.stream));
     count(&GuardCounters::injected);
-    logger()->info("guard: injected {} into op '{}' call {} attempt {} output '{}' index {}",
-                   faultValueName(hit.value), op.name, call, attemptIndex, out.name, index);
+    logInfo(Subsys::kGuard, "guard: injected {} into op '{}' call {} attempt {} output '{}' index {}",
+            faultValueName(hit.value), op.name, call, attemptIndex, out.name, index);
   }
   return Status::ok();
 }
@@ -363,9 +363,10 @@ Status Guard::runImmediate(const GuardedOp& op, uint64_t call, std::vector<Saved
       return Status::ok();
     }
     count(&GuardCounters::detections);
-    logger()->warn("guard: op '{}' call {} attempt {}: {} '{}' has {} non-finite values (first at {})",
-                   op.name, call, attemptIndex, roleOf(op, bad.front().buffer), bad.front().buffer->name,
-                   bad.front().result.count, bad.front().result.firstIndex);
+    logWarn(Subsys::kGuard,
+            "guard: op '{}' call {} attempt {}: {} '{}' has {} non-finite values (first at {})", op.name,
+            call, attemptIndex, roleOf(op, bad.front().buffer), bad.front().buffer->name,
+            bad.front().result.count, bad.front().result.firstIndex);
 
     GuardAction action = GuardAction::kRaise;
     for (;;) {
@@ -374,7 +375,7 @@ Status Guard::runImmediate(const GuardedOp& op, uint64_t call, std::vector<Saved
         count(&GuardCounters::escalations);
       action = ladder_[next++];
       if (action == GuardAction::kFallback && !op.fallback) {
-        logger()->warn("guard: op '{}' has no fallback; the policy's next step follows", op.name);
+        logWarn(Subsys::kGuard, "guard: op '{}' has no fallback; the policy's next step follows", op.name);
         continue;
       }
       break;
@@ -393,22 +394,22 @@ Status Guard::runImmediate(const GuardedOp& op, uint64_t call, std::vector<Saved
           count(&GuardCounters::replays);
         }
         ++attemptIndex;
-        logger()->info("guard: op '{}' call {}: state restored, {} (attempt {})", op.name, call,
-                       guardActionName(action), attemptIndex);
+        logInfo(Subsys::kGuard, "guard: op '{}' call {}: state restored, {} (attempt {})", op.name, call,
+                guardActionName(action), attemptIndex);
         continue;
       case GuardAction::kZero:
       case GuardAction::kClamp:
         RINGGUARD_RETURN_IF_ERROR(sanitize(op, action));
         count(&GuardCounters::sanitized);
-        logger()->warn("guard: op '{}' call {}: non-finite values replaced ({}) after {} replays", op.name,
-                       call, guardActionName(action), replays);
+        logWarn(Subsys::kGuard, "guard: op '{}' call {}: non-finite values replaced ({}) after {} replays",
+                op.name, call, guardActionName(action), replays);
         report->resolution = GuardResolution::kSanitized;
         return Status::ok();
       case GuardAction::kSkipStep:
         RINGGUARD_RETURN_IF_ERROR(restore(*saved));
         count(&GuardCounters::rollbacks);
-        logger()->warn("guard: op '{}' call {}: state restored, step skipped after {} replays", op.name, call,
-                       replays);
+        logWarn(Subsys::kGuard, "guard: op '{}' call {}: state restored, step skipped after {} replays",
+                op.name, call, replays);
         report->resolution = GuardResolution::kSkipped;
         if (inStep_) {
           stepLocal_ = std::max(stepLocal_, StepSeverity::kSkip);
@@ -420,7 +421,7 @@ Status Guard::runImmediate(const GuardedOp& op, uint64_t call, std::vector<Saved
         const Status err = nonFiniteError(op, call, bad, replays, fallbacks, "raised");
         RINGGUARD_RETURN_IF_ERROR(restore(*saved));
         count(&GuardCounters::rollbacks);
-        logger()->error("{}", err.message());
+        logError(Subsys::kGuard, "{}", err.message());
         if (inStep_) {
           // Agreed at the step's end, so every rank rolls the step back and returns the error together.
           report->resolution = GuardResolution::kSkipped;
@@ -530,9 +531,9 @@ Status Guard::readStepVerdicts(std::vector<std::string>* flaggedOps, std::string
       if (r.clean()) continue;
       if (!flagged) count(&GuardCounters::detections);
       flagged = true;
-      logger()->warn(
-          "guard: op '{}' call {}: {} '{}' has {} non-finite values (first at {}); step rolls back", p.op,
-          p.call, p.roles[i], b.name, r.count, r.firstIndex);
+      logWarn(Subsys::kGuard,
+              "guard: op '{}' call {}: {} '{}' has {} non-finite values (first at {}); step rolls back", p.op,
+              p.call, p.roles[i], b.name, r.count, r.firstIndex);
       if (detail->empty()) {
         double value = 0;
         RINGGUARD_RETURN_IF_ERROR(backendFor(b)->readElement(b, r.firstIndex, stepStream_, &value));
@@ -673,11 +674,12 @@ Status Guard::runStep(const std::function<Status()>& region, StepReport* report)
         }
         calls_ = callsAtStart;  // a replayed step sees the same call indices, attempts count up
         ++stepAttempt_;
-        logger()->info("guard: step restored, {} (attempt {})", guardActionName(action), stepAttempt_);
+        logInfo(Subsys::kGuard, "guard: step restored, {} (attempt {})", guardActionName(action),
+                stepAttempt_);
         continue;
       case GuardAction::kSkipStep:
         count(&GuardCounters::skippedSteps);
-        logger()->warn("guard: step restored and skipped (severity {} agreed)", severity);
+        logWarn(Subsys::kGuard, "guard: step restored and skipped (severity {} agreed)", severity);
         report->resolution = GuardResolution::kSkipped;
         return finish(Status::ok());
       default: {
@@ -693,7 +695,7 @@ Status Guard::runStep(const std::function<Status()>& region, StepReport* report)
           msg = "guard: another rank's guarded op found non-finite values past its policy (agreed severity " +
                 std::to_string(severity) + "); raised; step restored";
         }
-        logger()->error("{}", msg);
+        logError(Subsys::kGuard, "{}", msg);
         return finish(Status(StatusCode::kCorruption, msg));
       }
     }

@@ -6,10 +6,10 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "core/logging.h"
 #include "core/trace_events.h"
 #include "observability/chrome_trace.h"
 #include "ringguard/core/env.h"
-#include "ringguard/core/log.h"
 #include "ringguard/core/settings.h"
 #include "ringguard/observability/observability.h"
 
@@ -63,7 +63,7 @@ nlohmann::json summaryOf(const CommunicatorSummary& s) {
 
 void atExit() {
   const Status st = writeFiles();
-  if (!st.isOk()) logger()->error("observability at exit: {}", st.message());
+  if (!st.isOk()) logError(Subsys::kCore, "observability at exit: {}", st.message());
 }
 
 Status writeJson(const std::string& path, const nlohmann::json& j, int indent) {
@@ -86,7 +86,7 @@ Status init() {
   if (r.initStatus.isOk()) r.initStatus = parseSetting("RINGGUARD_SUMMARY", envLookup, &r.summaryPrefix);
   if (r.initStatus.isOk()) r.initStatus = parseSetting("RINGGUARD_TIMELINE_EVENTS", envLookup, &events);
   if (!r.initStatus.isOk()) {
-    logger()->error("timeline off: {}", r.initStatus.message());
+    logError(Subsys::kCore, "timeline off: {}", r.initStatus.message());
     return r.initStatus;
   }
   if (!r.timelinePrefix.empty()) trace::start(size_t(events));
@@ -109,8 +109,8 @@ uint32_t attach(int rank, int size, const std::string& transport, std::function<
 
 void detach(uint32_t track, CommunicatorSummary final) {
   final.live = false;
-  logger()->info("summary: rank {} of {} ({}): {}", final.rank, final.size, final.transport,
-                 final.counters.toString());
+  logInfo(Subsys::kCore, "summary: rank {} of {} ({}): {}", final.rank, final.size, final.transport,
+          final.counters.toString());
   {
     Record& r = record();
     std::lock_guard<std::mutex> lock(r.mu);
@@ -118,7 +118,7 @@ void detach(uint32_t track, CommunicatorSummary final) {
     r.done[track] = std::move(final);
   }
   const Status st = writeFiles();
-  if (!st.isOk()) logger()->error("at communicator destruction: {}", st.message());
+  if (!st.isOk()) logError(Subsys::kCore, "at communicator destruction: {}", st.message());
 }
 
 namespace {

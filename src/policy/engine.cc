@@ -6,9 +6,9 @@
 #include <sstream>
 #include <utility>
 
+#include "core/logging.h"
 #include "core/trace_events.h"
 #include "ringguard/core/env.h"
-#include "ringguard/core/log.h"  // spdlog, and with it fmt
 
 namespace ringguard {
 
@@ -235,8 +235,8 @@ void PolicyEngine::evaluate(const PolicyFamily& f, FamilyState* st, const Inputs
   }
   if (target < 0) {
     if (!st->warnedNone) {
-      logger()->warn("policy: family '{}' has no enabled variant at step {}; keeping '{}'", f.name, step,
-                     st->current < 0 ? "" : f.variants[static_cast<size_t>(st->current)].name);
+      logWarn(Subsys::kPolicy, "policy: family '{}' has no enabled variant at step {}; keeping '{}'", f.name,
+              step, st->current < 0 ? "" : f.variants[static_cast<size_t>(st->current)].name);
       st->warnedNone = true;
     }
     return;
@@ -316,7 +316,7 @@ void PolicyEngine::evaluate(const PolicyFamily& f, FamilyState* st, const Inputs
   d.index = counters_.decisions++;
   if (!initial) ++counters_.switches[f.name];
   current_[f.name] = to.name;
-  logger()->info("policy: {}", d.toString());
+  logInfo(Subsys::kPolicy, "policy: {}", d.toString());
   trace::tally(trace::Tally::kDowngrade);
   if (trace::on()) {
     trace::instant(trace::Kind::kDowngrade, "downgrade", policyTrack(), 0, 0, 0, 0, 0,

@@ -8,9 +8,9 @@
 #include <set>
 #include <sstream>
 
+#include "core/logging.h"
 #include "ringguard/core/crc32.h"
 #include "ringguard/core/env.h"
-#include "ringguard/core/log.h"  // spdlog, and with it fmt
 
 namespace ringguard {
 

@@ -5,10 +5,10 @@
 #include <new>
 #include <sstream>
 
+#include "core/logging.h"
 #include "core/trace_events.h"
 #include "ringguard/algorithms/collective.h"
 #include "ringguard/algorithms/collectives.h"
-#include "ringguard/core/log.h"
 #include "ringguard/core/thread_name.h"
 #include "ringguard/observability/observability.h"
 #include "ringguard/runtime/handshake.h"
@@ -55,10 +55,12 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, const Options& 
   Status valid = options_.validateFor(size_);
   RINGGUARD_ENFORCE(valid.isOk(), "Communicator: invalid options: " + valid.message());
   setLogLevel(options_.logLevel);
+  setLogRank(rank_);
   if (injector_->enabled()) {
-    logger()->info("rank {}: fault injection on: mode={} probability={} schedule entries={} seed={}", rank_,
-                   faultModeName(options_.fault.mode), options_.fault.probability,
-                   options_.fault.schedule.size(), options_.fault.seed);
+    logInfo(Subsys::kRuntime,
+            "rank {}: fault injection on: mode={} probability={} schedule entries={} seed={}", rank_,
+            faultModeName(options_.fault.mode), options_.fault.probability, options_.fault.schedule.size(),
+            options_.fault.seed);
   }
   progress_ = std::thread([this] {
     nameThisThread("rg-progress");
@@ -455,7 +457,7 @@ void Communicator::runTask(Task& task) {
         st.code() != StatusCode::kCorruption) {
       broadcastError(transport_.get(), st);
     }
-    logger()->error("rank {}: {} seq {} failed: {}", rank_, task.name, seq, st.toString());
+    logError(Subsys::kRuntime, "rank {}: {} seq {} failed: {}", rank_, task.name, seq, st.toString());
     if (trace::on()) span.event().detail = trace::intern(st.toString());
   }
   const uint64_t ns = uint64_t(

@@ -5,7 +5,7 @@
 #include <limits>
 #include <sstream>
 
-#include "ringguard/core/log.h"
+#include "core/logging.h"
 
 namespace ringguard {
 
@@ -69,7 +69,7 @@ Status checkCollectiveInput(const CollectiveContext& ctx, Executor* exec, NanChe
     case NanCheck::kOff:
       return Status::ok();
     case NanCheck::kWarn:
-      if (mine.count != 0) logger()->warn("RINGGUARD_NAN_CHECK=warn: {}", describe(ctx, me, mine));
+      if (mine.count != 0) logWarn(Subsys::kRuntime, "RINGGUARD_NAN_CHECK=warn: {}", describe(ctx, me, mine));
       return Status::ok();
     case NanCheck::kError:
       if (mine.count == 0) return Status::ok();
@@ -104,8 +104,8 @@ Status checkCollectiveInput(const CollectiveContext& ctx, Executor* exec, NanChe
   *skip = true;
   if (ctx.counters != nullptr) ctx.counters->skipped++;
   Finding first{sum.count, sum.firstIndex};
-  logger()->warn("RINGGUARD_NAN_CHECK=skip: {} skipped on every rank: {}", ctx.name,
-                 describe(ctx, sum.rank, first));
+  logWarn(Subsys::kRuntime, "RINGGUARD_NAN_CHECK=skip: {} skipped on every rank: {}", ctx.name,
+          describe(ctx, sum.rank, first));
   return Status::ok();
 }
 

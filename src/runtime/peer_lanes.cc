@@ -2,10 +2,10 @@
 
 #include <new>
 
+#include "core/logging.h"
 #include "ringguard/algorithms/collective.h"
 #include "ringguard/algorithms/collectives.h"
 #include "ringguard/algorithms/executor.h"
-#include "ringguard/core/log.h"
 #include "ringguard/core/thread_name.h"
 #include "runtime/transport_defaults.h"
 
@@ -167,7 +167,7 @@ void PeerLanes::fail(const Status& error) {
     if (!firstError_.isOk()) return;
     firstError_ = error;
   }
-  logger()->error("rank {}: point-to-point failed: {}", rank_, error.toString());
+  logError(Subsys::kRuntime, "rank {}: point-to-point failed: {}", rank_, error.toString());
   // As a failed collective: errors the peer already sees the same way need no announcement.
   if (error.code() != StatusCode::kPeerError && error.code() != StatusCode::kCorruption) {
     broadcastError(transport_.get(), error);

@@ -4,7 +4,7 @@
 
 #include <utility>
 
-#include "ringguard/core/log.h"
+#include "core/logging.h"
 #include "telemetry/nvml_api.h"
 
 namespace ringguard {
@@ -195,7 +195,7 @@ std::unique_ptr<NvmlPcieSource> NvmlPcieSource::create(unsigned device, int64_t 
       impl->device = nullptr;
     }
   }
-  if (!impl->why.empty()) logger()->info("telemetry: PCIe signals missing: {}", impl->why);
+  if (!impl->why.empty()) logInfo(Subsys::kTelemetry, "telemetry: PCIe signals missing: {}", impl->why);
   return std::unique_ptr<NvmlPcieSource>(new NvmlPcieSource(std::move(impl)));
 }
 
@@ -211,7 +211,7 @@ std::unique_ptr<NvmlPcieSource> NvmlPcieSource::createByPciBusId(const std::stri
       impl->device = nullptr;
     }
   }
-  if (!impl->why.empty()) logger()->info("telemetry: PCIe signals missing: {}", impl->why);
+  if (!impl->why.empty()) logInfo(Subsys::kTelemetry, "telemetry: PCIe signals missing: {}", impl->why);
   return std::unique_ptr<NvmlPcieSource>(new NvmlPcieSource(std::move(impl)));
 }
 

@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "ringguard/core/log.h"  // spdlog, and with it fmt
+#include "core/logging.h"
 
 namespace ringguard {
 

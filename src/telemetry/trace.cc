@@ -4,7 +4,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "ringguard/core/log.h"  // spdlog, and with it fmt
+#include "core/logging.h"
 
 namespace ringguard {
 

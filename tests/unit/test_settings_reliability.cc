@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "algorithms/ring_plan.h"
+#include "core/logging.h"
 #include "loopback_util.h"
 #include "ringguard/core/env.h"
 #include "ringguard/core/fault_injector.h"
-#include "ringguard/core/log.h"
 #include "ringguard/core/options.h"
 
 namespace ringguard {

@@ -2,7 +2,7 @@
 // Checks of a faulty run's timeline (issue 18), shared by the loopback suite (every rank in one trace) and
 // the mpirun suite (one trace file per rank): the Chrome trace format that Perfetto's JSON importer reads,
 // a complete span per collective with the same numbers on every rank, the events against the counters,
-// and a retransmission for every detection.
+// and a repair (a retransmission, then the slice received again) for every detection.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -106,22 +106,28 @@ inline uint64_t checkFaultyRun(const std::vector<TrackEvents>& ranks, const std:
     }
     detections += t.detects.size();
   }
-  // Every detection has its retransmission: the sender resends the same slice of the same step of the same
-  // collective to the rank that detected it.
+  // Every detection is repaired: a rank resends the slice from its retained bytes (at the detected step, or
+  // at an earlier one when the repair replays the column from there), and the detecting rank receives it
+  // again, verified, in a later attempt.
   for (const TrackEvents& t : ranks) {
     for (const nlohmann::json& d : t.detects) {
       const nlohmann::json& a = d.at("args");
-      const int sender = a.at("sender");
-      bool resent = false;
+      bool resent = false, received = false;
       for (const TrackEvents& other : ranks) {
-        if (other.rank != sender) continue;
         for (const nlohmann::json& r : other.retransmits) {
           const nlohmann::json& b = r.at("args");
-          resent |= b.at("seq") == a.at("seq") && b.at("to") == a.at("receiver") &&
-                    b.at("step") == a.at("step") && b.at("slice") == a.at("slice");
+          resent |= b.at("seq") == a.at("seq") && b.at("slice") == a.at("slice") &&
+                    b.at("step").get<int>() <= a.at("step").get<int>();
         }
       }
+      for (const nlohmann::json& r : t.slices) {
+        const nlohmann::json& b = r.at("args");
+        received |= b.at("seq") == a.at("seq") && b.at("step") == a.at("step") &&
+                    b.at("slice") == a.at("slice") && b.at("from") == a.at("sender") &&
+                    b.at("attempt").get<int>() > 0 && r.at("ts").get<double>() > d.at("ts").get<double>();
+      }
       EXPECT_TRUE(resent) << "no retransmission for " << d.dump();
+      EXPECT_TRUE(received) << "not received again after " << d.dump();
     }
   }
   return detections;

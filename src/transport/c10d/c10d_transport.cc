@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "ringguard/core/log_text.h"
+#include "core/log_text.h"
 #include "ringguard/core/thread_name.h"
 
 namespace ringguard {
@@ -415,8 +415,9 @@ class C10dTransport final : public Transport {
       markControlDone(peer);
       return;
     }
-    logText(LogLevel::kWarn, "rank " + std::to_string(rank()) + ": control channel from rank " +
-                                 std::to_string(peer) + " failed: " + why);
+    logText(LogLevel::kWarn, Subsys::kTransport,
+            "rank " + std::to_string(rank()) + ": control channel from rank " + std::to_string(peer) +
+                " failed: " + why);
     {
       std::lock_guard<std::mutex> lock(inboxMutex_);
       controlError_[size_t(peer)] = why;

@@ -7,7 +7,7 @@
 #include <string>
 #include <thread>
 
-#include "ringguard/core/log.h"
+#include "core/logging.h"
 #include "transport/mpi/mpi_check.h"
 
 namespace ringguard {
@@ -78,7 +78,8 @@ class MpiOp final : public TransportOp {
       }
       if (!flag) {
         if (!stuck_->exchange(true)) {
-          logger()->warn(
+          logWarn(
+              Subsys::kTransport,
               "rank {}: a receive from rank {} could not be cancelled within {} ms (the peer stopped or left "
               "in the middle of a message): abandoned, with the rest of this transport's receives; their "
               "buffers may still be written if that peer resumes",

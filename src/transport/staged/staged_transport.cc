@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
+#include "core/logging.h"
 #include "cuda/cuda_check.h"
-#include "ringguard/core/log.h"
 
 namespace ringguard {
 
@@ -91,9 +91,9 @@ class StagedTransport::Op final : public TransportOp {
       event_ = nullptr;
     }
     if (staging_ && sendInFlight) {
-      logger()->warn(
-          "staged send of {} bytes to rank {} cancelled in flight: its pinned staging buffer is leaked",
-          bytes_, peer_);
+      logWarn(Subsys::kTransport,
+              "staged send of {} bytes to rank {} cancelled in flight: its pinned staging buffer is leaked",
+              bytes_, peer_);
       (void)t_->pinned_->abandon(staging_);
     } else if (staging_) {
       (void)t_->pinned_->free(staging_);

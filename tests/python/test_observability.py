@@ -1,0 +1,148 @@
+"""The timeline and the run summary under torchrun (issue 18): a faulty run with RINGGUARD_TIMELINE and
+RINGGUARD_SUMMARY set leaves, per rank, a Chrome trace in the format Perfetto's JSON importer reads and a
+summary whose counters are the backend's. Checked here: the trace's format, a complete span for every
+collective, the same collective numbers on every rank, a repair for every detection (a retransmission,
+then the slice received again), and the summary against ``ringguard.counters()``.
+"""
+
+import json
+import os
+import tempfile
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import harness
+
+CASES = harness.Cases()
+NPROC = 2
+KINDS = ["allreduce"] * 4 + ["broadcast", "allgather", "reduce_scatter"]
+
+
+@CASES.case("faulty-run")
+def _(ctx):
+    import ringguard
+
+    # Every received slice is hit with probability 0.25 (its retransmission is clean): detections on
+    # both ranks, each repaired, results exact.
+    ringguard.set_fault(prob=0.25, seed=11 + ctx.rank, mode="bitflip")
+    n = 300000  # 1.2 MB: with the 64 KiB slices set below, ~9 slices per block
+    base = (torch.arange(n, dtype=torch.float32) % 97)
+    for _ in range(4):
+        t = base + ctx.rank
+        dist.all_reduce(t)
+        assert torch.equal(t, 2 * base + 1)
+    b = base + ctx.rank
+    dist.broadcast(b, src=1)
+    assert torch.equal(b, base + 1)
+    out = torch.empty(n * ctx.size)
+    dist.all_gather_into_tensor(out, base + ctx.rank)
+    assert torch.equal(out, torch.cat([base + r for r in range(ctx.size)]))
+    rs = torch.empty(n // 2)
+    dist.reduce_scatter_tensor(rs, torch.cat([base[: n // 2] + ctx.rank] * ctx.size))
+    assert torch.equal(rs, 2 * base[: n // 2] + 1)
+    ringguard.set_fault(prob=0)
+    return {"counters": ringguard.counters(), "summary": ringguard.summary(), "rank": ctx.rank}
+
+
+def _init():
+    dist.init_process_group("ringguard", timeout=timedelta(seconds=60))
+
+
+# --- pytest side ------------------------------------------------------------------------------------
+
+_DIR = tempfile.mkdtemp(prefix="ringguard-obs-")
+_ENV = {"RINGGUARD_TIMELINE": os.path.join(_DIR, "timeline"),
+        "RINGGUARD_SUMMARY": os.path.join(_DIR, "summary"),
+        "RINGGUARD_SLICE_BYTES": "65536"}
+
+
+@pytest.fixture(scope="module")
+def run():
+    return harness.launch(__file__, NPROC, env=_ENV)
+
+
+def _load(kind, rank):
+    path = os.path.join(_DIR, f"{kind}.{rank}.json")
+    assert os.path.exists(path), f"{path} was not written; files: {os.listdir(_DIR)}"
+    with open(path) as f:
+        return json.load(f)
+
+
+def _check_format(trace):
+    # What Perfetto's (and chrome://tracing's) JSON importer needs: a traceEvents list whose events name
+    # their phase, process, thread and time; complete events their duration; metadata names the tracks.
+    assert isinstance(trace.get("traceEvents"), list) and trace["traceEvents"]
+    for e in trace["traceEvents"]:
+        assert e["ph"] in ("X", "i", "C", "M"), e
+        assert isinstance(e["name"], str) and isinstance(e["pid"], int), e
+        if e["ph"] != "M":
+            assert isinstance(e["ts"], (int, float)), e
+        if e["ph"] in ("X", "i"):
+            assert isinstance(e["tid"], int), e
+        if e["ph"] == "X":
+            assert e["dur"] >= 0, e
+    assert trace["otherData"]["dropped"] == 0
+
+
+def _comm_events(trace, cat):
+    tracks = {e["tid"] for e in trace["traceEvents"]
+              if e["ph"] == "M" and e["name"] == "thread_name" and e["args"]["name"].startswith("comm")}
+    return [e for e in trace["traceEvents"] if e.get("cat") == cat and e.get("tid") in tracks]
+
+
+def test_faulty_run_leaves_matching_timelines_and_summaries(run):
+    res = harness.results(run, "faulty-run")
+    traces = [_load("timeline", r) for r in range(NPROC)]
+    summaries = [_load("summary", r) for r in range(NPROC)]
+    seqs = []
+    for r, trace in enumerate(traces):
+        _check_format(trace)
+        colls = _comm_events(trace, "collective")
+        # Every collective is a complete span; the faulty case's are the last len(KINDS) ones (init_process_group
+        # and the barriers before it may add their own).
+        assert [c["name"] for c in colls[-len(KINDS):]] == KINDS, [c["name"] for c in colls]
+        seqs.append([c["args"]["seq"] for c in colls])
+        detects = _comm_events(trace, "detect")
+        assert len(detects) == res[r]["counters"]["detected"] > 0, (len(detects), res[r]["counters"])
+        assert len(_comm_events(trace, "slice")) >= res[r]["counters"]["slices_verified"]
+    # The ranks agree on the collectives' numbers.
+    assert seqs[0] == seqs[1]
+    # Every detection is repaired: some rank resends the slice from its retained bytes (at the detected step,
+    # or earlier when the repair replays the column from there), and the detecting rank receives it again,
+    # verified, in a later attempt.
+    retransmits = [x["args"] for t in traces for x in _comm_events(t, "retransmit")]
+    for r, trace in enumerate(traces):
+        slices = _comm_events(trace, "slice")
+        for d in _comm_events(trace, "detect"):
+            a = d["args"]
+            assert any(x["seq"] == a["seq"] and x["slice"] == a["slice"] and x["step"] <= a["step"]
+                       for x in retransmits), d
+            assert any(s["args"]["seq"] == a["seq"] and s["args"]["step"] == a["step"]
+                       and s["args"]["slice"] == a["slice"] and s["args"]["from"] == a["sender"]
+                       and s["args"]["attempt"] > 0 and s["ts"] > d["ts"] for s in slices), d
+    for r in range(NPROC):
+        counters = res[r]["counters"]
+        # ringguard.summary() in the run: its communicators' counters add up to the backend's.
+        live = res[r]["summary"]["communicators"]
+        for key, value in counters.items():
+            assert sum(c["counters"][key] for c in live) == value, key
+        # The file, written when the group was destroyed: the same communicators, now not live, with at
+        # least as much traffic and the same detections (no fault after the case).
+        done = summaries[r]["communicators"]
+        assert [c["track"] for c in done] == [c["track"] for c in live]
+        assert all(not c["live"] for c in done)
+        for key in ("detected", "retransmitted", "injected"):
+            assert sum(c["counters"][key] for c in done) == counters[key], key
+        assert sum(c["collectives"]["allreduce"]["calls"] for c in done if "allreduce" in c["collectives"]) >= 4
+        assert summaries[r]["rank"] == r
+
+
+def test_launch(run):
+    harness.check_launch(run)
+
+
+if __name__ == "__main__":
+    harness.run_worker(CASES, _init)
