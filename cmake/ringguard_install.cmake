@@ -24,6 +24,8 @@ if(NOT "ringguard" IN_LIST RINGGUARD_LAYER_TARGETS)
 endif()
 
 # --- headers -------------------------------------------------------------------------------------------
+# The torch layer's headers are not installed: its libraries (ringguard_torch, ringguard_c10d) are not in the
+# export set (a consumer would need libtorch's CMake package too); PyTorch users take the Python package.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/ringguard
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   COMPONENT ringguard_development
@@ -31,7 +33,8 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/ringguard
     PATTERN "*.h"
     PATTERN "*.hpp"
     PATTERN "*.cuh"
-    PATTERN "*.inl")
+    PATTERN "*.inl"
+    PATTERN "torch" EXCLUDE)
 
 # --- libraries + export set ----------------------------------------------------------------------------
 install(TARGETS ${RINGGUARD_LAYER_TARGETS}

@@ -11,6 +11,7 @@ add_library(ringguard_cuda STATIC
   ${CMAKE_CURRENT_LIST_DIR}/device_executor.cc
 )
 target_link_libraries(ringguard_cuda PUBLIC ringguard_core CUDA::cudart)
+target_include_directories(ringguard_cuda PRIVATE ${PROJECT_SOURCE_DIR}/src)  # core/logging.h
 target_compile_options(ringguard_cuda PRIVATE
   $<$<COMPILE_LANGUAGE:CXX>:${RINGGUARD_WARNINGS}>
   # -Xptxas -v: the resource report regcheck reads (kept out of the build output by nvcc_capture.sh).

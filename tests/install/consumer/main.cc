@@ -1,11 +1,17 @@
 // Consumer of the installed ringguard package (ctest: install_consumer). MPI-free on purpose: it only
-// needs the headers and ringguard::ringguard to resolve, link and run.
+// needs the headers and ringguard::ringguard to resolve, link and run: the API headers (communicator,
+// options, logging, observability) compile without spdlog, MPI or any private header.
 #include <ringguard/core/crc32.h>
+#include <ringguard/core/log.h>
+#include <ringguard/core/options.h>
 #include <ringguard/core/types.h>
+#include <ringguard/observability/observability.h>
+#include <ringguard/runtime/communicator.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <string>
 
 int main() {
   const char* check = "123456789";
@@ -18,6 +24,17 @@ int main() {
   }
   if (ringguard::dataTypeSize(ringguard::DataType::kFloat32) != 4) {
     std::fprintf(stderr, "ringguard consumer: dataTypeSize(kFloat32) != 4\n");
+    return 1;
+  }
+  // The settings, logging and observability API links and works without MPI or a communicator.
+  ringguard::Options options;
+  if (!ringguard::Options::fromEnv(&options).isOk() || !ringguard::setLogSubsystems("ring,guard").isOk()) {
+    std::fprintf(stderr, "ringguard consumer: Options::fromEnv or setLogSubsystems failed\n");
+    return 1;
+  }
+  const std::string summary = ringguard::observability::summaryJson();
+  if (summary.find("\"communicators\":[]") == std::string::npos) {
+    std::fprintf(stderr, "ringguard consumer: unexpected summary %s\n", summary.c_str());
     return 1;
   }
   return 0;
