@@ -171,6 +171,12 @@ int fileRank() {
   return processRank(r);
 }
 
+void withdraw(uint32_t track) {
+  Record& r = record();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.live.erase(track);
+}
+
 std::string summaryJson() {
   return summaryDoc().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }

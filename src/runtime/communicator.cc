@@ -51,7 +51,6 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, const Options& 
       size_(transport_->size()),
       sendSeq_(size_t(size_), 0),
       recvSeq_(size_t(size_), 0) {
-  track_ = observability::attach(rank_, size_, transport_->name(), [this] { return summary(); });
   Status valid = options_.validateFor(size_);
   RINGGUARD_ENFORCE(valid.isOk(), "Communicator: invalid options: " + valid.message());
   setLogLevel(options_.logLevel);
@@ -62,6 +61,16 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, const Options& 
             faultModeName(options_.fault.mode), options_.fault.probability, options_.fault.schedule.size(),
             options_.fault.seed);
   }
+  // Registered before the progress thread starts (it reads track_), withdrawn if it cannot start: the record
+  // must never call summary() on a communicator that was not made.
+  track_ = observability::attach(rank_, size_, transport_->name(), [this] { return summary(); });
+  struct Withdraw {
+    uint32_t track;
+    bool armed = true;
+    ~Withdraw() {
+      if (armed) observability::withdraw(track);
+    }
+  } withdraw{track_};
   progress_ = std::thread([this] {
     nameThisThread("rg-progress");
     executor_->bindThread();
@@ -78,6 +87,7 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, const Options& 
     cv_.notify_all();
     progressLoop();
   });
+  withdraw.armed = false;
 }
 
 Communicator::~Communicator() {

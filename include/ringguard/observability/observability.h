@@ -26,6 +26,8 @@ bool startTimeline(size_t capacity);
 // detach keeps `final` for later summaries and writes the files named by the environment.
 uint32_t attach(int rank, int size, const std::string& transport, std::function<CommunicatorSummary()> live);
 void detach(uint32_t track, CommunicatorSummary final);
+// Forgets an attached communicator whose construction failed (no summary, no files).
+void withdraw(uint32_t track);
 
 // The process's summary (every communicator, live or destroyed; guard and downgrade events; the
 // timeline's fill) and its timeline, as JSON text.
