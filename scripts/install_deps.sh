@@ -73,8 +73,9 @@ install_torch() {
 }
 # Python packages for the torch backend's package and tests: scikit-build-core builds ringguard._C
 # (`pip install --no-build-isolation .`), pytest runs tests/python, numpy silences torch's "Failed to
-# initialize NumPy" warning. Each is installed only when it cannot be imported.
-PIP_PACKAGES=("scikit-build-core>=0.10:scikit_build_core" "pytest:pytest" "numpy:numpy")
+# initialize NumPy" warning, matplotlib draws docs/plots (scripts/plot_benchmarks.py, tested by
+# tests/python/test_plot_benchmarks.py). Each is installed only when it cannot be imported.
+PIP_PACKAGES=("scikit-build-core>=0.10:scikit_build_core" "pytest:pytest" "numpy:numpy" "matplotlib:matplotlib")
 have_pip_package() {  # the requirement's module imports (and scikit-build-core is at least 0.10)
   python3 - "$1" <<'PY' >/dev/null 2>&1
 import importlib, importlib.metadata, sys
@@ -97,7 +98,7 @@ install_pip_packages() {
     fi
   done
   if [[ ${#missing[@]} -eq 0 ]]; then
-    echo "install_deps: Python packages already installed (scikit-build-core, pytest, numpy)"
+    echo "install_deps: Python packages already installed (scikit-build-core, pytest, numpy, matplotlib)"
     return 0
   fi
   python3 -m pip install -q --disable-pip-version-check "${missing[@]}" 2>&1 | grep -v "as the 'root' user" || true

@@ -105,6 +105,7 @@ ProcessGroupRingguard::ProcessGroupRingguard(c10::intrusive_ptr<c10d::Store> sto
       throw std::invalid_argument("ringguard: unknown option '" + kv.first + "' (see docs/ENV.md)");
     }
   }
+  warnUnknownEnv();  // as Options::fromEnv does: a misspelt RINGGUARD_* variable is named once per process
   Status st = ringguard::Options::fromLookup([this](const char* name) { return option(name); }, &options_);
   if (!st.isOk()) throw std::invalid_argument("ringguard: " + st.message());
   TORCH_CHECK(gloo_, "ringguard: a Gloo backend over the same ranks is required");

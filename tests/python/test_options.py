@@ -157,3 +157,24 @@ def test_timeout_above_a_year_names_the_setting(where):
         timeout_ms(timedelta(days=366))
     assert resolve(None, timedelta(seconds=1), {"RINGGUARD_TIMEOUT_MS": str(365 * 24 * 3600 * 1000)})[1] == \
         365 * 24 * 3600 * 1000
+
+
+def test_misspelt_variable_is_named_under_torch(tmp_path):
+    """The backend reads its settings through pg_options as well as the environment; a misspelt
+    RINGGUARD_* variable still gets the warning that names the closest setting (once per process)."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = ("import torch, torch.distributed as dist, ringguard\n"
+            f"dist.init_process_group('ringguard', rank=0, world_size=1, init_method='tcp://127.0.0.1:{port}')\n"
+            "dist.all_reduce(torch.ones(4))\n"
+            "dist.destroy_process_group()\n")
+    env = dict(os.environ, RINGGUARD_SLICE_BYTE="4096")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr.count("RINGGUARD_SLICE_BYTE is not a ringguard setting") == 1, proc.stderr[-2000:]
+    assert "did you mean RINGGUARD_SLICE_BYTES?" in proc.stderr
