@@ -29,7 +29,7 @@ enum class Kind : uint8_t {
   kGuard,       // instant: a guard event (name: detect, restore, replay, fallback, ...; detail: the op;
                 //          a = attempt)
   kDowngrade,   // instant: a downgrade decision (detail: the decision and the signals behind it)
-  kCounter,     // counter: a telemetry signal (name: the signal; value as a double in `real`)
+  kCounter,     // counter: a telemetry sample's signal (name: the signal; value as a double in `real`)
 };
 
 struct Event {

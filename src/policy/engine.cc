@@ -327,19 +327,6 @@ void PolicyEngine::evaluate(const PolicyFamily& f, FamilyState* st, const Inputs
 }
 
 Status PolicyEngine::onStep(const Sample& local) {
-  if (trace::on()) {
-    // The signals the rules read, as counter tracks beside the decisions they led to.
-    for (const Signal& sig : local.signals) {
-      if (sig.missing) continue;
-      trace::Event e;
-      e.kind = trace::Kind::kCounter;
-      e.name = trace::intern(sig.name);
-      e.real = sig.value;
-      e.track = policyTrack();
-      e.tsNs = trace::nowNs();
-      trace::record(e);
-    }
-  }
   std::vector<double> agreed;
   RINGGUARD_RETURN_IF_ERROR(agree(local, &agreed));
   const uint64_t step = step_;

@@ -3,6 +3,7 @@
 #include <string>
 #include <utility>
 
+#include "core/trace_events.h"
 #include "ringguard/core/env.h"
 #include "ringguard/core/log.h"
 #include "ringguard/core/thread_name.h"
@@ -31,6 +32,30 @@ void Sampler::addSource(std::unique_ptr<TelemetrySource> source) {
   sources_.push_back(std::move(source));
 }
 
+namespace {
+
+uint32_t telemetryTrack() {
+  static const uint32_t track = trace::newTrack("telemetry");
+  return track;
+}
+
+// Every present signal as a counter track of the timeline (one series per signal name).
+void recordCounters(const Sample& s) {
+  if (!trace::on()) return;
+  for (const Signal& sig : s.signals) {
+    if (sig.missing) continue;
+    trace::Event e;
+    e.kind = trace::Kind::kCounter;
+    e.name = trace::intern(sig.name);
+    e.real = sig.value;
+    e.track = telemetryTrack();
+    e.tsNs = uint64_t(s.timeNs);
+    trace::record(e);
+  }
+}
+
+}  // namespace
+
 Sample Sampler::sampleNow() {
   Sample s;
   uint64_t costNs = 0;
@@ -41,6 +66,7 @@ Sample Sampler::sampleNow() {
     for (auto& source : sources_) source->sample(begin, &s.signals);
     costNs = static_cast<uint64_t>(steadyNs() - begin);
   }
+  recordCounters(s);
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.samples;
   stats_.totalNs += costNs;

@@ -17,6 +17,7 @@
 #include "ringguard/observability/observability.h"
 #include "ringguard/policy/engine.h"
 #include "ringguard/policy/rules.h"
+#include "ringguard/telemetry/sampler.h"
 #include "ringguard/telemetry/trace.h"
 #include "test_guard_util.h"
 #include "timeline_checks.h"
@@ -217,9 +218,8 @@ TEST(Timeline, GuardEventsMatchTheGuardsCounters) {
   EXPECT_TRUE(guardTrack);
 }
 
-// Downgrade decisions are on the timeline with the signals behind them, and the signals the rules read are
-// counter tracks beside them.
-TEST(Timeline, DowngradeDecisionsAndSignals) {
+// Downgrade decisions are on the timeline with the signals behind them.
+TEST(Timeline, DowngradeDecisions) {
   observability::startTimeline(size_t(1) << 20);
   const std::string data = std::string(RINGGUARD_SOURCE_DIR) + "/tests/unit/data/policy/";
   PolicyRules rules;
@@ -232,19 +232,51 @@ TEST(Timeline, DowngradeDecisionsAndSignals) {
   const std::vector<PolicyDecision> decisions = engine.decisions();
   ASSERT_GE(decisions.size(), 2u);
   std::vector<std::string> details;
-  size_t counters = 0;
   const std::vector<trace::Event> events = trace::snapshot();
   for (size_t i = eventsBefore; i < events.size(); ++i) {
     if (events[i].kind == trace::Kind::kDowngrade) details.push_back(events[i].detail);
-    if (events[i].kind == trace::Kind::kCounter) ++counters;
   }
   ASSERT_EQ(details.size(), decisions.size());
   for (size_t i = 0; i < decisions.size(); ++i) EXPECT_EQ(details[i], decisions[i].toString());
-  size_t present = 0;
-  for (const TraceRecord& r : recs) {
-    for (const Signal& sig : r.sample.signals) present += sig.missing ? 0 : 1;
+}
+
+// The telemetry sampler's signals are counter tracks: every present signal of every sample, at the
+// sample's time; missing ones are not drawn as values.
+TEST(Timeline, TelemetrySamplesAreCounterTracks) {
+  observability::startTimeline(size_t(1) << 20);
+  struct Source : TelemetrySource {
+    const char* name() const override { return "obs"; }
+    void sample(int64_t, std::vector<Signal>* out) override {
+      ++n;
+      out->push_back(Signal::present("obs.level", 10.0 * n, "count", "obs"));
+      out->push_back(Signal::absent("obs.gone", "count", "obs", "not supported here"));
+    }
+    int n = 0;
+  };
+  Sampler sampler(std::chrono::milliseconds(1000));
+  sampler.add(std::make_unique<Source>());
+  const size_t eventsBefore = trace::snapshot().size();
+  std::vector<int64_t> times;
+  for (int i = 0; i < 3; ++i) times.push_back(sampler.sampleNow().timeNs);
+  std::vector<trace::Event> counters;
+  const std::vector<trace::Event> events = trace::snapshot();
+  for (size_t i = eventsBefore; i < events.size(); ++i) {
+    if (events[i].kind == trace::Kind::kCounter) counters.push_back(events[i]);
   }
-  EXPECT_EQ(counters, present);
+  ASSERT_EQ(counters.size(), 3u);
+  for (size_t i = 0; i < counters.size(); ++i) {
+    EXPECT_STREQ(counters[i].name, "obs.level");
+    EXPECT_EQ(counters[i].real, 10.0 * double(i + 1));
+    EXPECT_EQ(counters[i].tsNs, uint64_t(times[i]));
+  }
+  // Exported as a "C" event whose args name the series.
+  bool found = false;
+  const json timeline = json::parse(observability::timelineJson());
+  for (const json& e : timeline.at("traceEvents")) {
+    if (e.at("ph") == "C" && e.at("name") == "obs.level" && e.at("args").at("obs.level") == 30.0)
+      found = true;
+  }
+  EXPECT_TRUE(found);
 }
 
 }  // namespace
