@@ -6,13 +6,15 @@ pcie      the engine's sampler thread reads NVML's PCIe byte counters (RINGGUARD
           thread runs pinned host -> device copies for a while: all_gather must switch to staged_chunked
           while the copies run and return to ring once they stop (default rules: pcie.util above 0.85,
           exit 0.60, dwell 50 steps).
-frag      allocating 3 MiB blocks and freeing every other one fragments torch's caching allocator (the
-          holes are inactive splits of 20 MiB segments): attention must switch to mem_efficient while the
-          holes are held and return to cudnn once they are freed (torch.fragmentation above 0.30, exit
-          0.15, dwell 20 steps).
+frag      allocating 3 MiB blocks and keeping one in three fragments torch's caching allocator (the holes
+          are inactive splits): with cuDNN attention enabled the default rules keep cudnn (the fastest and
+          leanest kernel here); with it disabled, attention must switch from flash to mem_efficient while
+          the holes are held and return once they are freed (torch.fragmentation above 0.30, exit 0.15,
+          dwell 20 steps).
 variants  every attention variant's output and input gradients against a float32 math reference.
-gpt       a transformer training step (bench_guard.py's GPT) under the same induced fragmentation, without
-          and with the engine, each in a fresh process: step time, peak memory, allocator retries.
+gpt       a transformer training step (bench_guard.py's GPT) under the same induced fragmentation, each in
+          a fresh process: cudnn (what the engine keeps), and with cuDNN attention disabled flash without
+          the engine against the engine (mem_efficient): step time, peak memory, allocator retries.
 sampler   the GPT step with and without the engine (NVML sampler thread, feed_torch_stats + step per
           step), interleaved rounds: the engine's cost per step (goal < 0.5%).
 A line per check says PASS or FAIL; the exit status is 1 if any check failed.
@@ -55,8 +57,9 @@ def switches(family: str):
 # ---- pcie ------------------------------------------------------------------------------------------------
 
 
-def copy_load(stop: threading.Event, mib: int, copied: list):
-    """Pinned host -> device copies back to back on a stream of its own until `stop`."""
+def copy_load(stop: threading.Event, began: threading.Event, mib: int, copied: list):
+    """Pinned host -> device copies back to back on a stream of its own until `stop`; `began` is set once
+    the buffers exist and the first copies are enqueued."""
     src = torch.empty(mib * MIB, dtype=torch.uint8, pin_memory=True)
     dst = torch.empty(mib * MIB, dtype=torch.uint8, device="cuda")
     stream = torch.cuda.Stream()
@@ -64,6 +67,7 @@ def copy_load(stop: threading.Event, mib: int, copied: list):
         while not stop.is_set():
             for _ in range(4):
                 dst.copy_(src, non_blocking=True)
+            began.set()
             stream.synchronize()
             copied[0] += 4 * mib * MIB
 
@@ -74,11 +78,11 @@ def bench_pcie(idle_steps: int, load_steps: int, after_steps: int, step_ms: floa
     policy.register_variant("all_gather", "ring")
     policy.register_variant("all_gather", "staged_chunked")
     trace = []
-    stop, copied, worker = threading.Event(), [0], None
+    stop, began, copied, worker, began_step = threading.Event(), threading.Event(), [0], None, None
     t0 = time.perf_counter()
     for s in range(idle_steps + load_steps + after_steps):
         if s == idle_steps:
-            worker = threading.Thread(target=copy_load, args=(stop, 256, copied))
+            worker = threading.Thread(target=copy_load, args=(stop, began, 256, copied))
             worker.start()
             load_t0 = time.perf_counter()
         if s == idle_steps + load_steps:
@@ -86,6 +90,8 @@ def bench_pcie(idle_steps: int, load_steps: int, after_steps: int, step_ms: floa
             worker.join()
             load_s = time.perf_counter() - load_t0
         time.sleep(step_ms / 1000)
+        if began_step is None and began.is_set():
+            began_step = s
         policy.step()
         sig = policy.signals()
         trace.append((s, policy.current("all_gather"), sig.get("pcie.util"), sig.get("pcie.rx_bytes_per_s")))
@@ -103,14 +109,16 @@ def bench_pcie(idle_steps: int, load_steps: int, after_steps: int, step_ms: floa
     leave = [s for s, frm, to, _ in sw if frm == "staged_chunked" and to == "ring"]
     check("all_gather starts on ring", bool(sw) and sw[0][2] == "ring" and sw[0][0] < idle_steps)
     check("switches to staged_chunked under load", len(enter) == 1 and idle_steps <= enter[0] < idle_steps + load_steps,
-          f"step {enter[0] if enter else None} (load from step {idle_steps})")
+          f"step {enter[0] if enter else None} (copy thread started at step {idle_steps}, its first copies "
+          f"enqueued by step {began_step})")
     check("returns to ring after the load", len(leave) == 1 and leave[0] >= idle_steps + load_steps,
           f"step {leave[0] if leave else None} (load stopped at step {idle_steps + load_steps})")
     return {"switches": [(s, f, t, g) for s, f, t, g in sw], "copy_gb_per_s": load_rate,
             "util_under_load_median": statistics.median(utils) if utils else None,
             "util_idle_median": statistics.median(idle_utils) if idle_utils else None,
             "enter_step": enter[0] if enter else None, "leave_step": leave[0] if leave else None,
-            "steps": len(trace), "load_from": idle_steps, "load_until": idle_steps + load_steps}
+            "steps": len(trace), "load_from": idle_steps, "copies_began_step": began_step,
+            "load_until": idle_steps + load_steps}
 
 
 # ---- frag ------------------------------------------------------------------------------------------------
@@ -129,8 +137,9 @@ def frag_measure():
     return st["inactive_split_bytes.all.current"] / max(1, st["reserved_bytes.all.current"])
 
 
-def bench_frag(base_steps: int, held_steps: int, after_steps: int, n_blocks: int):
-    print("frag: attention under real allocator fragmentation")
+def frag_run(base_steps: int, held_steps: int, after_steps: int, n_blocks: int):
+    """A fresh engine stepped through clean, fragmented (holes held) and clean-again phases; returns the
+    attention family's switches and the measure while held and after."""
     torch.cuda.empty_cache()
     policy.load()
     trace, held = [], None
@@ -146,17 +155,33 @@ def bench_frag(base_steps: int, held_steps: int, after_steps: int, n_blocks: int
     sw = switches("attention")
     for step, frm, to, sig in sw:
         print(f"    step {step}: {frm or '-'} -> {to}  torch.fragmentation={sig.get('torch.fragmentation')}")
-    held_frag = [f for s, _, f in trace if base_steps <= s < base_steps + held_steps]
-    print(f"    inactive_split / reserved while held: {held_frag[0]:.3f}; after: {trace[-1][2]:.3f}")
+    held_frag = [f for s, _, f in trace if base_steps <= s < base_steps + held_steps][0]
+    print(f"    inactive_split / reserved while held: {held_frag:.3f}; after: {trace[-1][2]:.3f}")
+    return sw, held_frag, trace[-1][2]
+
+
+def bench_frag(base_steps: int, held_steps: int, after_steps: int, n_blocks: int):
+    print("frag: attention under real allocator fragmentation, cuDNN attention enabled (the default rules keep it)")
+    sw, held_cudnn, _ = frag_run(base_steps, held_steps, after_steps, n_blocks)
+    kept = [t for _, _, t, _ in sw]
+    check("cudnn kept while fragmented", kept == ["cudnn"] and held_cudnn > 0.30,
+          f"switches {[(s, t) for s, _, t, _ in sw]}, fragmentation {held_cudnn:.3f}")
+    print("frag: the same with cuDNN attention disabled (flash, then the memory-efficient downgrade)")
+    was = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    try:
+        sw, held_frag, after = frag_run(base_steps, held_steps, after_steps, n_blocks)
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(was)
     enter = [s for s, frm, to, _ in sw if to == "mem_efficient"]
     leave = [s for s, frm, to, _ in sw if frm == "mem_efficient"]
-    check("attention starts on cudnn", bool(sw) and sw[0][2] == "cudnn")
+    check("attention starts on flash", bool(sw) and sw[0][2] == "flash")
     check("switches to mem_efficient while fragmented", enter == [base_steps], f"step {enter}")
-    check("returns to cudnn after the holes are freed", len(leave) == 1 and leave[0] >= base_steps + held_steps
-          and sw[-1][2] == "cudnn", f"step {leave}")
-    return {"switches": [(s, f, t, g) for s, f, t, g in sw], "held_fragmentation": held_frag[0],
-            "after_fragmentation": trace[-1][2], "enter_step": enter[0] if enter else None,
-            "leave_step": leave[0] if leave else None}
+    check("returns to flash after the holes are freed", len(leave) == 1 and leave[0] >= base_steps + held_steps
+          and sw[-1][2] == "flash", f"step {leave}")
+    return {"cudnn_enabled_variants": kept, "cudnn_enabled_held_fragmentation": held_cudnn, "switches": [(s, f, t, g) for s, f, t, g in sw],
+            "held_fragmentation": held_frag, "after_fragmentation": after,
+            "enter_step": enter[0] if enter else None, "leave_step": leave[0] if leave else None}
 
 
 # ---- variants --------------------------------------------------------------------------------------------
@@ -180,13 +205,13 @@ def bench_variants(shape=(8, 16, 2048, 128), tol=2e-2):
             out.backward(go.to(dtype))
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated() - before
-        return [t.float() for t in (out, qq.grad, kk.grad, vv.grad)], peak
+        return [t.detach().float() for t in (out, qq.grad, kk.grad, vv.grad)], peak
 
     ref, _ = run(SDPBackend.MATH, torch.float32)
     rows = {}
     for name, backend in policy.SDPA_BACKENDS.items():
         got, peak = run(getattr(SDPBackend, backend), torch.bfloat16)
-        errs = [float((g - r).abs().max() / r.abs().max()) for g, r in zip(got, ref)]
+        errs = [float((g - r).abs().max() / r.abs().max()) for g, r in zip((t.detach() for t in got), ref)]
         rows[name] = {"max_err_over_max_ref": errs, "peak_extra_mib": peak / MIB}
         check(f"{name} within {tol} of the reference (out, dq, dk, dv: max|err| / max|ref|)",
               max(errs) <= tol, ", ".join(f"{e:.2e}" for e in errs) + f"; peak extra {peak / MIB:.0f} MiB")
@@ -198,7 +223,11 @@ def bench_variants(shape=(8, 16, 2048, 128), tol=2e-2):
 
 def gpt_child(mode: str, steps: int, batch: int) -> dict:
     """One fresh process: warm up (past the attention family's dwell), fragment, then `steps` training
-    steps, with (mode 'engine') or without ('plain') the downgrade engine choosing the attention backend."""
+    steps, with (mode 'engine') or without the downgrade engine choosing the attention backend; 'cudnn'
+    and 'flash' are the kernel run without it ('engine' runs with cuDNN attention disabled, so that the
+    rule acts: flash -> mem_efficient)."""
+    if mode != "cudnn":
+        torch.backends.cuda.enable_cudnn_sdp(False)
     torch.manual_seed(0)
     model = Gpt().cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
@@ -214,7 +243,7 @@ def gpt_child(mode: str, steps: int, batch: int) -> dict:
             policy.step()
         opt.zero_grad(set_to_none=True)
         ctx = policy.attention() if engine else torch.nn.attention.sdpa_kernel(
-            torch.nn.attention.SDPBackend.CUDNN_ATTENTION)
+            getattr(torch.nn.attention.SDPBackend, policy.SDPA_BACKENDS[mode]))
         with ctx, torch.autocast("cuda", dtype=torch.bfloat16):
             loss = F.cross_entropy(model(idx).flatten(0, 1), tgt.flatten())
         loss.backward()
@@ -240,7 +269,7 @@ def gpt_child(mode: str, steps: int, batch: int) -> dict:
            "peak_reserved_mib": torch.cuda.max_memory_reserved() / MIB,
            "peak_allocated_mib": torch.cuda.max_memory_allocated() / MIB, "warm_peak_reserved_mib": warm_peak / MIB,
            "alloc_retries": st.get("num_alloc_retries", 0) - retries0,
-           "attention": policy.current("attention") if engine else "cudnn"}
+           "attention": policy.current("attention") if engine else mode}
     del held
     return out
 
@@ -248,7 +277,7 @@ def gpt_child(mode: str, steps: int, batch: int) -> dict:
 def bench_gpt(steps: int, batch: int):
     print(f"gpt: a training step under induced fragmentation (batch {batch}), without and with the engine")
     rows = {}
-    for mode in ("plain", "engine"):
+    for mode in ("cudnn", "flash", "engine"):
         r = subprocess.run([sys.executable, os.path.abspath(__file__), "--gpt-child", mode, "--steps", str(steps),
                             "--batch", str(batch)],
                            capture_output=True, text=True, timeout=600)
@@ -315,7 +344,7 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--gpt-child", choices=["plain", "engine"], default=None)
+    p.add_argument("--gpt-child", choices=["cudnn", "flash", "engine"], default=None)
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_downgrade: needs a CUDA device", file=sys.stderr)

@@ -156,6 +156,37 @@ TEST(PolicyEngine, DisabledAndUnregisteredVariantsAreSkipped) {
   EXPECT_EQ(engine.decisions().back().step, 7u);
 }
 
+// The default rules' attention family, as measured on the H200 (bench/torch/bench_downgrade.py): cuDNN is
+// the fastest and the leanest kernel, so fragmentation never moves a rank off it; where cuDNN attention is
+// not enabled, fragmentation moves flash to the memory-efficient kernel and back once it clears.
+TEST(PolicyEngine, DefaultAttentionRuleKeepsCudnnAndDowngradesFlash) {
+  PolicyRules rules;
+  ASSERT_TRUE(parseRules(defaultRulesJson(), "built-in default", "", &rules).isOk());
+  VariantRegistry reg;
+  bool cudnnOk = true;
+  ASSERT_TRUE(reg.add("attention", "cudnn", [&] { return cudnnOk; }).isOk());
+  for (const char* v : {"flash", "mem_efficient", "math"}) ASSERT_TRUE(reg.add("attention", v).isOk());
+  PolicyEngine engine(std::move(rules), &reg);
+  auto run = [&](int from, int to, double frag) {
+    for (int i = from; i < to; ++i) ASSERT_TRUE(engine.onStep(at(i, {{"torch.fragmentation", frag}})).isOk());
+  };
+  run(0, 30, 0.0);
+  EXPECT_EQ(engine.current("attention"), "cudnn");
+  run(30, 60, 0.7);  // fragmented: cuDNN outranks the downgrade
+  EXPECT_EQ(engine.current("attention"), "cudnn");
+  EXPECT_EQ(engine.decisions().size(), 1u);  // the initial choice only
+  cudnnOk = false;                           // e.g. a GPU or build without cuDNN attention
+  run(60, 61, 0.0);
+  EXPECT_EQ(engine.current("attention"), "flash");
+  run(61, 90, 0.0);
+  run(90, 91, 0.7);
+  EXPECT_EQ(engine.current("attention"), "mem_efficient");
+  run(91, 111, 0.2);  // above exit 0.15: held
+  EXPECT_EQ(engine.current("attention"), "mem_efficient");
+  run(111, 112, 0.1);  // below exit, dwell (20 steps) passed
+  EXPECT_EQ(engine.current("attention"), "flash");
+}
+
 TEST(PolicyEngine, DwellInMilliseconds) {
   PolicyRules r;
   ASSERT_TRUE(parseRules(R"({"version": 1, "families": {"f": {"min_dwell_ms": 100, "variants": [

@@ -23,6 +23,7 @@ TEST(PolicyRules, DefaultRulesEncodeTheTwoRules) {
   EXPECT_EQ(att->scope, PolicyScope::kLocal);
   ASSERT_EQ(att->variants.size(), 4u);
   EXPECT_EQ(att->variants[0].name, "cudnn");
+  EXPECT_EQ(att->variants[0].priority, 20);  // outranks the fragmentation downgrade (measured leanest)
   EXPECT_EQ(att->variants[1].name, "flash");
   EXPECT_EQ(att->variants[2].name, "mem_efficient");
   EXPECT_EQ(att->variants[3].name, "math");
