@@ -41,6 +41,11 @@ int FlowPlan::slicesOf(const Flow* f) const {
   return int(std::max<size_t>(1, (f->count + sliceElems_ - 1) / sliceElems_));
 }
 
+int FlowPlan::columnSlices(int column) const {
+  const Flow* f = find(column);
+  return f != nullptr ? slicesOf(f) : -1;  // not this rank's flow: its length is known to its endpoints only
+}
+
 const Flow* FlowPlan::outAt(int step) const {
   if (step < 0 || step >= steps_ || outAtStep_[size_t(step)] < 0) return nullptr;
   return &out_[size_t(outAtStep_[size_t(step)])];

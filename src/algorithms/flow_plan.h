@@ -39,7 +39,8 @@ class FlowPlan final : public PipelinePlan {
 
   int numSteps() const override { return steps_; }
   int numColumns() const override { return columns_; }
-  int numSlices() const override { return slices_; }
+  int numSlices() const override { return slices_; }  // the most of this rank's own flows
+  int columnSlices(int column) const override;
   size_t slotBytes() const override { return 0; }  // every receive is in place
   DataType dtype() const override { return dtype_; }
   int nranks() const override { return n_; }

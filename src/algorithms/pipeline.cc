@@ -317,11 +317,11 @@ Status Pipeline::repairRound(int attempt, const std::vector<ReplayEntry>& replay
 Status checkPlanFailure(const PipelinePlan& plan, const SliceFailure& f) {
   std::ostringstream os;
   const int column = int(f.column), step = int(f.step);
-  if (f.column >= uint32_t(plan.numColumns()) || f.slice >= uint32_t(plan.numSlices()) ||
-      f.step >= uint32_t(plan.numSteps())) {
-    os << "column " << f.column << ", slice " << f.slice << " or step " << f.step << " outside the schedule ("
-       << plan.numColumns() << " columns, " << plan.numSlices() << " slices, " << plan.numSteps()
-       << " steps)";
+  if (f.column >= uint32_t(plan.numColumns()) || f.step >= uint32_t(plan.numSteps())) {
+    os << "column " << f.column << " or step " << f.step << " outside the schedule (" << plan.numColumns()
+       << " columns, " << plan.numSteps() << " steps)";
+  } else if (const int slices = plan.columnSlices(column); slices >= 0 && f.slice >= uint32_t(slices)) {
+    os << "slice " << f.slice << " outside column " << f.column << " (" << slices << " slices)";
   } else if (f.sender != plan.sender(column, step) || f.receiver != plan.receiver(column, step)) {
     os << "link " << f.sender << " -> " << f.receiver << " is not the route of column " << f.column
        << " at step " << f.step;

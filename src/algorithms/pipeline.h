@@ -46,6 +46,10 @@ class PipelinePlan {
   virtual int numSteps() const = 0;
   virtual int numColumns() const = 0;
   virtual int numSlices() const = 0;
+  // Slices of `column` as this rank knows it, for checking the failures peers report: numSlices() where
+  // every rank knows every column's length; -1 where this rank cannot know it (a point-to-point flow
+  // between two other ranks: its endpoints check the bound).
+  virtual int columnSlices(int column) const { return numSlices(); }
   // Bytes of the largest slice this rank receives into a slot (0: every receive is in place).
   virtual size_t slotBytes() const = 0;
   virtual DataType dtype() const = 0;

@@ -408,6 +408,43 @@ TEST(LoopbackCollectiveErrors, SendRecvCountMismatchNamesBothCounts) {
   EXPECT_NE(results[0].message().find("count=40"), std::string::npos) << results[0].message();
 }
 
+// Found by the fault soak (tests/soak): every rank checks the repair entries it hears of, but a rank knows
+// only its own flows' lengths. Rank 2 (flows of 1 slice) rejected the entry for slice 5 of the 10-slice
+// flow 1 -> 0 as "outside the schedule", failing a collective one retransmission repairs.
+TEST(LoopbackCollectives, AlltoallRepairOfALongerFlowBetweenOtherRanks) {
+  Options o = smallSlices(100);
+  o.maxRetries = 3;
+  o.fault.mode = FaultMode::kBitFlip;
+  o.fault.schedule = {{0, 1, 5, 0}};  // collective 0, step 1 (flow 1 -> 0), slice 5, received by rank 0
+  LoopbackGroup g(3, o);
+  auto count = [](int src, int dst) -> size_t { return src == 1 && dst == 0 ? 1000 : 100; };
+  std::vector<Status> results(3);
+  std::vector<bool> exact(3, false);
+  g.run([&](int me, Communicator& c) {
+    std::vector<size_t> sc(3), sd(3), rc(3), rd(3);
+    size_t s = 0, r = 0;
+    for (int p = 0; p < 3; ++p) {
+      sc[p] = count(me, p), rc[p] = count(p, me), sd[p] = s, rd[p] = r;
+      s += sc[p], r += rc[p];
+    }
+    std::vector<int8_t> in(s), out(r, 0);
+    for (int p = 0; p < 3; ++p)
+      for (size_t i = 0; i < sc[p]; ++i) in[sd[p] + i] = int8_t(me * 10 + p + int(i % 7));
+    results[me] = c.alltoallAsync(in.data(), sc, sd, out.data(), rc, rd, DataType::kInt8)->wait();
+    bool ok = true;
+    for (int p = 0; p < 3; ++p)
+      for (size_t i = 0; i < rc[p]; ++i) ok = ok && out[rd[p] + i] == int8_t(p * 10 + me + int(i % 7));
+    exact[me] = ok;
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(results[r].isOk()) << "rank " << r << ": " << results[r].toString();
+    EXPECT_TRUE(exact[r]) << "rank " << r;
+  }
+  EXPECT_EQ(g.comm(0).counters().detected, 1u);
+  EXPECT_EQ(g.comm(1).counters().retransmitted, 1u);
+  EXPECT_EQ(g.comm(2).counters().retransmitted, 0u);
+}
+
 TEST(LoopbackCollectiveErrors, AlltoallSplitMismatchNamesBothCounts) {
   LoopbackGroup g(2, smallSlices());
   std::vector<Status> results(2);
