@@ -37,6 +37,10 @@ const std::vector<ToolEnvName>& toolEnvNames() {
        "Seconds before a local mpirun job is killed (default 600)."},
       {"RINGGUARD_SANITIZER_DIR", "scripts/run_sanitizers.sh",
        "Parent of the asan and tsan build directories (default `build-sanitizers`)."},
+      {"RINGGUARD_FUZZ_*", "scripts/run_fuzz.sh",
+       "Fuzzing knobs: build directory (`RINGGUARD_FUZZ_DIR`), libFuzzer arguments, jobs, corpus merge."},
+      {"RINGGUARD_SOAK_*", "scripts/run_soak.sh",
+       "Fault soak knobs: build directory (`RINGGUARD_SOAK_BUILD_DIR`, default `build-soak`), build jobs."},
       {"RINGGUARD_TEST_*", "tests", "Test knobs (sizes, output folders, expected transports, smoke runs)."},
       {"RINGGUARD_BENCH_*", "bench", "Benchmark knobs (device, iterations, NCCL comparison)."},
   };

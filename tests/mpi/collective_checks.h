@@ -41,12 +41,7 @@ class HostMemory final : public Memory {
   std::vector<std::vector<uint8_t>> bufs_;
 };
 
-// memcmp that accepts the null pointers of empty buffers.
-inline bool sameBytes(const void* a, const void* b, size_t n) { return n == 0 || std::memcmp(a, b, n) == 0; }
-
-inline std::vector<uint8_t> pattern(DataType t, int source, size_t count) {
-  return makeInput(t, ReduceOp::kSum, source * 5 + 3, count);
-}
+// sameBytes and pattern (the copy collectives' inputs): tests/unit/verifiable.h, shared with tests/soak.
 
 inline void everyCollective(Communicator& comm, Memory& mem, DataType t, size_t count, bool reduceAllOps) {
   const int me = worldRank(), n = worldSize();

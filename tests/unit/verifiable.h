@@ -1,7 +1,7 @@
 #pragma once
 // Verifiable inputs (nccl-tests style) without MPI: small integer values, so every partial sum and product
 // is exact in every dtype and the result does not depend on the reduction order. The mpirun suites use
-// them too (tests/mpi/test_util.h).
+// them too (tests/mpi/test_util.h), and the fault soak (tests/soak).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -157,6 +157,15 @@ inline std::vector<uint8_t> expectedResult(DataType t, ReduceOp op, int nranks, 
   }
   return buf;
 }
+
+// Rank `source`'s distinct pattern for a copy collective (allgather, broadcast, alltoall, send/recv): the
+// sum inputs of a "rank" that differs per source, so a block that lands in the wrong place is seen.
+inline std::vector<uint8_t> pattern(DataType t, int source, size_t count) {
+  return makeInput(t, ReduceOp::kSum, source * 5 + 3, count);
+}
+
+// memcmp that accepts the null pointers of empty buffers.
+inline bool sameBytes(const void* a, const void* b, size_t n) { return n == 0 || std::memcmp(a, b, n) == 0; }
 
 }  // namespace testing
 }  // namespace ringguard
