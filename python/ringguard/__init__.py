@@ -25,10 +25,12 @@ from . import _autoload, _ext
 from .options import Options
 from .guard import Guard, GuardError, guard  # noqa: E402,F401  NaN/Inf rollback (docs/GUARD.md)
 from . import policy  # noqa: E402,F401  operator downgrade engine (docs/DOWNGRADE.md)
+from .memory import empty_cache, memory_reserved, memory_stats  # noqa: E402,F401  beside torch's allocator
 
 __version__ = "0.1.0"
 __all__ = ["Options", "backend", "counters", "set_fault", "fault", "transport", "init_from_mpi",
-           "summary", "timeline", "write_files", "__version__"]
+           "summary", "timeline", "write_files", "memory_stats", "memory_reserved", "empty_cache",
+           "__version__"]
 
 
 def _torch_initializing() -> bool:

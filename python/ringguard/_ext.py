@@ -35,4 +35,7 @@ def load():
             f"ringguard._C was built against torch {built}, but torch {torch.__version__} is "
             "installed: rebuild it with `python3 -m pip install --no-build-isolation .`")
     _module = mod
+    from . import memory  # torch.cuda.empty_cache() trims ringguard's pools too, from the first use on
+
+    memory.install_empty_cache_hook()
     return mod

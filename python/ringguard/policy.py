@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import torch
 
-from . import _ext
+from . import _ext, memory
 
 __all__ = ["load", "engine", "register_variant", "feed_torch_stats", "feed_signals", "step", "current",
            "decisions", "counters", "signals", "attention", "attention_backend", "set_group",
@@ -109,12 +109,22 @@ def register_variant(family: str, name: str, enabled: Optional[Callable[[], bool
 
 def feed_torch_stats(stats: Optional[Dict[str, Any]] = None, device: Optional[torch.device] = None,
                      async_backend: Optional[bool] = None) -> None:
-    """Feeds torch's caching-allocator statistics (``torch.cuda.memory_stats(device)`` by default)."""
-    if stats is None:
+    """Feeds torch's caching-allocator statistics (``torch.cuda.memory_stats(device)`` by default) and, when
+    reading them live, ringguard's own pools beside them (``ringguard.memory_stats``: the ``pool.device.*``
+    and ``pool.pinned.*`` signals; a kind of pool the process has none of stays missing)."""
+    live = stats is None
+    if live:
         if not torch.cuda.is_available():
             return  # nothing to read: the torch signals stay missing
         stats = torch.cuda.memory_stats(device)
     engine().feed_torch_stats(dict(stats), async_allocator() if async_backend is None else async_backend)
+    if live:
+        pools = memory.memory_stats(device)
+        for kind in ("device", "pinned"):
+            p = pools[kind]
+            if p["pools"]:
+                engine().feed_pool_stats(kind, p["reserved_bytes"], p["used_bytes"], p["high_water_bytes"],
+                                         p["allocation_failures"])
 
 
 def feed_signals(values: Dict[str, Optional[float]]) -> None:

@@ -7,6 +7,7 @@ file(GLOB RINGGUARD_CUDA_KERNEL_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_D
 add_library(ringguard_cuda STATIC
   ${RINGGUARD_CUDA_KERNEL_SOURCES}
   ${CMAKE_CURRENT_LIST_DIR}/memory_pool.cc
+  ${CMAKE_CURRENT_LIST_DIR}/pool_registry.cc  # every pool of the process, beside PyTorch's memory
   ${CMAKE_CURRENT_LIST_DIR}/guard_scan_backend.cc  # the guard's device backend (docs/GUARD.md)
   ${CMAKE_CURRENT_LIST_DIR}/device_executor.cc
 )

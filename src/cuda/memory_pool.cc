@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "cuda_check.h"
+#include "ringguard/cuda/pool_registry.h"
 
 namespace ringguard {
 
@@ -27,11 +28,13 @@ Status DevicePool::create(int device, uint64_t releaseThresholdBytes, std::uniqu
   RINGGUARD_CUDA_CHECK(cudaMemPoolCreate(&pool, &props));
   std::unique_ptr<DevicePool> p(new DevicePool(device, pool, releaseThresholdBytes));
   RINGGUARD_RETURN_IF_ERROR(p->setReleaseThreshold(releaseThresholdBytes));
+  pool_registry_detail::join(p.get());
   *out = std::move(p);
   return Status::ok();
 }
 
 DevicePool::~DevicePool() {
+  pool_registry_detail::leave(this);  // a no-op for a pool that never joined (create failed)
   // Destruction is deferred by the driver until outstanding frees complete; nothing to report from here.
   (void)cudaMemPoolDestroy(pool_);
 }
@@ -123,7 +126,12 @@ size_t PinnedHostPool::sizeClass(size_t bytes) {
   return (bytes + step - 1) / step * step;
 }
 
+PinnedHostPool::PinnedHostPool(uint64_t maxCachedBytes) : maxCachedBytes_(maxCachedBytes) {
+  pool_registry_detail::join(this);
+}
+
 PinnedHostPool::~PinnedHostPool() {
+  pool_registry_detail::leave(this);
   for (auto& [cls, blocks] : cached_) {
     for (void* p : blocks) (void)cudaFreeHost(p);
   }

@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
 #include "gpu_test_util.h"
 #include "ringguard/cuda/memory_pool.h"
+#include "ringguard/cuda/pool_registry.h"
 
 namespace ringguard {
 namespace {
@@ -169,6 +171,54 @@ TEST_F(PoolTest, DevicePoolTrimReleasesCachedMemory) {
   EXPECT_GE(statsOf(*pool).reservedBytes, 64 * kMiB);
   ASSERT_STATUS_OK(pool->trim(0));
   EXPECT_EQ(0u, statsOf(*pool).reservedBytes);
+}
+
+// The process's pools, as ringguard.memory_stats() / empty_cache() see them: every live pool is counted
+// (and only those), per device, and one trim releases what they cache while memory in use stays.
+TEST_F(PoolTest, ProcessRegistryCountsAndTrimsEveryPool) {
+  ProcessPoolStats before;
+  ASSERT_STATUS_OK(processPoolStats(0, &before));
+  std::unique_ptr<DevicePool> pool;
+  ASSERT_STATUS_OK(DevicePool::create(0, 1024 * kMiB, &pool));
+  auto pinned = std::make_unique<PinnedHostPool>();
+  void* kept = nullptr;
+  void* cached = nullptr;
+  void* host = nullptr;
+  ASSERT_STATUS_OK(pool->allocate(64 * kMiB, stream_, &kept));
+  ASSERT_STATUS_OK(pool->allocate(64 * kMiB, stream_, &cached));
+  ASSERT_STATUS_OK(pool->free(cached, stream_));
+  ASSERT_CUDA(cudaStreamSynchronize(stream_));
+  ASSERT_STATUS_OK(pinned->allocate(8 * kMiB, &host));
+  ASSERT_STATUS_OK(pinned->free(host));  // cached by its pool
+
+  ProcessPoolStats s;
+  ASSERT_STATUS_OK(processPoolStats(0, &s));
+  EXPECT_EQ(before.devicePools + 1, s.devicePools);
+  EXPECT_EQ(before.pinnedPools + 1, s.pinnedPools);
+  EXPECT_EQ(before.device.usedBytes + 64 * kMiB, s.device.usedBytes);
+  EXPECT_GE(s.device.reservedBytes, before.device.reservedBytes + 128 * kMiB);
+  EXPECT_EQ(before.pinned.cachedBytes + 8 * kMiB, s.pinned.cachedBytes);
+  ProcessPoolStats other;
+  int devices = 0;
+  ASSERT_CUDA(cudaGetDeviceCount(&devices));
+  ASSERT_STATUS_OK(processPoolStats(devices, &other));  // no pool on a device that does not exist
+  EXPECT_EQ(0, other.devicePools);
+  EXPECT_EQ(s.pinnedPools, other.pinnedPools);  // pinned pools belong to no device
+
+  ASSERT_STATUS_OK(trimProcessPools(0));
+  EXPECT_EQ(0u, pinned->stats().cachedBytes);
+  EXPECT_GE(statsOf(*pool).reservedBytes, 64 * kMiB);  // in use: kept
+  ASSERT_STATUS_OK(pool->free(kept, stream_));
+  ASSERT_CUDA(cudaStreamSynchronize(stream_));
+  ASSERT_STATUS_OK(trimProcessPools(-1));
+  EXPECT_EQ(0u, statsOf(*pool).reservedBytes);
+
+  pool.reset();
+  pinned.reset();
+  ProcessPoolStats after;
+  ASSERT_STATUS_OK(processPoolStats(0, &after));
+  EXPECT_EQ(before.devicePools, after.devicePools);  // destroyed pools leave
+  EXPECT_EQ(before.pinnedPools, after.pinnedPools);
 }
 
 TEST_F(PoolTest, DevicePoolHonoursTheReleaseThreshold) {

@@ -6,6 +6,8 @@
 // memory PyTorch's caching allocator could have used, and so that trimming it releases only our memory. The
 // release threshold bounds what it keeps cached across synchronisations (256 MiB by default).
 //
+// Every pool of the process is listed in ringguard/cuda/pool_registry.h (its memory beside PyTorch's).
+//
 // This header is the CUDA layer's own and includes the CUDA runtime API.
 #include <cuda_runtime_api.h>
 
@@ -94,7 +96,7 @@ struct PinnedHostPoolStats {
 class PinnedHostPool {
  public:
   // `maxCachedBytes`: freed blocks beyond this are returned to the driver at once instead of cached.
-  explicit PinnedHostPool(uint64_t maxCachedBytes = 1ull << 30) : maxCachedBytes_(maxCachedBytes) {}
+  explicit PinnedHostPool(uint64_t maxCachedBytes = 1ull << 30);
   // Frees the cached blocks. Live blocks are freed too (the caller must be done with them).
   ~PinnedHostPool();
   PinnedHostPool(const PinnedHostPool&) = delete;

@@ -82,6 +82,8 @@ PYBIND11_MODULE(_C, m) {
   }
   void ringguardRegisterPolicyBindings(py::module_&);  // ringguard._C.PolicyEngine: policy_bindings.cc
   ringguardRegisterPolicyBindings(m);
+  void ringguardRegisterMemoryBindings(py::module_&);  // ringguard._C.pool_stats: memory_bindings.cc
+  ringguardRegisterMemoryBindings(m);
 
   m.def("option_names", [] {
     std::vector<std::string> names;
