@@ -6,7 +6,7 @@
 
 #include <stdexcept>
 
-#if RINGGUARD_TORCH_CUDA
+#if RINGGUARD_MEMORY_CUDA
 #include "ringguard/cuda/pool_registry.h"
 #endif
 
@@ -16,25 +16,27 @@ void ringguardRegisterMemoryBindings(py::module_& m) {
   m.def(
       "pool_stats",
       [](int device) {
-        py::dict out;
-        const char* keys[] = {"reserved_bytes", "used_bytes", "high_water_bytes", "allocations",
-                              "allocation_failures"};
         uint64_t dev[5] = {0, 0, 0, 0, 0}, pin[5] = {0, 0, 0, 0, 0};
         int devicePools = 0, pinnedPools = 0;
-#if RINGGUARD_TORCH_CUDA
+#if RINGGUARD_MEMORY_CUDA
         ringguard::ProcessPoolStats s;
         const ringguard::Status st = ringguard::processPoolStats(device, &s);
         if (!st.isOk()) throw std::runtime_error("ringguard: reading the pools: " + st.toString());
-        const uint64_t d[5] = {s.device.reservedBytes, s.device.usedBytes, s.device.highWaterBytes,
-                               s.device.allocationCount, s.device.allocationFailures};
-        const uint64_t p[5] = {s.pinned.reservedBytes, s.pinned.usedBytes, s.pinned.highWaterBytes,
-                               s.pinned.allocationCount, s.pinned.allocationFailures};
-        for (int i = 0; i < 5; ++i) dev[i] = d[i], pin[i] = p[i];
+        const uint64_t fromDevice[5] = {s.device.reservedBytes, s.device.usedBytes, s.device.highWaterBytes,
+                                        s.device.allocationCount, s.device.allocationFailures};
+        const uint64_t fromPinned[5] = {s.pinned.reservedBytes, s.pinned.usedBytes, s.pinned.highWaterBytes,
+                                        s.pinned.allocationCount, s.pinned.allocationFailures};
+        for (int i = 0; i < 5; ++i) {
+          dev[i] = fromDevice[i];
+          pin[i] = fromPinned[i];
+        }
         devicePools = s.devicePools;
         pinnedPools = s.pinnedPools;
 #else
         (void)device;
 #endif
+        const char* keys[] = {"reserved_bytes", "used_bytes", "high_water_bytes", "allocations",
+                              "allocation_failures"};
         py::dict d, p;
         for (int i = 0; i < 5; ++i) {
           d[keys[i]] = dev[i];
@@ -42,6 +44,7 @@ void ringguardRegisterMemoryBindings(py::module_& m) {
         }
         d["pools"] = devicePools;
         p["pools"] = pinnedPools;
+        py::dict out;
         out["device"] = d;
         out["pinned"] = p;
         return out;
@@ -50,7 +53,7 @@ void ringguardRegisterMemoryBindings(py::module_& m) {
   m.def(
       "trim_pools",
       [](int device) {
-#if RINGGUARD_TORCH_CUDA
+#if RINGGUARD_MEMORY_CUDA
         py::gil_scoped_release nogil;
         const ringguard::Status st = ringguard::trimProcessPools(device);
         if (!st.isOk()) throw std::runtime_error("ringguard: trimming the pools: " + st.toString());
