@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 
@@ -115,10 +115,13 @@ def transport(device="cpu", group=None) -> str:
     return backend(group).transport(device_type)
 
 
-def init_from_mpi(master_addr: str = "127.0.0.1", master_port: int = 29500) -> Tuple[int, int]:
+def init_from_mpi(master_addr: str = "127.0.0.1", master_port: Optional[int] = None) -> Tuple[int, int]:
     """Fills RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE from Open MPI's (or PMI's) variables so that
-    ``init_process_group("ringguard")`` works under mpirun; MASTER_ADDR/MASTER_PORT get the given
-    defaults unless set (on several nodes set MASTER_ADDR to rank 0's host). Returns (rank, size)."""
+    ``init_process_group("ringguard")`` works under mpirun, and MASTER_ADDR / MASTER_PORT unless set:
+    MASTER_ADDR defaults to `master_addr` (on several nodes set it to rank 0's host); MASTER_PORT to
+    `master_port`, or, when None, to a port rank 0 finds free and broadcasts over MPI, so two jobs on one
+    host do not collide (a build without MPI falls back to 29500). Collective over MPI_COMM_WORLD when it
+    picks the port: every rank must call it. Returns (rank, size)."""
     env = os.environ
     pairs = [("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
               "OMPI_COMM_WORLD_LOCAL_SIZE"),
@@ -131,8 +134,23 @@ def init_from_mpi(master_addr: str = "127.0.0.1", master_port: int = 29500) -> T
             env["LOCAL_RANK"] = env.get(local_var, str(rank))
             env["LOCAL_WORLD_SIZE"] = env.get(local_size_var, str(size))
             env.setdefault("MASTER_ADDR", master_addr)
-            env.setdefault("MASTER_PORT", str(master_port))
+            if "MASTER_PORT" not in env:
+                env["MASTER_PORT"] = str(master_port if master_port is not None else _agreed_port(rank))
             return rank, size
     raise RuntimeError("ringguard.init_from_mpi: no OMPI_COMM_WORLD_RANK/SIZE (or PMI_RANK/SIZE) in the "
                        "environment; start the job with mpirun")
 
+
+def _agreed_port(rank: int) -> int:
+    """A TCP port free on rank 0's host, the same on every rank (MPI broadcast); 29500 without MPI."""
+    C = _ext.load()
+    if not hasattr(C, "mpi_broadcast"):
+        return 29500
+    port = 0
+    if rank == 0:
+        import socket
+
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+    return int.from_bytes(C.mpi_broadcast(port.to_bytes(4, "little")), "little")

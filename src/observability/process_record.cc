@@ -1,6 +1,10 @@
 // The process's record: its communicators (live and destroyed), the environment's file prefixes, and the
 // files written from them (include/ringguard/observability/observability.h).
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -74,6 +78,18 @@ Status writeJson(const std::string& path, const nlohmann::json& j, int indent) {
   return Status::ok();
 }
 
+// The folder a `<prefix>.<rank>.json` file goes into must exist and be writable: checked when the process
+// starts, so a bad path is reported before a run, not after it (its file is then not written at all).
+Status checkPrefix(const char* name, const std::string& prefix) {
+  if (prefix.empty()) return Status::ok();
+  const size_t slash = prefix.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : prefix.substr(0, slash);
+  if (::access(dir.c_str(), W_OK) == 0) return Status::ok();
+  const int err = errno;
+  return Status(StatusCode::kInvalidArgument, std::string(name) + "='" + prefix + "': cannot write into '" +
+                                                  dir + "' (" + std::strerror(err) + "): no file is written");
+}
+
 }  // namespace
 
 Status init() {
@@ -88,6 +104,14 @@ Status init() {
   if (!r.initStatus.isOk()) {
     logError(Subsys::kCore, "timeline off: {}", r.initStatus.message());
     return r.initStatus;
+  }
+  for (auto [name, prefix] : {std::make_pair("RINGGUARD_TIMELINE", &r.timelinePrefix),
+                              std::make_pair("RINGGUARD_SUMMARY", &r.summaryPrefix)}) {
+    const Status st = checkPrefix(name, *prefix);
+    if (st.isOk()) continue;
+    logError(Subsys::kCore, "{}", st.message());
+    prefix->clear();
+    if (r.initStatus.isOk()) r.initStatus = st;
   }
   if (!r.timelinePrefix.empty()) trace::start(size_t(events));
   if (!r.timelinePrefix.empty() || !r.summaryPrefix.empty()) std::atexit(atExit);

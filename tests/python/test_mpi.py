@@ -116,5 +116,69 @@ def test_ddp_with_faults(results):
     assert sum(r["injected"] for r in results) > 0, results
 
 
+def port_worker() -> None:
+    """init_from_mpi() with no MASTER_PORT: the ranks agree on a free port; then one exact all_reduce."""
+    import torch
+    import torch.distributed as dist
+
+    import ringguard
+
+    assert "MASTER_PORT" not in os.environ
+    rank, size = ringguard.init_from_mpi()
+    dist.init_process_group("ringguard")
+    t = torch.full((100,), float(rank + 1))
+    dist.all_reduce(t)
+    out = {"rank": rank, "port": int(os.environ["MASTER_PORT"]),
+           "exact": bool(torch.equal(t, torch.full((100,), float(size * (size + 1) // 2))))}
+    dist.destroy_process_group()
+    with open(os.path.join(os.environ["RINGGUARD_TEST_OUT"], f"port{rank}.json"), "w") as f:
+        json.dump(out, f)
+
+
+def test_two_jobs_on_one_host_agree_on_free_ports(tmp_path):
+    """Defect 7 (issue 17): init_from_mpi() defaulted MASTER_PORT to 29500, so two jobs on one host collided.
+    Two mpirun jobs at once, neither setting MASTER_PORT: each agrees on a port of its own and runs."""
+    import threading
+
+    import harness
+
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("mpirun not found (apt-get install openmpi-bin)")
+    base = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+            "OMPI_MCA_rmaps_base_oversubscribe": "1", "MASTER_ADDR": "127.0.0.1"}
+    outs = [tmp_path / "a", tmp_path / "b"]
+    runs = [None, None]
+
+    def launch(i):
+        d = outs[i]
+        d.mkdir()
+        cmd = [mpirun, "--oversubscribe", "--bind-to", "none", "-np", str(NPROC), "-x", "RINGGUARD_TEST_OUT",
+               sys.executable, "-u", os.path.abspath(__file__), "--port-worker"]
+        env = dict(base, RINGGUARD_TEST_OUT=str(d))
+        runs[i] = harness.run_command(cmd, env, timeout=240)
+
+    saved = os.environ.pop("MASTER_PORT", None)  # the launches inherit os.environ
+    try:
+        threads = [threading.Thread(target=launch, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        if saved is not None:
+            os.environ["MASTER_PORT"] = saved
+    ports = []
+    for i, (rc, timed_out, secs, log) in enumerate(runs):
+        assert not timed_out and rc == 0, f"job {i}: rc={rc} timed_out={timed_out}\n{log[-4000:]}"
+        recs = [json.loads((outs[i] / f"port{r}.json").read_text()) for r in range(NPROC)]
+        assert all(r["exact"] for r in recs), recs
+        assert len({r["port"] for r in recs}) == 1, recs  # the ranks of one job agree
+        ports.append(recs[0]["port"])
+    assert ports[0] != ports[1], ports
+
+
 if __name__ == "__main__" and "--worker" in sys.argv:
     worker()
+if __name__ == "__main__" and "--port-worker" in sys.argv:
+    port_worker()

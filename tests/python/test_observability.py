@@ -146,3 +146,23 @@ def test_launch(run):
 
 if __name__ == "__main__":
     harness.run_worker(CASES, _init)
+
+
+def test_unwritable_prefix_is_reported_at_import_not_at_exit(tmp_path):
+    """A RINGGUARD_TIMELINE / RINGGUARD_SUMMARY prefix whose folder does not exist is reported when the
+    process starts (import), naming the variable and the folder; the exit then writes nothing and says
+    nothing more about it."""
+    import subprocess
+    import sys
+
+    missing = tmp_path / "no" / "such" / "folder"
+    env = dict(os.environ, RINGGUARD_TIMELINE=str(missing / "tl"), RINGGUARD_SUMMARY=str(missing / "sum"))
+    code = "import ringguard, sys; sys.stderr.write('IMPORTED\\n')"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    before, _, after = r.stderr.partition("IMPORTED")
+    for name, leaf in (("RINGGUARD_TIMELINE", "tl"), ("RINGGUARD_SUMMARY", "sum")):
+        assert f"{name}='{missing / leaf}': cannot write into '{missing}'" in before, r.stderr
+    assert "No such file or directory" in before, r.stderr
+    assert "cannot write" not in after, r.stderr  # nothing more at exit
+    assert not missing.exists()

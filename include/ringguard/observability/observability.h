@@ -15,7 +15,8 @@ namespace observability {
 // Reads RINGGUARD_TIMELINE, RINGGUARD_TIMELINE_EVENTS and RINGGUARD_SUMMARY once per process: with a
 // timeline prefix set, recording starts and the files are written again at exit. Idempotent; every
 // communicator calls it, and so does the Python module (guard-only runs have no communicator).
-// kInvalidArgument naming the variable for a bad value (recording stays off).
+// kInvalidArgument naming the variable for a bad value (recording stays off), or for a prefix whose folder
+// does not exist or cannot be written (logged at once, before any run; that file is then never written).
 Status init();
 
 // Starts recording now with `capacity` events, whatever the environment says (tests, tools). False when

@@ -84,6 +84,8 @@ PYBIND11_MODULE(_C, m) {
   ringguardRegisterPolicyBindings(m);
   void ringguardRegisterMemoryBindings(py::module_&);  // ringguard._C.pool_stats: memory_bindings.cc
   ringguardRegisterMemoryBindings(m);
+  void ringguardRegisterMpiBindings(py::module_&);  // ringguard._C.mpi_broadcast: mpi_bindings.cc
+  ringguardRegisterMpiBindings(m);
 
   m.def("option_names", [] {
     std::vector<std::string> names;
