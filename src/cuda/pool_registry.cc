@@ -21,30 +21,29 @@ Registry& registry() {
   return *r;
 }
 
-template <typename T>
-void erase(std::vector<T*>* v, T* p) {
-  v->erase(std::remove(v->begin(), v->end(), p), v->end());
+std::vector<DevicePool*>& listOf(DevicePool*) { return registry().device; }
+std::vector<PinnedHostPool*>& listOf(PinnedHostPool*) { return registry().pinned; }
+
+template <typename Pool>
+void join(Pool* pool) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  listOf(pool).push_back(pool);
+}
+
+template <typename Pool>
+void leave(Pool* pool) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  std::vector<Pool*>& list = listOf(pool);
+  list.erase(std::remove(list.begin(), list.end(), pool), list.end());
 }
 
 }  // namespace
 
 namespace pool_registry_detail {
-void join(DevicePool* pool) {
-  std::lock_guard<std::mutex> lock(registry().mu);
-  registry().device.push_back(pool);
-}
-void leave(DevicePool* pool) {
-  std::lock_guard<std::mutex> lock(registry().mu);
-  erase(&registry().device, pool);
-}
-void join(PinnedHostPool* pool) {
-  std::lock_guard<std::mutex> lock(registry().mu);
-  registry().pinned.push_back(pool);
-}
-void leave(PinnedHostPool* pool) {
-  std::lock_guard<std::mutex> lock(registry().mu);
-  erase(&registry().pinned, pool);
-}
+void join(DevicePool* pool) { ringguard::join(pool); }
+void leave(DevicePool* pool) { ringguard::leave(pool); }
+void join(PinnedHostPool* pool) { ringguard::join(pool); }
+void leave(PinnedHostPool* pool) { ringguard::leave(pool); }
 }  // namespace pool_registry_detail
 
 Status processPoolStats(int device, ProcessPoolStats* out) {
