@@ -3,6 +3,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "core/trace_events.h"
+
 namespace ringguard {
 
 namespace {
@@ -18,12 +20,19 @@ constexpr uint32_t kMaxPeerVerdictEntries = 1u << 20;
 
 }  // namespace
 
+// On the timeline (core/trace_events.h, kPeerControl): a span named by the tag, with the exchange's own
+// message number.
 Status sendToPeer(const CollectiveContext& ctx, int peer, ControlTag tag, const void* data, size_t bytes) {
+  trace::Span span(trace::Kind::kPeerControl, controlTagName(tag), ctx.track, ctx.seq);
+  span.event().a = peer;
   return ctx.transport->control()->send(peer, tag, data, bytes, ctx.counters);
 }
 
 Status receiveFromPeer(const CollectiveContext& ctx, int peer, ControlTag tag, std::vector<uint8_t>* message,
                        const std::function<std::string()>& what) {
+  trace::Span span(trace::Kind::kPeerControl, controlTagName(tag), ctx.track, ctx.seq);
+  span.event().a = peer;
+  span.event().b = 1;
   return pollUntil(
       ctx,
       [&](bool* done) {

@@ -16,20 +16,22 @@ namespace trace {
 
 // What an event is; the exporter names its arguments by kind.
 enum class Kind : uint8_t {
-  kCollective,  // span: one collective on its communicator (seq, value = bytes; detail: the error)
-  kEnqueue,     // instant: a collective was enqueued (value = bytes)
-  kSlice,       // span: one received slice waited for, verified and applied (a = step, b = slice,
-                //       c = sender, d = repair attempt; value = bytes)
-  kDetect,      // instant: a slice failed verification (a = sender, b = receiver, c = step, d = slice;
-                //          detail: the reason)
-  kRetransmit,  // instant: a slice resent from retained bytes (a = to, b = step, c = slice, d = attempt)
-  kRepair,      // span: one repair round (a = attempt, b = slices replayed)
-  kControl,     // span: one control exchange (name: fingerprint, verdict, ...; a = dissemination rounds,
-                //       b = its round)
-  kGuard,       // instant: a guard event (name: detect, restore, replay, fallback, ...; detail: the op;
-                //          a = attempt)
-  kDowngrade,   // instant: a downgrade decision (detail: the decision and the signals behind it)
-  kCounter,     // counter: a telemetry sample's signal (name: the signal; value as a double in `real`)
+  kCollective,   // span: one collective on its communicator (seq, value = bytes; detail: the error)
+  kEnqueue,      // instant: a collective was enqueued (value = bytes)
+  kSlice,        // span: one received slice waited for, verified and applied (a = step, b = slice,
+                 //       c = sender, d = repair attempt; value = bytes)
+  kDetect,       // instant: a slice failed verification (a = sender, b = receiver, c = step, d = slice;
+                 //          detail: the reason)
+  kRetransmit,   // instant: a slice resent from retained bytes (a = to, b = step, c = slice, d = attempt)
+  kRepair,       // span: one repair round (a = attempt, b = slices replayed)
+  kControl,      // span: one control exchange (name: fingerprint, verdict, ...; a = dissemination rounds,
+                 //       b = its round)
+  kPeerControl,  // span: one control message of a send/recv (name: fingerprint, verdict; seq: the exchange's
+                 //       message number; a = the peer, b = 1 for a receive, 0 for a send)
+  kGuard,        // instant: a guard event (name: detect, restore, replay, fallback, ...; detail: the op;
+                 //          a = attempt)
+  kDowngrade,    // instant: a downgrade decision (detail: the decision and the signals behind it)
+  kCounter,      // counter: a telemetry sample's signal (name: the signal; value as a double in `real`)
 };
 
 struct Event {

@@ -20,6 +20,7 @@ const char* category(trace::Kind k) {
     case trace::Kind::kRepair:
       return "repair";
     case trace::Kind::kControl:
+    case trace::Kind::kPeerControl:
       return "control";
     case trace::Kind::kGuard:
       return "guard";
@@ -55,6 +56,8 @@ ArgNames argNames(trace::Kind k) {
       return {"attempt", "slices", nullptr, nullptr, nullptr};
     case trace::Kind::kControl:
       return {"rounds", "round", nullptr, nullptr, nullptr};
+    case trace::Kind::kPeerControl:
+      return {"peer", "received", nullptr, nullptr, nullptr};
     case trace::Kind::kGuard:
       return {"attempt", nullptr, nullptr, nullptr, nullptr};
     case trace::Kind::kDowngrade:

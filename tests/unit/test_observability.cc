@@ -119,6 +119,46 @@ TEST(Timeline, FaultyRunHasMatchingEventsOnEveryRank) {
   }
 }
 
+// A send/recv's control messages are on the timeline with the exchange's own message number: the sender
+// sends the fingerprint and receives the verdict, the receiver the other way round.
+TEST(Timeline, SendRecvControlMessagesCarryTheExchangeNumber) {
+  observability::startTimeline(size_t(1) << 20);
+  ASSERT_TRUE(trace::on());
+  Options o;
+  o.sliceBytes = 256;
+  o.timeout = std::chrono::milliseconds(20000);
+  LoopbackGroup g(2, o);
+  g.run([&](int rank, Communicator& c) {
+    std::vector<int32_t> buf(100, rank);
+    for (int i = 0; i < 2; ++i) {  // exchanges 0 and 1 from rank 0 to rank 1
+      const Status st = rank == 0 ? c.sendRecv(buf.data(), buf.size(), 1, nullptr, 0, -1, DataType::kInt32)
+                                  : c.sendRecv(nullptr, 0, -1, buf.data(), buf.size(), 0, DataType::kInt32);
+      ASSERT_TRUE(st.isOk()) << st.toString();
+    }
+  });
+  const json timeline = json::parse(observability::timelineJson());
+  checkTraceFormat(timeline);
+  for (int r = 0; r < 2; ++r) {
+    const TrackEvents t = eventsOfTrack(timeline, g.comm(r).summary().track, r);
+    std::vector<std::string> got;  // "<name> seq <n> peer <p> received <0|1>" in order
+    for (const json& e : t.controls) {
+      const json& a = e.at("args");
+      if (!a.contains("peer")) continue;
+      got.push_back(e.at("name").get<std::string>() + " seq " + std::to_string(a.at("seq").get<int>()) +
+                    " peer " + std::to_string(a.at("peer").get<int>()) + " received " +
+                    std::to_string(a.at("received").get<int>()));
+    }
+    const std::string peer = std::to_string(1 - r), fp = r == 0 ? "0" : "1", vd = r == 0 ? "1" : "0";
+    std::vector<std::string> want;
+    for (int seq = 0; seq < 2; ++seq) {
+      const std::string n = std::to_string(seq);
+      want.push_back("fingerprint seq " + n + " peer " + peer + " received " + fp);
+      want.push_back("verdict seq " + n + " peer " + peer + " received " + vd);
+    }
+    EXPECT_EQ(got, want) << "rank " << r;
+  }
+}
+
 TEST(Summary, MatchesTheCountersAndIsWrittenToFiles) {
   constexpr int kRanks = 2;
   Options o;
