@@ -89,6 +89,25 @@ void checkSingle(const char* op, const std::vector<at::Tensor>& tensors) {
 // The tensor's bytes as a flat uint8 tensor (same storage).
 at::Tensor bytesOf(const at::Tensor& t) { return t.reshape({-1}).view(at::kByte); }
 
+// What a copy collective moves: the tensor as its own dtype where the engine has it, so that the fingerprint
+// compares dtypes across ranks and RINGGUARD_NAN_CHECK scans floating inputs; else as bytes.
+struct CopyView {
+  at::Tensor flat;  // same storage
+  DataType dtype = DataType::kUint8;
+  size_t count = 0;
+};
+CopyView copyViewOf(const at::Tensor& t) {
+  CopyView v;
+  if (toDataType(t.scalar_type(), &v.dtype)) {
+    v.flat = t.reshape({-1});
+  } else {
+    v.flat = bytesOf(t);
+    v.dtype = DataType::kUint8;
+  }
+  v.count = size_t(v.flat.numel());
+  return v;
+}
+
 std::exception_ptr currentException() { return std::current_exception(); }
 
 }  // namespace
@@ -308,16 +327,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::broadcast(std::vector<at::
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "ringguard: broadcast: root rank ", opts.rootRank,
               " is outside [0, ", size_, ")");
   at::Tensor t = tensors[0];
-  // The native pipelined chain, as bytes: any dtype, verified slice by slice like every collective.
-  at::Tensor bytes = bytesOf(t);
-  void* data = bytes.data_ptr();
-  const size_t n = size_t(bytes.numel());
+  // The native pipelined chain: any dtype, verified slice by slice like every collective.
+  const CopyView v = copyViewOf(t);
+  void* data = v.flat.data_ptr();
+  const size_t n = v.count;
+  const DataType dt = v.dtype;
   const int root = int(opts.rootRank);
   return launch(
-      "broadcast", bytes,
-      [=](Communicator* comm, void* stream) {
-        return comm->broadcastAsync(data, data, n, DataType::kUint8, root, stream);
-      },
+      "broadcast", v.flat,
+      [=](Communicator* comm, void* stream) { return comm->broadcastAsync(data, data, n, dt, root, stream); },
       {t}, nullptr);
 }
 
@@ -338,16 +356,24 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allgather(std::vector<std:
   }
   // The native ring all-gather into one flat buffer (every block verified where it lands), then copied
   // out into the list.
-  const int64_t n = in.numel() * int64_t(in.element_size());
-  at::Tensor flat = at::empty({n * size_}, in.options().dtype(at::kByte));
-  at::Tensor mine = bytesOf(in);
+  const CopyView v = copyViewOf(in);
+  at::Tensor mine = v.flat;
+  const int64_t n = int64_t(v.count);
+  const DataType dt = v.dtype;
+  at::Tensor flat = at::empty({n * size_}, mine.options());
+  // A skipped collective (RINGGUARD_NAN_CHECK=skip) leaves its output as it was: here the list, which is
+  // copied out of `flat` after it, so `flat` starts as the list.
+  if (options_.nanCheck == NanCheck::kSkip) {
+    for (size_t r = 0; r < outs.size(); ++r)
+      flat.narrow(0, n * int64_t(r), n).copy_(copyViewOf(outs[r]).flat);
+  }
   auto after = [outs, flat, n]() {
-    for (size_t r = 0; r < outs.size(); ++r) bytesOf(outs[r]).copy_(flat.narrow(0, n * int64_t(r), n));
+    for (size_t r = 0; r < outs.size(); ++r)
+      copyViewOf(outs[r]).flat.copy_(flat.narrow(0, n * int64_t(r), n));
   };
   return launch("allgather", flat,
-                [mine, flat, n](Communicator* comm, void* stream) {
-                  return comm->allgatherAsync(mine.data_ptr(), flat.data_ptr(), size_t(n), DataType::kUint8,
-                                              stream);
+                [mine, flat, n, dt](Communicator* comm, void* stream) {
+                  return comm->allgatherAsync(mine.data_ptr(), flat.data_ptr(), size_t(n), dt, stream);
                 },
                 outs, after, /*nestedOutputs=*/true, {mine});
 }
@@ -360,18 +386,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::_allgather_base(at::Tensor
                   output.device() == input.device(),
               "ringguard: all_gather_into_tensor: output ", describe(output), " of ", output.numel(),
               " elements must hold ", size_, " x the input ", describe(input), " of ", input.numel());
-  at::Tensor bytes = bytesOf(output);
-  const int64_t n = input.numel() * int64_t(input.element_size());
+  const CopyView out = copyViewOf(output);
+  CopyView v = copyViewOf(input);
+  const int64_t n = int64_t(v.count);
+  const int64_t nb = n * int64_t(v.flat.element_size());
   // The input may be this rank's block of the output (in place, as FSDP does); any other overlap is copied.
-  at::Tensor mine = bytesOf(input);
-  const auto* own = static_cast<const uint8_t*>(bytes.data_ptr()) + n * rank_;
-  const auto* in0 = static_cast<const uint8_t*>(mine.data_ptr());
-  const auto* out0 = static_cast<const uint8_t*>(bytes.data_ptr());
-  if (in0 != own && n > 0 && in0 < out0 + n * size_ && out0 < in0 + n) mine = mine.clone();
-  return launch("all_gather_into_tensor", bytes,
-                [mine, bytes, n](Communicator* comm, void* stream) {
-                  return comm->allgatherAsync(mine.data_ptr(), bytes.data_ptr(), size_t(n), DataType::kUint8,
-                                              stream);
+  const auto* own = static_cast<const uint8_t*>(out.flat.data_ptr()) + nb * rank_;
+  const auto* in0 = static_cast<const uint8_t*>(v.flat.data_ptr());
+  const auto* out0 = static_cast<const uint8_t*>(out.flat.data_ptr());
+  if (in0 != own && nb > 0 && in0 < out0 + nb * size_ && out0 < in0 + nb) v.flat = v.flat.clone();
+  at::Tensor mine = v.flat, dst = out.flat;
+  const DataType dt = v.dtype;
+  return launch("all_gather_into_tensor", dst,
+                [mine, dst, n, dt](Communicator* comm, void* stream) {
+                  return comm->allgatherAsync(mine.data_ptr(), dst.data_ptr(), size_t(n), dt, stream);
                 },
                 {output}, nullptr, /*nestedOutputs=*/false, {mine});
 }

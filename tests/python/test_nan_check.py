@@ -3,7 +3,8 @@ check"): one group per mode, made with ``pg_options``, and a NaN or Inf placed o
 
 warn runs the collective (the NaN reaches every rank), skip leaves every rank's tensor as it was and
 counts the skip on every rank, error raises on every rank naming the rank that held the value and its
-first element; the default group (off) is untouched by all of it.
+first element; the default group (off) is untouched by all of it. The copy collectives (broadcast, the
+all-gathers) are scanned as their dtype too.
 """
 
 import math
@@ -56,8 +57,7 @@ def _(ctx):
     before = t.clone()
     dist.all_reduce(t, group=g)
     assert torch.equal(t.isnan(), before.isnan()) and torch.equal(t.nan_to_num(), before.nan_to_num()), t
-    # reduce_scatter_tensor: the output keeps what it held. (The copy collectives of the backend move
-    # tensors as bytes, which are not scanned: docs/GUARD.md.)
+    # reduce_scatter_tensor: the output keeps what it held.
     out = torch.full((64,), -3.0)
     dist.reduce_scatter_tensor(out, torch.cat([_tensor(ctx)] * ctx.size), group=g)
     assert torch.equal(out, torch.full((64,), -3.0)), out
@@ -83,6 +83,45 @@ def _(ctx):
     x = torch.ones(4)
     dist.all_reduce(x)
     assert torch.equal(x, torch.full((4,), float(ctx.size))), x
+
+
+@CASES.case("copy-collectives-are-scanned")
+def _(ctx):
+    """broadcast and the all-gathers move floating tensors as their dtype, so their inputs are scanned too
+    (the root's buffer of a broadcast; every rank's block of an all-gather)."""
+    import ringguard
+
+    g = _group("skip")
+    # broadcast from the bad rank: skipped on every rank, every tensor as it was.
+    t = _tensor(ctx)
+    before = t.clone()
+    dist.broadcast(t, src=BAD_RANK, group=g)
+    assert torch.equal(t.nan_to_num(), before.nan_to_num()) and torch.equal(t.isnan(), before.isnan()), t
+    # broadcast from a clean root runs, NaN or not elsewhere (non-roots have no input).
+    t = _tensor(ctx)
+    dist.broadcast(t, src=0, group=g)
+    assert torch.equal(t, torch.full((64,), 1.0)), t
+    # all_gather_into_tensor and all_gather: skipped; outputs keep what they held.
+    out = torch.full((64 * ctx.size,), -1.0)
+    dist.all_gather_into_tensor(out, _tensor(ctx), group=g)
+    assert torch.equal(out, torch.full((64 * ctx.size,), -1.0)), out
+    outs = [torch.full((64,), -2.0) for _ in range(ctx.size)]
+    dist.all_gather(outs, _tensor(ctx), group=g)
+    assert all(torch.equal(o, torch.full((64,), -2.0)) for o in outs), outs
+    # Integer tensors are never scanned, and gather exactly.
+    ints = [torch.zeros(5, dtype=torch.int32) for _ in range(ctx.size)]
+    dist.all_gather(ints, torch.full((5,), ctx.rank + 7, dtype=torch.int32), group=g)
+    assert all(torch.equal(o, torch.full((5,), r + 7, dtype=torch.int32)) for r, o in enumerate(ints)), ints
+    c = ringguard.counters(g)
+    assert c["skipped"] == 3, c
+    assert c["non_finite_inputs"] == (3 if ctx.rank == BAD_RANK else 0), c
+    # error mode names the collective.
+    e = _group("error")
+    with pytest.raises(Exception) as err:
+        dist.all_gather_into_tensor(torch.empty(64 * ctx.size), _tensor(ctx, at=(9,)), group=e)
+    text = str(err.value)
+    assert ("RINGGUARD_NAN_CHECK=error: the input of allgather seq 0 on rank 1 holds 1 non-finite value "
+            "(NaN or +-Inf; first at element 9)") in text, text
 
 
 @CASES.case("bad-mode-is-named")
