@@ -50,7 +50,9 @@ The exit status is non-zero if the ranks disagree, an injected corruption was no
 
 import argparse
 import json
+import os
 import statistics
+import sys
 import time
 import zlib
 from datetime import timedelta
@@ -63,6 +65,10 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 
 import ringguard
+
+# The pre-norm block of the FSDP2 example (examples/torch_fsdp_train.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples"))
+from torch_fsdp_train import Block  # noqa: E402
 
 COUNTERS = ["collectives", "bytes_sent", "slices_sent", "slices_verified", "control_frames", "control_bytes",
             "injected", "detected", "retransmitted", "escaped", "repair_rounds"]
@@ -88,22 +94,6 @@ def parse_args():
     if args.dim % args.heads:
         p.error(f"--heads {args.heads} does not divide --dim {args.dim}")
     return args
-
-
-class Block(nn.Module):
-    def __init__(self, dim, heads):
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-        self.up, self.down = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
-
-    def forward(self, x):
-        b, t, w = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, w // self.heads).permute(2, 0, 3, 1, 4)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).reshape(b, t, w))
-        return x + self.down(F.gelu(self.up(self.ln2(x))))
 
 
 class Transformer(nn.Module):
