@@ -46,6 +46,27 @@ void join(PinnedHostPool* pool) { ringguard::join(pool); }
 void leave(PinnedHostPool* pool) { ringguard::leave(pool); }
 }  // namespace pool_registry_detail
 
+namespace {
+
+// Adds b to a, field by field.
+void accumulate(DevicePoolStats* a, const DevicePoolStats& b) {
+  for (auto field : {&DevicePoolStats::reservedBytes, &DevicePoolStats::usedBytes,
+                     &DevicePoolStats::highWaterBytes, &DevicePoolStats::allocationCount,
+                     &DevicePoolStats::totalAllocations, &DevicePoolStats::allocationFailures}) {
+    a->*field += b.*field;
+  }
+}
+void accumulate(PinnedHostPoolStats* a, const PinnedHostPoolStats& b) {
+  for (auto field : {&PinnedHostPoolStats::reservedBytes, &PinnedHostPoolStats::usedBytes,
+                     &PinnedHostPoolStats::cachedBytes, &PinnedHostPoolStats::highWaterBytes,
+                     &PinnedHostPoolStats::allocationCount, &PinnedHostPoolStats::totalAllocations,
+                     &PinnedHostPoolStats::allocationFailures}) {
+    a->*field += b.*field;
+  }
+}
+
+}  // namespace
+
 Status processPoolStats(int device, ProcessPoolStats* out) {
   if (out == nullptr) return Status(StatusCode::kInvalidArgument, "processPoolStats: null output");
   ProcessPoolStats s;
@@ -54,23 +75,11 @@ Status processPoolStats(int device, ProcessPoolStats* out) {
     if (device >= 0 && p->device() != device) continue;
     DevicePoolStats d;
     RINGGUARD_RETURN_IF_ERROR(p->stats(&d));
-    s.device.reservedBytes += d.reservedBytes;
-    s.device.usedBytes += d.usedBytes;
-    s.device.highWaterBytes += d.highWaterBytes;
-    s.device.allocationCount += d.allocationCount;
-    s.device.totalAllocations += d.totalAllocations;
-    s.device.allocationFailures += d.allocationFailures;
+    accumulate(&s.device, d);
     ++s.devicePools;
   }
   for (PinnedHostPool* p : registry().pinned) {
-    const PinnedHostPoolStats h = p->stats();
-    s.pinned.reservedBytes += h.reservedBytes;
-    s.pinned.usedBytes += h.usedBytes;
-    s.pinned.cachedBytes += h.cachedBytes;
-    s.pinned.highWaterBytes += h.highWaterBytes;
-    s.pinned.allocationCount += h.allocationCount;
-    s.pinned.totalAllocations += h.totalAllocations;
-    s.pinned.allocationFailures += h.allocationFailures;
+    accumulate(&s.pinned, p->stats());
     ++s.pinnedPools;
   }
   *out = s;
