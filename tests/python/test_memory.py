@@ -3,7 +3,8 @@
 CPU (every machine): without CUDA memory no pool exists, every figure reads zero and nothing is fed to the
 downgrade engine as pool.* (missing, never a made-up 0); empty_cache() is a no-op that does not fail;
 torch.cuda.empty_cache is wrapped once the extension is loaded; a CPU device is refused by name.
-CUDA (one rank, a GPU): a CUDA all_reduce makes the device communicator's pools; memory_reserved() counts
+CUDA (two ranks sharing a GPU, host-staged: a world of one moves nothing, so its pools stay empty): a CUDA
+all_reduce makes the device communicator's pools; memory_reserved() counts
 them beside torch.cuda.memory_reserved(); torch.cuda.empty_cache() trims them (memory in use stays); the
 engine's pool.device.reserved_bytes is the same figure.
 """
@@ -107,7 +108,7 @@ def test_launch(run):
 def cuda_run():
     if not torch.cuda.is_available():
         pytest.skip("needs a GPU")
-    return harness.launch(__file__, 1, env={"RINGGUARD_TEST_DEVICE": "cuda"})
+    return harness.launch(__file__, 2, env={"RINGGUARD_TEST_DEVICE": "cuda"})
 
 
 def test_cuda_pools(cuda_run):
