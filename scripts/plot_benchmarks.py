@@ -14,6 +14,10 @@ Inputs, by kind (bench/results/README.md says where each one came from):
 - ``*.jsonl``: the output of ``bench/policy_replay.py`` (a signal trace replayed through the downgrade
   engine): one figure with each signal (and the thresholds of the conditions that read it) and each
   family's variant over the steps, decisions marked.
+- ``<name>.<rank>.json``: ringguard timelines (``RINGGUARD_TIMELINE``, Chrome trace JSON) of a real run,
+  the files of one run (same name, one per rank) making one figure: every telemetry counter track that
+  varies, the downgrade decisions marked on them, and each rank's collectives over time with their
+  detections, retransmissions and repair rounds.
 - ``*.csv``: figures recorded only as numbers in the docs, each file naming its source section in a
   ``# source:`` line. ``# kind: times`` (op, np, bytes, ringguard_us, peer_us) gives a busbw figure,
   ``# kind: ratio`` (op, np, bytes, ratio) a ratio figure, ``# kind: bars`` (panel, label, ms) a bar
@@ -269,6 +273,38 @@ def parse_policy(path: str) -> PolicyReplay:
     if not steps:
         raise fail(path, 0, "no step records")
     return PolicyReplay(path, meta, steps, decisions, check)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Timelines of real runs (RINGGUARD_TIMELINE: docs/GUIDE.md, "Reading a timeline and a summary")
+
+@dataclass
+class Timeline:
+    path: str
+    rank: int
+    events: List[dict]
+
+
+def parse_timeline(path: str) -> Timeline:
+    try:
+        with open(path) as f:
+            obj = json.load(f)
+    except json.JSONDecodeError as e:
+        raise fail(path, e.lineno, f"not JSON ({e.msg})") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("traceEvents"), list):
+        raise fail(path, 0, "not a ringguard timeline (a JSON object with traceEvents)")
+    other = obj.get("otherData", {})
+    if other.get("producer") != "ringguard":
+        raise fail(path, 0, "otherData.producer is not 'ringguard' (is this a RINGGUARD_TIMELINE file?)")
+    for i, e in enumerate(obj["traceEvents"]):
+        if not isinstance(e, dict) or "ph" not in e or (e["ph"] != "M" and "ts" not in e):
+            raise fail(path, 0, f"traceEvents[{i}] has no ph or ts: {e!r:.120}")
+    return Timeline(path, int(other.get("rank", 0)), obj["traceEvents"])
+
+
+def timeline_run(path: str) -> str:
+    """The run a timeline file belongs to: its name without '.<rank>.json'."""
+    return re.sub(r"\.\d+\.json$", "", os.path.basename(path))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -543,6 +579,73 @@ def plot_policy(rep: PolicyReplay, out_dir: str, written: List[str]) -> None:
     save(fig, out_dir, f"policy_{os.path.splitext(trace)[0]}.png", written)
 
 
+DECISION = re.compile(r"step (\d+) (\S+): (\S+) -> (\S+)")
+
+
+def plot_timeline(run_name: str, files: List[Timeline], out_dir: str, written: List[str]) -> None:
+    events = [e for t in files for e in t.events if e["ph"] != "M"]
+    t0 = min(e["ts"] for e in events)
+    sec = lambda e: (e["ts"] - t0) / 1e6  # noqa: E731  (trace timestamps are microseconds)
+    counters: Dict[str, List[Tuple[float, float]]] = {}
+    for e in events:
+        if e["ph"] == "C":
+            for k, v in e.get("args", {}).items():
+                counters.setdefault(k, []).append((sec(e), float(v)))
+    varying = sorted(k for k, pts in counters.items() if len({v for _, v in pts}) > 1)
+    # The signals rules read (utilisation, fragmentation) when the run has them; every varying track if not.
+    read = [k for k in varying if k.endswith("util") or "fragmentation" in k]
+    varying = read or varying
+    decisions = [(sec(e), e["args"].get("detail", "")) for e in events if e.get("cat") == "downgrade"]
+    switches = [(t, d) for t, d in decisions if "(initial)" not in d]
+    spans = [e for e in events if e["ph"] == "X" and e.get("cat") == "collective"]
+    n = len(varying) + (1 if spans else 0)
+    if n == 0:
+        raise InputError(f"{files[0].path}:0: the timeline has no varying counter track and no collective")
+    fig, axes = plt.subplots(n, 1, figsize=(10, 1.9 * n + 1.3), sharex=True, squeeze=False)
+    for ax, name in zip(axes[:, 0], varying):
+        pts = counters[name]
+        ax.plot([t for t, _ in pts], [v for _, v in pts], "-", color="tab:blue", lw=1)
+        ax.set_ylabel(name, fontsize=8)
+        ax.grid(True, alpha=0.3)
+    for ax in axes[:, 0]:
+        for t, d in switches:
+            ax.axvline(t, color="tab:red", ls="--", lw=0.8)
+    for i, (t, d) in enumerate(switches):  # labelled once, on the top panel, staggered
+        m = DECISION.search(d)
+        label = f"{m.group(2)}: {m.group(3)} -> {m.group(4)} (step {m.group(1)})" if m else d[:40]
+        axes[0, 0].annotate(label, (t, 0.92 - 0.14 * (i % 4)), xycoords=("data", "axes fraction"), fontsize=6,
+                            ha="left", color="tab:red", xytext=(3, 0), textcoords="offset points")
+    if spans:
+        ax = axes[-1, 0]
+        ranks = sorted({t.rank for t in files})
+        for t in files:
+            mine = [e for e in t.events if e["ph"] == "X" and e.get("cat") == "collective"]
+            ax.broken_barh([(sec(e), max(e.get("dur", 0) / 1e6, 1e-4)) for e in mine], (t.rank - 0.3, 0.6),
+                           color=[OP_COLOURS.get(e["name"], "tab:gray") for e in mine])
+            for row, (cat, marker, colour, label) in enumerate((("detect", "x", "black", "detected"),
+                                                                 ("retransmit", "^", "tab:olive", "retransmitted"),
+                                                                 ("repair", "s", "tab:purple", "repair round"))):
+                pts = [sec(e) for e in t.events if e.get("cat") == cat and e["ph"] in ("i", "X")]
+                if pts:
+                    ax.plot(pts, [t.rank + 0.4 + 0.17 * row] * len(pts), marker, color=colour, ms=6, ls="",
+                            label=f"{label} (rank {t.rank}: {len(pts)})")
+        ax.set_yticks(ranks)
+        ax.set_yticklabels([f"rank {r}" for r in ranks], fontsize=8)
+        ax.set_ylim(min(ranks) - 0.6, max(ranks) + 1.0)
+        kinds = sorted({e["name"] for e in spans}, key=op_order)
+        for k in kinds:  # legend entries for the bar colours
+            ax.plot([], [], "s", color=OP_COLOURS.get(k, "tab:gray"), label=k)
+        ax.set_ylabel("collectives", fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        ax.grid(True, axis="x", alpha=0.3)
+    axes[-1, 0].set_xlabel("seconds since the first event")
+    fig.suptitle(f"timeline of {run_name} ({len(files)} rank file(s); {len(switches)} downgrade switch(es), "
+                 f"{len(spans)} collectives)", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 0.88, 0.97))  # room on the right for the labels and the legend
+    save(fig, out_dir, f"{run_name}.png", written)
+
+
 # ---------------------------------------------------------------------------------------------------------
 
 def classify(path: str) -> str:
@@ -553,17 +656,22 @@ def classify(path: str) -> str:
         return "policy"
     if ext == ".csv":
         return "csv"
-    raise InputError(f"{path}:0: unknown kind of input (want .log, .jsonl or .csv)")
+    if ext == ".json":
+        return "timeline"
+    raise InputError(f"{path}:0: unknown kind of input (want .log, .jsonl, .csv or a timeline's .json)")
 
 
 def run(inputs: List[str], out_dir: str) -> List[str]:
     logs, tables, replays = [], [], []
+    timelines: Dict[str, List[Timeline]] = {}
     for p in inputs:
         kind = classify(p)
         if kind == "log":
             logs.append(parse_bench_log(p))
         elif kind == "csv":
             tables.append(parse_csv(p))
+        elif kind == "timeline":
+            timelines.setdefault(timeline_run(p), []).append(parse_timeline(p))
         else:
             replays.append(parse_policy(p))
     os.makedirs(out_dir, exist_ok=True)
@@ -574,19 +682,22 @@ def run(inputs: List[str], out_dir: str) -> List[str]:
         {"times": plot_csv_times, "ratio": plot_csv_ratio, "bars": plot_csv_bars}[t.meta["kind"]](t, out_dir, written)
     for r in replays:
         plot_policy(r, out_dir, written)
+    for name, files in sorted(timelines.items()):
+        plot_timeline(name, sorted(files, key=lambda t: t.rank), out_dir, written)
     return written
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description="Plots the benchmarks' recorded output (docs/PERFORMANCE.md, Plots).")
-    ap.add_argument("inputs", nargs="*", help="logs (.log), policy replays (.jsonl), CSVs (.csv); "
+    ap.add_argument("inputs", nargs="*", help="logs (.log), policy replays (.jsonl), CSVs (.csv), timelines "
+                    "(<name>.<rank>.json); "
                     "default: every such file in bench/results")
     ap.add_argument("-o", "--out", default=os.path.join(REPO, "docs", "plots"), help="output folder")
     args = ap.parse_args(argv)
     inputs = args.inputs
     if not inputs:
         d = os.path.join(REPO, "bench", "results")
-        inputs = sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith((".log", ".jsonl", ".csv")))
+        inputs = sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith((".log", ".jsonl", ".csv", ".json")))
     try:
         written = run(inputs, args.out)
     except InputError as e:

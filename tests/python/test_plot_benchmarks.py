@@ -97,9 +97,31 @@ def test_the_checked_in_results_all_parse():
     files = [os.path.join(results, f) for f in sorted(os.listdir(results))]
     parsed = 0
     for path in files:
-        kind = {".log": pb.parse_bench_log, ".csv": pb.parse_csv, ".jsonl": pb.parse_policy}.get(
+        kind = {".log": pb.parse_bench_log, ".csv": pb.parse_csv, ".jsonl": pb.parse_policy,
+                ".json": pb.parse_timeline}.get(
             os.path.splitext(path)[1])
         if kind is not None:
             kind(path)
             parsed += 1
     assert parsed > 0
+
+
+def test_the_ranks_of_one_recorded_run_make_one_timeline_figure(tmp_path):
+    """The DDP run recorded on the H200 (bench/results/README.md): two rank files, one figure, named after the run."""
+    results = os.path.join(REPO, "bench", "results")
+    files = [os.path.join(results, f"timeline_ddp_h200.{r}.json") for r in (0, 1)]
+    assert pb.run(files, str(tmp_path)) == [os.path.join(str(tmp_path), "timeline_ddp_h200.png")]
+    with open(tmp_path / "timeline_ddp_h200.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    ranks = sorted(pb.parse_timeline(p).rank for p in files)
+    assert ranks == [0, 1]
+
+
+def test_a_json_that_is_not_a_ringguard_timeline_is_refused(tmp_path, capsys):
+    bad = tmp_path / "other.0.json"
+    bad.write_text('{"traceEvents": [], "otherData": {"producer": "someone else"}}\n')
+    assert f"{bad}:0: otherData.producer is not 'ringguard'" in error_of(capsys, tmp_path, bad)
+    bad.write_text('{"traceEvents": [{"ph": "X", "name": "no ts"}], "otherData": {"producer": "ringguard"}}\n')
+    assert f"{bad}:0: traceEvents[0] has no ph or ts" in error_of(capsys, tmp_path, bad)
+    bad.write_text('{"traceEvents": [,]}\n')
+    assert f"{bad}:1: not JSON" in error_of(capsys, tmp_path, bad)
