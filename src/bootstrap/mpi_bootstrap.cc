@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/logging.h"
 #include "ringguard/mpi/mpi_communicator.h"
 #include "ringguard/runtime/factories.h"
 #include "transport/mpi/mpi_check.h"
@@ -63,12 +64,28 @@ Status MpiBootstrap::createHostTransport(std::unique_ptr<Transport>* out) {
 namespace mpi {
 
 namespace {
+// MPI initialised here is ended here. After a failed collective left a request of ours in flight,
+// MPI_Finalize may wait forever for a stopped peer or crash (torch under mpirun segfaulted in it 2 of 3
+// times after a timeout): the job ends through MPI_Abort instead, the documented exit after a fatal error.
 void finalizeAtExit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  std::string why;
+  if (!safeToFinalize(&why)) {
+    logError(Subsys::kTransport, "{}; MPI cannot be finalized safely: ending the job with MPI_Abort", why);
+    MPI_Abort(MPI_COMM_WORLD, kAbortExitCode);
+  }
+  MPI_Finalize();
 }
 }  // namespace
+
+bool safeToFinalize(std::string* why) {
+  std::string what;
+  if (!mpiRequestsLeftInFlight(&what)) return true;
+  if (why != nullptr) *why = "a failed collective left MPI traffic in flight (" + what + ")";
+  return false;
+}
 
 Status ensureInitialized() {
   int initialized = 0;
@@ -76,6 +93,9 @@ Status ensureInitialized() {
   int provided = 0;
   if (!initialized) {
     RINGGUARD_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
+    // The logger first: statics are destroyed in the reverse order of their atexit registration, so it
+    // then outlives the handler that may log (a logger made later was gone when it ran: a crash at exit).
+    (void)logger();
     std::atexit(finalizeAtExit);
   } else {
     RINGGUARD_MPI_CHECK(MPI_Query_thread(&provided));

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ringguard/mpi/mpi_communicator.h"
+#include "stop_self.h"
 
 using namespace ringguard;
 
@@ -65,20 +66,7 @@ int main(int argc, char** argv) {
   }
 
   std::vector<float> big(size_t(16) << 20, float(rank));  // 64 MiB
-  if (rank == stopped) {
-    // A child that wakes us: a stopped process cannot resume itself.
-    const pid_t parent = getpid();
-    const pid_t waker = fork();
-    if (waker == 0) {
-      usleep(useconds_t(kStopAfterMs + kStoppedForMs) * 1000);
-      kill(parent, SIGCONT);
-      _exit(0);
-    }
-    std::thread([parent] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(kStopAfterMs));
-      kill(parent, SIGSTOP);
-    }).detach();
-  }
+  if (rank == stopped) test::stopSelfFor(kStopAfterMs, kStoppedForMs);
 
   const auto start = std::chrono::steady_clock::now();
   st = comm->allreduce(big.data(), big.data(), big.size(), DataType::kFloat32, ReduceOp::kSum);

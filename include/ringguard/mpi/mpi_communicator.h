@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <memory>
+#include <string>
 
 #include "ringguard/bootstrap/bootstrap.h"
 #include "ringguard/core/options.h"
@@ -16,8 +17,18 @@ namespace mpi {
 
 // Initialises MPI with MPI_THREAD_MULTIPLE unless the application already did (then it must have asked
 // for MPI_THREAD_MULTIPLE: the progress thread calls MPI while the application may too). MPI initialised
-// here is finalised at process exit.
+// here is finalised at process exit, unless safeToFinalize() says no: then the exit handler logs why and
+// calls MPI_Abort(MPI_COMM_WORLD, kAbortExitCode), ending the whole job.
 Status ensureInitialized();
+
+// The exit code of that MPI_Abort.
+constexpr int kAbortExitCode = 70;
+
+// False once a failed collective (timeout, a stopped or departed peer, an error mid-transfer) left an MPI
+// request of ringguard's in flight; `why` then names the first one. MPI_Finalize is not safe after that: it
+// may wait forever for the stopped peer or crash. An application that initialised MPI itself ends the job
+// with MPI_Abort instead of MPI_Finalize when this is false. Never turns true again in a process.
+bool safeToFinalize(std::string* why = nullptr);
 
 // A bootstrap over a duplicate of `comm` (MPI initialised first, as above): its host transport is the MPI
 // transport. Collective over `comm`.

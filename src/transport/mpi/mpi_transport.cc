@@ -24,6 +24,10 @@ constexpr int kTagPackedFrame = 3;
 // receive of a transport has been abandoned the rest are not waited for at all.
 constexpr std::chrono::milliseconds kCancelWait(1000);
 
+std::atomic<bool> gLeftInFlight{false};
+std::mutex gLeftInFlightMutex;
+std::string gLeftInFlightWhy;  // the first one, guarded by gLeftInFlightMutex
+
 class MpiOp final : public TransportOp {
  public:
   MpiOp(MPI_Request r, bool isRecv, int rank, int peer, std::shared_ptr<std::atomic<bool>> stuck)
@@ -87,10 +91,18 @@ class MpiOp final : public TransportOp {
         }
         MPI_Request_free(&request_);
         keepAlive();
+        noteMpiRequestLeftInFlight("rank " + std::to_string(rank_) + ": a receive from rank " +
+                                   std::to_string(peer_) + " could not be cancelled");
       }
     } else {
-      MPI_Request_free(&request_);  // the send may finish in the background; nothing waits for it
-      keepAlive();
+      int done = 0;
+      MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
+      if (!done) {
+        MPI_Request_free(&request_);  // the send may finish in the background; nothing waits for it
+        keepAlive();
+        noteMpiRequestLeftInFlight("rank " + std::to_string(rank_) + ": a send to rank " +
+                                   std::to_string(peer_) + " was released before it completed");
+      }
     }
     request_ = MPI_REQUEST_NULL;
   }
@@ -138,12 +150,31 @@ Status MpiTransport::create(MPI_Comm comm, std::unique_ptr<Transport>* out) {
   return Status::ok();
 }
 
+bool mpiRequestsLeftInFlight(std::string* why) {
+  if (!gLeftInFlight.load()) return false;
+  if (why != nullptr) {
+    std::lock_guard<std::mutex> lock(gLeftInFlightMutex);
+    *why = gLeftInFlightWhy;
+  }
+  return true;
+}
+
+void noteMpiRequestLeftInFlight(const std::string& what) {
+  std::lock_guard<std::mutex> lock(gLeftInFlightMutex);
+  if (gLeftInFlightWhy.empty()) gLeftInFlightWhy = what;
+  gLeftInFlight.store(true);
+}
+
 MpiControlChannel::~MpiControlChannel() {
   // Give small control messages (errors, verdicts) a moment to leave; never block on a dead peer.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
   while (!sends_.empty() && std::chrono::steady_clock::now() < deadline) {
     reapSends();
     std::this_thread::yield();
+  }
+  if (!sends_.empty()) {
+    noteMpiRequestLeftInFlight("rank " + std::to_string(rank()) + ": " + std::to_string(sends_.size()) +
+                               " control frame(s) had not left when the channel closed");
   }
   for (PendingSend& p : sends_) {
     MPI_Request_free(&p.request);

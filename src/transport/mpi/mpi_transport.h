@@ -7,11 +7,19 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "ringguard/transport/transport.h"
 
 namespace ringguard {
+
+// Whether this process left an MPI request of ours in flight: a send released before it completed, or a
+// receive that could not be cancelled (a failed collective, a stopped or departed peer). MPI_Finalize is
+// then unsafe (it may wait for that peer forever, or crash: docs/RELIABILITY.md, defect 2); `why` gets the
+// first such request's description. Process-wide, never reset.
+bool mpiRequestsLeftInFlight(std::string* why = nullptr);
+void noteMpiRequestLeftInFlight(const std::string& what);
 
 // The control channel on its own duplicated communicator: one MPI message per sealed frame, the frame's
 // tag as the MPI tag (MPI keeps messages of one (source, tag) in order).
