@@ -535,11 +535,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::alltoall_base(at::Tensor& 
   TORCH_CHECK(output.scalar_type() == input.scalar_type() && output.device() == input.device(),
               "ringguard: all_to_all_single: output ", describe(output), " and input ", describe(input),
               " must have one dtype and device");
-  // Splits count rows of dim 0 (empty: equal rows); the exchange moves bytes, so any dtype works.
-  auto toBytes = [this, name](const at::Tensor& t, const std::vector<int64_t>& splits,
-                              std::vector<size_t>* counts, std::vector<size_t>* displs) {
+  // Splits count rows of dim 0 (empty: equal rows); the exchange moves the tensors as their dtype where the
+  // engine has it (so RINGGUARD_NAN_CHECK scans the blocks sent), as bytes otherwise.
+  const CopyView in = copyViewOf(input), out = copyViewOf(output);
+  auto toCounts = [this, name](const at::Tensor& t, const CopyView& v, const std::vector<int64_t>& splits,
+                               std::vector<size_t>* counts, std::vector<size_t>* displs) {
     const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
-    const size_t rowBytes = rows == 0 ? 0 : size_t(t.numel() / rows) * t.element_size();
+    const size_t rowUnits = rows == 0 ? 0 : v.count / size_t(rows);  // the view's elements per row
     counts->assign(size_t(size_), 0);
     displs->assign(size_t(size_), 0);
     if (splits.empty()) {
@@ -553,22 +555,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::alltoall_base(at::Tensor& 
     for (int p = 0; p < size_; ++p) {
       const int64_t r = splits.empty() ? rows / size_ : splits[size_t(p)];
       TORCH_CHECK(r >= 0, "ringguard: ", name, ": negative split size ", r);
-      (*displs)[size_t(p)] = size_t(sum) * rowBytes;
-      (*counts)[size_t(p)] = size_t(r) * rowBytes;
+      (*displs)[size_t(p)] = size_t(sum) * rowUnits;
+      (*counts)[size_t(p)] = size_t(r) * rowUnits;
       sum += r;
     }
     TORCH_CHECK(sum == rows, "ringguard: ", name, ": split sizes add up to ", sum, " rows, ", describe(t),
                 " has ", rows);
   };
   std::vector<size_t> sc, sd, rc, rd;
-  toBytes(input, inputSplits, &sc, &sd);
-  toBytes(output, outputSplits, &rc, &rd);
+  toCounts(input, in, inputSplits, &sc, &sd);
+  toCounts(output, out, outputSplits, &rc, &rd);
+  const at::Tensor src = in.flat, dst = out.flat;
+  const DataType dt = in.dtype;
   return launch(name, output,
-                [input, output, sc, sd, rc, rd](Communicator* comm, void* stream) {
-                  return comm->alltoallAsync(input.data_ptr(), sc, sd, output.data_ptr(), rc, rd,
-                                             DataType::kUint8, stream);
+                [src, dst, sc, sd, rc, rd, dt](Communicator* comm, void* stream) {
+                  return comm->alltoallAsync(src.data_ptr(), sc, sd, dst.data_ptr(), rc, rd, dt, stream);
                 },
-                {output}, nullptr, /*nestedOutputs=*/false, {input});
+                {output}, nullptr, /*nestedOutputs=*/false, {src});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::alltoall(std::vector<at::Tensor>& outputs,
@@ -576,35 +579,47 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::alltoall(std::vector<at::T
                                                                const c10d::AllToAllOptions& opts) {
   TORCH_CHECK(int(outputs.size()) == size_ && int(inputs.size()) == size_, "ringguard: all_to_all: expects ",
               size_, " input and output tensors, got ", inputs.size(), " and ", outputs.size());
-  // The list in rank order as one flat byte buffer each way, then copied out into the output list.
-  std::vector<at::Tensor> inBytes;
-  std::vector<size_t> sc, sd, rc, rd;
-  size_t sendTotal = 0, recvTotal = 0;
+  // The list in rank order as one flat buffer each way, then copied out into the output list. Tensors of
+  // one dtype move as it (so RINGGUARD_NAN_CHECK scans them), a mix of dtypes as bytes.
+  bool oneDtype = true;
   for (int p = 0; p < size_; ++p) {
     checkTensor("all_to_all", inputs[size_t(p)]);
     checkTensor("all_to_all", outputs[size_t(p)]);
     TORCH_CHECK(
         inputs[size_t(p)].device() == inputs[0].device() && outputs[size_t(p)].device() == inputs[0].device(),
         "ringguard: all_to_all: every tensor must be on ", inputs[0].device());
-    inBytes.push_back(bytesOf(inputs[size_t(p)]));
+    oneDtype = oneDtype && inputs[size_t(p)].scalar_type() == inputs[0].scalar_type() &&
+               outputs[size_t(p)].scalar_type() == inputs[0].scalar_type();
+  }
+  auto view = [oneDtype](const at::Tensor& t) { return oneDtype ? copyViewOf(t).flat : bytesOf(t); };
+  std::vector<at::Tensor> blocks;
+  std::vector<size_t> sc, sd, rc, rd;
+  size_t sendTotal = 0, recvTotal = 0;
+  for (int p = 0; p < size_; ++p) {
+    blocks.push_back(view(inputs[size_t(p)]));
     sd.push_back(sendTotal);
-    sc.push_back(size_t(inBytes.back().numel()));
+    sc.push_back(size_t(blocks.back().numel()));
     sendTotal += sc.back();
     rd.push_back(recvTotal);
-    rc.push_back(size_t(outputs[size_t(p)].numel()) * outputs[size_t(p)].element_size());
+    rc.push_back(size_t(view(outputs[size_t(p)]).numel()));
     recvTotal += rc.back();
   }
-  at::Tensor in = at::cat(inBytes);
+  at::Tensor in = at::cat(blocks);
+  const DataType dt = oneDtype ? copyViewOf(inputs[0]).dtype : DataType::kUint8;
   at::Tensor out = at::empty({int64_t(recvTotal)}, in.options());
   std::vector<at::Tensor> outs = outputs;
-  auto after = [outs, out, rc, rd]() {
+  // A skipped collective (RINGGUARD_NAN_CHECK=skip) leaves the output list as it was: `out` starts as it.
+  if (options_.nanCheck == NanCheck::kSkip) {
     for (size_t p = 0; p < outs.size(); ++p)
-      bytesOf(outs[p]).copy_(out.narrow(0, int64_t(rd[p]), int64_t(rc[p])));
+      out.narrow(0, int64_t(rd[p]), int64_t(rc[p])).copy_(view(outs[p]));
+  }
+  auto after = [outs, out, rc, rd, view]() {
+    for (size_t p = 0; p < outs.size(); ++p)
+      view(outs[p]).copy_(out.narrow(0, int64_t(rd[p]), int64_t(rc[p])));
   };
   return launch("all_to_all", out,
-                [in, out, sc, sd, rc, rd](Communicator* comm, void* stream) {
-                  return comm->alltoallAsync(in.data_ptr(), sc, sd, out.data_ptr(), rc, rd, DataType::kUint8,
-                                             stream);
+                [in, out, sc, sd, rc, rd, dt](Communicator* comm, void* stream) {
+                  return comm->alltoallAsync(in.data_ptr(), sc, sd, out.data_ptr(), rc, rd, dt, stream);
                 },
                 outs, after, /*nestedOutputs=*/false, {in});
 }
@@ -655,6 +670,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allgather_into_tensor_coal
   TORCH_CHECK(!inputs.empty() && inputs.size() == outputs.size(), "ringguard: ", name, ": ", inputs.size(),
               " inputs and ", outputs.size(), " outputs");
   std::vector<at::Tensor> ins, outs;
+  std::vector<DataType> dts;
   for (size_t i = 0; i < inputs.size(); ++i) {
     checkTensor(name, inputs[i]);
     checkTensor(name, outputs[i]);
@@ -663,16 +679,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allgather_into_tensor_coal
                     outputs[i].device() == inputs[0].device() && inputs[i].device() == inputs[0].device(),
                 "ringguard: ", name, ": output ", i, " ", describe(outputs[i]), " of ", outputs[i].numel(),
                 " elements must hold ", size_, " x input ", describe(inputs[i]), " of ", inputs[i].numel());
-    ins.push_back(bytesOf(inputs[i]));
-    outs.push_back(bytesOf(outputs[i]));
+    const CopyView in = copyViewOf(inputs[i]);
+    ins.push_back(in.flat);
+    outs.push_back(copyViewOf(outputs[i]).flat);
+    dts.push_back(in.dtype);
   }
   return launch(
       name, outputs[0],
-      [ins, outs](Communicator* comm, void* stream) {
+      [ins, outs, dts](Communicator* comm, void* stream) {
         std::shared_ptr<ringguard::Work> last;
         for (size_t i = 0; i < ins.size(); ++i) {
-          last = comm->allgatherAsync(ins[i].data_ptr(), outs[i].data_ptr(), size_t(ins[i].numel()),
-                                      DataType::kUint8, stream);
+          last = comm->allgatherAsync(ins[i].data_ptr(), outs[i].data_ptr(), size_t(ins[i].numel()), dts[i],
+                                      stream);
         }
         return last;
       },
@@ -745,7 +763,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::launchGather(const char* o
                                                                    const at::Tensor& out, int root,
                                                                    std::vector<at::Tensor> outputs,
                                                                    std::function<void()> after,
-                                                                   bool nestedOutputs) {
+                                                                   bool nestedOutputs, DataType dt) {
   const size_t n = size_t(in.numel());
   std::vector<size_t> sc(size_t(size_), 0), sd(size_t(size_), 0), rc(size_t(size_), 0), rd(size_t(size_), 0);
   sc[size_t(root)] = n;
@@ -756,9 +774,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::launchGather(const char* o
     }
   }
   return launch(op, in,
-                [in, out, sc, sd, rc, rd](Communicator* comm, void* stream) {
-                  return comm->alltoallAsync(in.data_ptr(), sc, sd, out.data_ptr(), rc, rd, DataType::kUint8,
-                                             stream);
+                [in, out, sc, sd, rc, rd, dt](Communicator* comm, void* stream) {
+                  return comm->alltoallAsync(in.data_ptr(), sc, sd, out.data_ptr(), rc, rd, dt, stream);
                 },
                 std::move(outputs), std::move(after), nestedOutputs, {out});
 }
@@ -770,8 +787,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::gather(std::vector<std::ve
   const int root = int(opts.rootRank);
   TORCH_CHECK(root >= 0 && root < size_, "ringguard: gather: root rank ", root, " is outside [0, ", size_,
               ")");
-  at::Tensor in = bytesOf(inputs[0]);
-  const size_t n = size_t(in.numel());
+  const CopyView v = copyViewOf(inputs[0]);  // as its dtype where the engine has it: NaN-checked then
+  at::Tensor in = v.flat;
+  const size_t n = v.count;
   std::vector<at::Tensor> outs;
   if (rank_ == root) {
     TORCH_CHECK(outputs.size() == 1 && int(outputs[0].size()) == size_,
@@ -790,11 +808,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::gather(std::vector<std::ve
                 "ringguard: gather: only the root passes output tensors");
   }
   at::Tensor flat = at::empty({int64_t(rank_ == root ? n * size_t(size_) : 0)}, in.options());
+  // A skipped collective (RINGGUARD_NAN_CHECK=skip) leaves the root's list as it was: `flat` starts as it.
+  if (options_.nanCheck == NanCheck::kSkip) {
+    for (size_t p = 0; p < outs.size(); ++p)
+      flat.narrow(0, int64_t(p * n), int64_t(n)).copy_(copyViewOf(outs[p]).flat);
+  }
   auto after = [outs, flat, n]() {
     for (size_t p = 0; p < outs.size(); ++p)
-      bytesOf(outs[p]).copy_(flat.narrow(0, int64_t(p * n), int64_t(n)));
+      copyViewOf(outs[p]).flat.copy_(flat.narrow(0, int64_t(p * n), int64_t(n)));
   };
-  return launchGather("gather", in, flat, root, outs, after, /*nestedOutputs=*/true);
+  return launchGather("gather", in, flat, root, outs, after, /*nestedOutputs=*/true, v.dtype);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::gatherSingle(at::Tensor& output, at::Tensor& input,
@@ -804,7 +827,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::gatherSingle(at::Tensor& o
   const int root = int(opts.rootRank);
   TORCH_CHECK(root >= 0 && root < size_, "ringguard: ", name, ": root rank ", root, " is outside [0, ", size_,
               ")");
-  at::Tensor in = bytesOf(input);
+  const CopyView v = copyViewOf(input);
+  at::Tensor in = v.flat;
   at::Tensor out = at::empty({0}, in.options());
   std::vector<at::Tensor> outputs;
   if (rank_ == root) {
@@ -813,14 +837,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::gatherSingle(at::Tensor& o
                     output.device() == input.device(),
                 "ringguard: ", name, ": output ", describe(output), " of ", output.numel(),
                 " elements must hold ", size_, " x the input ", describe(input), " of ", input.numel());
-    out = bytesOf(output);
+    out = copyViewOf(output).flat;
     outputs.push_back(output);
     // The exchange is not in place: an input inside the output (the root's own block, say) is copied first.
     const auto* i0 = static_cast<const uint8_t*>(in.data_ptr());
     const auto* o0 = static_cast<const uint8_t*>(out.data_ptr());
-    if (in.numel() > 0 && i0 < o0 + out.numel() && o0 < i0 + in.numel()) in = in.clone();
+    const int64_t inBytes = in.numel() * int64_t(in.element_size()),
+                  outBytes = out.numel() * int64_t(out.element_size());
+    if (inBytes > 0 && i0 < o0 + outBytes && o0 < i0 + inBytes) in = in.clone();
   }
-  return launchGather(name, in, out, root, outputs, nullptr, /*nestedOutputs=*/false);
+  return launchGather(name, in, out, root, outputs, nullptr, /*nestedOutputs=*/false, v.dtype);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::scatter(std::vector<at::Tensor>& outputs,
@@ -830,8 +856,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::scatter(std::vector<at::Te
   const int root = int(opts.rootRank);
   TORCH_CHECK(root >= 0 && root < size_, "ringguard: scatter: root rank ", root, " is outside [0, ", size_,
               ")");
-  at::Tensor out = bytesOf(outputs[0]);
-  const size_t n = size_t(out.numel());
+  const CopyView v = copyViewOf(outputs[0]);  // the root's blocks as this dtype: NaN-checked where floating
+  at::Tensor out = v.flat;
+  const size_t n = v.count;
   std::vector<size_t> sc(size_t(size_), 0), sd(size_t(size_), 0), rc(size_t(size_), 0), rd(size_t(size_), 0);
   rc[size_t(root)] = n;
   at::Tensor flat = at::empty({0}, out.options());
@@ -846,7 +873,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::scatter(std::vector<at::Te
                       i.device() == outputs[0].device(),
                   "ringguard: scatter: input ", describe(i), " of ", i.numel(),
                   " elements does not match the output ", describe(outputs[0]), " of ", outputs[0].numel());
-      blocks.push_back(bytesOf(i));
+      blocks.push_back(copyViewOf(i).flat);
       sc[size_t(p)] = n;
       sd[size_t(p)] = size_t(p) * n;
     }
@@ -855,10 +882,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::scatter(std::vector<at::Te
     TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
                 "ringguard: scatter: only the root passes input tensors");
   }
+  const DataType dt = v.dtype;
   return launch("scatter", out,
-                [flat, out, sc, sd, rc, rd](Communicator* comm, void* stream) {
-                  return comm->alltoallAsync(flat.data_ptr(), sc, sd, out.data_ptr(), rc, rd,
-                                             DataType::kUint8, stream);
+                [flat, out, sc, sd, rc, rd, dt](Communicator* comm, void* stream) {
+                  return comm->alltoallAsync(flat.data_ptr(), sc, sd, out.data_ptr(), rc, rd, dt, stream);
                 },
                 outputs, nullptr, /*nestedOutputs=*/false, {flat});
 }

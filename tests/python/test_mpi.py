@@ -178,7 +178,71 @@ def test_two_jobs_on_one_host_agree_on_free_ports(tmp_path):
     assert ports[0] != ports[1], ports
 
 
+def stopped_worker() -> None:
+    """Defect 2 (issue 17): rank 1 stops (SIGSTOP) 50 ms into a 64 MiB all_reduce and stays stopped for 30 s;
+    rank 0 times out, catches the error, destroys the group and exits normally, as docs/TORCH.md says to."""
+    import signal
+    import subprocess
+    import threading
+    import time
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    import ringguard
+
+    rank, size = ringguard.init_from_mpi()
+    dist.init_process_group("ringguard", pg_options=ringguard.Options(timeout=timedelta(seconds=1),
+                                                                     slice_bytes=1 << 20))
+    t = torch.ones(16)
+    dist.all_reduce(t)  # every rank is in: the stop lands inside the big one
+    if rank == 1:
+        pid = os.getpid()  # a stopped process cannot resume itself: a shell does it, 30 s on
+        subprocess.Popen(["sh", "-c", f"sleep 30; kill -CONT {pid}"], start_new_session=True)
+        threading.Timer(0.05, lambda: os.kill(pid, signal.SIGSTOP)).start()
+    big = torch.ones(16 << 20)
+    try:
+        dist.all_reduce(big)
+        out = {"rank": rank, "error": ""}
+    except Exception as e:  # noqa: BLE001  (what a training script does before it leaves)
+        out = {"rank": rank, "error": str(e)}
+    dist.destroy_process_group()
+    with open(os.path.join(os.environ["RINGGUARD_TEST_OUT"], f"stopped{rank}.json"), "w") as f:
+        json.dump(out, f)
+    time.sleep(0.1)
+    sys.exit(0)  # a normal exit: ringguard's exit handler decides how MPI ends
+
+
+def test_a_normal_exit_after_a_timeout_ends_the_job_through_mpi_abort(tmp_path):
+    """Defect 2 (issue 17): torch under mpirun, a normal exit after a timeout with traffic in flight crashed in
+    MPI_Finalize (2 of 3 runs). Now the exit handler ends the job with MPI_Abort(70), saying why: no crash,
+    no wait for the stopped rank (it would resume only after 30 s)."""
+    import harness
+
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("mpirun not found (apt-get install openmpi-bin)")
+    env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(harness.free_port()), "RINGGUARD_TEST_OUT": str(tmp_path),
+           # A rendezvous message then needs its receiver's progress, as between nodes.
+           "OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
+    cmd = [mpirun, "--oversubscribe", "--bind-to", "none", "-np", str(NPROC), sys.executable, "-u",
+           os.path.abspath(__file__), "--stopped-worker"]
+    rc, timed_out, secs, log = harness.run_command(cmd, env, timeout=120)
+    assert not timed_out, f"mpirun launch timed out after {secs:.0f} s\n{log[-4000:]}"
+    rec = json.loads((tmp_path / "stopped0.json").read_text())
+    assert "Timeout" in rec["error"] and "rank 0" in rec["error"], rec
+    assert "MPI cannot be finalized safely: ending the job with MPI_Abort" in log, log[-4000:]
+    assert rc == 70, f"rc={rc}\n{log[-4000:]}"
+    assert "Segmentation fault" not in log and "signal 11" not in log, log[-4000:]
+    assert secs < 30, f"the job waited for the stopped rank: {secs:.0f} s\n{log[-4000:]}"
+
+
 if __name__ == "__main__" and "--worker" in sys.argv:
     worker()
 if __name__ == "__main__" and "--port-worker" in sys.argv:
     port_worker()
+if __name__ == "__main__" and "--stopped-worker" in sys.argv:
+    stopped_worker()

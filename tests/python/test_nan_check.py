@@ -4,7 +4,7 @@ check"): one group per mode, made with ``pg_options``, and a NaN or Inf placed o
 warn runs the collective (the NaN reaches every rank), skip leaves every rank's tensor as it was and
 counts the skip on every rank, error raises on every rank naming the rank that held the value and its
 first element; the default group (off) is untouched by all of it. The copy collectives (broadcast, the
-all-gathers) are scanned as their dtype too.
+all-gathers, the all-to-alls, gather, scatter) are scanned as their dtype too.
 """
 
 import math
@@ -122,6 +122,60 @@ def _(ctx):
     text = str(err.value)
     assert ("RINGGUARD_NAN_CHECK=error: the input of allgather seq 0 on rank 1 holds 1 non-finite value "
             "(NaN or +-Inf; first at element 9)") in text, text
+
+
+@CASES.case("exchanges-are-scanned")
+def _(ctx):
+    """The all-to-alls, gather, scatter and the coalesced all-gather move floating tensors as their dtype
+    too: a NaN in what a rank sends skips the collective on every rank (outputs as they were), clean ones
+    run exactly."""
+    import ringguard
+
+    g = _group("skip")
+    n = ctx.size
+    # all_to_all_single: skipped; the output keeps what it held.
+    out = torch.full((64 * n,), -1.0)
+    dist.all_to_all_single(out, torch.cat([_tensor(ctx)] * n), group=g)
+    assert torch.equal(out, torch.full((64 * n,), -1.0)), out
+    # all_to_all (lists): skipped, every output as it was.
+    outs = [torch.full((64,), -2.0) for _ in range(n)]
+    dist.all_to_all(outs, [_tensor(ctx) for _ in range(n)], group=g)
+    assert all(torch.equal(o, torch.full((64,), -2.0)) for o in outs), outs
+    # gather to rank 0: skipped; the root's list as it was.
+    gl = [torch.full((64,), -3.0) for _ in range(n)] if ctx.rank == 0 else None
+    dist.gather(_tensor(ctx), gather_list=gl, dst=0, group=g)
+    if ctx.rank == 0:
+        assert all(torch.equal(o, torch.full((64,), -3.0)) for o in gl), gl
+    # scatter from the bad rank: its blocks hold the NaN; skipped, every output as it was.
+    so = torch.full((64,), -4.0)
+    dist.scatter(so, scatter_list=[_tensor(ctx) for _ in range(n)] if ctx.rank == BAD_RANK else None,
+                 src=BAD_RANK, group=g)
+    assert torch.equal(so, torch.full((64,), -4.0)), so
+    # the coalesced all-gather (FSDP2's): skipped.
+    co = [torch.full((64 * n,), -5.0)]
+    with dist._coalescing_manager(group=g):
+        dist.all_gather_into_tensor(co[0], _tensor(ctx), group=g)
+    assert torch.equal(co[0], torch.full((64 * n,), -5.0)), co
+    c = ringguard.counters(g)
+    assert c["skipped"] == 5, c
+    assert c["non_finite_inputs"] == (5 if ctx.rank == BAD_RANK else 0), c
+    # Clean inputs run exactly: all_to_all_single of integer-valued floats, and an int64 gather.
+    src = torch.arange(4.0 * n) + 100 * ctx.rank
+    got = torch.empty(4 * n)
+    dist.all_to_all_single(got, src, group=g)
+    want = torch.cat([torch.arange(4.0 * ctx.rank, 4.0 * ctx.rank + 4) + 100 * r for r in range(n)])
+    assert torch.equal(got, want), (got, want)
+    gi = [torch.zeros(3, dtype=torch.int64) for _ in range(n)] if ctx.rank == 0 else None
+    dist.gather(torch.full((3,), ctx.rank + 9, dtype=torch.int64), gather_list=gi, dst=0, group=g)
+    if ctx.rank == 0:
+        assert all(torch.equal(o, torch.full((3,), r + 9, dtype=torch.int64)) for r, o in enumerate(gi)), gi
+    assert ringguard.counters(g)["skipped"] == 5
+    # error mode names the collective the exchange runs as.
+    e = _group("error")
+    with pytest.raises(Exception) as err:
+        dist.all_to_all_single(torch.empty(64 * n), torch.cat([_tensor(ctx, at=(9,))] * n), group=e)
+    text = str(err.value)
+    assert "RINGGUARD_NAN_CHECK=error: the input of alltoall seq 0 on rank 1 holds" in text, text
 
 
 @CASES.case("bad-mode-is-named")

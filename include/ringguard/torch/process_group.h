@@ -203,10 +203,11 @@ class ProcessGroupRingguard : public c10d::Backend {
                                                  DataType dtype, ReduceOp rop,
                                                  std::vector<at::Tensor> outputs,
                                                  std::function<void()> after);
-  // Gather of `in` (bytes) into `out` (bytes, size() blocks in rank order; root only) over the all-to-all.
+  // Gather of `in` (flat, `dt` elements) into `out` (flat, size() blocks in rank order; root only) over the
+  // all-to-all.
   c10::intrusive_ptr<c10d::Work> launchGather(const char* op, const at::Tensor& in, const at::Tensor& out,
                                               int root, std::vector<at::Tensor> outputs,
-                                              std::function<void()> after, bool nestedOutputs);
+                                              std::function<void()> after, bool nestedOutputs, DataType dt);
   c10::intrusive_ptr<c10d::Work> p2p(const char* op, at::Tensor& t, int peer, int tag, bool isSend);
   // One rank and a premul_sum op: the engine refuses it (nothing is reduced, so nothing would scale), NCCL
   // returns input x factor. Returns `t` times the factor (rounded to its dtype, as the engine rounds it):
