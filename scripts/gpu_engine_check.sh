@@ -4,7 +4,9 @@
 #   configure (Release, Ninja, sm_90, CUDA + MPI + NCCL on, torch off for speed) + build (-j16),
 #   ctest -L gpu (the device tests, the staged ring, NCCL loopback; gpu_kernels_nogpu too), ctest -L unit,
 #   regcheck, compute-sanitizer memcheck over the GPU test binary (16 MiB buffers), bench_kernels at 128 MiB
-#   and 1 GiB (the forwarded copy: fused vs sealed), then a table of steps and of the copy's timings.
+#   and 1 GiB (the forwarded copy: fused vs sealed), the staged allreduce against copy + MPI + copy at 2 and 4
+#   ranks with and without MPS (bench_collectives -D, 1-64 MiB), then a table of steps and of the copy's
+#   timings.
 # Every step's log goes to ${OUT:-/tmp/out}/gpu_engine/<step>.log (tee, pipefail); at the end they are packed
 # into $OUT/gpu_engine_logs.tgz, next to $OUT/summary.log and $OUT/bench_copy_table.log (few files: a
 # machine that hands back a bounded number of files from $OUT still returns all of it; KEEP_LOGS=1 keeps
@@ -67,8 +69,25 @@ if [[ $built -eq 1 ]]; then
   fi
 
   run_step bench_kernels "$bench_bin" --bytes 128M,1G --iters 20 --warmup 5
+
+  # The staged allreduce against copy + MPI + copy (issue 13's goal: >= 1.0x from 4 MiB up) at 2 and 4 ranks
+  # sharing the GPU, time-sliced (the default) and under MPS (one context for the rank processes).
+  staged=(env RINGGUARD_DEVICE_TRANSPORT=staged mpirun --bind-to none --timeout 240)
+  staged_args=(-D -o allreduce -b 1M -e 64M -f 4 -n 5 -w 2)
+  for np in 2 4; do
+    run_step "staged_np$np" "${staged[@]}" -np "$np" "$build_dir/bench/bench_collectives" "${staged_args[@]}"
+    if start_mps; then
+      run_step "staged_np${np}_mps" "${staged[@]}" -np "$np" "$build_dir/bench/bench_collectives" "${staged_args[@]}"
+      stop_mps
+    else
+      record "staged_np${np}_mps" FAIL "nvidia-cuda-mps-control did not start"
+    fi
+  done
 else
-  for step in ctest_gpu ctest_unit regcheck memcheck_new bench_kernels; do record "$step" FAIL "not built"; done
+  for step in ctest_gpu ctest_unit regcheck memcheck_new bench_kernels staged_np2 staged_np2_mps staged_np4 \
+      staged_np4_mps; do
+    record "$step" FAIL "not built"
+  done
 fi
 
 # The forwarded copy's rows of bench_kernels, per size: verify only, fused (verify + copy + CRC of dst in one
@@ -91,12 +110,19 @@ if [[ -s "$bench_log" ]]; then
     grep '^summary:' "$bench_log" | tail -1 | sed 's/^/  /'
   } | tee "$out_dir/bench_copy_table.log"
 fi
+# The staged runs' ratios per size (ringguard_vs_mpi_staged), one line per run.
+for log in "$out_dir"/staged_np*.log; do
+  [[ -s "$log" ]] || continue
+  printf '%-16s %s\n' "$(basename "$log" .log)" \
+    "$(awk '/^ *[0-9]+ +[0-9]+ +\|/ { printf "%s:%s ", $1, $(NF-2) }' "$log")"
+done | tee "$out_dir/staged_table.log"
 
 status=0
 print_summary gpu_engine_check || status=1
 tar -czf "$out_root/gpu_engine_logs.tgz" -C "$out_root" gpu_engine
 cp "$out_dir/summary.log" "$out_root/summary.log"
 if [[ -f "$out_dir/bench_copy_table.log" ]]; then cp "$out_dir/bench_copy_table.log" "$out_root/"; fi
+if [[ -s "$out_dir/staged_table.log" ]]; then cp "$out_dir/staged_table.log" "$out_root/"; fi
 if [[ "${KEEP_LOGS:-0}" != "1" ]]; then rm -rf "$out_dir"; fi
 echo "logs: $out_root/gpu_engine_logs.tgz (tar -xzf it: gpu_engine/<step>.log)"
 exit "$status"

@@ -7,6 +7,8 @@
 #   fail_last <note>               turns the last row into a FAIL (e.g. tests that were skipped)
 #   write_environment              date, commit, nvidia-smi, nvcc, cmake, gcc to $out_dir/environment.log
 #   print_summary <title>          the table (also $out_dir/summary.log); returns 1 if any row failed
+#   start_mps / stop_mps           the CUDA MPS daemon (one GPU context shared by the rank processes; pipes
+#                                  and logs under $out_dir/mps); start_mps returns 1 if it cannot start
 
 names=()
 results=()
@@ -65,4 +67,20 @@ print_summary() {
     if [[ "$r" == "FAIL" ]]; then status=1; fi
   done
   return "$status"
+}
+
+# MPS: ranks that share the GPU (host-staged) otherwise get it in time slices, one process at a time
+# (docs/PERFORMANCE.md, "Tenth session": 4 staged ranks, 4 MiB allreduce 8.2 ms time-sliced, 3.2 ms under MPS).
+start_mps() {
+  command -v nvidia-cuda-mps-control >/dev/null 2>&1 || return 1
+  export CUDA_MPS_PIPE_DIRECTORY="$out_dir/mps/pipe" CUDA_MPS_LOG_DIRECTORY="$out_dir/mps/log"
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d || return 1
+  sleep 1
+}
+
+stop_mps() {
+  echo quit | nvidia-cuda-mps-control >/dev/null 2>&1 || true
+  sleep 1
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 }
