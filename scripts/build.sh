@@ -13,6 +13,7 @@ if [[ -n "${RINGGUARD_CMAKE_ARGS:-}" ]]; then
 fi
 
 jobs="$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)"
+source "$repo_root/scripts/compiler_cache.sh"
 
 cmake -S "$repo_root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${extra_args[@]}"
 cmake --build "$build_dir" --parallel "$jobs"

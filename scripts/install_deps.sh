@@ -11,6 +11,7 @@ PACKAGES=(
   libspdlog-dev libboost-dev libisal-dev zlib1g-dev
   libgtest-dev nlohmann-json3-dev libcli11-dev
   clang-format python3 python3-venv
+  ccache
 )
 
 if [[ "${RINGGUARD_SKIP_INSTALL_DEPS:-0}" == "1" ]]; then

@@ -14,17 +14,19 @@ cd "$repo_root"
 which="${1:-all}"
 base="${RINGGUARD_SANITIZER_DIR:-$repo_root/build-sanitizers}"
 jobs="$(nproc 2>/dev/null || echo 2)"
-supp="$repo_root/scripts/sanitizers"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 
+source "$repo_root/scripts/compiler_cache.sh"
+
 # Host layers only, no benchmarks or examples: what the sanitizers are asked to cover, and the shortest
-# build. RelWithDebInfo (-O2 -g): readable reports at a speed the mpirun suites' limits allow.
+# build. -O1 -g1 (the optimisation ASan's documentation recommends; line tables only): readable stacks, a
+# faster compile than -O2 -g on CI's 2 cores, and test times the mpirun suites' limits allow.
 configure() {  # dir flags...
-  local dir="$1" flags="$2"
-  cmake -S "$repo_root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  local dir="$1" flags="$2 -O1 -g1"
+  cmake -S "$repo_root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE= \
     -DRINGGUARD_WITH_CUDA=OFF -DRINGGUARD_WITH_TORCH=OFF -DRINGGUARD_BUILD_BENCH=OFF \
     -DRINGGUARD_BUILD_EXAMPLES=OFF "-DCMAKE_CXX_FLAGS=$flags" "-DCMAKE_C_FLAGS=$flags" \
     "-DCMAKE_EXE_LINKER_FLAGS=$flags" "-DCMAKE_SHARED_LINKER_FLAGS=$flags" >"$dir.configure.log" 2>&1 ||
@@ -37,12 +39,16 @@ run_asan() {
   mkdir -p "$base"
   configure "$dir" "-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
   cmake --build "$dir" --parallel "$jobs"
-  # detect_leaks with Open MPI's own leaks suppressed (lsan.supp says why each entry is there); UBSan
-  # reports fail the run (halt_on_error) with a stack.
+  # UBSan reports fail the run (halt_on_error) with a stack. Leaks are checked in the in-process suites
+  # (label unit, the loopback suites among them). Under mpirun they are not: Open MPI 4.1 leaks at exit from
+  # its dlopen'ed components, whose frames LeakSanitizer prints as <unknown module> so that no suppression
+  # can name them (docs/RELIABILITY.md); memory errors and UB are still fatal there.
+  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
   ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0" \
-    LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0" \
-    UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
-    ctest --test-dir "$dir" --output-on-failure --no-tests=error -L 'unit|mpi' -E '^(format|install_consumer)$' || status=1
+    ctest --test-dir "$dir" --output-on-failure --no-tests=error -L unit -E '^(format|install_consumer)$' ||
+    status=1
+  ASAN_OPTIONS="detect_leaks=0:abort_on_error=0:detect_stack_use_after_return=0" \
+    ctest --test-dir "$dir" --output-on-failure --no-tests=error -L mpi || status=1
   echo "run_sanitizers: asan+ubsan took $((SECONDS - t0)) s"
 }
 

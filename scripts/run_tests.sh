@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite (README): dependencies, build, every ctest label (tests that need a GPU report
-# "skipped" on machines without one), then the CUDA register check when the build has it, then the
-# Python package (pip install --no-build-isolation .) and its pytest suite, tests/python.
+# "skipped" on machines without one), then the CUDA register check when the build has it, the host layers
+# under ASan + UBSan and TSan (scripts/run_sanitizers.sh), then the Python package (pip install
+# --no-build-isolation .) and its pytest suite, tests/python.
 # Exits non-zero on any failure. Build directory: <repo>/build (override with $RINGGUARD_BUILD_DIR).
 set -euo pipefail
 
@@ -15,6 +16,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 
 bash scripts/install_deps.sh
+source scripts/compiler_cache.sh  # the pip build and the sanitizer builds below compile through ccache too
 bash scripts/build.sh "$build_dir"
 
 status=0
@@ -25,6 +27,13 @@ ctest --test-dir "$build_dir" --output-on-failure --no-tests=error || status=$?
 targets="$(ninja -C "$build_dir" -t targets all 2>/dev/null || true)"
 if grep -q '^regcheck:' <<<"$targets"; then
   cmake --build "$build_dir" --target regcheck || status=$?
+fi
+
+# The host layers again under ASan + UBSan (unit and mpirun suites) and TSan (the loopback suites and the
+# communicator), each in a build of its own under build-sanitizers/ (docs/RELIABILITY.md, "Sanitizers in
+# CI"). RINGGUARD_SKIP_SANITIZERS=1 skips them (a quick local run; CI never sets it).
+if [[ "${RINGGUARD_SKIP_SANITIZERS:-0}" != "1" ]]; then
+  bash scripts/run_sanitizers.sh all || status=$?
 fi
 
 # The torch.distributed backend: build and install the Python package (ringguard._C is compiled against the

@@ -2,6 +2,7 @@
 
 #include <new>
 
+#include "core/keep_alive.h"
 #include "core/logging.h"
 #include "ringguard/algorithms/collective.h"
 #include "ringguard/algorithms/collectives.h"
@@ -30,9 +31,9 @@ PeerLanes::~PeerLanes() {
   for (auto& entry : lanes_) entry.second->thread.join();
   if (!firstError_.isOk()) {
     // A receive abandoned by the failure may still land in its lane's slots when the peer's message
-    // arrives: leak them (one executor per lane, after a failure only) rather than free them under the
-    // transport, as the MPI transport does with its abandoned buffers.
-    for (auto& entry : lanes_) (void)entry.second->exec.release();
+    // arrives: keep them to the end of the process (one executor per lane, after a failure only) rather
+    // than free them under the transport, as the MPI transport does with its abandoned buffers.
+    for (auto& entry : lanes_) keepUntilExit(std::move(entry.second->exec));
   }
   lanes_.clear();
   // After a failure messages may still be in flight: the broken transport keeps them from matching

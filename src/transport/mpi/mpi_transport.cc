@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "core/keep_alive.h"
 #include "core/logging.h"
 #include "transport/mpi/mpi_check.h"
 
@@ -108,9 +109,9 @@ class MpiOp final : public TransportOp {
   }
 
  private:
-  // MPI may still read or write a released request's buffer: leak it rather than free it under MPI.
+  // MPI may still read or write a released request's buffer: kept, never freed under MPI.
   void keepAlive() {
-    if (!packed_.empty()) new std::vector<uint8_t>(std::move(packed_));
+    if (!packed_.empty()) keepUntilExit(std::make_unique<std::vector<uint8_t>>(std::move(packed_)));
   }
 
   MPI_Request request_;
@@ -178,8 +179,8 @@ MpiControlChannel::~MpiControlChannel() {
   }
   for (PendingSend& p : sends_) {
     MPI_Request_free(&p.request);
-    // The buffer must outlive a send MPI may still be making: leak it rather than free it under MPI.
-    new std::vector<uint8_t>(std::move(p.buffer));
+    // The buffer must outlive a send MPI may still be making: kept, never freed under MPI.
+    keepUntilExit(std::make_unique<std::vector<uint8_t>>(std::move(p.buffer)));
   }
 }
 
