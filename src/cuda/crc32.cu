@@ -29,10 +29,10 @@
 #include <cstdint>
 #include <string>
 
+#include "core/crc32_combine.h"
 #include "crc32_segments.cuh"
+#include "cuda/kernels.h"
 #include "cuda_check.h"
-#include "ringguard/core/crc32_combine.h"
-#include "ringguard/cuda/kernels.h"
 
 namespace ringguard {
 namespace {

@@ -17,7 +17,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "ringguard/core/crc32_combine.h"
+#include "core/crc32_combine.h"
 #include "ringguard/core/status.h"
 #include "streaming_load.cuh"
 

@@ -17,9 +17,9 @@
 #include <cstdint>
 #include <string>
 
+#include "core/corruption_plan.h"
+#include "cuda/kernels.h"
 #include "cuda_check.h"
-#include "ringguard/core/corruption_plan.h"
-#include "ringguard/cuda/kernels.h"
 
 namespace ringguard {
 namespace {

@@ -6,8 +6,8 @@
 #include <cstdint>
 
 #include "../core/element_bits.h"
+#include "cuda/snapshot.h"
 #include "cuda_check.h"
-#include "ringguard/cuda/snapshot.h"
 
 namespace ringguard {
 namespace {

@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "../core/element_bits.h"
+#include "core/float16.h"
+#include "cuda/kernels.h"
+#include "cuda/memory_pool.h"
+#include "cuda/snapshot.h"
 #include "cuda_check.h"
-#include "ringguard/core/float16.h"
-#include "ringguard/cuda/kernels.h"
-#include "ringguard/cuda/memory_pool.h"
-#include "ringguard/cuda/snapshot.h"
 
 namespace ringguard {
 namespace {

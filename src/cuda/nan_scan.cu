@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "../core/element_bits.h"
+#include "cuda/kernels.h"
 #include "cuda_check.h"
-#include "ringguard/cuda/kernels.h"
 #include "streaming_load.cuh"
 
 namespace ringguard {

@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <memory>
 
+#include "cuda/kernels.h"
 #include "ringguard/core/status.h"
 #include "ringguard/core/types.h"
-#include "ringguard/cuda/kernels.h"
 #include "ringguard/guard/backend.h"
 
 namespace ringguard {
