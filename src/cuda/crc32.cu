@@ -30,9 +30,9 @@
 #include <string>
 
 #include "core/crc32_combine.h"
-#include "crc32_segments.cuh"
+#include "cuda/crc32_segments.cuh"
+#include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
-#include "cuda_check.h"
 
 namespace ringguard {
 namespace {

@@ -18,8 +18,8 @@
 #include <cstdint>
 
 #include "core/crc32_combine.h"
+#include "cuda/streaming_load.cuh"
 #include "ringguard/core/status.h"
-#include "streaming_load.cuh"
 
 namespace ringguard {
 namespace crc_segments {

@@ -9,10 +9,10 @@
 #include <utility>
 
 #include "core/logging.h"
+#include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
 #include "cuda/memory_pool.h"
 #include "cuda/verify_reduce.h"
-#include "cuda_check.h"
 
 namespace ringguard {
 

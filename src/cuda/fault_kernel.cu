@@ -18,8 +18,8 @@
 #include <string>
 
 #include "core/corruption_plan.h"
+#include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
-#include "cuda_check.h"
 
 namespace ringguard {
 namespace {

@@ -5,9 +5,9 @@
 
 #include <cstdint>
 
-#include "../core/element_bits.h"
+#include "core/element_bits.h"
+#include "cuda/cuda_check.h"
 #include "cuda/snapshot.h"
-#include "cuda_check.h"
 
 namespace ringguard {
 namespace {

@@ -4,8 +4,8 @@
 #include <string>
 #include <utility>
 
+#include "cuda/cuda_check.h"
 #include "cuda/pool_registry.h"
-#include "cuda_check.h"
 
 namespace ringguard {
 

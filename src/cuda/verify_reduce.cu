@@ -44,10 +44,10 @@
 
 #include "core/crc32_combine.h"
 #include "core/reduce.h"
-#include "crc32_segments.cuh"
+#include "cuda/crc32_segments.cuh"
+#include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
 #include "cuda/verify_reduce.h"
-#include "cuda_check.h"
 
 namespace ringguard {
 namespace {
