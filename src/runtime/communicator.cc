@@ -22,11 +22,11 @@ Work::Work() : impl_(std::make_unique<Impl>()) {}
 Work::~Work() = default;
 
 Status Work::wait() {
+  Impl& w = *impl_;
   // A synchronous form's host collective still queued runs on this thread rather than waking the progress
   // thread and sleeping until it is done (two thread hand-offs, most of a small collective's latency).
-  if (impl_->help_ && !isCompleted()) impl_->help_(this);
-  std::unique_lock<std::mutex> lock(impl_->mutex_);
-  Impl& w = *impl_;
+  if (w.help_ && !isCompleted()) w.help_(this);
+  std::unique_lock<std::mutex> lock(w.mutex_);
   w.cv_.wait(lock, [&w] { return w.done_; });
   if (w.status_.isOk() && w.fence_) return w.fence_->orderCaller();
   return w.status_;
