@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "bench_common.h"
-#include "ringguard/core/reduce.h"
+#include "core/reduce.h"
 #include "ringguard/mpi/mpi_communicator.h"
 #if RINGGUARD_BENCH_DEVICE
 #include <cuda_runtime_api.h>

@@ -206,7 +206,7 @@ inline std::unique_ptr<Communicator> benchCommunicator(const BenchArgs& args, co
 #if RINGGUARD_BENCH_DEVICE
     cuda::DeviceOptions dopt;
     created = cuda::DeviceOptions::fromEnv(&dopt);
-    if (created.isOk()) created = cuda::createDeviceCommunicator(MPI_COMM_WORLD, options, dopt, &comm);
+    if (created.isOk()) created = cuda::createDeviceCommunicator(options, dopt, &comm);
     if (deviceOptions != nullptr) *static_cast<cuda::DeviceOptions*>(deviceOptions) = dopt;
 #else
     if (rank == 0) fprintf(stderr, "-D needs a build with CUDA\n");
@@ -214,7 +214,7 @@ inline std::unique_ptr<Communicator> benchCommunicator(const BenchArgs& args, co
     return nullptr;
 #endif
   } else {
-    created = mpi::createCommunicator(MPI_COMM_WORLD, options, &comm);
+    created = mpi::createCommunicator(options, &comm);
   }
   if (!created.isOk()) {
     fprintf(stderr, "rank %d: %s\n", rank, created.toString().c_str());

@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   }
   base.sliceBytes = sliceBytes;
   std::unique_ptr<Communicator> clean;
-  if (Status st = mpi::createCommunicator(MPI_COMM_WORLD, base, &clean); !st.isOk()) {
+  if (Status st = mpi::createCommunicator(base, &clean); !st.isOk()) {
     fprintf(stderr, "rank %d: %s\n", rank, st.toString().c_str());
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
     o.fault.delayMs = 2;
     o.fault.schedule = {{0, 0, 0, 1 % size}};  // at least one certain hit per mode
     std::unique_ptr<Communicator> faulty;
-    if (Status st = mpi::createCommunicator(MPI_COMM_WORLD, o, &faulty); !st.isOk()) {
+    if (Status st = mpi::createCommunicator(o, &faulty); !st.isOk()) {
       fprintf(stderr, "rank %d: %s\n", rank, st.toString().c_str());
       MPI_Abort(MPI_COMM_WORLD, 2);
     }

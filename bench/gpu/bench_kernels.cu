@@ -36,10 +36,10 @@
 #include <string>
 #include <vector>
 
+#include "cuda/kernels.h"
+#include "cuda/memory_pool.h"
+#include "cuda/verify_reduce.h"
 #include "ringguard/core/crc32.h"
-#include "ringguard/cuda/kernels.h"
-#include "ringguard/cuda/memory_pool.h"
-#include "ringguard/cuda/verify_reduce.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 // All-gather: the ring's copy steps; every received slice lands in the output and is verified there.
 #include "algorithms/arguments.h"
+#include "algorithms/collectives.h"
 #include "algorithms/ring_plan.h"
-#include "ringguard/algorithms/collectives.h"
 
 namespace ringguard {
 

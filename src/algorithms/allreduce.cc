@@ -1,7 +1,7 @@
 // Allreduce: the whole ring, reduce-scatter steps then all-gather steps, in one pass.
 #include "algorithms/arguments.h"
+#include "algorithms/collectives.h"
 #include "algorithms/ring_plan.h"
-#include "ringguard/algorithms/collectives.h"
 
 namespace ringguard {
 

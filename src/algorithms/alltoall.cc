@@ -6,9 +6,9 @@
 #include <cstring>
 
 #include "algorithms/arguments.h"
+#include "algorithms/collectives.h"
 #include "algorithms/flow_plan.h"
 #include "algorithms/peer_messages.h"
-#include "ringguard/algorithms/collectives.h"
 
 namespace ringguard {
 

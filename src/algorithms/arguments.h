@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "ringguard/algorithms/collectives.h"
+#include "algorithms/collectives.h"
 #include "ringguard/core/status.h"
 #include "ringguard/core/types.h"
 

@@ -4,9 +4,9 @@
 #include <algorithm>
 
 #include "algorithms/arguments.h"
+#include "algorithms/collectives.h"
 #include "algorithms/pipeline.h"
-#include "ringguard/algorithms/collectives.h"
-#include "ringguard/core/ring_schedule.h"
+#include "core/ring_schedule.h"
 
 namespace ringguard {
 

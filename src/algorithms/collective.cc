@@ -1,4 +1,4 @@
-#include "ringguard/algorithms/collective.h"
+#include "algorithms/collective.h"
 
 #include <chrono>
 #include <cstring>

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "ringguard/core/ring_schedule.h"
+#include "core/ring_schedule.h"
 
 namespace ringguard {
 

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "ringguard/algorithms/collective.h"
-#include "ringguard/core/fingerprint.h"
-#include "ringguard/core/repair.h"
+#include "algorithms/collective.h"
+#include "core/fingerprint.h"
+#include "core/repair.h"
 
 namespace ringguard {
 

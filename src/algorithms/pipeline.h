@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "ringguard/algorithms/collective.h"
-#include "ringguard/algorithms/executor.h"
+#include "algorithms/collective.h"
+#include "algorithms/executor.h"
+#include "core/repair.h"
+#include "core/ring_schedule.h"
 #include "ringguard/core/counters.h"
-#include "ringguard/core/repair.h"
-#include "ringguard/core/ring_schedule.h"
 #include "ringguard/core/types.h"
 
 namespace ringguard {

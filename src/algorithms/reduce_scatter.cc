@@ -1,7 +1,7 @@
 // Reduce-scatter: the ring's reduce steps over caller-laid-out blocks; rank r finishes block r.
 #include "algorithms/arguments.h"
+#include "algorithms/collectives.h"
 #include "algorithms/ring_plan.h"
-#include "ringguard/algorithms/collectives.h"
 
 namespace ringguard {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "algorithms/pipeline.h"
-#include "ringguard/core/ring_schedule.h"
+#include "core/ring_schedule.h"
 
 namespace ringguard {
 

@@ -5,9 +5,9 @@
 #include <algorithm>
 
 #include "algorithms/arguments.h"
+#include "algorithms/collectives.h"
 #include "algorithms/flow_plan.h"
 #include "algorithms/peer_messages.h"
-#include "ringguard/algorithms/collectives.h"
 
 namespace ringguard {
 

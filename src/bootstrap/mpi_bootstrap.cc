@@ -113,17 +113,19 @@ Status createBootstrap(MPI_Comm comm, std::unique_ptr<Bootstrap>* out) {
   return MpiBootstrap::create(comm, out);
 }
 
-Status createCommunicator(MPI_Comm comm, const Options& options, std::unique_ptr<Communicator>* out) {
+Status createBootstrap(std::unique_ptr<Bootstrap>* out) { return createBootstrap(MPI_COMM_WORLD, out); }
+
+Status createCommunicator(const Options& options, std::unique_ptr<Communicator>* out) {
   RINGGUARD_RETURN_IF_ERROR(options.validate());
   std::unique_ptr<Bootstrap> bootstrap;
-  RINGGUARD_RETURN_IF_ERROR(createBootstrap(comm, &bootstrap));
+  RINGGUARD_RETURN_IF_ERROR(createBootstrap(&bootstrap));
   return createHostCommunicator(*bootstrap, options, out);
 }
 
 Status createCommunicator(std::unique_ptr<Communicator>* out) {
   Options options;
   RINGGUARD_RETURN_IF_ERROR(Options::fromEnv(&options));
-  return createCommunicator(MPI_COMM_WORLD, options, out);
+  return createCommunicator(options, out);
 }
 
 }  // namespace mpi

@@ -1,8 +1,10 @@
 #pragma once
 // The bootstrap over an MPI communicator (a duplicate of the caller's, so its collectives never match the
-// application's). Private: MPI types stay out of the public Bootstrap; users get one from
-// mpi::createBootstrap.
+// application's). Private: MPI types stay out of the public headers; users get one over MPI_COMM_WORLD from
+// mpi::createBootstrap (ringguard/mpi/mpi_communicator.h).
 #include <mpi.h>
+
+#include <memory>
 
 #include "ringguard/bootstrap/bootstrap.h"
 
@@ -26,5 +28,13 @@ class MpiBootstrap final : public Bootstrap {
   int rank_;
   int size_;
 };
+
+namespace mpi {
+
+// mpi::createBootstrap over any communicator (the torch process group's sub-groups): MPI initialised first
+// (mpi::ensureInitialized), then MpiBootstrap::create. Collective over `comm`.
+Status createBootstrap(MPI_Comm comm, std::unique_ptr<Bootstrap>* out);
+
+}  // namespace mpi
 
 }  // namespace ringguard

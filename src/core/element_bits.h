@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "ringguard/core/float16.h"
-#include "ringguard/core/host_device.h"
+#include "core/float16.h"
+#include "core/host_device.h"
 #include "ringguard/core/types.h"
 
 namespace ringguard {

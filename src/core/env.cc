@@ -1,4 +1,4 @@
-#include "ringguard/core/env.h"
+#include "core/env.h"
 
 #include <unistd.h>
 

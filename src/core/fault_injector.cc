@@ -1,4 +1,4 @@
-#include "ringguard/core/fault_injector.h"
+#include "core/fault_injector.h"
 
 #include <algorithm>
 #include <random>

@@ -1,4 +1,4 @@
-#include "ringguard/core/fingerprint.h"
+#include "core/fingerprint.h"
 
 #include <cstring>
 #include <sstream>

@@ -2,9 +2,9 @@
 
 #include <vector>
 
+#include "core/env.h"
 #include "core/log_text.h"
 #include "core/logging.h"
-#include "ringguard/core/env.h"
 #include "ringguard/core/settings.h"
 
 namespace ringguard {

@@ -5,8 +5,8 @@
 #include <limits>
 #include <system_error>
 
-#include "ringguard/core/env.h"
-#include "ringguard/core/fault_injector.h"
+#include "core/env.h"
+#include "core/fault_injector.h"
 #include "ringguard/core/log.h"
 
 namespace ringguard {

@@ -1,4 +1,4 @@
-#include "ringguard/core/reduce.h"
+#include "core/reduce.h"
 
 #include <algorithm>
 #include <cstring>

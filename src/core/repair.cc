@@ -1,4 +1,4 @@
-#include "ringguard/core/repair.h"
+#include "core/repair.h"
 
 #include <algorithm>
 #include <map>

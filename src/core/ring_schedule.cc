@@ -1,4 +1,4 @@
-#include "ringguard/core/ring_schedule.h"
+#include "core/ring_schedule.h"
 
 #include <algorithm>
 

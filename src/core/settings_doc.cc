@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "ringguard/core/env.h"
+#include "core/env.h"
 #include "ringguard/core/settings.h"
 
 namespace ringguard {

@@ -1,4 +1,4 @@
-#include "ringguard/core/trailer.h"
+#include "core/trailer.h"
 
 #include <cstddef>
 #include <cstdio>

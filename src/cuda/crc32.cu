@@ -29,10 +29,10 @@
 #include <cstdint>
 #include <string>
 
-#include "crc32_segments.cuh"
-#include "cuda_check.h"
-#include "ringguard/core/crc32_combine.h"
-#include "ringguard/cuda/kernels.h"
+#include "core/crc32_combine.h"
+#include "cuda/crc32_segments.cuh"
+#include "cuda/cuda_check.h"
+#include "cuda/kernels.h"
 
 namespace ringguard {
 namespace {

@@ -17,9 +17,9 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "ringguard/core/crc32_combine.h"
+#include "core/crc32_combine.h"
+#include "cuda/streaming_load.cuh"
 #include "ringguard/core/status.h"
-#include "streaming_load.cuh"
 
 namespace ringguard {
 namespace crc_segments {

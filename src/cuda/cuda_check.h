@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "ringguard/core/env.h"
+#include "core/env.h"
 #include "ringguard/core/options.h"
 #include "ringguard/core/status.h"
 

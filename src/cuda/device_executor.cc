@@ -1,4 +1,4 @@
-#include "ringguard/cuda/device_executor.h"
+#include "cuda/device_executor.h"
 
 #include <cuda_runtime_api.h>
 
@@ -9,10 +9,10 @@
 #include <utility>
 
 #include "core/logging.h"
-#include "cuda_check.h"
-#include "ringguard/cuda/kernels.h"
-#include "ringguard/cuda/memory_pool.h"
-#include "ringguard/cuda/verify_reduce.h"
+#include "cuda/cuda_check.h"
+#include "cuda/kernels.h"
+#include "cuda/memory_pool.h"
+#include "cuda/verify_reduce.h"
 
 namespace ringguard {
 

@@ -17,9 +17,9 @@
 #include <cstdint>
 #include <string>
 
-#include "cuda_check.h"
-#include "ringguard/core/corruption_plan.h"
-#include "ringguard/cuda/kernels.h"
+#include "core/corruption_plan.h"
+#include "cuda/cuda_check.h"
+#include "cuda/kernels.h"
 
 namespace ringguard {
 namespace {

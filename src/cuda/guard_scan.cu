@@ -5,9 +5,9 @@
 
 #include <cstdint>
 
-#include "../core/element_bits.h"
-#include "cuda_check.h"
-#include "ringguard/cuda/snapshot.h"
+#include "core/element_bits.h"
+#include "cuda/cuda_check.h"
+#include "cuda/snapshot.h"
 
 namespace ringguard {
 namespace {

@@ -7,12 +7,12 @@
 #include <memory>
 #include <vector>
 
-#include "../core/element_bits.h"
-#include "cuda_check.h"
-#include "ringguard/core/float16.h"
-#include "ringguard/cuda/kernels.h"
-#include "ringguard/cuda/memory_pool.h"
-#include "ringguard/cuda/snapshot.h"
+#include "core/element_bits.h"
+#include "core/float16.h"
+#include "cuda/cuda_check.h"
+#include "cuda/kernels.h"
+#include "cuda/memory_pool.h"
+#include "cuda/snapshot.h"
 
 namespace ringguard {
 namespace {

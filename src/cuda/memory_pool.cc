@@ -1,11 +1,11 @@
-#include "ringguard/cuda/memory_pool.h"
+#include "cuda/memory_pool.h"
 
 #include <algorithm>
 #include <string>
 #include <utility>
 
-#include "cuda_check.h"
-#include "ringguard/cuda/pool_registry.h"
+#include "cuda/cuda_check.h"
+#include "cuda/pool_registry.h"
 
 namespace ringguard {
 

@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "../core/element_bits.h"
-#include "cuda_check.h"
-#include "ringguard/cuda/kernels.h"
-#include "streaming_load.cuh"
+#include "core/element_bits.h"
+#include "cuda/cuda_check.h"
+#include "cuda/kernels.h"
+#include "cuda/streaming_load.cuh"
 
 namespace ringguard {
 namespace {

@@ -1,4 +1,4 @@
-#include "ringguard/cuda/pool_registry.h"
+#include "cuda/pool_registry.h"
 
 #include <algorithm>
 #include <mutex>

@@ -42,12 +42,12 @@
 #include <string>
 #include <type_traits>
 
-#include "crc32_segments.cuh"
-#include "cuda_check.h"
-#include "ringguard/core/crc32_combine.h"
-#include "ringguard/core/reduce.h"
-#include "ringguard/cuda/kernels.h"
-#include "ringguard/cuda/verify_reduce.h"
+#include "core/crc32_combine.h"
+#include "core/reduce.h"
+#include "cuda/crc32_segments.cuh"
+#include "cuda/cuda_check.h"
+#include "cuda/kernels.h"
+#include "cuda/verify_reduce.h"
 
 namespace ringguard {
 namespace {

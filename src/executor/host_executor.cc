@@ -4,9 +4,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "ringguard/algorithms/executor.h"
+#include "algorithms/executor.h"
+#include "core/reduce.h"
 #include "ringguard/core/crc32.h"
-#include "ringguard/core/reduce.h"
 
 namespace ringguard {
 

@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "core/element_bits.h"
+#include "core/float16.h"
 #include "ringguard/core/crc32.h"
-#include "ringguard/core/float16.h"
 #include "ringguard/core/non_finite.h"
 #include "ringguard/guard/backend.h"
 

@@ -10,10 +10,10 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "core/env.h"
 #include "core/logging.h"
 #include "core/trace_events.h"
 #include "observability/chrome_trace.h"
-#include "ringguard/core/env.h"
 #include "ringguard/core/settings.h"
 #include "ringguard/observability/observability.h"
 

@@ -6,9 +6,9 @@
 #include <sstream>
 #include <utility>
 
+#include "core/env.h"
 #include "core/logging.h"
 #include "core/trace_events.h"
-#include "ringguard/core/env.h"
 
 namespace ringguard {
 

@@ -8,9 +8,9 @@
 #include <set>
 #include <sstream>
 
+#include "core/env.h"
 #include "core/logging.h"
 #include "ringguard/core/crc32.h"
-#include "ringguard/core/env.h"
 
 namespace ringguard {
 

@@ -5,33 +5,39 @@
 #include <new>
 #include <sstream>
 
+#include "algorithms/collective.h"
+#include "algorithms/collectives.h"
 #include "core/logging.h"
+#include "core/thread_name.h"
 #include "core/trace_events.h"
-#include "ringguard/algorithms/collective.h"
-#include "ringguard/algorithms/collectives.h"
-#include "ringguard/core/thread_name.h"
 #include "ringguard/observability/observability.h"
-#include "ringguard/runtime/handshake.h"
+#include "runtime/communicator_impl.h"
+#include "runtime/handshake.h"
+#include "runtime/make_communicator.h"
 #include "runtime/transport_defaults.h"
 
 namespace ringguard {
 
+Work::Work() : impl_(std::make_unique<Impl>()) {}
+Work::~Work() = default;
+
 Status Work::wait() {
+  Impl& w = *impl_;
   // A synchronous form's host collective still queued runs on this thread rather than waking the progress
   // thread and sleeping until it is done (two thread hand-offs, most of a small collective's latency).
-  if (help_ && !isCompleted()) help_(this);
-  std::unique_lock<std::mutex> lock(mutex_);
-  cv_.wait(lock, [this] { return done_; });
-  if (status_.isOk() && fence_) return fence_->orderCaller();
-  return status_;
+  if (w.help_ && !isCompleted()) w.help_(this);
+  std::unique_lock<std::mutex> lock(w.mutex_);
+  w.cv_.wait(lock, [&w] { return w.done_; });
+  if (w.status_.isOk() && w.fence_) return w.fence_->orderCaller();
+  return w.status_;
 }
 
 bool Work::isCompleted() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return done_;
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  return impl_->done_;
 }
 
-void Work::complete(Status status) {
+void Work::Impl::complete(Status status) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     status_ = std::move(status);
@@ -40,8 +46,29 @@ void Work::complete(Status status) {
   cv_.notify_all();
 }
 
-Communicator::Communicator(std::unique_ptr<Transport> transport, const Options& options,
-                           std::unique_ptr<Executor> executor, std::shared_ptr<void> resources)
+std::unique_ptr<Communicator> makeCommunicator(std::unique_ptr<Transport> transport, const Options& options,
+                                               std::unique_ptr<Executor> executor,
+                                               std::shared_ptr<void> resources) {
+  return std::make_unique<Communicator>(std::make_unique<Communicator::Impl>(
+      std::move(transport), options, std::move(executor), std::move(resources)));
+}
+
+Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Communicator::~Communicator() = default;
+
+int Communicator::rank() const { return impl_->rank_; }
+int Communicator::size() const { return impl_->size_; }
+const Options& Communicator::options() const { return impl_->options_; }
+const char* Communicator::transportName() const { return impl_->transport_->name(); }
+void Communicator::abort(const std::string& why) { impl_->abort(why); }
+Counters Communicator::counters() const { return impl_->counters(); }
+CommunicatorSummary Communicator::summary() const { return impl_->summary(); }
+Status Communicator::firstError() const { return impl_->firstError(); }
+Status Communicator::setFault(const FaultOptions& fault) { return impl_->setFault(fault); }
+FaultOptions Communicator::fault() const { return impl_->fault(); }
+
+Communicator::Impl::Impl(std::unique_ptr<Transport> transport, const Options& options,
+                         std::unique_ptr<Executor> executor, std::shared_ptr<void> resources)
     : transport_(std::move(transport)),
       options_(withTransportDefaults(options, *transport_)),
       injector_(std::make_shared<const FaultInjector>(options.fault)),
@@ -90,7 +117,7 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, const Options& 
   withdraw.armed = false;
 }
 
-Communicator::~Communicator() {
+Communicator::Impl::~Impl() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
@@ -104,9 +131,9 @@ Communicator::~Communicator() {
   resources_.reset();
 }
 
-std::shared_ptr<Work> Communicator::submit(const char* name, uint64_t bytes, Status checked, void* stream,
-                                           std::function<Status(const CollectiveContext&, Executor*)> run,
-                                           bool group, CollectiveInput input) {
+std::shared_ptr<Work> Communicator::Impl::submit(
+    const char* name, uint64_t bytes, Status checked, void* stream,
+    std::function<Status(const CollectiveContext&, Executor*)> run, bool group, CollectiveInput input) {
   trace::instant(trace::Kind::kEnqueue, name, track_, 0, 0, 0, 0, 0, nullptr, bytes);
   Task task;
   task.name = name;
@@ -130,13 +157,15 @@ std::shared_ptr<Work> Communicator::submit(const char* name, uint64_t bytes, Sta
   return enqueue(std::move(task), std::move(fence));
 }
 
-CollectiveShape Communicator::shape() const { return CollectiveShape{rank_, size_, options_.sliceBytes}; }
+CollectiveShape Communicator::Impl::shape() const {
+  return CollectiveShape{rank_, size_, options_.sliceBytes};
+}
 
 std::shared_ptr<Work> Communicator::allreduceAsync(const void* send, void* recv, size_t count, DataType dtype,
                                                    ReduceOp op, void* stream) {
-  return submit(
-      "allreduce", count * dataTypeSize(dtype), checkAllreduceArgs(shape(), send, recv, count, dtype, op),
-      stream,
+  return impl_->submit(
+      "allreduce", count * dataTypeSize(dtype),
+      checkAllreduceArgs(impl_->shape(), send, recv, count, dtype, op), stream,
       [=](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::allreduce(ctx, exec, send, recv, count, dtype, op);
       },
@@ -147,9 +176,8 @@ namespace {
 // Set while a synchronous form enqueues: its caller waits at once, so the progress thread is not woken
 // for a host item (waking it preempts the caller on a small machine, only for it to find the item taken).
 thread_local bool tlEnqueueToWait = false;
-}  // namespace
 
-Status Communicator::enqueueAndWait(const std::function<std::shared_ptr<Work>()>& enqueueIt) {
+Status enqueueAndWait(const std::function<std::shared_ptr<Work>()>& enqueueIt) {
   struct Scope {  // reset even if the enqueue throws: a later Async call must wake the progress thread
     Scope() { tlEnqueueToWait = true; }
     ~Scope() { tlEnqueueToWait = false; }
@@ -161,6 +189,8 @@ Status Communicator::enqueueAndWait(const std::function<std::shared_ptr<Work>()>
   }
   return work->wait();
 }
+
+}  // namespace
 
 Status Communicator::allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                                void* stream) {
@@ -193,20 +223,20 @@ Status Communicator::alltoall(const void* send, void* recv, size_t count, DataTy
 
 std::shared_ptr<Work> Communicator::reduceScatterAsync(const void* send, void* recv, size_t recvCount,
                                                        DataType dtype, ReduceOp op, void* stream) {
-  return submit(
-      "reduce_scatter", recvCount * size_t(size_) * dataTypeSize(dtype),
-      checkReduceScatterArgs(shape(), send, recv, recvCount, dtype, op), stream,
+  return impl_->submit(
+      "reduce_scatter", recvCount * size_t(size()) * dataTypeSize(dtype),
+      checkReduceScatterArgs(impl_->shape(), send, recv, recvCount, dtype, op), stream,
       [=](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::reduceScatter(ctx, exec, send, recv, recvCount, dtype, op);
       },
-      true, CollectiveInput{send, {{send, recvCount * size_t(size_)}}, dtype});
+      true, CollectiveInput{send, {{send, recvCount * size_t(size())}}, dtype});
 }
 
 std::shared_ptr<Work> Communicator::allgatherAsync(const void* send, void* recv, size_t sendCount,
                                                    DataType dtype, void* stream) {
-  return submit(
-      "allgather", sendCount * size_t(size_) * dataTypeSize(dtype),
-      checkAllgatherArgs(shape(), send, recv, sendCount, dtype), stream,
+  return impl_->submit(
+      "allgather", sendCount * size_t(size()) * dataTypeSize(dtype),
+      checkAllgatherArgs(impl_->shape(), send, recv, sendCount, dtype), stream,
       [=](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::allgather(ctx, exec, send, recv, sendCount, dtype);
       },
@@ -215,15 +245,15 @@ std::shared_ptr<Work> Communicator::allgatherAsync(const void* send, void* recv,
 
 std::shared_ptr<Work> Communicator::broadcastAsync(const void* send, void* recv, size_t count, DataType dtype,
                                                    int root, void* stream) {
-  return submit(
-      "broadcast", count * dataTypeSize(dtype), checkBroadcastArgs(shape(), send, recv, count, dtype, root),
-      stream,
+  return impl_->submit(
+      "broadcast", count * dataTypeSize(dtype),
+      checkBroadcastArgs(impl_->shape(), send, recv, count, dtype, root), stream,
       [=](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::broadcast(ctx, exec, send, recv, count, dtype, root);
       },
       true,
       // Only the root's input travels.
-      rank_ == root ? CollectiveInput{send, {{send, count}}, dtype} : CollectiveInput{});
+      rank() == root ? CollectiveInput{send, {{send, count}}, dtype} : CollectiveInput{});
 }
 
 std::shared_ptr<Work> Communicator::sendRecvAsync(const void* send, size_t sendCount, int dst, void* recv,
@@ -235,14 +265,14 @@ std::shared_ptr<Work> Communicator::sendRecvAsync(const void* send, size_t sendC
   x.recv = recv;
   x.recvCount = recvCount;
   x.src = src;
-  return submit(
+  return impl_->submit(
       "sendrecv",
       (dst >= 0 ? sendCount : 0) * dataTypeSize(dtype) + (src >= 0 ? recvCount : 0) * dataTypeSize(dtype),
-      checkSendRecvArgs(shape(), x, dtype), stream,
-      [this, x, dtype](const CollectiveContext& ctx, Executor* exec) mutable {
+      checkSendRecvArgs(impl_->shape(), x, dtype), stream,
+      [impl = impl_.get(), x, dtype](const CollectiveContext& ctx, Executor* exec) mutable {
         // Numbered here, on the progress thread, in the order every exchange runs.
-        if (x.dst >= 0) x.sendSeq = sendSeq_[size_t(x.dst)]++;
-        if (x.src >= 0) x.recvSeq = recvSeq_[size_t(x.src)]++;
+        if (x.dst >= 0) x.sendSeq = impl->sendSeq_[size_t(x.dst)]++;
+        if (x.src >= 0) x.recvSeq = impl->recvSeq_[size_t(x.src)]++;
         return ringguard::sendRecv(ctx, exec, x, dtype);
       },
       /*group=*/false);
@@ -254,7 +284,7 @@ std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, const std::v
                                                   const std::vector<size_t>& recvDispls, DataType dtype,
                                                   void* stream) {
   AlltoallLayout layout{sendCounts, sendDispls, recvCounts, recvDispls};
-  Status checked = checkAlltoallArgs(shape(), send, recv, layout, dtype);
+  Status checked = checkAlltoallArgs(impl_->shape(), send, recv, layout, dtype);
   CollectiveInput input{send, {}, dtype};
   if (checked.isOk()) {
     for (size_t p = 0; p < sendCounts.size(); ++p) {
@@ -264,7 +294,7 @@ std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, const std::v
   }
   size_t bytes = 0;
   for (size_t c : sendCounts) bytes += c * dataTypeSize(dtype);
-  return submit(
+  return impl_->submit(
       "alltoall", bytes, checked, stream,
       [=, layout = std::move(layout)](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::alltoall(ctx, exec, send, recv, layout, dtype);
@@ -274,27 +304,27 @@ std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, const std::v
 
 std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, void* recv, size_t count, DataType dtype,
                                                   void* stream) {
-  std::vector<size_t> counts(size_t(size_), count);
+  std::vector<size_t> counts(size_t(size()), count);
   std::vector<size_t> displs(counts.size(), 0);
   for (size_t p = 0; p < displs.size(); ++p) displs[p] = p * count;
   return alltoallAsync(send, counts, displs, recv, counts, displs, dtype, stream);
 }
 
-std::shared_ptr<Work> Communicator::enqueue(Task task, std::unique_ptr<Executor::Fence> fence) {
+std::shared_ptr<Work> Communicator::Impl::enqueue(Task task, std::unique_ptr<Executor::Fence> fence) {
   task.work = std::make_shared<Work>();
-  task.work->fence_ = std::move(fence);
+  task.work->impl_->fence_ = std::move(fence);
   // A host-memory collective (no fence) of a synchronous form runs on its caller (helpWhileWaiting). Device
   // ones stay on the progress thread, which is bound to the device and joins no user's capture; so do the
   // Async forms' items, whose waits come from threads with work of their own (c10d's completion: a 4 KiB
   // all_reduce under torchrun took 3.7 ms with those waiters running it, 2.6 ms without: protocol.md).
-  if (!task.work->fence_ && tlEnqueueToWait)
-    task.work->help_ = [this](const Work* w) { helpWhileWaiting(w); };
+  if (!task.work->impl_->fence_ && tlEnqueueToWait)
+    task.work->impl_->help_ = [this](const Work* w) { helpWhileWaiting(w); };
   std::shared_ptr<Work> work = task.work;
-  const bool wake = !tlEnqueueToWait || !work->help_;
+  const bool wake = !tlEnqueueToWait || !work->impl_->help_;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!firstError_.isOk()) {
-      work->complete(firstError_);
+      work->impl_->complete(firstError_);
       return work;
     }
     queue_.push_back(std::move(task));
@@ -305,12 +335,12 @@ std::shared_ptr<Work> Communicator::enqueue(Task task, std::unique_ptr<Executor:
   return work;
 }
 
-Counters Communicator::counters() const {
+Counters Communicator::Impl::counters() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return counters_;
 }
 
-CommunicatorSummary Communicator::summary() const {
+CommunicatorSummary Communicator::Impl::summary() const {
   CommunicatorSummary s;
   s.track = track_;
   s.rank = rank_;
@@ -323,7 +353,7 @@ CommunicatorSummary Communicator::summary() const {
   return s;
 }
 
-Status Communicator::setFault(const FaultOptions& fault) {
+Status Communicator::Impl::setFault(const FaultOptions& fault) {
   Options check = options_;
   check.fault = fault;
   RINGGUARD_RETURN_IF_ERROR(check.validateFor(size_));
@@ -332,17 +362,17 @@ Status Communicator::setFault(const FaultOptions& fault) {
   return Status::ok();
 }
 
-FaultOptions Communicator::fault() const {
+FaultOptions Communicator::Impl::fault() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return injector_->options();
 }
 
-Status Communicator::firstError() const {
+Status Communicator::Impl::firstError() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return firstError_;
 }
 
-void Communicator::abort(const std::string& why) {
+void Communicator::Impl::abort(const std::string& why) {
   std::deque<Task> dropped;
   Status reason;
   {
@@ -354,11 +384,11 @@ void Communicator::abort(const std::string& why) {
     aborted_.store(true);
     dropped.swap(queue_);
   }
-  for (Task& t : dropped) t.work->complete(reason);
+  for (Task& t : dropped) t.work->impl_->complete(reason);
   cv_.notify_all();
 }
 
-void Communicator::progressLoop() {
+void Communicator::Impl::progressLoop() {
   for (;;) {
     Task task;
     Status abortReason;
@@ -389,13 +419,14 @@ void Communicator::progressLoop() {
   }
 }
 
-void Communicator::helpWhileWaiting(const Work* waited) {
+void Communicator::Impl::helpWhileWaiting(const Work* waited) {
   for (;;) {
     Task task;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       // Busy: the progress thread (or another waiting caller) runs tasks in order and will reach this one.
-      if (waited->isCompleted() || busy_ || queue_.empty() || aborted_ || queue_.front().work->fence_) return;
+      if (waited->isCompleted() || busy_ || queue_.empty() || aborted_ || queue_.front().work->impl_->fence_)
+        return;
       task = std::move(queue_.front());
       queue_.pop_front();
       busy_ = true;
@@ -405,7 +436,7 @@ void Communicator::helpWhileWaiting(const Work* waited) {
   }
 }
 
-void Communicator::finishRun() {
+void Communicator::Impl::finishRun() {
   std::lock_guard<std::mutex> lock(mutex_);
   busy_ = false;
   // Only when the progress thread has something to do: waking it after every inline run would cost the
@@ -413,10 +444,10 @@ void Communicator::finishRun() {
   if (!queue_.empty() || stopping_ || aborted_) cv_.notify_all();
 }
 
-void Communicator::runTask(Task& task) {
+void Communicator::Impl::runTask(Task& task) {
   Status poisoned = firstError();
   if (!poisoned.isOk()) {
-    task.work->complete(poisoned);
+    task.work->impl_->complete(poisoned);
     return;
   }
   // Point-to-point exchanges do not take a collective number: the ranks not involved never see them.
@@ -441,7 +472,7 @@ void Communicator::runTask(Task& task) {
     ctx.name = task.name;
     ctx.track = track_;
     ctx.aborted = &aborted_;
-    Executor::Fence* fence = task.work->fence_.get();
+    Executor::Fence* fence = task.work->impl_->fence_.get();
     // An exception escaping here would end the process through std::terminate on this thread: an
     // allocation failure (or any other throw) becomes this collective's error instead.
     try {
@@ -488,7 +519,7 @@ void Communicator::runTask(Task& task) {
       if (!transport_->broken()) transport_->markBroken();
     }
   }
-  task.work->complete(st);
+  task.work->impl_->complete(st);
 }
 
 }  // namespace ringguard

@@ -1,5 +1,8 @@
 #include "ringguard/runtime/factories.h"
 
+#include "runtime/make_communicator.h"
+#include "transport/transport.h"
+
 namespace ringguard {
 
 Status createHostCommunicator(Bootstrap& bootstrap, const Options& options,
@@ -7,7 +10,7 @@ Status createHostCommunicator(Bootstrap& bootstrap, const Options& options,
   RINGGUARD_RETURN_IF_ERROR(options.validateFor(bootstrap.size()));
   std::unique_ptr<Transport> transport;
   RINGGUARD_RETURN_IF_ERROR(bootstrap.createHostTransport(&transport));
-  out->reset(new Communicator(std::move(transport), options));
+  *out = makeCommunicator(std::move(transport), options);
   return Status::ok();
 }
 

@@ -1,10 +1,10 @@
-#include "ringguard/runtime/handshake.h"
+#include "runtime/handshake.h"
 
 #include <cstring>
 #include <sstream>
 #include <string>
 
-#include "ringguard/algorithms/collective.h"
+#include "algorithms/collective.h"
 
 namespace ringguard {
 

@@ -1,4 +1,4 @@
-#include "ringguard/runtime/nan_check.h"
+#include "runtime/nan_check.h"
 
 #include <cstdint>
 #include <cstring>

@@ -1,13 +1,13 @@
-#include "ringguard/runtime/peer_lanes.h"
+#include "runtime/peer_lanes.h"
 
 #include <new>
 
+#include "algorithms/collective.h"
+#include "algorithms/collectives.h"
+#include "algorithms/executor.h"
 #include "core/keep_alive.h"
 #include "core/logging.h"
-#include "ringguard/algorithms/collective.h"
-#include "ringguard/algorithms/collectives.h"
-#include "ringguard/algorithms/executor.h"
-#include "ringguard/core/thread_name.h"
+#include "core/thread_name.h"
 #include "runtime/transport_defaults.h"
 
 namespace ringguard {

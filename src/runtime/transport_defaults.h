@@ -2,7 +2,7 @@
 // Options::sliceBytes and Options::slots 0 mean the transport's defaults: what every owner of a transport
 // (Communicator, PeerLanes) runs with.
 #include "ringguard/core/options.h"
-#include "ringguard/transport/transport.h"
+#include "transport/transport.h"
 
 namespace ringguard {
 

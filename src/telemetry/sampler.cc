@@ -3,10 +3,10 @@
 #include <string>
 #include <utility>
 
+#include "core/env.h"
+#include "core/thread_name.h"
 #include "core/trace_events.h"
-#include "ringguard/core/env.h"
 #include "ringguard/core/log.h"
-#include "ringguard/core/thread_name.h"
 
 namespace ringguard {
 

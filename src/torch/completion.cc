@@ -6,7 +6,7 @@
 #include <optional>
 #include <stdexcept>
 
-#include "ringguard/core/thread_name.h"
+#include "core/thread_name.h"
 #if RINGGUARD_TORCH_CUDA
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>

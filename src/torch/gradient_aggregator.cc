@@ -16,7 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/cuda_check.h"
-#include "ringguard/cuda/memory_pool.h"
+#include "cuda/memory_pool.h"
 #endif
 
 namespace ringguard {

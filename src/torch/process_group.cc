@@ -10,13 +10,14 @@
 #include <set>
 #include <sstream>
 
-#include "ringguard/core/env.h"
+#include "core/env.h"
 #include "ringguard/torch/convert.h"
 #if RINGGUARD_TORCH_MPI
+#include "bootstrap/mpi_bootstrap.h"  // mpi::createBootstrap over the group's own MPI communicator
 #include "ringguard/mpi/mpi_communicator.h"
 #endif
 #include "ringguard/runtime/factories.h"
-#include "ringguard/runtime/peer_lanes.h"
+#include "runtime/peer_lanes.h"
 #include "torch/completion.h"
 #include "torch/store_bootstrap.h"
 #include "transport/c10d/c10d_transport.h"

@@ -1,4 +1,4 @@
-#include "ringguard/transport/transport.h"
+#include "transport/transport.h"
 
 #include <string>
 

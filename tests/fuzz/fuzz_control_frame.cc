@@ -11,7 +11,7 @@
 
 #include "fuzz_util.h"
 #include "ringguard/core/crc32.h"
-#include "ringguard/transport/control_channel.h"
+#include "transport/control/control_channel.h"
 
 using namespace ringguard;
 using ringguard::fuzz::FuzzInput;

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "fuzz_util.h"
-#include "ringguard/core/env.h"
 
 using namespace ringguard;
 using ringguard::fuzz::splitLines;

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "core/corruption_plan.h"
+#include "core/fault_injector.h"
 #include "fuzz_util.h"
-#include "ringguard/core/corruption_plan.h"
-#include "ringguard/core/fault_injector.h"
 #include "ringguard/core/options.h"
 
 using namespace ringguard;

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <string>
 
+#include "core/fingerprint.h"
 #include "fuzz_util.h"
-#include "ringguard/core/fingerprint.h"
 #include "ringguard/core/types.h"
 
 using namespace ringguard;

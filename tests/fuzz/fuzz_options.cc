@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "fuzz_util.h"
-#include "ringguard/core/env.h"
 #include "ringguard/core/log.h"
 #include "ringguard/core/non_finite.h"
 #include "ringguard/core/options.h"

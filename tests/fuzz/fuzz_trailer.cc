@@ -6,8 +6,8 @@
 #include <cstring>
 #include <string>
 
+#include "core/trailer.h"
 #include "fuzz_util.h"
-#include "ringguard/core/trailer.h"
 
 using namespace ringguard;
 using ringguard::fuzz::FuzzInput;

@@ -27,7 +27,7 @@ inline std::unique_ptr<Communicator> makeDeviceComm(const Options& o) {
   cuda::DeviceOptions d;
   Status st = cuda::DeviceOptions::fromEnv(&d);
   std::unique_ptr<Communicator> c;
-  if (st.isOk()) st = cuda::createDeviceCommunicator(MPI_COMM_WORLD, o, d, &c);
+  if (st.isOk()) st = cuda::createDeviceCommunicator(o, d, &c);
   if (!st.isOk()) {
     fprintf(stderr, "createDeviceCommunicator: %s\n", st.toString().c_str());
     MPI_Abort(MPI_COMM_WORLD, 3);

@@ -24,19 +24,19 @@
 #include <tuple>
 #include <vector>
 
+#include "algorithms/executor.h"
+#include "core/corruption_plan.h"
+#include "core/fault_injector.h"
+#include "core/reduce.h"
+#include "core/trailer.h"
+#include "cuda/device_executor.h"
+#include "cuda/kernels.h"
+#include "cuda/memory_pool.h"
+#include "cuda/verify_reduce.h"
 #include "gpu_test_util.h"
-#include "ringguard/algorithms/executor.h"
-#include "ringguard/core/corruption_plan.h"
 #include "ringguard/core/crc32.h"
-#include "ringguard/core/fault_injector.h"
 #include "ringguard/core/options.h"
-#include "ringguard/core/reduce.h"
-#include "ringguard/core/trailer.h"
 #include "ringguard/core/types.h"
-#include "ringguard/cuda/device_executor.h"
-#include "ringguard/cuda/kernels.h"
-#include "ringguard/cuda/memory_pool.h"
-#include "ringguard/cuda/verify_reduce.h"
 
 namespace ringguard {
 namespace {

@@ -9,9 +9,9 @@
 #include <memory>
 #include <vector>
 
+#include "cuda/memory_pool.h"
+#include "cuda/snapshot.h"
 #include "gpu_test_util.h"
-#include "ringguard/cuda/memory_pool.h"
-#include "ringguard/cuda/snapshot.h"
 #include "ringguard/guard/guard.h"
 
 namespace ringguard {

@@ -19,12 +19,12 @@
 #include <string>
 #include <vector>
 
+#include "core/crc32_combine.h"
+#include "cuda/kernels.h"
+#include "cuda/memory_pool.h"
 #include "gpu_test_util.h"
 #include "ringguard/core/crc32.h"
-#include "ringguard/core/crc32_combine.h"
 #include "ringguard/core/non_finite.h"
-#include "ringguard/cuda/kernels.h"
-#include "ringguard/cuda/memory_pool.h"
 
 namespace ringguard {
 namespace {

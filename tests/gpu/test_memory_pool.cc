@@ -8,9 +8,9 @@
 #include <thread>
 #include <vector>
 
+#include "cuda/memory_pool.h"
+#include "cuda/pool_registry.h"
 #include "gpu_test_util.h"
-#include "ringguard/cuda/memory_pool.h"
-#include "ringguard/cuda/pool_registry.h"
 
 namespace ringguard {
 namespace {

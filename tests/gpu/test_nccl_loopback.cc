@@ -8,10 +8,10 @@
 #include <cstring>
 #include <vector>
 
-#include "ringguard/algorithms/executor.h"
-#include "ringguard/core/fault_injector.h"
-#include "ringguard/cuda/device_executor.h"
-#include "ringguard/cuda/memory_pool.h"
+#include "algorithms/executor.h"
+#include "core/fault_injector.h"
+#include "cuda/device_executor.h"
+#include "cuda/memory_pool.h"
 #include "transport/loopback/loopback_transport.h"
 #include "transport/nccl/nccl_transport.h"
 

@@ -1,8 +1,9 @@
 # ctest driver of install_consumer (cmake -P):
 #   1. cmake --install <build> --prefix <work>/prefix
-#   2. check the installed package (config files present, nothing pointing back into the source/build tree)
+#   2. check the installed package (config files present, headers that include only the API and the
+#      standard library, nothing pointing back into the source/build tree)
 #   3. configure + build tests/install/consumer against the prefix (CMAKE_PREFIX_PATH), same generator
-#      and compilers as the parent build
+#      and compilers as the parent build: it compiles every installed header on its own
 #   4. run the consumer (it checks crc32("123456789") == 0xCBF43926)
 #
 # Inputs: RG_PARAMS (the script written by tests/install/CMakeLists.txt), RG_CONFIG (the ctest config,
@@ -13,7 +14,7 @@ if(NOT RG_PARAMS OR NOT EXISTS "${RG_PARAMS}")
   message(FATAL_ERROR "install_consumer: RG_PARAMS='${RG_PARAMS}' does not exist (re-run cmake on the build)")
 endif()
 include("${RG_PARAMS}")
-foreach(_v IN ITEMS RG_BUILD_DIR RG_SOURCE_DIR RG_WORK_DIR RG_CONSUMER_SOURCE_DIR RG_GENERATOR)
+foreach(_v IN ITEMS RG_BUILD_DIR RG_SOURCE_DIR RG_WORK_DIR RG_CONSUMER_SOURCE_DIR RG_GENERATOR RG_INCLUDEDIR)
   if(NOT DEFINED ${_v} OR "${${_v}}" STREQUAL "")
     message(FATAL_ERROR "install_consumer: ${_v} is not set by ${RG_PARAMS}")
   endif()
@@ -56,24 +57,26 @@ foreach(f IN ITEMS ringguardConfigVersion.cmake ringguardTargets.cmake)
     message(FATAL_ERROR "install_consumer: ${config_dir}/${f} was not installed")
   endif()
 endforeach()
-foreach(h IN ITEMS core/crc32.h core/types.h core/log.h runtime/communicator.h observability/observability.h)
+foreach(h IN ITEMS core/crc32.h core/types.h core/log.h runtime/communicator.h runtime/factories.h
+                  bootstrap/bootstrap.h observability/observability.h)
   file(GLOB_RECURSE found "${prefix}/*/ringguard/${h}")
   if(NOT found)
     message(FATAL_ERROR "install_consumer: header ringguard/${h} was not installed under ${prefix}")
   endif()
 endforeach()
-# The API only: no torch-layer headers (their libraries are not exported), no spdlog or fmt in any header.
+# The API only: no torch-layer headers (their libraries are not exported), and no installed header includes
+# a private header (src/<layer>/) or a third-party one (spdlog, fmt, MPI, CUDA, NCCL): check_headers.cmake.
+# The consumer then compiles each installed header on its own (consumer/CMakeLists.txt).
 file(GLOB_RECURSE torch_headers "${prefix}/*/ringguard/torch/*")
 if(torch_headers)
   message(FATAL_ERROR "install_consumer: torch-layer headers were installed without a library: ${torch_headers}")
 endif()
-file(GLOB_RECURSE installed_headers "${prefix}/include/ringguard/*.h")
-foreach(h IN LISTS installed_headers)
-  file(STRINGS "${h}" includes REGEX "^#include [<\"](spdlog|fmt)/")
-  if(includes)
-    message(FATAL_ERROR "install_consumer: ${h} includes spdlog or fmt: ${includes}")
-  endif()
-endforeach()
+include("${CMAKE_CURRENT_LIST_DIR}/check_headers.cmake")
+rg_check_api_headers("${prefix}/${RG_INCLUDEDIR}" header_errors)
+if(header_errors)
+  string(REPLACE ";" "\n  " header_errors "${header_errors}")
+  message(FATAL_ERROR "install_consumer: installed headers include more than the API:\n  ${header_errors}")
+endif()
 # The installed CMake files must not point back into the source or build tree.
 file(GLOB installed_cmake_files "${config_dir}/*.cmake")
 foreach(f IN LISTS installed_cmake_files)

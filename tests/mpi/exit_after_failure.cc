@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   o.timeout = std::chrono::milliseconds(1000);
   o.sliceBytes = 1 << 20;  // rendezvous-sized messages: a send stays in flight until its receiver progresses
   std::unique_ptr<Communicator> comm;
-  Status st = mpi::createCommunicator(MPI_COMM_WORLD, o, &comm);  // initialises MPI: ringguard finalises it
+  Status st = mpi::createCommunicator(o, &comm);  // initialises MPI: ringguard finalises it
   if (!st.isOk()) {
     std::fprintf(stderr, "create failed: %s\n", st.toString().c_str());
     return 1;

@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   o.timeout = std::chrono::milliseconds(kTimeoutMs);
   o.sliceBytes = 1 << 20;  // rendezvous-sized messages: a receive can be matched and left half-full
   std::unique_ptr<Communicator> comm;
-  Status st = mpi::createCommunicator(MPI_COMM_WORLD, o, &comm);
+  Status st = mpi::createCommunicator(o, &comm);
   if (!st.isOk()) {
     report(rank, "create failed: " + st.toString());
     return 1;

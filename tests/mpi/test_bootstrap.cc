@@ -18,7 +18,7 @@ using testing::worldSize;
 
 std::unique_ptr<Bootstrap> worldBootstrap() {
   std::unique_ptr<Bootstrap> b;
-  Status st = mpi::createBootstrap(MPI_COMM_WORLD, &b);
+  Status st = mpi::createBootstrap(&b);
   EXPECT_TRUE(st.isOk()) << st.toString();
   return b;
 }

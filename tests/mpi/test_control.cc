@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "test_util.h"
+#include "transport/control/control_channel.h"
 
 namespace ringguard {
 namespace {

@@ -35,7 +35,7 @@ inline bool smoke() {
 
 inline std::unique_ptr<Communicator> makeComm(const Options& options) {
   std::unique_ptr<Communicator> comm;
-  Status st = mpi::createCommunicator(MPI_COMM_WORLD, options, &comm);
+  Status st = mpi::createCommunicator(options, &comm);
   if (!st.isOk()) {
     fprintf(stderr, "createCommunicator: %s\n", st.toString().c_str());
     MPI_Abort(MPI_COMM_WORLD, 3);

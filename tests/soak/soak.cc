@@ -701,8 +701,7 @@ int soakMain(int argc, char** argv) {
   }
 
   std::unique_ptr<Bootstrap> bootstrap;
-  if (Status st = mpi::createBootstrap(MPI_COMM_WORLD, &bootstrap); !st.isOk())
-    return setupError(st.toString());
+  if (Status st = mpi::createBootstrap(&bootstrap); !st.isOk()) return setupError(st.toString());
   if (me == 0) {
     spdlog::info("ranks={} seed={} seconds={} timeout_ms={} hang_ms={} max_prob={} max_bytes={}", n, a.seed,
                  a.seconds, a.timeoutMs, hangBound.count(), a.maxProb, a.maxBytes);

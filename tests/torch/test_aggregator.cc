@@ -81,7 +81,7 @@ std::pair<torch::Tensor, torch::Tensor> globalBatch(int step, int world,
 
 std::unique_ptr<Communicator> makeComm(const Options& o) {
   std::unique_ptr<Communicator> c;
-  Status st = mpi::createCommunicator(MPI_COMM_WORLD, o, &c);
+  Status st = mpi::createCommunicator(o, &c);
   if (!st.isOk()) MPI_Abort(MPI_COMM_WORLD, 3);
   return c;
 }
@@ -407,7 +407,7 @@ std::unique_ptr<Communicator> makeDeviceComm(
   }
   d.device = device;
   std::unique_ptr<Communicator> c;
-  Status st = cuda::createDeviceCommunicator(MPI_COMM_WORLD, o, d, &c);
+  Status st = cuda::createDeviceCommunicator(o, d, &c);
   if (!st.isOk()) {
     fprintf(stderr, "createDeviceCommunicator: %s\n", st.toString().c_str());
     MPI_Abort(MPI_COMM_WORLD, 3);

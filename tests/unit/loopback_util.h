@@ -16,10 +16,11 @@
 #include <thread>
 #include <vector>
 
-#include "ringguard/algorithms/collective.h"
+#include "algorithms/collective.h"
 #include "ringguard/core/counters.h"
 #include "ringguard/core/options.h"
 #include "ringguard/runtime/communicator.h"
+#include "runtime/make_communicator.h"
 #include "transport/loopback/loopback_transport.h"
 #include "verifiable.h"
 
@@ -57,7 +58,7 @@ class LoopbackGroup {
     std::vector<std::unique_ptr<Transport>> transports =
         makeLoopbackTransports(int(perRank.size()), &fabric_);
     for (size_t r = 0; r < perRank.size(); ++r) {
-      comms_.push_back(std::make_unique<Communicator>(std::move(transports[r]), perRank[r]));
+      comms_.push_back(makeCommunicator(std::move(transports[r]), perRank[r]));
     }
   }
 

@@ -13,11 +13,11 @@
 #include <random>
 #include <vector>
 
-#include "ringguard/algorithms/executor.h"
-#include "ringguard/core/corruption_plan.h"
-#include "ringguard/core/fault_injector.h"
+#include "algorithms/executor.h"
+#include "core/corruption_plan.h"
+#include "core/fault_injector.h"
+#include "core/trailer.h"
 #include "ringguard/core/options.h"
-#include "ringguard/core/trailer.h"
 
 namespace ringguard {
 namespace {

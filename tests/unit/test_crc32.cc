@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "core/crc32_combine.h"
 #include "ringguard/core/crc32.h"
-#include "ringguard/core/crc32_combine.h"
 
 #ifdef RINGGUARD_TEST_HAVE_ZLIB
 #include <zlib.h>

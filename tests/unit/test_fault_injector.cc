@@ -10,9 +10,9 @@
 #include <random>
 #include <vector>
 
-#include "ringguard/core/fault_injector.h"
+#include "core/fault_injector.h"
+#include "core/trailer.h"
 #include "ringguard/core/options.h"
-#include "ringguard/core/trailer.h"
 
 namespace ringguard {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string>
 
-#include "ringguard/core/fingerprint.h"
+#include "core/fingerprint.h"
 #include "ringguard/core/status.h"
 #include "ringguard/core/types.h"
 

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "ringguard/core/float16.h"
+#include "core/float16.h"
 #include "test_guard_util.h"
 
 namespace ringguard {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "loopback_util.h"
-#include "ringguard/runtime/handshake.h"
+#include "runtime/handshake.h"
 
 namespace ringguard {
 namespace {

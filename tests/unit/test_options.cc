@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "core/logging.h"
-#include "ringguard/core/env.h"
 #include "ringguard/core/non_finite.h"
 #include "ringguard/core/options.h"
 #include "ringguard/core/settings.h"

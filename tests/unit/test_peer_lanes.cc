@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "loopback_util.h"
-#include "ringguard/runtime/peer_lanes.h"
+#include "runtime/peer_lanes.h"
 #include "transport/loopback/loopback_transport.h"
 
 namespace ringguard {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "ringguard/core/reduce.h"
+#include "core/reduce.h"
 #include "ringguard/core/types.h"
 
 namespace ringguard {

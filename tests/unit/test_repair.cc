@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "ringguard/core/repair.h"
-#include "ringguard/core/trailer.h"
+#include "core/repair.h"
+#include "core/trailer.h"
 
 namespace ringguard {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "ringguard/core/ring_schedule.h"
+#include "core/ring_schedule.h"
 
 namespace ringguard {
 namespace {

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "algorithms/ring_plan.h"
+#include "core/env.h"
+#include "core/fault_injector.h"
 #include "core/logging.h"
 #include "loopback_util.h"
-#include "ringguard/core/env.h"
-#include "ringguard/core/fault_injector.h"
 #include "ringguard/core/options.h"
 
 namespace ringguard {
@@ -190,7 +190,7 @@ TEST(AllocationFailure, BecomesTheCollectivesStatus) {
   o.timeout = std::chrono::milliseconds(5000);
   std::vector<std::unique_ptr<Communicator>> comms;
   for (auto& t : transports) {
-    comms.push_back(std::make_unique<Communicator>(std::move(t), o, std::make_unique<ThrowingExecutor>()));
+    comms.push_back(makeCommunicator(std::move(t), o, std::make_unique<ThrowingExecutor>()));
   }
   testing::runRanks(2, [&](int rank) {
     std::vector<float> v(1000, 1.0f);

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "core/trailer.h"
 #include "ringguard/core/crc32.h"
-#include "ringguard/core/trailer.h"
-#include "ringguard/runtime/handshake.h"
+#include "runtime/handshake.h"
 
 namespace ringguard {
 namespace {

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "ringguard/core/reduce.h"
+#include "core/reduce.h"
 #include "ringguard/core/types.h"
 
 namespace ringguard {

@@ -11,9 +11,12 @@
 #include <vector>
 
 #include "ringguard/core/status.h"
-#include "ringguard/transport/transport.h"
 
 namespace ringguard {
+
+// The data-plane interface (src/transport/transport.h): internal, so only named here. Callers hand a
+// Bootstrap to the factories, which call createHostTransport; implementing one is the library's business.
+class Transport;
 
 class Bootstrap {
  public:

@@ -97,7 +97,7 @@ std::string declaredText(const char* name);
 int declaredChoice(const char* name);
 
 // docs/ENV.md: one table per scope (Type, Default, Range columns) and one of the names the scripts,
-// tests and Python package read themselves (env.h: toolEnvNames).
+// tests and Python package read themselves (src/core/env.h: toolEnvNames).
 std::string settingsMarkdown();
 // python/ringguard/_settings.py: SETTINGS (every declaration) and the Fields dataclass (one Optional field
 // per kGroup setting) that ringguard.Options extends.

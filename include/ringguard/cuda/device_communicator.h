@@ -1,8 +1,7 @@
 #pragma once
 // Device communicators over MPI: the short form of mpi::createBootstrap + cuda::createDeviceCommunicator
-// (ringguard/runtime/device_factory.h). This header joins the device and MPI layers: it exposes MPI types.
-#include <mpi.h>
-
+// (ringguard/runtime/device_factory.h). This header joins the device and MPI layers; like
+// ringguard/mpi/mpi_communicator.h it names no MPI type and works over MPI_COMM_WORLD.
 #include <memory>
 
 #include "ringguard/core/options.h"
@@ -12,9 +11,9 @@
 namespace ringguard {
 namespace cuda {
 
-// A device communicator (see createDeviceCommunicator(Bootstrap&, ...)) over a duplicate of `comm`.
-// Collective over `comm`.
-Status createDeviceCommunicator(MPI_Comm comm, const Options& options, const DeviceOptions& device,
+// A device communicator (see createDeviceCommunicator(Bootstrap&, ...)) over a duplicate of MPI_COMM_WORLD.
+// Collective over MPI_COMM_WORLD.
+Status createDeviceCommunicator(const Options& options, const DeviceOptions& device,
                                 std::unique_ptr<Communicator>* out);
 
 }  // namespace cuda

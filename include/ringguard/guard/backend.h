@@ -2,7 +2,7 @@
 // The guard's view of tensor memory: a named, typed byte range in host or device memory, and the backend
 // that snapshots, restores and scans it. The state machine (guard.h) is written against GuardBackend only,
 // so the same logic runs over host memory in the unit tests and over device memory through the CUDA
-// backend (ringguard/cuda/snapshot.h). Framework-free: no torch, no CUDA types here.
+// backend (ringguard/guard/device_backend.h). Framework-free: no torch, no CUDA types here.
 #include <cstddef>
 #include <cstdint>
 #include <memory>

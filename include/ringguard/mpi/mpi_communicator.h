@@ -1,10 +1,8 @@
 #pragma once
-// Bootstrapping from MPI, and the host communicator over it. This header is the MPI layer's own: it
-// exposes MPI types. The communicators themselves are built by the runtime's factories
-// (ringguard/runtime/factories.h); createCommunicator below is the short form of createBootstrap +
-// createHostCommunicator that most MPI programs want.
-#include <mpi.h>
-
+// Bootstrapping from MPI, and the host communicator over it, for programs launched by mpirun. No MPI type
+// here (the API stays free of third-party headers): these work over MPI_COMM_WORLD. The communicators
+// themselves are built by the runtime's factories (ringguard/runtime/factories.h); createCommunicator below
+// is the short form of createBootstrap + createHostCommunicator that most MPI programs want.
 #include <memory>
 #include <string>
 
@@ -30,15 +28,15 @@ constexpr int kAbortExitCode = 70;
 // with MPI_Abort instead of MPI_Finalize when this is false. Never turns true again in a process.
 bool safeToFinalize(std::string* why = nullptr);
 
-// A bootstrap over a duplicate of `comm` (MPI initialised first, as above): its host transport is the MPI
-// transport. Collective over `comm`.
-Status createBootstrap(MPI_Comm comm, std::unique_ptr<Bootstrap>* out);
+// A bootstrap over a duplicate of MPI_COMM_WORLD (MPI initialised first, as above): its host transport is
+// the MPI transport. Collective over MPI_COMM_WORLD.
+Status createBootstrap(std::unique_ptr<Bootstrap>* out);
 
-// A communicator over a duplicate of `comm` (MPI_Comm_dup, MPI_ERRORS_RETURN on the copies), so our
-// traffic never matches the application's. Collective over `comm`.
-Status createCommunicator(MPI_Comm comm, const Options& options, std::unique_ptr<Communicator>* out);
+// A communicator over a duplicate of MPI_COMM_WORLD (MPI_Comm_dup, MPI_ERRORS_RETURN on the copies), so our
+// traffic never matches the application's. Collective over MPI_COMM_WORLD.
+Status createCommunicator(const Options& options, std::unique_ptr<Communicator>* out);
 
-// Same over MPI_COMM_WORLD with Options::fromEnv().
+// Same with Options::fromEnv().
 Status createCommunicator(std::unique_ptr<Communicator>* out);
 
 }  // namespace mpi

@@ -3,35 +3,27 @@
 // runner at a time makes the transport calls, in queue order: the progress thread, or for host memory the
 // caller of a synchronous form (allreduce(), ...) waiting for its collective (docs/design/protocol.md,
 // "Threading").
-#include <atomic>
-#include <condition_variable>
 #include <cstddef>
-#include <deque>
-#include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "ringguard/algorithms/collective.h"
-#include "ringguard/algorithms/collectives.h"
-#include "ringguard/algorithms/executor.h"
 #include "ringguard/core/counters.h"
-#include "ringguard/core/fault_injector.h"
 #include "ringguard/core/options.h"
 #include "ringguard/core/run_summary.h"
 #include "ringguard/core/status.h"
 #include "ringguard/core/types.h"
-#include "ringguard/runtime/nan_check.h"
-#include "ringguard/transport/transport.h"
 
 namespace ringguard {
 
 // Handle of one enqueued collective.
 class Work {
  public:
+  Work();
+  ~Work();
+  Work(const Work&) = delete;
+  Work& operator=(const Work&) = delete;
+
   // Blocks until the collective finished on this rank and returns its Status. For device buffers it also
   // orders the caller's stream after the results (an event wait, not a device synchronisation).
   Status wait();
@@ -39,14 +31,10 @@ class Work {
 
  private:
   friend class Communicator;
-  void complete(Status status);
-
-  mutable std::mutex mutex_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  Status status_;
-  std::unique_ptr<Executor::Fence> fence_;
-  std::function<void(const Work*)> help_;  // runs queued host collectives on the waiting thread
+  // Its completion state and the executor's fence (src/runtime/communicator_impl.h): the runtime's types
+  // stay out of this header.
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 // Threads: every public call is thread-safe, but collectives are matched across ranks by the order in
@@ -59,21 +47,21 @@ class Work {
 // or in one order on every rank (e.g. under a mutex held across the issue calls).
 class Communicator {
  public:
-  // Takes ownership of the transport and starts the progress thread. `options` must be valid. Without an
-  // executor, buffers are host memory (HostExecutor). `resources` (pools, streams the executor and the
-  // transport use) are released last, after the transport and the executor.
-  Communicator(std::unique_ptr<Transport> transport, const Options& options,
-               std::unique_ptr<Executor> executor = nullptr, std::shared_ptr<void> resources = nullptr);
+  // Communicators come from the factories (ringguard/runtime/factories.h, device_factory.h,
+  // ringguard/mpi/mpi_communicator.h). The Impl (transport, executor, progress thread, queue;
+  // src/runtime/communicator_impl.h) is the runtime's own: it is incomplete outside the library.
+  class Impl;
+  explicit Communicator(std::unique_ptr<Impl> impl);
   // Runs what is still queued, then stops the progress thread.
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
-  int rank() const { return rank_; }
-  int size() const { return size_; }
-  const Options& options() const { return options_; }
+  int rank() const;
+  int size() const;
+  const Options& options() const;
   // The transport's name: "mpi", "nccl" or "staged".
-  const char* transportName() const { return transport_->name(); }
+  const char* transportName() const;
 
   // Enqueues a verified AllReduce of `count` elements. `send` may equal `recv` (in place); both must stay
   // valid until the Work completes. Thread-safe. Invalid arguments complete the Work with
@@ -151,51 +139,7 @@ class Communicator {
   FaultOptions fault() const;
 
  private:
-  struct Task {
-    std::function<Status(const CollectiveContext&)> run;
-    std::shared_ptr<Work> work;
-    Status invalid;  // set when the caller's arguments were rejected
-    const char* name;
-    uint64_t bytes = 0;     // the call's payload (CollectiveStats::bytes)
-    bool group = true;      // a collective of every rank (numbered by nextSeq_); else point-to-point
-    CollectiveInput input;  // what RINGGUARD_NAN_CHECK scans (group collectives)
-  };
-  // The one way in: `checked` is the collective's argument check; an error in it completes the Work with
-  // kInvalidArgument ("<name> on rank r: ...") after telling the peers.
-  std::shared_ptr<Work> submit(const char* name, uint64_t bytes, Status checked, void* stream,
-                               std::function<Status(const CollectiveContext&, Executor*)> run,
-                               bool group = true, CollectiveInput input = {});
-  std::shared_ptr<Work> enqueue(Task task, std::unique_ptr<Executor::Fence> fence);
-  Status enqueueAndWait(const std::function<std::shared_ptr<Work>()>& enqueueIt);
-  CollectiveShape shape() const;
-  void progressLoop();
-  // A waiting caller runs queued host tasks itself while no one else runs one (Work::wait).
-  void helpWhileWaiting(const Work* waited);
-  void runTask(Task& task);
-  void finishRun();
-
-  std::unique_ptr<Transport> transport_;
-  const Options options_;
-  std::shared_ptr<const FaultInjector> injector_;  // guarded by mutex_; replaced, never edited
-  std::unique_ptr<Executor> executor_;
-  std::shared_ptr<void> resources_;
-  const int rank_;
-  const int size_;
-
-  mutable std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<Task> queue_;
-  bool stopping_ = false;
-  bool busy_ = true;  // a runner holds the transport; the handshake runs first, on the progress thread
-  std::atomic<bool> aborted_{false};  // read by the waits of the collective in progress
-  Status firstError_;
-  Counters counters_;
-  std::map<std::string, CollectiveStats> byKind_;
-  uint32_t track_ = 0;    // timeline track (set in the constructor, before the progress thread starts)
-  uint64_t nextSeq_ = 0;  // touched by the runner only
-  // Point-to-point message numbers per peer (runner only): only the two ends count them.
-  std::vector<uint64_t> sendSeq_, recvSeq_;
-  std::thread progress_;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace ringguard

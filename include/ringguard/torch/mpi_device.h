@@ -49,7 +49,7 @@ inline bool chooseCuda(const std::string& kind, bool* useCuda, std::string* why)
 inline Status createWorldCommunicator(bool useCuda, const Options& options, torch::Device* device,
                                       std::unique_ptr<Communicator>* comm) {
   *device = torch::kCPU;
-  if (!useCuda) return mpi::createCommunicator(MPI_COMM_WORLD, options, comm);
+  if (!useCuda) return mpi::createCommunicator(options, comm);
 #if RINGGUARD_TORCH_CUDA
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -61,7 +61,7 @@ inline Status createWorldCommunicator(bool useCuda, const Options& options, torc
   cuda::DeviceOptions deviceOptions;
   RINGGUARD_RETURN_IF_ERROR(cuda::DeviceOptions::fromEnv(&deviceOptions));
   deviceOptions.device = gpu;
-  return cuda::createDeviceCommunicator(MPI_COMM_WORLD, options, deviceOptions, comm);
+  return cuda::createDeviceCommunicator(options, deviceOptions, comm);
 #else
   return Status(StatusCode::kInvalidArgument, "this build of ringguard has no CUDA support");
 #endif

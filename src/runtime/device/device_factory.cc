@@ -8,10 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "cuda/cuda_check.h"
-#include "ringguard/core/env.h"
-#include "ringguard/cuda/device_executor.h"
-#include "ringguard/cuda/memory_pool.h"
+#include "cuda/device_executor.h"
+#include "cuda/memory_pool.h"
+#include "runtime/make_communicator.h"
 #include "transport/staged/staged_transport.h"
 #if RINGGUARD_HAVE_NCCL
 #include "transport/nccl/nccl_transport.h"
@@ -64,7 +65,7 @@ Status build(std::unique_ptr<Transport> host, const std::vector<uint8_t>* ncclId
   }
   auto executor =
       std::make_unique<DeviceExecutor>(res->device, res->pool.get(), res->pinned.get(), res->stream);
-  out->reset(new Communicator(std::move(transport), options, std::move(executor), res));
+  *out = makeCommunicator(std::move(transport), options, std::move(executor), res);
   return Status::ok();
 }
 

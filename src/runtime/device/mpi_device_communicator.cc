@@ -4,11 +4,11 @@
 namespace ringguard {
 namespace cuda {
 
-Status createDeviceCommunicator(MPI_Comm comm, const Options& options, const DeviceOptions& device,
+Status createDeviceCommunicator(const Options& options, const DeviceOptions& device,
                                 std::unique_ptr<Communicator>* out) {
   RINGGUARD_RETURN_IF_ERROR(options.validate());
   std::unique_ptr<Bootstrap> bootstrap;
-  RINGGUARD_RETURN_IF_ERROR(mpi::createBootstrap(comm, &bootstrap));
+  RINGGUARD_RETURN_IF_ERROR(mpi::createBootstrap(&bootstrap));
   return createDeviceCommunicator(*bootstrap, options, device, out);
 }
 

@@ -15,7 +15,7 @@
 #include "ringguard/guard/guard.h"
 #include "torch/guard/tensor_buffer.h"
 #if RINGGUARD_GUARD_CUDA
-#include "ringguard/cuda/snapshot.h"
+#include "cuda/snapshot.h"
 #endif
 
 namespace py = pybind11;

@@ -1,5 +1,5 @@
 // ringguard._C.pool_stats / trim_pools: the memory ringguard's own pools hold (device cudaMemPool_t's and
-// pinned host blocks, ringguard/cuda/pool_registry.h), for python/ringguard/memory.py, which reports it
+// pinned host blocks, src/cuda/pool_registry.h), for python/ringguard/memory.py, which reports it
 // beside torch.cuda.memory_reserved() and trims it with torch.cuda.empty_cache(). A build without CUDA has
 // no pools: zeros, and nothing to trim.
 #include <pybind11/pybind11.h>
@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #if RINGGUARD_MEMORY_CUDA
-#include "ringguard/cuda/pool_registry.h"
+#include "cuda/pool_registry.h"
 #endif
 
 namespace py = pybind11;

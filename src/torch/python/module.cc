@@ -9,7 +9,7 @@
 #include <string>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
-#include "ringguard/core/env.h"
+#include "core/env.h"
 #include "ringguard/observability/observability.h"
 #include "ringguard/torch/process_group.h"
 

@@ -23,7 +23,7 @@ void ringguardRegisterMpiBindings(py::module_& m) {
         {
           py::gil_scoped_release nogil;
           std::unique_ptr<ringguard::Bootstrap> bootstrap;
-          ringguard::Status st = ringguard::mpi::createBootstrap(MPI_COMM_WORLD, &bootstrap);
+          ringguard::Status st = ringguard::mpi::createBootstrap(&bootstrap);
           if (st.isOk()) st = bootstrap->broadcast(0, &bytes);
           if (!st.isOk()) throw std::runtime_error("ringguard: MPI broadcast from rank 0: " + st.toString());
         }

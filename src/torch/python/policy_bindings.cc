@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "ringguard/core/env.h"
+#include "core/env.h"
 #include "ringguard/policy/engine.h"
 #include "ringguard/policy/registry.h"
 #include "ringguard/policy/rules.h"

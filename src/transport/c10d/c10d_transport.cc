@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/log_text.h"
-#include "ringguard/core/thread_name.h"
+#include "core/thread_name.h"
 
 namespace ringguard {
 

@@ -12,7 +12,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include "ringguard/core/status.h"
-#include "ringguard/transport/transport.h"
+#include "transport/transport.h"
 
 namespace ringguard {
 

@@ -1,12 +1,12 @@
-#include "ringguard/transport/control_channel.h"
+#include "transport/control/control_channel.h"
 
 #include <cstring>
 #include <sstream>
 #include <string>
 
+#include "core/fault_injector.h"
 #include "ringguard/core/counters.h"
 #include "ringguard/core/crc32.h"
-#include "ringguard/core/fault_injector.h"
 
 namespace ringguard {
 

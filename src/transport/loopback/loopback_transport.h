@@ -14,7 +14,7 @@
 #include <mutex>
 #include <vector>
 
-#include "ringguard/transport/transport.h"
+#include "transport/transport.h"
 
 namespace ringguard {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "ringguard/transport/transport.h"
+#include "transport/transport.h"
 
 namespace ringguard {
 

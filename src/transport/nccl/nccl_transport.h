@@ -24,7 +24,7 @@
 #include <memory>
 #include <vector>
 
-#include "ringguard/transport/transport.h"
+#include "transport/transport.h"
 
 namespace ringguard {
 

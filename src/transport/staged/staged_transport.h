@@ -8,8 +8,8 @@
 #include <memory>
 #include <vector>
 
-#include "ringguard/cuda/memory_pool.h"
-#include "ringguard/transport/transport.h"
+#include "cuda/memory_pool.h"
+#include "transport/transport.h"
 
 namespace ringguard {
 

@@ -27,13 +27,13 @@
 #include <string>
 #include <thread>
 
-#include "ringguard/algorithms/executor.h"
+#include "algorithms/executor.h"
+#include "core/fault_injector.h"
 #include "ringguard/core/counters.h"
-#include "ringguard/core/fault_injector.h"
 #include "ringguard/core/options.h"
 #include "ringguard/core/status.h"
 #include "ringguard/core/types.h"
-#include "ringguard/transport/transport.h"
+#include "transport/transport.h"
 
 namespace ringguard {
 

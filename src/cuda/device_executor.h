@@ -28,9 +28,9 @@
 #include <memory>
 #include <vector>
 
-#include "ringguard/algorithms/executor.h"
+#include "algorithms/executor.h"
+#include "core/trailer.h"
 #include "ringguard/core/status.h"
-#include "ringguard/core/trailer.h"
 
 typedef struct CUstream_st* cudaStream_t;
 typedef struct CUevent_st* cudaEvent_t;

@@ -10,8 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "ringguard/core/host_device.h"
-#include "ringguard/core/trailer.h"
+#include "core/host_device.h"
+#include "core/trailer.h"
 
 namespace ringguard {
 

@@ -9,10 +9,10 @@
 #include <memory>
 #include <vector>
 
-#include "ringguard/core/corruption_plan.h"
+#include "core/corruption_plan.h"
+#include "core/trailer.h"
 #include "ringguard/core/non_finite.h"
 #include "ringguard/core/status.h"
-#include "ringguard/core/trailer.h"
 #include "ringguard/core/types.h"
 
 namespace ringguard {

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "ringguard/core/host_device.h"
+#include "core/host_device.h"
 
 namespace ringguard {
 

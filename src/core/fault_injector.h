@@ -4,9 +4,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "ringguard/core/corruption_plan.h"
+#include "core/corruption_plan.h"
+#include "core/trailer.h"
 #include "ringguard/core/options.h"
-#include "ringguard/core/trailer.h"
 
 namespace ringguard {
 

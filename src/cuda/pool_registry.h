@@ -4,8 +4,8 @@
 // ringguard.empty_cache()): the pools are cudaMemPool_t's and pinned blocks of ringguard's own, which
 // PyTorch's caching allocator neither sees nor trims. Pools join when they are made and leave when they are
 // destroyed; nothing else registers (docs/DOWNGRADE.md, "ringguard's pools beside PyTorch's").
+#include "cuda/memory_pool.h"
 #include "ringguard/core/status.h"
-#include "ringguard/cuda/memory_pool.h"
 
 namespace ringguard {
 

@@ -8,7 +8,7 @@
 // the calling thread's current device. Expected failures (bad arguments, CUDA errors at enqueue time) come
 // back as Status.
 //
-// The arithmetic is bit-identical to reduceHost (include/ringguard/core/reduce.h): f16 and bf16 are
+// The arithmetic is bit-identical to reduceHost (src/core/reduce.h): f16 and bf16 are
 // computed in f32 and rounded to nearest even with the host's own bit manipulation (NaN payloads kept and
 // quieted exactly as floatToHalf / floatToBf16 do), integer sums and products wrap, avg divides by
 // nranks (an int) at the final step, min / max are std::min / std::max (the first operand wins ties and
@@ -20,8 +20,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/trailer.h"
 #include "ringguard/core/status.h"
-#include "ringguard/core/trailer.h"
 #include "ringguard/core/types.h"
 
 // Forward declaration of the runtime's stream handle, so this header does not need cuda_runtime_api.h.

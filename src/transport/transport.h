@@ -9,9 +9,9 @@
 #include <memory>
 #include <vector>
 
+#include "core/trailer.h"
 #include "ringguard/core/status.h"
-#include "ringguard/core/trailer.h"
-#include "ringguard/transport/control_channel.h"
+#include "transport/control/control_channel.h"
 
 namespace ringguard {
 

@@ -9,9 +9,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "ringguard/core/corruption_plan.h"
+#include "core/corruption_plan.h"
+#include "core/trailer.h"
 #include "ringguard/core/status.h"
-#include "ringguard/core/trailer.h"
 #include "ringguard/core/types.h"
 
 // Forward declaration of the runtime's stream handle, so this header does not need cuda_runtime_api.h.

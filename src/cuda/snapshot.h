@@ -1,19 +1,18 @@
 #pragma once
-// The guard's device side: the launchers of src/cuda/guard_scan.cu and the GuardBackend over device memory
-// (src/cuda/guard_scan_backend.cc). CUDA-free, like kernels.h, so the torch adapter and plain C++ callers
-// include it without the CUDA headers. Launchers are asynchronous on `stream` (see kernels.h).
+// The guard's device side: the launchers of src/cuda/guard_scan.cu, used by the GuardBackend over device
+// memory (src/cuda/guard_scan_backend.cc; its public factory: ringguard/guard/device_backend.h). CUDA-free,
+// like kernels.h, so the torch adapter includes it without the CUDA headers. Launchers are asynchronous on
+// `stream` (see kernels.h).
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 
+#include "cuda/kernels.h"
 #include "ringguard/core/status.h"
 #include "ringguard/core/types.h"
-#include "ringguard/cuda/kernels.h"
 #include "ringguard/guard/backend.h"
+#include "ringguard/guard/device_backend.h"
 
 namespace ringguard {
-
-class DevicePool;
 
 // The summary of a batch of scans, written by the device into mapped pinned host memory: the host reads
 // these 24 bytes after one event, and copies the per-buffer results back only when badScans != 0.
@@ -42,18 +41,5 @@ Status guardSanitizeDevice(void* data, size_t count, DataType dtype, bool clamp,
 // Writes `value` (quiet NaN, +Inf, -Inf or the largest finite value) into element `index` at `data`: the
 // guard's fault injection. Float dtypes only.
 Status guardInjectDevice(void* data, size_t index, DataType dtype, FaultValue value, cudaStream_t stream);
-
-struct DeviceGuardBackendOptions {
-  int device = 0;
-  // Snapshot storage and the scans' result slots come from this pool; null: the backend creates its own
-  // (DevicePool::create on `device`).
-  DevicePool* pool = nullptr;
-};
-
-// The GuardBackend over device memory. Snapshots are cudaMemcpyAsync D2D on a side stream of its own,
-// ordered with the caller's stream by events (no device synchronisation); scans are nanScanDevice into
-// pool slots; readScans is one guardVerdictDevice + one event wait. Not thread-safe (a Guard is used by
-// one thread at a time).
-Status makeDeviceGuardBackend(const DeviceGuardBackendOptions& options, std::unique_ptr<GuardBackend>* out);
 
 }  // namespace ringguard

@@ -7,7 +7,7 @@
 // and the CRC polynomial P is 0xEDB88320 (x^32 is implicit).
 #include <cstdint>
 
-#include "ringguard/core/host_device.h"
+#include "core/host_device.h"
 
 namespace ringguard {
 

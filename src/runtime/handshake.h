@@ -7,7 +7,7 @@
 
 #include "ringguard/core/options.h"
 #include "ringguard/core/status.h"
-#include "ringguard/transport/transport.h"
+#include "transport/transport.h"
 
 namespace ringguard {
 

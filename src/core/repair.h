@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "ringguard/core/trailer.h"
+#include "core/trailer.h"
 
 namespace ringguard {
 

@@ -3,7 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "ringguard/core/float16.h"
+#include "core/float16.h"
 #include "ringguard/core/types.h"
 
 namespace ringguard {

@@ -8,14 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "core/fault_injector.h"
+#include "core/fingerprint.h"
+#include "core/repair.h"
+#include "core/ring_schedule.h"
 #include "ringguard/core/counters.h"
-#include "ringguard/core/fault_injector.h"
-#include "ringguard/core/fingerprint.h"
 #include "ringguard/core/options.h"
-#include "ringguard/core/repair.h"
-#include "ringguard/core/ring_schedule.h"
-#include "ringguard/transport/control_channel.h"
-#include "ringguard/transport/transport.h"
+#include "transport/control/control_channel.h"
+#include "transport/transport.h"
 
 namespace ringguard {
 

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "ringguard/algorithms/collective.h"
-#include "ringguard/algorithms/executor.h"
+#include "algorithms/collective.h"
+#include "algorithms/executor.h"
 #include "ringguard/core/types.h"
 
 namespace ringguard {

@@ -6,7 +6,7 @@
 // memory PyTorch's caching allocator could have used, and so that trimming it releases only our memory. The
 // release threshold bounds what it keeps cached across synchronisations (256 MiB by default).
 //
-// Every pool of the process is listed in ringguard/cuda/pool_registry.h (its memory beside PyTorch's).
+// Every pool of the process is listed in src/cuda/pool_registry.h (its memory beside PyTorch's).
 //
 // This header is the CUDA layer's own and includes the CUDA runtime API.
 #include <cuda_runtime_api.h>

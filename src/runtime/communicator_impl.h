@@ -1,0 +1,101 @@
+#pragma once
+// The communicator's private side (the pimpl of ringguard/runtime/communicator.h): the transport, the
+// executor, the progress thread and the queue that the public header must not show, since they are the
+// runtime's internal types (docs/ARCHITECTURE.md, "Public and private headers").
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "algorithms/collective.h"
+#include "algorithms/executor.h"
+#include "core/fault_injector.h"
+#include "ringguard/runtime/communicator.h"
+#include "runtime/nan_check.h"
+#include "transport/transport.h"
+
+namespace ringguard {
+
+struct Work::Impl {
+  void complete(Status status);
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  Status status_;
+  std::unique_ptr<Executor::Fence> fence_;
+  std::function<void(const Work*)> help_;  // runs queued host collectives on the waiting thread
+};
+
+class Communicator::Impl {
+ public:
+  // See makeCommunicator (runtime/make_communicator.h).
+  Impl(std::unique_ptr<Transport> transport, const Options& options, std::unique_ptr<Executor> executor,
+       std::shared_ptr<void> resources);
+  ~Impl();
+
+ private:
+  // Communicator's collectives submit through it and read its shape; the rest of the state is the runner's.
+  friend class Communicator;
+
+  struct Task {
+    std::function<Status(const CollectiveContext&)> run;
+    std::shared_ptr<Work> work;
+    Status invalid;  // set when the caller's arguments were rejected
+    const char* name;
+    uint64_t bytes = 0;     // the call's payload (CollectiveStats::bytes)
+    bool group = true;      // a collective of every rank (numbered by nextSeq_); else point-to-point
+    CollectiveInput input;  // what RINGGUARD_NAN_CHECK scans (group collectives)
+  };
+  // The one way in: `checked` is the collective's argument check; an error in it completes the Work with
+  // kInvalidArgument ("<name> on rank r: ...") after telling the peers.
+  std::shared_ptr<Work> submit(const char* name, uint64_t bytes, Status checked, void* stream,
+                               std::function<Status(const CollectiveContext&, Executor*)> run,
+                               bool group = true, CollectiveInput input = {});
+  std::shared_ptr<Work> enqueue(Task task, std::unique_ptr<Executor::Fence> fence);
+  CollectiveShape shape() const;
+  void progressLoop();
+  // A waiting caller runs queued host tasks itself while no one else runs one (Work::wait).
+  void helpWhileWaiting(const Work* waited);
+  void runTask(Task& task);
+  void finishRun();
+  // What the public methods of the same names forward to.
+  void abort(const std::string& why);
+  Counters counters() const;
+  CommunicatorSummary summary() const;
+  Status firstError() const;
+  Status setFault(const FaultOptions& fault);
+  FaultOptions fault() const;
+
+  std::unique_ptr<Transport> transport_;
+  const Options options_;
+  std::shared_ptr<const FaultInjector> injector_;  // guarded by mutex_; replaced, never edited
+  std::unique_ptr<Executor> executor_;
+  std::shared_ptr<void> resources_;
+  const int rank_;
+  const int size_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  bool stopping_ = false;
+  bool busy_ = true;  // a runner holds the transport; the handshake runs first, on the progress thread
+  std::atomic<bool> aborted_{false};  // read by the waits of the collective in progress
+  Status firstError_;
+  Counters counters_;
+  std::map<std::string, CollectiveStats> byKind_;
+  uint32_t track_ = 0;    // timeline track (set in the constructor, before the progress thread starts)
+  uint64_t nextSeq_ = 0;  // touched by the runner only
+  // Point-to-point message numbers per peer (runner only): only the two ends count them.
+  std::vector<uint64_t> sendSeq_, recvSeq_;
+  std::thread progress_;
+};
+
+}  // namespace ringguard
