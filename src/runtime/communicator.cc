@@ -133,12 +133,14 @@ Communicator::Impl::~Impl() {
 
 std::shared_ptr<Work> Communicator::Impl::submit(
     const char* name, uint64_t bytes, Status checked, void* stream,
-    std::function<Status(const CollectiveContext&, Executor*)> run, bool group, CollectiveInput input) {
+    std::function<Status(const CollectiveContext&, Executor*)> run, std::function<uint64_t()> number,
+    CollectiveInput input) {
   trace::instant(trace::Kind::kEnqueue, name, track_, 0, 0, 0, 0, 0, nullptr, bytes);
   Task task;
   task.name = name;
   task.bytes = bytes;
-  task.group = group;
+  task.group = !number;
+  task.number = std::move(number);
   task.input = std::move(input);
   if (!checked.isOk()) {
     task.invalid = Status(StatusCode::kInvalidArgument,
@@ -169,7 +171,7 @@ std::shared_ptr<Work> Communicator::allreduceAsync(const void* send, void* recv,
       [=](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::allreduce(ctx, exec, send, recv, count, dtype, op);
       },
-      true, CollectiveInput{send, {{send, count}}, dtype});
+      nullptr, CollectiveInput{send, {{send, count}}, dtype});
 }
 
 namespace {
@@ -229,7 +231,7 @@ std::shared_ptr<Work> Communicator::reduceScatterAsync(const void* send, void* r
       [=](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::reduceScatter(ctx, exec, send, recv, recvCount, dtype, op);
       },
-      true, CollectiveInput{send, {{send, recvCount * size_t(size())}}, dtype});
+      nullptr, CollectiveInput{send, {{send, recvCount * size_t(size())}}, dtype});
 }
 
 std::shared_ptr<Work> Communicator::allgatherAsync(const void* send, void* recv, size_t sendCount,
@@ -240,7 +242,7 @@ std::shared_ptr<Work> Communicator::allgatherAsync(const void* send, void* recv,
       [=](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::allgather(ctx, exec, send, recv, sendCount, dtype);
       },
-      true, CollectiveInput{send, {{send, sendCount}}, dtype});
+      nullptr, CollectiveInput{send, {{send, sendCount}}, dtype});
 }
 
 std::shared_ptr<Work> Communicator::broadcastAsync(const void* send, void* recv, size_t count, DataType dtype,
@@ -251,31 +253,34 @@ std::shared_ptr<Work> Communicator::broadcastAsync(const void* send, void* recv,
       [=](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::broadcast(ctx, exec, send, recv, count, dtype, root);
       },
-      true,
+      nullptr,
       // Only the root's input travels.
       rank() == root ? CollectiveInput{send, {{send, count}}, dtype} : CollectiveInput{});
 }
 
 std::shared_ptr<Work> Communicator::sendRecvAsync(const void* send, size_t sendCount, int dst, void* recv,
                                                   size_t recvCount, int src, DataType dtype, void* stream) {
-  PeerExchange x;
-  x.send = send;
-  x.sendCount = sendCount;
-  x.dst = dst;
-  x.recv = recv;
-  x.recvCount = recvCount;
-  x.src = src;
+  auto x = std::make_shared<PeerExchange>();
+  x->send = send;
+  x->sendCount = sendCount;
+  x->dst = dst;
+  x->recv = recv;
+  x->recvCount = recvCount;
+  x->src = src;
   return impl_->submit(
       "sendrecv",
       (dst >= 0 ? sendCount : 0) * dataTypeSize(dtype) + (src >= 0 ? recvCount : 0) * dataTypeSize(dtype),
-      checkSendRecvArgs(impl_->shape(), x, dtype), stream,
-      [impl = impl_.get(), x, dtype](const CollectiveContext& ctx, Executor* exec) mutable {
-        // Numbered here, on the progress thread, in the order every exchange runs.
-        if (x.dst >= 0) x.sendSeq = impl->sendSeq_[size_t(x.dst)]++;
-        if (x.src >= 0) x.recvSeq = impl->recvSeq_[size_t(x.src)]++;
-        return ringguard::sendRecv(ctx, exec, x, dtype);
+      checkSendRecvArgs(impl_->shape(), *x, dtype), stream,
+      [x, dtype](const CollectiveContext& ctx, Executor* exec) {
+        return ringguard::sendRecv(ctx, exec, *x, dtype);
       },
-      /*group=*/false);
+      // Numbered on the progress thread, in the order every exchange runs; the exchange goes by the number
+      // it receives, else the one it sends (its span, its events and its errors alike).
+      [impl = impl_.get(), x]() {
+        if (x->dst >= 0) x->sendSeq = impl->sendSeq_[size_t(x->dst)]++;
+        if (x->src >= 0) x->recvSeq = impl->recvSeq_[size_t(x->src)]++;
+        return x->src >= 0 ? x->recvSeq : x->sendSeq;
+      });
 }
 
 std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, const std::vector<size_t>& sendCounts,
@@ -299,7 +304,7 @@ std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, const std::v
       [=, layout = std::move(layout)](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::alltoall(ctx, exec, send, recv, layout, dtype);
       },
-      true, std::move(input));
+      nullptr, std::move(input));
 }
 
 std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, void* recv, size_t count, DataType dtype,
@@ -450,8 +455,9 @@ void Communicator::Impl::runTask(Task& task) {
     task.work->impl_->complete(poisoned);
     return;
   }
-  // Point-to-point exchanges do not take a collective number: the ranks not involved never see them.
-  const uint64_t seq = task.group ? nextSeq_++ : nextSeq_;
+  // Point-to-point exchanges do not take a collective number (the ranks not involved never see them): they
+  // go by their own message number. A rejected one is not numbered (the communicator fails with it).
+  const uint64_t seq = task.group ? nextSeq_++ : task.invalid.isOk() ? task.number() : nextSeq_;
   Counters delta;
   Status st = task.invalid;
   trace::Span span(trace::Kind::kCollective, task.name, track_, seq);

@@ -50,15 +50,18 @@ class Communicator::Impl {
     std::shared_ptr<Work> work;
     Status invalid;  // set when the caller's arguments were rejected
     const char* name;
-    uint64_t bytes = 0;     // the call's payload (CollectiveStats::bytes)
-    bool group = true;      // a collective of every rank (numbered by nextSeq_); else point-to-point
-    CollectiveInput input;  // what RINGGUARD_NAN_CHECK scans (group collectives)
+    uint64_t bytes = 0;  // the call's payload (CollectiveStats::bytes)
+    bool group = true;   // a collective of every rank (numbered by nextSeq_); else point-to-point
+    std::function<uint64_t()> number;  // point-to-point: numbers the exchange on the progress thread
+    CollectiveInput input;             // what RINGGUARD_NAN_CHECK scans (group collectives)
   };
   // The one way in: `checked` is the collective's argument check; an error in it completes the Work with
-  // kInvalidArgument ("<name> on rank r: ...") after telling the peers.
+  // kInvalidArgument ("<name> on rank r: ...") after telling the peers. Without `number` the task is a
+  // collective of every rank, numbered by nextSeq_; with it a point-to-point exchange, which `number`
+  // numbers (its own message number: the ranks not involved never see it) when it runs.
   std::shared_ptr<Work> submit(const char* name, uint64_t bytes, Status checked, void* stream,
                                std::function<Status(const CollectiveContext&, Executor*)> run,
-                               bool group = true, CollectiveInput input = {});
+                               std::function<uint64_t()> number = nullptr, CollectiveInput input = {});
   std::shared_ptr<Work> enqueue(Task task, std::unique_ptr<Executor::Fence> fence);
   CollectiveShape shape() const;
   void progressLoop();

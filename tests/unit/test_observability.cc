@@ -130,6 +130,8 @@ TEST(Timeline, SendRecvControlMessagesCarryTheExchangeNumber) {
   LoopbackGroup g(2, o);
   g.run([&](int rank, Communicator& c) {
     std::vector<int32_t> buf(100, rank);
+    // A collective first: the group's next number is then 1, which the exchanges must not take.
+    ASSERT_TRUE(c.allreduce(buf.data(), buf.data(), 4, DataType::kInt32, ReduceOp::kSum).isOk());
     for (int i = 0; i < 2; ++i) {  // exchanges 0 and 1 from rank 0 to rank 1
       const Status st = rank == 0 ? c.sendRecv(buf.data(), buf.size(), 1, nullptr, 0, -1, DataType::kInt32)
                                   : c.sendRecv(nullptr, 0, -1, buf.data(), buf.size(), 0, DataType::kInt32);
@@ -156,6 +158,13 @@ TEST(Timeline, SendRecvControlMessagesCarryTheExchangeNumber) {
       want.push_back("verdict seq " + n + " peer " + peer + " received " + vd);
     }
     EXPECT_EQ(got, want) << "rank " << r;
+    // The exchanges' spans carry their own numbers too (0 and 1), not the group's next collective number.
+    std::vector<std::string> spans;
+    for (const json& e : t.collectives) {
+      spans.push_back(e.at("name").get<std::string>() + " " +
+                      std::to_string(e.at("args").at("seq").get<int>()));
+    }
+    EXPECT_EQ(spans, (std::vector<std::string>{"allreduce 0", "sendrecv 0", "sendrecv 1"})) << "rank " << r;
   }
 }
 
