@@ -26,6 +26,12 @@ endif()
 # --- headers -------------------------------------------------------------------------------------------
 # The torch layer's headers are not installed: its libraries (ringguard_torch, ringguard_c10d) are not in the
 # export set (a consumer would need libtorch's CMake package too); PyTorch users take the Python package.
+# Nor, in a package built without MPI, the MPI short forms (ringguard/mpi/, ringguard/cuda/
+# device_communicator.h): their definitions are not in it, so including them should fail, not linking.
+set(_rg_header_excludes PATTERN "torch" EXCLUDE)
+if(NOT RINGGUARD_WITH_MPI)
+  list(APPEND _rg_header_excludes PATTERN "mpi" EXCLUDE PATTERN "device_communicator.h" EXCLUDE)
+endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/ringguard
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   COMPONENT ringguard_development
@@ -34,7 +40,7 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/ringguard
     PATTERN "*.hpp"
     PATTERN "*.cuh"
     PATTERN "*.inl"
-    PATTERN "torch" EXCLUDE)
+    ${_rg_header_excludes})
 
 # --- libraries + export set ----------------------------------------------------------------------------
 install(TARGETS ${RINGGUARD_LAYER_TARGETS}
@@ -131,3 +137,4 @@ unset(_rg_in_build)
 unset(_rg_in_source)
 unset(_rg_known_ns)
 unset(_rg_exported_paths)
+unset(_rg_header_excludes)

@@ -1,7 +1,9 @@
 #include "bootstrap/mpi_bootstrap.h"
 
 #include <cstdlib>
+#include <limits>
 #include <string>
+#include <type_traits>
 
 #include "core/logging.h"
 #include "ringguard/mpi/mpi_communicator.h"
@@ -115,11 +117,59 @@ Status createBootstrap(MPI_Comm comm, std::unique_ptr<Bootstrap>* out) {
 
 Status createBootstrap(std::unique_ptr<Bootstrap>* out) { return createBootstrap(MPI_COMM_WORLD, out); }
 
-Status createCommunicator(const Options& options, std::unique_ptr<Communicator>* out) {
+namespace {
+// Open MPI's MPI_Comm is a pointer, MPICH's an int: only the first can be null (a template, so that the
+// comparison is not compiled for an int).
+template <typename Handle>
+bool isNullPointer(Handle handle) {
+  if constexpr (std::is_pointer<Handle>::value) return handle == nullptr;
+  return false;
+}
+}  // namespace
+
+Status commFromFortran(int64_t fortranComm, MPI_Comm* out) {
+  RINGGUARD_RETURN_IF_ERROR(ensureInitialized());  // MPI_Comm_f2c needs MPI
+  const std::string what = "the Fortran communicator handle " + std::to_string(fortranComm);
+  // int64_t in the API holds MPI_Fint at any width (it is 64-bit under -fdefault-integer-8 builds).
+  if (fortranComm < std::numeric_limits<MPI_Fint>::min() ||
+      fortranComm > std::numeric_limits<MPI_Fint>::max()) {
+    return Status(StatusCode::kInvalidArgument, what + " does not fit an MPI_Fint: pass MPI_Comm_c2f(comm)");
+  }
+  const MPI_Comm comm = MPI_Comm_f2c(static_cast<MPI_Fint>(fortranComm));
+  // MPI_Comm_f2c raises no error for a handle it never issued (MPI-2 4.12.4) but returns an invalid C
+  // handle: Open MPI's is a null pointer, which MPI_Comm_dup would crash on.
+  if (comm == MPI_COMM_NULL || isNullPointer(comm)) {
+    return Status(StatusCode::kInvalidArgument,
+                  what + " names no communicator (MPI_COMM_NULL: is this rank outside the group?)");
+  }
+  *out = comm;
+  return Status::ok();
+}
+
+Status createBootstrap(int64_t fortranComm, std::unique_ptr<Bootstrap>* out) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  RINGGUARD_RETURN_IF_ERROR(commFromFortran(fortranComm, &comm));
+  return createBootstrap(comm, out);
+}
+
+namespace {
+// The host factory over a bootstrap of `comm`; the options are checked before any MPI collective.
+Status createHostCommunicatorOver(MPI_Comm comm, const Options& options, std::unique_ptr<Communicator>* out) {
   RINGGUARD_RETURN_IF_ERROR(options.validate());
   std::unique_ptr<Bootstrap> bootstrap;
-  RINGGUARD_RETURN_IF_ERROR(createBootstrap(&bootstrap));
+  RINGGUARD_RETURN_IF_ERROR(createBootstrap(comm, &bootstrap));
   return createHostCommunicator(*bootstrap, options, out);
+}
+}  // namespace
+
+Status createCommunicator(const Options& options, std::unique_ptr<Communicator>* out) {
+  return createHostCommunicatorOver(MPI_COMM_WORLD, options, out);
+}
+
+Status createCommunicator(int64_t fortranComm, const Options& options, std::unique_ptr<Communicator>* out) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  RINGGUARD_RETURN_IF_ERROR(commFromFortran(fortranComm, &comm));
+  return createHostCommunicatorOver(comm, options, out);
 }
 
 Status createCommunicator(std::unique_ptr<Communicator>* out) {

@@ -1,9 +1,10 @@
 #pragma once
 // The bootstrap over an MPI communicator (a duplicate of the caller's, so its collectives never match the
-// application's). Private: MPI types stay out of the public headers; users get one over MPI_COMM_WORLD from
-// mpi::createBootstrap (ringguard/mpi/mpi_communicator.h).
+// application's). Private: MPI types stay out of the public headers; users name a communicator by its
+// Fortran handle (ringguard/mpi/mpi_communicator.h), which commFromFortran below turns back into one.
 #include <mpi.h>
 
+#include <cstdint>
 #include <memory>
 
 #include "ringguard/bootstrap/bootstrap.h"
@@ -34,6 +35,11 @@ namespace mpi {
 // mpi::createBootstrap over any communicator (the torch process group's sub-groups): MPI initialised first
 // (mpi::ensureInitialized), then MpiBootstrap::create. Collective over `comm`.
 Status createBootstrap(MPI_Comm comm, std::unique_ptr<Bootstrap>* out);
+
+// The communicator behind a Fortran handle (what MPI_Comm_c2f gave the caller), MPI initialised first
+// (mpi::ensureInitialized). kInvalidArgument for a value no MPI_Fint holds, for MPI_COMM_NULL (a rank left
+// out by MPI_Comm_split) and, where the MPI library can tell, for a handle it never issued.
+Status commFromFortran(int64_t fortranComm, MPI_Comm* out);
 
 }  // namespace mpi
 

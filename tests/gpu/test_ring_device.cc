@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "../mpi/test_util.h"
@@ -75,6 +76,27 @@ TEST_F(DeviceRing, MatrixMatchesClosedForm) {
     }
   }
   EXPECT_EQ(comm->counters().detected, 0u);
+}
+
+// The device short form over a sub-communicator's Fortran handle (MPI_Comm_c2f): each half of an even/odd
+// split reduces over its own ranks only (the closed form of tests/mpi/test_util.h).
+TEST_F(DeviceRing, EachHalfOfASplitReducesOverItsOwnRanks) {
+  MPI_Comm half = testing::splitByParity();
+  cuda::DeviceOptions d;
+  ASSERT_TRUE(cuda::DeviceOptions::fromEnv(&d).isOk());
+  std::unique_ptr<Communicator> comm;
+  Status st = cuda::createDeviceCommunicator(int64_t(MPI_Comm_c2f(half)), Options(), d, &comm);
+  MPI_Comm_free(&half);  // the communicator works on duplicates
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  ASSERT_EQ(comm->size(), testing::halfMembers());
+  const size_t count = 100003;
+  const std::vector<float> in = testing::halfInput(count);
+  std::vector<uint8_t> bytes(count * sizeof(float)), out;
+  std::memcpy(bytes.data(), in.data(), bytes.size());
+  ASSERT_TRUE(run(comm.get(), bytes, count, DataType::kFloat32, ReduceOp::kSum, false, &out).isOk());
+  std::vector<float> sums(count);
+  std::memcpy(sums.data(), out.data(), out.size());
+  for (size_t i = 0; i < count; ++i) ASSERT_EQ(sums[i], testing::halfSum(i)) << "index " << i;
 }
 
 TEST_F(DeviceRing, LargeBufferNothingFailsVerification) {

@@ -1,7 +1,11 @@
 // The MPI bootstrap: its exchanges (sizes that differ by rank, a root other than 0), node-local ranks under
-// one mpirun on one host, and a host communicator built from it by the runtime's factory.
+// one mpirun on one host, a host communicator built from it by the runtime's factory, and both over a
+// sub-communicator named by its Fortran handle (MPI_Comm_c2f: the public API has no MPI type).
 #include <gtest/gtest.h>
+#include <mpi.h>
 
+#include <cstdint>
+#include <string>
 #include <vector>
 
 #include "ringguard/mpi/mpi_communicator.h"
@@ -64,6 +68,63 @@ TEST(MpiBootstrap, HostFactoryBuildsAWorkingCommunicator) {
   std::vector<uint8_t> in = makeInput(DataType::kFloat32, ReduceOp::kSum, worldRank(), count), out(in.size());
   ASSERT_TRUE(comm->allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum).isOk());
   EXPECT_EQ(out, expectedResult(DataType::kFloat32, ReduceOp::kSum, worldSize(), count));
+}
+
+TEST(MpiSubCommunicator, BootstrapOverAHandleExchangesWithinItsHalfOnly) {
+  MPI_Comm half = testing::splitByParity();
+  std::unique_ptr<Bootstrap> b;
+  Status st = mpi::createBootstrap(int64_t(MPI_Comm_c2f(half)), &b);
+  MPI_Comm_free(&half);  // the bootstrap works on a duplicate
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  std::vector<std::vector<uint8_t>> all;
+  ASSERT_TRUE(b->allgather({uint8_t(worldRank())}, &all).isOk());
+  std::vector<std::vector<uint8_t>> expected;
+  for (int r = worldRank() % 2; r < worldSize(); r += 2) expected.push_back({uint8_t(r)});
+  EXPECT_EQ(all, expected);
+  EXPECT_EQ(b->rank(), worldRank() / 2);
+}
+
+TEST(MpiSubCommunicator, EachHalfOfASplitReducesOverItsOwnRanks) {
+  MPI_Comm half = testing::splitByParity();
+  std::unique_ptr<Communicator> comm;
+  Status st = mpi::createCommunicator(int64_t(MPI_Comm_c2f(half)), Options(), &comm);
+  MPI_Comm_free(&half);
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  ASSERT_EQ(comm->size(), testing::halfMembers());
+  ASSERT_EQ(comm->rank(), worldRank() / 2);
+  for (size_t count : {size_t(1), size_t(1001)}) {
+    std::vector<float> v = testing::halfInput(count);
+    ASSERT_TRUE(comm->allreduce(v.data(), v.data(), count, DataType::kFloat32, ReduceOp::kSum).isOk());
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(v[i], testing::halfSum(i)) << "index " << i;
+  }
+}
+
+// The ranks MPI_Comm_split leaves out (color MPI_UNDEFINED) hold MPI_COMM_NULL: passing its handle is an
+// error at once, with no collective to hang in; so is a value that no Fortran handle can be.
+TEST(MpiSubCommunicator, AHandleNamingNoCommunicatorIsRefused) {
+  MPI_Comm rank0 = MPI_COMM_NULL;
+  ASSERT_EQ(MPI_Comm_split(MPI_COMM_WORLD, worldRank() == 0 ? 0 : MPI_UNDEFINED, 0, &rank0), MPI_SUCCESS);
+  if (worldRank() == 0) {
+    ASSERT_NE(rank0, MPI_COMM_NULL);
+    MPI_Comm_free(&rank0);
+  } else {
+    ASSERT_EQ(rank0, MPI_COMM_NULL);
+    std::unique_ptr<Communicator> comm;
+    Status st = mpi::createCommunicator(int64_t(MPI_Comm_c2f(rank0)), Options(), &comm);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+    EXPECT_NE(st.message().find("MPI_COMM_NULL"), std::string::npos) << st.message();
+    EXPECT_EQ(comm, nullptr);
+  }
+  std::unique_ptr<Bootstrap> b;
+  Status st = mpi::createBootstrap(int64_t(1) << 40, &b);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+  EXPECT_NE(st.message().find("does not fit an MPI_Fint"), std::string::npos) << st.message();
+#ifdef OPEN_MPI
+  // Open MPI's MPI_Comm_f2c answers an index it never issued with a null pointer, not an error.
+  st = mpi::createBootstrap(int64_t(1) << 30, &b);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+#endif
+  EXPECT_EQ(b, nullptr);
 }
 
 }  // namespace

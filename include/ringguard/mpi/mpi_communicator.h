@@ -1,8 +1,11 @@
 #pragma once
 // Bootstrapping from MPI, and the host communicator over it, for programs launched by mpirun. No MPI type
-// here (the API stays free of third-party headers): these work over MPI_COMM_WORLD. The communicators
-// themselves are built by the runtime's factories (ringguard/runtime/factories.h); createCommunicator below
-// is the short form of createBootstrap + createHostCommunicator that most MPI programs want.
+// here (the API stays free of third-party headers): the plain forms work over MPI_COMM_WORLD, and a
+// sub-communicator is named by its Fortran handle, an integer (the caller passes MPI_Comm_c2f(comm)). The
+// communicators themselves are built by the runtime's factories (ringguard/runtime/factories.h);
+// createCommunicator below is the short form of createBootstrap + createHostCommunicator that most MPI
+// programs want.
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -32,9 +35,18 @@ bool safeToFinalize(std::string* why = nullptr);
 // the MPI transport. Collective over MPI_COMM_WORLD.
 Status createBootstrap(std::unique_ptr<Bootstrap>* out);
 
+// The same over a duplicate of any communicator: the caller passes MPI_Comm_c2f(comm). kInvalidArgument
+// (before any collective) for MPI_COMM_NULL, which MPI_Comm_split gives the ranks it leaves out, or a
+// handle that names no communicator. Collective over `comm`.
+Status createBootstrap(int64_t fortranComm, std::unique_ptr<Bootstrap>* out);
+
 // A communicator over a duplicate of MPI_COMM_WORLD (MPI_Comm_dup, MPI_ERRORS_RETURN on the copies), so our
 // traffic never matches the application's. Collective over MPI_COMM_WORLD.
 Status createCommunicator(const Options& options, std::unique_ptr<Communicator>* out);
+
+// The same over a duplicate of any communicator: the caller passes MPI_Comm_c2f(comm) (errors as for
+// createBootstrap(fortranComm, ...)). Collective over `comm`.
+Status createCommunicator(int64_t fortranComm, const Options& options, std::unique_ptr<Communicator>* out);
 
 // Same with Options::fromEnv().
 Status createCommunicator(std::unique_ptr<Communicator>* out);

@@ -1,15 +1,30 @@
+#include "bootstrap/mpi_bootstrap.h"  // mpi::createBootstrap(MPI_Comm), commFromFortran
 #include "ringguard/cuda/device_communicator.h"
-#include "ringguard/mpi/mpi_communicator.h"
 
 namespace ringguard {
 namespace cuda {
 
-Status createDeviceCommunicator(const Options& options, const DeviceOptions& device,
-                                std::unique_ptr<Communicator>* out) {
+namespace {
+// The device factory over a bootstrap of `comm`; the options are checked before any MPI collective.
+Status createDeviceCommunicatorOver(MPI_Comm comm, const Options& options, const DeviceOptions& device,
+                                    std::unique_ptr<Communicator>* out) {
   RINGGUARD_RETURN_IF_ERROR(options.validate());
   std::unique_ptr<Bootstrap> bootstrap;
-  RINGGUARD_RETURN_IF_ERROR(mpi::createBootstrap(&bootstrap));
+  RINGGUARD_RETURN_IF_ERROR(mpi::createBootstrap(comm, &bootstrap));
   return createDeviceCommunicator(*bootstrap, options, device, out);
+}
+}  // namespace
+
+Status createDeviceCommunicator(const Options& options, const DeviceOptions& device,
+                                std::unique_ptr<Communicator>* out) {
+  return createDeviceCommunicatorOver(MPI_COMM_WORLD, options, device, out);
+}
+
+Status createDeviceCommunicator(int64_t fortranComm, const Options& options, const DeviceOptions& device,
+                                std::unique_ptr<Communicator>* out) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  RINGGUARD_RETURN_IF_ERROR(mpi::commFromFortran(fortranComm, &comm));
+  return createDeviceCommunicatorOver(comm, options, device, out);
 }
 
 }  // namespace cuda

@@ -7,6 +7,9 @@
 #include <ringguard/core/types.h>
 #include <ringguard/observability/observability.h>
 #include <ringguard/runtime/communicator.h>
+#if RG_CONSUMER_DEVICE
+#include <ringguard/runtime/device_factory.h>
+#endif
 
 #include <cstdint>
 #include <cstdio>
@@ -37,5 +40,12 @@ int main() {
     std::fprintf(stderr, "ringguard consumer: unexpected summary %s\n", summary.c_str());
     return 1;
   }
+#if RG_CONSUMER_DEVICE
+  // The device layer is in every package built with CUDA, whether or not it had MPI.
+  if (ringguard::cuda::haveNccl() != bool(RG_CONSUMER_NCCL)) {
+    std::fprintf(stderr, "ringguard consumer: cuda::haveNccl() disagrees with RINGGUARD_WITH_NCCL\n");
+    return 1;
+  }
+#endif
   return 0;
 }
