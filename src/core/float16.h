@@ -1,7 +1,7 @@
 #pragma once
 // f16 and bf16 <-> f32 conversions, round to nearest even, NaN kept quiet with its payload: the host
-// reduction's. src/cuda/verify_reduce.cu still has its own copies of the same formulas (the GPU-tested
-// ones): these compile to different device code, and moving the kernels onto them waits for a GPU run.
+// reduction's, and the device kernels' (src/cuda/verify_reduce.cu uses these for NaN / Inf and on the host,
+// and the hardware conversions, which round the same way, for every finite f16).
 #include <cstdint>
 #include <cstring>
 

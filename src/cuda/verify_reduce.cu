@@ -43,6 +43,7 @@
 #include <type_traits>
 
 #include "core/crc32_combine.h"
+#include "core/float16.h"
 #include "core/reduce.h"
 #include "cuda/crc32_segments.cuh"
 #include "cuda/cuda_check.h"
@@ -96,86 +97,25 @@ __host__ __device__ inline float bitsFloat(uint32_t u) {
 #endif
 }
 
-// halfToFloat of reduce.cc.
-__host__ __device__ inline float halfToFloatBits(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000) << 16;
-  const uint32_t exp = (h >> 10) & 0x1F;
-  uint32_t mant = h & 0x3FF;
-  uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: renormalise
-      int e = -1;
-      do {
-        ++e;
-        mant <<= 1;
-      } while ((mant & 0x400) == 0);
-      bits = sign | (uint32_t(127 - 15 - e) << 23) | ((mant & 0x3FF) << 13);
-    }
-  } else if (exp == 0x1F) {
-    bits = sign | 0x7F800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  return bitsFloat(bits);
-}
-
-// floatToHalf of reduce.cc.
-__host__ __device__ inline uint16_t floatToHalfBits(float f) {
-  const uint32_t x = floatBits(f);
-  const uint16_t sign = uint16_t((x >> 16) & 0x8000);
-  const uint32_t absx = x & 0x7FFFFFFFu;
-  if (absx >= 0x7F800000u) {  // inf or nan (keep nan quiet)
-    return uint16_t(sign | 0x7C00 | (absx > 0x7F800000u ? 0x200 | ((absx >> 13) & 0x3FF) : 0));
-  }
-  if (absx >= 0x477FF000u) return uint16_t(sign | 0x7C00);  // rounds to >= 65520: overflow to inf
-  if (absx < 0x38800000u) {                                 // below the smallest normal half: subnormal
-    if (absx < 0x33000000u) return sign;                    // < 2^-25 rounds to zero
-    const uint32_t e = absx >> 23;
-    const uint32_t m = (absx & 0x7FFFFF) | 0x800000;
-    const uint32_t shift = 126 - e;
-    uint32_t h = m >> shift;
-    const uint32_t rem = m & ((1u << shift) - 1);
-    const uint32_t halfway = 1u << (shift - 1);
-    if (rem > halfway || (rem == halfway && (h & 1))) ++h;
-    return uint16_t(sign | h);
-  }
-  uint32_t h = ((absx - 0x38000000u) >> 13);  // rebias exponent 127 -> 15
-  const uint32_t rem = absx & 0x1FFF;
-  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) ++h;
-  return uint16_t(sign | h);
-}
-
 // f16 <-> f32 as the host does it. On the device the conversion instructions are exact (f16 -> f32) and
 // round to nearest even (f32 -> f16) for every finite value and for Inf; only the NaN (and, widening, the
 // Inf) bit patterns are built by hand, with the host's formulas.
 __host__ __device__ inline float halfToFloatHost(uint16_t h) {
 #if defined(__CUDA_ARCH__)
-  if ((h & 0x7C00u) == 0x7C00u) return halfToFloatBits(h);  // Inf, NaN (payload kept)
+  if ((h & 0x7C00u) == 0x7C00u) return halfToFloat(h);  // Inf, NaN (payload kept)
   return __half2float(__ushort_as_half(h));
 #else
-  return halfToFloatBits(h);
+  return halfToFloat(h);
 #endif
 }
 
 __host__ __device__ inline uint16_t floatToHalfHost(float f) {
 #if defined(__CUDA_ARCH__)
-  if ((floatBits(f) & 0x7FFFFFFFu) > 0x7F800000u) return floatToHalfBits(f);  // NaN: quieted, payload kept
+  if ((floatBits(f) & 0x7FFFFFFFu) > 0x7F800000u) return floatToHalf(f);  // NaN: quieted, payload kept
   return __half_as_ushort(__float2half_rn(f));
 #else
-  return floatToHalfBits(f);
+  return floatToHalf(f);
 #endif
-}
-
-// bf16ToFloat / floatToBf16 of reduce.cc (integer operations only: as cheap as any intrinsic).
-__host__ __device__ inline float bf16ToFloatHost(uint16_t b) { return bitsFloat(uint32_t(b) << 16); }
-
-__host__ __device__ inline uint16_t floatToBf16Host(float f) {
-  const uint32_t x = floatBits(f);
-  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((x >> 16) | 0x40);  // quiet nan
-  const uint32_t rounding = 0x7FFF + ((x >> 16) & 1);
-  return uint16_t((x + rounding) >> 16);
 }
 
 // IEEE operations rounded to nearest even, never contracted into an FMA.
@@ -272,8 +212,8 @@ struct HalfConv {
 struct BFloatConv {
   using Elem = uint16_t;
   using Compute = float;
-  __host__ __device__ static float load(uint16_t v) { return bf16ToFloatHost(v); }
-  __host__ __device__ static uint16_t store(float v) { return floatToBf16Host(v); }
+  __host__ __device__ static float load(uint16_t v) { return bf16ToFloat(v); }
+  __host__ __device__ static uint16_t store(float v) { return floatToBf16(v); }
 };
 
 // ---- Operations (x: the local operand, y: the slot; reduceHost's a and b) --------------------------------
