@@ -38,6 +38,8 @@ struct ApplyTask {
 class Executor {
  public:
   virtual ~Executor() = default;
+  // What memory the buffers it works on are (the payloads, slots and trailers).
+  virtual MemoryKind memory() const { return MemoryKind::kHost; }
 
   // Per-collective storage: a trailer for each of `items` sends, a verdict for each received item, and
   // `slots` receive slots of `slotBytes` payload bytes each.

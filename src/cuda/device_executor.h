@@ -50,6 +50,8 @@ class DeviceExecutor final : public Executor {
   // Frees everything (stream-ordered frees of the device memory, a stream synchronisation, then the pinned
   // blocks).
   ~DeviceExecutor() override;
+
+  MemoryKind memory() const override { return MemoryKind::kDevice; }
   DeviceExecutor(const DeviceExecutor&) = delete;
   DeviceExecutor& operator=(const DeviceExecutor&) = delete;
 

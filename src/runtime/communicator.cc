@@ -60,6 +60,7 @@ int Communicator::rank() const { return impl_->rank_; }
 int Communicator::size() const { return impl_->size_; }
 const Options& Communicator::options() const { return impl_->options_; }
 const char* Communicator::transportName() const { return impl_->transport_->name(); }
+MemoryKind Communicator::memory() const { return impl_->executor_->memory(); }
 void Communicator::abort(const std::string& why) { impl_->abort(why); }
 Counters Communicator::counters() const { return impl_->counters(); }
 CommunicatorSummary Communicator::summary() const { return impl_->summary(); }

@@ -8,10 +8,14 @@
 #include <cstring>
 #include <sstream>
 
+#include "aggregation/bucket_plan.h"
+#include "aggregation/launch_order.h"
 #include "ringguard/torch/convert.h"
 
 #if RINGGUARD_TORCH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
@@ -31,17 +35,32 @@ std::string describe(const torch::Tensor& t) {
 
 std::string deviceName(const torch::Device& d) { return d.str(); }
 
-// Device communicators (cuda::createDeviceCommunicator) move device memory; the MPI one host memory.
-bool movesDeviceMemory(const Communicator& comm) {
-  const std::string name = comm.transportName();
-  return name == "nccl" || name == "staged";
-}
+bool movesDeviceMemory(const Communicator& comm) { return comm.memory() == MemoryKind::kDevice; }
 
 #if RINGGUARD_TORCH_CUDA
-using ScopedDevice = cuda_detail::DeviceGuard;
+// torch's own guard and events throw c10::Error on a CUDA failure. The buckets' deleter and the destructor
+// keep the library's non-throwing guard (nothing may throw out of them); the hooks turn the exception
+// into the step's Status (asStatus), so every rank still launches the same collectives.
+using ScopedDevice = c10::cuda::CUDAGuard;
+using NoThrowDevice = cuda_detail::DeviceGuard;
+
+template <typename F>
+Status asStatus(const char* what, F&& f) {
+  try {
+    f();
+  } catch (const c10::Error& e) {
+    return Status(StatusCode::kInternal, std::string(what) + ": " + e.what_without_backtrace());
+  }
+  return Status::ok();
+}
 
 cudaStream_t currentStream(int device) {
   return c10::cuda::getCurrentCUDAStream(c10::DeviceIndex(device)).stream();
+}
+
+// A raw stream (the caller's, as the hooks and launches see it) as torch's stream type.
+c10::cuda::CUDAStream torchStream(cudaStream_t s, int device) {
+  return c10::cuda::getStreamFromExternal(s, c10::DeviceIndex(device));
 }
 
 // Gradient offsets in a device bucket start on this many bytes: every vector width of the kernels that
@@ -56,7 +75,6 @@ Status allreduceHostVector(Communicator* comm, const torch::Device& device, std:
   if (!device.is_cuda()) return comm->allreduce(v->data(), v->data(), v->size(), DataType::kInt64, op);
 #if RINGGUARD_TORCH_CUDA
   ScopedDevice guard(device.index());
-  RINGGUARD_CUDA_CHECK(guard.error());
   torch::Tensor d = torch::from_blob(v->data(), {int64_t(v->size())}, torch::kLong).to(device);
   RINGGUARD_RETURN_IF_ERROR(comm->allreduce(d.data_ptr(), d.data_ptr(), v->size(), DataType::kInt64, op,
                                             currentStream(device.index())));
@@ -149,9 +167,11 @@ Status checkDevices(const Communicator& comm,
 // What CUDA parameters add: the device pool the buckets come from, and the events that order the streams
 // gradients are produced on, the streams collectives are launched after, and the stream finish() runs on.
 struct GradientAggregator::CudaState {
+  // torch's event type (created on first record, without timing; destroyed on its device). Safe to drop
+  // while a wait on it is pending: the driver releases an event once its work completes.
   struct StreamEvent {
     cudaStream_t stream = nullptr;
-    cudaEvent_t event = nullptr;
+    at::cuda::CUDAEvent event;
     bool recorded = false;  // this step
   };
 
@@ -163,66 +183,46 @@ struct GradientAggregator::CudaState {
   std::vector<StreamEvent> joins;               // per stream: the event another stream waits for it by
   std::vector<cudaStream_t> seen;               // every stream that touched a bucket (joined at the end)
 
-  ~CudaState() {
-    ScopedDevice guard(device);
-    // Safe while a wait on them is pending: the driver releases an event once its work completes.
-    for (auto& list : ready) {
-      for (StreamEvent& e : list) (void)cudaEventDestroy(e.event);
-    }
-    for (StreamEvent& e : joins) (void)cudaEventDestroy(e.event);
-  }
-
   void see(cudaStream_t s) {
     if (std::find(seen.begin(), seen.end(), s) == seen.end()) seen.push_back(s);
   }
 
-  static Status eventFor(std::vector<StreamEvent>* list, cudaStream_t s, StreamEvent** out) {
+  static StreamEvent& eventFor(std::vector<StreamEvent>* list, cudaStream_t s) {
     for (StreamEvent& e : *list) {
-      if (e.stream == s) {
-        *out = &e;
-        return Status::ok();
-      }
+      if (e.stream == s) return e;
     }
-    StreamEvent e;
-    e.stream = s;
-    RINGGUARD_CUDA_CHECK(cudaEventCreateWithFlags(&e.event, cudaEventDisableTiming));
-    list->push_back(e);
-    *out = &list->back();
-    return Status::ok();
+    list->emplace_back();
+    list->back().stream = s;
+    return list->back();
   }
 
   // Hook: bucket b's gradient just accumulated on `s`; mark that point (a later record on the same stream
   // supersedes an earlier one, so one event per stream and bucket suffices).
-  Status gradReady(int b, cudaStream_t s) {
+  void gradReady(int b, cudaStream_t s) {
     see(s);
-    StreamEvent* e = nullptr;
-    RINGGUARD_RETURN_IF_ERROR(eventFor(&ready[b], s, &e));
-    RINGGUARD_CUDA_CHECK(cudaEventRecord(e->event, s));
-    e->recorded = true;
-    return Status::ok();
+    StreamEvent& e = eventFor(&ready[b], s);
+    e.event.record(torchStream(s, device));
+    e.recorded = true;
   }
 
   // Before bucket b is launched after `launch`: `launch` waits for its gradients made on other streams
   // (the communicator's fence then makes the communication stream wait for `launch`).
-  Status orderLaunch(int b, cudaStream_t launch) {
+  void orderLaunch(int b, cudaStream_t launch) {
     see(launch);
     if (std::find(launchStreams.begin(), launchStreams.end(), launch) == launchStreams.end()) {
       launchStreams.push_back(launch);
     }
     for (StreamEvent& e : ready[b]) {
-      if (e.recorded && e.stream != launch) RINGGUARD_CUDA_CHECK(cudaStreamWaitEvent(launch, e.event, 0));
+      if (e.recorded && e.stream != launch) e.event.block(torchStream(launch, device));
     }
-    return Status::ok();
   }
 
   // `waiter` waits for everything enqueued on `s` so far.
-  Status join(cudaStream_t waiter, cudaStream_t s) {
-    if (waiter == s) return Status::ok();
-    StreamEvent* e = nullptr;
-    RINGGUARD_RETURN_IF_ERROR(eventFor(&joins, s, &e));
-    RINGGUARD_CUDA_CHECK(cudaEventRecord(e->event, s));
-    RINGGUARD_CUDA_CHECK(cudaStreamWaitEvent(waiter, e->event, 0));
-    return Status::ok();
+  void join(cudaStream_t waiter, cudaStream_t s) {
+    if (waiter == s) return;
+    StreamEvent& e = eventFor(&joins, s);
+    e.event.record(torchStream(s, device));
+    e.event.block(torchStream(waiter, device));
   }
 
   void resetStep() {
@@ -273,7 +273,6 @@ Status GradientAggregator::create(Communicator* comm,
     auto cs = std::make_unique<CudaState>();
     cs->device = device.index();
     deviceGuard = std::make_unique<ScopedDevice>(cs->device);
-    RINGGUARD_CUDA_CHECK(deviceGuard->error());
     cs->home = currentStream(cs->device);
     std::unique_ptr<DevicePool> pool;
     RINGGUARD_RETURN_IF_ERROR(DevicePool::create(cs->device, &pool));
@@ -283,39 +282,23 @@ Status GradientAggregator::create(Communicator* comm,
   }
 #endif
   // Buckets in reverse registration order (gradients of the last layers are ready first), one dtype and
-  // device per bucket, each at most bucketBytes unless a single parameter is larger.
-  std::vector<std::vector<size_t>> layout;
-  size_t bucketBytes = 0;
-  for (size_t r = params.size(); r-- > 0;) {
-    const torch::Tensor& t = params[r].second;
-    const size_t bytes = size_t(t.numel()) * t.element_size();
-    bool fresh = layout.empty() || bucketBytes + bytes > options.bucketBytes;
-    if (!fresh) {
-      const torch::Tensor& first = params[layout.back().front()].second;
-      fresh = first.scalar_type() != t.scalar_type() || first.device() != t.device();
-    }
-    if (fresh) {
-      layout.emplace_back();
-      bucketBytes = 0;
-    }
-    layout.back().push_back(r);
-    bucketBytes += bytes;
+  // device per bucket, each at most bucketBytes unless a single parameter is larger. CPU buckets are
+  // packed; device buckets start every gradient on kDeviceAlignBytes.
+  std::vector<GradientSpec> specs;
+  for (const auto& [name, t] : params) {
+    specs.push_back(GradientSpec{size_t(t.numel()), size_t(t.element_size()), int64_t(t.scalar_type()),
+                                 int64_t(t.device().type()) * 65536 + t.device().index()});
   }
+  size_t alignBytes = 1;
+#if RINGGUARD_TORCH_CUDA
+  if (agg->cuda_) alignBytes = size_t(kDeviceAlignBytes);
+#endif
+  std::vector<BucketLayout> layout;
+  RINGGUARD_RETURN_IF_ERROR(planBuckets(specs, options.bucketBytes, alignBytes, &layout));
   for (size_t b = 0; b < layout.size(); ++b) {
     Bucket bucket;
-    const torch::Tensor& first = params[layout[b].front()].second;
-    // CPU buckets are packed; device buckets start every gradient on kDeviceAlignBytes.
-    int64_t align = 1;
-#if RINGGUARD_TORCH_CUDA
-    if (agg->cuda_) align = std::max<int64_t>(1, kDeviceAlignBytes / int64_t(first.element_size()));
-#endif
-    std::vector<int64_t> offsets;
-    int64_t total = 0;
-    for (size_t i : layout[b]) {
-      total = (total + align - 1) / align * align;
-      offsets.push_back(total);
-      total += params[i].second.numel();
-    }
+    const torch::Tensor& first = params[layout[b].params.front()].second;
+    const int64_t total = int64_t(layout[b].elements);
     if (!agg->cuda_) {
       bucket.flat = torch::zeros({total}, first.options().requires_grad(false));
     } else {
@@ -333,19 +316,19 @@ Status GradientAggregator::create(Communicator* comm,
       bucket.flat = at::from_blob(
           ptr, {total},
           [pool, home, dev](void* p) {
-            ScopedDevice guard(dev);
+            NoThrowDevice guard(dev);
             (void)pool->free(p, home);
           },
           first.options().requires_grad(false), first.device());
 #endif
     }
-    for (size_t k = 0; k < layout[b].size(); ++k) {
-      const size_t i = layout[b][k];
+    for (size_t k = 0; k < layout[b].params.size(); ++k) {
+      const size_t i = layout[b].params[k];
       Param& p = agg->params_[i];
       p.name = params[i].first;
       p.tensor = params[i].second;
       p.bucket = int(b);
-      p.offset = offsets[k];
+      p.offset = int64_t(layout[b].offsets[k]);
       // A plain tensor over the bucket's memory, not an autograd view: libtorch's zero_grad(false) calls
       // detach_() on every grad, which views refuse. The deleter holds the bucket alive.
       torch::Tensor flat = bucket.flat;
@@ -361,8 +344,7 @@ Status GradientAggregator::create(Communicator* comm,
       if (p.tensor.grad().defined()) p.view.copy_(p.tensor.grad());
       p.tensor.mutable_grad() = p.view;  // backward accumulates into the bucket from now on
     }
-    bucket.params = layout[b];
-    bucket.pending = layout[b].size();
+    bucket.params = layout[b].params;
     agg->buckets_.push_back(std::move(bucket));
   }
 #if RINGGUARD_TORCH_CUDA
@@ -373,6 +355,9 @@ Status GradientAggregator::create(Communicator* comm,
     RINGGUARD_CUDA_CHECK(cudaStreamSynchronize(cs.home));
   }
 #endif
+  std::vector<int> bucketOf;
+  for (const Param& p : agg->params_) bucketOf.push_back(p.bucket);
+  agg->order_ = std::make_unique<LaunchOrder>(std::move(bucketOf));
   GradientAggregator* self = agg.get();
   for (size_t i = 0; i < params.size(); ++i) {
     Param& p = agg->params_[i];
@@ -398,8 +383,10 @@ GradientAggregator::~GradientAggregator() {
   if (cuda_) {
     // The buckets are freed in the order of the home stream: make it wait for every stream the
     // aggregator saw touch them (the launch streams are ordered after the results by the waits above).
-    ScopedDevice guard(cuda_->device);
-    for (cudaStream_t s : cuda_->seen) (void)cuda_->join(cuda_->home, s);
+    NoThrowDevice guard(cuda_->device);
+    for (cudaStream_t s : cuda_->seen) {
+      (void)asStatus("joining the streams at destruction", [&] { cuda_->join(cuda_->home, s); });
+    }
   }
 #endif
 }
@@ -416,7 +403,7 @@ void GradientAggregator::onGradReady(size_t index) {
     });
   }
   Param& p = params_[index];
-  if (p.ready) return;  // already counted this step
+  if (order_->isReady(index)) return;  // already counted this step
   const torch::Tensor& grad = p.tensor.grad();
   if (grad.defined() && !grad.is_same(p.view)) {
     // zero_grad(set_to_none) replaced the bucket view with a fresh tensor: bring it home and count it.
@@ -424,15 +411,14 @@ void GradientAggregator::onGradReady(size_t index) {
     p.tensor.mutable_grad() = p.view;
     gradCopies_++;
   }
-  p.ready = true;
-  buckets_[p.bucket].pending--;
+  order_->markReady(index);
   if (noSync_) return;
   void* stream = nullptr;
 #if RINGGUARD_TORCH_CUDA
   if (cuda_) {
     // The engine runs this hook with the stream the gradient was accumulated on as the current one.
     cudaStream_t s = currentStream(cuda_->device);
-    Status st = cuda_->gradReady(p.bucket, s);
+    Status st = asStatus("recording a gradient's event", [&] { cuda_->gradReady(p.bucket, s); });
     if (!st.isOk() && hookError_.isOk()) hookError_ = st;
     stream = s;
   }
@@ -442,38 +428,32 @@ void GradientAggregator::onGradReady(size_t index) {
 
 // Caller holds mutex_.
 void GradientAggregator::launchReady(bool all, void* stream) {
-  while (nextLaunch_ < int(buckets_.size()) && (all || buckets_[nextLaunch_].pending == 0)) {
-    Bucket& b = buckets_[nextLaunch_];
+  for (int next = order_->nextLaunch(all); next >= 0; next = order_->nextLaunch(all)) {
+    Bucket& b = buckets_[size_t(next)];
     DataType dt = DataType::kFloat32;
     toDataType(b.flat.scalar_type(), &dt);
 #if RINGGUARD_TORCH_CUDA
     if (cuda_) {
       // Launched even if ordering failed, so every rank still issues the same collectives; finish()
       // reports the error.
-      Status st = cuda_->orderLaunch(nextLaunch_, static_cast<cudaStream_t>(stream));
+      Status st = asStatus("ordering a bucket's launch",
+                           [&] { cuda_->orderLaunch(next, static_cast<cudaStream_t>(stream)); });
       if (!st.isOk() && hookError_.isOk()) hookError_ = st;
     }
 #endif
     b.work = comm_->allreduceAsync(b.flat.data_ptr(), b.flat.data_ptr(), size_t(b.flat.numel()), dt,
                                    options_.average ? ReduceOp::kAvg : ReduceOp::kSum, stream);
-    b.launched = true;
-    trace_.push_back("launch:" + std::to_string(nextLaunch_));
+    trace_.push_back("launch:" + std::to_string(next));
     if (!all) launchedInBackward_++;
-    nextLaunch_++;
   }
 }
 
 void GradientAggregator::resetStep() {
-  for (Param& p : params_) p.ready = false;
-  for (Bucket& b : buckets_) {
-    b.pending = b.params.size();
-    b.launched = false;
-    b.work.reset();
-  }
+  order_->reset();
+  for (Bucket& b : buckets_) b.work.reset();
 #if RINGGUARD_TORCH_CUDA
   if (cuda_) cuda_->resetStep();
 #endif
-  nextLaunch_ = 0;
   stepStarted_ = false;
   launchedInBackward_ = 0;
   gradCopies_ = 0;
@@ -504,15 +484,15 @@ Status GradientAggregator::finish(StepStats* stats) {
 #endif
   if (!stepStarted_) before_ = comm_->counters();
   // Parameters that got no gradient this step contribute zeros (and their .grad is the view again).
-  for (Param& p : params_) {
-    if (p.ready) continue;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (order_->isReady(i)) continue;
+    Param& p = params_[i];
     const torch::Tensor& grad = p.tensor.grad();
     if (!grad.defined() || !grad.is_same(p.view)) {
       p.view.zero_();
       p.tensor.mutable_grad() = p.view;
     }
-    p.ready = true;
-    buckets_[p.bucket].pending--;
+    order_->markReady(i);
   }
   launchReady(true, stream);
   s.bucketsLaunched = launchedInBackward_;
@@ -529,7 +509,7 @@ Status GradientAggregator::finish(StepStats* stats) {
     // The stream finish() runs on (where the optimizer step follows) waits for every launch stream.
     // (nullptr is a stream here: PyTorch's default stream is the legacy default stream.)
     for (cudaStream_t l : cuda_->launchStreams) {
-      Status st = cuda_->join(static_cast<cudaStream_t>(stream), l);
+      Status st = asStatus("joining a launch stream", [&] { cuda_->join(static_cast<cudaStream_t>(stream), l); });
       if (first.isOk() && !st.isOk()) first = st;
     }
   }

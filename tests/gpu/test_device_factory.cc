@@ -98,6 +98,7 @@ TEST(DeviceFactory, RanksSharingAGpuAgreeOnStagedAndReduce) {
   auto comms = makeOnGpu0(3, cuda::DeviceTransportKind::kAuto, &made);
   for (const Status& st : made) ASSERT_STATUS_OK(st);
   for (auto& c : comms) EXPECT_STREQ(c->transportName(), "staged");
+  for (auto& c : comms) EXPECT_EQ(c->memory(), MemoryKind::kDevice);
   expectExactSums(comms);
   for (auto& c : comms) EXPECT_EQ(c->counters().detected, 0u);
 }
@@ -115,6 +116,7 @@ TEST(DeviceFactory, NcclIdOverANonMpiBootstrap) {
   }
   ASSERT_STATUS_OK(made[0]);
   EXPECT_STREQ(comms[0]->transportName(), "nccl");
+  EXPECT_EQ(comms[0]->memory(), MemoryKind::kDevice);
   expectExactSums(comms);
 }
 

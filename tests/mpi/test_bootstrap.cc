@@ -64,6 +64,7 @@ TEST(MpiBootstrap, HostFactoryBuildsAWorkingCommunicator) {
   ASSERT_TRUE(createHostCommunicator(*b, Options(), &comm).isOk());
   b.reset();  // the communicator does not need its bootstrap any more
   EXPECT_STREQ(comm->transportName(), "mpi");
+  EXPECT_EQ(comm->memory(), MemoryKind::kHost);
   const size_t count = 1001;
   std::vector<uint8_t> in = makeInput(DataType::kFloat32, ReduceOp::kSum, worldRank(), count), out(in.size());
   ASSERT_TRUE(comm->allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum).isOk());

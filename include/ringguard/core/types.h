@@ -27,6 +27,10 @@ enum class DataType : uint8_t {
   kComplex128,
 };
 
+// Where buffers live: host memory or device memory (a communicator's collectives: host for MPI, loopback
+// and c10d, device for NCCL and host-staged; a guarded op's tensors).
+enum class MemoryKind : uint8_t { kHost = 0, kDevice };
+
 // kPremulSum names the kind only: a usable premul_sum op carries its factor and is made by makePremulSum
 // (as ncclRedOpCreatePreMulSum makes an NCCL op), so the factor travels wherever the op does.
 enum class ReduceOp : uint8_t { kSum = 0, kProd, kMin, kMax, kAvg, kBand, kBor, kBxor, kPremulSum };

@@ -15,8 +15,6 @@
 
 namespace ringguard {
 
-enum class MemoryKind : uint8_t { kHost = 0, kDevice };
-
 // One declared tensor of a guarded op. `data` is a host pointer or a device pointer (per `kind`); `bytes`
 // must be a multiple of the element size. The guard never owns the memory.
 struct GuardBuffer {

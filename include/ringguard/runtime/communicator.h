@@ -62,6 +62,8 @@ class Communicator {
   const Options& options() const;
   // The transport's name: "mpi", "nccl" or "staged".
   const char* transportName() const;
+  // What memory the buffers of its collectives are: kDevice for a device communicator.
+  MemoryKind memory() const;
 
   // Enqueues a verified AllReduce of `count` elements. `send` may equal `recv` (in place); both must stay
   // valid until the Work completes. Thread-safe. Invalid arguments complete the Work with

@@ -6,7 +6,9 @@
 // its bucket before the first backward. Backward then accumulates straight into the buffers that are
 // allreduced: no gradient is copied into or out of a fusion buffer. Readiness comes from autograd post
 // hooks on each parameter's AccumulateGrad node; a ready bucket is launched once every lower-indexed bucket
-// has been launched, so every rank issues the same collectives in the same order.
+// has been launched, so every rank issues the same collectives in the same order. The layout and the launch
+// order are the framework-free aggregation layer's (src/aggregation: planBuckets, LaunchOrder); this class
+// binds them to torch tensors, autograd hooks and CUDA streams.
 //
 // CPU parameters need a host communicator (mpi::createCommunicator); CUDA parameters (in a build with
 // CUDA) a device communicator (cuda::createDeviceCommunicator) on the parameters' GPU. Their buckets come
@@ -25,6 +27,8 @@
 #include "ringguard/runtime/communicator.h"
 
 namespace ringguard {
+
+class LaunchOrder;
 
 struct AggregatorOptions {
   size_t bucketBytes = size_t(25) << 20;  // DDP's default bucket cap
@@ -83,15 +87,12 @@ class GradientAggregator {
     int bucket = 0;
     int64_t offset = 0;  // elements into the bucket
     torch::Tensor view;  // the bucket slice shaped like the parameter
-    bool ready = false;
     std::shared_ptr<torch::autograd::Node> accumulator;  // kept alive: the hook lives on it
     uintptr_t hookKey = 0;
   };
   struct Bucket {
     torch::Tensor flat;
     std::vector<size_t> params;
-    size_t pending = 0;
-    bool launched = false;
     std::shared_ptr<Work> work;
   };
   struct CudaState;  // streams, events and the device pool of CUDA parameters (gradient_aggregator.cc)
@@ -107,7 +108,7 @@ class GradientAggregator {
   torch::Device device_{torch::kCPU};
   std::vector<Param> params_;
   std::vector<Bucket> buckets_;
-  int nextLaunch_ = 0;
+  std::unique_ptr<LaunchOrder> order_;  // readiness and in-order launch (src/aggregation/launch_order.h)
   bool noSync_ = false;
   bool stepStarted_ = false;
   uint64_t gradCopies_ = 0;
