@@ -1,4 +1,5 @@
-"""FSDP2 (`torch.distributed.fsdp.fully_shard`) over the "ringguard" backend, on CPU.
+"""FSDP2 (`torch.distributed.fsdp.fully_shard`) over the "ringguard" backend, on CPU, and with
+RINGGUARD_TEST_DEVICE=cuda on the GPU (every rank on the one GPU: the staged transport).
 
 A small MLP, each Linear and the whole model sharded, trained for 6 SGD steps with the same seed and
 per-rank data over "ringguard" and over gloo in the same job. FSDP2 all-gathers the parameters
@@ -7,8 +8,12 @@ per-rank data over "ringguard" and over gloo in the same job. FSDP2 all-gathers 
 bit-identical at 2 ranks (inputs and weights are multiples of powers of two, so every sum and the halving
 of AVG are exact) and within allclose(rtol=1e-6, atol=1e-7) at 3 ranks, where dividing by 3 rounds and
 FSDP2 over gloo divides in another place than the ring; with injected corruptions they must be
-bit-identical to the clean run, every injection detected and repaired.
+bit-identical to the clean run, every injection detected and repaired. On CUDA the reference is the same
+FSDP2 over gloo on CPU (gloo cannot reduce-scatter CUDA tensors): the values are exact dyadic fractions, so
+the GPU's matmuls (TF32 off, torch's default for fp32 matmuls) round nothing and the same bounds hold.
 """
+
+import os
 
 import hashlib
 from datetime import timedelta
@@ -36,12 +41,12 @@ def _model():
     return nn.Sequential(*layers)
 
 
-def train(ctx, group, divide_factor=None, force_sum=False):
+def train(ctx, group, divide_factor=None, force_sum=False, device="cpu"):
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import fully_shard
 
-    model = _model()
-    mesh = DeviceMesh.from_group(group, "cpu")
+    model = _model().to(device)
+    mesh = DeviceMesh.from_group(group, torch.device(device).type)
     for m in model:
         if isinstance(m, nn.Linear):
             fully_shard(m, mesh=mesh)
@@ -54,12 +59,12 @@ def train(ctx, group, divide_factor=None, force_sum=False):
     opt = torch.optim.SGD(model.parameters(), lr=0.25)
     for step in range(STEPS):
         g = torch.Generator().manual_seed(100 * ctx.rank + step)
-        x = torch.randint(-4, 4, (16, 32), generator=g).float() / 4
+        x = (torch.randint(-4, 4, (16, 32), generator=g).float() / 4).to(device)
         loss = model(x).sum() / 1024
         loss.backward()
         opt.step()
         opt.zero_grad()
-    full = [p.full_tensor().detach().clone() for p in model.parameters()]
+    full = [p.full_tensor().detach().cpu().clone() for p in model.parameters()]
     h = hashlib.sha256(b"".join(t.numpy().tobytes() for t in full)).hexdigest()
     return full, h
 
@@ -79,7 +84,7 @@ def _check_same_everywhere(results, nproc):
 
 @CASES.case("fsdp2-matches-gloo", check=_check_same_everywhere)
 def _(ctx):
-    full, h = train(ctx, dist.new_group(backend="ringguard"))
+    full, h = train(ctx, dist.new_group(backend="ringguard"), device=ctx.device)
     gfull, _ = train(ctx, ctx.ref)
     same, close = _compare(full, gfull)
     return {"hash": h, "identical_to_gloo": same, "allclose_gloo": close}
@@ -91,9 +96,9 @@ def _(ctx):
 # element, commutative) the parameters must be bit-identical, at 3 allclose (another summation order).
 @CASES.case("fsdp2-gradient-divide-factor", check=_check_same_everywhere)
 def _(ctx):
-    full, h = train(ctx, dist.new_group(backend="ringguard"), divide_factor=4.0)
+    full, h = train(ctx, dist.new_group(backend="ringguard"), device=ctx.device, divide_factor=4.0)
     gfull, _ = train(ctx, ctx.ref, divide_factor=4.0, force_sum=True)
-    plain, _ = train(ctx, dist.new_group(backend="ringguard"))
+    plain, _ = train(ctx, dist.new_group(backend="ringguard"), device=ctx.device)
     same, close = _compare(full, gfull)
     assert not _compare(full, plain)[0], "the divide factor changed nothing"
     return {"hash": h, "identical_to_gloo": same, "allclose_gloo": close}
@@ -111,16 +116,19 @@ def _check_faults(results, nproc):
 def _(ctx):
     import ringguard
 
-    clean, _ = train(ctx, dist.new_group(backend="ringguard"))
+    clean, _ = train(ctx, dist.new_group(backend="ringguard"), device=ctx.device)
     rg = dist.new_group(backend="ringguard", pg_options=ringguard.Options(
         slice_bytes=1024, fault_mode="bitflip", fault_prob=0.2, fault_seed=3))
-    full, h = train(ctx, rg)
+    full, h = train(ctx, rg, device=ctx.device)
     c = ringguard.counters(rg)
     return {"hash": h, "identical_to_clean": _compare(full, clean)[0],
             "injected": c["injected"], "detected": c["detected"], "escaped": c["escaped"]}
 
 
 def _init():
+    if os.environ.get("RINGGUARD_TEST_DEVICE") == "cuda":
+        torch.cuda.set_device(0)  # every rank on the one GPU: ringguard stages through the host
+        torch.backends.cuda.matmul.allow_tf32 = False
     dist.init_process_group("gloo", timeout=timedelta(seconds=120))
 
 
