@@ -1,9 +1,15 @@
-"""FSDP2 step time: "ringguard" vs "gloo", same transformer, same seed, same data, same processes (CPU).
+"""FSDP2 step time: "ringguard" vs "gloo", same transformer, same seed, same data, same processes (CPU, or CUDA).
 
     torchrun --nproc-per-node=2 bench/torch/bench_fsdp.py
     torchrun --nproc-per-node=3 bench/torch/bench_fsdp.py --rounds 3
     torchrun --nproc-per-node=2 bench/torch/bench_fsdp.py --fault          # ringguard with injected corruptions
     torchrun --nproc-per-node=2 bench/torch/bench_fsdp.py --layers 1 --dim 32 --seq 8 --batch 2 --steps 2 --rounds 1
+    torchrun --nproc-per-node=2 bench/torch/bench_fsdp.py --device cuda   # every rank on GPU 0 (staged)
+
+``--device cuda``: the models, data and FSDP2's collectives are on GPU 0, shared by every rank (ringguard's
+CUDA communicator then stages through pinned host memory; gloo moves CUDA tensors by copying them to host
+and back, and reduce-scatters through its all-reduce). TF32 is off, so the GPU's fp32 matmuls round as
+torch's default does.
 
 The model: token and position embeddings, ``--layers`` pre-norm blocks (LayerNorm, causal self-attention,
 LayerNorm, a GELU MLP of 4 x ``--dim``), a final LayerNorm and an output projection over an odd vocabulary
@@ -90,6 +96,8 @@ def parse_args():
                    help="inject corruptions into the ringguard group's slices (probability; 0.02 if omitted)")
     p.add_argument("--fault-seed", type=int, default=17)
     p.add_argument("--json", help="also write the results to this file (rank 0)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="where the models and data live (cuda: GPU 0, shared by every rank)")
     args = p.parse_args()
     if args.dim % args.heads:
         p.error(f"--heads {args.heads} does not divide --dim {args.dim}")
@@ -104,7 +112,7 @@ class Transformer(nn.Module):
         self.ln, self.head = nn.LayerNorm(args.dim), nn.Linear(args.dim, args.vocab)
 
     def forward(self, idx):
-        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
         for blk in self.blocks:
             x = blk(x)
         return self.head(self.ln(x))
@@ -113,8 +121,8 @@ class Transformer(nn.Module):
 def sharded(args, group):
     """The model (seed 2024, the same on every rank and for both backends), FSDP2 over `group`, and AdamW."""
     torch.manual_seed(2024)
-    model = Transformer(args)
-    mesh = DeviceMesh.from_group(group, "cpu")
+    model = Transformer(args).to(args.device)
+    mesh = DeviceMesh.from_group(group, args.device)
     for blk in model.blocks:
         fully_shard(blk, mesh=mesh, reshard_after_forward=True)
     fully_shard(model, mesh=mesh, reshard_after_forward=True)
@@ -127,16 +135,19 @@ def batches(args, rank, n):
     for step in range(n):
         g = torch.Generator().manual_seed(1000 * rank + step)
         idx = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=g)
-        out.append((idx[:, :-1].contiguous(), idx[:, 1:].contiguous()))
+        out.append((idx[:, :-1].contiguous().to(args.device), idx[:, 1:].contiguous().to(args.device)))
     return out
 
 
 def full_params(model):
-    return [p.full_tensor().detach().clone() for p in model.parameters()]
+    return [p.full_tensor().detach().cpu().clone() for p in model.parameters()]
 
 
 def main():
     args = parse_args()
+    if args.device == "cuda":
+        torch.cuda.set_device(0)
+        torch.backends.cuda.matmul.allow_tf32 = False
     dist.init_process_group("gloo", timeout=timedelta(seconds=300))  # the harness's group
     rank, size = dist.get_rank(), dist.get_world_size()
     options = None
@@ -172,6 +183,8 @@ def main():
             for _ in range(args.steps):
                 t0 = time.perf_counter()
                 step(name)
+                if args.device == "cuda":
+                    torch.cuda.synchronize()
                 times[name].append(time.perf_counter() - t0)
     after = ringguard.counters(groups["ringguard"])
     assert done["ringguard"] == done["gloo"] == total_steps
@@ -208,7 +221,7 @@ def main():
     model = runs["gloo"][0]
     params = sum(p.numel() for p in model.parameters())
     uneven = sum(1 for p in model.parameters() if p.shape[0] % size)
-    transport = ringguard.transport("cpu", groups["ringguard"])
+    transport = ringguard.transport(args.device, groups["ringguard"])
 
     # The fault check covers the whole run (warm-up included), not only the timed steps.
     whole = torch.tensor([after[k] for k in ("injected", "detected", "escaped")], dtype=torch.int64)
@@ -222,7 +235,7 @@ def main():
         print(f"# bench_fsdp: ranks={size} layers={args.layers} dim={args.dim} heads={args.heads} "
               f"seq={args.seq} batch={args.batch} vocab={args.vocab} params={params} uneven_params={uneven} "
               f"steps={timed} per backend ({args.rounds} rounds x {args.steps}, {args.warmup} warm-up) "
-              f"fault_prob={args.fault} transport={transport}", flush=True)
+              f"fault_prob={args.fault} device={args.device} transport={transport}", flush=True)
         for name, v in times.items():
             print(f"  {name:10s} median {med[name] * 1e3:9.2f} ms/step  [{min(v) * 1e3:.2f} .. "
                   f"{max(v) * 1e3:.2f}]  final loss {float(loss[0 if name == 'ringguard' else 1]):.4f}",
