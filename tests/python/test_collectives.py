@@ -729,6 +729,30 @@ def _(ctx):
     return {"transport": ringguard.transport("cuda")}
 
 
+# One completion thread per device type (src/torch/process_group.cc: cpuLane_, cudaLane_): a CPU collective
+# must not wait behind an earlier CUDA one whose completion is still pending. The CUDA all_reduce is queued
+# behind ~1.5 s of GPU sleep on the current stream (more with both ranks on the GPU); the CPU all_reduce
+# issued after it must complete, exactly, while the CUDA one has not.
+@CASES.case("cuda-cpu-collective-not-behind-cuda")
+def _(ctx):
+    if ctx.device != "cuda":
+        raise harness.Skip("CUDA runs only")
+    t = torch.ones(1 << 16, device="cuda")
+    dist.all_reduce(t)  # the CUDA communicator exists before the timed part
+    torch.cuda.synchronize()
+    torch.cuda._sleep(int(3e9))
+    w = dist.all_reduce(t, async_op=True)
+    c = torch.full((4,), float(ctx.rank + 1))
+    dist.all_reduce(c)
+    cuda_pending = not w.is_completed()
+    w.wait()
+    torch.cuda.synchronize()
+    assert torch.equal(c, torch.full((4,), float(ctx.size * (ctx.size + 1) // 2))), c
+    assert torch.equal(t.cpu(), torch.full((1 << 16,), float(ctx.size * ctx.size))), t[:4]
+    assert cuda_pending, "the CPU all_reduce completed only after the CUDA one"
+    return {"cuda_pending_when_cpu_done": cuda_pending}
+
+
 def _init():
     import ringguard
 
