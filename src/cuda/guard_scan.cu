@@ -85,10 +85,25 @@ __global__ void __launch_bounds__(kSanitizeThreads, kSanitizeMinBlocks)
   }
 }
 
+// attempt == nullptr: always; else only when bit *attempt of `mask` is set (the graph path's attempts).
 template <typename Word>
 __global__ void __launch_bounds__(kInjectThreads, 1)
-    guardInjectKernel(Word* data, unsigned long long index, FloatBits bits, int value) {
-  if (threadIdx.x == 0) data[index] = static_cast<Word>(element_bits::faultBits(value, bits));
+    guardInjectKernel(Word* data, unsigned long long index, FloatBits bits, int value, const unsigned* attempt,
+                      unsigned mask) {
+  if (threadIdx.x != 0) return;
+  if (attempt != nullptr && (*attempt >= 32 || ((mask >> *attempt) & 1u) == 0)) return;
+  data[index] = static_cast<Word>(element_bits::faultBits(value, bits));
+}
+
+// The graph path's decision after an attempt's verdict: another replay (the WHILE node's condition 1, and
+// one more replay counted) while the verdict is bad and fewer than maxReplays ran, else 0.
+__global__ void __launch_bounds__(kInjectThreads, 1)
+    guardReplayDecisionKernel(cudaGraphConditionalHandle handle, const GuardVerdict* verdict,
+                              unsigned* replays, unsigned maxReplays) {
+  if (threadIdx.x != 0) return;
+  const bool again = verdict->badScans != 0 && *replays < maxReplays;
+  if (again) ++*replays;
+  cudaGraphSetConditional(handle, again ? 1u : 0u);
 }
 
 // Element widths the guard handles (f16/bf16: 16 bits, f32: 32, f64: 64).
@@ -96,10 +111,12 @@ template __global__ void guardSanitizeKernel<uint16_t>(uint16_t*, unsigned long 
 template __global__ void guardSanitizeKernel<uint32_t>(uint32_t*, unsigned long long, FloatBits, int);
 template __global__ void guardSanitizeKernel<unsigned long long>(unsigned long long*, unsigned long long,
                                                                  FloatBits, int);
-template __global__ void guardInjectKernel<uint16_t>(uint16_t*, unsigned long long, FloatBits, int);
-template __global__ void guardInjectKernel<uint32_t>(uint32_t*, unsigned long long, FloatBits, int);
+template __global__ void guardInjectKernel<uint16_t>(uint16_t*, unsigned long long, FloatBits, int,
+                                                     const unsigned*, unsigned);
+template __global__ void guardInjectKernel<uint32_t>(uint32_t*, unsigned long long, FloatBits, int,
+                                                     const unsigned*, unsigned);
 template __global__ void guardInjectKernel<unsigned long long>(unsigned long long*, unsigned long long,
-                                                               FloatBits, int);
+                                                               FloatBits, int, const unsigned*, unsigned);
 
 Status floatBitsOf(DataType dtype, const char* who, FloatBits* bits) {
   if (!element_bits::floatBits(dtype, bits)) {
@@ -163,24 +180,39 @@ Status guardSanitizeDevice(void* data, size_t count, DataType dtype, bool clamp,
 }
 
 Status guardInjectDevice(void* data, size_t index, DataType dtype, FaultValue value, cudaStream_t stream) {
+  return guardInjectOnAttemptsDevice(data, index, dtype, value, nullptr, 0, stream);
+}
+
+Status guardInjectOnAttemptsDevice(void* data, size_t index, DataType dtype, FaultValue value,
+                                   const unsigned* attemptDevice, uint32_t attemptMask, cudaStream_t stream) {
   FloatBits bits;
   RINGGUARD_RETURN_IF_ERROR(floatBitsOf(dtype, "guardInjectDevice", &bits));
   if (data == nullptr) return Status(StatusCode::kInvalidArgument, "guardInjectDevice: null data");
   const int v = static_cast<int>(value);
   switch (bits.width) {
     case 2:
-      guardInjectKernel<uint16_t>
-          <<<1, kInjectThreads, 0, stream>>>(static_cast<uint16_t*>(data), index, bits, v);
+      guardInjectKernel<uint16_t><<<1, kInjectThreads, 0, stream>>>(static_cast<uint16_t*>(data), index, bits, v,
+                                                                    attemptDevice, attemptMask);
       break;
     case 4:
-      guardInjectKernel<uint32_t>
-          <<<1, kInjectThreads, 0, stream>>>(static_cast<uint32_t*>(data), index, bits, v);
+      guardInjectKernel<uint32_t><<<1, kInjectThreads, 0, stream>>>(static_cast<uint32_t*>(data), index, bits, v,
+                                                                    attemptDevice, attemptMask);
       break;
     default:
-      guardInjectKernel<unsigned long long>
-          <<<1, kInjectThreads, 0, stream>>>(static_cast<unsigned long long*>(data), index, bits, v);
+      guardInjectKernel<unsigned long long><<<1, kInjectThreads, 0, stream>>>(
+          static_cast<unsigned long long*>(data), index, bits, v, attemptDevice, attemptMask);
       break;
   }
+  RINGGUARD_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status guardReplayDecisionDevice(uint64_t conditionalHandle, const GuardVerdict* verdict, unsigned* replays,
+                                 unsigned maxReplays, cudaStream_t stream) {
+  if (verdict == nullptr || replays == nullptr) {
+    return Status(StatusCode::kInvalidArgument, "guardReplayDecisionDevice: null verdict or replay counter");
+  }
+  guardReplayDecisionKernel<<<1, kInjectThreads, 0, stream>>>(conditionalHandle, verdict, replays, maxReplays);
   RINGGUARD_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }

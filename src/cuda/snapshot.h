@@ -41,5 +41,15 @@ Status guardSanitizeDevice(void* data, size_t count, DataType dtype, bool clamp,
 // Writes `value` (quiet NaN, +Inf, -Inf or the largest finite value) into element `index` at `data`: the
 // guard's fault injection. Float dtypes only.
 Status guardInjectDevice(void* data, size_t index, DataType dtype, FaultValue value, cudaStream_t stream);
+// The same, decided on the device: only when bit *attemptDevice (the graph path's replay counter: 0 for the
+// first run) of `attemptMask` is set.
+Status guardInjectOnAttemptsDevice(void* data, size_t index, DataType dtype, FaultValue value,
+                                   const unsigned* attemptDevice, uint32_t attemptMask, cudaStream_t stream);
+
+// The graph path's replay decision (GraphGuard, inside a captured graph): sets the WHILE node's condition
+// (`conditionalHandle`, a cudaGraphConditionalHandle) to 1 and counts a replay in *replays when *verdict
+// (device-visible) counts a bad scan and fewer than maxReplays replays ran, else sets it to 0.
+Status guardReplayDecisionDevice(uint64_t conditionalHandle, const GuardVerdict* verdict, unsigned* replays,
+                                 unsigned maxReplays, cudaStream_t stream);
 
 }  // namespace ringguard
