@@ -95,6 +95,9 @@ class GraphGuard::Impl {
       (void)cudaStreamDestroy(capture_);
     }
     if (outcomeHost_ != nullptr) (void)pinned_.free(outcomeHost_);
+    // Tearing down after a failed capture can leave a (non-sticky) error behind; the next launch check on
+    // this thread must not report it as its own (measured: the next GraphGuard's scan launch did).
+    (void)cudaGetLastError();
   }
 
   Status init(int device, const GraphGuardedOp& op, const GraphGuardOptions& options) {

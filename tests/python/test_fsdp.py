@@ -8,9 +8,10 @@ per-rank data over "ringguard" and over gloo in the same job. FSDP2 all-gathers 
 bit-identical at 2 ranks (inputs and weights are multiples of powers of two, so every sum and the halving
 of AVG are exact) and within allclose(rtol=1e-6, atol=1e-7) at 3 ranks, where dividing by 3 rounds and
 FSDP2 over gloo divides in another place than the ring; with injected corruptions they must be
-bit-identical to the clean run, every injection detected and repaired. On CUDA the reference is the same
-FSDP2 over gloo on CPU (gloo cannot reduce-scatter CUDA tensors): the values are exact dyadic fractions, so
-the GPU's matmuls (TF32 off, torch's default for fp32 matmuls) round nothing and the same bounds hold.
+bit-identical to the clean run, every injection detected and repaired. On CUDA the reference is FSDP2 over
+gloo with the same CUDA tensors (gloo copies them to host and reduce-scatters through its all-reduce): the
+same GPU kernels on both sides, so the same bounds hold. (Against a CPU run they would not: after a few
+steps the values are no longer short dyadic fractions, and the GPU's matmuls round differently.)
 """
 
 import os
@@ -85,7 +86,7 @@ def _check_same_everywhere(results, nproc):
 @CASES.case("fsdp2-matches-gloo", check=_check_same_everywhere)
 def _(ctx):
     full, h = train(ctx, dist.new_group(backend="ringguard"), device=ctx.device)
-    gfull, _ = train(ctx, ctx.ref)
+    gfull, _ = train(ctx, ctx.ref, device=ctx.device)
     same, close = _compare(full, gfull)
     return {"hash": h, "identical_to_gloo": same, "allclose_gloo": close}
 
@@ -97,7 +98,7 @@ def _(ctx):
 @CASES.case("fsdp2-gradient-divide-factor", check=_check_same_everywhere)
 def _(ctx):
     full, h = train(ctx, dist.new_group(backend="ringguard"), device=ctx.device, divide_factor=4.0)
-    gfull, _ = train(ctx, ctx.ref, divide_factor=4.0, force_sum=True)
+    gfull, _ = train(ctx, ctx.ref, divide_factor=4.0, force_sum=True, device=ctx.device)
     plain, _ = train(ctx, dist.new_group(backend="ringguard"), device=ctx.device)
     same, close = _compare(full, gfull)
     assert not _compare(full, plain)[0], "the divide factor changed nothing"

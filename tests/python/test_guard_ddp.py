@@ -1,10 +1,13 @@
 """The guard inside DistributedDataParallel over the "ringguard" backend: one rank's non-finite forward makes
 every rank replay (or skip) the same step, through the guard's step agreement (one MAX allreduce of an
 int64 per step attempt over the default ringguard group), so the parameters stay bit-identical across
-ranks and equal a fault-free run.
+ranks and equal a fault-free run. With RINGGUARD_TEST_DEVICE=cuda the model, data and gradients are CUDA
+tensors on the one GPU every rank shares (DDP's allreduces over the staged transport, the guard's snapshots
+and scans on the device).
 """
 
 import hashlib
+import os
 from datetime import timedelta
 
 import pytest
@@ -42,7 +45,7 @@ def train(ctx, guard=None, skip=()):
     """STEPS SGD steps of DDP; with a guard, each step's forward + backward is one guarded step and the
     optimizer runs only when the step was not skipped. `skip`: steps a fault-free reference leaves out."""
     torch.manual_seed(1234)
-    model = Net()
+    model = Net().to(ctx.device)
     if guard is not None:
         model.fc1.forward = guard(model.fc1.forward, name="fc1")
         model.fc2.forward = guard(model.fc2.forward, name="fc2")
@@ -52,6 +55,7 @@ def train(ctx, guard=None, skip=()):
     for step in range(STEPS):
         g = torch.Generator().manual_seed(1000 * ctx.rank + step)
         x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+        x, y = x.to(ctx.device), y.to(ctx.device)
 
         def region():
             opt.zero_grad(set_to_none=True)  # a replayed step recomputes the gradients from scratch
@@ -102,6 +106,8 @@ def _(ctx):
 
 
 def _init():
+    if os.environ.get("RINGGUARD_TEST_DEVICE") == "cuda":
+        torch.cuda.set_device(0)  # every rank on the one GPU: the staged transport
     dist.init_process_group("ringguard", timeout=timedelta(seconds=120))
 
 
