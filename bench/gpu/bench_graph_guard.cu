@@ -12,6 +12,11 @@
 //   graph         GraphGuard::launch (no host wait; one report after the -n calls)
 //   graph_replay  GraphGuard with a NaN injected into every call's first run: one on-device replay per call
 // and ends with `summary: bytes=<B> graph_over_floor=<r> guard_imm_over_floor=<r>` at the largest size.
+//
+// Then the batched snapshot: Guard::run (immediate) of an op whose state is --tensors tensors of --tensor-bytes
+// each (a layer's parameters and optimizer slots), the device backend's snapshots batched into one
+// cudaMemcpyBatchAsync against one cudaMemcpyAsync (and two events) per tensor:
+// `snapshot_batch: tensors=<T> bytes=<B> batched_ms=<t> per_tensor_ms=<t> speedup=<r>`.
 #include <cuda_runtime.h>
 
 #include <CLI/CLI.hpp>
@@ -19,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cuda/kernels.h"
 #include "ringguard/guard/device_backend.h"
@@ -87,11 +93,14 @@ size_t parseBytes(const std::string& s) {
 int main(int argc, char** argv) {
   CLI::App app{"GraphGuard against the host-driven guard and the copy + scan floor"};
   std::string minS = "64K", maxS = "64M";
-  int factor = 4, calls = 200;
+  int factor = 4, calls = 200, tensors = 128;
+  std::string tensorBytesS = "4K";
   app.add_option("-b", minS, "smallest size (bytes of the state and of the output)");
   app.add_option("-e", maxS, "largest size");
   app.add_option("-f", factor, "size factor");
   app.add_option("-n", calls, "calls per form and size");
+  app.add_option("--tensors", tensors, "state tensors of the batched-snapshot comparison");
+  app.add_option("--tensor-bytes", tensorBytesS, "bytes of each of them");
   CLI11_PARSE(app, argc, argv);
   const size_t lo = parseBytes(minS), hi = parseBytes(maxS);
 
@@ -167,5 +176,33 @@ int main(int argc, char** argv) {
   }
   std::printf("summary: bytes=%zu graph_over_floor=%.3f guard_imm_over_floor=%.3f\n", lastBytes,
               lastGraph / lastFloor, lastImm / lastFloor);
+
+  // The batched snapshot.
+  const size_t tb = parseBytes(tensorBytesS);
+  std::vector<void*> state(static_cast<size_t>(tensors), nullptr);
+  for (void*& p : state) CHECK_CUDA(cudaMalloc(&p, tb));
+  GuardedOp many;
+  many.name = "many";
+  for (int t = 0; t < tensors; ++t) {
+    many.state.push_back(GuardBuffer{"s", state[size_t(t)], tb, DataType::kFloat32, MemoryKind::kDevice});
+  }
+  many.outputs = {GuardBuffer{"y", y, 4096, DataType::kFloat32, MemoryKind::kDevice}};
+  many.stream = s;
+  many.body = [&] {
+    launchOp(y, acc, x, 1024, s);
+    return Status::ok();
+  };
+  double ms[2] = {0, 0};
+  for (int batched = 0; batched < 2; ++batched) {
+    std::unique_ptr<GuardBackend> device;
+    DeviceGuardBackendOptions dopt;
+    dopt.batchSnapshots = batched == 1;
+    CHECK_OK(makeDeviceGuardBackend(dopt, &device));
+    Guard guard(GuardPolicy{}, makeHostGuardBackend(), std::move(device));
+    ms[batched] = perCall(s, calls, [&] { CHECK_OK(guard.run(many)); });
+  }
+  std::printf("snapshot_batch: tensors=%d bytes=%zu batched_ms=%.4f per_tensor_ms=%.4f speedup=%.2f\n", tensors,
+              tb, ms[1], ms[0], ms[0] / ms[1]);
+  for (void* p : state) CHECK_CUDA(cudaFree(p));
   return 0;
 }

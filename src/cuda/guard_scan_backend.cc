@@ -41,6 +41,7 @@ class DeviceGuardBackend final : public GuardBackend {
 
   Status init(const DeviceGuardBackendOptions& options) {
     device_ = options.device;
+    batchSnapshots_ = options.batchSnapshots;
     // Streams and events belong to the current device: switch for the set-up only, then switch back.
     int previous = 0;
     RINGGUARD_CUDA_CHECK(cudaGetDevice(&previous));
@@ -87,6 +88,40 @@ class DeviceGuardBackend final : public GuardBackend {
     RINGGUARD_RETURN_IF_ERROR(pool_->allocate(buffer.bytes, side_, &out->data));
     RINGGUARD_CUDA_CHECK(
         cudaMemcpyAsync(out->data, buffer.data, buffer.bytes, cudaMemcpyDeviceToDevice, side_));
+    RINGGUARD_CUDA_CHECK(cudaEventRecord(after_, side_));
+    RINGGUARD_CUDA_CHECK(cudaStreamWaitEvent(s, after_, 0));
+    return Status::ok();
+  }
+
+  // One event pair and one batched copy for every buffer: a guarded call with many small state tensors (a
+  // layer's parameters and optimizer slots) pays the launch costs once.
+  Status snapshotMany(const std::vector<const GuardBuffer*>& buffers, void* stream,
+                      std::vector<SnapshotHandle>* out) override {
+    if (!batchSnapshots_ || buffers.size() < 2) return GuardBackend::snapshotMany(buffers, stream, out);
+    out->clear();
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    RINGGUARD_CUDA_CHECK(cudaEventRecord(before_, s));
+    RINGGUARD_CUDA_CHECK(cudaStreamWaitEvent(side_, before_, 0));
+    std::vector<void*> dsts;
+    std::vector<const void*> srcs;
+    std::vector<size_t> sizes;
+    for (const GuardBuffer* b : buffers) {
+      SnapshotHandle h{nullptr, b->bytes};
+      if (b->bytes != 0) {
+        RINGGUARD_RETURN_IF_ERROR(pool_->allocate(b->bytes, side_, &h.data));
+        dsts.push_back(h.data);
+        srcs.push_back(b->data);
+        sizes.push_back(b->bytes);
+      }
+      out->push_back(h);
+    }
+    if (!dsts.empty()) {
+      cudaMemcpyAttributes attr = {};
+      attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;  // the copies read what the stream left
+      size_t attrIndex = 0;
+      RINGGUARD_CUDA_CHECK(
+          cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr, &attrIndex, 1, side_));
+    }
     RINGGUARD_CUDA_CHECK(cudaEventRecord(after_, side_));
     RINGGUARD_CUDA_CHECK(cudaStreamWaitEvent(s, after_, 0));
     return Status::ok();
@@ -259,6 +294,7 @@ class DeviceGuardBackend final : public GuardBackend {
   }
 
   int device_ = 0;
+  bool batchSnapshots_ = true;
   std::unique_ptr<DevicePool> ownedPool_;
   DevicePool* pool_ = nullptr;
   PinnedHostPool pinned_;

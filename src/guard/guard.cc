@@ -185,12 +185,22 @@ Status Guard::validate(const GuardedOp& op) const {
 }
 
 Status Guard::snapshotState(const GuardedOp& op, std::vector<Saved>* saved) {
-  for (const GuardBuffer& b : op.state) {
-    Saved s{b, {}, op.stream};
-    RINGGUARD_RETURN_IF_ERROR(backendFor(b)->snapshot(b, op.stream, &s.handle));
-    heldBytes_ += b.bytes;
-    count(&GuardCounters::bytesSnapshotted, b.bytes);
-    saved->push_back(std::move(s));
+  // One batch per backend (the device backend copies a batch at once), in declaration order within each.
+  for (GuardBackend* backend : {host_.get(), device_.get()}) {
+    if (backend == nullptr) continue;
+    std::vector<const GuardBuffer*> mine;
+    for (const GuardBuffer& b : op.state) {
+      if (backendFor(b) == backend) mine.push_back(&b);
+    }
+    if (mine.empty()) continue;
+    std::vector<SnapshotHandle> handles;
+    const Status st = backend->snapshotMany(mine, op.stream, &handles);
+    for (size_t i = 0; i < handles.size(); ++i) {  // on failure: those taken, so the caller releases them
+      heldBytes_ += mine[i]->bytes;
+      count(&GuardCounters::bytesSnapshotted, mine[i]->bytes);
+      saved->push_back(Saved{*mine[i], handles[i], op.stream});
+    }
+    RINGGUARD_RETURN_IF_ERROR(st);
   }
   return Status::ok();
 }

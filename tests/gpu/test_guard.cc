@@ -49,10 +49,11 @@ class GuardDevice : public ::testing::Test {
     EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(stream_));
     return out;
   }
-  std::unique_ptr<GuardBackend> deviceBackend() {
+  std::unique_ptr<GuardBackend> deviceBackend(bool batchSnapshots = true) {
     std::unique_ptr<GuardBackend> b;
     DeviceGuardBackendOptions o;
     o.pool = pool_.get();
+    o.batchSnapshots = batchSnapshots;
     const Status s = makeDeviceGuardBackend(o, &b);
     EXPECT_TRUE(s.isOk()) << s.toString();
     return b;
@@ -165,6 +166,74 @@ struct DeviceCopyOp {
     return o;
   }
 };
+
+// Many small state tensors (sizes 0 .. 4 KiB + odd bytes): snapshotted as one batch (cudaMemcpyBatchAsync),
+// the op overwrites every one, a NaN forces a replay, and every tensor must be restored bit for bit before
+// it: the results equal those of the per-buffer path and of the fault-free run.
+TEST_F(GuardDevice, ABatchedSnapshotOfManyTensorsRestoresEachExactly) {
+  constexpr int kTensors = 96;
+  auto run = [&](bool batched, bool fault, GuardCounters* counters) {
+    std::vector<void*> state;
+    std::vector<size_t> bytes;
+    for (int t = 0; t < kTensors; ++t) {
+      const size_t b = t % 7 == 0 ? 0 : size_t(4 * (t * 37 % 1024) + 4);
+      std::vector<unsigned char> init(b);
+      for (size_t i = 0; i < b; ++i) init[i] = static_cast<unsigned char>(i * 7 + t);
+      void* d = alloc(b + 4);
+      if (b != 0) upload(d, init.data(), b);
+      state.push_back(d);
+      bytes.push_back(b);
+    }
+    float* y = static_cast<float*>(alloc(64 * 4));
+    GuardedOp o;
+    o.name = "many";
+    for (int t = 0; t < kTensors; ++t) {
+      o.state.push_back(GuardBuffer{"s" + std::to_string(t), state[size_t(t)], bytes[size_t(t)],
+                                    DataType::kUint8, MemoryKind::kDevice});
+    }
+    o.outputs = {GuardBuffer{"y", y, 64 * 4, DataType::kFloat32, MemoryKind::kDevice}};
+    o.stream = stream_;
+    int runs = 0;
+    o.body = [&] {
+      // Every state tensor becomes a function of what it held (its first byte) and of the run: a replay that
+      // started from anything but the snapshot would differ.
+      for (int t = 0; t < kTensors; ++t) {
+        if (bytes[size_t(t)] == 0) continue;
+        if (cudaMemsetAsync(state[size_t(t)], 0x40 + t, bytes[size_t(t)] / 2, stream_) != cudaSuccess)
+          return Status(StatusCode::kInternal, "memset");
+      }
+      ++runs;
+      return cudaMemsetAsync(y, 0, 64 * 4, stream_) == cudaSuccess ? Status::ok()
+                                                                   : Status(StatusCode::kInternal, "memset");
+    };
+    Guard g(GuardPolicy{}, makeHostGuardBackend(), deviceBackend(batched));
+    if (fault) {
+      GuardFaultRule r;
+      r.op = "many";
+      r.call = 0;
+      r.attempts = 1;
+      r.element = 9;
+      g.faults().addRule(r);
+    }
+    const Status st = g.run(o);
+    EXPECT_TRUE(st.isOk()) << st.toString();
+    EXPECT_EQ(fault ? 2 : 1, runs);
+    *counters = g.counters();
+    std::vector<unsigned char> all;
+    for (int t = 0; t < kTensors; ++t) {
+      std::vector<unsigned char> d = download(state[size_t(t)], bytes[size_t(t)]);
+      all.insert(all.end(), d.begin(), d.end());
+    }
+    return all;
+  };
+  GuardCounters clean, batched, single;
+  const auto ref = run(true, false, &clean);
+  EXPECT_EQ(ref, run(true, true, &batched));
+  EXPECT_EQ(ref, run(false, true, &single));
+  EXPECT_EQ(1u, batched.replays);
+  EXPECT_EQ(batched.bytesSnapshotted, single.bytesSnapshotted);
+  EXPECT_EQ(batched.bytesSnapshotted, clean.bytesSnapshotted);
+}
 
 TEST_F(GuardDevice, ImmediateReplayOverDeviceMemoryIsBitIdentical) {
   const size_t n = 100003;

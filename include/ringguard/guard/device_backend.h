@@ -17,6 +17,8 @@ struct DeviceGuardBackendOptions {
   // Snapshot storage and the scans' result slots come from this pool; null: the backend creates its own
   // (DevicePool::create on `device`).
   DevicePool* pool = nullptr;
+  // snapshotMany as one cudaMemcpyBatchAsync (false: one cudaMemcpyAsync per buffer, for comparison).
+  bool batchSnapshots = true;
 };
 
 // The GuardBackend over device memory. Snapshots are cudaMemcpyAsync D2D on a side stream of its own,
