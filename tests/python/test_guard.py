@@ -394,3 +394,72 @@ def test_step_flag_gates_a_fused_optimizer_without_rollback(device):
     assert torch.equal(bits(w), bits(w_ref))
     assert steps.item() == steps_ref.item() == 4
     assert g.counters()["bytes_snapshotted"] == 0
+
+
+# ---- the CUDA graph path (ringguard.graph_guard) ------------------------------------------------------
+
+
+def _graph_step(x, acc, y):
+    """y = relu(2 x + acc) (a temporary from torch's allocator: the graph's private pool), acc += 1."""
+    def step():
+        torch.relu(2 * x + acc, out=y)
+        acc.add_(1)
+    return step
+
+
+def test_graph_guard_needs_cuda_tensors():
+    with pytest.raises(ValueError, match="state and outputs must be CUDA tensors"):
+        ringguard.graph_guard(lambda: None, state=[torch.zeros(4)], outputs=[torch.zeros(4)])
+
+
+@CUDA
+def test_cuda_graph_guard_replays_on_the_device_bit_identically():
+    x = (torch.arange(4096, device="cuda", dtype=torch.float32) % 37 - 18) / 8
+    acc0 = (torch.arange(4096, device="cuda", dtype=torch.float32) % 11 - 5) / 4
+    # Reference: the step run plainly, 5 times.
+    acc, y = acc0.clone(), torch.zeros(4096, device="cuda")
+    for _ in range(5):
+        _graph_step(x, acc, y)()
+    # Graph path with a NaN in the first run of every call: each call replays once on the device.
+    acc_g, y_g = acc0.clone(), torch.zeros(4096, device="cuda")
+    op = ringguard.graph_guard(_graph_step(x, acc_g, y_g), state=[acc_g], outputs=[y_g], max_replays=2,
+                               faults=[dict(output=0, element=17, value="nan", attempts=1)])
+    assert op.captured
+    for _ in range(5):
+        op()
+    r = op.report()
+    assert r["replays"] == 1 and r["clean"] and r["launches"] == 5, r
+    assert torch.equal(bits(acc_g), bits(acc)) and torch.equal(bits(y_g), bits(y))
+
+
+@CUDA
+def test_cuda_graph_guard_persistent_fault_escalates_to_the_host_which_restores():
+    x = torch.ones(1024, device="cuda")
+    acc, y = torch.zeros(1024, device="cuda"), torch.zeros(1024, device="cuda")
+    op = ringguard.graph_guard(_graph_step(x, acc, y), state=[acc], outputs=[y], max_replays=3,
+                               faults=[dict(output=0, element=5, value="+inf", attempts=0xFFFFFFFF)])
+    op()
+    r = op.report()
+    assert r["replays"] == 3 and not r["clean"] and r["first_bad_output"] == 0 and r["bad_elements"] == 1, r
+    op.restore()
+    torch.cuda.synchronize()
+    assert torch.equal(acc, torch.zeros(1024, device="cuda"))
+
+
+@CUDA
+def test_cuda_graph_guard_falls_back_to_the_host_driven_guard_when_not_capturable():
+    x = torch.ones(256, device="cuda")
+    acc, y = torch.zeros(256, device="cuda"), torch.zeros(256, device="cuda")
+
+    def syncs():
+        torch.relu(x + acc, out=y)
+        if float(y.sum()) < 0:  # a host read: not capturable
+            y.zero_()
+
+    with pytest.warns(RuntimeWarning, match="runs through the host-driven guard"):
+        op = ringguard.graph_guard(syncs, state=[acc], outputs=[y], name="syncs")
+    assert not op.captured
+    op()
+    torch.cuda.synchronize()
+    assert torch.equal(y, torch.ones(256, device="cuda"))
+    assert op.report()["calls"] == 1

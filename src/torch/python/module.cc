@@ -79,6 +79,8 @@ PYBIND11_MODULE(_C, m) {
   {
     void ringguardRegisterGuardBindings(py::module_&);  // ringguard._C.Guard: guard_bindings.cc
     ringguardRegisterGuardBindings(m);
+    void ringguardRegisterGraphGuardBindings(py::module_&);  // ringguard._C.GraphGuard (CUDA builds)
+    ringguardRegisterGraphGuardBindings(m);
   }
   void ringguardRegisterPolicyBindings(py::module_&);  // ringguard._C.PolicyEngine: policy_bindings.cc
   ringguardRegisterPolicyBindings(m);
