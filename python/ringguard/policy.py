@@ -12,6 +12,9 @@
 The engine is the C++ one (``ringguard._C.PolicyEngine``, src/policy/): rules, hysteresis, dwell and the
 decision log live there. Attention is local to each rank (it decides per rank); collective families
 (``all_gather``) decide from signals reduced (MAX) across ranks when ``set_group`` gave a process group.
+``load()`` makes its engine the process's: the "ringguard" backend runs all-gathers of CUDA tensors as the
+``staged_chunked`` variant (through pinned host memory, RINGGUARD_STAGED_CHUNK_BYTES a chunk) while it is
+the current ``all_gather`` variant (``staged_all_gathers()`` counts them).
 """
 
 from __future__ import annotations
