@@ -60,6 +60,16 @@ Status checkArguments(int size, const void* send, void* recv, size_t count, Data
   return Status::ok();
 }
 
+// A call that fails on this rank before its first chunk: the other ranks are told through the host
+// communicator (their first chunk fails with kPeerError, as for any refused collective) instead of
+// waiting for this rank. The Communicator has no way to refuse a collective with a reason of the caller's,
+// so the peers' error names the stand-in refusal (a null buffer of one element); this rank's names the cause.
+Status refuse(Communicator& host, const Status& why) {
+  (void)host.allgather(nullptr, nullptr, 1, DataType::kUint8);
+  return Status(why.code(),
+                "staged all-gather on rank " + std::to_string(host.rank()) + ": " + why.message());
+}
+
 }  // namespace
 
 Status stagedAllgather(Communicator& host, AllgatherStager& stager, const void* send, void* recv,
@@ -71,20 +81,15 @@ Status stagedAllgather(Communicator& host, AllgatherStager& stager, const void* 
     if (send != static_cast<const uint8_t*>(recv) + bytes * size_t(rank))
       bad = checkDisjoint("send", send, bytes, "recv", recv, bytes * size_t(n));
   }
-  if (!bad.isOk()) {
-    // The other ranks are told through the host communicator (a kPeerError from their first chunk, as
-    // for any refused collective) instead of waiting for this rank: this call is refused there too.
-    (void)host.allgather(nullptr, nullptr, 1, DataType::kUint8);
-    return Status(StatusCode::kInvalidArgument,
-                  "staged all-gather on rank " + std::to_string(rank) + ": " + bad.message());
-  }
+  if (!bad.isOk()) return refuse(host, bad);
 
   const size_t esize = dataTypeSize(dtype);
   const size_t chunkElems = chunkBytes / esize;
   const size_t chunks = count == 0 ? 1 : (count + chunkElems - 1) / chunkElems;
   const size_t stageElems = std::min(chunkElems, std::max<size_t>(count, 1));
   Staging staging(stager);
-  RINGGUARD_RETURN_IF_ERROR(staging.allocate(stageElems * esize, stageElems * esize * size_t(n)));
+  Status st = staging.allocate(stageElems * esize, stageElems * esize * size_t(n));
+  if (!st.isOk()) return refuse(host, st);
   if (stats != nullptr) {
     stats->chunks = chunks;
     stats->chunkBytes = chunkElems * esize;

@@ -197,6 +197,31 @@ TEST(StagedAllgatherArguments, NullBufferOnOneRankFailsThereAndReachesThePeers) 
   for (int r : {0, 2}) EXPECT_EQ(st[size_t(r)].code(), StatusCode::kPeerError) << st[size_t(r)].toString();
 }
 
+// Staging memory the stager cannot provide on one rank: that rank fails with the stager's error, and the
+// others hear of it instead of waiting for its first chunk.
+class NoMemoryStager final : public AllgatherStager {
+ public:
+  Status allocateHost(size_t, void**) override { return Status(StatusCode::kInternal, "no pinned memory"); }
+  Status freeHost(void*) override { return Status::ok(); }
+  Status toHost(void*, const void*, size_t, int) override { return Status::ok(); }
+  Status fromHost(void*, const void*, size_t, int) override { return Status::ok(); }
+  Status waitToHost(int) override { return Status::ok(); }
+  Status waitFromHost(int) override { return Status::ok(); }
+};
+
+TEST(StagedAllgatherArguments, StagingFailureOnOneRankReachesThePeers) {
+  LoopbackGroup g(3, testOptions());
+  std::vector<Status> st = runWith(g, [&](int rank, Communicator& c, AllgatherStager& s) {
+    NoMemoryStager none;
+    std::vector<float> mine(10, 1.0f), all(30);
+    return stagedAllgather(c, rank == 2 ? static_cast<AllgatherStager&>(none) : s, mine.data(), all.data(),
+                           10, DataType::kFloat32, 64);
+  });
+  EXPECT_EQ(st[2].code(), StatusCode::kInternal) << st[2].toString();
+  EXPECT_EQ(st[2].message(), "staged all-gather on rank 2: no pinned memory");
+  for (int r : {0, 1}) EXPECT_EQ(st[size_t(r)].code(), StatusCode::kPeerError) << st[size_t(r)].toString();
+}
+
 // A refused call is fatal for the host communicator, as any refused collective is (its first error), so
 // each case runs on a group of its own.
 TEST(StagedAllgatherArguments, EveryRankRefusesTheSameBadArguments) {
