@@ -162,6 +162,14 @@ SETTINGS: Tuple[Setting, ...] = (
             "Capacity in events of each process's timeline buffer, allocated when RINGGUARD_TIMELINE is set "
             "(88 bytes an event: 22 MiB at the default); events past it are counted as dropped, never block. "
             "In [1024, 268435456]."),
+    Setting("RINGGUARD_STAGED_CHUNK_BYTES", None, "unsigned", "4194304", 16, 1073741824,
+            (),
+            "[16, 1073741824]",
+            "Chunk size of the all-gather staged through pinned host memory (the all_gather family's "
+            "staged_chunked variant, docs/DOWNGRADE.md), rounded down to whole elements: each chunk is copied "
+            "to the host, all-gathered by the group's host communicator and copied back, while the copies of "
+            "the next and previous chunks run. Pinned memory held: 2 x (ranks + 1) chunks. In [16, "
+            "1073741824]."),
     Setting("RINGGUARD_TELEMETRY_INTERVAL_MS", None, "unsigned", "20", 1, 60000,
             (),
             "[1, 60000]",

@@ -12,6 +12,9 @@
 The engine is the C++ one (``ringguard._C.PolicyEngine``, src/policy/): rules, hysteresis, dwell and the
 decision log live there. Attention is local to each rank (it decides per rank); collective families
 (``all_gather``) decide from signals reduced (MAX) across ranks when ``set_group`` gave a process group.
+``load()`` makes its engine the process's: the "ringguard" backend runs all-gathers of CUDA tensors as the
+``staged_chunked`` variant (through pinned host memory, RINGGUARD_STAGED_CHUNK_BYTES a chunk) while it is
+the current ``all_gather`` variant (``staged_all_gathers()`` counts them).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from . import _ext, memory
 
 __all__ = ["load", "engine", "register_variant", "feed_torch_stats", "feed_signals", "step", "current",
            "decisions", "counters", "signals", "attention", "attention_backend", "set_group",
-           "async_allocator", "SDPA_BACKENDS"]
+           "async_allocator", "SDPA_BACKENDS", "ALL_GATHER_VARIANTS", "staged_all_gathers"]
 
 # The attention family's variants and the SDPA backend each one selects. The ladder's order (cuDNN,
 # flash, memory-efficient, math) is the rules file's, taken from the measurement in issue 16.
@@ -35,6 +38,19 @@ SDPA_BACKENDS = {
     "flash": "FLASH_ATTENTION",
     "mem_efficient": "EFFICIENT_ATTENTION",
     "math": "MATH",
+}
+
+def _staged_all_gather_enabled() -> bool:
+    """The staged all-gather runs on CUDA tensors (copied through pinned host memory to the group's host
+    communicator): the engine's device must be a CUDA device. CPU tensors always take the ring."""
+    return _device is not None and _device.type == "cuda"
+
+
+# The all_gather family's variants (docs/DOWNGRADE.md) and when each can run. The c10d backend runs
+# all_gather / all_gather_into_tensor of CUDA tensors as `staged_chunked` while it is the current variant.
+ALL_GATHER_VARIANTS: Dict[str, Optional[Callable[[], bool]]] = {
+    "ring": None,  # always
+    "staged_chunked": _staged_all_gather_enabled,
 }
 
 _engine = None
@@ -92,6 +108,13 @@ def load(rules_path: Optional[str] = None, rules_json: Optional[str] = None, edi
         for name in e.families()["attention"]["variants"]:
             if name in SDPA_BACKENDS:
                 e.register_variant("attention", name, _sdpa_enabled(name))
+    if builtin_variants and "all_gather" in e.families():
+        variants = e.families()["all_gather"]["variants"]
+        for name, enabled in ALL_GATHER_VARIANTS.items():
+            if name in variants:
+                e.register_variant("all_gather", name, enabled)
+    # The c10d backend reads this engine's all_gather variant when it issues an all-gather.
+    e.make_process_engine()
     _engine = e
     return e
 
@@ -178,6 +201,14 @@ def attention() -> Iterator[None]:
 
     with sdpa_kernel(attention_backend()):
         yield
+
+
+def staged_all_gathers(group=None) -> int:
+    """All-gathers of CUDA tensors on `group` (default: the default group) that ran as the staged_chunked
+    variant."""
+    from . import backend
+
+    return int(backend(group).staged_all_gathers())
 
 
 def set_group(group=None) -> None:

@@ -253,6 +253,12 @@ std::vector<Setting> declarations() {
           "(88 bytes an event: 22 MiB at the default); events past it are counted as dropped, never "
           "block."),
       unsignedSetting(
+          "RINGGUARD_STAGED_CHUNK_BYTES", "4194304", 16, uint64_t(1) << 30,
+          "Chunk size of the all-gather staged through pinned host memory (the all_gather family's "
+          "staged_chunked variant, docs/DOWNGRADE.md), rounded down to whole elements: each chunk is "
+          "copied to the host, all-gathered by the group's host communicator and copied back, while the "
+          "copies of the next and previous chunks run. Pinned memory held: 2 x (ranks + 1) chunks."),
+      unsignedSetting(
           "RINGGUARD_TELEMETRY_INTERVAL_MS", "20", 1, 60000,
           "Milliseconds between two samples of the telemetry sampler thread (docs/DOWNGRADE.md). "
           "NVML's 32-bit PCIe byte counters wrap every ~70 ms at 58 GB/s: a rate over an interval "

@@ -37,6 +37,12 @@ bool Work::isCompleted() const {
   return impl_->done_;
 }
 
+std::shared_ptr<Work> Work::completed(Status status) {
+  auto w = std::make_shared<Work>();
+  w->impl_->complete(std::move(status));
+  return w;
+}
+
 void Work::Impl::complete(Status status) {
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -16,7 +16,10 @@
 #include "bootstrap/mpi_bootstrap.h"  // mpi::createBootstrap over the group's own MPI communicator
 #include "ringguard/mpi/mpi_communicator.h"
 #endif
+#include "ringguard/policy/process_engine.h"
+#include "ringguard/runtime/device_stager.h"
 #include "ringguard/runtime/factories.h"
+#include "ringguard/runtime/staged_allgather.h"
 #include "runtime/peer_lanes.h"
 #include "torch/completion.h"
 #include "torch/store_bootstrap.h"
@@ -132,6 +135,9 @@ ProcessGroupRingguard::ProcessGroupRingguard(c10::intrusive_ptr<c10d::Store> sto
   TORCH_CHECK(gloo_->getRank() == rank && gloo_->getSize() == size, "ringguard: the Gloo backend has rank ",
               gloo_->getRank(), " of ", gloo_->getSize(), ", expected ", rank, " of ", size);
   fault_ = options_.fault;
+  st = parseSetting(
+      "RINGGUARD_STAGED_CHUNK_BYTES", [this](const char* name) { return option(name); }, &stagedChunkBytes_);
+  if (!st.isOk()) throw std::invalid_argument("ringguard: " + st.message());
   if (useMpi()) {
     st = createMpiCommunicator(globalRanks);
     TORCH_CHECK(st.isOk(), "ringguard: CPU communicator over MPI: ", st.toString());
@@ -372,11 +378,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allgather(std::vector<std:
     for (size_t r = 0; r < outs.size(); ++r)
       copyViewOf(outs[r]).flat.copy_(flat.narrow(0, n * int64_t(r), n));
   };
-  return launch("allgather", flat,
-                [mine, flat, n, dt](Communicator* comm, void* stream) {
-                  return comm->allgatherAsync(mine.data_ptr(), flat.data_ptr(), size_t(n), dt, stream);
-                },
-                outs, after, /*nestedOutputs=*/true, {mine});
+  Start start = stagedAllgatherSelected(flat)
+                    ? stagedAllgatherStart(mine, flat, size_t(n), dt)
+                    : [mine, flat, n, dt](Communicator* comm, void* stream) {
+                        return comm->allgatherAsync(mine.data_ptr(), flat.data_ptr(), size_t(n), dt, stream);
+                      };
+  return launch("allgather", flat, std::move(start), outs, after, /*nestedOutputs=*/true, {mine});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::_allgather_base(at::Tensor& output, at::Tensor& input,
@@ -398,11 +405,45 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::_allgather_base(at::Tensor
   if (in0 != own && nb > 0 && in0 < out0 + nb * size_ && out0 < in0 + nb) v.flat = v.flat.clone();
   at::Tensor mine = v.flat, dst = out.flat;
   const DataType dt = v.dtype;
-  return launch("all_gather_into_tensor", dst,
-                [mine, dst, n, dt](Communicator* comm, void* stream) {
-                  return comm->allgatherAsync(mine.data_ptr(), dst.data_ptr(), size_t(n), dt, stream);
-                },
-                {output}, nullptr, /*nestedOutputs=*/false, {mine});
+  Start start = stagedAllgatherSelected(dst)
+                    ? stagedAllgatherStart(mine, dst, size_t(n), dt)
+                    : [mine, dst, n, dt](Communicator* comm, void* stream) {
+                        return comm->allgatherAsync(mine.data_ptr(), dst.data_ptr(), size_t(n), dt, stream);
+                      };
+  return launch("all_gather_into_tensor", dst, std::move(start), {output}, nullptr, /*nestedOutputs=*/false,
+                {mine});
+}
+
+// RINGGUARD_NAN_CHECK=skip keeps the ring: a skipped chunk would leave the host result of an earlier chunk
+// where the copies back read it, while the ring leaves the output as it was (its documented meaning).
+bool ProcessGroupRingguard::stagedAllgatherSelected(const at::Tensor& t) const {
+  return t.is_cuda() && options_.nanCheck != NanCheck::kSkip &&
+         processPolicyVariant("all_gather") == "staged_chunked";
+}
+
+ProcessGroupRingguard::Start ProcessGroupRingguard::stagedAllgatherStart(const at::Tensor& send,
+                                                                         const at::Tensor& recv, size_t count,
+                                                                         DataType dt) {
+  return [this, send, recv, count, dt](Communicator*, void* stream) -> std::shared_ptr<ringguard::Work> {
+#if RINGGUARD_TORCH_CUDA
+    std::lock_guard<std::mutex> lock(stagedMutex_);
+    const int device = recv.device().index();
+    c10::cuda::CUDAGuard guard(device);
+    Status st;
+    if (!stager_) st = cuda::makeDeviceStager(device, &stager_);
+    if (st.isOk()) {
+      stager_->setStream(stream);
+      st = ringguard::stagedAllgather(*cpu_, *stager_, send.data_ptr(), recv.data_ptr(), count, dt,
+                                      size_t(stagedChunkBytes_));
+    }
+    if (st.isOk()) ++stagedAllgathers_;
+    return ringguard::Work::completed(std::move(st));
+#else
+    (void)stream;
+    return ringguard::Work::completed(
+        Status(StatusCode::kInvalidArgument, "the staged all-gather needs a build with CUDA"));
+#endif
+  };
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::barrier(const c10d::BarrierOptions& opts) {

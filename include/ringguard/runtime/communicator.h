@@ -29,6 +29,10 @@ class Work {
   Status wait();
   bool isCompleted() const;
 
+  // A Work that has already finished with `status`: for an operation that ran when it was issued (the
+  // c10d backend's staged all-gather, ringguard/runtime/staged_allgather.h).
+  static std::shared_ptr<Work> completed(Status status);
+
  private:
   friend class Communicator;
   // Its completion state and the executor's fence (src/runtime/communicator_impl.h): the runtime's types

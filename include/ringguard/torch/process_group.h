@@ -28,6 +28,12 @@
 #include "ringguard/core/options.h"
 #include "ringguard/runtime/communicator.h"
 
+namespace ringguard {
+namespace cuda {
+class DeviceStager;  // ringguard/runtime/device_stager.h
+}  // namespace cuda
+}  // namespace ringguard
+
 // torch 2.14 renamed the tensor forms of the c10d Backend virtuals (all_gather_single for _allgather_base,
 // reduce_scatter_single for _reduce_scatter_base, all_to_all_single for alltoall_base, the *_single_coalesced
 // forms, and added gather_single / gather_into_tensor); each old name stays as a virtual alias that forwards
@@ -182,6 +188,9 @@ class ProcessGroupRingguard : public c10d::Backend {
   std::map<std::string, std::string> fault() const;
   // "mpi", "gloo", "staged" or "nccl" for a device type ("cpu", "cuda") whose communicator exists, else "".
   std::string transport(const std::string& deviceType) const;
+  // All-gathers of CUDA tensors (allgather, all_gather_into_tensor) that ran as the all_gather family's
+  // staged_chunked variant (docs/DOWNGRADE.md) and succeeded.
+  uint64_t stagedAllgathers() const { return stagedAllgathers_.load(); }
 
  private:
   using RgWork = C10dWork;
@@ -209,6 +218,12 @@ class ProcessGroupRingguard : public c10d::Backend {
                                               int root, std::vector<at::Tensor> outputs,
                                               std::function<void()> after, bool nestedOutputs, DataType dt);
   c10::intrusive_ptr<c10d::Work> p2p(const char* op, at::Tensor& t, int peer, int tag, bool isSend);
+  // Whether an all-gather of `t` runs as the staged_chunked variant: a CUDA tensor while the process's
+  // downgrade engine (ringguard/policy/process_engine.h) has selected it, read when the collective is issued.
+  bool stagedAllgatherSelected(const at::Tensor& t) const;
+  // A Start for launch() that all-gathers `count` elements of `send` into `recv` (CUDA) through pinned host
+  // memory over the CPU communicator, on the issuing thread, and returns its finished Work.
+  Start stagedAllgatherStart(const at::Tensor& send, const at::Tensor& recv, size_t count, DataType dt);
   // One rank and a premul_sum op: the engine refuses it (nothing is reduced, so nothing would scale), NCCL
   // returns input x factor. Returns `t` times the factor (rounded to its dtype, as the engine rounds it):
   // `t` itself, scaled, when `inPlace`, else a new tensor; *op becomes kSum, which copies on one rank.
@@ -232,6 +247,11 @@ class ProcessGroupRingguard : public c10d::Backend {
   // One completion lane per communicator (src/torch/completion.h), so a CPU collective never waits behind
   // an earlier CUDA one.
   std::unique_ptr<CompletionLane> cpuLane_;
+  // The staged all-gather: its device stager (pinned blocks cached across calls), made on first use.
+  uint64_t stagedChunkBytes_ = 0;  // RINGGUARD_STAGED_CHUNK_BYTES
+  std::mutex stagedMutex_;         // guards stager_ and serialises the staged all-gathers
+  std::unique_ptr<cuda::DeviceStager> stager_;
+  std::atomic<uint64_t> stagedAllgathers_{0};
   std::unique_ptr<CompletionLane> cudaLane_;
   bool stopped_ = false;
   const char* stoppedBy_ = "shutdown()";  // what stopped the group, for the errors of later calls

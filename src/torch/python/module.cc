@@ -145,5 +145,7 @@ PYBIND11_MODULE(_C, m) {
           },
           py::arg("options"), "Fault injection (RINGGUARD_FAULT_* names) for collectives issued from now on.")
       .def("fault", &ringguard::ProcessGroupRingguard::fault)
-      .def("transport", &ringguard::ProcessGroupRingguard::transport, py::arg("device_type"));
+      .def("transport", &ringguard::ProcessGroupRingguard::transport, py::arg("device_type"))
+      .def("staged_all_gathers", &ringguard::ProcessGroupRingguard::stagedAllgathers,
+           "All-gathers of CUDA tensors run as the all_gather family's staged_chunked variant.");
 }

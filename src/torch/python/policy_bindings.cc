@@ -13,6 +13,7 @@
 
 #include "core/env.h"
 #include "ringguard/policy/engine.h"
+#include "ringguard/policy/process_engine.h"
 #include "ringguard/policy/registry.h"
 #include "ringguard/policy/rules.h"
 #include "ringguard/telemetry/memory.h"
@@ -71,7 +72,7 @@ class PyPolicyEngine {
                            : parseRules(defaultRulesJson(), "built-in default", e, &rules);
     }
     if (!st.isOk()) raise(st);
-    engine_ = std::make_unique<PolicyEngine>(std::move(rules), &registry_);
+    engine_ = std::make_shared<PolicyEngine>(std::move(rules), &registry_);
     if (nvmlDevice >= 0) {
       // PCIe counters are sampled on the sampler's thread at RINGGUARD_TELEMETRY_INTERVAL_MS, not at step
       // boundaries: a 32-bit counter read once per (long) step would alias, and its rate be reported missing.
@@ -225,10 +226,12 @@ class PyPolicyEngine {
 
   PolicyEngine& engine() { return *engine_; }
   VariantRegistry& registry() { return registry_; }
+  // Makes this engine the process's: the c10d backend reads its all_gather variant when it issues one.
+  void makeProcessEngine() { setProcessPolicyEngine(engine_); }
 
  private:
-  VariantRegistry registry_;  // before engine_: the engine holds a pointer to it
-  std::unique_ptr<PolicyEngine> engine_;
+  VariantRegistry registry_;              // before engine_: the engine holds a pointer to it
+  std::shared_ptr<PolicyEngine> engine_;  // shared with the process slot (held weakly there)
   TorchAllocatorSource torch_;
   PoolSource devicePool_{"device"};
   PoolSource pinnedPool_{"pinned"};
@@ -268,6 +271,7 @@ void ringguardRegisterPolicyBindings(py::module_& m) {
            })
       .def("set_rules_enabled", [](PyPolicyEngine& p, bool on) { p.engine().setRulesEnabled(on); })
       .def("set_agreement", &PyPolicyEngine::setAgreement, py::arg("fn"))
+      .def("make_process_engine", &PyPolicyEngine::makeProcessEngine)
       .def("decisions", &PyPolicyEngine::decisions)
       .def("counters", &PyPolicyEngine::counters)
       .def("families", &PyPolicyEngine::families)

@@ -1,0 +1,269 @@
+// The staged chunked all-gather (src/runtime/staged_allgather.cc) over the loopback transport: ranks
+// 1..6, counts {0, 1, odd, one chunk exactly, not a multiple of the chunk, many chunks}, copy-only and
+// arithmetic dtypes, in and out of place, results bit-identical to the closed form; with a stager whose
+// copies only happen when waited for (so a missing wait, or a slot reused too early, shows as a wrong
+// result); with injected faults (detected == injected, escaped == 0); and its argument errors.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "loopback_util.h"
+#include "ringguard/runtime/staged_allgather.h"
+
+namespace ringguard {
+namespace {
+
+using testing::LoopbackGroup;
+using testing::pattern;
+
+// Copies run when their slot is waited for, as a device stager's asynchronous copies may; host memory
+// counted, so the bound on staging memory is checked.
+class DeferredStager final : public AllgatherStager {
+ public:
+  Status allocateHost(size_t bytes, void** ptr) override {
+    RINGGUARD_RETURN_IF_ERROR(inner_->allocateHost(bytes, ptr));
+    held += bytes;
+    return Status::ok();
+  }
+  Status freeHost(void* ptr) override { return inner_->freeHost(ptr); }
+  Status toHost(void* dst, const void* src, size_t bytes, int slot) override {
+    to_[slot].push_back([=] { std::memcpy(dst, src, bytes); });
+    return Status::ok();
+  }
+  Status fromHost(void* dst, const void* src, size_t bytes, int slot) override {
+    from_[slot].push_back([=] { std::memcpy(dst, src, bytes); });
+    return Status::ok();
+  }
+  Status waitToHost(int slot) override { return drain(&to_[slot]); }
+  Status waitFromHost(int slot) override { return drain(&from_[slot]); }
+
+  size_t held = 0;
+
+ private:
+  static Status drain(std::deque<std::function<void()>>* q) {
+    while (!q->empty()) {
+      q->front()();
+      q->pop_front();
+    }
+    return Status::ok();
+  }
+  std::unique_ptr<AllgatherStager> inner_ = makeMemcpyStager();
+  std::deque<std::function<void()>> to_[2], from_[2];
+};
+
+Options testOptions() {
+  Options o;
+  o.sliceBytes = 64;
+  o.timeout = std::chrono::milliseconds(20000);
+  return o;
+}
+
+std::string where(DataType t, size_t count, size_t chunkBytes, int rank) {
+  return std::string(dataTypeName(t)) + " count=" + std::to_string(count) +
+         " chunk=" + std::to_string(chunkBytes) + " rank " + std::to_string(rank);
+}
+
+// Every rank all-gathers its pattern through the staged path and checks the whole result bit for bit.
+void stagedAndCheck(LoopbackGroup& g, DataType t, size_t count, size_t chunkBytes, bool inPlace,
+                    bool deferred) {
+  const int n = g.size();
+  const size_t esize = dataTypeSize(t), block = count * esize;
+  std::vector<uint8_t> expected;
+  for (int r = 0; r < n; ++r) {
+    std::vector<uint8_t> p = pattern(t, r, count);
+    expected.insert(expected.end(), p.begin(), p.end());
+  }
+  const size_t chunkElems = chunkBytes / esize;
+  const size_t chunks = count == 0 ? 1 : (count + chunkElems - 1) / chunkElems;
+  g.run([&](int rank, Communicator& c) {
+    std::vector<uint8_t> in = pattern(t, rank, count);
+    std::vector<uint8_t> out(block * size_t(n) + 1, 0xAB);
+    if (inPlace && block > 0) std::memcpy(out.data() + size_t(rank) * block, in.data(), block);
+    const void* send = inPlace ? out.data() + size_t(rank) * block : in.data();
+    DeferredStager lazy;
+    std::unique_ptr<AllgatherStager> direct = makeMemcpyStager();
+    AllgatherStager& stager = deferred ? static_cast<AllgatherStager&>(lazy) : *direct;
+    StagedAllgatherStats stats;
+    Status st = stagedAllgather(c, stager, send, out.data(), count, t, chunkBytes, &stats);
+    ASSERT_TRUE(st.isOk()) << where(t, count, chunkBytes, rank) << ": " << st.toString();
+    EXPECT_EQ(std::vector<uint8_t>(out.begin(), out.end() - 1), expected)
+        << where(t, count, chunkBytes, rank);
+    EXPECT_EQ(out.back(), 0xAB) << "wrote past the result: " << where(t, count, chunkBytes, rank);
+    if (!inPlace) EXPECT_EQ(in, pattern(t, rank, count)) << "modified the input";
+    EXPECT_EQ(stats.chunks, chunks) << where(t, count, chunkBytes, rank);
+    EXPECT_EQ(stats.chunkBytes, chunkElems * esize);
+    EXPECT_LE(stats.stagingBytes, 2 * chunkBytes * size_t(n + 1)) << where(t, count, chunkBytes, rank);
+    if (deferred) EXPECT_EQ(lazy.held, stats.stagingBytes) << where(t, count, chunkBytes, rank);
+  });
+}
+
+class StagedAllgather : public ::testing::TestWithParam<int> {};
+
+TEST_P(StagedAllgather, BitIdenticalForEveryCountAndDtype) {
+  LoopbackGroup g(GetParam(), testOptions());
+  const size_t chunkBytes = 96;  // a whole number of elements of every dtype below
+  for (DataType t : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64, DataType::kUint8,
+                     DataType::kFloat8E4M3, DataType::kComplex128}) {
+    const size_t ce = chunkBytes / dataTypeSize(t);
+    for (size_t count : {size_t(0), size_t(1), size_t(7), ce, 3 * ce + 5, 9 * ce}) {
+      for (bool deferred : {false, true}) {
+        stagedAndCheck(g, t, count, chunkBytes, /*inPlace=*/false, deferred);
+        if (count % 2 == 1) stagedAndCheck(g, t, count, chunkBytes, /*inPlace=*/true, deferred);
+      }
+    }
+  }
+  // A chunk that is not a whole number of elements is rounded down (40 bytes of c128: 2 elements).
+  stagedAndCheck(g, DataType::kComplex128, 11, 40, false, true);
+  // One chunk holding everything.
+  stagedAndCheck(g, DataType::kFloat32, 301, 1 << 20, false, true);
+  const Counters c = g.totalCounters();
+  EXPECT_EQ(c.detected, 0u);
+  EXPECT_EQ(c.escaped, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, StagedAllgather, ::testing::Range(1, 7),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return "np" + std::to_string(i.param);
+                         });
+
+struct FaultCase {
+  FaultMode mode;
+  const char* name;
+};
+
+class StagedAllgatherFaults : public ::testing::TestWithParam<FaultCase> {};
+
+// The chunks' host all-gathers are verified like any collective: every corruption injected into them is
+// detected and repaired, and the result stays bit-identical.
+TEST_P(StagedAllgatherFaults, BitIdenticalAndEveryInjectionDetected) {
+  for (int n : {2, 3, 4}) {
+    Options o = testOptions();
+    o.sliceBytes = 256;
+    o.maxRetries = 5;
+    o.fault.mode = GetParam().mode;
+    o.fault.probability = 0.15;
+    o.fault.seed = 11;
+    LoopbackGroup g(n, o);
+    for (DataType t : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64}) {
+      stagedAndCheck(g, t, 2001, 1024, false, true);
+      stagedAndCheck(g, t, 777, 4096, true, false);
+    }
+    const Counters c = g.totalCounters();
+    EXPECT_GT(c.injected, 0u) << "np" << n;
+    EXPECT_EQ(c.detected, c.injected) << "np" << n;
+    EXPECT_GT(c.retransmitted, 0u) << "np" << n;
+    EXPECT_EQ(c.escaped, 0u) << "np" << n;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, StagedAllgatherFaults,
+    ::testing::Values(FaultCase{FaultMode::kBitFlip, "bitflip"}, FaultCase{FaultMode::kBurst, "burst"},
+                      FaultCase{FaultMode::kGarbage, "garbage"}, FaultCase{FaultMode::kTrailer, "trailer"},
+                      FaultCase{FaultMode::kRetransmit, "retransmit"}),
+    [](const ::testing::TestParamInfo<FaultCase>& i) { return std::string(i.param.name); });
+
+// ---- arguments --------------------------------------------------------------------------------------
+
+// Each rank calls with its own arguments; returns every rank's Status.
+std::vector<Status> runWith(LoopbackGroup& g,
+                            const std::function<Status(int rank, Communicator&, AllgatherStager&)>& call) {
+  std::vector<Status> out(size_t(g.size()));
+  g.run([&](int rank, Communicator& c) {
+    std::unique_ptr<AllgatherStager> stager = makeMemcpyStager();
+    out[size_t(rank)] = call(rank, c, *stager);
+  });
+  return out;
+}
+
+void expectInvalid(const Status& st, const std::string& text) {
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+  EXPECT_NE(st.message().find(text), std::string::npos) << st.toString();
+}
+
+TEST(StagedAllgatherArguments, NullBufferOnOneRankFailsThereAndReachesThePeers) {
+  LoopbackGroup g(3, testOptions());
+  std::vector<float> in(10, 1.0f);
+  std::vector<Status> st = runWith(g, [&](int rank, Communicator& c, AllgatherStager& s) {
+    std::vector<float> myOut(30);
+    return stagedAllgather(c, s, rank == 1 ? nullptr : in.data(), myOut.data(), 10, DataType::kFloat32, 64);
+  });
+  expectInvalid(st[1], "staged all-gather on rank 1: send buffer is null with count 10");
+  for (int r : {0, 2}) EXPECT_EQ(st[size_t(r)].code(), StatusCode::kPeerError) << st[size_t(r)].toString();
+}
+
+// Staging memory the stager cannot provide on one rank: that rank fails with the stager's error, and the
+// others hear of it instead of waiting for its first chunk.
+class NoMemoryStager final : public AllgatherStager {
+ public:
+  Status allocateHost(size_t, void**) override { return Status(StatusCode::kInternal, "no pinned memory"); }
+  Status freeHost(void*) override { return Status::ok(); }
+  Status toHost(void*, const void*, size_t, int) override { return Status::ok(); }
+  Status fromHost(void*, const void*, size_t, int) override { return Status::ok(); }
+  Status waitToHost(int) override { return Status::ok(); }
+  Status waitFromHost(int) override { return Status::ok(); }
+};
+
+TEST(StagedAllgatherArguments, StagingFailureOnOneRankReachesThePeers) {
+  LoopbackGroup g(3, testOptions());
+  std::vector<Status> st = runWith(g, [&](int rank, Communicator& c, AllgatherStager& s) {
+    NoMemoryStager none;
+    std::vector<float> mine(10, 1.0f), all(30);
+    return stagedAllgather(c, rank == 2 ? static_cast<AllgatherStager&>(none) : s, mine.data(), all.data(),
+                           10, DataType::kFloat32, 64);
+  });
+  EXPECT_EQ(st[2].code(), StatusCode::kInternal) << st[2].toString();
+  EXPECT_EQ(st[2].message(), "staged all-gather on rank 2: no pinned memory");
+  for (int r : {0, 1}) EXPECT_EQ(st[size_t(r)].code(), StatusCode::kPeerError) << st[size_t(r)].toString();
+}
+
+// A refused call is fatal for the host communicator, as any refused collective is (its first error), so
+// each case runs on a group of its own.
+TEST(StagedAllgatherArguments, EveryRankRefusesTheSameBadArguments) {
+  std::vector<double> in(4, 1.0), out(8);
+  auto every = [&](const std::function<Status(Communicator&, AllgatherStager&)>& call,
+                   const std::string& text) {
+    LoopbackGroup g(2, testOptions());
+    for (const Status& s : runWith(g, [&](int, Communicator&c, AllgatherStager&st) { return call(c, st); }))
+      expectInvalid(s, text);
+  };
+  every(
+      [&](Communicator& c, AllgatherStager& s) {
+        return stagedAllgather(c, s, in.data(), out.data(), 4, DataType::kFloat64, 0);
+      },
+      "chunk size 0 bytes is smaller than one f64 element (8 bytes)");
+  every(
+      [&](Communicator& c, AllgatherStager& s) {
+        return stagedAllgather(c, s, in.data(), out.data(), 4, DataType::kFloat64, 7);
+      },
+      "chunk size 7 bytes");
+  every(
+      [&](Communicator& c, AllgatherStager& s) {
+        return stagedAllgather(c, s, in.data(), nullptr, 4, DataType::kFloat64, 64);
+      },
+      "recv buffer is null with count 4");
+  every(
+      [&](Communicator& c, AllgatherStager& s) {
+        return stagedAllgather(c, s, in.data(), out.data(), 4, static_cast<DataType>(99), 64);
+      },
+      "invalid dtype 99");
+  every(
+      [&](Communicator& c, AllgatherStager& s) {
+        return stagedAllgather(c, s, in.data(), out.data(), std::numeric_limits<size_t>::max() / 8,
+                               DataType::kFloat64, 64);
+      },
+      "overflows the byte size");
+  every(
+      [&](Communicator& c, AllgatherStager& s) {
+        return stagedAllgather(c, s, out.data() + 1, out.data(), 4, DataType::kFloat64, 64);
+      },
+      "send and recv buffers overlap");
+}
+
+}  // namespace
+}  // namespace ringguard
