@@ -13,10 +13,10 @@
 //   graph_replay  GraphGuard with a NaN injected into every call's first run: one on-device replay per call
 // and ends with `summary: bytes=<B> graph_over_floor=<r> guard_imm_over_floor=<r>` at the largest size.
 //
-// Then the batched snapshot: Guard::run (immediate) of an op whose state is --tensors tensors of --tensor-bytes
-// each (a layer's parameters and optimizer slots), the device backend's snapshots batched into one
-// cudaMemcpyBatchAsync against one cudaMemcpyAsync (and two events) per tensor:
-// `snapshot_batch: tensors=<T> bytes=<B> batched_ms=<t> per_tensor_ms=<t> speedup=<r>`.
+// Then the batched snapshot: Guard::run (immediate) of an op whose state is --tensors tensors of
+// --tensor-bytes each (a layer's parameters and optimizer slots), the device backend's snapshots batched into
+// one cudaMemcpyBatchAsync against one cudaMemcpyAsync (and two events) per tensor: `snapshot_batch:
+// tensors=<T> bytes=<B> batched_ms=<t> per_tensor_ms=<t> speedup=<r>`.
 #include <cuda_runtime.h>
 
 #include <CLI/CLI.hpp>
@@ -47,21 +47,21 @@ void launchOp(float* y, float* acc, const float* x, size_t n, cudaStream_t s) {
   reluAxpyKernel<<<unsigned(blocks < 4096 ? blocks : 4096), 256, 0, s>>>(y, acc, x, n);
 }
 
-#define CHECK_CUDA(expr)                                                                 \
-  do {                                                                                   \
-    cudaError_t e_ = (expr);                                                             \
-    if (e_ != cudaSuccess) {                                                             \
+#define CHECK_CUDA(expr)                                                                           \
+  do {                                                                                             \
+    cudaError_t e_ = (expr);                                                                       \
+    if (e_ != cudaSuccess) {                                                                       \
       std::fprintf(stderr, "%s: %s (%s:%d)\n", #expr, cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                      \
-    }                                                                                    \
+      std::exit(1);                                                                                \
+    }                                                                                              \
   } while (0)
-#define CHECK_OK(expr)                                                                   \
-  do {                                                                                   \
-    Status s_ = (expr);                                                                  \
-    if (!s_.isOk()) {                                                                    \
-      std::fprintf(stderr, "%s: %s\n", #expr, s_.toString().c_str());                    \
-      std::exit(1);                                                                      \
-    }                                                                                    \
+#define CHECK_OK(expr)                                                \
+  do {                                                                \
+    Status s_ = (expr);                                               \
+    if (!s_.isOk()) {                                                 \
+      std::fprintf(stderr, "%s: %s\n", #expr, s_.toString().c_str()); \
+      std::exit(1);                                                   \
+    }                                                                 \
   } while (0)
 
 // Milliseconds per call of `calls` back-to-back calls of `one` on `s` (after 3 warm-up calls).
@@ -165,7 +165,8 @@ int main(int argc, char** argv) {
     CHECK_OK(GraphGuard::create(0, g, faulty, &replaying));
     const double grr = perCall(s, calls, [&] { CHECK_OK(replaying->launch(s)); });
     CHECK_OK(replaying->report(&rep));
-    if (!rep.clean || rep.replays != 1) std::fprintf(stderr, "unexpected: a transient fault did not replay once\n");
+    if (!rep.clean || rep.replays != 1)
+      std::fprintf(stderr, "unexpected: a transient fault did not replay once\n");
 
     std::printf("%12zu %10.4f %10.4f %10.4f %10.4f %12.4f %12.3f %12.3f\n", bytes, op, floor, imm, gr, grr,
                 gr / floor, imm / floor);
@@ -201,8 +202,8 @@ int main(int argc, char** argv) {
     Guard guard(GuardPolicy{}, makeHostGuardBackend(), std::move(device));
     ms[batched] = perCall(s, calls, [&] { CHECK_OK(guard.run(many)); });
   }
-  std::printf("snapshot_batch: tensors=%d bytes=%zu batched_ms=%.4f per_tensor_ms=%.4f speedup=%.2f\n", tensors,
-              tb, ms[1], ms[0], ms[0] / ms[1]);
+  std::printf("snapshot_batch: tensors=%d bytes=%zu batched_ms=%.4f per_tensor_ms=%.4f speedup=%.2f\n",
+              tensors, tb, ms[1], ms[0], ms[0] / ms[1]);
   for (void* p : state) CHECK_CUDA(cudaFree(p));
   return 0;
 }

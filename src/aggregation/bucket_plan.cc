@@ -18,7 +18,8 @@ Status planBuckets(const std::vector<GradientSpec>& grads, size_t bucketBytes, s
     }
     if (g.elements > std::numeric_limits<size_t>::max() / g.elementSize) {
       return Status(StatusCode::kInvalidArgument, "planBuckets: gradient " + std::to_string(r) + " of " +
-                                                      std::to_string(g.elements) + " elements overflows size_t");
+                                                      std::to_string(g.elements) +
+                                                      " elements overflows size_t");
     }
     const size_t bytes = g.elements * g.elementSize;
     bool fresh = layout.empty() || filled + bytes > bucketBytes;
@@ -34,9 +35,8 @@ Status planBuckets(const std::vector<GradientSpec>& grads, size_t bucketBytes, s
     const size_t align = alignBytes / g.elementSize > 0 ? alignBytes / g.elementSize : 1;
     const size_t start = (b.elements + align - 1) / align * align;
     if (start < b.elements || start > std::numeric_limits<size_t>::max() - g.elements) {
-      return Status(StatusCode::kInvalidArgument,
-                    "planBuckets: bucket " + std::to_string(layout.size() - 1) + " overflows size_t at gradient " +
-                        std::to_string(r));
+      return Status(StatusCode::kInvalidArgument, "planBuckets: bucket " + std::to_string(layout.size() - 1) +
+                                                      " overflows size_t at gradient " + std::to_string(r));
     }
     b.params.push_back(r);
     b.offsets.push_back(start);

@@ -45,15 +45,18 @@ Status validateGraphOp(const GraphGuardedOp& op, const GraphGuardOptions& option
     return invalid(name, "maxReplays " + std::to_string(options.maxReplays) + " is outside 0 .. 31");
   }
   auto check = [&](const GuardBuffer& b, const char* role, bool mustBeFloat) -> Status {
-    if (b.kind != MemoryKind::kDevice) return invalid(name, std::string(role) + " '" + b.name + "' is not device memory");
-    if (b.data == nullptr && b.bytes != 0) return invalid(name, std::string(role) + " '" + b.name + "' is null");
+    if (b.kind != MemoryKind::kDevice)
+      return invalid(name, std::string(role) + " '" + b.name + "' is not device memory");
+    if (b.data == nullptr && b.bytes != 0)
+      return invalid(name, std::string(role) + " '" + b.name + "' is null");
     if (b.bytes % dataTypeSize(b.dtype) != 0) {
       return invalid(name, std::string(role) + " '" + b.name + "': " + std::to_string(b.bytes) +
                                " bytes is not a whole number of " + dataTypeName(b.dtype) + " elements");
     }
     if (mustBeFloat && !isFloatingType(b.dtype) && !isComplexType(b.dtype)) {
-      return invalid(name, std::string(role) + " '" + b.name + "' has dtype " + dataTypeName(b.dtype) +
-                               ", which holds no NaN or Inf (outputs are scanned: f32, f64, f16, bf16, complex)");
+      return invalid(name,
+                     std::string(role) + " '" + b.name + "' has dtype " + dataTypeName(b.dtype) +
+                         ", which holds no NaN or Inf (outputs are scanned: f32, f64, f16, bf16, complex)");
     }
     return Status::ok();
   };
@@ -113,7 +116,8 @@ class GraphGuard::Impl {
       snapshots_.push_back(p);
     }
     void* p = nullptr;
-    RINGGUARD_RETURN_IF_ERROR(allocate(sizeof(NanScanResult) * (op_.outputs.empty() ? 1 : op_.outputs.size()), &p));
+    RINGGUARD_RETURN_IF_ERROR(
+        allocate(sizeof(NanScanResult) * (op_.outputs.empty() ? 1 : op_.outputs.size()), &p));
     results_ = static_cast<NanScanResult*>(p);
     RINGGUARD_RETURN_IF_ERROR(allocate(sizeof(GraphOutcome), &p));
     outcome_ = static_cast<GraphOutcome*>(p);
@@ -216,8 +220,10 @@ class GraphGuard::Impl {
     cudaGraphNode_t loop = nullptr;
     RINGGUARD_CUDA_CHECK(cudaGraphAddNode(&loop, graph, deps, nullptr, numDeps, &params));
     body_ = params.conditional.phGraph_out[0];
-    RINGGUARD_CUDA_CHECK(cudaStreamUpdateCaptureDependencies(s, &loop, nullptr, 1, cudaStreamSetCaptureDependencies));
-    RINGGUARD_CUDA_CHECK(cudaMemcpyAsync(outcomeHost_, outcome_, sizeof(GraphOutcome), cudaMemcpyDeviceToHost, s));
+    RINGGUARD_CUDA_CHECK(
+        cudaStreamUpdateCaptureDependencies(s, &loop, nullptr, 1, cudaStreamSetCaptureDependencies));
+    RINGGUARD_CUDA_CHECK(
+        cudaMemcpyAsync(outcomeHost_, outcome_, sizeof(GraphOutcome), cudaMemcpyDeviceToHost, s));
     return Status::ok();
   }
 
@@ -243,19 +249,20 @@ class GraphGuard::Impl {
 
   template <typename F>
   Status captureInto(cudaGraph_t graph, F&& enqueue) {
-    RINGGUARD_CUDA_CHECK(
-        cudaStreamBeginCaptureToGraph(capture_, graph, nullptr, nullptr, 0, cudaStreamCaptureModeThreadLocal));
+    RINGGUARD_CUDA_CHECK(cudaStreamBeginCaptureToGraph(capture_, graph, nullptr, nullptr, 0,
+                                                       cudaStreamCaptureModeThreadLocal));
     Status st = enqueue(capture_);
     cudaGraph_t captured = nullptr;
     const cudaError_t end = cudaStreamEndCapture(capture_, &captured);
     (void)cudaGetLastError();  // a failed capture leaves its error behind
     if (!st.isOk()) {
-      return invalid(op_.name, "not capturable: " + st.message() +
-                                   " (run it through the host-driven Guard instead)");
+      return invalid(op_.name,
+                     "not capturable: " + st.message() + " (run it through the host-driven Guard instead)");
     }
     if (end != cudaSuccess) {
       return invalid(op_.name, std::string("not capturable: ending the capture failed: ") +
-                                   cudaGetErrorString(end) + " (run it through the host-driven Guard instead)");
+                                   cudaGetErrorString(end) +
+                                   " (run it through the host-driven Guard instead)");
     }
     return Status::ok();
   }

@@ -88,8 +88,8 @@ __global__ void __launch_bounds__(kSanitizeThreads, kSanitizeMinBlocks)
 // attempt == nullptr: always; else only when bit *attempt of `mask` is set (the graph path's attempts).
 template <typename Word>
 __global__ void __launch_bounds__(kInjectThreads, 1)
-    guardInjectKernel(Word* data, unsigned long long index, FloatBits bits, int value, const unsigned* attempt,
-                      unsigned mask) {
+    guardInjectKernel(Word* data, unsigned long long index, FloatBits bits, int value,
+                      const unsigned* attempt, unsigned mask) {
   if (threadIdx.x != 0) return;
   if (attempt != nullptr && (*attempt >= 32 || ((mask >> *attempt) & 1u) == 0)) return;
   data[index] = static_cast<Word>(element_bits::faultBits(value, bits));
@@ -191,12 +191,12 @@ Status guardInjectOnAttemptsDevice(void* data, size_t index, DataType dtype, Fau
   const int v = static_cast<int>(value);
   switch (bits.width) {
     case 2:
-      guardInjectKernel<uint16_t><<<1, kInjectThreads, 0, stream>>>(static_cast<uint16_t*>(data), index, bits, v,
-                                                                    attemptDevice, attemptMask);
+      guardInjectKernel<uint16_t><<<1, kInjectThreads, 0, stream>>>(static_cast<uint16_t*>(data), index, bits,
+                                                                    v, attemptDevice, attemptMask);
       break;
     case 4:
-      guardInjectKernel<uint32_t><<<1, kInjectThreads, 0, stream>>>(static_cast<uint32_t*>(data), index, bits, v,
-                                                                    attemptDevice, attemptMask);
+      guardInjectKernel<uint32_t><<<1, kInjectThreads, 0, stream>>>(static_cast<uint32_t*>(data), index, bits,
+                                                                    v, attemptDevice, attemptMask);
       break;
     default:
       guardInjectKernel<unsigned long long><<<1, kInjectThreads, 0, stream>>>(
@@ -212,7 +212,8 @@ Status guardReplayDecisionDevice(uint64_t conditionalHandle, const GuardVerdict*
   if (verdict == nullptr || replays == nullptr) {
     return Status(StatusCode::kInvalidArgument, "guardReplayDecisionDevice: null verdict or replay counter");
   }
-  guardReplayDecisionKernel<<<1, kInjectThreads, 0, stream>>>(conditionalHandle, verdict, replays, maxReplays);
+  guardReplayDecisionKernel<<<1, kInjectThreads, 0, stream>>>(conditionalHandle, verdict, replays,
+                                                              maxReplays);
   RINGGUARD_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }

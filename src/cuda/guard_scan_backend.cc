@@ -119,8 +119,8 @@ class DeviceGuardBackend final : public GuardBackend {
       cudaMemcpyAttributes attr = {};
       attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;  // the copies read what the stream left
       size_t attrIndex = 0;
-      RINGGUARD_CUDA_CHECK(
-          cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr, &attrIndex, 1, side_));
+      RINGGUARD_CUDA_CHECK(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr,
+                                                &attrIndex, 1, side_));
     }
     RINGGUARD_CUDA_CHECK(cudaEventRecord(after_, side_));
     RINGGUARD_CUDA_CHECK(cudaStreamWaitEvent(s, after_, 0));

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "algorithms/arguments.h"
 
@@ -60,14 +61,45 @@ Status checkArguments(int size, const void* send, void* recv, size_t count, Data
   return Status::ok();
 }
 
-// A call that fails on this rank before its first chunk: the other ranks are told through the host
-// communicator (their first chunk fails with kPeerError, as for any refused collective) instead of
-// waiting for this rank. The Communicator has no way to refuse a collective with a reason of the caller's,
-// so the peers' error names the stand-in refusal (a null buffer of one element); this rank's names the cause.
-Status refuse(Communicator& host, const Status& why) {
-  (void)host.allgather(nullptr, nullptr, 1, DataType::kUint8);
-  return Status(why.code(),
-                "staged all-gather on rank " + std::to_string(host.rank()) + ": " + why.message());
+// What every rank says before the first chunk, all-gathered (one small verified host all-gather per call):
+// whether its arguments and staging memory are good, and the count, chunk and dtype it called with. So a
+// rank that refuses, and ranks whose calls differ (counts that differ by whole chunks would otherwise leave
+// one rank waiting for a chunk nobody sends), give every rank one clean error before any chunk moves, and
+// the host communicator stays usable.
+struct Header {
+  uint64_t ok;
+  uint64_t count;
+  uint64_t chunkBytes;
+  uint64_t dtype;
+};
+
+std::string describe(const Header& h) {
+  return "{count=" + std::to_string(h.count) + " chunk_bytes=" + std::to_string(h.chunkBytes) + " dtype=" +
+         (isValid(DataType(h.dtype)) ? dataTypeName(DataType(h.dtype)) : std::to_string(h.dtype)) + "}";
+}
+
+Status agree(Communicator& host, const Status& mine, const Header& header) {
+  std::vector<Header> all(size_t(host.size()));
+  RINGGUARD_RETURN_IF_ERROR(host.allgather(&header, all.data(), sizeof(Header) / 8, DataType::kInt64));
+  const std::string prefix = "staged all-gather on rank " + std::to_string(host.rank()) + ": ";
+  if (!mine.isOk()) return Status(mine.code(), prefix + mine.message());
+  for (int r = 0; r < host.size(); ++r) {
+    if (all[size_t(r)].ok == 0) {
+      return Status(StatusCode::kPeerError, prefix + "rank " + std::to_string(r) +
+                                                " refused the call (its arguments or its staging memory; "
+                                                "its own error names which)");
+    }
+  }
+  for (int r = 1; r < host.size(); ++r) {
+    const Header& a = all[0];
+    const Header& b = all[size_t(r)];
+    if (a.count != b.count || a.chunkBytes != b.chunkBytes || a.dtype != b.dtype) {
+      return Status(StatusCode::kInvalidArgument,
+                    prefix + "ranks called with different arguments: rank 0 has " + describe(a) + ", rank " +
+                        std::to_string(r) + " has " + describe(b));
+    }
+  }
+  return Status::ok();
 }
 
 }  // namespace
@@ -81,15 +113,14 @@ Status stagedAllgather(Communicator& host, AllgatherStager& stager, const void* 
     if (send != static_cast<const uint8_t*>(recv) + bytes * size_t(rank))
       bad = checkDisjoint("send", send, bytes, "recv", recv, bytes * size_t(n));
   }
-  if (!bad.isOk()) return refuse(host, bad);
-
-  const size_t esize = dataTypeSize(dtype);
-  const size_t chunkElems = chunkBytes / esize;
+  const size_t esize = isValid(dtype) ? dataTypeSize(dtype) : 1;
+  const size_t chunkElems = std::max<size_t>(chunkBytes / esize, 1);
   const size_t chunks = count == 0 ? 1 : (count + chunkElems - 1) / chunkElems;
   const size_t stageElems = std::min(chunkElems, std::max<size_t>(count, 1));
   Staging staging(stager);
-  Status st = staging.allocate(stageElems * esize, stageElems * esize * size_t(n));
-  if (!st.isOk()) return refuse(host, st);
+  if (bad.isOk()) bad = staging.allocate(stageElems * esize, stageElems * esize * size_t(n));
+  RINGGUARD_RETURN_IF_ERROR(
+      agree(host, bad, Header{bad.isOk() ? 1u : 0u, count, chunkBytes, uint64_t(dtype)}));
   if (stats != nullptr) {
     stats->chunks = chunks;
     stats->chunkBytes = chunkElems * esize;

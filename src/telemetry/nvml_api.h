@@ -12,8 +12,11 @@ using Return = int;  // nvmlReturn_t
 constexpr Return kSuccess = 0;
 using Device = struct DeviceOpaque*;  // nvmlDevice_t
 
-constexpr unsigned kFieldPcieTxBytes = 197;  // NVML_FI_DEV_PCIE_COUNT_TX_BYTES
-constexpr unsigned kFieldPcieRxBytes = 198;  // NVML_FI_DEV_PCIE_COUNT_RX_BYTES
+constexpr unsigned kFieldPcieTxBytes = 197;       // NVML_FI_DEV_PCIE_COUNT_TX_BYTES
+constexpr unsigned kFieldPcieRxBytes = 198;       // NVML_FI_DEV_PCIE_COUNT_RX_BYTES
+constexpr unsigned kFieldNvlinkTxKiB = 138;       // NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX (KiB)
+constexpr unsigned kFieldNvlinkRxKiB = 139;       // NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX (KiB)
+constexpr unsigned kScopeAllLinks = 0xFFFFFFFFu;  // scopeId UINT_MAX: summed over every link
 
 // nvmlValueType_t
 enum ValueType : int {

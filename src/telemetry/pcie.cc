@@ -41,16 +41,17 @@ namespace {
 constexpr const char* kSource = "nvml";
 }  // namespace
 
-void PcieCounters::rate(const char* dir, const std::optional<uint64_t>& raw, unsigned bits,
-                        const std::string& why, WrappingCounter* counter, int64_t* lastNs, int64_t nowNs,
-                        double linkMax, std::vector<Signal>* out, double* utilOut) {
-  const std::string rateName = fmt::format("pcie.{}_bytes_per_s", dir);
-  const std::string utilName = fmt::format("pcie.{}_util", dir);
+void PcieCounters::rate(const char* prefix, const char* dir, const std::optional<uint64_t>& raw,
+                        unsigned bits, double unitBytes, const std::string& why, WrappingCounter* counter,
+                        int64_t* lastNs, int64_t nowNs, double linkMax, bool withUtil,
+                        std::vector<Signal>* out, double* utilOut) {
+  const std::string rateName = fmt::format("{}.{}_bytes_per_s", prefix, dir);
+  const std::string utilName = fmt::format("{}.{}_util", prefix, dir);
   *utilOut = -1.0;
   if (!raw) {
     counter->reset();
     out->push_back(Signal::absent(rateName, "bytes/s", kSource, why));
-    out->push_back(Signal::absent(utilName, "fraction", kSource, why));
+    if (withUtil) out->push_back(Signal::absent(utilName, "fraction", kSource, why));
     return;
   }
   if (counter->bits() != bits) *counter = WrappingCounter(bits);
@@ -64,7 +65,7 @@ void PcieCounters::rate(const char* dir, const std::optional<uint64_t>& raw, uns
     reason = "first reading (a rate needs two)";
   } else if (dtNs <= 0) {
     reason = fmt::format("time did not advance between readings ({} -> {} ns)", prevNs, nowNs);
-  } else if (linkMax > 0.0 && linkMax * (static_cast<double>(dtNs) * 1e-9) >= counter->span()) {
+  } else if (linkMax > 0.0 && linkMax * (static_cast<double>(dtNs) * 1e-9) >= counter->span() * unitBytes) {
     // The link could have moved a whole counter span in this interval: the delta may have lost wraps.
     ++ambiguous_;
     reason = fmt::format("{} ms between readings: the {}-bit counter may have wrapped more than once",
@@ -72,12 +73,13 @@ void PcieCounters::rate(const char* dir, const std::optional<uint64_t>& raw, uns
   }
   if (!reason.empty()) {
     out->push_back(Signal::absent(rateName, "bytes/s", kSource, reason));
-    out->push_back(Signal::absent(utilName, "fraction", kSource, reason));
+    if (withUtil) out->push_back(Signal::absent(utilName, "fraction", kSource, reason));
     return;
   }
   // delta * 1e9 / dt rather than delta / (dt * 1e-9): exact for integer-valued rates.
-  const double bps = static_cast<double>(delta) * 1e9 / static_cast<double>(dtNs);
+  const double bps = static_cast<double>(delta) * unitBytes * 1e9 / static_cast<double>(dtNs);
   out->push_back(Signal::present(rateName, bps, "bytes/s", kSource));
+  if (!withUtil) return;
   if (linkMax > 0.0) {
     *utilOut = bps / linkMax;
     out->push_back(Signal::present(utilName, *utilOut, "fraction", kSource));
@@ -104,8 +106,10 @@ void PcieCounters::update(const PcieReading& r, std::vector<Signal>* out) {
         !r.linkWhy.empty() ? r.linkWhy : fmt::format("no PCIe rate for gen {} x{}", r.linkGen, r.linkWidth)));
   }
   double txUtil = -1.0, rxUtil = -1.0;
-  rate("tx", r.txBytes, r.counterBits, r.txWhy, &tx_, &txLastNs_, r.timeNs, linkMax, out, &txUtil);
-  rate("rx", r.rxBytes, r.counterBits, r.rxWhy, &rx_, &rxLastNs_, r.timeNs, linkMax, out, &rxUtil);
+  rate("pcie", "tx", r.txBytes, r.counterBits, 1.0, r.txWhy, &tx_, &txLastNs_, r.timeNs, linkMax, true, out,
+       &txUtil);
+  rate("pcie", "rx", r.rxBytes, r.counterBits, 1.0, r.rxWhy, &rx_, &rxLastNs_, r.timeNs, linkMax, true, out,
+       &rxUtil);
   if (txUtil >= 0.0 || rxUtil >= 0.0) {
     // One direction missing does not hide a saturated other one.
     out->push_back(Signal::present("pcie.util", std::max(txUtil, rxUtil), "fraction", kSource));
@@ -119,6 +123,11 @@ void PcieCounters::update(const PcieReading& r, std::vector<Signal>* out) {
   } else {
     out->push_back(Signal::absent("pcie.replays", "count", kSource, r.replayWhy));
   }
+  double unused = 0.0;
+  rate("nvlink", "tx", r.nvlinkTxKiB, 64, 1024.0, r.nvlinkWhy, &nvlinkTx_, &nvlinkTxLastNs_, r.timeNs, 0.0,
+       false, out, &unused);
+  rate("nvlink", "rx", r.nvlinkRxKiB, 64, 1024.0, r.nvlinkWhy, &nvlinkRx_, &nvlinkRxLastNs_, r.timeNs, 0.0,
+       false, out, &unused);
 }
 
 // --- NVML ----------------------------------------------------------------------------------------------
@@ -133,6 +142,7 @@ struct NvmlPcieSource::Impl {
   bool linkRead = false;
   unsigned linkGen = 0, linkWidth = 0;
   std::string linkWhy;
+  std::string nvlinkError;  // why the NVLink fields could not be read with the PCIe ones
 
   nvml::ShutdownFn shutdown = nullptr;
   nvml::ErrorStringFn errorString = nullptr;
@@ -222,32 +232,56 @@ void NvmlPcieSource::sample(int64_t nowNs, std::vector<Signal>* out) {
   PcieReading r;
   r.timeNs = nowNs;
   if (!available()) {
-    r.txWhy = r.rxWhy = r.linkWhy = r.replayWhy = impl_->why;
+    r.txWhy = r.rxWhy = r.linkWhy = r.replayWhy = r.nvlinkWhy = impl_->why;
     counters_.update(r, out);
     return;
   }
   Impl& m = *impl_;
-  // One call for both counters: ~0.3 ms on the H200, against ~20 ms for nvmlDeviceGetPcieThroughput.
-  nvml::FieldValue fields[2] = {};
+  // One call for the four counters: ~0.3 ms on the H200, against ~20 ms for nvmlDeviceGetPcieThroughput.
+  nvml::FieldValue fields[4] = {};
   fields[0].fieldId = nvml::kFieldPcieTxBytes;
   fields[1].fieldId = nvml::kFieldPcieRxBytes;
-  const nvml::Return rc = m.getFieldValues(m.device, 2, fields);
-  std::optional<uint64_t>* targets[2] = {&r.txBytes, &r.rxBytes};
-  std::string* whys[2] = {&r.txWhy, &r.rxWhy};
-  for (int i = 0; i < 2; ++i) {
+  fields[2].fieldId = nvml::kFieldNvlinkTxKiB;
+  fields[3].fieldId = nvml::kFieldNvlinkRxKiB;
+  fields[2].scopeId = fields[3].scopeId = nvml::kScopeAllLinks;
+  nvml::Return rc = m.getFieldValues(m.device, 4, fields);
+  if (rc != nvml::kSuccess) {
+    // A driver that fails the whole call over the NVLink fields must not cost the PCIe ones: read those
+    // alone, and report NVLink missing with the error.
+    const std::string nvlinkError = m.error("nvmlDeviceGetFieldValues (NVLink fields)", rc);
+    rc = m.getFieldValues(m.device, 2, fields);
+    fields[2].nvmlReturn = fields[3].nvmlReturn = -1;
+    m.nvlinkError = nvlinkError;
+  }
+  std::string nvlinkTxWhy, nvlinkRxWhy;
+  std::optional<uint64_t>* targets[4] = {&r.txBytes, &r.rxBytes, &r.nvlinkTxKiB, &r.nvlinkRxKiB};
+  std::string* whys[4] = {&r.txWhy, &r.rxWhy, &nvlinkTxWhy, &nvlinkRxWhy};
+  unsigned bits[4] = {32, 32, 64, 64};
+  for (int i = 0; i < 4; ++i) {
     if (rc != nvml::kSuccess) {
       *whys[i] = m.error("nvmlDeviceGetFieldValues", rc);
+    } else if (i >= 2 && fields[i].nvmlReturn == -1) {
+      *whys[i] = m.nvlinkError;
     } else if (fields[i].nvmlReturn != nvml::kSuccess) {
       *whys[i] = m.error(fmt::format("field {}", fields[i].fieldId).c_str(), fields[i].nvmlReturn);
     } else if (fields[i].valueType == nvml::kUnsignedInt) {
       *targets[i] = fields[i].value.uiVal;
-      r.counterBits = 32;
+      bits[i] = 32;
     } else if (fields[i].valueType == nvml::kUnsignedLongLong || fields[i].valueType == nvml::kUnsignedLong) {
       *targets[i] = fields[i].value.ullVal;
-      r.counterBits = 64;
+      bits[i] = 64;
     } else {
       *whys[i] = fmt::format("field {} has unexpected value type {}", fields[i].fieldId, fields[i].valueType);
     }
+  }
+  r.counterBits = bits[0];
+  // The NVLink pair is used only whole (a rate from one direction would be a guess about the other).
+  if (!r.nvlinkTxKiB || !r.nvlinkRxKiB || bits[2] != 64 || bits[3] != 64) {
+    r.nvlinkWhy = !nvlinkTxWhy.empty()   ? nvlinkTxWhy
+                  : !nvlinkRxWhy.empty() ? nvlinkRxWhy
+                                         : "NVLink counters are not 64-bit";
+    r.nvlinkTxKiB.reset();
+    r.nvlinkRxKiB.reset();
   }
   if (!m.linkRead || nowNs - m.linkReadNs >= m.linkRefreshNs) {
     m.linkRead = true;

@@ -509,7 +509,8 @@ Status GradientAggregator::finish(StepStats* stats) {
     // The stream finish() runs on (where the optimizer step follows) waits for every launch stream.
     // (nullptr is a stream here: PyTorch's default stream is the legacy default stream.)
     for (cudaStream_t l : cuda_->launchStreams) {
-      Status st = asStatus("joining a launch stream", [&] { cuda_->join(static_cast<cudaStream_t>(stream), l); });
+      Status st =
+          asStatus("joining a launch stream", [&] { cuda_->join(static_cast<cudaStream_t>(stream), l); });
       if (first.isOk() && !st.isOk()) first = st;
     }
   }

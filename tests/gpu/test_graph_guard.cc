@@ -1,8 +1,6 @@
 // GraphGuard: detect -> restore -> replay inside one CUDA graph (a WHILE conditional node), checked bit for
 // bit against the op run plainly, with the graph's own fault injection. NoGpu*: the argument checks, which
 // run before any CUDA call (CI).
-#include "ringguard/guard/graph_guard.h"
-
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +11,7 @@
 
 #include "gpu_test_util.h"
 #include "graph_guard_op.h"
+#include "ringguard/guard/graph_guard.h"
 
 namespace ringguard {
 namespace {
@@ -131,8 +130,8 @@ TEST_F(GraphGuardTest, ATransientNanIsRolledBackAndReplayedOnTheDeviceBitIdentic
   std::vector<float> acc, y, wantAcc, wantY;
   readBack(&acc, &y);
   expected(1, &wantAcc, &wantY);
-  EXPECT_TRUE(sameBits(acc, wantAcc)) << "acc was not restored before the replay (acc[0] " << acc[0] << ", want "
-                                      << wantAcc[0] << ")";
+  EXPECT_TRUE(sameBits(acc, wantAcc))
+      << "acc was not restored before the replay (acc[0] " << acc[0] << ", want " << wantAcc[0] << ")";
   EXPECT_TRUE(sameBits(y, wantY));
 
   // A fault in the first run and the first replay (+Inf): two replays, still exact.

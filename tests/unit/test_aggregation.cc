@@ -83,7 +83,7 @@ TEST(LaunchOrder, ABucketLaunchesOnlyAfterEveryLowerOneWhateverOrderGradientsArr
   EXPECT_TRUE(order.markReady(1));  // bucket 1 complete
   EXPECT_EQ(order.nextLaunch(false), -1);
   EXPECT_TRUE(order.markReady(2));
-  EXPECT_FALSE(order.markReady(2));  // counted once
+  EXPECT_FALSE(order.markReady(2));        // counted once
   EXPECT_EQ(order.nextLaunch(false), -1);  // bucket 0 still waits for gradient 4
   EXPECT_TRUE(order.markReady(4));
   EXPECT_EQ(order.nextLaunch(false), 0);

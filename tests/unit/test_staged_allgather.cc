@@ -194,7 +194,38 @@ TEST(StagedAllgatherArguments, NullBufferOnOneRankFailsThereAndReachesThePeers) 
     return stagedAllgather(c, s, rank == 1 ? nullptr : in.data(), myOut.data(), 10, DataType::kFloat32, 64);
   });
   expectInvalid(st[1], "staged all-gather on rank 1: send buffer is null with count 10");
-  for (int r : {0, 2}) EXPECT_EQ(st[size_t(r)].code(), StatusCode::kPeerError) << st[size_t(r)].toString();
+  for (int r : {0, 2}) {
+    EXPECT_EQ(st[size_t(r)].code(), StatusCode::kPeerError) << st[size_t(r)].toString();
+    EXPECT_NE(st[size_t(r)].message().find("rank 1 refused the call"), std::string::npos)
+        << st[size_t(r)].toString();
+  }
+  // The refusal went through the header exchange: the host communicator is still usable, on every rank.
+  st = runWith(g, [&](int, Communicator& c, AllgatherStager& s) {
+    std::vector<float> myOut(30);
+    return stagedAllgather(c, s, in.data(), myOut.data(), 10, DataType::kFloat32, 64);
+  });
+  for (const Status& s : st) EXPECT_TRUE(s.isOk()) << s.toString();
+}
+
+// Counts that differ by whole chunks (so every chunk the shorter call has matches in size) and chunk sizes
+// that differ: one clean error on every rank naming both calls, before any chunk moves; nothing waits.
+TEST(StagedAllgatherArguments, RanksCallingWithDifferentCountsOrChunksFailTogether) {
+  LoopbackGroup g(3, testOptions());
+  std::vector<Status> st = runWith(g, [&](int rank, Communicator& c, AllgatherStager& s) {
+    const size_t count = rank == 2 ? 48 : 32;  // 16-element chunks: 2 chunks against 3
+    std::vector<float> mine(count, 1.0f), all(3 * count);
+    return stagedAllgather(c, s, mine.data(), all.data(), count, DataType::kFloat32, 64);
+  });
+  for (const Status& s : st) {
+    expectInvalid(s,
+                  "ranks called with different arguments: rank 0 has {count=32 chunk_bytes=64 dtype=f32}, "
+                  "rank 2 has {count=48 chunk_bytes=64 dtype=f32}");
+  }
+  st = runWith(g, [&](int rank, Communicator& c, AllgatherStager& s) {
+    std::vector<float> mine(32, 1.0f), all(96);
+    return stagedAllgather(c, s, mine.data(), all.data(), 32, DataType::kFloat32, rank == 1 ? 128 : 64);
+  });
+  for (const Status& s : st) expectInvalid(s, "rank 1 has {count=32 chunk_bytes=128 dtype=f32}");
 }
 
 // Staging memory the stager cannot provide on one rank: that rank fails with the stager's error, and the
@@ -219,11 +250,14 @@ TEST(StagedAllgatherArguments, StagingFailureOnOneRankReachesThePeers) {
   });
   EXPECT_EQ(st[2].code(), StatusCode::kInternal) << st[2].toString();
   EXPECT_EQ(st[2].message(), "staged all-gather on rank 2: no pinned memory");
-  for (int r : {0, 1}) EXPECT_EQ(st[size_t(r)].code(), StatusCode::kPeerError) << st[size_t(r)].toString();
+  for (int r : {0, 1}) {
+    EXPECT_EQ(st[size_t(r)].code(), StatusCode::kPeerError) << st[size_t(r)].toString();
+    EXPECT_NE(st[size_t(r)].message().find("rank 2 refused the call"), std::string::npos)
+        << st[size_t(r)].toString();
+  }
 }
 
-// A refused call is fatal for the host communicator, as any refused collective is (its first error), so
-// each case runs on a group of its own.
+// Every rank refuses the same bad arguments with the same message (each case on a group of its own).
 TEST(StagedAllgatherArguments, EveryRankRefusesTheSameBadArguments) {
   std::vector<double> in(4, 1.0), out(8);
   auto every = [&](const std::function<Status(Communicator&, AllgatherStager&)>& call,

@@ -160,11 +160,43 @@ TEST(Pcie, OneDirectionMissingDoesNotHideTheOther) {
   EXPECT_DOUBLE_EQ(get(out, "pcie.util").value, 3e9 / pcieLinkBytesPerSecond(4, 16));
 }
 
+// NVLink: 64-bit KiB counters summed over the links, rates in bytes/s, no utilisation; missing as a pair
+// with the reason (a device without NVLink), without touching the PCIe signals.
+TEST(Pcie, NvlinkRatesFromKiBCountersAndMissingWithTheReason) {
+  PcieCounters pc;
+  PcieReading r;
+  r.txBytes = 0;
+  r.rxBytes = 0;
+  r.nvlinkTxKiB = (uint64_t{1} << 40);  // a large 64-bit value: no wrap involved
+  r.nvlinkRxKiB = 5;
+  std::vector<Signal> out;
+  pc.update(r, &out);
+  EXPECT_EQ(get(out, "nvlink.tx_bytes_per_s").why, "first reading (a rate needs two)");
+  r.timeNs = 10000000;        // 10 ms
+  *r.nvlinkTxKiB += 3000000;  // 3e6 KiB in 10 ms = 307.2 GB/s
+  *r.nvlinkRxKiB += 1000;
+  out.clear();
+  pc.update(r, &out);
+  EXPECT_EQ(get(out, "nvlink.tx_bytes_per_s").value, 3e6 * 1024 * 100);
+  EXPECT_EQ(get(out, "nvlink.rx_bytes_per_s").value, 1000.0 * 1024 * 100);
+  for (const Signal& s : out) EXPECT_NE(s.name, "nvlink.tx_util");  // no link maximum, no utilisation
+  r.timeNs = 20000000;
+  r.nvlinkTxKiB.reset();
+  r.nvlinkRxKiB.reset();
+  r.nvlinkWhy = "field 138 failed: Not Supported (NVML error 3)";
+  r.txBytes = 1000;
+  out.clear();
+  pc.update(r, &out);
+  EXPECT_TRUE(get(out, "nvlink.rx_bytes_per_s").missing);
+  EXPECT_EQ(get(out, "nvlink.rx_bytes_per_s").why, r.nvlinkWhy);
+  EXPECT_FALSE(get(out, "pcie.tx_bytes_per_s").missing);
+}
+
 TEST(Pcie, NvmlSourceReportsMissingWithoutNvml) {
   auto src = NvmlPcieSource::create(0);
   std::vector<Signal> out;
   src->sample(0, &out);
-  ASSERT_EQ(out.size(), 9u);  // every declared signal, present or not
+  ASSERT_EQ(out.size(), 11u);  // every declared signal, present or not (9 PCIe, 2 NVLink)
   if (!src->available()) {
     EXPECT_FALSE(src->why().empty());
     for (const Signal& s : out) {

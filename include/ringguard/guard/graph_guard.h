@@ -47,18 +47,18 @@ struct GraphFault {
 };
 
 struct GraphGuardOptions {
-  int maxReplays = 2;             // replays on the device before the host has to escalate (0 .. 31)
+  int maxReplays = 2;  // replays on the device before the host has to escalate (0 .. 31)
   std::vector<GraphFault> faults;
 };
 
 // The outcome of the last launch, read from mapped pinned memory after one event.
 struct GraphGuardReport {
-  uint32_t replays = 0;          // replays the device ran
-  bool clean = true;             // the last attempt's outputs are all finite
-  size_t firstBadOutput = 0;     // when !clean: the first output (index into op.outputs) with non-finite values
-  uint64_t badElements = 0;      // when !clean: non-finite elements over all outputs of the last attempt
-  uint64_t launches = 0;         // launches so far
-  uint64_t totalReplays = 0;     // replays over every launch whose report was read
+  uint32_t replays = 0;       // replays the device ran
+  bool clean = true;          // the last attempt's outputs are all finite
+  size_t firstBadOutput = 0;  // when !clean: the first output (index into op.outputs) with non-finite values
+  uint64_t badElements = 0;   // when !clean: non-finite elements over all outputs of the last attempt
+  uint64_t launches = 0;      // launches so far
+  uint64_t totalReplays = 0;  // replays over every launch whose report was read
 };
 
 class GraphGuard {

@@ -53,9 +53,13 @@ struct StagedAllgatherStats {
 // stager's last copies are then complete on its stream). Collective over `host`: every rank must call it
 // with the same count, dtype and chunkBytes, in the same order relative to host's other collectives.
 // Staging memory: 2 x (size() + 1) chunks. `send` may not overlap `recv` except as recv + rank * count
-// (in place). kInvalidArgument (naming the argument and the rank) for a null buffer with count > 0, an
-// invalid dtype, chunkBytes smaller than one element, or a count whose N x count bytes overflow; a failed
-// host all-gather's Status (kPeerError, kCorruption, ...) as the host communicator returns it.
+// (in place). Before the first chunk the ranks all-gather a small header (whether their arguments and
+// staging memory are good, count, chunk, dtype), so failures are the same on every rank and leave the host
+// communicator usable: kInvalidArgument (naming the argument and the rank) for a null buffer with count > 0,
+// an invalid dtype, chunkBytes smaller than one element, or a count whose N x count bytes overflow, and
+// kPeerError ("rank r refused the call") on the other ranks; the stager's error for staging memory it cannot
+// provide; kInvalidArgument on every rank naming both calls when ranks differ in count, chunk or dtype; a
+// failed host all-gather's Status (kCorruption, kTimeout, ...) as the host communicator returns it.
 Status stagedAllgather(Communicator& host, AllgatherStager& stager, const void* send, void* recv,
                        size_t count, DataType dtype, size_t chunkBytes,
                        StagedAllgatherStats* stats = nullptr);

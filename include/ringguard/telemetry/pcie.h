@@ -34,6 +34,10 @@ struct PcieReading {
   std::string linkWhy;
   std::optional<uint64_t> replays;
   std::string replayWhy;
+  // NVLink data throughput counters summed over the device's links, in KiB (NVML fields 138/139 with the
+  // all-links scope); nullopt with the reason where the device has no NVLink or NVML does not report them.
+  std::optional<uint64_t> nvlinkTxKiB, nvlinkRxKiB;
+  std::string nvlinkWhy;
 };
 
 // Turns consecutive readings into signals. Framework- and NVML-free, so wrap handling is tested with
@@ -42,20 +46,24 @@ struct PcieReading {
 //   pcie.tx_util, pcie.rx_util, pcie.util      fraction of the link's maximum (util = the larger)
 //   pcie.link_gen, pcie.link_width, pcie.link_max_bytes_per_s
 //   pcie.replays                               replay counter (count since boot, as NVML reports it)
+//   nvlink.tx_bytes_per_s, nvlink.rx_bytes_per_s   NVLink data bytes/s over all links (no link maximum:
+//                                              no utilisation; missing on devices without NVLink)
 // A rate is missing on the first reading, when time did not advance, and when the interval was so long
 // that the counter could have wrapped more than once at the link's maximum rate (the delta is ambiguous).
 class PcieCounters {
  public:
   void update(const PcieReading& r, std::vector<Signal>* out);
-  uint64_t wraps() const { return tx_.wraps() + rx_.wraps(); }
+  uint64_t wraps() const { return tx_.wraps() + rx_.wraps() + nvlinkTx_.wraps() + nvlinkRx_.wraps(); }
   uint64_t ambiguous() const { return ambiguous_; }  // rates dropped as possibly aliased
 
  private:
-  void rate(const char* dir, const std::optional<uint64_t>& raw, unsigned bits, const std::string& why,
-            WrappingCounter* counter, int64_t* lastNs, int64_t nowNs, double linkMax,
-            std::vector<Signal>* out, double* utilOut);
-  WrappingCounter tx_{32}, rx_{32};
-  int64_t txLastNs_ = 0, rxLastNs_ = 0;
+  // `prefix`.`dir`_bytes_per_s from a counter of `unitBytes`-byte units, and `prefix`.`dir`_util when
+  // linkMax > 0 (utilOut: -1 when not computed).
+  void rate(const char* prefix, const char* dir, const std::optional<uint64_t>& raw, unsigned bits,
+            double unitBytes, const std::string& why, WrappingCounter* counter, int64_t* lastNs,
+            int64_t nowNs, double linkMax, bool withUtil, std::vector<Signal>* out, double* utilOut);
+  WrappingCounter tx_{32}, rx_{32}, nvlinkTx_{64}, nvlinkRx_{64};
+  int64_t txLastNs_ = 0, rxLastNs_ = 0, nvlinkTxLastNs_ = 0, nvlinkRxLastNs_ = 0;
   uint64_t ambiguous_ = 0;
 };
 

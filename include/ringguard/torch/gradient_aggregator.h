@@ -85,8 +85,8 @@ class GradientAggregator {
     std::string name;
     torch::Tensor tensor;
     int bucket = 0;
-    int64_t offset = 0;  // elements into the bucket
-    torch::Tensor view;  // the bucket slice shaped like the parameter
+    int64_t offset = 0;                                  // elements into the bucket
+    torch::Tensor view;                                  // the bucket slice shaped like the parameter
     std::shared_ptr<torch::autograd::Node> accumulator;  // kept alive: the hook lives on it
     uintptr_t hookKey = 0;
   };

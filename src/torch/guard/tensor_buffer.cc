@@ -53,4 +53,14 @@ Status tensorBuffer(const at::Tensor& t, const std::string& name, GuardBuffer* o
   return Status::ok();
 }
 
+Status tensorBuffers(const std::vector<std::pair<std::string, at::Tensor>>& list,
+                     std::vector<GuardBuffer>* out) {
+  for (const auto& [name, t] : list) {
+    GuardBuffer b;
+    RINGGUARD_RETURN_IF_ERROR(tensorBuffer(t, name, &b));
+    out->push_back(b);
+  }
+  return Status::ok();
+}
+
 }  // namespace ringguard

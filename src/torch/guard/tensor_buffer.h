@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "ringguard/core/status.h"
 #include "ringguard/guard/backend.h"
@@ -13,5 +15,9 @@ namespace ringguard {
 // contiguous (a view with gaps or overlapping strides), a dtype without a guard type (complex, int16), or
 // memory that is neither CPU nor CUDA. bool / int8 / uint8 tensors are snapshotted as bytes and scan clean.
 Status tensorBuffer(const at::Tensor& t, const std::string& name, GuardBuffer* out);
+
+// tensorBuffer of each (name, tensor) pair, in order, appended to `out`; the first error stops it.
+Status tensorBuffers(const std::vector<std::pair<std::string, at::Tensor>>& list,
+                     std::vector<GuardBuffer>* out);
 
 }  // namespace ringguard

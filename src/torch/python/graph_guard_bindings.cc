@@ -28,19 +28,16 @@ namespace {
 
 std::vector<GuardBuffer> buffersOf(const std::vector<std::pair<std::string, at::Tensor>>& list) {
   std::vector<GuardBuffer> out;
-  for (const auto& [name, t] : list) {
-    GuardBuffer b;
-    const Status st = tensorBuffer(t, name, &b);
-    if (!st.isOk()) raiseGraph(st);
-    out.push_back(b);
-  }
+  const Status st = tensorBuffers(list, &out);
+  if (!st.isOk()) raiseGraph(st);
   return out;
 }
 
 // The tensors stay referenced for the graph's life: its nodes hold their addresses.
 class PyGraphGuard {
  public:
-  PyGraphGuard(int device, const std::string& name, const std::vector<std::pair<std::string, at::Tensor>>& state,
+  PyGraphGuard(int device, const std::string& name,
+               const std::vector<std::pair<std::string, at::Tensor>>& state,
                const std::vector<std::pair<std::string, at::Tensor>>& outputs, const py::function& body,
                int maxReplays, const std::vector<py::dict>& faults) {
     for (const auto& p : state) keep_.push_back(p.second);
@@ -67,7 +64,8 @@ class PyGraphGuard {
       if (d.contains("attempts")) f.attempts = py::cast<uint32_t>(d["attempts"]);
       if (d.contains("value")) {
         const std::string v = py::cast<std::string>(d["value"]);
-        if (!parseFaultValue(v, &f.value)) throw py::value_error("graph guard: unknown fault value '" + v + "'");
+        if (!parseFaultValue(v, &f.value))
+          throw py::value_error("graph guard: unknown fault value '" + v + "'");
       }
       options.faults.push_back(f);
     }

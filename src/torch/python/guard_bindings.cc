@@ -107,13 +107,9 @@ void appendTensors(const py::handle& obj, const std::string& prefix, std::vector
 std::vector<GuardBuffer> declared(const std::vector<std::pair<std::string, at::Tensor>>& list,
                                   std::vector<at::Tensor>* keep) {
   std::vector<GuardBuffer> out;
-  for (const auto& [name, t] : list) {
-    GuardBuffer b;
-    const Status st = tensorBuffer(t, name, &b);
-    if (!st.isOk()) raise(st);
-    out.push_back(b);
-    keep->push_back(t);
-  }
+  const Status st = tensorBuffers(list, &out);
+  if (!st.isOk()) raise(st);
+  for (const auto& p : list) keep->push_back(p.second);
   return out;
 }
 
