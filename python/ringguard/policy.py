@@ -29,7 +29,8 @@ from . import _ext, memory
 
 __all__ = ["load", "engine", "register_variant", "feed_torch_stats", "feed_signals", "step", "current",
            "decisions", "counters", "signals", "attention", "attention_backend", "set_group",
-           "async_allocator", "SDPA_BACKENDS", "ALL_GATHER_VARIANTS", "staged_all_gathers"]
+           "async_allocator", "SDPA_BACKENDS", "ALL_GATHER_VARIANTS", "staged_all_gathers", "variant_op",
+           "VariantOp", "feed_guard_stats"]
 
 # The attention family's variants and the SDPA backend each one selects. The ladder's order (cuDNN,
 # flash, memory-efficient, math) is the rules file's, taken from the measurement in issue 16.
@@ -102,6 +103,7 @@ def load(rules_path: Optional[str] = None, rules_json: Optional[str] = None, edi
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     _device = torch.device(device)
     _signals = {}
+    _guard_seen.clear()
     e = C.PolicyEngine(rules_path=rules_path, rules_json=rules_json, edits=edits, nvml_device=nvml_device)
     e.configure_from_env()
     if builtin_variants and "attention" in e.families():
@@ -128,6 +130,63 @@ def register_variant(family: str, name: str, enabled: Optional[Callable[[], bool
     """Registers variant `name` of `family` (a name the rules list); `enabled` says whether it can run now.
     Variants the rules list but nobody registered are never chosen."""
     engine().register_variant(family, name, enabled)
+
+
+class VariantOp:
+    """A user family's operator: one implementation per variant (plain callables, or guarded ops from
+    ``ringguard.guard``), called through the engine's current choice for the family. See ``variant_op``."""
+
+    def __init__(self, family: str, implementations: Dict[str, Callable],
+                 enabled: Optional[Dict[str, Callable[[], bool]]] = None):
+        known = engine().families()
+        if family not in known:
+            raise ValueError(f"ringguard.policy.variant_op: the rules have no family '{family}' "
+                             f"(they have: {', '.join(sorted(known))})")
+        listed = known[family]["variants"]
+        for name in implementations:
+            if name not in listed:
+                raise ValueError(f"ringguard.policy.variant_op: family '{family}' lists no variant '{name}' "
+                                 f"(it lists: {', '.join(listed)})")
+        self.family = family
+        self.implementations = dict(implementations)
+        for name in implementations:
+            engine().register_variant(family, name, (enabled or {}).get(name))
+
+    def variant(self) -> str:
+        """The variant the next call runs: the engine's current one, or its first enabled one before any step."""
+        return current(self.family) or engine().first_enabled(self.family)
+
+    def __call__(self, *args, **kwargs):
+        name = self.variant()
+        if name not in self.implementations:
+            raise RuntimeError(f"ringguard.policy: family '{self.family}' selected '{name}', which has no "
+                               f"implementation here (registered: {', '.join(self.implementations)})")
+        return self.implementations[name](*args, **kwargs)
+
+
+def variant_op(family: str, implementations: Dict[str, Callable],
+               enabled: Optional[Dict[str, Callable[[], bool]]] = None) -> VariantOp:
+    """Registers `implementations` (variant name -> callable, e.g. guarded ops) for a family the rules list,
+    and returns one callable that runs the family's current variant. With ``feed_guard_stats`` the rules can
+    switch on the guard's own signals: a guarded op that keeps producing NaN/Inf moves the family to a safer
+    variant, and back once it is clean for the dwell time."""
+    return VariantOp(family, implementations, enabled)
+
+
+_guard_seen: Dict[int, Dict[str, int]] = {}
+
+
+def feed_guard_stats(guard, prefix: str = "guard") -> None:
+    """Feeds a ``ringguard.guard`` Guard's counters as signals for the next step: ``<prefix>.detections``,
+    ``<prefix>.escalations``, ``<prefix>.replays`` and ``<prefix>.fallbacks``, each the count since the
+    previous feed of the same guard (so a rule's threshold reads "per step")."""
+    c = guard.counters()
+    seen = _guard_seen.setdefault(id(guard), {})
+    values = {}
+    for key in ("detections", "escalations", "replays", "fallbacks"):
+        values[f"{prefix}.{key}"] = float(c[key] - seen.get(key, 0))
+        seen[key] = c[key]
+    feed_signals(values)
 
 
 def feed_torch_stats(stats: Optional[Dict[str, Any]] = None, device: Optional[torch.device] = None,

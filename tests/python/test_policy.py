@@ -175,3 +175,54 @@ def test_agreement_callback_sees_the_vector():
     assert policy.current("gather") == "staged"
     assert len(seen) == 3 and len(seen[0]) == 8
     assert policy.decisions()[-1]["agreed"] is True
+
+
+# A user family whose variants are guarded ops: the guard's detections, fed as a per-step signal, move the
+# family to the fp64 variant, and the dwell brings it back once the op is clean again.
+MLP_RULES = json.dumps({
+    "version": 1,
+    "families": {"mlp": {"scope": "local", "min_dwell_steps": 2, "variants": [
+        {"name": "fast"},
+        {"name": "safe", "priority": 10,
+         "when": [{"signal": "guard.detections", "above": {"enter": 0.5, "exit": 0.25}}]}]}}})
+
+
+def test_guarded_ops_as_variants_switch_on_the_guards_own_signal():
+    import ringguard
+
+    policy.load(rules_json=MLP_RULES, edits="", builtin_variants=False, device=torch.device("cpu"))
+    g = ringguard.guard(policy="replay", replays=1)
+    ran = []
+
+    @g(name="fast")
+    def fast(x):
+        ran.append("fast")
+        return torch.tanh(x)
+
+    @g(name="safe")
+    def safe(x):
+        ran.append("safe")
+        return torch.tanh(x.double()).float()
+
+    op = policy.variant_op("mlp", {"fast": fast, "safe": safe})
+    x = torch.linspace(-2, 2, 64)
+    got = []
+    for step in range(8):
+        if step == 3:
+            g.inject(op="fast", call=3, value="nan")  # the fourth call of "fast": detected, replayed
+        y = op(x)
+        assert torch.isfinite(y).all()
+        got.append(op.variant())
+        policy.feed_guard_stats(g)
+        policy.step(t_ms=10.0 * step)
+    # Step 3's detection switches to "safe" at that step's boundary (the initial choice's dwell of 2 steps
+    # has passed); two steps later the dwell is over and the clean signal brings "fast" back.
+    assert got == ["fast", "fast", "fast", "fast", "safe", "safe", "fast", "fast"], got
+    assert ran.count("fast") == 7 and ran.count("safe") == 2, ran  # the replay ran "fast" once more
+    d = [(e["step"], e["from"], e["to"]) for e in policy.decisions()]
+    assert d[-2:] == [(3, "fast", "safe"), (5, "safe", "fast")], d
+    assert policy.decisions()[-2]["signals"] == {"guard.detections": 1.0}
+    with pytest.raises(ValueError, match="lists no variant 'other'"):
+        policy.variant_op("mlp", {"other": fast})
+    with pytest.raises(ValueError, match="the rules have no family 'nope'"):
+        policy.variant_op("nope", {"fast": fast})
