@@ -134,6 +134,9 @@ class GraphGuard::Impl {
   Status launch(void* stream) {
     cuda_detail::DeviceGuard guard(device_);
     RINGGUARD_CUDA_CHECK(guard.error());
+    // The graph's snapshots, slots and outcome are one set: a launch on another stream than the last one
+    // waits for it (on the same stream this is already the stream's order).
+    if (launches_ > 0) RINGGUARD_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), done_, 0));
     RINGGUARD_CUDA_CHECK(cudaGraphLaunch(exec_, static_cast<cudaStream_t>(stream)));
     RINGGUARD_CUDA_CHECK(cudaEventRecord(done_, static_cast<cudaStream_t>(stream)));
     ++launches_;
@@ -165,6 +168,7 @@ class GraphGuard::Impl {
   Status restore(void* stream) {
     cuda_detail::DeviceGuard guard(device_);
     RINGGUARD_CUDA_CHECK(guard.error());
+    if (launches_ > 0) RINGGUARD_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), done_, 0));
     return enqueueCopies(static_cast<cudaStream_t>(stream), /*toSnapshot=*/false);
   }
 
@@ -190,7 +194,7 @@ class GraphGuard::Impl {
   // verdict and the decision.
   Status enqueueAttempt(cudaStream_t s) {
     Status st = op_.body(s);
-    if (!st.isOk()) return Status(st.code(), "GraphGuard '" + op_.name + "': body: " + st.message());
+    if (!st.isOk()) return Status(st.code(), "body: " + st.message());  // captureInto names the op
     unsigned* replays = &outcome_->replays;
     for (const GraphFault& f : options_.faults) {
       const GuardBuffer& b = op_.outputs[f.output];

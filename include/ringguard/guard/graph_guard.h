@@ -74,11 +74,13 @@ class GraphGuard {
   GraphGuard(const GraphGuard&) = delete;
   GraphGuard& operator=(const GraphGuard&) = delete;
 
-  // One guarded call, enqueued on `stream` after the work already there; no host wait.
+  // One guarded call, enqueued on `stream` after the work already there (and after the previous launch,
+  // when that was on another stream: the graph has one set of snapshots); no host wait.
   Status launch(void* stream);
   // Waits for the last launch and reads its outcome.
   Status report(GraphGuardReport* out);
-  // Enqueues copies of the last launch's snapshots back over the state (the escalation's rollback).
+  // Enqueues copies of the last launch's snapshots back over the state, after that launch (the escalation's
+  // rollback).
   Status restore(void* stream);
 
   class Impl;
