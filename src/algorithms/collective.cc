@@ -292,7 +292,7 @@ Status exchangeVerdicts(const CollectiveContext& ctx, int round, const std::vect
       Status st;
       if (f.sender < 0 || f.sender >= n || f.receiver < 0 || f.receiver >= n) {
         st = Status(StatusCode::kTransportError, "ranks outside [0, " + std::to_string(n) + ")");
-      } else if (f.reason > uint8_t(SliceCheck::kPoisoned) || !isLinkFailure(reason)) {
+      } else if (f.reason > uint8_t(kLastSliceCheck) || !isLinkFailure(reason)) {
         st = Status(StatusCode::kTransportError,
                     "reason " + std::to_string(f.reason) + " is not a link failure");
       } else if (validate) {
