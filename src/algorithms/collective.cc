@@ -35,7 +35,8 @@ struct LastPoll {
 thread_local LastPoll lastPoll;
 
 uint32_t millis(Clock::duration d) {
-  return uint32_t(std::min<int64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(d).count(), UINT32_MAX));
+  return uint32_t(
+      std::min<int64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(d).count(), UINT32_MAX));
 }
 
 Status peerErrorIfAny(const CollectiveContext& ctx) {

@@ -53,10 +53,11 @@ Status decode(const CollectiveContext& ctx, int from, const std::vector<uint8_t>
   ErrorFrameHeader h{};
   if (body.size() >= sizeof(h)) std::memcpy(&h, body.data(), sizeof(h));
   const int n = ctx.transport->size();
-  if (body.size() < sizeof(h) || h.kind > uint8_t(ErrorKind::kReport) || h.waitingOn < -1 || h.waitingOn >= n) {
+  if (body.size() < sizeof(h) || h.kind > uint8_t(ErrorKind::kReport) || h.waitingOn < -1 ||
+      h.waitingOn >= n) {
     std::ostringstream os;
-    os << ctx.name << " seq " << ctx.seq << ": malformed error frame from rank " << from << " (" << body.size()
-       << " bytes, kind " << int(h.kind) << ", waiting on " << h.waitingOn << ")";
+    os << ctx.name << " seq " << ctx.seq << ": malformed error frame from rank " << from << " ("
+       << body.size() << " bytes, kind " << int(h.kind) << ", waiting on " << h.waitingOn << ")";
     return Status(StatusCode::kTransportError, os.str());
   }
   out->from = from;
@@ -78,8 +79,8 @@ Status takePeerError(const CollectiveContext& ctx, PeerError* out, bool* got) {
     std::vector<uint8_t> msg;
     int from = -1;
     bool any = false;
-    RINGGUARD_RETURN_IF_ERROR(
-        ctx.transport->control()->probe(-1, ControlTag::kError, &msg, &from, &any, ctx.injector, ctx.counters));
+    RINGGUARD_RETURN_IF_ERROR(ctx.transport->control()->probe(-1, ControlTag::kError, &msg, &from, &any,
+                                                              ctx.injector, ctx.counters));
     if (!any) return Status::ok();
     PeerError e;
     RINGGUARD_RETURN_IF_ERROR(decode(ctx, from, msg, &e));

@@ -25,8 +25,8 @@ enum class ErrorKind : uint8_t {
 
 // Wire body of an error frame: this header, then the text.
 struct ErrorFrameHeader {
-  uint64_t seq;      // the collective it ends, or kNoCollective
-  uint8_t kind;      // ErrorKind
+  uint64_t seq;  // the collective it ends, or kNoCollective
+  uint8_t kind;  // ErrorKind
   uint8_t reserved[3];
   int32_t waitingOn;   // kReport: the rank waited on; -1 for this rank's own work
   uint32_t waitedMs;   // kReport: how long that wait had lasted

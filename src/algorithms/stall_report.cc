@@ -43,7 +43,7 @@ std::string describeStall(int me, const WaitState& mine, const PeerError* trigge
     return os.str();
   }
   std::set<int> visited{me};
-  for (int cur = mine.peer;; ) {
+  for (int cur = mine.peer;;) {
     if (!visited.insert(cur).second) {
       os << "; the ranks wait on each other; the rank that stopped making progress is unknown (rank "
          << mine.peer << ", or a rank it was waiting on)";
@@ -62,7 +62,8 @@ std::string describeStall(int me, const WaitState& mine, const PeerError* trigge
       return os.str();
     }
     if (r.stalledMs > 0) {
-      os << "; rank " << cur << " made no progress for " << r.stalledMs << " ms (stopped, descheduled or busy)";
+      os << "; rank " << cur << " made no progress for " << r.stalledMs
+         << " ms (stopped, descheduled or busy)";
       stopped(cur);
       return os.str();
     }
@@ -108,7 +109,8 @@ Status blameStall(const CollectiveContext& ctx, const WaitState& mine, const Pee
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
-  return Status(StatusCode::kTimeout, std::string(ctx.name) + " seq " + std::to_string(ctx.seq) + ": " + text);
+  return Status(StatusCode::kTimeout,
+                std::string(ctx.name) + " seq " + std::to_string(ctx.seq) + ": " + text);
 }
 
 }  // namespace ringguard

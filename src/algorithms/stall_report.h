@@ -20,8 +20,8 @@ struct CollectiveContext;
 
 // This rank's wait when it timed out, or when a peer's report arrived during it.
 struct WaitState {
-  int peer = -1;        // the rank waited on; -1 for this rank's own work (the executor)
-  std::string what;     // "slice 3 of step 2 from rank 0"
+  int peer = -1;     // the rank waited on; -1 for this rank's own work (the executor)
+  std::string what;  // "slice 3 of step 2 from rank 0"
   uint32_t waitedMs = 0;
   uint32_t stalledMs = 0;  // this rank made no progress for this long (0 unless it exceeded the timeout)
   bool timedOut = false;   // this rank's own wait timed out (else `trigger` told it)

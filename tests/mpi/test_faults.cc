@@ -193,7 +193,8 @@ TEST_F(FaultErrors, StalledRankGivesTimeoutNamingItOnTheOthers) {
     // This rank's own timeout, or another rank's report that its wait timed out: either way the ranks
     // follow the reports to the one that sent none (issue 17, defect 6).
     ASSERT_EQ(st.code(), StatusCode::kTimeout) << st.toString();
-    EXPECT_NE(st.message().find("rank " + std::to_string(stalled) + " stopped making progress"), std::string::npos)
+    EXPECT_NE(st.message().find("rank " + std::to_string(stalled) + " stopped making progress"),
+              std::string::npos)
         << st.message();
     EXPECT_LT(seconds, 3.4);  // within the timeout (plus scheduling slack), before the stall ends at 3.5 s
   } else {

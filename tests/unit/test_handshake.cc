@@ -127,13 +127,16 @@ TEST(HandshakeTest, AMissingPeerIsATimeoutNamingIt) {
   std::vector<Status> got(2);
   runRanks(2, [&](int r) { got[size_t(r)] = handshake(transports[size_t(r)].get(), o[size_t(r)]); });
   EXPECT_EQ(got[0].code(), StatusCode::kTimeout) << got[0].toString();
-  EXPECT_EQ(got[0].message(),
-            "handshake seq 0: timed out after 100 ms on rank 0 waiting for the handshake summary from rank 2; "
-            "rank 2 reported nothing within 25 ms: rank 2 stopped making progress");
+  EXPECT_EQ(
+      got[0].message(),
+      "handshake seq 0: timed out after 100 ms on rank 0 waiting for the handshake summary from rank 2; "
+      "rank 2 reported nothing within 25 ms: rank 2 stopped making progress");
   EXPECT_EQ(got[1].code(), StatusCode::kTimeout) << got[1].toString();
-  EXPECT_NE(got[1].message().find("handshake seq 0: rank 1 was waiting "), std::string::npos) << got[1].message();
-  EXPECT_NE(got[1].message().find(" ms for the handshake summary from rank 2 (told by rank 0, which was waiting "),
-            std::string::npos)
+  EXPECT_NE(got[1].message().find("handshake seq 0: rank 1 was waiting "), std::string::npos)
+      << got[1].message();
+  EXPECT_NE(
+      got[1].message().find(" ms for the handshake summary from rank 2 (told by rank 0, which was waiting "),
+      std::string::npos)
       << got[1].message();
   EXPECT_NE(got[1].message().find("rank 2 reported nothing within 250 ms: rank 2 stopped making progress"),
             std::string::npos)

@@ -75,14 +75,16 @@ TEST(StallBlame, RanksWaitingOnEachOtherSayTheCulpritIsUnknown) {
   for (int r : {0, 2}) {
     const Status& st = got[size_t(r)];
     EXPECT_EQ(st.code(), StatusCode::kTimeout) << "rank " << r << ": " << st.toString();
-    EXPECT_TRUE(contains(st, "the ranks wait on each other; the rank that stopped making progress is unknown"))
+    EXPECT_TRUE(
+        contains(st, "the ranks wait on each other; the rank that stopped making progress is unknown"))
         << "rank " << r << ": " << st.toString();
     EXPECT_FALSE(contains(st, "stopped making progress:") || contains(st, "made no progress"))
         << "rank " << r << ": " << st.toString();
   }
   // Rank 0 timed out itself, waiting on rank 2, which was waiting on rank 0; rank 2 was told.
-  EXPECT_TRUE(contains(got[0], "test seq 0: timed out after 400 ms on rank 0 waiting for the fingerprint "
-                               "summary from rank 2; rank 2 was waiting "))
+  EXPECT_TRUE(contains(got[0],
+                       "test seq 0: timed out after 400 ms on rank 0 waiting for the fingerprint "
+                       "summary from rank 2; rank 2 was waiting "))
       << got[0].toString();
   EXPECT_TRUE(contains(got[0], "(rank 2, or a rank it was waiting on)")) << got[0].toString();
   EXPECT_TRUE(contains(got[2], "test seq 0: rank 2 was waiting ")) << got[2].toString();

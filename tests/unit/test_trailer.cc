@@ -18,9 +18,8 @@
 namespace ringguard {
 namespace {
 
-constexpr SliceCheck kAllChecks[] = {SliceCheck::kOk,      SliceCheck::kMalformed,
-                                     SliceCheck::kStale,   SliceCheck::kSizeMismatch,
-                                     SliceCheck::kCorrupt, SliceCheck::kPoisoned,
+constexpr SliceCheck kAllChecks[] = {SliceCheck::kOk,           SliceCheck::kMalformed, SliceCheck::kStale,
+                                     SliceCheck::kSizeMismatch, SliceCheck::kCorrupt,   SliceCheck::kPoisoned,
                                      SliceCheck::kVersionSkew};
 
 SliceId sampleId() {

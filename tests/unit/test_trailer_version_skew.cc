@@ -59,7 +59,8 @@ TEST(TrailerVersionSkew, ACollectiveEndsInProtocolVersionMismatchOnEveryRank) {
   testing::runRanks(n, [&](int r) {
     std::vector<uint8_t> in = testing::makeInput(DataType::kFloat32, ReduceOp::kSum, r, count),
                          res(in.size());
-    got[size_t(r)] = comms[size_t(r)]->allreduce(in.data(), res.data(), count, DataType::kFloat32, ReduceOp::kSum);
+    got[size_t(r)] =
+        comms[size_t(r)]->allreduce(in.data(), res.data(), count, DataType::kFloat32, ReduceOp::kSum);
   });
   for (int r = 0; r < n; ++r) {
     const Status& st = got[size_t(r)];
@@ -69,7 +70,8 @@ TEST(TrailerVersionSkew, ACollectiveEndsInProtocolVersionMismatchOnEveryRank) {
                                 "different ringguard builds)"),
               std::string::npos)
         << "rank " << r << ": " << st.toString();
-    EXPECT_EQ(st.message().find("malformed trailer"), std::string::npos) << "rank " << r << ": " << st.toString();
+    EXPECT_EQ(st.message().find("malformed trailer"), std::string::npos)
+        << "rank " << r << ": " << st.toString();
   }
 }
 

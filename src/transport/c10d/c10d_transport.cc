@@ -78,8 +78,8 @@ Status glooFailure(const std::string& what, int peer, const std::string& detail)
   const std::string failed = what + " " + rank + " failed: " + detail;
   for (const char* closed : {"by peer", "Broken pipe", "Socket closed", "Connection closed"}) {
     if (detail.find(closed) != std::string::npos) {
-      return Status(StatusCode::kTransportError,
-                    "connection to " + rank + " closed (" + rank + " exited, or the link to it failed): " + failed);
+      return Status(StatusCode::kTransportError, "connection to " + rank + " closed (" + rank +
+                                                     " exited, or the link to it failed): " + failed);
     }
   }
   return Status(StatusCode::kTransportError, failed);
@@ -499,7 +499,8 @@ Status C10dTransport::probeControlFrame(int peer, ControlTag tag, std::vector<ui
   // A failed control channel means the peer (or the connection to it) is gone: say so, rather than
   // let the caller wait for its timeout.
   for (int p = (peer < 0 ? 0 : peer); p < (peer < 0 ? size() : peer + 1); ++p) {
-    if (!controlError_[size_t(p)].empty()) return glooFailure("control channel from", p, controlError_[size_t(p)]);
+    if (!controlError_[size_t(p)].empty())
+      return glooFailure("control channel from", p, controlError_[size_t(p)]);
   }
   return Status::ok();
 }
