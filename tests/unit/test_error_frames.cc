@@ -27,15 +27,25 @@ std::function<std::string()> what(const char* w) {
   return [w] { return std::string(w); };
 }
 
-TEST(ErrorFrames, AnErrorOfALaterCollectiveWaitsForThatCollective) {
-  auto t = makeLoopbackTransports(2);
+// Two loopback ranks; ctx is rank 0's, in collective 4, holding errors of later collectives when `hold`.
+struct TwoRanks {
+  explicit TwoRanks(bool hold) : t(makeLoopbackTransports(2)) {
+    o.timeout = std::chrono::milliseconds(2000);
+    o.logLevel = "off";
+    ctx = testing::contextFor(t[0].get(), &o, &c, /*seq=*/4);
+    if (hold) ctx.held = &held;
+  }
+  std::vector<std::unique_ptr<Transport>> t;
   Options o;
-  o.timeout = std::chrono::milliseconds(2000);
-  o.logLevel = "off";
   Counters c;
   HeldErrors held;
-  CollectiveContext ctx = testing::contextFor(t[0].get(), &o, &c, /*seq=*/4);
-  ctx.held = &held;
+  CollectiveContext ctx;
+};
+
+TEST(ErrorFrames, AnErrorOfALaterCollectiveWaitsForThatCollective) {
+  TwoRanks g(/*hold=*/true);
+  auto& t = g.t;
+  CollectiveContext& ctx = g.ctx;
   // Rank 1 finished collective 4 and failed 5.
   broadcastError(t[1].get(), Status(StatusCode::kInvalidArgument, "allreduce seq 5: bad count"), 5);
   // Rank 0 is still in 4: its wait completes.
@@ -52,14 +62,9 @@ TEST(ErrorFrames, AnErrorOfALaterCollectiveWaitsForThatCollective) {
 
 TEST(ErrorFrames, AnErrorOfThisOrAnEarlierCollectiveOrOfNoneAppliesAtOnce) {
   for (uint64_t seq : {uint64_t(3), uint64_t(4), kNoCollective}) {
-    auto t = makeLoopbackTransports(2);
-    Options o;
-    o.timeout = std::chrono::milliseconds(2000);
-    o.logLevel = "off";
-    Counters c;
-    HeldErrors held;
-    CollectiveContext ctx = testing::contextFor(t[0].get(), &o, &c, /*seq=*/4);
-    ctx.held = &held;
+    TwoRanks g(/*hold=*/true);
+    auto& t = g.t;
+    const CollectiveContext& ctx = g.ctx;
     broadcastError(t[1].get(), Status(StatusCode::kAborted, "rank 1 aborted: test"), seq);
     Status st = pollUntil(ctx, doneAfter(1000000), what("slice 0 of step 0 from rank 1"), 1);
     EXPECT_EQ(st.code(), StatusCode::kPeerError) << "seq " << seq << ": " << st.toString();
@@ -69,12 +74,9 @@ TEST(ErrorFrames, AnErrorOfThisOrAnEarlierCollectiveOrOfNoneAppliesAtOnce) {
 
 // Outside a communicator's collectives (handshake, point-to-point: no `held`) every error applies at once.
 TEST(ErrorFrames, WithoutHeldErrorsEveryErrorAppliesAtOnce) {
-  auto t = makeLoopbackTransports(2);
-  Options o;
-  o.timeout = std::chrono::milliseconds(2000);
-  o.logLevel = "off";
-  Counters c;
-  const CollectiveContext ctx = testing::contextFor(t[0].get(), &o, &c, /*seq=*/4);
+  TwoRanks g(/*hold=*/false);
+  auto& t = g.t;
+  const CollectiveContext& ctx = g.ctx;
   broadcastError(t[1].get(), Status(StatusCode::kInternal, "boom"), 9);
   Status st = pollUntil(ctx, doneAfter(1000000), what("message 4 from rank 1"), 1);
   EXPECT_EQ(st.code(), StatusCode::kPeerError) << st.toString();
@@ -84,12 +86,9 @@ TEST(ErrorFrames, WithoutHeldErrorsEveryErrorAppliesAtOnce) {
 // A peer's error frame is bounds-checked before use: one too short, of an unknown kind, or naming a rank
 // outside the group is a kTransportError naming the peer.
 TEST(ErrorFrames, AMalformedErrorFrameIsRejectedNamingThePeer) {
-  auto t = makeLoopbackTransports(2);
-  Options o;
-  o.timeout = std::chrono::milliseconds(2000);
-  o.logLevel = "off";
-  Counters c;
-  const CollectiveContext ctx = testing::contextFor(t[0].get(), &o, &c, /*seq=*/4);
+  TwoRanks g(/*hold=*/false);
+  auto& t = g.t;
+  const CollectiveContext& ctx = g.ctx;
   ErrorFrameHeader h{};
   h.kind = 1;
   h.waitingOn = 7;  // not a rank of 2
