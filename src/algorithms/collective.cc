@@ -29,6 +29,7 @@ struct LastPoll {
   const Transport* transport = nullptr;
   uint64_t seq = 0;
   const char* name = nullptr;
+  Clock::time_point since;  // the first poll of this collective
   Clock::time_point at;
   Clock::duration stalled{0};  // the longest gap so far in this collective
 };
@@ -59,7 +60,7 @@ Status pollUntil(const CollectiveContext& ctx, const std::function<Status(bool* 
   const auto start = Clock::now();
   auto lastErrorCheck = start;
   if (lastPoll.transport != ctx.transport || lastPoll.seq != ctx.seq || lastPoll.name != ctx.name) {
-    lastPoll = LastPoll{ctx.transport, ctx.seq, ctx.name, start, Clock::duration(0)};
+    lastPoll = LastPoll{ctx.transport, ctx.seq, ctx.name, start, start, Clock::duration(0)};
   }
   // Counted before `test`: a wait that completes at once after a stall must not hide it.
   auto notePoll = [](Clock::time_point now) {
@@ -73,6 +74,7 @@ Status pollUntil(const CollectiveContext& ctx, const std::function<Status(bool* 
     w.what = what();
     w.waitedMs = millis(now - start);
     w.stalledMs = stalled > ctx.options->timeout ? millis(stalled) : 0;
+    w.inCollectiveMs = millis(now - lastPoll.since);
     w.timedOut = timedOut;
     return w;
   };
@@ -82,10 +84,7 @@ Status pollUntil(const CollectiveContext& ctx, const std::function<Status(bool* 
     RINGGUARD_RETURN_IF_ERROR(ctx.transport->progress());
     bool done = false;
     RINGGUARD_RETURN_IF_ERROR(test(&done));
-    if (done) {
-      lastPoll.at = Clock::now();
-      return Status::ok();
-    }
+    if (done) return Status::ok();
     if (ctx.aborted != nullptr && ctx.aborted->load(std::memory_order_relaxed)) {
       std::ostringstream os;
       os << ctx.name << " seq " << ctx.seq << ": aborted on rank " << ctx.transport->rank()

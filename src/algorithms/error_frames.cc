@@ -30,6 +30,7 @@ void sendErrorFrame(Transport* transport, const PeerError& frame) {
   h.waitingOn = frame.waitingOn;
   h.waitedMs = frame.waitedMs;
   h.stalledMs = frame.stalledMs;
+  h.inCollectiveMs = frame.inCollectiveMs;
   std::vector<uint8_t> body(sizeof(h));
   std::memcpy(body.data(), &h, sizeof(h));
   body.insert(body.end(), frame.text.begin(), frame.text.end());
@@ -66,6 +67,7 @@ Status decode(const CollectiveContext& ctx, int from, const std::vector<uint8_t>
   out->waitingOn = h.waitingOn;
   out->waitedMs = h.waitedMs;
   out->stalledMs = h.stalledMs;
+  out->inCollectiveMs = h.inCollectiveMs;
   out->text.assign(body.begin() + sizeof(h), body.end());
   return Status::ok();
 }

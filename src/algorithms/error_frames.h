@@ -31,8 +31,10 @@ struct ErrorFrameHeader {
   int32_t waitingOn;   // kReport: the rank waited on; -1 for this rank's own work
   uint32_t waitedMs;   // kReport: how long that wait had lasted
   uint32_t stalledMs;  // kReport: how long this rank itself made no progress, when that exceeded the timeout
+  uint32_t inCollectiveMs;  // kReport: how long this rank had been in the collective (since its first wait)
+  uint32_t reserved2;       // 0
 };
-static_assert(sizeof(ErrorFrameHeader) == 24, "error frame header is a fixed wire format");
+static_assert(sizeof(ErrorFrameHeader) == 32, "error frame header is a fixed wire format");
 
 // An error frame as received.
 struct PeerError {
@@ -40,7 +42,7 @@ struct PeerError {
   uint64_t seq = kNoCollective;
   ErrorKind kind = ErrorKind::kError;
   int waitingOn = -1;
-  uint32_t waitedMs = 0, stalledMs = 0;
+  uint32_t waitedMs = 0, stalledMs = 0, inCollectiveMs = 0;
   std::string text;
 };
 

@@ -42,8 +42,19 @@ std::string describeStall(int me, const WaitState& mine, const PeerError* trigge
     stopped(me);
     return os.str();
   }
+  // `cur` joined the collective `late` ms after `waiter` began waiting for it (more than half a timeout).
+  const auto late = [&](int cur, uint32_t curInCollectiveMs, int waiter, uint32_t waiterWaitedMs) {
+    if (uint64_t(curInCollectiveMs) + timeoutMs / 2 >= waiterWaitedMs) return false;
+    os << "; rank " << cur << (cur == me ? " (this rank)" : "") << " joined the collective "
+       << waiterWaitedMs - curInCollectiveMs << " ms after rank " << waiter << " began waiting for it";
+    stopped(cur);
+    return true;
+  };
   std::set<int> visited{me};
+  int waiter = me;
+  uint32_t waiterWaitedMs = mine.waitedMs;
   for (int cur = mine.peer;;) {
+    if (cur == me && late(me, mine.inCollectiveMs, waiter, waiterWaitedMs)) return os.str();
     if (!visited.insert(cur).second) {
       os << "; the ranks wait on each other; the rank that stopped making progress is unknown (rank "
          << mine.peer << ", or a rank it was waiting on)";
@@ -57,6 +68,7 @@ std::string describeStall(int me, const WaitState& mine, const PeerError* trigge
       return os.str();
     }
     const PeerError& r = it->second;
+    if (r.kind == ErrorKind::kReport && late(cur, r.inCollectiveMs, waiter, waiterWaitedMs)) return os.str();
     if (r.kind == ErrorKind::kError) {
       os << "; rank " << cur << " failed: " << r.text;
       return os.str();
@@ -72,6 +84,8 @@ std::string describeStall(int me, const WaitState& mine, const PeerError* trigge
       stopped(cur);
       return os.str();
     }
+    waiter = cur;
+    waiterWaitedMs = r.waitedMs;
     cur = r.waitingOn;
   }
 }
@@ -84,6 +98,7 @@ Status blameStall(const CollectiveContext& ctx, const WaitState& mine, const Pee
   report.waitingOn = mine.peer;
   report.waitedMs = mine.waitedMs;
   report.stalledMs = mine.stalledMs;
+  report.inCollectiveMs = mine.inCollectiveMs;
   report.text = mine.what;
   sendErrorFrame(ctx.transport, report);
 

@@ -4,8 +4,10 @@
 // that did. So it announces "waiting for <what> from p" (an error frame of kind kReport), and so does every
 // rank that receives such a report while it waits; each then collects the reports that arrive within a
 // grace and follows them from its own wait: p was waiting on q, q on s, s reported nothing, so s stopped.
-// A chain that comes back to a rank already on it (the ranks wait on each other: a lost message) names
-// no one: the culprit is unknown.
+// A rank that joined the collective more than half a timeout after a rank began waiting for it was late:
+// it stopped making progress (outside the collective), even though it waits now too. Any other chain that
+// comes back to a rank already on it (the ranks wait on each other: a lost message) names no one: the
+// culprit is unknown.
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -23,8 +25,9 @@ struct WaitState {
   int peer = -1;     // the rank waited on; -1 for this rank's own work (the executor)
   std::string what;  // "slice 3 of step 2 from rank 0"
   uint32_t waitedMs = 0;
-  uint32_t stalledMs = 0;  // this rank made no progress for this long (0 unless it exceeded the timeout)
-  bool timedOut = false;   // this rank's own wait timed out (else `trigger` told it)
+  uint32_t stalledMs = 0;       // this rank made no progress for this long (0 unless it exceeded the timeout)
+  uint32_t inCollectiveMs = 0;  // since this rank's first wait of the collective
+  bool timedOut = false;        // this rank's own wait timed out (else `trigger` told it)
 };
 
 // How long a rank collects reports after announcing its own: a quarter of the timeout, at most 5 s.

@@ -98,7 +98,7 @@ TEST(ErrorFrames, AMalformedErrorFrameIsRejectedNamingThePeer) {
   bool got = false;
   Status st = takePeerError(ctx, &e, &got);
   EXPECT_EQ(st.code(), StatusCode::kTransportError);
-  EXPECT_EQ(st.message(), "test seq 4: malformed error frame from rank 1 (24 bytes, kind 1, waiting on 7)");
+  EXPECT_EQ(st.message(), "test seq 4: malformed error frame from rank 1 (32 bytes, kind 1, waiting on 7)");
   st = takePeerError(ctx, &e, &got);
   EXPECT_EQ(st.message(), "test seq 4: malformed error frame from rank 1 (3 bytes, kind 0, waiting on 0)");
 }

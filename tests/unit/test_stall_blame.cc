@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "loopback_util.h"
@@ -49,6 +50,33 @@ TEST(StallBlame, EveryRankNamesTheRankThatStoppedInTheDataPass) {
     }
   }
   EXPECT_TRUE(contains(got[stalled], "rank 2 (this rank) made no progress for ")) << got[stalled].toString();
+}
+
+// Rank 2 comes late (1.1 timeouts after the others, while they collect reports): it waits now too, so the
+// waits form a loop, but it joined the collective long after rank 0 began waiting for it. Every rank names
+// it, rank 2 itself included.
+TEST(StallBlame, ALateRankIsNamedByEveryRankAndByItself) {
+  const int n = 3;
+  auto transports = makeLoopbackTransports(n);
+  Options o;
+  o.timeout = std::chrono::milliseconds(1000);
+  o.logLevel = "off";
+  std::vector<Status> got{size_t(n)};
+  testing::runRanks(n, [&](int r) {
+    if (r == 2) std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+    Counters c;
+    const CollectiveContext ctx = testing::contextFor(transports[size_t(r)].get(), &o, &c);
+    got[size_t(r)] =
+        exchangeFingerprints(ctx, makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 8, 0));
+  });
+  for (int r = 0; r < n; ++r) {
+    const Status& st = got[size_t(r)];
+    EXPECT_EQ(st.code(), StatusCode::kTimeout) << "rank " << r << ": " << st.toString();
+    EXPECT_TRUE(contains(st, "rank 2 stopped making progress")) << "rank " << r << ": " << st.toString();
+    EXPECT_TRUE(
+        contains(st, r == 2 ? "rank 2 (this rank) joined the collective " : "rank 2 joined the collective "))
+        << "rank " << r << ": " << st.toString();
+  }
 }
 
 // A lost control frame: rank 2's fingerprint summary to rank 0 (round 0) never arrives. Rank 0 waits on
