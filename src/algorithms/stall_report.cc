@@ -124,8 +124,10 @@ Status blameStall(const CollectiveContext& ctx, const WaitState& mine, const Pee
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
-  return Status(StatusCode::kTimeout,
-                std::string(ctx.name) + " seq " + std::to_string(ctx.seq) + ": " + text);
+  const std::string message = std::string(ctx.name) + " seq " + std::to_string(ctx.seq) + ": " + text;
+  // A rank that stopped may not answer a teardown that needs every rank (MPI_Finalize): the transport knows.
+  ctx.transport->notePeerStalled("rank " + std::to_string(ctx.transport->rank()) + ": " + message);
+  return Status(StatusCode::kTimeout, message);
 }
 
 }  // namespace ringguard
