@@ -1,10 +1,12 @@
 #include "algorithms/collective.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <sstream>
 #include <thread>
 
+#include "algorithms/stall_report.h"
 #include "core/trace_events.h"
 
 namespace ringguard {
@@ -20,15 +22,29 @@ struct DisseminationHeader {
   uint32_t k;      // dissemination round
 };
 
+// The last poll of this thread, to tell a wait from a rank that did not run (stopped, descheduled): a gap
+// between two polls of one collective longer than the timeout means the peers waiting on this rank timed
+// out for that reason.
+struct LastPoll {
+  const Transport* transport = nullptr;
+  uint64_t seq = 0;
+  const char* name = nullptr;
+  Clock::time_point since;  // the first poll of this collective
+  Clock::time_point at;
+  Clock::duration stalled{0};  // the longest gap so far in this collective
+};
+thread_local LastPoll lastPoll;
+
+uint32_t millis(Clock::duration d) {
+  return uint32_t(
+      std::min<int64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(d).count(), UINT32_MAX));
+}
+
 Status peerErrorIfAny(const CollectiveContext& ctx) {
-  std::vector<uint8_t> msg;
-  int from = -1;
+  PeerError e;
   bool got = false;
-  RINGGUARD_RETURN_IF_ERROR(
-      ctx.transport->control()->probe(-1, ControlTag::kError, &msg, &from, &got, ctx.injector, ctx.counters));
-  if (!got) return Status::ok();
-  std::string text(msg.begin(), msg.end());
-  return Status(StatusCode::kPeerError, "rank " + std::to_string(from) + " reported: " + text);
+  RINGGUARD_RETURN_IF_ERROR(takePeerError(ctx, &e, &got));
+  return got ? peerErrorStatus(e) : Status::ok();
 }
 
 template <typename T>
@@ -40,11 +56,31 @@ void append(std::vector<uint8_t>* out, const T& v) {
 }  // namespace
 
 Status pollUntil(const CollectiveContext& ctx, const std::function<Status(bool* done)>& test,
-                 const std::function<std::string()>& what) {
+                 const std::function<std::string()>& what, int peer) {
   const auto start = Clock::now();
   auto lastErrorCheck = start;
+  if (lastPoll.transport != ctx.transport || lastPoll.seq != ctx.seq || lastPoll.name != ctx.name) {
+    lastPoll = LastPoll{ctx.transport, ctx.seq, ctx.name, start, start, Clock::duration(0)};
+  }
+  // Counted before `test`: a wait that completes at once after a stall must not hide it.
+  auto notePoll = [](Clock::time_point now) {
+    lastPoll.stalled = std::max(lastPoll.stalled, now - lastPoll.at);
+    lastPoll.at = now;
+  };
+  const Clock::duration& stalled = lastPoll.stalled;
+  auto waitState = [&](Clock::time_point now, bool timedOut) {
+    WaitState w;
+    w.peer = peer;
+    w.what = what();
+    w.waitedMs = millis(now - start);
+    w.stalledMs = stalled > ctx.options->timeout ? millis(stalled) : 0;
+    w.inCollectiveMs = millis(now - lastPoll.since);
+    w.timedOut = timedOut;
+    return w;
+  };
   RINGGUARD_RETURN_IF_ERROR(ctx.transport->flush());
   for (uint64_t spin = 0;; ++spin) {
+    notePoll(Clock::now());
     RINGGUARD_RETURN_IF_ERROR(ctx.transport->progress());
     bool done = false;
     RINGGUARD_RETURN_IF_ERROR(test(&done));
@@ -56,16 +92,18 @@ Status pollUntil(const CollectiveContext& ctx, const std::function<Status(bool* 
       return Status(StatusCode::kAborted, os.str());
     }
     auto now = Clock::now();
+    notePoll(now);
     if (now - lastErrorCheck > std::chrono::microseconds(500)) {
-      RINGGUARD_RETURN_IF_ERROR(peerErrorIfAny(ctx));
+      PeerError e;
+      bool got = false;
+      RINGGUARD_RETURN_IF_ERROR(takePeerError(ctx, &e, &got));
+      // A peer's wait timed out: this rank is stuck too (the communicator fails); say what it waits for.
+      if (got && e.kind == ErrorKind::kReport) return blameStall(ctx, waitState(now, false), &e);
+      if (got) return peerErrorStatus(e);
       lastErrorCheck = now;
     }
     if (now - start > ctx.options->timeout + ctx.timeoutSlack) {
-      std::ostringstream os;
-      os << ctx.name << " seq " << ctx.seq << ": timed out after "
-         << (ctx.options->timeout + ctx.timeoutSlack).count() << " ms on rank " << ctx.transport->rank()
-         << " waiting for " << what();
-      return Status(StatusCode::kTimeout, os.str());
+      return blameStall(ctx, waitState(now, true), nullptr);
     }
     // Ranks may share cores (oversubscribed tests): give the peer a chance to run. A wait that has lasted
     // over a millisecond is not a transfer about to finish: poll it every 50 us instead of burning a core
@@ -78,10 +116,11 @@ Status pollUntil(const CollectiveContext& ctx, const std::function<Status(bool* 
   }
 }
 
-Status waitFrame(const CollectiveContext& ctx, FrameRequest* req, const std::function<std::string()>& what) {
+Status waitFrame(const CollectiveContext& ctx, FrameRequest* req, const std::function<std::string()>& what,
+                 int peer) {
   if (!req->active()) return Status::ok();
   return pollUntil(
-      ctx, [req](bool* done) { return req->test(done); }, what);
+      ctx, [req](bool* done) { return req->test(done); }, what, peer);
 }
 
 int disseminationRounds(int nranks) {
@@ -121,7 +160,7 @@ Status disseminate(const CollectiveContext& ctx, ControlTag tag, uint32_t round,
           int src = -1;
           return control->probe(from, tag, &msg, &src, done, ctx.injector, ctx.counters);
         },
-        [&] { return what(from); }));
+        [&] { return what(from); }, from));
     DisseminationHeader h{};
     if (msg.size() >= sizeof(h)) std::memcpy(&h, msg.data(), sizeof(h));
     if (msg.size() < sizeof(h) || (checkSeq && h.seq != ctx.seq) || h.round != round || h.k != uint32_t(k)) {
@@ -253,7 +292,7 @@ Status exchangeVerdicts(const CollectiveContext& ctx, int round, const std::vect
       Status st;
       if (f.sender < 0 || f.sender >= n || f.receiver < 0 || f.receiver >= n) {
         st = Status(StatusCode::kTransportError, "ranks outside [0, " + std::to_string(n) + ")");
-      } else if (f.reason > uint8_t(SliceCheck::kPoisoned) || !isLinkFailure(reason)) {
+      } else if (f.reason > uint8_t(kLastSliceCheck) || !isLinkFailure(reason)) {
         st = Status(StatusCode::kTransportError,
                     "reason " + std::to_string(f.reason) + " is not a link failure");
       } else if (validate) {
@@ -279,14 +318,6 @@ Status exchangeVerdicts(const CollectiveContext& ctx, int round, const std::vect
       }));
   *global = std::move(all);
   return Status::ok();
-}
-
-void broadcastError(Transport* transport, const Status& error) {
-  std::string text = "rank " + std::to_string(transport->rank()) + ": " + error.toString();
-  for (int p = 0; p < transport->size(); ++p) {
-    if (p == transport->rank()) continue;
-    (void)transport->control()->send(p, ControlTag::kError, text.data(), text.size());
-  }
 }
 
 }  // namespace ringguard

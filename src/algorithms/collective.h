@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/error_frames.h"
 #include "core/fault_injector.h"
 #include "core/fingerprint.h"
 #include "core/repair.h"
@@ -32,16 +33,22 @@ struct CollectiveContext {
   // in an earlier round for a stalled one: its slack lets the rank that waits on the stalled rank directly
   // time out first and name it (see disseminate).
   std::chrono::milliseconds timeoutSlack{0};
+  // Set for a collective of every rank (numbered by seq): the error frames of a later collective wait here
+  // until this rank reaches it (error_frames.h). Null: every peer error applies at once.
+  HeldErrors* held = nullptr;
 };
 
-// Polls `test` until it reports done. Fails with kTimeout ("... waiting for <what>") when nothing
-// completes within the timeout, with kPeerError as soon as a peer broadcasts a fatal error, and with
-// kAborted once the communicator is aborted.
+// Polls `test` until it reports done. Fails with kPeerError as soon as a peer broadcasts a fatal error,
+// and with kAborted once the communicator is aborted. When nothing completes within the timeout, or a
+// peer reports that its own wait timed out, fails with a kTimeout naming the rank that stopped making
+// progress ("... waiting for <what>; ...: rank 2 stopped making progress", stall_report.h). `peer`: the
+// rank whose message or progress `test` waits for; -1 for this rank's own work.
 Status pollUntil(const CollectiveContext& ctx, const std::function<Status(bool* done)>& test,
-                 const std::function<std::string()>& what);
+                 const std::function<std::string()>& what, int peer = -1);
 
-// Waits for one framed request.
-Status waitFrame(const CollectiveContext& ctx, FrameRequest* req, const std::function<std::string()>& what);
+// Waits for one framed request exchanged with `peer`.
+Status waitFrame(const CollectiveContext& ctx, FrameRequest* req, const std::function<std::string()>& what,
+                 int peer);
 
 // Control exchanges cost O(log N) per rank (docs/design/protocol.md, "Control channel"): a dissemination
 // of an idempotent, associative summary in disseminationRounds(N) rounds; in round k each rank sends to
@@ -88,8 +95,5 @@ FailureValidator ringFailureValidator(const RingSchedule& schedule);
 // rejected entry is a kTransportError naming the peer and the entry.
 Status exchangeVerdicts(const CollectiveContext& ctx, int round, const std::vector<SliceFailure>& mine,
                         std::vector<SliceFailure>* global, const FailureValidator& validate = nullptr);
-
-// Tells every peer about a fatal error (best effort) so they fail fast with the same cause.
-void broadcastError(Transport* transport, const Status& error);
 
 }  // namespace ringguard

@@ -39,7 +39,7 @@ Status receiveFromPeer(const CollectiveContext& ctx, int peer, ControlTag tag, s
         int from = -1;
         return ctx.transport->control()->probe(peer, tag, message, &from, done, ctx.injector, ctx.counters);
       },
-      what);
+      what, peer);
 }
 
 Status receivePeerFingerprint(const CollectiveContext& ctx, int peer, const Fingerprint& expected,

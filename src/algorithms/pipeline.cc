@@ -121,11 +121,15 @@ Status Pipeline::postRecv(int step, int slice, int slotIndex) {
 Status Pipeline::waitSend(size_t idx, void** lastEvent) {
   {
     ScopedNs timed(&local_.transferWaitNs);
-    RINGGUARD_RETURN_IF_ERROR(waitFrame(ctx_, &sendReqs_[idx], [&] {
-      const int step = int(idx / S_);
-      return "slice " + std::to_string(idx % S_) + " of step " + std::to_string(step) +
-             " to be taken by rank " + std::to_string(plan_.receiver(plan_.sendColumn(step), step));
-    }));
+    const int step = int(idx / S_);
+    const int to = plan_.receiver(plan_.sendColumn(step), step);
+    RINGGUARD_RETURN_IF_ERROR(waitFrame(
+        ctx_, &sendReqs_[idx],
+        [&] {
+          return "slice " + std::to_string(idx % S_) + " of step " + std::to_string(step) +
+                 " to be taken by rank " + std::to_string(to);
+        },
+        to));
   }
   void* event = sendReqs_[idx].streamEvent();
   if (lastEvent != nullptr && event == *lastEvent) return Status::ok();
@@ -153,10 +157,13 @@ Status Pipeline::apply(int step, int slice, int attempt, int slotIndex) {
   }
   {
     ScopedNs timed(&local_.transferWaitNs);
-    RINGGUARD_RETURN_IF_ERROR(waitFrame(ctx_, &slotReqs_[size_t(slotIndex)], [&] {
-      return "slice " + std::to_string(slice) + " of step " + std::to_string(step) + " from rank " +
-             std::to_string(from);
-    }));
+    RINGGUARD_RETURN_IF_ERROR(waitFrame(
+        ctx_, &slotReqs_[size_t(slotIndex)],
+        [&] {
+          return "slice " + std::to_string(slice) + " of step " + std::to_string(step) + " from rank " +
+                 std::to_string(from);
+        },
+        from));
   }
   // The bytes land in the transport stream's order: the executor's work on them waits for that.
   RINGGUARD_RETURN_IF_ERROR(exec_->waitFor(slotReqs_[size_t(slotIndex)].streamEvent()));

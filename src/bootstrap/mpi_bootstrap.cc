@@ -84,9 +84,16 @@ void finalizeAtExit() {
 
 bool safeToFinalize(std::string* why) {
   std::string what;
-  if (!mpiRequestsLeftInFlight(&what)) return true;
-  if (why != nullptr) *why = "a failed collective left MPI traffic in flight (" + what + ")";
-  return false;
+  if (mpiRequestsLeftInFlight(&what)) {
+    if (why != nullptr) *why = "a failed collective left MPI traffic in flight (" + what + ")";
+    return false;
+  }
+  if (mpiPeerStalled(&what)) {
+    if (why != nullptr)
+      *why = "a rank stopped making progress, and MPI_Finalize would wait for it (" + what + ")";
+    return false;
+  }
+  return true;
 }
 
 Status ensureInitialized() {

@@ -26,6 +26,9 @@ const char* sliceCheckName(SliceCheck c) {
       return "payload CRC mismatch";
     case SliceCheck::kPoisoned:
       return "poisoned";
+    case SliceCheck::kVersionSkew:
+      return "protocol version mismatch: a trailer of another format version (ranks of different ringguard "
+             "builds)";
   }
   return "unknown";
 }
@@ -48,6 +51,7 @@ Trailer makeTrailer(const SliceId& id, uint32_t payloadCrc, uint16_t flags) {
 void sealTrailer(Trailer* t) { t->trailerCrc = trailerBodyCrc(*t); }
 
 SliceCheck checkTrailer(const Trailer& t, const SliceId& e) {
+  if (isTrailerVersionSkew(t)) return SliceCheck::kVersionSkew;
   if (t.magic != kTrailerMagic || t.trailerCrc != trailerBodyCrc(t)) return SliceCheck::kMalformed;
   if (t.seq != e.seq || t.step != e.step || t.slice != e.slice || t.column != e.column ||
       t.attempt != e.attempt) {
@@ -73,7 +77,7 @@ bool isTrailerVersionSkew(const Trailer& t) {
 
 std::string describeTrailerCheck(const Trailer& t, const SliceId& expected, uint32_t receivedPayloadCrc) {
   const SliceCheck c = checkSlice(t, expected, receivedPayloadCrc);
-  if (c != SliceCheck::kMalformed || !isTrailerVersionSkew(t)) return sliceCheckName(c);
+  if (c != SliceCheck::kVersionSkew) return sliceCheckName(c);
   // The version byte is shown as a character when it is one ('2'), else as its number.
   auto version = [](uint32_t magic) {
     const unsigned v = magic >> 24;

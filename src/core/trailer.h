@@ -45,18 +45,21 @@ enum class SliceCheck : uint8_t {
   kSizeMismatch,  // the trailer announces another payload size than the schedule
   kCorrupt,       // payload CRC mismatch
   kPoisoned,      // intact, but the sender had no verified value for it (not a link failure)
+  kVersionSkew,   // intact, but of another trailer format version (isTrailerVersionSkew): another build
 };
+// The highest code: verdict codes travel between ranks, and one above it from a peer is rejected.
+inline constexpr SliceCheck kLastSliceCheck = SliceCheck::kVersionSkew;
 const char* sliceCheckName(SliceCheck c);
 // True for the outcomes that mean the link damaged something (counted as detected).
 inline bool isLinkFailure(SliceCheck c) { return c != SliceCheck::kOk && c != SliceCheck::kPoisoned; }
 
 // True when `t` is intact (its trailer CRC matches) and has the format's name but another version byte: a
-// trailer of another protocol version, not one a link damaged. checkTrailer calls it kMalformed (the
-// verdict codes are a wire format of their own); describeTrailerCheck names it.
+// trailer of another protocol version, not one a link damaged. checkTrailer calls it kVersionSkew, and
+// describeTrailerCheck names both versions.
 bool isTrailerVersionSkew(const Trailer& t);
-// checkSlice's verdict in words: sliceCheckName, except for a version skew: "protocol version mismatch:
-// trailer format version 2 (magic 0x32544752), this build reads version 1 (ranks of different ringguard
-// builds)".
+// checkSlice's verdict in words: sliceCheckName, except for a version skew, named with both versions:
+// "protocol version mismatch: trailer format version 2 (magic 0x32544752), this build reads version 1
+// (ranks of different ringguard builds)".
 std::string describeTrailerCheck(const Trailer& t, const SliceId& expected, uint32_t receivedPayloadCrc);
 
 // Builds a trailer for `id` with the given payload CRC and flags (trailerCrc filled in).

@@ -630,6 +630,9 @@ __host__ __device__ inline Trailer makeTrailerHD(const SliceId& id, uint32_t pay
 
 // checkSlice of trailer.cc (checkTrailer first, then the payload CRC, then the poisoned flag).
 __host__ __device__ inline SliceCheck checkSliceHD(const Trailer& t, const SliceId& e, uint32_t crc) {
+  if (t.magic != kTrailerMagic && (t.magic & 0x00FFFFFFu) == kTrailerMagicFamily &&
+      t.trailerCrc == trailerBodyCrc(t))
+    return SliceCheck::kVersionSkew;  // isTrailerVersionSkew
   if (t.magic != kTrailerMagic || t.trailerCrc != trailerBodyCrc(t)) return SliceCheck::kMalformed;
   if (t.seq != e.seq || t.step != e.step || t.slice != e.slice || t.column != e.column ||
       t.attempt != e.attempt) {

@@ -485,6 +485,7 @@ void Communicator::Impl::runTask(Task& task) {
     ctx.name = task.name;
     ctx.track = track_;
     ctx.aborted = &aborted_;
+    if (task.group) ctx.held = &heldErrors_;
     Executor::Fence* fence = task.work->impl_->fence_.get();
     // An exception escaping here would end the process through std::terminate on this thread: an
     // allocation failure (or any other throw) becomes this collective's error instead.
@@ -509,7 +510,7 @@ void Communicator::Impl::runTask(Task& task) {
     // peers fail fast with this cause instead of timing out.
     if (st.code() != StatusCode::kPeerError && st.code() != StatusCode::kFingerprintMismatch &&
         st.code() != StatusCode::kCorruption) {
-      broadcastError(transport_.get(), st);
+      broadcastError(transport_.get(), st, task.group ? seq : kNoCollective);
     }
     logError(Subsys::kRuntime, "rank {}: {} seq {} failed: {}", rank_, task.name, seq, st.toString());
     if (trace::on()) span.event().detail = trace::intern(st.toString());

@@ -94,8 +94,9 @@ class Communicator::Impl {
   Status firstError_;
   Counters counters_;
   std::map<std::string, CollectiveStats> byKind_;
-  uint32_t track_ = 0;    // timeline track (set in the constructor, before the progress thread starts)
-  uint64_t nextSeq_ = 0;  // touched by the runner only
+  uint32_t track_ = 0;     // timeline track (set in the constructor, before the progress thread starts)
+  uint64_t nextSeq_ = 0;   // touched by the runner only
+  HeldErrors heldErrors_;  // peers' errors of a collective this rank has not reached yet
   // Point-to-point message numbers per peer (runner only): only the two ends count them.
   std::vector<uint64_t> sendSeq_, recvSeq_;
   std::thread progress_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 #include <stdexcept>
+#include <string>
 
 #include "core/thread_name.h"
 #if RINGGUARD_TORCH_CUDA
@@ -37,7 +38,8 @@ CompletionLane::~CompletionLane() { drain(); }
 
 void CompletionLane::push(std::shared_ptr<PendingCollective> p) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (draining_) throw std::logic_error("ringguard: a collective was issued after shutdown()");
+  if (draining_)
+    throw std::logic_error(std::string("ringguard: a collective was issued after ") + stoppedBy_);
   queue_.push_back(std::move(p));
   if (!leading_) recruitLocked();
 }
@@ -131,8 +133,9 @@ void CompletionLane::completeOne(PendingCollective& p, const Status& st) {
   p.c10dWork->complete(error);
 }
 
-void CompletionLane::drain() {
+void CompletionLane::drain(const char* stoppedBy) {
   std::unique_lock<std::mutex> lock(mutex_);
+  if (!draining_) stoppedBy_ = stoppedBy;
   draining_ = true;
   cv_.notify_all();
   drained_.wait(lock, [this] { return queue_.empty() && !leading_ && busy_ == 0 && idle_ == 0; });

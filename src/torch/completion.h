@@ -72,8 +72,9 @@ class CompletionLane {
   // Future callback.
   void push(std::shared_ptr<PendingCollective> p);
   // Completes everything queued (each collective ends, at worst, at its timeout), then joins the lane's
-  // threads. Later pushes are refused (std::logic_error). Idempotent; not from a callback of this lane.
-  void drain();
+  // threads. Later pushes are refused (std::logic_error "... after <stoppedBy>", what stopped the group:
+  // "shutdown()" or "abort()"; the first drain's). Idempotent; not from a callback of this lane.
+  void drain(const char* stoppedBy = "shutdown()");
 
  private:
   void threadMain();
@@ -91,7 +92,8 @@ class CompletionLane {
   int wakeups_ = 0;       // leader roles offered to idle threads, not yet taken
   int busy_ = 0;          // threads completing a collective after giving up the leader role
   bool draining_ = false;
-  std::condition_variable drained_;  // drain() waits on it
+  const char* stoppedBy_ = "shutdown()";  // for the error of a push after drain()
+  std::condition_variable drained_;       // drain() waits on it
   std::list<std::thread> threads_;
   std::vector<std::thread::id> finished_;  // threads that returned; joined by the next recruit or drain
 };

@@ -1130,8 +1130,8 @@ void ProcessGroupRingguard::stop(bool abort) {
   }
   // The lanes complete what was issued (after abort() at once; else each collective ends, at worst, at its
   // timeout).
-  if (cpuLane_) cpuLane_->drain();
-  if (cudaLane_) cudaLane_->drain();
+  if (cpuLane_) cpuLane_->drain(stoppedBy_);
+  if (cudaLane_) cudaLane_->drain(stoppedBy_);
   p2p_.reset();
   cuda_.reset();  // each transport says goodbye to its peers, so no Gloo work is left pending
   cpu_.reset();

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/trailer.h"
@@ -69,6 +70,9 @@ class Transport {
     doAbort();
   }
   bool broken() const { return broken_; }
+  // A collective over this transport timed out: a rank stopped making progress (it may never answer
+  // again). A transport whose teardown needs every rank (MPI_Finalize) must not count on it.
+  void notePeerStalled(const std::string& why) { doNotePeerStalled(why); }
 
   // Data plane. Buffers must stay valid (and unmodified, for sends) until the request completes.
   Status postSend(int peer, const void* payload, size_t bytes, const Trailer* trailer, FrameRequest* out);
@@ -100,6 +104,7 @@ class Transport {
   virtual Status doPostFrameRecv(int peer, void* payload, size_t bytes, Trailer* trailer, FrameRequest* out);
   // Called once when the transport breaks: tear down what could otherwise block forever (ncclCommAbort).
   virtual void doAbort() {}
+  virtual void doNotePeerStalled(const std::string& /*why*/) {}
   virtual Status doFlush() { return Status::ok(); }
   virtual Status doProgress() { return Status::ok(); }
 

@@ -28,7 +28,7 @@ bool sameIdentity(const Trailer& t, const SliceId& e) {
 void checkOne(const Trailer& t, const SliceId& e, uint32_t crc) {
   const SliceCheck trailerOnly = checkTrailer(t, e);
   const SliceCheck c = checkSlice(t, e, crc);
-  RINGGUARD_FUZZ_CHECK(uint8_t(c) <= uint8_t(SliceCheck::kPoisoned));
+  RINGGUARD_FUZZ_CHECK(uint8_t(c) <= uint8_t(kLastSliceCheck));
   RINGGUARD_FUZZ_CHECK(std::string(sliceCheckName(c)) != "unknown");
   // The payload CRC is checked only behind an intact trailer.
   if (trailerOnly != SliceCheck::kOk) {
@@ -47,7 +47,8 @@ void checkOne(const Trailer& t, const SliceId& e, uint32_t crc) {
     RINGGUARD_FUZZ_CHECK(t.magic == kTrailerMagic && intact(t) && !sameIdentity(t, e));
   }
   const bool skew = isTrailerVersionSkew(t);
-  if (skew) RINGGUARD_FUZZ_CHECK(c == SliceCheck::kMalformed && intact(t));
+  RINGGUARD_FUZZ_CHECK(skew == (c == SliceCheck::kVersionSkew));
+  if (skew) RINGGUARD_FUZZ_CHECK(intact(t));
   const std::string words = describeTrailerCheck(t, e, crc);
   RINGGUARD_FUZZ_CHECK(!words.empty());
   RINGGUARD_FUZZ_CHECK((words.find("protocol version") != std::string::npos) == skew);

@@ -271,10 +271,12 @@ enum class Tamper {
   kBadTrailerCrc,
   kUnknownFlag,  // a sealed trailer with a flag bit the protocol does not define
   kPoisoned,     // intact, poisoned by the sender
+  kVersionSkew,  // intact, of another trailer format version (a rank of another build)
 };
 const Tamper kTampers[] = {Tamper::kCorruptPayload, Tamper::kStaleStep,    Tamper::kStaleSeq,
                            Tamper::kStaleAttempt,   Tamper::kSizeMismatch, Tamper::kBadMagic,
-                           Tamper::kBadTrailerCrc,  Tamper::kUnknownFlag,  Tamper::kPoisoned};
+                           Tamper::kBadTrailerCrc,  Tamper::kUnknownFlag,  Tamper::kPoisoned,
+                           Tamper::kVersionSkew};
 
 const char* tamperName(Tamper t) {
   switch (t) {
@@ -298,6 +300,8 @@ const char* tamperName(Tamper t) {
       return "unknown flag";
     case Tamper::kPoisoned:
       return "poisoned";
+    case Tamper::kVersionSkew:
+      return "version skew";
   }
   return "?";
 }
@@ -320,6 +324,8 @@ SliceCheck expectedVerdict(Tamper t) {
       return SliceCheck::kMalformed;
     case Tamper::kPoisoned:
       return SliceCheck::kPoisoned;
+    case Tamper::kVersionSkew:
+      return SliceCheck::kVersionSkew;
   }
   return SliceCheck::kOk;
 }
@@ -378,6 +384,10 @@ void runApplyCase(DeviceExecutorTest* t, DeviceExecutor* dev, const ApplyCase& c
     sealTrailer(&trailer);
   }
   if (c.tamper == Tamper::kBadMagic) trailer.magic ^= 0x100;
+  if (c.tamper == Tamper::kVersionSkew) {
+    trailer.magic = kTrailerMagicFamily | (uint32_t('2') << 24);  // "RGT2", sealed by its sender
+    sealTrailer(&trailer);
+  }
   if (c.tamper == Tamper::kBadTrailerCrc) trailer.trailerCrc ^= 0x80000000u;
   if (c.tamper == Tamper::kCorruptPayload) {
     ASSERT_GT(bytes, 0u);

@@ -332,7 +332,8 @@ TEST(DisseminationTest, AStalledRankIsNamedByEveryRank) {
   for (int n : {3, 4, 8}) {
     auto transports = makeLoopbackTransports(n);
     Options o;
-    o.timeout = std::chrono::milliseconds(300);
+    o.timeout =
+        std::chrono::milliseconds(600);  // its grace (150 ms) lets every live rank report, even loaded
     o.logLevel = "off";
     const int stalled = n - 1;
     std::vector<Status> got{size_t(n - 1)};
@@ -344,11 +345,9 @@ TEST(DisseminationTest, AStalledRankIsNamedByEveryRank) {
       if (!st.isOk() && st.code() != StatusCode::kPeerError) broadcastError(transports[size_t(r)].get(), st);
       got[size_t(r)] = st;
     });
-    const std::string culprit = "waiting for the fingerprint summary from rank " + std::to_string(stalled);
+    const std::string culprit = "rank " + std::to_string(stalled) + " stopped making progress";
     for (int r = 0; r < n - 1; ++r) {
-      EXPECT_TRUE(got[size_t(r)].code() == StatusCode::kTimeout ||
-                  got[size_t(r)].code() == StatusCode::kPeerError)
-          << got[size_t(r)].toString();
+      EXPECT_EQ(got[size_t(r)].code(), StatusCode::kTimeout) << got[size_t(r)].toString();
       EXPECT_NE(got[size_t(r)].message().find(culprit), std::string::npos)
           << "n=" << n << " rank " << r << ": " << got[size_t(r)].message();
     }

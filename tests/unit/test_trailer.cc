@@ -18,9 +18,9 @@
 namespace ringguard {
 namespace {
 
-constexpr SliceCheck kAllChecks[] = {SliceCheck::kOk,      SliceCheck::kMalformed,
-                                     SliceCheck::kStale,   SliceCheck::kSizeMismatch,
-                                     SliceCheck::kCorrupt, SliceCheck::kPoisoned};
+constexpr SliceCheck kAllChecks[] = {SliceCheck::kOk,           SliceCheck::kMalformed, SliceCheck::kStale,
+                                     SliceCheck::kSizeMismatch, SliceCheck::kCorrupt,   SliceCheck::kPoisoned,
+                                     SliceCheck::kVersionSkew};
 
 SliceId sampleId() {
   SliceId id;
@@ -173,7 +173,8 @@ TEST(TrailerTest, PayloadBytesMismatchIsSizeMismatch) {
 
 TEST(TrailerTest, BadMagicIsMalformed) {
   const SliceId id = sampleId();
-  for (uint32_t magic : {0u, 0x32544752u /* "RGT2" */, 0x31544753u, 0xFFFFFFFFu, 0x52475431u /* swapped */}) {
+  // ("RGT2", sealed, is another version of the format: TrailerVersionTest.)
+  for (uint32_t magic : {0u, 0x31544753u, 0xFFFFFFFFu, 0x52475431u /* swapped */}) {
     SCOPED_TRACE(magic);
     Trailer t = makeTrailer(id, 7, 0);
     t.magic = magic;
@@ -318,7 +319,9 @@ TEST(TrailerVersionTest, AnIntactTrailerOfAnotherVersionSaysProtocolVersion) {
   Trailer t = makeTrailer(id, 42, 0);
   t.magic = (kTrailerMagic & 0x00FFFFFFu) | (uint32_t('2') << 24);  // "RGT2", sealed by its sender
   sealTrailer(&t);
-  EXPECT_EQ(checkSlice(t, id, 42), SliceCheck::kMalformed);  // the verdict codes are unchanged
+  EXPECT_EQ(checkTrailer(t, id), SliceCheck::kVersionSkew);
+  EXPECT_EQ(checkSlice(t, id, 42), SliceCheck::kVersionSkew);
+  EXPECT_TRUE(isLinkFailure(SliceCheck::kVersionSkew));  // never used; fails the collective after its retries
   EXPECT_TRUE(isTrailerVersionSkew(t));
   EXPECT_EQ(
       describeTrailerCheck(t, id, 42),

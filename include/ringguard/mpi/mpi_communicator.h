@@ -26,8 +26,9 @@ Status ensureInitialized();
 constexpr int kAbortExitCode = 70;
 
 // False once a failed collective (timeout, a stopped or departed peer, an error mid-transfer) left an MPI
-// request of ringguard's in flight; `why` then names the first one. MPI_Finalize is not safe after that: it
-// may wait forever for the stopped peer or crash. An application that initialised MPI itself ends the job
+// request of ringguard's in flight, or a collective over MPI timed out (a rank stopped making progress);
+// `why` then names the first. MPI_Finalize is not safe after that: it may wait forever for the stopped
+// peer or crash. An application that initialised MPI itself ends the job
 // with MPI_Abort instead of MPI_Finalize when this is false. Never turns true again in a process.
 bool safeToFinalize(std::string* why = nullptr);
 

@@ -70,6 +70,21 @@ std::string describe(const std::exception& e) {
   return nl == std::string::npos ? what : what.substr(0, nl);
 }
 
+// A Gloo operation with `peer` failed with `detail` (Gloo's text). A peer that exited closes its sockets,
+// and Gloo reports that as an I/O error of the pair ("Read error ...: Connection reset by peer",
+// "Connection closed by peer", "Broken pipe"): say that the connection is gone, and keep Gloo's text.
+Status glooFailure(const std::string& what, int peer, const std::string& detail) {
+  const std::string rank = "rank " + std::to_string(peer);
+  const std::string failed = what + " " + rank + " failed: " + detail;
+  for (const char* closed : {"by peer", "Broken pipe", "Socket closed", "Connection closed"}) {
+    if (detail.find(closed) != std::string::npos) {
+      return Status(StatusCode::kTransportError, "connection to " + rank + " closed (" + rank +
+                                                     " exited, or the link to it failed): " + failed);
+    }
+  }
+  return Status(StatusCode::kTransportError, failed);
+}
+
 // Waits the works of one (peer, direction) in post order on its own thread.
 class Waiter {
  public:
@@ -170,11 +185,7 @@ class C10dOp final : public TransportOp {
   Status test(bool* done) override {
     int s = state_ ? state_->state.load() : kDone;
     *done = s == kDone;
-    if (s == kFailed) {
-      return Status(StatusCode::kTransportError, std::string(isRecv_ ? "receive from" : "send to") +
-                                                     " rank " + std::to_string(peer_) +
-                                                     " failed: " + state_->error);
-    }
+    if (s == kFailed) return glooFailure(isRecv_ ? "receive from" : "send to", peer_, state_->error);
     if (s == kAborted) {
       return Status(StatusCode::kAborted, std::string(isRecv_ ? "receive from" : "send to") + " rank " +
                                               std::to_string(peer_) + " was aborted");
@@ -285,8 +296,7 @@ class C10dTransport final : public Transport {
     try {
       f();
     } catch (const std::exception& e) {
-      return Status(StatusCode::kTransportError,
-                    std::string(what) + " rank " + std::to_string(peer) + ": " + describe(e));
+      return glooFailure(what, peer, describe(e));
     }
     return Status::ok();
   }
@@ -489,10 +499,8 @@ Status C10dTransport::probeControlFrame(int peer, ControlTag tag, std::vector<ui
   // A failed control channel means the peer (or the connection to it) is gone: say so, rather than
   // let the caller wait for its timeout.
   for (int p = (peer < 0 ? 0 : peer); p < (peer < 0 ? size() : peer + 1); ++p) {
-    if (!controlError_[size_t(p)].empty()) {
-      return Status(StatusCode::kTransportError, "control channel from rank " + std::to_string(p) +
-                                                     " failed: " + controlError_[size_t(p)]);
-    }
+    if (!controlError_[size_t(p)].empty())
+      return glooFailure("control channel from", p, controlError_[size_t(p)]);
   }
   return Status::ok();
 }

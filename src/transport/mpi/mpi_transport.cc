@@ -28,6 +28,8 @@ constexpr std::chrono::milliseconds kCancelWait(1000);
 std::atomic<bool> gLeftInFlight{false};
 std::mutex gLeftInFlightMutex;
 std::string gLeftInFlightWhy;  // the first one, guarded by gLeftInFlightMutex
+std::atomic<bool> gPeerStalled{false};
+std::string gPeerStalledWhy;  // the first one, guarded by gLeftInFlightMutex
 
 class MpiOp final : public TransportOp {
  public:
@@ -158,6 +160,21 @@ bool mpiRequestsLeftInFlight(std::string* why) {
     *why = gLeftInFlightWhy;
   }
   return true;
+}
+
+bool mpiPeerStalled(std::string* why) {
+  if (!gPeerStalled.load()) return false;
+  if (why != nullptr) {
+    std::lock_guard<std::mutex> lock(gLeftInFlightMutex);
+    *why = gPeerStalledWhy;
+  }
+  return true;
+}
+
+void MpiTransport::doNotePeerStalled(const std::string& why) {
+  std::lock_guard<std::mutex> lock(gLeftInFlightMutex);
+  if (gPeerStalledWhy.empty()) gPeerStalledWhy = why;
+  gPeerStalled.store(true);
 }
 
 void noteMpiRequestLeftInFlight(const std::string& what) {

@@ -20,6 +20,10 @@ namespace ringguard {
 // first such request's description. Process-wide, never reset.
 bool mpiRequestsLeftInFlight(std::string* why = nullptr);
 void noteMpiRequestLeftInFlight(const std::string& what);
+// Whether a collective over MPI timed out in this process: a rank stopped making progress, and
+// MPI_Finalize would wait for it (for as long as it is stopped) even with nothing of ours in flight.
+// Process-wide, never reset; `why` gets the first timeout.
+bool mpiPeerStalled(std::string* why = nullptr);
 
 // The control channel on its own duplicated communicator: one MPI message per sealed frame, the frame's
 // tag as the MPI tag (MPI keeps messages of one (source, tag) in order).
@@ -65,6 +69,7 @@ class MpiTransport final : public Transport {
   Status doPostFrameSend(int peer, const void* payload, size_t bytes, const Trailer* trailer,
                          FrameRequest* out) override;
   Status doPostFrameRecv(int peer, void* payload, size_t bytes, Trailer* trailer, FrameRequest* out) override;
+  void doNotePeerStalled(const std::string& why) override;
 
  private:
   MpiTransport(int rank, int size, MPI_Comm data, MPI_Comm control);

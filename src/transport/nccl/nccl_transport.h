@@ -56,6 +56,7 @@ class NcclTransport final : public Transport {
   Status doFlush() override;
   Status doProgress() override;
   void doAbort() override;
+  void doNotePeerStalled(const std::string& why) override { control_->notePeerStalled(why); }
 
  private:
   struct Lane {
