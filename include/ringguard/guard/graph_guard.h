@@ -8,7 +8,7 @@
 //   GraphGuardedOp op{"mlp", {state...}, {outputs...}, [&](void* s) { return launchMlp(..., s); }};
 //   std::unique_ptr<GraphGuard> g;
 //   Status st = GraphGuard::create(device, op, GraphGuardOptions{}, &g);  // captures op.body once
-//   if (st.code() == StatusCode::kUnsupported) ...                      // not capturable: use Guard::run
+//   if (!st.isOk()) ...            // "not capturable: ..." (or a bad declaration): use Guard::run
 //   g->launch(stream);  // any number of times, no host wait
 //   GraphGuardReport r; g->report(&r);  // the last launch's outcome (one host wait)
 //
@@ -66,8 +66,8 @@ class GraphGuard {
   // Captures `op` on `device`: allocates the snapshots and scan slots, records snapshot copies, the body,
   // the fault writes, the scan and the replay decision into a graph with a WHILE node, and instantiates it.
   // kInvalidArgument names the buffer or fault that is wrong (not device memory, not a float output, out of
-  // range); kUnsupported names the op when its body could not be captured (the CUDA error included), so the
-  // caller falls back to the host-driven Guard.
+  // range); a body that could not be captured is kInvalidArgument too, "GraphGuard '<op>': not capturable:
+  // ..." with the CUDA error (the stream stays usable), so the caller falls back to the host-driven Guard.
   static Status create(int device, const GraphGuardedOp& op, const GraphGuardOptions& options,
                        std::unique_ptr<GraphGuard>* out);
   ~GraphGuard();
