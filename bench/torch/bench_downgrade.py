@@ -1,6 +1,6 @@
 """bench_downgrade: the downgrade engine on real signals, on one GPU (issue 16; docs/DOWNGRADE.md).
 
-    python3 bench/torch/bench_downgrade.py [--only pcie,frag,variants,gpt,sampler] [--json out.json]
+    python3 bench/torch/bench_downgrade.py [--only pcie,frag,variants,gpt,oom,sampler] [--json out.json]
 
 pcie      the engine's sampler thread reads NVML's PCIe byte counters (RINGGUARD_TELEMETRY_INTERVAL_MS); a
           thread runs pinned host -> device copies for a while: all_gather must switch to staged_chunked
@@ -15,6 +15,10 @@ variants  every attention variant's output and input gradients against a float32
 gpt       a transformer training step (bench_guard.py's GPT) under the same induced fragmentation, each in
           a fresh process: cudnn (what the engine keeps), and with cuDNN attention disabled flash without
           the engine against the engine (mem_efficient): step time, peak memory, allocator retries.
+oom       a deeper GPT step (--layers, default 24) whose GPU holds tens of GiB in allocator holes and less
+          free memory than a plain step adds, each mode in a fresh process: without the engine the step ends
+          in an out-of-memory error; with it a user family (gpt_blocks: plain, or activation checkpointing
+          under fragmentation) moves to checkpointed at the first fragmented step and every step completes.
 sampler   the GPT step with and without the engine (NVML sampler thread, feed_torch_stats + step per
           step), interleaved rounds: the engine's cost per step (goal < 0.5%).
 A line per check says PASS or FAIL; the exit status is 1 if any check failed.
@@ -295,6 +299,162 @@ def bench_gpt(steps: int, batch: int):
     return rows
 
 
+# ---- oom: a memory variant of the step's large allocations (child processes) ----------------------------
+
+# A user family (docs/DOWNGRADE.md, "A family of your own"): the transformer blocks run plainly or under
+# activation checkpointing, which keeps one tensor per block instead of every activation and recomputes
+# the rest in backward. Fragmentation moves the family to `checkpointed`; the dwell keeps it there.
+OOM_RULES = json.dumps({
+    "version": 1,
+    "families": {
+        "gpt_blocks": {
+            "scope": "local",
+            "min_dwell_steps": 20,
+            "variants": [
+                {"name": "plain", "description": "every activation kept for backward"},
+                {"name": "checkpointed", "priority": 10, "description": "torch.utils.checkpoint per block",
+                 "when": [{"signal": "torch.fragmentation", "above": {"enter": 0.30, "exit": 0.15}}]},
+            ],
+        }
+    },
+})
+
+
+def oom_child(mode: str, steps: int, batch: int, layers: int) -> dict:
+    """One fresh process. Warm-up steps measure what a plain step and a checkpointed step add to torch's
+    reserved memory (P and C); then 3 MiB blocks fill the GPU until (P + C) / 2 is left free, and two in
+    three are freed again: tens of GiB sit in holes that the step's large tensors cannot use. Then `steps`
+    training steps, plainly (mode 'plain', no engine) or with the engine choosing the blocks' variant
+    (mode 'engine'). Reports the step at which an out-of-memory error ended the run, if one did."""
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    model = Gpt(layers=layers).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    idx = torch.randint(0, 50304, (batch, 1024), device="cuda")
+    tgt = torch.randint(0, 50304, (batch, 1024), device="cuda")
+
+    def run_blocks(x, ckpt: bool):
+        for b in model.blocks:
+            x = checkpoint(b, x, use_reentrant=False) if ckpt else b(x)
+        return x
+
+    engine = mode == "engine"
+    if engine:
+        policy.load(rules_json=OOM_RULES)
+        blocks = policy.variant_op("gpt_blocks", {"plain": lambda x: run_blocks(x, False),
+                                                  "checkpointed": lambda x: run_blocks(x, True)})
+    else:
+        blocks = lambda x: run_blocks(x, False)  # noqa: E731
+
+    def forward(fn):
+        x = model.tok(idx) + model.pos(torch.arange(idx.shape[1], device=idx.device))
+        return model.head(model.ln(fn(x)))
+
+    def train_step(fn):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(forward(fn).flatten(0, 1), tgt.flatten())
+        loss.backward()
+        opt.step()
+
+    def step_with_engine():
+        if engine:
+            policy.feed_torch_stats()
+            policy.step()
+        train_step(blocks)
+
+    def growth(fn) -> int:
+        """What one step adds to reserved memory from rest (grads freed, cache emptied)."""
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        r0 = torch.cuda.memory_reserved()
+        torch.cuda.reset_peak_memory_stats()
+        train_step(fn)
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_reserved() - r0
+
+    for _ in range(25):  # past the family's dwell; plain while memory is clean
+        step_with_engine()
+    plain_growth = growth(lambda x: run_blocks(x, False))
+    ckpt_growth = growth(lambda x: run_blocks(x, True))
+    opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    target_free = (plain_growth + ckpt_growth) // 2
+    blocks_held, allocated = [], 0
+    while True:  # fill in 3 MiB blocks until (P + C) / 2 is left free on the device
+        free, _ = torch.cuda.mem_get_info()
+        if free <= target_free + 64 * MIB:
+            break
+        n = max(1, min(256, (free - target_free) // (3 * MIB) // 4))
+        blocks_held.extend(torch.empty(3 * MIB, dtype=torch.uint8, device="cuda") for _ in range(n))
+        allocated += n * 3 * MIB
+    blocks_held = blocks_held[::3]  # keep one in three: the rest become holes
+    torch.cuda.synchronize()
+    st = torch.cuda.memory_stats()
+    holes = st["inactive_split_bytes.all.current"]
+    frag0 = frag_measure()
+    free_after, _ = torch.cuda.mem_get_info()
+    torch.cuda.reset_peak_memory_stats()
+    retries0 = st.get("num_alloc_retries", 0)
+    times, oom_step, oom_text = [], None, ""
+    for s in range(steps):
+        t = time.perf_counter()
+        try:
+            step_with_engine()
+            torch.cuda.synchronize()
+        except torch.OutOfMemoryError as e:
+            oom_step, oom_text = s, " ".join(str(e).split())[:600]
+            break
+        times.append((time.perf_counter() - t) * 1e3)
+    st = torch.cuda.memory_stats()
+    out = {"mode": mode, "layers": layers, "batch": batch,
+           "plain_step_growth_mib": plain_growth / MIB, "checkpointed_step_growth_mib": ckpt_growth / MIB,
+           "ballast_mib": allocated / MIB, "holes_mib": holes / MIB, "free_device_mib": free_after / MIB,
+           "fragmentation_at_start": frag0, "steps_done": len(times), "oom_step": oom_step, "oom": oom_text,
+           "step_ms_median": statistics.median(times[1:]) if len(times) > 1 else None,
+           "peak_reserved_mib": torch.cuda.max_memory_reserved() / MIB,
+           "peak_allocated_mib": torch.cuda.max_memory_allocated() / MIB,
+           "alloc_retries": st.get("num_alloc_retries", 0) - retries0,
+           "variant": blocks.variant() if engine else "plain",
+           "switches": [(d["step"], d["from"], d["to"]) for d in policy.decisions()] if engine else []}
+    del blocks_held
+    return out
+
+
+def bench_oom(steps: int, batch: int, layers: int):
+    print(f"oom: a {layers}-layer GPT step (batch {batch}) with tens of GiB in allocator holes and less free than "
+          "a plain step needs, without and with the engine (gpt_blocks: plain -> checkpointed)")
+    rows = {}
+    for mode in ("plain", "engine"):
+        r = subprocess.run([sys.executable, os.path.abspath(__file__), "--oom-child", mode, "--steps", str(steps),
+                            "--batch", str(batch), "--layers", str(layers)],
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            print(r.stdout[-2000:], r.stderr[-4000:])
+            check(f"oom child '{mode}' ran", False, f"exit {r.returncode}")
+            continue
+        row = json.loads(r.stdout.strip().splitlines()[-1])
+        rows[mode] = row
+        print(f"    {mode:6s}: P {row['plain_step_growth_mib']:.0f} MiB, C {row['checkpointed_step_growth_mib']:.0f} MiB, "
+              f"free {row['free_device_mib']:.0f} MiB, holes {row['holes_mib']:.0f} MiB (fragmentation "
+              f"{row['fragmentation_at_start']:.3f}); steps done {row['steps_done']}/{steps}, OOM at step "
+              f"{row['oom_step']}, step {row['step_ms_median'] or 0:.2f} ms, peak reserved "
+              f"{row['peak_reserved_mib']:.0f} MiB, retries {row['alloc_retries']}, variant {row['variant']}, "
+              f"switches {row['switches']}")
+        if row["oom"]:
+            print(f"      {row['oom']}")
+    if "plain" in rows:
+        check("without the engine the fragmented run ends in an out-of-memory error", rows["plain"]["oom_step"] == 0)
+    if "engine" in rows:
+        e = rows["engine"]
+        check("with the engine every step completes, checkpointed", e["steps_done"] == steps and
+              e["variant"] == "checkpointed" and e["switches"][-1][0] == 25, f"switches {e['switches']}")
+    return rows
+
+
 # ---- sampler ---------------------------------------------------------------------------------------------
 
 
@@ -339,18 +499,23 @@ def bench_sampler(steps: int, batch: int, rounds: int):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", default="pcie,frag,variants,gpt,sampler")
+    p.add_argument("--only", default="pcie,frag,variants,gpt,oom,sampler")
     p.add_argument("--json", default=None)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--gpt-child", choices=["cudnn", "flash", "engine"], default=None)
+    p.add_argument("--oom-child", choices=["plain", "engine"], default=None)
+    p.add_argument("--layers", type=int, default=24)
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_downgrade: needs a CUDA device", file=sys.stderr)
         return 2
     if a.gpt_child:
         print(json.dumps(gpt_child(a.gpt_child, a.steps, a.batch)))
+        return 0
+    if a.oom_child:
+        print(json.dumps(oom_child(a.oom_child, a.steps, a.batch, a.layers)))
         return 0
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, allocator "
           f"{torch.cuda.get_allocator_backend()}, RINGGUARD_TELEMETRY_INTERVAL_MS="
@@ -365,6 +530,8 @@ def main(argv=None):
         out["variants"] = bench_variants()
     if "gpt" in parts:
         out["gpt"] = bench_gpt(a.steps, a.batch)
+    if "oom" in parts:
+        out["oom"] = bench_oom(a.steps, a.batch, a.layers)
     if "sampler" in parts:
         out["sampler"] = bench_sampler(a.steps, a.batch, a.rounds)
     out["failed"] = failures

@@ -189,6 +189,45 @@ TEST_F(GraphGuardTest, EveryLaunchSnapshotsAfreshAndReplaysWithoutTheHost) {
   EXPECT_TRUE(sameBits(y, wantY));
 }
 
+// Launches alternate between two streams with no host wait, and a persistent fault's restore() runs on the
+// second: each launch must wait for the one before (the graph has one set of snapshots), so the state is
+// the plain op applied launch after launch; without the wait the launches race on `acc` and the snapshots.
+TEST_F(GraphGuardTest, LaunchesAndRestoreOnAnotherStreamWaitForTheLastLaunch) {
+  cudaStream_t other = nullptr;
+  ASSERT_CUDA(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+  std::unique_ptr<GraphGuard> g;
+  ASSERT_STATUS_OK(GraphGuard::create(0, op(), GraphGuardOptions{}, &g));
+  constexpr int kLaunches = 40;
+  for (int i = 0; i < kLaunches; ++i) ASSERT_STATUS_OK(g->launch(i % 2 == 0 ? stream_ : other));
+  GraphGuardReport r;
+  ASSERT_STATUS_OK(g->report(&r));
+  EXPECT_TRUE(r.clean);
+  EXPECT_EQ(r.launches, uint64_t(kLaunches));
+  ASSERT_CUDA(cudaStreamSynchronize(other));
+  std::vector<float> acc, y, wantAcc, wantY;
+  readBack(&acc, &y);
+  expected(kLaunches, &wantAcc, &wantY);
+  EXPECT_TRUE(sameBits(acc, wantAcc));
+  EXPECT_TRUE(sameBits(y, wantY));
+
+  // A persistent fault, launched on `other`; restore() enqueued on stream_ rolls the state back to what it
+  // was before that launch (kLaunches clean calls), not to a snapshot the launch has not taken yet.
+  GraphGuardOptions o;
+  o.maxReplays = 1;
+  o.faults = {GraphFault{0, 5, FaultValue::kPosInf, ~0u}};
+  std::unique_ptr<GraphGuard> bad;
+  ASSERT_STATUS_OK(GraphGuard::create(0, op(), o, &bad));
+  ASSERT_STATUS_OK(bad->launch(other));
+  ASSERT_STATUS_OK(bad->restore(stream_));
+  ASSERT_STATUS_OK(bad->report(&r));
+  EXPECT_FALSE(r.clean);
+  ASSERT_CUDA(cudaStreamSynchronize(other));
+  readBack(&acc, &y);
+  EXPECT_TRUE(sameBits(acc, wantAcc));
+  bad.reset();
+  ASSERT_CUDA(cudaStreamDestroy(other));
+}
+
 TEST_F(GraphGuardTest, TheFirstBadOutputIsNamedAmongSeveral) {
   void* second = nullptr;
   ASSERT_CUDA(cudaMalloc(&second, 64 * sizeof(uint16_t)));
