@@ -56,7 +56,7 @@ void compareWithRing(Fixture& f, DataType t, size_t count, size_t chunkBytes, bo
   const void* send = inPlace ? static_cast<const uint8_t*>(stagedOut) + bytes * size_t(me) : in;
   Status st = f.device->allgatherAsync(in, ringOut, count, t, f.mem.stream())->wait();
   ASSERT_TRUE(st.isOk()) << "ring " << where << ": " << st.toString();
-  StagedAllgatherStats stats;
+  StagedStats stats;
   st = stagedAllgather(*f.host, *f.stager, send, stagedOut, count, t, chunkBytes, &stats);
   ASSERT_TRUE(st.isOk()) << "staged " << where << ": " << st.toString();
   const std::vector<uint8_t> ring = f.mem.read(ringOut, bytes * size_t(n) + 1);
