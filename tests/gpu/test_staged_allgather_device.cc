@@ -10,31 +10,15 @@
 #include <string>
 #include <vector>
 
-#include "device_comm_util.h"
-#include "device_memory.h"
-#include "ringguard/runtime/device_stager.h"
 #include "ringguard/runtime/staged_allgather.h"
+#include "staged_fixture.h"
 
 namespace ringguard {
 namespace {
 
-using testing::DeviceMemory;
 using testing::pattern;
 
-struct Fixture {
-  std::unique_ptr<Communicator> device, host;
-  std::unique_ptr<cuda::DeviceStager> stager;
-  DeviceMemory mem;
-};
-
-void makeFixture(const Options& o, Fixture* f) {
-  f->device = testing::makeDeviceComm(o);  // makes the rank's GPU current
-  ASSERT_TRUE(mpi::createCommunicator(o, &f->host).isOk());
-  int gpu = -1;
-  ASSERT_EQ(cudaGetDevice(&gpu), cudaSuccess);
-  ASSERT_TRUE(cuda::makeDeviceStager(gpu, &f->stager).isOk());
-  f->stager->setStream(f->mem.stream());
-}
+using Fixture = testing::StagedFixture;
 
 // The staged all-gather against the ring on the same inputs, and both against the closed form.
 void compareWithRing(Fixture& f, DataType t, size_t count, size_t chunkBytes, bool inPlace) {
@@ -74,7 +58,7 @@ TEST(DeviceStagedAllgather, BitIdenticalToTheRing) {
   Options o;
   o.sliceBytes = 4096;
   Fixture f;
-  makeFixture(o, &f);
+  testing::makeStagedFixture(o, &f);
   for (DataType t : kAllDataTypes) {
     for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000), size_t(100003)}) {
       compareWithRing(f, t, count, 4096, false);
@@ -94,7 +78,7 @@ TEST(DeviceStagedAllgather, FaultsInTheHostAllgathersDetectedAndRepaired) {
     o.sliceBytes = 4096;
     o.maxRetries = 5;
     Fixture f;
-    makeFixture(o, &f);
+    testing::makeStagedFixture(o, &f);
     FaultOptions fault;
     fault.mode = mode;
     fault.probability = 0.05;
