@@ -101,7 +101,8 @@ TEST_P(StagedAllreduce, EveryDtypeAndOpTheHostAllreduceTakes) {
       stagedAndCheck(g, t, op, count, kChunkBytes, /*inPlace=*/pairs % 2 == 0, /*deferred=*/true);
     }
   }
-  // Floats 4 x 5 ops, integers 5 x 8, bool 7, complex 2 x 2 (sum, avg), float8 none: none skipped by accident.
+  // Floats 4 x 5 ops, integers 5 x 8, bool 7, complex 2 x 2 (sum, avg), float8 none: none skipped by
+  // accident.
   EXPECT_EQ(pairs, 71u);
   EXPECT_EQ(g.totalCounters().detected, 0u);
 }
