@@ -10,13 +10,7 @@ namespace ringguard {
 Status stagedAllgather(Communicator& host, HostStager& stager, const void* send, void* recv, size_t count,
                        DataType dtype, size_t chunkBytes, StagedStats* stats) {
   const int n = host.size(), rank = host.rank();
-  StagedCall call;
-  call.name = "staged all-gather";
-  call.send = send;
-  call.recv = recv;
-  call.count = count;
-  call.dtype = dtype;
-  call.chunkBytes = chunkBytes;
+  StagedCall call("staged all-gather", send, recv, count, dtype, chunkBytes);
   call.resultChunks = size_t(n);
   Status refusal = checkStagedCall(call, n);
   const size_t esize = isValid(dtype) ? dataTypeSize(dtype) : 1;

@@ -9,16 +9,9 @@ namespace ringguard {
 
 Status stagedAllreduce(Communicator& host, HostStager& stager, const void* send, void* recv, size_t count,
                        DataType dtype, ReduceOp op, size_t chunkBytes, StagedStats* stats) {
-  StagedCall call;
-  call.name = "staged allreduce";
-  call.send = send;
-  call.recv = recv;
-  call.count = count;
-  call.dtype = dtype;
-  call.chunkBytes = chunkBytes;
+  StagedCall call("staged allreduce", send, recv, count, dtype, chunkBytes);
   call.reduces = true;
   call.op = op;
-  call.resultChunks = 1;
   Status refusal = checkStagedCall(call, host.size());
   const size_t esize = isValid(dtype) ? dataTypeSize(dtype) : 1;
   if (refusal.isOk() && send != recv)

@@ -15,13 +15,16 @@ namespace ringguard {
 
 // One staged call, as this rank makes it.
 struct StagedCall {
-  const char* name = "";  // "staged all-gather": the prefix of every error ("<name> on rank r: ...")
-  const void* send = nullptr;
-  void* recv = nullptr;
-  size_t count = 0;  // elements of `send`
-  DataType dtype = DataType::kFloat32;
-  size_t chunkBytes = 0;  // as called: the ranks compare it
-  bool reduces = false;   // whether `op` is part of the call (checked and compared across ranks)
+  StagedCall(const char* name, const void* send, void* recv, size_t count, DataType dtype, size_t chunkBytes)
+      : name(name), send(send), recv(recv), count(count), dtype(dtype), chunkBytes(chunkBytes) {}
+
+  const char* name;  // "staged all-gather": the prefix of every error ("<name> on rank r: ...")
+  const void* send;
+  void* recv;
+  size_t count;  // elements of `send`
+  DataType dtype;
+  size_t chunkBytes;     // as called: the ranks compare it
+  bool reduces = false;  // whether `op` is part of the call (checked and compared across ranks)
   ReduceOp op = ReduceOp::kSum;
   size_t resultChunks = 1;  // a slot's result buffer holds this many chunks (all-gather: size())
 };

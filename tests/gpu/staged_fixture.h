@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 
 #include "device_comm_util.h"
@@ -28,6 +29,30 @@ inline void makeStagedFixture(const Options& o, StagedFixture* f) {
   ASSERT_EQ(cudaGetDevice(&gpu), cudaSuccess);
   ASSERT_TRUE(cuda::makeDeviceStager(gpu, &f->stager).isOk());
   f->stager->setStream(f->mem.stream());
+}
+
+// For each of three fault modes, a fresh fixture whose host communicator corrupts 5% of its slices (up to 5
+// retries), `calls(f)` (which compares its results with the ring), then every injection detected and none
+// escaped.
+inline void underHostFaults(const std::function<void(StagedFixture&)>& calls) {
+  for (FaultMode mode : {FaultMode::kBitFlip, FaultMode::kGarbage, FaultMode::kRetransmit}) {
+    SCOPED_TRACE(faultModeName(mode));
+    Options o;
+    o.sliceBytes = 4096;
+    o.maxRetries = 5;
+    StagedFixture f;
+    makeStagedFixture(o, &f);
+    FaultOptions fault;
+    fault.mode = mode;
+    fault.probability = 0.05;
+    fault.seed = 3;
+    ASSERT_TRUE(f.host->setFault(fault).isOk());
+    calls(f);
+    const Counters c = f.host->counters();
+    EXPECT_GT(c.injected, 0u);
+    EXPECT_EQ(c.detected, c.injected);
+    EXPECT_EQ(c.escaped, 0u);
+  }
 }
 
 }  // namespace testing

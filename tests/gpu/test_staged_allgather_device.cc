@@ -72,25 +72,10 @@ TEST(DeviceStagedAllgather, BitIdenticalToTheRing) {
 
 TEST(DeviceStagedAllgather, FaultsInTheHostAllgathersDetectedAndRepaired) {
   if (!testing::everyRankHasDevice(nullptr)) GTEST_SKIP() << "no CUDA device";
-  for (FaultMode mode : {FaultMode::kBitFlip, FaultMode::kGarbage, FaultMode::kRetransmit}) {
-    SCOPED_TRACE(faultModeName(mode));
-    Options o;
-    o.sliceBytes = 4096;
-    o.maxRetries = 5;
-    Fixture f;
-    testing::makeStagedFixture(o, &f);
-    FaultOptions fault;
-    fault.mode = mode;
-    fault.probability = 0.05;
-    fault.seed = 3;
-    ASSERT_TRUE(f.host->setFault(fault).isOk());
+  testing::underHostFaults([](Fixture& f) {
     for (DataType t : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64})
       compareWithRing(f, t, 300007, 64 << 10, false);
-    const Counters c = f.host->counters();
-    EXPECT_GT(c.injected, 0u);
-    EXPECT_EQ(c.detected, c.injected);
-    EXPECT_EQ(c.escaped, 0u);
-  }
+  });
 }
 
 }  // namespace

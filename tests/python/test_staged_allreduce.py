@@ -12,21 +12,18 @@ and that the staged path ran exactly as often as it was selected.
 RINGGUARD_STAGED_CHUNK_BYTES is 4096 here, so the larger counts take several chunks.
 """
 
-import os
-from datetime import timedelta
-
 import pytest
 import torch
 import torch.distributed as dist
 
 import harness
+import staged
+from staged import CHUNK_BYTES, same_bits as _same_bits
 
-CHUNK_BYTES = 4096
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f64": torch.float64, "i64": torch.int64,
           "u8": torch.uint8}
 OPS = ("sum", "avg", "max", "premul_sum")
 COUNTS = [0, 1, 1001, 5 * CHUNK_BYTES + 77]
-ENV = {"RINGGUARD_STAGED_CHUNK_BYTES": str(CHUNK_BYTES)}
 PREMUL_FACTOR = 0.5  # a power of two: the scaled sums stay exact
 
 CASES = harness.Cases()
@@ -64,10 +61,6 @@ def _want(dt, op, count, salt, size):
     return torch.div(s, size, rounding_mode="trunc").to(dt)
 
 
-def _same_bits(a, b):
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
-
-
 def _all_reduce_checked(ctx, dt, op, count, salt):
     """One dist.all_reduce of this rank's payload on ctx.device, checked against the closed form."""
     t = _payload(dt, count, ctx.rank, salt).to(ctx.device)
@@ -92,14 +85,6 @@ def _coalesced_checked(ctx, salt):
     for i, ((dt, n), g) in enumerate(zip(COALESCED, got)):
         assert _same_bits(g, _want(dt, "sum", n, salt + i, ctx.size)), f"allreduce_coalesced tensor {i}"
     return got, len(ts)
-
-
-def _select(variant):
-    """Pins all_reduce to `variant` and takes a step: the selection the backend reads from then on."""
-    import ringguard.policy as policy
-
-    policy.engine().force("all_reduce", variant)
-    policy.step()
 
 
 @CASES.case("registered-and-enabled-only-on-cuda")
@@ -144,7 +129,7 @@ def _(ctx):
     if ctx.device != "cuda":
         raise harness.Skip("CUDA runs only")
     policy.load()  # the current CUDA device
-    _select("ring")
+    staged.select("all_reduce", "ring")
     assert policy.current("all_reduce") == "ring"
     ring = {}
     for dname, dt in DTYPES.items():
@@ -175,27 +160,21 @@ def _(ctx):
     assert policy.staged_all_reduces() == calls, (policy.staged_all_reduces(), calls)
     assert policy.staged_all_gathers() == 0  # the other family was not touched
 
-    _select("ring")  # and back
+    staged.select("all_reduce", "ring")  # and back
     _all_reduce_checked(ctx, torch.float32, "sum", 1001, 3)
     assert policy.staged_all_reduces() == calls
     return {"staged": calls}
 
 
-def _init():
-    dist.init_process_group("ringguard", timeout=timedelta(seconds=120))
-
-
 # --- pytest side ------------------------------------------------------------------------------------
-
-CPU_ENV = dict(ENV, RINGGUARD_POLICY_FORCE="all_reduce=staged_chunked")
 
 
 @pytest.fixture(scope="module", params=[2, 3], ids=lambda n: f"np{n}")
 def run(request):
-    return harness.launch(__file__, request.param, env=CPU_ENV)
+    return staged.launch_cpu(__file__, request.param, "all_reduce")
 
 
-@pytest.mark.parametrize("name", [n for n in CASES.names if not n.startswith("cuda-")])
+@pytest.mark.parametrize("name", staged.cpu_case_names(CASES))
 def test_case(run, name):
     harness.check_case(CASES, run, name)
 
@@ -204,20 +183,9 @@ def test_launch(run):
     harness.check_launch(run)
 
 
-@pytest.fixture(scope="module")
-def cuda_run():
-    if not torch.cuda.is_available():
-        pytest.skip("needs a GPU: 2 ranks on one GPU with RINGGUARD_DEVICE_TRANSPORT=staged")
-    return harness.launch(__file__, 2, env=dict(ENV, RINGGUARD_TEST_DEVICE="cuda",
-                                                RINGGUARD_DEVICE_TRANSPORT="staged",
-                                                RINGGUARD_TEST_ONLY="cuda-staged-equals-ring"))
-
-
-def test_cuda_staged_equals_ring(cuda_run):
-    harness.check_case(CASES, cuda_run, "cuda-staged-equals-ring")
+def test_cuda_staged_equals_ring():
+    harness.check_case(CASES, staged.launch_cuda(__file__), staged.CUDA_CASE)
 
 
 if __name__ == "__main__":
-    if os.environ.get("RINGGUARD_TEST_DEVICE") == "cuda":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
-    harness.run_worker(CASES, _init)
+    staged.worker_main(CASES)

@@ -97,42 +97,21 @@ INSTANTIATE_TEST_SUITE_P(Ranks, StagedAllgather, ::testing::Range(1, 7),
                            return "np" + std::to_string(i.param);
                          });
 
-struct FaultCase {
-  FaultMode mode;
-  const char* name;
-};
-
-class StagedAllgatherFaults : public ::testing::TestWithParam<FaultCase> {};
+class StagedAllgatherFaults : public ::testing::TestWithParam<FaultMode> {};
 
 // The chunks' host all-gathers are verified like any collective: every corruption injected into them is
 // detected and repaired, and the result stays bit-identical.
 TEST_P(StagedAllgatherFaults, BitIdenticalAndEveryInjectionDetected) {
-  for (int n : {2, 3, 4}) {
-    Options o = testOptions();
-    o.sliceBytes = 256;
-    o.maxRetries = 5;
-    o.fault.mode = GetParam().mode;
-    o.fault.probability = 0.15;
-    o.fault.seed = 11;
-    LoopbackGroup g(n, o);
+  testing::underFaults(GetParam(), [](LoopbackGroup& g) {
     for (DataType t : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64}) {
       stagedAndCheck(g, t, 2001, 1024, false, true);
       stagedAndCheck(g, t, 777, 4096, true, false);
     }
-    const Counters c = g.totalCounters();
-    EXPECT_GT(c.injected, 0u) << "np" << n;
-    EXPECT_EQ(c.detected, c.injected) << "np" << n;
-    EXPECT_GT(c.retransmitted, 0u) << "np" << n;
-    EXPECT_EQ(c.escaped, 0u) << "np" << n;
-  }
+  });
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Modes, StagedAllgatherFaults,
-    ::testing::Values(FaultCase{FaultMode::kBitFlip, "bitflip"}, FaultCase{FaultMode::kBurst, "burst"},
-                      FaultCase{FaultMode::kGarbage, "garbage"}, FaultCase{FaultMode::kTrailer, "trailer"},
-                      FaultCase{FaultMode::kRetransmit, "retransmit"}),
-    [](const ::testing::TestParamInfo<FaultCase>& i) { return std::string(i.param.name); });
+INSTANTIATE_TEST_SUITE_P(Modes, StagedAllgatherFaults, testing::stagedFaultModes(),
+                         testing::faultModeParamName);
 
 // ---- arguments --------------------------------------------------------------------------------------
 
