@@ -109,7 +109,9 @@ TEST_P(StagedAllreduce, EveryDtypeAndOpTheHostAllreduceTakes) {
 
 TEST_P(StagedAllreduce, PremulSumEveryFloatingAndComplexDtype) {
   const int n = GetParam();
-  if (n == 1) GTEST_SKIP() << "premul_sum needs 2 or more ranks (PremulSumOnOneRankIsRefusedEverywhere)";
+  if (n == 1)
+    GTEST_SKIP()
+        << "premul_sum needs 2 or more ranks (its refusal on one: EveryRankRefusesTheSameBadArguments)";
   LoopbackGroup g(n, testing::stagedTestOptions());
   for (double factor : {0.5, 2.0}) {
     ReduceOp op = ReduceOp::kSum;
