@@ -165,10 +165,11 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("RINGGUARD_STAGED_CHUNK_BYTES", None, "unsigned", "4194304", 16, 1073741824,
             (),
             "[16, 1073741824]",
-            "Chunk size of the all-gather staged through pinned host memory (the all_gather family's "
-            "staged_chunked variant, docs/DOWNGRADE.md), rounded down to whole elements: each chunk is copied "
-            "to the host, all-gathered by the group's host communicator and copied back, while the copies of "
-            "the next and previous chunks run. Pinned memory held: 2 x (ranks + 1) chunks. In [16, "
+            "Chunk size of the all-gather and the allreduce staged through pinned host memory (the "
+            "staged_chunked variants of the all_gather and all_reduce families, docs/DOWNGRADE.md), rounded "
+            "down to whole elements: each chunk is copied to the host, all-gathered or allreduced by the "
+            "group's host communicator and copied back, while the copies of the next and previous chunks run. "
+            "Pinned memory held: 2 x (ranks + 1) chunks (all-gather), 4 chunks (allreduce). In [16, "
             "1073741824]."),
     Setting("RINGGUARD_TELEMETRY_INTERVAL_MS", None, "unsigned", "20", 1, 60000,
             (),

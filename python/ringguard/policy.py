@@ -11,10 +11,11 @@
 
 The engine is the C++ one (``ringguard._C.PolicyEngine``, src/policy/): rules, hysteresis, dwell and the
 decision log live there. Attention is local to each rank (it decides per rank); collective families
-(``all_gather``) decide from signals reduced (MAX) across ranks when ``set_group`` gave a process group.
-``load()`` makes its engine the process's: the "ringguard" backend runs all-gathers of CUDA tensors as the
-``staged_chunked`` variant (through pinned host memory, RINGGUARD_STAGED_CHUNK_BYTES a chunk) while it is
-the current ``all_gather`` variant (``staged_all_gathers()`` counts them).
+(``all_gather``, ``all_reduce``) decide from signals reduced (MAX) across ranks when ``set_group`` gave a
+process group. ``load()`` makes its engine the process's: the "ringguard" backend runs all-gathers and
+allreduces of CUDA tensors as the ``staged_chunked`` variant (through pinned host memory,
+RINGGUARD_STAGED_CHUNK_BYTES a chunk, over the group's host communicator) while it is the current variant of
+``all_gather`` or ``all_reduce`` (``staged_all_gathers()`` and ``staged_all_reduces()`` count them).
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from . import _ext, memory
 
 __all__ = ["load", "engine", "register_variant", "feed_torch_stats", "feed_signals", "step", "current",
            "decisions", "counters", "signals", "attention", "attention_backend", "set_group",
-           "async_allocator", "SDPA_BACKENDS", "ALL_GATHER_VARIANTS", "staged_all_gathers", "variant_op",
-           "VariantOp", "feed_guard_stats"]
+           "async_allocator", "SDPA_BACKENDS", "ALL_GATHER_VARIANTS", "ALL_REDUCE_VARIANTS",
+           "COLLECTIVE_VARIANTS", "staged_all_gathers", "staged_all_reduces", "variant_op", "VariantOp",
+           "feed_guard_stats"]
 
 # The attention family's variants and the SDPA backend each one selects. The ladder's order (cuDNN,
 # flash, memory-efficient, math) is the rules file's, taken from the measurement in issue 16.
@@ -41,8 +43,8 @@ SDPA_BACKENDS = {
     "math": "MATH",
 }
 
-def _staged_all_gather_enabled() -> bool:
-    """The staged all-gather runs on CUDA tensors (copied through pinned host memory to the group's host
+def _staged_enabled() -> bool:
+    """The staged collectives run on CUDA tensors (copied through pinned host memory to the group's host
     communicator): the engine's device must be a CUDA device. CPU tensors always take the ring."""
     return _device is not None and _device.type == "cuda"
 
@@ -51,8 +53,18 @@ def _staged_all_gather_enabled() -> bool:
 # all_gather / all_gather_into_tensor of CUDA tensors as `staged_chunked` while it is the current variant.
 ALL_GATHER_VARIANTS: Dict[str, Optional[Callable[[], bool]]] = {
     "ring": None,  # always
-    "staged_chunked": _staged_all_gather_enabled,
+    "staged_chunked": _staged_enabled,
 }
+
+# The all_reduce family's variants: the c10d backend runs all_reduce (and allreduce_coalesced) of CUDA
+# tensors as `staged_chunked` while it is the current variant.
+ALL_REDUCE_VARIANTS: Dict[str, Optional[Callable[[], bool]]] = {
+    "ring": None,  # always
+    "staged_chunked": _staged_enabled,
+}
+
+# The collective families whose variants the "ringguard" backend implements, registered by load().
+COLLECTIVE_VARIANTS = {"all_gather": ALL_GATHER_VARIANTS, "all_reduce": ALL_REDUCE_VARIANTS}
 
 _engine = None
 _device: Optional[torch.device] = None
@@ -110,12 +122,13 @@ def load(rules_path: Optional[str] = None, rules_json: Optional[str] = None, edi
         for name in e.families()["attention"]["variants"]:
             if name in SDPA_BACKENDS:
                 e.register_variant("attention", name, _sdpa_enabled(name))
-    if builtin_variants and "all_gather" in e.families():
-        variants = e.families()["all_gather"]["variants"]
-        for name, enabled in ALL_GATHER_VARIANTS.items():
-            if name in variants:
-                e.register_variant("all_gather", name, enabled)
-    # The c10d backend reads this engine's all_gather variant when it issues an all-gather.
+    for family, builtin in COLLECTIVE_VARIANTS.items():
+        if builtin_variants and family in e.families():
+            variants = e.families()[family]["variants"]
+            for name, enabled in builtin.items():
+                if name in variants:
+                    e.register_variant(family, name, enabled)
+    # The c10d backend reads this engine's all_gather and all_reduce variants when it issues those.
     e.make_process_engine()
     _engine = e
     return e
@@ -268,6 +281,14 @@ def staged_all_gathers(group=None) -> int:
     from . import backend
 
     return int(backend(group).staged_all_gathers())
+
+
+def staged_all_reduces(group=None) -> int:
+    """Allreduces of CUDA tensors on `group` (default: the default group) that ran as the all_reduce
+    family's staged_chunked variant (allreduce_coalesced: one per tensor)."""
+    from . import backend
+
+    return int(backend(group).staged_all_reduces())
 
 
 def set_group(group=None) -> None:

@@ -254,10 +254,11 @@ std::vector<Setting> declarations() {
           "block."),
       unsignedSetting(
           "RINGGUARD_STAGED_CHUNK_BYTES", "4194304", 16, uint64_t(1) << 30,
-          "Chunk size of the all-gather staged through pinned host memory (the all_gather family's "
-          "staged_chunked variant, docs/DOWNGRADE.md), rounded down to whole elements: each chunk is "
-          "copied to the host, all-gathered by the group's host communicator and copied back, while the "
-          "copies of the next and previous chunks run. Pinned memory held: 2 x (ranks + 1) chunks."),
+          "Chunk size of the all-gather and the allreduce staged through pinned host memory (the "
+          "staged_chunked variants of the all_gather and all_reduce families, docs/DOWNGRADE.md), rounded "
+          "down to whole elements: each chunk is copied to the host, all-gathered or allreduced by the "
+          "group's host communicator and copied back, while the copies of the next and previous chunks "
+          "run. Pinned memory held: 2 x (ranks + 1) chunks (all-gather), 4 chunks (allreduce)."),
       unsignedSetting(
           "RINGGUARD_TELEMETRY_INTERVAL_MS", "20", 1, 60000,
           "Milliseconds between two samples of the telemetry sampler thread (docs/DOWNGRADE.md). "

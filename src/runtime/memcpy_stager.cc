@@ -1,17 +1,17 @@
-// The staged all-gather's copies over host memory: what the algorithm runs on in the unit suites (and
+// The staged collectives' copies over host memory: what the algorithms run on in the unit suites (and
 // for host buffers). Copies complete before they return, so the waits have nothing to wait for.
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
 
-#include "ringguard/runtime/staged_allgather.h"
+#include "ringguard/runtime/host_stager.h"
 
 namespace ringguard {
 
 namespace {
 
-class MemcpyStager final : public AllgatherStager {
+class MemcpyStager final : public HostStager {
  public:
   Status allocateHost(size_t bytes, void** ptr) override {
     *ptr = std::malloc(bytes);
@@ -37,6 +37,6 @@ class MemcpyStager final : public AllgatherStager {
 
 }  // namespace
 
-std::unique_ptr<AllgatherStager> makeMemcpyStager() { return std::make_unique<MemcpyStager>(); }
+std::unique_ptr<HostStager> makeMemcpyStager() { return std::make_unique<MemcpyStager>(); }
 
 }  // namespace ringguard

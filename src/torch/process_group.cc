@@ -20,6 +20,7 @@
 #include "ringguard/runtime/device_stager.h"
 #include "ringguard/runtime/factories.h"
 #include "ringguard/runtime/staged_allgather.h"
+#include "ringguard/runtime/staged_allreduce.h"
 #include "runtime/peer_lanes.h"
 #include "torch/completion.h"
 #include "torch/store_bootstrap.h"
@@ -324,6 +325,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allreduce(std::vector<at::
   }
   op = reduceOpFor("allreduce", opts.reduceOp, t, dt);
   premulOnOneRank(t, &op, /*inPlace=*/true);
+  if (stagedSelected("all_reduce", t))
+    return launch("allreduce", t, stagedAllreduceStart({t}, {dt}, op), {t}, nullptr);
   return launchAllreduce("allreduce", t, size_t(t.numel()), dt, op, {t}, nullptr);
 }
 
@@ -378,7 +381,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allgather(std::vector<std:
     for (size_t r = 0; r < outs.size(); ++r)
       copyViewOf(outs[r]).flat.copy_(flat.narrow(0, n * int64_t(r), n));
   };
-  Start start = stagedAllgatherSelected(flat)
+  Start start = stagedSelected("all_gather", flat)
                     ? stagedAllgatherStart(mine, flat, size_t(n), dt)
                     : [mine, flat, n, dt](Communicator* comm, void* stream) {
                         return comm->allgatherAsync(mine.data_ptr(), flat.data_ptr(), size_t(n), dt, stream);
@@ -405,7 +408,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::_allgather_base(at::Tensor
   if (in0 != own && nb > 0 && in0 < out0 + nb * size_ && out0 < in0 + nb) v.flat = v.flat.clone();
   at::Tensor mine = v.flat, dst = out.flat;
   const DataType dt = v.dtype;
-  Start start = stagedAllgatherSelected(dst)
+  Start start = stagedSelected("all_gather", dst)
                     ? stagedAllgatherStart(mine, dst, size_t(n), dt)
                     : [mine, dst, n, dt](Communicator* comm, void* stream) {
                         return comm->allgatherAsync(mine.data_ptr(), dst.data_ptr(), size_t(n), dt, stream);
@@ -416,34 +419,61 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::_allgather_base(at::Tensor
 
 // RINGGUARD_NAN_CHECK=skip keeps the ring: a skipped chunk would leave the host result of an earlier chunk
 // where the copies back read it, while the ring leaves the output as it was (its documented meaning).
-bool ProcessGroupRingguard::stagedAllgatherSelected(const at::Tensor& t) const {
+bool ProcessGroupRingguard::stagedSelected(const char* family, const at::Tensor& t) const {
   return t.is_cuda() && options_.nanCheck != NanCheck::kSkip &&
-         processPolicyVariant("all_gather") == "staged_chunked";
+         processPolicyVariant(family) == "staged_chunked";
 }
 
-ProcessGroupRingguard::Start ProcessGroupRingguard::stagedAllgatherStart(const at::Tensor& send,
-                                                                         const at::Tensor& recv, size_t count,
-                                                                         DataType dt) {
-  return [this, send, recv, count, dt](Communicator*, void* stream) -> std::shared_ptr<ringguard::Work> {
+ProcessGroupRingguard::Start ProcessGroupRingguard::stagedStart(int device,
+                                                                std::function<Status(HostStager&)> run,
+                                                                std::atomic<uint64_t>* done, uint64_t calls) {
+  return [this, device, run = std::move(run), done, calls](Communicator*,
+                                                           void* stream) -> std::shared_ptr<ringguard::Work> {
 #if RINGGUARD_TORCH_CUDA
     std::lock_guard<std::mutex> lock(stagedMutex_);
-    const int device = recv.device().index();
     c10::cuda::CUDAGuard guard(device);
     Status st;
     if (!stager_) st = cuda::makeDeviceStager(device, &stager_);
     if (st.isOk()) {
       stager_->setStream(stream);
-      st = ringguard::stagedAllgather(*cpu_, *stager_, send.data_ptr(), recv.data_ptr(), count, dt,
-                                      size_t(stagedChunkBytes_));
+      st = run(*stager_);
     }
-    if (st.isOk()) ++stagedAllgathers_;
+    if (st.isOk()) *done += calls;
     return ringguard::Work::completed(std::move(st));
 #else
-    (void)stream;
+    (void)device, (void)stream, (void)done, (void)calls;
     return ringguard::Work::completed(
-        Status(StatusCode::kInvalidArgument, "the staged all-gather needs a build with CUDA"));
+        Status(StatusCode::kInvalidArgument, "the staged collectives need a build with CUDA"));
 #endif
   };
+}
+
+ProcessGroupRingguard::Start ProcessGroupRingguard::stagedAllgatherStart(const at::Tensor& send,
+                                                                         const at::Tensor& recv, size_t count,
+                                                                         DataType dt) {
+  const size_t chunk = size_t(stagedChunkBytes_);
+  return stagedStart(
+      recv.device().index(),
+      [this, send, recv, count, dt, chunk](HostStager& stager) {
+        return stagedAllgather(*cpu_, stager, send.data_ptr(), recv.data_ptr(), count, dt, chunk);
+      },
+      &stagedAllgathers_, 1);
+}
+
+ProcessGroupRingguard::Start ProcessGroupRingguard::stagedAllreduceStart(
+    const std::vector<at::Tensor>& tensors, const std::vector<DataType>& dts, ReduceOp op) {
+  const size_t chunk = size_t(stagedChunkBytes_);
+  return stagedStart(
+      tensors[0].device().index(),
+      [this, tensors, dts, op, chunk](HostStager& stager) {
+        for (size_t i = 0; i < tensors.size(); ++i) {
+          void* data = tensors[i].data_ptr();
+          RINGGUARD_RETURN_IF_ERROR(
+              stagedAllreduce(*cpu_, stager, data, data, size_t(tensors[i].numel()), dts[i], op, chunk));
+        }
+        return Status::ok();
+      },
+      &stagedAllreduces_, tensors.size());
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::barrier(const c10d::BarrierOptions& opts) {
@@ -688,19 +718,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allreduce_coalesced(
       premulOnOneRank(t, &op, /*inPlace=*/true);
     }
   }
-  // One verified allreduce per tensor, queued back to back (see the coalesced all-gather below).
+  // One verified allreduce per tensor, queued back to back (see the coalesced all-gather below), or staged
+  // one after the other while the all_reduce family runs staged_chunked.
   std::vector<at::Tensor> ts = tensors;
-  return launch(
-      name, tensors[0],
-      [ts, dts, op](Communicator* comm, void* stream) {
-        std::shared_ptr<ringguard::Work> last;
-        for (size_t i = 0; i < ts.size(); ++i) {
-          last = comm->allreduceAsync(ts[i].data_ptr(), ts[i].data_ptr(), size_t(ts[i].numel()), dts[i], op,
-                                      stream);
-        }
-        return last;
-      },
-      tensors, nullptr);
+  Start start = stagedSelected("all_reduce", tensors[0])
+                    ? stagedAllreduceStart(ts, dts, op)
+                    : [ts, dts, op](Communicator* comm, void* stream) {
+                        std::shared_ptr<ringguard::Work> last;
+                        for (size_t i = 0; i < ts.size(); ++i) {
+                          last = comm->allreduceAsync(ts[i].data_ptr(), ts[i].data_ptr(),
+                                                      size_t(ts[i].numel()), dts[i], op, stream);
+                        }
+                        return last;
+                      };
+  return launch(name, tensors[0], std::move(start), tensors, nullptr);
 }
 
 // The coalesced forms enqueue one verified collective per pair, back to back, and complete with the last:

@@ -10,31 +10,15 @@
 #include <string>
 #include <vector>
 
-#include "device_comm_util.h"
-#include "device_memory.h"
-#include "ringguard/runtime/device_stager.h"
 #include "ringguard/runtime/staged_allgather.h"
+#include "staged_fixture.h"
 
 namespace ringguard {
 namespace {
 
-using testing::DeviceMemory;
 using testing::pattern;
 
-struct Fixture {
-  std::unique_ptr<Communicator> device, host;
-  std::unique_ptr<cuda::DeviceStager> stager;
-  DeviceMemory mem;
-};
-
-void makeFixture(const Options& o, Fixture* f) {
-  f->device = testing::makeDeviceComm(o);  // makes the rank's GPU current
-  ASSERT_TRUE(mpi::createCommunicator(o, &f->host).isOk());
-  int gpu = -1;
-  ASSERT_EQ(cudaGetDevice(&gpu), cudaSuccess);
-  ASSERT_TRUE(cuda::makeDeviceStager(gpu, &f->stager).isOk());
-  f->stager->setStream(f->mem.stream());
-}
+using Fixture = testing::StagedFixture;
 
 // The staged all-gather against the ring on the same inputs, and both against the closed form.
 void compareWithRing(Fixture& f, DataType t, size_t count, size_t chunkBytes, bool inPlace) {
@@ -56,7 +40,7 @@ void compareWithRing(Fixture& f, DataType t, size_t count, size_t chunkBytes, bo
   const void* send = inPlace ? static_cast<const uint8_t*>(stagedOut) + bytes * size_t(me) : in;
   Status st = f.device->allgatherAsync(in, ringOut, count, t, f.mem.stream())->wait();
   ASSERT_TRUE(st.isOk()) << "ring " << where << ": " << st.toString();
-  StagedAllgatherStats stats;
+  StagedStats stats;
   st = stagedAllgather(*f.host, *f.stager, send, stagedOut, count, t, chunkBytes, &stats);
   ASSERT_TRUE(st.isOk()) << "staged " << where << ": " << st.toString();
   const std::vector<uint8_t> ring = f.mem.read(ringOut, bytes * size_t(n) + 1);
@@ -74,7 +58,7 @@ TEST(DeviceStagedAllgather, BitIdenticalToTheRing) {
   Options o;
   o.sliceBytes = 4096;
   Fixture f;
-  makeFixture(o, &f);
+  testing::makeStagedFixture(o, &f);
   for (DataType t : kAllDataTypes) {
     for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000), size_t(100003)}) {
       compareWithRing(f, t, count, 4096, false);
@@ -88,25 +72,10 @@ TEST(DeviceStagedAllgather, BitIdenticalToTheRing) {
 
 TEST(DeviceStagedAllgather, FaultsInTheHostAllgathersDetectedAndRepaired) {
   if (!testing::everyRankHasDevice(nullptr)) GTEST_SKIP() << "no CUDA device";
-  for (FaultMode mode : {FaultMode::kBitFlip, FaultMode::kGarbage, FaultMode::kRetransmit}) {
-    SCOPED_TRACE(faultModeName(mode));
-    Options o;
-    o.sliceBytes = 4096;
-    o.maxRetries = 5;
-    Fixture f;
-    makeFixture(o, &f);
-    FaultOptions fault;
-    fault.mode = mode;
-    fault.probability = 0.05;
-    fault.seed = 3;
-    ASSERT_TRUE(f.host->setFault(fault).isOk());
+  testing::underHostFaults([](Fixture& f) {
     for (DataType t : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64})
       compareWithRing(f, t, 300007, 64 << 10, false);
-    const Counters c = f.host->counters();
-    EXPECT_GT(c.injected, 0u);
-    EXPECT_EQ(c.detected, c.injected);
-    EXPECT_EQ(c.escaped, 0u);
-  }
+  });
 }
 
 }  // namespace

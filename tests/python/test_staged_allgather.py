@@ -10,19 +10,16 @@ variant, checks both bit for bit against the closed form and each other, and tha
 RINGGUARD_STAGED_CHUNK_BYTES is 4096 here, so the larger counts take several chunks.
 """
 
-import os
-from datetime import timedelta
-
 import pytest
 import torch
 import torch.distributed as dist
 
 import harness
+import staged
+from staged import CHUNK_BYTES, same_bits as _same_bits
 
-CHUNK_BYTES = 4096
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "i64": torch.int64, "u8": torch.uint8}
 COUNTS = [0, 1, 1001, 5 * CHUNK_BYTES + 77]
-ENV = {"RINGGUARD_STAGED_CHUNK_BYTES": str(CHUNK_BYTES)}
 
 CASES = harness.Cases()
 
@@ -30,10 +27,6 @@ CASES = harness.Cases()
 def _payload(dt, count, rank, salt):
     """Small integers: exact in every dtype, different per rank and position."""
     return ((torch.arange(count, dtype=torch.int64) * 7 + rank * 31 + salt) % 251).to(dt)
-
-
-def _same_bits(a, b):
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
 def _gather_both_forms(ctx, dt, count, salt):
@@ -48,14 +41,6 @@ def _gather_both_forms(ctx, dt, count, salt):
     assert _same_bits(got_list, want), f"all_gather {dt} n={count}"
     assert _same_bits(flat.cpu(), want), f"all_gather_into_tensor {dt} n={count}"
     return got_list, flat.cpu()
-
-
-def _select(variant):
-    """Pins all_gather to `variant` and takes a step: the selection the backend reads from then on."""
-    import ringguard.policy as policy
-
-    policy.engine().force("all_gather", variant)
-    policy.step()
 
 
 @CASES.case("enabled-only-on-cuda")
@@ -102,7 +87,7 @@ def _(ctx):
     if ctx.device != "cuda":
         raise harness.Skip("CUDA runs only")
     policy.load()  # the current CUDA device
-    _select("ring")
+    staged.select("all_gather", "ring")
     assert policy.current("all_gather") == "ring"
     ring = {}
     for dname, dt in DTYPES.items():
@@ -133,27 +118,21 @@ def _(ctx):
     assert _same_bits(out.cpu(), want), "in-place all_gather_into_tensor"
     assert policy.staged_all_gathers() == calls, (policy.staged_all_gathers(), calls)
 
-    _select("ring")  # and back
+    staged.select("all_gather", "ring")  # and back
     _gather_both_forms(ctx, torch.float32, 1001, 3)
     assert policy.staged_all_gathers() == calls
     return {"staged": calls}
 
 
-def _init():
-    dist.init_process_group("ringguard", timeout=timedelta(seconds=120))
-
-
 # --- pytest side ------------------------------------------------------------------------------------
-
-CPU_ENV = dict(ENV, RINGGUARD_POLICY_FORCE="all_gather=staged_chunked")
 
 
 @pytest.fixture(scope="module", params=[2, 3], ids=lambda n: f"np{n}")
 def run(request):
-    return harness.launch(__file__, request.param, env=CPU_ENV)
+    return staged.launch_cpu(__file__, request.param, "all_gather")
 
 
-@pytest.mark.parametrize("name", [n for n in CASES.names if not n.startswith("cuda-")])
+@pytest.mark.parametrize("name", staged.cpu_case_names(CASES))
 def test_case(run, name):
     harness.check_case(CASES, run, name)
 
@@ -162,20 +141,9 @@ def test_launch(run):
     harness.check_launch(run)
 
 
-@pytest.fixture(scope="module")
-def cuda_run():
-    if not torch.cuda.is_available():
-        pytest.skip("needs a GPU: 2 ranks on one GPU with RINGGUARD_DEVICE_TRANSPORT=staged")
-    return harness.launch(__file__, 2, env=dict(ENV, RINGGUARD_TEST_DEVICE="cuda",
-                                                RINGGUARD_DEVICE_TRANSPORT="staged",
-                                                RINGGUARD_TEST_ONLY="cuda-staged-equals-ring"))
-
-
-def test_cuda_staged_equals_ring(cuda_run):
-    harness.check_case(CASES, cuda_run, "cuda-staged-equals-ring")
+def test_cuda_staged_equals_ring():
+    harness.check_case(CASES, staged.launch_cuda(__file__), staged.CUDA_CASE)
 
 
 if __name__ == "__main__":
-    if os.environ.get("RINGGUARD_TEST_DEVICE") == "cuda":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
-    harness.run_worker(CASES, _init)
+    staged.worker_main(CASES)

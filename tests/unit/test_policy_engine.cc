@@ -187,6 +187,48 @@ TEST(PolicyEngine, DefaultAttentionRuleKeepsCudnnAndDowngradesFlash) {
   EXPECT_EQ(engine.current("attention"), "flash");
 }
 
+// The default rules' all_reduce family: the ring until device memory is fragmented (either measure, MAX
+// over ranks when agreed), then staged through host memory, which holds no device memory; back once the
+// fragmentation has fallen below the exit threshold and the 50-step dwell has passed. A spike inside the
+// dwell switches nothing; missing signals never enter the staged variant.
+TEST(PolicyEngine, DefaultAllReduceRuleStagesUnderDeviceMemoryFragmentation) {
+  PolicyRules rules;
+  ASSERT_TRUE(parseRules(defaultRulesJson(), "built-in default", "", &rules).isOk());
+  VariantRegistry reg;
+  for (const char* v : {"ring", "staged_chunked"}) ASSERT_TRUE(reg.add("all_reduce", v).isOk());
+  PolicyEngine engine(std::move(rules), &reg);
+  auto run = [&](int from, int to, std::vector<std::pair<const char*, double>> values) {
+    for (int i = from; i < to; ++i) ASSERT_TRUE(engine.onStep(at(i, values)).isOk()) << "step " << i;
+  };
+  run(0, 60, {{"torch.fragmentation", 0.10}});
+  EXPECT_EQ(engine.current("all_reduce"), "ring");
+  run(60, 61, {{"torch.fragmentation", 0.55}});
+  EXPECT_EQ(engine.current("all_reduce"), "staged_chunked");
+  const PolicyDecision in = engine.decisions().back();
+  EXPECT_EQ(in.step, 60u);
+  EXPECT_EQ(in.reason, "entered: torch.fragmentation above 0.5 (exit 0.3)");
+  run(61, 110, {{"torch.fragmentation", 0.35}});  // above the exit threshold: held
+  EXPECT_EQ(engine.current("all_reduce"), "staged_chunked");
+  run(110, 111, {{"torch.fragmentation", 0.25}});  // below it, and 50 steps since step 60
+  EXPECT_EQ(engine.current("all_reduce"), "ring");
+  EXPECT_EQ(engine.decisions().back().step, 110u);
+  run(111, 112, {{"torch.fragmentation", 0.90}});  // a one-step spike inside the dwell (since step 110)
+  run(112, 161, {{"torch.fragmentation", 0.10}});
+  EXPECT_EQ(engine.current("all_reduce"), "ring");
+  EXPECT_EQ(engine.decisions().back().step, 110u);
+  // ringguard's own device pools alone (torch's allocator not fed) move it too.
+  run(161, 162, {{"pool.device.fragmentation", 0.60}});
+  EXPECT_EQ(engine.current("all_reduce"), "staged_chunked");
+  EXPECT_EQ(engine.decisions().back().reason, "entered: pool.device.fragmentation above 0.5 (exit 0.3)");
+  run(162, 211, {{"pool.device.fragmentation", 0.20}});  // below exit, but inside the dwell
+  EXPECT_EQ(engine.current("all_reduce"), "staged_chunked");
+  run(211, 212, {{"pool.device.fragmentation", 0.20}});
+  EXPECT_EQ(engine.current("all_reduce"), "ring");
+  run(212, 300, {});  // nothing measured: never staged on data that is not there
+  EXPECT_EQ(engine.current("all_reduce"), "ring");
+  EXPECT_EQ(engine.counters().switches.at("all_reduce"), 4u);
+}
+
 TEST(PolicyEngine, DwellInMilliseconds) {
   PolicyRules r;
   ASSERT_TRUE(parseRules(R"({"version": 1, "families": {"f": {"min_dwell_ms": 100, "variants": [

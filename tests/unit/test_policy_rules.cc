@@ -12,12 +12,13 @@ namespace {
 
 const std::string kData = std::string(RINGGUARD_SOURCE_DIR) + "/tests/unit/data/policy/";
 
-TEST(PolicyRules, DefaultRulesEncodeTheTwoRules) {
+TEST(PolicyRules, DefaultRulesEncodeTheThreeRules) {
   PolicyRules r;
   Status st = parseRules(defaultRulesJson(), "built-in default", "", &r);
   ASSERT_TRUE(st.isOk()) << st.toString();
-  ASSERT_EQ(r.families.size(), 2u);
+  ASSERT_EQ(r.families.size(), 3u);
   EXPECT_EQ(r.families[0].name, "all_gather");  // sorted by name
+  EXPECT_EQ(r.families[1].name, "all_reduce");
   const PolicyFamily* att = r.family("attention");
   ASSERT_NE(att, nullptr);
   EXPECT_EQ(att->scope, PolicyScope::kLocal);
@@ -38,6 +39,23 @@ TEST(PolicyRules, DefaultRulesEncodeTheTwoRules) {
   EXPECT_EQ(ag->variants[1].when[0].exit, 0.60);
   EXPECT_EQ(r.signalsOf(*att),
             (std::vector<std::string>{"pool.device.fragmentation", "torch.fragmentation"}));
+  // all_reduce: staged through host memory (no device memory) when device memory is fragmented.
+  const PolicyFamily* ar = r.family("all_reduce");
+  ASSERT_NE(ar, nullptr);
+  EXPECT_EQ(ar->scope, PolicyScope::kCollective);
+  ASSERT_EQ(ar->variants.size(), 2u);
+  EXPECT_EQ(ar->variants[0].name, "ring");
+  EXPECT_TRUE(ar->variants[0].when.empty());  // the baseline
+  EXPECT_EQ(ar->variants[1].name, "staged_chunked");
+  EXPECT_EQ(ar->variants[1].priority, 10);
+  EXPECT_FALSE(ar->variants[1].matchAll);
+  EXPECT_EQ(ar->variants[1].minDwellSteps, 50);  // the family's default
+  ASSERT_EQ(ar->variants[1].when.size(), 2u);
+  for (const auto& c : ar->variants[1].when) {
+    EXPECT_EQ(c.enter, 0.50) << c.signal;
+    EXPECT_EQ(c.exit, 0.30) << c.signal;
+  }
+  EXPECT_EQ(r.signalsOf(*ar), (std::vector<std::string>{"pool.device.fragmentation", "torch.fragmentation"}));
   // The file in share/ is what is compiled in.
   PolicyRules fromFile;
   ASSERT_TRUE(

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "loopback_util.h"
 #include "ringguard/runtime/staged_allgather.h"
+#include "staged_util.h"
 
 namespace ringguard {
 namespace {
@@ -21,47 +21,13 @@ namespace {
 using testing::LoopbackGroup;
 using testing::pattern;
 
-// Copies run when their slot is waited for, as a device stager's asynchronous copies may; host memory
-// counted, so the bound on staging memory is checked.
-class DeferredStager final : public AllgatherStager {
- public:
-  Status allocateHost(size_t bytes, void** ptr) override {
-    RINGGUARD_RETURN_IF_ERROR(inner_->allocateHost(bytes, ptr));
-    held += bytes;
-    return Status::ok();
-  }
-  Status freeHost(void* ptr) override { return inner_->freeHost(ptr); }
-  Status toHost(void* dst, const void* src, size_t bytes, int slot) override {
-    to_[slot].push_back([=] { std::memcpy(dst, src, bytes); });
-    return Status::ok();
-  }
-  Status fromHost(void* dst, const void* src, size_t bytes, int slot) override {
-    from_[slot].push_back([=] { std::memcpy(dst, src, bytes); });
-    return Status::ok();
-  }
-  Status waitToHost(int slot) override { return drain(&to_[slot]); }
-  Status waitFromHost(int slot) override { return drain(&from_[slot]); }
+using testing::DeferredStager;
+using testing::expectInvalid;
+using testing::expectPeersHeard;
+using testing::NoMemoryStager;
+using testing::runWith;
 
-  size_t held = 0;
-
- private:
-  static Status drain(std::deque<std::function<void()>>* q) {
-    while (!q->empty()) {
-      q->front()();
-      q->pop_front();
-    }
-    return Status::ok();
-  }
-  std::unique_ptr<AllgatherStager> inner_ = makeMemcpyStager();
-  std::deque<std::function<void()>> to_[2], from_[2];
-};
-
-Options testOptions() {
-  Options o;
-  o.sliceBytes = 64;
-  o.timeout = std::chrono::milliseconds(20000);
-  return o;
-}
+Options testOptions() { return testing::stagedTestOptions(); }
 
 std::string where(DataType t, size_t count, size_t chunkBytes, int rank) {
   return std::string(dataTypeName(t)) + " count=" + std::to_string(count) +
@@ -86,9 +52,9 @@ void stagedAndCheck(LoopbackGroup& g, DataType t, size_t count, size_t chunkByte
     if (inPlace && block > 0) std::memcpy(out.data() + size_t(rank) * block, in.data(), block);
     const void* send = inPlace ? out.data() + size_t(rank) * block : in.data();
     DeferredStager lazy;
-    std::unique_ptr<AllgatherStager> direct = makeMemcpyStager();
-    AllgatherStager& stager = deferred ? static_cast<AllgatherStager&>(lazy) : *direct;
-    StagedAllgatherStats stats;
+    std::unique_ptr<HostStager> direct = makeMemcpyStager();
+    HostStager& stager = deferred ? static_cast<HostStager&>(lazy) : *direct;
+    StagedStats stats;
     Status st = stagedAllgather(c, stager, send, out.data(), count, t, chunkBytes, &stats);
     ASSERT_TRUE(st.isOk()) << where(t, count, chunkBytes, rank) << ": " << st.toString();
     EXPECT_EQ(std::vector<uint8_t>(out.begin(), out.end() - 1), expected)
@@ -131,76 +97,35 @@ INSTANTIATE_TEST_SUITE_P(Ranks, StagedAllgather, ::testing::Range(1, 7),
                            return "np" + std::to_string(i.param);
                          });
 
-struct FaultCase {
-  FaultMode mode;
-  const char* name;
-};
-
-class StagedAllgatherFaults : public ::testing::TestWithParam<FaultCase> {};
+class StagedAllgatherFaults : public ::testing::TestWithParam<FaultMode> {};
 
 // The chunks' host all-gathers are verified like any collective: every corruption injected into them is
 // detected and repaired, and the result stays bit-identical.
 TEST_P(StagedAllgatherFaults, BitIdenticalAndEveryInjectionDetected) {
-  for (int n : {2, 3, 4}) {
-    Options o = testOptions();
-    o.sliceBytes = 256;
-    o.maxRetries = 5;
-    o.fault.mode = GetParam().mode;
-    o.fault.probability = 0.15;
-    o.fault.seed = 11;
-    LoopbackGroup g(n, o);
+  testing::underFaults(GetParam(), [](LoopbackGroup& g) {
     for (DataType t : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64}) {
       stagedAndCheck(g, t, 2001, 1024, false, true);
       stagedAndCheck(g, t, 777, 4096, true, false);
     }
-    const Counters c = g.totalCounters();
-    EXPECT_GT(c.injected, 0u) << "np" << n;
-    EXPECT_EQ(c.detected, c.injected) << "np" << n;
-    EXPECT_GT(c.retransmitted, 0u) << "np" << n;
-    EXPECT_EQ(c.escaped, 0u) << "np" << n;
-  }
+  });
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Modes, StagedAllgatherFaults,
-    ::testing::Values(FaultCase{FaultMode::kBitFlip, "bitflip"}, FaultCase{FaultMode::kBurst, "burst"},
-                      FaultCase{FaultMode::kGarbage, "garbage"}, FaultCase{FaultMode::kTrailer, "trailer"},
-                      FaultCase{FaultMode::kRetransmit, "retransmit"}),
-    [](const ::testing::TestParamInfo<FaultCase>& i) { return std::string(i.param.name); });
+INSTANTIATE_TEST_SUITE_P(Modes, StagedAllgatherFaults, testing::stagedFaultModes(),
+                         testing::faultModeParamName);
 
 // ---- arguments --------------------------------------------------------------------------------------
-
-// Each rank calls with its own arguments; returns every rank's Status.
-std::vector<Status> runWith(LoopbackGroup& g,
-                            const std::function<Status(int rank, Communicator&, AllgatherStager&)>& call) {
-  std::vector<Status> out(size_t(g.size()));
-  g.run([&](int rank, Communicator& c) {
-    std::unique_ptr<AllgatherStager> stager = makeMemcpyStager();
-    out[size_t(rank)] = call(rank, c, *stager);
-  });
-  return out;
-}
-
-void expectInvalid(const Status& st, const std::string& text) {
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
-  EXPECT_NE(st.message().find(text), std::string::npos) << st.toString();
-}
 
 TEST(StagedAllgatherArguments, NullBufferOnOneRankFailsThereAndReachesThePeers) {
   LoopbackGroup g(3, testOptions());
   std::vector<float> in(10, 1.0f);
-  std::vector<Status> st = runWith(g, [&](int rank, Communicator& c, AllgatherStager& s) {
+  std::vector<Status> st = runWith(g, [&](int rank, Communicator& c, HostStager& s) {
     std::vector<float> myOut(30);
     return stagedAllgather(c, s, rank == 1 ? nullptr : in.data(), myOut.data(), 10, DataType::kFloat32, 64);
   });
   expectInvalid(st[1], "staged all-gather on rank 1: send buffer is null with count 10");
-  for (int r : {0, 2}) {
-    EXPECT_EQ(st[size_t(r)].code(), StatusCode::kPeerError) << st[size_t(r)].toString();
-    EXPECT_NE(st[size_t(r)].message().find("rank 1 refused the call"), std::string::npos)
-        << st[size_t(r)].toString();
-  }
+  expectPeersHeard(st, 1);
   // The refusal went through the header exchange: the host communicator is still usable, on every rank.
-  st = runWith(g, [&](int, Communicator& c, AllgatherStager& s) {
+  st = runWith(g, [&](int, Communicator& c, HostStager& s) {
     std::vector<float> myOut(30);
     return stagedAllgather(c, s, in.data(), myOut.data(), 10, DataType::kFloat32, 64);
   });
@@ -211,7 +136,7 @@ TEST(StagedAllgatherArguments, NullBufferOnOneRankFailsThereAndReachesThePeers) 
 // that differ: one clean error on every rank naming both calls, before any chunk moves; nothing waits.
 TEST(StagedAllgatherArguments, RanksCallingWithDifferentCountsOrChunksFailTogether) {
   LoopbackGroup g(3, testOptions());
-  std::vector<Status> st = runWith(g, [&](int rank, Communicator& c, AllgatherStager& s) {
+  std::vector<Status> st = runWith(g, [&](int rank, Communicator& c, HostStager& s) {
     const size_t count = rank == 2 ? 48 : 32;  // 16-element chunks: 2 chunks against 3
     std::vector<float> mine(count, 1.0f), all(3 * count);
     return stagedAllgather(c, s, mine.data(), all.data(), count, DataType::kFloat32, 64);
@@ -221,7 +146,7 @@ TEST(StagedAllgatherArguments, RanksCallingWithDifferentCountsOrChunksFailTogeth
                   "ranks called with different arguments: rank 0 has {count=32 chunk_bytes=64 dtype=f32}, "
                   "rank 2 has {count=48 chunk_bytes=64 dtype=f32}");
   }
-  st = runWith(g, [&](int rank, Communicator& c, AllgatherStager& s) {
+  st = runWith(g, [&](int rank, Communicator& c, HostStager& s) {
     std::vector<float> mine(32, 1.0f), all(96);
     return stagedAllgather(c, s, mine.data(), all.data(), 32, DataType::kFloat32, rank == 1 ? 128 : 64);
   });
@@ -230,70 +155,49 @@ TEST(StagedAllgatherArguments, RanksCallingWithDifferentCountsOrChunksFailTogeth
 
 // Staging memory the stager cannot provide on one rank: that rank fails with the stager's error, and the
 // others hear of it instead of waiting for its first chunk.
-class NoMemoryStager final : public AllgatherStager {
- public:
-  Status allocateHost(size_t, void**) override { return Status(StatusCode::kInternal, "no pinned memory"); }
-  Status freeHost(void*) override { return Status::ok(); }
-  Status toHost(void*, const void*, size_t, int) override { return Status::ok(); }
-  Status fromHost(void*, const void*, size_t, int) override { return Status::ok(); }
-  Status waitToHost(int) override { return Status::ok(); }
-  Status waitFromHost(int) override { return Status::ok(); }
-};
-
 TEST(StagedAllgatherArguments, StagingFailureOnOneRankReachesThePeers) {
   LoopbackGroup g(3, testOptions());
-  std::vector<Status> st = runWith(g, [&](int rank, Communicator& c, AllgatherStager& s) {
+  std::vector<Status> st = runWith(g, [&](int rank, Communicator& c, HostStager& s) {
     NoMemoryStager none;
     std::vector<float> mine(10, 1.0f), all(30);
-    return stagedAllgather(c, rank == 2 ? static_cast<AllgatherStager&>(none) : s, mine.data(), all.data(),
-                           10, DataType::kFloat32, 64);
+    return stagedAllgather(c, rank == 2 ? static_cast<HostStager&>(none) : s, mine.data(), all.data(), 10,
+                           DataType::kFloat32, 64);
   });
   EXPECT_EQ(st[2].code(), StatusCode::kInternal) << st[2].toString();
   EXPECT_EQ(st[2].message(), "staged all-gather on rank 2: no pinned memory");
-  for (int r : {0, 1}) {
-    EXPECT_EQ(st[size_t(r)].code(), StatusCode::kPeerError) << st[size_t(r)].toString();
-    EXPECT_NE(st[size_t(r)].message().find("rank 2 refused the call"), std::string::npos)
-        << st[size_t(r)].toString();
-  }
+  expectPeersHeard(st, 2);
 }
 
 // Every rank refuses the same bad arguments with the same message (each case on a group of its own).
 TEST(StagedAllgatherArguments, EveryRankRefusesTheSameBadArguments) {
   std::vector<double> in(4, 1.0), out(8);
-  auto every = [&](const std::function<Status(Communicator&, AllgatherStager&)>& call,
-                   const std::string& text) {
+  auto every = [&](const std::function<Status(Communicator&, HostStager&)>& call, const std::string& text) {
     LoopbackGroup g(2, testOptions());
-    for (const Status& s : runWith(g, [&](int, Communicator&c, AllgatherStager&st) { return call(c, st); }))
+    for (const Status& s : runWith(g, [&](int, Communicator&c, HostStager&st) { return call(c, st); }))
       expectInvalid(s, text);
   };
+  every([&](Communicator& c,
+            HostStager& s) { return stagedAllgather(c, s, in.data(), out.data(), 4, DataType::kFloat64, 0); },
+        "chunk size 0 bytes is smaller than one f64 element (8 bytes)");
+  every([&](Communicator& c,
+            HostStager& s) { return stagedAllgather(c, s, in.data(), out.data(), 4, DataType::kFloat64, 7); },
+        "chunk size 7 bytes");
+  every([&](Communicator& c,
+            HostStager& s) { return stagedAllgather(c, s, in.data(), nullptr, 4, DataType::kFloat64, 64); },
+        "recv buffer is null with count 4");
   every(
-      [&](Communicator& c, AllgatherStager& s) {
-        return stagedAllgather(c, s, in.data(), out.data(), 4, DataType::kFloat64, 0);
-      },
-      "chunk size 0 bytes is smaller than one f64 element (8 bytes)");
-  every(
-      [&](Communicator& c, AllgatherStager& s) {
-        return stagedAllgather(c, s, in.data(), out.data(), 4, DataType::kFloat64, 7);
-      },
-      "chunk size 7 bytes");
-  every(
-      [&](Communicator& c, AllgatherStager& s) {
-        return stagedAllgather(c, s, in.data(), nullptr, 4, DataType::kFloat64, 64);
-      },
-      "recv buffer is null with count 4");
-  every(
-      [&](Communicator& c, AllgatherStager& s) {
+      [&](Communicator& c, HostStager& s) {
         return stagedAllgather(c, s, in.data(), out.data(), 4, static_cast<DataType>(99), 64);
       },
       "invalid dtype 99");
   every(
-      [&](Communicator& c, AllgatherStager& s) {
+      [&](Communicator& c, HostStager& s) {
         return stagedAllgather(c, s, in.data(), out.data(), std::numeric_limits<size_t>::max() / 8,
                                DataType::kFloat64, 64);
       },
       "overflows the byte size");
   every(
-      [&](Communicator& c, AllgatherStager& s) {
+      [&](Communicator& c, HostStager& s) {
         return stagedAllgather(c, s, out.data() + 1, out.data(), 4, DataType::kFloat64, 64);
       },
       "send and recv buffers overlap");

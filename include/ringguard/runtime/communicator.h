@@ -30,7 +30,8 @@ class Work {
   bool isCompleted() const;
 
   // A Work that has already finished with `status`: for an operation that ran when it was issued (the
-  // c10d backend's staged all-gather, ringguard/runtime/staged_allgather.h).
+  // c10d backend's staged all-gather and allreduce: ringguard/runtime/staged_allgather.h,
+  // staged_allreduce.h).
   static std::shared_ptr<Work> completed(Status status);
 
  private:

@@ -27,6 +27,7 @@
 #include "ringguard/core/counters.h"
 #include "ringguard/core/options.h"
 #include "ringguard/runtime/communicator.h"
+#include "ringguard/runtime/host_stager.h"
 
 namespace ringguard {
 namespace cuda {
@@ -191,6 +192,9 @@ class ProcessGroupRingguard : public c10d::Backend {
   // All-gathers of CUDA tensors (allgather, all_gather_into_tensor) that ran as the all_gather family's
   // staged_chunked variant (docs/DOWNGRADE.md) and succeeded.
   uint64_t stagedAllgathers() const { return stagedAllgathers_.load(); }
+  // Allreduces of CUDA tensors (allreduce; allreduce_coalesced: one per tensor) that ran as the all_reduce
+  // family's staged_chunked variant (docs/DOWNGRADE.md) and succeeded.
+  uint64_t stagedAllreduces() const { return stagedAllreduces_.load(); }
 
  private:
   using RgWork = C10dWork;
@@ -218,12 +222,20 @@ class ProcessGroupRingguard : public c10d::Backend {
                                               int root, std::vector<at::Tensor> outputs,
                                               std::function<void()> after, bool nestedOutputs, DataType dt);
   c10::intrusive_ptr<c10d::Work> p2p(const char* op, at::Tensor& t, int peer, int tag, bool isSend);
-  // Whether an all-gather of `t` runs as the staged_chunked variant: a CUDA tensor while the process's
-  // downgrade engine (ringguard/policy/process_engine.h) has selected it, read when the collective is issued.
-  bool stagedAllgatherSelected(const at::Tensor& t) const;
-  // A Start for launch() that all-gathers `count` elements of `send` into `recv` (CUDA) through pinned host
-  // memory over the CPU communicator, on the issuing thread, and returns its finished Work.
+  // Whether a collective of `family` ("all_gather", "all_reduce") on `t` runs as the staged_chunked
+  // variant: a CUDA tensor while the process's downgrade engine (ringguard/policy/process_engine.h) has
+  // selected it, read when the collective is issued.
+  bool stagedSelected(const char* family, const at::Tensor& t) const;
+  // A Start for launch() that runs `run` (a staged collective through pinned host memory over the CPU
+  // communicator) on the issuing thread with the group's device stager on the caller's stream of `device`,
+  // adds `calls` to `*done` when it succeeded, and returns its finished Work.
+  Start stagedStart(int device, std::function<Status(HostStager&)> run, std::atomic<uint64_t>* done,
+                    uint64_t calls);
+  // The staged all-gather of `count` elements of `send` into `recv` (CUDA).
   Start stagedAllgatherStart(const at::Tensor& send, const at::Tensor& recv, size_t count, DataType dt);
+  // The staged allreduce of each of `tensors` (CUDA, one device; `dts` their dtypes) in place, in order.
+  Start stagedAllreduceStart(const std::vector<at::Tensor>& tensors, const std::vector<DataType>& dts,
+                             ReduceOp op);
   // One rank and a premul_sum op: the engine refuses it (nothing is reduced, so nothing would scale), NCCL
   // returns input x factor. Returns `t` times the factor (rounded to its dtype, as the engine rounds it):
   // `t` itself, scaled, when `inPlace`, else a new tensor; *op becomes kSum, which copies on one rank.
@@ -247,11 +259,12 @@ class ProcessGroupRingguard : public c10d::Backend {
   // One completion lane per communicator (src/torch/completion.h), so a CPU collective never waits behind
   // an earlier CUDA one.
   std::unique_ptr<CompletionLane> cpuLane_;
-  // The staged all-gather: its device stager (pinned blocks cached across calls), made on first use.
+  // The staged collectives: their device stager (pinned blocks cached across calls), made on first use.
   uint64_t stagedChunkBytes_ = 0;  // RINGGUARD_STAGED_CHUNK_BYTES
-  std::mutex stagedMutex_;         // guards stager_ and serialises the staged all-gathers
+  std::mutex stagedMutex_;         // guards stager_ and serialises the staged collectives
   std::unique_ptr<cuda::DeviceStager> stager_;
   std::atomic<uint64_t> stagedAllgathers_{0};
+  std::atomic<uint64_t> stagedAllreduces_{0};
   std::unique_ptr<CompletionLane> cudaLane_;
   bool stopped_ = false;
   const char* stoppedBy_ = "shutdown()";  // what stopped the group, for the errors of later calls

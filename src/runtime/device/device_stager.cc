@@ -1,6 +1,6 @@
-// The staged all-gather's device copies: device <-> pinned host on the caller's stream. One stream keeps
+// The staged collectives' device copies: device <-> pinned host on the caller's stream. One stream keeps
 // the copies in order (to host of chunk c+1, back of chunk c-1); the overlap that matters is theirs with
-// the host all-gather of chunk c, which runs on the calling thread while the copy engine works.
+// the host collective of chunk c, which runs on the calling thread while the copy engine works.
 #include "ringguard/runtime/device_stager.h"
 
 #include <cuda_runtime_api.h>
@@ -71,7 +71,7 @@ Status makeDeviceStager(int device, std::unique_ptr<DeviceStager>* out) {
   int count = 0;
   RINGGUARD_CUDA_CHECK(cudaGetDeviceCount(&count));
   if (device < 0 || device >= count) {
-    return Status(StatusCode::kInvalidArgument, "staged all-gather: device " + std::to_string(device) +
+    return Status(StatusCode::kInvalidArgument, "device stager: device " + std::to_string(device) +
                                                     " is outside [0, " + std::to_string(count) + ")");
   }
   // The events belong to `device` (events and streams must share one); the caller's current device is

@@ -147,5 +147,7 @@ PYBIND11_MODULE(_C, m) {
       .def("fault", &ringguard::ProcessGroupRingguard::fault)
       .def("transport", &ringguard::ProcessGroupRingguard::transport, py::arg("device_type"))
       .def("staged_all_gathers", &ringguard::ProcessGroupRingguard::stagedAllgathers,
-           "All-gathers of CUDA tensors run as the all_gather family's staged_chunked variant.");
+           "All-gathers of CUDA tensors run as the all_gather family's staged_chunked variant.")
+      .def("staged_all_reduces", &ringguard::ProcessGroupRingguard::stagedAllreduces,
+           "Allreduces of CUDA tensors run as the all_reduce family's staged_chunked variant.");
 }
