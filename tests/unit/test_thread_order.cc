@@ -118,7 +118,7 @@ TEST(ThreadOrder, WithALanePerThreadTheSwapIsAFingerprintMismatchOnEveryRank) {
     // A fingerprint mismatch poisons the communicator (protocol.md, "Errors, timeouts, poisoning"): every
     // later call fails with it, at once.
     Communicator& c = g.comm(rank);
-    EXPECT_EQ(c.firstError().code(), StatusCode::kFingerprintMismatch);
+    ASSERT_EQ(c.firstError().code(), StatusCode::kFingerprintMismatch);  // else the next call waits alone
     EXPECT_EQ(c.firstError().message(), mismatch);
     std::vector<int32_t> in = inputOf(0, rank), out(kCount);
     const Status later = c.allreduce(in.data(), out.data(), kCount, DataType::kInt32, ReduceOp::kSum);
