@@ -100,8 +100,9 @@ Status compareFingerprints(int rankA, const Fingerprint& a, int rankB, const Fin
   laneless.lane = a.lane;
   laneless.laneSeq = a.laneSeq;
   if (laneless == a) {
-    os << " (the same collective from different issue lanes: threads issued same-shape collectives in a "
-          "different order on these ranks)";
+    os << (a.lane != b.lane ? " (the same collective from different issue lanes"
+                            : " (the same collective at different positions of one issue lane")
+       << ": threads issued same-shape collectives in a different order on these ranks)";
   }
   return Status(StatusCode::kFingerprintMismatch, os.str());
 }

@@ -72,15 +72,16 @@ TEST(FingerprintTest, DifferentIssueLanesAreAMismatchNamingBoth) {
             "collective fingerprint mismatch: rank 0 has {allreduce op=sum dtype=f32 count=100 seq=3 lane "
             "'fp-prefetch' #1}, rank 1 has {allreduce op=sum dtype=f32 count=100 seq=3 lane 'fp-main' #2}" +
                 reason);
-  // The lane's number alone differs: still the lanes' order.
+  // The lane's number alone differs: still the threads' order.
   Fingerprint c = a;
   c.laneSeq = 2;
   s = compareFingerprints(0, a, 1, c);
   EXPECT_EQ(
       s.message(),
       "collective fingerprint mismatch: rank 0 has {allreduce op=sum dtype=f32 count=100 seq=3 lane "
-      "'fp-prefetch' #1}, rank 1 has {allreduce op=sum dtype=f32 count=100 seq=3 lane 'fp-prefetch' #2}" +
-          reason);
+      "'fp-prefetch' #1}, rank 1 has {allreduce op=sum dtype=f32 count=100 seq=3 lane 'fp-prefetch' #2} "
+      "(the same collective at different positions of one issue lane: threads issued same-shape "
+      "collectives in a different order on these ranks)");
   // A lane against none.
   const Fingerprint plain = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, IssueOrder{3});
   s = compareFingerprints(1, plain, 0, a);

@@ -174,6 +174,18 @@ TEST(ThreadOrder, TheLaneIsTheIssuingThreads) {
   }
 }
 
+// Rank 0 sent `message` ("{sendrecv ... seq=0") in lane order-prefetch, rank 1 received it in order-compute:
+// the receiver's kInvalidArgument naming both, and the sender's kPeerError carrying it.
+void expectMismatchOnBothEnds(const std::vector<Status>& got, const std::string& message) {
+  const std::string mismatch = "sendrecv mismatch: rank 0 sends " + message +
+                               " lane 'order-prefetch'}, rank 1 expects " + message +
+                               " lane 'order-compute'}";
+  EXPECT_EQ(got[1].code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(got[1].message(), mismatch);
+  EXPECT_EQ(got[0].code(), StatusCode::kPeerError) << got[0].toString();
+  EXPECT_NE(got[0].message().find(mismatch), std::string::npos) << got[0].message();
+}
+
 // Point-to-point carries the lane too: a message sent from one lane and received in another is the
 // receiver's kInvalidArgument naming both (as any send/recv mismatch), and the sender's kPeerError.
 TEST(ThreadOrder, SendRecvAcrossLanesIsAMismatchOnBothEnds) {
@@ -185,14 +197,7 @@ TEST(ThreadOrder, SendRecvAcrossLanesIsAMismatchOnBothEnds) {
     got[size_t(rank)] = rank == 0 ? c.sendRecv(buf.data(), kCount, 1, nullptr, 0, -1, DataType::kInt32)
                                   : c.sendRecv(nullptr, 0, -1, buf.data(), kCount, 0, DataType::kInt32);
   });
-  const std::string mismatch =
-      "sendrecv mismatch: rank 0 sends {sendrecv dtype=i32 count=5 tag=0 seq=0 lane 'order-prefetch'}, rank "
-      "1 "
-      "expects {sendrecv dtype=i32 count=5 tag=0 seq=0 lane 'order-compute'}";
-  EXPECT_EQ(got[1].code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(got[1].message(), mismatch);
-  EXPECT_EQ(got[0].code(), StatusCode::kPeerError) << got[0].toString();
-  EXPECT_NE(got[0].message().find(mismatch), std::string::npos) << got[0].message();
+  expectMismatchOnBothEnds(got, "{sendrecv dtype=i32 count=5 tag=0 seq=0");
 }
 
 // The c10d backend's send / recv (PeerLanes) read the lane in send() / recv(), on the issuing thread.
@@ -213,14 +218,7 @@ TEST(ThreadOrder, PeerLanesCarryTheIssuingThreadsLane) {
     }
     got[size_t(rank)] = done.get_future().get();
   });
-  const std::string mismatch =
-      "sendrecv mismatch: rank 0 sends {sendrecv dtype=u8 count=16 tag=3 seq=0 lane 'order-prefetch'}, rank "
-      "1 "
-      "expects {sendrecv dtype=u8 count=16 tag=3 seq=0 lane 'order-compute'}";
-  EXPECT_EQ(got[1].code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(got[1].message(), mismatch);
-  EXPECT_EQ(got[0].code(), StatusCode::kPeerError) << got[0].toString();
-  EXPECT_NE(got[0].message().find(mismatch), std::string::npos) << got[0].message();
+  expectMismatchOnBothEnds(got, "{sendrecv dtype=u8 count=16 tag=3 seq=0");
 }
 
 }  // namespace
