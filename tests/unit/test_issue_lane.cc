@@ -56,7 +56,8 @@ TEST(IssueLaneTest, RefusedNamesSayWhy) {
   // "plumless" and "buckeroo" share a CRC-32: once one is entered, the other is refused (messages could not
   // tell them apart); the entered one stays fine.
   ASSERT_EQ(issueLaneId("plumless"), issueLaneId("buckeroo"));
-  EXPECT_TRUE(checkIssueLaneName("buckeroo").isOk());
+  // Names stay registered for the life of the process: before the first entry (not in a repeat) it is free.
+  if (issueLaneName(issueLaneId("plumless")).empty()) EXPECT_TRUE(checkIssueLaneName("buckeroo").isOk());
   { IssueLane first("plumless"); }
   s = checkIssueLaneName("buckeroo");
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
