@@ -16,12 +16,10 @@ namespace {
 
 class PyIssueLane {
  public:
-  explicit PyIssueLane(std::string name) : name_(std::move(name)) {
-    const ringguard::Status valid = ringguard::checkIssueLaneName(name_);
-    if (!valid.isOk()) throw std::invalid_argument("ringguard.issue_lane: " + valid.message());
-  }
+  explicit PyIssueLane(std::string name) : name_(std::move(name)) { check(); }
   void enter() {
     if (lane_) throw std::runtime_error("ringguard.issue_lane('" + name_ + "') is already entered");
+    check();  // again: a colliding name may have been entered since (IssueLane would end the process)
     lane_ = std::make_unique<ringguard::IssueLane>(name_);
     thread_ = std::this_thread::get_id();
   }
@@ -38,6 +36,11 @@ class PyIssueLane {
   uint32_t id() const { return ringguard::issueLaneId(name_); }
 
  private:
+  void check() const {
+    const ringguard::Status valid = ringguard::checkIssueLaneName(name_);
+    if (!valid.isOk()) throw std::invalid_argument("ringguard.issue_lane: " + valid.message());
+  }
+
   std::string name_;
   std::unique_ptr<ringguard::IssueLane> lane_;
   std::thread::id thread_;
