@@ -59,7 +59,7 @@ run_tsan() {
   cmake --build "$dir" --parallel "$jobs" --target ringguard_unit_tests
   local filter='*Loopback*:Handshake*:UntrustedPeer*:ControlChannel*:ControlFault*:Dissemination*'
   filter+=':Factories*:Bootstrap*:AllocationFailure*:FaultScheduleReach*:PeerLanes*:SlotSizing*'
-  filter+=':StallBlame*:ErrorFrames*:TrailerVersionSkew*:*Staged*'
+  filter+=':StallBlame*:ErrorFrames*:TrailerVersionSkew*:*Staged*:ThreadOrder*:IssueLane*'
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" \
     "$dir/tests/ringguard_unit_tests" --gtest_filter="$filter" --gtest_brief=1 || status=1
   echo "run_sanitizers: tsan took $((SECONDS - t0)) s"

@@ -27,11 +27,12 @@ from .guard import Guard, GuardError, guard  # noqa: E402,F401  NaN/Inf rollback
 from .graph_guard import graph_guard  # noqa: E402,F401  the guard as one CUDA graph (docs/GUARD.md)
 from . import policy  # noqa: E402,F401  operator downgrade engine (docs/DOWNGRADE.md)
 from .memory import empty_cache, memory_reserved, memory_stats  # noqa: E402,F401  beside torch's allocator
+from .issue_lane import current_issue_lane, issue_lane  # noqa: E402,F401  threads' order (docs/TORCH.md)
 
 __version__ = "0.1.0"
 __all__ = ["Options", "backend", "counters", "set_fault", "fault", "transport", "init_from_mpi",
            "summary", "timeline", "write_files", "memory_stats", "memory_reserved", "empty_cache",
-           "__version__"]
+           "issue_lane", "current_issue_lane", "__version__"]
 
 
 def _torch_initializing() -> bool:

@@ -20,8 +20,9 @@ Status checkAllgatherArgs(const CollectiveShape& c, const void* send, const void
 
 Status allgather(const CollectiveContext& ctx, Executor* exec, const void* send, void* recv, size_t sendCount,
                  DataType dtype) {
-  RINGGUARD_RETURN_IF_ERROR(exchangeFingerprints(
-      ctx, makeFingerprint(CollectiveKind::kAllgather, ReduceOp::kSum, dtype, sendCount, kNoRoot, ctx.seq)));
+  RINGGUARD_RETURN_IF_ERROR(
+      exchangeFingerprints(ctx, makeFingerprint(CollectiveKind::kAllgather, ReduceOp::kSum, dtype, sendCount,
+                                                kNoRoot, issueOrder(ctx))));
   const int n = ctx.transport->size(), me = ctx.transport->rank();
   const size_t esize = dataTypeSize(dtype), bytes = sendCount * esize;
   uint8_t* own = static_cast<uint8_t*>(recv) + size_t(me) * bytes;

@@ -20,7 +20,8 @@ Status checkAllreduceArgs(const CollectiveShape& c, const void* send, const void
 
 Status allreduce(const CollectiveContext& ctx, Executor* exec, const void* send, void* recv, size_t count,
                  DataType dtype, ReduceOp op) {
-  RINGGUARD_RETURN_IF_ERROR(exchangeFingerprints(ctx, makeAllreduceFingerprint(op, dtype, count, ctx.seq)));
+  RINGGUARD_RETURN_IF_ERROR(
+      exchangeFingerprints(ctx, makeAllreduceFingerprint(op, dtype, count, issueOrder(ctx))));
   const size_t bytes = count * dataTypeSize(dtype);
   if (ctx.transport->size() == 1 || count == 0) {
     // Nothing crosses a link; avg over one rank divides by 1.

@@ -44,7 +44,7 @@ Status alltoall(const CollectiveContext& ctx, Executor* exec, const void* send, 
                 const AlltoallLayout& l, DataType dtype) {
   const int n = ctx.transport->size(), me = ctx.transport->rank();
   RINGGUARD_RETURN_IF_ERROR(exchangeFingerprints(
-      ctx, makeFingerprint(CollectiveKind::kAlltoall, ReduceOp::kSum, dtype, 0, kNoRoot, ctx.seq)));
+      ctx, makeFingerprint(CollectiveKind::kAlltoall, ReduceOp::kSum, dtype, 0, kNoRoot, issueOrder(ctx))));
   const size_t esize = dataTypeSize(dtype);
   RINGGUARD_RETURN_IF_ERROR(exec->copy(static_cast<uint8_t*>(recv) + l.recvDispls[me] * esize,
                                        static_cast<const uint8_t*>(send) + l.sendDispls[me] * esize,
@@ -54,14 +54,14 @@ Status alltoall(const CollectiveContext& ctx, Executor* exec, const void* send, 
   // The split check: one message to and from every peer (the collective itself is N - 1 exchanges).
   for (int k = 1; k < n; ++k) {
     const int to = (me + k) % n;
-    const Fingerprint f =
-        makeFingerprint(CollectiveKind::kAlltoall, ReduceOp::kSum, dtype, l.sendCounts[to], kNoRoot, ctx.seq);
+    const Fingerprint f = makeFingerprint(CollectiveKind::kAlltoall, ReduceOp::kSum, dtype, l.sendCounts[to],
+                                          kNoRoot, issueOrder(ctx));
     RINGGUARD_RETURN_IF_ERROR(sendToPeer(ctx, to, ControlTag::kFingerprint, &f, sizeof(f)));
   }
   for (int k = 1; k < n; ++k) {
     const int from = (me - k + n) % n;
     const Fingerprint expected = makeFingerprint(CollectiveKind::kAlltoall, ReduceOp::kSum, dtype,
-                                                 l.recvCounts[from], kNoRoot, ctx.seq);
+                                                 l.recvCounts[from], kNoRoot, issueOrder(ctx));
     RINGGUARD_RETURN_IF_ERROR(receivePeerFingerprint(ctx, from, expected, "alltoall split"));
   }
 

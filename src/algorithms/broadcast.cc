@@ -98,7 +98,7 @@ Status checkBroadcastArgs(const CollectiveShape& c, const void* send, const void
 Status broadcast(const CollectiveContext& ctx, Executor* exec, const void* send, void* recv, size_t count,
                  DataType dtype, int root) {
   RINGGUARD_RETURN_IF_ERROR(exchangeFingerprints(
-      ctx, makeFingerprint(CollectiveKind::kBroadcast, ReduceOp::kSum, dtype, count, root, ctx.seq)));
+      ctx, makeFingerprint(CollectiveKind::kBroadcast, ReduceOp::kSum, dtype, count, root, issueOrder(ctx))));
   const int n = ctx.transport->size(), me = ctx.transport->rank();
   if (me == root && send != recv)
     RINGGUARD_RETURN_IF_ERROR(exec->copy(recv, send, count * dataTypeSize(dtype)));

@@ -26,6 +26,10 @@ struct CollectiveContext {
   const FaultInjector* injector = nullptr;
   Counters* counters = nullptr;  // this collective adds to it
   uint64_t seq = 0;
+  // The issue lane of the thread that issued the collective and the lane's number of it (0, 0: none), for
+  // its fingerprints (ringguard/core/issue_lane.h).
+  uint32_t lane = 0;
+  uint32_t laneSeq = 0;
   const char* name = "collective";
   uint32_t track = 0;                          // the communicator's timeline track (core/trace_events.h)
   const std::atomic<bool>* aborted = nullptr;  // set by Communicator::abort: every wait returns kAborted
@@ -37,6 +41,11 @@ struct CollectiveContext {
   // until this rank reaches it (error_frames.h). Null: every peer error applies at once.
   HeldErrors* held = nullptr;
 };
+
+// The collective's place in the issue order, for its fingerprints: (seq, lane, laneSeq).
+inline IssueOrder issueOrder(const CollectiveContext& ctx) {
+  return IssueOrder{ctx.seq, ctx.lane, ctx.laneSeq};
+}
 
 // Polls `test` until it reports done. Fails with kPeerError as soon as a peer broadcasts a fatal error,
 // and with kAborted once the communicator is aborted. When nothing completes within the timeout, or a

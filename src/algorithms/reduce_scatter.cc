@@ -23,7 +23,7 @@ Status checkReduceScatterArgs(const CollectiveShape& c, const void* send, const 
 Status reduceScatter(const CollectiveContext& ctx, Executor* exec, const void* send, void* recv,
                      size_t recvCount, DataType dtype, ReduceOp op) {
   RINGGUARD_RETURN_IF_ERROR(exchangeFingerprints(
-      ctx, makeFingerprint(CollectiveKind::kReduceScatter, op, dtype, recvCount, kNoRoot, ctx.seq)));
+      ctx, makeFingerprint(CollectiveKind::kReduceScatter, op, dtype, recvCount, kNoRoot, issueOrder(ctx))));
   const int n = ctx.transport->size(), me = ctx.transport->rank();
   const size_t esize = dataTypeSize(dtype), bytes = recvCount * esize;
   const uint8_t* own = static_cast<const uint8_t*>(send) + size_t(me) * bytes;

@@ -13,8 +13,13 @@ namespace ringguard {
 
 namespace {
 
-Fingerprint flowFingerprint(DataType dtype, size_t count, int32_t tag, uint64_t seq) {
-  return makeFingerprint(CollectiveKind::kSendRecv, ReduceOp::kSum, dtype, count, tag, seq);
+// The issue lane travels (a message sent from one lane and received in another is a mismatch), but not a
+// lane number: the message number of the (peer, direction) already orders one lane's messages, and a lane
+// number would have to count per peer and direction to match.
+Fingerprint flowFingerprint(const CollectiveContext& ctx, DataType dtype, size_t count, int32_t tag,
+                            uint64_t seq) {
+  return makeFingerprint(CollectiveKind::kSendRecv, ReduceOp::kSum, dtype, count, tag,
+                         IssueOrder{seq, ctx.lane, 0});
 }
 
 }  // namespace
@@ -59,12 +64,12 @@ Status sendRecv(const CollectiveContext& group, Executor* exec, const PeerExchan
 
   // Before any payload: the receiver checks what the sender will send.
   if (x.dst >= 0) {
-    const Fingerprint f = flowFingerprint(dtype, x.sendCount, x.tag, x.sendSeq);
+    const Fingerprint f = flowFingerprint(ctx, dtype, x.sendCount, x.tag, x.sendSeq);
     RINGGUARD_RETURN_IF_ERROR(sendToPeer(ctx, x.dst, ControlTag::kFingerprint, &f, sizeof(f)));
   }
   if (x.src >= 0)
     RINGGUARD_RETURN_IF_ERROR(receivePeerFingerprint(
-        ctx, x.src, flowFingerprint(dtype, x.recvCount, x.tag, x.recvSeq), "sendrecv"));
+        ctx, x.src, flowFingerprint(ctx, dtype, x.recvCount, x.tag, x.recvSeq), "sendrecv"));
 
   // Flows are columns named by their sender; one step.
   std::vector<Flow> out, in;

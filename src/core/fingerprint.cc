@@ -1,7 +1,10 @@
 #include "core/fingerprint.h"
 
 #include <cstring>
+#include <iomanip>
 #include <sstream>
+
+#include "ringguard/core/issue_lane.h"
 
 namespace ringguard {
 
@@ -30,7 +33,7 @@ bool reduces(CollectiveKind k) {
 }  // namespace
 
 Fingerprint makeFingerprint(CollectiveKind kind, ReduceOp op, DataType dtype, uint64_t count, int32_t root,
-                            uint64_t seq) {
+                            const IssueOrder& order) {
   Fingerprint f;
   f.collective = static_cast<uint8_t>(kind);
   if (reduces(kind)) {
@@ -42,8 +45,10 @@ Fingerprint makeFingerprint(CollectiveKind kind, ReduceOp op, DataType dtype, ui
   }
   f.dtype = static_cast<uint8_t>(dtype);
   f.count = count;
-  f.seq = seq;
+  f.seq = order.seq;
   f.root = root;
+  f.lane = order.lane;
+  f.laneSeq = order.laneSeq;
   return f;
 }
 
@@ -69,6 +74,18 @@ std::string describeFingerprint(const Fingerprint& f) {
   os << " dtype=" << (isValid(dt) ? dataTypeName(dt) : "invalid") << " count=" << f.count;
   if (f.root != kNoRoot) os << (kind == CollectiveKind::kSendRecv ? " tag=" : " root=") << f.root;
   os << " seq=" << f.seq;
+  if (f.lane != kNoIssueLane || f.laneSeq != 0) {
+    const std::string name = issueLaneName(f.lane);
+    os << " lane ";
+    if (f.lane == kNoIssueLane) {
+      os << "none";
+    } else if (name.empty()) {  // entered only in another process: its id (a CRC-32 can't be reversed)
+      os << "0x" << std::hex << std::setw(8) << std::setfill('0') << f.lane << std::dec << std::setfill(' ');
+    } else {
+      os << "'" << name << "'";
+    }
+    if (kind != CollectiveKind::kSendRecv || f.laneSeq != 0) os << " #" << f.laneSeq;
+  }
   if (f.flags & kFingerprintInvalidInput) os << " invalid-arguments";
   os << "}";
   return os.str();
@@ -79,6 +96,14 @@ Status compareFingerprints(int rankA, const Fingerprint& a, int rankB, const Fin
   std::ostringstream os;
   os << "collective fingerprint mismatch: rank " << rankA << " has " << describeFingerprint(a) << ", rank "
      << rankB << " has " << describeFingerprint(b);
+  Fingerprint laneless = b;
+  laneless.lane = a.lane;
+  laneless.laneSeq = a.laneSeq;
+  if (laneless == a) {
+    os << (a.lane != b.lane ? " (the same collective from different issue lanes"
+                            : " (the same collective at different positions of one issue lane")
+       << ": threads issued same-shape collectives in a different order on these ranks)";
+  }
   return Status(StatusCode::kFingerprintMismatch, os.str());
 }
 

@@ -36,20 +36,38 @@ struct Fingerprint {
   // premul_sum: the f32 bits of its factor (ranks whose factors differ at f32 precision mismatch; op
   // handles are per process, so the factor, not the handle, goes on the wire). 0 for every other op.
   uint32_t opScalar = 0;
+  // The issuing thread's issue lane (ringguard/core/issue_lane.h; kNoIssueLane: none) and the lane's own
+  // number of this collective on its communicator (mod 2^32; 0 without a lane, and for sendrecv, whose
+  // message number per (peer, direction) already orders a lane's messages).
+  uint32_t lane = 0;
+  uint32_t laneSeq = 0;
   bool operator==(const Fingerprint& o) const {
     return magic == o.magic && collective == o.collective && op == o.op && dtype == o.dtype &&
-           flags == o.flags && count == o.count && seq == o.seq && root == o.root && opScalar == o.opScalar;
+           flags == o.flags && count == o.count && seq == o.seq && root == o.root && opScalar == o.opScalar &&
+           lane == o.lane && laneSeq == o.laneSeq;
   }
 };
-static_assert(sizeof(Fingerprint) == 32, "fingerprint is a fixed wire format");
+// 40 bytes since protocol version 4 (the lane); 32 before.
+static_assert(sizeof(Fingerprint) == 40, "fingerprint is a fixed wire format");
+
+// Where a collective stands in its rank's issue order: its number (the communicator's collective number;
+// sendrecv: the message number of its (peer, direction)) and its issue lane with the lane's own number.
+struct IssueOrder {
+  uint64_t seq = 0;
+  uint32_t lane = 0;  // kNoIssueLane
+  uint32_t laneSeq = 0;
+};
 
 Fingerprint makeFingerprint(CollectiveKind kind, ReduceOp op, DataType dtype, uint64_t count, int32_t root,
-                            uint64_t seq);
-inline Fingerprint makeAllreduceFingerprint(ReduceOp op, DataType dtype, uint64_t count, uint64_t seq) {
-  return makeFingerprint(CollectiveKind::kAllreduce, op, dtype, count, kNoRoot, seq);
+                            const IssueOrder& order);
+inline Fingerprint makeAllreduceFingerprint(ReduceOp op, DataType dtype, uint64_t count,
+                                            const IssueOrder& order) {
+  return makeFingerprint(CollectiveKind::kAllreduce, op, dtype, count, kNoRoot, order);
 }
 // "{allreduce op=sum dtype=f32 count=100 seq=3}", "{broadcast dtype=f32 count=8 root=2 seq=5}",
-// "{reduce_scatter op=premul_sum(0.25) dtype=bf16 count=8 seq=1}"
+// "{reduce_scatter op=premul_sum(0.25) dtype=bf16 count=8 seq=1}", and with an issue lane
+// "{allreduce op=sum dtype=f32 count=100 seq=3 lane 'prefetch' #1}" (sendrecv: "lane 'prefetch'"; a lane
+// this process never entered by its id: "lane 0x1a2b3c4d #1").
 std::string describeFingerprint(const Fingerprint& f);
 // OK when equal; otherwise kFingerprintMismatch naming both ranks and both values.
 Status compareFingerprints(int rankA, const Fingerprint& a, int rankB, const Fingerprint& b);

@@ -132,15 +132,19 @@ class Span {
     e_.span = true;
     e_.tsNs = nowNs();
   }
-  ~Span() {
-    if (!active_) return;
-    e_.durNs = nowNs() - e_.tsNs;
-    record(e_);
-  }
+  ~Span() { end(); }
   Span(const Span&) = delete;
   Span& operator=(const Span&) = delete;
   // The event's fields, to fill before it ends.
   Event& event() { return e_; }
+  // Records the span now rather than at the end of the scope (once): for a span that must be on the
+  // timeline before the work it measures is reported done.
+  void end() {
+    if (!active_) return;
+    active_ = false;
+    e_.durNs = nowNs() - e_.tsNs;
+    record(e_);
+  }
 
  private:
   bool active_ = false;

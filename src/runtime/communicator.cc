@@ -10,6 +10,7 @@
 #include "core/logging.h"
 #include "core/thread_name.h"
 #include "core/trace_events.h"
+#include "ringguard/core/issue_lane.h"
 #include "ringguard/observability/observability.h"
 #include "runtime/communicator_impl.h"
 #include "runtime/handshake.h"
@@ -149,6 +150,7 @@ std::shared_ptr<Work> Communicator::Impl::submit(
   task.group = !number;
   task.number = std::move(number);
   task.input = std::move(input);
+  task.lane = currentIssueLane();  // here, on the issuing thread: the runner may be another thread
   if (!checked.isOk()) {
     task.invalid = Status(StatusCode::kInvalidArgument,
                           std::string(name) + " on rank " + std::to_string(rank_) + ": " + checked.message());
@@ -465,6 +467,8 @@ void Communicator::Impl::runTask(Task& task) {
   // Point-to-point exchanges do not take a collective number (the ranks not involved never see them): they
   // go by their own message number. A rejected one is not numbered (the communicator fails with it).
   const uint64_t seq = task.group ? nextSeq_++ : task.invalid.isOk() ? task.number() : nextSeq_;
+  // A lane numbers its own collectives of every rank, rejected ones too (as nextSeq_ does).
+  const uint32_t laneSeq = task.group && task.lane != kNoIssueLane ? laneSeq_[task.lane]++ : 0;
   Counters delta;
   Status st = task.invalid;
   trace::Span span(trace::Kind::kCollective, task.name, track_, seq);
@@ -482,6 +486,8 @@ void Communicator::Impl::runTask(Task& task) {
     ctx.injector = injector->enabled() ? injector.get() : nullptr;
     ctx.counters = &delta;
     ctx.seq = seq;
+    ctx.lane = task.lane;
+    ctx.laneSeq = laneSeq;
     ctx.name = task.name;
     ctx.track = track_;
     ctx.aborted = &aborted_;
@@ -533,6 +539,9 @@ void Communicator::Impl::runTask(Task& task) {
       if (!transport_->broken()) transport_->markBroken();
     }
   }
+  // On the timeline before the Work completes: a caller that waited for it and then reads the timeline
+  // (ringguard.timeline(), a test) must find the span, as it finds the counters above.
+  span.end();
   task.work->impl_->complete(st);
 }
 

@@ -54,6 +54,7 @@ class Communicator::Impl {
     bool group = true;   // a collective of every rank (numbered by nextSeq_); else point-to-point
     std::function<uint64_t()> number;  // point-to-point: numbers the exchange on the progress thread
     CollectiveInput input;             // what RINGGUARD_NAN_CHECK scans (group collectives)
+    uint32_t lane = 0;                 // the issuing thread's issue lane, read when it was enqueued
   };
   // The one way in: `checked` is the collective's argument check; an error in it completes the Work with
   // kInvalidArgument ("<name> on rank r: ...") after telling the peers. Without `number` the task is a
@@ -94,9 +95,10 @@ class Communicator::Impl {
   Status firstError_;
   Counters counters_;
   std::map<std::string, CollectiveStats> byKind_;
-  uint32_t track_ = 0;     // timeline track (set in the constructor, before the progress thread starts)
-  uint64_t nextSeq_ = 0;   // touched by the runner only
-  HeldErrors heldErrors_;  // peers' errors of a collective this rank has not reached yet
+  uint32_t track_ = 0;    // timeline track (set in the constructor, before the progress thread starts)
+  uint64_t nextSeq_ = 0;  // touched by the runner only
+  std::map<uint32_t, uint32_t> laneSeq_;  // runner only: each issue lane's next collective number
+  HeldErrors heldErrors_;                 // peers' errors of a collective this rank has not reached yet
   // Point-to-point message numbers per peer (runner only): only the two ends count them.
   std::vector<uint64_t> sendSeq_, recvSeq_;
   std::thread progress_;

@@ -8,6 +8,7 @@
 #include "core/keep_alive.h"
 #include "core/logging.h"
 #include "core/thread_name.h"
+#include "ringguard/core/issue_lane.h"
 #include "runtime/transport_defaults.h"
 
 namespace ringguard {
@@ -43,11 +44,13 @@ PeerLanes::~PeerLanes() {
 }
 
 void PeerLanes::send(int peer, int tag, const void* data, size_t count, DataType dtype, Done done) {
-  enqueue(peer, /*isSend=*/true, Message{tag, data, nullptr, count, dtype, std::move(done)});
+  enqueue(peer, /*isSend=*/true,
+          Message{tag, data, nullptr, count, dtype, std::move(done), currentIssueLane()});
 }
 
 void PeerLanes::recv(int peer, int tag, void* data, size_t count, DataType dtype, Done done) {
-  enqueue(peer, /*isSend=*/false, Message{tag, nullptr, data, count, dtype, std::move(done)});
+  enqueue(peer, /*isSend=*/false,
+          Message{tag, nullptr, data, count, dtype, std::move(done), currentIssueLane()});
 }
 
 void PeerLanes::enqueue(int peer, bool isSend, Message m) {
@@ -156,6 +159,7 @@ Status PeerLanes::run(int peer, bool isSend, Lane* lane, const Message& m, Count
   ctx.options = &options_;
   ctx.injector = injector->enabled() ? injector.get() : nullptr;
   ctx.counters = delta;
+  ctx.lane = m.issueLane;
   ctx.name = isSend ? "send" : "recv";
   ctx.aborted = &aborted_;
   if (!lane->exec) lane->exec = std::make_unique<HostExecutor>();  // nothing is shared between lanes

@@ -75,6 +75,7 @@ class PeerLanes {
     size_t count;
     DataType dtype;
     Done done;
+    uint32_t issueLane = 0;  // the issuing thread's (ringguard/core/issue_lane.h), read in send() / recv()
   };
   struct Lane {
     std::deque<Message> queue;  // guarded by PeerLanes::mutex_

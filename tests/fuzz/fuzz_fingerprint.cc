@@ -1,15 +1,18 @@
-// Fingerprint comparison (core/fingerprint.h): any two 32-byte fingerprints as two ranks sent them, and a
-// fingerprint made from any collective, op, dtype, count, root and premul_sum factor. Input: fingerprint a,
-// fingerprint b (32 bytes each), rank a, rank b (int32), a mode byte, a byte index, then kind, op, dtype
-// (one byte each), count, seq (uint64), root (int32), factor (double). Mode bit 0 makes b a copy of a with
-// byte `index` changed when bit 1 is set too.
+// Fingerprint comparison (core/fingerprint.h): any two 40-byte fingerprints as two ranks sent them, and a
+// fingerprint made from any collective, op, dtype, count, root, premul_sum factor and issue order. Input:
+// fingerprint a, fingerprint b (40 bytes each), rank a, rank b (int32), a mode byte, a byte index, then
+// kind, op, dtype (one byte each), count, seq (uint64), root (int32), factor (double), lane, lane number
+// (uint32). Mode bit 0 makes b a copy of a with byte `index` changed when bit 1 is set too; bit 6 enters
+// the issue lane "fuzz" (so a fingerprint of that lane is described by name, others by id).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "core/fingerprint.h"
 #include "fuzz_util.h"
+#include "ringguard/core/issue_lane.h"
 #include "ringguard/core/types.h"
 
 using namespace ringguard;
@@ -42,7 +45,7 @@ void checkCompare(int rankA, const Fingerprint& a, int rankB, const Fingerprint&
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static_assert(sizeof(Fingerprint) == 32, "fixed wire format");
+  static_assert(sizeof(Fingerprint) == 40, "fixed wire format");
   FuzzInput in(data, size);
   const Fingerprint a = in.take<Fingerprint>();
   Fingerprint b = in.take<Fingerprint>();
@@ -64,19 +67,36 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint64_t seq = in.take<uint64_t>();
   const int32_t root = in.take<int32_t>();
   const double factor = in.take<double>();
+  const uint32_t lane = in.take<uint32_t>();
+  const uint32_t laneSeq = in.take<uint32_t>();
+  std::unique_ptr<IssueLane> entered;
+  if (mode & 0x40) entered = std::make_unique<IssueLane>("fuzz");
   if (mode & 0x80) {
     // premul_sum with this factor; the process keeps at most 128 distinct factors, after which
     // makePremulSum refuses and the bare kind is used.
     ReduceOp premul;
     if (makePremulSum(factor, &premul).isOk()) op = premul;
   }
-  const Fingerprint made = makeFingerprint(kind, op, dtype, count, root, seq);
+  const Fingerprint made = makeFingerprint(kind, op, dtype, count, root, IssueOrder{seq, lane, laneSeq});
   RINGGUARD_FUZZ_CHECK(made.magic == kFingerprintMagic && made.count == count && made.seq == seq &&
-                       made.root == root && made.flags == 0);
+                       made.root == root && made.flags == 0 && made.lane == lane && made.laneSeq == laneSeq);
   checkCompare(rankA, made, rankB, made);
   Fingerprint other = made;
   other.seq = seq + 1;
   checkCompare(rankA, made, rankB, other);
+  // A lane is named in the description whenever there is one (by name when this process entered it).
+  const std::string d = describeFingerprint(made);
+  RINGGUARD_FUZZ_CHECK((d.find(" lane ") != std::string::npos) == (lane != kNoIssueLane || laneSeq != 0));
+  if (lane == issueLaneId("fuzz") && entered)
+    RINGGUARD_FUZZ_CHECK(d.find(" lane 'fuzz'") != std::string::npos);
+  // Another lane, or another number of the same lane: a mismatch that says the lanes' order differs.
+  Fingerprint otherLane = made;
+  otherLane.lane = lane + 1;
+  otherLane.laneSeq = laneSeq + 1;
+  checkCompare(rankA, made, rankB, otherLane);
+  RINGGUARD_FUZZ_CHECK(
+      compareFingerprints(rankA, made, rankB, otherLane).message().find("different issue lanes") !=
+      std::string::npos);
   RINGGUARD_FUZZ_CHECK(collectiveKindName(kind) != nullptr);
   return 0;
 }

@@ -9,11 +9,13 @@ Usage: python3 tests/fuzz/make_corpus.py
 """
 import os
 import struct
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAILER_MAGIC = 0x31544752  # "RGT1"
 CONTROL_MAGIC = 0x31434752  # "RGC1"
 FP_MAGIC = 0x31504652  # "RFP1"
+FUZZ_LANE = zlib.crc32(b"fuzz")  # the issue lane fuzz_fingerprint.cc enters (an id is its name's CRC-32)
 
 
 def write(target, name, data):
@@ -81,13 +83,15 @@ def control_seeds():
 
 
 def fingerprint_seeds():
-    def fp(collective=0, op=0, dtype=0, flags=0, count=100, seq=3, root=-1, scalar=0, magic=FP_MAGIC):
-        return struct.pack("<IBBBBQQiI", magic, collective, op, dtype, flags, count, seq, root, scalar)
+    def fp(collective=0, op=0, dtype=0, flags=0, count=100, seq=3, root=-1, scalar=0, magic=FP_MAGIC,
+           lane=0, lane_seq=0):
+        return struct.pack("<IBBBBQQiIII", magic, collective, op, dtype, flags, count, seq, root, scalar, lane,
+                           lane_seq)
 
     def case(a, b, mode=0, index=0, kind=0, op=0, dtype=0, count=8, seq=1, root=-1, factor=0.25,
-             ra=0, rb=1):
-        return a + b + struct.pack("<iiBBBBBQQid", ra, rb, mode, index, kind, op, dtype, count, seq, root,
-                                   factor)
+             ra=0, rb=1, lane=0, lane_seq=0):
+        return a + b + struct.pack("<iiBBBBBQQidII", ra, rb, mode, index, kind, op, dtype, count, seq, root,
+                                   factor, lane, lane_seq)
 
     write("fingerprint", "equal", case(fp(), fp()))
     write("fingerprint", "count_differs", case(fp(), fp(count=101)))
@@ -104,6 +108,20 @@ def fingerprint_seeds():
     write("fingerprint", "premul_quarter", case(fp(op=8, scalar=0x3E800000), fp(), mode=0x80, kind=1))
     write("fingerprint", "premul_negative", case(fp(), fp(), mode=0x81, kind=0, factor=-3.5))
     write("fingerprint", "ranks_negative", case(fp(), fp(count=0), ra=-1, rb=2147483647))
+    # Issue lanes (protocol version 4): ids are CRC-32s of names; "fuzz" is the lane the target enters
+    # under mode bit 6, so it is described by name.
+    write("fingerprint", "lane_differs", case(fp(lane=FUZZ_LANE), fp(lane=0xCBF43926), lane=0xCBF43926,
+                                              lane_seq=2))
+    write("fingerprint", "lane_seq_differs", case(fp(lane=FUZZ_LANE, lane_seq=1),
+                                                  fp(lane=FUZZ_LANE, lane_seq=2), mode=0x40, lane=FUZZ_LANE,
+                                                  lane_seq=1))
+    write("fingerprint", "lane_against_none", case(fp(), fp(lane=FUZZ_LANE), mode=0x40, lane=FUZZ_LANE))
+    write("fingerprint", "lane_byte_changed", case(fp(lane=FUZZ_LANE), fp(), mode=3, index=33))
+    write("fingerprint", "sendrecv_lane", case(fp(collective=5, root=7, lane=FUZZ_LANE),
+                                               fp(collective=5, root=7), kind=5, mode=0x40, lane=FUZZ_LANE))
+    write("fingerprint", "lane_seq_without_lane", case(fp(lane_seq=6), fp(), lane=0, lane_seq=6))
+    write("fingerprint", "lane_max", case(fp(lane=0xFFFFFFFF, lane_seq=0xFFFFFFFF), fp(), lane=0xFFFFFFFF,
+                                          lane_seq=0xFFFFFFFF))
 
 
 def options_seeds():

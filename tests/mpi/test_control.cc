@@ -1,12 +1,19 @@
 // The sealed control channel over real MPI: control frames per collective, a damaged control frame
 // ending in the same cause on every rank, and the handshake refusing ranks whose settings differ.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
+#include <algorithm>
+#include <chrono>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "stop_self.h"
 #include "test_util.h"
 #include "transport/control/control_channel.h"
+#include "transport/mpi/mpi_transport.h"
 
 namespace ringguard {
 namespace {
@@ -69,6 +76,57 @@ TEST(MpiControl, HandshakeNamesTheSettingThatDiffers) {
   EXPECT_EQ(st.message(),
             "communicator settings disagree: RINGGUARD_SLICE_BYTES differs: rank 0 has 8192, rank " +
                 std::to_string(n - 1) + " has 4096");
+}
+
+// A control frame past MPI's eager limit needs its sender's progress to arrive once it is matched. Rank 1
+// sends one and stops (SIGSTOP) for kStoppedMs: before, rank 0's probe matched it and sat in MPI_Mrecv
+// until rank 1 resumed (one probe call of about kStoppedMs, with no deadline, peer error or abort seen);
+// now every probe returns at once and the frame is taken, intact, by a later probe once rank 1 runs again.
+TEST(MpiControl, AFrameFromAStoppedSenderNeverBlocksAProbe) {
+  constexpr int kStoppedMs = 3000;
+  const int me = worldRank();
+  std::unique_ptr<Transport> t;
+  ASSERT_TRUE(MpiTransport::create(MPI_COMM_WORLD, &t).isOk());
+  ControlChannel* control = t->control();
+  std::vector<uint8_t> big(size_t(4) << 20);  // 4 MiB: far past any eager limit
+  for (size_t i = 0; i < big.size(); ++i) big[i] = uint8_t(i * 131 + 7);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me == 1) {
+    ASSERT_TRUE(control->send(0, ControlTag::kVerdict, big.data(), big.size()).isOk());
+    test::stopSelfFor(0, kStoppedMs);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // stopped in here, no MPI call
+  } else if (me == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // rank 1 is stopped by now
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    Clock::duration longest{0};
+    std::vector<uint8_t> got;
+    int from = -1;
+    bool arrived = false;
+    while (!arrived && Clock::now() - start < std::chrono::seconds(30)) {
+      const auto before = Clock::now();
+      ASSERT_TRUE(control->probe(1, ControlTag::kVerdict, &got, &from, &arrived).isOk());
+      longest = std::max(longest, Clock::now() - before);
+      if (!arrived) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const auto ms = [](Clock::duration d) {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+    };
+    ASSERT_TRUE(arrived) << "the frame never arrived";
+    EXPECT_EQ(from, 1);
+    EXPECT_TRUE(got == big) << "the frame arrived damaged";
+    // The frame waited for rank 1 to resume (else this test would prove nothing: a transport that moves
+    // large messages without the sender, such as a single-copy one, needs no bound) ...
+    EXPECT_GT(ms(Clock::now() - start), kStoppedMs / 2) << "rank 1's stop did not hold the frame back";
+    // ... and no probe call waited with it.
+    EXPECT_LT(ms(longest), 500) << "one probe call blocked for " << ms(longest) << " ms";
+  }
+  MPI_Barrier(MPI_COMM_WORLD);  // rank 1's send completes here, after its resume
+  if (me == 1) {
+    int ignored = 0;
+    while (waitpid(-1, &ignored, 0) > 0) {
+    }
+  }
 }
 
 }  // namespace

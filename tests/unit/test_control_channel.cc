@@ -340,8 +340,8 @@ TEST(DisseminationTest, AStalledRankIsNamedByEveryRank) {
     testing::runRanks(n - 1, [&](int r) {
       Counters c;
       const CollectiveContext ctx = testing::contextFor(transports[size_t(r)].get(), &o, &c);
-      Status st =
-          exchangeFingerprints(ctx, makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 8, 0));
+      Status st = exchangeFingerprints(
+          ctx, makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 8, IssueOrder{0}));
       if (!st.isOk() && st.code() != StatusCode::kPeerError) broadcastError(transports[size_t(r)].get(), st);
       got[size_t(r)] = st;
     });
@@ -380,9 +380,9 @@ TEST(ControlCostTest, FramesPerCollectiveAreTwiceCeilLog2N) {
         ASSERT_TRUE(c.allreduce(in.data(), res.data(), count, DataType::kFloat32, ReduceOp::kSum).isOk());
       }
     });
-    // Fingerprint frame: header, dissemination header, two ranks and two fingerprints; verdict frame:
-    // header, dissemination header, an empty list.
-    const uint64_t fpFrame = 32 + 16 + 8 + 2 * 32, verdictFrame = 32 + 16 + 8;
+    // Fingerprint frame: header, dissemination header, two ranks and two 40-byte fingerprints; verdict
+    // frame: header, dissemination header, an empty list.
+    const uint64_t fpFrame = 32 + 16 + 8 + 2 * 40, verdictFrame = 32 + 16 + 8;
     for (const Counters& c : g.counters()) {
       EXPECT_EQ(c.controlFrames, uint64_t(reps * 2 * k)) << "n=" << n;
       EXPECT_EQ(c.controlBytes, uint64_t(reps * k) * (fpFrame + verdictFrame)) << "n=" << n;

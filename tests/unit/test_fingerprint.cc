@@ -2,13 +2,16 @@
 // collectives get a kFingerprintMismatch naming both sides before any payload moves.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
 
 #include "core/fingerprint.h"
+#include "ringguard/core/issue_lane.h"
 #include "ringguard/core/status.h"
 #include "ringguard/core/types.h"
+#include "runtime/handshake.h"
 
 namespace ringguard {
 namespace {
@@ -16,13 +19,105 @@ namespace {
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 TEST(FingerprintTest, WireLayout) {
-  EXPECT_EQ(sizeof(Fingerprint), 32u);
-  const Fingerprint f = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, 3);
+  EXPECT_EQ(sizeof(Fingerprint), 40u);
+  const Fingerprint f =
+      makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, IssueOrder{3, 0xA1B2C3D4u, 7});
   EXPECT_EQ(std::memcmp(&f, "RFP1", 4), 0);
+  // The lane and its number follow the 32 bytes of protocol version 3, little-endian.
+  const auto* bytes = reinterpret_cast<const uint8_t*>(&f);
+  EXPECT_EQ(offsetof(Fingerprint, lane), 32u);
+  EXPECT_EQ(offsetof(Fingerprint, laneSeq), 36u);
+  const uint8_t lane[] = {0xD4, 0xC3, 0xB2, 0xA1, 7, 0, 0, 0};
+  EXPECT_EQ(std::memcmp(bytes + 32, lane, sizeof lane), 0);
+}
+
+// Ranks of two builds meet the handshake's version check ("ringguard protocol version differs") before any
+// fingerprint, as long as a new fingerprint layout comes with a higher kProtocolVersion. The 40-byte layout
+// (issue lanes) came with version 4: a new layout fails this test until the version is raised and the new
+// pair recorded here.
+TEST(FingerprintTest, WireFormatIsPinnedToTheProtocolVersion) {
+  EXPECT_EQ(sizeof(Fingerprint), 40u)
+      << "a new fingerprint layout needs a kProtocolVersion bump (runtime/handshake.h); record the pair";
+  EXPECT_EQ(kProtocolVersion, 4u);
+}
+
+TEST(FingerprintTest, MakeFingerprintCarriesTheIssueOrder) {
+  const Fingerprint f = makeFingerprint(CollectiveKind::kBroadcast, ReduceOp::kSum, DataType::kInt32, 8, 2,
+                                        IssueOrder{5, 0x0BADF00Du, 9});
+  EXPECT_EQ(f.seq, 5u);
+  EXPECT_EQ(f.lane, 0x0BADF00Du);
+  EXPECT_EQ(f.laneSeq, 9u);
+  const Fingerprint none =
+      makeFingerprint(CollectiveKind::kBroadcast, ReduceOp::kSum, DataType::kInt32, 8, 2, IssueOrder{5});
+  EXPECT_EQ(none.lane, kNoIssueLane);
+  EXPECT_EQ(none.laneSeq, 0u);
+}
+
+// Defect 8: the same collective issued from two lanes is a mismatch naming both lanes by name (lanes this
+// process entered) and number, with the reason; a lane only another process entered is named by its id.
+TEST(FingerprintTest, DifferentIssueLanesAreAMismatchNamingBoth) {
+  const uint32_t prefetch = IssueLane("fp-prefetch").id(), main = IssueLane("fp-main").id();
+  const Fingerprint a =
+      makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, IssueOrder{3, prefetch, 1});
+  const Fingerprint b =
+      makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, IssueOrder{3, main, 2});
+  EXPECT_EQ(describeFingerprint(a), "{allreduce op=sum dtype=f32 count=100 seq=3 lane 'fp-prefetch' #1}");
+  const std::string reason =
+      " (the same collective from different issue lanes: threads issued same-shape collectives in a "
+      "different "
+      "order on these ranks)";
+  Status s = compareFingerprints(0, a, 1, b);
+  EXPECT_EQ(s.code(), StatusCode::kFingerprintMismatch);
+  EXPECT_EQ(s.message(),
+            "collective fingerprint mismatch: rank 0 has {allreduce op=sum dtype=f32 count=100 seq=3 lane "
+            "'fp-prefetch' #1}, rank 1 has {allreduce op=sum dtype=f32 count=100 seq=3 lane 'fp-main' #2}" +
+                reason);
+  // The lane's number alone differs: still the threads' order.
+  Fingerprint c = a;
+  c.laneSeq = 2;
+  s = compareFingerprints(0, a, 1, c);
+  EXPECT_EQ(
+      s.message(),
+      "collective fingerprint mismatch: rank 0 has {allreduce op=sum dtype=f32 count=100 seq=3 lane "
+      "'fp-prefetch' #1}, rank 1 has {allreduce op=sum dtype=f32 count=100 seq=3 lane 'fp-prefetch' #2} "
+      "(the same collective at different positions of one issue lane: threads issued same-shape "
+      "collectives in a different order on these ranks)");
+  // A lane against none.
+  const Fingerprint plain = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, IssueOrder{3});
+  s = compareFingerprints(1, plain, 0, a);
+  EXPECT_EQ(
+      s.message(),
+      "collective fingerprint mismatch: rank 1 has {allreduce op=sum dtype=f32 count=100 seq=3}, rank 0 "
+      "has {allreduce op=sum dtype=f32 count=100 seq=3 lane 'fp-prefetch' #1}" +
+          reason);
+  // Another difference besides the lane: no claim about the order.
+  const Fingerprint d =
+      makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 99, IssueOrder{3, main, 1});
+  s = compareFingerprints(0, a, 1, d);
+  EXPECT_EQ(s.message(),
+            "collective fingerprint mismatch: rank 0 has {allreduce op=sum dtype=f32 count=100 seq=3 lane "
+            "'fp-prefetch' #1}, rank 1 has {allreduce op=sum dtype=f32 count=99 seq=3 lane 'fp-main' #1}");
+  // Never entered here: its id, the CRC-32 of its name (crc32("123456789") = 0xcbf43926).
+  const Fingerprint remote = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100,
+                                                      IssueOrder{3, issueLaneId("123456789"), 4});
+  EXPECT_EQ(describeFingerprint(remote), "{allreduce op=sum dtype=f32 count=100 seq=3 lane 0xcbf43926 #4}");
+  // A lane number without a lane (only a malformed fingerprint has one).
+  Fingerprint orphan = plain;
+  orphan.laneSeq = 6;
+  EXPECT_EQ(describeFingerprint(orphan), "{allreduce op=sum dtype=f32 count=100 seq=3 lane none #6}");
+}
+
+// A send/recv carries its lane but no lane number (its message number orders one lane's messages).
+TEST(FingerprintTest, SendRecvNamesItsLaneWithoutANumber) {
+  const uint32_t lane = IssueLane("fp-p2p").id();
+  const Fingerprint f = makeFingerprint(CollectiveKind::kSendRecv, ReduceOp::kSum, DataType::kUint8, 64, 7,
+                                        IssueOrder{2, lane, 0});
+  EXPECT_EQ(describeFingerprint(f), "{sendrecv dtype=u8 count=64 tag=7 seq=2 lane 'fp-p2p'}");
 }
 
 TEST(FingerprintTest, MakeAllreduceFillsFields) {
-  const Fingerprint f = makeAllreduceFingerprint(ReduceOp::kMax, DataType::kBFloat16, 0x123456789ull, 77);
+  const Fingerprint f =
+      makeAllreduceFingerprint(ReduceOp::kMax, DataType::kBFloat16, 0x123456789ull, IssueOrder{77});
   EXPECT_EQ(f.magic, kFingerprintMagic);
   EXPECT_EQ(f.collective, 0u);
   EXPECT_EQ(f.op, static_cast<uint8_t>(ReduceOp::kMax));
@@ -33,18 +128,19 @@ TEST(FingerprintTest, MakeAllreduceFillsFields) {
 }
 
 TEST(FingerprintTest, DescribeExact) {
-  EXPECT_EQ(describeFingerprint(makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, 3)),
-            "{allreduce op=sum dtype=f32 count=100 seq=3}");
-  EXPECT_EQ(describeFingerprint(makeAllreduceFingerprint(ReduceOp::kAvg, DataType::kUint8, 0, 0)),
+  EXPECT_EQ(
+      describeFingerprint(makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, IssueOrder{3})),
+      "{allreduce op=sum dtype=f32 count=100 seq=3}");
+  EXPECT_EQ(describeFingerprint(makeAllreduceFingerprint(ReduceOp::kAvg, DataType::kUint8, 0, IssueOrder{0})),
             "{allreduce op=avg dtype=u8 count=0 seq=0}");
   for (ReduceOp op : kAllReduceOps) {
     for (DataType dt : kAllDataTypes) {
-      const std::string d = describeFingerprint(makeAllreduceFingerprint(op, dt, 5, 6));
+      const std::string d = describeFingerprint(makeAllreduceFingerprint(op, dt, 5, IssueOrder{6}));
       EXPECT_EQ(d, std::string("{allreduce op=") + reduceOpName(op) + " dtype=" + dataTypeName(dt) +
                        " count=5 seq=6}");
     }
   }
-  Fingerprint invalid = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 1, 2);
+  Fingerprint invalid = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 1, IssueOrder{2});
   invalid.flags = kFingerprintInvalidInput;
   EXPECT_EQ(describeFingerprint(invalid), "{allreduce op=sum dtype=f32 count=1 seq=2 invalid-arguments}");
 }
@@ -54,9 +150,9 @@ TEST(FingerprintTest, PremulSumCarriesItsFactor) {
   ASSERT_TRUE(makePremulSum(0.5, &half).isOk());
   ASSERT_TRUE(makePremulSum(0.25, &quarter).isOk());
   const Fingerprint a =
-      makeFingerprint(CollectiveKind::kReduceScatter, half, DataType::kBFloat16, 8, kNoRoot, 1);
-  const Fingerprint b =
-      makeFingerprint(CollectiveKind::kReduceScatter, quarter, DataType::kBFloat16, 8, kNoRoot, 1);
+      makeFingerprint(CollectiveKind::kReduceScatter, half, DataType::kBFloat16, 8, kNoRoot, IssueOrder{1});
+  const Fingerprint b = makeFingerprint(CollectiveKind::kReduceScatter, quarter, DataType::kBFloat16, 8,
+                                        kNoRoot, IssueOrder{1});
   // The wire carries the kind and the factor, never the process-local handle.
   EXPECT_EQ(a.op, static_cast<uint8_t>(ReduceOp::kPremulSum));
   EXPECT_EQ(describeFingerprint(a), "{reduce_scatter op=premul_sum(0.5) dtype=bf16 count=8 seq=1}");
@@ -67,15 +163,15 @@ TEST(FingerprintTest, PremulSumCarriesItsFactor) {
       "collective fingerprint mismatch: rank 0 has {reduce_scatter op=premul_sum(0.5) dtype=bf16 count=8 "
       "seq=1}, rank 1 has {reduce_scatter op=premul_sum(0.25) dtype=bf16 count=8 seq=1}");
   // premul_sum against sum: a mismatch too.
-  const Fingerprint c =
-      makeFingerprint(CollectiveKind::kReduceScatter, ReduceOp::kSum, DataType::kBFloat16, 8, kNoRoot, 1);
+  const Fingerprint c = makeFingerprint(CollectiveKind::kReduceScatter, ReduceOp::kSum, DataType::kBFloat16,
+                                        8, kNoRoot, IssueOrder{1});
   EXPECT_EQ(compareFingerprints(0, a, 1, c).code(), StatusCode::kFingerprintMismatch);
   EXPECT_TRUE(compareFingerprints(0, a, 1, a).isOk());
 }
 
 TEST(FingerprintTest, EqualFingerprintsCompareOk) {
-  const Fingerprint a = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, 3);
-  const Fingerprint b = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, 3);
+  const Fingerprint a = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, IssueOrder{3});
+  const Fingerprint b = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, IssueOrder{3});
   const Status s = compareFingerprints(0, a, 2, b);
   EXPECT_TRUE(s.isOk());
   EXPECT_EQ(s.code(), StatusCode::kOk);
@@ -90,16 +186,16 @@ struct MismatchCase {
 };
 
 TEST(FingerprintTest, EveryDifferingFieldIsAMismatchNamingBothSides) {
-  const Fingerprint mine = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, 3);
+  const Fingerprint mine = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, IssueOrder{3});
   const std::string mineText = "{allreduce op=sum dtype=f32 count=100 seq=3}";
   const MismatchCase cases[] = {
-      {"op", makeAllreduceFingerprint(ReduceOp::kMax, DataType::kFloat32, 100, 3),
+      {"op", makeAllreduceFingerprint(ReduceOp::kMax, DataType::kFloat32, 100, IssueOrder{3}),
        "{allreduce op=max dtype=f32 count=100 seq=3}"},
-      {"dtype", makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat16, 100, 3),
+      {"dtype", makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat16, 100, IssueOrder{3}),
        "{allreduce op=sum dtype=f16 count=100 seq=3}"},
-      {"count", makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 99, 3),
+      {"count", makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 99, IssueOrder{3}),
        "{allreduce op=sum dtype=f32 count=99 seq=3}"},
-      {"seq", makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, 4),
+      {"seq", makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, IssueOrder{4}),
        "{allreduce op=sum dtype=f32 count=100 seq=4}"},
   };
   for (const MismatchCase& c : cases) {
@@ -120,7 +216,7 @@ TEST(FingerprintTest, EveryDifferingFieldIsAMismatchNamingBothSides) {
 }
 
 TEST(FingerprintTest, FlagsAndCollectiveDifferencesAreMismatches) {
-  const Fingerprint mine = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, 3);
+  const Fingerprint mine = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, IssueOrder{3});
   Fingerprint invalid = mine;
   invalid.flags = kFingerprintInvalidInput;
   Status s = compareFingerprints(1, mine, 3, invalid);
@@ -142,9 +238,9 @@ TEST(FingerprintTest, FlagsAndCollectiveDifferencesAreMismatches) {
 
   // Broadcast's root is part of it, and named.
   const Fingerprint b0 =
-      makeFingerprint(CollectiveKind::kBroadcast, ReduceOp::kSum, DataType::kInt32, 8, 0, 2);
+      makeFingerprint(CollectiveKind::kBroadcast, ReduceOp::kSum, DataType::kInt32, 8, 0, IssueOrder{2});
   const Fingerprint b1 =
-      makeFingerprint(CollectiveKind::kBroadcast, ReduceOp::kSum, DataType::kInt32, 8, 1, 2);
+      makeFingerprint(CollectiveKind::kBroadcast, ReduceOp::kSum, DataType::kInt32, 8, 1, IssueOrder{2});
   s = compareFingerprints(0, b0, 2, b1);
   EXPECT_EQ(s.code(), StatusCode::kFingerprintMismatch);
   EXPECT_TRUE(contains(s.message(),
@@ -154,7 +250,7 @@ TEST(FingerprintTest, FlagsAndCollectiveDifferencesAreMismatches) {
 }
 
 TEST(FingerprintTest, InvalidOpOrDtypeByteIsDescribedAsInvalid) {
-  Fingerprint f = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 8, 1);
+  Fingerprint f = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 8, IssueOrder{1});
   f.op = 9;  // one past kPremulSum (premul_sum handles never go on the wire)
   EXPECT_EQ(describeFingerprint(f), "{allreduce op=invalid dtype=f32 count=8 seq=1}");
   f.op = 0xFF;
@@ -165,15 +261,15 @@ TEST(FingerprintTest, InvalidOpOrDtypeByteIsDescribedAsInvalid) {
   f.dtype = 200;
   EXPECT_EQ(describeFingerprint(f), "{allreduce op=prod dtype=invalid count=8 seq=1}");
 
-  const Status s =
-      compareFingerprints(0, makeAllreduceFingerprint(ReduceOp::kProd, DataType::kFloat32, 8, 1), 1, f);
+  const Status s = compareFingerprints(
+      0, makeAllreduceFingerprint(ReduceOp::kProd, DataType::kFloat32, 8, IssueOrder{1}), 1, f);
   EXPECT_EQ(s.code(), StatusCode::kFingerprintMismatch);
   EXPECT_TRUE(contains(s.message(), "rank 1 has {allreduce op=prod dtype=invalid count=8 seq=1}"))
       << s.message();
 }
 
 TEST(FingerprintTest, BadMagicIsMalformed) {
-  const Fingerprint mine = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, 3);
+  const Fingerprint mine = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 100, IssueOrder{3});
   Fingerprint bad = mine;
   bad.magic = 0;
   EXPECT_EQ(describeFingerprint(bad), "{malformed fingerprint}");

@@ -66,8 +66,8 @@ TEST(StallBlame, ALateRankIsNamedByEveryRankAndByItself) {
     if (r == 2) std::this_thread::sleep_for(std::chrono::milliseconds(1100));
     Counters c;
     const CollectiveContext ctx = testing::contextFor(transports[size_t(r)].get(), &o, &c);
-    got[size_t(r)] =
-        exchangeFingerprints(ctx, makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 8, 0));
+    got[size_t(r)] = exchangeFingerprints(
+        ctx, makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 8, IssueOrder{0}));
   });
   for (int r = 0; r < n; ++r) {
     const Status& st = got[size_t(r)];
@@ -97,8 +97,8 @@ TEST(StallBlame, RanksWaitingOnEachOtherSayTheCulpritIsUnknown) {
   testing::runRanks(n, [&](int r) {
     Counters c;
     const CollectiveContext ctx = testing::contextFor(transports[size_t(r)].get(), &o, &c);
-    got[size_t(r)] =
-        exchangeFingerprints(ctx, makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 8, 0));
+    got[size_t(r)] = exchangeFingerprints(
+        ctx, makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 8, IssueOrder{0}));
   });
   EXPECT_TRUE(got[1].isOk()) << got[1].toString();
   for (int r : {0, 2}) {

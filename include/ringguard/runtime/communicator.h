@@ -49,7 +49,13 @@ class Work {
 // every check passing: each rank sends and receives exactly what the matched collective describes, so no
 // fingerprint, CRC or verdict can tell (NCCL and gloo behave alike). Collectives of different shapes fail
 // instead, with kFingerprintMismatch on every rank. Issue one communicator's collectives from one thread,
-// or in one order on every rank (e.g. under a mutex held across the issue calls).
+// or in one order on every rank (e.g. under a mutex held across the issue calls), or give each issuing
+// thread an issue lane (ringguard/core/issue_lane.h): every call reads the calling thread's lane when it
+// enqueues, and the collective's fingerprint carries it with the lane's own number on this communicator,
+// so the swap above fails on every rank with kFingerprintMismatch naming both lanes ("lane 'prefetch' #0")
+// before any payload moves, and poisons the communicator as any fingerprint mismatch does. sendRecv
+// carries the lane (a message sent in one lane and received in another is the receiver's
+// kInvalidArgument naming both). Lanes are paired across ranks by name.
 class Communicator {
  public:
   // Communicators come from the factories (ringguard/runtime/factories.h, device_factory.h,

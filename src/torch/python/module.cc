@@ -88,6 +88,8 @@ PYBIND11_MODULE(_C, m) {
   ringguardRegisterMemoryBindings(m);
   void ringguardRegisterMpiBindings(py::module_&);  // ringguard._C.mpi_broadcast: mpi_bindings.cc
   ringguardRegisterMpiBindings(m);
+  void ringguardRegisterIssueLaneBindings(py::module_&);  // ringguard._C.IssueLane: issue_lane_bindings.cc
+  ringguardRegisterIssueLaneBindings(m);
 
   m.def("option_names", [] {
     std::vector<std::string> names;

@@ -199,6 +199,17 @@ MpiControlChannel::~MpiControlChannel() {
     // The buffer must outlive a send MPI may still be making: kept, never freed under MPI.
     keepUntilExit(std::make_unique<std::vector<uint8_t>>(std::move(p.buffer)));
   }
+  // A matched receive cannot be withdrawn: one still arriving keeps its buffer, as an abandoned send does.
+  for (PendingRecv& r : recvs_) {
+    int done = 0;
+    MPI_Test(&r.request, &done, MPI_STATUS_IGNORE);
+    if (done) continue;
+    MPI_Request_free(&r.request);
+    keepUntilExit(std::make_unique<std::vector<uint8_t>>(std::move(r.buffer)));
+    noteMpiRequestLeftInFlight("rank " + std::to_string(rank()) + ": a control frame " +
+                               controlTagName(ControlTag(r.tag)) + " from rank " + std::to_string(r.source) +
+                               " was still arriving when the channel closed");
+  }
 }
 
 void MpiControlChannel::reapSends() {
@@ -223,17 +234,44 @@ Status MpiControlChannel::doSend(int peer, ControlTag tag, const void* frame, si
 Status MpiControlChannel::doProbe(int peer, ControlTag tag, std::vector<uint8_t>* frame, int* from,
                                   bool* got) {
   reapSends();
+  *got = false;
+  // A frame still arriving from this (peer, tag) comes first: frames of one (peer, tag) are delivered in
+  // order. A probe of any peer waits for it too (the next frame it could match may be that peer's).
+  for (auto it = recvs_.begin(); it != recvs_.end(); ++it) {
+    if (it->tag != int(tag) || (peer >= 0 && it->source != peer)) continue;
+    int done = 0;
+    RINGGUARD_MPI_CHECK(MPI_Test(&it->request, &done, MPI_STATUS_IGNORE));
+    if (!done) return Status::ok();
+    *frame = std::move(it->buffer);
+    *from = it->source;
+    recvs_.erase(it);
+    *got = true;
+    return Status::ok();
+  }
   int flag = 0;
   MPI_Message handle;
   MPI_Status st;
   RINGGUARD_MPI_CHECK(MPI_Improbe(peer < 0 ? MPI_ANY_SOURCE : peer, int(tag), comm_, &flag, &handle, &st));
-  *got = flag != 0;
   if (!flag) return Status::ok();
   int count = 0;
   RINGGUARD_MPI_CHECK(MPI_Get_count(&st, MPI_BYTE, &count));
-  frame->resize(size_t(count));
-  RINGGUARD_MPI_CHECK(MPI_Mrecv(frame->data(), count, MPI_BYTE, &handle, MPI_STATUS_IGNORE));
-  *from = st.MPI_SOURCE;
+  // Not MPI_Mrecv: it blocks until the whole message is in, which for a message past the eager limit
+  // takes the sender's progress (a stopped peer: forever, with no deadline and no abort).
+  recvs_.push_back(
+      PendingRecv{MPI_REQUEST_NULL, std::vector<uint8_t>(size_t(count)), st.MPI_SOURCE, int(tag)});
+  PendingRecv& r = recvs_.back();
+  const int rc = MPI_Imrecv(r.buffer.data(), count, MPI_BYTE, &handle, &r.request);
+  if (rc != MPI_SUCCESS) {
+    recvs_.pop_back();
+    return mpiStatus(rc, "MPI_Imrecv", __FILE__, __LINE__);
+  }
+  int done = 0;
+  RINGGUARD_MPI_CHECK(MPI_Test(&r.request, &done, MPI_STATUS_IGNORE));
+  if (!done) return Status::ok();  // the caller polls again, within its deadline
+  *frame = std::move(r.buffer);
+  *from = r.source;
+  recvs_.pop_back();
+  *got = true;
   return Status::ok();
 }
 

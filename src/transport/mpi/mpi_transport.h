@@ -46,6 +46,17 @@ class MpiControlChannel final : public ControlChannel {
     std::vector<uint8_t> buffer;
   };
   std::deque<PendingSend> sends_;
+  // Frames matched by MPI_Improbe whose MPI_Imrecv has not completed (a message larger than the eager
+  // limit needs its sender's progress, which a stopped peer never makes): doProbe reports nothing from
+  // that (peer, tag) until the frame is in, so the caller's wait (pollUntil: its deadline, peers' errors,
+  // abort) bounds it instead of a blocking MPI_Mrecv. Touched under the channel's probe lock only.
+  struct PendingRecv {
+    MPI_Request request;
+    std::vector<uint8_t> buffer;
+    int source;
+    int tag;
+  };
+  std::deque<PendingRecv> recvs_;
 };
 
 class MpiTransport final : public Transport {
