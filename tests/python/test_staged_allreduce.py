@@ -61,9 +61,10 @@ def _want(dt, op, count, salt, size):
     return torch.div(s, size, rounding_mode="trunc").to(dt)
 
 
-def _all_reduce_checked(ctx, dt, op, count, salt):
-    """One dist.all_reduce of this rank's payload on ctx.device, checked against the closed form."""
-    t = _payload(dt, count, ctx.rank, salt).to(ctx.device)
+def _all_reduce_checked(ctx, dt, op, count, salt, device=None):
+    """One dist.all_reduce of this rank's payload on `device` (default ctx.device), checked against the
+    closed form."""
+    t = _payload(dt, count, ctx.rank, salt).to(device or ctx.device)
     dist.all_reduce(t, op=_op(op))
     got = t.cpu()
     assert _same_bits(got, _want(dt, op, count, salt, ctx.size)), f"all_reduce {op} {dt} n={count}"
@@ -73,13 +74,15 @@ def _all_reduce_checked(ctx, dt, op, count, salt):
 COALESCED = [(torch.float32, 1001), (torch.int64, 0), (torch.bfloat16, 3 * CHUNK_BYTES + 77), (torch.uint8, 5)]
 
 
-def _coalesced_checked(ctx, salt):
-    """The backend's allreduce_coalesced (mixed dtypes and sizes, as torch's coalescing manager issues them),
-    checked against the closed form; returns the results and how many tensors it reduced."""
-    ts = [_payload(dt, n, ctx.rank, salt + i).to(ctx.device) for i, (dt, n) in enumerate(COALESCED)]
+def _coalesced_checked(ctx, salt, device=None):
+    """The backend's allreduce_coalesced (mixed dtypes and sizes, as torch's coalescing manager issues them)
+    on `device` (default ctx.device), checked against the closed form; returns the results and how many
+    tensors it reduced."""
+    device = device or ctx.device
+    ts = [_payload(dt, n, ctx.rank, salt + i).to(device) for i, (dt, n) in enumerate(COALESCED)]
     opts = dist.AllreduceCoalescedOptions()
     opts.reduceOp = dist.ReduceOp.SUM
-    dist.distributed_c10d._get_default_group()._get_backend(torch.device(ctx.device)).allreduce_coalesced(
+    dist.distributed_c10d._get_default_group()._get_backend(torch.device(device)).allreduce_coalesced(
         ts, opts).wait()
     got = [t.cpu() for t in ts]
     for i, ((dt, n), g) in enumerate(zip(COALESCED, got)):
@@ -116,8 +119,8 @@ def _(ctx):
         for op in OPS:
             if _applies(dt, op):
                 for count in COUNTS:
-                    _all_reduce_checked(ctx, dt, op, count, 5)
-    _coalesced_checked(ctx, 40)
+                    _all_reduce_checked(ctx, dt, op, count, 5, device="cpu")
+    _coalesced_checked(ctx, 40, device="cpu")
     assert policy.staged_all_reduces() == 0, policy.staged_all_reduces()
     return {"staged": policy.staged_all_reduces()}
 
