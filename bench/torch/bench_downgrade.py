@@ -278,18 +278,25 @@ def gpt_child(mode: str, steps: int, batch: int) -> dict:
     return out
 
 
+def run_child(kind: str, mode: str, *args: str):
+    """This script in a fresh process (`--<kind>-child mode args...`); its last stdout line, parsed, or None
+    (a FAIL line) when it failed."""
+    r = subprocess.run([sys.executable, os.path.abspath(__file__), f"--{kind}-child", mode, *args],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        print(r.stdout[-2000:], r.stderr[-4000:])
+        check(f"{kind} child '{mode}' ran", False, f"exit {r.returncode}")
+        return None
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def bench_gpt(steps: int, batch: int):
     print(f"gpt: a training step under induced fragmentation (batch {batch}), without and with the engine")
     rows = {}
     for mode in ("cudnn", "flash", "engine"):
-        r = subprocess.run([sys.executable, os.path.abspath(__file__), "--gpt-child", mode, "--steps", str(steps),
-                            "--batch", str(batch)],
-                           capture_output=True, text=True, timeout=600)
-        if r.returncode != 0:
-            print(r.stdout[-2000:], r.stderr[-4000:])
-            check(f"gpt child '{mode}' ran", False, f"exit {r.returncode}")
+        row = run_child("gpt", mode, "--steps", str(steps), "--batch", str(batch))
+        if row is None:
             continue
-        row = json.loads(r.stdout.strip().splitlines()[-1])
         rows[mode] = row
         print(f"    {mode:6s}: attention {row['attention']:13s} step {row['step_ms_median']:.2f} ms, peak reserved "
               f"{row['peak_reserved_mib']:.0f} MiB (allocated {row['peak_allocated_mib']:.0f}), retries "
@@ -429,14 +436,9 @@ def bench_oom(steps: int, batch: int, layers: int):
           "a plain step needs, without and with the engine (gpt_blocks: plain -> checkpointed)")
     rows = {}
     for mode in ("plain", "engine"):
-        r = subprocess.run([sys.executable, os.path.abspath(__file__), "--oom-child", mode, "--steps", str(steps),
-                            "--batch", str(batch), "--layers", str(layers)],
-                           capture_output=True, text=True, timeout=600)
-        if r.returncode != 0:
-            print(r.stdout[-2000:], r.stderr[-4000:])
-            check(f"oom child '{mode}' ran", False, f"exit {r.returncode}")
+        row = run_child("oom", mode, "--steps", str(steps), "--batch", str(batch), "--layers", str(layers))
+        if row is None:
             continue
-        row = json.loads(r.stdout.strip().splitlines()[-1])
         rows[mode] = row
         print(f"    {mode:6s}: P {row['plain_step_growth_mib']:.0f} MiB, C {row['checkpointed_step_growth_mib']:.0f} MiB, "
               f"free {row['free_device_mib']:.0f} MiB, holes {row['holes_mib']:.0f} MiB (fragmentation "
