@@ -10,6 +10,7 @@
 
 #include "ringguard/policy/communicator_agreement.h"
 #include "ringguard/policy/engine.h"
+#include "ringguard/policy/rules.h"
 #include "test_util.h"
 
 namespace ringguard {
@@ -107,6 +108,52 @@ TEST(PolicyAgreement, EveryRankSwitchesAtTheSameStepAndSequenceNumber) {
   // The local family followed each rank's own signal.
   EXPECT_EQ(engine.current("attention"), rank % 2 == 1 ? "lean" : "fast");
   EXPECT_EQ(engine.counters().agreements, static_cast<uint64_t>(kSteps));
+}
+
+// The shipped rules' allreduce transport choice: only the last rank's device pool fragments (steps 55-59,
+// after the initial choice's 50-step dwell), yet every rank moves all_reduce to staged_chunked at step 55
+// and at the same collective number, and back to the ring once the fragmentation is gone and the 50-step
+// dwell has passed; all_gather (no PCIe signal) stays on the ring.
+TEST(PolicyAgreement, TheDefaultAllReduceRuleSwitchesEveryRankTogether) {
+  const int rank = worldRank(), size = worldSize();
+  auto comm = makeComm(Options{});
+  PolicyRules r;
+  ASSERT_TRUE(parseRules(defaultRulesJson(), "default rules", "", &r).isOk());
+  PolicyEngine engine(r);
+  engine.setAgreement(communicatorAgreement(comm.get()));
+  std::vector<long long> switches;  // (step, collective number) per all_reduce decision
+  size_t seen = 0;
+  for (int step = 0; step < 120; ++step) {
+    Sample s;
+    s.timeNs = int64_t{step} * 1000000;
+    const bool fragmented = rank == size - 1 && step >= 55 && step < 60;
+    s.signals.push_back(
+        Signal::present("pool.device.fragmentation", fragmented ? 0.8 : 0.05, "fraction", "test"));
+    ASSERT_TRUE(engine.onStep(s).isOk());
+    const std::vector<PolicyDecision> d = engine.decisions();
+    for (; seen < d.size(); ++seen) {
+      if (d[seen].family != "all_reduce") continue;
+      EXPECT_TRUE(d[seen].agreed);
+      switches.push_back(static_cast<long long>(d[seen].step));
+      switches.push_back(static_cast<long long>(comm->counters().collectives));
+    }
+  }
+  std::vector<std::string> mine;
+  for (const PolicyDecision& d : engine.decisions()) {
+    if (d.family == "all_reduce") mine.push_back(std::to_string(d.step) + ":" + d.from + "->" + d.to);
+  }
+  EXPECT_EQ(mine,
+            (std::vector<std::string>{"0:->ring", "55:ring->staged_chunked", "105:staged_chunked->ring"}));
+  EXPECT_EQ(engine.current("all_gather"), "ring");
+  const int n = static_cast<int>(switches.size());
+  std::vector<long long> all(static_cast<size_t>(n) * static_cast<size_t>(size));
+  MPI_Allgather(switches.data(), n, MPI_LONG_LONG, all.data(), n, MPI_LONG_LONG, MPI_COMM_WORLD);
+  for (int q = 0; q < size; ++q) {
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(all[static_cast<size_t>(q * n + i)], switches[static_cast<size_t>(i)])
+          << "rank " << q << " entry " << i;
+    }
+  }
 }
 
 TEST(PolicyAgreement, DifferentRulesAreAnErrorOnEveryRank) {
