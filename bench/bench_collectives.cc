@@ -12,6 +12,11 @@
 // (ringguard_vs_mpi_staged); over NCCL (2+ GPUs) it is the matching NCCL collective on the same buffers
 // (ringguard_vs_nccl). Every row checks both results against each other and reports the control frames
 // each verified collective sent (ctl/coll, this rank's).
+//
+// --staged-chunk BYTES (with -D, allreduce or allgather): ringguard's side is the downgrade engine's
+// `staged_chunked` variant instead of the device ring: stagedAllreduce / stagedAllgather, the buffers staged
+// BYTES at a time through pinned host memory and reduced or gathered by a host (MPI) communicator's verified
+// ring (docs/DOWNGRADE.md). The peer is the same.
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -23,6 +28,11 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "ringguard/runtime/staged_allgather.h"
+#include "ringguard/runtime/staged_allreduce.h"
+#if RINGGUARD_BENCH_DEVICE
+#include "ringguard/runtime/device_stager.h"
+#endif
 
 using namespace ringguard;
 using namespace ringguard::bench;
@@ -179,6 +189,10 @@ int main(int argc, char** argv) {
   BenchArgs args;
   app.add_option("-o,--op", opName, "allreduce, reduce_scatter, allgather, broadcast, alltoall or sendrecv");
   args.addTo(app, "device buffers (CUDA builds): against copy + MPI + copy, or NCCL");
+  std::string stagedChunk;
+  app.add_option("--staged-chunk", stagedChunk,
+                 "with -D, allreduce or allgather: run the staged_chunked variant (chunks of this many bytes "
+                 "through pinned host memory and a host communicator) instead of the device ring");
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0, size = 0;
@@ -189,6 +203,10 @@ int main(int argc, char** argv) {
                            [&] {
                              if (!parseOp(opName, &op))
                                throw CLI::ValidationError("--op", "'" + opName + "' is not a collective");
+                             if (!stagedChunk.empty() &&
+                                 (!args.device || (op != Op::kAllreduce && op != Op::kAllgather)))
+                               throw CLI::ValidationError("--staged-chunk",
+                                                          "needs -D and -o allreduce or -o allgather");
                            });
       rc >= 0) {
     return rc;
@@ -201,6 +219,23 @@ int main(int argc, char** argv) {
   const bool device = args.device;
   std::unique_ptr<Communicator> comm = benchCommunicator(args, options);
   if (!comm) return 2;
+  // The staged_chunked variant: a host communicator and a device stager (the c10d backend keeps the same pair).
+  const size_t chunkBytes = stagedChunk.empty() ? 0 : parseBytes(stagedChunk);
+  std::unique_ptr<Communicator> host;
+#if RINGGUARD_BENCH_DEVICE
+  std::unique_ptr<cuda::DeviceStager> stager;
+  if (chunkBytes > 0) {
+    int gpu = 0;
+    BENCH_CUDA(cudaGetDevice(&gpu));
+    Status made = mpi::createCommunicator(options, &host);
+    if (made.isOk()) made = cuda::makeDeviceStager(gpu, &stager);
+    if (!made.isOk()) {
+      fprintf(stderr, "rank %d: %s\n", rank, made.toString().c_str());
+      MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+  }
+#endif
+  Communicator& counted = host ? *host : *comm;  // the communicator whose counters the rows report
   void* stream = nullptr;
 #if RINGGUARD_BENCH_DEVICE
   cudaStream_t cudaStream = nullptr;
@@ -217,9 +252,10 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     printf(
         "# ringguard bench_collectives: op=%s np=%d dtype=%s slice=%zu slots=%d iters=%d warmup=%d memory=%s "
-        "transport=%s peer=%s\n",
-        opName.c_str(), size, dataTypeName(dtype), comm->options().sliceBytes, comm->options().slots, iters,
-        warmup, device ? "device" : "host", comm->transportName(), peer);
+        "transport=%s peer=%s path=%s\n",
+        opName.c_str(), size, dataTypeName(dtype), counted.options().sliceBytes, counted.options().slots,
+        iters, warmup, device ? "device" : "host", counted.transportName(), peer,
+        host ? ("staged_chunked chunk=" + std::to_string(chunkBytes)).c_str() : "ring");
     printf(
         "# busbw = algbw * (nccl-tests factor %.3f). ratio = peer time / ringguard time (> 1: ringguard "
         "faster). ctl/coll: control frames sent per collective (rank 0)\n",
@@ -249,7 +285,7 @@ int main(int argc, char** argv) {
       }
     };
     double tRg = 0, tPeer = 0;
-    const Counters before = comm->counters();
+    const Counters before = counted.counters();
     if (!device) {
       prepareOut(outRg);
       tRg = timeIt(warmup, iters,
@@ -271,7 +307,14 @@ int main(int argc, char** argv) {
       };
       resetOut(outRg);
       tRg = timeIt(warmup, iters, [&] {
-        report(runRingguard(*comm, op, dIn, dOut, s, dtype, stream));
+        if (stager) {
+          stager->setStream(stream);
+          report(op == Op::kAllreduce
+                     ? stagedAllreduce(*host, *stager, dIn, dOut, s.count, dtype, ReduceOp::kSum, chunkBytes)
+                     : stagedAllgather(*host, *stager, dIn, dOut, s.count, dtype, chunkBytes));
+        } else {
+          report(runRingguard(*comm, op, dIn, dOut, s, dtype, stream));
+        }
         BENCH_CUDA(cudaStreamSynchronize(cudaStream));
       });
       BENCH_CUDA(cudaMemcpy(outRg.data(), dOut, outBytes, cudaMemcpyDeviceToHost));
@@ -299,7 +342,7 @@ int main(int argc, char** argv) {
       BENCH_CUDA(cudaFreeHost(pinOut));
     }
 #endif
-    const Counters after = comm->counters();
+    const Counters after = counted.counters();
     // Without fault injection nothing may fail verification: a detection is a real bug or a real bad link.
     const bool clean = after.detected - before.detected == after.injected - before.injected;
     if (!clean) fprintf(stderr, "rank %d: slices failed verification without injection\n", rank);
@@ -320,10 +363,11 @@ int main(int argc, char** argv) {
     }
   }
   if (rank == 0) {
-    printf("# rank 0 counters: %s\n", comm->counters().toString().c_str());
+    printf("# rank 0 counters: %s\n", counted.counters().toString().c_str());
     printf("summary: op=%s bytes=%zu np=%d ringguard_vs_%s=%.3f\n", opName.c_str(), lastBytes, size, peer,
            lastRatio);
   }
+  host.reset();
   comm.reset();
 #if RINGGUARD_BENCH_NCCL
   if (nccl) ncclCommDestroy(nccl);
