@@ -137,9 +137,8 @@ Status mergeMessage(const CollectiveContext& ctx, ControlTag tag, uint32_t round
   if (msg.size() < sizeof(h) || (checkSeq && h.seq != ctx.seq) || h.round != round || h.k != uint32_t(k)) {
     std::ostringstream os;
     os << ctx.name << " seq " << ctx.seq << ": unexpected " << controlTagName(tag) << " message from rank "
-       << from << " (" << msg.size() << " bytes, seq " << h.seq << " round " << h.round
-       << " exchange round " << h.k << "; expected seq " << ctx.seq << " round " << round
-       << " exchange round " << k << ")";
+       << from << " (" << msg.size() << " bytes, seq " << h.seq << " round " << h.round << " exchange round "
+       << h.k << "; expected seq " << ctx.seq << " round " << round << " exchange round " << k << ")";
     return Status(StatusCode::kTransportError, os.str());
   }
   return merge(from, msg.data() + sizeof(h), msg.size() - sizeof(h));

@@ -70,10 +70,10 @@ int exchangeRounds(int nranks);       // sequential rounds of an exchange: 1 whe
                                       // disseminationRounds
 
 // Round k's message is made by `summary()` (called once per round, after the merges of the rounds before;
-// once in a one-round exchange) and each one received is handed to `merge(from, body, bytes)`. Every message carries (ctx.seq, `round`,
-// k); one that does not match is a kTransportError naming the peer, except that the seq is not compared
-// when !checkSeq (fingerprints: ranks at different sequence numbers are a fingerprint mismatch, which the
-// summary reports). `what(peer)` names what a timeout was waiting for.
+// once in a one-round exchange) and each one received is handed to `merge(from, body, bytes)`. Every message
+// carries (ctx.seq, `round`, k); one that does not match is a kTransportError naming the peer, except that
+// the seq is not compared when !checkSeq (fingerprints: ranks at different sequence numbers are a fingerprint
+// mismatch, which the summary reports). `what(peer)` names what a timeout was waiting for.
 Status disseminate(const CollectiveContext& ctx, ControlTag tag, uint32_t round, bool checkSeq,
                    const std::function<std::vector<uint8_t>()>& summary,
                    const std::function<Status(int from, const uint8_t* body, size_t bytes)>& merge,

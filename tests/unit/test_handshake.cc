@@ -171,9 +171,7 @@ std::vector<Status> exchangeWithLiar(int n, int liar, const SliceFailure& bogus,
   return got;
 }
 
-bool sameFailure(const SliceFailure& a, const SliceFailure& b) {
-  return std::memcmp(&a, &b, sizeof(a)) == 0;
-}
+bool sameFailure(const SliceFailure& a, const SliceFailure& b) { return std::memcmp(&a, &b, sizeof(a)) == 0; }
 
 // A rank that receives the forged entry rejects it itself: exactly `rejected` (a kTransportError). It may
 // instead have learned the same rejection from another honest rank's broadcast first (a kPeerError
@@ -239,10 +237,11 @@ TEST(UntrustedPeerTest, OutOfRangeVerdictEntryIsRejectedWithAClearError) {
     f.sender = 2;
     const std::vector<Status> route = exchangeWithLiar(n, 1, f, sched, true);
     for (int r : {0, 2}) {
-      expectRejected(route[size_t(r)],
-                     "test seq 4: verdict entry from rank 1 rejected (link 2 -> 1, step 0, slice 1, column 0): " +
-                         bounds.str(),
-                     r);
+      expectRejected(
+          route[size_t(r)],
+          "test seq 4: verdict entry from rank 1 rejected (link 2 -> 1, step 0, slice 1, column 0): " +
+              bounds.str(),
+          r);
     }
     // The same entry with a correct route passes and every rank holds it, and only it.
     f.sender = 0;

@@ -81,7 +81,8 @@ TEST(StallBlame, ALateRankIsNamedByEveryRankAndByItself) {
     for (int r = 0; r < n; ++r) {
       const Status& st = got[size_t(r)];
       EXPECT_EQ(st.code(), StatusCode::kTimeout) << "rank " << r << ": " << st.toString();
-      EXPECT_TRUE(contains(st, lateName + " stopped making progress")) << "rank " << r << ": " << st.toString();
+      EXPECT_TRUE(contains(st, lateName + " stopped making progress"))
+          << "rank " << r << ": " << st.toString();
       EXPECT_TRUE(contains(st, r == lateRank ? lateName + " (this rank) joined the collective "
                                              : lateName + " joined the collective "))
           << "rank " << r << ": " << st.toString();
@@ -116,8 +117,9 @@ std::vector<Status> fingerprintsDropping(int n, const std::function<bool(int fro
 // `st` is the timeout of a rank in a loop of waits that names no one, its own wait on `peer`.
 void expectUnknown(const Status& st, int r, int peer) {
   EXPECT_EQ(st.code(), StatusCode::kTimeout) << "rank " << r << ": " << st.toString();
-  EXPECT_TRUE(contains(st, "the ranks wait on each other; the rank that stopped making progress is unknown (rank " +
-                               std::to_string(peer) + ", or a rank it was waiting on)"))
+  EXPECT_TRUE(
+      contains(st, "the ranks wait on each other; the rank that stopped making progress is unknown (rank " +
+                       std::to_string(peer) + ", or a rank it was waiting on)"))
       << "rank " << r << ": " << st.toString();
   EXPECT_FALSE(contains(st, "stopped making progress:") || contains(st, "made no progress"))
       << "rank " << r << ": " << st.toString();
@@ -127,19 +129,21 @@ void expectUnknown(const Status& st, int r, int peer) {
 // waits on the other, both alive: neither can know which one stopped, each says so, and neither is blamed.
 // Rank 1 has both its messages and completes.
 TEST(StallBlame, RanksWaitingOnEachOtherSayTheCulpritIsUnknown) {
-  const std::vector<Status> got =
-      fingerprintsDropping(3, [](int from, int to) { return (from == 2 && to == 0) || (from == 0 && to == 2); });
+  const std::vector<Status> got = fingerprintsDropping(
+      3, [](int from, int to) { return (from == 2 && to == 0) || (from == 0 && to == 2); });
   EXPECT_TRUE(got[1].isOk()) << got[1].toString();
   expectUnknown(got[0], 0, 2);
   expectUnknown(got[2], 2, 0);
   // Each waits on the other directly (no relay); each either timed out itself or was told by the other.
-  EXPECT_TRUE(contains(got[0], "test seq 0: timed out after 1000 ms on rank 0 waiting for the fingerprint "
-                               "summary from rank 2; rank 2 was waiting ") ||
+  EXPECT_TRUE(contains(got[0],
+                       "test seq 0: timed out after 1000 ms on rank 0 waiting for the fingerprint "
+                       "summary from rank 2; rank 2 was waiting ") ||
               contains(got[0], "test seq 0: rank 0 was waiting "))
       << got[0].toString();
   EXPECT_TRUE(contains(got[0], " ms for the fingerprint summary from rank 0")) << got[0].toString();
-  EXPECT_TRUE(contains(got[2], "test seq 0: timed out after 1000 ms on rank 2 waiting for the fingerprint "
-                               "summary from rank 0; rank 0 was waiting ") ||
+  EXPECT_TRUE(contains(got[2],
+                       "test seq 0: timed out after 1000 ms on rank 2 waiting for the fingerprint "
+                       "summary from rank 0; rank 0 was waiting ") ||
               contains(got[2], "test seq 0: rank 2 was waiting "))
       << got[2].toString();
   EXPECT_TRUE(contains(got[2], " ms for the fingerprint summary from rank 2")) << got[2].toString();
@@ -150,7 +154,8 @@ TEST(StallBlame, RanksWaitingOnEachOtherSayTheCulpritIsUnknown) {
 // rank 2 waits on rank 0 in round 1, rank 1 on rank 2 in round 2: each follows the reports into the loop
 // 0 -> 4 -> 0 and names no one. Rank 3 has every message it needs and completes.
 TEST(StallBlame, RanksWaitingOnEachOtherThroughTheRelaySayTheCulpritIsUnknown) {
-  const std::vector<Status> got = fingerprintsDropping(5, [](int from, int to) { return from == 4 && to == 0; });
+  const std::vector<Status> got =
+      fingerprintsDropping(5, [](int from, int to) { return from == 4 && to == 0; });
   EXPECT_TRUE(got[3].isOk()) << got[3].toString();
   expectUnknown(got[0], 0, 4);
   expectUnknown(got[4], 4, 0);
@@ -172,7 +177,8 @@ TEST(StallBlame, RanksWaitingOnEachOtherThroughTheRelaySayTheCulpritIsUnknown) {
 // documented limit ("Errors, timeouts, poisoning"): a rank that finished is named when another rank still
 // waits on it, which means a message of it is missing.
 TEST(StallBlame, ALostFrameInOneRoundNamesItsSender) {
-  const std::vector<Status> got = fingerprintsDropping(3, [](int from, int to) { return from == 2 && to == 0; });
+  const std::vector<Status> got =
+      fingerprintsDropping(3, [](int from, int to) { return from == 2 && to == 0; });
   EXPECT_TRUE(got[1].isOk()) << got[1].toString();
   EXPECT_TRUE(got[2].isOk()) << got[2].toString();
   EXPECT_EQ(got[0].code(), StatusCode::kTimeout) << got[0].toString();
