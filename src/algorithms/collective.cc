@@ -40,13 +40,6 @@ uint32_t millis(Clock::duration d) {
       std::min<int64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(d).count(), UINT32_MAX));
 }
 
-Status peerErrorIfAny(const CollectiveContext& ctx) {
-  PeerError e;
-  bool got = false;
-  RINGGUARD_RETURN_IF_ERROR(takePeerError(ctx, &e, &got));
-  return got ? peerErrorStatus(e) : Status::ok();
-}
-
 template <typename T>
 void append(std::vector<uint8_t>* out, const T& v) {
   const auto* p = reinterpret_cast<const uint8_t*>(&v);
@@ -129,17 +122,67 @@ int disseminationRounds(int nranks) {
   return k;
 }
 
+bool exchangeInOneRound(int nranks) { return nranks >= 2 && nranks - 1 <= disseminationRounds(nranks); }
+
+int exchangeRounds(int nranks) { return exchangeInOneRound(nranks) ? 1 : disseminationRounds(nranks); }
+
+namespace {
+
+// Checks the header of a message received in exchange round k and hands its body to `merge`.
+Status mergeMessage(const CollectiveContext& ctx, ControlTag tag, uint32_t round, bool checkSeq, int k,
+                    int from, const std::vector<uint8_t>& msg,
+                    const std::function<Status(int from, const uint8_t* body, size_t bytes)>& merge) {
+  DisseminationHeader h{};
+  if (msg.size() >= sizeof(h)) std::memcpy(&h, msg.data(), sizeof(h));
+  if (msg.size() < sizeof(h) || (checkSeq && h.seq != ctx.seq) || h.round != round || h.k != uint32_t(k)) {
+    std::ostringstream os;
+    os << ctx.name << " seq " << ctx.seq << ": unexpected " << controlTagName(tag) << " message from rank "
+       << from << " (" << msg.size() << " bytes, seq " << h.seq << " round " << h.round << " exchange round "
+       << h.k << "; expected seq " << ctx.seq << " round " << round << " exchange round " << k << ")";
+    return Status(StatusCode::kTransportError, os.str());
+  }
+  return merge(from, msg.data() + sizeof(h), msg.size() - sizeof(h));
+}
+
+}  // namespace
+
 Status disseminate(const CollectiveContext& ctx, ControlTag tag, uint32_t round, bool checkSeq,
                    const std::function<std::vector<uint8_t>()>& summary,
                    const std::function<Status(int from, const uint8_t* body, size_t bytes)>& merge,
                    const std::function<std::string(int peer)>& what) {
   ControlChannel* control = ctx.transport->control();
   const int n = ctx.transport->size(), me = ctx.transport->rank();
-  const int rounds = disseminationRounds(n);
+  const int rounds = exchangeRounds(n);
   trace::Span span(trace::Kind::kControl, controlTagName(tag), ctx.track, ctx.seq);
   span.event().a = rounds;
   span.event().b = int32_t(round);
   std::vector<uint8_t> msg;
+  if (exchangeInOneRound(n)) {
+    // N <= 3: one round to every peer costs no more frames than the dissemination (N - 1 <= ceil(log2 N))
+    // and one sequential latency instead of ceil(log2 N). Every message carries only its sender's own
+    // summary and exchange round 0; each (sender, receiver, tag) still carries one frame per exchange.
+    // Every wait is on the sender itself (no relay), so no slack: the rank that waits on a stalled one
+    // times out and names it directly.
+    std::vector<uint8_t> out;
+    append(&out, DisseminationHeader{ctx.seq, round, 0});
+    const std::vector<uint8_t> body = summary();
+    out.insert(out.end(), body.begin(), body.end());
+    for (int d = 1; d < n; ++d) {
+      RINGGUARD_RETURN_IF_ERROR(control->send((me + d) % n, tag, out.data(), out.size(), ctx.counters));
+    }
+    for (int d = 1; d < n; ++d) {
+      const int from = (me - d + n) % n;
+      RINGGUARD_RETURN_IF_ERROR(pollUntil(
+          ctx,
+          [&](bool* done) {
+            int src = -1;
+            return control->probe(from, tag, &msg, &src, done, ctx.injector, ctx.counters);
+          },
+          [&] { return what(from); }, from));
+      RINGGUARD_RETURN_IF_ERROR(mergeMessage(ctx, tag, round, checkSeq, 0, from, msg, merge));
+    }
+    return Status::ok();
+  }
   // Round k's sender sends only after its own rounds < k: a chain of waits on a stalled rank has strictly
   // decreasing rounds and ends at a rank that waits on the stalled one itself. A quarter of the timeout of
   // slack per round lets that rank time out first and broadcast the stalled rank's name, so every rank
@@ -161,17 +204,7 @@ Status disseminate(const CollectiveContext& ctx, ControlTag tag, uint32_t round,
           return control->probe(from, tag, &msg, &src, done, ctx.injector, ctx.counters);
         },
         [&] { return what(from); }, from));
-    DisseminationHeader h{};
-    if (msg.size() >= sizeof(h)) std::memcpy(&h, msg.data(), sizeof(h));
-    if (msg.size() < sizeof(h) || (checkSeq && h.seq != ctx.seq) || h.round != round || h.k != uint32_t(k)) {
-      std::ostringstream os;
-      os << ctx.name << " seq " << ctx.seq << ": unexpected " << controlTagName(tag) << " message from rank "
-         << from << " (" << msg.size() << " bytes, seq " << h.seq << " round " << h.round
-         << " exchange round " << h.k << "; expected seq " << ctx.seq << " round " << round
-         << " exchange round " << k << ")";
-      return Status(StatusCode::kTransportError, os.str());
-    }
-    RINGGUARD_RETURN_IF_ERROR(merge(from, msg.data() + sizeof(h), msg.size() - sizeof(h)));
+    RINGGUARD_RETURN_IF_ERROR(mergeMessage(ctx, tag, round, checkSeq, k, from, msg, merge));
   }
   return Status::ok();
 }
@@ -246,8 +279,26 @@ Status exchangeFingerprints(const CollectiveContext& ctx, const Fingerprint& min
     std::memcpy(&b, d.diff.data(), sizeof(b));
     RINGGUARD_RETURN_IF_ERROR(compareFingerprints(d.lowRank, a, d.diffRank, b));
   }
-  // A peer that already failed (e.g. timed out waiting for this rank) must stop us before payload moves.
-  return peerErrorIfAny(ctx);
+  // A peer that already failed must stop us before payload moves. A peer whose wait timed out (a report)
+  // was waiting on a rank of this exchange, maybe on this one, which then joined late: it had every
+  // summary when it came (always the case in a one-round exchange, whose messages are all sent first).
+  // Follow the reports as a wait would, so that this rank names the rank that stopped (itself when it was
+  // late: "rank 2 (this rank) joined the collective ...") and its own report lets the waiting ranks name it.
+  PeerError e;
+  bool got = false;
+  RINGGUARD_RETURN_IF_ERROR(takePeerError(ctx, &e, &got));
+  if (!got) return Status::ok();
+  if (e.kind != ErrorKind::kReport) return peerErrorStatus(e);
+  const auto now = Clock::now();
+  WaitState w;
+  w.peer = e.from;
+  w.what = "rank " + std::to_string(e.from) + " to finish the fingerprint exchange";
+  if (lastPoll.transport == ctx.transport && lastPoll.seq == ctx.seq && lastPoll.name == ctx.name) {
+    const Clock::duration stalled = std::max(lastPoll.stalled, now - lastPoll.at);
+    w.stalledMs = stalled > ctx.options->timeout ? millis(stalled) : 0;
+    w.inCollectiveMs = millis(now - lastPoll.since);
+  }
+  return blameStall(ctx, w, &e);
 }
 
 FailureValidator ringFailureValidator(const RingSchedule& schedule) {

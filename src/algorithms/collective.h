@@ -35,7 +35,7 @@ struct CollectiveContext {
   const std::atomic<bool>* aborted = nullptr;  // set by Communicator::abort: every wait returns kAborted
   // Added to options->timeout by pollUntil. A dissemination round k waits on a rank that may itself wait
   // in an earlier round for a stalled one: its slack lets the rank that waits on the stalled rank directly
-  // time out first and name it (see disseminate).
+  // time out first and name it (see disseminate; a one-round exchange waits only on senders and adds none).
   std::chrono::milliseconds timeoutSlack{0};
   // Set for a collective of every rank (numbered by seq): the error frames of a later collective wait here
   // until this rank reaches it (error_frames.h). Null: every peer error applies at once.
@@ -61,14 +61,19 @@ Status waitFrame(const CollectiveContext& ctx, FrameRequest* req, const std::fun
 
 // Control exchanges cost O(log N) per rank (docs/design/protocol.md, "Control channel"): a dissemination
 // of an idempotent, associative summary in disseminationRounds(N) rounds; in round k each rank sends to
-// rank + 2^k and receives from rank - 2^k. Every rank ends with the summary of all ranks.
+// rank + 2^k and receives from rank - 2^k. Where one round to every peer costs no more frames
+// (N - 1 <= ceil(log2 N): N <= 3) the exchange is that one round instead: each rank sends its summary to
+// every peer, then receives and merges every peer's. Every rank ends with the summary of all ranks.
 int disseminationRounds(int nranks);  // ceil(log2 nranks); 0 for one rank
+bool exchangeInOneRound(int nranks);  // 2 <= nranks <= 3
+int exchangeRounds(int nranks);       // sequential rounds of an exchange: 1 when exchangeInOneRound, else
+                                      // disseminationRounds
 
-// Round k's message is made by `summary()` (called once per round, after the merges of the rounds before)
-// and the one received is handed to `merge(from, body, bytes)`. Every message carries (ctx.seq, `round`,
-// k); one that does not match is a kTransportError naming the peer, except that the seq is not compared
-// when !checkSeq (fingerprints: ranks at different sequence numbers are a fingerprint mismatch, which the
-// summary reports). `what(peer)` names what a timeout was waiting for.
+// Round k's message is made by `summary()` (called once per round, after the merges of the rounds before;
+// once in a one-round exchange) and each one received is handed to `merge(from, body, bytes)`. Every message
+// carries (ctx.seq, `round`, k); one that does not match is a kTransportError naming the peer, except that
+// the seq is not compared when !checkSeq (fingerprints: ranks at different sequence numbers are a fingerprint
+// mismatch, which the summary reports). `what(peer)` names what a timeout was waiting for.
 Status disseminate(const CollectiveContext& ctx, ControlTag tag, uint32_t round, bool checkSeq,
                    const std::function<std::vector<uint8_t>()>& summary,
                    const std::function<Status(int from, const uint8_t* body, size_t bytes)>& merge,

@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "loopback_util.h"
@@ -364,8 +367,9 @@ int ceilLog2(int n) {
   return k;
 }
 
-// Fault-free: a fingerprint dissemination and one verdict dissemination, ceil(log2 N) frames each, per
-// rank per collective; a collective with nothing to move (count 0) exchanges fingerprints only.
+// Fault-free: a fingerprint exchange and one verdict exchange, ceil(log2 N) frames each, per rank per
+// collective (a dissemination; at N <= 3 one round to every peer, N - 1 = ceil(log2 N) frames); a
+// collective with nothing to move (count 0) exchanges fingerprints only.
 TEST(ControlCostTest, FramesPerCollectiveAreTwiceCeilLog2N) {
   for (int n = 1; n <= 8; ++n) {
     Options o;
@@ -393,6 +397,50 @@ TEST(ControlCostTest, FramesPerCollectiveAreTwiceCeilLog2N) {
     });
     EXPECT_EQ(g.comm(0).counters().since(before).controlFrames, uint64_t(k)) << "n=" << n;
     EXPECT_EQ(g.fabric().undeliveredControlFrames(), 0u) << "every frame sent was taken";
+  }
+}
+
+// Rounds per exchange: one at N = 2 and 3 (every peer in one round), ceil(log2 N) from N = 4 on.
+TEST(ControlCostTest, ExchangesAreOneRoundUpToThreeRanks) {
+  for (int n = 1; n <= 9; ++n) {
+    EXPECT_EQ(exchangeInOneRound(n), n == 2 || n == 3) << "n=" << n;
+    EXPECT_EQ(exchangeRounds(n), n == 1 ? 0 : n <= 3 ? 1 : ceilLog2(n)) << "n=" << n;
+  }
+  // On the wire at N = 3: each rank sends one frame to each peer per exchange, all of exchange round 0
+  // (the dissemination would send its frame to rank + 2 in round 1); at N = 4 rounds 0 and 1.
+  for (int n : {3, 4}) {
+    Options o;
+    o.sliceBytes = 256;
+    LoopbackGroup g(n, o);
+    std::mutex mu;
+    std::map<std::tuple<int, int, uint16_t>, std::vector<uint32_t>> rounds;  // (from, to, tag) -> k of each
+    g.fabric().setControlHook([&](int from, int to, ControlTag tag, std::vector<uint8_t>* frame) {
+      if (tag != ControlTag::kFingerprint && tag != ControlTag::kVerdict) return true;
+      uint32_t k = 0;
+      std::memcpy(&k, frame->data() + sizeof(ControlFrameHeader) + 12, 4);  // DisseminationHeader::k
+      std::lock_guard<std::mutex> lock(mu);
+      rounds[{from, to, uint16_t(tag)}].push_back(k);
+      return true;
+    });
+    const size_t count = 1001;
+    g.run([&](int rank, Communicator& c) {
+      std::vector<uint8_t> in = makeInput(DataType::kFloat32, ReduceOp::kSum, rank, count), res(in.size());
+      ASSERT_TRUE(c.allreduce(in.data(), res.data(), count, DataType::kFloat32, ReduceOp::kSum).isOk());
+    });
+    for (int from = 0; from < n; ++from) {
+      for (int to = 0; to < n; ++to) {
+        for (ControlTag tag : {ControlTag::kFingerprint, ControlTag::kVerdict}) {
+          const auto it = rounds.find({from, to, uint16_t(tag)});
+          const int dist = (to - from + n) % n;
+          std::vector<uint32_t> want;
+          if (n == 3 && dist != 0) want = {0};
+          if (n == 4 && dist == 1) want = {0};
+          if (n == 4 && dist == 2) want = {1};
+          EXPECT_EQ(it == rounds.end() ? std::vector<uint32_t>{} : it->second, want)
+              << "n=" << n << " " << from << " -> " << to << " " << controlTagName(tag);
+        }
+      }
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -147,11 +148,14 @@ TEST(HandshakeTest, AMissingPeerIsATimeoutNamingIt) {
 
 // Runs exchangeVerdicts on n ranks where rank `liar` adds `bogus` to its own list (a peer's own list is
 // never checked by itself: it is what the others receive). Errors are broadcast as the communicator does.
+// `globals`, when given, receives every rank's global list.
 std::vector<Status> exchangeWithLiar(int n, int liar, const SliceFailure& bogus, const RingSchedule& sched,
-                                     bool withValidator) {
+                                     bool withValidator,
+                                     std::vector<std::vector<SliceFailure>>* globals = nullptr) {
   auto transports = makeLoopbackTransports(n);
   Options o = quiet();
   std::vector<Status> got{size_t(n)};
+  std::vector<std::vector<SliceFailure>> all(static_cast<size_t>(n));
   runRanks(n, [&](int r) {
     Counters c;
     const CollectiveContext ctx = contextFor(transports[size_t(r)].get(), &o, &c, /*seq=*/4);
@@ -161,47 +165,94 @@ std::vector<Status> exchangeWithLiar(int n, int liar, const SliceFailure& bogus,
         exchangeVerdicts(ctx, 0, mine, &global, withValidator ? ringFailureValidator(sched) : nullptr);
     if (!st.isOk() && st.code() != StatusCode::kPeerError) broadcastError(transports[size_t(r)].get(), st);
     got[size_t(r)] = st;
+    all[size_t(r)] = std::move(global);
   });
+  if (globals != nullptr) *globals = std::move(all);
   return got;
 }
 
-TEST(UntrustedPeerTest, OutOfRangeVerdictEntryIsRejectedWithAClearError) {
-  const int n = 3;
-  const RingSchedule sched(n, 1001, 4, 256);  // 3 columns, 6 slices, 4 steps
-  ASSERT_EQ(sched.slicesPerColumn(), 6);
-  SliceFailure f;
-  f.column = 0;
-  f.slice = 99;  // outside the schedule: the repair would index past the executor's trailers
-  f.step = 0;
-  f.sender = 0;
-  f.receiver = 1;
-  f.reason = uint8_t(SliceCheck::kCorrupt);
-  const std::vector<Status> got = exchangeWithLiar(n, 1, f, sched, true);
-  // Rank 1 sends to rank 2 in round 0 and to rank 0 in round 1. Rank 2 rejects it; rank 0 rejects it too,
-  // unless rank 2's broadcast reaches it first. Rank 1 waits on rank 2 and learns the error.
-  const std::string rejected =
-      "test seq 4: verdict entry from rank 1 rejected (link 0 -> 1, step 0, slice 99, "
-      "column 0): outside the ring schedule (3 columns, 6 slices, 4 steps)";
-  EXPECT_EQ(got[2].code(), StatusCode::kTransportError) << got[2].toString();
-  EXPECT_EQ(got[2].message(), rejected);
-  for (int r : {0, 1}) {
-    EXPECT_TRUE(got[size_t(r)].code() == StatusCode::kTransportError ||
-                got[size_t(r)].code() == StatusCode::kPeerError)
-        << got[size_t(r)].toString();
-    EXPECT_NE(got[size_t(r)].message().find(rejected), std::string::npos) << got[size_t(r)].message();
-  }
+bool sameFailure(const SliceFailure& a, const SliceFailure& b) { return std::memcmp(&a, &b, sizeof(a)) == 0; }
 
-  // A route that is not the schedule's (sender 2 does not send column 0 at step 0).
-  f.slice = 1;
-  f.sender = 2;
-  const std::vector<Status> route = exchangeWithLiar(n, 1, f, sched, true);
-  EXPECT_EQ(route[2].code(), StatusCode::kTransportError);
-  EXPECT_NE(route[2].message().find("(link 2 -> 1, step 0, slice 1, column 0): outside the ring schedule"),
-            std::string::npos)
-      << route[2].message();
-  // The same entry with a correct route passes and every rank holds it.
-  f.sender = 0;
-  for (const Status& st : exchangeWithLiar(n, 1, f, sched, true)) EXPECT_TRUE(st.isOk()) << st.toString();
+// A rank that receives the forged entry rejects it itself: exactly `rejected` (a kTransportError). It may
+// instead have learned the same rejection from another honest rank's broadcast first (a kPeerError
+// carrying that text), when it waited long enough to look for peers' errors. Either way it fails and the
+// error names the liar; it never merges the entry.
+void expectRejected(const Status& st, const std::string& rejected, int r) {
+  if (st.code() == StatusCode::kTransportError) {
+    EXPECT_EQ(st.message(), rejected) << "rank " << r;
+  } else {
+    EXPECT_EQ(st.code(), StatusCode::kPeerError) << "rank " << r << ": " << st.toString();
+    EXPECT_NE(st.message().find(rejected), std::string::npos) << "rank " << r << ": " << st.message();
+  }
+}
+
+// Rank 1 puts an entry outside the schedule in its verdict. At N = 3 the exchange is one round: rank 1
+// sends its list to ranks 0 and 2 directly, and each rejects it naming rank 1. At N = 5 it is a
+// dissemination (rounds at distance 1, 2, 4): rank 1 sends to ranks 2, 3 and 0 directly, which reject it;
+// rank 4 would only get it relayed (through rank 2, 3 or 0, which never relay what they rejected), so it
+// fails with the rejecting peers' error; rank 1 waits for a message of rank 2's last round, which never
+// comes, and learns the error too.
+TEST(UntrustedPeerTest, OutOfRangeVerdictEntryIsRejectedWithAClearError) {
+  for (int n : {3, 5}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    const RingSchedule sched(n, 1001, 4, 256);
+    std::ostringstream bounds;
+    bounds << "outside the ring schedule (" << n << " columns, " << sched.slicesPerColumn() << " slices, "
+           << sched.numSteps() << " steps)";
+    if (n == 3) {
+      ASSERT_EQ(sched.slicesPerColumn(), 6);
+      ASSERT_EQ(bounds.str(), "outside the ring schedule (3 columns, 6 slices, 4 steps)");
+    }
+    SliceFailure f;
+    f.column = 0;
+    f.slice = 99;  // outside the schedule: the repair would index past the executor's trailers
+    f.step = 0;
+    f.sender = 0;
+    f.receiver = 1;
+    f.reason = uint8_t(SliceCheck::kCorrupt);
+    ASSERT_GT(int(f.slice), sched.slicesPerColumn());
+    const std::vector<Status> got = exchangeWithLiar(n, 1, f, sched, true);
+    const std::string rejected =
+        "test seq 4: verdict entry from rank 1 rejected (link 0 -> 1, step 0, slice 99, column 0): " +
+        bounds.str();
+    for (int r = 0; r < n; ++r) {
+      if (r == 1) continue;
+      expectRejected(got[size_t(r)], rejected, r);
+    }
+    if (n == 3) {
+      // Rank 1 heard everything it needed (both peers sent their lists before merging its own): it ends
+      // its part, or has already learned the rejection while it waited (and would fail at its next wait).
+      EXPECT_TRUE(got[1].isOk() || (got[1].code() == StatusCode::kPeerError &&
+                                    got[1].message().find(rejected) != std::string::npos))
+          << got[1].toString();
+    } else {
+      // Rank 4 never receives rank 1's message directly: only the rejection can reach it.
+      EXPECT_EQ(got[4].code(), StatusCode::kPeerError) << got[4].toString();
+      EXPECT_EQ(got[1].code(), StatusCode::kPeerError) << got[1].toString();
+      EXPECT_NE(got[1].message().find(rejected), std::string::npos) << got[1].message();
+    }
+
+    // A route that is not the schedule's (sender 2 does not send column 0 at step 0).
+    f.slice = 1;
+    f.sender = 2;
+    const std::vector<Status> route = exchangeWithLiar(n, 1, f, sched, true);
+    for (int r : {0, 2}) {
+      expectRejected(
+          route[size_t(r)],
+          "test seq 4: verdict entry from rank 1 rejected (link 2 -> 1, step 0, slice 1, column 0): " +
+              bounds.str(),
+          r);
+    }
+    // The same entry with a correct route passes and every rank holds it, and only it.
+    f.sender = 0;
+    std::vector<std::vector<SliceFailure>> globals;
+    const std::vector<Status> ok = exchangeWithLiar(n, 1, f, sched, true, &globals);
+    for (int r = 0; r < n; ++r) {
+      EXPECT_TRUE(ok[size_t(r)].isOk()) << "rank " << r << ": " << ok[size_t(r)].toString();
+      ASSERT_EQ(globals[size_t(r)].size(), 1u) << "rank " << r;
+      EXPECT_TRUE(sameFailure(globals[size_t(r)][0], f)) << "rank " << r;
+    }
+  }
 }
 
 TEST(UntrustedPeerTest, RanksAndReasonsAreCheckedWithoutASchedule) {
@@ -226,40 +277,64 @@ TEST(UntrustedPeerTest, RanksAndReasonsAreCheckedWithoutASchedule) {
 }
 
 // Through the communicator: rank 1's verdict frames are forged (well sealed, so the channel accepts
-// them) with an entry outside the schedule. Every rank fails with a clear error; nothing is written out
-// of bounds.
+// them) with an entry outside the schedule. Every rank fails with a clear error naming rank 1 as the
+// sender of the entry; nothing is written out of bounds. At N = 3 (one round) ranks 0 and 2 receive the
+// entry from rank 1 and reject it; rank 1 may complete its first allreduce (every verdict it received was
+// honest, its result exact), and then fails its next call with the peers' error. At N = 5 (a dissemination)
+// rank 4 gets no frame of rank 1 in the exchange and rank 1 waits on rank 2's last round: every rank fails
+// the first call.
 TEST(UntrustedPeerTest, ForgedVerdictThroughTheCommunicatorFailsCleanly) {
-  const int n = 3;
-  Options o = quiet();
-  o.sliceBytes = 256;
-  LoopbackGroup g(n, o);
-  g.fabric().setControlHook([](int from, int, ControlTag tag, std::vector<uint8_t>* frame) {
-    if (from != 1 || tag != ControlTag::kVerdict) return true;
-    // Body: dissemination header (16 bytes), count, pad, entries. Append one entry and re-seal.
-    ControlFrameHeader h;
-    std::memcpy(&h, frame->data(), sizeof(h));
-    std::vector<uint8_t> body(frame->begin() + sizeof(h), frame->end());
-    uint32_t count = 0;
-    std::memcpy(&count, body.data() + 16, 4);
-    SliceFailure f;
-    f.column = 0;
-    f.slice = 1000000;
-    f.step = 0;
-    f.sender = 0;
-    f.receiver = 1;
-    f.reason = uint8_t(SliceCheck::kCorrupt);
-    ++count;
-    std::memcpy(body.data() + 16, &count, 4);
-    const auto* p = reinterpret_cast<const uint8_t*>(&f);
-    body.insert(body.end(), p, p + sizeof(f));
-    *frame = sealControlFrame(ControlTag(h.tag), h.sender, h.receiver, h.seq, body.data(), body.size());
-    return true;
-  });
-  const std::vector<Status> got = firstCalls(g);
-  for (int r = 0; r < n; ++r) {
-    EXPECT_FALSE(got[size_t(r)].isOk()) << "rank " << r;
-    EXPECT_NE(got[size_t(r)].message().find("slice 1000000"), std::string::npos)
-        << "rank " << r << ": " << got[size_t(r)].toString();
+  const std::string rejected = "verdict entry from rank 1 rejected (link 0 -> 1, step 0, slice 1000000";
+  for (int n : {3, 5}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    Options o = quiet();
+    o.sliceBytes = 256;
+    LoopbackGroup g(n, o);
+    g.fabric().setControlHook([](int from, int, ControlTag tag, std::vector<uint8_t>* frame) {
+      if (from != 1 || tag != ControlTag::kVerdict) return true;
+      // Body: dissemination header (16 bytes), count, pad, entries. Append one entry and re-seal.
+      ControlFrameHeader h;
+      std::memcpy(&h, frame->data(), sizeof(h));
+      std::vector<uint8_t> body(frame->begin() + sizeof(h), frame->end());
+      uint32_t count = 0;
+      std::memcpy(&count, body.data() + 16, 4);
+      SliceFailure f;
+      f.column = 0;
+      f.slice = 1000000;
+      f.step = 0;
+      f.sender = 0;
+      f.receiver = 1;
+      f.reason = uint8_t(SliceCheck::kCorrupt);
+      ++count;
+      std::memcpy(body.data() + 16, &count, 4);
+      const auto* p = reinterpret_cast<const uint8_t*>(&f);
+      body.insert(body.end(), p, p + sizeof(f));
+      *frame = sealControlFrame(ControlTag(h.tag), h.sender, h.receiver, h.seq, body.data(), body.size());
+      return true;
+    });
+    const std::vector<Status> got = firstCalls(g);
+    for (int r = 0; r < n; ++r) {
+      if (r == 1 && n == 3 && got[1].isOk()) continue;
+      EXPECT_FALSE(got[size_t(r)].isOk()) << "rank " << r;
+      EXPECT_NE(got[size_t(r)].message().find(rejected), std::string::npos)
+          << "rank " << r << ": " << got[size_t(r)].toString();
+    }
+    for (int r : {0, 2}) {  // they received rank 1's frame themselves (or the other's rejection first)
+      EXPECT_TRUE(got[size_t(r)].code() == StatusCode::kTransportError ||
+                  got[size_t(r)].code() == StatusCode::kPeerError)
+          << "rank " << r << ": " << got[size_t(r)].toString();
+    }
+    if (n == 5) EXPECT_EQ(got[4].code(), StatusCode::kPeerError) << got[4].toString();
+    // The next call fails on every rank with the same rejection (the communicator is poisoned, or, on a
+    // rank that completed, the peers' broadcast reaches its next wait).
+    const std::vector<Status> next = firstCalls(g);
+    for (int r = 0; r < n; ++r) {
+      EXPECT_FALSE(next[size_t(r)].isOk()) << "rank " << r;
+      EXPECT_NE(next[size_t(r)].message().find(rejected), std::string::npos)
+          << "rank " << r << ": " << next[size_t(r)].toString();
+      EXPECT_NE(g.comm(r).firstError().message().find(rejected), std::string::npos)
+          << "rank " << r << ": " << g.comm(r).firstError().toString();
+    }
   }
 }
 
