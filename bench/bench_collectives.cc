@@ -199,15 +199,14 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   Op op{};
-  if (int rc = parseOrExit(app, argc, argv, &args,
-                           [&] {
-                             if (!parseOp(opName, &op))
-                               throw CLI::ValidationError("--op", "'" + opName + "' is not a collective");
-                             if (!stagedChunk.empty() &&
-                                 (!args.device || (op != Op::kAllreduce && op != Op::kAllgather)))
-                               throw CLI::ValidationError("--staged-chunk",
-                                                          "needs -D and -o allreduce or -o allgather");
-                           });
+  if (int rc = parseOrExit(
+          app, argc, argv, &args,
+          [&] {
+            if (!parseOp(opName, &op))
+              throw CLI::ValidationError("--op", "'" + opName + "' is not a collective");
+            if (!stagedChunk.empty() && (!args.device || (op != Op::kAllreduce && op != Op::kAllgather)))
+              throw CLI::ValidationError("--staged-chunk", "needs -D and -o allreduce or -o allgather");
+          });
       rc >= 0) {
     return rc;
   }
@@ -219,7 +218,8 @@ int main(int argc, char** argv) {
   const bool device = args.device;
   std::unique_ptr<Communicator> comm = benchCommunicator(args, options);
   if (!comm) return 2;
-  // The staged_chunked variant: a host communicator and a device stager (the c10d backend keeps the same pair).
+  // The staged_chunked variant: a host communicator and a device stager (the c10d backend keeps the same
+  // pair).
   const size_t chunkBytes = stagedChunk.empty() ? 0 : parseBytes(stagedChunk);
   std::unique_ptr<Communicator> host;
 #if RINGGUARD_BENCH_DEVICE
