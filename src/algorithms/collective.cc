@@ -156,31 +156,37 @@ Status disseminate(const CollectiveContext& ctx, ControlTag tag, uint32_t round,
   trace::Span span(trace::Kind::kControl, controlTagName(tag), ctx.track, ctx.seq);
   span.event().a = rounds;
   span.event().b = int32_t(round);
+  // This rank's current summary as the message of exchange round k.
+  auto message = [&](uint32_t k) {
+    std::vector<uint8_t> out;
+    append(&out, DisseminationHeader{ctx.seq, round, k});
+    const std::vector<uint8_t> body = summary();
+    out.insert(out.end(), body.begin(), body.end());
+    return out;
+  };
+  // Waits for `from`'s message of exchange round k and merges it.
   std::vector<uint8_t> msg;
+  auto receive = [&](const CollectiveContext& waitCtx, uint32_t k, int from) {
+    RINGGUARD_RETURN_IF_ERROR(pollUntil(
+        waitCtx,
+        [&](bool* done) {
+          int src = -1;
+          return control->probe(from, tag, &msg, &src, done, ctx.injector, ctx.counters);
+        },
+        [&] { return what(from); }, from));
+    return mergeMessage(ctx, tag, round, checkSeq, int(k), from, msg, merge);
+  };
   if (exchangeInOneRound(n)) {
     // N <= 3: one round to every peer costs no more frames than the dissemination (N - 1 <= ceil(log2 N))
     // and one sequential latency instead of ceil(log2 N). Every message carries only its sender's own
     // summary and exchange round 0; each (sender, receiver, tag) still carries one frame per exchange.
     // Every wait is on the sender itself (no relay), so no slack: the rank that waits on a stalled one
     // times out and names it directly.
-    std::vector<uint8_t> out;
-    append(&out, DisseminationHeader{ctx.seq, round, 0});
-    const std::vector<uint8_t> body = summary();
-    out.insert(out.end(), body.begin(), body.end());
+    const std::vector<uint8_t> out = message(0);
     for (int d = 1; d < n; ++d) {
       RINGGUARD_RETURN_IF_ERROR(control->send((me + d) % n, tag, out.data(), out.size(), ctx.counters));
     }
-    for (int d = 1; d < n; ++d) {
-      const int from = (me - d + n) % n;
-      RINGGUARD_RETURN_IF_ERROR(pollUntil(
-          ctx,
-          [&](bool* done) {
-            int src = -1;
-            return control->probe(from, tag, &msg, &src, done, ctx.injector, ctx.counters);
-          },
-          [&] { return what(from); }, from));
-      RINGGUARD_RETURN_IF_ERROR(mergeMessage(ctx, tag, round, checkSeq, 0, from, msg, merge));
-    }
+    for (int d = 1; d < n; ++d) RINGGUARD_RETURN_IF_ERROR(receive(ctx, 0, (me - d + n) % n));
     return Status::ok();
   }
   // Round k's sender sends only after its own rounds < k: a chain of waits on a stalled rank has strictly
@@ -191,20 +197,9 @@ Status disseminate(const CollectiveContext& ctx, ControlTag tag, uint32_t round,
   for (int k = 0; k < rounds; ++k) {
     waitCtx.timeoutSlack = ctx.timeoutSlack + k * (ctx.options->timeout / 4);
     const int dist = 1 << k;
-    const int to = (me + dist) % n, from = (me - dist % n + n) % n;
-    std::vector<uint8_t> out;
-    append(&out, DisseminationHeader{ctx.seq, round, uint32_t(k)});
-    const std::vector<uint8_t> body = summary();
-    out.insert(out.end(), body.begin(), body.end());
-    RINGGUARD_RETURN_IF_ERROR(control->send(to, tag, out.data(), out.size(), ctx.counters));
-    RINGGUARD_RETURN_IF_ERROR(pollUntil(
-        waitCtx,
-        [&](bool* done) {
-          int src = -1;
-          return control->probe(from, tag, &msg, &src, done, ctx.injector, ctx.counters);
-        },
-        [&] { return what(from); }, from));
-    RINGGUARD_RETURN_IF_ERROR(mergeMessage(ctx, tag, round, checkSeq, k, from, msg, merge));
+    const std::vector<uint8_t> out = message(uint32_t(k));
+    RINGGUARD_RETURN_IF_ERROR(control->send((me + dist) % n, tag, out.data(), out.size(), ctx.counters));
+    RINGGUARD_RETURN_IF_ERROR(receive(waitCtx, uint32_t(k), (me - dist % n + n) % n));
   }
   return Status::ok();
 }

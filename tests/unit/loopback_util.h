@@ -11,6 +11,7 @@
 // threads over transports from makeLoopbackTransports(n), and contextFor() makes a CollectiveContext.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -21,6 +22,7 @@
 #include "ringguard/core/options.h"
 #include "ringguard/runtime/communicator.h"
 #include "runtime/make_communicator.h"
+#include "transport/control/control_channel.h"
 #include "transport/loopback/loopback_transport.h"
 #include "verifiable.h"
 
@@ -33,6 +35,21 @@ inline void runRanks(int n, const std::function<void(int rank)>& fn) {
   threads.reserve(size_t(n));
   for (int r = 0; r < n; ++r) threads.emplace_back([&fn, r] { fn(r); });
   for (auto& t : threads) t.join();
+}
+
+// A hostile peer's verdict: appends `f` to the sealed verdict frame `frame`, whose body holds its entry count
+// (uint32) at `countOffset`, and seals it again, so the control channel accepts it.
+inline void appendVerdictEntry(std::vector<uint8_t>* frame, size_t countOffset, const SliceFailure& f) {
+  ControlFrameHeader h;
+  std::memcpy(&h, frame->data(), sizeof(h));
+  std::vector<uint8_t> body(frame->begin() + sizeof(h), frame->end());
+  uint32_t count = 0;
+  std::memcpy(&count, body.data() + countOffset, 4);
+  ++count;
+  std::memcpy(body.data() + countOffset, &count, 4);
+  const auto* p = reinterpret_cast<const uint8_t*>(&f);
+  body.insert(body.end(), p, p + sizeof(f));
+  *frame = sealControlFrame(ControlTag(h.tag), h.sender, h.receiver, h.seq, body.data(), body.size());
 }
 
 // A context for calling the collective helpers (exchangeVerdicts, disseminate...) directly.

@@ -293,11 +293,6 @@ TEST(UntrustedPeerTest, ForgedVerdictThroughTheCommunicatorFailsCleanly) {
     g.fabric().setControlHook([](int from, int, ControlTag tag, std::vector<uint8_t>* frame) {
       if (from != 1 || tag != ControlTag::kVerdict) return true;
       // Body: dissemination header (16 bytes), count, pad, entries. Append one entry and re-seal.
-      ControlFrameHeader h;
-      std::memcpy(&h, frame->data(), sizeof(h));
-      std::vector<uint8_t> body(frame->begin() + sizeof(h), frame->end());
-      uint32_t count = 0;
-      std::memcpy(&count, body.data() + 16, 4);
       SliceFailure f;
       f.column = 0;
       f.slice = 1000000;
@@ -305,11 +300,7 @@ TEST(UntrustedPeerTest, ForgedVerdictThroughTheCommunicatorFailsCleanly) {
       f.sender = 0;
       f.receiver = 1;
       f.reason = uint8_t(SliceCheck::kCorrupt);
-      ++count;
-      std::memcpy(body.data() + 16, &count, 4);
-      const auto* p = reinterpret_cast<const uint8_t*>(&f);
-      body.insert(body.end(), p, p + sizeof(f));
-      *frame = sealControlFrame(ControlTag(h.tag), h.sender, h.receiver, h.seq, body.data(), body.size());
+      testing::appendVerdictEntry(frame, 16, f);
       return true;
     });
     const std::vector<Status> got = firstCalls(g);

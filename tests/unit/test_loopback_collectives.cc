@@ -470,22 +470,13 @@ TEST(LoopbackCollectiveErrors, ForgedSendRecvVerdictIsRejected) {
   g.fabric().setControlHook([](int from, int, ControlTag tag, std::vector<uint8_t>* frame) {
     if (from != 1 || tag != ControlTag::kVerdict) return true;
     // Body: {seq, round, count} (16 bytes), then the entries. Append one and re-seal.
-    ControlFrameHeader h;
-    std::memcpy(&h, frame->data(), sizeof(h));
-    std::vector<uint8_t> body(frame->begin() + sizeof(h), frame->end());
-    uint32_t count = 0;
-    std::memcpy(&count, body.data() + 12, 4);
     SliceFailure f;
     f.column = 0;  // the flow 0 -> 1
     f.slice = 1000000;
     f.sender = 0;
     f.receiver = 1;
     f.reason = uint8_t(SliceCheck::kCorrupt);
-    ++count;
-    std::memcpy(body.data() + 12, &count, 4);
-    const auto* p = reinterpret_cast<const uint8_t*>(&f);
-    body.insert(body.end(), p, p + sizeof(f));
-    *frame = sealControlFrame(ControlTag(h.tag), h.sender, h.receiver, h.seq, body.data(), body.size());
+    testing::appendVerdictEntry(frame, 12, f);
     return true;
   });
   std::vector<Status> results(2);
