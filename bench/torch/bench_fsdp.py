@@ -42,7 +42,9 @@ the same as ``RINGGUARD_FAULT_PROB``; 0.02 when no value is given): every corrup
 repaired, so the parameters must still equal gloo's (at 2 ranks, bit for bit), with detected == injected
 and escaped == 0 (retransmitted may be lower than detected when one replay covers two failed hops).
 
-Rank 0 prints the medians, the ringguard counters of the timed steps (per step, summed over ranks; rank 0's
+Rank 0 prints the medians, each backend's CPU time per step summed over ranks (``time.process_time``
+over the timed steps: every thread of the process; where ranks share cores, CPU spent waiting is step time
+taken from the others), the ringguard counters of the timed steps (per step, summed over ranks; rank 0's
 collectives), the check, and
 
     ringguard_vs_gloo=<gloo median / ringguard median> ringguard_over_gloo=<ringguard / gloo> ...
@@ -176,20 +178,26 @@ def main():
             step(name)
     before = ringguard.counters(groups["ringguard"])
     times = {name: [] for name in runs}
+    cpu = {name: 0.0 for name in runs}  # the process's CPU seconds (every thread) in the timed steps
     order = list(runs)
     for r in range(args.rounds):
         for name in (order if r % 2 == 0 else order[::-1]):
             dist.barrier()
             for _ in range(args.steps):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 step(name)
                 if args.device == "cuda":
                     torch.cuda.synchronize()
                 times[name].append(time.perf_counter() - t0)
+                cpu[name] += time.process_time() - c0
     after = ringguard.counters(groups["ringguard"])
     assert done["ringguard"] == done["gloo"] == total_steps
     timed = args.rounds * args.steps
 
+    # CPU time per step, summed over the ranks: where ranks share cores it bounds the step time.
+    cpu_t = torch.tensor([cpu[name] for name in runs], dtype=torch.float64)
+    dist.all_reduce(cpu_t)
+    cpu = {name: float(c) / (args.rounds * args.steps) for name, c in zip(runs, cpu_t)}
     # The slowest rank's time of each step.
     for name in runs:
         t = torch.tensor(times[name], dtype=torch.float64)
@@ -238,8 +246,8 @@ def main():
               f"fault_prob={args.fault} device={args.device} transport={transport}", flush=True)
         for name, v in times.items():
             print(f"  {name:10s} median {med[name] * 1e3:9.2f} ms/step  [{min(v) * 1e3:.2f} .. "
-                  f"{max(v) * 1e3:.2f}]  final loss {float(loss[0 if name == 'ringguard' else 1]):.4f}",
-                  flush=True)
+                  f"{max(v) * 1e3:.2f}]  cpu {cpu[name] * 1e3:.1f} ms/step (all ranks)  "
+                  f"final loss {float(loss[0 if name == 'ringguard' else 1]):.4f}", flush=True)
         per = {k: summed[k] / timed for k in COUNTERS}
         print(f"ringguard counters, timed steps: collectives={summed['collectives']} "
               f"({per['collectives']:.1f}/step) slices_verified={summed['slices_verified']} "

@@ -15,6 +15,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// pollUntil on a transport that can block (Transport::waitForEvent): polls this many times first (a
+// completion already under way costs no sleep), then blocks for at most kBlockedWait at a time.
+constexpr uint64_t kSpinsBeforeBlocking = 16;
+constexpr std::chrono::microseconds kBlockedWait(500);
+
 // Precedes the summary in every dissemination message.
 struct DisseminationHeader {
   uint64_t seq;
@@ -73,6 +78,7 @@ Status pollUntil(const CollectiveContext& ctx, const std::function<Status(bool* 
   };
   RINGGUARD_RETURN_IF_ERROR(ctx.transport->flush());
   for (uint64_t spin = 0;; ++spin) {
+    const uint64_t events = ctx.transport->eventCount();  // before the test: a later completion wakes us
     notePoll(Clock::now());
     RINGGUARD_RETURN_IF_ERROR(ctx.transport->progress());
     bool done = false;
@@ -98,6 +104,10 @@ Status pollUntil(const CollectiveContext& ctx, const std::function<Status(bool* 
     if (now - start > ctx.options->timeout + ctx.timeoutSlack) {
       return blameStall(ctx, waitState(now, true), nullptr);
     }
+    // A transport that completes on threads of its own is waited on without spinning: the spin would take
+    // the core from the very threads that complete the wait (ranks sharing cores). Woken at the next
+    // completion, at least every kBlockedWait to check the deadline and the peers' errors.
+    if (spin >= kSpinsBeforeBlocking && ctx.transport->waitForEvent(events, kBlockedWait)) continue;
     // Ranks may share cores (oversubscribed tests): give the peer a chance to run. A wait that has lasted
     // over a millisecond is not a transfer about to finish: poll it every 50 us instead of burning a core
     // (bounded added latency: 50 us on waits of 1 ms and more).

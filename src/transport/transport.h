@@ -4,6 +4,7 @@
 // implementation can send an unframed slice; implementations override the protected hooks (spdlog's
 // base_sink pattern).
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -84,6 +85,15 @@ class Transport {
   // Advances posted operations that need the host to move them on (staged copies); called while waiting.
   Status progress() { return doProgress(); }
 
+  // Waiting without spinning, for transports whose operations complete on threads of their own (the c10d
+  // transport's waiters). eventCount() grows whenever one of this transport's operations completes or
+  // fails, a control frame arrives or the transport breaks; waitForEvent(seen, max) blocks until it differs
+  // from `seen` (read before the caller's last test, so no completion is missed) or `max` has passed. It
+  // returns false at once on transports that need the caller's polling to move (MPI's progress engine,
+  // NCCL's stream events, staged copies, the loopback fabric): their waiters spin, then sleep.
+  uint64_t eventCount() const { return doEventCount(); }
+  bool waitForEvent(uint64_t seen, std::chrono::microseconds max) { return doWaitForEvent(seen, max); }
+
   // The control channel over the same ranks (sealed frames: control_channel.h), owned by the transport
   // or by the host transport it is built on. Never null.
   virtual ControlChannel* control() = 0;
@@ -107,6 +117,8 @@ class Transport {
   virtual void doNotePeerStalled(const std::string& /*why*/) {}
   virtual Status doFlush() { return Status::ok(); }
   virtual Status doProgress() { return Status::ok(); }
+  virtual uint64_t doEventCount() const { return 0; }
+  virtual bool doWaitForEvent(uint64_t /*seen*/, std::chrono::microseconds /*max*/) { return false; }
 
   // Transports built on another transport (staging through host memory, a host control channel) reach
   // its hooks through these.

@@ -85,11 +85,34 @@ Status glooFailure(const std::string& what, int peer, const std::string& detail)
   return Status(StatusCode::kTransportError, failed);
 }
 
+// What a collective waiting on this transport blocks on (Transport::waitForEvent): a count that every
+// completion, control frame and abort raises, and the condition that wakes the waiter.
+class Events {
+ public:
+  void raise() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      count_.fetch_add(1, std::memory_order_relaxed);
+    }
+    cv_.notify_all();
+  }
+  uint64_t count() const { return count_.load(std::memory_order_acquire); }
+  void waitPast(uint64_t seen, std::chrono::microseconds max) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait_for(lock, max, [&] { return count_.load(std::memory_order_relaxed) != seen; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::atomic<uint64_t> count_{0};
+};
+
 // Waits the works of one (peer, direction) in post order on its own thread.
 class Waiter {
  public:
-  Waiter()
-      : thread_([this] {
+  explicit Waiter(Events* events)
+      : events_(events), thread_([this] {
           nameThisThread("rg-wait");
           loop();
         }) {}
@@ -125,13 +148,16 @@ class Waiter {
 
   // Ends every wait, now and later (the transport is broken).
   void abortAll() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    aborted_ = true;
-    if (current_.work) current_.work->abort();
-    for (auto& p : queue_) {
-      p.work->abort();
-      p.state->state = kAborted;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      aborted_ = true;
+      if (current_.work) current_.work->abort();
+      for (auto& p : queue_) {
+        p.work->abort();
+        p.state->state = kAborted;
+      }
     }
+    events_->raise();
   }
 
  private:
@@ -158,15 +184,19 @@ class Waiter {
         result = kFailed;
         error = describe(e);
       }
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (result == kFailed) current_.state->error = error;
-      current_.state->state = result;
-      if (result != kDone) keepForever({std::move(current_)});
-      current_ = Pending();
-      idle_.notify_all();
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (result == kFailed) current_.state->error = error;
+        current_.state->state = result;
+        if (result != kDone) keepForever({std::move(current_)});
+        current_ = Pending();
+        idle_.notify_all();
+      }
+      events_->raise();
     }
   }
 
+  Events* events_;
   std::mutex mutex_;
   std::condition_variable cv_, idle_;
   std::deque<Pending> queue_;
@@ -238,9 +268,9 @@ class C10dTransport final : public Transport {
     for (int p = 0; p < size(); ++p) {
       if (p == rank()) continue;
       auto& peer = peers_[size_t(p)];
-      peer.sends = std::make_unique<Waiter>();
-      peer.recvs = std::make_unique<Waiter>();
-      peer.controlSends = std::make_unique<Waiter>();
+      peer.sends = std::make_unique<Waiter>(&events_);
+      peer.recvs = std::make_unique<Waiter>(&events_);
+      peer.controlSends = std::make_unique<Waiter>(&events_);
       peer.controlThread = std::thread([this, p] {
         nameThisThread("rg-control");
         controlLoop(p);
@@ -278,6 +308,14 @@ class C10dTransport final : public Transport {
       if (peer.recvs) peer.recvs->abortAll();
       if (peer.controlSends) peer.controlSends->abortAll();
     }
+    events_.raise();
+  }
+
+  // Every completion is a waiter thread's or the control thread's: a collective blocks until one.
+  uint64_t doEventCount() const override { return events_.count(); }
+  bool doWaitForEvent(uint64_t seen, std::chrono::microseconds max) override {
+    events_.waitPast(seen, max);
+    return true;
   }
 
  private:
@@ -374,9 +412,12 @@ class C10dTransport final : public Transport {
       }
       std::memcpy(msg.data() + h.offset, frame.data_ptr<uint8_t>() + sizeof(h), h.length);
       if (h.offset + h.length == h.total) {
-        std::lock_guard<std::mutex> lock(inboxMutex_);
-        inbox_[{peer, int(h.tag)}].push_back(std::move(msg));
+        {
+          std::lock_guard<std::mutex> lock(inboxMutex_);
+          inbox_[{peer, int(h.tag)}].push_back(std::move(msg));
+        }
         partial.erase(int(h.tag));
+        events_.raise();
       }
     }
   }
@@ -387,6 +428,7 @@ class C10dTransport final : public Transport {
       controlDone_[size_t(peer)] = true;
     }
     controlDoneCv_.notify_all();
+    events_.raise();  // a failed control channel is an error the waiting collective reports
   }
 
   // A clean end: a goodbye frame to every peer, then (bounded) until every peer's goodbye arrived and our
@@ -445,6 +487,7 @@ class C10dTransport final : public Transport {
   }
 
   C10dControlChannel control_;
+  Events events_;  // before peers_: their threads raise it until they are joined
   c10::intrusive_ptr<c10d::Backend> backend_;
   const int tagPayload_, tagTrailer_, tagControl_;
   std::atomic<bool> controlStopped_{false};
