@@ -45,6 +45,19 @@ uint32_t millis(Clock::duration d) {
       std::min<int64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(d).count(), UINT32_MAX));
 }
 
+// Whether this thread's last poll was in `ctx`'s collective.
+bool pollsOf(const CollectiveContext& ctx) {
+  return lastPoll.transport == ctx.transport && lastPoll.seq == ctx.seq && lastPoll.name == ctx.name;
+}
+
+// Fills w's stall fields from this thread's polls of `ctx`'s collective, as of `now`.
+void noteStall(const CollectiveContext& ctx, Clock::time_point now, WaitState* w) {
+  if (!pollsOf(ctx)) return;
+  const Clock::duration stalled = std::max(lastPoll.stalled, now - lastPoll.at);
+  w->stalledMs = stalled > ctx.options->timeout ? millis(stalled) : 0;
+  w->inCollectiveMs = millis(now - lastPoll.since);
+}
+
 template <typename T>
 void append(std::vector<uint8_t>* out, const T& v) {
   const auto* p = reinterpret_cast<const uint8_t*>(&v);
@@ -57,23 +70,19 @@ Status pollUntil(const CollectiveContext& ctx, const std::function<Status(bool* 
                  const std::function<std::string()>& what, int peer) {
   const auto start = Clock::now();
   auto lastErrorCheck = start;
-  if (lastPoll.transport != ctx.transport || lastPoll.seq != ctx.seq || lastPoll.name != ctx.name) {
-    lastPoll = LastPoll{ctx.transport, ctx.seq, ctx.name, start, start, Clock::duration(0)};
-  }
+  if (!pollsOf(ctx)) lastPoll = LastPoll{ctx.transport, ctx.seq, ctx.name, start, start, Clock::duration(0)};
   // Counted before `test`: a wait that completes at once after a stall must not hide it.
   auto notePoll = [](Clock::time_point now) {
     lastPoll.stalled = std::max(lastPoll.stalled, now - lastPoll.at);
     lastPoll.at = now;
   };
-  const Clock::duration& stalled = lastPoll.stalled;
   auto waitState = [&](Clock::time_point now, bool timedOut) {
     WaitState w;
     w.peer = peer;
     w.what = what();
     w.waitedMs = millis(now - start);
-    w.stalledMs = stalled > ctx.options->timeout ? millis(stalled) : 0;
-    w.inCollectiveMs = millis(now - lastPoll.since);
     w.timedOut = timedOut;
+    noteStall(ctx, now, &w);
     return w;
   };
   RINGGUARD_RETURN_IF_ERROR(ctx.transport->flush());
@@ -294,15 +303,10 @@ Status exchangeFingerprints(const CollectiveContext& ctx, const Fingerprint& min
   RINGGUARD_RETURN_IF_ERROR(takePeerError(ctx, &e, &got));
   if (!got) return Status::ok();
   if (e.kind != ErrorKind::kReport) return peerErrorStatus(e);
-  const auto now = Clock::now();
   WaitState w;
   w.peer = e.from;
   w.what = "rank " + std::to_string(e.from) + " to finish the fingerprint exchange";
-  if (lastPoll.transport == ctx.transport && lastPoll.seq == ctx.seq && lastPoll.name == ctx.name) {
-    const Clock::duration stalled = std::max(lastPoll.stalled, now - lastPoll.at);
-    w.stalledMs = stalled > ctx.options->timeout ? millis(stalled) : 0;
-    w.inCollectiveMs = millis(now - lastPoll.since);
-  }
+  noteStall(ctx, Clock::now(), &w);
   return blameStall(ctx, w, &e);
 }
 
