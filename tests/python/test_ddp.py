@@ -169,7 +169,15 @@ def _(ctx):
     import ringguard
 
     kind = ctx.device
-    want = os.environ.get("RINGGUARD_TEST_EXPECT_TRANSPORT", "gloo")
+    # CPU tensors travel over the Gloo helper; CUDA ones (RINGGUARD_DEVICE_TRANSPORT=auto) over NCCL
+    # unless two local ranks share a GPU, then staged.
+    default = "gloo"
+    if kind == "cuda":
+        shared = torch.cuda.device_count() < int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        default = os.environ.get("RINGGUARD_DEVICE_TRANSPORT", "auto")
+        if default == "auto":
+            default = "staged" if shared else "nccl"
+    want = os.environ.get("RINGGUARD_TEST_EXPECT_TRANSPORT", default)
     got = ringguard.transport(kind)
     assert got == want, f"transport({kind!r}) = {got!r}, want {want!r}"
     return {"transport": got}
