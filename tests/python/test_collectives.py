@@ -282,6 +282,30 @@ def _(ctx):
     return {"waited": waited}
 
 
+@CASES.case("a-waiting-rank-sleeps")
+def _(ctx):
+    # The c10d transport's waits block on its completions instead of spinning (docs/design/protocol.md,
+    # "c10d transport"). A rank that waits 2 s for a late peer: 30-35 ms of process CPU time on the 2-core
+    # machine, against 190-213 ms for the spinning wait (a 1 ms spin, then a poll every 50 us) and 83-87 ms
+    # for a blocking wait woken every 500 us. The bound sits between them, 3x from either side.
+    if ctx.device != "cpu":
+        raise harness.Skip("CPU tensors: the c10d transport")
+    late = ctx.size - 1
+    dist.all_reduce(torch.ones(4))
+    dist.barrier(group=ctx.ref)
+    if ctx.rank == late:
+        time.sleep(2)
+    c0, t0 = time.process_time(), time.perf_counter()
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    waited, cpu = time.perf_counter() - t0, time.process_time() - c0
+    assert torch.equal(t, torch.full((4,), float(ctx.size)))
+    if ctx.rank != late:
+        assert waited > 1.5, f"waited only {waited:.2f} s for the late rank"
+        assert cpu < 0.1, f"{cpu * 1e3:.1f} ms of CPU in a {waited:.2f} s wait: the wait spins"
+    return {"waited_s": waited, "cpu_ms": cpu * 1e3}
+
+
 @CASES.case("send-recv-ring")
 def _(ctx):
     g = dist.new_group(backend="ringguard")
