@@ -197,7 +197,7 @@ def main():
     # CPU time per step, summed over the ranks: where ranks share cores it bounds the step time.
     cpu_t = torch.tensor([cpu[name] for name in runs], dtype=torch.float64)
     dist.all_reduce(cpu_t)
-    cpu = {name: float(c) / (args.rounds * args.steps) for name, c in zip(runs, cpu_t)}
+    cpu = {name: float(c) / timed for name, c in zip(runs, cpu_t)}
     # The slowest rank's time of each step.
     for name in runs:
         t = torch.tensor(times[name], dtype=torch.float64)

@@ -171,13 +171,13 @@ def _(ctx):
     kind = ctx.device
     # CPU tensors travel over the Gloo helper; CUDA ones (RINGGUARD_DEVICE_TRANSPORT=auto) over NCCL
     # unless two local ranks share a GPU, then staged.
-    default = "gloo"
+    want = "gloo"
     if kind == "cuda":
-        shared = torch.cuda.device_count() < int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        default = os.environ.get("RINGGUARD_DEVICE_TRANSPORT", "auto")
-        if default == "auto":
-            default = "staged" if shared else "nccl"
-    want = os.environ.get("RINGGUARD_TEST_EXPECT_TRANSPORT", default)
+        want = os.environ.get("RINGGUARD_DEVICE_TRANSPORT", "auto")
+        if want == "auto":
+            shared = torch.cuda.device_count() < int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+            want = "staged" if shared else "nccl"
+    want = os.environ.get("RINGGUARD_TEST_EXPECT_TRANSPORT", want)
     got = ringguard.transport(kind)
     assert got == want, f"transport({kind!r}) = {got!r}, want {want!r}"
     return {"transport": got}
