@@ -25,10 +25,13 @@ Status allgather(const CollectiveContext& ctx, Executor* exec, const void* send,
                                                 kNoRoot, issueOrder(ctx))));
   const int n = ctx.transport->size(), me = ctx.transport->rank();
   const size_t esize = dataTypeSize(dtype), bytes = sendCount * esize;
-  uint8_t* own = static_cast<uint8_t*>(recv) + size_t(me) * bytes;
-  // This rank's block of the result is its input; nothing crosses a link for it.
-  if (own != send) RINGGUARD_RETURN_IF_ERROR(exec->copy(own, send, bytes));
-  if (n == 1 || sendCount == 0) return Status::ok();
+  if (n == 1 || sendCount == 0) {
+    // This rank's block of the result is its input; nothing crosses a link.
+    uint8_t* own = static_cast<uint8_t*>(recv) + size_t(me) * bytes;
+    return own == send ? Status::ok() : exec->copy(own, send, bytes);
+  }
+  // Out of place, the pipeline copies the input into this rank's block slice by slice as it seals and
+  // sends it (PipelinePlan::originCopy).
   const RingSchedule sched = RingSchedule::blocks(n, sendCount, esize, ctx.options->sliceBytes);
   const RingPlan plan(RingPlan::Kind::kAllgather, sched, me, dtype, ReduceOp::kSum, send, recv, nullptr);
   return runPipeline(ctx, exec, plan, groupVerdicts(ctx, plan));

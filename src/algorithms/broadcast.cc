@@ -61,6 +61,10 @@ class ChainPlan final : public PipelinePlan {
     *origin = pos_ == 0;
     return (pos_ == 0 ? input_ : output_) + r.offset * esize_;
   }
+  // The root's output gets its input slice by slice as the slices are sealed and sent.
+  uint8_t* originCopy(int column, const ElementRange& r) const override {
+    return pos_ == 0 ? output_ + r.offset * esize_ : nullptr;
+  }
   RecvTarget recvTarget(int column, int step, const ElementRange& r) const override {
     RecvTarget t;
     t.dst = output_ + r.offset * esize_;
@@ -100,9 +104,11 @@ Status broadcast(const CollectiveContext& ctx, Executor* exec, const void* send,
   RINGGUARD_RETURN_IF_ERROR(exchangeFingerprints(
       ctx, makeFingerprint(CollectiveKind::kBroadcast, ReduceOp::kSum, dtype, count, root, issueOrder(ctx))));
   const int n = ctx.transport->size(), me = ctx.transport->rank();
-  if (me == root && send != recv)
-    RINGGUARD_RETURN_IF_ERROR(exec->copy(recv, send, count * dataTypeSize(dtype)));
-  if (n == 1 || count == 0) return Status::ok();
+  if (n == 1 || count == 0) {
+    return me == root && send != recv ? exec->copy(recv, send, count * dataTypeSize(dtype)) : Status::ok();
+  }
+  // Out of place, the pipeline copies the root's input into its output as it sends it
+  // (PipelinePlan::originCopy).
   const ChainPlan plan(n, me, root, count, dtype, ctx.options->sliceBytes, std::max(1, ctx.options->slots),
                        me == root ? send : recv, recv);
   return runPipeline(ctx, exec, plan, groupVerdicts(ctx, plan));

@@ -93,6 +93,10 @@ Status Pipeline::postSend(int step, int slice, int attempt, bool retransmit) {
     local_.retransmitted++;
     trace::instant(trace::Kind::kRetransmit, "retransmit", ctx_.track, ctx_.seq, peer, step, slice, attempt);
   } else if (origin) {
+    if (uint8_t* copy = plan_.originCopy(column, r); copy != nullptr && copy != ptr) {
+      RINGGUARD_RETURN_IF_ERROR(exec_->copy(copy, ptr, bytes));
+      ptr = copy;  // the same bytes, now in cache
+    }
     RINGGUARD_RETURN_IF_ERROR(exec_->sealFirst(idx, ptr, idOf(column, step, slice, bytes, attempt)));
   }
   if (const FaultInjector* inj = ctx_.injector) {

@@ -62,6 +62,12 @@ const uint8_t* RingPlan::sendBytes(int column, int step, const ElementRange& r, 
   return nullptr;
 }
 
+uint8_t* RingPlan::originCopy(int column, const ElementRange& r) const {
+  // All-gather: this rank's block of the output is its input (never received into: its column's route
+  // ends at the rank before this one).
+  return kind_ == Kind::kAllgather ? output_ + byteOffset(r) : nullptr;
+}
+
 RecvTarget RingPlan::recvTarget(int column, int step, const ElementRange& r) const {
   const int n = sched_.nranks();
   const int t = first_ + step;

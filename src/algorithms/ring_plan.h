@@ -39,6 +39,7 @@ class RingPlan final : public PipelinePlan {
   int recvColumn(int step) const override { return sched_.recvColumn(me_, first_ + step); }
   ElementRange range(int column, int slice) const override { return sched_.slice(blockOf(column), slice); }
   const uint8_t* sendBytes(int column, int step, const ElementRange& r, bool* origin) const override;
+  uint8_t* originCopy(int column, const ElementRange& r) const override;
   RecvTarget recvTarget(int column, int step, const ElementRange& r) const override;
   int overwritesSendOf(int step) const override;
 

@@ -52,6 +52,9 @@ struct Pending {
   c10::intrusive_ptr<c10d::Work> work;
   std::shared_ptr<OpState> state;
   at::Tensor keep;  // memory the backend reads or writes until the work ends (control frames)
+  // Completes without waking the collective: a frame's payload, whose trailer follows in the same waiter
+  // (no wait is done before both are). A failure always wakes it.
+  bool quiet = false;
 };
 
 // Works whose wait was abandoned may still be used by the backend (a receive cannot be withdrawn from
@@ -108,7 +111,8 @@ class Events {
   std::atomic<uint64_t> count_{0};
 };
 
-// Waits the works of one (peer, direction) in post order on its own thread.
+// Waits the works of one (peer, direction) in post order on its own thread, and raises `events` (when not
+// null) at each completion a collective may be waiting for.
 class Waiter {
  public:
   explicit Waiter(Events* events)
@@ -157,7 +161,7 @@ class Waiter {
         p.state->state = kAborted;
       }
     }
-    events_->raise();
+    if (events_ != nullptr) events_->raise();
   }
 
  private:
@@ -177,6 +181,7 @@ class Waiter {
         }
       }
       int result = kDone;
+      const bool quiet = current_.quiet;
       std::string error;
       try {
         if (!current_.work->wait(kNoExpiry)) result = kAborted;
@@ -192,7 +197,7 @@ class Waiter {
         current_ = Pending();
         idle_.notify_all();
       }
-      events_->raise();
+      if (events_ != nullptr && (result != kDone || !quiet)) events_->raise();
     }
   }
 
@@ -270,7 +275,7 @@ class C10dTransport final : public Transport {
       auto& peer = peers_[size_t(p)];
       peer.sends = std::make_unique<Waiter>(&events_);
       peer.recvs = std::make_unique<Waiter>(&events_);
-      peer.controlSends = std::make_unique<Waiter>(&events_);
+      peer.controlSends = std::make_unique<Waiter>(nullptr);  // no collective waits for a control send
       peer.controlThread = std::thread([this, p] {
         nameThisThread("rg-control");
         controlLoop(p);
@@ -357,7 +362,8 @@ class C10dTransport final : public Transport {
       work = isRecv ? backend_->recv(tensors, peer, tag) : backend_->send(tensors, peer, tag);
     }));
     auto& waiter = isRecv ? peers_[size_t(peer)].recvs : peers_[size_t(peer)].sends;
-    waiter->push(Pending{work, state, {}});
+    // Transport::doPostFrameSend/Recv post the payload, then the trailer, to this peer and direction.
+    waiter->push(Pending{work, state, {}, /*quiet=*/channel == Channel::kPayload});
     out->reset(new C10dOp(state, work, peer, isRecv));
     return Status::ok();
   }
