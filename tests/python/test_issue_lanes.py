@@ -59,6 +59,12 @@ def _opposite_orders(ctx, group, lanes):
         else:
             body(t)
 
+    # Both names known to this process before either thread issues: a mismatch message names a lane this
+    # process never entered by its id, and the second thread may not have entered its own yet when the first
+    # thread's collective fails (a loaded machine).
+    for name in lanes or ():
+        with ringguard.issue_lane(name):
+            pass
     threads = [threading.Thread(target=run, args=(t,)) for t in range(2)]
     for th in threads:
         th.start()
