@@ -1,7 +1,9 @@
 // Allreduce: the whole ring, reduce-scatter steps then all-gather steps, in one pass.
 #include "algorithms/arguments.h"
 #include "algorithms/collectives.h"
+#include "algorithms/eager.h"
 #include "algorithms/ring_plan.h"
+#include "core/reduce.h"
 
 namespace ringguard {
 
@@ -18,11 +20,46 @@ Status checkAllreduceArgs(const CollectiveShape& c, const void* send, const void
   return checkDisjoint("send", send, bytes, "recv", recv, bytes);
 }
 
+namespace {
+
+// Small: every rank sends its whole input to every peer in its fingerprint frame, then reduces each ring
+// column in the ring's order with the arguments the ring's hops use, so the bits are the pipeline's.
+Status allreduceEager(const CollectiveContext& ctx, const Fingerprint& fp, const void* send, void* recv,
+                      size_t count, DataType dtype, ReduceOp op) {
+  const int n = ctx.transport->size(), me = ctx.transport->rank();
+  const size_t esize = dataTypeSize(dtype), bytes = count * esize;
+  std::vector<EagerPayload> out(size_t(n), EagerPayload{send, bytes});
+  std::vector<size_t> inBytes(size_t(n), bytes);
+  out[size_t(me)] = EagerPayload{};
+  inBytes[size_t(me)] = 0;
+  std::vector<std::vector<uint8_t>> in;
+  RINGGUARD_RETURN_IF_ERROR(eagerExchange(ctx, fp, out, inBytes, &in));
+  // In place, the result overwrites this rank's input before the ring order is done with it.
+  in[size_t(me)].assign(static_cast<const uint8_t*>(send), static_cast<const uint8_t*>(send) + bytes);
+  const RingSchedule sched(n, count, esize, ctx.options->sliceBytes);
+  for (int j = 0; j < n; ++j) {
+    const ElementRange c = sched.column(j);
+    if (c.count == 0) continue;
+    const size_t off = c.offset * esize;
+    uint8_t* dst = static_cast<uint8_t*>(recv) + off;
+    // Hop t: rank j + t + 1 reduces its own input with what arrived (rank j's input at the first hop).
+    for (int t = 0; t + 1 < n; ++t) {
+      const uint8_t* local = in[size_t((j + t + 1) % n)].data() + off;
+      const uint8_t* incoming = t == 0 ? in[size_t(j)].data() + off : dst;
+      reduceHost(dtype, op, dst, local, incoming, c.count, t == n - 2, n, t == 0);
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Status allreduce(const CollectiveContext& ctx, Executor* exec, const void* send, void* recv, size_t count,
                  DataType dtype, ReduceOp op) {
-  RINGGUARD_RETURN_IF_ERROR(
-      exchangeFingerprints(ctx, makeAllreduceFingerprint(op, dtype, count, issueOrder(ctx))));
+  const Fingerprint fp = makeAllreduceFingerprint(op, dtype, count, issueOrder(ctx));
   const size_t bytes = count * dataTypeSize(dtype);
+  if (runsEager(ctx, *exec, bytes)) return allreduceEager(ctx, fp, send, recv, count, dtype, op);
+  RINGGUARD_RETURN_IF_ERROR(exchangeFingerprints(ctx, fp));
   if (ctx.transport->size() == 1 || count == 0) {
     // Nothing crosses a link; avg over one rank divides by 1.
     return send == recv ? Status::ok() : exec->copy(recv, send, bytes);

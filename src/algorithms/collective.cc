@@ -6,6 +6,7 @@
 #include <sstream>
 #include <thread>
 
+#include "algorithms/eager.h"
 #include "algorithms/stall_report.h"
 #include "core/trace_events.h"
 
@@ -21,13 +22,6 @@ using Clock = std::chrono::steady_clock;
 // bound cost a waiting rank 4 % of a core in wake-ups).
 constexpr uint64_t kSpinsBeforeBlocking = 16;
 constexpr std::chrono::milliseconds kBlockedWait(10);
-
-// Precedes the summary in every dissemination message.
-struct DisseminationHeader {
-  uint64_t seq;
-  uint32_t round;  // verdicts: the repair round; fingerprints: 0
-  uint32_t k;      // dissemination round
-};
 
 // The last poll of this thread, to tell a wait from a rank that did not run (stopped, descheduled): a gap
 // between two polls of one collective longer than the timeout means the peers waiting on this rank timed
@@ -246,11 +240,15 @@ Status findDisagreement(const CollectiveContext& ctx, ControlTag tag, const void
   };
   auto merge = [&](int from, const uint8_t* body, size_t size) {
     int32_t low = -1, diff = -1;
-    if (size == 8 + 2 * bytes) {
+    // A small collective's fingerprint frame carries its payload after the summary (eager.h): a rank that
+    // takes the pipeline reads the fingerprint and leaves the rest (the fingerprints then differ).
+    const bool eager = tag == ControlTag::kFingerprint && isEagerExtension(body, size, 8 + 2 * bytes);
+    const bool sized = size == 8 + 2 * bytes || eager;
+    if (sized) {
       std::memcpy(&low, body, 4);
       std::memcpy(&diff, body + 4, 4);
     }
-    if (size != 8 + 2 * bytes || low < 0 || low >= n || (diff != -1 && (diff <= low || diff >= n))) {
+    if (!sized || low < 0 || low >= n || (diff != -1 && (diff <= low || diff >= n))) {
       std::ostringstream os;
       os << ctx.name << " seq " << ctx.seq << ": malformed " << controlTagName(tag) << " summary from rank "
          << from << " (" << size << " bytes, ranks " << low << " and " << diff << ")";

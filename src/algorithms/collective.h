@@ -64,6 +64,15 @@ Status waitFrame(const CollectiveContext& ctx, FrameRequest* req, const std::fun
 // rank + 2^k and receives from rank - 2^k. Where one round to every peer costs no more frames
 // (N - 1 <= ceil(log2 N): N <= 3) the exchange is that one round instead: each rank sends its summary to
 // every peer, then receives and merges every peer's. Every rank ends with the summary of all ranks.
+// Precedes the summary in every exchange message.
+struct DisseminationHeader {
+  uint64_t seq;
+  uint32_t
+      round;   // verdicts: the repair round; fingerprints: 0 (a small collective's resent frame: the attempt)
+  uint32_t k;  // dissemination round
+};
+static_assert(sizeof(DisseminationHeader) == 16, "exchange messages are a fixed wire format");
+
 int disseminationRounds(int nranks);  // ceil(log2 nranks); 0 for one rank
 bool exchangeInOneRound(int nranks);  // 2 <= nranks <= 3
 int exchangeRounds(int nranks);       // sequential rounds of an exchange: 1 when exchangeInOneRound, else

@@ -1,7 +1,9 @@
 // Reduce-scatter: the ring's reduce steps over caller-laid-out blocks; rank r finishes block r.
 #include "algorithms/arguments.h"
 #include "algorithms/collectives.h"
+#include "algorithms/eager.h"
 #include "algorithms/ring_plan.h"
+#include "core/reduce.h"
 
 namespace ringguard {
 
@@ -20,12 +22,45 @@ Status checkReduceScatterArgs(const CollectiveShape& c, const void* send, const 
   return checkDisjoint("send", send, total * esize, "recv", recv, recvCount * esize);
 }
 
+namespace {
+
+// Small: every rank sends each peer that peer's block in its fingerprint frame, then reduces its own block
+// in the order the ring does (block b rides column b + 1, which starts at rank b + 1), with the arguments
+// the ring's hops use, so the bits are the pipeline's.
+Status reduceScatterEager(const CollectiveContext& ctx, const Fingerprint& fp, const void* send, void* recv,
+                          size_t recvCount, DataType dtype, ReduceOp op) {
+  const int n = ctx.transport->size(), me = ctx.transport->rank();
+  const size_t bytes = recvCount * dataTypeSize(dtype);
+  const auto* input = static_cast<const uint8_t*>(send);
+  std::vector<EagerPayload> out(static_cast<size_t>(n));
+  for (int p = 0; p < n; ++p) out[size_t(p)] = EagerPayload{input + size_t(p) * bytes, p == me ? 0 : bytes};
+  std::vector<size_t> inBytes(size_t(n), bytes);
+  inBytes[size_t(me)] = 0;
+  std::vector<std::vector<uint8_t>> in;
+  RINGGUARD_RETURN_IF_ERROR(eagerExchange(ctx, fp, out, inBytes, &in));
+  // In place, recv is this rank's block of send, which the first hops overwrite before the last reads it.
+  const uint8_t* own = input + size_t(me) * bytes;
+  in[size_t(me)].assign(own, own + bytes);
+  auto* dst = static_cast<uint8_t*>(recv);
+  const int start = (me + 1) % n;
+  for (int t = 0; t + 1 < n; ++t) {
+    const uint8_t* local = in[size_t((start + t + 1) % n)].data();
+    const uint8_t* incoming = t == 0 ? in[size_t(start)].data() : dst;
+    reduceHost(dtype, op, dst, local, incoming, recvCount, t == n - 2, n, t == 0);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Status reduceScatter(const CollectiveContext& ctx, Executor* exec, const void* send, void* recv,
                      size_t recvCount, DataType dtype, ReduceOp op) {
-  RINGGUARD_RETURN_IF_ERROR(exchangeFingerprints(
-      ctx, makeFingerprint(CollectiveKind::kReduceScatter, op, dtype, recvCount, kNoRoot, issueOrder(ctx))));
+  const Fingerprint fp =
+      makeFingerprint(CollectiveKind::kReduceScatter, op, dtype, recvCount, kNoRoot, issueOrder(ctx));
   const int n = ctx.transport->size(), me = ctx.transport->rank();
   const size_t esize = dataTypeSize(dtype), bytes = recvCount * esize;
+  if (runsEager(ctx, *exec, bytes)) return reduceScatterEager(ctx, fp, send, recv, recvCount, dtype, op);
+  RINGGUARD_RETURN_IF_ERROR(exchangeFingerprints(ctx, fp));
   const uint8_t* own = static_cast<const uint8_t*>(send) + size_t(me) * bytes;
   if (n == 1 || recvCount == 0) return own == recv ? Status::ok() : exec->copy(recv, own, bytes);
   // The blocks this rank forwards accumulate in scratch, so the caller's recv needs only its own block.

@@ -51,6 +51,10 @@ class FrameRequest {
   std::shared_ptr<void> event_;
 };
 
+// Transport::eagerBytes of the host transports (MPI, loopback, c10d): a 4 KiB all-reduce of N = 2 ranks in
+// two exchanges instead of four (docs/PERFORMANCE.md, "Small collectives in one round").
+inline constexpr size_t kHostEagerBytes = size_t(16) << 10;
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -63,6 +67,9 @@ class Transport {
   virtual size_t defaultSliceBytes() const { return size_t(1) << 20; }
   // The receive slots per link a communicator uses when Options::slots is 0.
   virtual int defaultSlots() const { return 2; }
+  // The largest payload a small collective carries in its fingerprint frames instead of running the
+  // pipeline (docs/design/protocol.md, "Small collectives in one round"); 0: never. Host transports only.
+  virtual size_t eagerBytes() const { return 0; }
 
   // After a fatal error messages may still be in flight (unmatched fingerprints, error broadcasts).
   // A broken transport keeps its channels out of reuse, so those can never match a later communicator.

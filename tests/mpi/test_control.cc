@@ -49,6 +49,7 @@ TEST(MpiControl, DamagedControlFrameIsTheSameCauseOnEveryRank) {
   const int me = worldRank(), n = worldSize();
   Options o;
   o.timeout = std::chrono::milliseconds(20000);
+  o.sliceBytes = 256;  // the pipeline: its fingerprint frames carry no payload
   o.fault.mode = FaultMode::kControl;
   o.fault.schedule = {{0, int(ControlTag::kFingerprint), n - 1, 0}};
   auto comm = makeComm(o);
@@ -63,6 +64,28 @@ TEST(MpiControl, DamagedControlFrameIsTheSameCauseOnEveryRank) {
             st.toString());
   EXPECT_EQ(testing::sumOverRanks(comm->counters().injected), 1u);
   EXPECT_EQ(testing::sumOverRanks(comm->counters().detected), 1u);
+}
+
+// The same damage to a small collective's fingerprint frame, which carries its payload (N <= 3): a link
+// failure, repaired like a slice (docs/design/protocol.md, "Small collectives in one round").
+TEST(MpiControl, DamagedFrameOfASmallCollectiveIsRepaired) {
+  const int me = worldRank(), n = worldSize();
+  if (n > 3) GTEST_SKIP() << "small collectives travel in one round at 2 and 3 ranks";
+  Options o;
+  o.timeout = std::chrono::milliseconds(20000);
+  o.fault.mode = FaultMode::kControl;
+  o.fault.schedule = {{0, int(ControlTag::kFingerprint), n - 1, 0}};
+  auto comm = makeComm(o);
+  for (int i = 0; i < 2; ++i) {
+    std::vector<uint8_t> in = makeInput(DataType::kInt32, ReduceOp::kSum, me, 100);
+    ASSERT_TRUE(comm->allreduce(in.data(), in.data(), 100, DataType::kInt32, ReduceOp::kSum).isOk());
+    EXPECT_EQ(in, expectedResult(DataType::kInt32, ReduceOp::kSum, n, 100));
+  }
+  const Counters c = comm->counters();
+  EXPECT_EQ(testing::sumOverRanks(c.injected), 1u);
+  EXPECT_EQ(testing::sumOverRanks(c.detected), 1u);
+  EXPECT_EQ(testing::sumOverRanks(c.retransmitted), 1u);
+  EXPECT_EQ(testing::sumOverRanks(c.escaped), 0u);
 }
 
 TEST(MpiControl, HandshakeNamesTheSettingThatDiffers) {

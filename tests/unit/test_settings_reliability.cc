@@ -188,6 +188,7 @@ TEST(AllocationFailure, BecomesTheCollectivesStatus) {
   std::vector<std::unique_ptr<Transport>> transports = makeLoopbackTransports(2, &fabric);
   Options o;
   o.timeout = std::chrono::milliseconds(5000);
+  o.sliceBytes = 1024;  // the pipeline, which allocates (a payload within one slice travels in one round)
   std::vector<std::unique_ptr<Communicator>> comms;
   for (auto& t : transports) {
     comms.push_back(makeCommunicator(std::move(t), o, std::make_unique<ThrowingExecutor>()));

@@ -290,6 +290,7 @@ class C10dTransport final : public Transport {
   }
 
   const char* name() const override { return "gloo"; }
+  size_t eagerBytes() const override { return kHostEagerBytes; }
   ControlChannel* control() override { return &control_; }
 
   // The control channel's hooks (C10dControlChannel).

@@ -135,6 +135,18 @@ Status ControlChannel::open(int from, ControlTag tag, std::vector<uint8_t>* fram
 
 Status ControlChannel::probe(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from, bool* got,
                              const FaultInjector* injector, Counters* counters) {
+  return take(peer, tag, message, from, got, nullptr, injector, counters);
+}
+
+Status ControlChannel::probeRepairable(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from,
+                                       bool* got, bool* damaged, const FaultInjector* injector,
+                                       Counters* counters) {
+  *damaged = false;
+  return take(peer, tag, message, from, got, damaged, injector, counters);
+}
+
+Status ControlChannel::take(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from, bool* got,
+                            bool* damaged, const FaultInjector* injector, Counters* counters) {
   *got = false;
   if (peer >= 0) RINGGUARD_RETURN_IF_ERROR(checkPeer(peer, "control probe"));
   RINGGUARD_ENFORCE(validTag(tag), "control probe: invalid tag");
@@ -156,12 +168,21 @@ Status ControlChannel::probe(int peer, ControlTag tag, std::vector<uint8_t>* mes
     injected = injector->corruptControl(expected, int(tag), src, rank_, frame.data(), frame.size());
     if (injected && counters != nullptr) counters->injected++;
   }
+  // Whether only the CRC failed: the frame arrived whole from `src` (the transport's word) and was damaged.
+  auto onlyCrcFails = [&] {
+    if (frame.size() < sizeof(ControlFrameHeader)) return false;
+    ControlFrameHeader h;
+    std::memcpy(&h, frame.data(), sizeof(h));
+    return h.crc != frameCrc(h, frame.data() + sizeof(h), frame.size() - sizeof(h));
+  };
   Status st = open(src, tag, &frame, message);
   if (!st.isOk()) {
     if (counters != nullptr) counters->detected++;
-    return st;
+    if (damaged == nullptr || !onlyCrcFails()) return st;
+    *damaged = true;  // taken: the sender sends it again when the verdicts say so
+  } else if (injected && counters != nullptr) {
+    counters->escaped++;  // a CRC-32 misses no single bit flip
   }
-  if (injected && counters != nullptr) counters->escaped++;  // a CRC-32 misses no single bit flip
   ++expected;
   *from = src;
   *got = true;

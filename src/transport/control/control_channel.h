@@ -70,6 +70,14 @@ class ControlChannel {
   Status probe(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from, bool* got,
                const FaultInjector* injector = nullptr, Counters* counters = nullptr);
 
+  // probe for a frame whose damage the caller repairs (a small collective's payload travels in its
+  // fingerprint frame: docs/design/protocol.md, "Small collectives in one round"): a frame that fails only
+  // its CRC is taken and reported as *damaged (with *got, *from and counters->detected) instead of as an
+  // error; every other rejection (truncated, misaddressed, stale, out of order) is still an error.
+  Status probeRepairable(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from, bool* got,
+                         bool* damaged, const FaultInjector* injector = nullptr,
+                         Counters* counters = nullptr);
+
  protected:
   ControlChannel(int rank, int size);
 
@@ -82,6 +90,9 @@ class ControlChannel {
  private:
   Status checkPeer(int peer, const char* what) const;
   Status open(int from, ControlTag tag, std::vector<uint8_t>* frame, std::vector<uint8_t>* message) const;
+  // probe and probeRepairable (damaged null: every rejection is an error).
+  Status take(int peer, ControlTag tag, std::vector<uint8_t>* message, int* from, bool* got, bool* damaged,
+              const FaultInjector* injector, Counters* counters);
 
   int rank_;
   int size_;

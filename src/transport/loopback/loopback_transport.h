@@ -63,6 +63,7 @@ class LoopbackTransport final : public Transport {
   LoopbackTransport(std::shared_ptr<LoopbackFabric> fabric, int rank);
   ~LoopbackTransport() override;
   const char* name() const override { return "loopback"; }
+  size_t eagerBytes() const override { return kHostEagerBytes; }
   ControlChannel* control() override { return control_.get(); }
 
  protected:

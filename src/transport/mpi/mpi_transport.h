@@ -69,6 +69,7 @@ class MpiTransport final : public Transport {
   static Status create(MPI_Comm comm, std::unique_ptr<Transport>* out);
   ~MpiTransport() override;
   const char* name() const override { return "mpi"; }
+  size_t eagerBytes() const override { return kHostEagerBytes; }
   ControlChannel* control() override { return control_.get(); }
 
  protected:
