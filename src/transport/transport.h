@@ -51,8 +51,8 @@ class FrameRequest {
   std::shared_ptr<void> event_;
 };
 
-// Transport::eagerBytes of the host transports (MPI, loopback, c10d): a 4 KiB all-reduce of N = 2 ranks in
-// two exchanges instead of four (docs/PERFORMANCE.md, "Small collectives in one round").
+// Transport::eagerBytes of the MPI and loopback transports: a 4 KiB all-reduce of N = 2 ranks in two
+// exchanges instead of four (docs/PERFORMANCE.md, "Every collective on host memory", seventeenth session).
 inline constexpr size_t kHostEagerBytes = size_t(16) << 10;
 
 class Transport {

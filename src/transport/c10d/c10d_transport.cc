@@ -290,7 +290,10 @@ class C10dTransport final : public Transport {
   }
 
   const char* name() const override { return "gloo"; }
-  size_t eagerBytes() const override { return kHostEagerBytes; }
+  // Control frames travel as kFrameBytes Gloo messages, each taken by the peer's control thread in turn:
+  // a 16 KiB payload (five of them) was slower than the pipeline, a 4 KiB one (two) faster
+  // (docs/PERFORMANCE.md, "Small messages through the c10d backend").
+  size_t eagerBytes() const override { return kFrameBytes; }
   ControlChannel* control() override { return &control_; }
 
   // The control channel's hooks (C10dControlChannel).
