@@ -29,12 +29,8 @@ Status allgather(const CollectiveContext& ctx, Executor* exec, const void* send,
   const size_t esize = dataTypeSize(dtype), bytes = sendCount * esize;
   if (runsEager(ctx, *exec, bytes)) {
     // Small: every rank's block travels in its fingerprint frame to every peer.
-    std::vector<EagerPayload> out(size_t(n), EagerPayload{send, bytes});
-    std::vector<size_t> inBytes(size_t(n), bytes);
-    out[size_t(me)] = EagerPayload{};
-    inBytes[size_t(me)] = 0;
     std::vector<std::vector<uint8_t>> in;
-    RINGGUARD_RETURN_IF_ERROR(eagerExchange(ctx, fp, out, inBytes, &in));
+    RINGGUARD_RETURN_IF_ERROR(eagerExchangeAll(ctx, fp, send, bytes, &in));
     auto* output = static_cast<uint8_t*>(recv);
     for (int r = 0; r < n; ++r) {
       const void* block = r == me ? send : in[size_t(r)].data();

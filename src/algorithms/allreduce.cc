@@ -28,12 +28,8 @@ Status allreduceEager(const CollectiveContext& ctx, const Fingerprint& fp, const
                       size_t count, DataType dtype, ReduceOp op) {
   const int n = ctx.transport->size(), me = ctx.transport->rank();
   const size_t esize = dataTypeSize(dtype), bytes = count * esize;
-  std::vector<EagerPayload> out(size_t(n), EagerPayload{send, bytes});
-  std::vector<size_t> inBytes(size_t(n), bytes);
-  out[size_t(me)] = EagerPayload{};
-  inBytes[size_t(me)] = 0;
   std::vector<std::vector<uint8_t>> in;
-  RINGGUARD_RETURN_IF_ERROR(eagerExchange(ctx, fp, out, inBytes, &in));
+  RINGGUARD_RETURN_IF_ERROR(eagerExchangeAll(ctx, fp, send, bytes, &in));
   // In place, the result overwrites this rank's input before the ring order is done with it.
   in[size_t(me)].assign(static_cast<const uint8_t*>(send), static_cast<const uint8_t*>(send) + bytes);
   const RingSchedule sched(n, count, esize, ctx.options->sliceBytes);

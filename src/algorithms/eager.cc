@@ -338,4 +338,14 @@ Status eagerExchange(const CollectiveContext& ctx, const Fingerprint& mine,
   return x.run(in);
 }
 
+Status eagerExchangeAll(const CollectiveContext& ctx, const Fingerprint& mine, const void* data, size_t bytes,
+                        std::vector<std::vector<uint8_t>>* in) {
+  const size_t n = size_t(ctx.transport->size()), me = size_t(ctx.transport->rank());
+  std::vector<EagerPayload> out(n, EagerPayload{data, bytes});
+  std::vector<size_t> inBytes(n, bytes);
+  out[me] = EagerPayload{};
+  inBytes[me] = 0;
+  return eagerExchange(ctx, mine, out, inBytes, in);
+}
+
 }  // namespace ringguard

@@ -55,4 +55,8 @@ Status eagerExchange(const CollectiveContext& ctx, const Fingerprint& mine,
                      const std::vector<EagerPayload>& out, const std::vector<size_t>& inBytes,
                      std::vector<std::vector<uint8_t>>* in);
 
+// eagerExchange where every rank sends every peer the same `bytes` at `data` (all-reduce, all-gather).
+Status eagerExchangeAll(const CollectiveContext& ctx, const Fingerprint& mine, const void* data, size_t bytes,
+                        std::vector<std::vector<uint8_t>>* in);
+
 }  // namespace ringguard

@@ -26,17 +26,8 @@ using testing::makeInput;
 enum class Kind { kAllreduce, kReduceScatter, kAllgather, kBroadcast };
 constexpr Kind kKinds[] = {Kind::kAllreduce, Kind::kReduceScatter, Kind::kAllgather, Kind::kBroadcast};
 const char* kindName(Kind k) {
-  switch (k) {
-    case Kind::kAllreduce:
-      return "allreduce";
-    case Kind::kReduceScatter:
-      return "reduce_scatter";
-    case Kind::kAllgather:
-      return "allgather";
-    case Kind::kBroadcast:
-      return "broadcast";
-  }
-  return "?";
+  static const char* const kNames[] = {"allreduce", "reduce_scatter", "allgather", "broadcast"};
+  return kNames[int(k)];
 }
 bool reduces(Kind k) { return k == Kind::kAllreduce || k == Kind::kReduceScatter; }
 
