@@ -51,8 +51,7 @@ class FrameRequest {
   std::shared_ptr<void> event_;
 };
 
-// Transport::eagerBytes of the MPI and loopback transports: a 4 KiB all-reduce of N = 2 ranks in two
-// exchanges instead of four (docs/PERFORMANCE.md, "Every collective on host memory", seventeenth session).
+// Transport::eagerBytes of the loopback transport (in-memory queues: a frame of any size is one hand-over).
 inline constexpr size_t kHostEagerBytes = size_t(16) << 10;
 
 class Transport {
