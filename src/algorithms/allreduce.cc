@@ -30,8 +30,12 @@ Status allreduceEager(const CollectiveContext& ctx, const Fingerprint& fp, const
   const size_t esize = dataTypeSize(dtype), bytes = count * esize;
   std::vector<std::vector<uint8_t>> in;
   RINGGUARD_RETURN_IF_ERROR(eagerExchangeAll(ctx, fp, send, bytes, &in));
-  // In place, the result overwrites this rank's input before the ring order is done with it.
-  in[size_t(me)].assign(static_cast<const uint8_t*>(send), static_cast<const uint8_t*>(send) + bytes);
+  // In place, the result overwrites this rank's input before the ring order is done with it: a copy.
+  if (send == recv)
+    in[size_t(me)].assign(static_cast<const uint8_t*>(send), static_cast<const uint8_t*>(send) + bytes);
+  auto input = [&](int r) {
+    return r == me && send != recv ? static_cast<const uint8_t*>(send) : in[size_t(r)].data();
+  };
   const RingSchedule sched(n, count, esize, ctx.options->sliceBytes);
   for (int j = 0; j < n; ++j) {
     const ElementRange c = sched.column(j);
@@ -40,8 +44,8 @@ Status allreduceEager(const CollectiveContext& ctx, const Fingerprint& fp, const
     uint8_t* dst = static_cast<uint8_t*>(recv) + off;
     // Hop t: rank j + t + 1 reduces its own input with what arrived (rank j's input at the first hop).
     for (int t = 0; t + 1 < n; ++t) {
-      const uint8_t* local = in[size_t((j + t + 1) % n)].data() + off;
-      const uint8_t* incoming = t == 0 ? in[size_t(j)].data() + off : dst;
+      const uint8_t* local = input((j + t + 1) % n) + off;
+      const uint8_t* incoming = t == 0 ? input(j) + off : dst;
       reduceHost(dtype, op, dst, local, incoming, c.count, t == n - 2, n, t == 0);
     }
   }

@@ -54,12 +54,6 @@ void noteStall(const CollectiveContext& ctx, Clock::time_point now, WaitState* w
   w->inCollectiveMs = millis(now - lastPoll.since);
 }
 
-template <typename T>
-void append(std::vector<uint8_t>* out, const T& v) {
-  const auto* p = reinterpret_cast<const uint8_t*>(&v);
-  out->insert(out->end(), p, p + sizeof(T));
-}
-
 }  // namespace
 
 Status pollUntil(const CollectiveContext& ctx, const std::function<Status(bool* done)>& test,
@@ -174,7 +168,7 @@ Status disseminate(const CollectiveContext& ctx, ControlTag tag, uint32_t round,
   // This rank's current summary as the message of exchange round k.
   auto message = [&](uint32_t k) {
     std::vector<uint8_t> out;
-    append(&out, DisseminationHeader{ctx.seq, round, k});
+    appendBytes(&out, DisseminationHeader{ctx.seq, round, k});
     const std::vector<uint8_t> body = summary();
     out.insert(out.end(), body.begin(), body.end());
     return out;
@@ -232,8 +226,8 @@ Status findDisagreement(const CollectiveContext& ctx, ControlTag tag, const void
   sum.diff.assign(bytes, 0);
   auto summary = [&] {
     std::vector<uint8_t> out;
-    append(&out, int32_t(sum.lowRank));
-    append(&out, int32_t(sum.diffRank));
+    appendBytes(&out, int32_t(sum.lowRank));
+    appendBytes(&out, int32_t(sum.diffRank));
     out.insert(out.end(), sum.low.begin(), sum.low.end());
     out.insert(out.end(), sum.diff.begin(), sum.diff.end());
     return out;
@@ -330,8 +324,8 @@ Status exchangeVerdicts(const CollectiveContext& ctx, int round, const std::vect
   std::vector<SliceFailure> all = canonicalFailures(mine);
   auto summary = [&] {
     std::vector<uint8_t> out;
-    append(&out, uint32_t(all.size()));
-    append(&out, uint32_t(0));
+    appendBytes(&out, uint32_t(all.size()));
+    appendBytes(&out, uint32_t(0));
     const auto* p = reinterpret_cast<const uint8_t*>(all.data());
     out.insert(out.end(), p, p + all.size() * sizeof(SliceFailure));
     return out;

@@ -73,6 +73,13 @@ struct DisseminationHeader {
 };
 static_assert(sizeof(DisseminationHeader) == 16, "exchange messages are a fixed wire format");
 
+// Appends the bytes of `v` to a control message being built.
+template <typename T>
+void appendBytes(std::vector<uint8_t>* out, const T& v) {
+  const auto* p = reinterpret_cast<const uint8_t*>(&v);
+  out->insert(out->end(), p, p + sizeof(T));
+}
+
 int disseminationRounds(int nranks);  // ceil(log2 nranks); 0 for one rank
 bool exchangeInOneRound(int nranks);  // 2 <= nranks <= 3
 int exchangeRounds(int nranks);       // sequential rounds of an exchange: 1 when exchangeInOneRound, else

@@ -21,12 +21,6 @@ constexpr size_t kSummaryBytes = 8 + 2 * sizeof(Fingerprint);
 constexpr size_t kPlainBytes = sizeof(DisseminationHeader) + kSummaryBytes;  // a frame without payload
 constexpr size_t kPayloadAt = kPlainBytes + sizeof(EagerHeader) + sizeof(Trailer);
 
-template <typename T>
-void append(std::vector<uint8_t>* out, const T& v) {
-  const auto* p = reinterpret_cast<const uint8_t*>(&v);
-  out->insert(out->end(), p, p + sizeof(T));
-}
-
 // One collective's exchange on one rank.
 class Exchange {
  public:
@@ -83,14 +77,14 @@ Status Exchange::send(int peer, int attempt) {
   const EagerPayload& p = out_[size_t(peer)];
   std::vector<uint8_t> body;
   body.reserve(kPayloadAt + p.bytes);
-  append(&body, DisseminationHeader{ctx_.seq, uint32_t(attempt), 0});
-  append(&body, int32_t(me_));
-  append(&body, int32_t(-1));
-  append(&body, mine_);
-  append(&body, Fingerprint{});
+  appendBytes(&body, DisseminationHeader{ctx_.seq, uint32_t(attempt), 0});
+  appendBytes(&body, int32_t(me_));
+  appendBytes(&body, int32_t(-1));
+  appendBytes(&body, mine_);
+  appendBytes(&body, Fingerprint{});
   if (p.bytes > 0) {
-    append(&body, EagerHeader{kEagerMagic, uint32_t(p.bytes)});
-    append(&body, makeTrailer(idOf(me_, p.bytes, attempt), crc32(p.data, p.bytes), 0));
+    appendBytes(&body, EagerHeader{kEagerMagic, uint32_t(p.bytes)});
+    appendBytes(&body, makeTrailer(idOf(me_, p.bytes, attempt), crc32(p.data, p.bytes), 0));
     const auto* b = static_cast<const uint8_t*>(p.data);
     body.insert(body.end(), b, b + p.bytes);
     local_.slicesSent++;

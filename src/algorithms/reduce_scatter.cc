@@ -38,14 +38,16 @@ Status reduceScatterEager(const CollectiveContext& ctx, const Fingerprint& fp, c
   inBytes[size_t(me)] = 0;
   std::vector<std::vector<uint8_t>> in;
   RINGGUARD_RETURN_IF_ERROR(eagerExchange(ctx, fp, out, inBytes, &in));
-  // In place, recv is this rank's block of send, which the first hops overwrite before the last reads it.
+  // In place, recv is this rank's block of send, which the first hops overwrite before the last reads it:
+  // a copy.
   const uint8_t* own = input + size_t(me) * bytes;
-  in[size_t(me)].assign(own, own + bytes);
+  if (own == recv) in[size_t(me)].assign(own, own + bytes);
+  auto block = [&](int r) { return r == me && own != recv ? own : in[size_t(r)].data(); };
   auto* dst = static_cast<uint8_t*>(recv);
   const int start = (me + 1) % n;
   for (int t = 0; t + 1 < n; ++t) {
-    const uint8_t* local = in[size_t((start + t + 1) % n)].data();
-    const uint8_t* incoming = t == 0 ? in[size_t(start)].data() : dst;
+    const uint8_t* local = block((start + t + 1) % n);
+    const uint8_t* incoming = t == 0 ? block(start) : dst;
     reduceHost(dtype, op, dst, local, incoming, recvCount, t == n - 2, n, t == 0);
   }
   return Status::ok();
