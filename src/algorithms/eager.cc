@@ -47,7 +47,7 @@ class Exchange {
     Fingerprint fp{};
     bool good = false;  // its payload (or its lack of one) was checked and is intact
     std::vector<uint8_t> message;
-    size_t payloadBytes = 0;
+    EagerView payload;  // in message
     bool hasPayload = false;
     int attempt = 0;
   };
@@ -82,14 +82,7 @@ Status Exchange::send(int peer, int attempt) {
   appendBytes(&body, int32_t(-1));
   appendBytes(&body, mine_);
   appendBytes(&body, Fingerprint{});
-  if (p.bytes > 0) {
-    appendBytes(&body, EagerHeader{kEagerMagic, uint32_t(p.bytes)});
-    appendBytes(&body, makeTrailer(idOf(me_, p.bytes, attempt), crc32(p.data, p.bytes), 0));
-    const auto* b = static_cast<const uint8_t*>(p.data);
-    body.insert(body.end(), b, b + p.bytes);
-    local_.slicesSent++;
-    local_.bytesSent += p.bytes;
-  }
+  if (p.bytes > 0) appendEagerPayload(&body, idOf(me_, p.bytes, attempt), p.data, p.bytes, &local_);
   if (attempt > 0) {
     local_.retransmitted++;
     trace::instant(trace::Kind::kRetransmit, "retransmit", ctx_.track, ctx_.seq, peer, 0, 0, attempt);
@@ -157,14 +150,9 @@ Status Exchange::parse(int peer, int attempt) {
   p.good = false;
   p.attempt = attempt;
   p.hasPayload = m.size() > kPlainBytes;
-  p.payloadBytes = 0;
-  if (p.hasPayload) {
-    EagerHeader e{};
-    if (m.size() >= kPlainBytes + sizeof(e)) std::memcpy(&e, m.data() + kPlainBytes, sizeof(e));
-    if (e.magic != kEagerMagic || m.size() != kPayloadAt + size_t(e.payloadBytes))
-      return malformed("the payload's header does not match the frame");
-    p.payloadBytes = e.payloadBytes;
-  }
+  p.payload = EagerView{};
+  if (p.hasPayload && !parseEagerExtension(&p.message, kPlainBytes, &p.payload))
+    return malformed("the payload's header does not match the frame");
   return Status::ok();
 }
 
@@ -194,9 +182,9 @@ Status Exchange::checkFingerprints() const {
 Status Exchange::verify(int peer) {
   Peer& p = peers_[size_t(peer)];
   const size_t expected = inBytes_[size_t(peer)];
-  if (p.payloadBytes != expected || (expected > 0) != p.hasPayload) {
+  if (p.payload.bytes != expected || (expected > 0) != p.hasPayload) {
     std::ostringstream os;
-    os << prefix() << "rank " << peer << " sent " << p.payloadBytes
+    os << prefix() << "rank " << peer << " sent " << p.payload.bytes
        << " payload bytes in its fingerprint frame, " << expected << " expected";
     return Status(StatusCode::kTransportError, os.str());
   }
@@ -204,41 +192,14 @@ Status Exchange::verify(int peer) {
     p.good = true;
     return Status::ok();
   }
-  uint8_t* payload = p.message.data() + kPayloadAt;
-  Trailer trailer;
-  std::memcpy(&trailer, p.message.data() + kPlainBytes + sizeof(EagerHeader), sizeof(trailer));
-  trace::Span span(trace::Kind::kSlice, "slice", ctx_.track, ctx_.seq);
-  if (trace::on()) {
-    trace::Event& e = span.event();
-    e.a = 0;
-    e.b = 0;
-    e.c = peer;
-    e.d = p.attempt;
-    e.value = expected;
-  }
-  // Fault injection after the sender's CRC, before this rank's check, keyed as a ring slice at step 0.
-  bool injected = false;
-  if (ctx_.injector && ctx_.injector->corrupts(ctx_.seq, 0, 0, me_, p.attempt)) {
-    const CorruptionPlan damage = ctx_.injector->plan(ctx_.seq, 0, 0, me_, p.attempt, expected);
-    if (damage.damages()) injected = applyCorruptionPlan(damage, payload, &trailer);
-    if (injected) local_.injected++;
-  }
-  local_.slicesVerified++;
-  const SliceCheck check = checkSlice(trailer, idOf(peer, expected, p.attempt), crc32(payload, expected));
+  const SliceCheck check = verifyEagerPayload(ctx_, idOf(peer, expected, p.attempt), p.payload, &local_);
   if (check == SliceCheck::kPoisoned) {
     return Status(StatusCode::kTransportError, prefix() + "rank " + std::to_string(peer) +
                                                    " sent a poisoned payload in its fingerprint frame");
   }
   if (isLinkFailure(check)) {
-    local_.detected++;
     fail(peer, check);
     return Status::ok();
-  }
-  if (injected) {
-    local_.escaped++;
-    logError(Subsys::kRing,
-             "{} seq {}: an injected corruption of the payload from rank {} passed verification", ctx_.name,
-             ctx_.seq, peer);
   }
   p.good = true;
   return Status::ok();
@@ -307,10 +268,8 @@ Status Exchange::run(std::vector<std::vector<uint8_t>>* in) {
         return Status(StatusCode::kInternal, prefix() + "the frame of rank " + std::to_string(r) +
                                                  " is missing after every rank reported none failed");
       }
-      if (r != me_ && p.hasPayload) {
-        const uint8_t* b = p.message.data() + kPayloadAt;
-        (*in)[size_t(r)].assign(b, b + p.payloadBytes);
-      }
+      if (r != me_ && p.hasPayload)
+        (*in)[size_t(r)].assign(p.payload.payload, p.payload.payload + p.payload.bytes);
     }
     return Status::ok();
   }();
@@ -320,9 +279,68 @@ Status Exchange::run(std::vector<std::vector<uint8_t>>* in) {
 
 }  // namespace
 
+bool fitsEager(const CollectiveContext& ctx, const Executor& exec, size_t bytes) {
+  return exec.memory() == MemoryKind::kHost && bytes > 0 && bytes <= ctx.options->sliceBytes &&
+         bytes <= ctx.transport->eagerBytes();
+}
+
 bool runsEager(const CollectiveContext& ctx, const Executor& exec, size_t maxPayload) {
-  return exchangeInOneRound(ctx.transport->size()) && exec.memory() == MemoryKind::kHost && maxPayload > 0 &&
-         maxPayload <= ctx.options->sliceBytes && maxPayload <= ctx.transport->eagerBytes();
+  return exchangeInOneRound(ctx.transport->size()) && fitsEager(ctx, exec, maxPayload);
+}
+
+void appendEagerPayload(std::vector<uint8_t>* body, const SliceId& id, const void* data, size_t bytes,
+                        Counters* counters) {
+  appendBytes(body, EagerHeader{kEagerMagic, uint32_t(bytes)});
+  appendBytes(body, makeTrailer(id, crc32(data, bytes), 0));
+  const auto* b = static_cast<const uint8_t*>(data);
+  body->insert(body->end(), b, b + bytes);
+  counters->slicesSent++;
+  counters->bytesSent += bytes;
+}
+
+bool parseEagerExtension(std::vector<uint8_t>* frame, size_t at, EagerView* view) {
+  EagerHeader e{};
+  const size_t payloadAt = at + sizeof(EagerHeader) + sizeof(Trailer);
+  if (frame->size() < payloadAt) return false;
+  std::memcpy(&e, frame->data() + at, sizeof(e));
+  if (e.magic != kEagerMagic || frame->size() != payloadAt + size_t(e.payloadBytes)) return false;
+  std::memcpy(&view->trailer, frame->data() + at + sizeof(EagerHeader), sizeof(Trailer));
+  view->payload = frame->data() + payloadAt;
+  view->bytes = e.payloadBytes;
+  return true;
+}
+
+SliceCheck verifyEagerPayload(const CollectiveContext& ctx, const SliceId& expected, const EagerView& view,
+                              Counters* counters) {
+  const int me = ctx.transport->rank();
+  trace::Span span(trace::Kind::kSlice, "slice", ctx.track, expected.seq);
+  if (trace::on()) {
+    trace::Event& e = span.event();
+    e.a = 0;
+    e.b = 0;
+    e.c = int32_t(expected.column);
+    e.d = expected.attempt;
+    e.value = view.bytes;
+  }
+  // Fault injection after the sender's CRC, before this rank's check, keyed as a ring slice at step 0.
+  Trailer trailer = view.trailer;
+  bool injected = false;
+  if (ctx.injector && ctx.injector->corrupts(expected.seq, 0, 0, me, expected.attempt)) {
+    const CorruptionPlan damage = ctx.injector->plan(expected.seq, 0, 0, me, expected.attempt, view.bytes);
+    if (damage.damages()) injected = applyCorruptionPlan(damage, view.payload, &trailer);
+    if (injected) counters->injected++;
+  }
+  counters->slicesVerified++;
+  const SliceCheck check = checkSlice(trailer, expected, crc32(view.payload, view.bytes));
+  if (isLinkFailure(check)) {
+    counters->detected++;
+  } else if (injected && check != SliceCheck::kPoisoned) {
+    counters->escaped++;
+    logError(Subsys::kRing,
+             "{} seq {}: an injected corruption of the payload from rank {} passed verification", ctx.name,
+             expected.seq, expected.column);
+  }
+  return check;
 }
 
 Status eagerExchange(const CollectiveContext& ctx, const Fingerprint& mine,

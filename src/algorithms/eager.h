@@ -3,7 +3,9 @@
 // collective whose payloads fit one slice and the transport's eager limit sends each peer its payload inside
 // its fingerprint frame, so the data costs no round of its own; damaged frames are repaired in verdict
 // rounds as ring slices are. Private to the algorithms layer: a group collective asks runsEager, runs
-// eagerExchange and builds its result from the payloads.
+// eagerExchange and builds its result from the payloads; a small send/recv (sendrecv.cc) sends its payload
+// in its fingerprint message with the same extension, check and repair (fitsEager, appendEagerPayload,
+// parseEagerExtension, verifyEagerPayload).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -12,6 +14,7 @@
 #include "algorithms/collective.h"
 #include "algorithms/executor.h"
 #include "core/fingerprint.h"
+#include "core/trailer.h"
 
 namespace ringguard {
 
@@ -33,11 +36,33 @@ inline bool isEagerExtension(const uint8_t* body, size_t size, size_t summaryByt
   return magic == kEagerMagic;
 }
 
-// Whether a collective whose largest payload from one rank to one peer is `maxPayload` (> 0) bytes runs in
-// one round: 2 <= N <= 3, host memory, maxPayload within the slice size and Transport::eagerBytes. Every
-// input is something the ranks agreed on (the fingerprint's count and dtype, N, the handshake's slice size),
-// so ranks whose fingerprints agree choose alike.
+// Whether a payload of `bytes` (> 0) may travel inside a control frame: host memory, within the slice size
+// and Transport::eagerBytes. Every input is something the two ends agreed on (the fingerprint's count and
+// dtype, the handshake's slice size), so ends whose fingerprints agree choose alike.
+bool fitsEager(const CollectiveContext& ctx, const Executor& exec, size_t bytes);
+
+// Whether a collective whose largest payload from one rank to one peer is `maxPayload` bytes runs in one
+// round: 2 <= N <= 3 (every control exchange is then one round to every peer) and fitsEager(maxPayload).
 bool runsEager(const CollectiveContext& ctx, const Executor& exec, size_t maxPayload);
+
+// The eager extension of a frame: EagerHeader, the payload's Trailer (slice `id`), the payload. Counts the
+// slice as sent.
+void appendEagerPayload(std::vector<uint8_t>* body, const SliceId& id, const void* data, size_t bytes,
+                        Counters* counters);
+
+// The extension at `at` of a received frame: false when its header does not match the frame's size.
+struct EagerView {
+  uint8_t* payload = nullptr;
+  size_t bytes = 0;
+  Trailer trailer{};
+};
+bool parseEagerExtension(std::vector<uint8_t>* frame, size_t at, EagerView* view);
+
+// Checks a received payload as the ring slice `expected` (step 0, slice 0), on the receiving rank:
+// data-mode fault injection first (keyed as the pipeline's slice (seq, 0, 0, this rank, attempt)), then
+// its trailer. Counts the slice verified, and a link failure as detected.
+SliceCheck verifyEagerPayload(const CollectiveContext& ctx, const SliceId& expected, const EagerView& view,
+                              Counters* counters);
 
 // What this rank sends one peer (nothing: bytes 0).
 struct EagerPayload {

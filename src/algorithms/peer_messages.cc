@@ -42,24 +42,38 @@ Status receiveFromPeer(const CollectiveContext& ctx, int peer, ControlTag tag, s
       what, peer);
 }
 
+Status checkPeerFingerprint(const CollectiveContext& ctx, int peer, const std::vector<uint8_t>& message,
+                            const Fingerprint& expected, const char* what) {
+  Fingerprint theirs;
+  if (message.size() < sizeof(Fingerprint)) {
+    return Status(StatusCode::kTransportError, std::string(what) + " fingerprint from rank " +
+                                                   std::to_string(peer) + " has " +
+                                                   std::to_string(message.size()) + " bytes, fewer than " +
+                                                   std::to_string(sizeof(Fingerprint)));
+  }
+  std::memcpy(&theirs, message.data(), sizeof(theirs));
+  if (theirs == expected) return Status::ok();
+  std::ostringstream os;
+  os << what << " mismatch: rank " << peer << " sends " << describeFingerprint(theirs) << ", rank "
+     << ctx.transport->rank() << " expects " << describeFingerprint(expected);
+  return Status(StatusCode::kInvalidArgument, os.str());
+}
+
 Status receivePeerFingerprint(const CollectiveContext& ctx, int peer, const Fingerprint& expected,
                               const char* what) {
   std::vector<uint8_t> msg;
   RINGGUARD_RETURN_IF_ERROR(receiveFromPeer(ctx, peer, ControlTag::kFingerprint, &msg, [&] {
     return std::string("the ") + what + " fingerprint from rank " + std::to_string(peer);
   }));
-  Fingerprint theirs;
+  // The fingerprint first: a peer that sends a payload with it (a small send/recv) where this rank expects
+  // none has another count, and that mismatch is what to report.
+  RINGGUARD_RETURN_IF_ERROR(checkPeerFingerprint(ctx, peer, msg, expected, what));
   if (msg.size() != sizeof(Fingerprint)) {
     return Status(StatusCode::kTransportError,
                   std::string(what) + " fingerprint from rank " + std::to_string(peer) + " has " +
                       std::to_string(msg.size()) + " bytes, not " + std::to_string(sizeof(Fingerprint)));
   }
-  std::memcpy(&theirs, msg.data(), sizeof(theirs));
-  if (theirs == expected) return Status::ok();
-  std::ostringstream os;
-  os << what << " mismatch: rank " << peer << " sends " << describeFingerprint(theirs) << ", rank "
-     << ctx.transport->rank() << " expects " << describeFingerprint(expected);
-  return Status(StatusCode::kInvalidArgument, os.str());
+  return Status::ok();
 }
 
 Status sendPeerVerdict(const CollectiveContext& ctx, int peer, uint64_t seq, int round,

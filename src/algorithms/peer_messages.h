@@ -17,9 +17,14 @@ Status sendToPeer(const CollectiveContext& ctx, int peer, ControlTag tag, const 
 Status receiveFromPeer(const CollectiveContext& ctx, int peer, ControlTag tag, std::vector<uint8_t>* message,
                        const std::function<std::string()>& what);
 
-// `expected` is what this rank will receive from `peer`; the peer sent what it will send. kInvalidArgument
-// naming both sides when they differ ("... rank 1 sends {sendrecv dtype=f32 count=5 seq=0}, rank 0
-// expects {... count=4 ...}").
+// `expected` is what this rank will receive from `peer`; the peer sent what it will send, in the fingerprint
+// at the start of `message`. kInvalidArgument naming both sides when they differ ("... rank 1 sends
+// {sendrecv dtype=f32 count=5 seq=0}, rank 0 expects {... count=4 ...}"); kTransportError when the message
+// is shorter than a fingerprint.
+Status checkPeerFingerprint(const CollectiveContext& ctx, int peer, const std::vector<uint8_t>& message,
+                            const Fingerprint& expected, const char* what);
+// Receives the next fingerprint message from `peer` and checks it (checkPeerFingerprint); one of another
+// size is an error naming the peer.
 Status receivePeerFingerprint(const CollectiveContext& ctx, int peer, const Fingerprint& expected,
                               const char* what);
 

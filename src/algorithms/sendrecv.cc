@@ -1,13 +1,20 @@
 // Verified point-to-point: a send to one rank and/or a receive from one rank, posted together. Only the
 // two ends of each flow talk: the receiver checks the sender's fingerprint (count, dtype, message
 // number) before any payload, verifies every slice in place, and answers with its verdict; the sender
-// resends failed slices from the caller's buffer (retained until the exchange completes).
+// resends failed slices from the caller's buffer (retained until the exchange completes). A small message
+// travels inside its fingerprint message (docs/design/protocol.md, "Small collectives in one round").
 #include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <sstream>
+#include <thread>
 
 #include "algorithms/arguments.h"
 #include "algorithms/collectives.h"
+#include "algorithms/eager.h"
 #include "algorithms/flow_plan.h"
 #include "algorithms/peer_messages.h"
+#include "core/trace_events.h"
 
 namespace ringguard {
 
@@ -20,6 +27,151 @@ Fingerprint flowFingerprint(const CollectiveContext& ctx, DataType dtype, size_t
                             uint64_t seq) {
   return makeFingerprint(CollectiveKind::kSendRecv, ReduceOp::kSum, dtype, count, tag,
                          IssueOrder{seq, ctx.lane, 0});
+}
+
+// The small directions of one send/recv: the payload follows the fingerprint in one message (the
+// fingerprint, then the eager extension: EagerHeader, the payload's trailer as slice 0 of step 0 in the
+// sender's column, the payload), and only the receiver's verdicts follow. A message that fails its check,
+// or whose frame arrives damaged, is sent again from the caller's buffer in the next verdict round; after
+// maxRetries both ends return the same kCorruption.
+class EagerFlows {
+ public:
+  EagerFlows(const CollectiveContext& ctx, const PeerExchange& x, DataType dtype, bool send, bool recv)
+      : ctx_(ctx),
+        x_(x),
+        dtype_(dtype),
+        me_(ctx.transport->rank()),
+        sendBytes_(x.sendCount * dataTypeSize(dtype)),
+        recvBytes_(x.recvCount * dataTypeSize(dtype)),
+        sending_(send),
+        receiving_(recv) {}
+
+  Status send(int attempt);
+  Status receive(int attempt);
+  // Verdict rounds until every eager direction is intact; the payload received then lands in x.recv.
+  Status settle();
+
+ private:
+  std::string prefix(uint64_t seq) const { return "sendrecv seq " + std::to_string(seq) + ": "; }
+  void fail(SliceCheck why);
+
+  const CollectiveContext& ctx_;
+  const PeerExchange& x_;
+  const DataType dtype_;
+  const int me_;
+  const size_t sendBytes_, recvBytes_;
+  bool sending_, receiving_;
+  std::vector<uint8_t> message_;
+  EagerView payload_;               // in message_, once intact
+  std::vector<SliceFailure> mine_;  // this round's failure of the received message
+};
+
+Status EagerFlows::send(int attempt) {
+  const Fingerprint f = flowFingerprint(ctx_, dtype_, x_.sendCount, x_.tag, x_.sendSeq);
+  const auto* fingerprint = reinterpret_cast<const uint8_t*>(&f);
+  std::vector<uint8_t> body(fingerprint, fingerprint + sizeof(f));
+  const SliceId id{x_.sendSeq, 0, 0, uint32_t(me_), uint32_t(sendBytes_), uint16_t(attempt)};
+  appendEagerPayload(&body, id, x_.send, sendBytes_, ctx_.counters);
+  if (attempt > 0) {
+    ctx_.counters->retransmitted++;
+    trace::instant(trace::Kind::kRetransmit, "retransmit", ctx_.track, x_.sendSeq, x_.dst, 0, 0, attempt);
+  }
+  if (const FaultInjector* inj = ctx_.injector) {
+    if (int ms = inj->delayMs(x_.sendSeq, 0, 0, x_.dst, attempt)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      ctx_.counters->delayed++;
+    }
+  }
+  return sendToPeer(ctx_, x_.dst, ControlTag::kFingerprint, body.data(), body.size());
+}
+
+Status EagerFlows::receive(int attempt) {
+  const int src = x_.src;
+  bool damaged = false;
+  RINGGUARD_RETURN_IF_ERROR(pollUntil(
+      ctx_,
+      [&](bool* done) {
+        int from = -1;
+        return ctx_.transport->control()->probeRepairable(src, ControlTag::kFingerprint, &message_, &from,
+                                                          done, &damaged, ctx_.injector, ctx_.counters);
+      },
+      [&] {
+        return "the sendrecv message from rank " + std::to_string(src) +
+               (attempt == 0 ? std::string() : " again (attempt " + std::to_string(attempt) + ")");
+      },
+      src));
+  if (damaged) {  // counted as detected by the channel
+    fail(SliceCheck::kCorrupt);
+    return Status::ok();
+  }
+  RINGGUARD_RETURN_IF_ERROR(checkPeerFingerprint(
+      ctx_, src, message_, flowFingerprint(ctx_, dtype_, x_.recvCount, x_.tag, x_.recvSeq), "sendrecv"));
+  if (!parseEagerExtension(&message_, sizeof(Fingerprint), &payload_) || payload_.bytes != recvBytes_) {
+    std::ostringstream os;
+    os << prefix(x_.recvSeq) << "malformed message from rank " << src << " (" << message_.size()
+       << " bytes): not a fingerprint followed by " << recvBytes_ << " payload bytes";
+    return Status(StatusCode::kTransportError, os.str());
+  }
+  const SliceId expected{x_.recvSeq, 0, 0, uint32_t(src), uint32_t(recvBytes_), uint16_t(attempt)};
+  const SliceCheck check = verifyEagerPayload(ctx_, expected, payload_, ctx_.counters);
+  if (check == SliceCheck::kPoisoned) {
+    return Status(StatusCode::kTransportError,
+                  prefix(x_.recvSeq) + "rank " + std::to_string(src) + " sent a poisoned payload");
+  }
+  if (isLinkFailure(check)) fail(check);
+  return Status::ok();
+}
+
+void EagerFlows::fail(SliceCheck why) {
+  SliceFailure f;
+  f.column = uint32_t(x_.src);
+  f.sender = x_.src;
+  f.receiver = me_;
+  f.reason = uint8_t(why);
+  mine_.push_back(f);
+  trace::instant(trace::Kind::kDetect, "detected", ctx_.track, x_.recvSeq, x_.src, me_, 0, 0,
+                 sliceCheckName(why));
+}
+
+Status EagerFlows::settle() {
+  for (int round = 0; sending_ || receiving_; ++round) {
+    std::vector<SliceFailure> theirs;
+    if (receiving_) RINGGUARD_RETURN_IF_ERROR(sendPeerVerdict(ctx_, x_.src, x_.recvSeq, round, mine_));
+    if (sending_) {
+      RINGGUARD_RETURN_IF_ERROR(receivePeerVerdict(ctx_, x_.dst, x_.sendSeq, round, &theirs));
+      for (const SliceFailure& f : theirs) {
+        if (theirs.size() > 1 || f.column != uint32_t(me_) || f.sender != me_ || f.receiver != x_.dst ||
+            f.step != 0 || f.slice != 0) {
+          return Status(StatusCode::kTransportError,
+                        prefix(x_.sendSeq) + "verdict entry from rank " + std::to_string(x_.dst) +
+                            " rejected: " + describeFailure(f) + " is not this message's payload");
+        }
+      }
+    }
+    // The same failure ends both sides of its flow after the same round.
+    for (const auto* failed : {&mine_, &theirs}) {
+      if (failed->empty() || round < ctx_.options->maxRetries) continue;
+      const uint64_t seq = failed == &mine_ ? x_.recvSeq : x_.sendSeq;
+      return Status(StatusCode::kCorruption, prefix(seq) + "slice still failing verification after " +
+                                                 std::to_string(round) +
+                                                 " retransmission(s): " + describeFailure(failed->front()));
+    }
+    if (!mine_.empty() || !theirs.empty()) ctx_.counters->repairRounds++;
+    if (sending_) {
+      sending_ = !theirs.empty();
+      if (sending_) RINGGUARD_RETURN_IF_ERROR(send(round + 1));
+    }
+    if (receiving_) {
+      receiving_ = !mine_.empty();
+      mine_.clear();
+      if (receiving_) {
+        RINGGUARD_RETURN_IF_ERROR(receive(round + 1));
+      } else {
+        std::memcpy(x_.recv, payload_.payload, recvBytes_);
+      }
+    }
+  }
+  return Status::ok();
 }
 
 }  // namespace
@@ -62,22 +214,36 @@ Status sendRecv(const CollectiveContext& group, Executor* exec, const PeerExchan
   const size_t esize = dataTypeSize(dtype);
   if (x.dst == me) return exec->copy(x.recv, x.send, x.sendCount * esize);  // nothing crosses a link
 
-  // Before any payload: the receiver checks what the sender will send.
-  if (x.dst >= 0) {
+  // Before any payload: the receiver checks what the sender will send. A direction whose payload fits the
+  // eager limit sends it with its fingerprint; both ends choose alike from the count they agreed on.
+  const bool sendEager = x.dst >= 0 && fitsEager(ctx, *exec, x.sendCount * esize);
+  const bool recvEager = x.src >= 0 && fitsEager(ctx, *exec, x.recvCount * esize);
+  EagerFlows eager(ctx, x, dtype, sendEager, recvEager);
+  if (sendEager) {
+    RINGGUARD_RETURN_IF_ERROR(eager.send(0));
+  } else if (x.dst >= 0) {
     const Fingerprint f = flowFingerprint(ctx, dtype, x.sendCount, x.tag, x.sendSeq);
     RINGGUARD_RETURN_IF_ERROR(sendToPeer(ctx, x.dst, ControlTag::kFingerprint, &f, sizeof(f)));
   }
-  if (x.src >= 0)
+  if (recvEager) {
+    RINGGUARD_RETURN_IF_ERROR(eager.receive(0));
+  } else if (x.src >= 0) {
     RINGGUARD_RETURN_IF_ERROR(receivePeerFingerprint(
         ctx, x.src, flowFingerprint(ctx, dtype, x.recvCount, x.tag, x.recvSeq), "sendrecv"));
+  }
+  // The small directions settle first: their waits are only on other small directions' messages and
+  // verdicts, which every rank sends before it runs a pipeline, so no rank waits on a pipeline for them.
+  RINGGUARD_RETURN_IF_ERROR(eager.settle());
+  const bool sendPipelined = x.dst >= 0 && !sendEager, recvPipelined = x.src >= 0 && !recvEager;
+  if (!sendPipelined && !recvPipelined) return Status::ok();
 
   // Flows are columns named by their sender; one step.
   std::vector<Flow> out, in;
-  if (x.dst >= 0) out.push_back(Flow{me, x.dst, 0, 0, x.sendCount, x.sendSeq});
-  if (x.src >= 0) in.push_back(Flow{x.src, x.src, 0, 0, x.recvCount, x.recvSeq});
-  auto route = [me, x](int column) {
-    if (column == me && x.dst >= 0) return FlowRoute{me, x.dst, 0};
-    if (column == x.src) return FlowRoute{x.src, me, 0};
+  if (sendPipelined) out.push_back(Flow{me, x.dst, 0, 0, x.sendCount, x.sendSeq});
+  if (recvPipelined) in.push_back(Flow{x.src, x.src, 0, 0, x.recvCount, x.recvSeq});
+  auto route = [me, x, sendPipelined, recvPipelined](int column) {
+    if (column == me && sendPipelined) return FlowRoute{me, x.dst, 0};
+    if (column == x.src && recvPipelined) return FlowRoute{x.src, me, 0};
     return FlowRoute{};
   };
   // One plan, two buffers: sends read x.send, receives land in x.recv (offsets are 0 in both).
@@ -85,7 +251,7 @@ Status sendRecv(const CollectiveContext& group, Executor* exec, const PeerExchan
 
   // Each direction keeps exchanging verdicts while its last verdict named failures: the two ends of a
   // flow see the same verdicts, so they stop at the same round and no verdict is left unread.
-  bool sendActive = x.dst >= 0, recvActive = x.src >= 0;
+  bool sendActive = sendPipelined, recvActive = recvPipelined;
   VerdictExchange exchange = [&](int round, const std::vector<SliceFailure>& mine,
                                  std::vector<SliceFailure>* repair) {
     std::vector<SliceFailure> theirs;

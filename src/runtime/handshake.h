@@ -13,7 +13,7 @@ namespace ringguard {
 
 // Raised whenever a change makes ranks of different builds unable to work together (frames, trailers,
 // schedule, control messages).
-inline constexpr uint32_t kProtocolVersion = 5;
+inline constexpr uint32_t kProtocolVersion = 6;
 
 // Collective over the transport's ranks, on the control channel (tag kHandshake), in O(log N) rounds.
 // `options` as the communicator resolved them (sliceBytes and slots after the transport's defaults). OK

@@ -66,8 +66,9 @@ class Transport {
   virtual size_t defaultSliceBytes() const { return size_t(1) << 20; }
   // The receive slots per link a communicator uses when Options::slots is 0.
   virtual int defaultSlots() const { return 2; }
-  // The largest payload a small collective carries in its fingerprint frames instead of running the
-  // pipeline (docs/design/protocol.md, "Small collectives in one round"); 0: never. Host transports only.
+  // The largest payload a small collective or send/recv carries in its fingerprint frames instead of
+  // running the pipeline (docs/design/protocol.md, "Small collectives in one round"); 0: never. Host
+  // transports only.
   virtual size_t eagerBytes() const { return 0; }
 
   // After a fatal error messages may still be in flight (unmatched fingerprints, error broadcasts).
