@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -99,6 +100,85 @@ TEST(MpiControl, HandshakeNamesTheSettingThatDiffers) {
   EXPECT_EQ(st.message(),
             "communicator settings disagree: RINGGUARD_SLICE_BYTES differs: rank 0 has 8192, rank " +
                 std::to_string(n - 1) + " has 4096");
+}
+
+// Frames travel as pieces of kPieceBytes and a shorter last piece: every size around the piece boundaries
+// arrives whole and in order, from every peer, to probes of that peer and to probes of any peer, with
+// another tag's frames in between.
+TEST(MpiControl, FramesOfEverySizeAroundThePieceArriveWholeAndInOrder) {
+  const int me = worldRank(), n = worldSize();
+  std::unique_ptr<Transport> t;
+  ASSERT_TRUE(MpiTransport::create(MPI_COMM_WORLD, &t).isOk());
+  ControlChannel* control = t->control();
+  constexpr size_t kPiece = MpiControlChannel::kPieceBytes;
+  // Sizes of the body; the sealed frame adds its header, so these straddle the boundaries both ways.
+  const std::vector<size_t> sizes = {0,
+                                     1,
+                                     kPiece - 40,
+                                     kPiece - 24,
+                                     kPiece - 23,
+                                     kPiece,
+                                     kPiece + 1,
+                                     2 * kPiece - 24,
+                                     2 * kPiece,
+                                     5 * kPiece + 17,
+                                     size_t(1) << 20};
+  auto body = [](int from, int to, size_t i, size_t bytes) {
+    std::vector<uint8_t> b(bytes);
+    for (size_t k = 0; k < bytes; ++k) b[k] = uint8_t(k * 31 + i * 7 + size_t(from) * 3 + size_t(to));
+    return b;
+  };
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer == me) continue;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      std::vector<uint8_t> b = body(me, peer, i, sizes[i]);
+      ASSERT_TRUE(control->send(peer, ControlTag::kVerdict, b.data(), b.size()).isOk());
+      const uint32_t marker = uint32_t(i);
+      ASSERT_TRUE(control->send(peer, ControlTag::kFingerprint, &marker, sizeof(marker)).isOk());
+    }
+  }
+  // Verdicts by peer; fingerprints (the markers) from any peer, interleaved with them.
+  std::vector<size_t> markers(size_t(n), 0);
+  auto takeMarker = [&](bool* took) {
+    std::vector<uint8_t> m;
+    int from = -1;
+    ASSERT_TRUE(control->probe(-1, ControlTag::kFingerprint, &m, &from, took).isOk());
+    if (!*took) return;
+    ASSERT_EQ(m.size(), sizeof(uint32_t));
+    uint32_t marker = 0;
+    std::memcpy(&marker, m.data(), sizeof(marker));
+    EXPECT_EQ(marker, markers[size_t(from)]) << "markers from rank " << from << " out of order";
+    markers[size_t(from)]++;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer == me) continue;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      std::vector<uint8_t> got;
+      int from = -1;
+      bool arrived = false;
+      while (!arrived && std::chrono::steady_clock::now() < deadline) {
+        ASSERT_TRUE(control->probe(peer, ControlTag::kVerdict, &got, &from, &arrived).isOk());
+        bool took = false;
+        takeMarker(&took);
+      }
+      ASSERT_TRUE(arrived) << "frame " << i << " from rank " << peer << " never arrived";
+      EXPECT_EQ(from, peer);
+      EXPECT_TRUE(got == body(peer, me, i, sizes[i]))
+          << "frame " << i << " (" << sizes[i] << " bytes) from rank " << peer << " arrived as " << got.size()
+          << " bytes";
+    }
+  }
+  for (bool left = true; left && std::chrono::steady_clock::now() < deadline;) {
+    left = false;
+    for (int r = 0; r < n; ++r) left = left || (r != me && markers[size_t(r)] < sizes.size());
+    bool took = false;
+    if (left) takeMarker(&took);
+  }
+  for (int r = 0; r < n; ++r) {
+    if (r != me) EXPECT_EQ(markers[size_t(r)], sizes.size()) << "markers from rank " << r;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 // A control frame past MPI's eager limit needs its sender's progress to arrive once it is matched. Rank 1

@@ -1,5 +1,6 @@
 #include "transport/mpi/mpi_transport.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -222,21 +223,54 @@ void MpiControlChannel::reapSends() {
 }
 
 Status MpiControlChannel::doSend(int peer, ControlTag tag, const void* frame, size_t bytes) {
-  RINGGUARD_RETURN_IF_ERROR(checkSize(bytes, "MpiTransport control send"));
   reapSends();
-  PendingSend p;
-  p.buffer.assign(static_cast<const uint8_t*>(frame), static_cast<const uint8_t*>(frame) + bytes);
-  RINGGUARD_MPI_CHECK(MPI_Isend(p.buffer.data(), int(bytes), MPI_BYTE, peer, int(tag), comm_, &p.request));
-  sends_.push_back(std::move(p));
-  return Status::ok();
+  const auto* b = static_cast<const uint8_t*>(frame);
+  size_t offset = 0;
+  for (;;) {
+    const size_t piece = std::min(kPieceBytes, bytes - offset);
+    PendingSend p;
+    p.buffer.assign(b + offset, b + offset + piece);
+    RINGGUARD_MPI_CHECK(MPI_Isend(p.buffer.data(), int(piece), MPI_BYTE, peer, int(tag), comm_, &p.request));
+    sends_.push_back(std::move(p));
+    offset += piece;
+    if (piece < kPieceBytes) return Status::ok();  // the last piece is shorter (empty after a full one)
+  }
 }
 
 Status MpiControlChannel::doProbe(int peer, ControlTag tag, std::vector<uint8_t>* frame, int* from,
                                   bool* got) {
   reapSends();
   *got = false;
-  // A frame still arriving from this (peer, tag) comes first: frames of one (peer, tag) are delivered in
-  // order. A probe of any peer waits for it too (the next frame it could match may be that peer's).
+  for (;;) {
+    std::vector<uint8_t> piece;
+    int source = -1;
+    bool gotPiece = false;
+    RINGGUARD_RETURN_IF_ERROR(probePiece(peer, tag, &piece, &source, &gotPiece));
+    if (!gotPiece) return Status::ok();
+    const auto key = std::make_pair(source, int(tag));
+    auto it = partial_.find(key);
+    if (piece.size() == kPieceBytes || it != partial_.end()) {
+      if (it == partial_.end()) it = partial_.emplace(key, std::vector<uint8_t>()).first;
+      it->second.insert(it->second.end(), piece.begin(), piece.end());
+      if (piece.size() == kPieceBytes) {
+        if (peer < 0) return Status::ok();  // another source's piece may complete first: the caller polls
+        continue;                           // the next piece of this frame is sent right after it
+      }
+      piece = std::move(it->second);
+      partial_.erase(it);
+    }
+    *frame = std::move(piece);
+    *from = source;
+    *got = true;
+    return Status::ok();
+  }
+}
+
+Status MpiControlChannel::probePiece(int peer, ControlTag tag, std::vector<uint8_t>* frame, int* from,
+                                     bool* got) {
+  *got = false;
+  // A piece still arriving from this (peer, tag) comes first: pieces of one (peer, tag) are delivered in
+  // order. A probe of any peer waits for it too (the next piece it could match may be that peer's).
   for (auto it = recvs_.begin(); it != recvs_.end(); ++it) {
     if (it->tag != int(tag) || (peer >= 0 && it->source != peer)) continue;
     int done = 0;
@@ -256,7 +290,8 @@ Status MpiControlChannel::doProbe(int peer, ControlTag tag, std::vector<uint8_t>
   int count = 0;
   RINGGUARD_MPI_CHECK(MPI_Get_count(&st, MPI_BYTE, &count));
   // Not MPI_Mrecv: it blocks until the whole message is in, which for a message past the eager limit
-  // takes the sender's progress (a stopped peer: forever, with no deadline and no abort).
+  // (one from a peer that sends larger pieces) takes the sender's progress (a stopped peer: forever, with
+  // no deadline and no abort).
   recvs_.push_back(
       PendingRecv{MPI_REQUEST_NULL, std::vector<uint8_t>(size_t(count)), st.MPI_SOURCE, int(tag)});
   PendingRecv& r = recvs_.back();

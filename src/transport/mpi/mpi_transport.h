@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -29,6 +30,12 @@ bool mpiPeerStalled(std::string* why = nullptr);
 // tag as the MPI tag (MPI keeps messages of one (source, tag) in order).
 class MpiControlChannel final : public ControlChannel {
  public:
+  // A control frame has no receive posted for it, and a message past MPI's eager limit (4 KiB in Open MPI's
+  // shared-memory transport) waits for a rendezvous the receiver answers only when it next probes. So a
+  // frame travels as pieces of kPieceBytes (each inside that limit with MPI's headers) and a last, shorter
+  // piece (empty when the frame is a multiple of kPieceBytes): pieces of one (peer, tag) arrive in order.
+  static constexpr size_t kPieceBytes = 3840;
+
   MpiControlChannel(int rank, int size, MPI_Comm comm) : ControlChannel(rank, size), comm_(comm) {}
   // Gives sends in flight a moment to leave; never blocks on a dead peer.
   ~MpiControlChannel() override;
@@ -39,6 +46,8 @@ class MpiControlChannel final : public ControlChannel {
 
  private:
   void reapSends();
+  // One MPI message (a piece) from `peer` (any: -1) with `tag`, as doProbe used to take whole frames.
+  Status probePiece(int peer, ControlTag tag, std::vector<uint8_t>* piece, int* from, bool* got);
 
   MPI_Comm comm_;
   struct PendingSend {
@@ -57,6 +66,8 @@ class MpiControlChannel final : public ControlChannel {
     int tag;
   };
   std::deque<PendingRecv> recvs_;
+  // Pieces of frames not complete yet, by (source, tag). Under the probe lock.
+  std::map<std::pair<int, int>, std::vector<uint8_t>> partial_;
 };
 
 class MpiTransport final : public Transport {
@@ -69,11 +80,11 @@ class MpiTransport final : public Transport {
   static Status create(MPI_Comm comm, std::unique_ptr<Transport>* out);
   ~MpiTransport() override;
   const char* name() const override { return "mpi"; }
-  // A control frame has no receive posted for it: past MPI's eager limit (4 KiB in Open MPI's shared-memory
-  // transport) it waits for a rendezvous, which cost more than the round it saves (a 16 KiB all-reduce of 2
-  // ranks on 16 cores: 54 us against the pipeline's 47; docs/PERFORMANCE.md). 3.5 KiB keeps the frame
-  // (payload + 184 bytes) inside it.
-  size_t eagerBytes() const override { return 3584; }
+  // Control frames move as pieces inside MPI's eager limit (MpiControlChannel::kPieceBytes), so a small
+  // collective's frame needs no rendezvous (a single 16 KiB frame did: a 16 KiB all-reduce of 2 ranks on
+  // 16 cores took 54 us against the pipeline's 47). 8 KiB (three pieces) against 3.5 KiB (one) and 16 KiB
+  // (five): docs/PERFORMANCE.md, "Every collective on host memory", eighteenth session.
+  size_t eagerBytes() const override { return size_t(8) << 10; }
   ControlChannel* control() override { return control_.get(); }
 
  protected:
