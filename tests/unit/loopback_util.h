@@ -14,6 +14,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -28,6 +29,29 @@
 
 namespace ringguard {
 namespace testing {
+
+// The fault modes that damage (or delay) a payload, for suites parameterized over them.
+inline auto payloadFaultModes() {
+  return ::testing::Values(FaultMode::kBitFlip, FaultMode::kMultiBit, FaultMode::kBurst, FaultMode::kGarbage,
+                           FaultMode::kTrailer, FaultMode::kRetransmit, FaultMode::kDelay);
+}
+inline std::string faultModeParamName(const ::testing::TestParamInfo<FaultMode>& i) {
+  return faultModeName(i.param);
+}
+
+// After runs with random injection of `mode`: nothing escaped, and every injection was detected and
+// repaired (kDelay: some sends were delayed).
+inline void expectEveryInjectionRepaired(const Counters& c, FaultMode mode, const std::string& where) {
+  EXPECT_EQ(c.escaped, 0u) << where;
+  if (mode == FaultMode::kDelay) {
+    EXPECT_GT(c.delayed, 0u) << where;
+    return;
+  }
+  EXPECT_GT(c.injected, 0u) << where;
+  EXPECT_EQ(c.detected, c.injected) << where;
+  EXPECT_GE(c.retransmitted, c.injected) << where;
+  EXPECT_GT(c.repairRounds, 0u) << where;
+}
 
 // Runs fn(rank) for rank 0..n-1 on n threads at once and joins them all.
 inline void runRanks(int n, const std::function<void(int rank)>& fn) {

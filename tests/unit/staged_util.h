@@ -74,13 +74,10 @@ inline Options stagedTestOptions() {
 }
 
 // The fault modes the staged suites inject into the chunks' host collectives (gtest parameters, named by
-// faultModeName).
+// faultModeParamName).
 inline auto stagedFaultModes() {
   return ::testing::Values(FaultMode::kBitFlip, FaultMode::kBurst, FaultMode::kGarbage, FaultMode::kTrailer,
                            FaultMode::kRetransmit);
-}
-inline std::string faultModeParamName(const ::testing::TestParamInfo<FaultMode>& i) {
-  return faultModeName(i.param);
 }
 
 // Runs `calls` on groups of 2, 3 and 4 ranks whose collectives get `mode` faults on 15% of the slices

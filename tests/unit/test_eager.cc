@@ -249,26 +249,11 @@ TEST_P(EagerFaults, EveryModeRepairedBitIdentical) {
         runAndCheck(g, Call{k, DataType::kInt64, reduces(k) ? ReduceOp::kMax : ReduceOp::kSum, 40, false});
       }
     }
-    const Counters c = g.totalCounters();
-    EXPECT_EQ(c.escaped, 0u) << "np" << n;
-    if (GetParam() == FaultMode::kDelay) {
-      EXPECT_GT(c.delayed, 0u) << "np" << n;
-      continue;
-    }
-    EXPECT_GT(c.injected, 0u) << "np" << n;
-    EXPECT_EQ(c.detected, c.injected) << "np" << n;
-    EXPECT_GE(c.retransmitted, c.injected) << "np" << n;
-    EXPECT_GT(c.repairRounds, 0u) << "np" << n;
+    testing::expectEveryInjectionRepaired(g.totalCounters(), GetParam(), "np" + std::to_string(n));
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, EagerFaults,
-                         ::testing::Values(FaultMode::kBitFlip, FaultMode::kMultiBit, FaultMode::kBurst,
-                                           FaultMode::kGarbage, FaultMode::kTrailer, FaultMode::kRetransmit,
-                                           FaultMode::kDelay),
-                         [](const ::testing::TestParamInfo<FaultMode>& i) {
-                           return std::string(faultModeName(i.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(Modes, EagerFaults, testing::payloadFaultModes(), testing::faultModeParamName);
 
 // A damaged fingerprint frame (the control fault mode, one bit of the frame) carries a payload here: a link
 // failure, repaired like a slice, where the pipeline's fingerprint frame would be a fatal error.

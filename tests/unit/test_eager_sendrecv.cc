@@ -107,26 +107,12 @@ TEST_P(EagerSendRecvFaults, EveryModeRepairedBitIdentical) {
     o.fault.delayMs = 1;
     LoopbackGroup g(n, o);
     for (int i = 0; i < 12; ++i) ringShift(g, std::vector<size_t>(size_t(n), size_t(333 + i)));
-    const Counters c = g.totalCounters();
-    EXPECT_EQ(c.escaped, 0u) << "np" << n;
-    if (GetParam() == FaultMode::kDelay) {
-      EXPECT_GT(c.delayed, 0u) << "np" << n;
-      continue;
-    }
-    EXPECT_GT(c.injected, 0u) << "np" << n;
-    EXPECT_EQ(c.detected, c.injected) << "np" << n;
-    EXPECT_GE(c.retransmitted, c.injected) << "np" << n;
-    EXPECT_GT(c.repairRounds, 0u) << "np" << n;
+    testing::expectEveryInjectionRepaired(g.totalCounters(), GetParam(), "np" + std::to_string(n));
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, EagerSendRecvFaults,
-                         ::testing::Values(FaultMode::kBitFlip, FaultMode::kMultiBit, FaultMode::kBurst,
-                                           FaultMode::kGarbage, FaultMode::kTrailer, FaultMode::kRetransmit,
-                                           FaultMode::kDelay),
-                         [](const ::testing::TestParamInfo<FaultMode>& i) {
-                           return std::string(faultModeName(i.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(Modes, EagerSendRecvFaults, testing::payloadFaultModes(),
+                         testing::faultModeParamName);
 
 // The message is a control frame: damage to it (the control fault mode) is a link failure, repaired.
 TEST(EagerSendRecvFaults, ADamagedMessageIsRepaired) {
