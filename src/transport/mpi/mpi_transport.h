@@ -80,11 +80,11 @@ class MpiTransport final : public Transport {
   static Status create(MPI_Comm comm, std::unique_ptr<Transport>* out);
   ~MpiTransport() override;
   const char* name() const override { return "mpi"; }
-  // Control frames move as pieces inside MPI's eager limit (MpiControlChannel::kPieceBytes), so a small
-  // collective's frame needs no rendezvous (a single 16 KiB frame did: a 16 KiB all-reduce of 2 ranks on
-  // 16 cores took 54 us against the pipeline's 47). 8 KiB (three pieces) against 3.5 KiB (one) and 16 KiB
-  // (five): docs/PERFORMANCE.md, "Every collective on host memory", eighteenth session.
-  size_t eagerBytes() const override { return size_t(8) << 10; }
+  // One piece (MpiControlChannel::kPieceBytes: payload + 184 bytes of frame). Frames of several pieces need
+  // no rendezvous, and an 8 KiB limit gained on the 2-core machine, but on 16 cores it lost to the
+  // pipeline (an 8 KiB send/recv 26-30 us against 19-22, a 3-rank 8 KiB all-reduce 60-75 against 38):
+  // docs/PERFORMANCE.md, "Every collective on host memory", eighteenth session.
+  size_t eagerBytes() const override { return 3584; }
   ControlChannel* control() override { return control_.get(); }
 
  protected:
