@@ -3,8 +3,10 @@
 #include <cstring>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "algorithms/collective.h"
+#include "algorithms/peer_messages.h"
 
 namespace ringguard {
 
@@ -55,11 +57,7 @@ std::string firstDifference(const Settings& a, int rankA, const Settings& b, int
   return os.str();
 }
 
-}  // namespace
-
-Status handshake(Transport* transport, const Options& options, const std::atomic<bool>* aborted,
-                 uint32_t protocolVersion) {
-  if (transport->size() == 1) return Status::ok();
+Settings settingsOf(const Options& options, uint32_t protocolVersion) {
   Settings mine{};
   mine.magic = kHandshakeMagic;
   mine.version = protocolVersion;
@@ -68,12 +66,25 @@ Status handshake(Transport* transport, const Options& options, const std::atomic
   mine.maxRetries = int16_t(options.maxRetries);
   mine.nanCheck = uint8_t(options.nanCheck);
   mine.timeoutMs = int64_t(options.timeout.count());
+  return mine;
+}
 
+CollectiveContext contextOf(Transport* transport, const Options& options, const std::atomic<bool>* aborted) {
   CollectiveContext ctx;
   ctx.transport = transport;
   ctx.options = &options;
   ctx.name = "handshake";
   ctx.aborted = aborted;
+  return ctx;
+}
+
+}  // namespace
+
+Status handshake(Transport* transport, const Options& options, const std::atomic<bool>* aborted,
+                 uint32_t protocolVersion) {
+  if (transport->size() == 1) return Status::ok();
+  const Settings mine = settingsOf(options, protocolVersion);
+  const CollectiveContext ctx = contextOf(transport, options, aborted);
   Disagreement d;
   Status st = findDisagreement(ctx, ControlTag::kHandshake, &mine, sizeof(mine), &d);
   if (!st.isOk()) {
@@ -87,6 +98,30 @@ Status handshake(Transport* transport, const Options& options, const std::atomic
   std::memcpy(&b, d.diff.data(), sizeof(b));
   return Status(StatusCode::kInvalidArgument,
                 "communicator settings disagree: " + firstDifference(a, d.lowRank, b, d.diffRank));
+}
+
+Status peerHandshake(Transport* transport, int peer, const Options& options, const std::atomic<bool>* aborted,
+                     uint32_t protocolVersion) {
+  const Settings mine = settingsOf(options, protocolVersion);
+  const CollectiveContext ctx = contextOf(transport, options, aborted);
+  RINGGUARD_RETURN_IF_ERROR(sendToPeer(ctx, peer, ControlTag::kHandshake, &mine, sizeof(mine)));
+  std::vector<uint8_t> msg;
+  RINGGUARD_RETURN_IF_ERROR(receiveFromPeer(ctx, peer, ControlTag::kHandshake, &msg, [&] {
+    return "the point-to-point handshake record from rank " + std::to_string(peer);
+  }));
+  if (msg.size() != sizeof(Settings)) {
+    return Status(StatusCode::kTransportError,
+                  "point-to-point handshake record from rank " + std::to_string(peer) + " has " +
+                      std::to_string(msg.size()) + " bytes, not " + std::to_string(sizeof(Settings)));
+  }
+  Settings theirs;
+  std::memcpy(&theirs, msg.data(), sizeof(theirs));
+  const int rank = transport->rank();
+  // Both sides name the lower rank first, so both report the same text.
+  const std::string difference =
+      rank < peer ? firstDifference(mine, rank, theirs, peer) : firstDifference(theirs, peer, mine, rank);
+  if (difference.empty()) return Status::ok();
+  return Status(StatusCode::kInvalidArgument, "point-to-point settings disagree: " + difference);
 }
 
 }  // namespace ringguard

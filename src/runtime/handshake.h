@@ -1,7 +1,8 @@
 #pragma once
-// The handshake every communicator makes before its first collective (docs/design/protocol.md,
-// "Handshake"): the ranks compare the protocol version and every setting that must agree, so ranks that
-// disagree fail cleanly instead of overflowing receive slots or ending with different errors.
+// The handshake every communicator makes before its first collective, and the one two ranks make before
+// their first point-to-point message (docs/design/protocol.md, "Handshake"): the ranks compare the
+// protocol version and every setting that must agree, so ranks that disagree fail cleanly instead of
+// overflowing receive slots or ending with different errors.
 #include <atomic>
 #include <cstdint>
 
@@ -13,7 +14,7 @@ namespace ringguard {
 
 // Raised whenever a change makes ranks of different builds unable to work together (frames, trailers,
 // schedule, control messages).
-inline constexpr uint32_t kProtocolVersion = 6;
+inline constexpr uint32_t kProtocolVersion = 7;
 
 // Collective over the transport's ranks, on the control channel (tag kHandshake), in O(log N) rounds.
 // `options` as the communicator resolved them (sliceBytes and slots after the transport's defaults). OK
@@ -25,5 +26,13 @@ inline constexpr uint32_t kProtocolVersion = 6;
 // rank sees are broadcast. `protocolVersion` is a test hook (a simulated version skew).
 Status handshake(Transport* transport, const Options& options, const std::atomic<bool>* aborted = nullptr,
                  uint32_t protocolVersion = kProtocolVersion);
+
+// The same comparison between this rank and `peer` only, for point-to-point lanes (only the two ends of a
+// message must agree): one record each way on the control channel (tag kHandshake), to be made once per
+// pair of ranks, by both. Both sides return the same kInvalidArgument ("point-to-point settings disagree:
+// RINGGUARD_SLICE_BYTES differs: rank 0 has 4096, rank 1 has 1024", the lower rank first); a record of
+// another size is a kTransportError naming the peer; waits, errors and abort as handshake().
+Status peerHandshake(Transport* transport, int peer, const Options& options,
+                     const std::atomic<bool>* aborted = nullptr, uint32_t protocolVersion = kProtocolVersion);
 
 }  // namespace ringguard

@@ -9,6 +9,7 @@
 #include "core/logging.h"
 #include "core/thread_name.h"
 #include "ringguard/core/issue_lane.h"
+#include "runtime/handshake.h"
 #include "runtime/transport_defaults.h"
 
 namespace ringguard {
@@ -135,7 +136,30 @@ void PeerLanes::loop(int peer, bool isSend, Lane* lane) {
   }
 }
 
+Status PeerLanes::checkPeer(int peer) {
+  PeerCheck* check;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    check = &peerChecks_[peer];
+    if (check->started) {
+      // The other lane's check ends, at worst, at its timeout or when an abort stops it.
+      cv_.wait(lock, [&] { return check->done; });
+      return check->result;
+    }
+    check->started = true;
+  }
+  Status st = peerHandshake(transport_.get(), peer, options_, &aborted_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    check->done = true;
+    check->result = st;
+  }
+  cv_.notify_all();
+  return st;
+}
+
 Status PeerLanes::run(int peer, bool isSend, Lane* lane, const Message& m, Counters* delta) {
+  RINGGUARD_RETURN_IF_ERROR(checkPeer(peer));
   PeerExchange x;
   x.tag = m.tag;
   if (isSend) {

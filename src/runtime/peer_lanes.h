@@ -13,6 +13,10 @@
 // lane posts receives from it and sends verdicts; every transport of ours is safe for that (host
 // transports; the control channel locks).
 //
+// Before the first message with a peer, in either direction, the two ranks compare their settings
+// (peerHandshake, once per pair): ranks whose slice sizes differ would otherwise post receives of the wrong
+// size, which Gloo answers by aborting the process.
+//
 // The first failed message fails every lane (what is queued and every later message complete with it)
 // and is announced to the peers, as a failed collective is: a lane whose peer stopped never leaves the
 // other side waiting past its own timeout.
@@ -89,6 +93,8 @@ class PeerLanes {
   void enqueue(int peer, bool isSend, Message m);
   void loop(int peer, bool isSend, Lane* lane);
   Status run(int peer, bool isSend, Lane* lane, const Message& m, Counters* delta);
+  // The settings check with `peer`: made by the first lane that reaches the peer, waited for by the other.
+  Status checkPeer(int peer);
   void fail(const Status& error);
 
   std::unique_ptr<Transport> transport_;
@@ -96,9 +102,16 @@ class PeerLanes {
   const int rank_;
   const int size_;
 
-  mutable std::mutex mutex_;  // guards lanes_, injector_, counters_, firstError_, stopping_
+  struct PeerCheck {
+    bool started = false;
+    bool done = false;
+    Status result;
+  };
+
+  mutable std::mutex mutex_;  // guards lanes_, peerChecks_, injector_, counters_, firstError_, stopping_
   std::condition_variable cv_;
   std::map<std::pair<int, bool>, std::unique_ptr<Lane>> lanes_;  // (peer, isSend), made at first use
+  std::map<int, PeerCheck> peerChecks_;                          // by peer, made at first use
   std::shared_ptr<const FaultInjector> injector_;
   Counters counters_;
   Status firstError_;

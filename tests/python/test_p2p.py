@@ -187,6 +187,40 @@ def _(ctx):
     return {"error": error[:300]}
 
 
+@CASES.case("send-recv-between-ranks-whose-settings-differ-fails-both")
+def _(ctx):
+    # The last rank's group has other slice bytes. Before the lanes compared settings with a peer, its
+    # receive was posted for 1 KiB slices while rank 0 sent larger ones, and Gloo aborted the process
+    # (SIGABRT); now both ends raise the handshake's error, at once.
+    import ringguard
+
+    last = ctx.size - 1
+    options = ringguard.Options(slice_bytes=1024) if ctx.rank == last else None
+    g = dist.new_group(backend="ringguard", timeout=timedelta(seconds=60), pg_options=options)
+    t = torch.arange(50000, dtype=torch.float32)
+    t0 = time.monotonic()
+    error = ""
+    try:
+        if ctx.rank == 0:
+            dist.send(t, dst=last, group=g)
+        elif ctx.rank == last:
+            dist.recv(t, src=0, group=g)
+    except RuntimeError as err:
+        error = str(err)
+    seconds = time.monotonic() - t0
+    t1 = time.monotonic()
+    dist.destroy_process_group(g)
+    # Every rank's end is prompt, the one outside the failed pair too: the broken transports say goodbye,
+    # so no healthy one waits out its 10 s for them (before, that rank took 10 s here at np 3).
+    ending = time.monotonic() - t1
+    assert ending < 5, f"destroy_process_group took {ending:.1f} s"
+    if ctx.rank in (0, last):
+        assert "point-to-point settings disagree: RINGGUARD_SLICE_BYTES differs: rank 0 has " in error, error
+        assert f"rank {last} has 1024" in error, error
+        assert seconds < 30, f"failed after {seconds:.1f} s: {error}"
+    return {"error": error[:300], "seconds": round(seconds, 3), "ending": round(ending, 3)}
+
+
 def _check_anysource(results, nproc):
     for rank, r in enumerate(results):
         assert r["error"], f"rank {rank}: no error"

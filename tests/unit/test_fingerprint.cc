@@ -34,12 +34,12 @@ TEST(FingerprintTest, WireLayout) {
 // Ranks of two builds meet the handshake's version check ("ringguard protocol version differs") before any
 // fingerprint, as long as a new fingerprint layout comes with a higher kProtocolVersion. The 40-byte layout
 // (issue lanes) came with version 4 and is unchanged in versions 5 (small collectives' payloads in the
-// fingerprint frame) and 6 (small send/recv payloads in the fingerprint message): a new layout fails this
-// test until the version is raised and the new pair recorded here.
+// fingerprint frame), 6 (small send/recv payloads in the fingerprint message) and 7 (point-to-point
+// handshake): a new layout fails this test until the version is raised and the new pair recorded here.
 TEST(FingerprintTest, WireFormatIsPinnedToTheProtocolVersion) {
   EXPECT_EQ(sizeof(Fingerprint), 40u)
       << "a new fingerprint layout needs a kProtocolVersion bump (runtime/handshake.h); record the pair";
-  EXPECT_EQ(kProtocolVersion, 6u);
+  EXPECT_EQ(kProtocolVersion, 7u);
 }
 
 TEST(FingerprintTest, MakeFingerprintCarriesTheIssueOrder) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "loopback_util.h"
+#include "runtime/handshake.h"
 #include "runtime/peer_lanes.h"
 #include "transport/loopback/loopback_transport.h"
 
@@ -51,11 +52,17 @@ Options laneOptions(size_t sliceBytes = 4096) {
   return o;
 }
 
-std::vector<std::unique_ptr<PeerLanes>> makeLanes(int n, const Options& options) {
+// One Options per rank.
+std::vector<std::unique_ptr<PeerLanes>> makeLanes(const std::vector<Options>& options) {
   std::vector<std::unique_ptr<PeerLanes>> lanes;
-  for (auto& t : makeLoopbackTransports(n))
-    lanes.push_back(std::make_unique<PeerLanes>(std::move(t), options));
+  auto transports = makeLoopbackTransports(int(options.size()));
+  for (size_t r = 0; r < options.size(); ++r)
+    lanes.push_back(std::make_unique<PeerLanes>(std::move(transports[r]), options[r]));
   return lanes;
+}
+
+std::vector<std::unique_ptr<PeerLanes>> makeLanes(int n, const Options& options) {
+  return makeLanes(std::vector<Options>(size_t(n), options));
 }
 
 class PeerLanesRing : public ::testing::TestWithParam<int> {};
@@ -145,6 +152,52 @@ TEST(PeerLanes, CountMismatchFailsBothSides) {
 }
 
 TEST(PeerLanes, TagMismatchFailsBothSides) { expectMismatchFailsBothSides(4, 7, 4, 8, "tag=7", "tag=8"); }
+
+// Ranks whose settings differ fail their first message with each other on both sides, before any payload
+// (a receive posted for another slice size would overflow, and Gloo aborts the process on it), with one
+// error naming the setting and both values; a third rank waiting on one of them learns it at once.
+TEST(PeerLanes, SettingsThatDisagreeFailBothSidesBeforeAnyPayload) {
+  std::vector<Options> o(3, laneOptions(4096));
+  o[1].sliceBytes = 1024;
+  auto lanes = makeLanes(o);
+  const size_t bytes = 50000;
+  std::vector<uint8_t> out = payload(0, 1, 0, bytes), in(bytes, 0), third(16, 0);
+  Pending send, recv, waiting;
+  const auto start = std::chrono::steady_clock::now();
+  lanes[2]->recv(0, 0, third.data(), third.size(), DataType::kUint8, waiting.done());
+  lanes[0]->send(1, 0, out.data(), bytes, DataType::kUint8, send.done());
+  lanes[1]->recv(0, 0, in.data(), bytes, DataType::kUint8, recv.done());
+  const Status ss = send.wait(), rs = recv.wait(), ws = waiting.wait();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  const std::string says =
+      "point-to-point settings disagree: RINGGUARD_SLICE_BYTES differs: rank 0 has 4096, "
+      "rank 1 has 1024";
+  for (const Status& st : {ss, rs}) {
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+    EXPECT_EQ(st.message(), says);
+  }
+  EXPECT_EQ(in, std::vector<uint8_t>(bytes, 0));  // nothing was written
+  EXPECT_EQ(ws.code(), StatusCode::kPeerError) << ws.toString();
+  EXPECT_NE(ws.message().find(says), std::string::npos) << ws.toString();
+  for (auto& l : lanes) EXPECT_EQ(l->counters().collectives, 0u);
+}
+
+// Ranks of two builds: the protocol version is what they are told, on both sides.
+TEST(PeerLanes, HandshakeNamesAVersionSkewOnBothSides) {
+  auto transports = makeLoopbackTransports(2);
+  const Options o = laneOptions();
+  std::vector<Status> got(2);
+  runRanks(2, [&](int r) {
+    got[size_t(r)] = peerHandshake(transports[size_t(r)].get(), 1 - r, o, nullptr,
+                                   r == 0 ? kProtocolVersion + 1 : kProtocolVersion);
+  });
+  for (const Status& st : got) {
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(st.message(),
+              "point-to-point settings disagree: ringguard protocol version differs: rank 0 has " +
+                  std::to_string(kProtocolVersion + 1) + ", rank 1 has " + std::to_string(kProtocolVersion));
+  }
+}
 
 // Corrupted slices are detected and resent; the payload arrives bit-identical.
 TEST(PeerLanes, FaultsAreRepairedBitIdentically) {

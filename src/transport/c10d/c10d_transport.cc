@@ -39,6 +39,8 @@ constexpr uint32_t kGoodbyeTag = 0xB7Eu;
 // How long a clean shutdown waits for the peers' goodbyes (a peer that exits closes the connection, which
 // also ends the wait).
 constexpr std::chrono::seconds kGoodbyeWait(10);
+// How long an end that does not wait for the peers' goodbyes waits for its own to be taken.
+constexpr std::chrono::seconds kGoodbyeSendWait(1);
 
 enum : int { kPending = 0, kDone = 1, kFailed = 2, kAborted = 3 };
 
@@ -177,6 +179,7 @@ class Waiter {
           current_.state->state = kAborted;
           keepForever({std::move(current_)});
           current_ = Pending();
+          idle_.notify_all();
           continue;
         }
       }
@@ -284,7 +287,7 @@ class C10dTransport final : public Transport {
   }
 
   ~C10dTransport() override {
-    if (!broken()) sayGoodbye();
+    sayGoodbye(/*waitForPeers=*/!broken());
     stopControl();
     peers_.clear();  // joins the waiters
   }
@@ -441,9 +444,15 @@ class C10dTransport final : public Transport {
     events_.raise();  // a failed control channel is an error the waiting collective reports
   }
 
-  // A clean end: a goodbye frame to every peer, then (bounded) until every peer's goodbye arrived and our
-  // sends completed, so no Gloo work is left pending and the Gloo context can go.
-  void sayGoodbye() {
+  // The end: a goodbye frame to every peer, whose control thread then ends; then (bounded) until our sends
+  // completed and, with `waitForPeers` (a clean end), every peer's goodbye arrived, so no Gloo work is left
+  // pending and the Gloo context can go. A broken transport says goodbye too, or its healthy peers would
+  // wait kGoodbyeWait for it at their own end (after a failed send/recv between two of three ranks, the
+  // third one's shutdown took 10 s): its waiters are aborted, but Gloo still sends an aborted send (the
+  // frame is kept for the process's life). It does not wait for the peers' goodbyes: its control receives
+  // stay posted in Gloo (keepForever), and theirs land there. A connection that is gone ends the waiting
+  // for the peers' goodbyes too.
+  void sayGoodbye(bool waitForPeers) {
     for (int p = 0; p < size(); ++p) {
       if (p == rank()) continue;
       at::Tensor frame = at::zeros({int64_t(kFrameBytes)}, at::kByte);
@@ -454,11 +463,11 @@ class C10dTransport final : public Transport {
         auto work = backend_->send(tensors, p, tagControl_);
         peers_[size_t(p)].controlSends->push(Pending{work, std::make_shared<OpState>(), frame});
       } catch (const std::exception&) {
-        return;  // the connection is gone: nothing to say goodbye to
+        waitForPeers = false;
       }
     }
-    const auto deadline = std::chrono::steady_clock::now() + kGoodbyeWait;
-    {
+    const auto deadline = std::chrono::steady_clock::now() + (waitForPeers ? kGoodbyeWait : kGoodbyeSendWait);
+    if (waitForPeers) {
       std::unique_lock<std::mutex> lock(inboxMutex_);
       controlDoneCv_.wait_until(lock, deadline, [this] {
         for (int p = 0; p < size(); ++p) {
