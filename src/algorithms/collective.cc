@@ -304,6 +304,12 @@ Status exchangeFingerprints(const CollectiveContext& ctx, const Fingerprint& min
   return blameStall(ctx, w, &e);
 }
 
+Status exchangeRejected(const CollectiveContext& ctx, CollectiveKind kind) {
+  Fingerprint fp = makeFingerprint(kind, ReduceOp::kSum, DataType::kUint8, 0, kNoRoot, issueOrder(ctx));
+  fp.flags |= kFingerprintInvalidInput;
+  return exchangeFingerprints(ctx, fp);
+}
+
 FailureValidator ringFailureValidator(const RingSchedule& schedule) {
   return [&schedule](const SliceFailure& f) {
     const bool ok =

@@ -111,6 +111,12 @@ Status findDisagreement(const CollectiveContext& ctx, ControlTag tag, const void
 // from it, with both values ("rank 0 has {...}, rank 2 has {...}").
 Status exchangeFingerprints(const CollectiveContext& ctx, const Fingerprint& mine);
 
+// A call of `kind` that this rank rejected before it reached the communicator, in that collective's place:
+// its fingerprint without arguments (op sum, dtype u8, count 0, no root), flagged invalid-arguments. OK when
+// every rank rejected it (their fingerprints are equal); otherwise the kFingerprintMismatch naming this
+// rank's flagged fingerprint, on every rank, before any payload moves.
+Status exchangeRejected(const CollectiveContext& ctx, CollectiveKind kind);
+
 // Checks one verdict entry received from a peer against the collective's schedule (column, slice and
 // step in range, sender and receiver the ranks of that hop): an entry a buggy or hostile peer made up must
 // end in an error, never reach the repair plan (which indexes the executor's memory with it).

@@ -103,6 +103,10 @@ Status compareFingerprints(int rankA, const Fingerprint& a, int rankB, const Fin
     os << (a.lane != b.lane ? " (the same collective from different issue lanes"
                             : " (the same collective at different positions of one issue lane")
        << ": threads issued same-shape collectives in a different order on these ranks)";
+  } else if ((a.flags | b.flags) & kFingerprintInvalidInput) {
+    // Communicator::rejectedAsync: that side's op, dtype and count are placeholders.
+    os << " (rank " << ((b.flags & kFingerprintInvalidInput) ? rankB : rankA)
+       << " rejected the arguments of its call before it reached the collective; its own error names them)";
   }
   return Status(StatusCode::kFingerprintMismatch, os.str());
 }

@@ -12,15 +12,7 @@ namespace ringguard {
 inline constexpr uint32_t kFingerprintMagic = 0x31504652;  // "RFP1"
 inline constexpr uint8_t kFingerprintInvalidInput = 1;     // the caller's arguments were rejected
 
-// The group collectives (point-to-point exchanges carry no group fingerprint).
-enum class CollectiveKind : uint8_t {
-  kAllreduce = 0,
-  kReduceScatter,
-  kAllgather,
-  kBroadcast,
-  kAlltoall,
-  kSendRecv,
-};
+// CollectiveKind: ringguard/core/types.h.
 const char* collectiveKindName(CollectiveKind k);  // "allreduce", "reduce_scatter", "allgather", ...
 inline constexpr int32_t kNoRoot = -1;             // collectives without a root
 

@@ -142,7 +142,7 @@ Communicator::Impl::~Impl() {
 std::shared_ptr<Work> Communicator::Impl::submit(
     const char* name, uint64_t bytes, Status checked, void* stream,
     std::function<Status(const CollectiveContext&, Executor*)> run, std::function<uint64_t()> number,
-    CollectiveInput input) {
+    CollectiveInput input, bool rejected) {
   trace::instant(trace::Kind::kEnqueue, name, track_, 0, 0, 0, 0, 0, nullptr, bytes);
   Task task;
   task.name = name;
@@ -151,6 +151,7 @@ std::shared_ptr<Work> Communicator::Impl::submit(
   task.number = std::move(number);
   task.input = std::move(input);
   task.lane = currentIssueLane();  // here, on the issuing thread: the runner may be another thread
+  task.rejected = rejected;
   if (!checked.isOk()) {
     task.invalid = Status(StatusCode::kInvalidArgument,
                           std::string(name) + " on rank " + std::to_string(rank_) + ": " + checked.message());
@@ -314,6 +315,13 @@ std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, const std::v
         return ringguard::alltoall(ctx, exec, send, recv, layout, dtype);
       },
       nullptr, std::move(input));
+}
+
+std::shared_ptr<Work> Communicator::rejectedAsync(CollectiveKind kind, void* stream) {
+  return impl_->submit(
+      "rejected", 0, Status::ok(), stream,
+      [kind](const CollectiveContext& ctx, Executor*) { return exchangeRejected(ctx, kind); }, nullptr, {},
+      /*rejected=*/true);
 }
 
 std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, void* recv, size_t count, DataType dtype,
@@ -533,7 +541,7 @@ void Communicator::Impl::runTask(Task& task) {
     kind.ns += ns;
     counters_ += delta;
     if (st.isOk()) {
-      counters_.collectives++;
+      if (!task.rejected) counters_.collectives++;
     } else {
       if (firstError_.isOk()) firstError_ = st;
       if (!transport_->broken()) transport_->markBroken();

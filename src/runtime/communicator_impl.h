@@ -55,14 +55,17 @@ class Communicator::Impl {
     std::function<uint64_t()> number;  // point-to-point: numbers the exchange on the progress thread
     CollectiveInput input;             // what RINGGUARD_NAN_CHECK scans (group collectives)
     uint32_t lane = 0;                 // the issuing thread's issue lane, read when it was enqueued
+    bool rejected = false;             // rejectedAsync: not a collective of the counters when it agrees
   };
   // The one way in: `checked` is the collective's argument check; an error in it completes the Work with
   // kInvalidArgument ("<name> on rank r: ...") after telling the peers. Without `number` the task is a
   // collective of every rank, numbered by nextSeq_; with it a point-to-point exchange, which `number`
   // numbers (its own message number: the ranks not involved never see it) when it runs.
+  // `rejected`: rejectedAsync's task.
   std::shared_ptr<Work> submit(const char* name, uint64_t bytes, Status checked, void* stream,
                                std::function<Status(const CollectiveContext&, Executor*)> run,
-                               std::function<uint64_t()> number = nullptr, CollectiveInput input = {});
+                               std::function<uint64_t()> number = nullptr, CollectiveInput input = {},
+                               bool rejected = false);
   std::shared_ptr<Work> enqueue(Task task, std::unique_ptr<Executor::Fence> fence);
   CollectiveShape shape() const;
   void progressLoop();

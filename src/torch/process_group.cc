@@ -115,6 +115,22 @@ CopyView copyViewOf(const at::Tensor& t) {
 
 std::exception_ptr currentException() { return std::current_exception(); }
 
+// The depth of overrides on this thread, and whether the outermost one's call reached a communicator
+// (launch() sets it before it starts the collective): ProcessGroupRingguard::rejected enters a rejected
+// call only from the outermost override, and only if nothing was started.
+thread_local int overrideDepth = 0;
+thread_local bool overrideStarted = false;
+struct RejectionScope {
+  RejectionScope() {
+    if (overrideDepth++ == 0) overrideStarted = false;
+  }
+  ~RejectionScope() { --overrideDepth; }
+};
+
+at::Tensor firstOf(const std::vector<at::Tensor>& tensors) {
+  return tensors.empty() ? at::Tensor() : tensors[0];
+}
+
 }  // namespace
 
 ProcessGroupRingguard::ProcessGroupRingguard(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
@@ -159,6 +175,32 @@ ProcessGroupRingguard::ProcessGroupRingguard(c10::intrusive_ptr<c10d::Store> sto
 }
 
 ProcessGroupRingguard::~ProcessGroupRingguard() { stop(/*abort=*/false); }
+
+void ProcessGroupRingguard::rejected(CollectiveKind kind, const at::Tensor& t) {
+  // In the handler the override's scope has ended: depth 0 means no override of this thread is still
+  // running, so this one was the outermost.
+  if (overrideDepth == 0 && !overrideStarted) {
+    try {
+      const bool cuda = t.defined() && t.is_cuda();
+      // The staged variants of CUDA all-reduces and all-gathers run on the CPU communicator.
+      const bool staged = cuda && ((kind == CollectiveKind::kAllreduce && stagedSelected("all_reduce", t)) ||
+                                   (kind == CollectiveKind::kAllgather && stagedSelected("all_gather", t)));
+      Communicator* comm = nullptr;
+      void* stream = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!stopped_) comm = cuda && !staged ? cuda_.get() : cpu_.get();
+      }
+#if RINGGUARD_TORCH_CUDA
+      if (cuda && !staged) stream = c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
+#endif
+      if (comm != nullptr) comm->rejectedAsync(kind, stream);
+    } catch (...) {
+      // The caller gets the rejection's own error.
+    }
+  }
+  throw;
+}
 
 c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupRingguard::getBackendOptions() {
   return c10::make_intrusive<Backend::Options>("ringguard", options_.timeout);
@@ -305,6 +347,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::launch(const char* op, con
   p->keep.insert(p->keep.end(), keep.begin(), keep.end());
   p->after = std::move(after);
   ++sequence_;
+  overrideStarted = true;  // an exception from here on is not a rejected call (rejected())
   p->work = start(comm, stream);
   c10::intrusive_ptr<c10d::Work> work = p->c10dWork;
   (buffer.is_cuda() ? cudaLane_ : cpuLane_)->push(std::move(p));
@@ -313,7 +356,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::launch(const char* op, con
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allreduce(std::vector<at::Tensor>& tensors,
-                                                                const c10d::AllreduceOptions& opts) {
+                                                                const c10d::AllreduceOptions& opts) try {
+  const RejectionScope scope;
   checkSingle("allreduce", tensors);
   const at::Tensor& t = tensors[0];
   DataType dt;
@@ -328,10 +372,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allreduce(std::vector<at::
   if (stagedSelected("all_reduce", t))
     return launch("allreduce", t, stagedAllreduceStart({t}, {dt}, op), {t}, nullptr);
   return launchAllreduce("allreduce", t, size_t(t.numel()), dt, op, {t}, nullptr);
+} catch (...) {
+  rejected(CollectiveKind::kAllreduce, firstOf(tensors));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::broadcast(std::vector<at::Tensor>& tensors,
-                                                                const c10d::BroadcastOptions& opts) {
+                                                                const c10d::BroadcastOptions& opts) try {
+  const RejectionScope scope;
   checkSingle("broadcast", tensors);
   TORCH_CHECK(opts.rootTensor == 0, "ringguard: broadcast: rootTensor must be 0");
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "ringguard: broadcast: root rank ", opts.rootRank,
@@ -347,11 +394,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::broadcast(std::vector<at::
       "broadcast", v.flat,
       [=](Communicator* comm, void* stream) { return comm->broadcastAsync(data, data, n, dt, root, stream); },
       {t}, nullptr);
+} catch (...) {
+  rejected(CollectiveKind::kBroadcast, firstOf(tensors));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                                 std::vector<at::Tensor>& inputs,
-                                                                const c10d::AllgatherOptions& opts) {
+                                                                const c10d::AllgatherOptions& opts) try {
+  const RejectionScope scope;
   checkSingle("allgather", inputs);
   TORCH_CHECK(outputs.size() == 1, "ringguard: allgather: expects one output list, got ", outputs.size());
   const at::Tensor& in = inputs[0];
@@ -387,10 +437,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allgather(std::vector<std:
                         return comm->allgatherAsync(mine.data_ptr(), flat.data_ptr(), size_t(n), dt, stream);
                       };
   return launch("allgather", flat, std::move(start), outs, after, /*nestedOutputs=*/true, {mine});
+} catch (...) {
+  rejected(CollectiveKind::kAllgather, firstOf(inputs));
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::_allgather_base(at::Tensor& output, at::Tensor& input,
-                                                                      const c10d::AllgatherOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) try {
+  const RejectionScope scope;
   checkTensor("all_gather_into_tensor", input);
   checkTensor("all_gather_into_tensor", output);
   TORCH_CHECK(output.numel() == input.numel() * size_ && output.scalar_type() == input.scalar_type() &&
@@ -415,6 +468,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::_allgather_base(at::Tensor
                       };
   return launch("all_gather_into_tensor", dst, std::move(start), {output}, nullptr, /*nestedOutputs=*/false,
                 {mine});
+} catch (...) {
+  rejected(CollectiveKind::kAllgather, output);
 }
 
 // RINGGUARD_NAN_CHECK=skip keeps the ring: a skipped chunk would leave the host result of an earlier chunk
@@ -556,7 +611,8 @@ void ProcessGroupRingguard::monitoredBarrier(const c10d::BarrierOptions& opts, b
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::_reduce_scatter_base(
-    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) try {
+  const RejectionScope scope;
   const char* name = "reduce_scatter_tensor";
   checkTensor(name, input);
   checkTensor(name, output);
@@ -576,11 +632,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::_reduce_scatter_base(
                   return comm->reduceScatterAsync(in.data_ptr(), output.data_ptr(), count, dt, op, stream);
                 },
                 {output}, nullptr, /*nestedOutputs=*/false, {in});
+} catch (...) {
+  rejected(CollectiveKind::kReduceScatter, output);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
-    const c10d::ReduceScatterOptions& opts) {
+    const c10d::ReduceScatterOptions& opts) try {
+  const RejectionScope scope;
   checkSingle("reduce_scatter", outputs);
   TORCH_CHECK(inputs.size() == 1 && int(inputs[0].size()) == size_,
               "ringguard: reduce_scatter: expects one input list of ", size_, " tensors");
@@ -595,12 +654,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce_scatter(
   at::Tensor flat = at::cat(inputs[0]).reshape({-1});
   at::Tensor flatOut = out.reshape({-1});
   return _reduce_scatter_base(flatOut, flat, opts);
+} catch (...) {
+  rejected(CollectiveKind::kReduceScatter, firstOf(outputs));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::alltoall_base(at::Tensor& output, at::Tensor& input,
                                                                     std::vector<int64_t>& outputSplits,
                                                                     std::vector<int64_t>& inputSplits,
-                                                                    const c10d::AllToAllOptions& opts) {
+                                                                    const c10d::AllToAllOptions& opts) try {
+  const RejectionScope scope;
   const char* name = "all_to_all_single";
   checkTensor(name, input);
   checkTensor(name, output);
@@ -644,11 +706,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::alltoall_base(at::Tensor& 
                   return comm->alltoallAsync(src.data_ptr(), sc, sd, dst.data_ptr(), rc, rd, dt, stream);
                 },
                 {output}, nullptr, /*nestedOutputs=*/false, {src});
+} catch (...) {
+  rejected(CollectiveKind::kAlltoall, output);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::alltoall(std::vector<at::Tensor>& outputs,
                                                                std::vector<at::Tensor>& inputs,
-                                                               const c10d::AllToAllOptions& opts) {
+                                                               const c10d::AllToAllOptions& opts) try {
+  const RejectionScope scope;
   TORCH_CHECK(int(outputs.size()) == size_ && int(inputs.size()) == size_, "ringguard: all_to_all: expects ",
               size_, " input and output tensors, got ", inputs.size(), " and ", outputs.size());
   // The list in rank order as one flat buffer each way, then copied out into the output list. Tensors of
@@ -694,10 +759,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::alltoall(std::vector<at::T
                   return comm->alltoallAsync(in.data_ptr(), sc, sd, out.data_ptr(), rc, rd, dt, stream);
                 },
                 outs, after, /*nestedOutputs=*/false, {in});
+} catch (...) {
+  rejected(CollectiveKind::kAlltoall, firstOf(outputs));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allreduce_coalesced(
-    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) try {
+  const RejectionScope scope;
   const char* name = "allreduce_coalesced";
   TORCH_CHECK(!tensors.empty(), "ringguard: ", name, ": no tensors");
   ReduceOp op = ReduceOp::kSum;
@@ -732,13 +800,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allreduce_coalesced(
                         return last;
                       };
   return launch(name, tensors[0], std::move(start), tensors, nullptr);
+} catch (...) {
+  rejected(CollectiveKind::kAllreduce, firstOf(tensors));
 }
 
 // The coalesced forms enqueue one verified collective per pair, back to back, and complete with the last:
 // the communicator runs its queue in order and a failure poisons everything after it, so the last one
 // succeeding means every one did.
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allgather_into_tensor_coalesced(
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) try {
+  const RejectionScope scope;
   const char* name = "allgather_into_tensor_coalesced";
   TORCH_CHECK(!inputs.empty() && inputs.size() == outputs.size(), "ringguard: ", name, ": ", inputs.size(),
               " inputs and ", outputs.size(), " outputs");
@@ -768,11 +840,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allgather_into_tensor_coal
         return last;
       },
       outputs, nullptr, /*nestedOutputs=*/false, inputs);
+} catch (...) {
+  rejected(CollectiveKind::kAllgather, firstOf(outputs));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::ReduceScatterOptions& opts) {
+    const c10d::ReduceScatterOptions& opts) try {
+  const RejectionScope scope;
   const char* name = "reduce_scatter_tensor_coalesced";
   TORCH_CHECK(!inputs.empty() && inputs.size() == outputs.size(), "ringguard: ", name, ": ", inputs.size(),
               " inputs and ", outputs.size(), " outputs");
@@ -811,10 +886,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce_scatter_tensor_coal
         return last;
       },
       outputs, nullptr, /*nestedOutputs=*/false, ins);
+} catch (...) {
+  rejected(CollectiveKind::kReduceScatter, firstOf(outputs));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce(std::vector<at::Tensor>& tensors,
-                                                             const c10d::ReduceOptions& opts) {
+                                                             const c10d::ReduceOptions& opts) try {
+  const RejectionScope scope;
   checkSingle("reduce", tensors);
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "ringguard: reduce: root rank ", opts.rootRank,
               " is outside [0, ", size_, ")");
@@ -828,6 +906,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce(std::vector<at::Ten
   at::Tensor buffer = rank_ == int(opts.rootRank) ? t : t.clone();
   premulOnOneRank(buffer, &op, /*inPlace=*/true);  // one rank: the root
   return launchAllreduce("reduce", buffer, size_t(t.numel()), dt, op, {t}, nullptr);
+} catch (...) {
+  rejected(CollectiveKind::kAllreduce, firstOf(tensors));
 }
 
 // Gather and scatter are all-to-all exchanges in which only the root receives (gather) or sends
@@ -855,7 +935,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::launchGather(const char* o
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                              std::vector<at::Tensor>& inputs,
-                                                             const c10d::GatherOptions& opts) {
+                                                             const c10d::GatherOptions& opts) try {
+  const RejectionScope scope;
   checkSingle("gather", inputs);
   const int root = int(opts.rootRank);
   TORCH_CHECK(root >= 0 && root < size_, "ringguard: gather: root rank ", root, " is outside [0, ", size_,
@@ -891,10 +972,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::gather(std::vector<std::ve
       copyViewOf(outs[p]).flat.copy_(flat.narrow(0, int64_t(p * n), int64_t(n)));
   };
   return launchGather("gather", in, flat, root, outs, after, /*nestedOutputs=*/true, v.dtype);
+} catch (...) {
+  rejected(CollectiveKind::kAlltoall, firstOf(inputs));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::gatherSingle(at::Tensor& output, at::Tensor& input,
-                                                                   const c10d::GatherOptions& opts) {
+                                                                   const c10d::GatherOptions& opts) try {
+  const RejectionScope scope;
   const char* name = "gather_single";
   checkTensor(name, input);
   const int root = int(opts.rootRank);
@@ -920,11 +1004,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::gatherSingle(at::Tensor& o
     if (inBytes > 0 && i0 < o0 + outBytes && o0 < i0 + inBytes) in = in.clone();
   }
   return launchGather(name, in, out, root, outputs, nullptr, /*nestedOutputs=*/false, v.dtype);
+} catch (...) {
+  rejected(CollectiveKind::kAlltoall, input);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::scatter(std::vector<at::Tensor>& outputs,
                                                               std::vector<std::vector<at::Tensor>>& inputs,
-                                                              const c10d::ScatterOptions& opts) {
+                                                              const c10d::ScatterOptions& opts) try {
+  const RejectionScope scope;
   checkSingle("scatter", outputs);
   const int root = int(opts.rootRank);
   TORCH_CHECK(root >= 0 && root < size_, "ringguard: scatter: root rank ", root, " is outside [0, ", size_,
@@ -961,6 +1048,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::scatter(std::vector<at::Te
                   return comm->alltoallAsync(flat.data_ptr(), sc, sd, out.data_ptr(), rc, rd, dt, stream);
                 },
                 outputs, nullptr, /*nestedOutputs=*/false, {flat});
+} catch (...) {
+  rejected(CollectiveKind::kAlltoall, firstOf(outputs));
 }
 
 #define RINGGUARD_UNSUPPORTED(signature, opname, what) \

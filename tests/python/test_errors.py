@@ -73,7 +73,31 @@ def _(ctx):
     msg, _ = _raises_within(lambda: dist.all_reduce(t, group=g), 10)
     assert harness.names_word(msg, ("float8_e4m3fn", "f8e4m3")) and \
         harness.names_word(msg, ("allreduce", "all_reduce")), msg
+    # Every rank rejected the same call: the ranks agree on it (the rejected call takes the collective's
+    # place on each), and the group stays usable.
+    u = torch.full((7,), float(ctx.rank + 1))
+    dist.all_reduce(u, group=g)
+    assert torch.equal(u, torch.full((7,), float(ctx.size * (ctx.size + 1) // 2))), u
     return {"message": msg[:400]}
+
+
+@CASES.case("arguments-rejected-on-one-rank")
+def _(ctx):
+    # Rank 1's output is one element too long, so its own check rejects the call before it reaches the
+    # communicator; rank 0's call is valid. Rank 0 fails at once naming rank 1's rejected call (before, it
+    # waited out the group's 60 s timeout), rank 1 with its own message; both groups are poisoned.
+    g = dist.new_group(backend="ringguard", timeout=timedelta(seconds=60))
+    out = torch.zeros(10 if ctx.rank == 0 else 11)
+    msg, took = _raises_within(lambda: dist.reduce_scatter_tensor(out, torch.ones(10 * ctx.size), group=g), 10)
+    if ctx.rank == 1:
+        assert "must hold" in msg, msg
+    else:
+        assert "invalid-arguments" in msg and "rank 1 rejected the arguments" in msg, msg
+        assert "count=10" in msg, msg
+    again, _ = _raises_within(lambda: dist.all_reduce(torch.ones(3), group=g), 10)
+    assert "invalid-arguments" in again, f"later call: {again}"
+    dist.destroy_process_group(g)
+    return {"message": msg[:400], "seconds": took}
 
 
 @CASES.case("bad-options")

@@ -222,8 +222,10 @@ TEST(FingerprintTest, FlagsAndCollectiveDifferencesAreMismatches) {
   invalid.flags = kFingerprintInvalidInput;
   Status s = compareFingerprints(1, mine, 3, invalid);
   EXPECT_EQ(s.code(), StatusCode::kFingerprintMismatch);
-  EXPECT_TRUE(
-      contains(s.message(), "rank 3 has {allreduce op=sum dtype=f32 count=100 seq=3 invalid-arguments}"))
+  EXPECT_TRUE(contains(s.message(),
+                       "rank 3 has {allreduce op=sum dtype=f32 count=100 seq=3 invalid-arguments} (rank 3 "
+                       "rejected the arguments of its call before it reached the collective; its own "
+                       "error names them)"))
       << s.message();
 
   // Another collective is named; a kind byte no collective has is "collective?".

@@ -35,6 +35,16 @@ enum class MemoryKind : uint8_t { kHost = 0, kDevice };
 // (as ncclRedOpCreatePreMulSum makes an NCCL op), so the factor travels wherever the op does.
 enum class ReduceOp : uint8_t { kSum = 0, kProd, kMin, kMax, kAvg, kBand, kBor, kBxor, kPremulSum };
 
+// The collectives of a Communicator (the fingerprint's kind; Communicator::rejectedAsync names one).
+enum class CollectiveKind : uint8_t {
+  kAllreduce = 0,
+  kReduceScatter,
+  kAllgather,
+  kBroadcast,
+  kAlltoall,
+  kSendRecv,
+};
+
 inline constexpr DataType kAllDataTypes[] = {
     DataType::kFloat32,   DataType::kFloat64,   DataType::kFloat16,    DataType::kBFloat16,
     DataType::kInt32,     DataType::kInt64,     DataType::kUint8,      DataType::kInt8,

@@ -132,6 +132,17 @@ class Communicator {
   std::shared_ptr<Work> alltoallAsync(const void* send, void* recv, size_t count, DataType dtype,
                                       void* stream = nullptr);
 
+  // A call of `kind` that this rank rejected before it reached the communicator (a binding's own argument
+  // checks: the c10d backend's tensor shapes, say), entered in issue order where that collective would
+  // have run, so that no peer waits for it until its timeout. Its fingerprint carries no arguments and is
+  // flagged "invalid-arguments": when every rank rejected the same call they agree, nothing else happens
+  // and the communicator stays usable (each caller reports its own error, as a local check does); when other
+  // ranks entered the collective, every rank fails it with the fingerprint mismatch naming this rank's
+  // rejected call ("rank 1 has {reduce_scatter op=sum dtype=u8 count=0 seq=4 invalid-arguments}"), at
+  // once, and the communicator is poisoned as after any mismatch. Not counted as a collective. The Work
+  // says which; the caller need not wait for it.
+  std::shared_ptr<Work> rejectedAsync(CollectiveKind kind, void* stream = nullptr);
+
   // Ends this communicator at once (c10d's abort): the collective in progress returns kAborted from its
   // next wait, what is queued and every later call fail with kAborted ("... aborted: <why>"), peers are
   // told (they fail with kPeerError instead of timing out) and the transport is torn down (NCCL:

@@ -241,6 +241,13 @@ class ProcessGroupRingguard : public c10d::Backend {
   // `t` itself, scaled, when `inPlace`, else a new tensor; *op becomes kSum, which copies on one rank.
   // Any other case returns `t` untouched.
   at::Tensor premulOnOneRank(const at::Tensor& t, ReduceOp* op, bool inPlace) const;
+  // The handler of every group collective's override (a function-try-block): the call threw before it
+  // reached a communicator (its arguments were rejected), so it enters its place on the communicator the
+  // call would have used (`t`'s device; Communicator::rejectedAsync, as `kind`, the engine collective the
+  // override runs): ranks that entered that collective fail at once with the mismatch naming this call
+  // instead of waiting out their timeout, and if every rank rejected it the group stays usable. Then it
+  // rethrows. Only the outermost override of a call enters it (one override may call another).
+  [[noreturn]] void rejected(CollectiveKind kind, const at::Tensor& t);
   // Records `work` while coalescing.
   void coalesce(const c10::intrusive_ptr<c10d::Work>& work);
   void stop(bool abort);
