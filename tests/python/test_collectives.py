@@ -777,6 +777,32 @@ def _(ctx):
     return {"cuda_pending_when_cpu_done": cuda_pending}
 
 
+# A call rejected on one rank (rank 1's output one element too long) with CUDA tensors: it is entered on the
+# CUDA communicator, on the caller's stream, so rank 0 fails at once naming it rather than at its timeout.
+# On a group of its own: the mismatch poisons it.
+@CASES.case("cuda-arguments-rejected-on-one-rank")
+def _(ctx):
+    if ctx.device != "cuda":
+        raise harness.Skip("CUDA runs only")
+    g = dist.new_group(backend="ringguard", timeout=timedelta(seconds=60))
+    warm = torch.ones(8, device="cuda")
+    dist.all_reduce(warm, group=g)  # the group's CUDA communicator exists
+    out = torch.zeros(10 if ctx.rank == 0 else 11, device="cuda")
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError) as info:
+        dist.reduce_scatter_tensor(out, torch.ones(10 * ctx.size, device="cuda"), group=g)
+        torch.cuda.synchronize()
+    took = time.monotonic() - t0
+    msg = str(info.value)
+    if ctx.rank == 1:
+        assert "must hold" in msg, msg
+    else:
+        assert "invalid-arguments" in msg and "rank 1 rejected the arguments" in msg, msg
+    assert took < 20, f"raised only after {took:.1f} s: {msg}"
+    dist.destroy_process_group(g)
+    return {"message": msg[:300], "seconds": round(took, 3)}
+
+
 def _init():
     import ringguard
 
