@@ -139,8 +139,8 @@ class Communicator {
   // and the communicator stays usable (each caller reports its own error, as a local check does); when other
   // ranks entered the collective, every rank fails it with the fingerprint mismatch naming this rank's
   // rejected call ("rank 1 has {reduce_scatter op=sum dtype=u8 count=0 seq=4 invalid-arguments}"), at
-  // once, and the communicator is poisoned as after any mismatch. Not counted as a collective. The Work
-  // says which; the caller need not wait for it.
+  // once, and the communicator is poisoned as after any mismatch. Not counted as a collective. Its Work
+  // completes OK in the first case and with the mismatch in the second; the caller need not wait for it.
   std::shared_ptr<Work> rejectedAsync(CollectiveKind kind, void* stream = nullptr);
 
   // Ends this communicator at once (c10d's abort): the collective in progress returns kAborted from its
