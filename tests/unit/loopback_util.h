@@ -11,6 +11,7 @@
 // threads over transports from makeLoopbackTransports(n), and contextFor() makes a CollectiveContext.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -54,6 +55,15 @@ inline void expectEveryInjectionRepaired(const Counters& c, FaultMode mode, cons
 }
 
 // Runs fn(rank) for rank 0..n-1 on n threads at once and joins them all.
+// Options for tests whose ranks fail on purpose: a 20 s timeout (nothing waits that long when the code is
+// right) and no log (every rank logs the error it returns).
+inline Options quietOptions() {
+  Options o;
+  o.timeout = std::chrono::milliseconds(20000);
+  o.logLevel = "off";
+  return o;
+}
+
 inline void runRanks(int n, const std::function<void(int rank)>& fn) {
   std::vector<std::thread> threads;
   threads.reserve(size_t(n));

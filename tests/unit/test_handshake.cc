@@ -17,14 +17,8 @@ namespace {
 using testing::contextFor;
 using testing::LoopbackGroup;
 using testing::makeInput;
+using testing::quietOptions;
 using testing::runRanks;
-
-Options quiet() {
-  Options o;
-  o.timeout = std::chrono::milliseconds(20000);
-  o.logLevel = "off";
-  return o;
-}
 
 // Every rank's first allreduce (and its communicator's firstError) after the handshake.
 std::vector<Status> firstCalls(LoopbackGroup& g) {
@@ -49,37 +43,37 @@ void expectEverywhere(LoopbackGroup& g, const std::string& message) {
 
 TEST(HandshakeTest, AgreeingRanksPassAndTransportDefaultsCount) {
   // Rank 0 leaves slice bytes and slots to the transport's defaults (1 MiB, 2): the same as rank 1's.
-  std::vector<Options> o(2, quiet());
+  std::vector<Options> o(2, quietOptions());
   o[1].sliceBytes = size_t(1) << 20;
   o[1].slots = 2;
   LoopbackGroup g(o);
   for (const Status& st : firstCalls(g)) EXPECT_TRUE(st.isOk()) << st.toString();
-  LoopbackGroup one(1, quiet());
+  LoopbackGroup one(1, quietOptions());
   for (const Status& st : firstCalls(one)) EXPECT_TRUE(st.isOk()) << st.toString();
 }
 
 TEST(HandshakeTest, EachSettingThatMustAgreeIsNamedWithBothValues) {
   const std::string prefix = "communicator settings disagree: ";
   {
-    std::vector<Options> o(2, quiet());
+    std::vector<Options> o(2, quietOptions());
     o[1].sliceBytes = 4096;
     LoopbackGroup g(o);
     expectEverywhere(g, prefix + "RINGGUARD_SLICE_BYTES differs: rank 0 has 1048576, rank 1 has 4096");
   }
   {
-    std::vector<Options> o(3, quiet());
+    std::vector<Options> o(3, quietOptions());
     o[2].slots = 4;
     LoopbackGroup g(o);
     expectEverywhere(g, prefix + "RINGGUARD_SLOTS differs: rank 0 has 2, rank 2 has 4");
   }
   {
-    std::vector<Options> o(4, quiet());
+    std::vector<Options> o(4, quietOptions());
     o[1].maxRetries = 5;
     LoopbackGroup g(o);
     expectEverywhere(g, prefix + "RINGGUARD_MAX_RETRIES differs: rank 0 has 3, rank 1 has 5");
   }
   {
-    std::vector<Options> o(2, quiet());
+    std::vector<Options> o(2, quietOptions());
     o[0].timeout = std::chrono::milliseconds(15000);
     LoopbackGroup g(o);
     expectEverywhere(g, prefix + "RINGGUARD_TIMEOUT_MS differs: rank 0 has 15000, rank 1 has 20000");
@@ -87,7 +81,7 @@ TEST(HandshakeTest, EachSettingThatMustAgreeIsNamedWithBothValues) {
   {
     // The lowest rank against the lowest rank that differs from it, whatever the others hold; the first
     // setting that differs between those two.
-    std::vector<Options> o(7, quiet());
+    std::vector<Options> o(7, quietOptions());
     o[5].sliceBytes = 512;
     o[5].maxRetries = 1;
     o[3].maxRetries = 2;
@@ -100,7 +94,7 @@ TEST(HandshakeTest, EachSettingThatMustAgreeIsNamedWithBothValues) {
 TEST(HandshakeTest, SimulatedVersionSkewIsNamed) {
   for (int n : {2, 5}) {
     auto transports = makeLoopbackTransports(n);
-    const Options o = quiet();
+    const Options o = quietOptions();
     std::vector<Status> got{size_t(n)};
     runRanks(n, [&](int r) {
       got[size_t(r)] = handshake(transports[size_t(r)].get(), o, nullptr,
@@ -122,7 +116,7 @@ TEST(HandshakeTest, AMissingPeerIsATimeoutNamingIt) {
   // Rank 2 never takes part: rank 0 hears from it in round 0, rank 1 in round 1. Rank 0 gives up first
   // and tells rank 1, which names rank 2 too instead of waiting out its own timeout (defect 6: the rank
   // that stopped, followed through the reports; stall_report.h).
-  std::vector<Options> o(2, quiet());
+  std::vector<Options> o(2, quietOptions());
   o[0].timeout = std::chrono::milliseconds(100);
   o[1].timeout = std::chrono::milliseconds(1000);
   std::vector<Status> got(2);
@@ -153,7 +147,7 @@ std::vector<Status> exchangeWithLiar(int n, int liar, const SliceFailure& bogus,
                                      bool withValidator,
                                      std::vector<std::vector<SliceFailure>>* globals = nullptr) {
   auto transports = makeLoopbackTransports(n);
-  Options o = quiet();
+  Options o = quietOptions();
   std::vector<Status> got{size_t(n)};
   std::vector<std::vector<SliceFailure>> all(static_cast<size_t>(n));
   runRanks(n, [&](int r) {
@@ -287,7 +281,7 @@ TEST(UntrustedPeerTest, ForgedVerdictThroughTheCommunicatorFailsCleanly) {
   const std::string rejected = "verdict entry from rank 1 rejected (link 0 -> 1, step 0, slice 1000000";
   for (int n : {3, 5}) {
     SCOPED_TRACE("n = " + std::to_string(n));
-    Options o = quiet();
+    Options o = quietOptions();
     o.sliceBytes = 256;
     LoopbackGroup g(n, o);
     g.fabric().setControlHook([](int from, int, ControlTag tag, std::vector<uint8_t>* frame) {

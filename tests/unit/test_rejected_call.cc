@@ -14,13 +14,7 @@ namespace ringguard {
 namespace {
 
 using testing::LoopbackGroup;
-
-Options quiet() {
-  Options o;
-  o.timeout = std::chrono::milliseconds(20000);
-  o.logLevel = "off";
-  return o;
-}
+using testing::quietOptions;
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -35,7 +29,7 @@ class RejectedCall : public ::testing::TestWithParam<Case> {};
 // long before the timeout, naming rank 1's rejected call; every communicator is poisoned.
 TEST_P(RejectedCall, PeersThatEnteredTheCollectiveFailAtOnceNamingIt) {
   const Case c = GetParam();
-  LoopbackGroup g(c.ranks, quiet());
+  LoopbackGroup g(c.ranks, quietOptions());
   std::vector<Status> got(size_t(c.ranks));
   const auto start = std::chrono::steady_clock::now();
   g.run([&](int rank, Communicator& comm) {
@@ -72,7 +66,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RejectedCall,
 // communicator stays usable, and the next collective is exact.
 TEST(RejectedCallTest, RejectedOnEveryRankLeavesTheCommunicatorUsable) {
   for (int n : {1, 2, 4}) {
-    LoopbackGroup g(n, quiet());
+    LoopbackGroup g(n, quietOptions());
     g.run([&](int rank, Communicator& comm) {
       Status st = comm.rejectedAsync(CollectiveKind::kAllgather)->wait();
       EXPECT_TRUE(st.isOk()) << "rank " << rank << ": " << st.toString();
