@@ -54,7 +54,6 @@ inline void expectEveryInjectionRepaired(const Counters& c, FaultMode mode, cons
   EXPECT_GT(c.repairRounds, 0u) << where;
 }
 
-// Runs fn(rank) for rank 0..n-1 on n threads at once and joins them all.
 // Options for tests whose ranks fail on purpose: a 20 s timeout (nothing waits that long when the code is
 // right) and no log (every rank logs the error it returns).
 inline Options quietOptions() {
@@ -64,6 +63,7 @@ inline Options quietOptions() {
   return o;
 }
 
+// Runs fn(rank) for rank 0..n-1 on n threads at once and joins them all.
 inline void runRanks(int n, const std::function<void(int rank)>& fn) {
   std::vector<std::thread> threads;
   threads.reserve(size_t(n));

@@ -39,8 +39,6 @@ constexpr uint32_t kGoodbyeTag = 0xB7Eu;
 // How long a clean shutdown waits for the peers' goodbyes (a peer that exits closes the connection, which
 // also ends the wait).
 constexpr std::chrono::seconds kGoodbyeWait(10);
-// How long an end that does not wait for the peers' goodbyes waits for its own to be taken.
-constexpr std::chrono::seconds kGoodbyeSendWait(1);
 
 enum : int { kPending = 0, kDone = 1, kFailed = 2, kAborted = 3 };
 
@@ -444,14 +442,13 @@ class C10dTransport final : public Transport {
     events_.raise();  // a failed control channel is an error the waiting collective reports
   }
 
-  // The end: a goodbye frame to every peer, whose control thread then ends; then (bounded) until our sends
-  // completed and, with `waitForPeers` (a clean end), every peer's goodbye arrived, so no Gloo work is left
+  // The end: a goodbye frame to every peer, whose control thread then ends. A clean end (`waitForPeers`)
+  // then waits (bounded) until every peer's goodbye arrived and our sends completed, so no Gloo work is left
   // pending and the Gloo context can go. A broken transport says goodbye too, or its healthy peers would
   // wait kGoodbyeWait for it at their own end (after a failed send/recv between two of three ranks, the
-  // third one's shutdown took 10 s): its waiters are aborted, but Gloo still sends an aborted send (the
-  // frame is kept for the process's life). It does not wait for the peers' goodbyes: its control receives
-  // stay posted in Gloo (keepForever), and theirs land there. A connection that is gone ends the waiting
-  // for the peers' goodbyes too.
+  // third one's shutdown took 10 s), and waits for nothing: its waiters are aborted, but Gloo still sends
+  // an aborted send (the frame is kept for the process's life), and its own control receives stay posted
+  // in Gloo (keepForever), where the peers' goodbyes land. A connection that is gone ends the waiting too.
   void sayGoodbye(bool waitForPeers) {
     for (int p = 0; p < size(); ++p) {
       if (p == rank()) continue;
@@ -466,8 +463,9 @@ class C10dTransport final : public Transport {
         waitForPeers = false;
       }
     }
-    const auto deadline = std::chrono::steady_clock::now() + (waitForPeers ? kGoodbyeWait : kGoodbyeSendWait);
-    if (waitForPeers) {
+    if (!waitForPeers) return;
+    const auto deadline = std::chrono::steady_clock::now() + kGoodbyeWait;
+    {
       std::unique_lock<std::mutex> lock(inboxMutex_);
       controlDoneCv_.wait_until(lock, deadline, [this] {
         for (int p = 0; p < size(); ++p) {
