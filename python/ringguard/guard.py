@@ -40,11 +40,41 @@ class GuardError(RuntimeError):
 
 
 def _tensors(obj) -> List[torch.Tensor]:
+    """The tensors of an aten op's argument or result: a tensor or a flat list of them."""
     if isinstance(obj, torch.Tensor):
         return [obj]
     if isinstance(obj, (list, tuple)):
         return [t for t in obj if isinstance(t, torch.Tensor)]
     return []
+
+
+def _flatten(obj, label: str, strict: bool = True) -> List[Tuple[str, torch.Tensor]]:
+    """(name, tensor) for every tensor in `obj`, at any depth of lists, tuples, dicts, namedtuples and the
+    types registered with torch.utils._pytree, named `label` plus the path (``out[0]['x']``). With
+    `strict`, an object that holds tensors where the guard cannot see them raises: its tensors would go
+    unscanned (outputs) or unrestored (state); inputs are not strict (a module passed to the op is fine).
+    Also called by the extension for an op's result (guard_bindings.cc)."""
+    if isinstance(obj, torch.Tensor):
+        return [(label, obj)]
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return []
+    from torch.utils import _pytree as pytree
+
+    out = []
+    for path, leaf in pytree.tree_flatten_with_path(obj)[0]:
+        name = label + pytree.keystr(path)
+        if isinstance(leaf, torch.Tensor):
+            out.append((name, leaf))
+            continue
+        if not strict:
+            continue
+        hidden = [k for k, v in getattr(leaf, "__dict__", {}).items()
+                  if any(isinstance(t, torch.Tensor) for t in pytree.tree_leaves(v))]
+        if hidden:
+            raise ValueError(f"guard: '{name}' is a {type(leaf).__qualname__} holding tensors the guard cannot "
+                             f"see (attribute '{hidden[0]}'): pass or return tensors, or lists, tuples or "
+                             f"dicts of them, or register the type with torch.utils._pytree")
+    return out
 
 
 def _stream_of(tensors: Iterable[torch.Tensor]) -> int:
@@ -271,13 +301,16 @@ def _split(sig, args, kwargs, mutates) -> Tuple[List[Tuple[str, torch.Tensor]], 
     state, inputs = [], []
     seen = set()
     for i, (pname, value) in enumerate(named):
-        for j, t in enumerate(_tensors(value)):
+        mutated = pname in muts or i in muts
+        for label, t in _flatten(value, pname, strict=mutated):
+            if t.layout != torch.strided:
+                raise ValueError(f"guard: tensor '{label}' has layout {t.layout}: the guard takes dense "
+                                 f"(strided) tensors")
             key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.numel())
             if key in seen:
                 continue  # the same tensor passed twice is declared once
             seen.add(key)
-            label = pname if isinstance(value, torch.Tensor) else f"{pname}[{j}]"
-            (state if (pname in muts or i in muts) else inputs).append((label, t))
+            (state if mutated else inputs).append((label, t))
     return state, inputs
 
 

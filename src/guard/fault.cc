@@ -1,6 +1,8 @@
 #include "ringguard/guard/fault.h"
 
 #include <functional>
+#include <sstream>
+#include <string>
 
 namespace ringguard {
 namespace {
@@ -48,9 +50,23 @@ void GuardFaultInjector::setSeed(uint64_t seed) {
   seed_ = seed;
 }
 
-void GuardFaultInjector::addRule(const GuardFaultRule& rule) {
+Status GuardFaultInjector::addRule(const GuardFaultRule& rule) {
+  auto bad = [&](const std::string& what) {
+    return Status(StatusCode::kInvalidArgument, "guard fault rule for op '" + rule.op + "': " + what);
+  };
+  if (rule.attempts < 1) return bad("attempts must be at least 1, got " + std::to_string(rule.attempts));
+  if (!(rule.probability >= 0.0 && rule.probability <= 1.0)) {
+    std::ostringstream os;
+    os << "probability must be in [0, 1], got " << rule.probability;
+    return bad(os.str());
+  }
+  if (rule.call < -1)
+    return bad("call must be -1 (every call) or a call index, got " + std::to_string(rule.call));
+  if (rule.output < -1)
+    return bad("output must be -1 (every target) or a target index, got " + std::to_string(rule.output));
   std::lock_guard<std::mutex> lock(mu_);
   rules_.push_back(rule);
+  return Status::ok();
 }
 
 void GuardFaultInjector::clear() {

@@ -3,11 +3,6 @@
 #include <string>
 
 namespace ringguard {
-namespace {
-
-constexpr int kMaxReplays = 1000;  // a bound on the ladder's length, far above any useful K
-
-}  // namespace
 
 const char* guardActionName(GuardAction a) {
   switch (a) {

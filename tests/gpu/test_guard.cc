@@ -213,7 +213,7 @@ TEST_F(GuardDevice, ABatchedSnapshotOfManyTensorsRestoresEachExactly) {
       r.call = 0;
       r.attempts = 1;
       r.element = 9;
-      g.faults().addRule(r);
+      EXPECT_TRUE(g.faults().addRule(r).isOk());
     }
     const Status st = g.run(o);
     EXPECT_TRUE(st.isOk()) << st.toString();
@@ -249,7 +249,7 @@ TEST_F(GuardDevice, ImmediateReplayOverDeviceMemoryIsBitIdentical) {
       r.call = 2;
       r.attempts = 2;  // the first run and the first replay
       r.element = 777;
-      g.faults().addRule(r);
+      EXPECT_TRUE(g.faults().addRule(r).isOk());
     }
     for (int s = 0; s < 5; ++s) {
       std::vector<float> x(n);
@@ -287,7 +287,7 @@ TEST_F(GuardDevice, DeferredStepHasNoHostWaitInsideTheStepAndReplaysIt) {
   r.op = "copy";
   r.call = 1;
   r.value = FaultValue::kNegInf;
-  g.faults().addRule(r);
+  EXPECT_TRUE(g.faults().addRule(r).isOk());
   uint64_t waitsInside = 0;
   StepReport report;
   const Status st = g.runStep(
@@ -329,7 +329,7 @@ TEST_F(GuardDevice, StepToFlagWritesTheVerdictOnTheDeviceWithoutAnyHostWait) {
   GuardFaultRule r;
   r.op = "copy";
   r.call = 4;  // step 2, its first of two calls
-  g.faults().addRule(r);
+  EXPECT_TRUE(g.faults().addRule(r).isOk());
   std::vector<float> flags;
   for (int s = 0; s < 4; ++s) {
     ASSERT_STATUS_OK(g.runStepToFlag(
@@ -359,7 +359,7 @@ TEST_F(GuardDevice, MixedHostAndDeviceBuffersInOneOp) {
   r.op = "mixed";
   r.call = 0;
   r.output = -1;
-  g.faults().addRule(r);
+  EXPECT_TRUE(g.faults().addRule(r).isOk());
   GuardedOp o;
   o.name = "mixed";
   o.state = {GuardBuffer{"h", hostState.data(), n * 4, DataType::kFloat32, MemoryKind::kHost}};

@@ -185,6 +185,76 @@ def test_bad_use_gets_a_clear_error():
     assert x.tolist() == [2.0] * 8  # undeclared, so not restored: the error says how to fix it
     with pytest.raises(ValueError, match="unknown policy 'retry'"):
         ringguard.guard(policy="retry")
+    with pytest.raises(ValueError, match=r"replays must be in \[0, 1000\], got 1000000000000"):
+        ringguard.Guard(replays=10**12)
+    g = ringguard.Guard()
+    with pytest.raises(ValueError, match=r"probability must be in \[0, 1\], got 2"):
+        g.inject(op="scale", probability=2.0)
+    with pytest.raises(ValueError, match="attempts must be at least 1, got 0"):
+        g.inject(op="scale", attempts=0)
+    assert g.counters()["injected"] == 0
+    with pytest.raises(ValueError, match="tensor 'w' has layout torch.sparse_coo: the guard takes dense"):
+        g(lambda w: w * 2, name="scale")(torch.ones(3).to_sparse())
+    with pytest.raises(ValueError, match="tensor 'w' has dtype Float8_e5m2, which the guard does not handle"):
+        g(lambda w: w, name="scale")(torch.ones(3).to(torch.float8_e5m2))
+
+
+def test_nested_results_and_state_are_scanned_and_restored_at_any_depth():
+    """Tensors inside dicts, nested lists, namedtuples and torch's structseqs are outputs (scanned) or
+    state (snapshotted, restored), named by their path; an object hiding tensors is refused."""
+    import collections
+
+    g = ringguard.Guard(policy="raise")
+    one = torch.ones(3)
+    with pytest.raises(ringguard.GuardError, match=r"output 'out\['x'\]\[1\]\[0\]' has 3 non-finite values"):
+        g.call(lambda a: {"x": [a * 2, (a * float("nan"),)]}, one)
+    Out = collections.namedtuple("Out", "loss logits")
+    with pytest.raises(ringguard.GuardError, match=r"output 'out.logits' has 3 non-finite values .*\+inf"):
+        g.call(lambda a: Out(a.sum(), a * float("inf")), one)
+    with pytest.raises(ringguard.GuardError, match=r"output 'out\[2\]' has 3 non-finite values"):
+        g.call(lambda a: (a * 2, 3, a * float("nan")), one)
+    with pytest.raises(ringguard.GuardError, match=r"output 'out\[0\]' has 1 non-finite value"):
+        g.call(lambda a: torch.max(a.view(1, 3) * float("nan"), dim=1), one)
+
+    class Box:
+        def __init__(self, t):
+            self.t = t
+
+    with pytest.raises(ValueError, match="'out' is a .*Box holding tensors the guard cannot see "
+                                         r"\(attribute 't'\)"):
+        g.call(lambda a: Box(a * float("nan")), one)
+    with pytest.raises(ValueError, match="'st' is a .*Box holding tensors"):
+        g.call(lambda st: st.t.add_(1), Box(torch.zeros(3)), mutates=["st"])
+    # A module among the inputs is not state: its tensors need no snapshot, and the call runs.
+    assert g.call(lambda m, x: m(x), torch.nn.Identity(), one).tolist() == [1.0] * 3
+
+    state = {"m": torch.zeros(3), "v": [torch.zeros(2), {"w": torch.zeros(1)}]}
+
+    def update(st, x):
+        st["m"].add_(x)
+        st["v"][1]["w"].add_(float("inf"))
+
+    with pytest.raises(ringguard.GuardError, match=r"state 'st\['v'\]\[1\]\['w'\]' has 1 non-finite value"):
+        g.call(update, state, one, mutates=["st"])
+    assert state["m"].tolist() == [0.0] * 3 and state["v"][1]["w"].tolist() == [0.0]  # restored
+    g = ringguard.Guard()  # replay: a transient fault in a nested output is repaired
+    g.inject(op="pair", output=1)
+    out = g.call(lambda a: {"a": a + 1, "b": [a * 3]}, one, name="pair")
+    assert out["b"][0].tolist() == [3.0] * 3 and g.counters()["replays"] == 1
+
+
+def test_complex_and_every_integer_dtype_are_guarded():
+    g = ringguard.Guard(policy="raise")
+    with pytest.raises(ringguard.GuardError, match="output 'out' has 6 non-finite values"):
+        g.call(lambda a: a * float("nan"), torch.ones(3, dtype=torch.complex64))
+    for dtype in (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+                  torch.complex128):
+        w = torch.ones(3, dtype=dtype)
+        with pytest.raises(ringguard.GuardError, match="output 'out' has 1 non-finite value"):
+            g.call(lambda w: (w.zero_(), torch.tensor([float("nan")]))[1], w, mutates=["w"])
+        assert w.tolist() == torch.ones(3, dtype=dtype).tolist(), dtype  # snapshotted, restored
+        g.call(lambda w: w.zero_(), w, mutates=["w"])  # integers hold no non-finite value
+        assert w.tolist() == torch.zeros(3, dtype=dtype).tolist(), dtype
 
 
 def test_op_exceptions_pass_through_with_state_restored():

@@ -5,6 +5,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "test_guard_util.h"
@@ -55,9 +56,9 @@ TEST(Guard, CleanRunSnapshotsStateAndChangesNothing) {
 
 TEST(Guard, ReplayAfterInjectedFaultsIsBitIdenticalToAFaultFreeRun) {
   auto guard = hostGuard(policyWith(GuardAction::kReplay, 2));
-  guard->faults().addRule(rule("affine", 3, 1, FaultValue::kNaN, 0));
-  guard->faults().addRule(rule("affine", 7, 1, FaultValue::kPosInf, 5));
-  guard->faults().addRule(rule("affine", 8, 1, FaultValue::kNegInf, kN - 1));
+  EXPECT_TRUE(guard->faults().addRule(rule("affine", 3, 1, FaultValue::kNaN, 0)).isOk());
+  EXPECT_TRUE(guard->faults().addRule(rule("affine", 7, 1, FaultValue::kPosInf, 5)).isOk());
+  EXPECT_TRUE(guard->faults().addRule(rule("affine", 8, 1, FaultValue::kNegInf, kN - 1)).isOk());
   Affine a(kN);
   for (int s = 0; s < kSteps; ++s) {
     a.feed(s);
@@ -81,7 +82,9 @@ TEST(Guard, ReplayAfterInjectedFaultsIsBitIdenticalToAFaultFreeRun) {
 
 TEST(Guard, AFaultDuringTheReplayIsHandledTheSameWay) {
   auto guard = hostGuard(policyWith(GuardAction::kReplay, 3));
-  guard->faults().addRule(rule("affine", 4, 3));  // the first run and the first two replays are hit
+  EXPECT_TRUE(guard->faults()
+                  .addRule(rule("affine", 4, 3))
+                  .isOk());  // the first run and the first two replays are hit
   Affine a(kN);
   for (int s = 0; s < kSteps; ++s) {
     a.feed(s);
@@ -102,7 +105,7 @@ TEST(Guard, AFaultDuringTheReplayIsHandledTheSameWay) {
 
 TEST(Guard, PersistentFaultEscalatesAfterKReplaysAndRaisesWithTheWholeStory) {
   auto guard = hostGuard(policyWith(GuardAction::kReplay, 3, GuardAction::kRaise));
-  guard->faults().addRule(rule("affine", 2, 1000, FaultValue::kNaN, 4));
+  EXPECT_TRUE(guard->faults().addRule(rule("affine", 2, 1000, FaultValue::kNaN, 4)).isOk());
   Affine a(kN);
   std::vector<uint32_t> before;
   Status st;
@@ -131,7 +134,7 @@ TEST(Guard, PersistentFaultEscalatesAfterKReplaysAndRaisesWithTheWholeStory) {
 TEST(Guard, RaiseNamesEveryBadTensorAndTheFirstBadValue) {
   GuardPolicy p = policyWith(GuardAction::kRaise);
   auto guard = hostGuard(p);
-  guard->faults().addRule(rule("affine", 0, 1, FaultValue::kNegInf, 9));
+  EXPECT_TRUE(guard->faults().addRule(rule("affine", 0, 1, FaultValue::kNegInf, 9)).isOk());
   Affine a(kN);
   a.feed(0);
   GuardedOp op = a.op();
@@ -195,7 +198,7 @@ TEST(Guard, FallbackIsTakenAfterTheReplaysAndIsWithinTolerance) {
 
 TEST(Guard, FallbackAsTheFirstResponse) {
   auto guard = hostGuard(policyWith(GuardAction::kFallback, 0, GuardAction::kSkipStep));
-  guard->faults().addRule(rule("affine", 0));
+  EXPECT_TRUE(guard->faults().addRule(rule("affine", 0)).isOk());
   Affine a(kN);
   a.feed(0);
   GuardedOp op = a.op();
@@ -213,7 +216,7 @@ TEST(Guard, FallbackAsTheFirstResponse) {
 
 TEST(Guard, AnOpWithoutAFallbackGoesToTheNextAction) {
   auto guard = hostGuard(policyWith(GuardAction::kReplay, 1, GuardAction::kFallback));
-  guard->faults().addRule(rule("affine", 0, 1000));
+  EXPECT_TRUE(guard->faults().addRule(rule("affine", 0, 1000)).isOk());
   Affine a(kN);
   a.feed(0);
   GuardedOp op = a.op();
@@ -225,9 +228,9 @@ TEST(Guard, AnOpWithoutAFallbackGoesToTheNextAction) {
 
 TEST(Guard, ZeroReplacesNonFiniteValuesAndKeepsTheResult) {
   auto guard = hostGuard(policyWith(GuardAction::kZero));
-  guard->faults().addRule(rule("affine", 0, 1, FaultValue::kNaN, 2));
-  guard->faults().addRule(rule("affine", 0, 1, FaultValue::kPosInf, 3));
-  guard->faults().addRule(rule("affine", 0, 1, FaultValue::kNegInf, 4));
+  EXPECT_TRUE(guard->faults().addRule(rule("affine", 0, 1, FaultValue::kNaN, 2)).isOk());
+  EXPECT_TRUE(guard->faults().addRule(rule("affine", 0, 1, FaultValue::kPosInf, 3)).isOk());
+  EXPECT_TRUE(guard->faults().addRule(rule("affine", 0, 1, FaultValue::kNegInf, 4)).isOk());
   Affine a(kN), ref(kN);
   a.feed(0);
   ref.feed(0);
@@ -246,9 +249,9 @@ TEST(Guard, ZeroReplacesNonFiniteValuesAndKeepsTheResult) {
 
 TEST(Guard, ClampMapsNanToZeroAndInfinitiesToTheFiniteRange) {
   auto guard = hostGuard(policyWith(GuardAction::kReplay, 1, GuardAction::kClamp));
-  guard->faults().addRule(rule("affine", 0, 2, FaultValue::kNaN, 2));
-  guard->faults().addRule(rule("affine", 0, 2, FaultValue::kPosInf, 3));
-  guard->faults().addRule(rule("affine", 0, 2, FaultValue::kNegInf, 4));
+  EXPECT_TRUE(guard->faults().addRule(rule("affine", 0, 2, FaultValue::kNaN, 2)).isOk());
+  EXPECT_TRUE(guard->faults().addRule(rule("affine", 0, 2, FaultValue::kPosInf, 3)).isOk());
+  EXPECT_TRUE(guard->faults().addRule(rule("affine", 0, 2, FaultValue::kNegInf, 4)).isOk());
   Affine a(kN), ref(kN);
   a.feed(0);
   ref.feed(0);
@@ -268,7 +271,7 @@ TEST(Guard, ClampMapsNanToZeroAndInfinitiesToTheFiniteRange) {
 
 TEST(Guard, SkipStepOutsideAStepRestoresTheCallsState) {
   auto guard = hostGuard(policyWith(GuardAction::kReplay, 1, GuardAction::kSkipStep));
-  guard->faults().addRule(rule("affine", 1, 1000, FaultValue::kPosInf, 7));
+  EXPECT_TRUE(guard->faults().addRule(rule("affine", 1, 1000, FaultValue::kPosInf, 7)).isOk());
   Affine a(kN);
   a.feed(0);
   GuardedOp op0 = a.op();
@@ -287,7 +290,7 @@ TEST(Guard, SkipStepOutsideAStepRestoresTheCallsState) {
 // The documented blind spot: a wrong finite value is not a non-finite one.
 TEST(Guard, LargeFiniteValuesAreNotCaught) {
   auto guard = hostGuard(policyWith(GuardAction::kReplay));
-  guard->faults().addRule(rule("affine", 0, 1, FaultValue::kLargeFinite, 6));
+  EXPECT_TRUE(guard->faults().addRule(rule("affine", 0, 1, FaultValue::kLargeFinite, 6)).isOk());
   Affine a(kN);
   a.feed(0);
   GuardedOp op = a.op();
@@ -301,14 +304,45 @@ TEST(Guard, LargeFiniteValuesAreNotCaught) {
 
 TEST(Guard, FaultsTargetTheNamedOpAndCallOnly) {
   auto guard = hostGuard(policyWith(GuardAction::kRaise));
-  guard->faults().addRule(rule("other", 0));
-  guard->faults().addRule(rule("affine", 5));
+  EXPECT_TRUE(guard->faults().addRule(rule("other", 0)).isOk());
+  EXPECT_TRUE(guard->faults().addRule(rule("affine", 5)).isOk());
   Affine a(kN);
   for (int s = 0; s < 3; ++s) {
     a.feed(s);
     GuardedOp op = a.op();
     ASSERT_TRUE(guard->run(op).isOk());
   }
+  EXPECT_EQ(0u, guard->counters().injected);
+}
+
+TEST(Guard, FaultRulesThatCouldNeverFireAreRefusedNamingTheField) {
+  auto guard = hostGuard(policyWith(GuardAction::kRaise));
+  struct Case {
+    GuardFaultRule r;
+    const char* message;
+  };
+  std::vector<Case> cases;
+  cases.push_back(
+      {rule("affine", 0, 0), "guard fault rule for op 'affine': attempts must be at least 1, got 0"});
+  GuardFaultRule p = rule("affine", 0);
+  p.probability = 2.0;
+  cases.push_back({p, "probability must be in [0, 1], got 2"});
+  p.probability = std::nan("");
+  cases.push_back({p, "probability must be in [0, 1], got nan"});
+  cases.push_back({rule("affine", -2), "call must be -1 (every call) or a call index, got -2"});
+  GuardFaultRule o = rule("affine", 0);
+  o.output = -3;
+  cases.push_back({o, "output must be -1 (every target) or a target index, got -3"});
+  for (const Case& c : cases) {
+    const Status st = guard->faults().addRule(c.r);
+    EXPECT_EQ(StatusCode::kInvalidArgument, st.code());
+    EXPECT_NE(std::string::npos, st.message().find(c.message)) << st.message();
+  }
+  EXPECT_FALSE(guard->faults().enabled());  // none of them was kept
+  Affine a(kN);
+  a.feed(0);
+  GuardedOp op = a.op();
+  ASSERT_TRUE(guard->run(op).isOk());
   EXPECT_EQ(0u, guard->counters().injected);
 }
 
@@ -353,7 +387,7 @@ TEST(Guard, FaultsCanTargetStateTensorsAfterTheOutputs) {
   auto guard = guard_test::hostGuard(guard_test::policyWith(GuardAction::kReplay));
   GuardFaultRule r = guard_test::rule("affine", 1, 1, FaultValue::kPosInf, 2);
   r.output = 1;  // outputs: y (0); state: w (1)
-  guard->faults().addRule(r);
+  EXPECT_TRUE(guard->faults().addRule(r).isOk());
   guard_test::Affine a(9), ref(9);
   for (int s = 0; s < 3; ++s) {
     a.feed(s);
@@ -372,7 +406,7 @@ TEST(Guard, FaultsCanTargetStateTensorsAfterTheOutputs) {
 // the element it names, and the replay restores the state bit for bit.
 TEST(Guard, ComplexOutputsAreScannedByPartAndReplayed) {
   auto guard = hostGuard(policyWith(GuardAction::kReplay, 2));
-  guard->faults().addRule(rule("rotate", 1, 1, FaultValue::kPosInf, 4));
+  EXPECT_TRUE(guard->faults().addRule(rule("rotate", 1, 1, FaultValue::kPosInf, 4)).isOk());
   std::vector<float> z(2 * 6), out(2 * 6);  // 6 complex64 values, state and output
   for (size_t i = 0; i < z.size(); ++i) z[i] = static_cast<float>(i);
   std::vector<float> seen;  // the output after the injection, before the replay

@@ -96,7 +96,7 @@ GuardPolicy deferred(GuardAction onDetect, int replays = 2, GuardAction escalati
 
 TEST(GuardStep, DeferredReplayRestoresEverySnapshotOfTheStep) {
   Guard g(deferred(GuardAction::kReplay), makeHostGuardBackend(), nullptr);
-  g.faults().addRule(rule("decay", 3, 1, FaultValue::kPosInf, 11));
+  EXPECT_TRUE(g.faults().addRule(rule("decay", 3, 1, FaultValue::kPosInf, 11)).isOk());
   Model m;
   for (int s = 0; s < kSteps; ++s) {
     StepReport r;
@@ -120,7 +120,7 @@ TEST(GuardStep, DeferredReplayRestoresEverySnapshotOfTheStep) {
 
 TEST(GuardStep, DeferredPersistentFaultRaisesAfterKStepReplaysWithTheStepRestored) {
   Guard g(deferred(GuardAction::kReplay, 2), makeHostGuardBackend(), nullptr);
-  g.faults().addRule(rule("affine", 2, 1000, FaultValue::kNaN, 0));
+  EXPECT_TRUE(g.faults().addRule(rule("affine", 2, 1000, FaultValue::kNaN, 0)).isOk());
   Model m;
   ASSERT_TRUE(m.step(g, 0).isOk());
   ASSERT_TRUE(m.step(g, 1).isOk());
@@ -142,7 +142,7 @@ TEST(GuardStep, DeferredPersistentFaultRaisesAfterKStepReplaysWithTheStepRestore
 
 TEST(GuardStep, DeferredFallbackRunsTheFlaggedOpsFallbacks) {
   Guard g(deferred(GuardAction::kFallback, 0), makeHostGuardBackend(), nullptr);
-  g.faults().addRule(rule("affine", 1));
+  EXPECT_TRUE(g.faults().addRule(rule("affine", 1)).isOk());
   Model m;
   for (int s = 0; s < kSteps; ++s) {
     StepReport r;
@@ -156,7 +156,7 @@ TEST(GuardStep, DeferredFallbackRunsTheFlaggedOpsFallbacks) {
 
 TEST(GuardStep, DeferredSkipStep) {
   Guard g(deferred(GuardAction::kSkipStep), makeHostGuardBackend(), nullptr);
-  g.faults().addRule(rule("decay", 4, 1, FaultValue::kNegInf));
+  EXPECT_TRUE(g.faults().addRule(rule("decay", 4, 1, FaultValue::kNegInf)).isOk());
   Model m;
   for (int s = 0; s < kSteps; ++s) {
     StepReport r;
@@ -183,7 +183,7 @@ TEST(GuardStep, DeferredNeedsAStepAndStepsDoNotNest) {
 
 TEST(GuardStep, ImmediateCallsInsideAStepReplayLocallyWithoutTouchingTheStep) {
   Guard g(policyWith(GuardAction::kReplay), makeHostGuardBackend(), nullptr);
-  g.faults().addRule(rule("affine", 2));
+  EXPECT_TRUE(g.faults().addRule(rule("affine", 2)).isOk());
   int agreements = 0;
   g.setAgreement([&](uint64_t* severity) {
     ++agreements;
@@ -253,7 +253,7 @@ TEST(GuardStep, OneRanksDeferredDetectionMakesEveryRankReplayTheStep) {
     ranks[r].guard = std::make_unique<Guard>(deferred(GuardAction::kReplay), makeHostGuardBackend(), nullptr);
     ranks[r].guard->setAgreement(agreement.forRank(r));
   }
-  ranks[0].guard->faults().addRule(rule("decay", 2, 1, FaultValue::kNaN, 3));
+  EXPECT_TRUE(ranks[0].guard->faults().addRule(rule("decay", 2, 1, FaultValue::kNaN, 3)).isOk());
   runRanks(ranks);
   const Model ref = reference();
   for (int r = 0; r < 2; ++r) {
@@ -276,7 +276,7 @@ TEST(GuardStep, OneRanksSkipMakesEveryRankSkipTheStep) {
                                              makeHostGuardBackend(), nullptr);
     ranks[r].guard->setAgreement(agreement.forRank(r));
   }
-  ranks[1].guard->faults().addRule(rule("affine", 3, 1000, FaultValue::kPosInf, 8));
+  EXPECT_TRUE(ranks[1].guard->faults().addRule(rule("affine", 3, 1000, FaultValue::kPosInf, 8)).isOk());
   runRanks(ranks);
   const Model ref = reference(3);
   for (int r = 0; r < 2; ++r) {
@@ -295,7 +295,7 @@ TEST(GuardStep, OneRanksRaiseReachesEveryRankAtTheStepsEnd) {
         std::make_unique<Guard>(policyWith(GuardAction::kRaise), makeHostGuardBackend(), nullptr);
     ranks[r].guard->setAgreement(agreement.forRank(r));
   }
-  ranks[0].guard->faults().addRule(rule("decay", 5, 1, FaultValue::kNaN, 1));
+  EXPECT_TRUE(ranks[0].guard->faults().addRule(rule("decay", 5, 1, FaultValue::kNaN, 1)).isOk());
   runRanks(ranks);
   const Model before = [] {
     Model m;
@@ -333,7 +333,7 @@ namespace {
 // is snapshotted, restored or waited for.
 TEST(GuardStepToFlag, FlagIsSetByAFaultyStepOnlyAndNothingIsSnapshotted) {
   Guard g(deferred(GuardAction::kSkipStep), makeHostGuardBackend(), nullptr);
-  g.faults().addRule(rule("decay", 2, 1, FaultValue::kNaN, 4));
+  EXPECT_TRUE(g.faults().addRule(rule("decay", 2, 1, FaultValue::kNaN, 4)).isOk());
   Model m;
   float flag = -1.0f;
   const GuardBuffer f{"flag", &flag, sizeof(float), DataType::kFloat32, MemoryKind::kHost};

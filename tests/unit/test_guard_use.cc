@@ -192,7 +192,7 @@ TEST(GuardFaultInjector, ProbabilityIsSeededAndReproducible) {
     GuardFaultRule r;
     r.probability = 0.25;
     r.attempts = 2;
-    f.addRule(r);
+    EXPECT_TRUE(f.addRule(r).isOk());
     std::vector<uint64_t> hitCalls;
     for (uint64_t call = 0; call < 4000; ++call) {
       const auto first = f.hits("op", call, 0, 1);
@@ -215,7 +215,7 @@ TEST(GuardFaultInjector, OutputSelection) {
   EXPECT_FALSE(f.enabled());
   GuardFaultRule r = rule("op", 2);
   r.output = -1;
-  f.addRule(r);
+  EXPECT_TRUE(f.addRule(r).isOk());
   EXPECT_TRUE(f.enabled());
   EXPECT_EQ(3u, f.hits("op", 2, 0, 3).size());
   EXPECT_TRUE(f.hits("op", 1, 0, 3).empty());

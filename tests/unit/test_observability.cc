@@ -235,8 +235,9 @@ TEST(Timeline, GuardEventsMatchTheGuardsCounters) {
   const json before = json::parse(observability::summaryJson()).at("events");
   const size_t eventsBefore = trace::snapshot().size();
   auto guard = guard_test::hostGuard(guard_test::policyWith(GuardAction::kReplay, 2));
-  guard->faults().addRule(guard_test::rule("traced_affine", 1, 1, FaultValue::kNaN, 0));
-  guard->faults().addRule(guard_test::rule("traced_affine", 3, 2, FaultValue::kPosInf, 2));
+  EXPECT_TRUE(guard->faults().addRule(guard_test::rule("traced_affine", 1, 1, FaultValue::kNaN, 0)).isOk());
+  EXPECT_TRUE(
+      guard->faults().addRule(guard_test::rule("traced_affine", 3, 2, FaultValue::kPosInf, 2)).isOk());
   guard_test::Affine a(8);
   for (int s = 0; s < 5; ++s) {
     a.feed(s);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ringguard/core/status.h"
 #include "ringguard/guard/backend.h"
 
 namespace ringguard {
@@ -31,7 +32,9 @@ struct GuardFaultHit {
 class GuardFaultInjector {
  public:
   void setSeed(uint64_t seed);
-  void addRule(const GuardFaultRule& rule);
+  // kInvalidArgument, naming the field and its value, for a rule that could never fire as written
+  // (attempts < 1, probability outside [0, 1]) or names no target (call or output below -1).
+  Status addRule(const GuardFaultRule& rule);
   void clear();
   bool enabled() const;
   // The writes for attempt `attempt` (0 = first run) of call `call` of `op`, which has `targets` targets

@@ -26,6 +26,7 @@ bool parseVerdictMode(const std::string& s, VerdictMode* out);
 struct GuardPolicy {
   VerdictMode mode = VerdictMode::kImmediate;
   GuardAction onDetect = GuardAction::kReplay;
+  static constexpr int kMaxReplays = 1000;          // a bound on the ladder's length, far above any useful K
   int replays = 2;                                  // K: replays before escalating (onDetect == kReplay)
   GuardAction escalation = GuardAction::kRaise;     // after K failed replays (or a failed first fallback)
   GuardAction afterFallback = GuardAction::kRaise;  // when the escalation was a fallback and it failed too

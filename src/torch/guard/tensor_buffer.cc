@@ -1,9 +1,16 @@
 #include "torch/guard/tensor_buffer.h"
 
+#include "ringguard/torch/convert.h"
+
 namespace ringguard {
 
 Status tensorBuffer(const at::Tensor& t, const std::string& name, GuardBuffer* out) {
   if (!t.defined()) return Status(StatusCode::kInvalidArgument, "guard: tensor '" + name + "' is undefined");
+  if (t.layout() != at::kStrided) {
+    return Status(StatusCode::kInvalidArgument, "guard: tensor '" + name + "' has layout " +
+                                                    c10::str(t.layout()) +
+                                                    ": the guard takes dense (strided) tensors");
+  }
   if (!t.is_contiguous()) {
     return Status(StatusCode::kInvalidArgument, "guard: tensor '" + name + "' is not contiguous (sizes " +
                                                     c10::str(t.sizes()) + ", strides " +
@@ -11,34 +18,11 @@ Status tensorBuffer(const at::Tensor& t, const std::string& name, GuardBuffer* o
                                                     "); pass .contiguous() or declare its base tensor");
   }
   DataType dtype;
-  switch (t.scalar_type()) {
-    case at::kFloat:
-      dtype = DataType::kFloat32;
-      break;
-    case at::kDouble:
-      dtype = DataType::kFloat64;
-      break;
-    case at::kHalf:
-      dtype = DataType::kFloat16;
-      break;
-    case at::kBFloat16:
-      dtype = DataType::kBFloat16;
-      break;
-    case at::kInt:
-      dtype = DataType::kInt32;
-      break;
-    case at::kLong:
-      dtype = DataType::kInt64;
-      break;
-    case at::kByte:
-    case at::kChar:
-    case at::kBool:
-      dtype = DataType::kUint8;
-      break;
-    default:
-      return Status(StatusCode::kInvalidArgument, std::string("guard: tensor '") + name + "' has dtype " +
-                                                      c10::toString(t.scalar_type()) +
-                                                      ", which the guard does not handle");
+  if (!toDataType(t.scalar_type(), &dtype) || isFloat8Type(dtype)) {
+    // float8: the scans read 2-, 4- and 8-byte elements only, so a float8 NaN would pass unseen.
+    return Status(StatusCode::kInvalidArgument, std::string("guard: tensor '") + name + "' has dtype " +
+                                                    c10::toString(t.scalar_type()) +
+                                                    ", which the guard does not handle");
   }
   MemoryKind kind;
   if (t.device().is_cpu()) {

@@ -50,7 +50,17 @@ GuardPolicy policyFrom(const py::dict& d) {
   p.onDetect = parsed(d, "policy", p.onDetect, parseGuardAction);
   p.escalation = parsed(d, "escalation", p.escalation, parseGuardAction);
   p.afterFallback = parsed(d, "after_fallback", p.afterFallback, parseGuardAction);
-  if (d.contains("replays")) p.replays = py::cast<int>(d["replays"]);
+  if (d.contains("replays")) {
+    // Range-checked as a Python int first, so 10**12 gets the policy's message, not a cast error.
+    const py::object v = d["replays"];
+    const bool fits =
+        py::isinstance<py::int_>(v) && v >= py::int_(0) && v <= py::int_(GuardPolicy::kMaxReplays);
+    if (!fits) {
+      throw py::value_error("guard policy: replays must be in [0, " +
+                            std::to_string(GuardPolicy::kMaxReplays) + "], got " + std::string(py::repr(v)));
+    }
+    p.replays = py::cast<int>(v);
+  }
   if (d.contains("snapshot_budget_bytes"))
     p.snapshotBudgetBytes = py::cast<uint64_t>(d["snapshot_budget_bytes"]);
   if (d.contains("scan_state")) p.scanState = py::cast<bool>(d["scan_state"]);
@@ -93,13 +103,26 @@ void appendTensors(const py::handle& obj, const std::string& prefix, std::vector
     add(THPVariable_Unpack(obj.ptr()), prefix);
     return;
   }
-  if (py::isinstance<py::tuple>(obj) || py::isinstance<py::list>(obj)) {
+  // A flat tuple or list of tensors (and Nones), the common case, here; anything else (nested, dicts,
+  // namedtuples, pytree types) through guard.py's _flatten, which names each tensor by its path and
+  // raises for an object hiding tensors, so no returned tensor goes unscanned.
+  const bool sequence = py::isinstance<py::tuple>(obj) || py::isinstance<py::list>(obj);
+  bool flat = sequence && !hasattr(obj, "_fields");  // a namedtuple names its fields
+  if (flat) {
+    for (const py::handle& item : obj) flat = flat && (item.is_none() || THPVariable_Check(item.ptr()));
+  }
+  if (flat) {
     size_t i = 0;
     for (const py::handle& item : obj) {
-      if (THPVariable_Check(item.ptr()))
-        add(THPVariable_Unpack(item.ptr()), prefix + "[" + std::to_string(i) + "]");
+      if (!item.is_none()) add(THPVariable_Unpack(item.ptr()), prefix + "[" + std::to_string(i) + "]");
       ++i;
     }
+    return;
+  }
+  const py::object flatten = py::module_::import("ringguard.guard").attr("_flatten");
+  for (const py::handle& pair : flatten(obj, prefix)) {
+    const py::tuple named = py::reinterpret_borrow<py::tuple>(pair);
+    add(py::cast<at::Tensor>(named[1]), py::cast<std::string>(named[0]));
   }
 }
 
@@ -264,7 +287,8 @@ class PyGuard {
     if (!parseFaultValue(value, &r.value))
       throw py::value_error("guard: unknown fault value '" + value + "'");
     r.probability = probability;
-    guard_->faults().addRule(r);
+    const Status st = guard_->faults().addRule(r);
+    if (!st.isOk()) raise(st);
   }
 
   Guard& guard() { return *guard_; }
