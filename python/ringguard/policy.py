@@ -223,7 +223,9 @@ def feed_torch_stats(stats: Optional[Dict[str, Any]] = None, device: Optional[to
 
 
 def feed_signals(values: Dict[str, Optional[float]]) -> None:
-    """Extra signals for the next steps (name -> value, or None for missing): custom sources, or a trace."""
+    """Extra signals for the next steps (name -> value, or None for missing): custom sources, or a trace. A
+    value that is not a finite number raises ValueError naming the signal, and nothing is kept."""
+    engine().signals(values)  # checks every value before any is kept for later steps
     _signals.update(values)
 
 

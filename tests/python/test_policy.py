@@ -157,6 +157,30 @@ def test_bad_rules_name_the_key():
         policy.load(rules_json=FLASH_OR_MATH, edits="/nope/x=1")
 
 
+
+def test_bad_telemetry_and_family_names_get_a_clear_error_and_leave_the_engine_usable():
+    small_engine()
+    with pytest.raises(ValueError, match=r"signal 'frag' must be a finite number \(None marks it missing\), "
+                                         r"got 'high'"):
+        policy.feed_signals({"frag": "high"})
+    with pytest.raises(ValueError, match="signal 'frag' must be a finite number .*, got nan"):
+        policy.feed_signals({"frag": float("nan")})
+    with pytest.raises(ValueError, match="signal 'pcie' must be a finite number .*, got inf"):
+        policy.step({"pcie": float("inf")})
+    with pytest.raises(ValueError, match="t_ms must be a finite number, got nan"):
+        policy.step(t_ms=float("nan"))
+    with pytest.raises(ValueError, match="torch stat 'num_ooms' must be a non-negative integer, got -1"):
+        policy.feed_torch_stats({"num_ooms": -1}, async_backend=False)
+    with pytest.raises(ValueError, match="torch stat 'reserved_bytes.all.current' must be a non-negative "
+                                         "integer, got '5'"):
+        policy.feed_torch_stats({"reserved_bytes.all.current": "5"}, async_backend=False)
+    with pytest.raises(ValueError, match=r"the rules have no family 'atention' \(they have: attention, gather\)"):
+        policy.current("atention")
+    # Nothing bad was kept: the engine still steps and switches on good signals.
+    policy.feed_signals({"frag": 0.95, "ooms": 2.0})
+    policy.step(t_ms=0.0)
+    assert policy.current("attention") == "emergency"
+
 def test_agreement_callback_sees_the_vector():
     policy.load(rules_path=os.path.join(DATA, "rules_small.json"), edits="", builtin_variants=False)
     for n in ("ring", "staged"):

@@ -6,7 +6,9 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +30,34 @@ namespace {
 [[noreturn]] void raise(const Status& st) {
   if (st.code() == StatusCode::kInvalidArgument) throw py::value_error(st.message());
   throw std::runtime_error(st.toString());
+}
+
+// Numbers from Python, or a ValueError naming `what` and the value (a str, a NaN, a negative count): bad
+// telemetry must not reach the rules, nor fail later as a bare cast error.
+double finiteNumber(const py::handle& v, const std::string& what, const char* hint = "") {
+  double d = 0;
+  bool ok = !py::isinstance<py::str>(v);
+  if (ok) {
+    try {
+      d = py::cast<double>(v);
+    } catch (const py::cast_error&) {
+      ok = false;
+    }
+  }
+  if (!ok || !std::isfinite(d)) {
+    throw py::value_error("ringguard.policy: " + what + " must be a finite number" + hint + ", got " +
+                          std::string(py::repr(v)));
+  }
+  return d;
+}
+
+uint64_t count(const py::handle& v, const std::string& what) {
+  try {
+    if (py::isinstance<py::int_>(v)) return py::cast<uint64_t>(v);
+  } catch (const py::cast_error&) {
+  }
+  throw py::value_error("ringguard.policy: " + what + " must be a non-negative integer, got " +
+                        std::string(py::repr(v)));
 }
 
 py::object signalValue(const Signal& s) { return s.missing ? py::none() : py::object(py::float_(s.value)); }
@@ -99,7 +129,7 @@ class PyPolicyEngine {
 
   void feedTorchStats(const py::dict& stats, bool asyncBackend) {
     auto get = [&](const char* key) -> uint64_t {
-      return stats.contains(key) ? py::cast<uint64_t>(stats[key]) : uint64_t{0};
+      return stats.contains(key) ? count(stats[key], std::string("torch stat '") + key + "'") : uint64_t{0};
     };
     TorchAllocatorStats t;
     t.reservedBytes = get("reserved_bytes.all.current");
@@ -120,7 +150,7 @@ class PyPolicyEngine {
     s.reservedBytes = reserved;
     s.usedBytes = used;
     s.highWaterBytes = highWater;
-    if (!failures.is_none()) s.allocationFailures = py::cast<uint64_t>(failures);
+    if (!failures.is_none()) s.allocationFailures = count(failures, "the pool's failures");
     src->feed(s);
   }
 
@@ -132,7 +162,7 @@ class PyPolicyEngine {
     s.timeNs = tMs.is_none() ? std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::steady_clock::now().time_since_epoch())
                                    .count()
-                             : static_cast<int64_t>(py::cast<double>(tMs) * 1e6);
+                             : static_cast<int64_t>(finiteNumber(tMs, "t_ms") * 1e6);
     torch_.sample(s.timeNs, &s.signals);
     devicePool_.sample(s.timeNs, &s.signals);
     pinnedPool_.sample(s.timeNs, &s.signals);
@@ -146,7 +176,9 @@ class PyPolicyEngine {
         if (kv.second.is_none()) {
           s.set(Signal::absent(name, "", "python", "None from Python"));
         } else {
-          s.set(Signal::present(name, py::cast<double>(kv.second), "", "python"));
+          s.set(Signal::present(name,
+                                finiteNumber(kv.second, "signal '" + name + "'", " (None marks it missing)"),
+                                "", "python"));
         }
       }
     }
@@ -256,7 +288,18 @@ void ringguardRegisterPolicyBindings(py::module_& m) {
            py::arg("used"), py::arg("high_water") = 0, py::arg("failures") = py::none())
       .def("step", &PyPolicyEngine::step, py::arg("signals") = py::none(), py::arg("t_ms") = py::none())
       .def("signals", &PyPolicyEngine::signals, py::arg("extra") = py::none(), py::arg("t_ms") = py::none())
-      .def("current", [](PyPolicyEngine& p, const std::string& family) { return p.engine().current(family); })
+      .def("current",
+           [](PyPolicyEngine& p, const std::string& family) {
+             const auto& fams = p.engine().rules().families;
+             if (std::none_of(fams.begin(), fams.end(),
+                              [&](const ringguard::PolicyFamily& f) { return f.name == family; })) {
+               std::string known;
+               for (const ringguard::PolicyFamily& f : fams) known += (known.empty() ? "" : ", ") + f.name;
+               throw py::value_error("ringguard.policy: the rules have no family '" + family +
+                                     "' (they have: " + known + ")");
+             }
+             return p.engine().current(family);
+           })
       .def("first_enabled",
            [](PyPolicyEngine& p, const std::string& family) { return p.registry().firstEnabled(family); })
       .def("force",
