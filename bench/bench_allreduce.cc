@@ -48,6 +48,10 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (int rc = parseOrExit(app, argc, argv, &args, nullptr); rc >= 0) return rc;
+  if (!sizesFit(args, dataTypeSize(args.dtype), rank)) {
+    MPI_Finalize();
+    return 2;
+  }
   const Options options = benchOptions(args);
   const size_t minB = args.minB, maxB = args.maxB;
   const DataType dtype = args.dtype;

@@ -199,6 +199,7 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   Op op{};
+  size_t chunkBytes = 0;
   if (int rc = parseOrExit(
           app, argc, argv, &args,
           [&] {
@@ -206,9 +207,14 @@ int main(int argc, char** argv) {
               throw CLI::ValidationError("--op", "'" + opName + "' is not a collective");
             if (!stagedChunk.empty() && (!args.device || (op != Op::kAllreduce && op != Op::kAllgather)))
               throw CLI::ValidationError("--staged-chunk", "needs -D and -o allreduce or -o allgather");
+            if (!stagedChunk.empty()) chunkBytes = parseBytes("--staged-chunk", stagedChunk);
           });
       rc >= 0) {
     return rc;
+  }
+  if (!sizesFit(args, dataTypeSize(args.dtype) * size_t(size), rank)) {
+    MPI_Finalize();
+    return 2;
   }
   const Options options = benchOptions(args);
   const size_t minB = args.minB, maxB = args.maxB;
@@ -220,7 +226,6 @@ int main(int argc, char** argv) {
   if (!comm) return 2;
   // The staged_chunked variant: a host communicator and a device stager (the c10d backend keeps the same
   // pair).
-  const size_t chunkBytes = stagedChunk.empty() ? 0 : parseBytes(stagedChunk);
   std::unique_ptr<Communicator> host;
 #if RINGGUARD_BENCH_DEVICE
   std::unique_ptr<cuda::DeviceStager> stager;

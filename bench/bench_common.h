@@ -1,6 +1,6 @@
 #pragma once
-// What the benchmarks share: nccl-tests-style size parsing, MPI and NCCL types, the slowest rank's time,
-// verifiable inputs and the progress thread's time breakdown.
+// What the MPI benchmarks share: nccl-tests-style flags (sizes: bench_sizes.h), MPI and NCCL types, the
+// slowest rank's time, verifiable inputs and the progress thread's time breakdown.
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 
+#include "bench_sizes.h"
 #include "ringguard/core/counters.h"
 #include "ringguard/core/options.h"
 #include "ringguard/core/types.h"
@@ -23,22 +24,6 @@
 
 namespace ringguard {
 namespace bench {
-
-inline size_t parseBytes(const std::string& s) {
-  size_t pos = 0;
-  double v = std::stod(s, &pos);
-  std::string suffix = s.substr(pos);
-  double mult = 1;
-  if (suffix == "K" || suffix == "k")
-    mult = 1 << 10;
-  else if (suffix == "M" || suffix == "m")
-    mult = 1 << 20;
-  else if (suffix == "G" || suffix == "g")
-    mult = double(1 << 30);
-  else if (!suffix.empty())
-    throw CLI::ValidationError("size", "unknown suffix in '" + s + "' (use K, M or G)");
-  return size_t(v * mult);
-}
 
 inline MPI_Datatype mpiType(DataType t) {
   switch (t) {
@@ -154,13 +139,28 @@ struct BenchArgs {
   }
   // Sizes and dtype, after app.parse (throws CLI::ValidationError).
   void finish() {
-    minB = parseBytes(minBytes);
-    maxB = parseBytes(maxBytes);
+    minB = parseBytes("--minbytes", minBytes);
+    maxB = parseBytes("--maxbytes", maxBytes);
+    if (minB > maxB) {
+      throw CLI::ValidationError("--minbytes",
+                                 minBytes + " is above --maxbytes " + maxBytes + ": no size to run");
+    }
     if (!parseDataType(dtypeName, &dtype) || mpiType(dtype) == MPI_DATATYPE_NULL) {
       throw CLI::ValidationError("--datatype", "'" + dtypeName + "' is not one of f32, f64, i32, i64, u8");
     }
   }
 };
+
+// False, after rank 0 said why, when no size up to maxB holds `unit` bytes (the smallest size the benchmark
+// runs: one element, or one per rank).
+inline bool sizesFit(const BenchArgs& args, size_t unit, int rank) {
+  if (args.maxB >= unit) return true;
+  if (rank == 0) {
+    fprintf(stderr, "--maxbytes %s is below the smallest size this run can time: %zu bytes of %s\n",
+            args.maxBytes.c_str(), unit, args.dtypeName.c_str());
+  }
+  return false;
+}
 
 // Parses the command line after MPI_Init (`more` checks what the benchmark adds). -1: go on; otherwise the
 // exit code, after rank 0 printed the help or the error and MPI was finalised.

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "../bench_sizes.h"
 #include "cuda/kernels.h"
 #include "ringguard/guard/device_backend.h"
 #include "ringguard/guard/graph_guard.h"
@@ -82,12 +83,6 @@ double perCall(cudaStream_t s, int calls, const std::function<void()>& one) {
   return double(ms) / calls;
 }
 
-size_t parseBytes(const std::string& s) {
-  size_t v = std::stoull(s);
-  const char u = s.empty() ? 0 : s.back();
-  return u == 'K' ? v << 10 : u == 'M' ? v << 20 : u == 'G' ? v << 30 : v;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -102,7 +97,14 @@ int main(int argc, char** argv) {
   app.add_option("--tensors", tensors, "state tensors of the batched-snapshot comparison");
   app.add_option("--tensor-bytes", tensorBytesS, "bytes of each of them");
   CLI11_PARSE(app, argc, argv);
-  const size_t lo = parseBytes(minS), hi = parseBytes(maxS);
+  size_t lo = 0, hi = 0, tb = 0;
+  try {
+    lo = bench::parseBytes("-b", minS);
+    hi = bench::parseBytes("-e", maxS);
+    tb = bench::parseBytes("--tensor-bytes", tensorBytesS);
+  } catch (const CLI::Error& e) {
+    return app.exit(e);
+  }
 
   CHECK_CUDA(cudaSetDevice(0));
   cudaStream_t s;
@@ -179,7 +181,6 @@ int main(int argc, char** argv) {
               lastGraph / lastFloor, lastImm / lastFloor);
 
   // The batched snapshot.
-  const size_t tb = parseBytes(tensorBytesS);
   std::vector<void*> state(static_cast<size_t>(tensors), nullptr);
   for (void*& p : state) CHECK_CUDA(cudaMalloc(&p, tb));
   GuardedOp many;

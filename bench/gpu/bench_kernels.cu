@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "../bench_sizes.h"
 #include "cuda/kernels.h"
 #include "cuda/memory_pool.h"
 #include "cuda/verify_reduce.h"
@@ -71,31 +72,6 @@ __global__ void __launch_bounds__(256, 1) fillFinite(uint32_t* p, size_t words, 
     x ^= x >> 16;
     p[i] = x & 0xbfffbfffu;
   }
-}
-
-size_t parseBytes(const std::string& s) {
-  size_t pos = 0;
-  const double v = std::stod(s, &pos);
-  double mult = 1;
-  if (pos < s.size()) {
-    switch (s[pos]) {
-      case 'k':
-      case 'K':
-        mult = 1024.0;
-        break;
-      case 'm':
-      case 'M':
-        mult = 1024.0 * 1024;
-        break;
-      case 'g':
-      case 'G':
-        mult = 1024.0 * 1024 * 1024;
-        break;
-      default:
-        throw std::invalid_argument("bad size suffix in " + s);
-    }
-  }
-  return static_cast<size_t>(v * mult);
 }
 
 // Median milliseconds of `iters` runs of `op` on `stream`, after `warmup` untimed runs.
@@ -147,7 +123,11 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   std::vector<size_t> sizes;
-  for (const auto& s : sizeArgs) sizes.push_back(parseBytes(s));
+  try {
+    for (const auto& s : sizeArgs) sizes.push_back(ringguard::bench::parseBytes("--bytes", s));
+  } catch (const CLI::Error& e) {
+    return app.exit(e);
+  }
   std::sort(sizes.begin(), sizes.end());
   const size_t largest = sizes.back();
 
