@@ -12,6 +12,7 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -53,7 +54,10 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "training steps")->check(CLI::PositiveNumber);
   app.add_option("--batch", batch, "samples per rank per step")->check(CLI::PositiveNumber);
   app.add_option("--hidden", hidden, "hidden width")->check(CLI::PositiveNumber);
-  app.add_option("--lr", lr, "SGD learning rate");
+  app.add_option("--lr", lr, "SGD learning rate")->check([](const std::string& s) {
+    const double v = std::strtod(s.c_str(), nullptr);  // CLI::PositiveNumber lets NaN through
+    return std::isfinite(v) && v > 0 ? std::string() : "must be a finite positive number, got " + s;
+  });
   app.add_option("--log-every", logEvery, "steps between progress lines")->check(CLI::PositiveNumber);
   app.add_option("--fault-prob", faultProbability, "corruption probability per slice transfer (0: off)")
       ->check(CLI::Range(0.0, 1.0));
@@ -67,7 +71,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int rc = rank == 0 ? app.exit(e) : 1;  // one copy of the message
     MPI_Finalize();
     return rc;
   }
@@ -128,8 +134,10 @@ int main(int argc, char** argv) {
 
   Counters total;
   double lastLoss = 0;
+  bool diverged = false;
+  int ran = 0;
   auto start = std::chrono::steady_clock::now();
-  for (int step = 1; step <= steps; ++step) {
+  for (int step = 1; step <= steps; ++step, ++ran) {
     torch::manual_seed(1000 + step);  // the same global batch on every rank; each takes its shard
     torch::Tensor x = torch::randn({world * batch, in}).to(device);
     torch::Tensor y = teacher->forward(x);
@@ -147,6 +155,13 @@ int main(int argc, char** argv) {
     double local = loss.item<double>(), global = 0;
     MPI_Allreduce(&local, &global, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     lastLoss = global / world;
+    if (!std::isfinite(lastLoss)) {  // the same value on every rank: all stop here
+      ran = step;
+      if (rank == 0)
+        fprintf(stderr, "step %d: the loss is %f: training diverged (try a smaller --lr)\n", step, lastLoss);
+      diverged = true;
+      break;
+    }
     if (step % logEvery == 0 || step == steps) {
       uint64_t verified = sumOverRanks(total.slicesVerified), detected = sumOverRanks(total.detected);
       uint64_t retransmitted = sumOverRanks(total.retransmitted);
@@ -175,14 +190,14 @@ int main(int argc, char** argv) {
   const uint64_t retransmitted = sumOverRanks(total.retransmitted), escaped = sumOverRanks(total.escaped);
   if (rank == 0) {
     printf("final: ranks=%d steps=%d loss=%.6f params_identical=%s detected=%llu retransmitted=%llu\n", world,
-           steps, lastLoss, identical ? "yes" : "no", (unsigned long long)detected,
+           ran, lastLoss, identical ? "yes" : "no", (unsigned long long)detected,
            (unsigned long long)retransmitted);
     if (injected != detected || escaped != 0) {
       printf("integrity: injected=%llu detected=%llu escaped=%llu: MISMATCH\n", (unsigned long long)injected,
              (unsigned long long)detected, (unsigned long long)escaped);
     }
   }
-  const bool ok = identical && injected == detected && escaped == 0;
+  const bool ok = identical && injected == detected && escaped == 0 && !diverged;
   agg.reset();
   comm.reset();
   MPI_Finalize();
