@@ -11,12 +11,14 @@ corrupted in transit on purpose, detected and retransmitted. The last line is
 
     final: ranks=<N> steps=<S> loss=<L> params_identical=yes detected=<d> retransmitted=<r> injected=<i> escaped=0
 
-(counters summed over the ranks); the exit status is non-zero if the ranks' parameters differ or a
-corruption went undetected.
+(counters summed over the ranks); the exit status is non-zero if the ranks' parameters differ, a
+corruption went undetected, or the loss stopped being finite (every rank stops at the next log point).
 """
 
 import argparse
+import math
 import os
+import sys
 import time
 import zlib
 
@@ -29,20 +31,51 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import ringguard
 
 
+def positive_int(text: str) -> int:
+    v = int(text)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return v
+
+
+def positive_float(text: str) -> float:
+    v = float(text)
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite positive number, got {text}")
+    return v
+
+
+def probability(text: str) -> float:
+    v = float(text)
+    if not 0 <= v <= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return v
+
+
+def diverged(loss: torch.Tensor, step: int, rank: int) -> bool:
+    """True on every rank when any rank's loss is not finite; call it at the same steps on every rank."""
+    bad = torch.tensor([0 if math.isfinite(loss.item()) else 1], dtype=torch.int64)
+    dist.all_reduce(bad, op=dist.ReduceOp.MAX)
+    if bad.item() and rank == 0:
+        print(f"step {step}: the loss is not finite on some rank (here {loss.item()}): training diverged "
+              f"(try a smaller --lr)", file=sys.stderr, flush=True)
+    return bool(bad.item())
+
+
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--batch", type=int, default=64, help="samples per rank and step")
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--steps", type=positive_int, default=300)
+    p.add_argument("--batch", type=positive_int, default=64, help="samples per rank and step")
+    p.add_argument("--hidden", type=positive_int, default=256)
+    p.add_argument("--lr", type=positive_float, default=0.05)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="cuda: one GPU per local rank (shared round-robin if there are fewer)")
-    p.add_argument("--fault-prob", type=float, default=0.0, help="probability that a slice is corrupted")
+    p.add_argument("--fault-prob", type=probability, default=0.0, help="probability that a slice is corrupted")
     p.add_argument("--fault-mode", default="bitflip",
                    help="bitflip|multibit|burst|garbage|trailer|retransmit|delay")
     p.add_argument("--fault-seed", type=int, default=1)
-    p.add_argument("--bucket-cap-mb", type=float, default=1.0)
-    p.add_argument("--log-every", type=int, default=50)
+    p.add_argument("--bucket-cap-mb", type=positive_float, default=1.0)
+    p.add_argument("--log-every", type=positive_int, default=50)
     return p.parse_args()
 
 
@@ -84,12 +117,17 @@ def main():
 
     t0 = time.monotonic()
     loss = torch.zeros(())
+    ran, stopped = 0, False
     for step in range(1, args.steps + 1):
         x = torch.randn(args.batch, d_in, generator=data).to(device)
         loss = F.mse_loss(model(x), teacher(x))
         opt.zero_grad(set_to_none=False)
         loss.backward()
         opt.step()
+        ran = step
+        if (step % args.log_every == 0 or step == args.steps) and diverged(loss, step, rank):
+            stopped = True
+            break
         if rank == 0 and (step % args.log_every == 0 or step == 1):
             c = ringguard.counters()
             rate = step * args.batch * size / (time.monotonic() - t0)
@@ -115,9 +153,9 @@ def main():
     transport = ringguard.transport(device)
     dist.destroy_process_group()
 
-    ok = identical and total["escaped"] == 0 and total["detected"] == total["injected"]
+    ok = identical and total["escaped"] == 0 and total["detected"] == total["injected"] and not stopped
     if rank == 0:
-        print(f"final: ranks={size} steps={args.steps} loss={mean_loss.item():.5f} "
+        print(f"final: ranks={size} steps={ran} loss={mean_loss.item():.5f} "
               f"params_identical={'yes' if identical else 'NO'} detected={total['detected']} "
               f"retransmitted={total['retransmitted']} injected={total['injected']} "
               f"escaped={total['escaped']} transport={transport}", flush=True)

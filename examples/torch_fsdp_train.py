@@ -13,8 +13,8 @@ line is
 
     final: ranks=<N> steps=<S> loss=<L> params_identical=yes detected=<d> retransmitted=<r> injected=<i> escaped=0
 
-(counters summed over the ranks); the exit status is non-zero if the ranks' full parameters differ or a
-corruption went undetected. CPU tensors by default; --device cuda puts the model on this rank's GPU.
+(counters summed over the ranks); the exit status is non-zero if the ranks' full parameters differ, a
+corruption went undetected, or the loss stopped being finite (every rank stops at the next log point). CPU tensors by default; --device cuda puts the model on this rank's GPU.
 """
 
 import argparse
@@ -28,26 +28,29 @@ import torch.nn.functional as F
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 import ringguard
-from torch_ddp_train import params_crc
+from torch_ddp_train import diverged, params_crc, positive_float, positive_int, probability
 
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--batch", type=int, default=16, help="sequences per rank and step")
-    p.add_argument("--tokens", type=int, default=32, help="sequence length")
-    p.add_argument("--width", type=int, default=64)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--lr", type=float, default=1e-2)
+    p.add_argument("--steps", type=positive_int, default=100)
+    p.add_argument("--batch", type=positive_int, default=16, help="sequences per rank and step")
+    p.add_argument("--tokens", type=positive_int, default=32, help="sequence length")
+    p.add_argument("--width", type=positive_int, default=64, help="model width, a multiple of the 4 heads")
+    p.add_argument("--layers", type=positive_int, default=2)
+    p.add_argument("--lr", type=positive_float, default=1e-2)
     p.add_argument("--bf16", action="store_true", help="bf16 parameters in compute, fp32 gradient reduction")
     p.add_argument("--keep-unsharded", action="store_true", help="reshard_after_forward=False")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--fault-prob", type=float, default=0.0, help="probability that a slice is corrupted")
+    p.add_argument("--fault-prob", type=probability, default=0.0, help="probability that a slice is corrupted")
     p.add_argument("--fault-mode", default="bitflip",
                    help="bitflip|multibit|burst|garbage|trailer|retransmit|delay")
     p.add_argument("--fault-seed", type=int, default=1)
-    p.add_argument("--log-every", type=int, default=25)
-    return p.parse_args()
+    p.add_argument("--log-every", type=positive_int, default=25)
+    args = p.parse_args()
+    if args.width % 4:
+        p.error(f"argument --width: must be a multiple of 4 (the attention heads), got {args.width}")
+    return args
 
 
 VOCAB = 61
@@ -123,6 +126,7 @@ def main():
 
     t0 = time.monotonic()
     loss = torch.zeros(())
+    ran, stopped = 0, False
     for step in range(1, args.steps + 1):
         x, y = batch(data, args.batch, args.tokens)
         logits = model(x.to(device))
@@ -130,6 +134,10 @@ def main():
         loss.backward()
         opt.step()
         opt.zero_grad()
+        ran = step
+        if (step % args.log_every == 0 or step == args.steps) and diverged(loss, step, rank):
+            stopped = True
+            break
         if rank == 0 and (step % args.log_every == 0 or step == 1):
             c = ringguard.counters()
             rate = step * args.batch * size / (time.monotonic() - t0)
@@ -156,9 +164,9 @@ def main():
     transport = ringguard.transport(device.type)
     dist.destroy_process_group()
 
-    ok = identical and total["escaped"] == 0 and total["detected"] == total["injected"]
+    ok = identical and total["escaped"] == 0 and total["detected"] == total["injected"] and not stopped
     if rank == 0:
-        print(f"final: ranks={size} steps={args.steps} loss={mean_loss.item():.4f} "
+        print(f"final: ranks={size} steps={ran} loss={mean_loss.item():.4f} "
               f"params_identical={'yes' if identical else 'NO'} detected={total['detected']} "
               f"retransmitted={total['retransmitted']} injected={total['injected']} "
               f"escaped={total['escaped']} transport={transport}", flush=True)
