@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -41,10 +42,13 @@ int main(int argc, char** argv) {
   double probability = 0.01;
   size_t sliceBytes = 64 * 1024;
   uint64_t seed = 42;
-  app.add_option("-n,--count", count, "f32 elements per AllReduce");
-  app.add_option("-i,--iterations", iterations, "AllReduces per fault mode");
+  app.add_option("-n,--count", count, "f32 elements per AllReduce")->check(CLI::PositiveNumber);
+  app.add_option("-i,--iterations", iterations, "AllReduces per fault mode")->check(CLI::PositiveNumber);
   app.add_option("-p,--probability", probability, "corruption probability per slice transfer")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check([](const std::string& s) {
+        const double v = std::strtod(s.c_str(), nullptr);  // CLI::Range lets NaN through
+        return v >= 0 && v <= 1 ? std::string() : "must be in [0, 1], got " + s;
+      });
   app.add_option("-s,--slice-bytes", sliceBytes, "payload bytes per slice");
   app.add_option("--seed", seed, "fault injection seed");
   int provided = 0;
@@ -52,7 +56,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int rc = rank == 0 ? app.exit(e) : 1;  // one copy of the message
     MPI_Finalize();
     return rc;
   }

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# examples.sh MPIEXEC TRAIN_MLP VERIFIED_ALLREDUCE_DEMO: the C++ examples at a small size.
+# train_mlp (the README's main job): with faults injected it trains to the end with bit-identical
+# parameters on every rank and detected == injected (exit 0); a learning rate that makes the loss
+# non-finite stops every rank at that step with a message and exit 1 (it used to print a NaN loss to the
+# end and exit 0); a NaN learning rate is a command-line error.
+# verified_allreduce_demo: every fault mode bit-identical to the fault-free run (PASS); a run that could
+# prove nothing (no elements, no iterations) or a NaN probability is a command-line error (they passed, or
+# aborted).
+set -uo pipefail
+mpiexec="$1"; binary="$2"; demo="$3"
+log="$(mktemp -t ringguard-train-mlp.XXXXXX)"
+trap 'rm -f "$log"' EXIT
+status=0
+fail() { echo "FAIL: $*"; cat "$log"; status=1; }
+run() { timeout -k 5 120 "$mpiexec" --oversubscribe --bind-to none -np 2 "$@" >"$log" 2>&1; }
+
+run "$binary" --steps 40 --log-every 20 --fault-prob 0.02
+rc=$?
+[[ $rc -eq 0 ]] || fail "faulty run: exit $rc"
+grep -qE "^final: ranks=2 steps=40 loss=0\.[0-9]+ params_identical=yes detected=[1-9][0-9]* retransmitted=[1-9]" "$log" ||
+  fail "faulty run: no final line with identical parameters and detections"
+grep -q "MISMATCH" "$log" && fail "faulty run: an integrity mismatch"
+
+run "$binary" --steps 40 --lr 1e30
+rc=$?
+[[ $rc -ne 0 ]] || fail "diverging run: exit 0"
+grep -qE "^step [0-9]+: the loss is (inf|-?nan): training diverged \(try a smaller --lr\)$" "$log" ||
+  fail "diverging run: no divergence message"
+grep -qE "^final: ranks=2 steps=[0-9] loss=(inf|-?nan) " "$log" || fail "diverging run: it did not stop early"
+
+run "$binary" --lr nan
+rc=$?
+[[ $rc -ne 0 ]] || fail "--lr nan: exit 0"
+[[ $(grep -c "^--lr: must be a finite positive number, got nan$" "$log") -eq 1 ]] || fail "--lr nan: not one message"
+run "$demo" -n 5000 -i 2 -p 0.05
+rc=$?
+[[ $rc -eq 0 ]] || fail "demo: exit $rc"
+grep -qE "^demo: ranks=2 allreduces=14 injected=([1-9][0-9]*) detected=\1 retransmitted=[0-9]+ escaped=0 bit_identical_to_fault_free=yes verdict=PASS$" "$log" ||
+  fail "demo: no passing summary with detected == injected > 0"
+for args in "-n 0" "-i -3" "-p nan"; do
+  # shellcheck disable=SC2086
+  run "$demo" $args
+  rc=$?
+  [[ $rc -ne 0 ]] || fail "demo $args: exit 0"
+  grep -q "verdict=PASS" "$log" && fail "demo $args: passed"
+  [[ $(grep -cE "^--(count|iterations|probability): " "$log") -eq 1 ]] || fail "demo $args: not one command-line error"
+done
+exit $status
