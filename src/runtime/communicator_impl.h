@@ -75,6 +75,7 @@ class Communicator::Impl {
   void finishRun();
   // What the public methods of the same names forward to.
   void abort(const std::string& why);
+  void leave() { transport_->leave(); }
   Counters counters() const;
   CommunicatorSummary summary() const;
   Status firstError() const;

@@ -1252,6 +1252,13 @@ void ProcessGroupRingguard::stop(bool abort) {
   // timeout).
   if (cpuLane_) cpuLane_->drain(stoppedBy_);
   if (cudaLane_) cudaLane_->drain(stoppedBy_);
+  // Every transport tells its peers first: each destructor then waits (bounded) for the peers' goodbyes,
+  // and a peer still waiting for this rank on the second would otherwise learn it only after the first's
+  // wait.
+  if (p2p_) p2p_->leave();
+  for (Communicator* c : {cuda_.get(), cpu_.get()}) {
+    if (c != nullptr) c->leave();
+  }
   p2p_.reset();
   cuda_.reset();  // each transport says goodbye to its peers, so no Gloo work is left pending
   cpu_.reset();

@@ -101,6 +101,13 @@ class Transport {
   uint64_t eventCount() const { return doEventCount(); }
   bool waitForEvent(uint64_t seen, std::chrono::microseconds max) { return doWaitForEvent(seen, max); }
 
+  // This end is going away (its owner is about to destroy it): tells the peers now, on transports that have
+  // a message for it (the c10d transport's goodbye), so a peer waiting for a frame from this rank fails at
+  // once instead of at its timeout. An owner that destroys several transports one after the other calls
+  // it on all of them first (a peer may be waiting on any one). Nothing but the destructor may follow it;
+  // idempotent.
+  void leave() { doLeave(); }
+
   // The control channel over the same ranks (sealed frames: control_channel.h), owned by the transport
   // or by the host transport it is built on. Never null.
   virtual ControlChannel* control() = 0;
@@ -121,6 +128,7 @@ class Transport {
   virtual Status doPostFrameRecv(int peer, void* payload, size_t bytes, Trailer* trailer, FrameRequest* out);
   // Called once when the transport breaks: tear down what could otherwise block forever (ncclCommAbort).
   virtual void doAbort() {}
+  virtual void doLeave() {}
   virtual void doNotePeerStalled(const std::string& /*why*/) {}
   virtual Status doFlush() { return Status::ok(); }
   virtual Status doProgress() { return Status::ok(); }

@@ -8,7 +8,7 @@ mpiexec="$1"; collectives="$2"; allreduce="$3"
 log="$(mktemp -t ringguard-bench-flags.XXXXXX)"
 trap 'rm -f "$log"' EXIT
 status=0
-fail() { echo "FAIL: $*"; status=1; }
+fail() { echo "FAIL: $*"; cat "$log"; status=1; }
 
 # expect_error BINARY "MESSAGE" ARGS...: the run exits non-zero and says MESSAGE.
 expect_error() {
@@ -17,7 +17,7 @@ expect_error() {
   timeout -k 5 60 "$mpiexec" --oversubscribe --bind-to none -np 2 "$binary" -n 2 -w 0 "$@" >"$log" 2>&1
   local rc=$?
   [[ $rc -ne 0 ]] || fail "$(basename "$binary") $*: exit 0 (expected an error)"
-  grep -qF -- "$message" "$log" || { fail "$(basename "$binary") $*: no '$message' in:"; cat "$log"; }
+  grep -qF -- "$message" "$log" || fail "$(basename "$binary") $*: no '$message'"
   grep -q "terminate called\|Signal: Aborted\|Signal: Segmentation" "$log" && fail "$(basename "$binary") $*: aborted"
 }
 
@@ -34,7 +34,7 @@ expect_error "$collectives" "--op: 'allreduc' is not a collective" -o allreduc
 timeout -k 5 120 "$mpiexec" --oversubscribe --bind-to none -np 2 "$collectives" -o allgather -b 1K -e 4K -f 4 \
   -n 5 -w 1 >"$log" 2>&1
 rc=$?
-[[ $rc -eq 0 ]] || { fail "good run: exit $rc"; cat "$log"; }
-[[ $(grep -cE "^ +(1024|4096) +[0-9]+ \|.* ok$" "$log") -eq 2 ]] || { fail "good run: not two checked rows"; cat "$log"; }
+[[ $rc -eq 0 ]] || fail "good run: exit $rc"
+[[ $(grep -cE "^ +(1024|4096) +[0-9]+ \|.* ok$" "$log") -eq 2 ]] || fail "good run: not two checked rows"
 grep -qE "^summary: op=allgather bytes=4096 np=2 ringguard_vs_mpi=[0-9.]+$" "$log" || fail "good run: no summary"
 exit $status

@@ -1,10 +1,15 @@
-"""A send to a peer that has exited, over the Gloo path (CPU tensors under torchrun): the error must say the
-connection to that rank is gone, soon, not a timeout (issue 17, defect 6).
+"""A peer that is gone, over the Gloo path (CPU tensors under torchrun): the error must say so, soon, not a
+timeout.
 
-Two ranks. After a good allreduce and a good send/recv pair, rank 1 leaves with ``os._exit(0)`` (no
-destroy, no goodbye: a crashed worker). Rank 0 waits until the exit has closed the connection, then sends
-to rank 1. The group's timeout is 20 s; the send must fail well before it, naming rank 1 and the closed
-connection, and ``destroy_process_group`` must return.
+Exited (issue 17, defect 6): two ranks; after a good allreduce and a good send/recv pair, rank 1 leaves
+with ``os._exit(0)`` (no destroy, no goodbye: a crashed worker). Rank 0 waits until the exit has closed the
+connection, then sends to rank 1. The group's timeout is 20 s; the send must fail well before it, naming
+rank 1 and the closed connection, and ``destroy_process_group`` must return.
+
+Destroyed (RG_PEER=destroyed): rank 1 skips a collective and destroys its process group while rank 0 waits
+in it, then stays alive (gloo fails rank 0 at once: "Connection closed by peer"; ringguard used to leave it
+to its timeout, blaming rank 1's progress). Rank 0's all_reduce and a later recv from rank 1 must fail at
+once saying rank 1 has left, and rank 1's destroy must not wait out its goodbye wait (10 s).
 """
 
 import os
@@ -22,7 +27,37 @@ NPROC = 2
 TIMEOUT_S = 20
 
 
+def destroyed_worker():
+    rank = int(os.environ["RANK"])
+    rep = harness._Reporter(rank)
+    dist.init_process_group("ringguard", timeout=timedelta(seconds=TIMEOUT_S))
+    t = torch.full((1 << 12,), float(rank + 1))
+    dist.all_reduce(t)
+    rep.write("warm-up", "ok")
+    if rank == 1:
+        t0 = time.monotonic()
+        dist.destroy_process_group()
+        rep.write(harness.TEARDOWN, "ok", seconds=time.monotonic() - t0)
+        time.sleep(8.0)  # alive, its group gone: no closed socket tells rank 0
+        rep.write(harness.DONE, "ok")
+        return
+    for case, call in (("all_reduce", lambda: dist.all_reduce(t)), ("recv", lambda: dist.recv(t, 1))):
+        t0 = time.monotonic()
+        try:
+            call()
+            rep.write(case, "fail", error="returned", seconds=time.monotonic() - t0)
+        except Exception as err:  # noqa: BLE001 - the error is the result
+            rep.write(case, "ok", result={"error": f"{type(err).__name__}: {err}"}, seconds=time.monotonic() - t0)
+    t0 = time.monotonic()
+    dist.destroy_process_group()
+    rep.write(harness.TEARDOWN, "ok", seconds=time.monotonic() - t0)
+    rep.write(harness.DONE, "ok")
+
+
 def worker():
+    if os.environ.get("RG_PEER") == "destroyed":
+        destroyed_worker()
+        return
     rank = int(os.environ["RANK"])
     rep = harness._Reporter(rank)
     dist.init_process_group("ringguard", timeout=timedelta(seconds=TIMEOUT_S))
@@ -62,6 +97,24 @@ def test_send_to_an_exited_rank_names_the_closed_connection():
     assert "connection to rank 1 closed" in err, f"does not say the connection closed: {err}"
     assert "Timeout" not in err and "timed out" not in err, f"a timeout, not the cause: {err}"
     assert sorted(run.records.get(harness.TEARDOWN, {})) == [0], f"destroy did not return\n{run.tail()}"
+
+
+
+def test_a_peer_that_destroyed_its_group_has_left_at_once():
+    run = harness.launch(__file__, NPROC, env={"RG_PEER": "destroyed"}, timeout=120)
+    assert not run.timed_out, f"{run.describe()}\n--- log tail ---\n{run.tail()}"
+    assert sorted(run.records.get("warm-up", {})) == [0, 1], run.tail()
+    for case in ("all_reduce", "recv"):
+        rec = run.records.get(case, {}).get(0)
+        assert rec is not None, f"{case}: no record\n{run.describe()}\n{run.tail()}"
+        assert rec["status"] == "ok", f"{case}: {rec['error']}"
+        err = rec["result"]["error"]
+        assert rec["seconds"] < 5, f"{case} took {rec['seconds']:.1f} s: {err}"
+        assert "rank 1 has left: its communicator over this group ended" in err, f"{case}: {err}"
+        assert "Timeout" not in err and "timed out" not in err, f"{case}: a timeout, not the cause: {err}"
+    teardown = run.records.get(harness.TEARDOWN, {})
+    assert sorted(teardown) == [0, 1], f"destroy did not return\n{run.tail()}"
+    assert teardown[1]["seconds"] < 5, f"rank 1's destroy took {teardown[1]['seconds']:.1f} s"
 
 
 if __name__ == "__main__":

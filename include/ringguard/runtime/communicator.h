@@ -148,6 +148,12 @@ class Communicator {
   // told (they fail with kPeerError instead of timing out) and the transport is torn down (NCCL:
   // ncclCommAbort). Thread-safe and idempotent; the destructor still joins the progress thread.
   void abort(const std::string& why);
+  // This rank is about to destroy the communicator, with nothing issued still running: tells the peers now
+  // where the transport has a message for it (the c10d transport), so a peer still waiting in a collective
+  // for this rank fails at once ("rank R has left") instead of at its timeout. Call it on every
+  // communicator you are about to destroy before destroying the first (each destructor waits, bounded, for
+  // the peers' own goodbyes). Nothing but the destructor may follow it.
+  void leave();
 
   // This rank's counters (a consistent snapshot).
   Counters counters() const;

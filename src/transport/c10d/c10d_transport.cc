@@ -311,6 +311,9 @@ class C10dTransport final : public Transport {
     return post(peer, channel, data, bytes, /*isRecv=*/true, out);
   }
 
+  // The goodbye now: a peer waiting for a control frame from this rank fails at once ("rank R has left").
+  void doLeave() override { sendGoodbyes(); }
+
   void doAbort() override {
     stopControl();
     for (auto& peer : peers_) {
@@ -442,14 +445,12 @@ class C10dTransport final : public Transport {
     events_.raise();  // a failed control channel is an error the waiting collective reports
   }
 
-  // The end: a goodbye frame to every peer, whose control thread then ends. A clean end (`waitForPeers`)
-  // then waits (bounded) until every peer's goodbye arrived and our sends completed, so no Gloo work is left
-  // pending and the Gloo context can go. A broken transport says goodbye too, or its healthy peers would
-  // wait kGoodbyeWait for it at their own end (after a failed send/recv between two of three ranks, the
-  // third one's shutdown took 10 s), and waits for nothing: its waiters are aborted, but Gloo still sends
-  // an aborted send (the frame is kept for the process's life), and its own control receives stay posted
-  // in Gloo (keepForever), where the peers' goodbyes land. A connection that is gone ends the waiting too.
-  void sayGoodbye(bool waitForPeers) {
+  // The goodbye frame to every peer, once (leave() may have sent it before the destructor); false when a
+  // send failed (the connection is gone: nobody to wait for).
+  bool sendGoodbyes() {
+    std::lock_guard<std::mutex> lock(goodbyeMutex_);
+    if (goodbyeSent_) return goodbyeOk_;
+    goodbyeSent_ = true;
     for (int p = 0; p < size(); ++p) {
       if (p == rank()) continue;
       at::Tensor frame = at::zeros({int64_t(kFrameBytes)}, at::kByte);
@@ -460,9 +461,21 @@ class C10dTransport final : public Transport {
         auto work = backend_->send(tensors, p, tagControl_);
         peers_[size_t(p)].controlSends->push(Pending{work, std::make_shared<OpState>(), frame});
       } catch (const std::exception&) {
-        waitForPeers = false;
+        goodbyeOk_ = false;
       }
     }
+    return goodbyeOk_;
+  }
+
+  // The end: a goodbye frame to every peer, whose control thread then ends. A clean end (`waitForPeers`)
+  // then waits (bounded) until every peer's goodbye arrived and our sends completed, so no Gloo work is left
+  // pending and the Gloo context can go. A broken transport says goodbye too, or its healthy peers would
+  // wait kGoodbyeWait for it at their own end (after a failed send/recv between two of three ranks, the
+  // third one's shutdown took 10 s), and waits for nothing: its waiters are aborted, but Gloo still sends
+  // an aborted send (the frame is kept for the process's life), and its own control receives stay posted
+  // in Gloo (keepForever), where the peers' goodbyes land. A connection that is gone ends the waiting too.
+  void sayGoodbye(bool waitForPeers) {
+    if (!sendGoodbyes()) waitForPeers = false;
     if (!waitForPeers) return;
     const auto deadline = std::chrono::steady_clock::now() + kGoodbyeWait;
     {
@@ -508,6 +521,8 @@ class C10dTransport final : public Transport {
   c10::intrusive_ptr<c10d::Backend> backend_;
   const int tagPayload_, tagTrailer_, tagControl_;
   std::atomic<bool> controlStopped_{false};
+  std::mutex goodbyeMutex_;
+  bool goodbyeSent_ = false, goodbyeOk_ = true;  // guarded by goodbyeMutex_
   std::mutex inboxMutex_;
   std::map<std::pair<int, int>, std::deque<std::vector<uint8_t>>> inbox_;  // (peer, tag) -> messages
   std::vector<std::string> controlError_ = std::vector<std::string>(size_t(size()));
@@ -561,6 +576,29 @@ Status C10dTransport::probeControlFrame(int peer, ControlTag tag, std::vector<ui
   for (int p = (peer < 0 ? 0 : peer); p < (peer < 0 ? size() : peer + 1); ++p) {
     if (!controlError_[size_t(p)].empty())
       return glooFailure("control channel from", p, controlError_[size_t(p)]);
+  }
+  // A peer whose goodbye arrived has ended its transport (its process group was destroyed): it sent every
+  // control frame before the goodbye, on one tag and so in order, so a frame that is not here now never
+  // will be. Say so at once rather than let the caller wait for its timeout and blame the peer's progress.
+  // (Not after our own stopControl, which marks the channels done too; an any-source wait fails only when
+  // every peer has left.)
+  if (!controlStopped_) {
+    int left = -1, gone = 0, peers = 0;
+    for (int p = (peer < 0 ? 0 : peer); p < (peer < 0 ? size() : peer + 1); ++p) {
+      if (p == rank()) continue;
+      ++peers;
+      if (controlDone_[size_t(p)]) {
+        ++gone;
+        left = p;
+      }
+    }
+    if (peers > 0 && gone == peers) {
+      return Status(
+          StatusCode::kTransportError,
+          "rank " + std::to_string(left) +
+              " has left: its communicator over this group ended (the group was destroyed there, or "
+              "its process is exiting) before it sent the frame this rank waits for");
+    }
   }
   return Status::ok();
 }

@@ -35,6 +35,7 @@ class StagedTransport final : public Transport {
                     std::unique_ptr<TransportOp>* out) override;
   Status doProgress() override;
   void doAbort() override { host_->markBroken(); }
+  void doLeave() override { host_->leave(); }
   void doNotePeerStalled(const std::string& why) override { host_->notePeerStalled(why); }
 
  private:
