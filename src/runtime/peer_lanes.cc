@@ -204,8 +204,6 @@ void PeerLanes::fail(const Status& error) {
   aborted_.store(true);  // the other lanes' messages in flight end at their next wait
 }
 
-void PeerLanes::leave() { transport_->leave(); }
-
 void PeerLanes::abort(const std::string& why) {
   std::map<std::pair<int, bool>, std::deque<Message>> dropped;
   Status reason;

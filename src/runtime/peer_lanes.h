@@ -65,8 +65,6 @@ class PeerLanes {
 
   // Fails what is queued and the messages in flight at their next wait (kAborted), and tells the peers.
   void abort(const std::string& why);
-  // Communicator::leave for the lanes' transport.
-  void leave();
 
   // Fault injection of the messages that start after this call.
   Status setFault(const FaultOptions& fault);

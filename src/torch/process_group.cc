@@ -1252,10 +1252,10 @@ void ProcessGroupRingguard::stop(bool abort) {
   // timeout).
   if (cpuLane_) cpuLane_->drain(stoppedBy_);
   if (cudaLane_) cudaLane_->drain(stoppedBy_);
-  // Every transport tells its peers first: each destructor then waits (bounded) for the peers' goodbyes,
-  // and a peer still waiting for this rank on the second would otherwise learn it only after the first's
-  // wait.
-  if (p2p_) p2p_->leave();
+  // The communicators tell their peers first: each transport's destructor waits (bounded) for the peers'
+  // goodbyes, and a peer still waiting for this rank on a later one would otherwise learn it only after the
+  // earlier ones' waits. The lanes' transport goes first anyway, after its threads (which may still be
+  // announcing a failure to the peers: a goodbye must be the last frame) have ended.
   for (Communicator* c : {cuda_.get(), cpu_.get()}) {
     if (c != nullptr) c->leave();
   }

@@ -580,14 +580,16 @@ Status C10dTransport::probeControlFrame(int peer, ControlTag tag, std::vector<ui
   // A peer whose goodbye arrived has ended its transport (its process group was destroyed): it sent every
   // control frame before the goodbye, on one tag and so in order, so a frame that is not here now never
   // will be. Say so at once rather than let the caller wait for its timeout and blame the peer's progress.
-  // (Not after our own stopControl, which marks the channels done too; an any-source wait fails only when
-  // every peer has left.)
+  // Not while an error frame of that peer waits in the inbox: the caller's own probe of it gives the cause
+  // (a rank that failed, announced it and then destroyed its group). Not after our own stopControl, which
+  // marks the channels done too; an any-source wait fails only when every peer has left.
   if (!controlStopped_) {
     int left = -1, gone = 0, peers = 0;
     for (int p = (peer < 0 ? 0 : peer); p < (peer < 0 ? size() : peer + 1); ++p) {
       if (p == rank()) continue;
       ++peers;
-      if (controlDone_[size_t(p)]) {
+      const auto error = inbox_.find({p, int(ControlTag::kError)});
+      if (controlDone_[size_t(p)] && (error == inbox_.end() || error->second.empty())) {
         ++gone;
         left = p;
       }
