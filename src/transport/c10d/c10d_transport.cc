@@ -475,8 +475,7 @@ class C10dTransport final : public Transport {
   // an aborted send (the frame is kept for the process's life), and its own control receives stay posted
   // in Gloo (keepForever), where the peers' goodbyes land. A connection that is gone ends the waiting too.
   void sayGoodbye(bool waitForPeers) {
-    if (!sendGoodbyes()) waitForPeers = false;
-    if (!waitForPeers) return;
+    if (!sendGoodbyes() || !waitForPeers) return;
     const auto deadline = std::chrono::steady_clock::now() + kGoodbyeWait;
     {
       std::unique_lock<std::mutex> lock(inboxMutex_);
