@@ -1252,6 +1252,19 @@ void ProcessGroupRingguard::stop(bool abort) {
   // timeout).
   if (cpuLane_) cpuLane_->drain(stoppedBy_);
   if (cudaLane_) cudaLane_->drain(stoppedBy_);
+  // A clean end waits (at most 10 s per transport) for every peer's goodbye. After a failure a peer may never
+  // send one (it stopped, or hangs in the collective that failed here), and destroy_process_group would
+  // wait it out: a shutdown after a failure ends like abort(), telling the peers and waiting for nobody.
+  if (!abort) {
+    Status failure = firstFailure();
+    if (!failure.isOk()) {
+      const std::string why = "the process group was shut down after a failure: " + failure.message();
+      for (Communicator* c : {cpu_.get(), cuda_.get()}) {
+        if (c != nullptr) c->abort(why);
+      }
+      if (p2p_) p2p_->abort(why);
+    }
+  }
   // The communicators tell their peers first: each transport's destructor waits (bounded) for the peers'
   // goodbyes, and a peer still waiting for this rank on a later one would otherwise learn it only after the
   // earlier ones' waits. The lanes' transport goes first anyway, after its threads (which may still be
@@ -1264,6 +1277,14 @@ void ProcessGroupRingguard::stop(bool abort) {
   cpu_.reset();
   gloo_.reset();  // the last reference: Gloo's context and its threads go
   store_.reset();
+}
+
+Status ProcessGroupRingguard::firstFailure() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (Communicator* c : {cpu_.get(), cuda_.get()}) {
+    if (c != nullptr && !c->firstError().isOk()) return c->firstError();
+  }
+  return p2p_ ? p2p_->firstError() : Status();
 }
 
 void ProcessGroupRingguard::shutdown() { stop(/*abort=*/false); }

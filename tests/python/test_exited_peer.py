@@ -10,6 +10,11 @@ Destroyed (RG_PEER=destroyed): rank 1 skips a collective and destroys its proces
 in it, then stays alive (gloo fails rank 0 at once: "Connection closed by peer"; ringguard used to leave it
 to its timeout, blaming rank 1's progress). Rank 0's all_reduce and a later recv from rank 1 must fail at
 once saying rank 1 has left, and rank 1's destroy must not wait out its goodbye wait (10 s).
+
+Stalled (RG_PEER=stalled): rank 1 is alive but never joins an all_reduce (a hung worker). Rank 0 times out
+naming it, then destroys its group while rank 1 still sleeps: the destroy must return at once. A clean end
+waits up to 10 s per transport for each peer's goodbye, which a stalled peer never sends, so the group ends
+like abort() after a failure (it waited 10 s for the point-to-point lanes' transport).
 """
 
 import os
@@ -54,9 +59,38 @@ def destroyed_worker():
     rep.write(harness.DONE, "ok")
 
 
+STALL_TIMEOUT_S = 3
+
+
+def stalled_worker():
+    rank = int(os.environ["RANK"])
+    rep = harness._Reporter(rank)
+    dist.init_process_group("ringguard", timeout=timedelta(seconds=STALL_TIMEOUT_S))
+    t = torch.full((1 << 12,), float(rank + 1))
+    dist.all_reduce(t)
+    rep.write("warm-up", "ok")
+    if rank == 1:
+        time.sleep(STALL_TIMEOUT_S + 12.0)  # past rank 0's timeout and its destroy's goodbye wait
+    else:
+        t0 = time.monotonic()
+        try:
+            dist.all_reduce(t)
+            rep.write("all_reduce", "fail", error="returned", seconds=time.monotonic() - t0)
+        except Exception as err:  # noqa: BLE001 - the error is the result
+            rep.write("all_reduce", "ok", result={"error": f"{type(err).__name__}: {err}"},
+                      seconds=time.monotonic() - t0)
+    t0 = time.monotonic()
+    dist.destroy_process_group()
+    rep.write(harness.TEARDOWN, "ok", seconds=time.monotonic() - t0)
+    rep.write(harness.DONE, "ok")
+
+
 def worker():
     if os.environ.get("RG_PEER") == "destroyed":
         destroyed_worker()
+        return
+    if os.environ.get("RG_PEER") == "stalled":
+        stalled_worker()
         return
     rank = int(os.environ["RANK"])
     rep = harness._Reporter(rank)
@@ -114,6 +148,21 @@ def test_a_peer_that_destroyed_its_group_has_left_at_once():
         assert "Timeout" not in err and "timed out" not in err, f"{case}: a timeout, not the cause: {err}"
     teardown = run.records.get(harness.TEARDOWN, {})
     assert sorted(teardown) == [0, 1], f"destroy did not return\n{run.tail()}"
+    assert teardown[1]["seconds"] < 5, f"rank 1's destroy took {teardown[1]['seconds']:.1f} s"
+
+
+def test_destroy_after_a_timeout_on_a_stalled_peer_returns_at_once():
+    run = harness.launch(__file__, NPROC, env={"RG_PEER": "stalled"}, timeout=120)
+    assert not run.timed_out, f"{run.describe()}\n--- log tail ---\n{run.tail()}"
+    assert sorted(run.records.get("warm-up", {})) == [0, 1], run.tail()
+    rec = run.records.get("all_reduce", {}).get(0)
+    assert rec is not None, f"no record\n{run.describe()}\n{run.tail()}"
+    assert rec["status"] == "ok", rec["error"]
+    err = rec["result"]["error"]
+    assert "Timeout" in err and "rank 1" in err, f"not a timeout naming rank 1: {err}"
+    teardown = run.records.get(harness.TEARDOWN, {})
+    assert sorted(teardown) == [0, 1], f"destroy did not return\n{run.tail()}"
+    assert teardown[0]["seconds"] < 5, f"rank 0's destroy took {teardown[0]['seconds']:.1f} s"
     assert teardown[1]["seconds"] < 5, f"rank 1's destroy took {teardown[1]['seconds']:.1f} s"
 
 
