@@ -14,6 +14,8 @@ namespace ringguard {
 namespace element_bits {
 
 // Exponent mask (non-finite iff all its bits are set), sign bit, and the values the guard writes.
+// float8_e4m3fn has no infinity and one NaN per sign, S.1111.111: its mask is exponent and mantissa
+// (non-finite iff all seven are set), and its "infinity" is that NaN, so an injected +-Inf is a NaN there.
 struct FloatBits {
   uint64_t exponent;
   uint64_t sign;
@@ -21,22 +23,34 @@ struct FloatBits {
   uint64_t posInf;
   uint64_t maxFinite;  // the largest finite value; the lowest is sign | maxFinite
   int width;           // bytes
+  bool hasInf;         // false: every non-finite value is a NaN
 };
 
 RINGGUARD_HOST_DEVICE inline bool floatBits(DataType t, FloatBits* out) {
   switch (t) {
     case DataType::kFloat32:
-      *out = {0x7f800000ull, 0x80000000ull, 0x7fc00000ull, 0x7f800000ull, 0x7f7fffffull, 4};
+      *out = {0x7f800000ull, 0x80000000ull, 0x7fc00000ull, 0x7f800000ull, 0x7f7fffffull, 4, true};
       return true;
     case DataType::kFloat64:
-      *out = {0x7ff0000000000000ull, 0x8000000000000000ull, 0x7ff8000000000000ull,
-              0x7ff0000000000000ull, 0x7fefffffffffffffull, 8};
+      *out = {0x7ff0000000000000ull,
+              0x8000000000000000ull,
+              0x7ff8000000000000ull,
+              0x7ff0000000000000ull,
+              0x7fefffffffffffffull,
+              8,
+              true};
       return true;
     case DataType::kFloat16:
-      *out = {0x7c00ull, 0x8000ull, 0x7e00ull, 0x7c00ull, 0x7bffull, 2};
+      *out = {0x7c00ull, 0x8000ull, 0x7e00ull, 0x7c00ull, 0x7bffull, 2, true};
       return true;
     case DataType::kBFloat16:
-      *out = {0x7f80ull, 0x8000ull, 0x7fc0ull, 0x7f80ull, 0x7f7full, 2};
+      *out = {0x7f80ull, 0x8000ull, 0x7fc0ull, 0x7f80ull, 0x7f7full, 2, true};
+      return true;
+    case DataType::kFloat8E5M2:  // IEEE-like: 5 exponent bits, Inf 0x7c, NaN 0x7d-0x7f; largest finite 57344
+      *out = {0x7cull, 0x80ull, 0x7eull, 0x7cull, 0x7bull, 1, true};
+      return true;
+    case DataType::kFloat8E4M3:  // e4m3fn: NaN 0x7f (and 0xff) only; largest finite 448
+      *out = {0x7full, 0x80ull, 0x7full, 0x7full, 0x7eull, 1, false};
       return true;
     default:
       return false;
@@ -83,7 +97,7 @@ RINGGUARD_HOST_DEVICE inline bool isNonFinite(uint64_t bits, const FloatBits& f)
 // The replacement for a non-finite element: 0 (zero), or NaN -> 0, +-Inf -> +-maxFinite (clamp).
 RINGGUARD_HOST_DEVICE inline uint64_t sanitized(uint64_t bits, const FloatBits& f, bool clamp) {
   if (!clamp) return 0;
-  const bool nan = (bits & ~(f.exponent | f.sign)) != 0;  // mantissa bits set
+  const bool nan = !f.hasInf || (bits & ~(f.exponent | f.sign)) != 0;  // mantissa bits set
   if (nan) return 0;
   return (bits & f.sign) | f.maxFinite;
 }
@@ -105,6 +119,8 @@ RINGGUARD_HOST_DEVICE inline uint64_t faultBits(int value, const FloatBits& f) {
 // Host memory: the element of `width` bytes at `p` as an unsigned word, and back.
 inline uint64_t loadBits(const unsigned char* p, int width) {
   switch (width) {
+    case 1:
+      return *p;
     case 2: {
       uint16_t v;
       std::memcpy(&v, p, 2);
@@ -147,6 +163,10 @@ inline double elementAsDouble(const unsigned char* p, DataType t) {
       std::memcpy(&h, p, 2);
       return t == DataType::kFloat16 ? halfToFloat(h) : bf16ToFloat(h);
     }
+    case DataType::kFloat8E4M3:
+      return float8e4m3ToFloat(*p);
+    case DataType::kFloat8E5M2:
+      return halfToFloat(static_cast<uint16_t>(*p << 8));  // e5m2 is the high byte of an f16
     case DataType::kInt32: {
       int32_t v;
       std::memcpy(&v, p, 4);

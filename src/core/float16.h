@@ -1,7 +1,8 @@
 #pragma once
-// f16 and bf16 <-> f32 conversions, round to nearest even, NaN kept quiet with its payload: the host
-// reduction's, and the device kernels' (src/cuda/verify_reduce.cu uses these for NaN / Inf and on the host,
-// and the hardware conversions, which round the same way, for every finite f16).
+// f16 and bf16 <-> f32 conversions (and float8_e4m3fn -> f32, for messages), round to nearest even, NaN kept
+// quiet with its payload: the host reduction's, and the device kernels' (src/cuda/verify_reduce.cu uses these
+// for NaN / Inf and on the host, and the hardware conversions, which round the same way, for every finite
+// f16).
 #include <cstdint>
 #include <cstring>
 
@@ -75,6 +76,30 @@ RINGGUARD_HOST_DEVICE inline uint16_t floatToBf16(float f) {
   if ((x & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((x >> 16) | 0x40);  // quiet nan
   uint32_t rounding = 0x7FFF + ((x >> 16) & 1);
   return uint16_t((x + rounding) >> 16);
+}
+
+// float8_e4m3fn -> f32 (exact): sign, 4 exponent bits (bias 7), 3 mantissa bits; no infinity, NaN S.1111.111.
+RINGGUARD_HOST_DEVICE inline float float8e4m3ToFloat(uint8_t b) {
+  const uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24;
+  const uint32_t exp = (b >> 3) & 0xfu, mant = b & 0x7u;
+  uint32_t bits;
+  if (exp == 0xfu && mant == 0x7u) {
+    bits = sign | 0x7fc00000u;
+  } else if (exp != 0) {
+    bits = sign | ((exp + 120u) << 23) | (mant << 20);  // 127 - 7
+  } else if (mant == 0) {
+    bits = sign;
+  } else {                        // subnormal: mant / 8 * 2^-6, normalised
+    uint32_t e = 121u, m = mant;  // 2^-6 as an f32 exponent is 121
+    while ((m & 0x8u) == 0) {
+      m <<= 1;
+      --e;
+    }
+    bits = sign | (e << 23) | ((m & 0x7u) << 20);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
 
 }  // namespace ringguard

@@ -106,11 +106,14 @@ __global__ void __launch_bounds__(kInjectThreads, 1)
   cudaGraphSetConditional(handle, again ? 1u : 0u);
 }
 
-// Element widths the guard handles (f16/bf16: 16 bits, f32: 32, f64: 64).
+// Element widths the guard handles (float8: 8 bits, f16/bf16: 16, f32: 32, f64: 64).
+template __global__ void guardSanitizeKernel<uint8_t>(uint8_t*, unsigned long long, FloatBits, int);
 template __global__ void guardSanitizeKernel<uint16_t>(uint16_t*, unsigned long long, FloatBits, int);
 template __global__ void guardSanitizeKernel<uint32_t>(uint32_t*, unsigned long long, FloatBits, int);
 template __global__ void guardSanitizeKernel<unsigned long long>(unsigned long long*, unsigned long long,
                                                                  FloatBits, int);
+template __global__ void guardInjectKernel<uint8_t>(uint8_t*, unsigned long long, FloatBits, int,
+                                                    const unsigned*, unsigned);
 template __global__ void guardInjectKernel<uint16_t>(uint16_t*, unsigned long long, FloatBits, int,
                                                      const unsigned*, unsigned);
 template __global__ void guardInjectKernel<uint32_t>(uint32_t*, unsigned long long, FloatBits, int,
@@ -122,7 +125,7 @@ Status floatBitsOf(DataType dtype, const char* who, FloatBits* bits) {
   if (!element_bits::floatBits(dtype, bits)) {
     return Status(StatusCode::kInvalidArgument, std::string(who) + ": unsupported dtype " +
                                                     (isValid(dtype) ? dataTypeName(dtype) : "(invalid)") +
-                                                    " (f32, f64, f16 and bf16 only)");
+                                                    " (f32, f64, f16, bf16 and the float8 types only)");
   }
   return Status::ok();
 }
@@ -170,6 +173,8 @@ Status guardSanitizeDevice(void* data, size_t count, DataType dtype, bool clamp,
   if (count == 0) return Status::ok();
   if (data == nullptr) return Status(StatusCode::kInvalidArgument, "guardSanitizeDevice: null data");
   switch (bits.width) {
+    case 1:
+      return launchSanitize<uint8_t>(data, count, bits, clamp, stream);
     case 2:
       return launchSanitize<uint16_t>(data, count, bits, clamp, stream);
     case 4:
@@ -190,6 +195,10 @@ Status guardInjectOnAttemptsDevice(void* data, size_t index, DataType dtype, Fau
   if (data == nullptr) return Status(StatusCode::kInvalidArgument, "guardInjectDevice: null data");
   const int v = static_cast<int>(value);
   switch (bits.width) {
+    case 1:
+      guardInjectKernel<uint8_t><<<1, kInjectThreads, 0, stream>>>(static_cast<uint8_t*>(data), index, bits,
+                                                                   v, attemptDevice, attemptMask);
+      break;
     case 2:
       guardInjectKernel<uint16_t><<<1, kInjectThreads, 0, stream>>>(static_cast<uint16_t*>(data), index, bits,
                                                                     v, attemptDevice, attemptMask);

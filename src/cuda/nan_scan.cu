@@ -56,6 +56,25 @@ struct BF16 {
   static constexpr uint32_t kFlags = 0x80008000u;
   __device__ static bool scalarBad(Scalar s) { return (s & 0x7f80u) == 0x7f80u; }
 };
+// float8: four elements per word. e5m2 is IEEE-like (exponent mask 0x7c); e4m3fn has no infinity and its only
+// non-finite value is NaN, S.1111.111, so its mask covers exponent and mantissa and adding 1 carries into the
+// sign position exactly for a NaN.
+struct F8E5M2 {
+  using Scalar = uint8_t;
+  static constexpr int kPerVector = 16;
+  static constexpr uint32_t kMask = 0x7c7c7c7cu;
+  static constexpr uint32_t kAdd = 0x04040404u;
+  static constexpr uint32_t kFlags = 0x80808080u;
+  __device__ static bool scalarBad(Scalar s) { return (s & 0x7cu) == 0x7cu; }
+};
+struct F8E4M3 {
+  using Scalar = uint8_t;
+  static constexpr int kPerVector = 16;
+  static constexpr uint32_t kMask = 0x7f7f7f7fu;
+  static constexpr uint32_t kAdd = 0x01010101u;
+  static constexpr uint32_t kFlags = 0x80808080u;
+  __device__ static bool scalarBad(Scalar s) { return (s & 0x7fu) == 0x7fu; }
+};
 // f64: the exponent lives in the high word of each element (words 1 and 3 of a vector, little endian); the
 // low words are tested with a zero mask and addend, which never sets a flag.
 struct F64 {
@@ -76,7 +95,8 @@ __device__ __forceinline__ uint32_t wordFlags(uint32_t w, bool highWord) {
 }
 
 // Flag bits of the four words, in element order: bit 31 of word k for 32-bit types, bits 15 and 31 for
-// 16-bit types, bit 31 of words 1 and 3 for f64. Zero iff every element of the vector is finite.
+// 16-bit types, bits 7, 15, 23 and 31 for 8-bit types, bit 31 of words 1 and 3 for f64. Zero iff every
+// element of the vector is finite.
 template <typename T>
 __device__ __forceinline__ uint32_t vectorFlags(const uint4& v) {
   return wordFlags<T>(v.x, false) | wordFlags<T>(v.y, true) | wordFlags<T>(v.z, false) |
@@ -101,8 +121,10 @@ __device__ __noinline__ Hits accountVector(uint4 v, unsigned long long firstElem
       hit = wordFlags<T>(words[2 * e + 1], true) != 0;
     } else if constexpr (T::kPerVector == 4) {
       hit = wordFlags<T>(words[e], false) != 0;
-    } else {
+    } else if constexpr (T::kPerVector == 8) {
       hit = (wordFlags<T>(words[e / 2], false) & (e % 2 == 0 ? 0x00008000u : 0x80000000u)) != 0;
+    } else {
+      hit = (wordFlags<T>(words[e / 4], false) & (0x80u << (8 * (e % 4)))) != 0;
     }
     if (hit) {
       ++h.count;
@@ -245,6 +267,10 @@ template __global__ void nanScanKernel<F16>(const F16::Scalar*, unsigned long lo
                                             unsigned long long, unsigned, NanScanResult*);
 template __global__ void nanScanKernel<BF16>(const BF16::Scalar*, unsigned long long, unsigned long long,
                                              unsigned long long, unsigned, NanScanResult*);
+template __global__ void nanScanKernel<F8E5M2>(const F8E5M2::Scalar*, unsigned long long, unsigned long long,
+                                               unsigned long long, unsigned, NanScanResult*);
+template __global__ void nanScanKernel<F8E4M3>(const F8E4M3::Scalar*, unsigned long long, unsigned long long,
+                                               unsigned long long, unsigned, NanScanResult*);
 
 // The split of a buffer into the 16-byte vectors of the fast path and the scalars around them.
 template <typename T>
@@ -323,9 +349,10 @@ Status launchScanMany(const RealSpan* const* spans, size_t n, cudaStream_t strea
 Status checkScanArgs(const void* data, size_t count, DataType dtype, const NanScanResult* result,
                      const char* who) {
   if (!element_bits::holdsNonFinite(dtype)) {
-    return Status(StatusCode::kInvalidArgument, std::string(who) + ": unsupported dtype " +
-                                                    (isValid(dtype) ? dataTypeName(dtype) : "(invalid)") +
-                                                    " (f32, f64, f16, bf16, c64 and c128 only)");
+    return Status(StatusCode::kInvalidArgument,
+                  std::string(who) + ": unsupported dtype " +
+                      (isValid(dtype) ? dataTypeName(dtype) : "(invalid)") +
+                      " (f32, f64, f16, bf16, c64, c128 and the float8 types only)");
   }
   if (result == nullptr)
     return Status(StatusCode::kInvalidArgument, std::string(who) + ": null result pointer");
@@ -366,6 +393,10 @@ Status nanScanDevice(const void* data, size_t count, DataType dtype, NanScanResu
       return launchScan<F64>(r.data, r.count, r.shift, r.result, stream);
     case DataType::kFloat16:
       return launchScan<F16>(r.data, r.count, r.shift, r.result, stream);
+    case DataType::kFloat8E5M2:
+      return launchScan<F8E5M2>(r.data, r.count, r.shift, r.result, stream);
+    case DataType::kFloat8E4M3:
+      return launchScan<F8E4M3>(r.data, r.count, r.shift, r.result, stream);
     default:
       return launchScan<BF16>(r.data, r.count, r.shift, r.result, stream);
   }
@@ -384,7 +415,8 @@ Status nanScanManyDevice(const NanScanSpan* spans, size_t n, cudaStream_t stream
   for (size_t i = 0; i < n; ++i)
     real.push_back(realSpan(spans[i].data, spans[i].count, spans[i].dtype, spans[i].result));
   // Grouped by real dtype (one kernel each), in launches of up to kMaxSpansPerLaunch spans.
-  for (DataType dtype : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16}) {
+  for (DataType dtype : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
+                         DataType::kFloat8E5M2, DataType::kFloat8E4M3}) {
     std::vector<const RealSpan*> group;
     for (const RealSpan& r : real) {
       if (r.dtype == dtype) group.push_back(&r);
@@ -400,6 +432,10 @@ Status nanScanManyDevice(const NanScanSpan* spans, size_t n, cudaStream_t stream
             return launchScanMany<F64>(chunk, k, stream);
           case DataType::kFloat16:
             return launchScanMany<F16>(chunk, k, stream);
+          case DataType::kFloat8E5M2:
+            return launchScanMany<F8E5M2>(chunk, k, stream);
+          case DataType::kFloat8E4M3:
+            return launchScanMany<F8E4M3>(chunk, k, stream);
           default:
             return launchScanMany<BF16>(chunk, k, stream);
         }

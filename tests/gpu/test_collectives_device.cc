@@ -108,5 +108,29 @@ TEST(DeviceCollectives, NanCheckOnDeviceInputs) {
   }
 }
 
+// float8 on the device: an all-gather (float8 is copy-only) whose input holds e4m3fn's NaN (0x7f) on one rank
+// fails on every rank naming it; 0x7e (448) beside it is finite.
+TEST(DeviceCollectives, NanCheckOnDeviceFloat8Inputs) {
+  if (!testing::everyRankHasDevice(nullptr)) GTEST_SKIP() << "no CUDA device";
+  const int n = testing::worldSize(), me = testing::worldRank(), bad = n - 1;
+  const size_t count = 100003, at = 77777;
+  DeviceMemory mem;
+  Options o;
+  o.sliceBytes = 65536;
+  o.nanCheck = NanCheck::kError;
+  auto comm = makeDeviceComm(o);
+  std::vector<uint8_t> init(count, 0x7e);
+  if (me == bad) init[at] = 0x7f;
+  auto* in = mem.make(count, init);
+  auto* out = mem.make(count * size_t(n), {});
+  Status st = comm->allgather(in, out, count, DataType::kFloat8E4M3, mem.stream());
+  EXPECT_EQ(st.code(), me == bad ? StatusCode::kInvalidArgument : StatusCode::kPeerError) << st.toString();
+  EXPECT_NE(st.message().find("on rank " + std::to_string(bad) +
+                              " holds 1 non-finite value (NaN or +-Inf; first at element 77777)"),
+            std::string::npos)
+      << st.toString();
+  mem.releaseAll();
+}
+
 }  // namespace
 }  // namespace ringguard

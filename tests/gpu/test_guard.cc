@@ -85,7 +85,8 @@ TEST_F(GuardDevice, SnapshotAndRestoreAreBitExactAndDoNotWait) {
 TEST_F(GuardDevice, ScanSanitizeAndInjectMatchTheHostBackend) {
   auto dev = deviceBackend();
   auto host = makeHostGuardBackend();
-  const DataType types[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16};
+  const DataType types[] = {DataType::kFloat32,  DataType::kFloat64,    DataType::kFloat16,
+                            DataType::kBFloat16, DataType::kFloat8E5M2, DataType::kFloat8E4M3};
   for (DataType t : types) {
     SCOPED_TRACE(dataTypeName(t));
     const size_t width = dataTypeSize(t);
@@ -394,7 +395,7 @@ TEST(NoGpuGuardLaunchers, RejectBadArguments) {
             guardSanitizeDevice(nullptr, 4, DataType::kFloat32, true, nullptr).code());
   EXPECT_EQ(StatusCode::kInvalidArgument,
             guardInjectDevice(nullptr, 0, DataType::kFloat16, FaultValue::kNaN, nullptr).code());
-  EXPECT_EQ("guardInjectDevice: unsupported dtype i64 (f32, f64, f16 and bf16 only)",
+  EXPECT_EQ("guardInjectDevice: unsupported dtype i64 (f32, f64, f16, bf16 and the float8 types only)",
             guardInjectDevice(reinterpret_cast<void*>(16), 0, DataType::kInt64, FaultValue::kNaN, nullptr)
                 .message());
   EXPECT_EQ(StatusCode::kInvalidArgument, guardVerdictDevice(nullptr, 0, 0, false, nullptr, nullptr).code());

@@ -256,6 +256,14 @@ const std::vector<ScanType>& scanTypes() {
        0x7f80ull,
        {0x7f80ull, 0xff80ull, 0x7fc0ull, 0x7f81ull, 0xffffull},
        {0x7f7full, 0xff7full, 0x0001ull, 0x8000ull}},
+      {DataType::kFloat8E5M2,
+       1,
+       0x7cull,
+       {0x7cull, 0xfcull, 0x7eull, 0x7dull, 0xffull},
+       {0x7bull, 0xfbull, 0x01ull, 0x80ull}},
+      // e4m3fn: no Inf, NaN only at S.1111.111, so its "exponent" mask covers the mantissa too (as in
+      // element_bits.h); 0x78-0x7e are finite (256 to 448).
+      {DataType::kFloat8E4M3, 1, 0x7full, {0x7full, 0xffull}, {0x7eull, 0xfeull, 0x01ull, 0x80ull, 0x78ull}},
   };
   return types;
 }
@@ -396,7 +404,7 @@ TEST_P(NanScanDeviceTest, CountAndFirstIndexAreExact) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllFloatTypes, NanScanDeviceTest, ::testing::Values(0, 1, 2, 3),
+INSTANTIATE_TEST_SUITE_P(AllFloatTypes, NanScanDeviceTest, ::testing::Values(0, 1, 2, 3, 4, 5),
                          [](const ::testing::TestParamInfo<size_t>& info) {
                            return std::string(dataTypeName(scanTypes()[info.param].dtype));
                          });
@@ -429,7 +437,7 @@ TEST(NoGpuNanScanManyDeviceArgs, NamesTheBadSpanAndLaunchesNothing) {
   EXPECT_TRUE(nanScanManyDevice(nullptr, 0, nullptr).isOk());
 }
 
-// 150 spans of every dtype interleaved (more than one launch's 64 of a dtype), every size of the single
+// 400 spans of every dtype interleaved (more than one launch's 64 of each dtype), every size of the single
 // scan's test and every head alignment, with each pattern of non-finite elements: one call, each result
 // exactly what nanScanDevice reports for that span alone. The result slots start as garbage.
 TEST_F(NanScanDeviceBasics, ManySpansMatchOneScanEach) {
@@ -440,7 +448,7 @@ TEST_F(NanScanDeviceBasics, ManySpansMatchOneScanEach) {
   };
   std::vector<Case> cases;
   size_t bytes = 0;
-  for (size_t i = 0; cases.size() < 150; ++i) {
+  for (size_t i = 0; cases.size() < 400; ++i) {
     const size_t type = i % scanTypes().size();
     const ScanType& t = scanTypes()[type];
     std::vector<size_t> sizes = testSizes(t.bytes);

@@ -112,9 +112,18 @@ def _(ctx):
     ints = [torch.zeros(5, dtype=torch.int32) for _ in range(ctx.size)]
     dist.all_gather(ints, torch.full((5,), ctx.rank + 7, dtype=torch.int32), group=g)
     assert all(torch.equal(o, torch.full((5,), r + 7, dtype=torch.int32)) for r, o in enumerate(ints)), ints
+    # float8 (copy-only dtypes) is scanned too: e4m3fn's NaN (byte 0x7f) is found, its 448 (0x7e) is not.
+    f8 = torch.full((8,), 448.0)
+    if ctx.rank == BAD_RANK:
+        f8[5] = float("nan")
+    f8out = torch.zeros(8 * ctx.size, dtype=torch.float8_e4m3fn)
+    dist.all_gather_into_tensor(f8out, f8.to(torch.float8_e4m3fn), group=g)
+    assert torch.equal(f8out.view(torch.uint8), torch.zeros(8 * ctx.size, dtype=torch.uint8)), f8out
+    dist.all_gather_into_tensor(f8out, torch.full((8,), 448.0).to(torch.float8_e4m3fn), group=g)
+    assert torch.equal(f8out.view(torch.uint8), torch.full((8 * ctx.size,), 0x7e, dtype=torch.uint8)), f8out
     c = ringguard.counters(g)
-    assert c["skipped"] == 3, c
-    assert c["non_finite_inputs"] == (3 if ctx.rank == BAD_RANK else 0), c
+    assert c["skipped"] == 4, c
+    assert c["non_finite_inputs"] == (4 if ctx.rank == BAD_RANK else 0), c
     # error mode names the collective.
     e = _group("error")
     with pytest.raises(Exception) as err:

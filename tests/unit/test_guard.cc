@@ -451,5 +451,43 @@ TEST(Guard, ComplexOutputsAreScannedByPartAndReplayed) {
       << st.message();
 }
 
+// float8 outputs (e5m2 and e4m3fn, one byte per element): injected values land as the format allows (e4m3fn
+// has no Inf: an injected +-Inf is its NaN), the scan finds them, and clamp maps e5m2's infinities to +-57344
+// (0x7b, 0xfb) and every NaN to 0. Raise shows the value.
+TEST(Guard, Float8OutputsAreScannedInjectedAndClamped) {
+  for (DataType t : {DataType::kFloat8E5M2, DataType::kFloat8E4M3}) {
+    const bool e5m2 = t == DataType::kFloat8E5M2;
+    auto guard = hostGuard(policyWith(GuardAction::kReplay, 1, GuardAction::kClamp));
+    EXPECT_TRUE(guard->faults().addRule(rule("cast", 0, 2, FaultValue::kNaN, 2)).isOk());
+    EXPECT_TRUE(guard->faults().addRule(rule("cast", 0, 2, FaultValue::kPosInf, 3)).isOk());
+    EXPECT_TRUE(guard->faults().addRule(rule("cast", 0, 2, FaultValue::kNegInf, 4)).isOk());
+    std::vector<uint8_t> out(kN, 0);
+    GuardedOp op;
+    op.name = "cast";
+    op.outputs = {GuardBuffer{"out", out.data(), out.size(), t, MemoryKind::kHost}};
+    op.body = [&] {
+      out.assign(kN, 0x38);  // 1.0 in e4m3fn, 0.5 in e5m2
+      return Status::ok();
+    };
+    CallReport r;
+    ASSERT_TRUE(guard->run(op, &r).isOk()) << dataTypeName(t);
+    EXPECT_EQ(GuardResolution::kSanitized, r.resolution) << dataTypeName(t);
+    std::vector<uint8_t> expect(kN, 0x38);
+    expect[2] = 0x00;
+    expect[3] = e5m2 ? 0x7b : 0x00;
+    expect[4] = e5m2 ? 0xfb : 0x00;
+    EXPECT_EQ(expect, out) << dataTypeName(t);
+    EXPECT_EQ(2u, guard->counters().detections) << dataTypeName(t);  // the call and its replay
+
+    auto raising = hostGuard(policyWith(GuardAction::kRaise));
+    EXPECT_TRUE(raising->faults().addRule(rule("cast", 0, 1, FaultValue::kPosInf, 5)).isOk());
+    const Status st = raising->run(op);
+    ASSERT_EQ(StatusCode::kCorruption, st.code()) << st.toString();
+    const std::string want =
+        std::string("output 'out' has 1 non-finite value (first at index 5: ") + (e5m2 ? "+inf)" : "nan)");
+    EXPECT_NE(std::string::npos, st.message().find(want)) << st.message();
+  }
+}
+
 }  // namespace
 }  // namespace ringguard

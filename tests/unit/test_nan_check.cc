@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/float16.h"
 #include "loopback_util.h"
 #include "ringguard/core/non_finite.h"
 
@@ -75,6 +76,58 @@ TEST(NonFiniteScan, ComplexCountsPartsAndNamesTheElement) {
   EXPECT_TRUE(scanNonFinite(c128.data(), 2, DataType::kComplex128).clean());  // elements 0 and 1 only
   EXPECT_TRUE(holdsNonFinite(DataType::kComplex64));
   EXPECT_TRUE(holdsNonFinite(DataType::kComplex128));
+}
+
+// float8: every one of the 256 bytes against the formats' definitions. e5m2 (IEEE-like) is non-finite
+// exactly when its 5 exponent bits are all set (Inf 0x7c, NaN 0x7d-0x7f, and negated); e4m3fn has no Inf
+// and its only non-finite bytes are the two NaNs, 0x7f and 0xff (0x78-0x7e are finite: 256 to 448).
+TEST(NonFiniteScan, Float8EveryByte) {
+  for (int b = 0; b < 256; ++b) {
+    const uint8_t byte = static_cast<uint8_t>(b);
+    const bool e5m2Bad = (b & 0x7c) == 0x7c;
+    const bool e4m3Bad = (b & 0x7f) == 0x7f;
+    EXPECT_EQ(e5m2Bad ? 1u : 0u, scanNonFinite(&byte, 1, DataType::kFloat8E5M2).count) << b;
+    EXPECT_EQ(e4m3Bad ? 1u : 0u, scanNonFinite(&byte, 1, DataType::kFloat8E4M3).count) << b;
+  }
+  std::vector<uint8_t> v(37, 0x7e);  // 448 in e4m3fn, NaN in e5m2
+  v[29] = 0xff;
+  NonFiniteCount c = scanNonFinite(v.data(), v.size(), DataType::kFloat8E4M3);
+  EXPECT_EQ(1u, c.count);
+  EXPECT_EQ(29u, c.firstIndex);
+  EXPECT_EQ(37u, scanNonFinite(v.data(), v.size(), DataType::kFloat8E5M2).count);
+  EXPECT_TRUE(holdsNonFinite(DataType::kFloat8E4M3));
+  EXPECT_TRUE(holdsNonFinite(DataType::kFloat8E5M2));
+}
+
+// The float8 values an error message shows, against torch's tables: e4m3fn 0x7e = 448, 0x01 = 2^-9 (the
+// smallest subnormal), 0x07 = 7 x 2^-9, 0x38 = 1, 0xc4 = -3; e5m2 0x7b = 57344, 0x7c = +Inf.
+TEST(NonFiniteScan, Float8ValuesAsTheyAreShown) {
+  const std::pair<uint8_t, double> e4m3[] = {
+      {0x7e, 448.0}, {0x01, std::ldexp(1.0, -9)}, {0x07, 7 * std::ldexp(1.0, -9)}, {0x38, 1.0}, {0xc4, -3.0},
+      {0x00, 0.0},   {0x08, std::ldexp(1.0, -6)}};
+  for (const auto& [byte, want] : e4m3) EXPECT_EQ(want, double(float8e4m3ToFloat(byte))) << int(byte);
+  EXPECT_TRUE(std::isnan(float8e4m3ToFloat(0x7f)));
+  EXPECT_TRUE(std::isnan(float8e4m3ToFloat(0xff)));
+  EXPECT_EQ(57344.0f, halfToFloat(uint16_t(0x7b << 8)));
+  EXPECT_TRUE(std::isinf(halfToFloat(uint16_t(0x7c << 8))));
+}
+
+// A float8 all-gather (copy-only dtypes) is checked like any floating input: the NaN is found and named.
+TEST(NanCheck, Float8InputsAreScanned) {
+  for (DataType t : {DataType::kFloat8E4M3, DataType::kFloat8E5M2}) {
+    LoopbackGroup g(2, withCheck(NanCheck::kError));
+    std::vector<Status> got(2);
+    g.run([&](int r, Communicator& c) {
+      std::vector<uint8_t> in(40, 0x38), out(80, 0);  // 1.0 in e4m3fn, 0.5 in e5m2
+      if (r == 1) in[33] = 0xff;                      // NaN in both
+      got[size_t(r)] = c.allgather(in.data(), out.data(), in.size(), t);
+    });
+    EXPECT_EQ(StatusCode::kInvalidArgument, got[1].code()) << dataTypeName(t) << ": " << got[1].toString();
+    EXPECT_EQ(StatusCode::kPeerError, got[0].code()) << dataTypeName(t) << ": " << got[0].toString();
+    EXPECT_NE(std::string::npos, got[1].message().find("on rank 1 holds 1 non-finite value (NaN or +-Inf; "
+                                                       "first at element 33)"))
+        << got[1].toString();
+  }
 }
 
 // A complex collective input is checked like a real one: the NaN in an imaginary part is found and named by

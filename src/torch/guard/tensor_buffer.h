@@ -12,9 +12,9 @@
 namespace ringguard {
 
 // kInvalidArgument, naming the tensor, when it cannot be snapshotted or scanned as one byte range: not
-// dense, not contiguous (a view with gaps or overlapping strides), a dtype without a ringguard type or a
-// float8 one (the scans do not read 1-byte floats), or memory that is neither CPU nor CUDA. Integer and
-// bool tensors are snapshotted and scan clean; complex ones are scanned by part.
+// dense, not contiguous (a view with gaps or overlapping strides), a dtype without a ringguard type, or
+// memory that is neither CPU nor CUDA. Integer and bool tensors are snapshotted and scan clean; complex ones
+// are scanned by part; float8 ones as bytes (e4m3fn's only non-finite value is its NaN).
 Status tensorBuffer(const at::Tensor& t, const std::string& name, GuardBuffer* out);
 
 // tensorBuffer of each (name, tensor) pair, in order, appended to `out`; the first error stops it.
