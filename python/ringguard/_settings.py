@@ -58,12 +58,12 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("RINGGUARD_NAN_CHECK", "nan_check", "choice", "off", None, None,
             ("off", "warn", "skip", "error"),
             "one of off, warn, skip, error",
-            "What a collective does when its input holds NaN or +-Inf (floating dtypes): off (no scan), warn "
-            "(log rank, collective and first index, then run), skip (every rank skips the collective and "
-            "leaves its output as it was; one O(log N) agreement round per collective), error (the collective "
-            "fails on every rank, naming the rank and the first index). Never ends the CUDA context. Every "
-            "rank must use the same mode (checked when the communicator is made). docs/GUARD.md. One of: off, "
-            "warn, skip, error."),
+            "What a collective does when its input holds NaN or +-Inf (floating dtypes, float8 and complex "
+            "included): off (no scan), warn (log rank, collective and first index, then run), skip (every "
+            "rank skips the collective and leaves its output as it was; one O(log N) agreement round per "
+            "collective), error (the collective fails on every rank, naming the rank and the first index). "
+            "Never ends the CUDA context. Every rank must use the same mode (checked when the communicator is "
+            "made). docs/GUARD.md. One of: off, warn, skip, error."),
     Setting("RINGGUARD_FAULT_MODE", "fault_mode", "choice", "bitflip", None, None,
             ("bitflip", "multibit", "burst", "garbage", "trailer", "retransmit", "delay", "control"),
             "one of bitflip, multibit, burst, garbage, trailer, retransmit, delay, control",
@@ -229,11 +229,11 @@ class Fields:
 
     nan_check: Optional[str] = None
     """``RINGGUARD_NAN_CHECK``, default ``off``. What a collective does when its input holds NaN or +-Inf
-    (floating dtypes): off (no scan), warn (log rank, collective and first index, then run), skip (every
-    rank skips the collective and leaves its output as it was; one O(log N) agreement round per
-    collective), error (the collective fails on every rank, naming the rank and the first index). Never
-    ends the CUDA context. Every rank must use the same mode (checked when the communicator is made).
-    docs/GUARD.md. One of: off, warn, skip, error."""
+    (floating dtypes, float8 and complex included): off (no scan), warn (log rank, collective and first
+    index, then run), skip (every rank skips the collective and leaves its output as it was; one O(log
+    N) agreement round per collective), error (the collective fails on every rank, naming the rank and
+    the first index). Never ends the CUDA context. Every rank must use the same mode (checked when the
+    communicator is made). docs/GUARD.md. One of: off, warn, skip, error."""
 
     fault_mode: Optional[str] = None
     """``RINGGUARD_FAULT_MODE``, default ``bitflip``. How an injected fault damages a slice in transit: one

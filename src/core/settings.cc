@@ -156,12 +156,12 @@ std::vector<Setting> declarations() {
           .group("log_level"),
       choiceSetting(
           "RINGGUARD_NAN_CHECK", "off", enumChoices(nanCheckName, 4),
-          "What a collective does when its input holds NaN or +-Inf (floating dtypes): off (no "
-          "scan), warn (log rank, collective and first index, then run), skip (every rank skips the "
-          "collective and leaves its output as it was; one O(log N) agreement round per "
-          "collective), error (the collective fails on every rank, naming the rank and the first "
-          "index). Never ends the CUDA context. Every rank must use the same mode (checked when the "
-          "communicator is made). docs/GUARD.md.")
+          "What a collective does when its input holds NaN or +-Inf (floating dtypes, float8 and complex "
+          "included): off (no scan), warn (log rank, collective and first index, then run), skip (every "
+          "rank skips the collective and leaves its output as it was; one O(log N) agreement round per "
+          "collective), error (the collective fails on every rank, naming the rank and the first index). "
+          "Never ends the CUDA context. Every rank must use the same mode (checked when the communicator is "
+          "made). docs/GUARD.md.")
           .group("nan_check"),
       choiceSetting("RINGGUARD_FAULT_MODE", "bitflip", enumChoices(faultModeName, 8),
                     "How an injected fault damages a slice in transit: one bit (bitflip), "
