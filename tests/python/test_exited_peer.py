@@ -30,58 +30,57 @@ import harness  # noqa: E402
 
 NPROC = 2
 TIMEOUT_S = 20
-
-
-def destroyed_worker():
-    rank = int(os.environ["RANK"])
-    rep = harness._Reporter(rank)
-    dist.init_process_group("ringguard", timeout=timedelta(seconds=TIMEOUT_S))
-    t = torch.full((1 << 12,), float(rank + 1))
-    dist.all_reduce(t)
-    rep.write("warm-up", "ok")
-    if rank == 1:
-        t0 = time.monotonic()
-        dist.destroy_process_group()
-        rep.write(harness.TEARDOWN, "ok", seconds=time.monotonic() - t0)
-        time.sleep(8.0)  # alive, its group gone: no closed socket tells rank 0
-        rep.write(harness.DONE, "ok")
-        return
-    for case, call in (("all_reduce", lambda: dist.all_reduce(t)), ("recv", lambda: dist.recv(t, 1))):
-        t0 = time.monotonic()
-        try:
-            call()
-            rep.write(case, "fail", error="returned", seconds=time.monotonic() - t0)
-        except Exception as err:  # noqa: BLE001 - the error is the result
-            rep.write(case, "ok", result={"error": f"{type(err).__name__}: {err}"}, seconds=time.monotonic() - t0)
-    t0 = time.monotonic()
-    dist.destroy_process_group()
-    rep.write(harness.TEARDOWN, "ok", seconds=time.monotonic() - t0)
-    rep.write(harness.DONE, "ok")
-
-
 STALL_TIMEOUT_S = 3
 
 
-def stalled_worker():
+def _start(timeout_s):
+    """The group and one good all_reduce: (rank, reporter, tensor)."""
     rank = int(os.environ["RANK"])
     rep = harness._Reporter(rank)
-    dist.init_process_group("ringguard", timeout=timedelta(seconds=STALL_TIMEOUT_S))
+    dist.init_process_group("ringguard", timeout=timedelta(seconds=timeout_s))
     t = torch.full((1 << 12,), float(rank + 1))
     dist.all_reduce(t)
+    return rank, rep, t
+
+
+def _expect_failure(rep, case, call):
+    """Records `case` as ok with the error `call` raised, or as failed if it returned."""
+    t0 = time.monotonic()
+    try:
+        call()
+        rep.write(case, "fail", error="returned", seconds=time.monotonic() - t0)
+    except Exception as err:  # noqa: BLE001 - the error is the result
+        rep.write(case, "ok", result={"error": f"{type(err).__name__}: {err}"}, seconds=time.monotonic() - t0)
+
+
+def _destroy(rep):
+    t0 = time.monotonic()
+    dist.destroy_process_group()
+    rep.write(harness.TEARDOWN, "ok", seconds=time.monotonic() - t0)
+
+
+def destroyed_worker():
+    rank, rep, t = _start(TIMEOUT_S)
+    rep.write("warm-up", "ok")
+    if rank == 1:
+        _destroy(rep)
+        time.sleep(8.0)  # alive, its group gone: no closed socket tells rank 0
+        rep.write(harness.DONE, "ok")
+        return
+    _expect_failure(rep, "all_reduce", lambda: dist.all_reduce(t))
+    _expect_failure(rep, "recv", lambda: dist.recv(t, 1))
+    _destroy(rep)
+    rep.write(harness.DONE, "ok")
+
+
+def stalled_worker():
+    rank, rep, t = _start(STALL_TIMEOUT_S)
     rep.write("warm-up", "ok")
     if rank == 1:
         time.sleep(STALL_TIMEOUT_S + 12.0)  # past rank 0's timeout and its destroy's goodbye wait
     else:
-        t0 = time.monotonic()
-        try:
-            dist.all_reduce(t)
-            rep.write("all_reduce", "fail", error="returned", seconds=time.monotonic() - t0)
-        except Exception as err:  # noqa: BLE001 - the error is the result
-            rep.write("all_reduce", "ok", result={"error": f"{type(err).__name__}: {err}"},
-                      seconds=time.monotonic() - t0)
-    t0 = time.monotonic()
-    dist.destroy_process_group()
-    rep.write(harness.TEARDOWN, "ok", seconds=time.monotonic() - t0)
+        _expect_failure(rep, "all_reduce", lambda: dist.all_reduce(t))
+    _destroy(rep)
     rep.write(harness.DONE, "ok")
 
 
@@ -92,11 +91,7 @@ def worker():
     if os.environ.get("RG_PEER") == "stalled":
         stalled_worker()
         return
-    rank = int(os.environ["RANK"])
-    rep = harness._Reporter(rank)
-    dist.init_process_group("ringguard", timeout=timedelta(seconds=TIMEOUT_S))
-    t = torch.full((1 << 12,), float(rank + 1))
-    dist.all_reduce(t)
+    rank, rep, t = _start(TIMEOUT_S)
     if rank == 0:
         dist.send(t, 1)
     else:
@@ -106,15 +101,8 @@ def worker():
         rep.write(harness.DONE, "ok")
         os._exit(0)
     time.sleep(2.0)  # rank 1 is gone and its sockets closed
-    t0 = time.monotonic()
-    try:
-        dist.send(t, 1)
-        rep.write("sender", "fail", error="send to an exited rank returned", seconds=time.monotonic() - t0)
-    except Exception as err:  # noqa: BLE001 - the error is the result
-        rep.write("sender", "ok", result={"error": f"{type(err).__name__}: {err}"}, seconds=time.monotonic() - t0)
-    t0 = time.monotonic()
-    dist.destroy_process_group()
-    rep.write(harness.TEARDOWN, "ok", seconds=time.monotonic() - t0)
+    _expect_failure(rep, "sender", lambda: dist.send(t, 1))
+    _destroy(rep)
     rep.write(harness.DONE, "ok")
 
 
