@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <string>
 
 #include "bench_sizes.h"
@@ -130,8 +131,10 @@ struct BenchArgs {
     app.add_option("-e,--maxbytes", maxBytes, "largest size");
     app.add_option("-f,--stepfactor", factor, "size multiplier between rows")
         ->check(CLI::Range(1.01, 1024.0));
-    app.add_option("-n,--iters", iters, "timed iterations per size")->check(CLI::PositiveNumber);
-    app.add_option("-w,--warmup_iters", warmup, "untimed iterations per size")->check(CLI::NonNegativeNumber);
+    app.add_option("-n,--iters", iters, "timed iterations per size")
+        ->check(CLI::Range(1, std::numeric_limits<int>::max()));
+    app.add_option("-w,--warmup_iters", warmup, "untimed iterations per size")
+        ->check(CLI::Range(0, std::numeric_limits<int>::max()));
     app.add_option("-c,--check", check, "1: check both results against each other at every size");
     app.add_option("-d,--datatype", dtypeName, "f32, f64, i32, i64 or u8");
     app.add_option("-s,--slice-bytes", sliceBytes, "ringguard slice size (default: RINGGUARD_SLICE_BYTES)");

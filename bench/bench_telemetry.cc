@@ -9,9 +9,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <thread>
 #include <vector>
 
+#include "bench_cli.h"
 #include "ringguard/policy/engine.h"
 #include "ringguard/policy/rules.h"
 #include "ringguard/telemetry/memory.h"
@@ -38,12 +40,12 @@ int main(int argc, char** argv) {
   double seconds = 2.0;
   unsigned nvmlDevice = 0;
   app.add_option("-n,--samples", samples, "samples and engine steps timed on the calling thread")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()));
   app.add_option("--interval-ms", intervalMs, "sampler interval for the thread measurement")
       ->check(CLI::Range(1, 60000));
   app.add_option("--step-ms", stepMs, "training step time the overhead is stated against")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--seconds", seconds, "how long the sampler thread runs")->check(CLI::PositiveNumber);
+      ->check(bench::finitePositive());
+  app.add_option("--seconds", seconds, "how long the sampler thread runs")->check(bench::finitePositive());
   app.add_option("--nvml-device", nvmlDevice, "NVML device index");
   CLI11_PARSE(app, argc, argv);
 

@@ -9,9 +9,11 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <thread>
 #include <vector>
 
+#include "bench_cli.h"
 #include "core/trace_events.h"
 
 namespace {
@@ -47,13 +49,14 @@ int main(int argc, char** argv) {
   double perCollective = 6;
   double collectiveUs = 500;
   CLI::App app{"bench_timeline: cost of recording trace events"};
-  app.add_option("--events", events, "events recorded per thread in each phase")->check(CLI::PositiveNumber);
+  app.add_option("--events", events, "events recorded per thread in each phase")
+      ->check(CLI::Range(1L, std::numeric_limits<long>::max()));
   app.add_option("--threads", threads, "recording threads (communicators' runners)")
       ->check(CLI::Range(1, 64));
   app.add_option("--per-collective", perCollective, "events one collective records (bench_collectives)")
-      ->check(CLI::PositiveNumber);
+      ->check(ringguard::bench::finitePositive());
   app.add_option("--collective-us", collectiveUs, "the collective's time, for the overhead column")
-      ->check(CLI::PositiveNumber);
+      ->check(ringguard::bench::finitePositive());
   CLI11_PARSE(app, argc, argv);
 
   const double off = timeSpans(threads, events);

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <string>
 
 #include "ringguard/torch/gradient_aggregator.h"
@@ -28,11 +29,14 @@ int main(int argc, char** argv) {
   int64_t batch = 64, hidden = 512, layers = 4;
   size_t bucketBytes = size_t(4) << 20;
   std::string deviceKind = "cpu";
-  app.add_option("--steps", steps, "timed steps")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", warmup, "untimed steps")->check(CLI::NonNegativeNumber);
-  app.add_option("--batch", batch, "samples per rank per step")->check(CLI::PositiveNumber);
-  app.add_option("--hidden", hidden, "hidden width")->check(CLI::PositiveNumber);
-  app.add_option("--layers", layers, "hidden layers")->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps, "timed steps")->check(CLI::Range(1, std::numeric_limits<int>::max()));
+  app.add_option("--warmup", warmup, "untimed steps")->check(CLI::Range(0, std::numeric_limits<int>::max()));
+  app.add_option("--batch", batch, "samples per rank per step")
+      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
+  app.add_option("--hidden", hidden, "hidden width")
+      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
+  app.add_option("--layers", layers, "hidden layers")
+      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
   app.add_option("--bucket-bytes", bucketBytes, "gradient bucket size");
   app.add_option("--device", deviceKind,
                  "cpu, cuda (the node-local GPU) or auto (cuda when every rank has one)")

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <string>
 
 #include "ringguard/core/crc32.h"
@@ -51,14 +52,17 @@ int main(int argc, char** argv) {
   double lr = 0.05, faultProbability = 0.002;
   size_t sliceBytes = 16384, bucketBytes = 64 * 1024;
   std::string deviceKind = "cpu";
-  app.add_option("--steps", steps, "training steps")->check(CLI::PositiveNumber);
-  app.add_option("--batch", batch, "samples per rank per step")->check(CLI::PositiveNumber);
-  app.add_option("--hidden", hidden, "hidden width")->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps, "training steps")->check(CLI::Range(1, std::numeric_limits<int>::max()));
+  app.add_option("--batch", batch, "samples per rank per step")
+      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
+  app.add_option("--hidden", hidden, "hidden width")
+      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
   app.add_option("--lr", lr, "SGD learning rate")->check([](const std::string& s) {
     const double v = std::strtod(s.c_str(), nullptr);  // CLI::PositiveNumber lets NaN through
     return std::isfinite(v) && v > 0 ? std::string() : "must be a finite positive number, got " + s;
   });
-  app.add_option("--log-every", logEvery, "steps between progress lines")->check(CLI::PositiveNumber);
+  app.add_option("--log-every", logEvery, "steps between progress lines")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()));
   app.add_option("--fault-prob", faultProbability, "corruption probability per slice transfer (0: off)")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--slice-bytes", sliceBytes, "payload bytes per verified slice");

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -42,8 +43,10 @@ int main(int argc, char** argv) {
   double probability = 0.01;
   size_t sliceBytes = 64 * 1024;
   uint64_t seed = 42;
-  app.add_option("-n,--count", count, "f32 elements per AllReduce")->check(CLI::PositiveNumber);
-  app.add_option("-i,--iterations", iterations, "AllReduces per fault mode")->check(CLI::PositiveNumber);
+  app.add_option("-n,--count", count, "f32 elements per AllReduce")
+      ->check(CLI::Range(size_t{1}, std::numeric_limits<size_t>::max()));
+  app.add_option("-i,--iterations", iterations, "AllReduces per fault mode")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()));
   app.add_option("-p,--probability", probability, "corruption probability per slice transfer")
       ->check([](const std::string& s) {
         const double v = std::strtod(s.c_str(), nullptr);  // CLI::Range lets NaN through

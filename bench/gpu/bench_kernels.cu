@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -112,8 +113,9 @@ int main(int argc, char** argv) {
   app.add_option("--bytes", sizeArgs, "buffer sizes, e.g. 1G,256M,4K (comma separated or repeated)")
       ->delimiter(',');
   app.add_option("--iters", iters, "timed runs per measurement (median reported)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--warmup", warmup, "untimed runs before timing")->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()));
+  app.add_option("--warmup", warmup, "untimed runs before timing")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   app.add_option(
       "--offset", offset,
       "byte offset of the checked buffers from a 256-byte boundary (rounded down to 4 for the scans)");

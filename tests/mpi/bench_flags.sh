@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bench_flags.sh MPIEXEC BENCH_COLLECTIVES BENCH_ALLREDUCE: the benchmarks' command lines. A bad size, an
-# empty range or a size below one element gets an error naming the flag and the value and a non-zero exit
-# (never an abort, a hang or an empty table with a 0.000 summary); a good run prints its rows, "ok" checks
-# and the summary line.
+# empty range, a size below one element or a count out of range gets an error naming the flag and the value
+# and a non-zero exit (never an abort, a hang or an empty table with a 0.000 summary); a good run prints its
+# rows, "ok" checks and the summary line.
 set -uo pipefail
 mpiexec="$1"; collectives="$2"; allreduce="$3"
 log="$(mktemp -t ringguard-bench-flags.XXXXXX)"
@@ -30,6 +30,8 @@ done
 expect_error "$collectives" "--maxbytes 4 is below the smallest size this run can time: 8 bytes of f32" -b 1 -e 4
 expect_error "$allreduce" "--maxbytes 2 is below the smallest size this run can time: 4 bytes of f32" -b 1 -e 2
 expect_error "$collectives" "--op: 'allreduc' is not a collective" -o allreduc
+expect_error "$collectives" "--iters: Value 0 not in range 1 to 2147483647" -n 0
+expect_error "$allreduce" "--warmup_iters: Value -1 not in range 0 to 2147483647" -w -1
 
 timeout -k 5 120 "$mpiexec" --oversubscribe --bind-to none -np 2 "$collectives" -o allgather -b 1K -e 4K -f 4 \
   -n 5 -w 1 >"$log" 2>&1

@@ -45,5 +45,6 @@ for args in "-n 0" "-i -3" "-p nan"; do
   [[ $rc -ne 0 ]] || fail "demo $args: exit 0"
   grep -q "verdict=PASS" "$log" && fail "demo $args: passed"
   [[ $(grep -cE "^--(count|iterations|probability): " "$log") -eq 1 ]] || fail "demo $args: not one command-line error"
+  grep -q "[0-9]\{30\}" "$log" && fail "demo $args: a bound printed as a 300-digit number"
 done
 exit $status
