@@ -69,7 +69,7 @@ const Options& Communicator::options() const { return impl_->options_; }
 const char* Communicator::transportName() const { return impl_->transport_->name(); }
 MemoryKind Communicator::memory() const { return impl_->executor_->memory(); }
 void Communicator::abort(const std::string& why) { impl_->abort(why); }
-void Communicator::leave() { impl_->leave(); }
+void Communicator::leave(bool peersMayBeGone) { impl_->leave(peersMayBeGone); }
 Counters Communicator::counters() const { return impl_->counters(); }
 CommunicatorSummary Communicator::summary() const { return impl_->summary(); }
 Status Communicator::firstError() const { return impl_->firstError(); }

@@ -75,7 +75,10 @@ class Communicator::Impl {
   void finishRun();
   // What the public methods of the same names forward to.
   void abort(const std::string& why);
-  void leave() { transport_->leave(); }
+  void leave(bool peersMayBeGone) {
+    transport_->leave();
+    if (peersMayBeGone) transport_->markBroken();  // no goodbye wait at the end; nothing is announced
+  }
   Counters counters() const;
   CommunicatorSummary summary() const;
   Status firstError() const;

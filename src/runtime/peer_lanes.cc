@@ -39,8 +39,9 @@ PeerLanes::~PeerLanes() {
   }
   lanes_.clear();
   // After a failure messages may still be in flight: the broken transport keeps them from matching
-  // anything later (as a failed Communicator's). Otherwise it says goodbye to the peers.
-  if (!firstError_.isOk()) transport_->markBroken();
+  // anything later (as a failed Communicator's), and its end waits for no peer's goodbye (as after a
+  // failure elsewhere in the owner's group: peersMayBeGone). Otherwise it says goodbye to the peers.
+  if (!firstError_.isOk() || peersMayBeGone_.load()) transport_->markBroken();
   transport_.reset();
 }
 

@@ -65,6 +65,9 @@ class PeerLanes {
 
   // Fails what is queued and the messages in flight at their next wait (kAborted), and tells the peers.
   void abort(const std::string& why);
+  // The owner saw a failure elsewhere over the same ranks: a peer may never say goodbye, so the destructor
+  // ends the transport as after a failure of the lanes' own (no goodbye wait). Nothing is announced.
+  void peersMayBeGone() { peersMayBeGone_.store(true); }
 
   // Fault injection of the messages that start after this call.
   Status setFault(const FaultOptions& fault);
@@ -117,6 +120,7 @@ class PeerLanes {
   Status firstError_;
   bool stopping_ = false;
   std::atomic<bool> aborted_{false};
+  std::atomic<bool> peersMayBeGone_{false};
 };
 
 }  // namespace ringguard

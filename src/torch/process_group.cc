@@ -1252,25 +1252,18 @@ void ProcessGroupRingguard::stop(bool abort) {
   // timeout).
   if (cpuLane_) cpuLane_->drain(stoppedBy_);
   if (cudaLane_) cudaLane_->drain(stoppedBy_);
-  // A clean end waits (at most 10 s per transport) for every peer's goodbye. After a failure a peer may never
-  // send one (it stopped, or hangs in the collective that failed here), and destroy_process_group would
-  // wait it out: a shutdown after a failure ends like abort(), telling the peers and waiting for nobody.
-  if (!abort) {
-    Status failure = firstFailure();
-    if (!failure.isOk()) {
-      const std::string why = "the process group was shut down after a failure: " + failure.message();
-      for (Communicator* c : {cpu_.get(), cuda_.get()}) {
-        if (c != nullptr) c->abort(why);
-      }
-      if (p2p_) p2p_->abort(why);
-    }
-  }
+  // A clean end waits (at most 10 s per transport) for every peer's goodbye. After a failure anywhere in the
+  // group a peer may never send one (it stopped, or hangs in the collective that failed here), and
+  // destroy_process_group would wait it out: then no transport of the group waits. Nothing is announced (an
+  // abort's error frame would fail a peer still completing a collective this rank completed).
+  const bool failed = !firstFailure().isOk();
+  if (failed && p2p_) p2p_->peersMayBeGone();
   // The communicators tell their peers first: each transport's destructor waits (bounded) for the peers'
   // goodbyes, and a peer still waiting for this rank on a later one would otherwise learn it only after the
   // earlier ones' waits. The lanes' transport goes first anyway, after its threads (which may still be
   // announcing a failure to the peers: a goodbye must be the last frame) have ended.
   for (Communicator* c : {cuda_.get(), cpu_.get()}) {
-    if (c != nullptr) c->leave();
+    if (c != nullptr) c->leave(/*peersMayBeGone=*/failed);
   }
   p2p_.reset();
   cuda_.reset();  // each transport says goodbye to its peers, so no Gloo work is left pending

@@ -152,8 +152,12 @@ class Communicator {
   // where the transport has a message for it (the c10d transport), so a peer still waiting in a collective
   // for this rank fails at once ("rank R has left") instead of at its timeout. Call it on every
   // communicator you are about to destroy before destroying the first (each destructor waits, bounded, for
-  // the peers' own goodbyes). Nothing but the destructor may follow it.
-  void leave();
+  // the peers' own goodbyes). Nothing but the destructor may follow it. `peersMayBeGone`: the owner saw a
+  // failure (of this communicator or of another over the same ranks), so a peer may never say goodbye (it
+  // stopped, or hangs): the destructor then waits for nobody, as after a failure of its own. Nothing is
+  // sent but the goodbye, after every frame already sent, so a peer still completing its last collective
+  // with this rank completes it.
+  void leave(bool peersMayBeGone = false);
 
   // This rank's counters (a consistent snapshot).
   Counters counters() const;
