@@ -1256,7 +1256,7 @@ void ProcessGroupRingguard::stop(bool abort) {
   // group a peer may never send one (it stopped, or hangs in the collective that failed here), and
   // destroy_process_group would wait it out: then no transport of the group waits. Nothing is announced (an
   // abort's error frame would fail a peer still completing a collective this rank completed).
-  const bool failed = !firstFailure().isOk();
+  const bool failed = anyFailed();
   if (failed && p2p_) p2p_->peersMayBeGone();
   // The communicators tell their peers first: each transport's destructor waits (bounded) for the peers'
   // goodbyes, and a peer still waiting for this rank on a later one would otherwise learn it only after the
@@ -1272,12 +1272,12 @@ void ProcessGroupRingguard::stop(bool abort) {
   store_.reset();
 }
 
-Status ProcessGroupRingguard::firstFailure() const {
+bool ProcessGroupRingguard::anyFailed() const {
   std::lock_guard<std::mutex> lock(mutex_);
   for (Communicator* c : {cpu_.get(), cuda_.get()}) {
-    if (c != nullptr && !c->firstError().isOk()) return c->firstError();
+    if (c != nullptr && !c->firstError().isOk()) return true;
   }
-  return p2p_ ? p2p_->firstError() : Status();
+  return p2p_ && !p2p_->firstError().isOk();
 }
 
 void ProcessGroupRingguard::shutdown() { stop(/*abort=*/false); }

@@ -251,8 +251,8 @@ class ProcessGroupRingguard : public c10d::Backend {
   // Records `work` while coalescing.
   void coalesce(const c10::intrusive_ptr<c10d::Work>& work);
   void stop(bool abort);
-  // The first error of this group's communicators and point-to-point lanes (OK when none failed).
-  Status firstFailure() const;
+  // Whether any of this group's communicators or its point-to-point lanes failed.
+  bool anyFailed() const;
 
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Backend> gloo_;
