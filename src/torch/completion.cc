@@ -1,5 +1,6 @@
 #include "torch/completion.h"
 
+#include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -120,7 +121,13 @@ void CompletionLane::completeOne(PendingCollective& p, const Status& st) {
           c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(p.stream), c10::DeviceIndex(p.device)));
     }
 #endif
-    if (!error && p.after) p.after();
+    if (!error && p.after) {
+      // The copy-outs write the caller's tensors as the backend's memory, outside autograd (as gloo's and
+      // NCCL's do): a parameter, a leaf that requires grad, is a valid output (dist.broadcast(p) under
+      // no_grad), and this thread's grad mode is not the caller's.
+      const at::NoGradGuard noGrad;
+      p.after();
+    }
     if (error) {
       p.future->setError(error);
     } else {

@@ -24,6 +24,7 @@
 #include "runtime/peer_lanes.h"
 #include "torch/completion.h"
 #include "torch/store_bootstrap.h"
+#include "torch/strided.h"
 #include "transport/c10d/c10d_transport.h"
 #if RINGGUARD_TORCH_CUDA
 #include <c10/cuda/CUDAGuard.h>
@@ -75,14 +76,12 @@ ReduceOp reduceOpFor(const char* name, const c10d::ReduceOp& rop, const at::Tens
   return op;
 }
 
-// One tensor, dense and contiguous, on the CPU or a CUDA device.
+// One dense tensor, of any strides (torch/strided.h), on the CPU or a CUDA device.
 void checkTensor(const char* op, const at::Tensor& t) {
   TORCH_CHECK(t.defined(), "ringguard: ", op, ": undefined tensor");
   if (t.is_sparse()) unsupported(op, "sparse " + describe(t));
   TORCH_CHECK(t.device().is_cpu() || t.device().is_cuda(), "ringguard: ", op, ": ", describe(t),
               ": only cpu and cuda tensors are supported");
-  TORCH_CHECK(t.is_contiguous(), "ringguard: ", op, ": ", describe(t),
-              " is not contiguous; call .contiguous() first");
 }
 
 void checkSingle(const char* op, const std::vector<at::Tensor>& tensors) {
@@ -91,20 +90,21 @@ void checkSingle(const char* op, const std::vector<at::Tensor>& tensors) {
   checkTensor(op, tensors[0]);
 }
 
-// The tensor's bytes as a flat uint8 tensor (same storage).
-at::Tensor bytesOf(const at::Tensor& t) { return t.reshape({-1}).view(at::kByte); }
+// The tensor's bytes as a flat uint8 tensor (the same storage when it is contiguous, else a copy: reshape
+// alone may give a strided view, of a column say).
+at::Tensor bytesOf(const at::Tensor& t) { return t.contiguous().view({-1}).view(at::kByte); }
 
 // What a copy collective moves: the tensor as its own dtype where the engine has it, so that the fingerprint
 // compares dtypes across ranks and RINGGUARD_NAN_CHECK scans floating inputs; else as bytes.
 struct CopyView {
-  at::Tensor flat;  // same storage
+  at::Tensor flat;  // the same storage when the tensor is contiguous, else a copy (inputs only)
   DataType dtype = DataType::kUint8;
   size_t count = 0;
 };
 CopyView copyViewOf(const at::Tensor& t) {
   CopyView v;
   if (toDataType(t.scalar_type(), &v.dtype)) {
-    v.flat = t.reshape({-1});
+    v.flat = t.contiguous().view({-1});
   } else {
     v.flat = bytesOf(t);
     v.dtype = DataType::kUint8;
@@ -359,7 +359,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allreduce(std::vector<at::
                                                                 const c10d::AllreduceOptions& opts) try {
   const RejectionScope scope;
   checkSingle("allreduce", tensors);
-  const at::Tensor& t = tensors[0];
+  ContiguousOutputs dense("allreduce");
+  const at::Tensor t = dense(tensors[0]);
   DataType dt;
   ReduceOp op;
   if (!toDataType(t.scalar_type(), &dt)) {
@@ -370,8 +371,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allreduce(std::vector<at::
   op = reduceOpFor("allreduce", opts.reduceOp, t, dt);
   premulOnOneRank(t, &op, /*inPlace=*/true);
   if (stagedSelected("all_reduce", t))
-    return launch("allreduce", t, stagedAllreduceStart({t}, {dt}, op), {t}, nullptr);
-  return launchAllreduce("allreduce", t, size_t(t.numel()), dt, op, {t}, nullptr);
+    return launch("allreduce", t, stagedAllreduceStart({t}, {dt}, op), tensors, dense.after());
+  return launchAllreduce("allreduce", t, size_t(t.numel()), dt, op, tensors, dense.after());
 } catch (...) {
   rejected(CollectiveKind::kAllreduce, firstOf(tensors));
 }
@@ -383,7 +384,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::broadcast(std::vector<at::
   TORCH_CHECK(opts.rootTensor == 0, "ringguard: broadcast: rootTensor must be 0");
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "ringguard: broadcast: root rank ", opts.rootRank,
               " is outside [0, ", size_, ")");
-  at::Tensor t = tensors[0];
+  ContiguousOutputs dense("broadcast");
+  const at::Tensor t = dense(tensors[0]);
   // The native pipelined chain: any dtype, verified slice by slice like every collective.
   const CopyView v = copyViewOf(t);
   void* data = v.flat.data_ptr();
@@ -393,7 +395,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::broadcast(std::vector<at::
   return launch(
       "broadcast", v.flat,
       [=](Communicator* comm, void* stream) { return comm->broadcastAsync(data, data, n, dt, root, stream); },
-      {t}, nullptr);
+      tensors, dense.after());
 } catch (...) {
   rejected(CollectiveKind::kBroadcast, firstOf(tensors));
 }
@@ -410,6 +412,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allgather(std::vector<std:
               " tensors, the group has ", size_, " ranks");
   for (const auto& o : outs) {
     checkTensor("allgather", o);
+    checkWritable("allgather", o);
     TORCH_CHECK(o.numel() == in.numel() && o.scalar_type() == in.scalar_type() && o.device() == in.device(),
                 "ringguard: allgather: output ", describe(o), " of ", o.numel(),
                 " elements does not match the input ", describe(in), " of ", in.numel());
@@ -428,8 +431,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allgather(std::vector<std:
       flat.narrow(0, n * int64_t(r), n).copy_(copyViewOf(outs[r]).flat);
   }
   auto after = [outs, flat, n]() {
-    for (size_t r = 0; r < outs.size(); ++r)
-      copyViewOf(outs[r]).flat.copy_(flat.narrow(0, n * int64_t(r), n));
+    for (size_t r = 0; r < outs.size(); ++r) copyInto(outs[r], flat.narrow(0, n * int64_t(r), n));
   };
   Start start = stagedSelected("all_gather", flat)
                     ? stagedAllgatherStart(mine, flat, size_t(n), dt)
@@ -450,7 +452,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::_allgather_base(
                   output.device() == input.device(),
               "ringguard: all_gather_into_tensor: output ", describe(output), " of ", output.numel(),
               " elements must hold ", size_, " x the input ", describe(input), " of ", input.numel());
-  const CopyView out = copyViewOf(output);
+  ContiguousOutputs dense("all_gather_into_tensor");
+  const CopyView out = copyViewOf(dense(output));
   CopyView v = copyViewOf(input);
   const int64_t n = int64_t(v.count);
   const int64_t nb = n * int64_t(v.flat.element_size());
@@ -466,8 +469,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::_allgather_base(
                     : [mine, dst, n, dt](Communicator* comm, void* stream) {
                         return comm->allgatherAsync(mine.data_ptr(), dst.data_ptr(), size_t(n), dt, stream);
                       };
-  return launch("all_gather_into_tensor", dst, std::move(start), {output}, nullptr, /*nestedOutputs=*/false,
-                {mine});
+  return launch("all_gather_into_tensor", dst, std::move(start), {output}, dense.after(),
+                /*nestedOutputs=*/false, {mine});
 } catch (...) {
   rejected(CollectiveKind::kAllgather, output);
 }
@@ -624,14 +627,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::_reduce_scatter_base(
   ReduceOp op;
   if (!toDataType(input.scalar_type(), &dt)) unsupported(name, "dtype of " + describe(input));
   op = reduceOpFor(name, opts.reduceOp, input, dt);
-  at::Tensor in = premulOnOneRank(input, &op, /*inPlace=*/false);
+  at::Tensor in = premulOnOneRank(input.contiguous(), &op, /*inPlace=*/false);
+  ContiguousOutputs dense(name);
+  const at::Tensor out = dense(output);
   // The native ring's reduce steps: block r of the input, reduced over the ranks, lands in rank r's output.
   const size_t count = size_t(output.numel());
-  return launch(name, output,
-                [in, output, count, dt, op](Communicator* comm, void* stream) {
-                  return comm->reduceScatterAsync(in.data_ptr(), output.data_ptr(), count, dt, op, stream);
+  return launch(name, out,
+                [in, out, count, dt, op](Communicator* comm, void* stream) {
+                  return comm->reduceScatterAsync(in.data_ptr(), out.data_ptr(), count, dt, op, stream);
                 },
-                {output}, nullptr, /*nestedOutputs=*/false, {in});
+                {output}, dense.after(), /*nestedOutputs=*/false, {in});
 } catch (...) {
   rejected(CollectiveKind::kReduceScatter, output);
 }
@@ -650,10 +655,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce_scatter(
         "ringguard: reduce_scatter: input ", describe(t), " of ", t.numel(),
         " elements does not match the output ", describe(out), " of ", out.numel());
   }
-  // One flat input (the list in rank order), then the tensor form.
+  // One flat input (the list in rank order), then the tensor form (which takes the output as it is).
   at::Tensor flat = at::cat(inputs[0]).reshape({-1});
-  at::Tensor flatOut = out.reshape({-1});
-  return _reduce_scatter_base(flatOut, flat, opts);
+  return _reduce_scatter_base(out, flat, opts);
 } catch (...) {
   rejected(CollectiveKind::kReduceScatter, firstOf(outputs));
 }
@@ -671,7 +675,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::alltoall_base(at::Tensor& 
               " must have one dtype and device");
   // Splits count rows of dim 0 (empty: equal rows); the exchange moves the tensors as their dtype where the
   // engine has it (so RINGGUARD_NAN_CHECK scans the blocks sent), as bytes otherwise.
-  const CopyView in = copyViewOf(input), out = copyViewOf(output);
+  ContiguousOutputs dense(name);
+  const CopyView in = copyViewOf(input), out = copyViewOf(dense(output));
   auto toCounts = [this, name](const at::Tensor& t, const CopyView& v, const std::vector<int64_t>& splits,
                                std::vector<size_t>* counts, std::vector<size_t>* displs) {
     const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
@@ -701,11 +706,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::alltoall_base(at::Tensor& 
   toCounts(output, out, outputSplits, &rc, &rd);
   const at::Tensor src = in.flat, dst = out.flat;
   const DataType dt = in.dtype;
-  return launch(name, output,
+  return launch(name, dst,
                 [src, dst, sc, sd, rc, rd, dt](Communicator* comm, void* stream) {
                   return comm->alltoallAsync(src.data_ptr(), sc, sd, dst.data_ptr(), rc, rd, dt, stream);
                 },
-                {output}, nullptr, /*nestedOutputs=*/false, {src});
+                {output}, dense.after(), /*nestedOutputs=*/false, {src});
 } catch (...) {
   rejected(CollectiveKind::kAlltoall, output);
 }
@@ -722,6 +727,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::alltoall(std::vector<at::T
   for (int p = 0; p < size_; ++p) {
     checkTensor("all_to_all", inputs[size_t(p)]);
     checkTensor("all_to_all", outputs[size_t(p)]);
+    checkWritable("all_to_all", outputs[size_t(p)]);
     TORCH_CHECK(
         inputs[size_t(p)].device() == inputs[0].device() && outputs[size_t(p)].device() == inputs[0].device(),
         "ringguard: all_to_all: every tensor must be on ", inputs[0].device());
@@ -750,9 +756,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::alltoall(std::vector<at::T
     for (size_t p = 0; p < outs.size(); ++p)
       out.narrow(0, int64_t(rd[p]), int64_t(rc[p])).copy_(view(outs[p]));
   }
-  auto after = [outs, out, rc, rd, view]() {
-    for (size_t p = 0; p < outs.size(); ++p)
-      view(outs[p]).copy_(out.narrow(0, int64_t(rd[p]), int64_t(rc[p])));
+  auto after = [outs, out, rc, rd]() {
+    for (size_t p = 0; p < outs.size(); ++p) copyInto(outs[p], out.narrow(0, int64_t(rd[p]), int64_t(rc[p])));
   };
   return launch("all_to_all", out,
                 [in, out, sc, sd, rc, rd, dt](Communicator* comm, void* stream) {
@@ -770,8 +775,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allreduce_coalesced(
   TORCH_CHECK(!tensors.empty(), "ringguard: ", name, ": no tensors");
   ReduceOp op = ReduceOp::kSum;
   std::vector<DataType> dts;
+  ContiguousOutputs dense(name);
+  std::vector<at::Tensor> ts;
   for (const at::Tensor& t : tensors) {
     checkTensor(name, t);
+    ts.push_back(dense(t));
     TORCH_CHECK(t.device() == tensors[0].device(), "ringguard: ", name, ": every tensor must be on ",
                 tensors[0].device());
     DataType dt;
@@ -781,15 +789,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allreduce_coalesced(
   }
   if (size_ == 1 && isPremulSum(op)) {
     const ReduceOp premul = op;
-    for (const at::Tensor& t : tensors) {
+    for (const at::Tensor& t : ts) {
       op = premul;
       premulOnOneRank(t, &op, /*inPlace=*/true);
     }
   }
   // One verified allreduce per tensor, queued back to back (see the coalesced all-gather below), or staged
   // one after the other while the all_reduce family runs staged_chunked.
-  std::vector<at::Tensor> ts = tensors;
-  Start start = stagedSelected("all_reduce", tensors[0])
+  Start start = stagedSelected("all_reduce", ts[0])
                     ? stagedAllreduceStart(ts, dts, op)
                     : [ts, dts, op](Communicator* comm, void* stream) {
                         std::shared_ptr<ringguard::Work> last;
@@ -799,7 +806,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allreduce_coalesced(
                         }
                         return last;
                       };
-  return launch(name, tensors[0], std::move(start), tensors, nullptr);
+  return launch(name, ts[0], std::move(start), tensors, dense.after(), /*nestedOutputs=*/false, ts);
 } catch (...) {
   rejected(CollectiveKind::kAllreduce, firstOf(tensors));
 }
@@ -816,6 +823,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allgather_into_tensor_coal
               " inputs and ", outputs.size(), " outputs");
   std::vector<at::Tensor> ins, outs;
   std::vector<DataType> dts;
+  ContiguousOutputs dense(name);
   for (size_t i = 0; i < inputs.size(); ++i) {
     checkTensor(name, inputs[i]);
     checkTensor(name, outputs[i]);
@@ -826,11 +834,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allgather_into_tensor_coal
                 " elements must hold ", size_, " x input ", describe(inputs[i]), " of ", inputs[i].numel());
     const CopyView in = copyViewOf(inputs[i]);
     ins.push_back(in.flat);
-    outs.push_back(copyViewOf(outputs[i]).flat);
+    outs.push_back(copyViewOf(dense(outputs[i])).flat);
     dts.push_back(in.dtype);
   }
+  std::vector<at::Tensor> keep = ins;
+  keep.insert(keep.end(), outs.begin(), outs.end());
   return launch(
-      name, outputs[0],
+      name, outs[0],
       [ins, outs, dts](Communicator* comm, void* stream) {
         std::shared_ptr<ringguard::Work> last;
         for (size_t i = 0; i < ins.size(); ++i) {
@@ -839,7 +849,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allgather_into_tensor_coal
         }
         return last;
       },
-      outputs, nullptr, /*nestedOutputs=*/false, inputs);
+      outputs, dense.after(), /*nestedOutputs=*/false, keep);
 } catch (...) {
   rejected(CollectiveKind::kAllgather, firstOf(outputs));
 }
@@ -867,7 +877,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce_scatter_tensor_coal
     op = reduceOpFor(name, opts.reduceOp, inputs[i], dt);
     dts.push_back(dt);
   }
-  std::vector<at::Tensor> ins = inputs, outs = outputs;
+  std::vector<at::Tensor> ins, outs;
+  ContiguousOutputs dense(name);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ins.push_back(inputs[i].contiguous());
+    outs.push_back(dense(outputs[i]));
+  }
   if (size_ == 1 && isPremulSum(op)) {
     const ReduceOp premul = op;
     for (at::Tensor& in : ins) {
@@ -875,8 +890,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce_scatter_tensor_coal
       in = premulOnOneRank(in, &op, /*inPlace=*/false);
     }
   }
+  std::vector<at::Tensor> keep = ins;
+  keep.insert(keep.end(), outs.begin(), outs.end());
   return launch(
-      name, outputs[0],
+      name, outs[0],
       [ins, outs, dts, op](Communicator* comm, void* stream) {
         std::shared_ptr<ringguard::Work> last;
         for (size_t i = 0; i < ins.size(); ++i) {
@@ -885,7 +902,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce_scatter_tensor_coal
         }
         return last;
       },
-      outputs, nullptr, /*nestedOutputs=*/false, ins);
+      outputs, dense.after(), /*nestedOutputs=*/false, keep);
 } catch (...) {
   rejected(CollectiveKind::kReduceScatter, firstOf(outputs));
 }
@@ -896,16 +913,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce(std::vector<at::Ten
   checkSingle("reduce", tensors);
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "ringguard: reduce: root rank ", opts.rootRank,
               " is outside [0, ", size_, ")");
-  at::Tensor t = tensors[0];
+  const at::Tensor& t = tensors[0];
   DataType dt;
   ReduceOp op;
   if (!toDataType(t.scalar_type(), &dt)) unsupported("reduce", "dtype of " + describe(t));
   op = reduceOpFor("reduce", opts.reduceOp, t, dt);
   // A verified allreduce; the other ranks reduce a copy, so their tensors keep their values (as NCCL's).
   // Traffic: the allreduce's, about 2x a reduce to one rank.
-  at::Tensor buffer = rank_ == int(opts.rootRank) ? t : t.clone();
+  ContiguousOutputs dense("reduce");
+  at::Tensor buffer = rank_ == int(opts.rootRank) ? dense(t) : t.clone(at::MemoryFormat::Contiguous);
   premulOnOneRank(buffer, &op, /*inPlace=*/true);  // one rank: the root
-  return launchAllreduce("reduce", buffer, size_t(t.numel()), dt, op, {t}, nullptr);
+  return launchAllreduce("reduce", buffer, size_t(t.numel()), dt, op, tensors, dense.after());
 } catch (...) {
   rejected(CollectiveKind::kAllreduce, firstOf(tensors));
 }
@@ -952,6 +970,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::gather(std::vector<std::ve
     for (int p = 0; p < size_; ++p) {
       const at::Tensor& o = outs[size_t(p)];
       checkTensor("gather", o);
+      checkWritable("gather", o);
       TORCH_CHECK(o.numel() == inputs[0].numel() && o.scalar_type() == inputs[0].scalar_type() &&
                       o.device() == inputs[0].device(),
                   "ringguard: gather: output ", describe(o), " of ", o.numel(),
@@ -968,8 +987,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::gather(std::vector<std::ve
       flat.narrow(0, int64_t(p * n), int64_t(n)).copy_(copyViewOf(outs[p]).flat);
   }
   auto after = [outs, flat, n]() {
-    for (size_t p = 0; p < outs.size(); ++p)
-      copyViewOf(outs[p]).flat.copy_(flat.narrow(0, int64_t(p * n), int64_t(n)));
+    for (size_t p = 0; p < outs.size(); ++p) copyInto(outs[p], flat.narrow(0, int64_t(p * n), int64_t(n)));
   };
   return launchGather("gather", in, flat, root, outs, after, /*nestedOutputs=*/true, v.dtype);
 } catch (...) {
@@ -988,13 +1006,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::gatherSingle(at::Tensor& o
   at::Tensor in = v.flat;
   at::Tensor out = at::empty({0}, in.options());
   std::vector<at::Tensor> outputs;
+  ContiguousOutputs dense(name);
   if (rank_ == root) {
     checkTensor(name, output);
     TORCH_CHECK(output.numel() == input.numel() * size_ && output.scalar_type() == input.scalar_type() &&
                     output.device() == input.device(),
                 "ringguard: ", name, ": output ", describe(output), " of ", output.numel(),
                 " elements must hold ", size_, " x the input ", describe(input), " of ", input.numel());
-    out = copyViewOf(output).flat;
+    out = copyViewOf(dense(output)).flat;
     outputs.push_back(output);
     // The exchange is not in place: an input inside the output (the root's own block, say) is copied first.
     const auto* i0 = static_cast<const uint8_t*>(in.data_ptr());
@@ -1003,7 +1022,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::gatherSingle(at::Tensor& o
                   outBytes = out.numel() * int64_t(out.element_size());
     if (inBytes > 0 && i0 < o0 + outBytes && o0 < i0 + inBytes) in = in.clone();
   }
-  return launchGather(name, in, out, root, outputs, nullptr, /*nestedOutputs=*/false, v.dtype);
+  return launchGather(name, in, out, root, outputs, dense.after(), /*nestedOutputs=*/false, v.dtype);
 } catch (...) {
   rejected(CollectiveKind::kAlltoall, input);
 }
@@ -1016,7 +1035,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::scatter(std::vector<at::Te
   const int root = int(opts.rootRank);
   TORCH_CHECK(root >= 0 && root < size_, "ringguard: scatter: root rank ", root, " is outside [0, ", size_,
               ")");
-  const CopyView v = copyViewOf(outputs[0]);  // the root's blocks as this dtype: NaN-checked where floating
+  ContiguousOutputs dense("scatter");
+  const CopyView v =
+      copyViewOf(dense(outputs[0]));  // the root's blocks as this dtype: NaN-checked where floating
   at::Tensor out = v.flat;
   const size_t n = v.count;
   std::vector<size_t> sc(size_t(size_), 0), sd(size_t(size_), 0), rc(size_t(size_), 0), rd(size_t(size_), 0);
@@ -1047,7 +1068,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::scatter(std::vector<at::Te
                 [flat, out, sc, sd, rc, rd, dt](Communicator* comm, void* stream) {
                   return comm->alltoallAsync(flat.data_ptr(), sc, sd, out.data_ptr(), rc, rd, dt, stream);
                 },
-                outputs, nullptr, /*nestedOutputs=*/false, {flat});
+                outputs, dense.after(), /*nestedOutputs=*/false, {flat});
 } catch (...) {
   rejected(CollectiveKind::kAlltoall, firstOf(outputs));
 }
@@ -1099,14 +1120,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::p2p(const char* op, at::Te
     stream = c10::cuda::getCurrentCUDAStream(device).stream();
   }
 #endif
-  // Host memory the message moves through: the tensor itself, or (CUDA) a copy made on the caller's stream.
-  at::Tensor host =
-      t.is_cuda() ? (isSend ? t.to(at::kCPU) : at::empty(t.sizes(), t.options().device(at::kCPU))) : t;
+  // Host memory the message moves through, contiguous: the tensor itself, or a copy (made on the caller's
+  // stream for CUDA) that a receive copies into the tensor.
+  if (!isSend) checkWritable(op, t);
+  const bool copied = t.is_cuda() || !t.is_contiguous();
+  at::Tensor host = !copied  ? t
+                    : isSend ? t.to(at::kCPU).contiguous()
+                             : at::empty(t.sizes(), t.options().device(at::kCPU));
   auto future =
       c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()), devices);
   auto rg = c10::make_intrusive<RgWork>(rank_, isSend ? c10d::OpType::SEND : c10d::OpType::RECV, op,
                                         std::vector<at::Tensor>{t}, future);
-  auto done = [rg, future, t, host, device, stream, isSend](const Status& st) mutable {
+  auto done = [rg, future, t, host, device, stream, isSend, copied](const Status& st) mutable {
     std::exception_ptr error;
     if (!st.isOk()) error = toException(st);
     try {
@@ -1115,9 +1140,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::p2p(const char* op, at::Te
       if (device >= 0) {
         guard.emplace(
             c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(stream), c10::DeviceIndex(device)));
-        if (!error && !isSend) t.copy_(host, /*non_blocking=*/false);
       }
 #endif
+      if (!error && !isSend && copied) {
+        const at::NoGradGuard noGrad;  // as the collectives' copy-outs (completion.cc)
+        t.copy_(host, /*non_blocking=*/false);
+      }
       if (error) {
         future->setError(error);
       } else {
