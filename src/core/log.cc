@@ -84,12 +84,14 @@ const char* subsysName(Subsys s) {
 }
 
 std::shared_ptr<spdlog::logger> logger() {
-  // Magic static: initialised exactly once even with concurrent first calls.
-  static const std::shared_ptr<spdlog::logger> instance = [] {
+  // Magic static: initialised exactly once even with concurrent first calls. Never destroyed: exit handlers
+  // log (the observability files' errors at exit), and one registered before the first message would
+  // otherwise run after this logger, its sinks and spdlog's registry were destroyed (a crash at exit).
+  static const auto* instance = new std::shared_ptr<spdlog::logger>([] {
     selectFromEnv();
     return createLogger();
-  }();
-  return instance;
+  }());
+  return *instance;
 }
 
 bool isValidLogLevel(const std::string& level) {

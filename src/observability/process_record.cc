@@ -1,5 +1,6 @@
 // The process's record: its communicators (live and destroyed), the environment's file prefixes, and the
 // files written from them (include/ringguard/observability/observability.h).
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -78,16 +79,30 @@ Status writeJson(const std::string& path, const nlohmann::json& j, int indent) {
   return Status::ok();
 }
 
-// The folder a `<prefix>.<rank>.json` file goes into must exist and be writable: checked when the process
-// starts, so a bad path is reported before a run, not after it (its file is then not written at all).
-Status checkPrefix(const char* name, const std::string& prefix) {
+// The folder a `<prefix>.<rank>.json` file goes into must be a folder this process can write into, and that
+// file, if it exists, a file it can overwrite: checked when the process starts, so a bad path is reported
+// before a run, not after it (its file is then not written at all).
+Status checkPrefix(const char* name, const std::string& prefix, int rank) {
   if (prefix.empty()) return Status::ok();
   const size_t slash = prefix.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : prefix.substr(0, slash);
-  if (::access(dir.c_str(), W_OK) == 0) return Status::ok();
-  const int err = errno;
-  return Status(StatusCode::kInvalidArgument, std::string(name) + "='" + prefix + "': cannot write into '" +
-                                                  dir + "' (" + std::strerror(err) + "): no file is written");
+  const std::string file = prefix + "." + std::to_string(rank) + ".json";
+  auto refuse = [&](const std::string& why) {
+    return Status(StatusCode::kInvalidArgument,
+                  std::string(name) + "='" + prefix + "': " + why + ": no file is written");
+  };
+  struct stat st;
+  if (::stat(dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) return refuse("'" + dir + "' is not a folder");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return refuse("cannot write into '" + dir + "' (" + std::strerror(errno) + ")");
+  }
+  if (::stat(file.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return refuse("'" + file + "' is a folder");
+    if (::access(file.c_str(), W_OK) != 0) {
+      return refuse("cannot overwrite '" + file + "' (" + std::strerror(errno) + ")");
+    }
+  }
+  return Status::ok();
 }
 
 }  // namespace
@@ -107,7 +122,7 @@ Status init() {
   }
   for (auto [name, prefix] : {std::make_pair("RINGGUARD_TIMELINE", &r.timelinePrefix),
                               std::make_pair("RINGGUARD_SUMMARY", &r.summaryPrefix)}) {
-    const Status st = checkPrefix(name, *prefix);
+    const Status st = checkPrefix(name, *prefix, processRank(r));
     if (st.isOk()) continue;
     logError(Subsys::kCore, "{}", st.message());
     prefix->clear();

@@ -166,3 +166,54 @@ def test_unwritable_prefix_is_reported_at_import_not_at_exit(tmp_path):
     assert "No such file or directory" in before, r.stderr
     assert "cannot write" not in after, r.stderr  # nothing more at exit
     assert not missing.exists()
+
+
+@pytest.mark.parametrize("case", ["folder-is-a-file", "file-is-a-folder"])
+def test_a_prefix_that_cannot_take_its_file_is_reported_at_import(tmp_path, case):
+    """The early check covers more than a missing folder: a prefix under a regular file, and a prefix whose
+    ``<prefix>.<rank>.json`` is a folder, are reported at import (and the exit stays quiet and normal)."""
+    import subprocess
+    import sys
+
+    if case == "folder-is-a-file":
+        (tmp_path / "afile").write_text("x")
+        prefix, why = tmp_path / "afile" / "sum", f"'{tmp_path / 'afile'}' is not a folder"
+    else:
+        (tmp_path / "sum.0.json").mkdir()
+        prefix, why = tmp_path / "sum", f"'{tmp_path / 'sum.0.json'}' is a folder"
+    env = dict(os.environ, RINGGUARD_SUMMARY=str(prefix), RANK="0")
+    code = "import ringguard, sys; sys.stderr.write('IMPORTED\\n')"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    before, _, after = r.stderr.partition("IMPORTED")
+    assert f"RINGGUARD_SUMMARY='{prefix}': {why}: no file is written" in before, r.stderr
+    assert after.strip() == "", r.stderr
+
+
+def test_a_write_that_fails_at_exit_is_reported_and_the_process_exits_normally(tmp_path):
+    """The files are written again at exit: when that fails (the folder went away during the run) the error
+    is logged and the process exits with its own status. The exit handler used to log after spdlog's logger
+    had been destroyed: a segfault (rc -11) after the script had finished."""
+    import socket
+    import subprocess
+    import sys
+
+    folder = tmp_path / "out"
+    folder.mkdir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = (
+        "import os, shutil, torch, torch.distributed as dist, ringguard\n"
+        f"os.environ.update(RANK='0', WORLD_SIZE='1', MASTER_ADDR='127.0.0.1', MASTER_PORT='{port}')\n"
+        "dist.init_process_group('ringguard')\n"
+        "dist.all_reduce(torch.ones(3))\n"
+        f"shutil.rmtree({str(folder)!r})\n"
+        "dist.destroy_process_group()\n"
+        "print('END', flush=True)\n")
+    env = dict(os.environ, RINGGUARD_SUMMARY=str(folder / "sum"), RINGGUARD_TIMELINE=str(folder / "tl"))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, f"rc {r.returncode}: {r.stderr[-2000:]}"
+    assert "END" in r.stdout
+    assert f"cannot write {folder / 'tl'}.0.json" in r.stderr, r.stderr
+    assert "observability at exit" in r.stderr, r.stderr
