@@ -240,6 +240,15 @@ Status ProcessGroupRingguard::createMpiCommunicator(const std::vector<int>& glob
   int worldRank = -1, worldSize = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &worldRank);
   MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
+  const int highest = ranks.empty() ? -1 : *std::max_element(ranks.begin(), ranks.end());
+  if (highest >= worldSize) {  // every rank of the group sees this, whatever its own rank
+    return Status(StatusCode::kInvalidArgument,
+                  "the group has torch rank " + std::to_string(highest) + " but MPI_COMM_WORLD has " +
+                      std::to_string(worldSize) + " process" + (worldSize == 1 ? "" : "es") +
+                      ": RINGGUARD_CPU_TRANSPORT=mpi needs the job started by mpirun (a launcher such as "
+                      "torchrun starts each rank as an MPI job of its own); set RINGGUARD_CPU_TRANSPORT=gloo "
+                      "or auto");
+  }
   if (int(ranks.size()) != size_ || ranks[size_t(rank_)] != worldRank) {
     return Status(StatusCode::kInvalidArgument,
                   "group rank " + std::to_string(rank_) + " is torch rank " +
@@ -249,9 +258,7 @@ Status ProcessGroupRingguard::createMpiCommunicator(const std::vector<int>& glob
                       "init_process_group), or set RINGGUARD_CPU_TRANSPORT=gloo");
   }
   for (int r : ranks) {
-    if (r < 0 || r >= worldSize) {
-      return Status(StatusCode::kInvalidArgument, "rank " + std::to_string(r) + " is outside MPI_COMM_WORLD");
-    }
+    if (r < 0) return Status(StatusCode::kInvalidArgument, "rank " + std::to_string(r) + " is negative");
   }
   MPI_Group world = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
   MPI_Comm comm = MPI_COMM_NULL;

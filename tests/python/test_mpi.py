@@ -246,3 +246,21 @@ if __name__ == "__main__" and "--port-worker" in sys.argv:
     port_worker()
 if __name__ == "__main__" and "--stopped-worker" in sys.argv:
     stopped_worker()
+
+
+def test_the_mpi_transport_under_torchrun_says_it_needs_mpirun(tmp_path):
+    """RINGGUARD_CPU_TRANSPORT=mpi under torchrun (each rank an MPI job of its own): every rank fails its
+    init with the same error saying that the job was not started by mpirun and what to set instead (rank 0
+    said "rank 1 is outside MPI_COMM_WORLD", rank 1 something else)."""
+    import harness
+
+    script = tmp_path / "w.py"
+    script.write_text("import torch, torch.distributed as dist, ringguard\n"
+                      "dist.init_process_group('ringguard')\n"
+                      "dist.all_reduce(torch.ones(2))\n")
+    rc, timed_out, _, out = harness.run_command(harness.torchrun_cmd(str(script), 2),
+                                                {"RINGGUARD_CPU_TRANSPORT": "mpi"}, timeout=180)
+    assert not timed_out and rc != 0, out[-3000:]
+    want = ("the group has torch rank 1 but MPI_COMM_WORLD has 1 process: RINGGUARD_CPU_TRANSPORT=mpi needs "
+            "the job started by mpirun")
+    assert out.count(want) >= 2, out[-3000:]
