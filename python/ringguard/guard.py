@@ -117,7 +117,7 @@ class Guard:
             device = torch.cuda.current_device() if torch.cuda.is_available() else -1
         self.mode = mode
         self.fallback = fallback
-        self.mutates = tuple(mutates)
+        self.mutates = mutates if isinstance(mutates, str) else tuple(mutates)  # checked by each decoration
         self._impl = C.Guard(dict(policy=policy, replays=replays, escalation=escalation,
                                   after_fallback=after_fallback, mode=mode,
                                   snapshot_budget_bytes=snapshot_budget_bytes, scan_state=scan_state,
@@ -132,12 +132,14 @@ class Guard:
              fallback: Optional[Callable] = None, **kwargs):
         """Runs ``fn(*args, **kwargs)`` as one guarded call and returns its result. Tensors among the
         arguments named (or indexed) in `mutates` are the state (snapshotted, restored); the other tensor
-        arguments are inputs; the returned tensors are the outputs (scanned)."""
-        return self._run(fn, _signature(fn), args, kwargs, name, mutates, fallback)
+        arguments are inputs; the returned tensors are the outputs (scanned). A name or position that is
+        not a parameter of `fn` raises ValueError."""
+        sig = _signature(fn)
+        name = name or getattr(fn, "__name__", "op")
+        return self._run(fn, sig, args, kwargs, name, _state_names(sig, mutates, name), fallback)
 
     def _run(self, fn, sig, args, kwargs, name, mutates, fallback):
-        name = name or getattr(fn, "__name__", "op")
-        state, inputs = _split(sig, args, kwargs, mutates)
+        state, inputs = _split(sig, args, kwargs, mutates, name)
         fb = fallback or self.fallback
         body = functools.partial(fn, *args, **kwargs)
         fb_body = functools.partial(fb, *args, **kwargs) if fb is not None else None
@@ -150,9 +152,9 @@ class Guard:
         """Decorator: ``@g`` or ``@g(name=..., mutates=[...], fallback=...)``."""
         if fn is None:
             return lambda f: self(f, name=name, mutates=mutates, fallback=fallback)
-        muts = self.mutates if mutates is None else tuple(mutates)
         sig = _signature(fn)  # once: inspect.signature costs tens of microseconds per call
         op_name = name or getattr(fn, "__name__", "op")
+        muts = _state_names(sig, self.mutates if mutates is None else mutates, op_name)  # raises now on a typo
 
         @functools.wraps(fn)
         def guarded(*args, **kwargs):
@@ -210,8 +212,8 @@ class Guard:
         compiled runs alike. `fn` needs type annotations (the schema is inferred from them); `fake`
         (default: `fn` itself, fine for ops written in torch) gives output metadata to the compiler.
         Returns the op (``op.register_autograd`` adds a backward)."""
-        muts = tuple(mutates_args)
         sig = _signature(fn)
+        muts = _state_names(sig, mutates_args, name)
 
         @functools.wraps(fn)
         def impl(*args, **kwargs):
@@ -286,31 +288,101 @@ def _signature(fn) -> Optional[inspect.Signature]:
         return None
 
 
-def _split(sig, args, kwargs, mutates) -> Tuple[List[Tuple[str, torch.Tensor]], List[Tuple[str, torch.Tensor]]]:
-    """(state, inputs): the tensor arguments, named by parameter, split by `mutates` (names or
-    positions)."""
+def _state_names(sig, mutates, op: str) -> Tuple:
+    """The names of the parameters `mutates` declares as state (their names or positions in `sig`; a *args
+    or **kwargs parameter by its own name), in parameter order. An entry that names no parameter raises
+    ValueError: its tensors would silently go unsnapshotted and unscanned. Without a signature `mutates` is
+    returned as it is and _split resolves it against each call's arguments."""
+    mutates = (mutates,) if isinstance(mutates, str) else tuple(mutates)
+    if sig is None:
+        return mutates
+    stars = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
+    shown = ", ".join(stars.get(p.kind, "") + p.name for p in sig.parameters.values())
+    return _resolve(mutates, list(sig.parameters), f"{op}({shown})", op)
+
+
+def _resolve(mutates, names: List[str], shown: str, op: str) -> Tuple[str, ...]:
+    """`mutates` (names or positions of `names`) as names, in the order of `names`; `shown` names them in
+    the error an unknown entry raises."""
+    for m in mutates:
+        if isinstance(m, str):
+            known = m in names
+        else:
+            known = isinstance(m, int) and not isinstance(m, bool) and 0 <= m < len(names)
+        if not known:
+            raise ValueError(f"guard: op '{op}': mutates holds {m!r}, which names no parameter of {shown}: "
+                             f"give the names or positions of the parameters the op changes in place")
+    picked = {m if isinstance(m, str) else names[m] for m in mutates}
+    return tuple(n for n in names if n in picked)
+
+
+def _extent(t: torch.Tensor) -> Tuple[int, int]:
+    """[first byte, end) of the memory `t`'s elements span."""
+    lo = t.data_ptr()
+    if t.numel() == 0:
+        return lo, lo
+    return lo, lo + t.element_size() * (1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())))
+
+
+def _covered(found: List[Tuple[str, torch.Tensor, bool]]) -> set:
+    """The indices in `found` ((label, tensor, is state)) of the tensors that are not declared on their own.
+    A tensor is declared once: one whose elements lie within a state tensor of the same dtype (the same
+    tensor passed again, as an input or as state, or a view of it) is covered by that state, which is
+    snapshotted, scanned and restored whole; a tensor passed twice as an input is one input. Any other
+    overlap with a state tensor stays declared, and the C++ guard refuses it (ValueError naming both)."""
+    by_storage: Dict[int, List[int]] = {}
+    for k, (_, t, _) in enumerate(found):
+        by_storage.setdefault(t.untyped_storage().data_ptr(), []).append(k)
+    covered = set()
+    for ks in by_storage.values():
+        if len(ks) < 2:
+            continue  # the common case: nothing else in its storage
+        groups: Dict[Any, List[Tuple[int, int, bool, int]]] = {}
+        for k in ks:
+            _, t, mutated = found[k]
+            lo, hi = _extent(t)
+            groups.setdefault((t.device, t.dtype), []).append((lo, -hi, not mutated, k))  # one grid of elements
+        for group in groups.values():
+            group.sort()  # by start, the longest first, state before input, then in argument order
+            reach, last = -1, None  # the furthest end of a state so far; the last declared extent
+            for lo, neg_hi, is_input, k in group:
+                hi = -neg_hi
+                if hi <= reach or (lo, hi) == last:
+                    covered.add(k)  # within a state that starts no later, or the input just declared
+                    continue
+                last = (lo, hi)
+                if not is_input:
+                    reach = max(reach, hi)
+    return covered
+
+
+def _split(sig, args, kwargs, mutates,
+           op: str) -> Tuple[List[Tuple[str, torch.Tensor]], List[Tuple[str, torch.Tensor]]]:
+    """(state, inputs): the tensor arguments, named by parameter, split by `mutates` (the state's parameter
+    names from _state_names; without a signature, names or positions of this call's arguments, named
+    arg0, arg1, ... and by keyword)."""
     named = None
     if sig is not None:
         try:
             named = list(sig.bind(*args, **kwargs).arguments.items())
-        except TypeError:
-            named = None
+        except TypeError as e:
+            if mutates:  # the state's parameters cannot be found among arguments that do not fit
+                raise TypeError(f"guard: op '{op}': {e}") from None
     if named is None:
         named = [(f"arg{i}", a) for i, a in enumerate(args)] + list(kwargs.items())
-    muts = set(mutates)
-    state, inputs = [], []
-    seen = set()
-    for i, (pname, value) in enumerate(named):
-        mutated = pname in muts or i in muts
+        shown = f"{op}({', '.join(n for n, _ in named)}) (no signature: its arguments are named by position)"
+        mutates = _resolve(mutates, [n for n, _ in named], shown, op)
+    found = []  # (label, tensor, is state), in argument order
+    for pname, value in named:
+        mutated = pname in mutates
         for label, t in _flatten(value, pname, strict=mutated):
             if t.layout != torch.strided:
                 raise ValueError(f"guard: tensor '{label}' has layout {t.layout}: the guard takes dense "
                                  f"(strided) tensors")
-            key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.numel())
-            if key in seen:
-                continue  # the same tensor passed twice is declared once
-            seen.add(key)
-            (state if mutated else inputs).append((label, t))
+            found.append((label, t, mutated))
+    covered = _covered(found)
+    state = [(label, t) for k, (label, t, mutated) in enumerate(found) if mutated and k not in covered]
+    inputs = [(label, t) for k, (label, t, mutated) in enumerate(found) if not mutated and k not in covered]
     return state, inputs
 
 

@@ -2,6 +2,8 @@
 torch.compile(fullgraph=True), as a TorchDispatchMode and under autocast. CPU cases run everywhere (CI);
 CUDA cases are skipped without a GPU."""
 
+import re
+
 import pytest
 import torch
 
@@ -195,6 +197,149 @@ def test_bad_use_gets_a_clear_error():
     assert g.counters()["injected"] == 0
     with pytest.raises(ValueError, match="tensor 'w' has layout torch.sparse_coo: the guard takes dense"):
         g(lambda w: w * 2, name="scale")(torch.ones(3).to_sparse())
+
+
+def test_mutates_that_names_no_parameter_is_refused_before_anything_runs():
+    """A typo in `mutates` used to leave the state undeclared: not snapshotted, not scanned, a NaN kept and
+    no detection. It is a ValueError naming the op, the entry and the parameters: at decoration when the
+    function has a signature, else at the call (before the body runs)."""
+    nan = float("nan")
+
+    def sgd(w, grad):
+        w.sub_(grad)
+
+    g = ringguard.Guard(policy="raise")
+    for bad, shown in ((["weights"], "'weights'"), ([5], "5"), (["w", -1], "-1"), ("weights", "'weights'")):
+        with pytest.raises(ValueError, match=rf"guard: op 'sgd': mutates holds {shown}, which names no "
+                                             r"parameter of sgd\(w, grad\)"):
+            g(mutates=bad)(sgd)  # at decoration: no call needed
+    with pytest.raises(ValueError, match="mutates holds 'weights'"):
+        ringguard.guard(policy="raise", mutates=["weights"])(sgd)  # a guard-wide default is checked too
+    w = torch.ones(4)
+    with pytest.raises(ValueError, match=r"mutates holds 'weights', which names no parameter of sgd\(w, grad\)"):
+        g.call(sgd, w, torch.tensor([0.1, nan, 0.1, 0.1]), mutates=["weights"])
+    assert w.tolist() == [1.0] * 4  # refused before the body ran
+
+    def cop(x: torch.Tensor, w: torch.Tensor) -> None:
+        w.add_(x)
+
+    with pytest.raises(ValueError, match=r"op 'cop_typo': mutates holds 'weights', which names no parameter of "
+                                         r"cop_typo\(x, w\)"):
+        g.custom_op("cop_typo", cop, mutates_args=["weights"])
+
+    def va(*args, **kwargs):  # *args / **kwargs are named by their own names: all their tensors are state
+        kwargs["w"].add_(args[0])
+
+    with pytest.raises(ValueError, match=r"mutates holds 'w', which names no parameter of va\(\*args, \*\*kwargs\)"):
+        g(va, mutates=["w"])
+    w = torch.ones(2)
+    with pytest.raises(ringguard.GuardError, match=r"state 'kwargs\['w'\]' has 2 non-finite values"):
+        g(va, mutates=["kwargs"])(torch.full((2,), nan), w=w)
+    assert w.tolist() == [1.0, 1.0]
+    # Without a signature (a builtin) the arguments are arg0, arg1, ... and keywords: checked at the call.
+    with pytest.raises(ValueError, match=r"mutates holds 'self', which names no parameter of add_\(arg0, arg1\)"):
+        g.call(torch.Tensor.add_, w, torch.full((2,), nan), mutates=["self"])
+    with pytest.raises(ringguard.GuardError, match="state 'arg0' has 2 non-finite values"):
+        g.call(torch.Tensor.add_, w, torch.full((2,), nan), mutates=[0])
+    assert w.tolist() == [1.0, 1.0]
+    # Arguments that do not fit the signature cannot be matched to the state: refused before the body runs.
+    with pytest.raises(TypeError, match="guard: op 'sgd': missing a required argument: 'grad'"):
+        g(sgd, mutates=["w"])(w)
+
+
+def test_mutates_positions_are_parameter_positions():
+    """A position in `mutates` is the parameter's position, whether or not earlier parameters with defaults
+    were passed (it used to count the bound arguments: position 2 below protected nothing)."""
+    def axpy(x, alpha=1.0, out=None):
+        out.add_(alpha * x)
+
+    g = ringguard.Guard(policy="raise")
+    w = torch.ones(3)
+    with pytest.raises(ringguard.GuardError, match="state 'out' has 3 non-finite values"):
+        g(axpy, mutates=[2])(torch.full((3,), float("nan")), out=w)
+    assert w.tolist() == [1.0] * 3 and g.counters()["bytes_snapshotted"] == 12
+
+    def cop(x: torch.Tensor, w: torch.Tensor) -> None:
+        w.add_(x)
+
+    op = g.custom_op("cop_by_position", cop, mutates_args=[1])  # torch gets the name: mutates_args=("w",)
+    with pytest.raises(ringguard.GuardError, match="state 'w' has 3 non-finite values"):
+        op(torch.full((3,), float("nan")), w)
+    assert w.tolist() == [1.0] * 3
+
+
+def test_a_tensor_passed_as_input_and_as_state_is_state():
+    """The same tensor under an input's name and a state's name is declared once, as state: snapshotted,
+    scanned, restored (it used to become the input, so nothing was snapshotted or scanned)."""
+    def f(x, out):
+        out.mul_(x * float("nan"))
+
+    g = ringguard.Guard(policy="raise")
+    t = torch.ones(4)
+    with pytest.raises(ringguard.GuardError, match=r"state 'out' has 4 non-finite values .* state restored"):
+        g(f, mutates=["out"])(t, t)
+    assert t.tolist() == [1.0] * 4
+    c = g.counters()
+    assert (c["detections"], c["bytes_snapshotted"]) == (1, 16)
+    # A transient fault in it is rolled back and replayed bit-identically; its input role raises no
+    # check_inputs complaint (the bytes are state, declared as changing).
+    def sq(x, out):
+        out.mul_(x + 1.0)
+
+    t = torch.arange(4.0)
+    ref = bits(t * (t + 1.0))
+    g = ringguard.Guard(replays=2, check_inputs=True)
+    g.inject(op="sq", call=0, element=2, value="+inf")
+    g(sq, mutates=["out"])(t, t)
+    assert torch.equal(bits(t), ref)
+    assert (g.counters()["injected"], g.counters()["replays"]) == (1, 1)
+    # Inside containers too: a list holding the state's tensor among the inputs.
+    g = ringguard.Guard(policy="raise")
+    t = torch.ones(4)
+    with pytest.raises(ringguard.GuardError, match=r"state 'st\[0\]' has 4 non-finite values"):
+        g.call(lambda xs, st: st[0].mul_(xs[0] * float("nan")), [t], [t], mutates=["st"])
+    assert t.tolist() == [1.0] * 4
+
+
+def test_views_of_the_state_are_covered_by_it_and_other_overlaps_are_refused():
+    """A tensor whose elements lie within a state tensor of the same dtype (a slice of it, a strided view, a
+    second state name for part of it) is covered by that state, snapshotted and restored whole. Any other
+    overlap with the state (reaching beyond it, another dtype over its bytes) is a ValueError naming both:
+    never less snapshotted or scanned than declared."""
+    nan = float("nan")
+
+    def f(x, out):
+        out.mul_(x.sum() * nan)
+
+    def two(a, b):
+        a.add_(1.0)
+        b.mul_(nan)
+
+    g = ringguard.Guard(policy="raise")
+    for view in (lambda t: t[1:3], lambda t: t[::2], lambda t: t.view(2, 2)):
+        t = torch.ones(4)
+        with pytest.raises(ringguard.GuardError, match="state 'out' has 4 non-finite values"):
+            g(f, mutates=["out"])(view(t), t)
+        assert t.tolist() == [1.0] * 4
+    assert g.counters()["bytes_snapshotted"] == 3 * 16  # the state alone, whole
+    t = torch.ones(4)
+    with pytest.raises(ringguard.GuardError, match=r"state 'b' has 4 non-finite values"):
+        g(two, mutates=["a", "b"])(t[1:3], t)  # a is part of b
+    assert t.tolist() == [1.0] * 4
+    with pytest.raises(ringguard.GuardError, match=r"state 'a' has 4 non-finite values"):
+        g(two, mutates=["a", "b"])(t, t)  # the same tensor twice: declared once, as 'a'
+    assert t.tolist() == [1.0] * 4
+    assert g.counters()["bytes_snapshotted"] == 5 * 16
+    overlap = "overlaps {} (declare a tensor the op changes in place once, as state)"
+    for args, mutates, first, second in (
+            ((t[:3], t[1:]), ["a", "b"], "state 'a'", "state 'b'"),           # partial overlap
+            ((t, t[1:3]), ["b"], "input 'a'", "state 'b'"),                   # the input reaches beyond
+            ((t.view(torch.int32), t), ["b"], "input 'a'", "state 'b'"),      # another dtype, same bytes
+            ((t[1:3], t.view(torch.float64)[1:3]), ["a", "b"], "state 'a'", "state 'b'")):  # offset 1, numel 2
+        with pytest.raises(ValueError, match=re.escape(f"guard: op 'two': {first} " + overlap.format(second))):
+            g(two, mutates=mutates)(*args)
+        assert t.tolist() == [1.0] * 4
+    assert g.counters()["calls"] == 5
 
 
 def test_nested_results_and_state_are_scanned_and_restored_at_any_depth():
