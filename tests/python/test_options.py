@@ -1,9 +1,12 @@
 """The pure-Python parts: Options, option precedence, set_fault keywords, ringguard-run, init_from_mpi."""
 
 import os
+import sys
 from datetime import timedelta
 
 import pytest
+
+import harness
 
 from ringguard import init_from_mpi
 from ringguard._settings import SETTINGS
@@ -117,10 +120,108 @@ def test_run_split_args():
         split_args(["--rg", "novalue"])
 
 
+@pytest.mark.parametrize("argv,got", [
+    (["--rg", "--nproc-per-node=2", "t.py"], "'--nproc-per-node=2'"),  # swallowed torchrun's option: 1 rank
+    (["--rg"], "nothing"),
+    (["--rg=", "t.py"], "''"),
+    (["--rg", "FAULT_PROB", "t.py"], "'FAULT_PROB'"),
+    (["--rg", "=1", "t.py"], "'=1'"),
+    (["--rg", "FAULT-PROB=1", "t.py"], "'FAULT-PROB=1'"),
+    (["--rg", "-FAULT_PROB=1", "t.py"], "'-FAULT_PROB=1'"),
+])
+def test_run_rg_needs_a_setting(argv, got, capsys):
+    # `--rg --nproc-per-node=2 t.py` exported RINGGUARD_--NPROC-PER-NODE=2 and ran one rank.
+    with pytest.raises(SystemExit) as exc:
+        split_args(argv)
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        "ringguard-run: --rg needs NAME=VALUE (a ringguard setting, e.g. --rg NAN_CHECK=error), got " + got)
+
+
+@pytest.mark.parametrize("setting,hint", [("FAULT_PROBABILITY=0.1", "FAULT_PROB"),
+                                          ("ringguard_slice_byte=4096", "SLICE_BYTES")])
+def test_run_rg_unknown_setting(setting, hint, capsys):
+    with pytest.raises(SystemExit) as exc:
+        split_args(["--rg", setting, "t.py"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"is not a ringguard setting (did you mean {hint}? see docs/ENV.md)" in err, err
+
+
+def test_run_rg_autoload_is_honoured(tmp_path):
+    # `--rg AUTOLOAD=0` was overwritten with RINGGUARD_AUTOLOAD=1.
+    script = tmp_path / "autoload.py"
+    script.write_text("import os\nprint('AUTOLOAD=' + os.environ['RINGGUARD_AUTOLOAD'], flush=True)\n")
+    for argv, expected in ((["--rg", "autoload=0"], "AUTOLOAD=0"), ([], "AUTOLOAD=1")):
+        rc, timed_out, secs, log = harness.run_command([sys.executable, "-m", "ringguard.run", *argv,
+                                                        str(script)], {"RINGGUARD_AUTOLOAD": "0"}, timeout=60)
+        assert not timed_out and rc == 0, f"rc={rc} timed_out={timed_out}\n{log[-3000:]}"
+        assert expected in log, log[-3000:]
+
+
+def test_run_rg_without_setting_starts_nothing(tmp_path):
+    script = tmp_path / "ran.py"
+    script.write_text("print('RANK STARTED', flush=True)\n")
+    rc, timed_out, secs, log = harness.run_command([sys.executable, "-m", "ringguard.run", "--rg",
+                                                    "--nproc-per-node=2", str(script)], timeout=60)
+    assert not timed_out and rc == 2, f"rc={rc}\n{log[-3000:]}"
+    assert "RANK STARTED" not in log and "--rg needs NAME=VALUE" in log, log[-3000:]
+
+
 def test_run_standalone_default():
     assert torchrun_args(["--nproc-per-node", "2", "t.py", "--master-port", "1"])[0] == "--standalone"
     assert torchrun_args(["--master-port=1234", "t.py"]) == ["--master-port=1234", "t.py"]
     assert torchrun_args(["--nnodes=2", "--rdzv-endpoint=h:1", "t.py"])[0] != "--standalone"
+
+
+@pytest.mark.parametrize("pet", [
+    {"NNODES": "2", "RDZV_BACKEND": "c10d", "RDZV_ENDPOINT": "h:29577", "RDZV_ID": "job"},  # PyTorchJob
+    {"RDZV_ENDPOINT": "h:29577"},
+    {"MASTER_ADDR": "h", "MASTER_PORT": "29577"},
+    {"NNODES": "2"},
+    {"STANDALONE": "1"},
+])
+def test_run_standalone_respects_pet_environment(pet, monkeypatch):
+    # PET_* settings looked like torchrun's defaults, so --standalone replaced them.
+    for name, value in pet.items():
+        monkeypatch.setenv("PET_" + name, value)
+    assert torchrun_args(["t.py"]) == ["t.py"]
+    assert torchrun_args(["--nproc-per-node=2", "t.py"]) == ["--nproc-per-node=2", "t.py"]
+
+
+@pytest.mark.parametrize("pet", [{"NPROC_PER_NODE": "2"}, {"STANDALONE": "0"}, {"NODE_RANK": "0"}])
+def test_run_standalone_with_pet_defaults(pet, monkeypatch):
+    for name, value in pet.items():
+        monkeypatch.setenv("PET_" + name, value)
+    assert torchrun_args(["t.py"]) == ["--standalone", "t.py"]
+
+
+TWO_NODE_SCRIPT = """
+import torch, torch.distributed as dist
+dist.init_process_group("ringguard")
+t = torch.ones(4) * (dist.get_rank() + 1)
+dist.all_reduce(t)
+print(f"RESULT rank={dist.get_rank()} world={dist.get_world_size()} sum={t[0].item():g}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_run_two_nodes_from_pet_environment(tmp_path):
+    # Two launchers configured only through PET_* (as Kubeflow's PyTorchJob does) hung
+    # until killed: --standalone gave each its own localhost:0 rendezvous while both waited for 2 nodes.
+    from concurrent.futures import ThreadPoolExecutor
+
+    script = tmp_path / "two_nodes.py"
+    script.write_text(TWO_NODE_SCRIPT)
+    env = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_RDZV_BACKEND": "c10d",
+           "PET_RDZV_ENDPOINT": f"127.0.0.1:{harness.free_port()}", "PET_RDZV_ID": f"pet{os.getpid()}"}
+    cmd = [sys.executable, "-m", "ringguard.run", str(script)]
+    with ThreadPoolExecutor(2) as pool:
+        nodes = list(pool.map(lambda _: harness.run_command(cmd, env, timeout=60), range(2)))
+    for rc, timed_out, secs, log in nodes:
+        assert not timed_out and rc == 0, f"rc={rc} timed_out={timed_out} after {secs:.0f} s\n{log[-3000:]}"
+    results = sorted(line for _, _, _, log in nodes for line in log.splitlines() if line.startswith("RESULT"))
+    assert results == ["RESULT rank=0 world=2 sum=3", "RESULT rank=1 world=2 sum=3"], results
 
 
 def test_init_from_mpi(monkeypatch):
