@@ -66,7 +66,24 @@ nlohmann::json summaryOf(const CommunicatorSummary& s) {
           {"first_error", s.firstError}};
 }
 
+// Whether this process has anything to report: a communicator (live or destroyed), a timeline event or a
+// tallied guard or downgrade event. One with nothing (a launcher that imported ringguard, such as
+// ringguard-run, or the parent of torch.multiprocessing.spawn) writes no file at exit: it has no rank of its
+// own, so its file would be `<prefix>.0.json`, written after rank 0's and replacing it.
+bool recordedAnything() {
+  Record& r = record();
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    if (!r.live.empty() || !r.done.empty()) return true;
+  }
+  for (size_t t = 0; t < size_t(trace::Tally::kCount); ++t) {
+    if (trace::tallied(trace::Tally(t)) > 0) return true;
+  }
+  return !trace::snapshot().empty();
+}
+
 void atExit() {
+  if (!recordedAnything()) return;
   const Status st = writeFiles();
   if (!st.isOk()) logError(Subsys::kCore, "observability at exit: {}", st.message());
 }

@@ -217,3 +217,27 @@ def test_a_write_that_fails_at_exit_is_reported_and_the_process_exits_normally(t
     assert "END" in r.stdout
     assert f"cannot write {folder / 'tl'}.0.json" in r.stderr, r.stderr
     assert "observability at exit" in r.stderr, r.stderr
+
+
+def test_a_launcher_that_imported_ringguard_does_not_replace_rank_0s_files(tmp_path):
+    """ringguard-run imports ringguard (so the extension and its exit handler load in the launcher). The
+    launcher has no rank, so its files would be ``<prefix>.0.json``, written after rank 0's: rank 0's summary
+    and timeline came out empty. A process that recorded nothing writes no file."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "w.py"
+    script.write_text("import torch, torch.distributed as dist\n"
+                      "dist.init_process_group('ringguard')\n"
+                      "dist.all_reduce(torch.ones(4))\n"
+                      "dist.destroy_process_group()\n")
+    env = dict(os.environ, RINGGUARD_TIMELINE=str(tmp_path / "tl"), RINGGUARD_SUMMARY=str(tmp_path / "sm"))
+    r = subprocess.run([sys.executable, "-m", "ringguard.run", "--nproc-per-node=2", str(script)], env=env,
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for rank in (0, 1):
+        summary = json.loads((tmp_path / f"sm.{rank}.json").read_text())
+        assert summary["rank"] == rank and len(summary["communicators"]) == 1, summary
+        assert summary["communicators"][0]["collectives"]["allreduce"]["calls"] >= 1, summary
+        timeline = json.loads((tmp_path / f"tl.{rank}.json").read_text())
+        assert timeline["otherData"]["events"] > 0, timeline
