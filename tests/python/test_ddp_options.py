@@ -2,10 +2,11 @@
 
 ``static_graph=True``, ``gradient_as_bucket_view=True``, ``find_unused_parameters=True`` (with a branch
 some ranks skip on some steps and a layer no rank uses), ``no_sync`` (gradients accumulated over two
-micro-batches, then one synchronised step), and the fp16 compression hook
+micro-batches, then one synchronised step), the fp16 compression hook
 (``default_hooks.fp16_compress_hook``: every bucket cast to float16 and divided by the world size, an
-all_reduce of float16, cast back). Same model, seed and per-rank data, 12 SGD steps, 4 KB buckets (several
-per step), at 2 ranks on CPU.
+all_reduce of float16, cast back), and ZeroRedundancyOptimizer over a channels_last CNN (its parameter
+broadcasts are of channels_last tensors). Same model, seed and per-rank data, 12 steps, 4 KB buckets
+(several per step), at 2 ranks on CPU.
 
 Tolerance: none, the parameters must be bit-identical to DDP over gloo. At 2 ranks each element of a
 reduced bucket is the sum of exactly two values, and a + b is the same IEEE result in either order, so no
@@ -143,6 +144,41 @@ def _(ctx):
     mine, _, _, _ = train(ctx, None, hook=default_hooks.fp16_compress_hook)
     assert not all(torch.equal(a, b) for a, b in zip(plain, mine)), "the fp16 hook changed nothing"
     return result
+
+
+def _zero_channels_last(ctx, group):
+    """A channels_last CNN under DDP with ZeroRedundancyOptimizer (Adam): each rank steps its shard and
+    broadcasts its parameters, channels_last conv weights included (refused as "not contiguous" before the
+    backend took tensors of any strides)."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    torch.manual_seed(4321)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 4, 3), nn.Flatten(),
+                          nn.Linear(4 * 4 * 4, 3)).to(memory_format=torch.channels_last)
+    init = [p.detach().clone() for p in model.parameters()]
+    ddp = DDP(model, process_group=group, bucket_cap_mb=0.004)
+    opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.Adam, process_group=group,
+                                  lr=0.01)
+    for step in range(STEPS):
+        g = torch.Generator().manual_seed(1000 * ctx.rank + step)
+        x = torch.randn(4, 3, 8, 8, generator=g).contiguous(memory_format=torch.channels_last)
+        opt.zero_grad()
+        F.mse_loss(ddp(x), torch.randn(4, 3, generator=g)).backward()
+        opt.step()
+    params = [p.detach().contiguous() for p in model.parameters()]
+    assert all(not torch.equal(p, p0) for p, p0 in zip(params, init)), "a parameter did not train"
+    h = hashlib.sha256(b"".join(p.numpy().tobytes() for p in params)).hexdigest()[:24]
+    del ddp
+    return params, h
+
+
+@CASES.case("zero_redundancy_optimizer-channels_last", check=_check)
+def _(ctx):
+    params, h = _zero_channels_last(ctx, None)
+    gparams, gh = _zero_channels_last(ctx, ctx.ref)
+    same = all(torch.equal(a, b) for a, b in zip(params, gparams))
+    worst = max(float((a - b).abs().max()) for a, b in zip(params, gparams))
+    return {"hash": h, "hash_gloo": gh, "identical_to_gloo": same, "max_diff_gloo": worst}
 
 
 def _init():
