@@ -56,14 +56,23 @@ def backend(group=None):
         if group is None:
             raise RuntimeError("ringguard: no default process group; call "
                                "torch.distributed.init_process_group('ringguard') first")
-    b = group._get_backend(torch.device("cpu"))
-    wrapped = getattr(b, "wrapped_pg", None)  # TORCH_DISTRIBUTED_DEBUG=DETAIL wraps the backend
-    if not isinstance(b, C.ProcessGroupRingguard) and wrapped is not None:
-        b = wrapped
-    if not isinstance(b, C.ProcessGroupRingguard):
-        raise TypeError(f"ringguard: this process group's CPU backend is {type(b).__name__}, "
-                        "not ringguard's ProcessGroupRingguard")
-    return b
+    if not isinstance(group, dist.ProcessGroup):
+        raise TypeError(f"ringguard: expected a torch.distributed ProcessGroup (None: the default group), "
+                        f"got {type(group).__name__}")
+    found = []
+    for device in ("cpu", "cuda"):  # "cpu:gloo,cuda:ringguard" has ringguard for CUDA tensors only
+        try:
+            b = group._get_backend(torch.device(device))
+        except RuntimeError:
+            continue  # no backend for this device type
+        wrapped = getattr(b, "wrapped_pg", None)  # TORCH_DISTRIBUTED_DEBUG=DETAIL wraps the backend
+        if not isinstance(b, C.ProcessGroupRingguard) and wrapped is not None:
+            b = wrapped
+        if isinstance(b, C.ProcessGroupRingguard):
+            return b
+        found.append(f"{device}: {type(b).__name__}")
+    raise TypeError(f"ringguard: this process group has no ringguard backend ({', '.join(found) or 'none'}), "
+                    "so no ringguard counters, faults or transport")
 
 
 def counters(group=None) -> Dict[str, int]:

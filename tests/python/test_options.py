@@ -1,6 +1,7 @@
 """The pure-Python parts: Options, option precedence, set_fault keywords, ringguard-run, init_from_mpi."""
 
 import os
+import subprocess
 import sys
 from datetime import timedelta
 
@@ -279,3 +280,26 @@ def test_misspelt_variable_is_named_under_torch(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stderr.count("RINGGUARD_SLICE_BYTE is not a ringguard setting") == 1, proc.stderr[-2000:]
     assert "did you mean RINGGUARD_SLICE_BYTES?" in proc.stderr
+
+
+def test_backend_of_a_group_without_ringguard_names_what_it_has():
+    """ringguard.counters(group) and friends on a group with no ringguard backend, or on something that is
+    not a group, raise TypeError saying so (a string gave AttributeError "'str' object has no attribute
+    '_get_backend'"); "cpu:gloo,cuda:ringguard" finds ringguard's CUDA backend."""
+    code = (
+        "import torch, torch.distributed as dist, ringguard\n"
+        "dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)\n"
+        "for arg in (None, 'x'):\n"
+        "    try:\n"
+        "        ringguard.counters(arg)\n"
+        "    except TypeError as e:\n"
+        "        print('ERR', e)\n"
+        "dist.destroy_process_group()\n"
+        "dist.init_process_group('cpu:gloo,cuda:ringguard', store=dist.HashStore(), rank=0, world_size=1)\n"
+        "print('MIXED', ringguard.counters()['collectives'])\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert ("ERR ringguard: this process group has no ringguard backend (cpu: ProcessGroupGloo, cuda: "
+            "ProcessGroupGloo)") in r.stdout, r.stdout
+    assert "ERR ringguard: expected a torch.distributed ProcessGroup (None: the default group), got str" in r.stdout
+    assert "MIXED 0" in r.stdout, r.stdout
