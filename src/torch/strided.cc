@@ -18,8 +18,15 @@ void checkWritable(const char* op, const at::Tensor& t) {
 }
 
 void copyInto(const at::Tensor& t, const at::Tensor& flat) {
-  const at::Tensor typed = flat.scalar_type() == t.scalar_type() ? flat : flat.view(t.scalar_type());
-  t.copy_(typed.view(t.sizes()));
+  if (flat.scalar_type() == t.scalar_type()) {
+    t.copy_(flat.view(t.sizes()));
+  } else if (t.is_contiguous()) {
+    t.view({-1}).view(at::kByte).copy_(flat);  // bytes into bytes
+  } else {
+    // Bytes whose offset in their buffer need not suit t's dtype (a mixed all_to_all list): a fresh copy
+    // does.
+    t.copy_(flat.clone().view(t.scalar_type()).view(t.sizes()));
+  }
 }
 
 at::Tensor ContiguousOutputs::operator()(const at::Tensor& t) {

@@ -20,7 +20,8 @@ namespace ringguard {
 // elements can't each receive a result (torch's in-place ops refuse it too).
 void checkWritable(const char* op, const at::Tensor& t);
 
-// Copies `flat` (contiguous, 1-D, the tensor's dtype or its bytes as uint8) into `t`, whatever t's strides.
+// Copies `flat` (contiguous, 1-D, the tensor's dtype or its bytes as uint8, at any byte offset) into `t`,
+// whatever t's strides.
 void copyInto(const at::Tensor& t, const at::Tensor& flat);
 
 // The collective's outputs as contiguous tensors: each output as it is when it is contiguous, else a

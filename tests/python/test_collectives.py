@@ -550,6 +550,28 @@ def _(ctx):
         assert _same_bits(outs[p].cpu(), want), f"block from {p}: {_diff(outs[p], want)}"
 
 
+@CASES.case("all_to_all-list-mixed-dtypes")
+def _(ctx):
+    # The backend's list all_to_all with blocks of several dtypes (dist.all_to_all refuses them in Python;
+    # the backend moves them as bytes): a float32 block after a 3-byte uint8 one lands at an odd byte
+    # offset, into a contiguous tensor and into a strided one.
+    n, r, dev = ctx.size, ctx.rank, ctx.device
+
+    def block(src, dst):  # what rank src sends rank dst: its dtype is the sender's index in dst's list
+        if src == 0:
+            return torch.arange(3, dtype=torch.uint8, device=dev) + 10 * dst + src
+        return torch.arange(2, dtype=torch.float32, device=dev) + 0.5 * dst + src
+
+    for strided in (False, True):
+        ins = [block(r, q) for q in range(n)]
+        outs = [torch.zeros(3, dtype=torch.uint8, device=dev) if p == 0 else
+                (torch.zeros(2, 2, device=dev)[:, 1] if strided else torch.zeros(2, device=dev)) for p in range(n)]
+        g = dist.distributed_c10d._get_default_group()._get_backend(torch.device(dev))
+        g.alltoall(outs, ins, dist.AllToAllOptions()).wait()
+        for p in range(n):
+            assert torch.equal(outs[p].cpu(), block(p, r).cpu()), f"block from {p} (strided {strided}): {outs[p]}"
+
+
 @CASES.case("reduce-gather-scatter")
 def _(ctx):
     n, r = ctx.size, ctx.rank
