@@ -49,10 +49,32 @@ def register() -> bool:
     return True
 
 
+def _forget_package() -> None:
+    """With autoload off, torch imported this package only to call entry(), and its ``__init__`` skipped its
+    work (torch was initialising): forget the package, so that the script's own ``import ringguard`` runs
+    ``__init__`` again, which registers the backend and loads the extension. Without this that import found
+    the package in ``sys.modules`` and did nothing: "Unknown backend type ringguard". Not when the package is
+    still initialising: then the script's ``import ringguard`` imported torch, and ``__init__`` goes on to do
+    its work."""
+    import sys
+
+    package = sys.modules.get(NAME)
+    if package is None or getattr(getattr(package, "__spec__", None), "_initializing", False):
+        return
+    for name in [n for n in sys.modules if n == NAME or n.startswith(NAME + ".")]:
+        del sys.modules[name]
+
+
 def entry() -> None:
     """Entry point of ``[project.entry-points."torch.backends"]``; never raises."""
     global _done, _warned
-    if _done or not enabled():
+    if _done:
+        return
+    if not enabled():
+        try:
+            _forget_package()
+        except Exception:  # noqa: BLE001 - anything here would break `import torch`
+            pass
         return
     try:
         _done = register()
