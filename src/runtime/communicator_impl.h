@@ -3,6 +3,7 @@
 // executor, the progress thread and the queue that the public header must not show, since they are the
 // runtime's internal types (docs/ARCHITECTURE.md, "Public and private headers").
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -76,6 +77,14 @@ class Communicator::Impl {
   // What the public methods of the same names forward to.
   void abort(const std::string& why);
   void leave(bool peersMayBeGone) {
+    {
+      // After abort() the runner announces it (the progress thread between collectives, the aborted
+      // collective's error path otherwise), then marks the transport broken: the goodbye must follow that
+      // frame, or a peer waiting for this rank learns only that it left, not why. Bounded: an aborted
+      // collective returns at its next wait.
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait_for(lock, std::chrono::seconds(5), [this] { return !aborted_ || transport_->broken(); });
+    }
     transport_->leave();
     if (peersMayBeGone) transport_->markBroken();  // no goodbye wait at the end; nothing is announced
   }

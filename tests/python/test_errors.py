@@ -188,6 +188,30 @@ def _(ctx):
     return {k: v[:300] if isinstance(v, str) else v for k, v in out.items()}
 
 
+@CASES.case("abort-between-collectives")
+def _(ctx):
+    # ProcessGroup.abort() while nothing is in flight, on a fresh group and after a collective: the peer's next
+    # collective fails with the abort's cause. Its goodbye used to overtake the announcement (sent by the
+    # progress thread), and the peer was told that rank 0 "has left" (4 of 6 runs).
+    out = {}
+    for warm in (False, True):
+        g = dist.new_group(backend="ringguard", timeout=timedelta(seconds=60))
+        t = torch.ones(100)
+        if warm:
+            dist.all_reduce(t, group=g)
+        if ctx.rank == 0:
+            g.abort()
+        dist.barrier(group=ctx.ref)
+        if ctx.rank != 0:
+            message, _ = _raises_within(lambda: dist.all_reduce(t, group=g), 10.0, Exception)
+            assert "rank 0 reported" in message and "Aborted" in message, message
+            assert "has left" not in message, message
+            out[f"warm={warm}"] = message[:300]
+        dist.barrier(group=ctx.ref)
+        dist.destroy_process_group(g)
+    return out
+
+
 @CASES.case("threads-joined-after-destroy")
 def _(ctx):
     gc.collect()
