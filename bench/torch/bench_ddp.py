@@ -104,6 +104,8 @@ def batch(args, rank, device):
 def main():
     args = parse_args()
     if args.device == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit("--device cuda: no GPU visible")
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
     device = torch.device(args.device)
     if "OMPI_COMM_WORLD_SIZE" in os.environ or "PMI_SIZE" in os.environ:

@@ -148,6 +148,8 @@ def full_params(model):
 def main():
     args = parse_args()
     if args.device == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit("--device cuda: no GPU visible")
         torch.cuda.set_device(0)
         torch.backends.cuda.matmul.allow_tf32 = False
     dist.init_process_group("gloo", timeout=timedelta(seconds=300))  # the harness's group

@@ -32,6 +32,10 @@ expect_error "$allreduce" "--maxbytes 2 is below the smallest size this run can 
 expect_error "$collectives" "--op: 'allreduc' is not a collective" -o allreduc
 expect_error "$collectives" "--iters: Value 0 not in range 1 to 2147483647" -n 0
 expect_error "$allreduce" "--warmup_iters: Value -1 not in range 0 to 2147483647" -w -1
+# -D where no GPU is usable says so (it blamed the CUDA driver's version: cudaErrorInsufficientDriver).
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  expect_error "$collectives" "createDeviceCommunicator: no usable GPU on this rank" -D -e 1M
+fi
 
 timeout -k 5 120 "$mpiexec" --oversubscribe --bind-to none -np 2 "$collectives" -o allgather -b 1K -e 4K -f 4 \
   -n 5 -w 1 >"$log" 2>&1

@@ -110,8 +110,16 @@ Status createDeviceCommunicator(Bootstrap& bootstrap, const Options& options, co
   int gpu = device.device;
   if (gpu < 0) {
     int devices = 0;
-    RINGGUARD_CUDA_CHECK(cudaGetDeviceCount(&devices));
-    if (devices < 1) return Status(StatusCode::kInvalidArgument, "createDeviceCommunicator: no visible GPU");
+    const cudaError_t err = cudaGetDeviceCount(&devices);
+    // No driver (a machine without a GPU) reads as cudaErrorInsufficientDriver or cudaErrorNoDevice: say
+    // that no GPU is usable first, CUDA's words after.
+    if (err != cudaSuccess || devices < 1) {
+      (void)cudaGetLastError();
+      return Status(
+          StatusCode::kInvalidArgument,
+          std::string("createDeviceCommunicator: no usable GPU on this rank (cudaGetDeviceCount: ") +
+              (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices") + ")");
+    }
     int localRank = 0, localSize = 1;
     RINGGUARD_RETURN_IF_ERROR(nodeLocalRank(bootstrap, &localRank, &localSize));
     gpu = localRank % devices;
