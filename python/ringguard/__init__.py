@@ -120,8 +120,8 @@ def fault(group=None) -> Dict[str, str]:
 
 
 def transport(device="cpu", group=None) -> str:
-    """The transport of `group` for a device type: "gloo", "staged", "nccl", or "" before the first
-    collective on that device type."""
+    """The transport of `group` for a device type: "gloo", "mpi", "staged", "nccl", or "" while that device
+    type has no communicator (the CPU one is made with the group, the CUDA one at its first collective)."""
     device_type = device.type if isinstance(device, torch.device) else torch.device(device).type
     return backend(group).transport(device_type)
 
