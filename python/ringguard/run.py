@@ -98,6 +98,8 @@ def torchrun_args(rest: List[str]) -> List[str]:
 def main(argv: Optional[List[str]] = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     env, rest = split_args(argv)
+    if rest[:1] in (["-h"], ["--help"]):  # ringguard-run's own options first, then torchrun's help
+        print(__doc__.replace("``", "`").rstrip() + "\n\ntorchrun's options:\n")
     os.environ["RINGGUARD_AUTOLOAD"] = "1"  # whatever the caller's environment says; --rg AUTOLOAD=0 wins
     os.environ.update(env)
     torch_autoload = os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD", "1") == "1"

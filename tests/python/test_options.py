@@ -303,3 +303,12 @@ def test_backend_of_a_group_without_ringguard_names_what_it_has():
             "ProcessGroupGloo)") in r.stdout, r.stdout
     assert "ERR ringguard: expected a torch.distributed ProcessGroup (None: the default group), got str" in r.stdout
     assert "MIXED 0" in r.stdout, r.stdout
+
+
+def test_run_help_names_rg_before_torchruns_options():
+    """`ringguard-run --help` printed torchrun's help only: nothing said what --rg is."""
+    r = subprocess.run([sys.executable, "-m", "ringguard.run", "--help"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.index("--rg NAME=VALUE") < r.stdout.index("torchrun's options:") < \
+        r.stdout.index("--nproc-per-node"), r.stdout[:3000]
