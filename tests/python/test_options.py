@@ -311,4 +311,4 @@ def test_run_help_names_rg_before_torchruns_options():
                        timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.index("--rg NAME=VALUE") < r.stdout.index("torchrun's options:") < \
-        r.stdout.index("--nproc-per-node"), r.stdout[:3000]
+        r.stdout.index("--nproc-per-node NPROC_PER_NODE"), r.stdout[:3000]
