@@ -23,7 +23,44 @@ namespace {
 // nested waits, and those exit as they fall idle.
 constexpr int kMaxIdle = 2;
 
+// The exit gate of ExitWindow (completion.h). Never destroyed: lane threads may use it during the static
+// destruction that follows the interpreter's finalisation.
+struct ExitGate {
+  std::mutex mutex;
+  std::condition_variable closed;
+  int open = 0;
+  bool exiting = false;
+};
+
+ExitGate& exitGate() {
+  static ExitGate* gate = new ExitGate;
+  return *gate;
+}
+
 }  // namespace
+
+ExitWindow::ExitWindow() {
+  ExitGate& g = exitGate();
+  std::lock_guard<std::mutex> lock(g.mutex);
+  open_ = !g.exiting;
+  if (open_) ++g.open;
+}
+
+ExitWindow::~ExitWindow() {
+  if (!open_) return;
+  ExitGate& g = exitGate();
+  std::lock_guard<std::mutex> lock(g.mutex);
+  if (--g.open == 0) g.closed.notify_all();
+}
+
+void ExitWindow::closeForExit(std::chrono::milliseconds limit) {
+  ExitGate& g = exitGate();
+  std::unique_lock<std::mutex> lock(g.mutex);
+  g.exiting = true;
+  // A window lasts one completion (copy-outs, the Future's callbacks, the release); the limit only bounds a
+  // callback that waits for a later collective.
+  g.closed.wait_for(lock, limit, [&g] { return g.open == 0; });
+}
 
 std::exception_ptr toException(const Status& st) {
   try {
@@ -84,8 +121,17 @@ void CompletionLane::threadMain() {
       ++busy_;
       if (!queue_.empty()) recruitLocked();
       lock.unlock();
-      completeOne(*p, st);
-      p.reset();  // the tensors it kept go before the lock is taken again
+      {
+        // From before the Work completes (its waiter may then return and the interpreter finalise) to
+        // after the tensors it kept are released (completion.h, ExitWindow).
+        const ExitWindow window;
+        completeOne(*p, st);
+        if (window.open()) {
+          p.reset();  // the tensors it kept go before the lock is taken again
+        } else {
+          keepForExit(std::move(p));  // the interpreter is exiting: releasing them may need the GIL
+        }
+      }
       lock.lock();
       --busy_;
       if (leading_) {

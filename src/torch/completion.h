@@ -11,6 +11,7 @@
 // lane, else a new one) takes the role over, and the thread that ran the callbacks rejoins as a spare.
 #include <ATen/core/ivalue.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -20,6 +21,8 @@
 #include <string>
 #include <thread>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "ringguard/runtime/communicator.h"
@@ -28,6 +31,41 @@ namespace ringguard {
 
 // A failed Status as the exception torch raises for it (c10::DistBackendError, "ringguard: ...").
 std::exception_ptr toException(const Status& st);
+
+// The interpreter's exit, as the threads that complete c10d Works see it (docs/TORCH.md, "Completion").
+//
+// Those threads (a CompletionLane's; PeerLanes' "rg-send" / "rg-recv", through process_group.cc's
+// send/recv callbacks) drop references to tensors that Python owns after they complete a Work. Since torch
+// 2.10 a C++ reference count that goes from 2 to 1 on a tensor with a Python object decrefs that object,
+// under the GIL (TensorImpl::decref_pyobject). Once the Work is complete its waiter may return, the script
+// end and the interpreter finalise (no destroy_process_group drained the lanes first); CPython ends a thread
+// that asks for the GIL then with pthread_exit, and the forced unwind through the (noexcept) destructor is
+// std::terminate: "terminate called without an active exception", SIGABRT at exit.
+//
+// So such a thread completes a Work and lets go of what it held inside an ExitWindow. closeForExit() (from
+// Python's atexit, registered by ringguard._C: it runs before finalisation, while other threads can still
+// take the GIL) waits until the open windows have closed; a window opened after it is refused: the thread
+// still completes the Work, then keeps what it held to the end of the process (keepForExit).
+class ExitWindow {
+ public:
+  ExitWindow();
+  ~ExitWindow();
+  ExitWindow(const ExitWindow&) = delete;
+  ExitWindow& operator=(const ExitWindow&) = delete;
+  // false: the interpreter is exiting; what the thread holds must not be released (keepForExit).
+  bool open() const { return open_; }
+  // Called with the GIL released: refuses new windows, then waits (at most `limit`) for the open ones.
+  static void closeForExit(std::chrono::milliseconds limit);
+
+ private:
+  bool open_;
+};
+
+// Never released: the process is exiting and the interpreter may be finalising.
+template <typename T>
+void keepForExit(T&& held) {
+  new std::decay_t<T>(std::forward<T>(held));  // a deliberate leak
+}
 
 // The c10d Work of one ringguard operation. The lanes complete its Future (with the outputs) first, then
 // the Work itself (complete()), as ProcessGroupGloo does: a completed Work always has a completed Future.

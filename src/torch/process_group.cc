@@ -9,6 +9,8 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include "core/env.h"
 #include "ringguard/torch/convert.h"
@@ -1139,6 +1141,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::p2p(const char* op, at::Te
   auto rg = c10::make_intrusive<RgWork>(rank_, isSend ? c10d::OpType::SEND : c10d::OpType::RECV, op,
                                         std::vector<at::Tensor>{t}, future);
   auto done = [rg, future, t, host, device, stream, isSend, copied](const Status& st) mutable {
+    // PeerLanes runs this on its thread and destroys it later: what it holds is released here, inside
+    // the window, since after complete() the caller may return and the interpreter finalise (completion.h).
+    const ExitWindow window;
     std::exception_ptr error;
     if (!st.isOk()) error = toException(st);
     try {
@@ -1163,6 +1168,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::p2p(const char* op, at::Te
       if (!future->completed()) future->setError(error);
     }
     rg->complete(error);
+    auto held = std::make_tuple(std::move(rg), std::move(future), std::move(t), std::move(host));
+    if (!window.open()) keepForExit(std::move(held));  // the interpreter is exiting: see completion.h
   };
   const size_t bytes = size_t(host.numel()) * host.element_size();
   if (isSend) {

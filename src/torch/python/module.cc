@@ -12,6 +12,7 @@
 #include "core/env.h"
 #include "ringguard/observability/observability.h"
 #include "ringguard/torch/process_group.h"
+#include "torch/completion.h"
 
 namespace py = pybind11;
 
@@ -111,6 +112,14 @@ PYBIND11_MODULE(_C, m) {
         if (!st.isOk()) throw std::runtime_error("ringguard: " + st.message());
       },
       py::arg("timeline") = "", py::arg("summary") = "");
+
+  // Before the interpreter finalises, the threads that complete Works must be done with Python's tensors
+  // (torch/completion.h, ExitWindow): a group that destroy_process_group never drained may still be
+  // releasing the last collective's when the script ends. atexit runs while other threads can take the GIL.
+  py::module_::import("atexit").attr("register")(py::cpp_function([] {
+    py::gil_scoped_release release;
+    ringguard::ExitWindow::closeForExit(std::chrono::seconds(10));
+  }));
 
   py::object backendBase = py::module_::import("torch._C._distributed_c10d").attr("Backend");
   py::class_<ringguard::ProcessGroupRingguard, IntrusivePtrNoGilDestructor<ringguard::ProcessGroupRingguard>>(
