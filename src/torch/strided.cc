@@ -45,10 +45,4 @@ std::function<void()> ContiguousOutputs::after(std::function<void()> then) const
   };
 }
 
-std::vector<at::Tensor> ContiguousOutputs::copies() const {
-  std::vector<at::Tensor> out;
-  for (const auto& c : copies_) out.push_back(c.second);
-  return out;
-}
-
 }  // namespace ringguard

@@ -37,9 +37,6 @@ class ContiguousOutputs {
   // then the copies back; null when there is nothing to run.
   std::function<void()> after(std::function<void()> then = nullptr) const;
 
-  // The copies the collective writes, which the Work keeps alive until it completes.
-  std::vector<at::Tensor> copies() const;
-
  private:
   const char* op_;
   std::vector<std::pair<at::Tensor, at::Tensor>> copies_;  // (caller's tensor, its contiguous copy)
