@@ -120,7 +120,7 @@ def fault(group=None) -> Dict[str, str]:
 
 
 def transport(device="cpu", group=None) -> str:
-    """The transport of `group` for a device type: "gloo", "mpi", "staged", "nccl", or "" while that device
+    """The transport of `group` for a device type: "shm", "gloo", "mpi", "staged", "nccl", or "" while that device
     type has no communicator (the CPU one is made with the group, the CUDA one at its first collective)."""
     device_type = device.type if isinstance(device, torch.device) else torch.device(device).type
     return backend(group).transport(device_type)

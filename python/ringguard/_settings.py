@@ -115,11 +115,20 @@ SETTINGS: Tuple[Setting, ...] = (
             "GPU, staged otherwise), nccl, or staged (device <-> pinned host <-> MPI). One of: auto, nccl, "
             "staged."),
     Setting("RINGGUARD_CPU_TRANSPORT", "cpu_transport", "choice", "auto", None, None,
-            ("auto", "mpi", "gloo"),
-            "one of auto, mpi, gloo",
+            ("auto", "mpi", "shm", "gloo"),
+            "one of auto, mpi, shm, gloo",
             "Transport of CPU tensors in the torch.distributed backend: auto (MPI when the process was "
-            "started by mpirun and ringguard was built with MPI, else the Gloo helper), mpi, or gloo. One of: "
-            "auto, mpi, gloo."),
+            "started by mpirun and ringguard was built with MPI; else shared memory when every rank of the "
+            "group can map every other's segment, the ranks of one host; else the Gloo helper), mpi, shm "
+            "(shared memory for the data and the Gloo helper for control frames, or an error), or gloo (the "
+            "Gloo helper for everything). Every rank of a group must set the same. One of: auto, mpi, shm, "
+            "gloo."),
+    Setting("RINGGUARD_SHM_RING_BYTES", "shm_ring_bytes", "unsigned", "2162688", 4096, 4294967296,
+            (),
+            "[4096, 4294967296]",
+            "Bytes of each shared-memory ring (one per ordered pair of ranks, in the receiver's segment under "
+            "/dev/shm): the default holds two default slices with their trailers, so a sender rarely waits "
+            "for its reader; a longer message streams through. In [4096, 4294967296]."),
     Setting("RINGGUARD_POOL_RELEASE_BYTES", "pool_release_bytes", "unsigned", "268435456", 0, 281474976710656,
             (),
             "[0, 281474976710656]",
@@ -283,8 +292,17 @@ class Fields:
 
     cpu_transport: Optional[str] = None
     """``RINGGUARD_CPU_TRANSPORT``, default ``auto``. Transport of CPU tensors in the torch.distributed
-    backend: auto (MPI when the process was started by mpirun and ringguard was built with MPI, else the
-    Gloo helper), mpi, or gloo. One of: auto, mpi, gloo."""
+    backend: auto (MPI when the process was started by mpirun and ringguard was built with MPI; else
+    shared memory when every rank of the group can map every other's segment, the ranks of one host;
+    else the Gloo helper), mpi, shm (shared memory for the data and the Gloo helper for control frames,
+    or an error), or gloo (the Gloo helper for everything). Every rank of a group must set the same. One
+    of: auto, mpi, shm, gloo."""
+
+    shm_ring_bytes: Optional[int] = None
+    """``RINGGUARD_SHM_RING_BYTES``, default ``2162688``. Bytes of each shared-memory ring (one per ordered
+    pair of ranks, in the receiver's segment under /dev/shm): the default holds two default slices with
+    their trailers, so a sender rarely waits for its reader; a longer message streams through. In [4096,
+    4294967296]."""
 
     pool_release_bytes: Optional[int] = None
     """``RINGGUARD_POOL_RELEASE_BYTES``, default ``268435456``. Release threshold of the device memory

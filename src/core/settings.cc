@@ -204,10 +204,19 @@ std::vector<Setting> declarations() {
           "share a GPU, staged otherwise), nccl, or staged (device <-> pinned host <-> MPI).")
           .group("device_transport"),
       choiceSetting(
-          "RINGGUARD_CPU_TRANSPORT", "auto", {{"auto", nullptr}, {"mpi", nullptr}, {"gloo", nullptr}},
+          "RINGGUARD_CPU_TRANSPORT", "auto",
+          {{"auto", nullptr}, {"mpi", nullptr}, {"shm", nullptr}, {"gloo", nullptr}},
           "Transport of CPU tensors in the torch.distributed backend: auto (MPI when the process was "
-          "started by mpirun and ringguard was built with MPI, else the Gloo helper), mpi, or gloo.")
+          "started by mpirun and ringguard was built with MPI; else shared memory when every rank of the "
+          "group can map every other's segment, the ranks of one host; else the Gloo helper), mpi, shm "
+          "(shared memory for the data and the Gloo helper for control frames, or an error), or gloo (the "
+          "Gloo helper for everything). Every rank of a group must set the same.")
           .group("cpu_transport"),
+      unsignedSetting("RINGGUARD_SHM_RING_BYTES", "2162688", 4096, uint64_t(1) << 32,
+                      "Bytes of each shared-memory ring (one per ordered pair of ranks, in the receiver's "
+                      "segment under /dev/shm): the default holds two default slices with their trailers, so "
+                      "a sender rarely waits for its reader; a longer message streams through.")
+          .group("shm_ring_bytes"),
       unsignedSetting("RINGGUARD_POOL_RELEASE_BYTES", "268435456", 0, uint64_t(1) << 48,
                       "Release threshold of the device memory pool: freed memory it may keep cached across "
                       "synchronisations; the rest goes back to the driver (and so to PyTorch's allocator).")

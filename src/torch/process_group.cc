@@ -161,7 +161,7 @@ ProcessGroupRingguard::ProcessGroupRingguard(c10::intrusive_ptr<c10d::Store> sto
     st = createMpiCommunicator(globalRanks);
     TORCH_CHECK(st.isOk(), "ringguard: CPU communicator over MPI: ", st.toString());
   } else {
-    StoreBootstrap bootstrap(store_, gloo_, "ringguard/cpu", kCpuTagBase);
+    StoreBootstrap bootstrap(store_, gloo_, "ringguard/cpu", kCpuTagBase, cpuSharedMemory());
     st = createHostCommunicator(bootstrap, options_, &cpu_);
     TORCH_CHECK(st.isOk(), "ringguard: ", st.toString());
   }
@@ -228,6 +228,23 @@ bool ProcessGroupRingguard::useMpi() {
   TORCH_CHECK(kind != "mpi", "ringguard: RINGGUARD_CPU_TRANSPORT=mpi, but this build has no MPI");
   return false;
 #endif
+}
+
+// RINGGUARD_CPU_TRANSPORT without MPI: auto tries shared memory, shm insists on it, gloo keeps the Gloo
+// helper.
+SharedMemoryChoice ProcessGroupRingguard::cpuSharedMemory() {
+  SharedMemoryChoice c;
+  auto lookup = [this](const char* name) { return option(name); };
+  Status st = parseSetting("RINGGUARD_CPU_TRANSPORT", lookup, &c.setting);
+  uint64_t ringBytes = 0;
+  if (st.isOk()) st = parseSetting("RINGGUARD_SHM_RING_BYTES", lookup, &ringBytes);
+  TORCH_CHECK(st.isOk(), "ringguard: ", st.message());
+  c.mode = c.setting == "gloo"  ? SharedMemory::kOff
+           : c.setting == "shm" ? SharedMemory::kRequired
+                                : SharedMemory::kAuto;
+  c.ringBytes = size_t(ringBytes);
+  c.timeout = options_.timeout;
+  return c;
 }
 
 // MPI over exactly this group's ranks: MPI_Comm_create_group is collective over the members only, as the

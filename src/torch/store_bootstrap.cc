@@ -20,11 +20,13 @@ Status storeCall(const char* what, F&& f) {
 }  // namespace
 
 StoreBootstrap::StoreBootstrap(c10::intrusive_ptr<c10d::Store> store,
-                               c10::intrusive_ptr<c10d::Backend> backend, std::string prefix, int tagBase)
+                               c10::intrusive_ptr<c10d::Backend> backend, std::string prefix, int tagBase,
+                               std::optional<SharedMemoryChoice> sharedMemory)
     : store_(std::move(store)),
       backend_(std::move(backend)),
       prefix_(std::move(prefix)),
       tagBase_(tagBase),
+      sharedMemory_(std::move(sharedMemory)),
       rank_(backend_->getRank()),
       size_(backend_->getSize()) {}
 
@@ -50,7 +52,10 @@ Status StoreBootstrap::createHostTransport(std::unique_ptr<Transport>* out) {
     return Status(StatusCode::kInternal, "StoreBootstrap: its tag range already carries a host transport");
   }
   transportMade_ = true;
-  return createC10dTransport(backend_, tagBase_, out);
+  RINGGUARD_RETURN_IF_ERROR(createC10dTransport(backend_, tagBase_, out));
+  if (!sharedMemory_) return Status::ok();
+  return connectSharedMemory(*this, sharedMemory_->mode, sharedMemory_->setting, sharedMemory_->ringBytes,
+                             sharedMemory_->timeout, out);
 }
 
 }  // namespace ringguard

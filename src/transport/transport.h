@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -100,6 +101,11 @@ class Transport {
   // NCCL's stream events, staged copies, the loopback fabric): their waiters spin, then sleep.
   uint64_t eventCount() const { return doEventCount(); }
   bool waitForEvent(uint64_t seen, std::chrono::microseconds max) { return doWaitForEvent(seen, max); }
+  // For a transport built on this one whose waits sleep on events of their own (the shared-memory
+  // transport over the c10d one): calls `listener` (on any thread) whenever eventCount() grows, so a
+  // control frame or a failure here wakes those waits too. Null removes it. False on transports without
+  // such events (waitForEvent returns false there).
+  bool setEventListener(std::function<void()> listener) { return doSetEventListener(std::move(listener)); }
 
   // This end is going away (its owner is about to destroy it): tells the peers now, on transports that have
   // a message for it (the c10d transport's goodbye), so a peer waiting for a frame from this rank fails at
@@ -134,6 +140,7 @@ class Transport {
   virtual Status doProgress() { return Status::ok(); }
   virtual uint64_t doEventCount() const { return 0; }
   virtual bool doWaitForEvent(uint64_t /*seen*/, std::chrono::microseconds /*max*/) { return false; }
+  virtual bool doSetEventListener(std::function<void()> /*listener*/) { return false; }
 
   // Transports built on another transport (staging through host memory, a host control channel) reach
   // its hooks through these.

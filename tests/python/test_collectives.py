@@ -875,12 +875,36 @@ def _(ctx):
     assert c["bytes_sent"] <= SLICE_BYTES * c["slices_sent"], c
     # Fingerprint and verdict exchanges went over the sealed control channel.
     assert c["control_frames"] > 0 and c["control_bytes"] >= 32 * c["control_frames"], c
-    assert ringguard.transport("cpu") == "gloo", ringguard.transport("cpu")
+    # The ranks share a host: slices and control frames through shared memory (RINGGUARD_CPU_TRANSPORT=auto).
+    assert ringguard.transport("cpu") == "shm", ringguard.transport("cpu")
     if ctx.device == "cpu":
         assert ringguard.transport("cuda") == "", ringguard.transport("cuda")
     with pytest.raises(TypeError):
         ringguard.counters(ctx.ref)  # a gloo group is not ours
     return c
+
+
+@CASES.case("cpu-transport-choices")
+def _(ctx):
+    """RINGGUARD_CPU_TRANSPORT per group: gloo keeps the Gloo helper for everything, shm insists on shared
+    memory; both give the exact results (small integers: sums independent of order), small and pipelined."""
+    import ringguard
+
+    seen = {}
+    for choice in ("gloo", "shm"):
+        g = dist.new_group(backend="ringguard", pg_options=ringguard.Options(cpu_transport=choice))
+        seen[choice] = ringguard.transport("cpu", g)
+        for n in (5, 300000):  # a 4-byte-element eager collective, and slices through the rings
+            t = (torch.arange(n, dtype=torch.float32) % 97) + ctx.rank
+            dist.all_reduce(t, group=g)
+            want = ctx.size * (torch.arange(n, dtype=torch.float32) % 97) + sum(range(ctx.size))
+            assert torch.equal(t, want), (choice, n)
+            out = [torch.zeros(n, dtype=torch.int32) for _ in range(ctx.size)]
+            dist.all_gather(out, torch.full((n,), ctx.rank + 1, dtype=torch.int32), group=g)
+            assert all(torch.equal(o, torch.full((n,), r + 1, dtype=torch.int32)) for r, o in enumerate(out))
+        dist.destroy_process_group(g)
+    assert seen == {"gloo": "gloo", "shm": "shm"}, seen
+    return seen
 
 
 @CASES.case("cuda-device-transport")

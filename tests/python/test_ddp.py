@@ -169,9 +169,9 @@ def _(ctx):
     import ringguard
 
     kind = ctx.device
-    # CPU tensors travel over the Gloo helper; CUDA ones (RINGGUARD_DEVICE_TRANSPORT=auto) over NCCL
-    # unless two local ranks share a GPU, then staged.
-    want = "gloo"
+    # CPU tensors travel through shared memory (the ranks share a host; RINGGUARD_CPU_TRANSPORT=auto); CUDA
+    # ones (RINGGUARD_DEVICE_TRANSPORT=auto) over NCCL unless two local ranks share a GPU, then staged.
+    want = "shm"
     if kind == "cuda":
         want = os.environ.get("RINGGUARD_DEVICE_TRANSPORT", "auto")
         if want == "auto":

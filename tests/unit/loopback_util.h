@@ -26,6 +26,8 @@
 #include "runtime/make_communicator.h"
 #include "transport/control/control_channel.h"
 #include "transport/loopback/loopback_transport.h"
+#include "transport/shm/shm_segment.h"
+#include "transport/shm/shm_transport.h"
 #include "verifiable.h"
 
 namespace ringguard {
@@ -99,15 +101,49 @@ inline CollectiveContext contextFor(Transport* transport, const Options* options
   return ctx;
 }
 
+// What carries the data of a LoopbackGroup: the loopback fabric itself, or shared-memory rings over it
+// (the shared-memory transport with the loopback control channel; rings of kTestRingBytes, so messages
+// wrap around and longer ones stream through).
+enum class Wire { kLoopback, kSharedMemory };
+inline constexpr size_t kTestRingBytes = 1024;
+inline const char* wireName(Wire w) { return w == Wire::kLoopback ? "loopback" : "shm"; }
+
+// Wraps each of the group's transports (rank r at index r) in a shared-memory transport over segments
+// made and opened here (what connectSharedMemory does through a Bootstrap).
+inline void wrapInSharedMemory(std::vector<std::unique_ptr<Transport>>* transports, size_t ringBytes) {
+  const int n = int(transports->size());
+  std::vector<std::unique_ptr<shm::Segment>> own(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    const Status st = shm::Segment::create(r, n, ringBytes, kControlRingBytes, &own[size_t(r)]);
+    ASSERT_TRUE(st.isOk()) << st.toString();
+  }
+  std::vector<std::vector<std::unique_ptr<shm::Segment>>> peers(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    peers[size_t(r)].resize(size_t(n));
+    for (int p = 0; p < n; ++p) {
+      if (p == r) continue;
+      const Status st = shm::Segment::open(own[size_t(p)]->name(), p, n, own[size_t(p)]->nonce(),
+                                           &peers[size_t(r)][size_t(p)]);
+      ASSERT_TRUE(st.isOk()) << st.toString();
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    (*transports)[size_t(r)] =
+        makeShmTransport(std::move((*transports)[size_t(r)]), std::move(own[size_t(r)]),
+                         std::move(peers[size_t(r)]), std::chrono::milliseconds(20000));
+  }
+}
+
 class LoopbackGroup {
  public:
   // `size` ranks with the same options.
-  LoopbackGroup(int size, const Options& options)
-      : LoopbackGroup(std::vector<Options>(size_t(size), options)) {}
+  LoopbackGroup(int size, const Options& options, Wire wire = Wire::kLoopback)
+      : LoopbackGroup(std::vector<Options>(size_t(size), options), wire) {}
   // One rank per entry, each with its own options (settings that must agree are checked by the handshake).
-  explicit LoopbackGroup(const std::vector<Options>& perRank) {
+  explicit LoopbackGroup(const std::vector<Options>& perRank, Wire wire = Wire::kLoopback) {
     std::vector<std::unique_ptr<Transport>> transports =
         makeLoopbackTransports(int(perRank.size()), &fabric_);
+    if (wire == Wire::kSharedMemory) wrapInSharedMemory(&transports, kTestRingBytes);
     for (size_t r = 0; r < perRank.size(); ++r) {
       comms_.push_back(makeCommunicator(std::move(transports[r]), perRank[r]));
     }

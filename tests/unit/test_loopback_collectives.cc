@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "loopback_util.h"
@@ -62,14 +63,19 @@ void reduceScatterAndCheck(LoopbackGroup& g, DataType t, ReduceOp op, size_t rec
   });
 }
 
-class LoopbackCollectives : public ::testing::TestWithParam<int> {};
+// Ranks x wire: every case runs over the loopback fabric and over shared-memory rings.
+class LoopbackCollectives : public ::testing::TestWithParam<std::tuple<int, testing::Wire>> {
+ protected:
+  int ranks() const { return std::get<0>(GetParam()); }
+  LoopbackGroup group(const Options& o) const { return LoopbackGroup(ranks(), o, std::get<1>(GetParam())); }
+};
 
 TEST_P(LoopbackCollectives, ReduceScatterEveryDtypeOpAndCount) {
-  LoopbackGroup g(GetParam(), smallSlices());
+  LoopbackGroup g = group(smallSlices());
   for (DataType t : kAllDataTypes) {
     for (ReduceOp op : kAllReduceOps) {
       if (!reduceSupported(t, op)) continue;  // refusals: LoopbackAllreduceOps
-      for (size_t count : countsFor(GetParam())) {
+      for (size_t count : countsFor(ranks())) {
         reduceScatterAndCheck(g, t, op, count, false);
         if (count % 3 == 1) reduceScatterAndCheck(g, t, op, count, true);
       }
@@ -80,14 +86,14 @@ TEST_P(LoopbackCollectives, ReduceScatterEveryDtypeOpAndCount) {
 
 // FSDP2's gradient_divide_factor path: premul_sum reduce-scatters.
 TEST_P(LoopbackCollectives, ReduceScatterPremulSum) {
-  if (GetParam() == 1) GTEST_SKIP() << "premul_sum needs 2 or more ranks";
-  LoopbackGroup g(GetParam(), smallSlices());
+  if (ranks() == 1) GTEST_SKIP() << "premul_sum needs 2 or more ranks";
+  LoopbackGroup g = group(smallSlices());
   for (double factor : {0.5, 0.125}) {
     ReduceOp op = ReduceOp::kSum;
     ASSERT_TRUE(makePremulSum(factor, &op).isOk());
     for (DataType t : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
                        DataType::kComplex64, DataType::kComplex128}) {
-      for (size_t count : countsFor(GetParam())) {
+      for (size_t count : countsFor(ranks())) {
         reduceScatterAndCheck(g, t, op, count, false);
         if (count % 3 == 1) reduceScatterAndCheck(g, t, op, count, true);
       }
@@ -120,9 +126,9 @@ void allgatherAndCheck(LoopbackGroup& g, DataType t, size_t sendCount, bool inPl
 }
 
 TEST_P(LoopbackCollectives, AllgatherEveryDtypeAndCount) {
-  LoopbackGroup g(GetParam(), smallSlices());
+  LoopbackGroup g = group(smallSlices());
   for (DataType t : kAllDataTypes) {
-    for (size_t count : countsFor(GetParam())) {
+    for (size_t count : countsFor(ranks())) {
       allgatherAndCheck(g, t, count, false);
       allgatherAndCheck(g, t, count, true);
     }
@@ -149,8 +155,8 @@ void broadcastAndCheck(LoopbackGroup& g, DataType t, size_t count, int root, boo
 }
 
 TEST_P(LoopbackCollectives, BroadcastFromEveryRoot) {
-  const int n = GetParam();
-  LoopbackGroup g(n, smallSlices());
+  const int n = ranks();
+  LoopbackGroup g = group(smallSlices());
   for (DataType t :
        {DataType::kFloat32, DataType::kFloat16, DataType::kInt64, DataType::kUint8, DataType::kBool,
         DataType::kFloat8E4M3, DataType::kFloat8E5M2, DataType::kInt16, DataType::kComplex128}) {
@@ -167,8 +173,8 @@ TEST_P(LoopbackCollectives, BroadcastFromEveryRoot) {
 // ---- send/recv --------------------------------------------------------------------------------------
 
 TEST_P(LoopbackCollectives, SendRecvRingShiftAndPairs) {
-  const int n = GetParam();
-  LoopbackGroup g(n, smallSlices());
+  const int n = ranks();
+  LoopbackGroup g = group(smallSlices());
   for (DataType t : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt32, DataType::kFloat8E5M2,
                      DataType::kBool, DataType::kComplex128}) {
     for (size_t count : countsFor(n)) {
@@ -243,7 +249,7 @@ void alltoallAndCheck(LoopbackGroup& g, DataType t, bool equal) {
 }
 
 TEST_P(LoopbackCollectives, AlltoallEqualAndUnequalSplits) {
-  LoopbackGroup g(GetParam(), smallSlices());
+  LoopbackGroup g = group(smallSlices());
   for (DataType t : {DataType::kFloat32, DataType::kFloat64, DataType::kUint8, DataType::kInt8,
                      DataType::kBool, DataType::kFloat8E4M3, DataType::kFloat8E5M2, DataType::kComplex64}) {
     alltoallAndCheck(g, t, true);
@@ -251,9 +257,13 @@ TEST_P(LoopbackCollectives, AlltoallEqualAndUnequalSplits) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, LoopbackCollectives, ::testing::Range(1, 9),
-                         [](const ::testing::TestParamInfo<int>& i) {
-                           return "np" + std::to_string(i.param);
+INSTANTIATE_TEST_SUITE_P(Ranks, LoopbackCollectives,
+                         ::testing::Combine(::testing::Range(1, 9),
+                                            ::testing::Values(testing::Wire::kLoopback,
+                                                              testing::Wire::kSharedMemory)),
+                         [](const ::testing::TestParamInfo<std::tuple<int, testing::Wire>>& i) {
+                           return "np" + std::to_string(std::get<0>(i.param)) + "_" +
+                                  testing::wireName(std::get<1>(i.param));
                          });
 
 // ---- faults: every collective, every mode -----------------------------------------------------------
@@ -266,31 +276,33 @@ struct FaultCase {
 class LoopbackCollectiveFaults : public ::testing::TestWithParam<FaultCase> {};
 
 TEST_P(LoopbackCollectiveFaults, EveryCollectiveBitIdenticalAndEveryInjectionDetected) {
-  for (int n : {2, 3, 5}) {
-    Options o = smallSlices(256);
-    o.maxRetries = 5;
-    o.fault.mode = GetParam().mode;
-    o.fault.probability = 0.15;
-    o.fault.seed = 7;
-    o.fault.delayMs = 1;
-    LoopbackGroup g(n, o);
-    for (DataType t : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64}) {
-      reduceScatterAndCheck(g, t, ReduceOp::kSum, 777, false);
-      reduceScatterAndCheck(g, t, ReduceOp::kMax, 500, true);
-      allgatherAndCheck(g, t, 901, false);
-      broadcastAndCheck(g, t, 1500, n - 1, false);
-      alltoallAndCheck(g, t, false);
+  for (testing::Wire wire : {testing::Wire::kLoopback, testing::Wire::kSharedMemory})
+    for (int n : {2, 3, 5}) {
+      SCOPED_TRACE(testing::wireName(wire));
+      Options o = smallSlices(256);
+      o.maxRetries = 5;
+      o.fault.mode = GetParam().mode;
+      o.fault.probability = 0.15;
+      o.fault.seed = 7;
+      o.fault.delayMs = 1;
+      LoopbackGroup g(n, o, wire);
+      for (DataType t : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64}) {
+        reduceScatterAndCheck(g, t, ReduceOp::kSum, 777, false);
+        reduceScatterAndCheck(g, t, ReduceOp::kMax, 500, true);
+        allgatherAndCheck(g, t, 901, false);
+        broadcastAndCheck(g, t, 1500, n - 1, false);
+        alltoallAndCheck(g, t, false);
+      }
+      const Counters c = g.totalCounters();
+      EXPECT_EQ(c.escaped, 0u) << "np" << n;
+      if (GetParam().mode == FaultMode::kDelay) {
+        EXPECT_GT(c.delayed, 0u) << "np" << n;
+      } else {
+        EXPECT_GT(c.injected, 0u) << "np" << n;
+        EXPECT_EQ(c.detected, c.injected) << "np" << n;
+        EXPECT_GT(c.retransmitted, 0u) << "np" << n;
+      }
     }
-    const Counters c = g.totalCounters();
-    EXPECT_EQ(c.escaped, 0u) << "np" << n;
-    if (GetParam().mode == FaultMode::kDelay) {
-      EXPECT_GT(c.delayed, 0u) << "np" << n;
-    } else {
-      EXPECT_GT(c.injected, 0u) << "np" << n;
-      EXPECT_EQ(c.detected, c.injected) << "np" << n;
-      EXPECT_GT(c.retransmitted, 0u) << "np" << n;
-    }
-  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -49,6 +49,7 @@ class DeviceStager;  // ringguard/runtime/device_stager.h
 namespace ringguard {
 
 class PeerLanes;
+struct SharedMemoryChoice;  // torch/store_bootstrap.h
 class C10dWork;
 class CompletionLane;
 
@@ -203,6 +204,7 @@ class ProcessGroupRingguard : public c10d::Backend {
   // A RINGGUARD_* option: from pg_options, else the environment, else null.
   const char* option(const char* name) const;
   bool useMpi();
+  SharedMemoryChoice cpuSharedMemory();  // RINGGUARD_CPU_TRANSPORT and RINGGUARD_SHM_RING_BYTES
   Status createMpiCommunicator(const std::vector<int>& globalRanks);  // collective over the group
   // Starts one collective of the communicator of `buffer`'s device (`start` gets it and the caller's
   // stream) and returns its c10d Work; `after` runs on success before the Work completes. The Work keeps

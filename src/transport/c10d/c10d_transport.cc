@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -93,11 +94,18 @@ Status glooFailure(const std::string& what, int peer, const std::string& detail)
 class Events {
  public:
   void raise() {
+    std::function<void()> listener;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       count_.fetch_add(1, std::memory_order_relaxed);
+      listener = listener_;
     }
     cv_.notify_all();
+    if (listener) listener();
+  }
+  void setListener(std::function<void()> listener) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    listener_ = std::move(listener);
   }
   uint64_t count() const { return count_.load(std::memory_order_acquire); }
   void waitPast(uint64_t seen, std::chrono::microseconds max) {
@@ -109,6 +117,7 @@ class Events {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::atomic<uint64_t> count_{0};
+  std::function<void()> listener_;  // Transport::setEventListener
 };
 
 // Waits the works of one (peer, direction) in post order on its own thread, and raises `events` (when not
@@ -328,6 +337,10 @@ class C10dTransport final : public Transport {
   uint64_t doEventCount() const override { return events_.count(); }
   bool doWaitForEvent(uint64_t seen, std::chrono::microseconds max) override {
     events_.waitPast(seen, max);
+    return true;
+  }
+  bool doSetEventListener(std::function<void()> listener) override {
+    events_.setListener(std::move(listener));
     return true;
   }
 

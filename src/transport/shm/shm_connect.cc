@@ -1,0 +1,121 @@
+// connectSharedMemory: the two exchanges that turn a group's host transport into a shared-memory one
+// (docs/design/protocol.md, "Shared-memory transport").
+#include <nlohmann/json.hpp>
+
+#include "core/logging.h"
+#include "transport/shm/shm_segment.h"
+#include "transport/shm/shm_transport.h"
+
+namespace ringguard {
+
+namespace {
+
+using nlohmann::json;
+
+std::vector<uint8_t> bytesOf(const json& j) {
+  const std::string s = j.dump();
+  return std::vector<uint8_t>(s.begin(), s.end());
+}
+
+// Every rank's record of one exchange; a record that does not parse is this bootstrap's bug or another
+// version's, named with its rank.
+Status records(Bootstrap& b, const json& mine, std::vector<json>* all) {
+  std::vector<std::vector<uint8_t>> raw;
+  RINGGUARD_RETURN_IF_ERROR(b.allgather(bytesOf(mine), &raw));
+  all->clear();
+  for (size_t r = 0; r < raw.size(); ++r) {
+    json j = json::parse(raw[r].begin(), raw[r].end(), nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("mode") || !j.contains("ok") || !j.contains("why")) {
+      return Status(StatusCode::kTransportError, "shared-memory setup: rank " + std::to_string(r) +
+                                                     " sent a record this version cannot read");
+    }
+    all->push_back(std::move(j));
+  }
+  return Status::ok();
+}
+
+// The first rank whose record says it failed, or -1.
+int firstFailed(const std::vector<json>& all) {
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (!all[r]["ok"].get<bool>()) return int(r);
+  }
+  return -1;
+}
+
+}  // namespace
+
+Status connectSharedMemory(Bootstrap& bootstrap, SharedMemory mode, const std::string& modeName,
+                           size_t ringBytes, std::chrono::milliseconds timeout,
+                           std::unique_ptr<Transport>* transport) {
+  const int rank = bootstrap.rank(), size = bootstrap.size();
+  if (size == 1) return Status::ok();  // no peers: nothing to share
+
+  // 1. Every rank's mode and, where it wants shared memory, its new segment.
+  std::unique_ptr<shm::Segment> own;
+  json mine = {{"mode", modeName}, {"ok", true}, {"why", ""}};
+  if (mode != SharedMemory::kOff) {
+    const Status st = shm::Segment::create(rank, size, ringBytes, kControlRingBytes, &own);
+    if (st.isOk()) {
+      mine["name"] = own->name();
+      mine["nonce"] = own->nonce();
+    } else {
+      mine["ok"] = false;
+      mine["why"] = st.message();
+    }
+  }
+  std::vector<json> all;
+  RINGGUARD_RETURN_IF_ERROR(records(bootstrap, mine, &all));
+  for (int r = 0; r < size; ++r) {
+    const std::string theirs = all[size_t(r)]["mode"].get<std::string>();
+    if (theirs != modeName) {
+      return Status(StatusCode::kInvalidArgument, "RINGGUARD_CPU_TRANSPORT differs between ranks: rank " +
+                                                      std::to_string(rank) + " has " + modeName + ", rank " +
+                                                      std::to_string(r) + " has " + theirs +
+                                                      " (every rank must set the same)");
+    }
+  }
+  if (mode == SharedMemory::kOff) return Status::ok();
+
+  // 2. Every rank maps every peer's segment (when all were made), then says whether it could.
+  std::vector<std::unique_ptr<shm::Segment>> peers(static_cast<size_t>(size));
+  json opened = {{"mode", modeName}, {"ok", true}, {"why", ""}};
+  const int noSegment = firstFailed(all);
+  if (noSegment >= 0) {
+    opened["ok"] = false;
+    opened["why"] = "rank " + std::to_string(noSegment) +
+                    " could not make its segment: " + all[size_t(noSegment)]["why"].get<std::string>();
+  }
+  for (int r = 0; r < size && noSegment < 0; ++r) {
+    if (r == rank) continue;
+    const json& rec = all[size_t(r)];
+    Status st =
+        rec.contains("name") && rec["name"].is_string() && rec.contains("nonce") &&
+                rec["nonce"].is_number_unsigned()
+            ? shm::Segment::open(rec["name"].get<std::string>(), r, size, rec["nonce"].get<uint64_t>(),
+                                 &peers[size_t(r)])
+            : Status(StatusCode::kTransportError, "rank " + std::to_string(r) + " sent no segment name");
+    if (!st.isOk()) {
+      opened["ok"] = false;
+      opened["why"] = "rank " + std::to_string(rank) + " could not open rank " + std::to_string(r) +
+                      "'s segment: " + st.message();
+      break;
+    }
+  }
+  RINGGUARD_RETURN_IF_ERROR(records(bootstrap, opened, &all));
+  if (own) own->unlink();  // every peer that could open it has: nothing stays in /dev/shm
+  const int failed = firstFailed(all);
+  if (failed >= 0) {
+    const std::string why = all[size_t(failed)]["why"].get<std::string>();
+    if (mode == SharedMemory::kRequired) {
+      return Status(StatusCode::kTransportError,
+                    "RINGGUARD_CPU_TRANSPORT=" + modeName + ": the ranks cannot share memory: " + why);
+    }
+    logInfo(Subsys::kTransport, "shared memory not used (the {} transport carries the data): {}",
+            (*transport)->name(), why);
+    return Status::ok();
+  }
+  *transport = makeShmTransport(std::move(*transport), std::move(own), std::move(peers), timeout);
+  return Status::ok();
+}
+
+}  // namespace ringguard

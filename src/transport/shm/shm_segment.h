@@ -1,0 +1,102 @@
+#pragma once
+// One rank's shared-memory segment (POSIX shm_open + mmap): its doorbell and one inbound byte ring per peer,
+// which that peer writes and this rank reads (docs/design/protocol.md, "Shared-memory transport").
+//
+//   header | data ring indices [size] | control ring indices [size] | data rings [size] | control rings
+//   [size]
+//
+// Each peer has two rings here: one for payloads and trailers (the data plane), one for sealed control
+// frames, so a control frame never waits behind a slice.
+// A ring is single-producer (the sender's thread posting on it), single-consumer (this rank's): the
+// sender copies bytes in and publishes `head` (release), the receiver copies them out and publishes
+// `tail`. Both are totals since the segment was made, so `head - tail` is what the ring holds. Whoever
+// moves bytes rings the other side's doorbell, a futex word in that side's segment, which its waits sleep
+// on. Nothing a peer writes here is trusted: indices are checked before use (ShmTransport), payloads carry
+// their CRC.
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ringguard/core/status.h"
+
+namespace ringguard {
+namespace shm {
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
+              "shared-memory rings need lock-free atomics");
+
+struct alignas(64) RingIndex {
+  std::atomic<uint64_t> value{0};
+};
+
+struct RingIndices {
+  RingIndex head;  // bytes the sender has written, in total
+  RingIndex tail;  // bytes the receiver has read, in total
+};
+
+struct alignas(64) SegmentHeader {
+  uint64_t magic;
+  uint64_t nonce;  // random, published through the bootstrap: proves a peer opened this very segment
+  int32_t rank;
+  int32_t size;
+  uint64_t ringBytes;
+  uint64_t controlRingBytes;
+  alignas(
+      64) std::atomic<uint32_t> doorbell;  // futex word: raised whenever something this rank waits on moved
+  std::atomic<uint32_t> sleepers;          // threads of this rank blocked on it (a raise wakes only then)
+};
+
+class Segment {
+ public:
+  // A new segment of this rank (name unique: pid, a counter and random bits), reserved in full so a
+  // full /dev/shm is an error here and never a SIGBUS later.
+  static Status create(int rank, int size, size_t ringBytes, size_t controlRingBytes,
+                       std::unique_ptr<Segment>* out);
+  // A peer's segment by the name it published; checks that it is the one that peer made (`nonce`).
+  static Status open(const std::string& name, int rank, int size, uint64_t nonce,
+                     std::unique_ptr<Segment>* out);
+  ~Segment();
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  // Removes the name (the mapping stays): once every peer has opened it, nothing is left behind if a
+  // process dies. Idempotent; the creator's destructor calls it too.
+  void unlink();
+
+  const std::string& name() const { return name_; }
+  uint64_t nonce() const { return header()->nonce; }
+  size_t ringBytes() const { return ringBytes_; }
+  RingIndices& ring(int sender) const { return rings_[sender]; }
+  uint8_t* data(int sender) const { return data_ + size_t(sender) * ringBytes_; }
+  size_t controlRingBytes() const { return controlRingBytes_; }
+  RingIndices& controlRing(int sender) const { return rings_[size_ + sender]; }
+  uint8_t* controlData(int sender) const { return control_ + size_t(sender) * controlRingBytes_; }
+
+  // The doorbell: raise() after publishing bytes or space; wait(seen, max) blocks while it still reads
+  // `seen`, at most `max`.
+  uint32_t bell() const { return header()->doorbell.load(std::memory_order_seq_cst); }
+  void raise();
+  void wait(uint32_t seen, std::chrono::microseconds max);
+
+ private:
+  Segment(std::string name, void* base, size_t bytes, bool owner, int size, size_t ringBytes,
+          size_t controlRingBytes);
+  SegmentHeader* header() const { return static_cast<SegmentHeader*>(base_); }
+
+  std::string name_;
+  void* base_;
+  size_t bytes_;
+  bool linked_;
+  int size_;
+  size_t ringBytes_;
+  size_t controlRingBytes_;
+  RingIndices* rings_;  // [2 * size]: data rings, then control rings
+  uint8_t* data_;
+  uint8_t* control_;
+};
+
+}  // namespace shm
+}  // namespace ringguard

@@ -1,0 +1,52 @@
+#pragma once
+// Ranks on one host: slices and control frames through shared memory; the host transport it wraps keeps
+// what shared memory cannot tell (docs/design/protocol.md, "Shared-memory transport"). Under torchrun that
+// host transport is the c10d one (Gloo): its goodbye and its closed connections still say that a peer left
+// or exited, while every byte of the collectives skips Gloo's sockets and threads: the sender copies a
+// message into the receiver's ring, the receiver copies it out, each on the thread that posted or probed,
+// and a wait sleeps on a futex until the other side moved something.
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ringguard/bootstrap/bootstrap.h"
+#include "ringguard/core/status.h"
+#include "transport/transport.h"
+
+namespace ringguard {
+
+namespace shm {
+class Segment;
+}
+
+enum class SharedMemory {
+  kOff,       // keep the host transport
+  kAuto,      // shared memory when every rank can open every other's segment, else the host transport
+  kRequired,  // shared memory, or an error naming the rank that could not
+};
+
+// Collective over `bootstrap` (two exchanges; every rank calls it with its own `mode`, and ranks whose modes
+// differ all fail naming both): replaces *transport, the group's host transport, with a shared-memory
+// transport over it when `mode` allows and every rank could map every peer's segment (`ringBytes` per
+// inbound data ring: at least one default slice and its trailer moves without waiting for the reader). With
+// kAuto and a rank that could not, every rank keeps the host transport and logs why (info). `modeName` is
+// the setting's value, for messages; `timeout`, how long a control frame may wait for room in a peer's
+// ring (the communicator's timeout).
+Status connectSharedMemory(Bootstrap& bootstrap, SharedMemory mode, const std::string& modeName,
+                           size_t ringBytes, std::chrono::milliseconds timeout,
+                           std::unique_ptr<Transport>* transport);
+
+// Bytes of each control ring: every frame fits many times over, so a sender waits for room only when its
+// peer has stopped reading.
+inline constexpr size_t kControlRingBytes = size_t(256) << 10;
+
+// The transport itself, over segments already mapped (what connectSharedMemory does): `own` is this rank's,
+// peers[p] peer p's (null at this rank).
+std::unique_ptr<Transport> makeShmTransport(std::unique_ptr<Transport> host,
+                                            std::unique_ptr<shm::Segment> own,
+                                            std::vector<std::unique_ptr<shm::Segment>> peers,
+                                            std::chrono::milliseconds sendTimeout);
+
+}  // namespace ringguard

@@ -1,0 +1,218 @@
+// The shared-memory transport (src/transport/shm): its setup through a Bootstrap (agreement, fallback,
+// nothing left in /dev/shm), messages longer than a ring, and what it refuses (a message of another size
+// than the receive, a peer's ring indices that cannot be). The collective suites run over it too
+// (test_loopback_collectives.cc, Wire::kSharedMemory).
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "loopback_util.h"
+#include "memory_bootstrap.h"
+
+namespace ringguard {
+namespace {
+
+using testing::LoopbackGroup;
+using testing::Wire;
+
+// Names under /dev/shm that a ringguard segment would have.
+int segmentsInDevShm() {
+  int n = 0;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d)) n += std::strncmp(e->d_name, "ringguard-", 10) == 0;
+    closedir(d);
+  }
+  return n;
+}
+
+// Runs connectSharedMemory on n ranks (modes[r], ring bytes rings[r]) over a MemoryBootstrap; returns each
+// rank's status and transport name.
+struct Connected {
+  std::vector<Status> status;
+  std::vector<std::string> name;
+};
+Connected connectAll(const std::vector<std::string>& modes, const std::vector<size_t>& rings) {
+  const int n = int(modes.size());
+  testing::Board board(n);
+  Connected out{std::vector<Status>(size_t(n)), std::vector<std::string>(size_t(n))};
+  testing::runRanks(n, [&](int r) {
+    testing::MemoryBootstrap b(&board, r);
+    std::unique_ptr<Transport> t;
+    Status st = b.createHostTransport(&t);
+    const std::string& m = modes[size_t(r)];
+    const SharedMemory mode = m == "gloo"  ? SharedMemory::kOff
+                              : m == "shm" ? SharedMemory::kRequired
+                                           : SharedMemory::kAuto;
+    if (st.isOk())
+      st = connectSharedMemory(b, mode, m, rings[size_t(r)], std::chrono::milliseconds(20000), &t);
+    out.status[size_t(r)] = st;
+    out.name[size_t(r)] = t ? t->name() : "";
+  });
+  return out;
+}
+
+TEST(ShmTransport, ConnectsWhenEveryRankCanAndLeavesNothingInDevShm) {
+  const int before = segmentsInDevShm();
+  const Connected c = connectAll({"auto", "auto", "auto"}, {4096, 4096, 4096});
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(c.status[size_t(r)].isOk()) << c.status[size_t(r)].toString();
+    EXPECT_EQ(c.name[size_t(r)], "shm") << "rank " << r;
+  }
+  EXPECT_EQ(segmentsInDevShm(), before) << "a segment's name stayed in /dev/shm";
+}
+
+TEST(ShmTransport, OffKeepsTheHostTransport) {
+  const Connected c = connectAll({"gloo", "gloo"}, {4096, 4096});
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(c.status[size_t(r)].isOk());
+    EXPECT_EQ(c.name[size_t(r)], "loopback");
+  }
+}
+
+TEST(ShmTransport, RanksWhoseModesDifferAllFailNamingBoth) {
+  const Connected c = connectAll({"auto", "gloo", "auto"}, {4096, 4096, 4096});
+  for (int r = 0; r < 3; ++r) {
+    const Status& st = c.status[size_t(r)];
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << "rank " << r << ": " << st.toString();
+    EXPECT_NE(st.message().find("RINGGUARD_CPU_TRANSPORT differs between ranks"), std::string::npos)
+        << st.message();
+    EXPECT_NE(st.message().find("gloo"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("auto"), std::string::npos) << st.message();
+  }
+}
+
+// A ring no /dev/shm can hold: rank 1 cannot make its segment. auto: every rank keeps the host transport;
+// shm (required): every rank fails naming rank 1 and the reason.
+TEST(ShmTransport, ARankThatCannotShareMakesEveryRankFallBackOrFail) {
+  const size_t huge = size_t(1) << 50;
+  const int before = segmentsInDevShm();
+  Connected c = connectAll({"auto", "auto", "auto"}, {4096, huge, 4096});
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(c.status[size_t(r)].isOk()) << c.status[size_t(r)].toString();
+    EXPECT_EQ(c.name[size_t(r)], "loopback") << "rank " << r;
+  }
+  c = connectAll({"shm", "shm", "shm"}, {4096, huge, 4096});
+  for (int r = 0; r < 3; ++r) {
+    const Status& st = c.status[size_t(r)];
+    EXPECT_EQ(st.code(), StatusCode::kTransportError) << "rank " << r;
+    EXPECT_NE(st.message().find("rank 1 could not make its segment"), std::string::npos) << st.message();
+  }
+  EXPECT_EQ(segmentsInDevShm(), before);
+}
+
+// Slices of 64 KiB through rings of 1 KiB: every message streams through in pieces, both ends moving it.
+TEST(ShmTransport, MessagesLongerThanTheRingStreamThrough) {
+  for (int n : {2, 3}) {
+    Options o;
+    o.sliceBytes = size_t(64) << 10;
+    o.timeout = std::chrono::milliseconds(20000);
+    LoopbackGroup g(n, o, Wire::kSharedMemory);
+    const size_t count = 100000;  // 400 KB of f32: several slices per rank
+    g.run([&](int rank, Communicator& c) {
+      std::vector<float> v(count);
+      for (size_t i = 0; i < count; ++i) v[i] = float((i % 1000) + size_t(rank));
+      const Status st = c.allreduce(v.data(), v.data(), count, DataType::kFloat32, ReduceOp::kSum);
+      ASSERT_TRUE(st.isOk()) << st.toString();
+      for (size_t i = 0; i < count; ++i) {
+        const float want = float(n) * float(i % 1000) + float(n * (n - 1) / 2);
+        ASSERT_EQ(v[i], want) << "element " << i << " rank " << rank << " np" << n;
+      }
+    });
+  }
+}
+
+// Two ranks' shared-memory transports over mapped segments; `attacker` is a third mapping of rank 1's
+// segment, through which a test plays a peer that writes what it likes.
+struct Pair {
+  std::vector<std::unique_ptr<Transport>> t;
+  std::unique_ptr<shm::Segment> attacker;
+};
+Pair makePair() {
+  Pair p;
+  p.t = makeLoopbackTransports(2);
+  std::vector<std::unique_ptr<shm::Segment>> own(2);
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(shm::Segment::create(r, 2, 1024, 1024, &own[size_t(r)]).isOk());
+  EXPECT_TRUE(shm::Segment::open(own[1]->name(), 1, 2, own[1]->nonce(), &p.attacker).isOk());
+  std::vector<std::vector<std::unique_ptr<shm::Segment>>> peers(2);
+  for (int r = 0; r < 2; ++r) {
+    const int q = 1 - r;
+    peers[size_t(r)].resize(2);
+    EXPECT_TRUE(shm::Segment::open(own[size_t(q)]->name(), q, 2, own[size_t(q)]->nonce(),
+                                   &peers[size_t(r)][size_t(q)])
+                    .isOk());
+  }
+  for (int r = 0; r < 2; ++r) {
+    p.t[size_t(r)] = makeShmTransport(std::move(p.t[size_t(r)]), std::move(own[size_t(r)]),
+                                      std::move(peers[size_t(r)]), std::chrono::milliseconds(20000));
+  }
+  return p;
+}
+
+Status waitDone(FrameRequest* req) {
+  for (int i = 0; i < 100000; ++i) {
+    bool done = false;
+    const Status st = req->test(&done);
+    if (!st.isOk() || done) return st;
+  }
+  return Status(StatusCode::kTimeout, "the request did not complete");
+}
+
+TEST(ShmTransport, AFrameOfAnotherSizeThanTheReceiveIsAnErrorNamingBoth) {
+  Pair p = makePair();
+  std::vector<uint8_t> big(100, 7), small(50);
+  Trailer sent{}, got{};
+  FrameRequest send, recv;
+  ASSERT_TRUE(p.t[0]->postSend(1, big.data(), big.size(), &sent, &send).isOk());
+  ASSERT_TRUE(p.t[1]->postRecv(0, small.data(), small.size(), &got, &recv).isOk());
+  const Status st = waitDone(&recv);
+  EXPECT_EQ(st.code(), StatusCode::kTransportError) << st.toString();
+  EXPECT_NE(st.message().find("expected a payload of 50 bytes, got a payload of 100 bytes"),
+            std::string::npos)
+      << st.message();
+  EXPECT_EQ(small, std::vector<uint8_t>(50, 0)) << "bytes were written into a receive of the wrong size";
+}
+
+TEST(ShmTransport, ARingIndexNoWriterCouldHaveWrittenIsRefused) {
+  Pair p = makePair();
+  p.attacker->ring(0).head.value.store(uint64_t(1) << 40);  // far more than the ring holds
+  std::vector<uint8_t> buf(64);
+  Trailer got{};
+  FrameRequest recv;
+  ASSERT_TRUE(p.t[1]->postRecv(0, buf.data(), buf.size(), &got, &recv).isOk());
+  const Status st = waitDone(&recv);
+  EXPECT_EQ(st.code(), StatusCode::kTransportError) << st.toString();
+  EXPECT_NE(st.message().find("shared-memory data ring from rank 0 is corrupt"), std::string::npos)
+      << st.message();
+}
+
+// A wait sleeps on the doorbell and wakes when the peer writes.
+TEST(ShmTransport, AWaitWakesWhenThePeerWrites) {
+  Pair p = makePair();
+  std::vector<uint8_t> out(64, 3), in(64);
+  Trailer sent{}, got{};
+  FrameRequest recv;
+  ASSERT_TRUE(p.t[1]->postRecv(0, in.data(), in.size(), &got, &recv).isOk());
+  const uint64_t seen = p.t[1]->eventCount();
+  bool done = false;
+  ASSERT_TRUE(recv.test(&done).isOk());
+  ASSERT_FALSE(done);
+  std::thread sender([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    FrameRequest send;
+    ASSERT_TRUE(p.t[0]->postSend(1, out.data(), out.size(), &sent, &send).isOk());
+    EXPECT_TRUE(waitDone(&send).isOk());
+  });
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(p.t[1]->waitForEvent(seen, std::chrono::seconds(10)));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5))
+      << "the write did not wake the wait";
+  sender.join();
+  ASSERT_TRUE(waitDone(&recv).isOk());
+  EXPECT_EQ(in, out);
+}
+
+}  // namespace
+}  // namespace ringguard
