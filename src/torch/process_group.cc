@@ -166,9 +166,11 @@ ProcessGroupRingguard::ProcessGroupRingguard(c10::intrusive_ptr<c10d::Store> sto
     TORCH_CHECK(st.isOk(), "ringguard: ", st.toString());
   }
   // send/recv: the engine's verified point-to-point, one lane per (peer, direction), over a c10d transport
-  // of their own on the same Gloo backend.
+  // of their own on the same Gloo backend, through shared memory as the CPU communicator's when the ranks
+  // share a host (RINGGUARD_CPU_TRANSPORT; under mpirun, where that says mpi, as auto).
   std::unique_ptr<Transport> lanes;
-  st = createC10dTransport(gloo_, kP2pTagBase, &lanes);
+  StoreBootstrap p2pBootstrap(store_, gloo_, "ringguard/p2p", kP2pTagBase, cpuSharedMemory());
+  st = p2pBootstrap.createHostTransport(&lanes);
   TORCH_CHECK(st.isOk(), "ringguard: send/recv transport: ", st.toString());
   p2p_ = std::make_unique<PeerLanes>(std::move(lanes), options_);
   cpuLane_ = std::make_unique<CompletionLane>("rg-done-cpu");

@@ -110,8 +110,18 @@ Status connectSharedMemory(Bootstrap& bootstrap, SharedMemory mode, const std::s
       return Status(StatusCode::kTransportError,
                     "RINGGUARD_CPU_TRANSPORT=" + modeName + ": the ranks cannot share memory: " + why);
     }
-    logInfo(Subsys::kTransport, "shared memory not used (the {} transport carries the data): {}",
-            (*transport)->name(), why);
+    // Ranks on other hosts are the normal case of a multi-node job; a segment that could not be made (a
+    // /dev/shm too small for it, as containers often have) is a slower path the user can fix.
+    if (noSegment >= 0) {
+      logWarn(Subsys::kTransport,
+              "shared memory not used, the {} transport carries the data instead (slower): {} (set "
+              "RINGGUARD_SHM_RING_BYTES lower or give /dev/shm more room; RINGGUARD_CPU_TRANSPORT=gloo "
+              "silences this)",
+              (*transport)->name(), why);
+    } else {
+      logInfo(Subsys::kTransport, "shared memory not used (the {} transport carries the data): {}",
+              (*transport)->name(), why);
+    }
     return Status::ok();
   }
   *transport = makeShmTransport(std::move(*transport), std::move(own), std::move(peers), timeout);
