@@ -127,6 +127,7 @@ inline void wrapInSharedMemory(std::vector<std::unique_ptr<Transport>>* transpor
       ASSERT_TRUE(st.isOk()) << st.toString();
     }
   }
+  for (int r = 0; r < n; ++r) own[size_t(r)]->unlink();  // every peer has it open: nothing stays behind
   for (int r = 0; r < n; ++r) {
     (*transports)[size_t(r)] =
         makeShmTransport(std::move((*transports)[size_t(r)]), std::move(own[size_t(r)]),

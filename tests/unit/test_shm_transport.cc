@@ -144,6 +144,7 @@ Pair makePair() {
                                    &peers[size_t(r)][size_t(q)])
                     .isOk());
   }
+  for (int r = 0; r < 2; ++r) own[size_t(r)]->unlink();
   for (int r = 0; r < 2; ++r) {
     p.t[size_t(r)] = makeShmTransport(std::move(p.t[size_t(r)]), std::move(own[size_t(r)]),
                                       std::move(peers[size_t(r)]), std::chrono::milliseconds(20000));
