@@ -3,7 +3,13 @@
 // than the receive, a peer's ring indices that cannot be). The collective suites run over it too
 // (test_loopback_collectives.cc, Wire::kSharedMemory).
 #include <dirent.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <utime.h>
 
 #include <cstring>
 #include <string>
@@ -101,6 +107,57 @@ TEST(ShmTransport, ARankThatCannotShareMakesEveryRankFallBackOrFail) {
     EXPECT_NE(st.message().find("rank 1 could not make its segment"), std::string::npos) << st.message();
   }
   EXPECT_EQ(segmentsInDevShm(), before);
+}
+
+// One ring pair per peer, none for the rank itself: what /dev/shm holds per rank is (N - 1) rings.
+TEST(ShmTransport, ASegmentHoldsOneRingPairPerPeer) {
+  std::unique_ptr<shm::Segment> two, three;
+  ASSERT_TRUE(shm::Segment::create(0, 2, 4096, 1024, &two).isOk());
+  ASSERT_TRUE(shm::Segment::create(1, 3, 4096, 1024, &three).isOk());
+  struct stat a, b;
+  ASSERT_EQ(stat(("/dev/shm" + two->name()).c_str(), &a), 0);
+  ASSERT_EQ(stat(("/dev/shm" + three->name()).c_str(), &b), 0);
+  EXPECT_EQ(size_t(b.st_size - a.st_size), size_t(4096 + 1024 + 2 * sizeof(shm::RingIndices)));
+  EXPECT_LT(size_t(a.st_size), size_t(2 * (4096 + 1024))) << "a ring pair for the rank itself";
+  // Rank 1 of 3 keeps distinct rings for senders 0 and 2.
+  EXPECT_NE(&three->ring(0), &three->ring(2));
+  EXPECT_NE(three->data(0), three->data(2));
+  EXPECT_NE(three->controlData(0), three->controlData(2));
+}
+
+// Names a killed process left behind: removed when their process is gone and they are old enough; a
+// live process's, and a young one, stay.
+TEST(ShmTransport, LeftoversOfDeadProcessesAreSwept) {
+  const pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  ASSERT_GT(dead, 0);
+  waitpid(dead, nullptr, 0);
+  auto make = [](const std::string& name, bool old) {
+    const int fd = shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
+    EXPECT_GE(fd, 0) << name;
+    close(fd);
+    if (old) {
+      struct utimbuf t;
+      t.actime = t.modtime = time(nullptr) - 3600;
+      EXPECT_EQ(utime(("/dev/shm" + name).c_str(), &t), 0);
+    }
+  };
+  auto exists = [](const std::string& name) {
+    struct stat st;
+    return stat(("/dev/shm" + name).c_str(), &st) == 0;
+  };
+  const std::string deadOld = "/ringguard-" + std::to_string(dead) + "-0-sweeptest";
+  const std::string deadYoung = "/ringguard-" + std::to_string(dead) + "-1-sweeptest";
+  const std::string aliveOld = "/ringguard-" + std::to_string(getpid()) + "-99999-sweeptest";
+  make(deadOld, true);
+  make(deadYoung, false);
+  make(aliveOld, true);
+  shm::sweepStaleSegments(std::chrono::seconds(60));
+  EXPECT_FALSE(exists(deadOld)) << "a dead process's old segment stayed";
+  EXPECT_TRUE(exists(deadYoung)) << "a young segment was removed";
+  EXPECT_TRUE(exists(aliveOld)) << "a live process's segment was removed";
+  shm_unlink(deadYoung.c_str());
+  shm_unlink(aliveOld.c_str());
 }
 
 // Slices of 64 KiB through rings of 1 KiB: every message streams through in pieces, both ends moving it.

@@ -114,9 +114,9 @@ Status connectSharedMemory(Bootstrap& bootstrap, SharedMemory mode, const std::s
     // /dev/shm too small for it, as containers often have) is a slower path the user can fix.
     if (noSegment >= 0) {
       logWarn(Subsys::kTransport,
-              "shared memory not used, the {} transport carries the data instead (slower): {} (set "
-              "RINGGUARD_SHM_RING_BYTES lower or give /dev/shm more room; RINGGUARD_CPU_TRANSPORT=gloo "
-              "silences this)",
+              "shared memory not used, the {} transport carries the data instead (slower): {} (when "
+              "/dev/shm is too small, set RINGGUARD_SHM_RING_BYTES lower or give it more room; "
+              "RINGGUARD_CPU_TRANSPORT=gloo silences this)",
               (*transport)->name(), why);
     } else {
       logInfo(Subsys::kTransport, "shared memory not used (the {} transport carries the data): {}",

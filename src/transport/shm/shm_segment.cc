@@ -1,7 +1,9 @@
 #include "transport/shm/shm_segment.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -9,8 +11,10 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <mutex>
 #include <random>
 #include <sstream>
 
@@ -23,10 +27,11 @@ constexpr uint64_t kMagic = 0x31534d4853475243ULL;  // "CRGSHMS1"
 
 size_t roundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-size_t indexBytes(int size) { return sizeof(SegmentHeader) + 2 * sizeof(RingIndices) * size_t(size); }
+// A segment holds one data ring and one control ring per peer: size - 1 of each.
+size_t indexBytes(int size) { return sizeof(SegmentHeader) + 2 * sizeof(RingIndices) * size_t(size - 1); }
 
 size_t layoutBytes(int size, size_t ringBytes, size_t controlRingBytes) {
-  return indexBytes(size) + (ringBytes + controlRingBytes) * size_t(size);
+  return indexBytes(size) + (ringBytes + controlRingBytes) * size_t(size - 1);
 }
 
 Status systemError(const std::string& what, int err) {
@@ -44,18 +49,35 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const struct tim
 
 }  // namespace
 
-Segment::Segment(std::string name, void* base, size_t bytes, bool owner, int size, size_t ringBytes,
+void sweepStaleSegments(std::chrono::seconds olderThan) {
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return;
+  const time_t now = time(nullptr);
+  while (dirent* e = readdir(dir)) {
+    long pid = 0;
+    if (std::sscanf(e->d_name, "ringguard-%ld-", &pid) != 1 || pid <= 0) continue;
+    if (kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    struct stat st;
+    const std::string path = std::string("/dev/shm/") + e->d_name;
+    if (stat(path.c_str(), &st) != 0 || now - st.st_mtime < olderThan.count()) continue;
+    shm_unlink((std::string("/") + e->d_name).c_str());
+  }
+  closedir(dir);
+}
+
+Segment::Segment(std::string name, void* base, size_t bytes, bool owner, int rank, int size, size_t ringBytes,
                  size_t controlRingBytes)
     : name_(std::move(name)),
       base_(base),
       bytes_(bytes),
       linked_(owner),
-      size_(size),
+      rank_(rank),
+      peers_(size - 1),
       ringBytes_(ringBytes),
       controlRingBytes_(controlRingBytes),
       rings_(reinterpret_cast<RingIndices*>(static_cast<uint8_t*>(base) + sizeof(SegmentHeader))),
       data_(static_cast<uint8_t*>(base) + indexBytes(size)),
-      control_(data_ + ringBytes * size_t(size)) {}
+      control_(data_ + ringBytes * size_t(size - 1)) {}
 
 Segment::~Segment() {
   unlink();
@@ -71,6 +93,8 @@ void Segment::unlink() {
 Status Segment::create(int rank, int size, size_t ringBytes, size_t controlRingBytes,
                        std::unique_ptr<Segment>* out) {
   static std::atomic<uint64_t> made{0};
+  static std::once_flag swept;
+  std::call_once(swept, [] { sweepStaleSegments(std::chrono::seconds(60)); });
   ringBytes = roundUp(ringBytes, 64);
   controlRingBytes = roundUp(controlRingBytes, 64);
   std::ostringstream name;
@@ -100,7 +124,7 @@ Status Segment::create(int rank, int size, size_t ringBytes, size_t controlRingB
   h->controlRingBytes = controlRingBytes;
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kMagic;
-  out->reset(new Segment(name.str(), base, bytes, /*owner=*/true, size, ringBytes, controlRingBytes));
+  out->reset(new Segment(name.str(), base, bytes, /*owner=*/true, rank, size, ringBytes, controlRingBytes));
   return Status::ok();
 }
 
@@ -135,7 +159,7 @@ Status Segment::open(const std::string& name, int rank, int size, uint64_t nonce
     munmap(base, bytes);
     return Status(StatusCode::kTransportError, "shared memory " + name + ": " + bad);
   }
-  out->reset(new Segment(name, base, bytes, /*owner=*/false, size, size_t(h->ringBytes),
+  out->reset(new Segment(name, base, bytes, /*owner=*/false, rank, size, size_t(h->ringBytes),
                          size_t(h->controlRingBytes)));
   return Status::ok();
 }

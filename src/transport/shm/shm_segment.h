@@ -49,6 +49,12 @@ struct alignas(64) SegmentHeader {
   std::atomic<uint32_t> sleepers;          // threads of this rank blocked on it (a raise wakes only then)
 };
 
+// Names are unlinked once every peer has opened them, so only a process killed during that window (a
+// SIGKILL, or torchrun's SIGTERM to a surviving rank) leaves one in /dev/shm. The first segment a process
+// makes removes such leftovers first: a ringguard-<pid>-... name whose process no longer exists and that
+// is older than `olderThan` (a live setup elsewhere, seen from another pid namespace, is younger).
+void sweepStaleSegments(std::chrono::seconds olderThan);
+
 class Segment {
  public:
   // A new segment of this rank (name unique: pid, a counter and random bits), reserved in full so a
@@ -69,11 +75,12 @@ class Segment {
   const std::string& name() const { return name_; }
   uint64_t nonce() const { return header()->nonce; }
   size_t ringBytes() const { return ringBytes_; }
-  RingIndices& ring(int sender) const { return rings_[sender]; }
-  uint8_t* data(int sender) const { return data_ + size_t(sender) * ringBytes_; }
+  // The rings `sender` (a peer of the owner, never the owner) writes.
+  RingIndices& ring(int sender) const { return rings_[slot(sender)]; }
+  uint8_t* data(int sender) const { return data_ + size_t(slot(sender)) * ringBytes_; }
   size_t controlRingBytes() const { return controlRingBytes_; }
-  RingIndices& controlRing(int sender) const { return rings_[size_ + sender]; }
-  uint8_t* controlData(int sender) const { return control_ + size_t(sender) * controlRingBytes_; }
+  RingIndices& controlRing(int sender) const { return rings_[peers_ + slot(sender)]; }
+  uint8_t* controlData(int sender) const { return control_ + size_t(slot(sender)) * controlRingBytes_; }
 
   // The doorbell: raise() after publishing bytes or space; wait(seen, max) blocks while it still reads
   // `seen`, at most `max`.
@@ -82,18 +89,20 @@ class Segment {
   void wait(uint32_t seen, std::chrono::microseconds max);
 
  private:
-  Segment(std::string name, void* base, size_t bytes, bool owner, int size, size_t ringBytes,
+  Segment(std::string name, void* base, size_t bytes, bool owner, int rank, int size, size_t ringBytes,
           size_t controlRingBytes);
+  int slot(int sender) const { return sender < rank_ ? sender : sender - 1; }
   SegmentHeader* header() const { return static_cast<SegmentHeader*>(base_); }
 
   std::string name_;
   void* base_;
   size_t bytes_;
   bool linked_;
-  int size_;
+  int rank_;   // the owner's
+  int peers_;  // size - 1: rings of each kind
   size_t ringBytes_;
   size_t controlRingBytes_;
-  RingIndices* rings_;  // [2 * size]: data rings, then control rings
+  RingIndices* rings_;  // [2 * peers]: data rings, then control rings, by slot
   uint8_t* data_;
   uint8_t* control_;
 };
