@@ -90,6 +90,53 @@ TEST(ShmTransport, RanksWhoseModesDifferAllFailNamingBoth) {
   }
 }
 
+// A rank whose setup records are not what this version writes (another version, a hostile peer): every
+// rank fails naming it, nothing throws.
+class ForgingBootstrap final : public Bootstrap {
+ public:
+  ForgingBootstrap(testing::Board* board, int rank, std::string forged)
+      : inner_(board, rank), forged_(forged) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  Status broadcast(int root, std::vector<uint8_t>* bytes) override { return inner_.broadcast(root, bytes); }
+  Status allgather(const std::vector<uint8_t>&, std::vector<std::vector<uint8_t>>* all) override {
+    return inner_.allgather(std::vector<uint8_t>(forged_.begin(), forged_.end()), all);
+  }
+  Status createHostTransport(std::unique_ptr<Transport>* out) override {
+    return inner_.createHostTransport(out);
+  }
+
+ private:
+  testing::MemoryBootstrap inner_;
+  std::string forged_;
+};
+
+TEST(ShmTransport, ARecordOfAnotherShapeFailsEveryRankNamingItsSender) {
+  for (const char* forged : {R"({"mode": "auto", "ok": "yes", "why": 1})", "not json", R"({"mode": 7})"}) {
+    testing::Board board(3);
+    std::vector<Status> status(3);
+    testing::runRanks(3, [&](int r) {
+      std::unique_ptr<Bootstrap> b;
+      if (r == 1) {
+        b = std::make_unique<ForgingBootstrap>(&board, r, forged);
+      } else {
+        b = std::make_unique<testing::MemoryBootstrap>(&board, r);
+      }
+      std::unique_ptr<Transport> t;
+      Status st = b->createHostTransport(&t);
+      if (st.isOk())
+        st = connectSharedMemory(*b, SharedMemory::kAuto, "auto", 4096, std::chrono::milliseconds(20000), &t);
+      status[size_t(r)] = st;
+    });
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(status[size_t(r)].code(), StatusCode::kTransportError) << forged << " rank " << r;
+      EXPECT_NE(status[size_t(r)].message().find("rank 1 sent a record this version cannot read"),
+                std::string::npos)
+          << status[size_t(r)].message();
+    }
+  }
+}
+
 // A ring no /dev/shm can hold: rank 1 cannot make its segment. auto: every rank keeps the host transport;
 // shm (required): every rank fails naming rank 1 and the reason.
 TEST(ShmTransport, ARankThatCannotShareMakesEveryRankFallBackOrFail) {

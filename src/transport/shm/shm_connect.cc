@@ -25,7 +25,8 @@ Status records(Bootstrap& b, const json& mine, std::vector<json>* all) {
   all->clear();
   for (size_t r = 0; r < raw.size(); ++r) {
     json j = json::parse(raw[r].begin(), raw[r].end(), nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || !j.contains("mode") || !j.contains("ok") || !j.contains("why")) {
+    if (!j.is_object() || !j.contains("mode") || !j["mode"].is_string() || !j.contains("ok") ||
+        !j["ok"].is_boolean() || !j.contains("why") || !j["why"].is_string()) {
       return Status(StatusCode::kTransportError, "shared-memory setup: rank " + std::to_string(r) +
                                                      " sent a record this version cannot read");
     }
