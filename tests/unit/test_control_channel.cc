@@ -251,8 +251,9 @@ Options controlFaults(std::vector<FaultScheduleEntry> schedule, double probabili
 // sender and the cause, every other rank with a kPeerError carrying that text, and every later call
 // returns the same error. A rank whose exchange was already complete when the frame was rejected keeps
 // its (exact) result and fails at the next collective, which cannot finish without the failed rank.
-void expectSameCauseEverywhere(int n, ControlTag tag, int sender, int receiver) {
-  LoopbackGroup g(n, controlFaults({{0, int(tag), sender, receiver}}));
+void expectSameCauseEverywhere(int n, ControlTag tag, int sender, int receiver,
+                               testing::Wire wire = testing::Wire::kLoopback) {
+  LoopbackGroup g(n, controlFaults({{0, int(tag), sender, receiver}}), wire);
   const std::vector<RankOutcome> out = runAllreduces(g, 3);
   const std::string cause = std::string("control frame ") + controlTagName(tag) + " #0 from rank " +
                             std::to_string(sender) + " rejected on rank " + std::to_string(receiver) +
@@ -289,6 +290,14 @@ TEST(ControlFaultTest, DamagedFingerprintFrameIsTheSameCauseOnEveryRank) {
 TEST(ControlFaultTest, DamagedVerdictFrameIsTheSameCauseOnEveryRank) {
   expectSameCauseEverywhere(3, ControlTag::kVerdict, 1, 2);
   expectSameCauseEverywhere(8, ControlTag::kVerdict, 4, 0);  // round 2: distance 4
+}
+
+// The same over shared memory: the frames travel through its control rings, the damage is caught where it
+// is on every transport (ControlChannel::probe).
+TEST(ControlFaultTest, DamagedFramesOverSharedMemoryAreTheSameCauseOnEveryRank) {
+  expectSameCauseEverywhere(2, ControlTag::kFingerprint, 0, 1, testing::Wire::kSharedMemory);
+  expectSameCauseEverywhere(4, ControlTag::kFingerprint, 3, 0, testing::Wire::kSharedMemory);
+  expectSameCauseEverywhere(3, ControlTag::kVerdict, 1, 2, testing::Wire::kSharedMemory);
 }
 
 // Random control damage: every collective is exact on a rank or an error there; once a rank fails it
