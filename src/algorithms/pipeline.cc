@@ -95,9 +95,14 @@ Status Pipeline::postSend(int step, int slice, int attempt, bool retransmit) {
   } else if (origin) {
     if (uint8_t* copy = plan_.originCopy(column, r); copy != nullptr && copy != ptr) {
       RINGGUARD_RETURN_IF_ERROR(exec_->copy(copy, ptr, bytes));
-      ptr = copy;  // the same bytes, now in cache
+      // The seal reads the copy, from cache. A column of several slices streams through the cache, so
+      // the send reads the copy too; a column of one slice stays cached from call to call, and the copy's
+      // lines, read by the peer, would make the next call's copy wait for their invalidation.
+      if (plan_.numSlices() > 1) ptr = copy;
+      RINGGUARD_RETURN_IF_ERROR(exec_->sealFirst(idx, copy, idOf(column, step, slice, bytes, attempt)));
+    } else {
+      RINGGUARD_RETURN_IF_ERROR(exec_->sealFirst(idx, ptr, idOf(column, step, slice, bytes, attempt)));
     }
-    RINGGUARD_RETURN_IF_ERROR(exec_->sealFirst(idx, ptr, idOf(column, step, slice, bytes, attempt)));
   }
   if (const FaultInjector* inj = ctx_.injector) {
     if (int ms = inj->delayMs(plan_.sliceSeq(column, ctx_.seq), step, slice, peer, attempt)) {
