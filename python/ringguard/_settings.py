@@ -117,12 +117,14 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("RINGGUARD_CPU_TRANSPORT", "cpu_transport", "choice", "auto", None, None,
             ("auto", "mpi", "shm", "gloo"),
             "one of auto, mpi, shm, gloo",
-            "Transport of CPU tensors in the torch.distributed backend: auto (MPI when the process was "
-            "started by mpirun and ringguard was built with MPI; else shared memory when every rank of the "
-            "group can map every other's segment, the ranks of one host; else the Gloo helper), mpi, shm "
-            "(shared memory for the data and the Gloo helper for control frames, or an error), or gloo (the "
-            "Gloo helper for everything). Every rank of a group must set the same. One of: auto, mpi, shm, "
-            "gloo."),
+            "Transport of host memory between ranks. auto: shared memory for the data when every rank of the "
+            "group can map every other's segment (the ranks of one host), over MPI under mpirun (C++ jobs, "
+            "and the torch backend's CPU tensors when ringguard was built with MPI) or else the torch "
+            "backend's Gloo helper, which keep what shared memory cannot tell (a peer that left); otherwise "
+            "MPI or the Gloo helper alone. shm: the same, but an error where the ranks cannot share memory "
+            "(in the torch backend always over the Gloo helper). mpi: MPI alone (mpirun jobs). gloo: the Gloo "
+            "helper alone (torch backend only). Every rank of a group must set the same. One of: auto, mpi, "
+            "shm, gloo."),
     Setting("RINGGUARD_SHM_RING_BYTES", "shm_ring_bytes", "unsigned", "2162688", 4096, 4294967296,
             (),
             "[4096, 4294967296]",
@@ -291,12 +293,14 @@ class Fields:
     <-> pinned host <-> MPI). One of: auto, nccl, staged."""
 
     cpu_transport: Optional[str] = None
-    """``RINGGUARD_CPU_TRANSPORT``, default ``auto``. Transport of CPU tensors in the torch.distributed
-    backend: auto (MPI when the process was started by mpirun and ringguard was built with MPI; else
-    shared memory when every rank of the group can map every other's segment, the ranks of one host;
-    else the Gloo helper), mpi, shm (shared memory for the data and the Gloo helper for control frames,
-    or an error), or gloo (the Gloo helper for everything). Every rank of a group must set the same. One
-    of: auto, mpi, shm, gloo."""
+    """``RINGGUARD_CPU_TRANSPORT``, default ``auto``. Transport of host memory between ranks. auto: shared
+    memory for the data when every rank of the group can map every other's segment (the ranks of one
+    host), over MPI under mpirun (C++ jobs, and the torch backend's CPU tensors when ringguard was built
+    with MPI) or else the torch backend's Gloo helper, which keep what shared memory cannot tell (a peer
+    that left); otherwise MPI or the Gloo helper alone. shm: the same, but an error where the ranks
+    cannot share memory (in the torch backend always over the Gloo helper). mpi: MPI alone (mpirun
+    jobs). gloo: the Gloo helper alone (torch backend only). Every rank of a group must set the same.
+    One of: auto, mpi, shm, gloo."""
 
     shm_ring_bytes: Optional[int] = None
     """``RINGGUARD_SHM_RING_BYTES``, default ``2162688``. Bytes of each shared-memory ring (one per ordered

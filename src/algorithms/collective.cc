@@ -17,7 +17,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // pollUntil on a transport that can block (Transport::waitForEvent): polls this many times first (a
-// completion already under way costs no sleep), then blocks for at most kBlockedWait at a time. Peers'
+// completion already under way costs no sleep), and for as long as the transport asks
+// (Transport::pollBeforeBlocking), then blocks for at most kBlockedWait at a time. Peers'
 // errors arrive as control frames, which wake the wait; the bound is for the deadline and abort() (a 500 us
 // bound cost a waiting rank 4 % of a core in wake-ups).
 constexpr uint64_t kSpinsBeforeBlocking = 16;
@@ -106,7 +107,10 @@ Status pollUntil(const CollectiveContext& ctx, const std::function<Status(bool* 
     // A transport that completes on threads of its own is waited on without spinning: the spin would take
     // the core from the very threads that complete the wait (ranks sharing cores). Woken at the next
     // completion, at least every kBlockedWait to check the deadline and the peers' errors.
-    if (spin >= kSpinsBeforeBlocking && ctx.transport->waitForEvent(events, kBlockedWait)) continue;
+    if (spin >= kSpinsBeforeBlocking && now - start >= ctx.transport->pollBeforeBlocking() &&
+        ctx.transport->waitForEvent(events, kBlockedWait)) {
+      continue;
+    }
     // Ranks may share cores (oversubscribed tests): give the peer a chance to run. A wait that has lasted
     // over a millisecond is not a transfer about to finish: poll it every 50 us instead of burning a core
     // (bounded added latency: 50 us on waits of 1 ms and more).

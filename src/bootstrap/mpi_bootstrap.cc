@@ -5,6 +5,7 @@
 #include <string>
 #include <type_traits>
 
+#include "core/env.h"
 #include "core/logging.h"
 #include "ringguard/mpi/mpi_communicator.h"
 #include "ringguard/runtime/factories.h"
@@ -13,14 +14,15 @@
 
 namespace ringguard {
 
-Status MpiBootstrap::create(MPI_Comm comm, std::unique_ptr<Bootstrap>* out) {
+Status MpiBootstrap::create(MPI_Comm comm, std::optional<SharedMemoryChoice> sharedMemory,
+                            std::unique_ptr<Bootstrap>* out) {
   MPI_Comm dup = MPI_COMM_NULL;
   RINGGUARD_MPI_CHECK(MPI_Comm_dup(comm, &dup));
   MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
   int rank = 0, size = 0;
   MPI_Comm_rank(dup, &rank);
   MPI_Comm_size(dup, &size);
-  out->reset(new MpiBootstrap(dup, rank, size));
+  out->reset(new MpiBootstrap(dup, rank, size, std::move(sharedMemory)));
   return Status::ok();
 }
 
@@ -60,7 +62,9 @@ Status MpiBootstrap::allgather(const std::vector<uint8_t>& mine, std::vector<std
 }
 
 Status MpiBootstrap::createHostTransport(std::unique_ptr<Transport>* out) {
-  return MpiTransport::create(comm_, out);
+  RINGGUARD_RETURN_IF_ERROR(MpiTransport::create(comm_, out));
+  if (!sharedMemory_) return Status::ok();
+  return connectSharedMemory(*this, *sharedMemory_, out);
 }
 
 namespace mpi {
@@ -117,9 +121,40 @@ Status ensureInitialized() {
   return Status::ok();
 }
 
-Status createBootstrap(MPI_Comm comm, std::unique_ptr<Bootstrap>* out) {
+Status mpiSharedMemory(const SettingLookup& lookup, std::chrono::milliseconds timeout,
+                       SharedMemoryChoice* out) {
+  SharedMemoryChoice c;
+  uint64_t ringBytes = 0;
+  RINGGUARD_RETURN_IF_ERROR(parseSetting("RINGGUARD_CPU_TRANSPORT", lookup, &c.setting));
+  RINGGUARD_RETURN_IF_ERROR(parseSetting("RINGGUARD_SHM_RING_BYTES", lookup, &ringBytes));
+  if (c.setting == "gloo") {
+    return Status(
+        StatusCode::kInvalidArgument,
+        "RINGGUARD_CPU_TRANSPORT=gloo: the Gloo helper belongs to the torch backend; a group over MPI "
+        "takes auto, shm or mpi");
+  }
+  c.mode = c.setting == "mpi"   ? SharedMemory::kOff
+           : c.setting == "shm" ? SharedMemory::kRequired
+                                : SharedMemory::kAuto;
+  c.offSetting = "mpi";
+  c.ringBytes = size_t(ringBytes);
+  c.timeout = timeout;
+  c.spin = kMpiPollBeforeBlocking;
+  *out = std::move(c);
+  return Status::ok();
+}
+
+Status createBootstrap(MPI_Comm comm, std::unique_ptr<Bootstrap>* out,
+                       std::optional<SharedMemoryChoice> sharedMemory) {
+  if (!sharedMemory) {
+    uint64_t timeoutMs = 0;
+    SharedMemoryChoice c;
+    RINGGUARD_RETURN_IF_ERROR(parseSetting("RINGGUARD_TIMEOUT_MS", envLookup, &timeoutMs));
+    RINGGUARD_RETURN_IF_ERROR(mpiSharedMemory(envLookup, std::chrono::milliseconds(timeoutMs), &c));
+    sharedMemory = std::move(c);
+  }
   RINGGUARD_RETURN_IF_ERROR(ensureInitialized());
-  return MpiBootstrap::create(comm, out);
+  return MpiBootstrap::create(comm, std::move(sharedMemory), out);
 }
 
 Status createBootstrap(std::unique_ptr<Bootstrap>* out) { return createBootstrap(MPI_COMM_WORLD, out); }
@@ -163,8 +198,10 @@ namespace {
 // The host factory over a bootstrap of `comm`; the options are checked before any MPI collective.
 Status createHostCommunicatorOver(MPI_Comm comm, const Options& options, std::unique_ptr<Communicator>* out) {
   RINGGUARD_RETURN_IF_ERROR(options.validate());
+  SharedMemoryChoice sharedMemory;
+  RINGGUARD_RETURN_IF_ERROR(mpiSharedMemory(envLookup, options.timeout, &sharedMemory));
   std::unique_ptr<Bootstrap> bootstrap;
-  RINGGUARD_RETURN_IF_ERROR(createBootstrap(comm, &bootstrap));
+  RINGGUARD_RETURN_IF_ERROR(createBootstrap(comm, &bootstrap, std::move(sharedMemory)));
   return createHostCommunicator(*bootstrap, options, out);
 }
 }  // namespace

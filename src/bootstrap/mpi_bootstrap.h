@@ -6,15 +6,20 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "ringguard/bootstrap/bootstrap.h"
+#include "ringguard/core/settings.h"
+#include "transport/shm/shm_transport.h"
 
 namespace ringguard {
 
 class MpiBootstrap final : public Bootstrap {
  public:
-  // Duplicates `comm`; MPI must be initialised.
-  static Status create(MPI_Comm comm, std::unique_ptr<Bootstrap>* out);
+  // Duplicates `comm`; MPI must be initialised. With `sharedMemory`, the host transport is connected
+  // through shared memory as that says (connectSharedMemory: collective).
+  static Status create(MPI_Comm comm, std::optional<SharedMemoryChoice> sharedMemory,
+                       std::unique_ptr<Bootstrap>* out);
   ~MpiBootstrap() override;
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -23,18 +28,31 @@ class MpiBootstrap final : public Bootstrap {
   Status createHostTransport(std::unique_ptr<Transport>* out) override;
 
  private:
-  MpiBootstrap(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+  MpiBootstrap(MPI_Comm comm, int rank, int size, std::optional<SharedMemoryChoice> sharedMemory)
+      : comm_(comm), rank_(rank), size_(size), sharedMemory_(std::move(sharedMemory)) {}
 
   MPI_Comm comm_;
   int rank_;
   int size_;
+  const std::optional<SharedMemoryChoice> sharedMemory_;
 };
 
 namespace mpi {
 
+// RINGGUARD_CPU_TRANSPORT (through `lookup`) for a group over MPI: auto connects through shared memory when
+// every rank can map every other's segment (else MPI carries everything), shm insists on it, mpi keeps MPI
+// alone; gloo (the torch backend's Gloo helper) is a kInvalidArgument here. `timeout`: the
+// communicator's. The waits poll for kMpiPollBeforeBlocking before they sleep: under mpirun each rank owns a
+// core, and MPI's own waits poll.
+inline constexpr std::chrono::microseconds kMpiPollBeforeBlocking{50};
+Status mpiSharedMemory(const SettingLookup& lookup, std::chrono::milliseconds timeout,
+                       SharedMemoryChoice* out);
+
 // mpi::createBootstrap over any communicator (the torch process group's sub-groups): MPI initialised first
-// (mpi::ensureInitialized), then MpiBootstrap::create. Collective over `comm`.
-Status createBootstrap(MPI_Comm comm, std::unique_ptr<Bootstrap>* out);
+// (mpi::ensureInitialized), then MpiBootstrap::create. Collective over `comm`. Without `sharedMemory`,
+// RINGGUARD_CPU_TRANSPORT and the timeout come from the environment.
+Status createBootstrap(MPI_Comm comm, std::unique_ptr<Bootstrap>* out,
+                       std::optional<SharedMemoryChoice> sharedMemory = std::nullopt);
 
 // The communicator behind a Fortran handle (what MPI_Comm_c2f gave the caller), MPI initialised first
 // (mpi::ensureInitialized). kInvalidArgument for a value no MPI_Fint holds, for MPI_COMM_NULL (a rank left

@@ -206,11 +206,13 @@ std::vector<Setting> declarations() {
       choiceSetting(
           "RINGGUARD_CPU_TRANSPORT", "auto",
           {{"auto", nullptr}, {"mpi", nullptr}, {"shm", nullptr}, {"gloo", nullptr}},
-          "Transport of CPU tensors in the torch.distributed backend: auto (MPI when the process was "
-          "started by mpirun and ringguard was built with MPI; else shared memory when every rank of the "
-          "group can map every other's segment, the ranks of one host; else the Gloo helper), mpi, shm "
-          "(shared memory for the data and the Gloo helper for control frames, or an error), or gloo (the "
-          "Gloo helper for everything). Every rank of a group must set the same.")
+          "Transport of host memory between ranks. auto: shared memory for the data when every rank of "
+          "the group can map every other's segment (the ranks of one host), over MPI under mpirun (C++ "
+          "jobs, and the torch backend's CPU tensors when ringguard was built with MPI) or else the torch "
+          "backend's Gloo helper, which keep what shared memory cannot tell (a peer that left); otherwise "
+          "MPI or the Gloo helper alone. shm: the same, but an error where the ranks cannot share memory "
+          "(in the torch backend always over the Gloo helper). mpi: MPI alone (mpirun jobs). gloo: the Gloo "
+          "helper alone (torch backend only). Every rank of a group must set the same.")
           .group("cpu_transport"),
       unsignedSetting("RINGGUARD_SHM_RING_BYTES", "2162688", 4096, uint64_t(1) << 32,
                       "Bytes of each shared-memory ring (one per ordered pair of ranks, in the receiver's "

@@ -244,6 +244,7 @@ SharedMemoryChoice ProcessGroupRingguard::cpuSharedMemory() {
   c.mode = c.setting == "gloo"  ? SharedMemory::kOff
            : c.setting == "shm" ? SharedMemory::kRequired
                                 : SharedMemory::kAuto;
+  c.offSetting = "gloo";
   c.ringBytes = size_t(ringBytes);
   c.timeout = options_.timeout;
   return c;
@@ -289,8 +290,13 @@ Status ProcessGroupRingguard::createMpiCommunicator(const std::vector<int>& glob
   MPI_Group_free(&group);
   MPI_Group_free(&world);
   if (rc != MPI_SUCCESS) return Status(StatusCode::kTransportError, "MPI_Comm_create_group failed");
+  // auto: MPI under shared memory when the ranks share a host (as for a C++ job under mpirun); mpi: MPI
+  // alone.
+  SharedMemoryChoice sharedMemory;
+  Status st = mpi::mpiSharedMemory([this](const char* name) { return option(name); }, options_.timeout,
+                                   &sharedMemory);
   std::unique_ptr<Bootstrap> bootstrap;
-  Status st = mpi::createBootstrap(comm, &bootstrap);  // over a duplicate of comm
+  if (st.isOk()) st = mpi::createBootstrap(comm, &bootstrap, std::move(sharedMemory));  // over a duplicate
   MPI_Comm_free(&comm);
   if (st.isOk()) st = createHostCommunicator(*bootstrap, options_, &cpu_);
   return st;

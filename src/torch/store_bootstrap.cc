@@ -54,8 +54,7 @@ Status StoreBootstrap::createHostTransport(std::unique_ptr<Transport>* out) {
   transportMade_ = true;
   RINGGUARD_RETURN_IF_ERROR(createC10dTransport(backend_, tagBase_, out));
   if (!sharedMemory_) return Status::ok();
-  return connectSharedMemory(*this, sharedMemory_->mode, sharedMemory_->setting, sharedMemory_->ringBytes,
-                             sharedMemory_->timeout, out);
+  return connectSharedMemory(*this, *sharedMemory_, out);
 }
 
 }  // namespace ringguard

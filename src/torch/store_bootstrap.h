@@ -13,14 +13,6 @@
 
 namespace ringguard {
 
-// Whether the host transport carries its data through shared memory (RINGGUARD_CPU_TRANSPORT).
-struct SharedMemoryChoice {
-  SharedMemory mode = SharedMemory::kOff;
-  std::string setting;  // the setting's value, for messages
-  size_t ringBytes = 0;
-  std::chrono::milliseconds timeout{0};  // the communicator's
-};
-
 class StoreBootstrap final : public Bootstrap {
  public:
   // `store` and `backend` span the same ranks (rank and size are the backend's). Keys live under

@@ -101,6 +101,9 @@ class Transport {
   // NCCL's stream events, staged copies, the loopback fabric): their waiters spin, then sleep.
   uint64_t eventCount() const { return doEventCount(); }
   bool waitForEvent(uint64_t seen, std::chrono::microseconds max) { return doWaitForEvent(seen, max); }
+  // How long a waiter polls before it blocks in waitForEvent (0: a few polls). A transport whose ranks own
+  // their cores polls longer: a sleep costs a wake-up on every hop of a chain.
+  virtual std::chrono::microseconds pollBeforeBlocking() const { return std::chrono::microseconds(0); }
   // For a transport built on this one whose waits sleep on events of their own (the shared-memory
   // transport over the c10d one): calls `listener` (on any thread) whenever eventCount() grows, so a
   // control frame or a failure here wakes those waits too. Null removes it. False on transports without

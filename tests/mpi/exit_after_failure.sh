@@ -4,8 +4,11 @@
 #   failed run: rank 1 stops mid-collective; rank 0 times out with slices in flight, says MPI_Finalize is
 #   not safe, and its exit handler ends the job with MPI_Abort (exit code 70, the reason logged) long before
 #   the stopped rank would resume: never a hang, a crash or a silent exit 0.
+#   the same failed run over shared memory (the default between ranks of one host): no MPI traffic is left
+#   in flight, and the stopped peer, which MPI_Finalize would wait for, makes the exit handler abort.
 # Without Open MPI's single-copy path a rendezvous message needs its receiver's progress, as between nodes.
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
+export RINGGUARD_CPU_TRANSPORT=mpi
 set -uo pipefail
 mpiexec="$1"; binary="$2"
 log="$(mktemp -t ringguard-exit.XXXXXX)"
@@ -33,4 +36,16 @@ grep -q "MPI cannot be finalized safely: ending the job with MPI_Abort" "$log" |
 [[ $rc -eq 70 ]] || fail "failed run: mpirun exit $rc (expected 70, the exit handler's MPI_Abort)"
 [[ $secs -lt 15 ]] || fail "failed run: took $secs s (the stopped rank would resume after 20 s: the abort must end it)"
 grep -qi "segmentation fault\|signal 11" "$log" && fail "failed run: a crash"
+
+start=$(date +%s)
+RINGGUARD_CPU_TRANSPORT=auto timeout -k 5 60 "$mpiexec" --oversubscribe --bind-to none -np 2 "$binary" >"$log" 2>&1
+rc=$?
+secs=$(( $(date +%s) - start ))
+echo "failed run over shared memory: mpirun exit $rc after $secs s"
+grep -v "^\s*$" "$log" | tail -n 6
+grep -q "rank 0: .*timed out.* safe_to_finalize=0 (a rank stopped making progress, and MPI_Finalize would wait" "$log" ||
+  fail "shared memory: rank 0 did not report its timeout with safe_to_finalize=0 naming the stopped peer"
+[[ $rc -eq 70 ]] || fail "shared memory: mpirun exit $rc (expected 70, the exit handler's MPI_Abort)"
+[[ $secs -lt 15 ]] || fail "shared memory: took $secs s (the abort must end it before the stopped rank resumes)"
+grep -qi "segmentation fault\|signal 11" "$log" && fail "shared memory: a crash"
 exit $status

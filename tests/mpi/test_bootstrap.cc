@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -63,7 +64,10 @@ TEST(MpiBootstrap, HostFactoryBuildsAWorkingCommunicator) {
   std::unique_ptr<Communicator> comm;
   ASSERT_TRUE(createHostCommunicator(*b, Options(), &comm).isOk());
   b.reset();  // the communicator does not need its bootstrap any more
-  EXPECT_STREQ(comm->transportName(), "mpi");
+  // RINGGUARD_CPU_TRANSPORT=auto (the default; the ctest entry with =mpi checks MPI alone): the ranks of
+  // one host share memory.
+  const char* setting = std::getenv("RINGGUARD_CPU_TRANSPORT");
+  EXPECT_STREQ(comm->transportName(), setting != nullptr && std::string(setting) == "mpi" ? "mpi" : "shm");
   EXPECT_EQ(comm->memory(), MemoryKind::kHost);
   const size_t count = 1001;
   std::vector<uint8_t> in = makeInput(DataType::kFloat32, ReduceOp::kSum, worldRank(), count), out(in.size());
@@ -126,6 +130,71 @@ TEST(MpiSubCommunicator, AHandleNamingNoCommunicatorIsRefused) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
 #endif
   EXPECT_EQ(b, nullptr);
+}
+
+// RINGGUARD_CPU_TRANSPORT for a group over MPI (docs/ENV.md), set on every rank alike unless a test says
+// otherwise, and restored after.
+class CpuTransportSetting {
+ public:
+  explicit CpuTransportSetting(const char* value) {
+    if (const char* v = std::getenv(kName)) saved_ = v;
+    setenv(kName, value, 1);
+  }
+  ~CpuTransportSetting() {
+    if (saved_.empty()) {
+      unsetenv(kName);
+    } else {
+      setenv(kName, saved_.c_str(), 1);
+    }
+  }
+
+ private:
+  static constexpr const char* kName = "RINGGUARD_CPU_TRANSPORT";
+  std::string saved_;
+};
+
+// auto and shm put shared memory under the ranks of one host (every rank of an mpirun test is on this
+// one), mpi keeps MPI alone; each gives exact results.
+TEST(MpiSharedMemory, EachSettingGivesItsTransport) {
+  for (const std::string value : {"auto", "shm", "mpi"}) {
+    CpuTransportSetting setting(value.c_str());
+    std::unique_ptr<Communicator> comm;
+    Status st = mpi::createCommunicator(Options(), &comm);
+    ASSERT_TRUE(st.isOk()) << value << ": " << st.toString();
+    EXPECT_STREQ(comm->transportName(), value == "mpi" ? "mpi" : "shm") << value;
+    const size_t count = 1000001;  // blocks of several slices
+    std::vector<uint8_t> in = makeInput(DataType::kFloat32, ReduceOp::kSum, worldRank(), count),
+                         out(in.size());
+    ASSERT_TRUE(comm->allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum).isOk());
+    EXPECT_EQ(out, expectedResult(DataType::kFloat32, ReduceOp::kSum, worldSize(), count)) << value;
+  }
+}
+
+// gloo is the torch backend's helper: refused before any exchange, so no rank waits for another.
+TEST(MpiSharedMemory, GlooIsRefusedBeforeAnyExchange) {
+  CpuTransportSetting setting("gloo");
+  std::unique_ptr<Bootstrap> b;
+  Status st = mpi::createBootstrap(&b);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+  EXPECT_NE(st.message().find("RINGGUARD_CPU_TRANSPORT=gloo"), std::string::npos) << st.message();
+  EXPECT_EQ(b, nullptr);
+  std::unique_ptr<Communicator> comm;
+  st = mpi::createCommunicator(Options(), &comm);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+}
+
+// Rank 0 asks for MPI alone, the others for auto: every rank fails when the communicator is made, naming
+// both values, instead of one side waiting in shared memory for frames the other sends over MPI.
+TEST(MpiSharedMemory, RanksThatDisagreeAllFailNamingBoth) {
+  CpuTransportSetting setting(worldRank() == 0 ? "mpi" : "auto");
+  std::unique_ptr<Communicator> comm;
+  Status st = mpi::createCommunicator(Options(), &comm);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+  EXPECT_NE(st.message().find("RINGGUARD_CPU_TRANSPORT differs between ranks"), std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find(worldRank() == 0 ? "rank 1 has auto" : "rank 0 has mpi"), std::string::npos)
+      << st.message();
+  EXPECT_EQ(comm, nullptr);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// Every collective besides allreduce over the MPI transport inside one mpirun: reduce-scatter (every dtype
+// Every collective besides allreduce inside one mpirun, over shared memory under MPI (the default between
+// the ranks of one host) or MPI alone (RINGGUARD_CPU_TRANSPORT=mpi): reduce-scatter (every dtype
 // and op), all-gather, broadcast from every root, send/recv (ring shift), all-to-all (equal and unequal
 // splits), fault-free against closed forms and then with fault injection in every mode (bit-identical,
 // detected == injected, escaped == 0). RINGGUARD_TEST_SMOKE=1 runs a subset.

@@ -61,7 +61,7 @@ TEST(MpiTimeline, FaultyRunLeavesMatchingFilesOnEveryRank) {
   ASSERT_EQ(s.at("rank"), rank);
   ASSERT_EQ(s.at("communicators").size(), 1u);
   const json& c = s.at("communicators")[0];
-  EXPECT_EQ(c.at("transport"), "mpi");
+  EXPECT_EQ(c.at("transport"), "shm");  // the ranks share a host: shared memory over MPI
   EXPECT_FALSE(c.at("live").get<bool>());
   mine.forEach(
       [&](const char* name, uint64_t value) { EXPECT_EQ(c.at("counters").at(name), value) << name; });
@@ -78,7 +78,7 @@ TEST(MpiTimeline, FaultyRunLeavesMatchingFilesOnEveryRank) {
     const std::map<uint32_t, std::string> labels = testing::trackLabels(t);
     ASSERT_EQ(labels.size(), 1u) << "one communicator per process";
     EXPECT_EQ(labels.begin()->second,
-              "comm (mpi, rank " + std::to_string(r) + " of " + std::to_string(n) + ")");
+              "comm (shm, rank " + std::to_string(r) + " of " + std::to_string(n) + ")");
     ranks.push_back(testing::eventsOfTrack(t, labels.begin()->first, r));
     // Rank r's counters, from its summary (checked against its communicator by rank r itself).
     const json rs = readJson(summary + "." + std::to_string(r) + ".json");

@@ -1,5 +1,6 @@
-"""The backend under mpirun (2 ranks): CPU tensors ride MPI (RINGGUARD_CPU_TRANSPORT=auto), not the Gloo
-helper. One mpirun launch runs every check below on both ranks, each writing its results to a JSON file; the
+"""The backend under mpirun (2 ranks): CPU tensors ride MPI, not the Gloo helper: through shared memory over
+it with RINGGUARD_CPU_TRANSPORT=auto (the ranks share this host), over MPI alone with =mpi (a subgroup's
+pg_options). One mpirun launch runs every check below on both ranks, each writing its results to a JSON file; the
 pytest side asserts on them. The launch runs under a wall-clock limit, so a hang fails the test.
 
     mpirun -np 2 python3 tests/python/test_mpi.py --worker      # what the test runs
@@ -58,8 +59,8 @@ def worker() -> None:
     dist.all_gather(copies, flat)
     out["params_identical"] = all(torch.equal(copies[0], c2) for c2 in copies)
 
-    # A subgroup gets its own MPI communicator over exactly its members.
-    g = dist.new_group([0, 1], backend="ringguard")
+    # A subgroup gets its own MPI communicator over exactly its members; this one over MPI alone.
+    g = dist.new_group([0, 1], backend="ringguard", pg_options=ringguard.Options(cpu_transport="mpi"))
     s = torch.ones(5)
     dist.all_reduce(s, group=g)
     out["subgroup_transport"] = ringguard.transport("cpu", group=g)
@@ -99,7 +100,7 @@ def results(tmp_path_factory):
 
 def test_cpu_tensors_ride_mpi(results):
     for r in results:
-        assert r["transport"] == "mpi", r
+        assert r["transport"] == "shm", r
         assert r["subgroup_transport"] == "mpi", r
 
 

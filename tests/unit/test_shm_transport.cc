@@ -49,11 +49,13 @@ Connected connectAll(const std::vector<std::string>& modes, const std::vector<si
     std::unique_ptr<Transport> t;
     Status st = b.createHostTransport(&t);
     const std::string& m = modes[size_t(r)];
-    const SharedMemory mode = m == "gloo"  ? SharedMemory::kOff
-                              : m == "shm" ? SharedMemory::kRequired
-                                           : SharedMemory::kAuto;
-    if (st.isOk())
-      st = connectSharedMemory(b, mode, m, rings[size_t(r)], std::chrono::milliseconds(20000), &t);
+    SharedMemoryChoice c;
+    c.mode = m == "gloo" ? SharedMemory::kOff : m == "shm" ? SharedMemory::kRequired : SharedMemory::kAuto;
+    c.setting = m;
+    c.offSetting = "gloo";
+    c.ringBytes = rings[size_t(r)];
+    c.timeout = std::chrono::milliseconds(20000);
+    if (st.isOk()) st = connectSharedMemory(b, c, &t);
     out.status[size_t(r)] = st;
     out.name[size_t(r)] = t ? t->name() : "";
   });
@@ -124,8 +126,12 @@ TEST(ShmTransport, ARecordOfAnotherShapeFailsEveryRankNamingItsSender) {
       }
       std::unique_ptr<Transport> t;
       Status st = b->createHostTransport(&t);
-      if (st.isOk())
-        st = connectSharedMemory(*b, SharedMemory::kAuto, "auto", 4096, std::chrono::milliseconds(20000), &t);
+      SharedMemoryChoice c;
+      c.mode = SharedMemory::kAuto;
+      c.setting = "auto";
+      c.ringBytes = 4096;
+      c.timeout = std::chrono::milliseconds(20000);
+      if (st.isOk()) st = connectSharedMemory(*b, c, &t);
       status[size_t(r)] = st;
     });
     for (int r = 0; r < 3; ++r) {

@@ -49,7 +49,7 @@ class DeviceStager;  // ringguard/runtime/device_stager.h
 namespace ringguard {
 
 class PeerLanes;
-struct SharedMemoryChoice;  // torch/store_bootstrap.h
+struct SharedMemoryChoice;  // transport/shm/shm_transport.h
 class C10dWork;
 class CompletionLane;
 

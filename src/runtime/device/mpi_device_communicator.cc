@@ -1,4 +1,5 @@
 #include "bootstrap/mpi_bootstrap.h"  // mpi::createBootstrap(MPI_Comm), commFromFortran
+#include "core/env.h"
 #include "ringguard/cuda/device_communicator.h"
 
 namespace ringguard {
@@ -9,8 +10,10 @@ namespace {
 Status createDeviceCommunicatorOver(MPI_Comm comm, const Options& options, const DeviceOptions& device,
                                     std::unique_ptr<Communicator>* out) {
   RINGGUARD_RETURN_IF_ERROR(options.validate());
+  SharedMemoryChoice sharedMemory;
+  RINGGUARD_RETURN_IF_ERROR(mpi::mpiSharedMemory(envLookup, options.timeout, &sharedMemory));
   std::unique_ptr<Bootstrap> bootstrap;
-  RINGGUARD_RETURN_IF_ERROR(mpi::createBootstrap(comm, &bootstrap));
+  RINGGUARD_RETURN_IF_ERROR(mpi::createBootstrap(comm, &bootstrap, std::move(sharedMemory)));
   return createDeviceCommunicator(*bootstrap, options, device, out);
 }
 }  // namespace

@@ -45,9 +45,10 @@ int firstFailed(const std::vector<json>& all) {
 
 }  // namespace
 
-Status connectSharedMemory(Bootstrap& bootstrap, SharedMemory mode, const std::string& modeName,
-                           size_t ringBytes, std::chrono::milliseconds timeout,
+Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choice,
                            std::unique_ptr<Transport>* transport) {
+  const SharedMemory mode = choice.mode;
+  const std::string& modeName = choice.setting;
   const int rank = bootstrap.rank(), size = bootstrap.size();
   if (size == 1) return Status::ok();  // no peers: nothing to share
 
@@ -55,7 +56,7 @@ Status connectSharedMemory(Bootstrap& bootstrap, SharedMemory mode, const std::s
   std::unique_ptr<shm::Segment> own;
   json mine = {{"mode", modeName}, {"ok", true}, {"why", ""}};
   if (mode != SharedMemory::kOff) {
-    const Status st = shm::Segment::create(rank, size, ringBytes, kControlRingBytes, &own);
+    const Status st = shm::Segment::create(rank, size, choice.ringBytes, kControlRingBytes, &own);
     if (st.isOk()) {
       mine["name"] = own->name();
       mine["nonce"] = own->nonce();
@@ -117,15 +118,16 @@ Status connectSharedMemory(Bootstrap& bootstrap, SharedMemory mode, const std::s
       logWarn(Subsys::kTransport,
               "shared memory not used, the {} transport carries the data instead (slower): {} (when "
               "/dev/shm is too small, set RINGGUARD_SHM_RING_BYTES lower or give it more room; "
-              "RINGGUARD_CPU_TRANSPORT=gloo silences this)",
-              (*transport)->name(), why);
+              "RINGGUARD_CPU_TRANSPORT={} silences this)",
+              (*transport)->name(), why, choice.offSetting);
     } else {
       logInfo(Subsys::kTransport, "shared memory not used (the {} transport carries the data): {}",
               (*transport)->name(), why);
     }
     return Status::ok();
   }
-  *transport = makeShmTransport(std::move(*transport), std::move(own), std::move(peers), timeout);
+  *transport =
+      makeShmTransport(std::move(*transport), std::move(own), std::move(peers), choice.timeout, choice.spin);
   return Status::ok();
 }
 

@@ -55,8 +55,10 @@ class ShmControlChannel final : public ControlChannel {
 class ShmTransport final : public Transport {
  public:
   ShmTransport(std::unique_ptr<Transport> host, std::unique_ptr<shm::Segment> own,
-               std::vector<std::unique_ptr<shm::Segment>> peers, std::chrono::milliseconds sendTimeout)
+               std::vector<std::unique_ptr<shm::Segment>> peers, std::chrono::milliseconds sendTimeout,
+               std::chrono::microseconds spin)
       : Transport(host->rank(), host->size()),
+        spin_(spin),
         host_(std::move(host)),
         core_(std::make_shared<ShmCore>(rank(), size(), std::move(own), std::move(peers))),
         control_(rank(), size(), core_, host_.get(), sendTimeout) {
@@ -76,6 +78,7 @@ class ShmTransport final : public Transport {
   // A small collective's payload rides its fingerprint frame, which here is one copy into a ring.
   size_t eagerBytes() const override { return kHostEagerBytes; }
   ControlChannel* control() override { return &control_; }
+  std::chrono::microseconds pollBeforeBlocking() const override { return spin_; }
 
  protected:
   Status doPostSend(int peer, Channel channel, const void* data, size_t bytes,
@@ -113,6 +116,8 @@ class ShmTransport final : public Transport {
  private:
   static uint32_t channelIndex(Channel c) { return c == Channel::kPayload ? 0 : 1; }
 
+  const std::chrono::microseconds spin_;
+
   std::unique_ptr<Transport> host_;
   std::shared_ptr<ShmCore> core_;
   ShmControlChannel control_;
@@ -124,8 +129,9 @@ class ShmTransport final : public Transport {
 std::unique_ptr<Transport> makeShmTransport(std::unique_ptr<Transport> host,
                                             std::unique_ptr<shm::Segment> own,
                                             std::vector<std::unique_ptr<shm::Segment>> peers,
-                                            std::chrono::milliseconds sendTimeout) {
-  return std::make_unique<ShmTransport>(std::move(host), std::move(own), std::move(peers), sendTimeout);
+                                            std::chrono::milliseconds sendTimeout,
+                                            std::chrono::microseconds spin) {
+  return std::make_unique<ShmTransport>(std::move(host), std::move(own), std::move(peers), sendTimeout, spin);
 }
 
 }  // namespace ringguard

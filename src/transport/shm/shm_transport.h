@@ -27,15 +27,25 @@ enum class SharedMemory {
   kRequired,  // shared memory, or an error naming the rank that could not
 };
 
-// Collective over `bootstrap` (two exchanges; every rank calls it with its own `mode`, and ranks whose modes
-// differ all fail naming both): replaces *transport, the group's host transport, with a shared-memory
-// transport over it when `mode` allows and every rank could map every peer's segment (`ringBytes` per
-// inbound data ring: at least one default slice and its trailer moves without waiting for the reader). With
-// kAuto and a rank that could not, every rank keeps the host transport and logs why (info). `modeName` is
-// the setting's value, for messages; `timeout`, how long a control frame may wait for room in a peer's
-// ring (the communicator's timeout).
-Status connectSharedMemory(Bootstrap& bootstrap, SharedMemory mode, const std::string& modeName,
-                           size_t ringBytes, std::chrono::milliseconds timeout,
+// How a group's host transport becomes a shared-memory one (RINGGUARD_CPU_TRANSPORT, read by the bootstrap
+// that makes the host transport).
+struct SharedMemoryChoice {
+  SharedMemory mode = SharedMemory::kOff;
+  std::string setting;     // RINGGUARD_CPU_TRANSPORT's value, for messages
+  std::string offSetting;  // its value that keeps the host transport, named in a fallback's warning
+  size_t ringBytes = 0;    // per inbound data ring: at least one default slice and its trailer
+  std::chrono::milliseconds timeout{0};  // how long a control frame may wait for room in a peer's ring
+  // How long a wait polls the rings before it sleeps on the doorbell. 0 (a few polls) where the ranks may
+  // share cores with threads that complete their waits (torch's); under mpirun every rank owns its core and
+  // MPI itself polls, and a sleep costs each hop of a chain the futex's wake-up.
+  std::chrono::microseconds spin{0};
+};
+
+// Collective over `bootstrap` (two exchanges; every rank calls it with its own choice, and ranks whose
+// settings differ all fail naming both): replaces *transport, the group's host transport, with a
+// shared-memory transport over it when `choice.mode` allows and every rank could map every peer's segment.
+// With kAuto and a rank that could not, every rank keeps the host transport and logs why.
+Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choice,
                            std::unique_ptr<Transport>* transport);
 
 // Bytes of each control ring: every frame fits many times over, so a sender waits for room only when its
@@ -47,6 +57,7 @@ inline constexpr size_t kControlRingBytes = size_t(256) << 10;
 std::unique_ptr<Transport> makeShmTransport(std::unique_ptr<Transport> host,
                                             std::unique_ptr<shm::Segment> own,
                                             std::vector<std::unique_ptr<shm::Segment>> peers,
-                                            std::chrono::milliseconds sendTimeout);
+                                            std::chrono::milliseconds sendTimeout,
+                                            std::chrono::microseconds spin = std::chrono::microseconds(0));
 
 }  // namespace ringguard
