@@ -39,11 +39,14 @@ int segmentsInDevShm() {
 struct Connected {
   std::vector<Status> status;
   std::vector<std::string> name;
+  std::vector<std::chrono::microseconds> poll;  // each transport's pollBeforeBlocking
 };
-Connected connectAll(const std::vector<std::string>& modes, const std::vector<size_t>& rings) {
+Connected connectAll(const std::vector<std::string>& modes, const std::vector<size_t>& rings,
+                     std::chrono::microseconds spin = std::chrono::microseconds(0)) {
   const int n = int(modes.size());
   testing::Board board(n);
-  Connected out{std::vector<Status>(size_t(n)), std::vector<std::string>(size_t(n))};
+  Connected out{std::vector<Status>(size_t(n)), std::vector<std::string>(size_t(n)),
+                std::vector<std::chrono::microseconds>(size_t(n))};
   testing::runRanks(n, [&](int r) {
     testing::MemoryBootstrap b(&board, r);
     std::unique_ptr<Transport> t;
@@ -55,9 +58,11 @@ Connected connectAll(const std::vector<std::string>& modes, const std::vector<si
     c.offSetting = "gloo";
     c.ringBytes = rings[size_t(r)];
     c.timeout = std::chrono::milliseconds(20000);
+    c.spin = spin;
     if (st.isOk()) st = connectSharedMemory(b, c, &t);
     out.status[size_t(r)] = st;
     out.name[size_t(r)] = t ? t->name() : "";
+    out.poll[size_t(r)] = t ? t->pollBeforeBlocking() : std::chrono::microseconds(-1);
   });
   return out;
 }
@@ -70,6 +75,18 @@ TEST(ShmTransport, ConnectsWhenEveryRankCanAndLeavesNothingInDevShm) {
     EXPECT_EQ(c.name[size_t(r)], "shm") << "rank " << r;
   }
   EXPECT_EQ(segmentsInDevShm(), before) << "a segment's name stayed in /dev/shm";
+}
+
+// How long a wait polls before it sleeps is the choice's (50 us under mpirun, a few polls under torch); the
+// host transport it falls back to keeps its own.
+TEST(ShmTransport, WaitsPollAsTheChoiceSays) {
+  const Connected c = connectAll({"auto", "auto"}, {4096, 4096}, std::chrono::microseconds(50));
+  const Connected off = connectAll({"gloo", "gloo"}, {4096, 4096}, std::chrono::microseconds(50));
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(c.status[size_t(r)].isOk()) << c.status[size_t(r)].toString();
+    EXPECT_EQ(c.poll[size_t(r)], std::chrono::microseconds(50)) << "rank " << r;
+    EXPECT_EQ(off.poll[size_t(r)], std::chrono::microseconds(0)) << "rank " << r;
+  }
 }
 
 TEST(ShmTransport, OffKeepsTheHostTransport) {
