@@ -228,7 +228,11 @@ def test_a_normal_exit_after_a_timeout_ends_the_job_through_mpi_abort(tmp_path):
            "OMPI_MCA_rmaps_base_oversubscribe": "1", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(harness.free_port()), "RINGGUARD_TEST_OUT": str(tmp_path),
            # A rendezvous message then needs its receiver's progress, as between nodes.
-           "OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
+           "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
+           # MPI traffic left in flight is the subject: MPI alone carries the data (through shared memory
+           # the 64 MiB all_reduce can end before the stop lands; tests/mpi/exit_after_failure.sh runs the
+           # exit handler over shared memory too).
+           "RINGGUARD_CPU_TRANSPORT": "mpi"}
     cmd = [mpirun, "--oversubscribe", "--bind-to", "none", "-np", str(NPROC), sys.executable, "-u",
            os.path.abspath(__file__), "--stopped-worker"]
     rc, timed_out, secs, log = harness.run_command(cmd, env, timeout=120)
