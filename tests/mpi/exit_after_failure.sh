@@ -23,29 +23,25 @@ grep -v "^\s*$" "$log" | tail -n 10
 [[ $(grep -c "ok safe_to_finalize=1" "$log") -eq 2 ]] || fail "clean run: not both ranks ok and safe to finalize"
 grep -q "MPI_Abort" "$log" && fail "clean run: aborted"
 
-start=$(date +%s)
-timeout -k 5 60 "$mpiexec" --oversubscribe --bind-to none -np 2 "$binary" >"$log" 2>&1
-rc=$?
-secs=$(( $(date +%s) - start ))
-echo "failed run: mpirun exit $rc after $secs s"
-grep -v "^\s*$" "$log" | tail -n 20
-grep -q "rank 0: .*timed out.* safe_to_finalize=0 (a failed collective left MPI traffic in flight (rank 0: " "$log" ||
-  fail "rank 0 did not report its timeout with safe_to_finalize=0 and the request it left in flight"
-grep -q "MPI cannot be finalized safely: ending the job with MPI_Abort" "$log" ||
-  fail "the exit handler did not say why it aborts"
-[[ $rc -eq 70 ]] || fail "failed run: mpirun exit $rc (expected 70, the exit handler's MPI_Abort)"
-[[ $secs -lt 15 ]] || fail "failed run: took $secs s (the stopped rank would resume after 20 s: the abort must end it)"
-grep -qi "segmentation fault\|signal 11" "$log" && fail "failed run: a crash"
-
-start=$(date +%s)
-RINGGUARD_CPU_TRANSPORT=auto timeout -k 5 60 "$mpiexec" --oversubscribe --bind-to none -np 2 "$binary" >"$log" 2>&1
-rc=$?
-secs=$(( $(date +%s) - start ))
-echo "failed run over shared memory: mpirun exit $rc after $secs s"
-grep -v "^\s*$" "$log" | tail -n 6
-grep -q "rank 0: .*timed out.* safe_to_finalize=0 (a rank stopped making progress, and MPI_Finalize would wait" "$log" ||
-  fail "shared memory: rank 0 did not report its timeout with safe_to_finalize=0 naming the stopped peer"
-[[ $rc -eq 70 ]] || fail "shared memory: mpirun exit $rc (expected 70, the exit handler's MPI_Abort)"
-[[ $secs -lt 15 ]] || fail "shared memory: took $secs s (the abort must end it before the stopped rank resumes)"
-grep -qi "segmentation fault\|signal 11" "$log" && fail "shared memory: a crash"
+# failed_run LABEL TRANSPORT REPORT: rank 1 stops mid-collective over TRANSPORT (RINGGUARD_CPU_TRANSPORT);
+# rank 0 reports its timeout with REPORT, and the exit handler ends the job with MPI_Abort, in time.
+failed_run() {
+  local label="$1" transport="$2" report="$3" start rc secs
+  start=$(date +%s)
+  RINGGUARD_CPU_TRANSPORT="$transport" timeout -k 5 60 "$mpiexec" --oversubscribe --bind-to none -np 2 "$binary" \
+    >"$log" 2>&1
+  rc=$?
+  secs=$(( $(date +%s) - start ))
+  echo "$label: mpirun exit $rc after $secs s"
+  grep -v "^\s*$" "$log" | tail -n 20
+  grep -q "rank 0: .*timed out.* safe_to_finalize=0 ($report" "$log" ||
+    fail "$label: rank 0 did not report its timeout with safe_to_finalize=0 ($report ...)"
+  grep -q "MPI cannot be finalized safely: ending the job with MPI_Abort" "$log" ||
+    fail "$label: the exit handler did not say why it aborts"
+  [[ $rc -eq 70 ]] || fail "$label: mpirun exit $rc (expected 70, the exit handler's MPI_Abort)"
+  [[ $secs -lt 15 ]] || fail "$label: took $secs s (the stopped rank would resume after 20 s: the abort must end it)"
+  grep -qi "segmentation fault\|signal 11" "$log" && fail "$label: a crash"
+}
+failed_run "failed run" mpi "a failed collective left MPI traffic in flight (rank 0: "
+failed_run "failed run over shared memory" auto "a rank stopped making progress, and MPI_Finalize would wait"
 exit $status
