@@ -183,13 +183,15 @@ inline int parseOrExit(CLI::App& app, int argc, char** argv, BenchArgs* args,
   return -1;
 }
 
-// Options from the RINGGUARD_* environment, -s over them; aborts the job on a bad setting.
+// Options from the RINGGUARD_* environment, -s over them; aborts the job on a bad setting, which the rank
+// that has it prints (it may be any rank: MPMD launches give ranks different environments).
 inline Options benchOptions(const BenchArgs& args) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   Options options;
   if (Status st = Options::fromEnv(&options); !st.isOk()) {
-    if (rank == 0) fprintf(stderr, "%s\n", st.toString().c_str());
+    fprintf(stderr, "rank %d: %s\n", rank, st.toString().c_str());
+    fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   if (args.sliceBytes) options.sliceBytes = args.sliceBytes;

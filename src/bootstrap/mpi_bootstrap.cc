@@ -63,8 +63,14 @@ Status MpiBootstrap::allgather(const std::vector<uint8_t>& mine, std::vector<std
 
 Status MpiBootstrap::createHostTransport(std::unique_ptr<Transport>* out) {
   RINGGUARD_RETURN_IF_ERROR(MpiTransport::create(comm_, out));
-  if (!sharedMemory_) return Status::ok();
-  return connectSharedMemory(*this, *sharedMemory_, out);
+  if (sharedMemory_) return connectSharedMemory(*this, *sharedMemory_, out);
+  // Made without a choice (mpi::createBootstrap): the environment's, read only now, so a bootstrap used for
+  // exchanges alone never reads the transport settings.
+  uint64_t timeoutMs = 0;
+  const Status timeout = parseSetting("RINGGUARD_TIMEOUT_MS", envLookup, &timeoutMs);
+  SharedMemoryChoice choice = mpi::mpiSharedMemory(envLookup, std::chrono::milliseconds(timeoutMs));
+  if (choice.invalid.isOk()) choice.invalid = timeout;
+  return connectSharedMemory(*this, choice, out);
 }
 
 namespace mpi {
@@ -121,38 +127,33 @@ Status ensureInitialized() {
   return Status::ok();
 }
 
-Status mpiSharedMemory(const SettingLookup& lookup, std::chrono::milliseconds timeout,
-                       SharedMemoryChoice* out) {
+SharedMemoryChoice mpiSharedMemory(const SettingLookup& lookup, std::chrono::milliseconds timeout) {
   SharedMemoryChoice c;
+  c.offSetting = "mpi";
+  c.timeout = timeout;
+  c.spin = kMpiPollBeforeBlocking;
   uint64_t ringBytes = 0;
-  RINGGUARD_RETURN_IF_ERROR(parseSetting("RINGGUARD_CPU_TRANSPORT", lookup, &c.setting));
-  RINGGUARD_RETURN_IF_ERROR(parseSetting("RINGGUARD_SHM_RING_BYTES", lookup, &ringBytes));
-  if (c.setting == "gloo") {
-    return Status(
-        StatusCode::kInvalidArgument,
-        "RINGGUARD_CPU_TRANSPORT=gloo: the Gloo helper belongs to the torch backend; a group over MPI "
-        "takes auto, shm or mpi");
+  c.invalid = parseSetting("RINGGUARD_CPU_TRANSPORT", lookup, &c.setting);
+  if (!c.invalid.isOk()) {
+    const char* text = lookup("RINGGUARD_CPU_TRANSPORT");
+    c.setting = text != nullptr ? text : "";
+    return c;
+  }
+  c.invalid = parseSetting("RINGGUARD_SHM_RING_BYTES", lookup, &ringBytes);
+  if (c.invalid.isOk() && c.setting == "gloo") {
+    c.invalid = Status(StatusCode::kInvalidArgument,
+                       "RINGGUARD_CPU_TRANSPORT=gloo: the Gloo helper belongs to the torch backend's groups "
+                       "over a Store; a group over MPI takes auto, shm or mpi");
   }
   c.mode = c.setting == "mpi"   ? SharedMemory::kOff
            : c.setting == "shm" ? SharedMemory::kRequired
                                 : SharedMemory::kAuto;
-  c.offSetting = "mpi";
   c.ringBytes = size_t(ringBytes);
-  c.timeout = timeout;
-  c.spin = kMpiPollBeforeBlocking;
-  *out = std::move(c);
-  return Status::ok();
+  return c;
 }
 
 Status createBootstrap(MPI_Comm comm, std::unique_ptr<Bootstrap>* out,
                        std::optional<SharedMemoryChoice> sharedMemory) {
-  if (!sharedMemory) {
-    uint64_t timeoutMs = 0;
-    SharedMemoryChoice c;
-    RINGGUARD_RETURN_IF_ERROR(parseSetting("RINGGUARD_TIMEOUT_MS", envLookup, &timeoutMs));
-    RINGGUARD_RETURN_IF_ERROR(mpiSharedMemory(envLookup, std::chrono::milliseconds(timeoutMs), &c));
-    sharedMemory = std::move(c);
-  }
   RINGGUARD_RETURN_IF_ERROR(ensureInitialized());
   return MpiBootstrap::create(comm, std::move(sharedMemory), out);
 }
@@ -198,10 +199,8 @@ namespace {
 // The host factory over a bootstrap of `comm`; the options are checked before any MPI collective.
 Status createHostCommunicatorOver(MPI_Comm comm, const Options& options, std::unique_ptr<Communicator>* out) {
   RINGGUARD_RETURN_IF_ERROR(options.validate());
-  SharedMemoryChoice sharedMemory;
-  RINGGUARD_RETURN_IF_ERROR(mpiSharedMemory(envLookup, options.timeout, &sharedMemory));
   std::unique_ptr<Bootstrap> bootstrap;
-  RINGGUARD_RETURN_IF_ERROR(createBootstrap(comm, &bootstrap, std::move(sharedMemory)));
+  RINGGUARD_RETURN_IF_ERROR(createBootstrap(comm, &bootstrap, mpiSharedMemory(envLookup, options.timeout)));
   return createHostCommunicator(*bootstrap, options, out);
 }
 }  // namespace

@@ -41,16 +41,16 @@ namespace mpi {
 
 // RINGGUARD_CPU_TRANSPORT (through `lookup`) for a group over MPI: auto connects through shared memory when
 // every rank can map every other's segment (else MPI carries everything), shm insists on it, mpi keeps MPI
-// alone; gloo (the torch backend's Gloo helper) is a kInvalidArgument here. `timeout`: the
-// communicator's. The waits poll for kMpiPollBeforeBlocking before they sleep: under mpirun each rank owns a
-// core, and MPI's own waits poll.
+// alone; gloo (the torch backend's Gloo helper) and values that do not parse come back in `invalid`, which
+// connectSharedMemory publishes so that every rank fails with it. `timeout`: the communicator's. The waits
+// poll for kMpiPollBeforeBlocking before they sleep: under mpirun each rank owns a core, and MPI's own waits
+// poll.
 inline constexpr std::chrono::microseconds kMpiPollBeforeBlocking{50};
-Status mpiSharedMemory(const SettingLookup& lookup, std::chrono::milliseconds timeout,
-                       SharedMemoryChoice* out);
+SharedMemoryChoice mpiSharedMemory(const SettingLookup& lookup, std::chrono::milliseconds timeout);
 
 // mpi::createBootstrap over any communicator (the torch process group's sub-groups): MPI initialised first
-// (mpi::ensureInitialized), then MpiBootstrap::create. Collective over `comm`. Without `sharedMemory`,
-// RINGGUARD_CPU_TRANSPORT and the timeout come from the environment.
+// (mpi::ensureInitialized), then MpiBootstrap::create. Collective over `comm`. Without `sharedMemory`, its
+// host transport reads RINGGUARD_CPU_TRANSPORT and the timeout from the environment when it is made.
 Status createBootstrap(MPI_Comm comm, std::unique_ptr<Bootstrap>* out,
                        std::optional<SharedMemoryChoice> sharedMemory = std::nullopt);
 

@@ -157,6 +157,7 @@ ProcessGroupRingguard::ProcessGroupRingguard(c10::intrusive_ptr<c10d::Store> sto
   st = parseSetting(
       "RINGGUARD_STAGED_CHUNK_BYTES", [this](const char* name) { return option(name); }, &stagedChunkBytes_);
   if (!st.isOk()) throw std::invalid_argument("ringguard: " + st.message());
+  agreeOnCpuTransport();
   if (useMpi()) {
     st = createMpiCommunicator(globalRanks);
     TORCH_CHECK(st.isOk(), "ringguard: CPU communicator over MPI: ", st.toString());
@@ -216,13 +217,38 @@ const char* ProcessGroupRingguard::option(const char* name) const {
   return it != optionMap_.end() ? it->second.c_str() : envLookup(name);
 }
 
+// Under mpirun RINGGUARD_CPU_TRANSPORT picks between two setups, over MPI (auto, mpi) or over the Store
+// (shm, gloo): ranks whose values differ would each wait in the other's, MPI's without a timeout. So the
+// ranks compare the values first, over the Store (bounded by its timeout), and all fail naming both.
+void ProcessGroupRingguard::agreeOnCpuTransport() {
+  if (!std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("PMI_SIZE")) return;
+  // The value as parsed (unset is the default, auto), or the text that does not parse.
+  std::string mine;
+  if (!parseSetting(
+           "RINGGUARD_CPU_TRANSPORT", [this](const char* name) { return option(name); }, &mine)
+           .isOk()) {
+    mine = option("RINGGUARD_CPU_TRANSPORT");
+  }
+  StoreBootstrap bootstrap(store_, gloo_, "ringguard/cpu_transport", kCpuTagBase);
+  std::vector<std::vector<uint8_t>> all;
+  const Status st = bootstrap.allgather(std::vector<uint8_t>(mine.begin(), mine.end()), &all);
+  TORCH_CHECK(st.isOk(), "ringguard: comparing RINGGUARD_CPU_TRANSPORT between ranks: ", st.toString());
+  for (size_t r = 0; r < all.size(); ++r) {
+    const std::string theirs(all[r].begin(), all[r].end());
+    if (theirs == mine) continue;
+    throw std::invalid_argument("ringguard: RINGGUARD_CPU_TRANSPORT differs between ranks: rank " +
+                                std::to_string(rank_) + " has " + mine + ", rank " + std::to_string(r) +
+                                " has " + theirs + " (every rank must set the same)");
+  }
+}
+
 // RINGGUARD_CPU_TRANSPORT: auto takes MPI when mpirun started us (its environment is there) and the build
 // has MPI.
 bool ProcessGroupRingguard::useMpi() {
   std::string kind;  // choices and default: the setting's declaration (core/settings.cc)
   const Status st = parseSetting(
       "RINGGUARD_CPU_TRANSPORT", [this](const char* name) { return option(name); }, &kind);
-  TORCH_CHECK(st.isOk(), "ringguard: ", st.message());
+  if (!st.isOk()) return false;  // the Store's setup publishes the error to every rank (cpuSharedMemory)
 #if RINGGUARD_TORCH_MPI
   if (kind == "mpi") return true;
   return kind == "auto" && (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE"));
@@ -237,10 +263,11 @@ bool ProcessGroupRingguard::useMpi() {
 SharedMemoryChoice ProcessGroupRingguard::cpuSharedMemory() {
   SharedMemoryChoice c;
   auto lookup = [this](const char* name) { return option(name); };
-  Status st = parseSetting("RINGGUARD_CPU_TRANSPORT", lookup, &c.setting);
+  // A value that does not parse is published in the setup's first exchange (SharedMemoryChoice::invalid), so
+  // every rank fails with it instead of waiting for this one.
+  c.invalid = parseSetting("RINGGUARD_CPU_TRANSPORT", lookup, &c.setting);
   uint64_t ringBytes = 0;
-  if (st.isOk()) st = parseSetting("RINGGUARD_SHM_RING_BYTES", lookup, &ringBytes);
-  TORCH_CHECK(st.isOk(), "ringguard: ", st.message());
+  if (c.invalid.isOk()) c.invalid = parseSetting("RINGGUARD_SHM_RING_BYTES", lookup, &ringBytes);
   c.mode = c.setting == "gloo"  ? SharedMemory::kOff
            : c.setting == "shm" ? SharedMemory::kRequired
                                 : SharedMemory::kAuto;
@@ -292,11 +319,10 @@ Status ProcessGroupRingguard::createMpiCommunicator(const std::vector<int>& glob
   if (rc != MPI_SUCCESS) return Status(StatusCode::kTransportError, "MPI_Comm_create_group failed");
   // auto: MPI under shared memory when the ranks share a host (as for a C++ job under mpirun); mpi: MPI
   // alone.
-  SharedMemoryChoice sharedMemory;
-  Status st = mpi::mpiSharedMemory([this](const char* name) { return option(name); }, options_.timeout,
-                                   &sharedMemory);
   std::unique_ptr<Bootstrap> bootstrap;
-  if (st.isOk()) st = mpi::createBootstrap(comm, &bootstrap, std::move(sharedMemory));  // over a duplicate
+  Status st = mpi::createBootstrap(  // over a duplicate of comm
+      comm, &bootstrap,
+      mpi::mpiSharedMemory([this](const char* name) { return option(name); }, options_.timeout));
   MPI_Comm_free(&comm);
   if (st.isOk()) st = createHostCommunicator(*bootstrap, options_, &cpu_);
   return st;

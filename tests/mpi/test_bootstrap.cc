@@ -170,17 +170,38 @@ TEST(MpiSharedMemory, EachSettingGivesItsTransport) {
   }
 }
 
-// gloo is the torch backend's helper: refused before any exchange, so no rank waits for another.
-TEST(MpiSharedMemory, GlooIsRefusedBeforeAnyExchange) {
+// gloo is the torch backend's helper: a communicator over MPI refuses it on every rank. A bootstrap used for
+// exchanges alone (the torch package's port broadcast) reads no transport setting and works.
+TEST(MpiSharedMemory, GlooIsRefusedWhenATransportIsMade) {
   CpuTransportSetting setting("gloo");
   std::unique_ptr<Bootstrap> b;
   Status st = mpi::createBootstrap(&b);
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
-  EXPECT_NE(st.message().find("RINGGUARD_CPU_TRANSPORT=gloo"), std::string::npos) << st.message();
-  EXPECT_EQ(b, nullptr);
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  std::vector<uint8_t> bytes = {uint8_t(worldRank())};
+  ASSERT_TRUE(b->broadcast(0, &bytes).isOk());
+  EXPECT_EQ(bytes, std::vector<uint8_t>{0});
   std::unique_ptr<Communicator> comm;
   st = mpi::createCommunicator(Options(), &comm);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+  EXPECT_NE(st.message().find("RINGGUARD_CPU_TRANSPORT=gloo"), std::string::npos) << st.message();
+  EXPECT_EQ(comm, nullptr);
+}
+
+// One rank's value is unusable (gloo, or no choice at all): it takes part in the setup's first exchange, so
+// every rank fails at once naming it, instead of the others waiting for it in MPI without a timeout.
+TEST(MpiSharedMemory, ARankWithAnUnusableValueFailsEveryRank) {
+  for (const char* bad : {"gloo", "bogus"}) {
+    CpuTransportSetting setting(worldRank() == 1 ? bad : "auto");
+    std::unique_ptr<Communicator> comm;
+    Status st = mpi::createCommunicator(Options(), &comm);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad << ": " << st.toString();
+    EXPECT_NE(
+        st.message().find(worldRank() == 1 ? "RINGGUARD_CPU_TRANSPORT" : "rank 1: RINGGUARD_CPU_TRANSPORT"),
+        std::string::npos)
+        << st.message();
+    EXPECT_NE(st.message().find(bad), std::string::npos) << st.message();
+    EXPECT_EQ(comm, nullptr);
+  }
 }
 
 // Rank 0 asks for MPI alone, the others for auto: every rank fails when the communicator is made, naming

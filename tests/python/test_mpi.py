@@ -245,12 +245,82 @@ def test_a_normal_exit_after_a_timeout_ends_the_job_through_mpi_abort(tmp_path):
     assert secs < 30, f"the job waited for the stopped rank: {secs:.0f} s\n{log[-4000:]}"
 
 
+def setting_worker() -> None:
+    """init_from_mpi() without MASTER_PORT (the port is broadcast over MPI), then one exact all_reduce in
+    a group made with this rank's RINGGUARD_CPU_TRANSPORT; writes the transport or the error."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    import ringguard
+
+    rank, size = ringguard.init_from_mpi()
+    try:
+        dist.init_process_group("ringguard", timeout=timedelta(seconds=20))
+        t = torch.full((10,), float(rank + 1))
+        dist.all_reduce(t)
+        out = {"rank": rank, "transport": ringguard.transport("cpu"),
+               "exact": bool(torch.equal(t, torch.full((10,), float(size * (size + 1) // 2)))), "error": ""}
+        dist.destroy_process_group()
+    except Exception as e:  # noqa: BLE001  (what the test asserts on)
+        out = {"rank": rank, "error": str(e)}
+    with open(os.path.join(os.environ["RINGGUARD_TEST_OUT"], f"setting{rank}.json"), "w") as f:
+        json.dump(out, f)
+
+
+def run_setting_workers(tmp_path, values):
+    """One mpirun, rank r with RINGGUARD_CPU_TRANSPORT=values[r] (an MPMD launch), no MASTER_PORT."""
+    import harness
+
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("mpirun not found (apt-get install openmpi-bin)")
+    env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1", "MASTER_ADDR": "127.0.0.1",
+           "RINGGUARD_TEST_OUT": str(tmp_path)}
+    cmd = [mpirun, "--oversubscribe", "--bind-to", "none", "-x", "RINGGUARD_TEST_OUT"]
+    for i, v in enumerate(values):
+        if i:
+            cmd.append(":")
+        cmd += ["-np", "1", "-x", f"RINGGUARD_CPU_TRANSPORT={v}", sys.executable, "-u",
+                os.path.abspath(__file__), "--setting-worker"]
+    saved = os.environ.pop("MASTER_PORT", None)  # the launch inherits os.environ
+    try:
+        rc, timed_out, secs, log = harness.run_command(cmd, env, timeout=120)
+    finally:
+        if saved is not None:
+            os.environ["MASTER_PORT"] = saved
+    assert not timed_out, f"mpirun launch timed out after {secs:.0f} s\n{log[-4000:]}"
+    return [json.loads((tmp_path / f"setting{r}.json").read_text()) for r in range(len(values))], log
+
+
+def test_gloo_under_mpirun_keeps_the_gloo_helper(tmp_path):
+    """RINGGUARD_CPU_TRANSPORT=gloo is the torch backend's: under mpirun init_from_mpi's port broadcast must
+    not refuse it (its MPI bootstrap reads no transport setting), and the group rides the Gloo helper."""
+    recs, log = run_setting_workers(tmp_path, ["gloo", "gloo"])
+    for r in recs:
+        assert r["error"] == "" and r["exact"] and r["transport"] == "gloo", (r, log[-3000:])
+
+
+def test_ranks_whose_setting_picks_other_setups_fail_naming_both(tmp_path):
+    """Under mpirun auto takes MPI and shm the Store: ranks that set those would each wait in the other's
+    setup (MPI's without a timeout). They compare the values first and all fail, naming both, at once."""
+    recs, log = run_setting_workers(tmp_path, ["auto", "shm"])
+    want = ["rank 0 has auto, rank 1 has shm", "rank 1 has shm, rank 0 has auto"]
+    for r in recs:
+        assert "RINGGUARD_CPU_TRANSPORT differs between ranks" in r["error"], (r, log[-3000:])
+        assert want[r["rank"]] in r["error"], r
+
+
 if __name__ == "__main__" and "--worker" in sys.argv:
     worker()
 if __name__ == "__main__" and "--port-worker" in sys.argv:
     port_worker()
 if __name__ == "__main__" and "--stopped-worker" in sys.argv:
     stopped_worker()
+if __name__ == "__main__" and "--setting-worker" in sys.argv:
+    setting_worker()
 
 
 def test_the_mpi_transport_under_torchrun_says_it_needs_mpirun(tmp_path):

@@ -205,6 +205,7 @@ class ProcessGroupRingguard : public c10d::Backend {
   const char* option(const char* name) const;
   bool useMpi();
   SharedMemoryChoice cpuSharedMemory();  // RINGGUARD_CPU_TRANSPORT and RINGGUARD_SHM_RING_BYTES
+  void agreeOnCpuTransport();            // under mpirun: every rank's RINGGUARD_CPU_TRANSPORT alike
   Status createMpiCommunicator(const std::vector<int>& globalRanks);  // collective over the group
   // Starts one collective of the communicator of `buffer`'s device (`start` gets it and the caller's
   // stream) and returns its c10d Work; `after` runs on success before the Work completes. The Work keeps

@@ -10,10 +10,9 @@ namespace {
 Status createDeviceCommunicatorOver(MPI_Comm comm, const Options& options, const DeviceOptions& device,
                                     std::unique_ptr<Communicator>* out) {
   RINGGUARD_RETURN_IF_ERROR(options.validate());
-  SharedMemoryChoice sharedMemory;
-  RINGGUARD_RETURN_IF_ERROR(mpi::mpiSharedMemory(envLookup, options.timeout, &sharedMemory));
   std::unique_ptr<Bootstrap> bootstrap;
-  RINGGUARD_RETURN_IF_ERROR(mpi::createBootstrap(comm, &bootstrap, std::move(sharedMemory)));
+  RINGGUARD_RETURN_IF_ERROR(
+      mpi::createBootstrap(comm, &bootstrap, mpi::mpiSharedMemory(envLookup, options.timeout)));
   return createDeviceCommunicator(*bootstrap, options, device, out);
 }
 }  // namespace

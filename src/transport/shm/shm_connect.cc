@@ -26,7 +26,8 @@ Status records(Bootstrap& b, const json& mine, std::vector<json>* all) {
   for (size_t r = 0; r < raw.size(); ++r) {
     json j = json::parse(raw[r].begin(), raw[r].end(), nullptr, /*allow_exceptions=*/false);
     if (!j.is_object() || !j.contains("mode") || !j["mode"].is_string() || !j.contains("ok") ||
-        !j["ok"].is_boolean() || !j.contains("why") || !j["why"].is_string()) {
+        !j["ok"].is_boolean() || !j.contains("why") || !j["why"].is_string() || !j.contains("invalid") ||
+        !j["invalid"].is_string()) {
       return Status(StatusCode::kTransportError, "shared-memory setup: rank " + std::to_string(r) +
                                                      " sent a record this version cannot read");
     }
@@ -50,12 +51,13 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
   const SharedMemory mode = choice.mode;
   const std::string& modeName = choice.setting;
   const int rank = bootstrap.rank(), size = bootstrap.size();
-  if (size == 1) return Status::ok();  // no peers: nothing to share
+  if (size == 1) return choice.invalid;  // no peers: nothing to share
 
-  // 1. Every rank's mode and, where it wants shared memory, its new segment.
+  // 1. Every rank's mode (or why its setting is unusable) and, where it wants shared memory, its new
+  // segment.
   std::unique_ptr<shm::Segment> own;
-  json mine = {{"mode", modeName}, {"ok", true}, {"why", ""}};
-  if (mode != SharedMemory::kOff) {
+  json mine = {{"mode", modeName}, {"ok", true}, {"why", ""}, {"invalid", choice.invalid.message()}};
+  if (mode != SharedMemory::kOff && choice.invalid.isOk()) {
     const Status st = shm::Segment::create(rank, size, choice.ringBytes, kControlRingBytes, &own);
     if (st.isOk()) {
       mine["name"] = own->name();
@@ -67,6 +69,13 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
   }
   std::vector<json> all;
   RINGGUARD_RETURN_IF_ERROR(records(bootstrap, mine, &all));
+  // A rank whose setting is unusable took part so that every rank fails with its reason, not a wait.
+  for (int r = 0; r < size; ++r) {
+    const std::string why = all[size_t(r)]["invalid"].get<std::string>();
+    if (why.empty()) continue;
+    if (r == rank) return choice.invalid;
+    return Status(StatusCode::kInvalidArgument, "rank " + std::to_string(r) + ": " + why);
+  }
   for (int r = 0; r < size; ++r) {
     const std::string theirs = all[size_t(r)]["mode"].get<std::string>();
     if (theirs != modeName) {
@@ -80,7 +89,7 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
 
   // 2. Every rank maps every peer's segment (when all were made), then says whether it could.
   std::vector<std::unique_ptr<shm::Segment>> peers(static_cast<size_t>(size));
-  json opened = {{"mode", modeName}, {"ok", true}, {"why", ""}};
+  json opened = {{"mode", modeName}, {"ok", true}, {"why", ""}, {"invalid", ""}};
   const int noSegment = firstFailed(all);
   if (noSegment >= 0) {
     opened["ok"] = false;

@@ -39,6 +39,10 @@ struct SharedMemoryChoice {
   // share cores with threads that complete their waits (torch's); under mpirun every rank owns its core and
   // MPI itself polls, and a sleep costs each hop of a chain the futex's wake-up.
   std::chrono::microseconds spin{0};
+  // Why this rank's settings cannot be used (a value out of range, a choice the bootstrap refuses), or OK.
+  // connectSharedMemory publishes it in its first exchange, so every rank fails with it instead of waiting
+  // for a rank that stopped before the exchange.
+  Status invalid;
 };
 
 // Collective over `bootstrap` (two exchanges; every rank calls it with its own choice, and ranks whose
