@@ -69,12 +69,12 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
   }
   std::vector<json> all;
   RINGGUARD_RETURN_IF_ERROR(records(bootstrap, mine, &all));
-  // A rank whose setting is unusable took part so that every rank fails with its reason, not a wait.
+  // A rank whose setting is unusable took part so that every rank fails with a reason, not a wait: its own
+  // when it has one, else the lowest such rank's.
+  if (!choice.invalid.isOk()) return choice.invalid;
   for (int r = 0; r < size; ++r) {
     const std::string why = all[size_t(r)]["invalid"].get<std::string>();
-    if (why.empty()) continue;
-    if (r == rank) return choice.invalid;
-    return Status(StatusCode::kInvalidArgument, "rank " + std::to_string(r) + ": " + why);
+    if (!why.empty()) return Status(StatusCode::kInvalidArgument, "rank " + std::to_string(r) + ": " + why);
   }
   for (int r = 0; r < size; ++r) {
     const std::string theirs = all[size_t(r)]["mode"].get<std::string>();
