@@ -59,6 +59,8 @@ Connected connectAll(const std::vector<std::string>& modes, const std::vector<si
     c.ringBytes = rings[size_t(r)];
     c.timeout = std::chrono::milliseconds(20000);
     c.spin = spin;
+    // A value the caller could not use (mpiSharedMemory, cpuSharedMemory): the text stands for itself.
+    if (m == "bogus") c.invalid = Status(StatusCode::kInvalidArgument, "RINGGUARD_CPU_TRANSPORT='bogus'");
     if (st.isOk()) st = connectSharedMemory(b, c, &t);
     out.status[size_t(r)] = st;
     out.name[size_t(r)] = t ? t->name() : "";
@@ -75,6 +77,20 @@ TEST(ShmTransport, ConnectsWhenEveryRankCanAndLeavesNothingInDevShm) {
     EXPECT_EQ(c.name[size_t(r)], "shm") << "rank " << r;
   }
   EXPECT_EQ(segmentsInDevShm(), before) << "a segment's name stayed in /dev/shm";
+}
+
+// A rank whose setting is unusable takes part in the first exchange: every rank fails at once naming it, none
+// waits for it, and nothing stays in /dev/shm.
+TEST(ShmTransport, ARankWithAnUnusableSettingFailsEveryRank) {
+  const size_t before = segmentsInDevShm();
+  const Connected c = connectAll({"auto", "bogus", "shm"}, {4096, 4096, 4096});
+  for (int r = 0; r < 3; ++r) {
+    const Status& st = c.status[size_t(r)];
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << "rank " << r << ": " << st.toString();
+    EXPECT_EQ(st.message(),
+              r == 1 ? "RINGGUARD_CPU_TRANSPORT='bogus'" : "rank 1: RINGGUARD_CPU_TRANSPORT='bogus'");
+  }
+  EXPECT_EQ(segmentsInDevShm(), before);
 }
 
 // How long a wait polls before it sleeps is the choice's (50 us under mpirun, a few polls under torch); the
