@@ -128,27 +128,13 @@ Status ensureInitialized() {
 }
 
 SharedMemoryChoice mpiSharedMemory(const SettingLookup& lookup, std::chrono::milliseconds timeout) {
-  SharedMemoryChoice c;
-  c.offSetting = "mpi";
-  c.timeout = timeout;
+  SharedMemoryChoice c = readSharedMemoryChoice(lookup, "mpi", timeout);
   c.spin = kMpiPollBeforeBlocking;
-  uint64_t ringBytes = 0;
-  c.invalid = parseSetting("RINGGUARD_CPU_TRANSPORT", lookup, &c.setting);
-  if (!c.invalid.isOk()) {
-    const char* text = lookup("RINGGUARD_CPU_TRANSPORT");
-    c.setting = text != nullptr ? text : "";
-    return c;
-  }
-  c.invalid = parseSetting("RINGGUARD_SHM_RING_BYTES", lookup, &ringBytes);
   if (c.invalid.isOk() && c.setting == "gloo") {
     c.invalid = Status(StatusCode::kInvalidArgument,
                        "RINGGUARD_CPU_TRANSPORT=gloo: the Gloo helper belongs to the torch backend's groups "
                        "over a Store; a group over MPI takes auto, shm or mpi");
   }
-  c.mode = c.setting == "mpi"   ? SharedMemory::kOff
-           : c.setting == "shm" ? SharedMemory::kRequired
-                                : SharedMemory::kAuto;
-  c.ringBytes = size_t(ringBytes);
   return c;
 }
 

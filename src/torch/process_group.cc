@@ -236,9 +236,7 @@ void ProcessGroupRingguard::agreeOnCpuTransport() {
   for (size_t r = 0; r < all.size(); ++r) {
     const std::string theirs(all[r].begin(), all[r].end());
     if (theirs == mine) continue;
-    throw std::invalid_argument("ringguard: RINGGUARD_CPU_TRANSPORT differs between ranks: rank " +
-                                std::to_string(rank_) + " has " + mine + ", rank " + std::to_string(r) +
-                                " has " + theirs + " (every rank must set the same)");
+    throw std::invalid_argument("ringguard: " + cpuTransportDiffers(rank_, mine, int(r), theirs).message());
   }
 }
 
@@ -259,22 +257,10 @@ bool ProcessGroupRingguard::useMpi() {
 }
 
 // RINGGUARD_CPU_TRANSPORT without MPI: auto tries shared memory, shm insists on it, gloo keeps the Gloo
-// helper.
+// helper. A value that does not parse is published in the setup's first exchange
+// (SharedMemoryChoice::invalid), so every rank fails with it instead of waiting for this one.
 SharedMemoryChoice ProcessGroupRingguard::cpuSharedMemory() {
-  SharedMemoryChoice c;
-  auto lookup = [this](const char* name) { return option(name); };
-  // A value that does not parse is published in the setup's first exchange (SharedMemoryChoice::invalid), so
-  // every rank fails with it instead of waiting for this one.
-  c.invalid = parseSetting("RINGGUARD_CPU_TRANSPORT", lookup, &c.setting);
-  uint64_t ringBytes = 0;
-  if (c.invalid.isOk()) c.invalid = parseSetting("RINGGUARD_SHM_RING_BYTES", lookup, &ringBytes);
-  c.mode = c.setting == "gloo"  ? SharedMemory::kOff
-           : c.setting == "shm" ? SharedMemory::kRequired
-                                : SharedMemory::kAuto;
-  c.offSetting = "gloo";
-  c.ringBytes = size_t(ringBytes);
-  c.timeout = options_.timeout;
-  return c;
+  return readSharedMemoryChoice([this](const char* name) { return option(name); }, "gloo", options_.timeout);
 }
 
 // MPI over exactly this group's ranks: MPI_Comm_create_group is collective over the members only, as the

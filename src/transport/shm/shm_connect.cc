@@ -46,6 +46,33 @@ int firstFailed(const std::vector<json>& all) {
 
 }  // namespace
 
+SharedMemoryChoice readSharedMemoryChoice(const SettingLookup& lookup, const std::string& offSetting,
+                                          std::chrono::milliseconds timeout) {
+  SharedMemoryChoice c;
+  c.offSetting = offSetting;
+  c.timeout = timeout;
+  c.invalid = parseSetting("RINGGUARD_CPU_TRANSPORT", lookup, &c.setting);
+  if (!c.invalid.isOk()) {
+    const char* text = lookup("RINGGUARD_CPU_TRANSPORT");
+    c.setting = text != nullptr ? text : "";
+    return c;
+  }
+  uint64_t ringBytes = 0;
+  c.invalid = parseSetting("RINGGUARD_SHM_RING_BYTES", lookup, &ringBytes);
+  c.mode = c.setting == offSetting ? SharedMemory::kOff
+           : c.setting == "shm"    ? SharedMemory::kRequired
+                                   : SharedMemory::kAuto;
+  c.ringBytes = size_t(ringBytes);
+  return c;
+}
+
+Status cpuTransportDiffers(int rank, const std::string& mine, int other, const std::string& theirs) {
+  return Status(StatusCode::kInvalidArgument, "RINGGUARD_CPU_TRANSPORT differs between ranks: rank " +
+                                                  std::to_string(rank) + " has " + mine + ", rank " +
+                                                  std::to_string(other) + " has " + theirs +
+                                                  " (every rank must set the same)");
+}
+
 Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choice,
                            std::unique_ptr<Transport>* transport) {
   const SharedMemory mode = choice.mode;
@@ -78,12 +105,7 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
   }
   for (int r = 0; r < size; ++r) {
     const std::string theirs = all[size_t(r)]["mode"].get<std::string>();
-    if (theirs != modeName) {
-      return Status(StatusCode::kInvalidArgument, "RINGGUARD_CPU_TRANSPORT differs between ranks: rank " +
-                                                      std::to_string(rank) + " has " + modeName + ", rank " +
-                                                      std::to_string(r) + " has " + theirs +
-                                                      " (every rank must set the same)");
-    }
+    if (theirs != modeName) return cpuTransportDiffers(rank, modeName, r, theirs);
   }
   if (mode == SharedMemory::kOff) return Status::ok();
 

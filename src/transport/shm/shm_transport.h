@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ringguard/bootstrap/bootstrap.h"
+#include "ringguard/core/settings.h"
 #include "ringguard/core/status.h"
 #include "transport/transport.h"
 
@@ -44,6 +45,16 @@ struct SharedMemoryChoice {
   // for a rank that stopped before the exchange.
   Status invalid;
 };
+
+// RINGGUARD_CPU_TRANSPORT and RINGGUARD_SHM_RING_BYTES through `lookup`: `offSetting` (the value that keeps
+// the host transport) is kOff, shm kRequired, every other value kAuto; a value that does not parse comes
+// back in `invalid`, with its text as `setting`. The bootstrap's owner adds what is its own (a value it
+// refuses, the waits' polling).
+SharedMemoryChoice readSharedMemoryChoice(const SettingLookup& lookup, const std::string& offSetting,
+                                          std::chrono::milliseconds timeout);
+
+// The error every rank of a group gives when ranks set RINGGUARD_CPU_TRANSPORT differently.
+Status cpuTransportDiffers(int rank, const std::string& mine, int other, const std::string& theirs);
 
 // Collective over `bootstrap` (two exchanges; every rank calls it with its own choice, and ranks whose
 // settings differ all fail naming both): replaces *transport, the group's host transport, with a
