@@ -133,8 +133,16 @@ TEST_P(LoopbackCollectives, AllgatherEveryDtypeAndCount) {
       allgatherAndCheck(g, t, count, true);
     }
   }
-  // Nothing is sent twice: every rank sends N-1 blocks (plus the trailers), the ring's optimum.
   EXPECT_EQ(g.totalCounters().detected, 0u);
+  // Bytes on the wire: nothing is sent twice, every rank sends N-1 blocks (plus the trailers), the ring's
+  // optimum, whether the payload rides the fingerprint frame (small) or the pipeline (several slices).
+  const int n = ranks();
+  for (size_t count : {size_t(1000), size_t(100000)}) {
+    const Counters before = g.totalCounters();
+    allgatherAndCheck(g, DataType::kFloat32, count, false);
+    EXPECT_EQ(g.totalCounters().since(before).bytesSent, uint64_t(n) * uint64_t(n - 1) * count * 4u)
+        << "count " << count;
+  }
 }
 
 // ---- broadcast --------------------------------------------------------------------------------------
