@@ -146,6 +146,38 @@ Status createBootstrap(MPI_Comm comm, std::unique_ptr<Bootstrap>* out,
 
 Status createBootstrap(std::unique_ptr<Bootstrap>* out) { return createBootstrap(MPI_COMM_WORLD, out); }
 
+Status worldPosition(int* rank, int* size) {
+  RINGGUARD_RETURN_IF_ERROR(ensureInitialized());
+  RINGGUARD_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, rank));
+  RINGGUARD_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, size));
+  return Status::ok();
+}
+
+Status createGroupBootstrap(const std::vector<int>& worldRanks, std::unique_ptr<Bootstrap>* out,
+                            std::optional<SharedMemoryChoice> sharedMemory) {
+  int rank = -1, size = 0;
+  RINGGUARD_RETURN_IF_ERROR(worldPosition(&rank, &size));
+  for (int r : worldRanks) {
+    if (r < 0 || r >= size) {
+      return Status(StatusCode::kInvalidArgument, "MPI group: rank " + std::to_string(r) +
+                                                      " is not a rank of MPI_COMM_WORLD (size " +
+                                                      std::to_string(size) + ")");
+    }
+  }
+  MPI_Group world = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
+  MPI_Comm comm = MPI_COMM_NULL;
+  RINGGUARD_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  const int rc = MPI_Group_incl(world, int(worldRanks.size()), worldRanks.data(), &group);
+  MPI_Group_free(&world);
+  RINGGUARD_MPI_CHECK(rc);
+  const int created = MPI_Comm_create_group(MPI_COMM_WORLD, group, /*tag=*/0x52470, &comm);
+  MPI_Group_free(&group);
+  RINGGUARD_MPI_CHECK(created);
+  Status st = createBootstrap(comm, out, std::move(sharedMemory));  // over a duplicate of comm
+  MPI_Comm_free(&comm);
+  return st;
+}
+
 namespace {
 // Open MPI's MPI_Comm is a pointer, MPICH's an int: only the first can be null (a template, so that the
 // comparison is not compiled for an int).

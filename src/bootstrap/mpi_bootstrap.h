@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "ringguard/bootstrap/bootstrap.h"
 #include "ringguard/core/settings.h"
@@ -53,6 +54,15 @@ SharedMemoryChoice mpiSharedMemory(const SettingLookup& lookup, std::chrono::mil
 // host transport reads RINGGUARD_CPU_TRANSPORT and the timeout from the environment when it is made.
 Status createBootstrap(MPI_Comm comm, std::unique_ptr<Bootstrap>* out,
                        std::optional<SharedMemoryChoice> sharedMemory = std::nullopt);
+
+// This process's rank and the size of MPI_COMM_WORLD, MPI initialised first (mpi::ensureInitialized).
+Status worldPosition(int* rank, int* size);
+
+// mpi::createBootstrap over exactly `worldRanks` (ranks of MPI_COMM_WORLD, in the group's order):
+// MPI_Comm_create_group, collective over those ranks only (as torch's new_group is over its members), on a
+// communicator of its own that the bootstrap duplicates and this frees. Every rank must be in the world.
+Status createGroupBootstrap(const std::vector<int>& worldRanks, std::unique_ptr<Bootstrap>* out,
+                            std::optional<SharedMemoryChoice> sharedMemory);
 
 // The communicator behind a Fortran handle (what MPI_Comm_c2f gave the caller), MPI initialised first
 // (mpi::ensureInitialized). kInvalidArgument for a value no MPI_Fint holds, for MPI_COMM_NULL (a rank left

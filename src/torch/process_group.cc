@@ -15,7 +15,7 @@
 #include "core/env.h"
 #include "ringguard/torch/convert.h"
 #if RINGGUARD_TORCH_MPI
-#include "bootstrap/mpi_bootstrap.h"  // mpi::createBootstrap over the group's own MPI communicator
+#include "bootstrap/mpi_bootstrap.h"  // mpi::createGroupBootstrap over the group's own MPI ranks
 #include "ringguard/mpi/mpi_communicator.h"
 #endif
 #include "ringguard/policy/process_engine.h"
@@ -267,14 +267,12 @@ SharedMemoryChoice ProcessGroupRingguard::cpuSharedMemory() {
 // creator is (non-members of a new_group never get here).
 Status ProcessGroupRingguard::createMpiCommunicator(const std::vector<int>& globalRanks) {
 #if RINGGUARD_TORCH_MPI
-  RINGGUARD_RETURN_IF_ERROR(mpi::ensureInitialized());
   std::vector<int> ranks = globalRanks;
   if (ranks.empty()) {
     for (int r = 0; r < size_; ++r) ranks.push_back(r);
   }
   int worldRank = -1, worldSize = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &worldRank);
-  MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
+  RINGGUARD_RETURN_IF_ERROR(mpi::worldPosition(&worldRank, &worldSize));
   const int highest = ranks.empty() ? -1 : *std::max_element(ranks.begin(), ranks.end());
   if (highest >= worldSize) {  // every rank of the group sees this, whatever its own rank
     return Status(StatusCode::kInvalidArgument,
@@ -292,26 +290,13 @@ Status ProcessGroupRingguard::createMpiCommunicator(const std::vector<int>& glob
                       ": under mpirun torch's ranks must be MPI's (call ringguard.init_from_mpi() before "
                       "init_process_group), or set RINGGUARD_CPU_TRANSPORT=gloo");
   }
-  for (int r : ranks) {
-    if (r < 0) return Status(StatusCode::kInvalidArgument, "rank " + std::to_string(r) + " is negative");
-  }
-  MPI_Group world = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
-  MPI_Comm comm = MPI_COMM_NULL;
-  MPI_Comm_group(MPI_COMM_WORLD, &world);
-  MPI_Group_incl(world, int(ranks.size()), ranks.data(), &group);
-  int rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, /*tag=*/0x52470, &comm);
-  MPI_Group_free(&group);
-  MPI_Group_free(&world);
-  if (rc != MPI_SUCCESS) return Status(StatusCode::kTransportError, "MPI_Comm_create_group failed");
   // auto: MPI under shared memory when the ranks share a host (as for a C++ job under mpirun); mpi: MPI
   // alone.
   std::unique_ptr<Bootstrap> bootstrap;
-  Status st = mpi::createBootstrap(  // over a duplicate of comm
-      comm, &bootstrap,
-      mpi::mpiSharedMemory([this](const char* name) { return option(name); }, options_.timeout));
-  MPI_Comm_free(&comm);
-  if (st.isOk()) st = createHostCommunicator(*bootstrap, options_, &cpu_);
-  return st;
+  RINGGUARD_RETURN_IF_ERROR(mpi::createGroupBootstrap(
+      ranks, &bootstrap,
+      mpi::mpiSharedMemory([this](const char* name) { return option(name); }, options_.timeout)));
+  return createHostCommunicator(*bootstrap, options_, &cpu_);
 #else
   (void)globalRanks;
   return Status(StatusCode::kInvalidArgument, "this build has no MPI");
