@@ -58,6 +58,7 @@ class Pipeline {
   Status postSend(int step, int slice, int attempt, bool retransmit);
   Status postRecv(int step, int slice, int slotIndex);
   Status apply(int step, int slice, int attempt, int slotIndex);
+  Status copyDeferred();
   Status waitSend(size_t idx, void** lastEvent = nullptr);
   Status waitAllSends();
   Status collectVerdicts();
@@ -76,6 +77,12 @@ class Pipeline {
   std::vector<uint8_t> injected_;         // per received item: a corruption was injected into it
   std::vector<size_t> appliedThisRound_;  // received items whose verdicts are still to be read
   std::vector<SliceFailure> failures_;    // this rank's, current round
+  struct DeferredCopy {
+    uint8_t* dst;
+    const uint8_t* src;
+    size_t bytes;
+  };
+  std::vector<DeferredCopy> deferredCopies_;  // origin copies to make once the posted sends are flushed
   Counters local_;
 };
 
@@ -93,16 +100,19 @@ Status Pipeline::postSend(int step, int slice, int attempt, bool retransmit) {
     local_.retransmitted++;
     trace::instant(trace::Kind::kRetransmit, "retransmit", ctx_.track, ctx_.seq, peer, step, slice, attempt);
   } else if (origin) {
-    if (uint8_t* copy = plan_.originCopy(column, r); copy != nullptr && copy != ptr) {
+    uint8_t* copy = plan_.originCopy(column, r);
+    if (copy != nullptr && copy != ptr && plan_.numSlices() > 1) {
+      // A column of several slices streams through the cache: the copy first, so the seal and the send
+      // read the more recently used bytes.
       RINGGUARD_RETURN_IF_ERROR(exec_->copy(copy, ptr, bytes));
-      // The seal reads the copy, from cache. A column of several slices streams through the cache, so
-      // the send reads the copy too; a column of one slice stays cached from call to call, and the copy's
-      // lines, read by the peer, would make the next call's copy wait for their invalidation.
-      if (plan_.numSlices() > 1) ptr = copy;
-      RINGGUARD_RETURN_IF_ERROR(exec_->sealFirst(idx, copy, idOf(column, step, slice, bytes, attempt)));
-    } else {
-      RINGGUARD_RETURN_IF_ERROR(exec_->sealFirst(idx, ptr, idOf(column, step, slice, bytes, attempt)));
+      ptr = copy;
+    } else if (copy != nullptr && copy != ptr) {
+      // A column of one slice stays cached from call to call: it is sealed and sent from the input, and
+      // copied once the send is posted (pass()), off the peer's path. Sending from the copy made the next
+      // call's copy wait for the invalidation of the lines the peer read.
+      deferredCopies_.push_back(DeferredCopy{copy, ptr, bytes});
     }
+    RINGGUARD_RETURN_IF_ERROR(exec_->sealFirst(idx, ptr, idOf(column, step, slice, bytes, attempt)));
   }
   if (const FaultInjector* inj = ctx_.injector) {
     if (int ms = inj->delayMs(plan_.sliceSeq(column, ctx_.seq), step, slice, peer, attempt)) {
@@ -123,6 +133,12 @@ Status Pipeline::postRecv(int step, int slice, int slotIndex) {
   void* into = target.inPlace ? static_cast<void*>(target.dst) : exec_->slot(slotIndex);
   return t_->postRecv(plan_.sender(column, step), into, bytes, exec_->slotTrailer(slotIndex),
                       &slotReqs_[size_t(slotIndex)]);
+}
+
+Status Pipeline::copyDeferred() {
+  for (const DeferredCopy& c : deferredCopies_) RINGGUARD_RETURN_IF_ERROR(exec_->copy(c.dst, c.src, c.bytes));
+  deferredCopies_.clear();
+  return Status::ok();
 }
 
 // Waits until the send of item `idx` completed, and orders the executor's later work after it (a device
@@ -277,6 +293,7 @@ Status Pipeline::pass() {
       if (it.recv) RINGGUARD_RETURN_IF_ERROR(postRecv(it.step, it.slice, int(recvsPosted++ % size_t(W_))));
       if (it.send) RINGGUARD_RETURN_IF_ERROR(postSend(it.step, it.slice, 0, false));
       RINGGUARD_RETURN_IF_ERROR(t_->flush());
+      RINGGUARD_RETURN_IF_ERROR(copyDeferred());
       ++nextPost;
     }
     // A plan lists every forwarded send after the receive it forwards, so what is applied next was posted.
@@ -317,6 +334,7 @@ Status Pipeline::repairRound(int attempt, const std::vector<ReplayEntry>& replay
       // One batch per chunk: a rank that only sends at this step must not carry its sends into the
       // next step's batch, or an NCCL group would wait on a receive its peer posts after this one.
       RINGGUARD_RETURN_IF_ERROR(t_->flush());
+      RINGGUARD_RETURN_IF_ERROR(copyDeferred());
       for (size_t i = base; i < std::min(recvs.size(), base + W_); ++i) {
         RINGGUARD_RETURN_IF_ERROR(apply(step, int(recvs[i].slice), attempt, int(i - base)));
       }

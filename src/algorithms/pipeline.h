@@ -72,8 +72,9 @@ class PipelinePlan {
   // here) or what this rank applied at step - 1 (its trailer was written by that apply).
   virtual const uint8_t* sendBytes(int column, int step, const ElementRange& r, bool* origin) const = 0;
   // Where an origin slice (sendBytes with *origin) is also copied to, or null: all-gather's own block of the
-  // output, a broadcast root's output (out of place). The pipeline copies each slice as it seals it, so the
-  // seal and the send read the bytes the copy just wrote, from cache, instead of the input from memory again.
+  // output, a broadcast root's output (out of place). A column of several slices is copied slice by slice
+  // before each is sealed, and sealed and sent from the copy, which is then in cache; a column of one slice
+  // is sealed and sent from the input and copied once its send is posted, off the peer's path.
   virtual uint8_t* originCopy(int column, const ElementRange& r) const { return nullptr; }
   virtual RecvTarget recvTarget(int column, int step, const ElementRange& r) const = 0;
   // A receive at `step` overwrites bytes this rank sent at the returned step (that send must be complete

@@ -46,9 +46,11 @@ std::vector<uint8_t> sealControlFrame(ControlTag tag, int sender, int receiver, 
   h.seq = seq;
   h.length = uint32_t(bytes);
   h.crc = frameCrc(h, static_cast<const uint8_t*>(body), bytes);
-  std::vector<uint8_t> frame(sizeof(h) + bytes);
-  std::memcpy(frame.data(), &h, sizeof(h));
-  if (bytes) std::memcpy(frame.data() + sizeof(h), body, bytes);
+  std::vector<uint8_t> frame;
+  frame.reserve(sizeof(h) + bytes);
+  frame.insert(frame.end(), reinterpret_cast<const uint8_t*>(&h), reinterpret_cast<const uint8_t*>(&h + 1));
+  if (bytes)
+    frame.insert(frame.end(), static_cast<const uint8_t*>(body), static_cast<const uint8_t*>(body) + bytes);
   return frame;
 }
 

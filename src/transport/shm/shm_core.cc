@@ -266,12 +266,18 @@ Status ShmCore::sendControl(int peer, ControlTag tag, const void* frame, size_t 
     return Status::ok();
   }
   if (!c.failure.isOk()) return c.failure;
-  std::vector<uint8_t> record(sizeof(ControlRecord) + bytes);
-  const ControlRecord h{kControlMagic, uint16_t(tag), 0, bytes};
-  std::memcpy(record.data(), &h, sizeof(h));
-  std::memcpy(record.data() + sizeof(h), frame, bytes);
-  c.outbox.push_back(std::move(record));
-  pushControl(peer, c);
+  if (!c.outbox.empty() || !pushRecord(peer, c, tag, static_cast<const uint8_t*>(frame), bytes)) {
+    const ControlRecord h{kControlMagic, uint16_t(tag), 0, bytes};
+    // No room for the whole record now: it waits in the outbox, and goes into the ring as room appears.
+    std::vector<uint8_t> record;
+    record.reserve(sizeof(h) + bytes);
+    record.insert(record.end(), reinterpret_cast<const uint8_t*>(&h),
+                  reinterpret_cast<const uint8_t*>(&h + 1));
+    record.insert(record.end(), static_cast<const uint8_t*>(frame),
+                  static_cast<const uint8_t*>(frame) + bytes);
+    c.outbox.push_back(std::move(record));
+    pushControl(peer, c);
+  }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!c.outbox.empty() && c.failure.isOk()) {
     // The peer's ring is full: it has not read for a while. Keep taking what others send this rank (a
@@ -321,6 +327,26 @@ bool ShmCore::pending(int peer, ControlTag tag) {
     if (!control_[size_t(p)].inbox[size_t(tag)].empty()) return true;
   }
   return false;
+}
+
+bool ShmCore::pushRecord(int peer, ControlLink& c, ControlTag tag, const uint8_t* frame, size_t bytes) {
+  const ControlRecord h{kControlMagic, uint16_t(tag), 0, bytes};
+  shm::Segment& seg = *peers_[size_t(peer)];
+  shm::RingIndices& ring = seg.controlRing(rank_);
+  const size_t cap = seg.controlRingBytes();
+  const uint64_t tail = ring.tail.value.load(std::memory_order_acquire);
+  if (!possible(c.head, tail, cap)) {
+    c.failure = Status(StatusCode::kTransportError, corrupt("control", "to", peer, tail, c.head));
+    return true;  // nothing to keep: the link failed
+  }
+  if (cap - size_t(c.head - tail) < sizeof(h) + bytes) return false;
+  uint8_t* data = seg.controlData(rank_);
+  copyIn(data, cap, c.head, reinterpret_cast<const uint8_t*>(&h), sizeof(h));
+  copyIn(data, cap, c.head + sizeof(h), frame, bytes);
+  c.head += sizeof(h) + bytes;
+  ring.head.value.store(c.head, std::memory_order_release);
+  seg.raise();
+  return true;
 }
 
 void ShmCore::pushControl(int peer, ControlLink& c) {
@@ -374,6 +400,13 @@ void ShmCore::pullControl(int peer, ControlLink& c) {
         break;
       }
       c.tail += sizeof(h);
+      if (head - c.tail >= h.bytes) {  // all there: straight into the inbox, one copy
+        const size_t off = size_t(c.tail % cap), first = std::min(size_t(h.bytes), cap - off);
+        std::vector<uint8_t>& frame = c.inbox[h.tag].emplace_back(data + off, data + off + first);
+        frame.insert(frame.end(), data, data + (size_t(h.bytes) - first));
+        c.tail += h.bytes;
+        continue;
+      }
       c.partial.resize(sizeof(h) + size_t(h.bytes));
       std::memcpy(c.partial.data(), &h, sizeof(h));
       c.partialGot = sizeof(h);

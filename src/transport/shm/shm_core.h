@@ -69,6 +69,9 @@ class ShmCore {
   void failLink(Link& l, Status error);
   void pushSends(int peer, Link& l);
   void pullRecvs(int peer, Link& l);
+  // Writes a whole record into the peer's control ring when it has room now (false: nothing written); a
+  // failed link counts as written.
+  bool pushRecord(int peer, ControlLink& c, ControlTag tag, const uint8_t* frame, size_t bytes);
   void pushControl(int peer, ControlLink& c);
   void pullControl(int peer, ControlLink& c);
   void progressLocked();
