@@ -214,9 +214,10 @@ Status createBootstrap(int64_t fortranComm, std::unique_ptr<Bootstrap>* out) {
 }
 
 namespace {
-// The host factory over a bootstrap of `comm`; the options are checked before any MPI collective.
+// The host factory over a bootstrap of `comm`. The options are checked by the factory, whose agreement
+// (agreeToProceed) every rank takes part in: a rank that returned before MPI_Comm_dup here left the
+// others in it, and its next communicator's duplicate then matched theirs.
 Status createHostCommunicatorOver(MPI_Comm comm, const Options& options, std::unique_ptr<Communicator>* out) {
-  RINGGUARD_RETURN_IF_ERROR(options.validate());
   std::unique_ptr<Bootstrap> bootstrap;
   RINGGUARD_RETURN_IF_ERROR(createBootstrap(comm, &bootstrap, mpiSharedMemory(envLookup, options.timeout)));
   return createHostCommunicator(*bootstrap, options, out);

@@ -7,7 +7,8 @@ namespace ringguard {
 
 Status createHostCommunicator(Bootstrap& bootstrap, const Options& options,
                               std::unique_ptr<Communicator>* out) {
-  RINGGUARD_RETURN_IF_ERROR(options.validateFor(bootstrap.size()));
+  // Every rank learns of one whose options are invalid, instead of waiting for it in the transport's setup.
+  RINGGUARD_RETURN_IF_ERROR(agreeToProceed(bootstrap, options.validateFor(bootstrap.size())));
   std::unique_ptr<Transport> transport;
   RINGGUARD_RETURN_IF_ERROR(bootstrap.createHostTransport(&transport));
   *out = makeCommunicator(std::move(transport), options);

@@ -75,6 +75,27 @@ TEST(MpiBootstrap, HostFactoryBuildsAWorkingCommunicator) {
   EXPECT_EQ(out, expectedResult(DataType::kFloat32, ReduceOp::kSum, worldSize(), count));
 }
 
+// One rank's options are invalid: every rank fails when the communicator is made, that rank with its own
+// reason and the others naming it (before: the others waited for it in the transport's setup, inside MPI,
+// which has no timeout). Every rank took the same collective steps, so the next communicator works.
+TEST(MpiBootstrap, ARankWithInvalidOptionsFailsEveryRank) {
+  Options bad;
+  bad.slots = -1;
+  const std::string reason = bad.validate().message();
+  ASSERT_NE(reason.find("RINGGUARD_SLOTS"), std::string::npos) << reason;
+  std::unique_ptr<Communicator> comm;
+  Status st = mpi::createCommunicator(worldRank() == 1 ? bad : Options(), &comm);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+  EXPECT_EQ(st.message(), worldRank() == 1 ? reason : "rank 1: " + reason);
+  EXPECT_EQ(comm, nullptr);
+
+  ASSERT_TRUE(mpi::createCommunicator(Options(), &comm).isOk());
+  const size_t count = 33;
+  std::vector<uint8_t> in = makeInput(DataType::kInt32, ReduceOp::kSum, worldRank(), count), out(in.size());
+  ASSERT_TRUE(comm->allreduce(in.data(), out.data(), count, DataType::kInt32, ReduceOp::kSum).isOk());
+  EXPECT_EQ(out, expectedResult(DataType::kInt32, ReduceOp::kSum, worldSize(), count));
+}
+
 TEST(MpiSubCommunicator, BootstrapOverAHandleExchangesWithinItsHalfOnly) {
   MPI_Comm half = testing::splitByParity();
   std::unique_ptr<Bootstrap> b;

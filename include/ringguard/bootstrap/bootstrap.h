@@ -33,6 +33,13 @@ class Bootstrap {
   virtual Status createHostTransport(std::unique_ptr<Transport>* out) = 0;
 };
 
+// Whether every rank can go on making the communicator: each passes its own verdict (`mine`: the options it
+// validated, the device it needs), and every rank returns the same answer, OK when all are, else the error
+// of the lowest failing rank as "rank R: ..." (a failing rank returns its own `mine` unchanged). A rank that
+// failed on its own and left would keep the others waiting in the next collective step (MPI's have no
+// timeout); it takes part in this one instead. Collective over `bootstrap`.
+Status agreeToProceed(Bootstrap& bootstrap, const Status& mine);
+
 // This rank's index among the ranks of its host (by host name) and how many ranks that host runs.
 // Collective over `bootstrap`.
 Status nodeLocalRank(Bootstrap& bootstrap, int* localRank, int* localSize);

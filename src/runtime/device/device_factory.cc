@@ -40,17 +40,24 @@ struct DeviceResources {
   }
 };
 
-// The communicator on GPU `gpu` over NCCL from `ncclId` with `host` as its control channel, or (ncclId null)
-// over `host` staged through pinned memory.
-Status build(std::unique_ptr<Transport> host, const std::vector<uint8_t>* ncclId, const Options& options,
-             const DeviceOptions& device, int gpu, std::unique_ptr<Communicator>* out) {
+// The GPU's stream and pools: local to this rank, made before the group's collective steps so that a
+// failure here is agreed on (agreeToProceed) instead of leaving the others in them.
+Status prepareResources(int gpu, const DeviceOptions& device, std::shared_ptr<DeviceResources>* out) {
   auto res = std::make_shared<DeviceResources>();
   res->device = gpu;
   RINGGUARD_CUDA_CHECK(cudaSetDevice(res->device));
   RINGGUARD_CUDA_CHECK(cudaStreamCreateWithFlags(&res->stream, cudaStreamNonBlocking));
   RINGGUARD_RETURN_IF_ERROR(DevicePool::create(res->device, device.poolReleaseThreshold, &res->pool));
   res->pinned = std::make_unique<PinnedHostPool>();
+  *out = std::move(res);
+  return Status::ok();
+}
 
+// The communicator on `res`'s GPU over NCCL from `ncclId` with `host` as its control channel, or (ncclId
+// null) over `host` staged through pinned memory.
+Status build(std::unique_ptr<Transport> host, const std::vector<uint8_t>* ncclId, const Options& options,
+             const DeviceOptions& device, std::shared_ptr<DeviceResources> res,
+             std::unique_ptr<Communicator>* out) {
   std::unique_ptr<Transport> transport;
   if (!ncclId) {
     transport = std::make_unique<StagedTransport>(std::move(host), res->pinned.get(), res->stream);
@@ -90,52 +97,71 @@ Status DeviceOptions::fromLookup(const std::function<const char*(const char*)>& 
 }
 
 // NCCL refuses two ranks on one GPU, so kAuto takes NCCL only when every rank has a GPU of its own: each
-// rank contributes (host, GPU UUID) and all decide from the same list.
-static Status agreeOnNccl(Bootstrap& bootstrap, int gpu, bool* nccl) {
-  cudaDeviceProp prop;
-  RINGGUARD_CUDA_CHECK(cudaGetDeviceProperties(&prop, gpu));
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  const std::string me = std::string(host) + "/" + std::string(prop.uuid.bytes, sizeof(prop.uuid.bytes));
+// rank contributes `identity` (host, GPU UUID) and all decide from the same list.
+static Status agreeOnNccl(Bootstrap& bootstrap, const std::string& identity, bool* nccl) {
   std::vector<std::vector<uint8_t>> all;
-  RINGGUARD_RETURN_IF_ERROR(bootstrap.allgather(std::vector<uint8_t>(me.begin(), me.end()), &all));
+  RINGGUARD_RETURN_IF_ERROR(
+      bootstrap.allgather(std::vector<uint8_t>(identity.begin(), identity.end()), &all));
   std::set<std::vector<uint8_t>> seen(all.begin(), all.end());
   *nccl = haveNccl() && int(seen.size()) == bootstrap.size();
   return Status::ok();
 }
 
-Status createDeviceCommunicator(Bootstrap& bootstrap, const Options& options, const DeviceOptions& device,
-                                std::unique_ptr<Communicator>* out) {
-  RINGGUARD_RETURN_IF_ERROR(options.validateFor(bootstrap.size()));
-  int gpu = device.device;
-  if (gpu < 0) {
-    int devices = 0;
-    const cudaError_t err = cudaGetDeviceCount(&devices);
-    // No driver (a machine without a GPU) reads as cudaErrorInsufficientDriver or cudaErrorNoDevice: say
-    // that no GPU is usable first, CUDA's words after.
-    if (err != cudaSuccess || devices < 1) {
-      (void)cudaGetLastError();
-      return Status(
-          StatusCode::kInvalidArgument,
-          std::string("createDeviceCommunicator: no usable GPU on this rank (cudaGetDeviceCount: ") +
-              (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices") + ")");
-    }
-    int localRank = 0, localSize = 1;
-    RINGGUARD_RETURN_IF_ERROR(nodeLocalRank(bootstrap, &localRank, &localSize));
-    gpu = localRank % devices;
+// What this rank alone can tell before the group's collective steps: its options, its GPU (`*gpu`: the one
+// asked for, else the local rank's turn among the visible ones), NCCL in this build when asked for, and
+// (`*identity`) the host and GPU UUID that agreeOnNccl compares.
+static Status checkLocal(const Options& options, const DeviceOptions& device, int worldSize, int localRank,
+                         int* gpu, std::string* identity) {
+  RINGGUARD_RETURN_IF_ERROR(options.validateFor(worldSize));
+  int devices = 0;
+  const cudaError_t err = cudaGetDeviceCount(&devices);
+  // No driver (a machine without a GPU) reads as cudaErrorInsufficientDriver or cudaErrorNoDevice: say
+  // that no GPU is usable first, CUDA's words after.
+  if (err != cudaSuccess || devices < 1) {
+    (void)cudaGetLastError();
+    return Status(StatusCode::kInvalidArgument,
+                  std::string("createDeviceCommunicator: no usable GPU on this rank (cudaGetDeviceCount: ") +
+                      (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices") + ")");
   }
-  bool nccl = device.transport == DeviceTransportKind::kNccl;
-  if (nccl && !haveNccl()) {
+  *gpu = device.device >= 0 ? device.device : localRank % devices;
+  if (*gpu >= devices) {
+    return Status(StatusCode::kInvalidArgument, "createDeviceCommunicator: device " + std::to_string(*gpu) +
+                                                    " asked for, but this rank sees " +
+                                                    std::to_string(devices) + " GPU" +
+                                                    (devices == 1 ? "" : "s"));
+  }
+  if (device.transport == DeviceTransportKind::kNccl && !haveNccl()) {
     return Status(StatusCode::kInvalidArgument,
                   "the NCCL transport was asked for, but this build has no NCCL");
   }
+  cudaDeviceProp prop;
+  RINGGUARD_CUDA_CHECK(cudaGetDeviceProperties(&prop, *gpu));
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  *identity = std::string(host) + "/" + std::string(prop.uuid.bytes, sizeof(prop.uuid.bytes));
+  return Status::ok();
+}
+
+Status createDeviceCommunicator(Bootstrap& bootstrap, const Options& options, const DeviceOptions& device,
+                                std::unique_ptr<Communicator>* out) {
+  // Every rank takes the same collective steps, whatever it finds on its own: a rank that returned early
+  // would leave the others waiting in the next one (MPI's have no timeout).
+  int localRank = 0, localSize = 1;
+  RINGGUARD_RETURN_IF_ERROR(nodeLocalRank(bootstrap, &localRank, &localSize));
+  int gpu = 0;
+  std::string identity;
+  std::shared_ptr<DeviceResources> res;
+  Status local = checkLocal(options, device, bootstrap.size(), localRank, &gpu, &identity);
+  if (local.isOk()) local = prepareResources(gpu, device, &res);
+  RINGGUARD_RETURN_IF_ERROR(agreeToProceed(bootstrap, local));
+  bool nccl = device.transport == DeviceTransportKind::kNccl;
   if (device.transport == DeviceTransportKind::kAuto)
-    RINGGUARD_RETURN_IF_ERROR(agreeOnNccl(bootstrap, gpu, &nccl));
+    RINGGUARD_RETURN_IF_ERROR(agreeOnNccl(bootstrap, identity, &nccl));
 
   // The staged transport's data path, or NCCL's control channel.
   std::unique_ptr<Transport> host;
   RINGGUARD_RETURN_IF_ERROR(bootstrap.createHostTransport(&host));
-  if (!nccl) return build(std::move(host), nullptr, options, device, gpu, out);
+  if (!nccl) return build(std::move(host), nullptr, options, device, std::move(res), out);
   // As ProcessGroupNCCL does: rank 0 makes the id, the bootstrap hands it to the others.
   // Rank 0 broadcasts even when making the id failed: the others then fail on the empty id's size
   // instead of waiting for an id that never comes.
@@ -146,7 +172,7 @@ Status createDeviceCommunicator(Bootstrap& bootstrap, const Options& options, co
 #endif
   RINGGUARD_RETURN_IF_ERROR(bootstrap.broadcast(0, &id));
   RINGGUARD_RETURN_IF_ERROR(made);
-  return build(std::move(host), &id, options, device, gpu, out);
+  return build(std::move(host), &id, options, device, std::move(res), out);
 }
 
 }  // namespace cuda
