@@ -36,6 +36,35 @@ TEST(NoGpuDeviceFactory, RejectsOptionsTheGroupCannotHonourBeforeAnyCudaCall) {
   EXPECT_EQ(c, nullptr);
 }
 
+// Rank 1's options are invalid: every rank fails, none waits for another in an exchange (the in-memory
+// bootstrap's have no timeout; before, rank 0 waited in the NCCL-or-staged agreement for rank 1, which had
+// returned). With a GPU, rank 0 fails naming rank 1's reason; without one, each rank has a reason of its own.
+TEST(NoGpuDeviceFactory, ARankWithInvalidOptionsFailsEveryRank) {
+  Board board(2);
+  Options bad;
+  bad.slots = -1;
+  const std::string reason = bad.validate().message();
+  int devices = 0;
+  const bool gpu = cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+  (void)cudaGetLastError();
+  std::vector<Status> made(2);
+  runRanks(2, [&](int rank) {
+    MemoryBootstrap b(&board, rank);
+    std::unique_ptr<Communicator> c;
+    made[size_t(rank)] =
+        cuda::createDeviceCommunicator(b, rank == 1 ? bad : Options(), cuda::DeviceOptions(), &c);
+    EXPECT_EQ(c, nullptr) << "rank " << rank;
+  });
+  EXPECT_EQ(made[1].code(), StatusCode::kInvalidArgument) << made[1].toString();
+  EXPECT_EQ(made[1].message(), reason);
+  EXPECT_EQ(made[0].code(), StatusCode::kInvalidArgument) << made[0].toString();
+  if (gpu) {
+    EXPECT_EQ(made[0].message(), "rank 1: " + reason);
+  } else {
+    EXPECT_NE(made[0].message().find("no usable GPU"), std::string::npos) << made[0].message();
+  }
+}
+
 // Makes one device communicator per rank of an in-memory bootstrap, every rank on GPU 0 (creation is
 // collective over the bootstrap, so the ranks make theirs at once). A rank that fails leaves null.
 std::vector<std::unique_ptr<Communicator>> makeOnGpu0(int n, cuda::DeviceTransportKind kind,
