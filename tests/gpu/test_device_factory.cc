@@ -132,6 +132,32 @@ TEST(DeviceFactory, RanksSharingAGpuAgreeOnStagedAndReduce) {
   for (auto& c : comms) EXPECT_EQ(c->counters().detected, 0u);
 }
 
+// Ranks that ask for different device transports all fail naming both, before any transport is made (one
+// rank alone in the NCCL-or-staged exchange used to wait for the others there).
+TEST(DeviceFactory, RanksAskingForDifferentTransportsAllFailNamingBoth) {
+  SKIP_WITHOUT_GPU();
+  Board board(2);
+  std::vector<Status> made(2);
+  runRanks(2, [&](int rank) {
+    MemoryBootstrap b(&board, rank);
+    cuda::DeviceOptions d;
+    d.device = 0;
+    d.transport = rank == 0 ? cuda::DeviceTransportKind::kAuto : cuda::DeviceTransportKind::kStaged;
+    std::unique_ptr<Communicator> c;
+    made[size_t(rank)] = cuda::createDeviceCommunicator(b, Options(), d, &c);
+    EXPECT_EQ(c, nullptr) << "rank " << rank;
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(made[size_t(rank)].code(), StatusCode::kInvalidArgument) << made[size_t(rank)].toString();
+    EXPECT_NE(made[size_t(rank)].message().find("RINGGUARD_DEVICE_TRANSPORT differs between ranks"),
+              std::string::npos)
+        << made[size_t(rank)].message();
+    EXPECT_NE(made[size_t(rank)].message().find(rank == 0 ? "rank 1 has staged" : "rank 0 has auto"),
+              std::string::npos)
+        << made[size_t(rank)].message();
+  }
+}
+
 // NCCL with world size 1: rank 0's unique id travels over the in-memory bootstrap, not MPI. A build without
 // NCCL refuses the request instead (no skip: a skipped test would mark the whole gpu entry skipped).
 TEST(DeviceFactory, NcclIdOverANonMpiBootstrap) {

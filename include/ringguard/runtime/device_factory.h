@@ -17,7 +17,8 @@ enum class DeviceTransportKind { kAuto, kNccl, kStaged };
 
 struct DeviceOptions {
   // kAuto: NCCL when built with it and no two ranks share a GPU (NCCL refuses that), the host-staged
-  // transport otherwise. Every rank must end up with the same kind; kAuto agrees over the bootstrap.
+  // transport otherwise, decided alike on every rank over the bootstrap. Every rank must ask for the same
+  // kind: ranks that differ all fail naming both.
   DeviceTransportKind transport = DeviceTransportKind::kAuto;
   int device = -1;                               // -1: node-local rank modulo the number of visible GPUs
   uint64_t poolReleaseThreshold = 256ull << 20;  // bytes the device pool may keep cached

@@ -96,14 +96,34 @@ Status DeviceOptions::fromLookup(const std::function<const char*(const char*)>& 
   return Status::ok();
 }
 
-// NCCL refuses two ranks on one GPU, so kAuto takes NCCL only when every rank has a GPU of its own: each
-// rank contributes `identity` (host, GPU UUID) and all decide from the same list.
-static Status agreeOnNccl(Bootstrap& bootstrap, const std::string& identity, bool* nccl) {
+// The device transport, agreed: every rank contributes its requested kind and `identity` (host, GPU UUID).
+// Ranks that asked for different kinds all fail naming both; kAuto takes NCCL only when every rank has a GPU
+// of its own (NCCL refuses two ranks on one GPU), deciding from the same list on every rank.
+static Status agreeOnNccl(Bootstrap& bootstrap, DeviceTransportKind kind, const std::string& identity,
+                          bool* nccl) {
+  auto name = [](uint8_t k) {
+    return k == uint8_t(DeviceTransportKind::kNccl)     ? std::string("nccl")
+           : k == uint8_t(DeviceTransportKind::kStaged) ? std::string("staged")
+           : k == uint8_t(DeviceTransportKind::kAuto)   ? std::string("auto")
+                                                        : "an unknown kind " + std::to_string(k);
+  };
+  std::vector<uint8_t> mine(1, uint8_t(kind));
+  mine.insert(mine.end(), identity.begin(), identity.end());
   std::vector<std::vector<uint8_t>> all;
-  RINGGUARD_RETURN_IF_ERROR(
-      bootstrap.allgather(std::vector<uint8_t>(identity.begin(), identity.end()), &all));
-  std::set<std::vector<uint8_t>> seen(all.begin(), all.end());
-  *nccl = haveNccl() && int(seen.size()) == bootstrap.size();
+  RINGGUARD_RETURN_IF_ERROR(bootstrap.allgather(mine, &all));
+  std::set<std::vector<uint8_t>> seen;
+  for (size_t r = 0; r < all.size(); ++r) {
+    const uint8_t theirs = all[r].empty() ? 0xFF : all[r][0];
+    if (theirs != mine[0]) {
+      return Status(StatusCode::kInvalidArgument,
+                    "RINGGUARD_DEVICE_TRANSPORT differs between ranks: rank " +
+                        std::to_string(bootstrap.rank()) + " has " + name(mine[0]) + ", rank " +
+                        std::to_string(r) + " has " + name(theirs) + " (every rank must set the same)");
+    }
+    seen.insert(all[r]);
+  }
+  *nccl = kind == DeviceTransportKind::kNccl ||
+          (kind == DeviceTransportKind::kAuto && haveNccl() && int(seen.size()) == bootstrap.size());
   return Status::ok();
 }
 
@@ -154,9 +174,8 @@ Status createDeviceCommunicator(Bootstrap& bootstrap, const Options& options, co
   Status local = checkLocal(options, device, bootstrap.size(), localRank, &gpu, &identity);
   if (local.isOk()) local = prepareResources(gpu, device, &res);
   RINGGUARD_RETURN_IF_ERROR(agreeToProceed(bootstrap, local));
-  bool nccl = device.transport == DeviceTransportKind::kNccl;
-  if (device.transport == DeviceTransportKind::kAuto)
-    RINGGUARD_RETURN_IF_ERROR(agreeOnNccl(bootstrap, identity, &nccl));
+  bool nccl = false;
+  RINGGUARD_RETURN_IF_ERROR(agreeOnNccl(bootstrap, device.transport, identity, &nccl));
 
   // The staged transport's data path, or NCCL's control channel.
   std::unique_ptr<Transport> host;
