@@ -6,10 +6,11 @@ namespace ringguard {
 namespace cuda {
 
 namespace {
-// The device factory over a bootstrap of `comm`; the options are checked before any MPI collective.
+// The device factory over a bootstrap of `comm`. The options are checked by the factory, whose agreement
+// (agreeToProceed) every rank takes part in, as for mpi::createCommunicator: a rank that returned before
+// MPI_Comm_dup here would leave the others in it.
 Status createDeviceCommunicatorOver(MPI_Comm comm, const Options& options, const DeviceOptions& device,
                                     std::unique_ptr<Communicator>* out) {
-  RINGGUARD_RETURN_IF_ERROR(options.validate());
   std::unique_ptr<Bootstrap> bootstrap;
   RINGGUARD_RETURN_IF_ERROR(
       mpi::createBootstrap(comm, &bootstrap, mpi::mpiSharedMemory(envLookup, options.timeout)));
