@@ -283,9 +283,11 @@ int main(int argc, char** argv) {
       if (op == Op::kBroadcast && rank == 0) std::memcpy(out.data(), in.data(), outBytes);
     };
     bool failed = false;
+    // The first error of a size only: a failure poisons the communicator, so every later call of the loop
+    // returns the same error (a stopped peer's timeout printed it once per remaining iteration).
     auto report = [&](const Status& st) {
       if (!st.isOk()) {
-        fprintf(stderr, "rank %d: %s\n", rank, st.toString().c_str());
+        if (!failed) fprintf(stderr, "rank %d: %s\n", rank, st.toString().c_str());
         failed = true;
       }
     };
