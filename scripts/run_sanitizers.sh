@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The sanitizer runs of the host layers (issue 17; part of scripts/run_tests.sh, the README's test command):
+# The sanitizer runs of the host layers (issue 17; part of scripts/run_extended_tests.sh, which CI runs
+# after the README's test command):
 #   1. ASan + UBSan (any UB is fatal): the unit suite (which holds the loopback suites) and every mpirun
 #      suite (ctest labels unit and mpi), torch and CUDA off;
 #   2. TSan: the loopback suites, the communicator and what runs on its threads (handshake, control

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The Python package on the newest torch, beside the pinned one (run_tests.sh runs this after its own
-# pytest): a venv of our own with torch $TORCH_LATEST_VERSION from PyPI, the package built against it
-# (ringguard._C into that venv, in a build directory of its own) and tests/python run with the venv's
-# Python. Prints the seconds each phase took. Exits non-zero on any failure.
+# The Python package on the newest torch, beside the pinned one (scripts/run_extended_tests.sh, which CI
+# runs after the README's test command): a venv of our own with torch $TORCH_LATEST_VERSION from PyPI, the
+# package built against it (ringguard._C into that venv, in a build directory of its own) and tests/python
+# run with the venv's Python. Prints the seconds each phase took. Exits non-zero on any failure.
 #
 # PyPI has no CPU-only torch wheel for Linux x86_64: the wheel is the CUDA one and pulls the nvidia-*,
 # cuda-toolkit and triton wheels (several GB; see docs/TORCH.md for what that costs). The venv lives in the
@@ -10,7 +10,7 @@
 # of downloading again; a venv whose torch is not $TORCH_LATEST_VERSION is rebuilt.
 #
 #   RINGGUARD_TORCH_LATEST_VENV   the venv (default ~/.cache/ringguard/venv-torch-$TORCH_LATEST_VERSION)
-#   RINGGUARD_TORCH_LATEST_BUILD  the extension's build directory (default build/python-torch-<version>)
+#   RINGGUARD_TORCH_LATEST_BUILD  the extension's build directory (default build-python-torch-<version>)
 #   RINGGUARD_TORCH_LATEST_TESTS  pytest arguments (default: the version-sensitive subset below; "tests/python"
 #                                 runs the whole suite)
 #   RINGGUARD_SKIP_TORCH_LATEST=1 skips this script
@@ -29,7 +29,7 @@ unset PYTHONPATH
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
 venv="${RINGGUARD_TORCH_LATEST_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ringguard/venv-torch-$TORCH_LATEST_VERSION}"
-build_dir="${RINGGUARD_TORCH_LATEST_BUILD:-$repo_root/build/python-torch-$TORCH_LATEST_VERSION}"
+build_dir="${RINGGUARD_TORCH_LATEST_BUILD:-$repo_root/build-python-torch-$TORCH_LATEST_VERSION}"
 py="$venv/bin/python"
 pip=("$py" -m pip --disable-pip-version-check)
 

@@ -31,9 +31,8 @@ const std::vector<ToolEnvName>& toolEnvNames() {
       {"RINGGUARD_BUILD_DIR", "scripts/run_tests.sh", "Build directory to test (default `build`)."},
       {"RINGGUARD_CMAKE_ARGS", "scripts/build.sh", "Extra cmake arguments, whitespace-separated."},
       {"RINGGUARD_SKIP_INSTALL_DEPS", "scripts/install_deps.sh", "1: install nothing."},
-      {"RINGGUARD_SKIP_SANITIZERS", "scripts/run_tests.sh",
-       "1: skip the ASan + UBSan and TSan runs (scripts/run_sanitizers.sh); for quick local runs, CI never "
-       "sets it."},
+      {"RINGGUARD_SKIP_SANITIZERS", "scripts/run_extended_tests.sh",
+       "1: skip the ASan + UBSan and TSan runs (scripts/run_sanitizers.sh) there; CI never sets it."},
       {"RINGGUARD_NO_CCACHE", "scripts/compiler_cache.sh", "1: compile without ccache."},
       {"RINGGUARD_GPU_BUILD_DIR", "scripts/gpu_*.sh",
        "Build directory of the GPU checks (default `build-gpu`, `build-engine`, ...)."},
