@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The GPU machine's check of the one-sided path (issue 42): the peer windows and the one-shot verified
+# allreduce at 2, 3 and 4 ranks on the one GPU under MPS (exact results, faults, CUDA graph, mismatch,
+# stopped peer, abort), once time-sliced without MPS at 2 ranks (correctness only), then the benchmark
+# against a D2D copy (bench_peer_allreduce, eager and graph, 2 and 4 ranks, clean and with 1 chunk read in
+# a thousand corrupted) and PyTorch SymmetricMemory's one-shot/two-shot all-reduce in the same session.
+# Logs under ${OUT:-/tmp/out}/gpu_peer/; exit 0 only if every step passed.
+#   scripts/gpu_peer_check.sh   (build dir: <repo>/build-peer, $RINGGUARD_GPU_BUILD_DIR overrides)
+#   EXTRA_TARGETS="..." adds build targets; PEER_SKIP_BENCH=1 skips the benchmarks.
+set -uo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build_dir="${RINGGUARD_GPU_BUILD_DIR:-$repo_root/build-peer}"
+out_dir="${OUT:-/tmp/out}/gpu_peer"
+mkdir -p "$out_dir"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export PATH="$PATH:/usr/local/cuda/bin"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1
+
+source "$repo_root/scripts/gpu_steps.sh"
+write_environment
+
+run_step configure cmake -S "$repo_root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DRINGGUARD_WITH_CUDA=ON -DRINGGUARD_WITH_MPI=ON -DRINGGUARD_WITH_TORCH=OFF
+run_step build cmake --build "$build_dir" --parallel 16 --target ringguard_gpu_peer_tests bench_peer_allreduce \
+  ${EXTRA_TARGETS:-}
+tests="$build_dir/tests/gpu/ringguard_gpu_peer_tests"
+bench="$build_dir/bench/gpu/bench_peer_allreduce"
+mpi=(mpirun --oversubscribe --bind-to none --timeout 240)
+
+if start_mps; then
+  for np in 2 3 4; do
+    run_step "peer_tests_np$np" "${mpi[@]}" -np "$np" "$tests"
+  done
+  if [[ "${PEER_SKIP_BENCH:-0}" != "1" ]]; then
+    for np in 2 4; do
+      run_step "bench_peer_np$np" "${mpi[@]}" -np "$np" "$bench" -b 1K -e 64M
+      run_step "bench_peer_faults_np$np" "${mpi[@]}" -np "$np" "$bench" -b 4K -e 16M --fault-prob 0.001
+      run_step "bench_symm_mem_np$np" timeout 300 python3 -m torch.distributed.run --nproc-per-node="$np" \
+        "$repo_root/bench/torch/bench_symm_mem.py" --max-bytes 64M
+    done
+  fi
+  stop_mps
+else
+  record mps FAIL "nvidia-cuda-mps-control -d did not start"
+fi
+# Time-sliced (no MPS): correctness only, the small shapes.
+run_step peer_tests_np2_timesliced "${mpi[@]}" -np 2 "$tests" --gtest_filter=*ChunkCrc*:*Graph*:*DifferentCounts*
+print_summary "gpu_peer"

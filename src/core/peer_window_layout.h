@@ -1,0 +1,98 @@
+#pragma once
+// The layout of one rank's peer window (docs/design/protocol.md, "The one-sided protocol"): shared by the
+// host code that allocates and maps the windows (peer_window.cc) and the kernels that publish into their own
+// window and read every peer's (cuda/peer_allreduce.cu). One source, so both sides agree on every offset.
+//
+//   [0, kHeaderBytes)                 header: words the owner writes and peers read (done, error,
+//                                     fingerprint) and the owner's private device state (seq, arrive), each
+//                                     on its own 128-byte line
+//   chunk table, 2 halves             one ChunkEntry per chunk: {epoch, crc, fingerprint}; written after
+//                                     the chunk's bytes, epoch last with release order
+//   data, 2 halves                    the published bytes, chunk after chunk
+//
+// Collective e uses half e & 1. Before a rank overwrites half h at epoch e, every peer must have finished
+// reading it at epoch e - 2: each rank's `done` word says which epoch it finished, so the producer waits
+// for done >= e - 2 on every peer (normally already true: the acknowledgement is a flag, never a message).
+#include <cstddef>
+#include <cstdint>
+
+#include "core/host_device.h"
+
+namespace ringguard {
+namespace peer {
+
+inline constexpr int kMaxRanks = 8;
+inline constexpr size_t kHeaderBytes = 4096;
+inline constexpr size_t kLine = 128;
+// Header word offsets (bytes).
+inline constexpr size_t kSeqOffset = 0 * kLine;         // owner only: last epoch this rank completed
+inline constexpr size_t kArriveOffset = 1 * kLine;      // owner only: blocks of the running kernel done
+inline constexpr size_t kDoneOffset = 2 * kLine;        // peers read: epoch whose reads this rank finished
+inline constexpr size_t kErrorOffset = 3 * kLine;       // peers read word 0: nonzero once this rank failed;
+                                                        // then peer, chunk, epoch, expected, seen
+inline constexpr size_t kFingerprintOffset = 4 * kLine; // peers read: the running collective's fingerprint
+inline constexpr size_t kCountersOffset = 5 * kLine;    // owner only: detected, injected (u64 each)
+inline constexpr int kFingerprintWords = 8;
+
+// A chunk is what one warp publishes and verifies: 32 lanes x kLaneVectors 16-byte vectors.
+inline constexpr int kLaneVectors = 2;
+inline constexpr size_t kChunkBytes = 32 * 16 * kLaneVectors;
+
+struct ChunkEntry {
+  uint32_t epoch;        // written last (release): the chunk's bytes, crc and fingerprint are visible
+  uint32_t crc;          // CRC-32 (ISO-HDLC, as core/crc32.h) of the chunk's kChunkBytes, zero padded
+  uint32_t fingerprint;  // CRC-32 of the collective's fingerprint words: readers compare it with their own
+  uint32_t reserved;
+};
+static_assert(sizeof(ChunkEntry) == 16, "one 16-byte entry per chunk");
+
+// Where things are in a window able to hold `capacity` payload bytes per half.
+struct WindowLayout {
+  size_t capacity = 0;   // payload bytes per half (a multiple of kChunkBytes)
+  size_t maxChunks = 0;  // capacity / kChunkBytes
+  size_t tableOffset[2] = {0, 0};
+  size_t dataOffset[2] = {0, 0};
+  size_t bytes = 0;      // the whole window, before rounding to the allocation granularity
+};
+
+RINGGUARD_HOST_DEVICE inline size_t roundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
+
+RINGGUARD_HOST_DEVICE inline WindowLayout makeWindowLayout(size_t capacity) {
+  WindowLayout l;
+  l.capacity = roundUp(capacity, kChunkBytes);
+  l.maxChunks = l.capacity / kChunkBytes;
+  const size_t table = roundUp(l.maxChunks * sizeof(ChunkEntry), kLine);
+  l.tableOffset[0] = kHeaderBytes;
+  l.tableOffset[1] = kHeaderBytes + table;
+  l.dataOffset[0] = kHeaderBytes + 2 * table;
+  l.dataOffset[1] = l.dataOffset[0] + l.capacity;
+  l.bytes = l.dataOffset[1] + l.capacity;
+  return l;
+}
+
+// Error codes a kernel leaves in its rank's error record (and, nonzero, in its window's error word).
+enum class PeerError : uint32_t {
+  kNone = 0,
+  kTimeout = 1,              // a peer did not publish (or acknowledge) before the deadline
+  kFingerprintMismatch = 2,  // a peer published a different collective
+  kCorrupt = 3,              // a chunk failed its CRC on every re-read
+  kPeerFailed = 4,           // a peer's error word is set: it failed first
+  kAborted = 5,              // the host asked every spinning kernel to stop
+};
+
+// What a kernel reports to its host (mapped pinned memory; the first error wins, counters accumulate).
+struct ErrorRecord {
+  uint32_t code;         // PeerError
+  int32_t peer;          // the rank the error names (-1: none)
+  uint32_t chunk;
+  uint32_t epoch;
+  uint32_t expected;     // crc or fingerprint this rank expected
+  uint32_t seen;         // what the peer published (or what the bytes hashed to)
+  uint32_t abortRequested;  // written by the host: every spin stops with kAborted
+  uint32_t reserved;
+  unsigned long long detected;  // chunk reads that failed their CRC check (each is re-read)
+  unsigned long long injected;  // chunk reads corrupted by fault injection (detected must equal it)
+};
+
+}  // namespace peer
+}  // namespace ringguard

@@ -1,0 +1,416 @@
+// The one-shot verified allreduce over peer windows (docs/design/protocol.md, "The one-sided protocol";
+// launcher contract in peer_allreduce.h).
+//
+// One warp owns a chunk (32 lanes x kLaneVectors 16-byte vectors). Publish: load the input, store it into
+// this rank's window, CRC it in registers (each lane its pieces, merged across the warp with the CRC
+// combine math of core/crc32_combine.h), write {crc, fingerprint}, fence, then the epoch with release order.
+// Read: for every rank in order 0..N-1, wait (with a deadline) for its chunk's epoch, load the bytes
+// uncached, CRC them, compare, re-read on a mismatch, and reduce; the sum is written to the output.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "core/corruption_plan.h"
+#include "core/crc32_combine.h"
+#include "cuda/cuda_check.h"
+#include "cuda/peer_allreduce.h"
+#include "ringguard/core/crc32.h"
+
+namespace ringguard {
+namespace peer {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kPieces = 32 * kLaneVectors;
+constexpr uint32_t kSpinCheckEvery = 256;
+
+struct CrcTables {
+  uint32_t byteTable[256];
+  uint32_t pieceShift[kPieces];  // x^(128 * (kPieces - 1 - i)): moves piece i's register to the chunk's end
+  uint32_t init;                 // 0xFFFFFFFF advanced over a whole chunk (the CRC's initial value)
+};
+
+__host__ __device__ constexpr CrcTables makeCrcTables() {
+  CrcTables t{};
+  for (uint32_t b = 0; b < 256; ++b) t.byteTable[b] = crc32TableEntry(b);
+  // x^128 mod P by squaring x^8 four times (reflected: x^1 is bit 30).
+  uint32_t x8 = 1u << 31;
+  for (int i = 0; i < 8; ++i) x8 = crc32Multiply(x8, 1u << 30);
+  uint32_t x128 = x8;
+  for (int i = 0; i < 4; ++i) x128 = crc32Multiply(x128, x128);
+  uint32_t shift = 1u << 31;
+  for (int i = kPieces - 1; i >= 0; --i) {
+    t.pieceShift[i] = shift;
+    shift = crc32Multiply(shift, x128);
+  }
+  t.init = crc32Multiply(shift, 0xFFFFFFFFu);  // shift == x^(128 * kPieces) == x^(8 * kChunkBytes)
+  return t;
+}
+
+__device__ const CrcTables kCrcTables = makeCrcTables();
+
+struct Shared {
+  uint32_t byteTable[256];
+  uint32_t pieceShift[kPieces];
+  uint32_t init;
+};
+
+__device__ __forceinline__ uint32_t pieceRegister(const Shared& s, uint4 v) {
+  uint32_t c = 0;
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+#pragma unroll
+    for (int b = 0; b < 4; ++b) c = s.byteTable[(c ^ (w[k] >> (8 * b))) & 0xffu] ^ (c >> 8);
+  }
+  return c;
+}
+
+// CRC-32 of the chunk whose vector v of lane l is vec[v] (piece v * 32 + l), identical on every lane.
+__device__ __forceinline__ uint32_t warpChunkCrc(const Shared& s, const uint4 (&vec)[kLaneVectors]) {
+  const uint32_t lane = threadIdx.x & 31u;
+  uint32_t r = 0;
+#pragma unroll
+  for (int v = 0; v < kLaneVectors; ++v) {
+    r ^= crc32Multiply(s.pieceShift[v * 32 + lane], pieceRegister(s, vec[v]));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) r ^= __shfl_xor_sync(0xffffffffu, r, o);
+  return ~(s.init ^ r);
+}
+
+__device__ __forceinline__ uint64_t globalTimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ uint32_t loadAcquire(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void storeRelease(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t loadVolatile(const uint32_t* p) {
+  return *reinterpret_cast<const volatile uint32_t*>(p);
+}
+// A peer's bytes, never from a stale L1 line.
+__device__ __forceinline__ uint4 loadPeer(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+template <typename T>
+__device__ __forceinline__ T* at(void* base, size_t offset) {
+  return reinterpret_cast<T*>(static_cast<char*>(base) + offset);
+}
+
+// Up to 16 bytes of user memory at byte `offset` of a buffer of `total` bytes; zeros past the end.
+__device__ __forceinline__ uint4 loadInput(const char* base, size_t offset, size_t total, bool aligned) {
+  if (offset + 16 <= total && aligned) return *reinterpret_cast<const uint4*>(base + offset);
+  uint4 v = make_uint4(0, 0, 0, 0);
+  unsigned char* b = reinterpret_cast<unsigned char*>(&v);
+  for (size_t i = 0; i < 16 && offset + i < total; ++i) b[i] = static_cast<unsigned char>(base[offset + i]);
+  return v;
+}
+__device__ __forceinline__ void storeOutput(char* base, size_t offset, size_t total, bool aligned, uint4 v) {
+  if (offset + 16 <= total && aligned) {
+    *reinterpret_cast<uint4*>(base + offset) = v;
+    return;
+  }
+  const unsigned char* b = reinterpret_cast<const unsigned char*>(&v);
+  for (size_t i = 0; i < 16 && offset + i < total; ++i) base[offset + i] = static_cast<char>(b[i]);
+}
+
+__device__ __forceinline__ uint4 addFloat4(uint4 a, uint4 b) {
+  return make_uint4(__float_as_uint(__uint_as_float(a.x) + __uint_as_float(b.x)),
+                    __float_as_uint(__uint_as_float(a.y) + __uint_as_float(b.y)),
+                    __float_as_uint(__uint_as_float(a.z) + __uint_as_float(b.z)),
+                    __float_as_uint(__uint_as_float(a.w) + __uint_as_float(b.w)));
+}
+
+struct Kernel {
+  const PeerAllreduceArgs& a;
+  uint32_t epoch;
+  uint32_t half;
+  uint64_t deadline;
+
+  __device__ uint32_t* errorWord(int r) const { return at<uint32_t>(a.windows[r], kErrorOffset); }
+
+  // The first error of this rank wins; its window's error word tells the peers to stop.
+  __device__ void fail(PeerError code, int peer, uint32_t chunk, uint32_t expected, uint32_t seen) const {
+    uint32_t* e = errorWord(a.rank);
+    if (atomicCAS(e, 0u, uint32_t(code)) == 0u) {
+      e[1] = uint32_t(peer);
+      e[2] = chunk;
+      e[3] = epoch;
+      e[4] = expected;
+      e[5] = seen;
+      __threadfence_system();
+    }
+  }
+
+  // Spins until *word satisfies ready(v) or something ends the wait. Returns false (after recording why)
+  // when it ended for any other reason. Lane-level: call from one thread.
+  template <typename Ready>
+  __device__ bool waitFor(const uint32_t* word, int peer, uint32_t chunk, Ready ready) const {
+    for (uint32_t i = 0;; ++i) {
+      const uint32_t v = loadAcquire(word);
+      if (ready(v)) return true;
+      if (loadVolatile(errorWord(a.rank)) != 0) return false;  // this rank already failed
+      const uint32_t theirs = loadVolatile(errorWord(peer));
+      if (theirs != 0) {
+        fail(PeerError::kPeerFailed, peer, chunk, 0, theirs);
+        return false;
+      }
+      if (i % kSpinCheckEvery == kSpinCheckEvery - 1) {
+        if (loadVolatile(&a.record->abortRequested) != 0) {
+          fail(PeerError::kAborted, -1, chunk, 0, 0);
+          return false;
+        }
+        if (globalTimer() > deadline) {
+          fail(PeerError::kTimeout, peer, chunk, 0, v);
+          return false;
+        }
+      }
+    }
+  }
+};
+
+__global__ void __launch_bounds__(kThreads) peerAllreduceKernel(PeerAllreduceArgs a, uint32_t fpCrc) {
+  __shared__ Shared s;
+  __shared__ uint32_t epochShared;
+  __shared__ int okShared;
+  for (int i = threadIdx.x; i < 256; i += kThreads) s.byteTable[i] = kCrcTables.byteTable[i];
+  for (int i = threadIdx.x; i < kPieces; i += kThreads) s.pieceShift[i] = kCrcTables.pieceShift[i];
+  if (threadIdx.x == 0) {
+    s.init = kCrcTables.init;
+    epochShared = *at<uint32_t>(a.windows[a.rank], kSeqOffset) + 1;
+    okShared = 1;
+  }
+  __syncthreads();
+  Kernel k{a, epochShared, epochShared & 1u, globalTimer() + a.timeoutNs};
+  void* mine = a.windows[a.rank];
+
+  // Every peer finished reading this half at epoch - 2 before it is overwritten.
+  if (threadIdx.x < unsigned(a.size) && k.epoch > 2) {
+    const int p = int(threadIdx.x);
+    if (!k.waitFor(at<uint32_t>(a.windows[p], kDoneOffset), p, ~0u,
+                   [&](uint32_t v) { return v + 2 >= k.epoch; })) {
+      okShared = 0;
+    }
+  }
+  if (threadIdx.x < kFingerprintWords) at<uint32_t>(mine, kFingerprintOffset)[threadIdx.x] = a.fingerprint[threadIdx.x];
+  __syncthreads();
+
+  const uint32_t lane = threadIdx.x & 31u;
+  const size_t totalBytes = a.count * 4;
+  const uint32_t chunks = uint32_t((totalBytes + kChunkBytes - 1) / kChunkBytes);
+  const uint32_t warp = blockIdx.x * kWarps + threadIdx.x / 32;
+  const uint32_t warps = gridDim.x * kWarps;
+  const bool sendAligned = (reinterpret_cast<uintptr_t>(a.send) & 15u) == 0;
+  const bool recvAligned = (reinterpret_cast<uintptr_t>(a.recv) & 15u) == 0;
+  ChunkEntry* myTable = at<ChunkEntry>(mine, a.layout.tableOffset[k.half]);
+  char* myData = at<char>(mine, a.layout.dataOffset[k.half]);
+
+  // Publish this rank's chunks.
+  if (okShared) {
+    for (uint32_t c = warp; c < chunks; c += warps) {
+      uint4 vec[kLaneVectors];
+#pragma unroll
+      for (int v = 0; v < kLaneVectors; ++v) {
+        const size_t off = size_t(c) * kChunkBytes + (size_t(v) * 32 + lane) * 16;
+        vec[v] = loadInput(static_cast<const char*>(a.send), off, totalBytes, sendAligned);
+        *reinterpret_cast<uint4*>(myData + off) = vec[v];
+      }
+      const uint32_t crc = warpChunkCrc(s, vec);
+      if (lane == 0) {
+        myTable[c].crc = crc;
+        myTable[c].fingerprint = fpCrc;
+      }
+      __threadfence_system();
+      __syncwarp();
+      if (lane == 0) storeRelease(&myTable[c].epoch, k.epoch);
+    }
+  }
+
+  // Read, verify and reduce every rank's chunk, in rank order.
+  unsigned long long detected = 0, injected = 0;
+  bool ok = okShared != 0;
+  for (uint32_t c = warp; ok && c < chunks; c += warps) {
+    uint4 acc[kLaneVectors];
+    for (int p = 0; ok && p < a.size; ++p) {
+      ChunkEntry* entry = at<ChunkEntry>(a.windows[p], a.layout.tableOffset[k.half]) + c;
+      uint32_t waited = 1, crc = 0, fp = 0;
+      if (lane == 0) {
+        waited = k.waitFor(&entry->epoch, p, c, [&](uint32_t v) { return v == k.epoch; }) ? 1u : 0u;
+        if (waited) {
+          crc = loadVolatile(&entry->crc);
+          fp = loadVolatile(&entry->fingerprint);
+        }
+      }
+      waited = __shfl_sync(0xffffffffu, waited, 0);
+      crc = __shfl_sync(0xffffffffu, crc, 0);
+      fp = __shfl_sync(0xffffffffu, fp, 0);
+      if (!waited) {
+        ok = false;
+        break;
+      }
+      if (fp != fpCrc) {
+        if (lane == 0) k.fail(PeerError::kFingerprintMismatch, p, c, fpCrc, fp);
+        ok = false;
+        break;
+      }
+      const char* theirs = at<char>(a.windows[p], a.layout.dataOffset[k.half]);
+      uint4 vec[kLaneVectors];
+      bool verified = false;
+      for (int attempt = 0; attempt <= a.maxRereads; ++attempt) {
+#pragma unroll
+        for (int v = 0; v < kLaneVectors; ++v) {
+          const size_t off = size_t(c) * kChunkBytes + (size_t(v) * 32 + lane) * 16;
+          vec[v] = loadPeer(reinterpret_cast<const uint4*>(theirs + off));
+        }
+        if (attempt == 0 && a.faultProb > 0) {
+          const uint64_t h = corruptionGarbageWord(a.faultSeed, (uint64_t(k.epoch) << 32) ^ (uint64_t(c) << 4) ^ uint64_t(p));
+          if (double(uint32_t(h)) < a.faultProb * 4294967296.0) {
+            if (lane == ((h >> 32) & 31u)) vec[0].x ^= 1u << ((h >> 40) & 31u);
+            ++injected;
+          }
+        }
+        const uint32_t got = warpChunkCrc(s, vec);
+        if (got == crc) {
+          verified = true;
+          break;
+        }
+        ++detected;
+        if (attempt == a.maxRereads && lane == 0) k.fail(PeerError::kCorrupt, p, c, crc, got);
+      }
+      if (!verified) {
+        ok = false;
+        break;
+      }
+#pragma unroll
+      for (int v = 0; v < kLaneVectors; ++v) acc[v] = p == 0 ? vec[v] : addFloat4(acc[v], vec[v]);
+    }
+    if (!ok) break;
+#pragma unroll
+    for (int v = 0; v < kLaneVectors; ++v) {
+      const size_t off = size_t(c) * kChunkBytes + (size_t(v) * 32 + lane) * 16;
+      storeOutput(static_cast<char*>(a.recv), off, totalBytes, recvAligned, acc[v]);
+    }
+  }
+  if (lane == 0 && (detected != 0 || injected != 0)) {
+    unsigned long long* counters = at<unsigned long long>(mine, kCountersOffset);
+    atomicAdd(&counters[0], detected);
+    atomicAdd(&counters[1], injected);
+  }
+
+  // The last block to finish publishes the epoch as done and reports to the host.
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    uint32_t* arrive = at<uint32_t>(mine, kArriveOffset);
+    if (atomicAdd(arrive, 1u) == gridDim.x - 1) {
+      *arrive = 0;
+      *at<uint32_t>(mine, kSeqOffset) = k.epoch;
+      const uint32_t* e = at<uint32_t>(mine, kErrorOffset);
+      const unsigned long long* counters = at<unsigned long long>(mine, kCountersOffset);
+      ErrorRecord* r = a.record;
+      r->detected = *reinterpret_cast<const volatile unsigned long long*>(&counters[0]);
+      r->injected = *reinterpret_cast<const volatile unsigned long long*>(&counters[1]);
+      const uint32_t code = loadVolatile(e);
+      if (code != 0 && r->code == 0) {
+        r->peer = int32_t(e[1]);
+        r->chunk = e[2];
+        r->epoch = e[3];
+        r->expected = e[4];
+        r->seen = e[5];
+        __threadfence_system();
+        r->code = code;
+      }
+      __threadfence_system();
+      storeRelease(at<uint32_t>(mine, kDoneOffset), k.epoch);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) chunkCrcKernel(const uint4* data, size_t chunks, uint32_t* out) {
+  __shared__ Shared s;
+  for (int i = threadIdx.x; i < 256; i += kThreads) s.byteTable[i] = kCrcTables.byteTable[i];
+  for (int i = threadIdx.x; i < kPieces; i += kThreads) s.pieceShift[i] = kCrcTables.pieceShift[i];
+  if (threadIdx.x == 0) s.init = kCrcTables.init;
+  __syncthreads();
+  const uint32_t lane = threadIdx.x & 31u;
+  const size_t warp = blockIdx.x * kWarps + threadIdx.x / 32;
+  if (warp >= chunks) return;
+  uint4 vec[kLaneVectors];
+#pragma unroll
+  for (int v = 0; v < kLaneVectors; ++v) vec[v] = data[warp * kPieces + v * 32 + lane];
+  const uint32_t crc = warpChunkCrc(s, vec);
+  if (lane == 0) out[warp] = crc;
+}
+
+}  // namespace
+
+Status launchPeerAllreduce(const PeerAllreduceArgs& args, void* stream) {
+  if (args.size < 1 || args.size > kMaxRanks || args.rank < 0 || args.rank >= args.size) {
+    return Status(StatusCode::kInvalidArgument, "peer allreduce: rank " + std::to_string(args.rank) +
+                                                    " of size " + std::to_string(args.size) + " is out of range");
+  }
+  if (args.dtype != DataType::kFloat32 || args.op != ReduceOp::kSum) {
+    return Status(StatusCode::kInvalidArgument,
+                  "peer allreduce: this build reduces float32 sums only (other dtypes and ops take the "
+                  "host-driven path)");
+  }
+  if (args.count * 4 > args.layout.capacity) {
+    return Status(StatusCode::kInvalidArgument,
+                  "peer allreduce: " + std::to_string(args.count * 4) + " bytes exceed the window's " +
+                      std::to_string(args.layout.capacity) + " bytes per collective");
+  }
+  if (args.count != 0 && (args.send == nullptr || args.recv == nullptr)) {
+    return Status(StatusCode::kInvalidArgument, "peer allreduce: null buffer");
+  }
+  for (int r = 0; r < args.size; ++r) {
+    if (args.windows[r] == nullptr) {
+      return Status(StatusCode::kInvalidArgument, "peer allreduce: no window for rank " + std::to_string(r));
+    }
+  }
+  if (args.record == nullptr) return Status(StatusCode::kInvalidArgument, "peer allreduce: no error record");
+  int device = 0, sms = 0;
+  RINGGUARD_CUDA_CHECK(cudaGetDevice(&device));
+  RINGGUARD_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const size_t chunks = (args.count * 4 + kChunkBytes - 1) / kChunkBytes;
+  // Every block of every rank must be resident at once (a block spins on chunks other blocks publish).
+  const int maxBlocks = std::max(1, sms / args.size);
+  const int blocks = int(std::max<size_t>(1, std::min<size_t>((chunks + kWarps - 1) / kWarps, size_t(maxBlocks))));
+  const uint32_t fpCrc = crc32(args.fingerprint, sizeof args.fingerprint);
+  peerAllreduceKernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args, fpCrc);
+  RINGGUARD_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status peerChunkCrcForTest(const void* data, size_t bytes, uint32_t* crcOut) {
+  if (bytes % kChunkBytes != 0) {
+    return Status(StatusCode::kInvalidArgument, "peerChunkCrcForTest: bytes must be whole chunks");
+  }
+  const size_t chunks = bytes / kChunkBytes;
+  uint32_t* out = nullptr;
+  RINGGUARD_CUDA_CHECK(cudaMallocManaged(&out, std::max<size_t>(1, chunks) * sizeof(uint32_t)));
+  chunkCrcKernel<<<unsigned((chunks + kWarps - 1) / kWarps), kThreads>>>(static_cast<const uint4*>(data), chunks, out);
+  Status st = Status::ok();
+  if (cudaGetLastError() != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
+    st = Status(StatusCode::kInternal, "peerChunkCrcForTest: kernel failed");
+  } else {
+    for (size_t i = 0; i < chunks; ++i) crcOut[i] = out[i];
+  }
+  cudaFree(out);
+  return st;
+}
+
+}  // namespace peer
+}  // namespace ringguard

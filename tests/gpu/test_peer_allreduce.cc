@@ -1,0 +1,246 @@
+// The one-shot verified allreduce over peer windows (src/transport/peer, src/cuda/peer_allreduce.cu), under
+// mpirun with every rank on the one GPU (run under MPS: time-sliced ranks spin 4.5 ms per round trip). Sums of
+// integer-valued floats, so every order gives the same bits; results checked exactly on every rank, with and
+// without injected faults (detected == injected), inside a CUDA graph, and the failures: a fingerprint
+// mismatch, a stopped peer (timeout naming it) and an abort while a kernel spins.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "bootstrap/mpi_bootstrap.h"
+#include "cuda/peer_allreduce.h"
+#include "ringguard/core/crc32.h"
+#include "transport/peer/peer_window.h"
+
+namespace ringguard {
+namespace peer {
+namespace {
+
+constexpr size_t kCapacity = 64u << 20;
+
+int worldRank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int worldSize() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+class PeerAllreduce : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int n = 0, mine = 0, all = 0;
+    mine = (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) ? 1 : 0;
+    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all) GTEST_SKIP() << "no CUDA device on some rank";
+    ASSERT_TRUE(mpi::createBootstrap(MPI_COMM_WORLD, &bootstrap_).isOk());
+    Status st = PeerWindows::create(*bootstrap_, 0, kCapacity, &windows_);
+    ASSERT_TRUE(st.isOk()) << st.toString();
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
+  }
+  void TearDown() override {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    windows_.reset();
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+
+  PeerAllreduceArgs args(const void* send, void* recv, size_t count) const {
+    PeerAllreduceArgs a;
+    a.send = send;
+    a.recv = recv;
+    a.count = count;
+    a.rank = windows_->rank();
+    a.size = windows_->size();
+    for (int r = 0; r < a.size; ++r) a.windows[r] = windows_->window(r);
+    a.layout = windows_->layout();
+    a.record = windows_->errorRecordDevice();
+    a.fingerprint[0] = 0;  // allreduce
+    a.fingerprint[3] = uint32_t(count);
+    a.fingerprint[4] = uint32_t(uint64_t(count) >> 32);
+    a.timeoutNs = 20ull * 1000 * 1000 * 1000;
+    return a;
+  }
+
+  // rank r's element i: (r + 1) * (i % 251 + 1) - 126, an integer; the sum over ranks is exact.
+  static std::vector<float> input(int rank, size_t count) {
+    std::vector<float> v(count);
+    for (size_t i = 0; i < count; ++i) v[i] = float((rank + 1) * int(i % 251 + 1) - 126);
+    return v;
+  }
+  static std::vector<float> expected(int size, size_t count) {
+    std::vector<float> v(count, 0.f);
+    for (int r = 0; r < size; ++r) {
+      const std::vector<float> in = input(r, count);
+      for (size_t i = 0; i < count; ++i) v[i] += in[i];
+    }
+    return v;
+  }
+
+  // One allreduce of `count` elements, `offset` bytes into the buffers (16-byte alignment or not).
+  void runExact(size_t count, size_t offset, bool inPlace, double faultProb = 0) {
+    const size_t bytes = count * 4;
+    char *dIn = nullptr, *dOut = nullptr;
+    ASSERT_EQ(cudaMalloc(&dIn, bytes + 64), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dOut, bytes + 64), cudaSuccess);
+    const std::vector<float> in = input(windows_->rank(), count);
+    ASSERT_EQ(cudaMemcpy(dIn + offset, in.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    void* out = inPlace ? dIn + offset : dOut + offset;
+    PeerAllreduceArgs a = args(dIn + offset, out, count);
+    a.faultProb = faultProb;
+    a.faultSeed = 7 + uint32_t(windows_->rank());
+    Status st = launchPeerAllreduce(a, stream_);
+    ASSERT_TRUE(st.isOk()) << st.toString();
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    ErrorRecord* rec = windows_->errorRecord();
+    ASSERT_EQ(rec->code, 0u) << "peer " << rec->peer << " chunk " << rec->chunk;
+    std::vector<float> got(count);
+    ASSERT_EQ(cudaMemcpy(got.data(), out, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    const std::vector<float> want = expected(windows_->size(), count);
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), bytes), 0) << "count " << count << " offset " << offset;
+    cudaFree(dIn);
+    cudaFree(dOut);
+  }
+
+  std::unique_ptr<Bootstrap> bootstrap_;
+  std::unique_ptr<PeerWindows> windows_;
+  cudaStream_t stream_ = nullptr;
+};
+
+TEST_F(PeerAllreduce, ChunkCrcIsTheHostCrc) {
+  std::vector<uint8_t> host(64 * kChunkBytes);
+  std::mt19937 gen(3);
+  for (uint8_t& b : host) b = uint8_t(gen());
+  void* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, host.size()), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  std::vector<uint32_t> crcs(64);
+  ASSERT_TRUE(peerChunkCrcForTest(d, host.size(), crcs.data()).isOk());
+  for (size_t c = 0; c < 64; ++c) EXPECT_EQ(crcs[c], crc32(host.data() + c * kChunkBytes, kChunkBytes)) << c;
+  cudaFree(d);
+}
+
+TEST_F(PeerAllreduce, ExactForEveryShape) {
+  for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(255), size_t(1000), size_t(256 * 3 + 1),
+                       size_t(1) << 20, size_t(16) << 20}) {
+    runExact(count, 0, false);
+    runExact(count, 0, true);
+    runExact(count, 4, false);  // not 16-byte aligned
+  }
+}
+
+TEST_F(PeerAllreduce, InjectedReadFaultsAreDetectedAndTheResultIsExact) {
+  for (size_t count : {size_t(4096), size_t(1) << 20, size_t(16) << 20}) runExact(count, 0, false, 0.01);
+  const ErrorRecord* rec = windows_->errorRecord();
+  EXPECT_GT(rec->injected, 0u);
+  EXPECT_EQ(rec->detected, rec->injected);
+}
+
+TEST_F(PeerAllreduce, CapturedInAGraphAndReplayed) {
+  const size_t count = 1 << 16, bytes = count * 4;
+  float *dIn = nullptr, *dOut = nullptr;
+  ASSERT_EQ(cudaMalloc(&dIn, bytes), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dOut, bytes), cudaSuccess);
+  PeerAllreduceArgs a = args(dIn, dOut, count);
+  a.faultProb = 0.02;
+  a.faultSeed = 11;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_TRUE(launchPeerAllreduce(a, stream_).isOk());
+  ASSERT_EQ(cudaStreamEndCapture(stream_, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  const std::vector<float> want = expected(windows_->size(), count);
+  for (int replay = 0; replay < 20; ++replay) {
+    const std::vector<float> in = input(windows_->rank(), count);
+    ASSERT_EQ(cudaMemcpy(dIn, in.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemset(dOut, 0, bytes), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream_), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    ASSERT_EQ(windows_->errorRecord()->code, 0u);
+    std::vector<float> got(count);
+    ASSERT_EQ(cudaMemcpy(got.data(), dOut, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), bytes), 0) << "replay " << replay;
+  }
+  EXPECT_GT(windows_->errorRecord()->injected, 0u);
+  EXPECT_EQ(windows_->errorRecord()->detected, windows_->errorRecord()->injected);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaFree(dIn);
+  cudaFree(dOut);
+}
+
+TEST_F(PeerAllreduce, DifferentCountsFailEveryRankNamingAPeer) {
+  const size_t count = 4096 + size_t(windows_->rank()) * 512;
+  float *dIn = nullptr, *dOut = nullptr;
+  ASSERT_EQ(cudaMalloc(&dIn, count * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dOut, count * 4), cudaSuccess);
+  PeerAllreduceArgs a = args(dIn, dOut, count);
+  a.timeoutNs = 5ull * 1000 * 1000 * 1000;
+  ASSERT_TRUE(launchPeerAllreduce(a, stream_).isOk());
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  const ErrorRecord* rec = windows_->errorRecord();
+  EXPECT_TRUE(rec->code == uint32_t(PeerError::kFingerprintMismatch) || rec->code == uint32_t(PeerError::kPeerFailed))
+      << "code " << rec->code;
+  EXPECT_NE(rec->peer, windows_->rank());
+  int mismatch = rec->code == uint32_t(PeerError::kFingerprintMismatch) ? 1 : 0, any = 0;
+  MPI_Allreduce(&mismatch, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT_EQ(any, 1);
+  cudaFree(dIn);
+  cudaFree(dOut);
+}
+
+TEST_F(PeerAllreduce, AStoppedPeerIsNamedAtTheDeadline) {
+  const size_t count = 4096;
+  float *dIn = nullptr, *dOut = nullptr;
+  ASSERT_EQ(cudaMalloc(&dIn, count * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dOut, count * 4), cudaSuccess);
+  const int stopped = windows_->size() - 1;
+  if (windows_->rank() != stopped) {
+    PeerAllreduceArgs a = args(dIn, dOut, count);
+    a.timeoutNs = 300ull * 1000 * 1000;
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(launchPeerAllreduce(a, stream_).isOk());
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const ErrorRecord* rec = windows_->errorRecord();
+    EXPECT_EQ(rec->code, uint32_t(PeerError::kTimeout));
+    EXPECT_EQ(rec->peer, stopped);
+    EXPECT_LT(ms, 5000.0);
+  }
+  cudaFree(dIn);
+  cudaFree(dOut);
+}
+
+TEST_F(PeerAllreduce, AbortReleasesASpinningKernel) {
+  const size_t count = 4096;
+  float *dIn = nullptr, *dOut = nullptr;
+  ASSERT_EQ(cudaMalloc(&dIn, count * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dOut, count * 4), cudaSuccess);
+  if (windows_->rank() == 0) {
+    PeerAllreduceArgs a = args(dIn, dOut, count);  // 20 s deadline: only the abort can end it sooner
+    ASSERT_TRUE(launchPeerAllreduce(a, stream_).isOk());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const auto t0 = std::chrono::steady_clock::now();
+    *reinterpret_cast<volatile uint32_t*>(&windows_->errorRecord()->abortRequested) = 1;
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(windows_->errorRecord()->code, uint32_t(PeerError::kAborted));
+    EXPECT_LT(ms, 1000.0);
+  }
+  cudaFree(dIn);
+  cudaFree(dOut);
+}
+
+}  // namespace
+}  // namespace peer
+}  // namespace ringguard
