@@ -4,14 +4,16 @@
 # stopped peer, abort), once time-sliced without MPS at 2 ranks (correctness only), then the benchmark
 # against a D2D copy (bench_peer_allreduce, eager and graph, 2 and 4 ranks, clean and with 1 chunk read in
 # a thousand corrupted) and PyTorch SymmetricMemory's one-shot/two-shot all-reduce in the same session.
-# Logs under ${OUT:-/tmp/out}/gpu_peer/; exit 0 only if every step passed.
+# Logs under /tmp/gpu_peer/ ($PEER_LOG_DIR), packed into $OUT/gpu_peer_logs.tgz with the summary in
+# $OUT/gpu_peer_summary.log (the device machine hands back few files); exit 0 only if every step passed.
 #   scripts/gpu_peer_check.sh   (build dir: <repo>/build-peer, $RINGGUARD_GPU_BUILD_DIR overrides)
-#   EXTRA_TARGETS="..." adds build targets; PEER_SKIP_BENCH=1 skips the benchmarks.
+#   EXTRA_TARGETS="..." adds build targets; PEER_SKIP_BENCH=1 skips the benchmarks, PEER_SKIP_SYMM=1
+#   the PyTorch SymmetricMemory runs.
 set -uo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="${RINGGUARD_GPU_BUILD_DIR:-$repo_root/build-peer}"
-out_dir="${OUT:-/tmp/out}/gpu_peer"
+out_dir="${PEER_LOG_DIR:-/tmp/gpu_peer}"
 mkdir -p "$out_dir"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export PATH="$PATH:/usr/local/cuda/bin"
@@ -37,7 +39,7 @@ if start_mps; then
     for np in 2 4; do
       run_step "bench_peer_np$np" "${mpi[@]}" -np "$np" "$bench" -b 1K -e 64M
       run_step "bench_peer_faults_np$np" "${mpi[@]}" -np "$np" "$bench" -b 4K -e 16M --fault-prob 0.001
-      run_step "bench_symm_mem_np$np" timeout 300 python3 -m torch.distributed.run --nproc-per-node="$np" \
+      [[ "${PEER_SKIP_SYMM:-0}" == "1" ]] || run_step "bench_symm_mem_np$np" timeout 300 python3 -m torch.distributed.run --nproc-per-node="$np" \
         "$repo_root/bench/torch/bench_symm_mem.py" --max-bytes 64M
     done
   fi
@@ -48,3 +50,9 @@ fi
 # Time-sliced (no MPS): correctness only, the small shapes.
 run_step peer_tests_np2_timesliced "${mpi[@]}" -np 2 "$tests" --gtest_filter=*ChunkCrc*:*Graph*:*DifferentCounts*
 print_summary "gpu_peer"
+status=$?
+if [[ -n "${OUT:-}" ]]; then
+  tar czf "$OUT/gpu_peer_logs.tgz" -C "$(dirname "$out_dir")" "$(basename "$out_dir")" --exclude mps 2>/dev/null
+  cp "$out_dir/summary.log" "$OUT/gpu_peer_summary.log"
+fi
+exit $status

@@ -57,7 +57,8 @@ double timeUs(cudaStream_t s, int iters, int reps, Fn fn) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   CLI::App app{"bench_peer_allreduce"};
   std::string minS = "1K", maxS = "64M";
   int iters = 100, reps = 7;

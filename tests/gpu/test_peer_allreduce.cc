@@ -94,6 +94,8 @@ class PeerAllreduce : public ::testing::Test {
     ASSERT_EQ(cudaMalloc(&dOut, bytes + 64), cudaSuccess);
     const std::vector<float> in = input(windows_->rank(), count);
     ASSERT_EQ(cudaMemcpy(dIn + offset, in.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemset(dOut, 0xff, bytes + 64), cudaSuccess);  // poisoned: every element must be written
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     void* out = inPlace ? dIn + offset : dOut + offset;
     PeerAllreduceArgs a = args(dIn + offset, out, count);
     a.faultProb = faultProb;
@@ -162,8 +164,9 @@ TEST_F(PeerAllreduce, CapturedInAGraphAndReplayed) {
   const std::vector<float> want = expected(windows_->size(), count);
   for (int replay = 0; replay < 20; ++replay) {
     const std::vector<float> in = input(windows_->rank(), count);
-    ASSERT_EQ(cudaMemcpy(dIn, in.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaMemset(dOut, 0, bytes), cudaSuccess);
+    // Stream-ordered: the default stream does not order a non-blocking stream.
+    ASSERT_EQ(cudaMemcpyAsync(dIn, in.data(), bytes, cudaMemcpyHostToDevice, stream_), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(dOut, 0xff, bytes, stream_), cudaSuccess);
     ASSERT_EQ(cudaGraphLaunch(exec, stream_), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
     ASSERT_EQ(windows_->errorRecord()->code, 0u);
