@@ -164,6 +164,7 @@ Status DeviceSettings::fromLookup(const std::function<const char*(const char*)>&
   RINGGUARD_RETURN_IF_ERROR(parseSetting("RINGGUARD_DEVICE_TRANSPORT", lookup, &o.transport));
   RINGGUARD_RETURN_IF_ERROR(parseSetting("RINGGUARD_POOL_RELEASE_BYTES", lookup, &o.poolReleaseBytes));
   RINGGUARD_RETURN_IF_ERROR(readInteger(lookup, "RINGGUARD_NCCL_LANES", &o.ncclLanes));
+  RINGGUARD_RETURN_IF_ERROR(parseSetting("RINGGUARD_PEER_BYTES", lookup, &o.peerBytes));
   *out = std::move(o);
   return Status::ok();
 }

@@ -31,7 +31,8 @@ inline constexpr size_t kDoneOffset = 2 * kLine;        // peers read: epoch who
 inline constexpr size_t kErrorOffset = 3 * kLine;       // peers read word 0: nonzero once this rank failed;
                                                         // then peer, chunk, epoch, expected, seen
 inline constexpr size_t kFingerprintOffset = 4 * kLine; // peers read: the running collective's fingerprint
-inline constexpr size_t kCountersOffset = 5 * kLine;    // owner only: detected, injected (u64 each)
+inline constexpr size_t kCountersOffset = 5 * kLine;    // owner only: detected, injected, and the values
+                                                        // last copied to the host record (u64 each)
 inline constexpr int kFingerprintWords = 8;
 
 // A chunk is what one warp publishes and verifies: 32 lanes x kLaneVectors 16-byte vectors.

@@ -199,9 +199,12 @@ std::vector<Setting> declarations() {
           "value above RINGGUARD_MAX_RETRIES makes the corruption persistent.")
           .group("fault_repeat"),
       choiceSetting(
-          "RINGGUARD_DEVICE_TRANSPORT", "auto", {{"auto", nullptr}, {"nccl", nullptr}, {"staged", nullptr}},
+          "RINGGUARD_DEVICE_TRANSPORT", "auto",
+          {{"auto", nullptr}, {"nccl", nullptr}, {"staged", nullptr}, {"peer", nullptr}},
           "Transport of a device communicator: auto (NCCL when built with it and no two local ranks "
-          "share a GPU, staged otherwise), nccl, or staged (device <-> pinned host <-> MPI).")
+          "share a GPU, staged otherwise; and when every rank is on one host, the peer-window path for "
+          "what it takes, or a warning naming why the windows could not be mapped), nccl, staged (device "
+          "<-> pinned host <-> MPI), or peer (as auto, but an error where the windows cannot be mapped).")
           .group("device_transport"),
       choiceSetting(
           "RINGGUARD_CPU_TRANSPORT", "auto",
@@ -223,6 +226,11 @@ std::vector<Setting> declarations() {
                       "Release threshold of the device memory pool: freed memory it may keep cached across "
                       "synchronisations; the rest goes back to the driver (and so to PyTorch's allocator).")
           .group("pool_release_bytes"),
+      unsignedSetting("RINGGUARD_PEER_BYTES", "33554432", 1024, uint64_t(1) << 34,
+                      "Payload bytes per collective of the peer-window path (device communicators of the "
+                      "ranks of one host); each rank maps two halves of it per communicator, and larger "
+                      "collectives take the host-driven path.")
+          .group("peer_bytes"),
       unsignedSetting("RINGGUARD_NCCL_LANES", "4", 1, 8,
                       "NCCL communicators (each with a stream of its own) that consecutive slices to a peer "
                       "alternate over, so their groups overlap on the GPU.")

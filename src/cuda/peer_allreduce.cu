@@ -20,21 +20,33 @@ namespace ringguard {
 namespace peer {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 constexpr int kPieces = 32 * kLaneVectors;
 constexpr uint32_t kSpinCheckEvery = 256;
 
-struct CrcTables {
-  uint32_t byteTable[256];
+// t[j][b]: the CRC register (zero initial value) after byte b followed by j zero bytes, so a 16-byte piece's
+// register is the XOR of 16 independent lookups (slicing-by-16): no chain of dependent loads.
+struct SliceTables {
+  uint32_t t[16][256];
+};
+struct CrcConstants {
   uint32_t pieceShift[kPieces];  // x^(128 * (kPieces - 1 - i)): moves piece i's register to the chunk's end
   uint32_t init;                 // 0xFFFFFFFF advanced over a whole chunk (the CRC's initial value)
 };
 
-__host__ __device__ constexpr CrcTables makeCrcTables() {
-  CrcTables t{};
-  for (uint32_t b = 0; b < 256; ++b) t.byteTable[b] = crc32TableEntry(b);
-  // x^128 mod P by squaring x^8 four times (reflected: x^1 is bit 30).
+__host__ __device__ constexpr SliceTables makeSliceTables() {
+  SliceTables s{};
+  for (uint32_t b = 0; b < 256; ++b) s.t[0][b] = crc32TableEntry(b);
+  for (int j = 1; j < 16; ++j) {
+    for (uint32_t b = 0; b < 256; ++b) s.t[j][b] = (s.t[j - 1][b] >> 8) ^ s.t[0][s.t[j - 1][b] & 0xffu];
+  }
+  return s;
+}
+
+__host__ __device__ constexpr CrcConstants makeCrcConstants() {
+  CrcConstants t{};
+  // x^128 mod P: x^8 (bit 31 is x^0, bit 30 is x^1) squared four times.
   uint32_t x8 = 1u << 31;
   for (int i = 0; i < 8; ++i) x8 = crc32Multiply(x8, 1u << 30);
   uint32_t x128 = x8;
@@ -48,36 +60,36 @@ __host__ __device__ constexpr CrcTables makeCrcTables() {
   return t;
 }
 
-__device__ const CrcTables kCrcTables = makeCrcTables();
+__device__ const SliceTables kSliceTables = makeSliceTables();
+__constant__ CrcConstants kCrcConstants = makeCrcConstants();
 
-struct Shared {
-  uint32_t byteTable[256];
-  uint32_t pieceShift[kPieces];
-  uint32_t init;
-};
-
-__device__ __forceinline__ uint32_t pieceRegister(const Shared& s, uint4 v) {
-  uint32_t c = 0;
+// The zero-initial CRC register of one 16-byte piece: 16 independent cached lookups.
+__device__ __forceinline__ uint32_t pieceRegister(uint4 v) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  uint32_t c = 0;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
 #pragma unroll
-    for (int b = 0; b < 4; ++b) c = s.byteTable[(c ^ (w[k] >> (8 * b))) & 0xffu] ^ (c >> 8);
+    for (int b = 0; b < 4; ++b) c ^= __ldg(&kSliceTables.t[15 - (4 * k + b)][(w[k] >> (8 * b)) & 0xffu]);
   }
   return c;
 }
 
 // CRC-32 of the chunk whose vector v of lane l is vec[v] (piece v * 32 + l), identical on every lane.
-__device__ __forceinline__ uint32_t warpChunkCrc(const Shared& s, const uint4 (&vec)[kLaneVectors]) {
-  const uint32_t lane = threadIdx.x & 31u;
+__device__ __forceinline__ uint32_t warpChunkCrc(const uint4 (&vec)[kLaneVectors], const uint32_t (&shift)[kLaneVectors]) {
   uint32_t r = 0;
 #pragma unroll
-  for (int v = 0; v < kLaneVectors; ++v) {
-    r ^= crc32Multiply(s.pieceShift[v * 32 + lane], pieceRegister(s, vec[v]));
-  }
+  for (int v = 0; v < kLaneVectors; ++v) r ^= crc32Multiply(shift[v], pieceRegister(vec[v]));
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) r ^= __shfl_xor_sync(0xffffffffu, r, o);
-  return ~(s.init ^ r);
+  return ~(kCrcConstants.init ^ r);
+}
+
+// This lane's piece multipliers (loaded once per kernel; a per-lane index into constant memory serialises).
+__device__ __forceinline__ void laneShifts(uint32_t (&shift)[kLaneVectors]) {
+  const uint32_t lane = threadIdx.x & 31u;
+#pragma unroll
+  for (int v = 0; v < kLaneVectors; ++v) shift[v] = kCrcConstants.pieceShift[v * 32 + lane];
 }
 
 __device__ __forceinline__ uint64_t globalTimer() {
@@ -159,6 +171,7 @@ struct Kernel {
   // when it ended for any other reason. Lane-level: call from one thread.
   template <typename Ready>
   __device__ bool waitFor(const uint32_t* word, int peer, uint32_t chunk, Ready ready) const {
+    if (ready(loadAcquire(word))) return true;  // the common case: published already
     for (uint32_t i = 0;; ++i) {
       const uint32_t v = loadAcquire(word);
       if (ready(v)) return true;
@@ -183,13 +196,11 @@ struct Kernel {
 };
 
 __global__ void __launch_bounds__(kThreads) peerAllreduceKernel(PeerAllreduceArgs a, uint32_t fpCrc) {
-  __shared__ Shared s;
   __shared__ uint32_t epochShared;
   __shared__ int okShared;
-  for (int i = threadIdx.x; i < 256; i += kThreads) s.byteTable[i] = kCrcTables.byteTable[i];
-  for (int i = threadIdx.x; i < kPieces; i += kThreads) s.pieceShift[i] = kCrcTables.pieceShift[i];
+  uint32_t shift[kLaneVectors];
+  laneShifts(shift);
   if (threadIdx.x == 0) {
-    s.init = kCrcTables.init;
     epochShared = *at<uint32_t>(a.windows[a.rank], kSeqOffset) + 1;
     okShared = 1;
   }
@@ -218,7 +229,8 @@ __global__ void __launch_bounds__(kThreads) peerAllreduceKernel(PeerAllreduceArg
   ChunkEntry* myTable = at<ChunkEntry>(mine, a.layout.tableOffset[k.half]);
   char* myData = at<char>(mine, a.layout.dataOffset[k.half]);
 
-  // Publish this rank's chunks.
+  // Publish this rank's chunks: bytes, CRC and fingerprint of every chunk of this warp, one fence, then the
+  // epochs (release), so a reader that sees an epoch sees what it covers.
   if (okShared) {
     for (uint32_t c = warp; c < chunks; c += warps) {
       uint4 vec[kLaneVectors];
@@ -228,15 +240,15 @@ __global__ void __launch_bounds__(kThreads) peerAllreduceKernel(PeerAllreduceArg
         vec[v] = loadInput(static_cast<const char*>(a.send), off, totalBytes, sendAligned);
         *reinterpret_cast<uint4*>(myData + off) = vec[v];
       }
-      const uint32_t crc = warpChunkCrc(s, vec);
+      const uint32_t crc = warpChunkCrc(vec, shift);
       if (lane == 0) {
         myTable[c].crc = crc;
         myTable[c].fingerprint = fpCrc;
       }
-      __threadfence_system();
-      __syncwarp();
-      if (lane == 0) storeRelease(&myTable[c].epoch, k.epoch);
     }
+    __threadfence_system();
+    __syncwarp();
+    for (uint32_t c = warp + lane * warps; c < chunks; c += 32 * warps) storeRelease(&myTable[c].epoch, k.epoch);
   }
 
   // Read, verify and reduce every rank's chunk, in rank order.
@@ -282,7 +294,7 @@ __global__ void __launch_bounds__(kThreads) peerAllreduceKernel(PeerAllreduceArg
             ++injected;
           }
         }
-        const uint32_t got = warpChunkCrc(s, vec);
+        const uint32_t got = warpChunkCrc(vec, shift);
         if (got == crc) {
           verified = true;
           break;
@@ -318,11 +330,19 @@ __global__ void __launch_bounds__(kThreads) peerAllreduceKernel(PeerAllreduceArg
     if (atomicAdd(arrive, 1u) == gridDim.x - 1) {
       *arrive = 0;
       *at<uint32_t>(mine, kSeqOffset) = k.epoch;
+      // The host record (mapped pinned memory, a PCIe write away) is written only when there is news:
+      // the fault-free path touches no host memory. counters[2..3] hold what was last reported.
       const uint32_t* e = at<uint32_t>(mine, kErrorOffset);
-      const unsigned long long* counters = at<unsigned long long>(mine, kCountersOffset);
+      unsigned long long* counters = at<unsigned long long>(mine, kCountersOffset);
       ErrorRecord* r = a.record;
-      r->detected = *reinterpret_cast<const volatile unsigned long long*>(&counters[0]);
-      r->injected = *reinterpret_cast<const volatile unsigned long long*>(&counters[1]);
+      const unsigned long long detected = *reinterpret_cast<const volatile unsigned long long*>(&counters[0]);
+      const unsigned long long injected = *reinterpret_cast<const volatile unsigned long long*>(&counters[1]);
+      bool news = false;
+      if (detected != counters[2] || injected != counters[3]) {
+        r->detected = counters[2] = detected;
+        r->injected = counters[3] = injected;
+        news = true;
+      }
       const uint32_t code = loadVolatile(e);
       if (code != 0 && r->code == 0) {
         r->peer = int32_t(e[1]);
@@ -332,26 +352,24 @@ __global__ void __launch_bounds__(kThreads) peerAllreduceKernel(PeerAllreduceArg
         r->seen = e[5];
         __threadfence_system();
         r->code = code;
+        news = true;
       }
-      __threadfence_system();
+      if (news) __threadfence_system();
       storeRelease(at<uint32_t>(mine, kDoneOffset), k.epoch);
     }
   }
 }
 
 __global__ void __launch_bounds__(kThreads) chunkCrcKernel(const uint4* data, size_t chunks, uint32_t* out) {
-  __shared__ Shared s;
-  for (int i = threadIdx.x; i < 256; i += kThreads) s.byteTable[i] = kCrcTables.byteTable[i];
-  for (int i = threadIdx.x; i < kPieces; i += kThreads) s.pieceShift[i] = kCrcTables.pieceShift[i];
-  if (threadIdx.x == 0) s.init = kCrcTables.init;
-  __syncthreads();
+  uint32_t shift[kLaneVectors];
+  laneShifts(shift);
   const uint32_t lane = threadIdx.x & 31u;
   const size_t warp = blockIdx.x * kWarps + threadIdx.x / 32;
   if (warp >= chunks) return;
   uint4 vec[kLaneVectors];
 #pragma unroll
   for (int v = 0; v < kLaneVectors; ++v) vec[v] = data[warp * kPieces + v * 32 + lane];
-  const uint32_t crc = warpChunkCrc(s, vec);
+  const uint32_t crc = warpChunkCrc(vec, shift);
   if (lane == 0) out[warp] = crc;
 }
 
@@ -399,17 +417,16 @@ Status peerChunkCrcForTest(const void* data, size_t bytes, uint32_t* crcOut) {
     return Status(StatusCode::kInvalidArgument, "peerChunkCrcForTest: bytes must be whole chunks");
   }
   const size_t chunks = bytes / kChunkBytes;
+  if (chunks == 0) return Status::ok();
   uint32_t* out = nullptr;
-  RINGGUARD_CUDA_CHECK(cudaMallocManaged(&out, std::max<size_t>(1, chunks) * sizeof(uint32_t)));
+  RINGGUARD_CUDA_CHECK(cudaMalloc(&out, chunks * sizeof(uint32_t)));
   chunkCrcKernel<<<unsigned((chunks + kWarps - 1) / kWarps), kThreads>>>(static_cast<const uint4*>(data), chunks, out);
-  Status st = Status::ok();
-  if (cudaGetLastError() != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
-    st = Status(StatusCode::kInternal, "peerChunkCrcForTest: kernel failed");
-  } else {
-    for (size_t i = 0; i < chunks; ++i) crcOut[i] = out[i];
-  }
+  const cudaError_t launched = cudaGetLastError();
+  const cudaError_t copied =
+      launched == cudaSuccess ? cudaMemcpy(crcOut, out, chunks * sizeof(uint32_t), cudaMemcpyDeviceToHost) : launched;
   cudaFree(out);
-  return st;
+  RINGGUARD_CUDA_CHECK(copied);
+  return Status::ok();
 }
 
 }  // namespace peer

@@ -30,6 +30,9 @@ Status Work::wait() {
   std::unique_lock<std::mutex> lock(w.mutex_);
   w.cv_.wait(lock, [&w] { return w.done_; });
   if (w.status_.isOk() && w.fence_) return w.fence_->orderCaller();
+  // A direct-path collective: launched on the caller's stream, so nothing to order; the first error its
+  // kernels (or any earlier one of the path) reported so far.
+  if (w.status_.isOk() && w.poll_) return w.poll_();
   return w.status_;
 }
 
@@ -55,9 +58,17 @@ void Work::Impl::complete(Status status) {
 
 std::unique_ptr<Communicator> makeCommunicator(std::unique_ptr<Transport> transport, const Options& options,
                                                std::unique_ptr<Executor> executor,
-                                               std::shared_ptr<void> resources) {
-  return std::make_unique<Communicator>(std::make_unique<Communicator::Impl>(
-      std::move(transport), options, std::move(executor), std::move(resources)));
+                                               std::shared_ptr<void> resources,
+                                               std::unique_ptr<DirectPath> direct) {
+  auto impl = std::make_unique<Communicator::Impl>(std::move(transport), options, std::move(executor),
+                                                   std::move(resources));
+  if (direct) impl->setDirectPath(std::move(direct));
+  return std::make_unique<Communicator>(std::move(impl));
+}
+
+void Communicator::Impl::setDirectPath(std::unique_ptr<DirectPath> direct) {
+  direct->setFault(options_.fault.probability, uint32_t(options_.fault.seed));
+  direct_ = std::move(direct);
 }
 
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -176,6 +187,14 @@ CollectiveShape Communicator::Impl::shape() const {
 
 std::shared_ptr<Work> Communicator::allreduceAsync(const void* send, void* recv, size_t count, DataType dtype,
                                                    ReduceOp op, void* stream) {
+  DirectPath* direct = impl_->direct_.get();
+  if (direct != nullptr && direct->acceptsAllreduce(count, dtype, op) &&
+      checkAllreduceArgs(impl_->shape(), send, recv, count, dtype, op).isOk()) {
+    const uint32_t lane = currentIssueLane();
+    return impl_->launchDirect("allreduce", count * dataTypeSize(dtype), [=] {
+      return direct->allreduce(send, recv, count, dtype, op, lane, stream);
+    });
+  }
   return impl_->submit(
       "allreduce", count * dataTypeSize(dtype),
       checkAllreduceArgs(impl_->shape(), send, recv, count, dtype, op), stream,
@@ -390,6 +409,38 @@ FaultOptions Communicator::Impl::fault() const {
   return injector_->options();
 }
 
+std::shared_ptr<Work> Communicator::Impl::launchDirect(const char* name, uint64_t bytes,
+                                                     const std::function<Status()>& launch) {
+  Status st;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    st = firstError_;
+  }
+  if (st.isOk()) st = direct_->poll();
+  if (st.isOk()) st = launch();
+  uint64_t detected = 0, injected = 0;
+  direct_->faultCounts(&detected, &injected);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!st.isOk() && firstError_.isOk()) firstError_ = st;
+  // Counted when launched: a later failure shows at the next call or wait (docs/design/protocol.md).
+  CollectiveStats& k = byKind_[name];
+  ++k.calls;
+  k.bytes += bytes;
+  if (st.isOk()) {
+    ++counters_.collectives;
+  } else {
+    ++k.failed;
+  }
+  counters_.detected += detected - directDetected_;
+  counters_.injected += injected - directInjected_;
+  directDetected_ = detected;
+  directInjected_ = injected;
+  auto work = Work::completed(st);
+  std::shared_ptr<DirectPath> path = direct_;
+  work->impl_->poll_ = [path] { return path->poll(); };
+  return work;
+}
+
 Status Communicator::Impl::firstError() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return firstError_;
@@ -405,6 +456,7 @@ void Communicator::Impl::abort(const std::string& why) {
     }
     reason = firstError_;
     aborted_.store(true);
+    if (direct_) direct_->abort();  // releases kernels spinning on a peer
     dropped.swap(queue_);
   }
   for (Task& t : dropped) t.work->impl_->complete(reason);

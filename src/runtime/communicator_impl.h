@@ -19,6 +19,7 @@
 #include "algorithms/executor.h"
 #include "core/fault_injector.h"
 #include "ringguard/runtime/communicator.h"
+#include "runtime/direct_path.h"
 #include "runtime/nan_check.h"
 #include "transport/transport.h"
 
@@ -33,6 +34,7 @@ struct Work::Impl {
   Status status_;
   std::unique_ptr<Executor::Fence> fence_;
   std::function<void(const Work*)> help_;  // runs queued host collectives on the waiting thread
+  std::function<Status()> poll_;           // a direct-path collective: its path's first error so far
 };
 
 class Communicator::Impl {
@@ -41,6 +43,8 @@ class Communicator::Impl {
   Impl(std::unique_ptr<Transport> transport, const Options& options, std::unique_ptr<Executor> executor,
        std::shared_ptr<void> resources);
   ~Impl();
+  // Hands the collectives `direct` accepts to it (makeCommunicator, before the first call).
+  void setDirectPath(std::unique_ptr<DirectPath> direct);
 
  private:
   // Communicator's collectives submit through it and read its shape; the rest of the state is the runner's.
@@ -69,6 +73,8 @@ class Communicator::Impl {
                                bool rejected = false);
   std::shared_ptr<Work> enqueue(Task task, std::unique_ptr<Executor::Fence> fence);
   CollectiveShape shape() const;
+  // The direct path's launch: the communicator's first error (or the path's, which poisons it) first.
+  std::shared_ptr<Work> launchDirect(const char* name, uint64_t bytes, const std::function<Status()>& launch);
   void progressLoop();
   // A waiting caller runs queued host tasks itself while no one else runs one (Work::wait).
   void helpWhileWaiting(const Work* waited);
@@ -98,6 +104,7 @@ class Communicator::Impl {
   const Options options_;
   std::shared_ptr<const FaultInjector> injector_;  // guarded by mutex_; replaced, never edited
   std::unique_ptr<Executor> executor_;
+  std::shared_ptr<DirectPath> direct_;  // device kernels with no host work (peer windows); may be null
   std::shared_ptr<void> resources_;
   const int rank_;
   const int size_;
@@ -114,7 +121,8 @@ class Communicator::Impl {
   uint32_t track_ = 0;    // timeline track (set in the constructor, before the progress thread starts)
   uint64_t nextSeq_ = 0;  // touched by the runner only
   std::map<uint32_t, uint32_t> laneSeq_;  // runner only: each issue lane's next collective number
-  HeldErrors heldErrors_;                 // peers' errors of a collective this rank has not reached yet
+  HeldErrors heldErrors_;
+  uint64_t directDetected_ = 0, directInjected_ = 0;  // the direct path's counts already in counters_                 // peers' errors of a collective this rank has not reached yet
   // Point-to-point message numbers per peer (runner only): only the two ends count them.
   std::vector<uint64_t> sendSeq_, recvSeq_;
   std::thread progress_;

@@ -16,6 +16,8 @@
 
 #include "bootstrap/mpi_bootstrap.h"
 #include "cuda/peer_allreduce.h"
+#include "ringguard/runtime/communicator.h"
+#include "ringguard/runtime/device_factory.h"
 #include "ringguard/core/crc32.h"
 #include "transport/peer/peer_window.h"
 
@@ -246,4 +248,106 @@ TEST_F(PeerAllreduce, AbortReleasesASpinningKernel) {
 
 }  // namespace
 }  // namespace peer
+}  // namespace ringguard
+
+namespace ringguard {
+namespace {
+
+// The peer-window path as users reach it: a device communicator from the factory, its allreduce of float32
+// sums on the path's kernel (no host work), other dtypes on the host-driven pipeline, faults from Options.
+class PeerCommunicator : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int n = 0, mine = 0, all = 0;
+    mine = (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) ? 1 : 0;
+    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all) GTEST_SKIP() << "no CUDA device on some rank";
+    ASSERT_TRUE(mpi::createBootstrap(MPI_COMM_WORLD, &bootstrap_).isOk());
+  }
+  std::unique_ptr<Communicator> make(const Options& o) {
+    cuda::DeviceOptions d;
+    d.transport = cuda::DeviceTransportKind::kPeer;
+    d.peerBytes = 8u << 20;
+    std::unique_ptr<Communicator> c;
+    Status st = cuda::createDeviceCommunicator(*bootstrap_, o, d, &c);
+    EXPECT_TRUE(st.isOk()) << st.toString();
+    return c;
+  }
+  std::unique_ptr<Bootstrap> bootstrap_;
+};
+
+TEST_F(PeerCommunicator, Float32SumsTakeThePeerPathAndOtherDtypesTheRing) {
+  Options o;
+  o.fault.probability = 0.02;
+  o.fault.seed = 5;
+  std::unique_ptr<Communicator> c = make(o);
+  ASSERT_TRUE(c);
+  const int rank = c->rank(), size = c->size();
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  for (size_t count : {size_t(1), size_t(1000), size_t(1) << 20}) {
+    std::vector<float> in(count), want(count, 0.f);
+    std::vector<int32_t> inI(count), wantI(count, 0);
+    for (size_t i = 0; i < count; ++i) {
+      in[i] = float((rank + 1) * int(i % 13));
+      inI[i] = (rank + 1) * int(i % 17);
+      for (int r = 0; r < size; ++r) {
+        want[i] += float((r + 1) * int(i % 13));
+        wantI[i] += (r + 1) * int(i % 17);
+      }
+    }
+    void *d = nullptr, *dI = nullptr;
+    ASSERT_EQ(cudaMalloc(&d, count * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dI, count * 4), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(d, in.data(), count * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dI, inI.data(), count * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    auto w = c->allreduceAsync(d, d, count, DataType::kFloat32, ReduceOp::kSum, s);
+    Status st = c->allreduce(dI, dI, count, DataType::kInt32, ReduceOp::kSum, s);
+    ASSERT_TRUE(st.isOk()) << st.toString();
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    st = w->wait();
+    ASSERT_TRUE(st.isOk()) << st.toString();
+    std::vector<float> got(count);
+    std::vector<int32_t> gotI(count);
+    ASSERT_EQ(cudaMemcpy(got.data(), d, count * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(gotI.data(), dI, count * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), count * 4), 0) << count;
+    EXPECT_EQ(gotI, wantI) << count;
+    cudaFree(d);
+    cudaFree(dI);
+  }
+  const Counters k = c->counters();
+  EXPECT_GT(k.injected, 0u);
+  EXPECT_EQ(k.detected, k.injected);
+  EXPECT_EQ(k.escaped, 0u);
+  EXPECT_EQ(c->summary().byKind.at("allreduce").calls, 6u);
+  cudaStreamDestroy(s);
+}
+
+TEST_F(PeerCommunicator, AStoppedPeerFailsTheNextCallNamingIt) {
+  Options o;
+  o.timeout = std::chrono::milliseconds(300);
+  std::unique_ptr<Communicator> c = make(o);
+  ASSERT_TRUE(c);
+  const int stopped = c->size() - 1;
+  float* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, 4096 * 4), cudaSuccess);
+  if (c->rank() != stopped) {
+    cudaStream_t s = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    auto w = c->allreduceAsync(d, d, 4096, DataType::kFloat32, ReduceOp::kSum, s);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    Status st = w->wait();
+    EXPECT_EQ(st.code(), StatusCode::kTimeout) << st.toString();
+    EXPECT_NE(st.message().find("rank " + std::to_string(stopped)), std::string::npos) << st.toString();
+    st = c->allreduce(d, d, 4096, DataType::kFloat32, ReduceOp::kSum, s);
+    EXPECT_EQ(st.code(), StatusCode::kTimeout) << "the communicator stays poisoned: " << st.toString();
+    cudaStreamDestroy(s);
+    c->abort("test over");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  cudaFree(d);
+}
+
+}  // namespace
 }  // namespace ringguard

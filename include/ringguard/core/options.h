@@ -98,9 +98,10 @@ struct Options {
 // Settings of device communicators (read by the device factory), parsed here, in core, so that a job
 // without a GPU checks them too. The one parser for their RINGGUARD_* names; defaults: their declarations.
 struct DeviceSettings {
-  std::string transport = declaredText("RINGGUARD_DEVICE_TRANSPORT");  // auto, nccl or staged
+  std::string transport = declaredText("RINGGUARD_DEVICE_TRANSPORT");  // auto, nccl, staged or peer
   uint64_t poolReleaseBytes = declaredUnsigned("RINGGUARD_POOL_RELEASE_BYTES");
   int ncclLanes = int(declaredUnsigned("RINGGUARD_NCCL_LANES"));
+  uint64_t peerBytes = declaredUnsigned("RINGGUARD_PEER_BYTES");
   static Status fromLookup(const std::function<const char*(const char*)>& lookup, DeviceSettings* out);
 };
 

@@ -13,18 +13,23 @@
 namespace ringguard {
 namespace cuda {
 
-enum class DeviceTransportKind { kAuto, kNccl, kStaged };
+enum class DeviceTransportKind { kAuto, kNccl, kStaged, kPeer };
 
 struct DeviceOptions {
   // kAuto: NCCL when built with it and no two ranks share a GPU (NCCL refuses that), the host-staged
-  // transport otherwise, decided alike on every rank over the bootstrap. Every rank must ask for the same
-  // kind: ranks that differ all fail naming both.
+  // transport otherwise, decided alike on every rank over the bootstrap; and when every rank is on one host,
+  // the peer-window path besides (the collectives it takes run as device kernels with no host work:
+  // docs/design/protocol.md, "The one-sided protocol"), or a warning naming why the windows could not be
+  // mapped. kPeer: the same, but an error where the windows cannot be mapped. Every rank must ask for the
+  // same kind: ranks that differ all fail naming both.
   DeviceTransportKind transport = DeviceTransportKind::kAuto;
   int device = -1;                               // -1: node-local rank modulo the number of visible GPUs
   uint64_t poolReleaseThreshold = 256ull << 20;  // bytes the device pool may keep cached
   int ncclLanes = 4;  // NCCL communicators consecutive slices to a peer alternate over, in [1, 8]
+  uint64_t peerBytes = 32ull << 20;  // payload bytes per collective of the peer-window path
 
-  // Defaults overridden by RINGGUARD_DEVICE_TRANSPORT, RINGGUARD_POOL_RELEASE_BYTES and RINGGUARD_NCCL_LANES.
+  // Defaults overridden by RINGGUARD_DEVICE_TRANSPORT, RINGGUARD_POOL_RELEASE_BYTES, RINGGUARD_NCCL_LANES and
+  // RINGGUARD_PEER_BYTES.
   static Status fromEnv(DeviceOptions* out);
   // Same through `lookup` (see Options::fromLookup).
   static Status fromLookup(const std::function<const char*(const char*)>& lookup, DeviceOptions* out);

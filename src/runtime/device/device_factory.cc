@@ -12,6 +12,8 @@
 #include "cuda/cuda_check.h"
 #include "cuda/device_executor.h"
 #include "cuda/memory_pool.h"
+#include "core/logging.h"
+#include "runtime/device/peer_path.h"
 #include "runtime/make_communicator.h"
 #include "transport/staged/staged_transport.h"
 #if RINGGUARD_HAVE_NCCL
@@ -57,7 +59,7 @@ Status prepareResources(int gpu, const DeviceOptions& device, std::shared_ptr<De
 // null) over `host` staged through pinned memory.
 Status build(std::unique_ptr<Transport> host, const std::vector<uint8_t>* ncclId, const Options& options,
              const DeviceOptions& device, std::shared_ptr<DeviceResources> res,
-             std::unique_ptr<Communicator>* out) {
+             std::unique_ptr<DirectPath> direct, std::unique_ptr<Communicator>* out) {
   std::unique_ptr<Transport> transport;
   if (!ncclId) {
     transport = std::make_unique<StagedTransport>(std::move(host), res->pinned.get(), res->stream);
@@ -72,7 +74,35 @@ Status build(std::unique_ptr<Transport> host, const std::vector<uint8_t>* ncclId
   }
   auto executor =
       std::make_unique<DeviceExecutor>(res->device, res->pool.get(), res->pinned.get(), res->stream);
-  *out = makeCommunicator(std::move(transport), options, std::move(executor), res);
+  *out = makeCommunicator(std::move(transport), options, std::move(executor), res, std::move(direct));
+  return Status::ok();
+}
+
+// The peer-window path when asked for (kPeer: its failure is the factory's) or allowed (kAuto, every rank
+// on one host: its failure is a warning naming the reason, the same on every rank since the windows'
+// creation agrees on every step).
+Status makePeerPath(Bootstrap& bootstrap, const DeviceOptions& device, int gpu, int localSize,
+                    const Options& options, std::unique_ptr<DirectPath>* out) {
+  const bool oneHost = localSize == bootstrap.size();
+  if (device.transport == DeviceTransportKind::kPeer && !oneHost) {
+    return Status(StatusCode::kInvalidArgument,
+                  "RINGGUARD_DEVICE_TRANSPORT=peer needs every rank on one host: " +
+                      std::to_string(bootstrap.size() - localSize) + " of " + std::to_string(bootstrap.size()) +
+                      " ranks are on other hosts");
+  }
+  if (device.transport != DeviceTransportKind::kPeer &&
+      (device.transport != DeviceTransportKind::kAuto || !oneHost || bootstrap.size() < 2)) {
+    return Status::ok();
+  }
+  Status st = createPeerPath(bootstrap, gpu, size_t(device.peerBytes), options, out);
+  if (st.isOk() || device.transport == DeviceTransportKind::kPeer) return st;
+  if (bootstrap.rank() == 0) {
+    logWarn(Subsys::kRuntime,
+            "device communicator: no peer-window path ({}); every collective takes the host-driven path. "
+            "RINGGUARD_DEVICE_TRANSPORT=staged or nccl silences this.",
+            st.message());
+  }
+  out->reset();
   return Status::ok();
 }
 
@@ -89,7 +119,9 @@ Status DeviceOptions::fromLookup(const std::function<const char*(const char*)>& 
   DeviceOptions o;
   o.transport = settings.transport == "nccl"     ? DeviceTransportKind::kNccl
                 : settings.transport == "staged" ? DeviceTransportKind::kStaged
+                : settings.transport == "peer"   ? DeviceTransportKind::kPeer
                                                  : DeviceTransportKind::kAuto;
+  o.peerBytes = settings.peerBytes;
   o.poolReleaseThreshold = settings.poolReleaseBytes;
   o.ncclLanes = settings.ncclLanes;
   *out = o;
@@ -105,6 +137,7 @@ static Status agreeOnNccl(Bootstrap& bootstrap, DeviceTransportKind kind, const 
     return k == uint8_t(DeviceTransportKind::kNccl)     ? std::string("nccl")
            : k == uint8_t(DeviceTransportKind::kStaged) ? std::string("staged")
            : k == uint8_t(DeviceTransportKind::kAuto)   ? std::string("auto")
+           : k == uint8_t(DeviceTransportKind::kPeer)   ? std::string("peer")
                                                         : "an unknown kind " + std::to_string(k);
   };
   std::vector<uint8_t> mine(1, uint8_t(kind));
@@ -123,7 +156,8 @@ static Status agreeOnNccl(Bootstrap& bootstrap, DeviceTransportKind kind, const 
     seen.insert(all[r]);
   }
   *nccl = kind == DeviceTransportKind::kNccl ||
-          (kind == DeviceTransportKind::kAuto && haveNccl() && int(seen.size()) == bootstrap.size());
+          ((kind == DeviceTransportKind::kAuto || kind == DeviceTransportKind::kPeer) && haveNccl() &&
+           int(seen.size()) == bootstrap.size());
   return Status::ok();
 }
 
@@ -177,10 +211,13 @@ Status createDeviceCommunicator(Bootstrap& bootstrap, const Options& options, co
   bool nccl = false;
   RINGGUARD_RETURN_IF_ERROR(agreeOnNccl(bootstrap, device.transport, identity, &nccl));
 
+  std::unique_ptr<DirectPath> direct;
+  RINGGUARD_RETURN_IF_ERROR(makePeerPath(bootstrap, device, gpu, localSize, options, &direct));
+
   // The staged transport's data path, or NCCL's control channel.
   std::unique_ptr<Transport> host;
   RINGGUARD_RETURN_IF_ERROR(bootstrap.createHostTransport(&host));
-  if (!nccl) return build(std::move(host), nullptr, options, device, std::move(res), out);
+  if (!nccl) return build(std::move(host), nullptr, options, device, std::move(res), std::move(direct), out);
   // As ProcessGroupNCCL does: rank 0 makes the id, the bootstrap hands it to the others.
   // Rank 0 broadcasts even when making the id failed: the others then fail on the empty id's size
   // instead of waiting for an id that never comes.
@@ -191,7 +228,7 @@ Status createDeviceCommunicator(Bootstrap& bootstrap, const Options& options, co
 #endif
   RINGGUARD_RETURN_IF_ERROR(bootstrap.broadcast(0, &id));
   RINGGUARD_RETURN_IF_ERROR(made);
-  return build(std::move(host), &id, options, device, std::move(res), out);
+  return build(std::move(host), &id, options, device, std::move(res), std::move(direct), out);
 }
 
 }  // namespace cuda

@@ -1,0 +1,125 @@
+#include "runtime/device/peer_path.h"
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <string>
+
+#include "cuda/peer_allreduce.h"
+#include "transport/peer/peer_window.h"
+
+namespace ringguard {
+namespace cuda {
+namespace {
+
+using peer::ErrorRecord;
+using peer::PeerError;
+
+const char* errorName(uint32_t code) {
+  switch (PeerError(code)) {
+    case PeerError::kTimeout: return "timed out";
+    case PeerError::kFingerprintMismatch: return "fingerprint mismatch";
+    case PeerError::kCorrupt: return "corrupt on every re-read";
+    case PeerError::kPeerFailed: return "a peer failed";
+    case PeerError::kAborted: return "aborted";
+    default: return "unknown error";
+  }
+}
+
+StatusCode statusCode(uint32_t code) {
+  switch (PeerError(code)) {
+    case PeerError::kTimeout: return StatusCode::kTimeout;
+    case PeerError::kFingerprintMismatch: return StatusCode::kFingerprintMismatch;
+    case PeerError::kCorrupt: return StatusCode::kCorruption;
+    case PeerError::kPeerFailed: return StatusCode::kPeerError;
+    case PeerError::kAborted: return StatusCode::kAborted;
+    default: return StatusCode::kInternal;
+  }
+}
+
+class PeerPath final : public DirectPath {
+ public:
+  PeerPath(std::unique_ptr<peer::PeerWindows> windows, int device, const Options& options)
+      : windows_(std::move(windows)), device_(device), options_(options) {}
+
+  const char* name() const override { return "peer"; }
+
+  bool acceptsAllreduce(size_t count, DataType dtype, ReduceOp op) const override {
+    return dtype == DataType::kFloat32 && op == ReduceOp::kSum && count * 4 <= windows_->layout().capacity;
+  }
+
+  Status allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, uint32_t lane,
+                   void* stream) override {
+    peer::PeerAllreduceArgs a;
+    a.send = send;
+    a.recv = recv;
+    a.count = count;
+    a.dtype = dtype;
+    a.op = op;
+    a.rank = windows_->rank();
+    a.size = windows_->size();
+    for (int r = 0; r < a.size; ++r) a.windows[r] = windows_->window(r);
+    a.layout = windows_->layout();
+    a.record = windows_->errorRecordDevice();
+    a.fingerprint[0] = uint32_t(CollectiveKind::kAllreduce);
+    a.fingerprint[1] = uint32_t(dtype);
+    a.fingerprint[2] = uint32_t(op);
+    a.fingerprint[3] = uint32_t(count);
+    a.fingerprint[4] = uint32_t(uint64_t(count) >> 32);
+    a.fingerprint[5] = 0;  // root
+    a.fingerprint[6] = lane;
+    a.timeoutNs = uint64_t(options_.timeout.count()) * 1000000ull;
+    a.maxRereads = options_.maxRetries;
+    a.faultProb = faultProb_.load();
+    a.faultSeed = faultSeed_.load();
+    return peer::launchPeerAllreduce(a, stream);
+  }
+
+  Status poll() override {
+    const volatile ErrorRecord* r = windows_->errorRecord();
+    const uint32_t code = r->code;
+    if (code == 0) return Status::ok();
+    std::string msg = "rank " + std::to_string(windows_->rank()) + ": peer-window collective #" +
+                      std::to_string(r->epoch) + " " + errorName(code);
+    if (r->peer >= 0) msg += " (rank " + std::to_string(r->peer) + ", chunk " + std::to_string(r->chunk) + ")";
+    if (PeerError(code) == PeerError::kFingerprintMismatch || PeerError(code) == PeerError::kCorrupt) {
+      msg += ": expected " + std::to_string(r->expected) + ", saw " + std::to_string(r->seen);
+    }
+    return Status(statusCode(code), msg);
+  }
+
+  void faultCounts(uint64_t* detected, uint64_t* injected) override {
+    const volatile ErrorRecord* r = windows_->errorRecord();
+    *detected = r->detected;
+    *injected = r->injected;
+  }
+
+  void abort() override {
+    *reinterpret_cast<volatile uint32_t*>(&windows_->errorRecord()->abortRequested) = 1;
+  }
+
+  void setFault(double probability, uint32_t seed) override {
+    faultProb_.store(probability);
+    faultSeed_.store(seed);
+  }
+
+ private:
+  std::unique_ptr<peer::PeerWindows> windows_;
+  int device_;
+  Options options_;
+  std::atomic<double> faultProb_{0};
+  std::atomic<uint32_t> faultSeed_{0};
+};
+
+}  // namespace
+
+Status createPeerPath(Bootstrap& bootstrap, int device, size_t capacity, const Options& options,
+                      std::unique_ptr<DirectPath>* out) {
+  std::unique_ptr<peer::PeerWindows> windows;
+  RINGGUARD_RETURN_IF_ERROR(peer::PeerWindows::create(bootstrap, device, capacity, &windows));
+  *out = std::make_unique<PeerPath>(std::move(windows), device, options);
+  return Status::ok();
+}
+
+}  // namespace cuda
+}  // namespace ringguard

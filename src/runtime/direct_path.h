@@ -1,0 +1,37 @@
+#pragma once
+// A direct path: collectives a communicator hands to device kernels that need no host work at all (the
+// one-sided protocol over peer windows: docs/design/protocol.md, "The one-sided protocol"). The call
+// launches on the caller's stream and returns; there is no progress thread, queue or host round trip, so it
+// can be captured in a CUDA graph. What a path does not take (accepts* false) goes through the host-driven
+// pipeline as before; every rank decides from the same arguments, so ranks route a collective alike.
+//
+// Errors are asynchronous, as with NCCL: a kernel leaves them in mapped memory and poll() turns the first
+// into a Status naming the peer, the chunk and the collective's epoch. The communicator polls before each
+// direct launch and at Work::wait(), and poisons itself with the first error.
+#include <cstddef>
+#include <cstdint>
+
+#include "ringguard/core/status.h"
+#include "ringguard/core/types.h"
+
+namespace ringguard {
+
+class DirectPath {
+ public:
+  virtual ~DirectPath() = default;
+  virtual const char* name() const = 0;
+  virtual bool acceptsAllreduce(size_t count, DataType dtype, ReduceOp op) const = 0;
+  // Enqueues the allreduce on `stream` (the caller's cudaStream_t); kInvalidArgument if refused.
+  virtual Status allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                           uint32_t lane, void* stream) = 0;
+  // The first error the kernels reported so far (non-blocking), OK when none.
+  virtual Status poll() = 0;
+  // Chunk reads that failed their CRC and were re-read, and reads corrupted by fault injection, so far.
+  virtual void faultCounts(uint64_t* detected, uint64_t* injected) = 0;
+  // Releases every kernel spinning in this path (they end with kAborted).
+  virtual void abort() = 0;
+  // Fault injection of the reads of later collectives: probability per chunk read, seed.
+  virtual void setFault(double probability, uint32_t seed) = 0;
+};
+
+}  // namespace ringguard
