@@ -133,6 +133,9 @@ def init_from_mpi(master_addr: str = "127.0.0.1", master_port: Optional[int] = N
     `master_port`, or, when None, to a port rank 0 finds free and broadcasts over MPI, so two jobs on one
     host do not collide (a build without MPI falls back to 29500). Collective over MPI_COMM_WORLD when it
     picks the port: every rank must call it. Returns (rank, size)."""
+    from ._checks import integer
+
+    integer("ringguard.init_from_mpi", "master_port", master_port, 1, 65535, none_ok=True)
     env = os.environ
     pairs = [("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
               "OMPI_COMM_WORLD_LOCAL_SIZE"),

@@ -4,9 +4,11 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <system_error>
 
+#include "core/excerpt.h"
 #include "ringguard/core/non_finite.h"
 #include "ringguard/core/options.h"
 
@@ -298,7 +300,7 @@ std::vector<Setting> declarations() {
 }
 
 Status badValue(const char* name, const std::string& value, const std::string& expected) {
-  return Status(StatusCode::kInvalidArgument, std::string(name) + "='" + value + "': " + expected);
+  return Status(StatusCode::kInvalidArgument, std::string(name) + "='" + excerpt(value) + "': " + expected);
 }
 
 // Whole-string unsigned parse: digits only.
@@ -332,6 +334,14 @@ Status parseRealText(const Setting& s, const std::string& text, double* out) {
   double v = 0.0;
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (!text.empty() && ec == std::errc::result_out_of_range && ptr == end) {
+    // A decimal number all the same: say which way it falls out of a double ("1e-400" is not zero).
+    const bool tiny = std::fabs(std::strtod(text.c_str(), nullptr)) < 1.0;
+    return badValue(s.name, text,
+                    std::string(tiny ? "underflows a double (below 2.2e-308; write 0 for none)"
+                                     : "overflows a double") +
+                        ": expected " + settingRange(s));
+  }
   if (text.empty() || ec != std::errc() || ptr != end) {
     return badValue(s.name, text, "not a decimal number: expected " + settingRange(s));
   }
