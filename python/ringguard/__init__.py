@@ -107,7 +107,9 @@ def set_fault(group=None, **settings) -> None:
 
     Keywords are the ``RINGGUARD_FAULT_*`` settings: ``mode``, ``prob``, ``schedule``, ``seed``,
     ``bits``, ``burst_bits``, ``delay_ms``, ``repeat`` (``fault_prob=`` and ``RINGGUARD_FAULT_PROB=``
-    work too). ``set_fault(prob=0)`` turns random injection off.
+    work too; two spellings of one setting raise ValueError). ``set_fault(prob=0)`` turns random injection
+    off. It replaces the whole fault configuration: a setting left out, or given as None, takes its default.
+    A value with a NUL byte raises ValueError naming the setting.
     """
     from .options import fault_dict
 

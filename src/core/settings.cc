@@ -177,7 +177,8 @@ std::vector<Setting> declarations() {
           .group("fault_mode"),
       realSetting("RINGGUARD_FAULT_PROB", "0", 0.0, 1.0,
                   "Probability that a slice transfer is hit by an injected fault. 0 disables random "
-                  "injection.")
+                  "injection. A decimal number beyond a double (1e-400, 1e400) is refused as underflowing or "
+                  "overflowing it.")
           .group("fault_prob"),
       declare("RINGGUARD_FAULT_SCHEDULE", SettingKind::kSchedule, "",
               "Exact injections, in addition to RINGGUARD_FAULT_PROB: the transfer of slice `slice` at ring "
@@ -283,14 +284,17 @@ std::vector<Setting> declarations() {
           "on its first enabled variant."),
       textSetting("RINGGUARD_POLICY_RULES",
                   "Path of the downgrade rules file (JSON, docs/DOWNGRADE.md). Empty: the built-in default "
-                  "rules (share/ringguard/rules/default.json)."),
+                  "rules (share/ringguard/rules/default.json). Only a regular file is read (a directory, FIFO "
+                  "or device is refused without opening it for a blocking read), of at most 1 MiB, in UTF-8, "
+                  "nested at most 32 deep, with no NUL byte and no key twice in an object."),
       textSetting(
           "RINGGUARD_POLICY_SET",
           "Edits of the rules applied before validation: `;`-separated `/json/pointer=value` entries, "
-          "the value in JSON, e.g. `/families/attention/variants/2/when/0/enter=0.5`."),
+          "the value in JSON, e.g. `/families/attention/variants/2/when/0/enter=0.5`. Each value within "
+          "the rules file's limits (RINGGUARD_POLICY_RULES)."),
       textSetting("RINGGUARD_POLICY_FORCE",
                   "Pins operator families to one variant, bypassing the rules: comma-separated "
-                  "`family=variant` (the variant must be in the rules)."),
+                  "`family=variant` (the variant must be in the rules; each family at most once)."),
   };
   for (Setting& s : table) {
     const std::string range = rangeSentence(s);
