@@ -126,7 +126,9 @@ Status parseJsonInput(std::string_view text, const std::string& origin, const Js
   } catch (const Stop& s) {
     return refuse(s.problem);
   } catch (const json::parse_error& e) {
-    return refuse("not valid JSON at byte " + std::to_string(e.byte) + ": " + excerpt(e.what(), 200));
+    // e.byte counts the bytes read, the offending one included: its offset is one less.
+    return refuse("not valid JSON at byte " + std::to_string(e.byte > 0 ? e.byte - 1 : 0) + ": " +
+                  excerpt(e.what(), 200));
   } catch (const json::out_of_range& e) {
     // 406: a number literal outside a double's range ("1e400"); the message quotes the literal.
     const std::string what = e.what();

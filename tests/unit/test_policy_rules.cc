@@ -210,11 +210,13 @@ TEST_F(HostileRules, DeepNestingNamesTheFileAndTheLimit) {
                   "python", "", &r);
   EXPECT_EQ(st.message(), "rules python: key '/families/a/description': value " + std::string(20, '[') +
                               std::string(20, ']') + ": expected a string");
-  const std::string wide = "[" + std::string(30000, '1') + "]";
+  std::string wide = "[1";
+  for (int i = 1; i < 15000; ++i) wide += ",1";
+  wide += "]";
   st = parseRules(R"({"version": 1, "families": {"a": {"description": )" + wide + R"(, "variants": [{"name": "x"}]}}})",
                   "python", "", &r);
   EXPECT_LT(st.message().size(), 200u) << st.message();
-  EXPECT_NE(st.message().find("...(30002 bytes)..."), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("...(30001 bytes)..."), std::string::npos) << st.message();
 }
 
 TEST_F(HostileRules, NumberOverflowIsAnInvalidArgumentNamingFileAndKey) {
