@@ -87,8 +87,9 @@ Status checkSettingMap(const std::map<std::string, std::string>& settings) {
                     "setting name '" + excerpt(name) + "' holds a NUL byte at offset " + std::to_string(at));
     }
     if (const size_t at = value.find('\0'); at != std::string::npos) {
-      return Status(StatusCode::kInvalidArgument, name + "='" + excerpt(value) + "': holds a NUL byte at offset " +
-                                                      std::to_string(at) + " (nothing after it would be read)");
+      return Status(StatusCode::kInvalidArgument, name + "='" + excerpt(value) +
+                                                      "': holds a NUL byte at offset " + std::to_string(at) +
+                                                      " (nothing after it would be read)");
     }
   }
   return Status::ok();

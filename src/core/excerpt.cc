@@ -22,7 +22,8 @@ std::string escaped(unsigned char c) {
 std::string excerpt(std::string_view text, size_t maxBytes) {
   std::string whole;
   size_t i = 0;
-  for (; i < text.size() && whole.size() <= maxBytes; ++i) whole += escaped(static_cast<unsigned char>(text[i]));
+  for (; i < text.size() && whole.size() <= maxBytes; ++i)
+    whole += escaped(static_cast<unsigned char>(text[i]));
   if (i == text.size() && whole.size() <= maxBytes) return whole;
   // Head and tail, each about half the budget once escaped.
   const size_t half = maxBytes / 2;

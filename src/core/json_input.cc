@@ -72,8 +72,7 @@ struct Stop {
 
 }  // namespace
 
-Status parseJsonInput(std::string_view text, const std::string& origin, const JsonLimits& limits,
-                      json* out) {
+Status parseJsonInput(std::string_view text, const std::string& origin, const JsonLimits& limits, json* out) {
   auto refuse = [&](const std::string& problem) {
     return Status(StatusCode::kInvalidArgument, origin + ": " + problem);
   };

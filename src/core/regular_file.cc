@@ -27,7 +27,8 @@ Status bad(const std::string& what, const std::string& path, const std::string& 
 }
 
 Status checkStat(const struct stat& st, const std::string& what, const std::string& path, size_t maxBytes) {
-  if (!S_ISREG(st.st_mode)) return bad(what, path, std::string("is ") + kindOf(st.st_mode) + ": expected a regular file");
+  if (!S_ISREG(st.st_mode))
+    return bad(what, path, std::string("is ") + kindOf(st.st_mode) + ": expected a regular file");
   if (static_cast<unsigned long long>(st.st_size) > maxBytes) {
     return bad(what, path,
                "is " + std::to_string(st.st_size) + " bytes, above the limit of " + std::to_string(maxBytes));
@@ -40,7 +41,8 @@ Status checkStat(const struct stat& st, const std::string& what, const std::stri
 Status readRegularFile(const std::string& path, const std::string& what, size_t maxBytes, std::string* out) {
   if (path.find('\0') != std::string::npos) return bad(what, path, "holds a NUL byte");
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return bad(what, path, std::string("cannot be read: ") + std::strerror(errno));
+  if (::stat(path.c_str(), &st) != 0)
+    return bad(what, path, std::string("cannot be read: ") + std::strerror(errno));
   RINGGUARD_RETURN_IF_ERROR(checkStat(st, what, path, maxBytes));
   // O_NONBLOCK: should the path have become a FIFO since the stat, the open returns instead of waiting for
   // a writer; the fstat below then refuses it.

@@ -282,11 +282,12 @@ std::vector<Setting> declarations() {
           "RINGGUARD_POLICY", "on", {{"on", "1"}, {"off", "0"}},
           "on: the downgrade engine switches operator variants by its rules; off: every family stays "
           "on its first enabled variant."),
-      textSetting("RINGGUARD_POLICY_RULES",
-                  "Path of the downgrade rules file (JSON, docs/DOWNGRADE.md). Empty: the built-in default "
-                  "rules (share/ringguard/rules/default.json). Only a regular file is read (a directory, FIFO "
-                  "or device is refused without opening it for a blocking read), of at most 1 MiB, in UTF-8, "
-                  "nested at most 32 deep, with no NUL byte and no key twice in an object."),
+      textSetting(
+          "RINGGUARD_POLICY_RULES",
+          "Path of the downgrade rules file (JSON, docs/DOWNGRADE.md). Empty: the built-in default "
+          "rules (share/ringguard/rules/default.json). Only a regular file is read (a directory, FIFO "
+          "or device is refused without opening it for a blocking read), of at most 1 MiB, in UTF-8, "
+          "nested at most 32 deep, with no NUL byte and no key twice in an object."),
       textSetting(
           "RINGGUARD_POLICY_SET",
           "Edits of the rules applied before validation: `;`-separated `/json/pointer=value` entries, "
@@ -341,10 +342,10 @@ Status parseRealText(const Setting& s, const std::string& text, double* out) {
   if (!text.empty() && ec == std::errc::result_out_of_range && ptr == end) {
     // A decimal number all the same: say which way it falls out of a double ("1e-400" is not zero).
     const bool tiny = std::fabs(std::strtod(text.c_str(), nullptr)) < 1.0;
-    return badValue(s.name, text,
-                    std::string(tiny ? "underflows a double (below 2.2e-308; write 0 for none)"
-                                     : "overflows a double") +
-                        ": expected " + settingRange(s));
+    return badValue(
+        s.name, text,
+        std::string(tiny ? "underflows a double (below 2.2e-308; write 0 for none)" : "overflows a double") +
+            ": expected " + settingRange(s));
   }
   if (text.empty() || ec != std::errc() || ptr != end) {
     return badValue(s.name, text, "not a decimal number: expected " + settingRange(s));

@@ -259,8 +259,9 @@ Status applyEdits(const std::string& edits, const std::string& origin, json* doc
     item = item.substr(first);
     const size_t eq = item.find('=');
     if (eq == std::string::npos || item[0] != '/') {
-      return Status(StatusCode::kInvalidArgument,
-                    fmt::format("RINGGUARD_POLICY_SET entry '{}': expected /json/pointer=value", excerpt(item)));
+      return Status(
+          StatusCode::kInvalidArgument,
+          fmt::format("RINGGUARD_POLICY_SET entry '{}': expected /json/pointer=value", excerpt(item)));
     }
     const std::string ptr = item.substr(0, eq);
     const std::string text = item.substr(eq + 1);
@@ -270,9 +271,9 @@ Status applyEdits(const std::string& edits, const std::string& origin, json* doc
     if (!parsed.isOk()) {
       return Status(StatusCode::kInvalidArgument,
                     parsed.message() + (parsed.message().find("not valid JSON") != std::string::npos &&
-                                                  text.find('"') == std::string::npos
-                                              ? " (strings need quotes)"
-                                              : ""));
+                                                text.find('"') == std::string::npos
+                                            ? " (strings need quotes)"
+                                            : ""));
     }
     try {
       const json::json_pointer p(ptr);

@@ -55,9 +55,8 @@ Status parseTraceLine(const std::string& line, int lineNo, TraceRecord* out) {
     } else if (it->is_number()) {
       out->sample.signals.push_back(Signal::present(it.key(), it->get<double>(), "", "trace"));
     } else {
-      return bad(lineNo,
-                 fmt::format("key 'signals.{}': expected a number or null, got {}", excerpt(it.key()),
-                             excerpt(it->dump())));
+      return bad(lineNo, fmt::format("key 'signals.{}': expected a number or null, got {}", excerpt(it.key()),
+                                     excerpt(it->dump())));
     }
   }
   return Status::ok();

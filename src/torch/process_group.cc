@@ -140,7 +140,8 @@ ProcessGroupRingguard::ProcessGroupRingguard(c10::intrusive_ptr<c10d::Store> sto
                                              c10::intrusive_ptr<c10d::Backend> gloo,
                                              const std::vector<int>& globalRanks)
     : c10d::Backend(rank, size), store_(std::move(store)), gloo_(std::move(gloo)), optionMap_(options) {
-  if (Status nul = checkSettingMap(optionMap_); !nul.isOk()) throw std::invalid_argument("ringguard: " + nul.message());
+  if (Status nul = checkSettingMap(optionMap_); !nul.isOk())
+    throw std::invalid_argument("ringguard: " + nul.message());
   std::set<std::string> known;
   for (const auto& v : envRegistry()) known.insert(v.name);
   for (const auto& kv : optionMap_) {

@@ -21,7 +21,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     PolicyRules again;
     RINGGUARD_FUZZ_CHECK(parseRules(text, "fuzz", edits, &again).isOk());
     RINGGUARD_FUZZ_CHECK(again.digest == r.digest);
-    for (size_t i = 1; i < r.families.size(); ++i) RINGGUARD_FUZZ_CHECK(r.families[i - 1].name < r.families[i].name);
+    for (size_t i = 1; i < r.families.size(); ++i)
+      RINGGUARD_FUZZ_CHECK(r.families[i - 1].name < r.families[i].name);
     for (const PolicyFamily& f : r.families) RINGGUARD_FUZZ_CHECK(!f.variants.empty());
     return 0;
   }

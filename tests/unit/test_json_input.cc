@@ -54,8 +54,9 @@ TEST(JsonInput, DepthIsBoundedBeforeAnythingWalksTheDocument) {
   EXPECT_EQ(j.dump().size(), 64u);
   Status st = parse(nested(33));
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(st.message(), "input 'x.json': at '/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0': "
-                          "nested deeper than the limit of 32 levels");
+  EXPECT_EQ(st.message(),
+            "input 'x.json': at '/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0': "
+            "nested deeper than the limit of 32 levels");
   // 100000 levels ended the process with SIGSEGV (issue 47, item 1); refused at level 33, at once.
   const auto t0 = std::chrono::steady_clock::now();
   st = parse(nested(100000));
@@ -95,8 +96,10 @@ TEST(JsonInput, NulAndWhatFollowsItAreRefused) {
 TEST(JsonInput, BytesThatAreNotUtf8AreNamedByOffset) {
   EXPECT_EQ(parse("{\"description\": \"caf\xe9\"}").message(),
             "input 'x.json': byte 20 is not UTF-8 (near 'scription\": \"caf\\xe9\"}')");
-  EXPECT_NE(parse("[\"\xc0\xaf\"]").message().find("byte 2 is not UTF-8"), std::string::npos);  // overlong '/'
-  EXPECT_NE(parse("[\"\xed\xa0\x80\"]").message().find("byte 2 is not UTF-8"), std::string::npos);  // surrogate
+  EXPECT_NE(parse("[\"\xc0\xaf\"]").message().find("byte 2 is not UTF-8"),
+            std::string::npos);  // overlong '/'
+  EXPECT_NE(parse("[\"\xed\xa0\x80\"]").message().find("byte 2 is not UTF-8"),
+            std::string::npos);                                                                 // surrogate
   EXPECT_NE(parse("[\"\xe2\x82\"]").message().find("byte 2 is not UTF-8"), std::string::npos);  // truncated
   json j;
   ASSERT_TRUE(parse("[\"caf\xc3\xa9 \xf0\x9f\x98\x80\"]", &j).isOk());
@@ -110,7 +113,8 @@ TEST(JsonInput, DuplicateKeysAreRefused) {
 
 TEST(JsonInput, SyntaxErrorsNameTheByteAndStayShort) {
   Status st = parse("[1, 2,, 3]");
-  EXPECT_NE(st.message().find("input 'x.json': not valid JSON at byte 6: "), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("input 'x.json': not valid JSON at byte 6: "), std::string::npos)
+      << st.message();
   st = parse("[\"" + std::string(100000, 'x'));  // the lexer's "last read" holds the whole string
   EXPECT_LT(st.message().size(), 300u) << st.message();
 }
@@ -138,7 +142,9 @@ TEST_F(RegularFile, DirectoriesAndFifosAreRefusedWithoutBlocking) {
   // Opening a FIFO for reading waits for a writer: this returned only with a writer, or never.
   EXPECT_EQ(readRegularFile(dir_ + "/fifo", "rules file", 100, &text).message(),
             "rules file '" + dir_ + "/fifo' is a FIFO: expected a regular file");
-  EXPECT_NE(readRegularFile(dir_ + "/none", "rules file", 100, &text).message().find("cannot be read: No such file"),
+  EXPECT_NE(readRegularFile(dir_ + "/none", "rules file", 100, &text)
+                .message()
+                .find("cannot be read: No such file"),
             std::string::npos);
 }
 

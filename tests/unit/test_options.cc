@@ -196,15 +196,17 @@ TEST(Options, RealsOutOfADoublesRangeAndNulsInSettingMaps) {
           return it != m->end() ? it->second.c_str() : nullptr;
         },
         &o);
-    const char* want = m == &tiny ? "RINGGUARD_FAULT_PROB='1e-400': underflows a double (below 2.2e-308; write 0 "
-                                    "for none): expected [0, 1]"
-                                  : "RINGGUARD_FAULT_PROB='1e400': overflows a double: expected [0, 1]";
+    const char* want = m == &tiny
+                           ? "RINGGUARD_FAULT_PROB='1e-400': underflows a double (below 2.2e-308; write 0 "
+                             "for none): expected [0, 1]"
+                           : "RINGGUARD_FAULT_PROB='1e400': overflows a double: expected [0, 1]";
     EXPECT_EQ(st.message(), want);
   }
   const std::map<std::string, std::string> nul{{"RINGGUARD_FAULT_MODE", std::string("bitflip\0garbage", 15)}};
-  EXPECT_EQ(checkSettingMap(nul).message(),
-            "RINGGUARD_FAULT_MODE='bitflip\\0garbage': holds a NUL byte at offset 7 (nothing after it would be "
-            "read)");
+  EXPECT_EQ(
+      checkSettingMap(nul).message(),
+      "RINGGUARD_FAULT_MODE='bitflip\\0garbage': holds a NUL byte at offset 7 (nothing after it would be "
+      "read)");
   EXPECT_TRUE(checkSettingMap({{"RINGGUARD_FAULT_MODE", "bitflip"}}).isOk());
 }
 

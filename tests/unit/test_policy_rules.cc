@@ -1,7 +1,6 @@
 // Rule files: the shipped default and the small test rules load; every kind of error names the key (a JSON
 // pointer), the value where there is one, and the problem; RINGGUARD_POLICY_SET edits and their errors.
 #include <gtest/gtest.h>
-
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -198,23 +197,27 @@ const std::string kOneFamily = R"({"version": 1, "families": {"a": {"variants": 
 
 TEST_F(HostileRules, DeepNestingNamesTheFileAndTheLimit) {
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
-  EXPECT_EQ(load(deep).message(), "rules '" + dir_ + "/r.json': at '/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0': "
-                                  "nested deeper than the limit of 32 levels");
+  EXPECT_EQ(load(deep).message(),
+            "rules '" + dir_ +
+                "/r.json': at '/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0': "
+                "nested deeper than the limit of 32 levels");
   const std::string inDescription = R"({"version": 1, "families": {"a": {"description": )" + deep + "}}}";
   Status st = load(inDescription);
   EXPECT_NE(st.message().find("at '/families/a/description/0/0/0"), std::string::npos) << st.message();
   // At 10000 levels the error echoed the value: 20 KB of brackets. Now every echo is an excerpt.
   PolicyRules r;
   const std::string mid = std::string(20, '[') + std::string(20, ']');
-  st = parseRules(R"({"version": 1, "families": {"a": {"description": )" + mid + R"(, "variants": [{"name": "x"}]}}})",
-                  "python", "", &r);
+  st = parseRules(
+      R"({"version": 1, "families": {"a": {"description": )" + mid + R"(, "variants": [{"name": "x"}]}}})",
+      "python", "", &r);
   EXPECT_EQ(st.message(), "rules python: key '/families/a/description': value " + std::string(20, '[') +
                               std::string(20, ']') + ": expected a string");
   std::string wide = "[1";
   for (int i = 1; i < 15000; ++i) wide += ",1";
   wide += "]";
-  st = parseRules(R"({"version": 1, "families": {"a": {"description": )" + wide + R"(, "variants": [{"name": "x"}]}}})",
-                  "python", "", &r);
+  st = parseRules(
+      R"({"version": 1, "families": {"a": {"description": )" + wide + R"(, "variants": [{"name": "x"}]}}})",
+      "python", "", &r);
   EXPECT_LT(st.message().size(), 200u) << st.message();
   EXPECT_NE(st.message().find("...(30001 bytes)..."), std::string::npos) << st.message();
 }
@@ -222,28 +225,33 @@ TEST_F(HostileRules, DeepNestingNamesTheFileAndTheLimit) {
 TEST_F(HostileRules, NumberOverflowIsAnInvalidArgumentNamingFileAndKey) {
   const std::string over = R"({"version": 1, "families": {"a": {"variants": [{"name": "x"}, {"name": "y", )"
                            R"("when": [{"signal": "s", "above": {"enter": 1e400}}]}]}}})";
-  EXPECT_EQ(load(over).message(), "rules '" + dir_ + "/r.json': key '/families/a/variants/1/when/0/above/enter': "
-                                  "the number 1e400 is outside the range of a double");
+  EXPECT_EQ(load(over).message(), "rules '" + dir_ +
+                                      "/r.json': key '/families/a/variants/1/when/0/above/enter': "
+                                      "the number 1e400 is outside the range of a double");
   PolicyRules r;
   EXPECT_EQ(parseRules(over, "python", "", &r).message(),
             "rules python: key '/families/a/variants/1/when/0/above/enter': the number 1e400 is outside the "
             "range of a double");
   const Status st = parseRules(kOneFamily, "python", "/families/a/min_dwell_ms=1e400", &r);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(st.message(), "RINGGUARD_POLICY_SET entry '/families/a/min_dwell_ms=1e400': value: key '': the number "
-                          "1e400 is outside the range of a double");
+  EXPECT_EQ(st.message(),
+            "RINGGUARD_POLICY_SET entry '/families/a/min_dwell_ms=1e400': value: key '': the number "
+            "1e400 is outside the range of a double");
 }
 
 TEST_F(HostileRules, OnlyRegularFilesAreRead) {
   PolicyRules r;
-  EXPECT_EQ(loadRulesFile(dir_, "", &r).message(), "rules file '" + dir_ + "' is a directory: expected a regular file");
+  EXPECT_EQ(loadRulesFile(dir_, "", &r).message(),
+            "rules file '" + dir_ + "' is a directory: expected a regular file");
   ASSERT_EQ(mkfifo((dir_ + "/fifo").c_str(), 0600), 0);
   EXPECT_EQ(loadRulesFile(dir_ + "/fifo", "", &r).message(),
             "rules file '" + dir_ + "/fifo' is a FIFO: expected a regular file");  // blocked for good
 }
 
 TEST_F(HostileRules, BytesThatAreNotUtf8NameFileAndOffset) {
-  const std::string text = R"({"version": 1, "families": {"a": {"description": "caf)" "\xe9" R"(", "variants": [{"name": "x"}]}}})";
+  const std::string text = R"({"version": 1, "families": {"a": {"description": "caf)"
+                           "\xe9"
+                           R"(", "variants": [{"name": "x"}]}}})";
   const Status st = load(text);
   EXPECT_EQ(st.message().substr(0, st.message().find(" (near")),
             "rules '" + dir_ + "/r.json': byte " + std::to_string(text.find('\xe9')) + " is not UTF-8");
@@ -251,7 +259,8 @@ TEST_F(HostileRules, BytesThatAreNotUtf8NameFileAndOffset) {
 }
 
 TEST_F(HostileRules, DuplicateKeysAndTextAfterANulAreRefused) {
-  EXPECT_EQ(load(R"({"version": 1, "families": {"a": {"variants": [{"name": "x"}]}, "a": {"variants": []}}})").message(),
+  EXPECT_EQ(load(R"({"version": 1, "families": {"a": {"variants": [{"name": "x"}]}, "a": {"variants": []}}})")
+                .message(),
             "rules '" + dir_ + "/r.json': key '/families/a' appears twice in its object");
   EXPECT_EQ(load(kOneFamily + std::string("\0garbage", 8)).message(),
             "rules '" + dir_ + "/r.json': byte " + std::to_string(kOneFamily.size()) +

@@ -422,7 +422,9 @@ TEST(Trace, RoundTripAndErrors) {
     EXPECT_NE(st.message().find(b.expect), std::string::npos) << st.message();
   }
   std::vector<TraceRecord> recs;
-  EXPECT_NE(readTrace("/nonexistent/trace.jsonl", &recs).message().find("trace file '/nonexistent/trace.jsonl' cannot be read"),
+  EXPECT_NE(readTrace("/nonexistent/trace.jsonl", &recs)
+                .message()
+                .find("trace file '/nonexistent/trace.jsonl' cannot be read"),
             std::string::npos);
 }
 

@@ -63,7 +63,8 @@ class PyGraphGuard {
     options.maxReplays = maxReplays;
     for (const py::dict& d : faults) {
       GraphFault f;
-      if (d.contains("output")) f.output = integerIn<size_t>(d["output"], "graph_guard: a fault's output", 0, SIZE_MAX);
+      if (d.contains("output"))
+        f.output = integerIn<size_t>(d["output"], "graph_guard: a fault's output", 0, SIZE_MAX);
       if (d.contains("element"))
         f.element = integerIn<size_t>(d["element"], "graph_guard: a fault's element", 0, SIZE_MAX);
       if (d.contains("attempts"))

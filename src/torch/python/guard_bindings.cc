@@ -61,8 +61,8 @@ GuardPolicy policyFrom(const py::dict& d) {
   if (d.contains("replays"))
     p.replays = integerIn<int>(d["replays"], "guard: replays", 0, GuardPolicy::kMaxReplays);
   if (d.contains("snapshot_budget_bytes")) {
-    p.snapshotBudgetBytes = integerIn<uint64_t>(d["snapshot_budget_bytes"], "guard: snapshot_budget_bytes", 0,
-                                                UINT64_MAX);
+    p.snapshotBudgetBytes =
+        integerIn<uint64_t>(d["snapshot_budget_bytes"], "guard: snapshot_budget_bytes", 0, UINT64_MAX);
   }
   if (d.contains("scan_state")) p.scanState = py::cast<bool>(d["scan_state"]);
   if (d.contains("scan_inputs")) p.scanInputs = py::cast<bool>(d["scan_inputs"]);

@@ -15,7 +15,6 @@
 
 #include "core/env.h"
 #include "core/excerpt.h"
-#include "torch/python/checked_args.h"
 #include "ringguard/policy/engine.h"
 #include "ringguard/policy/process_engine.h"
 #include "ringguard/policy/registry.h"
@@ -23,6 +22,7 @@
 #include "ringguard/telemetry/memory.h"
 #include "ringguard/telemetry/pcie.h"
 #include "ringguard/telemetry/sampler.h"
+#include "torch/python/checked_args.h"
 
 namespace py = pybind11;
 
@@ -90,8 +90,8 @@ class PyPolicyEngine {
                  int nvmlDevice) {
     PolicyRules rules;
     const char* envEdits = envLookup("RINGGUARD_POLICY_SET");
-    const std::string e =
-        edits.is_none() ? (envEdits ? envEdits : "") : noNul(py::cast<std::string>(edits), "policy.load: edits");
+    const std::string e = edits.is_none() ? (envEdits ? envEdits : "")
+                                          : noNul(py::cast<std::string>(edits), "policy.load: edits");
     Status st;
     if (!rulesJson.is_none()) {
       st = parseRules(py::cast<std::string>(rulesJson), "python", e, &rules);  // refuses NULs itself
@@ -182,9 +182,9 @@ class PyPolicyEngine {
         if (kv.second.is_none()) {
           s.set(Signal::absent(name, "", "python", "None from Python"));
         } else {
-          s.set(Signal::present(name,
-                                finiteNumber(kv.second, "signal '" + excerpt(name) + "'", " (None marks it missing)"),
-                                "", "python"));
+          s.set(Signal::present(
+              name, finiteNumber(kv.second, "signal '" + excerpt(name) + "'", " (None marks it missing)"), "",
+              "python"));
         }
       }
     }
