@@ -331,7 +331,7 @@ Status parseRules(const std::string& text, const std::string& origin, const std:
 Status loadRulesFile(const std::string& path, const std::string& edits, PolicyRules* out) {
   std::string text;
   RINGGUARD_RETURN_IF_ERROR(readRegularFile(path, "rules file", kRulesLimits.maxBytes, &text));
-  return parseRules(text, "'" + path + "'", edits, out);
+  return parseRules(text, "'" + excerpt(path, 200) + "'", edits, out);  // paths are bytes
 }
 
 Status loadRulesFromEnv(PolicyRules* out) {
