@@ -275,7 +275,8 @@ class PyGuard {
     }
     guard_->setAgreement([fn](uint64_t* severity) -> Status {
       try {
-        *severity = py::cast<uint64_t>(fn(*severity));
+        *severity =
+            integerIn<uint64_t>(fn(*severity), "guard: the agreement callback's result", 0, UINT64_MAX);
         return Status::ok();
       } catch (const std::exception& e) {
         return Status(StatusCode::kInternal,

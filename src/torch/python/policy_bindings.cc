@@ -302,8 +302,8 @@ void ringguardRegisterPolicyBindings(py::module_& m) {
                               [&](const ringguard::PolicyFamily& f) { return f.name == family; })) {
                std::string known;
                for (const ringguard::PolicyFamily& f : fams) known += (known.empty() ? "" : ", ") + f.name;
-               throw py::value_error("ringguard.policy: the rules have no family '" + ringguard::excerpt(family) +
-                                     "' (they have: " + known + ")");
+               throw py::value_error("ringguard.policy: the rules have no family '" +
+                                     ringguard::excerpt(family) + "' (they have: " + known + ")");
              }
              return p.engine().current(family);
            })
