@@ -140,8 +140,8 @@ std::vector<GuardBuffer> declared(const std::vector<std::pair<std::string, at::T
 
 // A returned tensor whose bytes lie within a declared state (an in-place op returns its state: w.add_
 // returns w; or a view of part of it) is covered by that state, as an argument within a state is
-// (guard.py's _covered): scanned as state, restored with it. One that only partly overlaps a state stays
-// declared, and the guard refuses the overlap naming both (docs/GUARD.md, "Aliased arguments").
+// (guard.py's _covered): scanned as state, restored with it. Any other returned tensor is an output and
+// scanned, whatever it overlaps: a result is not a declaration (docs/GUARD.md, "Aliased arguments").
 bool withinState(const GuardedOp& op, const GuardBuffer& b) {
   const auto* p = static_cast<const unsigned char*>(b.data);
   for (const GuardBuffer& s : op.state) {
