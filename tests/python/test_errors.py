@@ -127,10 +127,13 @@ def _(ctx):
     import ringguard
 
     g = dist.new_group(backend="ringguard")
+    ringguard.set_fault(g, mode="burst")
+    before = ringguard.fault(g)
     with pytest.raises(ValueError, match=re.escape("RINGGUARD_FAULT_MODE holds a NUL byte at offset 7 "
                                                    "('bitflip\\0garbage')")):
         ringguard.set_fault(g, mode="bitflip\x00garbage")
-    assert ringguard.fault(g)["RINGGUARD_FAULT_MODE"] == "none"  # nothing was set
+    assert ringguard.fault(g) == before and before["RINGGUARD_FAULT_MODE"] == "burst"  # nothing was set
+    ringguard.set_fault(g)  # back to no injection
     with pytest.raises(ValueError, match=re.escape("RINGGUARD_FAULT_MODE='bitflip\\0garbage': holds a NUL "
                                                    "byte at offset 7")):
         dist.new_group(backend="ringguard", pg_options=ringguard.Options(fault_mode="bitflip\x00garbage"))

@@ -51,7 +51,7 @@ def test_echoed_values_are_excerpts(tmp_path):
         policy.load(rules_json=text)
     assert len(str(err.value)) < 200, str(err.value)
     assert str(err.value).startswith("rules python: key '/families/a/description': value [1,1,1,")
-    assert "...(59999 bytes)..." in str(err.value)
+    assert "...(60001 bytes)..." in str(err.value)
 
 
 def test_number_overflow_is_a_value_error_naming_file_and_key(tmp_path):
