@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import math
 import os
 import re
+import stat
 import sys
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
@@ -56,8 +58,69 @@ class InputError(Exception):
 
 
 def fail(path: str, lineno: int, what: str, line: str = "") -> InputError:
-    shown = f": {line.rstrip()!r}" if line else ""
+    shown = f": {excerpt(line.rstrip())}" if line else ""
     return InputError(f"{path}:{lineno}: {what}{shown}")
+
+
+def excerpt(text: str, limit: int = 80) -> str:
+    """repr(text), cut in the middle to about `limit` characters: errors quote input, which can be any size."""
+    shown = repr(text)
+    if len(shown) <= limit:
+        return shown
+    return f"{shown[:limit // 2]}...({len(text)} characters)...{shown[-(limit // 2):]}"
+
+
+# Inputs are read whole: a recorded timeline is a few hundred kilobytes (the recorder's buffer is bounded).
+MAX_INPUT_BYTES = 512 << 20
+# A Chrome trace nests five deep (object, traceEvents, event, args, a value); a policy record four.
+MAX_JSON_DEPTH = 16
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def read_input(path: str) -> str:
+    """The text of `path`: only a regular file (checked with stat before it is opened, and on the descriptor,
+    opened without blocking: a FIFO would wait for a writer for good), at most MAX_INPUT_BYTES, UTF-8."""
+    def check(st: os.stat_result) -> None:
+        if not stat.S_ISREG(st.st_mode):
+            kind = next((k for test, k in _KINDS if test(st.st_mode)), "not a regular file")
+            raise InputError(f"{path}:0: is {kind}, not a regular file")
+        if st.st_size > MAX_INPUT_BYTES:
+            raise InputError(f"{path}:0: {st.st_size} bytes, above the limit of {MAX_INPUT_BYTES}")
+
+    try:
+        check(os.stat(path))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise InputError(f"{path}:0: cannot be read ({e.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        check(os.fstat(fd))
+        data = f.read(MAX_INPUT_BYTES + 1)
+    if len(data) > MAX_INPUT_BYTES:
+        raise InputError(f"{path}:0: larger than the limit of {MAX_INPUT_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}:0: byte {e.start} is not UTF-8 ({e.reason})") from None
+
+
+def json_value(text: str, path: str, lineno: int):
+    """`text` as JSON, nested at most MAX_JSON_DEPTH deep (Python's parser and everything that walks its
+    result recurse: 100000 nested brackets are a RecursionError, or worse, far from here)."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise fail(path, lineno + e.lineno - 1 if lineno else e.lineno, f"not JSON ({e.msg})") from None
+    except RecursionError:
+        obj = None
+    else:
+        level = [obj]  # the values at one depth; the walk is iterative
+        for _ in range(MAX_JSON_DEPTH):
+            level = [c for v in level if isinstance(v, (dict, list))
+                     for c in (v.values() if isinstance(v, dict) else v)]
+            if not level:
+                return obj
+    raise fail(path, lineno, f"nested deeper than the limit of {MAX_JSON_DEPTH} levels")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -105,8 +168,7 @@ class BenchLog:
 def parse_bench_log(path: str, text: Optional[str] = None) -> BenchLog:
     """Reads one bench_collectives / bench_allreduce stdout (with '#' lines above it)."""
     if text is None:
-        with open(path) as f:
-            text = f.read()
+        text = read_input(path)
     log: Optional[BenchLog] = None
     comments: List[str] = []
     columns: Optional[List[str]] = None
@@ -195,16 +257,15 @@ CSV_NUMERIC = {"np", "bytes", "ringguard_us", "peer_us", "ratio", "ms"}
 def parse_csv(path: str) -> CsvTable:
     meta: Dict[str, str] = {}
     body: List[Tuple[int, str]] = []
-    with open(path) as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            if line.startswith("#"):
-                if ":" in line:
-                    k, v = line[1:].split(":", 1)
-                    meta[k.strip()] = (meta.get(k.strip(), "") + " " + v.strip()).strip()
-                continue
-            body.append((lineno, line))
+    for lineno, line in enumerate(io.StringIO(read_input(path), newline=None), 1):
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            if ":" in line:
+                k, v = line[1:].split(":", 1)
+                meta[k.strip()] = (meta.get(k.strip(), "") + " " + v.strip()).strip()
+            continue
+        body.append((lineno, line))
     kind = meta.get("kind")
     if kind not in CSV_COLUMNS:
         raise fail(path, 1, f"no '# kind: {'|'.join(CSV_COLUMNS)}' line")
@@ -246,28 +307,27 @@ class PolicyReplay:
 
 def parse_policy(path: str) -> PolicyReplay:
     meta, steps, decisions, check = None, [], [], None
-    with open(path) as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip() or line.startswith("#"):
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise fail(path, lineno, f"not JSON ({e.msg})", line) from None
-            kind = obj.get("kind") if isinstance(obj, dict) else None
-            if kind == "meta":
-                meta = obj
-            elif kind == "step":
-                if "signals" not in obj or "current" not in obj or "step" not in obj:
-                    raise fail(path, lineno, "a step record needs step, signals and current", line)
-                steps.append(obj)
-            elif kind == "decision":
-                decisions.append(obj)
-            elif kind == "check":
-                check = obj
-            elif kind != "counters":
-                raise fail(path, lineno, "not a bench/policy_replay.py record (kind meta, step, decision, "
-                           "counters or check)", line)
+    for lineno, line in enumerate(io.StringIO(read_input(path), newline=None), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        try:
+            obj = json_value(line, path, lineno)
+        except InputError as e:
+            raise InputError(f"{e}: {excerpt(line.rstrip())}") from None
+        kind = obj.get("kind") if isinstance(obj, dict) else None
+        if kind == "meta":
+            meta = obj
+        elif kind == "step":
+            if "signals" not in obj or "current" not in obj or "step" not in obj:
+                raise fail(path, lineno, "a step record needs step, signals and current", line)
+            steps.append(obj)
+        elif kind == "decision":
+            decisions.append(obj)
+        elif kind == "check":
+            check = obj
+        elif kind != "counters":
+            raise fail(path, lineno, "not a bench/policy_replay.py record (kind meta, step, decision, "
+                       "counters or check)", line)
     if meta is None:
         raise fail(path, 0, "no {\"kind\": \"meta\"} record (is this bench/policy_replay.py output?)")
     if not steps:
@@ -286,11 +346,7 @@ class Timeline:
 
 
 def parse_timeline(path: str) -> Timeline:
-    try:
-        with open(path) as f:
-            obj = json.load(f)
-    except json.JSONDecodeError as e:
-        raise fail(path, e.lineno, f"not JSON ({e.msg})") from None
+    obj = json_value(read_input(path), path, 0)
     if not isinstance(obj, dict) or not isinstance(obj.get("traceEvents"), list):
         raise fail(path, 0, "not a ringguard timeline (a JSON object with traceEvents)")
     other = obj.get("otherData", {})

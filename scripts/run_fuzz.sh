@@ -4,7 +4,7 @@
 # instrumented) in a build directory of their own, then runs each for a given time, one after another on one
 # core, and prints per target the executions, the inputs in its corpus and the crashes found.
 # Usage: scripts/run_fuzz.sh [seconds per target (default 60)] [target...]   (default: every target)
-#   targets: trailer control_frame fingerprint options env fault_schedule
+#   targets: trailer control_frame fingerprint options env fault_schedule policy_rules
 # Environment: RINGGUARD_FUZZ_DIR build directory (default <repo>/build-fuzz); RINGGUARD_FUZZ_MERGE=1 also
 # merges the inputs that add coverage into tests/fuzz/corpus/<target>/ (libFuzzer -merge=1; review the size
 # before committing); RINGGUARD_FUZZ_JOBS build parallelism (default: all cores);
@@ -17,7 +17,7 @@ set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 seconds="${1:-60}"
 shift || true
-all_targets=(trailer control_frame fingerprint options env fault_schedule)
+all_targets=(trailer control_frame fingerprint options env fault_schedule policy_rules)
 if [[ $# -gt 0 ]]; then targets=("$@"); else targets=("${all_targets[@]}"); fi
 dir="${RINGGUARD_FUZZ_DIR:-$repo_root/build-fuzz}"
 jobs="${RINGGUARD_FUZZ_JOBS:-$(nproc 2>/dev/null || echo 2)}"

@@ -107,7 +107,9 @@ def set_fault(group=None, **settings) -> None:
 
     Keywords are the ``RINGGUARD_FAULT_*`` settings: ``mode``, ``prob``, ``schedule``, ``seed``,
     ``bits``, ``burst_bits``, ``delay_ms``, ``repeat`` (``fault_prob=`` and ``RINGGUARD_FAULT_PROB=``
-    work too). ``set_fault(prob=0)`` turns random injection off.
+    work too; two spellings of one setting raise ValueError). ``set_fault(prob=0)`` turns random injection
+    off. It replaces the whole fault configuration: a setting left out, or given as None, takes its default.
+    A value with a NUL byte raises ValueError naming the setting.
     """
     from .options import fault_dict
 
@@ -133,6 +135,9 @@ def init_from_mpi(master_addr: str = "127.0.0.1", master_port: Optional[int] = N
     `master_port`, or, when None, to a port rank 0 finds free and broadcasts over MPI, so two jobs on one
     host do not collide (a build without MPI falls back to 29500). Collective over MPI_COMM_WORLD when it
     picks the port: every rank must call it. Returns (rank, size)."""
+    from ._checks import integer
+
+    integer("ringguard.init_from_mpi", "master_port", master_port, 1, 65535, none_ok=True)
     env = os.environ
     pairs = [("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
               "OMPI_COMM_WORLD_LOCAL_SIZE"),

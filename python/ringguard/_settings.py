@@ -78,7 +78,8 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("RINGGUARD_FAULT_PROB", "fault_prob", "real", "0", 0.0, 1.0,
             (),
             "[0, 1]",
-            "Probability that a slice transfer is hit by an injected fault. 0 disables random injection. In "
+            "Probability that a slice transfer is hit by an injected fault. 0 disables random injection. A "
+            "decimal number beyond a double (1e-400, 1e400) is refused as underflowing or overflowing it. In "
             "[0, 1]."),
     Setting("RINGGUARD_FAULT_SCHEDULE", "fault_schedule", "schedule", "", None, None,
             (),
@@ -197,17 +198,20 @@ SETTINGS: Tuple[Setting, ...] = (
             (),
             "",
             "Path of the downgrade rules file (JSON, docs/DOWNGRADE.md). Empty: the built-in default rules "
-            "(share/ringguard/rules/default.json)."),
+            "(share/ringguard/rules/default.json). Only a regular file is read (a directory, FIFO or device "
+            "is refused without opening it for a blocking read), of at most 1 MiB, in UTF-8, nested at most "
+            "32 deep, with no NUL byte and no key twice in an object."),
     Setting("RINGGUARD_POLICY_SET", None, "text", "", None, None,
             (),
             "",
             "Edits of the rules applied before validation: `;`-separated `/json/pointer=value` entries, the "
-            "value in JSON, e.g. `/families/attention/variants/2/when/0/enter=0.5`."),
+            "value in JSON, e.g. `/families/attention/variants/2/when/0/enter=0.5`. Each value within the "
+            "rules file's limits (RINGGUARD_POLICY_RULES)."),
     Setting("RINGGUARD_POLICY_FORCE", None, "text", "", None, None,
             (),
             "",
             "Pins operator families to one variant, bypassing the rules: comma-separated `family=variant` "
-            "(the variant must be in the rules)."),
+            "(the variant must be in the rules; each family at most once)."),
 )
 
 
@@ -258,7 +262,8 @@ class Fields:
 
     fault_prob: Optional[float] = None
     """``RINGGUARD_FAULT_PROB``, default ``0``. Probability that a slice transfer is hit by an injected
-    fault. 0 disables random injection. In [0, 1]."""
+    fault. 0 disables random injection. A decimal number beyond a double (1e-400, 1e400) is refused as
+    underflowing or overflowing it. In [0, 1]."""
 
     fault_schedule: Optional[Schedule] = None
     """``RINGGUARD_FAULT_SCHEDULE``, default empty. Exact injections, in addition to RINGGUARD_FAULT_PROB:

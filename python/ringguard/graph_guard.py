@@ -28,6 +28,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import torch
 
 from . import _ext
+from ._checks import integer
 
 __all__ = ["GraphGuardedOp", "graph_guard"]
 
@@ -42,6 +43,7 @@ class GraphGuardedOp:
     def __init__(self, fn: Callable[[], object], *, state: Sequence[torch.Tensor] = (),
                  outputs: Sequence[torch.Tensor] = (), name: Optional[str] = None, max_replays: int = 2,
                  faults: Sequence[Dict] = (), fallback: bool = True):
+        integer("graph_guard", "max_replays", max_replays, 0, 31)  # GraphGuardOptions::maxReplays
         tensors = list(state) + list(outputs)
         if not tensors or any(not t.is_cuda for t in tensors):
             raise ValueError("graph_guard: state and outputs must be CUDA tensors (at least one)")

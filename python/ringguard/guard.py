@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import torch
 
 from . import _ext
+from ._checks import I32_MAX, I64_MAX, U64_MAX, integer
 
 __all__ = ["Guard", "GuardError", "guard"]
 
@@ -113,6 +114,9 @@ class Guard:
                  snapshot_budget_bytes: int = 1 << 30, scan_state: bool = True, scan_inputs: bool = False,
                  check_inputs: bool = False, device: Optional[int] = None, group: Any = None):
         C = _ext.load()
+        integer("ringguard.guard", "replays", replays, 0, 1000)  # GuardPolicy::kMaxReplays
+        integer("ringguard.guard", "snapshot_budget_bytes", snapshot_budget_bytes, 0, U64_MAX)
+        integer("ringguard.guard", "device", device, -1, I32_MAX, none_ok=True)
         if device is None:
             device = torch.cuda.current_device() if torch.cuda.is_available() else -1
         self.mode = mode
@@ -252,10 +256,14 @@ class Guard:
         which the guard does not catch) into element `element` of target `output` (the op's outputs,
         then its state tensors; -1: all) of call `call` of `op` ("" and -1: every op / call), for the
         first `attempts` attempts (1: transient; large: persistent), with `probability` (seeded)."""
+        integer("Guard.inject", "call", call, -1, I64_MAX)
+        integer("Guard.inject", "attempts", attempts, 1, I32_MAX)
+        integer("Guard.inject", "output", output, -1, I32_MAX)
+        integer("Guard.inject", "element", element, 0, U64_MAX)
         self._impl.add_fault(op, call, attempts, output, element, value, probability)
 
     def seed(self, seed: int) -> None:
-        self._impl.set_fault_seed(seed)
+        self._impl.set_fault_seed(integer("Guard.seed", "seed", seed, 0, U64_MAX))
 
     def clear_faults(self) -> None:
         self._impl.clear_faults()

@@ -21,11 +21,14 @@ from typing import Any, Dict, Optional
 import torch
 
 from . import _ext
+from ._checks import I32_MAX, integer
 
 __all__ = ["memory_stats", "memory_reserved", "empty_cache"]
 
 
 def _index(device) -> int:
+    if isinstance(device, int):
+        integer("ringguard.memory", "device", device, 0, I32_MAX)
     if device is None:
         return torch.cuda.current_device() if torch.cuda.is_available() else -1
     d = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)

@@ -114,12 +114,16 @@ def field_names() -> Dict[str, str]:
 def fault_dict(kwargs: Mapping[str, object]) -> Dict[str, str]:
     """``set_fault`` keywords -> ``{RINGGUARD_FAULT_*: str}``.
 
-    Accepts ``prob=0.1``, ``fault_prob=0.1`` or ``RINGGUARD_FAULT_PROB=0.1``; ``None`` values are
-    skipped. A keyword that names no fault setting (``probability=``, ``sead=``) raises ValueError
-    naming the closest one: ignoring it would inject nothing and say nothing.
+    Accepts ``prob=0.1``, ``fault_prob=0.1`` or ``RINGGUARD_FAULT_PROB=0.1``, one of them per setting
+    (two spellings of one setting raise ValueError naming both: which was meant is a guess). ``None`` is
+    the same as leaving the keyword out: ``set_fault`` replaces the whole fault configuration, so the
+    setting takes its default (``prob=None`` turns random injection off). A keyword that names no fault
+    setting (``probability=``, ``sead=``) raises ValueError naming the closest one: ignoring it would
+    inject nothing and say nothing.
     """
     known = {name for name in _NAMES.values() if name.startswith("RINGGUARD_FAULT_")}
     out: Dict[str, str] = {}
+    spelled: Dict[str, str] = {}  # setting -> the keyword that named it
     for key, value in kwargs.items():
         if key.startswith("RINGGUARD_FAULT_"):
             name = key
@@ -132,6 +136,9 @@ def fault_dict(kwargs: Mapping[str, object]) -> Dict[str, str]:
             hint = f" (did you mean {close[0][len('RINGGUARD_FAULT_'):].lower()!r}?)" if close else ""
             raise ValueError(f"set_fault: unknown setting {key!r}{hint}; the settings are "
                              + ", ".join(shorts))
+        if name in spelled:
+            raise ValueError(f"set_fault: {spelled[name]!r} and {key!r} both set {name}: give one of them")
+        spelled[name] = key
         if value is None:
             continue
         out[name] = format_value(name, value)

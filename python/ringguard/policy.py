@@ -27,6 +27,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 import torch
 
 from . import _ext, memory
+from ._checks import I32_MAX, integer
 
 __all__ = ["load", "engine", "register_variant", "feed_torch_stats", "feed_signals", "step", "current",
            "decisions", "counters", "signals", "attention", "attention_backend", "set_group",
@@ -110,6 +111,7 @@ def load(rules_path: Optional[str] = None, rules_json: Optional[str] = None, edi
     numbers devices in PCI bus order, not CUDA_VISIBLE_DEVICES order). A bad rules file raises ValueError
     naming the key, the value and the problem."""
     global _engine, _device, _signals
+    integer("ringguard.policy.load", "nvml_device", nvml_device, -1, I32_MAX)
     C = _ext.load()
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")

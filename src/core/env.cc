@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "core/excerpt.h"
 #include "core/logging.h"
 #include "ringguard/core/status.h"
 
@@ -77,6 +78,21 @@ bool isToolName(const std::string& name) {
 }
 
 }  // namespace
+
+Status checkSettingMap(const std::map<std::string, std::string>& settings) {
+  for (const auto& [name, value] : settings) {
+    if (const size_t at = name.find('\0'); at != std::string::npos) {
+      return Status(StatusCode::kInvalidArgument,
+                    "setting name '" + excerpt(name) + "' holds a NUL byte at offset " + std::to_string(at));
+    }
+    if (const size_t at = value.find('\0'); at != std::string::npos) {
+      return Status(StatusCode::kInvalidArgument, name + "='" + excerpt(value) +
+                                                      "': holds a NUL byte at offset " + std::to_string(at) +
+                                                      " (nothing after it would be read)");
+    }
+  }
+  return Status::ok();
+}
 
 std::string closestEnvName(const std::string& name) {
   std::string best;

@@ -2,10 +2,12 @@
 // The process environment as ringguard reads it: every RINGGUARD_* variable the library reads is a declared
 // setting (settings.h), read through envLookup; set RINGGUARD_* names that are neither settings nor tool
 // names are warned about once.
+#include <map>
 #include <string>
 #include <vector>
 
 #include "ringguard/core/settings.h"
+#include "ringguard/core/status.h"
 
 namespace ringguard {
 
@@ -33,5 +35,10 @@ std::string closestEnvName(const std::string& name);
 std::vector<std::string> unknownEnvWarnings(char** env);
 // Logs unknownEnvWarnings(environ) at warn level, once per process (Options::fromEnv calls it).
 void warnUnknownEnv();
+
+// Settings given as a map instead of the environment (a process group's options, set_fault): the parsers
+// read C strings, so a NUL byte would silently cut a name or value ("bitflip\0garbage" read as "bitflip");
+// kInvalidArgument naming the setting and the NUL's offset.
+Status checkSettingMap(const std::map<std::string, std::string>& settings);
 
 }  // namespace ringguard

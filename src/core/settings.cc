@@ -4,9 +4,11 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <system_error>
 
+#include "core/excerpt.h"
 #include "ringguard/core/non_finite.h"
 #include "ringguard/core/options.h"
 
@@ -175,7 +177,8 @@ std::vector<Setting> declarations() {
           .group("fault_mode"),
       realSetting("RINGGUARD_FAULT_PROB", "0", 0.0, 1.0,
                   "Probability that a slice transfer is hit by an injected fault. 0 disables random "
-                  "injection.")
+                  "injection. A decimal number beyond a double (1e-400, 1e400) is refused as underflowing or "
+                  "overflowing it.")
           .group("fault_prob"),
       declare("RINGGUARD_FAULT_SCHEDULE", SettingKind::kSchedule, "",
               "Exact injections, in addition to RINGGUARD_FAULT_PROB: the transfer of slice `slice` at ring "
@@ -287,16 +290,20 @@ std::vector<Setting> declarations() {
           "RINGGUARD_POLICY", "on", {{"on", "1"}, {"off", "0"}},
           "on: the downgrade engine switches operator variants by its rules; off: every family stays "
           "on its first enabled variant."),
-      textSetting("RINGGUARD_POLICY_RULES",
-                  "Path of the downgrade rules file (JSON, docs/DOWNGRADE.md). Empty: the built-in default "
-                  "rules (share/ringguard/rules/default.json)."),
+      textSetting(
+          "RINGGUARD_POLICY_RULES",
+          "Path of the downgrade rules file (JSON, docs/DOWNGRADE.md). Empty: the built-in default "
+          "rules (share/ringguard/rules/default.json). Only a regular file is read (a directory, FIFO "
+          "or device is refused without opening it for a blocking read), of at most 1 MiB, in UTF-8, "
+          "nested at most 32 deep, with no NUL byte and no key twice in an object."),
       textSetting(
           "RINGGUARD_POLICY_SET",
           "Edits of the rules applied before validation: `;`-separated `/json/pointer=value` entries, "
-          "the value in JSON, e.g. `/families/attention/variants/2/when/0/enter=0.5`."),
+          "the value in JSON, e.g. `/families/attention/variants/2/when/0/enter=0.5`. Each value within "
+          "the rules file's limits (RINGGUARD_POLICY_RULES)."),
       textSetting("RINGGUARD_POLICY_FORCE",
                   "Pins operator families to one variant, bypassing the rules: comma-separated "
-                  "`family=variant` (the variant must be in the rules)."),
+                  "`family=variant` (the variant must be in the rules; each family at most once)."),
   };
   for (Setting& s : table) {
     const std::string range = rangeSentence(s);
@@ -306,7 +313,7 @@ std::vector<Setting> declarations() {
 }
 
 Status badValue(const char* name, const std::string& value, const std::string& expected) {
-  return Status(StatusCode::kInvalidArgument, std::string(name) + "='" + value + "': " + expected);
+  return Status(StatusCode::kInvalidArgument, std::string(name) + "='" + excerpt(value) + "': " + expected);
 }
 
 // Whole-string unsigned parse: digits only.
@@ -340,6 +347,14 @@ Status parseRealText(const Setting& s, const std::string& text, double* out) {
   double v = 0.0;
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (!text.empty() && ec == std::errc::result_out_of_range && ptr == end) {
+    // A decimal number all the same: say which way it falls out of a double ("1e-400" is not zero).
+    const bool tiny = std::fabs(std::strtod(text.c_str(), nullptr)) < 1.0;
+    return badValue(
+        s.name, text,
+        std::string(tiny ? "underflows a double (below 2.2e-308; write 0 for none)" : "overflows a double") +
+            ": expected " + settingRange(s));
+  }
   if (text.empty() || ec != std::errc() || ptr != end) {
     return badValue(s.name, text, "not a decimal number: expected " + settingRange(s));
   }

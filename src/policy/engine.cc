@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <utility>
 
 #include "core/env.h"
+#include "core/excerpt.h"
 #include "core/logging.h"
 #include "core/trace_events.h"
 
@@ -64,7 +66,7 @@ Status PolicyEngine::force(const std::string& family, const std::string& variant
   const PolicyFamily* f = rules_.family(family);
   if (f == nullptr) {
     return Status(StatusCode::kInvalidArgument,
-                  fmt::format("policy force: no family '{}' in rules {}", family, rules_.origin));
+                  fmt::format("policy force: no family '{}' in rules {}", excerpt(family), rules_.origin));
   }
   if (variant.empty()) {
     forced_.erase(family);
@@ -72,8 +74,8 @@ Status PolicyEngine::force(const std::string& family, const std::string& variant
   }
   if (f->indexOf(variant) < 0) {
     return Status(StatusCode::kInvalidArgument,
-                  fmt::format("policy force: family '{}' has no variant '{}' in rules {}", family, variant,
-                              rules_.origin));
+                  fmt::format("policy force: family '{}' has no variant '{}' in rules {}", excerpt(family),
+                              excerpt(variant), rules_.origin));
   }
   forced_[family] = variant;
   return Status::ok();
@@ -88,14 +90,23 @@ Status PolicyEngine::configureFromEnv() {
   if (const char* f = envLookup("RINGGUARD_POLICY_FORCE")) {
     std::stringstream ss(f);
     std::string item;
+    std::map<std::string, std::string> seen;  // a family named twice: which one was meant is a guess
     while (std::getline(ss, item, ',')) {
       if (item.empty()) continue;
       const size_t eq = item.find('=');
       if (eq == std::string::npos || eq == 0 || eq + 1 == item.size()) {
         return Status(StatusCode::kInvalidArgument,
-                      "RINGGUARD_POLICY_FORCE entry '" + item + "': expected family=variant");
+                      "RINGGUARD_POLICY_FORCE entry '" + excerpt(item) + "': expected family=variant");
       }
-      Status st = force(item.substr(0, eq), item.substr(eq + 1));
+      const std::string family = item.substr(0, eq);
+      const auto [prev, first] = seen.emplace(family, item.substr(eq + 1));
+      if (!first) {
+        return Status(StatusCode::kInvalidArgument,
+                      fmt::format("RINGGUARD_POLICY_FORCE: family '{}' is forced twice ('{}', then '{}'): "
+                                  "name each family once",
+                                  excerpt(family), excerpt(prev->second), excerpt(item.substr(eq + 1))));
+      }
+      Status st = force(family, item.substr(eq + 1));
       if (!st.isOk()) return Status(st.code(), "RINGGUARD_POLICY_FORCE: " + st.message());
     }
   }

@@ -3,13 +3,15 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
 #include "core/env.h"
+#include "core/excerpt.h"
+#include "core/json_input.h"
 #include "core/logging.h"
+#include "core/regular_file.h"
 #include "ringguard/core/crc32.h"
 
 namespace ringguard {
@@ -58,9 +60,10 @@ class Checker {
 
   bool fail(const std::string& key, const json* value, const std::string& problem) {
     if (value != nullptr) {
-      error_ = fmt::format("rules {}: key '{}': value {}: {}", origin_, key, value->dump(), problem);
+      error_ = fmt::format("rules {}: key '{}': value {}: {}", origin_, excerpt(key), excerpt(value->dump()),
+                           problem);
     } else {
-      error_ = fmt::format("rules {}: key '{}': {}", origin_, key, problem);
+      error_ = fmt::format("rules {}: key '{}': {}", origin_, excerpt(key), problem);
     }
     return false;
   }
@@ -119,6 +122,9 @@ class Checker {
   std::string origin_;
   std::string error_;
 };
+
+// Rules are a few kilobytes, nested about eight deep.
+constexpr JsonLimits kRulesLimits{size_t{1} << 20, 32};
 
 bool validName(const std::string& s) {
   if (s.empty()) return false;
@@ -243,7 +249,7 @@ bool parseFamily(Checker& ck, const std::string& name, const json& f, const std:
   return true;
 }
 
-// RINGGUARD_POLICY_SET: "/pointer=json;/pointer=json".
+// RINGGUARD_POLICY_SET: "/pointer=json;/pointer=json". Each value within the rules' own limits.
 Status applyEdits(const std::string& edits, const std::string& origin, json* doc) {
   std::stringstream ss(edits);
   std::string item;
@@ -253,32 +259,33 @@ Status applyEdits(const std::string& edits, const std::string& origin, json* doc
     item = item.substr(first);
     const size_t eq = item.find('=');
     if (eq == std::string::npos || item[0] != '/') {
-      return Status(StatusCode::kInvalidArgument,
-                    fmt::format("RINGGUARD_POLICY_SET entry '{}': expected /json/pointer=value", item));
+      return Status(
+          StatusCode::kInvalidArgument,
+          fmt::format("RINGGUARD_POLICY_SET entry '{}': expected /json/pointer=value", excerpt(item)));
     }
     const std::string ptr = item.substr(0, eq);
     const std::string text = item.substr(eq + 1);
+    const std::string where = fmt::format("RINGGUARD_POLICY_SET entry '{}'", excerpt(item));
     json value;
-    try {
-      value = json::parse(text);
-    } catch (const json::parse_error&) {
-      return Status(
-          StatusCode::kInvalidArgument,
-          fmt::format("RINGGUARD_POLICY_SET entry '{}': value '{}' is not JSON (strings need quotes)", item,
-                      text));
+    const Status parsed = parseJsonInput(text, where + ": value", kRulesLimits, &value);
+    if (!parsed.isOk()) {
+      return Status(StatusCode::kInvalidArgument,
+                    parsed.message() + (parsed.message().find("not valid JSON") != std::string::npos &&
+                                                text.find('"') == std::string::npos
+                                            ? " (strings need quotes)"
+                                            : ""));
     }
     try {
       const json::json_pointer p(ptr);
       // Only existing keys, or a new key in an existing object: a typo must not create a dead subtree.
       if (!doc->contains(p.parent_pointer())) {
         return Status(StatusCode::kInvalidArgument,
-                      fmt::format("RINGGUARD_POLICY_SET entry '{}': key '{}' does not exist in rules {}",
-                                  item, p.parent_pointer().to_string(), origin));
+                      fmt::format("{}: key '{}' does not exist in rules {}", where,
+                                  excerpt(p.parent_pointer().to_string()), origin));
       }
       (*doc)[p] = std::move(value);
     } catch (const json::exception& e) {
-      return Status(StatusCode::kInvalidArgument,
-                    fmt::format("RINGGUARD_POLICY_SET entry '{}': {}", item, e.what()));
+      return Status(StatusCode::kInvalidArgument, fmt::format("{}: {}", where, excerpt(e.what(), 200)));
     }
   }
   return Status::ok();
@@ -289,13 +296,7 @@ Status applyEdits(const std::string& edits, const std::string& origin, json* doc
 Status parseRules(const std::string& text, const std::string& origin, const std::string& edits,
                   PolicyRules* out) {
   json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::parse_error& e) {
-    // e.byte is the offset of the error.
-    return Status(StatusCode::kInvalidArgument,
-                  fmt::format("rules {}: not valid JSON: {}", origin, e.what()));
-  }
+  RINGGUARD_RETURN_IF_ERROR(parseJsonInput(text, "rules " + origin, kRulesLimits, &doc));
   RINGGUARD_RETURN_IF_ERROR(applyEdits(edits, origin, &doc));
   Checker ck(origin);
   PolicyRules r;
@@ -328,11 +329,9 @@ Status parseRules(const std::string& text, const std::string& origin, const std:
 }
 
 Status loadRulesFile(const std::string& path, const std::string& edits, PolicyRules* out) {
-  std::ifstream in(path);
-  if (!in) return Status(StatusCode::kInvalidArgument, fmt::format("rules file '{}' cannot be opened", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parseRules(ss.str(), "'" + path + "'", edits, out);
+  std::string text;
+  RINGGUARD_RETURN_IF_ERROR(readRegularFile(path, "rules file", kRulesLimits.maxBytes, &text));
+  return parseRules(text, "'" + excerpt(path, 200) + "'", edits, out);  // paths are bytes
 }
 
 Status loadRulesFromEnv(PolicyRules* out) {

@@ -1,10 +1,13 @@
 #include "ringguard/telemetry/trace.h"
 
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
+#include "core/excerpt.h"
+#include "core/json_input.h"
 #include "core/logging.h"
+#include "core/regular_file.h"
 
 namespace ringguard {
 
@@ -12,15 +15,15 @@ namespace {
 Status bad(int lineNo, const std::string& what) {
   return Status(StatusCode::kInvalidArgument, fmt::format("trace line {}: {}", lineNo, what));
 }
+
+// A record is one line of about a hundred signals; a trace is one record per step.
+constexpr JsonLimits kTraceLineLimits{size_t{1} << 20, 8};
+constexpr size_t kMaxTraceBytes = size_t{1} << 30;
 }  // namespace
 
 Status parseTraceLine(const std::string& line, int lineNo, TraceRecord* out) {
   nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error& e) {
-    return bad(lineNo, std::string("not JSON: ") + e.what());
-  }
+  RINGGUARD_RETURN_IF_ERROR(parseJsonInput(line, fmt::format("trace line {}", lineNo), kTraceLineLimits, &j));
   if (!j.is_object()) return bad(lineNo, "expected an object");
   *out = TraceRecord{};
   auto t = j.find("t_ms");
@@ -29,7 +32,7 @@ Status parseTraceLine(const std::string& line, int lineNo, TraceRecord* out) {
   auto step = j.find("step");
   if (step != j.end()) {
     if (!step->is_number_integer() || step->get<long long>() < 0) {
-      return bad(lineNo, "key 'step': expected a non-negative integer, got " + step->dump());
+      return bad(lineNo, "key 'step': expected a non-negative integer, got " + excerpt(step->dump()));
     }
     out->step = step->get<long long>();
   }
@@ -52,16 +55,17 @@ Status parseTraceLine(const std::string& line, int lineNo, TraceRecord* out) {
     } else if (it->is_number()) {
       out->sample.signals.push_back(Signal::present(it.key(), it->get<double>(), "", "trace"));
     } else {
-      return bad(lineNo,
-                 fmt::format("key 'signals.{}': expected a number or null, got {}", it.key(), it->dump()));
+      return bad(lineNo, fmt::format("key 'signals.{}': expected a number or null, got {}", excerpt(it.key()),
+                                     excerpt(it->dump())));
     }
   }
   return Status::ok();
 }
 
 Status readTrace(const std::string& path, std::vector<TraceRecord>* out) {
-  std::ifstream in(path);
-  if (!in) return Status(StatusCode::kInvalidArgument, "cannot open trace file '" + path + "'");
+  std::string text;
+  RINGGUARD_RETURN_IF_ERROR(readRegularFile(path, "trace file", kMaxTraceBytes, &text));
+  std::istringstream in(text);
   out->clear();
   std::string line;
   int lineNo = 0;

@@ -140,6 +140,8 @@ ProcessGroupRingguard::ProcessGroupRingguard(c10::intrusive_ptr<c10d::Store> sto
                                              c10::intrusive_ptr<c10d::Backend> gloo,
                                              const std::vector<int>& globalRanks)
     : c10d::Backend(rank, size), store_(std::move(store)), gloo_(std::move(gloo)), optionMap_(options) {
+  if (Status nul = checkSettingMap(optionMap_); !nul.isOk())
+    throw std::invalid_argument("ringguard: " + nul.message());
   std::set<std::string> known;
   for (const auto& v : envRegistry()) known.insert(v.name);
   for (const auto& kv : optionMap_) {
@@ -1357,6 +1359,8 @@ Counters ProcessGroupRingguard::counters() const {
 }
 
 void ProcessGroupRingguard::setFault(const std::map<std::string, std::string>& fault) {
+  if (Status nul = checkSettingMap(fault); !nul.isOk())
+    throw std::invalid_argument("ringguard: set_fault: " + nul.message());
   for (const auto& kv : fault) {
     if (kv.first.rfind("RINGGUARD_FAULT_", 0) != 0) {
       throw std::invalid_argument("ringguard: set_fault: '" + kv.first +

@@ -2,7 +2,7 @@
 // single-value parsers it is built from. Input: text, one `NAME=value` per line (later lines win); the first
 // line's value also goes through parseUnsignedSetting (with bounds from the line's length), parseKernelSms,
 // parseFaultMode, parseNanCheck and isValidLogLevel. Options::validateFor gets a world size from the count of
-// lines.
+// lines. checkSettingMap gets the lines as a map.
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -76,6 +76,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     RINGGUARD_FUZZ_CHECK(named);
   }
+
+  // A map with a NUL in a name or value (set_fault, a process group's options) is refused naming it: the
+  // parsers read C strings, which would end at the NUL.
+  bool nul = false;
+  for (const auto& [name, value] : env) nul = nul || (name + value).find('\0') != std::string::npos;
+  const Status mapped = checkSettingMap(env);
+  RINGGUARD_FUZZ_CHECK(mapped.isOk() == !nul);
+  if (nul) RINGGUARD_FUZZ_CHECK(mapped.message().find("holds a NUL byte at offset") != std::string::npos);
 
   const std::string first = all.front();
   // As a C string, as the parsers get it (a NUL ends it).

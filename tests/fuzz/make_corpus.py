@@ -157,6 +157,8 @@ def options_seeds():
     write("options", "repeat_int_max", "RINGGUARD_FAULT_REPEAT=2147483647")
     write("options", "later_line_wins", "RINGGUARD_SLOTS=1\nRINGGUARD_SLOTS=8")
     write("options", "first_line_mode", "x=retransmit\nRINGGUARD_NAN_CHECK=error")
+    write("options", "fault_mode_nul", b"RINGGUARD_FAULT_MODE=bitflip\x00garbage")  # issue 47, item 8
+    write("options", "prob_underflow", "RINGGUARD_FAULT_PROB=1e-400")
 
 
 def env_seeds():
@@ -196,6 +198,34 @@ def schedule_seeds():
     write("fault_schedule", "world_zero", case("0:0:0:0", world=0))
 
 
+
+def policy_rules_seeds():
+    """Rules text, then optionally 0x01 and RINGGUARD_POLICY_SET edits (fuzz_policy_rules.cc). The hostile
+    cases of issue 47: each crashed, hung, or escaped as a RuntimeError or a 100 KB message before."""
+    with open(os.path.join(HERE, "..", "..", "share", "ringguard", "rules", "default.json"), "rb") as f:
+        default = f.read()
+    one = b'{"version": 1, "families": {"a": {"variants": [{"name": "x"}]}}}'
+    write("policy_rules", "default", default)
+    write("policy_rules", "default_with_edit", default + b"\x01/families/attention/min_dwell_steps=3")
+    write("policy_rules", "one_family", one)
+    write("policy_rules", "deep_5000", b"[" * 5000 + b"]" * 5000)
+    write("policy_rules", "deep_33", b"[" * 33 + b"]" * 33)
+    write("policy_rules", "deep_in_description",
+          b'{"version": 1, "families": {"a": {"description": ' + b"[" * 5000 + b"]" * 5000 + b"}}}")
+    write("policy_rules", "wide_value", b'{"version": 1, "families": {"a": {"description": ['
+          + b",".join([b"1"] * 20000) + b"]}}}")
+    write("policy_rules", "number_overflow",
+          b'{"version": 1, "families": {"a": {"variants": [{"name": "x"}, {"name": "y", "when": '
+          b'[{"signal": "s", "above": {"enter": 1e400}}]}]}}}')
+    write("policy_rules", "edit_number_overflow", one + b"\x01/families/a/min_dwell_ms=1e400")
+    write("policy_rules", "edit_deep", one + b"\x01/families/a/description=" + b"[" * 5000 + b"]" * 5000)
+    write("policy_rules", "nul_then_garbage", one + b"\x00garbage")
+    write("policy_rules", "not_utf8", b'{"version": 1, "families": {"a": {"description": "caf\xe9", '
+          b'"variants": [{"name": "x"}]}}}')
+    write("policy_rules", "duplicate_key",
+          b'{"version": 1, "families": {"a": {"variants": [{"name": "x"}]}, "a": {"variants": []}}}')
+
+
 if __name__ == "__main__":
     trailer_seeds()
     control_seeds()
@@ -203,3 +233,4 @@ if __name__ == "__main__":
     options_seeds()
     env_seeds()
     schedule_seeds()
+    policy_rules_seeds()

@@ -121,6 +121,27 @@ def _(ctx):
     assert torch.equal(t, torch.full((5,), float(ctx.size)))
 
 
+@CASES.case("nul-in-settings")
+def _(ctx):
+    """Issue 47, item 8: a NUL cut a setting where it crossed into C++ ("bitflip\\0garbage" ran as bitflip)."""
+    import ringguard
+
+    g = dist.new_group(backend="ringguard")
+    ringguard.set_fault(g, mode="burst")
+    before = ringguard.fault(g)
+    with pytest.raises(ValueError, match=re.escape("RINGGUARD_FAULT_MODE holds a NUL byte at offset 7 "
+                                                   "('bitflip\\0garbage')")):
+        ringguard.set_fault(g, mode="bitflip\x00garbage")
+    assert ringguard.fault(g) == before and before["RINGGUARD_FAULT_MODE"] == "burst"  # nothing was set
+    ringguard.set_fault(g)  # back to no injection
+    with pytest.raises(ValueError, match=re.escape("RINGGUARD_FAULT_MODE='bitflip\\0garbage': holds a NUL "
+                                                   "byte at offset 7")):
+        dist.new_group(backend="ringguard", pg_options=ringguard.Options(fault_mode="bitflip\x00garbage"))
+    t = torch.ones(5)
+    dist.all_reduce(t, group=g)
+    assert torch.equal(t, torch.full((5,), float(ctx.size)))
+
+
 def _stall(ctx, g, warm_up):
     """Rank 1 arrives 2 x TIMEOUT_S late: rank 0 times out naming rank 1, rank 1 then fails fast."""
     if warm_up:

@@ -125,3 +125,29 @@ def test_a_json_that_is_not_a_ringguard_timeline_is_refused(tmp_path, capsys):
     assert f"{bad}:0: traceEvents[0] has no ph or ts" in error_of(capsys, tmp_path, bad)
     bad.write_text('{"traceEvents": [,]}\n')
     assert f"{bad}:1: not JSON" in error_of(capsys, tmp_path, bad)
+
+
+def test_hostile_timelines_are_refused_naming_the_file_and_the_limit(tmp_path, capsys):
+    """Issue 47: a timeline nested 100000 deep was a RecursionError, a directory or a FIFO given as a timeline
+    an IsADirectoryError or a hang, a byte that is not UTF-8 a UnicodeDecodeError naming no file."""
+    deep = tmp_path / "deep.0.json"
+    deep.write_text("[" * 100000 + "]" * 100000)
+    assert f"{deep}:0: nested deeper than the limit of 16 levels" in error_of(capsys, tmp_path, deep)
+    mid = tmp_path / "mid.0.json"
+    mid.write_text('{"traceEvents": [' + "[" * 20 + "]" * 20 + '], "otherData": {"producer": "ringguard"}}')
+    assert f"{mid}:0: nested deeper than the limit of 16 levels" in error_of(capsys, tmp_path, mid)
+    folder = tmp_path / "folder.0.json"
+    folder.mkdir()
+    assert f"{folder}:0: is a directory, not a regular file" in error_of(capsys, tmp_path, folder)
+    fifo = tmp_path / "fifo.0.json"
+    os.mkfifo(fifo)
+    assert f"{fifo}:0: is a FIFO, not a regular file" in error_of(capsys, tmp_path, fifo)
+    latin = tmp_path / "latin.0.json"
+    text = b'{"traceEvents": [], "otherData": {"producer": "caf\xe9"}}'
+    latin.write_bytes(text)
+    assert f"{latin}:0: byte {text.index(0xe9)} is not UTF-8" in error_of(capsys, tmp_path, latin)
+    policy = tmp_path / "deep.jsonl"
+    policy.write_text('{"kind": "meta"}\n' + "[" * 5000 + "]" * 5000 + "\n")
+    message = error_of(capsys, tmp_path, policy)
+    assert f"{policy}:2: nested deeper than the limit of 16 levels: '[[[[" in message
+    assert len(message) < 400, message

@@ -183,6 +183,33 @@ TEST_F(EnvTest, FromLookupLayersOverTheEnvironment) {
   EXPECT_NE(st.message().find("RINGGUARD_FAULT_PROB='1.5'"), std::string::npos) << st.message();
 }
 
+// Issue 47: a decimal number outside a double's range was "not a decimal number"; a NUL in a value given as
+// a map (set_fault, a process group's options) cut it silently ("bitflip\0garbage" ran as bitflip).
+TEST(Options, RealsOutOfADoublesRangeAndNulsInSettingMaps) {
+  const std::map<std::string, std::string> tiny{{"RINGGUARD_FAULT_PROB", "1e-400"}};
+  const std::map<std::string, std::string> huge{{"RINGGUARD_FAULT_PROB", "1e400"}};
+  for (const auto* m : {&tiny, &huge}) {
+    Options o;
+    const Status st = Options::fromLookup(
+        [&](const char* name) -> const char* {
+          auto it = m->find(name);
+          return it != m->end() ? it->second.c_str() : nullptr;
+        },
+        &o);
+    const char* want = m == &tiny
+                           ? "RINGGUARD_FAULT_PROB='1e-400': underflows a double (below 2.2e-308; write 0 "
+                             "for none): expected [0, 1]"
+                           : "RINGGUARD_FAULT_PROB='1e400': overflows a double: expected [0, 1]";
+    EXPECT_EQ(st.message(), want);
+  }
+  const std::map<std::string, std::string> nul{{"RINGGUARD_FAULT_MODE", std::string("bitflip\0garbage", 15)}};
+  EXPECT_EQ(
+      checkSettingMap(nul).message(),
+      "RINGGUARD_FAULT_MODE='bitflip\\0garbage': holds a NUL byte at offset 7 (nothing after it would be "
+      "read)");
+  EXPECT_TRUE(checkSettingMap({{"RINGGUARD_FAULT_MODE", "bitflip"}}).isOk());
+}
+
 TEST_F(EnvTest, BadValuesNameTheVariableAndValue) {
   const std::vector<std::pair<const char*, std::vector<std::string>>> cases = {
       {"RINGGUARD_SLICE_BYTES",

@@ -271,6 +271,12 @@ TEST(PolicyEngine, ConfigureFromEnv) {
   ::setenv("RINGGUARD_POLICY_FORCE", "gather", 1);
   EXPECT_EQ(engine.configureFromEnv().message(),
             "RINGGUARD_POLICY_FORCE entry 'gather': expected family=variant");
+  // A family forced twice: which was meant is a guess (the later one silently won).
+  ::setenv("RINGGUARD_POLICY_FORCE", "gather=staged,attention=lean,gather=ring", 1);
+  EXPECT_EQ(
+      engine.configureFromEnv().message(),
+      "RINGGUARD_POLICY_FORCE: family 'gather' is forced twice ('staged', then 'ring'): name each family "
+      "once");
   ::setenv("RINGGUARD_POLICY_FORCE", "gather=tree", 1);
   EXPECT_NE(engine.configureFromEnv().message().find(
                 "RINGGUARD_POLICY_FORCE: policy force: family 'gather' has no variant 'tree'"),

@@ -1,8 +1,12 @@
 // Rule files: the shipped default and the small test rules load; every kind of error names the key (a JSON
 // pointer), the value where there is one, and the problem; RINGGUARD_POLICY_SET edits and their errors.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include "ringguard/policy/rules.h"
@@ -153,7 +157,7 @@ INSTANTIATE_TEST_SUITE_P(AllKinds, PolicyRulesBad, ::testing::Values(
   BadCase{"above: exit over enter", cond(R"({"signal": "s", "above": {"enter": 0.5, "exit": 0.7}})"), "", "key '/families/f/variants/1/when/0/above/exit': value 0.7: is above enter 0.5"},
   BadCase{"below: exit under enter", cond(R"({"signal": "s", "below": {"enter": 0.5, "exit": 0.2}})"), "", "key '/families/f/variants/1/when/0/below/exit': value 0.2: is below enter 0.5"},
   BadCase{"edit: no '='", R"({"version": 1, "families": {}})", "/version", "RINGGUARD_POLICY_SET entry '/version': expected /json/pointer=value"},
-  BadCase{"edit: value not JSON", R"({"version": 1, "families": {}})", "/version=one", "RINGGUARD_POLICY_SET entry '/version=one': value 'one' is not JSON"},
+  BadCase{"edit: value not JSON", R"({"version": 1, "families": {}})", "/version=one", "RINGGUARD_POLICY_SET entry '/version=one': value: not valid JSON at byte 0: "},
   BadCase{"edit: no such key", R"({"version": 1, "families": {}})", "/familes/x/scope=1", "RINGGUARD_POLICY_SET entry '/familes/x/scope=1': key '/familes/x' does not exist"},
   BadCase{"edit makes it invalid", variants(R"([{"name": "x"}])"), "/families/f/scope=\"everywhere\"", "key '/families/f/scope': value \"everywhere\": expected \"local\" or \"collective\""}
 ));
@@ -163,7 +167,105 @@ TEST(PolicyRules, MissingFile) {
   PolicyRules r;
   Status st = loadRulesFile("/nonexistent/rules.json", "", &r);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(st.message(), "rules file '/nonexistent/rules.json' cannot be opened");
+  EXPECT_EQ(st.message(), "rules file '/nonexistent/rules.json' cannot be read: No such file or directory");
+}
+
+// Hostile rules (issue 47): each was a crash, a hang, a RuntimeError or a message of 100 KB.
+class HostileRules : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/rg_hostile_rules_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    for (const char* f : {"/r.json", "/fifo"}) std::remove((dir_ + f).c_str());
+    rmdir(dir_.c_str());
+  }
+  std::string write(const std::string& text) {
+    std::ofstream(dir_ + "/r.json", std::ios::binary) << text;
+    return dir_ + "/r.json";
+  }
+  Status load(const std::string& text, const std::string& edits = "") {
+    PolicyRules r;
+    return loadRulesFile(write(text), edits, &r);
+  }
+  std::string dir_;
+};
+
+const std::string kOneFamily = R"({"version": 1, "families": {"a": {"variants": [{"name": "x"}]}}})";
+
+TEST_F(HostileRules, DeepNestingNamesTheFileAndTheLimit) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_EQ(load(deep).message(),
+            "rules '" + dir_ +
+                "/r.json': at '/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0': "
+                "nested deeper than the limit of 32 levels");
+  const std::string inDescription = R"({"version": 1, "families": {"a": {"description": )" + deep + "}}}";
+  Status st = load(inDescription);
+  EXPECT_NE(st.message().find("at '/families/a/description/0/0/0"), std::string::npos) << st.message();
+  // At 10000 levels the error echoed the value: 20 KB of brackets. Now every echo is an excerpt.
+  PolicyRules r;
+  const std::string mid = std::string(20, '[') + std::string(20, ']');
+  st = parseRules(
+      R"({"version": 1, "families": {"a": {"description": )" + mid + R"(, "variants": [{"name": "x"}]}}})",
+      "python", "", &r);
+  EXPECT_EQ(st.message(), "rules python: key '/families/a/description': value " + std::string(20, '[') +
+                              std::string(20, ']') + ": expected a string");
+  std::string wide = "[1";
+  for (int i = 1; i < 15000; ++i) wide += ",1";
+  wide += "]";
+  st = parseRules(
+      R"({"version": 1, "families": {"a": {"description": )" + wide + R"(, "variants": [{"name": "x"}]}}})",
+      "python", "", &r);
+  EXPECT_LT(st.message().size(), 200u) << st.message();
+  EXPECT_NE(st.message().find("...(30001 bytes)..."), std::string::npos) << st.message();
+}
+
+TEST_F(HostileRules, NumberOverflowIsAnInvalidArgumentNamingFileAndKey) {
+  const std::string over = R"({"version": 1, "families": {"a": {"variants": [{"name": "x"}, {"name": "y", )"
+                           R"("when": [{"signal": "s", "above": {"enter": 1e400}}]}]}}})";
+  EXPECT_EQ(load(over).message(), "rules '" + dir_ +
+                                      "/r.json': key '/families/a/variants/1/when/0/above/enter': "
+                                      "the number 1e400 is outside the range of a double");
+  PolicyRules r;
+  EXPECT_EQ(parseRules(over, "python", "", &r).message(),
+            "rules python: key '/families/a/variants/1/when/0/above/enter': the number 1e400 is outside the "
+            "range of a double");
+  const Status st = parseRules(kOneFamily, "python", "/families/a/min_dwell_ms=1e400", &r);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(),
+            "RINGGUARD_POLICY_SET entry '/families/a/min_dwell_ms=1e400': value: key '': the number "
+            "1e400 is outside the range of a double");
+}
+
+TEST_F(HostileRules, OnlyRegularFilesAreRead) {
+  PolicyRules r;
+  EXPECT_EQ(loadRulesFile(dir_, "", &r).message(),
+            "rules file '" + dir_ + "' is a directory: expected a regular file");
+  ASSERT_EQ(mkfifo((dir_ + "/fifo").c_str(), 0600), 0);
+  EXPECT_EQ(loadRulesFile(dir_ + "/fifo", "", &r).message(),
+            "rules file '" + dir_ + "/fifo' is a FIFO: expected a regular file");  // blocked for good
+}
+
+TEST_F(HostileRules, BytesThatAreNotUtf8NameFileAndOffset) {
+  const std::string text = R"({"version": 1, "families": {"a": {"description": "caf)"
+                           "\xe9"
+                           R"(", "variants": [{"name": "x"}]}}})";
+  const Status st = load(text);
+  EXPECT_EQ(st.message().substr(0, st.message().find(" (near")),
+            "rules '" + dir_ + "/r.json': byte " + std::to_string(text.find('\xe9')) + " is not UTF-8");
+  for (char c : st.message()) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << st.message();  // a Python str
+}
+
+TEST_F(HostileRules, DuplicateKeysAndTextAfterANulAreRefused) {
+  EXPECT_EQ(load(R"({"version": 1, "families": {"a": {"variants": [{"name": "x"}]}, "a": {"variants": []}}})")
+                .message(),
+            "rules '" + dir_ + "/r.json': key '/families/a' appears twice in its object");
+  EXPECT_EQ(load(kOneFamily + std::string("\0garbage", 8)).message(),
+            "rules '" + dir_ + "/r.json': byte " + std::to_string(kOneFamily.size()) +
+                " is a NUL, which JSON text never holds (inside a string write \\u0000)");
+  EXPECT_TRUE(load(kOneFamily + "\n").isOk());
 }
 
 }  // namespace

@@ -408,7 +408,7 @@ TEST(Trace, RoundTripAndErrors) {
     const char* line;
     const char* expect;
   } bad[] = {
-      {"{", "trace line 3: not JSON"},
+      {"{", "trace line 3: not valid JSON at byte 1"},
       {"[]", "trace line 3: expected an object"},
       {"{\"signals\": {}}", "key 't_ms': missing or not a number"},
       {"{\"t_ms\": 0, \"signals\": []}", "key 'signals': missing or not an object"},
@@ -422,7 +422,9 @@ TEST(Trace, RoundTripAndErrors) {
     EXPECT_NE(st.message().find(b.expect), std::string::npos) << st.message();
   }
   std::vector<TraceRecord> recs;
-  EXPECT_NE(readTrace("/nonexistent/trace.jsonl", &recs).message().find("cannot open trace file"),
+  EXPECT_NE(readTrace("/nonexistent/trace.jsonl", &recs)
+                .message()
+                .find("trace file '/nonexistent/trace.jsonl' cannot be read"),
             std::string::npos);
 }
 

@@ -13,6 +13,7 @@
 #if RINGGUARD_GUARD_CUDA
 #include "ringguard/guard/graph_guard.h"
 #include "torch/guard/tensor_buffer.h"
+#include "torch/python/checked_args.h"
 #endif
 
 namespace py = pybind11;
@@ -40,6 +41,9 @@ class PyGraphGuard {
                const std::vector<std::pair<std::string, at::Tensor>>& state,
                const std::vector<std::pair<std::string, at::Tensor>>& outputs, const py::function& body,
                int maxReplays, const std::vector<py::dict>& faults) {
+    noNul(name, "graph_guard: name");
+    for (const auto& p : state) noNul(p.first, "graph_guard: a tensor's name");
+    for (const auto& p : outputs) noNul(p.first, "graph_guard: a tensor's name");
     for (const auto& p : state) keep_.push_back(p.second);
     for (const auto& p : outputs) keep_.push_back(p.second);
     GraphGuardedOp op;
@@ -59,13 +63,16 @@ class PyGraphGuard {
     options.maxReplays = maxReplays;
     for (const py::dict& d : faults) {
       GraphFault f;
-      if (d.contains("output")) f.output = py::cast<size_t>(d["output"]);
-      if (d.contains("element")) f.element = py::cast<size_t>(d["element"]);
-      if (d.contains("attempts")) f.attempts = py::cast<uint32_t>(d["attempts"]);
+      if (d.contains("output"))
+        f.output = integerIn<size_t>(d["output"], "graph_guard: a fault's output", 0, SIZE_MAX);
+      if (d.contains("element"))
+        f.element = integerIn<size_t>(d["element"], "graph_guard: a fault's element", 0, SIZE_MAX);
+      if (d.contains("attempts"))
+        f.attempts = integerIn<uint32_t>(d["attempts"], "graph_guard: a fault's attempts", 0, UINT32_MAX);
       if (d.contains("value")) {
-        const std::string v = py::cast<std::string>(d["value"]);
+        const std::string v = noNul(py::cast<std::string>(d["value"]), "graph_guard: a fault's value");
         if (!parseFaultValue(v, &f.value))
-          throw py::value_error("graph guard: unknown fault value '" + v + "'");
+          throw py::value_error("graph guard: unknown fault value '" + excerpt(v) + "'");
       }
       options.faults.push_back(f);
     }

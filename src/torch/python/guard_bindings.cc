@@ -10,10 +10,13 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "core/excerpt.h"
 #include "ringguard/guard/guard.h"
 #include "torch/guard/tensor_buffer.h"
+#include "torch/python/checked_args.h"
 #if RINGGUARD_GUARD_CUDA
 #include "cuda/snapshot.h"
 #endif
@@ -38,9 +41,14 @@ namespace {
 template <typename T>
 T parsed(const py::dict& d, const char* key, T fallback, bool (*parse)(const std::string&, T*)) {
   if (!d.contains(key)) return fallback;
-  const std::string s = py::cast<std::string>(d[key]);
+  const py::object o = d[key];
+  if (!py::isinstance<py::str>(o)) {
+    throw py::type_error(std::string("guard: ") + key + " must be a str, got " +
+                         excerpt(std::string(py::repr(o))));
+  }
+  const std::string s = noNul(py::cast<std::string>(o), std::string("guard: ") + key);
   T v;
-  if (!parse(s, &v)) throw py::value_error(std::string("guard: unknown ") + key + " '" + s + "'");
+  if (!parse(s, &v)) throw py::value_error(std::string("guard: unknown ") + key + " '" + excerpt(s) + "'");
   return v;
 }
 
@@ -50,19 +58,12 @@ GuardPolicy policyFrom(const py::dict& d) {
   p.onDetect = parsed(d, "policy", p.onDetect, parseGuardAction);
   p.escalation = parsed(d, "escalation", p.escalation, parseGuardAction);
   p.afterFallback = parsed(d, "after_fallback", p.afterFallback, parseGuardAction);
-  if (d.contains("replays")) {
-    // Range-checked as a Python int first, so 10**12 gets the policy's message, not a cast error.
-    const py::object v = d["replays"];
-    const bool fits =
-        py::isinstance<py::int_>(v) && v >= py::int_(0) && v <= py::int_(GuardPolicy::kMaxReplays);
-    if (!fits) {
-      throw py::value_error("guard policy: replays must be in [0, " +
-                            std::to_string(GuardPolicy::kMaxReplays) + "], got " + std::string(py::repr(v)));
-    }
-    p.replays = py::cast<int>(v);
+  if (d.contains("replays"))
+    p.replays = integerIn<int>(d["replays"], "guard: replays", 0, GuardPolicy::kMaxReplays);
+  if (d.contains("snapshot_budget_bytes")) {
+    p.snapshotBudgetBytes =
+        integerIn<uint64_t>(d["snapshot_budget_bytes"], "guard: snapshot_budget_bytes", 0, UINT64_MAX);
   }
-  if (d.contains("snapshot_budget_bytes"))
-    p.snapshotBudgetBytes = py::cast<uint64_t>(d["snapshot_budget_bytes"]);
   if (d.contains("scan_state")) p.scanState = py::cast<bool>(d["scan_state"]);
   if (d.contains("scan_inputs")) p.scanInputs = py::cast<bool>(d["scan_inputs"]);
   if (d.contains("check_inputs")) p.checkInputs = py::cast<bool>(d["check_inputs"]);
@@ -122,13 +123,14 @@ void appendTensors(const py::handle& obj, const std::string& prefix, std::vector
   const py::object flatten = py::module_::import("ringguard.guard").attr("_flatten");
   for (const py::handle& pair : flatten(obj, prefix)) {
     const py::tuple named = py::reinterpret_borrow<py::tuple>(pair);
-    add(py::cast<at::Tensor>(named[1]), py::cast<std::string>(named[0]));
+    add(py::cast<at::Tensor>(named[1]), noNul(py::cast<std::string>(named[0]), "guard: an output's name"));
   }
 }
 
 // Tensors with their names, as Python passes them: a list of (name, tensor) pairs.
 std::vector<GuardBuffer> declared(const std::vector<std::pair<std::string, at::Tensor>>& list,
                                   std::vector<at::Tensor>* keep) {
+  for (const auto& p : list) noNul(p.first, "guard: a tensor's name");
   std::vector<GuardBuffer> out;
   const Status st = tensorBuffers(list, &out);
   if (!st.isOk()) raise(st);
@@ -136,11 +138,15 @@ std::vector<GuardBuffer> declared(const std::vector<std::pair<std::string, at::T
   return out;
 }
 
-bool aliasesState(const GuardedOp& op, const GuardBuffer& b) {
+// A returned tensor whose bytes lie within a declared state (an in-place op returns its state: w.add_
+// returns w; or a view of part of it) is covered by that state, as an argument within a state is
+// (guard.py's _covered): scanned as state, restored with it. Any other returned tensor is an output and
+// scanned, whatever it overlaps: a result is not a declaration (docs/GUARD.md, "Aliased arguments").
+bool withinState(const GuardedOp& op, const GuardBuffer& b) {
   const auto* p = static_cast<const unsigned char*>(b.data);
   for (const GuardBuffer& s : op.state) {
     const auto* q = static_cast<const unsigned char*>(s.data);
-    if (s.kind == b.kind && p < q + s.bytes && q < p + b.bytes) return true;
+    if (s.kind == b.kind && q <= p && p + b.bytes <= q + s.bytes) return true;
   }
   return false;
 }
@@ -171,6 +177,7 @@ class PyGuard {
                 const std::vector<std::pair<std::string, at::Tensor>>& state,
                 const std::vector<std::pair<std::string, at::Tensor>>& outputs, const py::function& body,
                 const py::object& fallback, uintptr_t stream) {
+    noNul(name, "guard: the op's name");
     std::vector<at::Tensor> keep;
     GuardedOp op;
     op.name = name;
@@ -189,10 +196,9 @@ class PyGuard {
           produced.clear();
           op.outputs = fixedOutputs;
           appendTensors(r, "out", &op.outputs, &produced);
-          // An in-place op returns its state (w.add_ returns w): that tensor is already declared.
           op.outputs.erase(
               std::remove_if(op.outputs.begin() + static_cast<std::ptrdiff_t>(fixedOutputs.size()),
-                             op.outputs.end(), [&](const GuardBuffer& b) { return aliasesState(op, b); }),
+                             op.outputs.end(), [&](const GuardBuffer& b) { return withinState(op, b); }),
               op.outputs.end());
           result = r;
           return Status::ok();
@@ -217,6 +223,7 @@ class PyGuard {
   }
 
   py::dict runStep(const py::function& region) {
+    StepSlot slot(this, "Guard.step");
     std::exception_ptr pending;
     StepReport report;
     const Status st = guard_->runStep(
@@ -241,6 +248,7 @@ class PyGuard {
 
   // runStepToFlag: the verdict lands in `flag` (one f32 element on the step's device), no host wait.
   void runStepToFlag(const py::function& region, const at::Tensor& flag, uintptr_t stream) {
+    StepSlot slot(this, "Guard.step_flag");
     GuardBuffer f;
     const Status conv = tensorBuffer(flag, "flag", &f);
     if (!conv.isOk()) raise(conv);
@@ -267,7 +275,8 @@ class PyGuard {
     }
     guard_->setAgreement([fn](uint64_t* severity) -> Status {
       try {
-        *severity = py::cast<uint64_t>(fn(*severity));
+        *severity =
+            integerIn<uint64_t>(fn(*severity), "guard: the agreement callback's result", 0, UINT64_MAX);
         return Status::ok();
       } catch (const std::exception& e) {
         return Status(StatusCode::kInternal,
@@ -278,6 +287,8 @@ class PyGuard {
 
   void addFault(const std::string& op, int64_t call, int attempts, int output, uint64_t element,
                 const std::string& value, double probability) {
+    noNul(op, "Guard.inject: op");
+    noNul(value, "Guard.inject: value");
     GuardFaultRule r;
     r.op = op;
     r.call = call;
@@ -285,7 +296,7 @@ class PyGuard {
     r.output = output;
     r.element = element;
     if (!parseFaultValue(value, &r.value))
-      throw py::value_error("guard: unknown fault value '" + value + "'");
+      throw py::value_error("guard: unknown fault value '" + excerpt(value) + "'");
     r.probability = probability;
     const Status st = guard_->faults().addRule(r);
     if (!st.isOk()) raise(st);
@@ -294,7 +305,41 @@ class PyGuard {
   Guard& guard() { return *guard_; }
 
  private:
+  // One step at a time per guard: a step gathers every guarded call made until it ends (the calls that
+  // autograd's device threads make during the step's backward included), restores them all and replays the
+  // step as a whole, so a second step could only be nested in it or interleaved with it. The bindings run
+  // under the GIL, which the step's Python code gives up between bytecodes: the slot is taken and checked
+  // with the GIL held, and the error says which of the two it was in the Python API's words.
+  class StepSlot {
+   public:
+    StepSlot(PyGuard* g, const char* what) : g_(g) {
+      const std::thread::id me = std::this_thread::get_id();
+      if (g->inStep_ && g->stepThread_ != me) {
+        throw std::runtime_error(
+            std::string("ringguard.guard: ") + what +
+            " while another thread runs a step of the same guard: a guard runs one step at a time (each "
+            "step gathers, restores and replays every guarded call made until it ends); give each thread "
+            "its own ringguard.guard(...), or run the steps one after another");
+      }
+      if (g->inStep_) {
+        throw py::value_error(std::string("ringguard.guard: ") + what +
+                              " inside a step of the same guard: steps do not nest (call the inner function "
+                              "directly: its guarded calls are part of the outer step)");
+      }
+      g->inStep_ = true;
+      g->stepThread_ = me;
+    }
+    ~StepSlot() { g_->inStep_ = false; }
+    StepSlot(const StepSlot&) = delete;
+    StepSlot& operator=(const StepSlot&) = delete;
+
+   private:
+    PyGuard* g_;
+  };
+
   std::unique_ptr<Guard> guard_;
+  bool inStep_ = false;         // read and written with the GIL held
+  std::thread::id stepThread_;  // the thread whose step it is, while inStep_
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "ringguard/core/issue_lane.h"
+#include "torch/python/checked_args.h"
 
 namespace py = pybind11;
 
@@ -16,7 +17,10 @@ namespace {
 
 class PyIssueLane {
  public:
-  explicit PyIssueLane(std::string name) : name_(std::move(name)) { check(); }
+  explicit PyIssueLane(std::string name) : name_(std::move(name)) {
+    ringguard::noNul(name_, "issue_lane: name");
+    check();
+  }
   void enter() {
     if (lane_) throw std::runtime_error("ringguard.issue_lane('" + name_ + "') is already entered");
     check();  // again: a colliding name may have been entered since (IssueLane would end the process)

@@ -13,6 +13,7 @@
 #include "ringguard/observability/observability.h"
 #include "ringguard/torch/process_group.h"
 #include "torch/completion.h"
+#include "torch/python/checked_args.h"
 
 namespace py = pybind11;
 
@@ -108,6 +109,8 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "write_observability_files",
       [](const std::string& timeline, const std::string& summary) {
+        ringguard::noNul(timeline, "write_files: timeline_prefix");
+        ringguard::noNul(summary, "write_files: summary_prefix");
         const ringguard::Status st = ringguard::observability::writeFiles(timeline, summary);
         if (!st.isOk()) throw std::runtime_error("ringguard: " + st.message());
       },
@@ -147,6 +150,8 @@ PYBIND11_MODULE(_C, m) {
           [](ringguard::ProcessGroupRingguard& self, const std::map<std::string, std::string>& fault) {
             // A name the registry does not know would be ignored: nothing injected and nothing said.
             for (const auto& kv : fault) {
+              ringguard::noNul(kv.first, "set_fault: a setting's name");
+              ringguard::noNul(kv.second, "set_fault: " + kv.first);
               if (!ringguard::findEnvVar(kv.first)) {
                 throw std::invalid_argument("ringguard: set_fault: unknown setting '" + kv.first +
                                             "' (did you mean " + ringguard::closestEnvName(kv.first) + "?)");
@@ -156,7 +161,12 @@ PYBIND11_MODULE(_C, m) {
           },
           py::arg("options"), "Fault injection (RINGGUARD_FAULT_* names) for collectives issued from now on.")
       .def("fault", &ringguard::ProcessGroupRingguard::fault)
-      .def("transport", &ringguard::ProcessGroupRingguard::transport, py::arg("device_type"))
+      .def(
+          "transport",
+          [](const ringguard::ProcessGroupRingguard& self, const std::string& deviceType) {
+            return self.transport(ringguard::noNul(deviceType, "transport: device"));
+          },
+          py::arg("device_type"))
       .def("staged_all_gathers", &ringguard::ProcessGroupRingguard::stagedAllgathers,
            "All-gathers of CUDA tensors run as the all_gather family's staged_chunked variant.")
       .def("staged_all_reduces", &ringguard::ProcessGroupRingguard::stagedAllreduces,

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/env.h"
+#include "core/excerpt.h"
 #include "ringguard/policy/engine.h"
 #include "ringguard/policy/process_engine.h"
 #include "ringguard/policy/registry.h"
@@ -21,6 +22,7 @@
 #include "ringguard/telemetry/memory.h"
 #include "ringguard/telemetry/pcie.h"
 #include "ringguard/telemetry/sampler.h"
+#include "torch/python/checked_args.h"
 
 namespace py = pybind11;
 
@@ -46,7 +48,7 @@ double finiteNumber(const py::handle& v, const std::string& what, const char* hi
   }
   if (!ok || !std::isfinite(d)) {
     throw py::value_error("ringguard.policy: " + what + " must be a finite number" + hint + ", got " +
-                          std::string(py::repr(v)));
+                          excerpt(std::string(py::repr(v))));
   }
   return d;
 }
@@ -57,7 +59,7 @@ uint64_t count(const py::handle& v, const std::string& what) {
   } catch (const py::cast_error&) {
   }
   throw py::value_error("ringguard.policy: " + what + " must be a non-negative integer, got " +
-                        std::string(py::repr(v)));
+                        excerpt(std::string(py::repr(v))));
 }
 
 py::object signalValue(const Signal& s) { return s.missing ? py::none() : py::object(py::float_(s.value)); }
@@ -88,12 +90,13 @@ class PyPolicyEngine {
                  int nvmlDevice) {
     PolicyRules rules;
     const char* envEdits = envLookup("RINGGUARD_POLICY_SET");
-    const std::string e = edits.is_none() ? (envEdits ? envEdits : "") : py::cast<std::string>(edits);
+    const std::string e = edits.is_none() ? (envEdits ? envEdits : "")
+                                          : noNul(py::cast<std::string>(edits), "policy.load: edits");
     Status st;
     if (!rulesJson.is_none()) {
-      st = parseRules(py::cast<std::string>(rulesJson), "python", e, &rules);
+      st = parseRules(py::cast<std::string>(rulesJson), "python", e, &rules);  // refuses NULs itself
     } else if (!rulesPath.is_none()) {
-      st = loadRulesFile(py::cast<std::string>(rulesPath), e, &rules);
+      st = loadRulesFile(noNul(py::cast<std::string>(rulesPath), "policy.load: rules_path"), e, &rules);
     } else if (edits.is_none()) {
       st = loadRulesFromEnv(&rules);
     } else {
@@ -116,6 +119,8 @@ class PyPolicyEngine {
   }
 
   void registerVariant(const std::string& family, const std::string& name, const py::object& enabled) {
+    noNul(family, "policy.register_variant: family");
+    noNul(name, "policy.register_variant: name");
     VariantRegistry::Enabled fn;
     if (!enabled.is_none()) {
       fn = [enabled]() {
@@ -143,6 +148,7 @@ class PyPolicyEngine {
 
   void feedPoolStats(const std::string& pool, uint64_t reserved, uint64_t used, uint64_t highWater,
                      const py::object& failures) {
+    noNul(pool, "policy: pool");
     PoolSource* src = pool == "device" ? &devicePool_ : pool == "pinned" ? &pinnedPool_ : nullptr;
     if (src == nullptr)
       throw py::value_error("policy: pool must be 'device' or 'pinned', not '" + pool + "'");
@@ -172,13 +178,13 @@ class PyPolicyEngine {
     }
     if (!extra.is_none()) {
       for (auto kv : py::cast<py::dict>(extra)) {
-        const std::string name = py::cast<std::string>(kv.first);
+        const std::string name = noNul(py::cast<std::string>(kv.first), "policy: a signal's name");
         if (kv.second.is_none()) {
           s.set(Signal::absent(name, "", "python", "None from Python"));
         } else {
-          s.set(Signal::present(name,
-                                finiteNumber(kv.second, "signal '" + name + "'", " (None marks it missing)"),
-                                "", "python"));
+          s.set(Signal::present(
+              name, finiteNumber(kv.second, "signal '" + excerpt(name) + "'", " (None marks it missing)"), "",
+              "python"));
         }
       }
     }
@@ -290,20 +296,25 @@ void ringguardRegisterPolicyBindings(py::module_& m) {
       .def("signals", &PyPolicyEngine::signals, py::arg("extra") = py::none(), py::arg("t_ms") = py::none())
       .def("current",
            [](PyPolicyEngine& p, const std::string& family) {
+             ringguard::noNul(family, "policy.current: family");
              const auto& fams = p.engine().rules().families;
              if (std::none_of(fams.begin(), fams.end(),
                               [&](const ringguard::PolicyFamily& f) { return f.name == family; })) {
                std::string known;
                for (const ringguard::PolicyFamily& f : fams) known += (known.empty() ? "" : ", ") + f.name;
-               throw py::value_error("ringguard.policy: the rules have no family '" + family +
-                                     "' (they have: " + known + ")");
+               throw py::value_error("ringguard.policy: the rules have no family '" +
+                                     ringguard::excerpt(family) + "' (they have: " + known + ")");
              }
              return p.engine().current(family);
            })
       .def("first_enabled",
-           [](PyPolicyEngine& p, const std::string& family) { return p.registry().firstEnabled(family); })
+           [](PyPolicyEngine& p, const std::string& family) {
+             return p.registry().firstEnabled(ringguard::noNul(family, "policy: family"));
+           })
       .def("force",
            [](PyPolicyEngine& p, const std::string& family, const std::string& variant) {
+             ringguard::noNul(family, "policy.force: family");
+             ringguard::noNul(variant, "policy.force: variant");
              ringguard::Status st = p.engine().force(family, variant);
              if (!st.isOk()) throw py::value_error(st.message());
            })
@@ -320,6 +331,11 @@ void ringguardRegisterPolicyBindings(py::module_& m) {
       .def("families", &PyPolicyEngine::families)
       .def("rules_digest", [](PyPolicyEngine& p) { return p.engine().rules().digest; })
       .def("rules_origin", [](PyPolicyEngine& p) { return p.engine().rules().origin; });
-  m.def("alloc_conf_selects_async", &ringguard::allocConfSelectsAsync, py::arg("conf"));
+  m.def(
+      "alloc_conf_selects_async",
+      [](const std::string& conf) {
+        return ringguard::allocConfSelectsAsync(ringguard::noNul(conf, "PYTORCH_ALLOC_CONF"));
+      },
+      py::arg("conf"));
   m.def("default_rules_json", [] { return ringguard::defaultRulesJson(); });
 }
