@@ -28,11 +28,12 @@ from .graph_guard import graph_guard  # noqa: E402,F401  the guard as one CUDA g
 from . import policy  # noqa: E402,F401  operator downgrade engine (docs/DOWNGRADE.md)
 from .memory import empty_cache, memory_reserved, memory_stats  # noqa: E402,F401  beside torch's allocator
 from .issue_lane import current_issue_lane, issue_lane  # noqa: E402,F401  threads' order (docs/TORCH.md)
+from .replicas import ReplicaCheck, ReplicaMismatchError  # noqa: E402,F401  replica fingerprints (docs/REPLICAS.md)
 
 __version__ = "0.1.0"
 __all__ = ["Options", "backend", "counters", "set_fault", "fault", "transport", "init_from_mpi",
            "summary", "timeline", "write_files", "memory_stats", "memory_reserved", "empty_cache",
-           "issue_lane", "current_issue_lane", "__version__"]
+           "issue_lane", "current_issue_lane", "ReplicaCheck", "ReplicaMismatchError", "__version__"]
 
 
 def _torch_initializing() -> bool:
@@ -108,10 +109,19 @@ def set_fault(group=None, **settings) -> None:
     Keywords are the ``RINGGUARD_FAULT_*`` settings: ``mode``, ``prob``, ``schedule``, ``seed``,
     ``bits``, ``burst_bits``, ``delay_ms``, ``repeat`` (``fault_prob=`` and ``RINGGUARD_FAULT_PROB=``
     work too). ``set_fault(prob=0)`` turns random injection off.
+
+    ``replica="rank=R,step=S,tensor=NAME,element=E,bit=B,repeat=N"`` (``RINGGUARD_REPLICA_FAULT``) is the
+    replica check's: it flips one bit after an optimizer step in every ``ReplicaCheck`` made afterwards
+    (``replica=""`` turns it off; docs/REPLICAS.md); it needs no process group.
     """
     from .options import fault_dict
+    from .replicas import set_default_fault
 
-    backend(group).set_fault(fault_dict(settings))
+    for key in ("replica", "RINGGUARD_REPLICA_FAULT"):
+        if key in settings:
+            set_default_fault(settings.pop(key))
+    if settings:
+        backend(group).set_fault(fault_dict(settings))
 
 
 def fault(group=None) -> Dict[str, str]:
