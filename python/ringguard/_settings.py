@@ -193,6 +193,14 @@ SETTINGS: Tuple[Setting, ...] = (
             "one of on (or 1), off (or 0)",
             "on: the downgrade engine switches operator variants by its rules; off: every family stays on its "
             "first enabled variant. One of: on (or 1), off (or 0)."),
+    Setting("RINGGUARD_REPLICA_FAULT", None, "text", "", None, None,
+            (),
+            "",
+            "Fault injection of the replica check (docs/REPLICAS.md): flips one bit of one element of one "
+            "checked tensor on one rank of the replica group after an optimizer step, "
+            "`rank=R,step=S,tensor=NAME|#INDEX[,element=E][,bit=B][,repeat=N]` (steps from 0; repeat: steps "
+            "hit from S on, a large value is a persistently faulty device). Read when a ReplicaCheck is made; "
+            "Python's set_fault(replica=...) sets it for the checks made afterwards. Empty: off."),
     Setting("RINGGUARD_POLICY_RULES", None, "text", "", None, None,
             (),
             "",
