@@ -196,7 +196,8 @@ int main(int argc, char** argv) {
     if (st.isOk()) st = parseReplicaFault(spec != nullptr ? spec : "", &fault, &faultOn);
     if (st.isOk()) {
       replicas = std::make_unique<ReplicaChecker>(
-          ro, makeCommunicatorExchange(hostComm ? hostComm.get() : comm.get(), useCuda ? comm.get() : nullptr),
+          ro,
+          makeCommunicatorExchange(hostComm ? hostComm.get() : comm.get(), useCuda ? comm.get() : nullptr),
           makeHostReplicaBackend(), std::move(deviceBackend));
       if (faultOn) st = replicas->setFault(fault);
     }

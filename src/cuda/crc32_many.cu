@@ -107,14 +107,15 @@ Status crc32ManyDevice(const Crc32Span* spans, size_t n, uint32_t* crcsOutDevice
   }
   for (size_t i = 0; i < n; ++i) {
     if (spans[i].data == nullptr && spans[i].bytes != 0) {
-      return Status(StatusCode::kInvalidArgument, "crc32ManyDevice: span " + std::to_string(i) + " has null data");
+      return Status(StatusCode::kInvalidArgument,
+                    "crc32ManyDevice: span " + std::to_string(i) + " has null data");
     }
   }
   const size_t needed = crc32ManyDeviceScratchBytes(spans, n);
   if (scratch == nullptr || scratchBytes < needed || reinterpret_cast<uintptr_t>(scratch) % kAlign != 0) {
-    return Status(StatusCode::kInvalidArgument, "crc32ManyDevice: scratch of " + std::to_string(scratchBytes) +
-                                                    " bytes, need " + std::to_string(needed) +
-                                                    " (16-byte aligned)");
+    return Status(StatusCode::kInvalidArgument, "crc32ManyDevice: scratch of " +
+                                                    std::to_string(scratchBytes) + " bytes, need " +
+                                                    std::to_string(needed) + " (16-byte aligned)");
   }
   int resident = 1;
   RINGGUARD_RETURN_IF_ERROR(manyResidentBlocks(&resident));
@@ -131,8 +132,8 @@ Status crc32ManyDevice(const Crc32Span* spans, size_t n, uint32_t* crcsOutDevice
     SegmentPlan plan = planSegments(spans[i].data, spans[i].bytes, resident);
     plan.finalize.partials = partials + items.size();
     plan.finalize.out = crcsOutDevice + i;
-    const auto* aligned = reinterpret_cast<const uint4*>(static_cast<const unsigned char*>(spans[i].data) +
-                                                         plan.headBytes);
+    const auto* aligned =
+        reinterpret_cast<const uint4*>(static_cast<const unsigned char*>(spans[i].data) + plan.headBytes);
     // Segment 0 is the short one, as crcSegments lays them out (the merge's multipliers assume it).
     const uint64_t firstLen =
         plan.blocks == 0 ? 0 : plan.numPieces - static_cast<uint64_t>(plan.blocks - 1) * plan.segmentPieces;
@@ -154,7 +155,8 @@ Status crc32ManyDevice(const Crc32Span* spans, size_t n, uint32_t* crcsOutDevice
   RINGGUARD_CUDA_CHECK(
       cudaMemcpyAsync(argsDevice, args.data(), n * sizeof(FinalizeArgs), cudaMemcpyHostToDevice, stream));
   if (!items.empty()) {
-    const uint32_t grid = static_cast<uint32_t>(std::min<size_t>(items.size(), static_cast<size_t>(resident)));
+    const uint32_t grid =
+        static_cast<uint32_t>(std::min<size_t>(items.size(), static_cast<size_t>(resident)));
     crc32ManySegmentsKernel<<<grid, kSegmentThreads, kDynamicSmemBytes, stream>>>(
         itemsDevice, static_cast<uint32_t>(items.size()), partials);
     RINGGUARD_CUDA_CHECK_LAUNCH();

@@ -393,7 +393,6 @@ __device__ __forceinline__ void finalizeCrc(const FinalizeArgs& a, uint32_t* tre
 
 // ---- Host side -----------------------------------------------------------------------------------------
 
-
 // A segment kernel's launch over `bytes` bytes at `data` (any byte address), for a kernel of which
 // `resident` blocks fit on the device.
 struct SegmentPlan {

@@ -46,7 +46,8 @@ class DeviceReplicaBackend final : public ReplicaBackend {
     if (count == 0) return Status::ok();
     auto s = static_cast<cudaStream_t>(stream);
     std::vector<Crc32Span> spans(count);
-    for (size_t i = 0; i < count; ++i) spans[i] = Crc32Span{tensors[first + i].data, tensors[first + i].bytes};
+    for (size_t i = 0; i < count; ++i)
+      spans[i] = Crc32Span{tensors[first + i].data, tensors[first + i].bytes};
     const size_t scratchBytes = crc32ManyDeviceScratchBytes(spans.data(), count);
     const size_t outOffset = (scratchBytes + 15) / 16 * 16;
     void* mem = nullptr;
@@ -54,7 +55,8 @@ class DeviceReplicaBackend final : public ReplicaBackend {
     auto* out = reinterpret_cast<uint32_t*>(static_cast<unsigned char*>(mem) + outOffset);
     Status st = crc32ManyDevice(spans.data(), count, out, mem, scratchBytes, s);
     if (st.isOk()) st = ensurePinned(count * sizeof(uint32_t));
-    if (st.isOk() && cudaMemcpyAsync(pinned_, out, count * sizeof(uint32_t), cudaMemcpyDeviceToHost, s) != cudaSuccess)
+    if (st.isOk() &&
+        cudaMemcpyAsync(pinned_, out, count * sizeof(uint32_t), cudaMemcpyDeviceToHost, s) != cudaSuccess)
       st = Status(StatusCode::kInternal, "replica check: copy of the fingerprints failed");
     const Status freed = pool_->free(mem, s);
     if (st.isOk()) st = freed;
@@ -102,7 +104,8 @@ class DeviceReplicaBackend final : public ReplicaBackend {
 
 }  // namespace
 
-Status makeDeviceReplicaBackend(const DeviceReplicaBackendOptions& options, std::unique_ptr<ReplicaBackend>* out) {
+Status makeDeviceReplicaBackend(const DeviceReplicaBackendOptions& options,
+                                std::unique_ptr<ReplicaBackend>* out) {
   auto backend = std::make_unique<DeviceReplicaBackend>();
   RINGGUARD_RETURN_IF_ERROR(backend->init(options));
   *out = std::move(backend);

@@ -19,7 +19,8 @@ class CommunicatorExchange final : public ReplicaExchange {
     Communicator* comm = tensor.kind == MemoryKind::kHost ? comm_ : device_;
     if (comm == nullptr) {
       return Status(StatusCode::kInvalidArgument,
-                    "replica repair: '" + tensor.name + "' is device memory and the exchange has no device communicator");
+                    "replica repair: '" + tensor.name +
+                        "' is device memory and the exchange has no device communicator");
     }
     return comm->broadcast(tensor.data, tensor.data, tensor.bytes, DataType::kUint8, root, stream);
   }

@@ -23,7 +23,8 @@ std::vector<uint32_t> ReplicaMessage::encode() const {
 Status ReplicaMessage::decode(const uint32_t* words, size_t n, int rank, ReplicaMessage* out) {
   if (n < kHeaderWords || words[0] != kMagic || words[3] != n - kHeaderWords) {
     return Status(StatusCode::kCorruption, "replica check: the fingerprints of rank " + std::to_string(rank) +
-                                               " are not a replica message (" + std::to_string(n) + " words)");
+                                               " are not a replica message (" + std::to_string(n) +
+                                               " words)");
   }
   out->step = static_cast<uint64_t>(words[1]) | (static_cast<uint64_t>(words[2]) << 32);
   out->layoutHash = words[4];

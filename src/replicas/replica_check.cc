@@ -16,7 +16,8 @@ ReplicaChecker::ReplicaChecker(ReplicaCheckOptions options, std::unique_ptr<Repl
       decider_(options.onMismatch) {
   const Status st = validate(options_);
   RINGGUARD_ENFORCE(st.isOk(), st.toString());
-  RINGGUARD_ENFORCE(exchange_ != nullptr && host_ != nullptr, "ReplicaChecker needs an exchange and a host backend");
+  RINGGUARD_ENFORCE(exchange_ != nullptr && host_ != nullptr,
+                    "ReplicaChecker needs an exchange and a host backend");
 }
 
 ReplicaChecker::~ReplicaChecker() = default;
@@ -73,8 +74,8 @@ Status ReplicaChecker::injectFault(uint64_t step, const std::vector<ReplicaTenso
   if (fault_.rank != exchange_->rank()) return Status::ok();
   ReplicaBackend* b = backendFor(tensors[index].kind);
   if (b == nullptr) {
-    return Status(StatusCode::kInvalidArgument,
-                  "replica fault: '" + tensors[index].name + "' is device memory and the check has no device backend");
+    return Status(StatusCode::kInvalidArgument, "replica fault: '" + tensors[index].name +
+                                                    "' is device memory and the check has no device backend");
   }
   RINGGUARD_RETURN_IF_ERROR(b->flipBits(tensors[index], offset, mask, stream));
   logWarn(Subsys::kGuard, "replica fault: flipped bit {} of element {} of '{}' at step {}", fault_.bit,
@@ -92,10 +93,12 @@ Status ReplicaChecker::fingerprint(const std::vector<ReplicaTensor>& tensors, vo
   for (const FingerprintBucket& b : planFingerprintBuckets(tensors, 64)) {
     ReplicaBackend* backend = backendFor(b.kind);
     if (backend == nullptr) {
-      return Status(StatusCode::kInvalidArgument, "replica check: '" + tensors[b.first].name +
-                                                      "' is device memory and the check has no device backend");
+      return Status(StatusCode::kInvalidArgument,
+                    "replica check: '" + tensors[b.first].name +
+                        "' is device memory and the check has no device backend");
     }
-    RINGGUARD_RETURN_IF_ERROR(backend->fingerprint(tensors, b.first, b.count, stream, crcs->data() + b.first));
+    RINGGUARD_RETURN_IF_ERROR(
+        backend->fingerprint(tensors, b.first, b.count, stream, crcs->data() + b.first));
     bytes += b.bytes;
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -103,8 +106,8 @@ Status ReplicaChecker::fingerprint(const std::vector<ReplicaTensor>& tensors, vo
   return Status::ok();
 }
 
-Status ReplicaChecker::gatherAndCompare(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream,
-                                        ReplicaComparison* out) {
+Status ReplicaChecker::gatherAndCompare(uint64_t step, const std::vector<ReplicaTensor>& tensors,
+                                        void* stream, ReplicaComparison* out) {
   ReplicaMessage mine;
   mine.step = step;
   mine.layoutHash = replicaLayoutHash(tensors);
@@ -114,8 +117,9 @@ Status ReplicaChecker::gatherAndCompare(uint64_t step, const std::vector<Replica
   RINGGUARD_RETURN_IF_ERROR(exchange_->allGather(words, &all));
   const int n = exchange_->size();
   if (all.size() != words.size() * static_cast<size_t>(n)) {
-    return Status(StatusCode::kInternal, "replica check: the all-gather returned " + std::to_string(all.size()) +
-                                             " words, expected " + std::to_string(words.size() * n));
+    return Status(StatusCode::kInternal, "replica check: the all-gather returned " +
+                                             std::to_string(all.size()) + " words, expected " +
+                                             std::to_string(words.size() * n));
   }
   std::vector<ReplicaMessage> messages(n);
   for (int r = 0; r < n; ++r) {
@@ -176,7 +180,8 @@ Status ReplicaChecker::checkNow(uint64_t step, const std::vector<ReplicaTensor>&
       return Status::ok();
     }
     case ReplicaAction::kRepair: {
-      for (size_t t : c.tensors) RINGGUARD_RETURN_IF_ERROR(exchange_->broadcast(tensors[t], c.source, stream));
+      for (size_t t : c.tensors)
+        RINGGUARD_RETURN_IF_ERROR(exchange_->broadcast(tensors[t], c.source, stream));
       decider_.noteRepaired(c, step);
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -194,15 +199,16 @@ Status ReplicaChecker::checkNow(uint64_t step, const std::vector<ReplicaTensor>&
       }
       rep.decision.action = ReplicaAction::kRaise;
       rep.decision.escalated = true;
-      rep.decision.reason = "the repair from rank " + std::to_string(c.source) +
-                            " did not converge: " + again.describe(names);
+      rep.decision.reason =
+          "the repair from rank " + std::to_string(c.source) + " did not converge: " + again.describe(names);
       break;
     }
     case ReplicaAction::kRaise:
       break;
   }
-  rep.message = what + (rep.decision.reason.empty() ? "" : "; " + rep.decision.reason) + " (on_mismatch=" +
-                replicaActionName(decider_.policy()) + (rep.decision.escalated ? ", escalated to raise)" : ")");
+  rep.message = what + (rep.decision.reason.empty() ? "" : "; " + rep.decision.reason) +
+                " (on_mismatch=" + replicaActionName(decider_.policy()) +
+                (rep.decision.escalated ? ", escalated to raise)" : ")");
   logError(Subsys::kGuard, "{}", rep.message);
   {
     std::lock_guard<std::mutex> lock(mu_);

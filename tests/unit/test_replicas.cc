@@ -211,8 +211,10 @@ TEST(ReplicaFault, ParsesAndLocates) {
   EXPECT_EQ(mask, 0x40);
   f.tensor = "#1";
   f.element = 2;
-  EXPECT_NE(locateReplicaFault(f, t, &index, &offset, &mask).message().find("element 2 is past the end of "
-                                                                           "'param:b' (2 elements)"),
+  EXPECT_NE(locateReplicaFault(f, t, &index, &offset, &mask)
+                .message()
+                .find("element 2 is past the end of "
+                      "'param:b' (2 elements)"),
             std::string::npos);
   f.element = 0;
   f.bit = 32;
@@ -325,7 +327,8 @@ TEST(ReplicaChecker, TwoReplicasNameBoth) {
 
 TEST(ReplicaChecker, RepairGivesTheFaultFreeResult) {
   const auto reference = train(3, opts(ReplicaAction::kRaise), "");
-  const auto runs = train(3, opts(ReplicaAction::kRepair), "rank=2,step=3,tensor=optim:w.momentum,element=5,bit=20");
+  const auto runs =
+      train(3, opts(ReplicaAction::kRepair), "rank=2,step=3,tensor=optim:w.momentum,element=5,bit=20");
   for (int rank = 0; rank < 3; ++rank) {
     const RankRun& r = runs[rank];
     EXPECT_TRUE(r.status.isOk()) << r.status.toString();
@@ -338,7 +341,8 @@ TEST(ReplicaChecker, RepairGivesTheFaultFreeResult) {
 }
 
 TEST(ReplicaChecker, PersistentFaultEscalates) {
-  const auto runs = train(3, opts(ReplicaAction::kRepair), "rank=0,step=3,tensor=param:b,element=1,bit=1,repeat=100");
+  const auto runs =
+      train(3, opts(ReplicaAction::kRepair), "rank=0,step=3,tensor=param:b,element=1,bit=1,repeat=100");
   for (const RankRun& r : runs) {
     EXPECT_EQ(r.failedStep, 4u);
     EXPECT_EQ(r.counters.repairs, 1u);
@@ -372,7 +376,8 @@ TEST(ReplicaChecker, RepairWithTwoReplicasEscalates) {
 }
 
 TEST(ReplicaChecker, OptionsAreChecked) {
-  EXPECT_EQ(ReplicaChecker::validate(opts(ReplicaAction::kRaise, 0)).message(), "replica check: every=0: expected >= 1");
+  EXPECT_EQ(ReplicaChecker::validate(opts(ReplicaAction::kRaise, 0)).message(),
+            "replica check: every=0: expected >= 1");
   EXPECT_FALSE(ReplicaChecker::validate(opts(ReplicaAction::kNone)).isOk());
 }
 

@@ -33,7 +33,7 @@ struct ReplicaComparison {
   // With a majority: the ranks that differ from it. Without: every rank whose fingerprints are not those
   // of every other rank (with 2 replicas: both).
   std::vector<int> oddRanks;
-  int source = -1;             // with a majority: the lowest rank that agrees with it on every tensor
+  int source = -1;              // with a majority: the lowest rank that agrees with it on every tensor
   std::vector<size_t> tensors;  // indices of the tensors whose CRCs differ across ranks, ascending
   // Set when the ranks checked different steps or list different tensors: nothing can be compared.
   std::string structural;

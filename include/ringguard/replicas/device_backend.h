@@ -18,6 +18,7 @@ struct DeviceReplicaBackendOptions {
 // Fingerprints are crc32ManyDevice on the caller's stream into pool memory, copied into pinned memory and
 // waited for with one event (the sync=True check's one host wait). Fault flips are a rare-path
 // read-modify-write of one byte. Not thread-safe (a checker is used by one thread at a time).
-Status makeDeviceReplicaBackend(const DeviceReplicaBackendOptions& options, std::unique_ptr<ReplicaBackend>* out);
+Status makeDeviceReplicaBackend(const DeviceReplicaBackendOptions& options,
+                                std::unique_ptr<ReplicaBackend>* out);
 
 }  // namespace ringguard

@@ -43,15 +43,15 @@ struct ReplicaCheckOptions {
 };
 
 struct ReplicaCounters {
-  uint64_t steps = 0;              // afterStep calls
-  uint64_t checks = 0;             // comparisons run (the checks after a repair included)
-  uint64_t mismatches = 0;         // checks that found a difference
-  uint64_t repairs = 0;            // repairs made (broadcasts from the majority)
-  uint64_t repairedTensors = 0;    // tensors broadcast by them
-  uint64_t escalations = 0;        // repair policy turned into raise
-  uint64_t warnings = 0;           // mismatches let through by the warn policy
-  uint64_t raised = 0;             // errors returned for mismatches
-  uint64_t injected = 0;           // bits flipped by fault injection on this rank
+  uint64_t steps = 0;               // afterStep calls
+  uint64_t checks = 0;              // comparisons run (the checks after a repair included)
+  uint64_t mismatches = 0;          // checks that found a difference
+  uint64_t repairs = 0;             // repairs made (broadcasts from the majority)
+  uint64_t repairedTensors = 0;     // tensors broadcast by them
+  uint64_t escalations = 0;         // repair policy turned into raise
+  uint64_t warnings = 0;            // mismatches let through by the warn policy
+  uint64_t raised = 0;              // errors returned for mismatches
+  uint64_t injected = 0;            // bits flipped by fault injection on this rank
   uint64_t bytesFingerprinted = 0;  // bytes checksummed on this rank
   uint64_t hostWaits = 0;           // host waits of the backends for fingerprints
 };
@@ -59,10 +59,10 @@ struct ReplicaCounters {
 // The outcome of the last check.
 struct ReplicaReport {
   uint64_t step = 0;
-  bool checked = false;   // false: not a check step
-  bool mismatch = false;  // the first comparison of the step found a difference
-  ReplicaComparison comparison;        // the first comparison
-  std::vector<std::string> tensors;    // names of the differing tensors
+  bool checked = false;              // false: not a check step
+  bool mismatch = false;             // the first comparison of the step found a difference
+  ReplicaComparison comparison;      // the first comparison
+  std::vector<std::string> tensors;  // names of the differing tensors
   ReplicaDecision decision;
   bool repaired = false;  // a repair ran and the check after it came out clean
   std::string message;    // what was logged or raised

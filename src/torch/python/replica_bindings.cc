@@ -129,7 +129,8 @@ class PyReplicaCheck {
                  py::function broadcast, int cudaDevice) {
     ReplicaCheckOptions o;
     if (!parseReplicaPolicy(onMismatch, &o.onMismatch)) {
-      throw py::value_error("ReplicaCheck: on_mismatch='" + onMismatch + "': expected one of raise, repair, warn");
+      throw py::value_error("ReplicaCheck: on_mismatch='" + onMismatch +
+                            "': expected one of raise, repair, warn");
     }
     if (every < 1) throw py::value_error("ReplicaCheck: every=" + std::to_string(every) + ": expected >= 1");
     o.every = static_cast<uint64_t>(every);
@@ -149,12 +150,14 @@ class PyReplicaCheck {
         makeHostReplicaBackend(), std::move(device));
   }
 
-  void afterStep(uint64_t step, const std::vector<std::pair<std::string, at::Tensor>>& named, uintptr_t stream) {
+  void afterStep(uint64_t step, const std::vector<std::pair<std::string, at::Tensor>>& named,
+                 uintptr_t stream) {
     const Status st = check_->afterStep(step, replicaTensors(named), reinterpret_cast<void*>(stream));
     if (!st.isOk()) raiseReplica(st);
   }
 
-  void checkNow(uint64_t step, const std::vector<std::pair<std::string, at::Tensor>>& named, uintptr_t stream) {
+  void checkNow(uint64_t step, const std::vector<std::pair<std::string, at::Tensor>>& named,
+                uintptr_t stream) {
     const Status st = check_->checkNow(step, replicaTensors(named), reinterpret_cast<void*>(stream));
     if (!st.isOk()) raiseReplica(st);
   }
@@ -184,7 +187,8 @@ void ringguardRegisterReplicaBindings(py::module_& m) {
       .def(py::init<const std::string&, int64_t, int, int, py::function, py::function, int>(),
            py::arg("on_mismatch"), py::arg("every"), py::arg("rank"), py::arg("size"), py::arg("all_gather"),
            py::arg("broadcast"), py::arg("cuda_device") = -1)
-      .def("after_step", &PyReplicaCheck::afterStep, py::arg("step"), py::arg("tensors"), py::arg("stream") = 0)
+      .def("after_step", &PyReplicaCheck::afterStep, py::arg("step"), py::arg("tensors"),
+           py::arg("stream") = 0)
       .def("check_now", &PyReplicaCheck::checkNow, py::arg("step"), py::arg("tensors"), py::arg("stream") = 0)
       .def("set_fault", &PyReplicaCheck::setFault, py::arg("spec"))
       .def("counters", [](PyReplicaCheck& c) { return ringguard::countersDict(c.check().counters()); })
