@@ -41,13 +41,14 @@ class DeviceReplicaBackend final : public ReplicaBackend {
 
   MemoryKind kind() const override { return MemoryKind::kDevice; }
 
-  Status fingerprint(const std::vector<ReplicaTensor>& tensors, size_t first, size_t count, void* stream,
-                     uint32_t* crcs) override {
+  Status fingerprint(const std::vector<ReplicaTensor>& tensors, const std::vector<size_t>& indices,
+                     void* stream, uint32_t* crcs) override {
+    const size_t count = indices.size();
     if (count == 0) return Status::ok();
     auto s = static_cast<cudaStream_t>(stream);
     std::vector<Crc32Span> spans(count);
     for (size_t i = 0; i < count; ++i)
-      spans[i] = Crc32Span{tensors[first + i].data, tensors[first + i].bytes};
+      spans[i] = Crc32Span{tensors[indices[i]].data, tensors[indices[i]].bytes};
     const size_t scratchBytes = crc32ManyDeviceScratchBytes(spans.data(), count);
     const size_t outOffset = (scratchBytes + 15) / 16 * 16;
     void* mem = nullptr;

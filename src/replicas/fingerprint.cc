@@ -12,16 +12,17 @@ std::vector<FingerprintBucket> planFingerprintBuckets(const std::vector<ReplicaT
                                                       size_t maxTensors) {
   RINGGUARD_ENFORCE(maxTensors >= 1, "planFingerprintBuckets: maxTensors must be at least 1");
   std::vector<FingerprintBucket> buckets;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const ReplicaTensor& t = tensors[i];
-    if (buckets.empty() || buckets.back().kind != t.kind || buckets.back().count == maxTensors) {
-      FingerprintBucket b;
-      b.first = i;
-      b.kind = t.kind;
-      buckets.push_back(b);
+  for (MemoryKind kind : {MemoryKind::kHost, MemoryKind::kDevice}) {
+    const size_t firstOfKind = buckets.size();
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (tensors[i].kind != kind) continue;
+      if (buckets.size() == firstOfKind || buckets.back().indices.size() == maxTensors) {
+        buckets.emplace_back();
+        buckets.back().kind = kind;
+      }
+      buckets.back().indices.push_back(i);
+      buckets.back().bytes += tensors[i].bytes;
     }
-    buckets.back().count += 1;
-    buckets.back().bytes += t.bytes;
   }
   return buckets;
 }
@@ -45,14 +46,14 @@ class HostReplicaBackend final : public ReplicaBackend {
  public:
   MemoryKind kind() const override { return MemoryKind::kHost; }
 
-  Status fingerprint(const std::vector<ReplicaTensor>& tensors, size_t first, size_t count, void*,
+  Status fingerprint(const std::vector<ReplicaTensor>& tensors, const std::vector<size_t>& indices, void*,
                      uint32_t* crcs) override {
-    for (size_t i = first; i < first + count; ++i) {
-      const ReplicaTensor& t = tensors[i];
+    for (size_t k = 0; k < indices.size(); ++k) {
+      const ReplicaTensor& t = tensors[indices[k]];
       if (t.data == nullptr && t.bytes != 0) {
         return Status(StatusCode::kInvalidArgument, "replica check: tensor '" + t.name + "' has no data");
       }
-      crcs[i - first] = crc32(t.data, t.bytes);
+      crcs[k] = crc32(t.data, t.bytes);
     }
     return Status::ok();
   }

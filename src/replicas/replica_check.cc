@@ -7,6 +7,10 @@
 
 namespace ringguard {
 
+// Tensors per backend call: a model's device tensors in one launch and one wait (the work table grows with
+// it, a few bytes per tensor), with a bound on that table.
+constexpr size_t kTensorsPerCall = size_t(1) << 16;
+
 ReplicaChecker::ReplicaChecker(ReplicaCheckOptions options, std::unique_ptr<ReplicaExchange> exchange,
                                std::unique_ptr<ReplicaBackend> host, std::unique_ptr<ReplicaBackend> device)
     : options_(options),
@@ -88,17 +92,18 @@ Status ReplicaChecker::injectFault(uint64_t step, const std::vector<ReplicaTenso
 Status ReplicaChecker::fingerprint(const std::vector<ReplicaTensor>& tensors, void* stream,
                                    std::vector<uint32_t>* crcs) {
   crcs->assign(tensors.size(), 0);
-  // 64 spans per device launch: the multi-tensor CRC kernel's table (crc32ManyDevice).
   uint64_t bytes = 0;
-  for (const FingerprintBucket& b : planFingerprintBuckets(tensors, 64)) {
+  std::vector<uint32_t> got;
+  for (const FingerprintBucket& b : planFingerprintBuckets(tensors, kTensorsPerCall)) {
     ReplicaBackend* backend = backendFor(b.kind);
     if (backend == nullptr) {
       return Status(StatusCode::kInvalidArgument,
-                    "replica check: '" + tensors[b.first].name +
+                    "replica check: '" + tensors[b.indices[0]].name +
                         "' is device memory and the check has no device backend");
     }
-    RINGGUARD_RETURN_IF_ERROR(
-        backend->fingerprint(tensors, b.first, b.count, stream, crcs->data() + b.first));
+    got.assign(b.indices.size(), 0);
+    RINGGUARD_RETURN_IF_ERROR(backend->fingerprint(tensors, b.indices, stream, got.data()));
+    for (size_t k = 0; k < b.indices.size(); ++k) (*crcs)[b.indices[k]] = got[k];
     bytes += b.bytes;
   }
   std::lock_guard<std::mutex> lock(mu_);

@@ -2,7 +2,9 @@
 flipped on one rank after step k (in a parameter, in Adam's exp_avg, in a buffer) is found at step k on
 every rank; raise names the rank on every rank, repair (>= 3 replicas) ends bit-identical to a fault-free
 run on every rank, warn continues, a persistent fault escalates, every=4 finds it at the next check, and a
-clean run never reports. One torchrun launch per world size runs every case.
+clean run never reports. One torchrun launch per world size runs every case. With
+RINGGUARD_TEST_DEVICE=cuda the model is on the one GPU every rank shares: the fingerprints are the
+multi-tensor CRC kernel's (one host wait per check), the repairs CUDA broadcasts.
 """
 
 import hashlib
@@ -49,7 +51,7 @@ def train(ctx, steps=STEPS, fault=None, **check):
     """`steps` Adam steps of DDP with a ReplicaCheck of `check` (none when `check` is empty); returns the
     hash of everything checked, the step a ReplicaMismatchError stopped at (or None) and its message."""
     torch.manual_seed(1234)
-    ddp = DDP(Net())
+    ddp = DDP(Net().to(ctx.device))
     opt = torch.optim.Adam(ddp.parameters(), lr=0.01)
     rc = ringguard.ReplicaCheck(ddp, opt, **check) if check or fault else None
     if fault:
@@ -57,7 +59,7 @@ def train(ctx, steps=STEPS, fault=None, **check):
     failed, message = None, ""
     for step in range(steps):
         g = torch.Generator().manual_seed(1000 * ctx.rank + step)
-        x, y = torch.randn(6, 12, generator=g), torch.randn(6, 3, generator=g)
+        x, y = torch.randn(6, 12, generator=g).to(ctx.device), torch.randn(6, 3, generator=g).to(ctx.device)
         opt.zero_grad(set_to_none=True)
         F.mse_loss(ddp(x), y).backward()
         try:
@@ -95,7 +97,9 @@ def _(ctx):
     c = r["counters"]
     assert r["failed"] is None, r
     assert c["checks"] == 40 and c["mismatches"] == 0 and c["raised"] == 0, c
-    assert c["bytes_fingerprinted"] > 0 and c["host_waits"] == 0, c  # CPU: the host CRC, no device wait
+    assert c["bytes_fingerprinted"] > 0, c
+    # CPU: the host CRC, no device wait; CUDA: one event wait per check (Adam's `step` stays on the CPU).
+    assert c["host_waits"] == (0 if ctx.device == "cpu" else 40), c
     assert r["report"]["mismatch"] is False and r["report"]["step"] == 39, r["report"]
     return {}
 
@@ -176,7 +180,7 @@ def _(ctx):
 
 @CASES.case("bad-arguments")
 def _(ctx):
-    ddp = DDP(Net())
+    ddp = DDP(Net().to(ctx.device))
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
     with pytest.raises(ValueError, match="on_mismatch='fix': expected one of raise, repair, warn"):
         ringguard.ReplicaCheck(ddp, opt, on_mismatch="fix")
@@ -189,7 +193,7 @@ def _(ctx):
         rc.inject(rank=ctx.size, step=0, tensor="#0")
     rc.inject(rank=0, step=0, tensor="param:nope")
     opt.zero_grad()
-    F.mse_loss(ddp(torch.ones(4, 12)), torch.zeros(4, 3)).backward()
+    F.mse_loss(ddp(torch.ones(4, 12, device=ctx.device)), torch.zeros(4, 3, device=ctx.device)).backward()
     # Looked up on every rank: the same error everywhere, nobody left waiting in the all-gather.
     with pytest.raises(ValueError, match="no tensor named 'param:nope'"):
         opt.step()
@@ -198,6 +202,8 @@ def _(ctx):
 
 
 def _init():
+    if os.environ.get("RINGGUARD_TEST_DEVICE") == "cuda":
+        torch.cuda.set_device(0)  # every rank on the one GPU: the staged transport
     dist.init_process_group("ringguard", timeout=timedelta(seconds=120))
 
 

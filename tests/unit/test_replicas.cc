@@ -31,23 +31,23 @@ ReplicaMessage message(uint64_t step, std::vector<uint32_t> crcs, uint32_t layou
   return m;
 }
 
-TEST(ReplicaFingerprint, BucketsSplitByKindAndCap) {
+TEST(ReplicaFingerprint, BucketsGroupByKindAndCap) {
   std::vector<ReplicaTensor> t(7);
   for (size_t i = 0; i < t.size(); ++i) t[i].bytes = 4 * (i + 1);
-  t[3].kind = t[4].kind = MemoryKind::kDevice;
-  const auto b = planFingerprintBuckets(t, 2);
+  t[1].kind = t[3].kind = t[4].kind = MemoryKind::kDevice;  // interleaved, as Adam's CPU `step` makes them
+  auto b = planFingerprintBuckets(t, 2);
   ASSERT_EQ(b.size(), 4u);
-  EXPECT_EQ(b[0].first, 0u);
-  EXPECT_EQ(b[0].count, 2u);
-  EXPECT_EQ(b[0].bytes, 12u);
-  EXPECT_EQ(b[1].first, 2u);
-  EXPECT_EQ(b[1].count, 1u);  // the kind changes after it
-  EXPECT_EQ(b[2].first, 3u);
-  EXPECT_EQ(b[2].count, 2u);
+  EXPECT_EQ(b[0].kind, MemoryKind::kHost);
+  EXPECT_EQ(b[0].indices, (std::vector<size_t>{0, 2}));
+  EXPECT_EQ(b[0].bytes, 16u);
+  EXPECT_EQ(b[1].indices, (std::vector<size_t>{5, 6}));
   EXPECT_EQ(b[2].kind, MemoryKind::kDevice);
-  EXPECT_EQ(b[3].first, 5u);
-  EXPECT_EQ(b[3].count, 2u);
-  EXPECT_EQ(b[3].bytes, 52u);
+  EXPECT_EQ(b[2].indices, (std::vector<size_t>{1, 3}));
+  EXPECT_EQ(b[3].indices, std::vector<size_t>{4});
+  EXPECT_EQ(b[3].bytes, 20u);
+  b = planFingerprintBuckets(t, 64);  // one call per kind
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[1].indices, (std::vector<size_t>{1, 3, 4}));
   EXPECT_TRUE(planFingerprintBuckets({}, 64).empty());
 }
 
@@ -56,7 +56,7 @@ TEST(ReplicaFingerprint, HostCrcIsCoreCrcAndLayoutSeesNamesAndSizes) {
   std::vector<ReplicaTensor> t = {hostTensor("param:a", &a), hostTensor("param:b", &b)};
   auto host = makeHostReplicaBackend();
   uint32_t crcs[2] = {1, 1};
-  ASSERT_TRUE(host->fingerprint(t, 0, 2, nullptr, crcs).isOk());
+  ASSERT_TRUE(host->fingerprint(t, {0, 1}, nullptr, crcs).isOk());
   EXPECT_EQ(crcs[0], crc32(a.data(), 12));
   EXPECT_EQ(crcs[1], 0u);
   const uint32_t layout = replicaLayoutHash(t);

@@ -25,16 +25,17 @@ struct ReplicaTensor {
   size_t count() const { return bytes / dataTypeSize(dtype); }
 };
 
-// A run of consecutive tensors of one memory kind that one fingerprint launch covers.
+// Tensors of one memory kind that one backend call fingerprints (on the device: one launch, one wait).
 struct FingerprintBucket {
-  size_t first = 0;  // index of the bucket's first tensor
-  size_t count = 0;  // tensors in the bucket
   MemoryKind kind = MemoryKind::kHost;
+  std::vector<size_t> indices;  // into the checked list, ascending
   uint64_t bytes = 0;
 };
 
-// Splits `tensors` into buckets of consecutive tensors of one memory kind, at most `maxTensors` each (the
-// device kernel's table of spans; >= 1). Every tensor is in exactly one bucket, in order.
+// Groups `tensors` by memory kind (host first), at most `maxTensors` per bucket (>= 1), keeping the order
+// within a kind: the host and device tensors of a model interleave (Adam's `step` stays on the CPU beside
+// CUDA moments), and a bucket per run of one kind would cost a device wait per run. Every tensor is in
+// exactly one bucket.
 std::vector<FingerprintBucket> planFingerprintBuckets(const std::vector<ReplicaTensor>& tensors,
                                                       size_t maxTensors);
 
@@ -48,10 +49,10 @@ class ReplicaBackend {
  public:
   virtual ~ReplicaBackend() = default;
   virtual MemoryKind kind() const = 0;
-  // crcs[i] = crc32 of tensors[i]'s bytes (core's crc32, bit-identical on the device), for each i in
-  // [first, first + count). Returns when the values are in host memory (the device backend's one host
-  // wait per call, counted by hostWaits()).
-  virtual Status fingerprint(const std::vector<ReplicaTensor>& tensors, size_t first, size_t count,
+  // crcs[k] = crc32 of tensors[indices[k]]'s bytes (core's crc32, bit-identical on the device). Returns
+  // when the values are in host memory (the device backend's one host wait per call, counted by
+  // hostWaits()).
+  virtual Status fingerprint(const std::vector<ReplicaTensor>& tensors, const std::vector<size_t>& indices,
                              void* stream, uint32_t* crcs) = 0;
   // XORs `mask` into byte `byteOffset` of `tensor` (fault injection), ordered on `stream`.
   virtual Status flipBits(const ReplicaTensor& tensor, size_t byteOffset, uint8_t mask, void* stream) = 0;
