@@ -47,13 +47,17 @@ def _hash(tensors) -> str:
     return h.hexdigest()[:24]
 
 
-def train(ctx, steps=STEPS, fault=None, **check):
+def train(ctx, steps=STEPS, fault=None, fault_spec=None, **check):
     """`steps` Adam steps of DDP with a ReplicaCheck of `check` (none when `check` is empty); returns the
     hash of everything checked, the step a ReplicaMismatchError stopped at (or None) and its message."""
     torch.manual_seed(1234)
     ddp = DDP(Net().to(ctx.device))
     opt = torch.optim.Adam(ddp.parameters(), lr=0.01)
+    if fault_spec is not None:
+        ringguard.set_fault(replica=fault_spec)  # RINGGUARD_REPLICA_FAULT's spelling, for checks made from now
     rc = ringguard.ReplicaCheck(ddp, opt, **check) if check or fault else None
+    if fault_spec is not None:
+        ringguard.set_fault(replica=None)  # back to the environment for the next case
     if fault:
         rc.inject(**fault)
     failed, message = None, ""
@@ -171,7 +175,7 @@ def _(ctx):
 @CASES.case("every-4-catches-at-the-next-check")
 def _(ctx):
     r = train(ctx, every=4, on_mismatch="raise",
-              fault=dict(rank=0, step=5, tensor="param:module.fc1.bias", element=0, bit=22))
+              fault_spec="rank=0,step=5,tensor=param:module.fc1.bias,element=0,bit=22")
     assert r["failed"] == 7, r
     assert r["counters"]["checks"] == 2, r["counters"]  # after steps 3 and 7
     assert r["message"].startswith("replica check: step 7: "), r["message"]
@@ -201,13 +205,27 @@ def _(ctx):
     return {}
 
 
+@CASES.case("pure-fsdp-is-refused")
+def _(ctx):
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    model = Net().to(ctx.device)
+    fully_shard(model, mesh=DeviceMesh.from_group(dist.group.WORLD, torch.device(ctx.device).type))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="parameter 'fc1.weight' is a DTensor .*pure FSDP keeps one copy of each "
+                                         "shard, so there is no replica"):
+        ringguard.ReplicaCheck(model, opt)
+    return {}
+
+
 def _init():
     if os.environ.get("RINGGUARD_TEST_DEVICE") == "cuda":
         torch.cuda.set_device(0)  # every rank on the one GPU: the staged transport
     dist.init_process_group("ringguard", timeout=timedelta(seconds=120))
 
 
-@pytest.fixture(scope="module", params=[2, 3], ids=lambda n: f"np{n}")
+@pytest.fixture(scope="module", params=[2, 3, 4], ids=lambda n: f"np{n}")
 def run(request):
     return harness.launch(__file__, request.param)
 
