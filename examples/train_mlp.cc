@@ -5,6 +5,10 @@
 //   mpirun -np 4 --oversubscribe --bind-to none build/examples/train_mlp
 //   mpirun -np 2 build/examples/train_mlp --device cuda     # each rank on its node-local GPU
 //
+// --replica-check raise|repair|warn compares the replicas' parameters and momentum buffers after every
+// --replica-every-th step (CRC-32 fingerprints all-gathered over a verified host communicator,
+// docs/REPLICAS.md); RINGGUARD_REPLICA_FAULT flips a bit to show it.
+//
 // --device cuda puts the model on GPU (OMPI_COMM_WORLD_LOCAL_RANK modulo the visible GPUs) and aggregates
 // over the device communicator (RINGGUARD_DEVICE_TRANSPORT: NCCL, or host-staged when ranks share a GPU).
 #include <mpi.h>
@@ -19,8 +23,16 @@
 #include <string>
 
 #include "ringguard/core/crc32.h"
+#include "ringguard/mpi/mpi_communicator.h"
+#include "ringguard/replicas/communicator_exchange.h"
+#include "ringguard/replicas/replica_check.h"
 #include "ringguard/torch/gradient_aggregator.h"
 #include "ringguard/torch/mpi_device.h"
+#if RINGGUARD_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+
+#include "ringguard/replicas/device_backend.h"
+#endif
 
 using namespace ringguard;
 
@@ -37,6 +49,33 @@ struct MlpImpl : torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
+// A tensor of the model or the optimizer as the replica check sees it (contiguous, CPU or CUDA).
+ReplicaTensor replicaTensor(const std::string& name, const torch::Tensor& t) {
+  ReplicaTensor r;
+  r.name = name;
+  r.data = t.data_ptr();
+  r.bytes = size_t(t.numel()) * t.element_size();
+  r.dtype = t.scalar_type() == torch::kFloat64 ? DataType::kFloat64 : DataType::kFloat32;
+  r.kind = t.is_cuda() ? MemoryKind::kDevice : MemoryKind::kHost;
+  return r;
+}
+
+// What every replica must hold alike after a step: the parameters and SGD's momentum buffers.
+std::vector<ReplicaTensor> replicaState(const std::vector<std::pair<std::string, torch::Tensor>>& named,
+                                        torch::optim::SGD& opt) {
+  std::vector<ReplicaTensor> out;
+  for (const auto& [name, p] : named) out.push_back(replicaTensor("param:" + name, p));
+  for (const auto& [name, p] : named) {
+    auto it = opt.state().find(p.unsafeGetTensorImpl());
+    if (it == opt.state().end()) continue;
+    const auto& st = static_cast<const torch::optim::SGDParamState&>(*it->second);
+    if (st.momentum_buffer().defined()) {
+      out.push_back(replicaTensor("optim:" + name + ".momentum_buffer", st.momentum_buffer()));
+    }
+  }
+  return out;
+}
+
 uint64_t sumOverRanks(uint64_t v) {
   uint64_t out = 0;
   MPI_Allreduce(&v, &out, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
@@ -51,7 +90,8 @@ int main(int argc, char** argv) {
   int64_t batch = 64, hidden = 128, in = 32, out = 8;
   double lr = 0.05, faultProbability = 0.002;
   size_t sliceBytes = 16384, bucketBytes = 64 * 1024;
-  std::string deviceKind = "cpu";
+  std::string deviceKind = "cpu", replicaPolicy = "off";
+  uint64_t replicaEvery = 1;
   app.add_option("--steps", steps, "training steps")->check(CLI::Range(1, std::numeric_limits<int>::max()));
   app.add_option("--batch", batch, "samples per rank per step")
       ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
@@ -70,6 +110,11 @@ int main(int argc, char** argv) {
   app.add_option("--device", deviceKind,
                  "cpu, cuda (the node-local GPU) or auto (cuda when every rank has one)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  app.add_option("--replica-check", replicaPolicy,
+                 "compare the replicas' parameters and momentum after each step: off, raise, repair or warn")
+      ->check(CLI::IsMember({"off", "raise", "repair", "warn"}));
+  app.add_option("--replica-every", replicaEvery, "steps between two replica checks")
+      ->check(CLI::Range(uint64_t{1}, std::numeric_limits<uint64_t>::max()));
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   try {
@@ -127,6 +172,41 @@ int main(int argc, char** argv) {
     fprintf(stderr, "rank %d: %s\n", rank, st.toString().c_str());
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
+  // The replica check: fingerprints over a host communicator (the words are host memory), repairs of CUDA
+  // tensors over the device one.
+  std::unique_ptr<Communicator> hostComm;
+  std::unique_ptr<ReplicaChecker> replicas;
+  if (replicaPolicy != "off") {
+    ReplicaCheckOptions ro;
+    parseReplicaPolicy(replicaPolicy, &ro.onMismatch);
+    ro.every = replicaEvery;
+    std::unique_ptr<ReplicaBackend> deviceBackend;
+    Status st = Status::ok();
+    if (useCuda) {
+      st = mpi::createCommunicator(options, &hostComm);
+#if RINGGUARD_TORCH_CUDA
+      DeviceReplicaBackendOptions dro;
+      dro.device = device.index();
+      if (st.isOk()) st = makeDeviceReplicaBackend(dro, &deviceBackend);
+#endif
+    }
+    ReplicaFault fault;
+    bool faultOn = false;
+    const char* spec = std::getenv("RINGGUARD_REPLICA_FAULT");
+    if (st.isOk()) st = parseReplicaFault(spec != nullptr ? spec : "", &fault, &faultOn);
+    if (st.isOk()) {
+      replicas = std::make_unique<ReplicaChecker>(
+          ro,
+          makeCommunicatorExchange(hostComm ? hostComm.get() : comm.get(), useCuda ? comm.get() : nullptr),
+          makeHostReplicaBackend(), std::move(deviceBackend));
+      if (faultOn) st = replicas->setFault(fault);
+    }
+    if (!st.isOk()) {
+      if (rank == 0) fprintf(stderr, "--replica-check: %s\n", st.toString().c_str());
+      MPI_Finalize();
+      return 2;
+    }
+  }
   if (rank == 0) {
     printf(
         "ringguard train_mlp: %d ranks, %d steps, %lld samples/rank/step, %d buckets, device %s (transport "
@@ -138,7 +218,7 @@ int main(int argc, char** argv) {
 
   Counters total;
   double lastLoss = 0;
-  bool diverged = false;
+  bool diverged = false, replicaFailed = false;
   int ran = 0;
   auto start = std::chrono::steady_clock::now();
   for (int step = 1; step <= steps; ++step, ++ran) {
@@ -156,6 +236,19 @@ int main(int argc, char** argv) {
     }
     opt.step();
     total += stats.counters;
+    if (replicas) {
+      void* stream = nullptr;
+#if RINGGUARD_TORCH_CUDA
+      if (useCuda) stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
+#endif
+      // The same verdict on every rank: all stop at this step when it is an error.
+      if (Status st = replicas->afterStep(uint64_t(step - 1), replicaState(named, opt), stream); !st.isOk()) {
+        fprintf(stderr, "rank %d: %s\n", rank, st.message().c_str());
+        replicaFailed = true;
+        ran = step;
+        break;
+      }
+    }
     double local = loss.item<double>(), global = 0;
     MPI_Allreduce(&local, &global, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     lastLoss = global / world;
@@ -201,8 +294,16 @@ int main(int argc, char** argv) {
              (unsigned long long)detected, (unsigned long long)escaped);
     }
   }
-  const bool ok = identical && injected == detected && escaped == 0 && !diverged;
+  if (replicas && rank == 0) {
+    const ReplicaCounters rc = replicas->counters();
+    printf("replicas: checks=%llu mismatches=%llu repairs=%llu escalations=%llu warnings=%llu\n",
+           (unsigned long long)rc.checks, (unsigned long long)rc.mismatches, (unsigned long long)rc.repairs,
+           (unsigned long long)rc.escalations, (unsigned long long)rc.warnings);
+  }
+  const bool ok = identical && injected == detected && escaped == 0 && !diverged && !replicaFailed;
+  replicas.reset();
   agg.reset();
+  hostComm.reset();
   comm.reset();
   MPI_Finalize();
   return ok ? 0 : 1;

@@ -28,11 +28,12 @@ from .graph_guard import graph_guard  # noqa: E402,F401  the guard as one CUDA g
 from . import policy  # noqa: E402,F401  operator downgrade engine (docs/DOWNGRADE.md)
 from .memory import empty_cache, memory_reserved, memory_stats  # noqa: E402,F401  beside torch's allocator
 from .issue_lane import current_issue_lane, issue_lane  # noqa: E402,F401  threads' order (docs/TORCH.md)
+from .replicas import ReplicaCheck, ReplicaMismatchError  # noqa: E402,F401  replica fingerprints (docs/REPLICAS.md)
 
 __version__ = "0.1.0"
 __all__ = ["Options", "backend", "counters", "set_fault", "fault", "transport", "init_from_mpi",
            "summary", "timeline", "write_files", "memory_stats", "memory_reserved", "empty_cache",
-           "issue_lane", "current_issue_lane", "__version__"]
+           "issue_lane", "current_issue_lane", "ReplicaCheck", "ReplicaMismatchError", "__version__"]
 
 
 def _torch_initializing() -> bool:
@@ -110,10 +111,21 @@ def set_fault(group=None, **settings) -> None:
     work too; two spellings of one setting raise ValueError). ``set_fault(prob=0)`` turns random injection
     off. It replaces the whole fault configuration: a setting left out, or given as None, takes its default.
     A value with a NUL byte raises ValueError naming the setting.
+
+    ``replica="rank=R,step=S,tensor=NAME,element=E,bit=B,repeat=N"`` (``RINGGUARD_REPLICA_FAULT``) is the
+    replica check's: it flips one bit after an optimizer step in every ``ReplicaCheck`` made afterwards
+    (``replica=""`` turns it off; docs/REPLICAS.md); it needs no process group. Given alone, it leaves the
+    group's collective fault configuration as it is.
     """
     from .options import fault_dict
+    from .replicas import set_default_fault
 
-    backend(group).set_fault(fault_dict(settings))
+    replica_only = bool(settings) and all(k in ("replica", "RINGGUARD_REPLICA_FAULT") for k in settings)
+    for key in ("replica", "RINGGUARD_REPLICA_FAULT"):
+        if key in settings:
+            set_default_fault(settings.pop(key))
+    if not replica_only:
+        backend(group).set_fault(fault_dict(settings))
 
 
 def fault(group=None) -> Dict[str, str]:

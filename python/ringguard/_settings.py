@@ -110,11 +110,13 @@ SETTINGS: Tuple[Setting, ...] = (
             "Consecutive transfer attempts of a hit slice that are corrupted (1 = only the first); a value "
             "above RINGGUARD_MAX_RETRIES makes the corruption persistent. In [1, 2147483647]."),
     Setting("RINGGUARD_DEVICE_TRANSPORT", "device_transport", "choice", "auto", None, None,
-            ("auto", "nccl", "staged"),
-            "one of auto, nccl, staged",
+            ("auto", "nccl", "staged", "peer"),
+            "one of auto, nccl, staged, peer",
             "Transport of a device communicator: auto (NCCL when built with it and no two local ranks share a "
-            "GPU, staged otherwise), nccl, or staged (device <-> pinned host <-> MPI). One of: auto, nccl, "
-            "staged."),
+            "GPU, staged otherwise; and when every rank is on one host, the peer-window path for what it "
+            "takes, or a warning naming why the windows could not be mapped), nccl, staged (device <-> pinned "
+            "host <-> MPI), or peer (as auto, but an error where the windows cannot be mapped). One of: auto, "
+            "nccl, staged, peer."),
     Setting("RINGGUARD_CPU_TRANSPORT", "cpu_transport", "choice", "auto", None, None,
             ("auto", "mpi", "shm", "gloo"),
             "one of auto, mpi, shm, gloo",
@@ -138,6 +140,12 @@ SETTINGS: Tuple[Setting, ...] = (
             "Release threshold of the device memory pool: freed memory it may keep cached across "
             "synchronisations; the rest goes back to the driver (and so to PyTorch's allocator). In [0, "
             "281474976710656]."),
+    Setting("RINGGUARD_PEER_BYTES", "peer_bytes", "unsigned", "33554432", 1024, 17179869184,
+            (),
+            "[1024, 17179869184]",
+            "Payload bytes per collective of the peer-window path (device communicators of the ranks of one "
+            "host); each rank maps two halves of it per communicator, and larger collectives take the "
+            "host-driven path. In [1024, 17179869184]."),
     Setting("RINGGUARD_NCCL_LANES", "nccl_lanes", "unsigned", "4", 1, 8,
             (),
             "[1, 8]",
@@ -194,6 +202,14 @@ SETTINGS: Tuple[Setting, ...] = (
             "one of on (or 1), off (or 0)",
             "on: the downgrade engine switches operator variants by its rules; off: every family stays on its "
             "first enabled variant. One of: on (or 1), off (or 0)."),
+    Setting("RINGGUARD_REPLICA_FAULT", None, "text", "", None, None,
+            (),
+            "",
+            "Fault injection of the replica check (docs/REPLICAS.md): flips one bit of one element of one "
+            "checked tensor on one rank of the replica group after an optimizer step, "
+            "`rank=R,step=S,tensor=NAME|#INDEX[,element=E][,bit=B][,repeat=N]` (steps from 0; repeat: steps "
+            "hit from S on, a large value is a persistently faulty device). Read when a ReplicaCheck is made; "
+            "Python's set_fault(replica=...) sets it for the checks made afterwards. Empty: off."),
     Setting("RINGGUARD_POLICY_RULES", None, "text", "", None, None,
             (),
             "",
@@ -294,8 +310,10 @@ class Fields:
 
     device_transport: Optional[str] = None
     """``RINGGUARD_DEVICE_TRANSPORT``, default ``auto``. Transport of a device communicator: auto (NCCL
-    when built with it and no two local ranks share a GPU, staged otherwise), nccl, or staged (device
-    <-> pinned host <-> MPI). One of: auto, nccl, staged."""
+    when built with it and no two local ranks share a GPU, staged otherwise; and when every rank is on
+    one host, the peer-window path for what it takes, or a warning naming why the windows could not be
+    mapped), nccl, staged (device <-> pinned host <-> MPI), or peer (as auto, but an error where the
+    windows cannot be mapped). One of: auto, nccl, staged, peer."""
 
     cpu_transport: Optional[str] = None
     """``RINGGUARD_CPU_TRANSPORT``, default ``auto``. Transport of host memory between ranks. auto: shared
@@ -317,6 +335,11 @@ class Fields:
     """``RINGGUARD_POOL_RELEASE_BYTES``, default ``268435456``. Release threshold of the device memory
     pool: freed memory it may keep cached across synchronisations; the rest goes back to the driver (and
     so to PyTorch's allocator). In [0, 281474976710656]."""
+
+    peer_bytes: Optional[int] = None
+    """``RINGGUARD_PEER_BYTES``, default ``33554432``. Payload bytes per collective of the peer-window path
+    (device communicators of the ranks of one host); each rank maps two halves of it per communicator,
+    and larger collectives take the host-driven path. In [1024, 17179869184]."""
 
     nccl_lanes: Optional[int] = None
     """``RINGGUARD_NCCL_LANES``, default ``4``. NCCL communicators (each with a stream of its own) that

@@ -291,6 +291,13 @@ std::vector<Setting> declarations() {
           "on: the downgrade engine switches operator variants by its rules; off: every family stays "
           "on its first enabled variant."),
       textSetting(
+          "RINGGUARD_REPLICA_FAULT",
+          "Fault injection of the replica check (docs/REPLICAS.md): flips one bit of one element of one "
+          "checked tensor on one rank of the replica group after an optimizer step, "
+          "`rank=R,step=S,tensor=NAME|#INDEX[,element=E][,bit=B][,repeat=N]` (steps from 0; repeat: steps "
+          "hit from S on, a large value is a persistently faulty device). Read when a ReplicaCheck is made; "
+          "Python's set_fault(replica=...) sets it for the checks made afterwards. Empty: off."),
+      textSetting(
           "RINGGUARD_POLICY_RULES",
           "Path of the downgrade rules file (JSON, docs/DOWNGRADE.md). Empty: the built-in default "
           "rules (share/ringguard/rules/default.json). Only a regular file is read (a directory, FIFO "

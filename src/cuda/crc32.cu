@@ -71,36 +71,7 @@ __global__ void __launch_bounds__(kSegmentThreads, kSegmentMinBlocks)
 __global__ void __launch_bounds__(kFinalizeThreads, 1)
     crc32FinalizeKernel(const __grid_constant__ FinalizeArgs a) {
   __shared__ uint32_t tree[kMaxBlocks];
-  if (a.verdict != nullptr && *a.verdict == 0u) {  // block-uniform, before any barrier
-    if (threadIdx.x == 0) *a.out = *a.okCrc;
-    return;
-  }
-  const uint32_t width = 1u << a.numLevels;
-  const uint32_t pad = width - a.numPartials;
-  // Right-aligned, zero-padded on the left: zeros contribute nothing, and every right subtree then covers
-  // full-length segments only.
-  for (uint32_t j = threadIdx.x; j < width; j += kFinalizeThreads) {
-    tree[j] = j < pad ? 0u : a.partials[j - pad];
-  }
-  __syncthreads();
-  // Level l: each node of 2^(l+1) leaves keeps its value at its last slot: left * x^(8 * right bytes) ^
-  // right.
-  for (uint32_t level = 0; level < a.numLevels; ++level) {
-    const uint32_t half = 1u << level;
-    for (uint32_t node = threadIdx.x; node < (width >> (level + 1)); node += kFinalizeThreads) {
-      const uint32_t right = node * 2 * half + 2 * half - 1;
-      tree[right] ^= crc32Multiply(tree[right - half], a.levelShift[level]);
-    }
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    const uint32_t* table = kSliceTables.t[0][0];
-    uint32_t s = 0xffffffffu;
-    for (uint32_t k = 0; k < a.headLen; ++k) s = table[(s ^ a.head[k]) & 0xffu] ^ (s >> 8);
-    if (a.numPartials != 0) s = crc32Multiply(s, a.alignedShift) ^ tree[width - 1];
-    for (uint32_t k = 0; k < a.tailLen; ++k) s = table[(s ^ a.tail[k]) & 0xffu] ^ (s >> 8);
-    *a.out = s ^ 0xffffffffu;
-  }
+  finalizeCrc<kFinalizeThreads>(a, tree);
 }
 
 cuda_detail::ResidentBlocks gSegmentResidency;

@@ -39,6 +39,25 @@ constexpr size_t kDynamicSmemBytes = 2 * kTableBytes;
 static_assert((1u << kMaxLevels) == kMaxBlocks, "the merge tree covers every block");
 static_assert((kThreads & (kThreads - 1)) == 0, "per-thread position math uses shifts");
 
+// What launchCrc32Finalize merges: the segment CRCs and the unaligned head and tail bytes.
+struct FinalizeArgs {
+  const unsigned char* head;  // bytes before the 16-byte-aligned region (read when the merge runs)
+  const unsigned char* tail;  // bytes after it
+  const uint32_t* partials;
+  uint32_t* out;
+  uint32_t headLen;
+  uint32_t tailLen;
+  uint32_t numPartials;
+  uint32_t numLevels;               // ceil(log2(numPartials))
+  uint32_t alignedShift;            // x^(8 * aligned bytes)
+  uint32_t levelShift[kMaxLevels];  // x^(8 * segment bytes * 2^level)
+  // Both null (always merge), or both device words: when *verdict is SliceCheck::kOk (0) the merge writes
+  // *okCrc instead and reads no partials (the segment kernel skipped them too): the CRC of a forwarded copy
+  // is the verified payload CRC, and dst needs checksumming only after a rejected slice.
+  const uint32_t* verdict;
+  const uint32_t* okCrc;
+};
+
 namespace {
 
 // ---- Compile-time tables ---------------------------------------------------------------------------------
@@ -216,34 +235,23 @@ __device__ __forceinline__ uint32_t fillTables(uint32_t* dynamicSmem) {
 // of the next batch are issued before the current one is produced and checksummed, so that memory stays
 // busy while a thread computes (the fused apply, whose produce() also stores); it costs a second batch of
 // registers.
-template <int kBatch, bool kPrefetch, typename Source>
-__device__ __forceinline__ void crcSegments(Source& src, uint64_t numPieces, uint64_t segmentPieces,
-                                            uint32_t* __restrict__ partials) {
-  extern __shared__ __align__(16) uint32_t dynamicSmem[];
-  __shared__ uint32_t warpXor[kThreads / 32];
-  using Loaded = typename Source::Loaded;
-
-  const uint64_t firstLen = numPieces - static_cast<uint64_t>(gridDim.x - 1) * segmentPieces;
-  const uint64_t segBegin =
-      blockIdx.x == 0 ? 0 : firstLen + static_cast<uint64_t>(blockIdx.x - 1) * segmentPieces;
-  const uint64_t n = firstLen + static_cast<uint64_t>(blockIdx.x) * segmentPieces - segBegin;
-  const uint32_t tid = threadIdx.x;
-
-  uint64_t piece = segBegin + tid;
-  int64_t left = static_cast<int64_t>(n) - tid;  // pieces from `piece` to the segment end
-  Loaded v[kBatch];
-  const auto loadBatch = [&] {
+// Issues the loads of the kBatch pieces piece, piece + kThreads, ... that lie before the segment end
+// (`left` pieces from `piece`); the others are zero.
+template <int kBatch, typename Source>
+__device__ __forceinline__ void loadBatch(const Source& src, uint64_t piece, int64_t left,
+                                          typename Source::Loaded (&v)[kBatch]) {
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) v[u] = u * kThreads < left ? src.load(piece + u * kThreads) : Loaded{};
-  };
-  loadBatch();
+  for (int u = 0; u < kBatch; ++u) {
+    v[u] = u * kThreads < left ? src.load(piece + u * kThreads) : typename Source::Loaded{};
+  }
+}
 
-  const uint32_t tableAddr = fillTables(dynamicSmem);
-  src.prologue();
-  __syncthreads();
-  src.afterBarrier();
-
-  const LaneLookup lanes = makeLaneLookup(tableAddr);
+// The raw CRC register of this thread's pieces of a segment, from its first batch `v` (already loaded) on:
+// see crcSegments.
+template <int kBatch, bool kPrefetch, typename Source>
+__device__ __forceinline__ uint32_t crcSegmentLoop(Source& src, typename Source::Loaded (&v)[kBatch],
+                                                   uint64_t piece, int64_t left, const LaneLookup& lanes) {
+  using Loaded = typename Source::Loaded;
   uint32_t s = 0;
   while (left > (kBatch - 1) * kThreads) {
     if constexpr (kPrefetch) {
@@ -264,14 +272,22 @@ __device__ __forceinline__ void crcSegments(Source& src, uint64_t numPieces, uin
       for (int u = 0; u < kBatch; ++u) s = crcPiece(s, src.produce(v[u], piece + u * kThreads), lanes);
       piece += kBatch * kThreads;
       left -= kBatch * kThreads;
-      loadBatch();
+      loadBatch<kBatch>(src, piece, left, v);
     }
   }
 #pragma unroll
   for (int u = 0; u < kBatch - 1; ++u) {
     if (u * kThreads < left) s = crcPiece(s, src.produce(v[u], piece + u * kThreads), lanes);
   }
+  return s;
+}
 
+// Moves each thread's register to the end of the segment of `n` pieces and XORs the block's registers into
+// *partial (when `store`). `warpXor` is kThreads / 32 words of shared memory; the caller separates two uses
+// of it by a barrier.
+__device__ __forceinline__ void crcBlockReduce(uint32_t s, uint64_t n, bool store, uint32_t* warpXor,
+                                               uint32_t* __restrict__ partial) {
+  const uint32_t tid = threadIdx.x;
   // Every piece went through the jump tables, so the register stands kThreads pieces after the start of
   // this thread's last piece; the segment ends d = last + kThreads - n pieces earlier. Move it back.
   if (tid < n) {
@@ -282,35 +298,100 @@ __device__ __forceinline__ void crcSegments(Source& src, uint64_t numPieces, uin
   s = __reduce_xor_sync(0xffffffffu, s);
   if ((tid & 31u) == 0) warpXor[tid >> 5] = s;
   __syncthreads();
-  if (tid < 32 && numPieces != 0) {
+  if (tid < 32 && store) {
     s = tid < kThreads / 32 ? warpXor[tid] : 0u;
     s = __reduce_xor_sync(0xffffffffu, s);
-    if (tid == 0) partials[blockIdx.x] = s;
+    if (tid == 0) *partial = s;
+  }
+}
+
+// The body of a segment kernel: the raw (unconditioned, register starting at 0) CRC of this block's segment
+// of the pieces [0, numPieces) that `src` produces, written to partials[blockIdx.x]. Segment 0 is the short
+// one (numPieces minus (gridDim.x - 1) full segments of `segmentPieces`), so that every segment after it has
+// the same length and the merge can use the same multiplier at each tree level.
+//
+// Loads are fully coalesced: in every step the kThreads threads read kThreads consecutive pieces, thread t
+// piece t, so a thread checksums every kThreads-th piece of the segment and the jump tables skip the pieces
+// between (crc32.cu, "Design"). kBatch pieces are in flight per thread.
+//
+// Source (all __device__):
+//   using Loaded = ...;                               // what the loads of one piece hold
+//   Loaded load(uint64_t piece) const;                // issues the loads of a piece
+//   void prologue();                                  // all threads, before the barrier that ends the fill
+//   void afterBarrier();                              // all threads, after it (e.g. read a shared verdict)
+//   uint4 produce(const Loaded&, uint64_t piece) const;  // the 16 bytes of the piece to checksum
+// The first batch of loads is issued before the table fill, so it overlaps it. With kPrefetch the loads
+// of the next batch are issued before the current one is produced and checksummed, so that memory stays
+// busy while a thread computes (the fused apply, whose produce() also stores); it costs a second batch of
+// registers.
+template <int kBatch, bool kPrefetch, typename Source>
+__device__ __forceinline__ void crcSegments(Source& src, uint64_t numPieces, uint64_t segmentPieces,
+                                            uint32_t* __restrict__ partials) {
+  extern __shared__ __align__(16) uint32_t dynamicSmem[];
+  __shared__ uint32_t warpXor[kThreads / 32];
+  using Loaded = typename Source::Loaded;
+
+  const uint64_t firstLen = numPieces - static_cast<uint64_t>(gridDim.x - 1) * segmentPieces;
+  const uint64_t segBegin =
+      blockIdx.x == 0 ? 0 : firstLen + static_cast<uint64_t>(blockIdx.x - 1) * segmentPieces;
+  const uint64_t n = firstLen + static_cast<uint64_t>(blockIdx.x) * segmentPieces - segBegin;
+  const uint32_t tid = threadIdx.x;
+
+  const uint64_t piece = segBegin + tid;
+  const int64_t left = static_cast<int64_t>(n) - tid;  // pieces from `piece` to the segment end
+  Loaded v[kBatch];
+  loadBatch<kBatch>(src, piece, left, v);
+
+  const uint32_t tableAddr = fillTables(dynamicSmem);
+  src.prologue();
+  __syncthreads();
+  src.afterBarrier();
+
+  const LaneLookup lanes = makeLaneLookup(tableAddr);
+  const uint32_t s = crcSegmentLoop<kBatch, kPrefetch>(src, v, piece, left, lanes);
+  crcBlockReduce(s, n, numPieces != 0, warpXor, partials + blockIdx.x);
+}
+
+// The merge of launchCrc32Finalize, run by one block of `kFinalizeThreads` threads: the segment CRCs of
+// a.partials and the head and tail bytes into the conditioned CRC-32 at a.out. `tree` is kMaxBlocks words
+// of shared memory.
+template <uint32_t kFinalizeThreads>
+__device__ __forceinline__ void finalizeCrc(const FinalizeArgs& a, uint32_t* tree) {
+  if (a.verdict != nullptr && *a.verdict == 0u) {  // block-uniform, before any barrier
+    if (threadIdx.x == 0) *a.out = *a.okCrc;
+    return;
+  }
+  const uint32_t width = 1u << a.numLevels;
+  const uint32_t pad = width - a.numPartials;
+  // Right-aligned, zero-padded on the left: zeros contribute nothing, and every right subtree then covers
+  // full-length segments only.
+  for (uint32_t j = threadIdx.x; j < width; j += kFinalizeThreads) {
+    tree[j] = j < pad ? 0u : a.partials[j - pad];
+  }
+  __syncthreads();
+  // Level l: each node of 2^(l+1) leaves keeps its value at its last slot: left * x^(8 * right bytes) ^
+  // right.
+  for (uint32_t level = 0; level < a.numLevels; ++level) {
+    const uint32_t half = 1u << level;
+    for (uint32_t node = threadIdx.x; node < (width >> (level + 1)); node += kFinalizeThreads) {
+      const uint32_t right = node * 2 * half + 2 * half - 1;
+      tree[right] ^= crc32Multiply(tree[right - half], a.levelShift[level]);
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    const uint32_t* table = kSliceTables.t[0][0];
+    uint32_t s = 0xffffffffu;
+    for (uint32_t k = 0; k < a.headLen; ++k) s = table[(s ^ a.head[k]) & 0xffu] ^ (s >> 8);
+    if (a.numPartials != 0) s = crc32Multiply(s, a.alignedShift) ^ tree[width - 1];
+    for (uint32_t k = 0; k < a.tailLen; ++k) s = table[(s ^ a.tail[k]) & 0xffu] ^ (s >> 8);
+    *a.out = s ^ 0xffffffffu;
   }
 }
 
 }  // namespace
 
 // ---- Host side -----------------------------------------------------------------------------------------
-
-// What launchCrc32Finalize merges: the segment CRCs and the unaligned head and tail bytes.
-struct FinalizeArgs {
-  const unsigned char* head;  // bytes before the 16-byte-aligned region (read when the merge runs)
-  const unsigned char* tail;  // bytes after it
-  const uint32_t* partials;
-  uint32_t* out;
-  uint32_t headLen;
-  uint32_t tailLen;
-  uint32_t numPartials;
-  uint32_t numLevels;               // ceil(log2(numPartials))
-  uint32_t alignedShift;            // x^(8 * aligned bytes)
-  uint32_t levelShift[kMaxLevels];  // x^(8 * segment bytes * 2^level)
-  // Both null (always merge), or both device words: when *verdict is SliceCheck::kOk (0) the merge writes
-  // *okCrc instead and reads no partials (the segment kernel skipped them too): the CRC of a forwarded copy
-  // is the verified payload CRC, and dst needs checksumming only after a rejected slice.
-  const uint32_t* verdict;
-  const uint32_t* okCrc;
-};
 
 // A segment kernel's launch over `bytes` bytes at `data` (any byte address), for a kernel of which
 // `resident` blocks fit on the device.

@@ -10,6 +10,7 @@ add_library(ringguard_cuda STATIC
   ${CMAKE_CURRENT_LIST_DIR}/pool_registry.cc  # every pool of the process, beside PyTorch's memory
   ${CMAKE_CURRENT_LIST_DIR}/guard_scan_backend.cc  # the guard's device backend (docs/GUARD.md)
   ${CMAKE_CURRENT_LIST_DIR}/graph_guard.cc  # a guarded op as one CUDA graph with a WHILE node
+  ${CMAKE_CURRENT_LIST_DIR}/replica_backend.cc  # the replica check's device fingerprints (docs/REPLICAS.md)
   ${CMAKE_CURRENT_LIST_DIR}/device_executor.cc
 )
 target_link_libraries(ringguard_cuda PUBLIC ringguard_core CUDA::cudart)

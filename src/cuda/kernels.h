@@ -45,6 +45,23 @@ Status crc32DeviceUnlessOk(const void* data, size_t bytes, const uint32_t* verdi
 // compare it with boost's. Synchronous.
 Status crc32DeviceTableForTesting(uint32_t* tableHost);
 
+// One buffer of crc32ManyDevice.
+struct Crc32Span {
+  const void* data;  // device address, any byte alignment; null only when bytes == 0
+  size_t bytes;
+};
+
+// Bytes of temporary device storage crc32ManyDevice needs for these spans (depends on their sizes only).
+size_t crc32ManyDeviceScratchBytes(const Crc32Span* spans, size_t n);
+
+// crcsOutDevice[i] = the CRC-32 crc32Device gives for spans[i], for each of the `n` spans, in one launch of
+// a persistent segment kernel (the tables filled once per block, not once per span) and one merge launch
+// (a block per span), after two small host-to-device copies of the work table (pageable: staged when the
+// call returns). `scratch` must hold crc32ManyDeviceScratchBytes (16-byte aligned) and stay untouched until
+// the stream has passed this work. The replica check's device fingerprint (docs/REPLICAS.md).
+Status crc32ManyDevice(const Crc32Span* spans, size_t n, uint32_t* crcsOutDevice, void* scratch,
+                       size_t scratchBytes, cudaStream_t stream);
+
 // ---- NaN / Inf scan --------------------------------------------------------------------------------------
 
 // Result of nanScanDevice, in device memory. Both fields are plain 64-bit words so the struct can be read

@@ -191,6 +191,38 @@ TEST_F(Crc32DeviceTest, MatchesHostAtEverySizeAndOffset) {
   }
 }
 
+// crc32ManyDevice (the replica check's fingerprints, docs/REPLICAS.md): every span's CRC equals the host
+// CRC, for spans of every size class (empty, below a piece, one block, many blocks), at odd offsets, in one
+// call; the work table is larger than the persistent grid so blocks walk several items.
+TEST_F(Crc32DeviceTest, ManySpansMatchTheHostCrcOfEach) {
+  const std::vector<size_t> sizes = {
+      0, 1, 15, 16, 17, 4095, 131072, 131073, size_t(3) << 20, (size_t(9) << 20) + 5};
+  std::vector<size_t> offsets;
+  size_t total = 0;
+  for (size_t i = 0; i < sizes.size() * 8; ++i) {
+    offsets.push_back(total + (i * 7) % 16);
+    total = offsets.back() + sizes[i % sizes.size()] + 16;
+  }
+  const std::vector<uint8_t> host = randomBytes(total, 0x5EED);
+  auto* dev = static_cast<uint8_t*>(deviceAlloc(host.size()));
+  ASSERT_CUDA(cudaMemcpyAsync(dev, host.data(), host.size(), cudaMemcpyHostToDevice, stream_));
+  std::vector<Crc32Span> spans;
+  for (size_t i = 0; i < offsets.size(); ++i) spans.push_back({dev + offsets[i], sizes[i % sizes.size()]});
+  const size_t scratchBytes = crc32ManyDeviceScratchBytes(spans.data(), spans.size());
+  void* scratch = deviceAlloc(scratchBytes);
+  auto* outs = static_cast<uint32_t*>(deviceAlloc(spans.size() * sizeof(uint32_t)));
+  ASSERT_STATUS_OK(crc32ManyDevice(spans.data(), spans.size(), outs, scratch, scratchBytes, stream_));
+  std::vector<uint32_t> got(spans.size());
+  ASSERT_CUDA(cudaMemcpyAsync(got.data(), outs, got.size() * 4, cudaMemcpyDeviceToHost, stream_));
+  ASSERT_CUDA(cudaStreamSynchronize(stream_));
+  for (size_t i = 0; i < spans.size(); ++i) {
+    EXPECT_EQ(crc32(host.data() + offsets[i], spans[i].bytes), got[i])
+        << "span " << i << " size " << spans[i].bytes;
+  }
+  EXPECT_EQ(StatusCode::kInvalidArgument,
+            crc32ManyDevice(spans.data(), spans.size(), outs, scratch, scratchBytes - 4, stream_).code());
+}
+
 TEST_F(Crc32DeviceTest, SingleBitFlipsChangeTheCrc) {
   // A flip anywhere must show: catches a thread or block whose contribution is dropped.
   const size_t size = std::min<size_t>(testMaxBytes(), size_t(8) << 20);

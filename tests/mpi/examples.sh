@@ -4,6 +4,9 @@
 # parameters on every rank and detected == injected (exit 0); a learning rate that makes the loss
 # non-finite stops every rank at that step with a message and exit 1 (it used to print a NaN loss to the
 # end and exit 0); a NaN learning rate is a command-line error.
+# train_mlp --replica-check: a bit flipped in one rank's parameter after a step is repaired from the
+# majority with 3 ranks (the same final loss as the fault-free run, identical parameters, exit 0), raised on
+# every rank naming the rank with 2 (exit 1), and a clean run checks every step without a mismatch.
 # verified_allreduce_demo: every fault mode bit-identical to the fault-free run (PASS); a run that could
 # prove nothing (no elements, no iterations) or a NaN probability is a command-line error (they passed, or
 # aborted).
@@ -28,6 +31,25 @@ rc=$?
 grep -qE "^step [0-9]+: the loss is (inf|-?nan): training diverged \(try a smaller --lr\)$" "$log" ||
   fail "diverging run: no divergence message"
 grep -qE "^final: ranks=2 steps=[0-9] loss=(inf|-?nan) " "$log" || fail "diverging run: it did not stop early"
+
+run3() { timeout -k 5 120 "$mpiexec" --oversubscribe --bind-to none -np 3 "$@" >"$log" 2>&1; }
+run3 "$binary" --steps 12 --log-every 12 --fault-prob 0 --replica-check raise
+rc=$?
+[[ $rc -eq 0 ]] || fail "replica clean run: exit $rc"
+grep -qE "^replicas: checks=12 mismatches=0 repairs=0 escalations=0 warnings=0$" "$log" || fail "replica clean run: counters"
+clean_final="$(grep -E "^final: " "$log")"
+RINGGUARD_REPLICA_FAULT="rank=1,step=4,tensor=param:fc2.weight,element=17,bit=27" \
+  run3 "$binary" --steps 12 --log-every 12 --fault-prob 0 --replica-check repair
+rc=$?
+[[ $rc -eq 0 ]] || fail "replica repair: exit $rc"
+grep -qE "^replicas: checks=13 mismatches=1 repairs=1 escalations=0 warnings=0$" "$log" || fail "replica repair: counters"
+[[ "$(grep -E "^final: " "$log")" == "$clean_final" ]] || fail "replica repair: final line differs from the clean run's ($clean_final)"
+RINGGUARD_REPLICA_FAULT="rank=0,step=2,tensor=optim:fc1.weight.momentum_buffer,element=3,bit=30" \
+  run "$binary" --steps 12 --log-every 12 --fault-prob 0 --replica-check raise
+rc=$?
+[[ $rc -ne 0 ]] || fail "replica raise: exit 0"
+[[ $(grep -c "^rank [01]: replica check: step 2: ranks 0, 1 of 2 replicas disagree and no majority names the odd one in 1 tensor: 'optim:fc1.weight.momentum_buffer' (on_mismatch=raise)$" "$log") -eq 2 ]] ||
+  fail "replica raise: not the same error on both ranks"
 
 run "$binary" --lr nan
 rc=$?

@@ -92,6 +92,8 @@ PYBIND11_MODULE(_C, m) {
   ringguardRegisterMpiBindings(m);
   void ringguardRegisterIssueLaneBindings(py::module_&);  // ringguard._C.IssueLane: issue_lane_bindings.cc
   ringguardRegisterIssueLaneBindings(m);
+  void ringguardRegisterReplicaBindings(py::module_&);  // ringguard._C.ReplicaCheck: replica_bindings.cc
+  ringguardRegisterReplicaBindings(m);
 
   m.def("option_names", [] {
     std::vector<std::string> names;

@@ -1,0 +1,151 @@
+"""Replica check cost (docs/REPLICAS.md): DDP step time with and without ``ringguard.ReplicaCheck(every=1)``
+in the same run, the check alone, and the same tensors fingerprinted Megatron's way (hashlib SHA-1 on the
+CPU) and by a ``sum()`` per tensor; with ``--set-gb`` also a parameter set of that size (typical transformer
+shapes) fingerprinted alone, against a device copy of the same bytes (bandwidth ratio).
+
+    torchrun --nproc-per-node=2 bench/torch/bench_replica_check.py --model gpt --device cuda
+    torchrun --nproc-per-node=2 bench/torch/bench_replica_check.py --model gpt --device cuda --set-gb 1 --set-gb 8
+    torchrun --nproc-per-node=2 bench/torch/bench_replica_check.py            # CPU, the small MLP
+
+Rank 0 prints one JSON line per measurement and ``check_vs_step=<check ms / unchecked step ms>`` (goal:
+<= 0.01 for the small GPT on the GPU).
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import ringguard
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_ddp  # noqa: E402  the models and data of the DDP benchmark
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--model", choices=["mlp", "gpt"], default="mlp")
+    p.add_argument("--hidden", type=int)
+    p.add_argument("--layers", type=int)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--vocab", type=int, default=8192)
+    p.add_argument("--batch", type=int)
+    p.add_argument("--steps", type=int, default=20, help="timed steps per variant and round")
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--set-gb", type=float, action="append", default=[], help="parameter set size to fingerprint")
+    args = p.parse_args()
+    if args.model == "gpt":
+        args.hidden, args.layers, args.batch = args.hidden or 512, args.layers or 6, args.batch or 8
+    else:
+        args.hidden, args.layers, args.batch = args.hidden or 1024, args.layers or 4, args.batch or 32
+    return args
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn, device, n):
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    sync(device)
+    return (time.perf_counter() - t0) / n * 1e3
+
+
+def emit(rank, **rec):
+    if rank == 0:
+        print(json.dumps(rec), flush=True)
+
+
+def main():
+    args = parse_args()
+    dist.init_process_group("ringguard")
+    rank = dist.get_rank()
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    net = bench_ddp.model(args, device)
+    ddp = DDP(net, device_ids=[device.index] if device.type == "cuda" else None)
+    opt = torch.optim.AdamW(ddp.parameters(), lr=1e-4)
+    x, y = bench_ddp.batch(args, rank, device)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        out = ddp(x)
+        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+        loss.backward()
+        opt.step()
+
+    for _ in range(3):
+        step()  # optimizer state exists from here on
+    check = ringguard.ReplicaCheck(ddp, opt, every=1, on_mismatch="raise")
+    check.remove()  # hooked in and out per variant below
+    plain, checked = [], []
+    for r in range(args.rounds):
+        for variant in (("plain", "checked") if r % 2 == 0 else ("checked", "plain")):
+            if variant == "checked":
+                handle = opt.register_step_post_hook(check._after_step)
+                checked.append(timed(step, device, args.steps))
+                handle.remove()
+            else:
+                plain.append(timed(step, device, args.steps))
+    tensors = check.tensors()
+    nbytes = sum(t.numel() * t.element_size() for _, t in tensors)
+    alone = timed(check.check_now, device, args.steps)
+
+    def sha1():
+        h = hashlib.sha1()
+        for _, t in tensors:
+            h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        return h.digest()
+
+    def sums():
+        return [t.float().sum() for _, t in tensors]
+
+    step_ms, checked_ms = statistics.median(plain), statistics.median(checked)
+    emit(rank, model=args.model, device=args.device, tensors=len(tensors), bytes=nbytes, step_ms=step_ms,
+         checked_step_ms=checked_ms, check_alone_ms=alone, sha1_cpu_ms=timed(sha1, device, 2),
+         sum_per_tensor_ms=timed(sums, device, args.steps), counters=check.counters())
+    emit(rank, check_vs_step=(checked_ms - step_ms) / step_ms, check_alone_vs_step=alone / step_ms)
+
+    for gb in args.set_gb:
+        # Transformer-shaped tensors (d x 4d, 4d x d, d x d, d) until the set holds `gb` GiB of f32/bf16.
+        d = 4096 if gb >= 4 else 2048
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        shapes, total = [], 0
+        target = int(gb * (1 << 30))
+        while total < target:
+            for s in ((d, 4 * d), (4 * d, d), (d, d), (d, d), (d, d), (d, d), (d,), (d,)):
+                shapes.append(s)
+                total += torch.Size(s).numel() * torch.tensor([], dtype=dtype).element_size()
+        params = [torch.randn(s, device=device).to(dtype) for s in shapes]
+        mod = torch.nn.Module()
+        for i, p in enumerate(params):
+            mod.register_buffer(f"t{i}", p)
+        dummy = torch.optim.SGD([torch.zeros(1, device=device, requires_grad=True)], lr=0.1)
+        c = ringguard.ReplicaCheck(mod, dummy, include_optimizer_state=False)
+        c.remove()
+        ms = timed(c.check_now, device, 5)
+        copy_ms = timed(lambda: [p.clone() for p in params], device, 5)
+        emit(rank, set_gb=gb, tensors=len(params), bytes=total, fingerprint_ms=ms, fingerprint_gbps=total / ms / 1e6,
+             copy_ms=copy_ms, copy_gbps=2 * total / copy_ms / 1e6, fingerprint_vs_copy_bandwidth=(total / ms) / (2 * total / copy_ms))
+        del params, mod, c
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

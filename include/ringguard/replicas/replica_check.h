@@ -1,0 +1,120 @@
+#pragma once
+// ringguard::ReplicaChecker: after each optimizer step, the CRC-32 of every tensor the data-parallel
+// replicas must hold alike is all-gathered over the replica group and compared; a mismatch is raised,
+// repaired from the majority or logged, per the policy (docs/REPLICAS.md).
+//
+//   ReplicaChecker check(options, makeCommunicatorExchange(comm), makeHostReplicaBackend(), nullptr);
+//   for (step = 0; ...; ++step) {
+//     ...; optimizer.step();
+//     RINGGUARD_RETURN_IF_ERROR(check.afterStep(step, tensors, stream));  // kCorruption names the rank(s)
+//   }
+//
+// Every rank of the group calls afterStep for the same steps with the same list of tensors (names, dtypes,
+// sizes: a difference is an error on every rank, not a wrong comparison). Used by one thread at a time.
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ringguard/core/status.h"
+#include "ringguard/replicas/comparison.h"
+#include "ringguard/replicas/decision.h"
+#include "ringguard/replicas/fault.h"
+#include "ringguard/replicas/fingerprint.h"
+
+namespace ringguard {
+
+// The replica group's collectives, as the checker needs them.
+class ReplicaExchange {
+ public:
+  virtual ~ReplicaExchange() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Every rank's `mine` (all of one length), rank-major, into `all` (size() * mine.size() words).
+  virtual Status allGather(const std::vector<uint32_t>& mine, std::vector<uint32_t>* all) = 0;
+  // `root`'s bytes of `tensor` into every rank's, in place, ordered on `stream`.
+  virtual Status broadcast(const ReplicaTensor& tensor, int root, void* stream) = 0;
+};
+
+struct ReplicaCheckOptions {
+  ReplicaAction onMismatch = ReplicaAction::kRaise;  // kRaise, kRepair or kWarn
+  uint64_t every = 1;                                // check after steps every-1, 2*every-1, ... (>= 1)
+};
+
+struct ReplicaCounters {
+  uint64_t steps = 0;               // afterStep calls
+  uint64_t checks = 0;              // comparisons run (the checks after a repair included)
+  uint64_t mismatches = 0;          // checks that found a difference
+  uint64_t repairs = 0;             // repairs made (broadcasts from the majority)
+  uint64_t repairedTensors = 0;     // tensors broadcast by them
+  uint64_t escalations = 0;         // repair policy turned into raise
+  uint64_t warnings = 0;            // mismatches let through by the warn policy
+  uint64_t raised = 0;              // errors returned for mismatches
+  uint64_t injected = 0;            // bits flipped by fault injection on this rank
+  uint64_t bytesFingerprinted = 0;  // bytes checksummed on this rank
+  uint64_t hostWaits = 0;           // host waits of the backends for fingerprints
+};
+
+// The outcome of the last check.
+struct ReplicaReport {
+  uint64_t step = 0;
+  bool checked = false;              // false: not a check step
+  bool mismatch = false;             // the first comparison of the step found a difference
+  ReplicaComparison comparison;      // the first comparison
+  std::vector<std::string> tensors;  // names of the differing tensors
+  ReplicaDecision decision;
+  bool repaired = false;  // a repair ran and the check after it came out clean
+  std::string message;    // what was logged or raised
+};
+
+class ReplicaChecker {
+ public:
+  // `device` may be null (host tensors only). kInvalidArgument-free: options are checked by validate().
+  ReplicaChecker(ReplicaCheckOptions options, std::unique_ptr<ReplicaExchange> exchange,
+                 std::unique_ptr<ReplicaBackend> host, std::unique_ptr<ReplicaBackend> device);
+  ~ReplicaChecker();
+  ReplicaChecker(const ReplicaChecker&) = delete;
+  ReplicaChecker& operator=(const ReplicaChecker&) = delete;
+
+  // kInvalidArgument naming the field (every == 0, a policy that is not raise, repair or warn).
+  static Status validate(const ReplicaCheckOptions& options);
+
+  // After optimizer step `step` (0-based; the same on every rank): flips the bits a fault rule names for
+  // this rank and step, then, on check steps, fingerprints `tensors`, all-gathers and compares. On a
+  // mismatch: kCorruption naming the step, the odd rank(s) and the tensors (raise; also a repair that
+  // cannot be made or did not converge), or a repair (broadcast of the differing tensors from the
+  // majority, then a second check), or a warning (logged). Returns ok otherwise.
+  Status afterStep(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream = nullptr);
+  // Checks now, whatever the step (`step` is only reported).
+  Status checkNow(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream = nullptr);
+
+  Status setFault(const ReplicaFault& fault);  // replaces any earlier one
+  void clearFault();
+  ReplicaCounters counters() const;
+  ReplicaReport lastReport() const;
+  const ReplicaCheckOptions& options() const { return options_; }
+  int rank() const;
+  int size() const;
+
+ private:
+  Status gatherAndCompare(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream,
+                          ReplicaComparison* out);
+  Status fingerprint(const std::vector<ReplicaTensor>& tensors, void* stream, std::vector<uint32_t>* crcs);
+  Status injectFault(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream);
+  ReplicaBackend* backendFor(MemoryKind kind);
+  void finish(ReplicaReport report);
+
+  const ReplicaCheckOptions options_;
+  std::unique_ptr<ReplicaExchange> exchange_;
+  std::unique_ptr<ReplicaBackend> host_;
+  std::unique_ptr<ReplicaBackend> device_;
+  ReplicaDecider decider_;
+  bool faultOn_ = false;
+  ReplicaFault fault_;
+  mutable std::mutex mu_;
+  ReplicaCounters counters_;  // guarded by mu_
+  ReplicaReport last_;        // guarded by mu_
+};
+
+}  // namespace ringguard

@@ -1,0 +1,181 @@
+"""Replica fingerprints after every optimizer step (docs/REPLICAS.md).
+
+    ddp = DistributedDataParallel(model)
+    opt = torch.optim.AdamW(ddp.parameters())
+    check = ringguard.ReplicaCheck(ddp, opt, on_mismatch="repair")   # registers a step post-hook
+    ...                                  # train as usual; a replica that went wrong is raised, repaired or logged
+    check.counters()                     # checks, mismatches, repairs, escalations, bytes_fingerprinted, ...
+    check.last_report()                  # the last check: step, odd ranks, tensors, action
+
+After each ``optimizer.step()`` every rank computes the CRC-32 of every parameter, optimizer-state tensor and
+buffer (the host CRC for CPU tensors, one multi-tensor kernel for CUDA ones), the fingerprints are
+all-gathered over the group and compared. The comparison, the decision and the repair sequence are the
+C++ checker's (``ringguard._C.ReplicaCheck``, src/replicas/); this module lists the tensors and supplies
+the group's collectives.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+from . import _ext
+
+__all__ = ["ReplicaCheck", "ReplicaMismatchError"]
+
+_FAULT_SETTING = "RINGGUARD_REPLICA_FAULT"
+_default_fault: Optional[str] = None  # set_fault(replica=...): overrides the setting for later checks
+
+
+class ReplicaMismatchError(RuntimeError):
+    """Raised on every rank of the group when the replicas differ and the policy (or an escalation) says
+    raise: names the step, the odd rank(s) and the tensors. The extension raises this class."""
+
+
+def set_default_fault(spec: Optional[str]) -> None:
+    """The fault every ReplicaCheck made afterwards starts with (``ringguard.set_fault(replica=...)``);
+    None: back to RINGGUARD_REPLICA_FAULT."""
+    global _default_fault
+    _default_fault = spec
+
+
+def _is_dtensor(t: torch.Tensor) -> bool:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - torch without DTensor
+        return False
+    return isinstance(t, DTensor)
+
+
+class ReplicaCheck:
+    """Checks after every `every`-th step of `optimizer` that the replicas of `group` (default: the default
+    group; every rank of it a data-parallel replica of `model`) hold bit-identical parameters, buffers and
+    (with `include_optimizer_state`) optimizer state.
+
+    on_mismatch: "raise" (every rank raises ReplicaMismatchError naming the rank(s), tensors and step),
+    "repair" (the differing tensors are broadcast from a rank of the majority, then checked again; needs
+    >= 3 replicas; a rank that mismatches again after a repair escalates to raise), "warn" (logged, training
+    continues). sync: the verdict is read right after the step (the only mode built so far).
+
+    Steps are counted from 0 (the first ``optimizer.step()`` is step 0); with every=k the checks follow
+    steps k-1, 2k-1, ...
+    """
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, group: Any = None,
+                 every: int = 1, on_mismatch: str = "raise", include_optimizer_state: bool = True,
+                 include_buffers: bool = True, sync: bool = True):
+        import torch.distributed as dist
+
+        if not sync:
+            raise NotImplementedError("ReplicaCheck(sync=False): the deferred verdict through mapped memory is "
+                                      "not built yet (docs/REPLICAS.md, 'Not yet'); use sync=True")
+        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+            raise ValueError(f"ReplicaCheck: every={every!r}: expected an int >= 1")
+        if not dist.is_initialized():
+            raise RuntimeError("ReplicaCheck: torch.distributed is not initialized; call init_process_group first")
+        self.model = model
+        self.optimizer = optimizer
+        self.group = group if group is not None else dist.group.WORLD
+        self.include_optimizer_state = include_optimizer_state
+        self.include_buffers = include_buffers
+        self._ranks = dist.get_process_group_ranks(self.group)
+        self._rank = dist.get_rank(self.group)
+        self._size = dist.get_world_size(self.group)
+        params = list(model.named_parameters())
+        for name, p in params:
+            if _is_dtensor(p):
+                raise ValueError(
+                    f"ReplicaCheck: parameter '{name}' is a DTensor (FSDP2 / fully_shard): pure FSDP keeps one "
+                    "copy of each shard, so there is no replica to compare it with; under HSDP (a 2-D mesh) the "
+                    "check across the replicate dimension is not built yet (docs/REPLICAS.md)")
+        cuda = next((p.device for _, p in params if p.is_cuda), None)
+        self._device = cuda if cuda is not None else torch.device("cpu")
+        self._names = {id(p): name for name, p in params}
+        self._by_name: Dict[str, torch.Tensor] = {}
+        self._step = 0
+        C = _ext.load()
+        self._impl = C.ReplicaCheck(on_mismatch, every, self._rank, self._size, self._all_gather,
+                                    self._broadcast, cuda.index if cuda is not None else -1)
+        fault = _default_fault if _default_fault is not None else os.environ.get(_FAULT_SETTING, "")
+        if fault:
+            self._impl.set_fault(fault)
+        self._handle = optimizer.register_step_post_hook(self._after_step)
+
+    # ---- the tensors ----------------------------------------------------------------------------
+
+    def tensors(self) -> List[Tuple[str, torch.Tensor]]:
+        """(name, tensor) of everything checked, in the order compared: "param:<name>",
+        "optim:<param name>.<state key>", "buffer:<name>"."""
+        out = [("param:" + n, p.detach()) for n, p in self.model.named_parameters()]
+        if self.include_optimizer_state:
+            for group in self.optimizer.param_groups:
+                for p in group["params"]:
+                    state = self.optimizer.state.get(p)
+                    if not state:
+                        continue
+                    pname = self._names.get(id(p), f"#{id(p)}")
+                    for key in sorted(state, key=str):
+                        v = state[key]
+                        if isinstance(v, torch.Tensor):
+                            out.append((f"optim:{pname}.{key}", v.detach()))
+        if self.include_buffers:
+            out.extend(("buffer:" + n, b.detach()) for n, b in self.model.named_buffers())
+        self._by_name = dict(out)
+        return out
+
+    def _stream(self) -> int:
+        if self._device.type == "cuda":
+            return torch._C._cuda_getCurrentRawStream(self._device.index)
+        return 0
+
+    # ---- the group's collectives (called by the C++ checker) -------------------------------------
+
+    def _all_gather(self, mine: torch.Tensor) -> torch.Tensor:
+        import torch.distributed as dist
+
+        t = mine.to(self._device)
+        out = torch.empty(self._size * t.numel(), dtype=t.dtype, device=self._device)
+        dist.all_gather_into_tensor(out, t, group=self.group)
+        return out.cpu()
+
+    def _broadcast(self, name: str, root: int) -> None:
+        import torch.distributed as dist
+
+        dist.broadcast(self._by_name[name], src=self._ranks[root], group=self.group)
+
+    # ---- the hook and the API ---------------------------------------------------------------------
+
+    def _after_step(self, optimizer, args, kwargs) -> None:
+        step = self._step
+        self._step += 1
+        self._impl.after_step(step, self.tensors(), self._stream())
+
+    def check_now(self) -> None:
+        """Checks now, outside the step hook (every rank of the group must call it)."""
+        self._impl.check_now(max(self._step - 1, 0), self.tensors(), self._stream())
+
+    def inject(self, rank: int, step: int, tensor: str, element: int = 0, bit: int = 0, repeat: int = 1) -> None:
+        """Flips bit `bit` of element `element` of the checked tensor `tensor` (a name from ``tensors()``
+        or "#<index>") on group rank `rank` after optimizer step `step`, and the `repeat` - 1 steps after
+        it. Call it on every rank alike (the tensor is looked up on every rank at that step)."""
+        self._impl.set_fault(f"rank={rank},step={step},tensor={tensor},element={element},bit={bit},"
+                             f"repeat={repeat}")
+
+    def clear_fault(self) -> None:
+        self._impl.set_fault("")
+
+    def counters(self) -> Dict[str, int]:
+        """steps, checks, mismatches, repairs, repaired_tensors, escalations, warnings, raised, injected,
+        bytes_fingerprinted, host_waits."""
+        return dict(self._impl.counters())
+
+    def last_report(self) -> Optional[Dict[str, Any]]:
+        """The last check (None before the first): step, mismatch, odd_ranks, majority, source, tensors,
+        action ("none", "warn", "repair", "raise"), escalated, repaired, message."""
+        return self._impl.last_report()
+
+    def remove(self) -> None:
+        """Unregisters the step hook."""
+        self._handle.remove()

@@ -1,0 +1,196 @@
+// ringguard._C.ReplicaCheck: the C++ replica checker (src/replicas) driven from Python. The sequence, the
+// comparison and the decision stay in C++; Python hands over the tensors (parameters, optimizer state,
+// buffers) and the group's collectives as callables (python/ringguard/replicas.py is the layer on top).
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ringguard/replicas/replica_check.h"
+#include "torch/guard/tensor_buffer.h"
+#if RINGGUARD_GUARD_CUDA
+#include "ringguard/replicas/device_backend.h"
+#endif
+
+namespace py = pybind11;
+
+namespace ringguard {
+namespace {
+
+// Status -> Python exception: bad input is ValueError, a mismatch the policy raises is ReplicaMismatchError.
+[[noreturn]] void raiseReplica(const Status& st) {
+  if (st.code() == StatusCode::kInvalidArgument) throw py::value_error(st.message());
+  if (st.code() == StatusCode::kCorruption) {
+    const py::object type = py::module_::import("ringguard.replicas").attr("ReplicaMismatchError");
+    PyErr_SetString(type.ptr(), st.message().c_str());
+    throw py::error_already_set();
+  }
+  throw std::runtime_error(st.toString());
+}
+
+// The group's collectives as Python callables: all_gather(int32 tensor) -> int32 tensor of size() blocks;
+// broadcast(name, root) broadcasts the named tensor from group rank `root`.
+class PyReplicaExchange final : public ReplicaExchange {
+ public:
+  PyReplicaExchange(int rank, int size, py::function allGather, py::function broadcast)
+      : rank_(rank), size_(size), allGather_(std::move(allGather)), broadcast_(std::move(broadcast)) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  Status allGather(const std::vector<uint32_t>& mine, std::vector<uint32_t>* all) override {
+    try {
+      at::Tensor t = at::empty({static_cast<int64_t>(mine.size())}, at::kInt);
+      std::memcpy(t.data_ptr(), mine.data(), mine.size() * sizeof(uint32_t));
+      at::Tensor got = py::cast<at::Tensor>(allGather_(t)).to(at::kCPU).contiguous();
+      if (got.scalar_type() != at::kInt || got.numel() != static_cast<int64_t>(mine.size()) * size_) {
+        return Status(StatusCode::kInternal, "replica check: the all-gather callback returned " +
+                                                 std::to_string(got.numel()) + " elements");
+      }
+      all->resize(static_cast<size_t>(got.numel()));
+      std::memcpy(all->data(), got.data_ptr(), all->size() * sizeof(uint32_t));
+      return Status::ok();
+    } catch (const std::exception& e) {
+      return Status(StatusCode::kInternal, std::string("replica check: the all-gather failed: ") + e.what());
+    }
+  }
+
+  Status broadcast(const ReplicaTensor& tensor, int root, void*) override {
+    try {
+      broadcast_(tensor.name, root);
+      return Status::ok();
+    } catch (const std::exception& e) {
+      return Status(StatusCode::kInternal,
+                    "replica repair: the broadcast of '" + tensor.name + "' failed: " + e.what());
+    }
+  }
+
+ private:
+  int rank_, size_;
+  py::function allGather_, broadcast_;
+};
+
+std::vector<ReplicaTensor> replicaTensors(const std::vector<std::pair<std::string, at::Tensor>>& named) {
+  std::vector<ReplicaTensor> out;
+  out.reserve(named.size());
+  for (const auto& [name, t] : named) {
+    GuardBuffer b;
+    const Status st = tensorBuffer(t, name, &b);
+    if (!st.isOk()) raiseReplica(st);
+    ReplicaTensor r;
+    r.name = name;
+    r.data = b.data;
+    r.bytes = b.bytes;
+    r.dtype = b.dtype;
+    r.kind = b.kind;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+py::dict countersDict(const ReplicaCounters& c) {
+  py::dict d;
+  d["steps"] = c.steps;
+  d["checks"] = c.checks;
+  d["mismatches"] = c.mismatches;
+  d["repairs"] = c.repairs;
+  d["repaired_tensors"] = c.repairedTensors;
+  d["escalations"] = c.escalations;
+  d["warnings"] = c.warnings;
+  d["raised"] = c.raised;
+  d["injected"] = c.injected;
+  d["bytes_fingerprinted"] = c.bytesFingerprinted;
+  d["host_waits"] = c.hostWaits;
+  return d;
+}
+
+py::object reportDict(const ReplicaReport& r) {
+  if (!r.checked) return py::none();
+  py::dict d;
+  d["step"] = r.step;
+  d["mismatch"] = r.mismatch;
+  d["odd_ranks"] = r.comparison.oddRanks;
+  d["majority"] = r.comparison.majority;
+  d["source"] = r.comparison.source;
+  d["tensors"] = r.tensors;
+  d["action"] = replicaActionName(r.decision.action);
+  d["escalated"] = r.decision.escalated;
+  d["repaired"] = r.repaired;
+  d["message"] = r.message;
+  return d;
+}
+
+class PyReplicaCheck {
+ public:
+  PyReplicaCheck(const std::string& onMismatch, int64_t every, int rank, int size, py::function allGather,
+                 py::function broadcast, int cudaDevice) {
+    ReplicaCheckOptions o;
+    if (!parseReplicaPolicy(onMismatch, &o.onMismatch)) {
+      throw py::value_error("ReplicaCheck: on_mismatch='" + onMismatch +
+                            "': expected one of raise, repair, warn");
+    }
+    if (every < 1) throw py::value_error("ReplicaCheck: every=" + std::to_string(every) + ": expected >= 1");
+    o.every = static_cast<uint64_t>(every);
+    std::unique_ptr<ReplicaBackend> device;
+#if RINGGUARD_GUARD_CUDA
+    if (cudaDevice >= 0) {
+      DeviceReplicaBackendOptions d;
+      d.device = cudaDevice;
+      const Status st = makeDeviceReplicaBackend(d, &device);
+      if (!st.isOk()) raiseReplica(st);
+    }
+#else
+    if (cudaDevice >= 0) throw py::value_error("ReplicaCheck: this build of ringguard has no CUDA layer");
+#endif
+    check_ = std::make_unique<ReplicaChecker>(
+        o, std::make_unique<PyReplicaExchange>(rank, size, std::move(allGather), std::move(broadcast)),
+        makeHostReplicaBackend(), std::move(device));
+  }
+
+  void afterStep(uint64_t step, const std::vector<std::pair<std::string, at::Tensor>>& named,
+                 uintptr_t stream) {
+    const Status st = check_->afterStep(step, replicaTensors(named), reinterpret_cast<void*>(stream));
+    if (!st.isOk()) raiseReplica(st);
+  }
+
+  void checkNow(uint64_t step, const std::vector<std::pair<std::string, at::Tensor>>& named,
+                uintptr_t stream) {
+    const Status st = check_->checkNow(step, replicaTensors(named), reinterpret_cast<void*>(stream));
+    if (!st.isOk()) raiseReplica(st);
+  }
+
+  void setFault(const std::string& spec) {
+    ReplicaFault f;
+    bool on = false;
+    Status st = parseReplicaFault(spec, &f, &on);
+    if (st.isOk()) st = on ? check_->setFault(f) : Status::ok();
+    if (!st.isOk()) raiseReplica(st);
+    if (!on) check_->clearFault();
+  }
+
+  ReplicaChecker& check() { return *check_; }
+
+ private:
+  std::unique_ptr<ReplicaChecker> check_;
+};
+
+}  // namespace
+}  // namespace ringguard
+
+// Called from module.cc's PYBIND11_MODULE.
+void ringguardRegisterReplicaBindings(py::module_& m) {
+  using ringguard::PyReplicaCheck;
+  py::class_<PyReplicaCheck>(m, "ReplicaCheck")
+      .def(py::init<const std::string&, int64_t, int, int, py::function, py::function, int>(),
+           py::arg("on_mismatch"), py::arg("every"), py::arg("rank"), py::arg("size"), py::arg("all_gather"),
+           py::arg("broadcast"), py::arg("cuda_device") = -1)
+      .def("after_step", &PyReplicaCheck::afterStep, py::arg("step"), py::arg("tensors"),
+           py::arg("stream") = 0)
+      .def("check_now", &PyReplicaCheck::checkNow, py::arg("step"), py::arg("tensors"), py::arg("stream") = 0)
+      .def("set_fault", &PyReplicaCheck::setFault, py::arg("spec"))
+      .def("counters", [](PyReplicaCheck& c) { return ringguard::countersDict(c.check().counters()); })
+      .def("last_report", [](PyReplicaCheck& c) { return ringguard::reportDict(c.check().lastReport()); });
+}

@@ -1,0 +1,386 @@
+// The replica check (docs/REPLICAS.md): fingerprint planning, the comparison of gathered fingerprints
+// (majority with >= 3 replicas, both named with 2), the decision and its escalation, fault specs, and the
+// checker end to end over loopback communicators (N ranks as threads, real verified collectives).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "loopback_util.h"
+#include "ringguard/core/crc32.h"
+#include "ringguard/replicas/communicator_exchange.h"
+#include "ringguard/replicas/replica_check.h"
+
+namespace ringguard {
+namespace {
+
+ReplicaTensor hostTensor(const std::string& name, std::vector<float>* v) {
+  ReplicaTensor t;
+  t.name = name;
+  t.data = v->data();
+  t.bytes = v->size() * sizeof(float);
+  return t;
+}
+
+ReplicaMessage message(uint64_t step, std::vector<uint32_t> crcs, uint32_t layout = 7) {
+  ReplicaMessage m;
+  m.step = step;
+  m.layoutHash = layout;
+  m.crcs = std::move(crcs);
+  return m;
+}
+
+TEST(ReplicaFingerprint, BucketsGroupByKindAndCap) {
+  std::vector<ReplicaTensor> t(7);
+  for (size_t i = 0; i < t.size(); ++i) t[i].bytes = 4 * (i + 1);
+  t[1].kind = t[3].kind = t[4].kind = MemoryKind::kDevice;  // interleaved, as Adam's CPU `step` makes them
+  auto b = planFingerprintBuckets(t, 2);
+  ASSERT_EQ(b.size(), 4u);
+  EXPECT_EQ(b[0].kind, MemoryKind::kHost);
+  EXPECT_EQ(b[0].indices, (std::vector<size_t>{0, 2}));
+  EXPECT_EQ(b[0].bytes, 16u);
+  EXPECT_EQ(b[1].indices, (std::vector<size_t>{5, 6}));
+  EXPECT_EQ(b[2].kind, MemoryKind::kDevice);
+  EXPECT_EQ(b[2].indices, (std::vector<size_t>{1, 3}));
+  EXPECT_EQ(b[3].indices, std::vector<size_t>{4});
+  EXPECT_EQ(b[3].bytes, 20u);
+  b = planFingerprintBuckets(t, 64);  // one call per kind
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[1].indices, (std::vector<size_t>{1, 3, 4}));
+  EXPECT_TRUE(planFingerprintBuckets({}, 64).empty());
+}
+
+TEST(ReplicaFingerprint, HostCrcIsCoreCrcAndLayoutSeesNamesAndSizes) {
+  std::vector<float> a = {1, 2, 3}, b = {};
+  std::vector<ReplicaTensor> t = {hostTensor("param:a", &a), hostTensor("param:b", &b)};
+  auto host = makeHostReplicaBackend();
+  uint32_t crcs[2] = {1, 1};
+  ASSERT_TRUE(host->fingerprint(t, {0, 1}, nullptr, crcs).isOk());
+  EXPECT_EQ(crcs[0], crc32(a.data(), 12));
+  EXPECT_EQ(crcs[1], 0u);
+  const uint32_t layout = replicaLayoutHash(t);
+  t[1].name = "param:c";
+  EXPECT_NE(replicaLayoutHash(t), layout);
+  t[1].name = "param:b";
+  t[0].bytes = 8;
+  EXPECT_NE(replicaLayoutHash(t), layout);
+}
+
+TEST(ReplicaComparison, MessagesRoundTripAndBadOnesAreNamed) {
+  const ReplicaMessage m = message(0x100000005ull, {9, 8});
+  const auto w = m.encode();
+  ReplicaMessage back;
+  ASSERT_TRUE(ReplicaMessage::decode(w.data(), w.size(), 2, &back).isOk());
+  EXPECT_EQ(back.step, 0x100000005ull);
+  EXPECT_EQ(back.crcs, m.crcs);
+  auto bad = w;
+  bad[0] ^= 1;
+  const Status st = ReplicaMessage::decode(bad.data(), bad.size(), 2, &back);
+  EXPECT_EQ(st.code(), StatusCode::kCorruption);
+  EXPECT_NE(st.message().find("rank 2"), std::string::npos) << st.toString();
+}
+
+TEST(ReplicaComparison, AgreementIsNoMismatch) {
+  const auto c = compareReplicas({message(3, {1, 2}), message(3, {1, 2}), message(3, {1, 2})});
+  EXPECT_FALSE(c.mismatch);
+  EXPECT_TRUE(c.oddRanks.empty());
+}
+
+TEST(ReplicaComparison, MajorityNamesTheOddRank) {
+  const auto c = compareReplicas(
+      {message(3, {1, 2, 3}), message(3, {1, 2, 3}), message(3, {1, 5, 3}), message(3, {1, 2, 3})});
+  ASSERT_TRUE(c.mismatch);
+  EXPECT_TRUE(c.majority);
+  EXPECT_EQ(c.oddRanks, std::vector<int>{2});
+  EXPECT_EQ(c.tensors, std::vector<size_t>{1});
+  EXPECT_EQ(c.source, 0);
+  EXPECT_EQ(c.describe({"a", "b", "c"}), "rank 2 of 4 replicas differs from the majority in 1 tensor: 'b'");
+}
+
+TEST(ReplicaComparison, SourceAgreesWithTheMajorityEverywhere) {
+  // Rank 0 is odd on tensor 0, rank 1 on tensor 1: rank 2 is the source.
+  const auto c = compareReplicas({message(1, {9, 2}), message(1, {1, 9}), message(1, {1, 2})});
+  ASSERT_TRUE(c.majority);
+  EXPECT_EQ(c.oddRanks, (std::vector<int>{0, 1}));
+  EXPECT_EQ(c.source, 2);
+  EXPECT_EQ(c.tensors, (std::vector<size_t>{0, 1}));
+}
+
+TEST(ReplicaComparison, TwoReplicasNameBoth) {
+  const auto c = compareReplicas({message(4, {1, 2}), message(4, {1, 7})});
+  ASSERT_TRUE(c.mismatch);
+  EXPECT_FALSE(c.majority);
+  EXPECT_EQ(c.oddRanks, (std::vector<int>{0, 1}));
+  EXPECT_EQ(c.source, -1);
+  EXPECT_EQ(c.describe({"x", "y"}),
+            "ranks 0, 1 of 2 replicas disagree and no majority names the odd one in 1 tensor: 'y'");
+}
+
+TEST(ReplicaComparison, NoStrictMajorityAmongFour) {
+  const auto c = compareReplicas({message(0, {1}), message(0, {1}), message(0, {2}), message(0, {2})});
+  ASSERT_TRUE(c.mismatch);
+  EXPECT_FALSE(c.majority);
+  EXPECT_EQ(c.oddRanks, (std::vector<int>{0, 1, 2, 3}));
+}
+
+TEST(ReplicaComparison, StructuralDifferencesAreNotCompared) {
+  auto c = compareReplicas({message(3, {1}), message(4, {1})});
+  EXPECT_TRUE(c.mismatch);
+  EXPECT_NE(c.structural.find("rank 1 checked step 4 while rank 0 checked step 3"), std::string::npos)
+      << c.structural;
+  c = compareReplicas({message(3, {1}), message(3, {1}, 8)});
+  EXPECT_NE(c.structural.find("rank 1 lists other tensors"), std::string::npos) << c.structural;
+  c = compareReplicas({message(3, {1}), message(3, {1, 2})});
+  EXPECT_NE(c.structural.find("(2 vs 1 tensors"), std::string::npos) << c.structural;
+}
+
+TEST(ReplicaDecision, PoliciesAndEscalation) {
+  const auto odd2 = compareReplicas({message(5, {1}), message(5, {1}), message(5, {2})});
+  const auto clean = compareReplicas({message(5, {1}), message(5, {1}), message(5, {1})});
+  EXPECT_EQ(ReplicaDecider(ReplicaAction::kRaise).decide(clean, 5).action, ReplicaAction::kNone);
+  EXPECT_EQ(ReplicaDecider(ReplicaAction::kRaise).decide(odd2, 5).action, ReplicaAction::kRaise);
+  EXPECT_EQ(ReplicaDecider(ReplicaAction::kWarn).decide(odd2, 5).action, ReplicaAction::kWarn);
+
+  ReplicaDecider repair(ReplicaAction::kRepair);
+  auto d = repair.decide(odd2, 5);
+  EXPECT_EQ(d.action, ReplicaAction::kRepair);
+  EXPECT_FALSE(d.escalated);
+  repair.noteRepaired(odd2, 5);
+  d = repair.decide(odd2, 5);  // the check right after the repair, same step: not a repeat
+  EXPECT_EQ(d.action, ReplicaAction::kRepair);
+  d = repair.decide(odd2, 6);
+  EXPECT_EQ(d.action, ReplicaAction::kRaise);
+  EXPECT_TRUE(d.escalated);
+  EXPECT_EQ(d.reason, "rank 2 mismatches again after its repair at step 5: a persistently faulty device");
+  // Another rank going wrong later is a first offence.
+  const auto odd0 = compareReplicas({message(9, {3}), message(9, {1}), message(9, {1})});
+  EXPECT_EQ(repair.decide(odd0, 9).action, ReplicaAction::kRepair);
+
+  const auto two = compareReplicas({message(1, {1}), message(1, {2})});
+  d = ReplicaDecider(ReplicaAction::kRepair).decide(two, 1);
+  EXPECT_EQ(d.action, ReplicaAction::kRaise);
+  EXPECT_TRUE(d.escalated);
+  EXPECT_NE(d.reason.find("no majority"), std::string::npos);
+  const auto structural = compareReplicas({message(1, {1}), message(2, {1})});
+  EXPECT_EQ(ReplicaDecider(ReplicaAction::kWarn).decide(structural, 1).action, ReplicaAction::kRaise);
+
+  ReplicaAction a = ReplicaAction::kNone;
+  EXPECT_TRUE(parseReplicaPolicy("repair", &a));
+  EXPECT_EQ(a, ReplicaAction::kRepair);
+  EXPECT_FALSE(parseReplicaPolicy("none", &a));
+  EXPECT_FALSE(parseReplicaPolicy("Raise", &a));
+}
+
+TEST(ReplicaFault, ParsesAndLocates) {
+  ReplicaFault f;
+  bool on = true;
+  ASSERT_TRUE(parseReplicaFault("", &f, &on).isOk());
+  EXPECT_FALSE(on);
+  ASSERT_TRUE(parseReplicaFault("rank=2,step=5,tensor=param:w,element=3,bit=30,repeat=4", &f, &on).isOk());
+  EXPECT_TRUE(on);
+  EXPECT_EQ(f.rank, 2);
+  EXPECT_EQ(f.step, 5u);
+  EXPECT_EQ(f.tensor, "param:w");
+  EXPECT_EQ(f.toString(), "rank=2,step=5,tensor=param:w,element=3,bit=30,repeat=4");
+  EXPECT_FALSE(f.hits(2, 4));
+  EXPECT_TRUE(f.hits(2, 5));
+  EXPECT_TRUE(f.hits(2, 8));
+  EXPECT_FALSE(f.hits(2, 9));
+  EXPECT_FALSE(f.hits(1, 5));
+
+  for (const auto& [text, expect] : std::vector<std::pair<std::string, std::string>>{
+           {"rank=1,step=2", "missing tensor"},
+           {"rank=1,step=x,tensor=a", "step='x' is not a non-negative decimal integer"},
+           {"rank=1,step=2,tensor=a,colour=3", "unknown key 'colour'"},
+           {"rank=1,step=2,tensor=a,repeat=0", "repeat=0 would never fire"},
+           {"rank=1,rank=2,step=2,tensor=a", "key 'rank' given twice"},
+           {"rank=1,step", "'step' is not key=value"}}) {
+    const Status st = parseReplicaFault(text, &f, &on);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(st.message().find("RINGGUARD_REPLICA_FAULT: " + expect), std::string::npos) << st.toString();
+  }
+
+  std::vector<float> w(4), b(2);
+  std::vector<ReplicaTensor> t = {hostTensor("param:w", &w), hostTensor("param:b", &b)};
+  ASSERT_TRUE(parseReplicaFault("rank=0,step=0,tensor=param:w,element=3,bit=30", &f, &on).isOk());
+  size_t index = 9, offset = 9;
+  uint8_t mask = 0;
+  ASSERT_TRUE(locateReplicaFault(f, t, &index, &offset, &mask).isOk());
+  EXPECT_EQ(index, 0u);
+  EXPECT_EQ(offset, 15u);  // element 3 = bytes 12..15, bit 30 in byte 3
+  EXPECT_EQ(mask, 0x40);
+  f.tensor = "#1";
+  f.element = 2;
+  EXPECT_NE(locateReplicaFault(f, t, &index, &offset, &mask)
+                .message()
+                .find("element 2 is past the end of "
+                      "'param:b' (2 elements)"),
+            std::string::npos);
+  f.element = 0;
+  f.bit = 32;
+  EXPECT_NE(locateReplicaFault(f, t, &index, &offset, &mask).message().find("bit 32 is past the 32-bit"),
+            std::string::npos);
+  f.tensor = "param:q";
+  EXPECT_NE(locateReplicaFault(f, t, &index, &offset, &mask).message().find("no tensor named 'param:q'"),
+            std::string::npos);
+}
+
+// ---- The checker end to end over loopback communicators ---------------------------------------------------
+
+constexpr int kSteps = 10;
+
+// One replica's state: two "parameters" and an "optimizer state", updated identically on every rank.
+struct Replica {
+  std::vector<float> w = std::vector<float>(37), b = std::vector<float>(5), m = std::vector<float>(37);
+  void update(int step) {
+    for (size_t i = 0; i < w.size(); ++i) {
+      m[i] = 0.5f * m[i] + static_cast<float>((step + static_cast<int>(i)) % 7);
+      w[i] -= 0.25f * m[i];
+    }
+    for (size_t i = 0; i < b.size(); ++i) b[i] += static_cast<float>(step % 3);
+  }
+  std::vector<ReplicaTensor> tensors() {
+    return {hostTensor("param:w", &w), hostTensor("param:b", &b), hostTensor("optim:w.momentum", &m)};
+  }
+};
+
+struct RankRun {
+  Status status;
+  uint64_t failedStep = UINT64_MAX;
+  ReplicaCounters counters;
+  ReplicaReport report;
+  uint32_t finalCrc = 0;
+};
+
+// Trains kSteps steps on every rank with a checker of `options`; `fault` (when set) on every rank.
+std::vector<RankRun> train(int ranks, ReplicaCheckOptions options, const std::string& fault) {
+  testing::LoopbackGroup g(ranks, testing::quietOptions());
+  std::vector<RankRun> out(ranks);
+  g.run([&](int rank, Communicator& comm) {
+    ReplicaChecker check(options, makeCommunicatorExchange(&comm), makeHostReplicaBackend(), nullptr);
+    if (!fault.empty()) {
+      ReplicaFault f;
+      bool on = false;
+      ASSERT_TRUE(parseReplicaFault(fault, &f, &on).isOk());
+      ASSERT_TRUE(check.setFault(f).isOk());
+    }
+    Replica rep;
+    RankRun& r = out[rank];
+    for (int step = 0; step < kSteps; ++step) {
+      rep.update(step);
+      r.status = check.afterStep(step, rep.tensors());
+      if (!r.status.isOk()) {
+        r.failedStep = step;
+        break;
+      }
+    }
+    r.counters = check.counters();
+    r.report = check.lastReport();
+    r.finalCrc = crc32(rep.w.data(), rep.w.size() * 4, crc32(rep.m.data(), rep.m.size() * 4));
+  });
+  return out;
+}
+
+ReplicaCheckOptions opts(ReplicaAction a, uint64_t every = 1) {
+  ReplicaCheckOptions o;
+  o.onMismatch = a;
+  o.every = every;
+  return o;
+}
+
+TEST(ReplicaChecker, CleanRunNeverReports) {
+  for (int ranks : {1, 2, 3}) {
+    for (const RankRun& r : train(ranks, opts(ReplicaAction::kRaise), "")) {
+      EXPECT_TRUE(r.status.isOk()) << r.status.toString();
+      EXPECT_EQ(r.counters.checks, uint64_t(kSteps));
+      EXPECT_EQ(r.counters.mismatches, 0u);
+      EXPECT_EQ(r.counters.bytesFingerprinted, uint64_t(kSteps) * (37 + 5 + 37) * 4);
+    }
+  }
+}
+
+TEST(ReplicaChecker, RaiseOnEveryRankNamingTheRank) {
+  const auto runs = train(3, opts(ReplicaAction::kRaise), "rank=1,step=4,tensor=param:w,element=7,bit=3");
+  for (int rank = 0; rank < 3; ++rank) {
+    const RankRun& r = runs[rank];
+    EXPECT_EQ(r.status.code(), StatusCode::kCorruption) << rank;
+    EXPECT_EQ(r.failedStep, 4u) << rank;
+    EXPECT_EQ(r.status.message(),
+              "replica check: step 4: rank 1 of 3 replicas differs from the majority in 1 tensor: 'param:w' "
+              "(on_mismatch=raise)")
+        << rank;
+    EXPECT_EQ(r.counters.injected, rank == 1 ? 1u : 0u);
+    EXPECT_EQ(r.counters.raised, 1u);
+    EXPECT_EQ(r.report.comparison.oddRanks, std::vector<int>{1});
+  }
+}
+
+TEST(ReplicaChecker, TwoReplicasNameBoth) {
+  const auto runs = train(2, opts(ReplicaAction::kRaise), "rank=0,step=2,tensor=#2,element=0,bit=31");
+  for (const RankRun& r : runs) {
+    EXPECT_EQ(r.failedStep, 2u);
+    EXPECT_NE(r.status.message().find("ranks 0, 1 of 2 replicas disagree"), std::string::npos)
+        << r.status.toString();
+    EXPECT_NE(r.status.message().find("'optim:w.momentum'"), std::string::npos);
+  }
+}
+
+TEST(ReplicaChecker, RepairGivesTheFaultFreeResult) {
+  const auto reference = train(3, opts(ReplicaAction::kRaise), "");
+  const auto runs =
+      train(3, opts(ReplicaAction::kRepair), "rank=2,step=3,tensor=optim:w.momentum,element=5,bit=20");
+  for (int rank = 0; rank < 3; ++rank) {
+    const RankRun& r = runs[rank];
+    EXPECT_TRUE(r.status.isOk()) << r.status.toString();
+    EXPECT_EQ(r.finalCrc, reference[0].finalCrc) << rank;
+    EXPECT_EQ(r.counters.repairs, 1u);
+    EXPECT_EQ(r.counters.repairedTensors, 1u);
+    EXPECT_EQ(r.counters.mismatches, 1u);
+    EXPECT_EQ(r.counters.checks, uint64_t(kSteps) + 1);  // the check after the repair
+  }
+}
+
+TEST(ReplicaChecker, PersistentFaultEscalates) {
+  const auto runs =
+      train(3, opts(ReplicaAction::kRepair), "rank=0,step=3,tensor=param:b,element=1,bit=1,repeat=100");
+  for (const RankRun& r : runs) {
+    EXPECT_EQ(r.failedStep, 4u);
+    EXPECT_EQ(r.counters.repairs, 1u);
+    EXPECT_EQ(r.counters.escalations, 1u);
+    EXPECT_NE(r.status.message().find("rank 0 mismatches again after its repair at step 3: a persistently "
+                                      "faulty device (on_mismatch=repair, escalated to raise)"),
+              std::string::npos)
+        << r.status.toString();
+  }
+}
+
+TEST(ReplicaChecker, WarnContinuesAndEveryCatchesAtTheNextCheck) {
+  const auto runs = train(3, opts(ReplicaAction::kWarn, 4), "rank=1,step=5,tensor=param:w,element=0,bit=22");
+  for (const RankRun& r : runs) {
+    EXPECT_TRUE(r.status.isOk());
+    EXPECT_EQ(r.counters.checks, 2u);  // after steps 3 and 7
+    EXPECT_EQ(r.counters.warnings, 1u);
+    EXPECT_EQ(r.report.step, 7u);
+    EXPECT_TRUE(r.report.mismatch);
+    EXPECT_EQ(r.report.tensors, std::vector<std::string>{"param:w"});
+  }
+}
+
+TEST(ReplicaChecker, RepairWithTwoReplicasEscalates) {
+  const auto runs = train(2, opts(ReplicaAction::kRepair), "rank=1,step=1,tensor=param:w,element=0,bit=0");
+  for (const RankRun& r : runs) {
+    EXPECT_EQ(r.failedStep, 1u);
+    EXPECT_NE(r.status.message().find("no majority to repair from (2 replicas"), std::string::npos)
+        << r.status.toString();
+  }
+}
+
+TEST(ReplicaChecker, OptionsAreChecked) {
+  EXPECT_EQ(ReplicaChecker::validate(opts(ReplicaAction::kRaise, 0)).message(),
+            "replica check: every=0: expected >= 1");
+  EXPECT_FALSE(ReplicaChecker::validate(opts(ReplicaAction::kNone)).isOk());
+}
+
+}  // namespace
+}  // namespace ringguard
