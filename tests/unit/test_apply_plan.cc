@@ -145,7 +145,7 @@ TEST(ApplyPlanTest, ArgumentChecksNameWhatIsWrong) {
   EXPECT_EQ(message(checkDeviceApply("f", a)), "f: invalid op");
   a = good;
   a.op = ReduceOp::kBand;
-  EXPECT_EQ(message(checkDeviceApply("f", a)), "f: op band does not reduce dtype float32");
+  EXPECT_EQ(message(checkDeviceApply("f", a)), "f: op band does not reduce dtype f32");
   a = good;
   a.nranks = 0;
   EXPECT_EQ(message(checkDeviceApply("f", a)), "f: nranks must be >= 1, got 0");
