@@ -70,7 +70,7 @@ RINGGUARD_HOST_DEVICE inline double doubleOfBits(uint64_t u) {
 #endif
 }
 
-// ---- IEEE operations rounded to nearest even, never contracted into an FMA ---------------------------------
+// ---- IEEE operations rounded to nearest even, never contracted into an FMA --------------------------------
 
 RINGGUARD_HOST_DEVICE inline float addRn(float x, float y) {
 #if defined(__CUDA_ARCH__)
@@ -115,7 +115,7 @@ RINGGUARD_HOST_DEVICE inline double divRn(double x, double y) {
 #endif
 }
 
-// ---- Wrap arithmetic ---------------------------------------------------------------------------------------
+// ---- Wrap arithmetic --------------------------------------------------------------------------------------
 
 // Integer sums and products wrap (two's complement), computed in the unsigned type so that the wrap is
 // defined behaviour rather than signed overflow; floating ones round to nearest even.

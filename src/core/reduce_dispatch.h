@@ -57,7 +57,8 @@ Status dispatchOp(ReduceOp op, bool finalStep, bool firstStep, Launch&& launch) 
     default:
       break;
   }
-  return Status(StatusCode::kInvalidArgument, std::string("op ") + reduceOpName(op) + " has no element operation");
+  return Status(StatusCode::kInvalidArgument,
+                std::string("op ") + reduceOpName(op) + " has no element operation");
 }
 }  // namespace detail
 
@@ -122,7 +123,8 @@ Status dispatchReduce(DataType dtype, ReduceOp op, bool finalStep, bool firstSte
     default:
       break;
   }
-  return Status(StatusCode::kInvalidArgument, std::string("dtype ") + dataTypeName(dtype) + " does not reduce");
+  return Status(StatusCode::kInvalidArgument,
+                std::string("dtype ") + dataTypeName(dtype) + " does not reduce");
 }
 
 }  // namespace element_ops

@@ -43,7 +43,8 @@ RINGGUARD_HOST_DEVICE inline Trailer makeTrailer(const SliceId& id, uint32_t pay
 
 template <typename BodyCrc>
 RINGGUARD_HOST_DEVICE inline bool isVersionSkew(const Trailer& t, BodyCrc bodyCrc) {
-  return t.magic != kTrailerMagic && (t.magic & 0x00FFFFFFu) == kTrailerMagicFamily && t.trailerCrc == bodyCrc(t);
+  return t.magic != kTrailerMagic && (t.magic & 0x00FFFFFFu) == kTrailerMagicFamily &&
+         t.trailerCrc == bodyCrc(t);
 }
 
 // Everything except the payload CRC. The body CRC is computed at most once: only a trailer with the
@@ -72,7 +73,7 @@ RINGGUARD_HOST_DEVICE inline SliceCheck checkSlice(const Trailer& t, const Slice
   return SliceCheck::kOk;
 }
 
-// ---- The body CRC on words: slicing-by-4 tables at compile time --------------------------------------------
+// ---- The body CRC on words: slicing-by-4 tables at compile time -------------------------------------------
 
 struct WordCrcTables {
   uint32_t t[4][256];  // t[k][b]: the register after byte b followed by k zero bytes, from 0

@@ -31,7 +31,8 @@ ApplyParams planVectors(void* dst, const void* local, const void* slot, size_t c
 
 ApplyParams planApply(const DeviceApply& a) {
   const element_ops::OpArg arg{a.nranks, premulScalar(a.dtype, premulFactor(a.op))};
-  if (!a.reduce) return planVectors(a.dst, nullptr, a.slot, a.count * dataTypeSize(a.dtype), 1, arg);  // bytes
+  if (!a.reduce)
+    return planVectors(a.dst, nullptr, a.slot, a.count * dataTypeSize(a.dtype), 1, arg);  // bytes
   const element_ops::ReduceLayout l = element_ops::reduceLayout(a.dtype, a.op);
   return planVectors(a.dst, a.local, a.slot, a.count * l.perElement, l.elemBytes, arg);
 }

@@ -54,7 +54,7 @@ Status checkOperands(const char* what, DataType dtype, ReduceOp op, bool reduce,
                      const void* local, const void* slot, size_t count, int nranks);
 Status checkDeviceApply(const char* what, const DeviceApply& a);
 
-// ---- DeviceExecutor::verifyAndApply ------------------------------------------------------------------------
+// ---- DeviceExecutor::verifyAndApply -----------------------------------------------------------------------
 
 // The executor's memory for one received slot.
 struct ApplySlot {

@@ -59,7 +59,8 @@ __host__ __device__ inline void applyScalars(const ApplyParams& p, uint64_t tid,
 
 // One vector of the result: element-wise local op slot (the slot itself for a copy).
 template <typename Op, int V>
-__host__ __device__ inline Words<V> combineWords(const Words<V>& x, Words<V> y, const element_ops::OpArg& arg) {
+__host__ __device__ inline Words<V> combineWords(const Words<V>& x, Words<V> y,
+                                                 const element_ops::OpArg& arg) {
   using E = typename Op::Elem;
   if constexpr (Op::kWordwise) {
     RINGGUARD_UNROLL

@@ -54,8 +54,8 @@ __global__ void __launch_bounds__(kTrailerThreads, 1)
   if (a.verdictByte != nullptr) *a.verdictByte = static_cast<uint8_t>(verdict);
   if (a.verdictWord != nullptr) *a.verdictWord = static_cast<uint32_t>(verdict);
   if (a.sealOut != nullptr) {
-    *a.sealOut =
-        cuda_detail::makeTrailerDevice(a.next, crc, verdict == SliceCheck::kOk ? uint16_t(0) : kTrailerPoisoned);
+    *a.sealOut = cuda_detail::makeTrailerDevice(a.next, crc,
+                                                verdict == SliceCheck::kOk ? uint16_t(0) : kTrailerPoisoned);
   }
 }
 

@@ -22,7 +22,8 @@ void* address(uintptr_t a) { return reinterpret_cast<void*>(a); }
 constexpr uintptr_t kDst = 0x10000, kLocal = 0x20000, kSlot = 0x30000;
 
 // The plan's invariants for `count` elements of `e` bytes at the given offsets (local: none when null).
-void expectValidPlan(const ApplyParams& p, uintptr_t d, const uintptr_t* l, uintptr_t s, size_t count, size_t e) {
+void expectValidPlan(const ApplyParams& p, uintptr_t d, const uintptr_t* l, uintptr_t s, size_t count,
+                     size_t e) {
   const size_t v = size_t(p.vecBytes);
   const std::string where = "elem " + std::to_string(e) + " count " + std::to_string(count) + " offsets " +
                             std::to_string(d % 16) + "/" + (l ? std::to_string(*l % 16) : "-") + "/" +
@@ -32,7 +33,8 @@ void expectValidPlan(const ApplyParams& p, uintptr_t d, const uintptr_t* l, uint
   const auto equallyAligned = [&](size_t w) { return d % w == s % w && (l == nullptr || d % w == *l % w); };
   // The widest vector the pointers allow, never one of two bytes.
   for (size_t w : {16, 8, 4}) {
-    if (w > v && w > e) EXPECT_FALSE(equallyAligned(w)) << where << ": " << w << "-byte vectors were possible";
+    if (w > v && w > e)
+      EXPECT_FALSE(equallyAligned(w)) << where << ": " << w << "-byte vectors were possible";
   }
   if (v == e) {
     EXPECT_EQ(p.head, 0u) << where;
@@ -215,9 +217,9 @@ TEST(ApplyPlanTest, EachTaskKindTakesItsLaunchWithEveryFieldOfTheTask) {
     ApplyLaunch launch;
   };
   const Case cases[] = {
-      {true, false, false, ApplyLaunch::kApply},          {false, false, false, ApplyLaunch::kApply},
-      {true, false, true, ApplyLaunch::kApplyCrc},        {false, false, true, ApplyLaunch::kCopyCrc},
-      {false, true, false, ApplyLaunch::kVerifyInPlace},  {false, true, true, ApplyLaunch::kVerifyInPlace},
+      {true, false, false, ApplyLaunch::kApply},         {false, false, false, ApplyLaunch::kApply},
+      {true, false, true, ApplyLaunch::kApplyCrc},       {false, false, true, ApplyLaunch::kCopyCrc},
+      {false, true, false, ApplyLaunch::kVerifyInPlace}, {false, true, true, ApplyLaunch::kVerifyInPlace},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string("reduce ") + (c.reduce ? "1" : "0") + " inPlace " + (c.inPlace ? "1" : "0") +

@@ -36,7 +36,7 @@ using testing::halfValue;
 using testing::referenceFloatToBf16;
 using testing::referenceFloatToHalf;
 
-// ---- The reference: what an element of each dtype becomes, written from the definitions ---------------------
+// ---- The reference: what an element of each dtype becomes, written from the definitions -------------------
 
 // One step of a reduction: x is this rank's operand, y the received one.
 struct Step {
@@ -173,7 +173,7 @@ void referenceElement(DataType dt, const Step& s, const uint8_t* x, const uint8_
   }
 }
 
-// ---- Test values --------------------------------------------------------------------------------------------
+// ---- Test values ------------------------------------------------------------------------------------------
 
 std::vector<uint64_t> specialBits(DataType dt) {
   switch (dt) {
@@ -193,8 +193,8 @@ std::vector<uint64_t> specialBits(DataType dt) {
     case DataType::kFloat16:
       // +-0, +-1, 1 + ulp, 2^-11 and just above (the ties of 1 + y), the largest finite, +-Inf, the
       // smallest and largest subnormals, the smallest normal, quiet and signalling NaNs with payloads, 1/3.
-      return {0x0000, 0x8000, 0x3C00, 0xBC00, 0x3C01, 0x1000, 0x1001, 0x7BFF, 0xFBFF, 0x7C00, 0xFC00,
-              0x0001, 0x8001, 0x03FF, 0x0400, 0x7E00, 0xFE00, 0x7E55, 0x7C01, 0xFD2A, 0x3555, 0x4200, 0x5BFF};
+      return {0x0000, 0x8000, 0x3C00, 0xBC00, 0x3C01, 0x1000, 0x1001, 0x7BFF, 0xFBFF, 0x7C00, 0xFC00, 0x0001,
+              0x8001, 0x03FF, 0x0400, 0x7E00, 0xFE00, 0x7E55, 0x7C01, 0xFD2A, 0x3555, 0x4200, 0x5BFF};
     case DataType::kBFloat16:
       return {0x0000, 0x8000, 0x3F80, 0xBF80, 0x3F81, 0x3B80, 0x3B81, 0x7F7F, 0xFF7F, 0x7F80, 0xFF80,
               0x0001, 0x8001, 0x007F, 0x0080, 0x7FC0, 0xFFC0, 0x7FD5, 0x7F81, 0xFFAA, 0x3EAB, 0x4040};
@@ -204,11 +204,18 @@ std::vector<uint64_t> specialBits(DataType dt) {
     case DataType::kInt16:
       return {0x0000, 0x0001, 0xFFFF, 0x7FFF, 0x8000, 0x8001, 0x7530, 0x012C, 0xFFF9, 0x5555};
     case DataType::kInt32:
-      return {0x00000000, 0x00000001, 0xFFFFFFFF, 0x7FFFFFFF, 0x80000000, 0x80000001, 0x00010000,
-              0x7FFFFFD0, 0xFFFFFFF9, 0x12345678};
+      return {0x00000000, 0x00000001, 0xFFFFFFFF, 0x7FFFFFFF, 0x80000000,
+              0x80000001, 0x00010000, 0x7FFFFFD0, 0xFFFFFFF9, 0x12345678};
     case DataType::kInt64:
-      return {0x0, 0x1, 0xFFFFFFFFFFFFFFFF, 0x7FFFFFFFFFFFFFFF, 0x8000000000000000, 0x8000000000000001,
-              0x0000010000000000, 0xFFFFFFFFFFFFFFF9, 0x0123456789ABCDEF};
+      return {0x0,
+              0x1,
+              0xFFFFFFFFFFFFFFFF,
+              0x7FFFFFFFFFFFFFFF,
+              0x8000000000000000,
+              0x8000000000000001,
+              0x0000010000000000,
+              0xFFFFFFFFFFFFFFF9,
+              0x0123456789ABCDEF};
     case DataType::kBool:
       return {0, 1};
     default:
@@ -257,7 +264,8 @@ Operands operandsFor(DataType dt) {
 std::vector<Step> stepsFor(DataType dt, ReduceOp op) {
   std::vector<Step> steps;
   if (baseOp(op) == ReduceOp::kPremulSum) {
-    for (bool first : {false, true}) steps.push_back({op, false, first, 2, premulScalar(dt, premulFactor(op))});
+    for (bool first : {false, true})
+      steps.push_back({op, false, first, 2, premulScalar(dt, premulFactor(op))});
   } else if (baseOp(op) == ReduceOp::kAvg) {
     steps.push_back({op, false, false, 2, 0});
     for (int n : {1, 2, 3, 7, 256, 257}) steps.push_back({op, true, false, n, 0});
@@ -282,8 +290,9 @@ std::vector<ReduceOp> opsFor(DataType dt) {
 }
 
 std::string describe(DataType dt, const Step& s) {
-  return std::string(dataTypeName(dt)) + " " + reduceOpName(s.op) + " factor " + std::to_string(premulFactor(s.op)) +
-         (s.finalStep ? " final" : "") + (s.firstStep ? " first" : "") + " nranks " + std::to_string(s.nranks);
+  return std::string(dataTypeName(dt)) + " " + reduceOpName(s.op) + " factor " +
+         std::to_string(premulFactor(s.op)) + (s.finalStep ? " final" : "") + (s.firstStep ? " first" : "") +
+         " nranks " + std::to_string(s.nranks);
 }
 
 // The shared operations, element by element as the kernels apply them: dispatchReduce's choice, on
@@ -390,7 +399,8 @@ TEST(ElementOpsTest, EveryDtypeAndOpMatchesTheReferenceBitForBit) {
         const std::vector<uint8_t> shared = sharedResult(dt, s, o);
         ASSERT_EQ(firstDifference(dt, s.op, o, shared, want), "") << "the shared element operations";
         std::vector<uint8_t> host(o.x.size(), 0xEE);
-        reduceHost(dt, s.op, host.data(), o.x.data(), o.y.data(), o.count, s.finalStep, s.nranks, s.firstStep);
+        reduceHost(dt, s.op, host.data(), o.x.data(), o.y.data(), o.count, s.finalStep, s.nranks,
+                   s.firstStep);
         ASSERT_EQ(firstDifference(dt, s.op, o, host, want), "") << "reduceHost";
         ++cases;
       }
