@@ -9,8 +9,9 @@
 // __fadd_rn-style intrinsics, so that nothing is contracted into an FMA (on the host GCC would contract
 // x * s + y where the target has an FMA instruction; the build targets baseline x86-64, which has none), and
 // the hardware f16 conversions for finite values and Inf, which are the round-to-nearest-even of
-// floatToHalf / halfToFloat; NaN (and, widening, Inf) bits are built by the host formulas on both. One difference no code can remove: an f32 / f64 sum, product or quotient that is NaN is
-// the canonical NaN on the device, where x86 propagates an input NaN's payload.
+// floatToHalf / halfToFloat; NaN (and, widening, Inf) bits are built by the host formulas on both. One
+// difference no code can remove: an f32 / f64 sum, product or quotient that is NaN is the canonical NaN on
+// the device, where x86 propagates an input NaN's payload.
 //
 // The operators take x, this rank's operand (reduceHost's a, the kernels' local), and y, the received one
 // (b, the slot): min / max are std::min(x, y) / std::max(x, y), so x wins ties and NaN comparisons.
