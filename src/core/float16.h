@@ -1,8 +1,8 @@
 #pragma once
 // f16 and bf16 <-> f32 conversions (and float8_e4m3fn -> f32, for messages), round to nearest even, NaN kept
-// quiet with its payload: the host reduction's, and the device kernels' (src/cuda/verify_reduce.cu uses these
-// for NaN / Inf and on the host, and the hardware conversions, which round the same way, for every finite
-// f16).
+// quiet with its payload: the host reduction's and the device kernels' (core/element_ops.h uses these on the
+// host, and on the device for NaN / Inf, where the hardware conversions, which round the same way, do every
+// finite f16).
 #include <cstdint>
 #include <cstring>
 

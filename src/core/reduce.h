@@ -1,5 +1,6 @@
 #pragma once
-// Host reduction kernels used by the host executor and as the reference for the device kernels.
+// The host reduction of the host executor: a loop over the element operations the device kernels run too
+// (core/element_ops.h, chosen by core/reduce_dispatch.h).
 #include <cstddef>
 #include <cstdint>
 

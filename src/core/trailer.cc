@@ -4,11 +4,13 @@
 #include <cstdio>
 #include <string>
 
+#include "core/trailer_check.h"
 #include "ringguard/core/crc32.h"
 
 namespace ringguard {
 
 namespace {
+// The host's body CRC for the shared build and check (core/trailer_check.h): ISA-L over the bytes.
 uint32_t trailerBodyCrc(const Trailer& t) { return crc32(&t, offsetof(Trailer, trailerCrc)); }
 }  // namespace
 
@@ -34,46 +36,20 @@ const char* sliceCheckName(SliceCheck c) {
 }
 
 Trailer makeTrailer(const SliceId& id, uint32_t payloadCrc, uint16_t flags) {
-  Trailer t{};
-  t.magic = kTrailerMagic;
-  t.payloadCrc = payloadCrc;
-  t.seq = id.seq;
-  t.step = id.step;
-  t.slice = id.slice;
-  t.column = id.column;
-  t.payloadBytes = id.payloadBytes;
-  t.attempt = id.attempt;
-  t.flags = flags;
-  sealTrailer(&t);
-  return t;
+  return trailer_check::makeTrailer(id, payloadCrc, flags, trailerBodyCrc);
 }
 
 void sealTrailer(Trailer* t) { t->trailerCrc = trailerBodyCrc(*t); }
 
 SliceCheck checkTrailer(const Trailer& t, const SliceId& e) {
-  if (isTrailerVersionSkew(t)) return SliceCheck::kVersionSkew;
-  if (t.magic != kTrailerMagic || t.trailerCrc != trailerBodyCrc(t)) return SliceCheck::kMalformed;
-  if (t.seq != e.seq || t.step != e.step || t.slice != e.slice || t.column != e.column ||
-      t.attempt != e.attempt) {
-    return SliceCheck::kStale;
-  }
-  if (t.payloadBytes != e.payloadBytes) return SliceCheck::kSizeMismatch;
-  if ((t.flags & ~kTrailerPoisoned) != 0) return SliceCheck::kMalformed;
-  return SliceCheck::kOk;
+  return trailer_check::checkTrailer(t, e, trailerBodyCrc);
 }
 
 SliceCheck checkSlice(const Trailer& t, const SliceId& expected, uint32_t receivedPayloadCrc) {
-  SliceCheck c = checkTrailer(t, expected);
-  if (c != SliceCheck::kOk) return c;
-  if (t.payloadCrc != receivedPayloadCrc) return SliceCheck::kCorrupt;
-  if (t.flags & kTrailerPoisoned) return SliceCheck::kPoisoned;
-  return SliceCheck::kOk;
+  return trailer_check::checkSlice(t, expected, receivedPayloadCrc, trailerBodyCrc);
 }
 
-bool isTrailerVersionSkew(const Trailer& t) {
-  return t.magic != kTrailerMagic && (t.magic & 0x00FFFFFFu) == kTrailerMagicFamily &&
-         t.trailerCrc == trailerBodyCrc(t);
-}
+bool isTrailerVersionSkew(const Trailer& t) { return trailer_check::isVersionSkew(t, trailerBodyCrc); }
 
 std::string describeTrailerCheck(const Trailer& t, const SliceId& expected, uint32_t receivedPayloadCrc) {
   const SliceCheck c = checkSlice(t, expected, receivedPayloadCrc);

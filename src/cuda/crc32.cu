@@ -22,7 +22,7 @@
 //    each) are folded in there too.
 //
 // The tables, the per-thread loop and the plan live in crc32_segments.cuh: the fused verify + apply kernel
-// of verify_reduce.cu runs the same loop over the values it writes.
+// of verify_apply.cu runs the same loop over the values it writes.
 #include <cuda_runtime.h>
 
 #include <algorithm>

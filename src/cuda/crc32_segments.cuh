@@ -3,7 +3,7 @@
 // of crc32.cu), shared by
 //
 //   * crc32.cu: crc32SegmentsKernel, the CRC of device memory (the Source loads the bytes);
-//   * verify_reduce.cu: the fused verify + apply + CRC kernel, which checksums what it writes in the same
+//   * verify_apply.cu: the fused verify + apply + CRC kernel, which checksums what it writes in the same
 //     pass (the Source reduces the slot into the accumulator and hands the result over).
 //
 // A segment kernel is one block of kThreads threads per SM, with kDynamicSmemBytes of dynamic shared memory

@@ -1,5 +1,6 @@
-# CUDA layer: the kernels (src/cuda/*.cu: CRC-32, NaN scan, verify + reduce), the device / pinned-host memory
-# pools and the device executor.
+# CUDA layer: the kernels (src/cuda/*.cu: CRC-32, NaN scan, verify + apply, trailers), the device /
+# pinned-host memory pools and the device executor. Its host planning is ringguard_cuda_plan
+# (src/CMakeLists.txt), built without CUDA too.
 # Included from src/CMakeLists.txt when RINGGUARD_WITH_CUDA is ON; appends ringguard_cuda to
 # RINGGUARD_LAYER_TARGETS in the including scope.
 
@@ -13,7 +14,7 @@ add_library(ringguard_cuda STATIC
   ${CMAKE_CURRENT_LIST_DIR}/replica_backend.cc  # the replica check's device fingerprints (docs/REPLICAS.md)
   ${CMAKE_CURRENT_LIST_DIR}/device_executor.cc
 )
-target_link_libraries(ringguard_cuda PUBLIC ringguard_core CUDA::cudart)
+target_link_libraries(ringguard_cuda PUBLIC ringguard_core ringguard_cuda_plan CUDA::cudart)
 target_include_directories(ringguard_cuda PRIVATE ${PROJECT_SOURCE_DIR}/src)  # core/logging.h
 target_compile_options(ringguard_cuda PRIVATE
   $<$<COMPILE_LANGUAGE:CXX>:${RINGGUARD_WARNINGS}>

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/logging.h"
+#include "cuda/apply_plan.h"
 #include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
 #include "cuda/memory_pool.h"
@@ -313,58 +314,36 @@ Status DeviceExecutor::verifyAndApply(const ApplyTask& task, int index, size_t i
   }
   WorkArea* w = work(size_t(index));
   void* scratch = workScratch(size_t(index));
-  void* slotPtr = slot(index);
+  ApplySlot memory;
+  memory.trailer = slotTrailer(index);
+  memory.payload = slot(index);
+  memory.payloadCrc = &w->payloadCrc;
+  memory.verdictByte = verdictsDevice_ + item;
+  memory.verdictWord = &w->verdict;
+  memory.nextTrailer = task.forwarded ? trailers_ + nextItem : nullptr;
+  const DeviceApplyPlan plan = planDeviceApply(task, memory);
 
-  if (task.inPlace) {
-    // The CRC of dst where it lies is both the one to check and, verified or not, the one of what is sent
-    // on; the verdict and the outgoing trailer are one tiny kernel. Nothing is copied.
-    RINGGUARD_RETURN_IF_ERROR(
-        crc32Device(task.dst, bytes, &w->payloadCrc, scratch, workScratchBytes_, stream_));
-    DeviceVerify v;
-    v.slotTrailer = slotTrailer(index);
-    v.payloadCrc = &w->payloadCrc;
-    v.expected = task.expected;
-    v.verdictByte = verdictsDevice_ + item;
-    v.verdictWord = &w->verdict;
-    v.next = task.next;
-    v.sealOut = task.forwarded ? trailers_ + nextItem : nullptr;
-    RINGGUARD_RETURN_IF_ERROR(verifyInPlaceDevice(v, stream_));
-    ++enqueued_;
-    return Status::ok();
+  RINGGUARD_RETURN_IF_ERROR(
+      crc32Device(plan.received, plan.bytes, &w->payloadCrc, scratch, workScratchBytes_, stream_));
+  switch (plan.launch) {
+    case ApplyLaunch::kVerifyInPlace:
+      RINGGUARD_RETURN_IF_ERROR(verifyInPlaceDevice(plan.verify, stream_));
+      break;
+    case ApplyLaunch::kApply:
+      RINGGUARD_RETURN_IF_ERROR(verifyApplyDevice(plan.apply, stream_));
+      break;
+    case ApplyLaunch::kApplyCrc:
+      RINGGUARD_RETURN_IF_ERROR(
+          verifyApplyCrcDevice(plan.apply, &w->dstCrc, scratch, workScratchBytes_, stream_));
+      break;
+    case ApplyLaunch::kCopyCrc:
+      RINGGUARD_RETURN_IF_ERROR(
+          verifyCopyCrcDevice(plan.apply, &w->dstCrc, scratch, workScratchBytes_, stream_));
+      break;
   }
-
-  // (a) CRC of what arrived.
-  RINGGUARD_RETURN_IF_ERROR(crc32Device(slotPtr, bytes, &w->payloadCrc, scratch, workScratchBytes_, stream_));
-  // (b) verify, then reduce or copy; the verdict to mapped pinned memory and to the area's word.
-  DeviceApply a;
-  a.slotTrailer = slotTrailer(index);
-  a.payloadCrc = &w->payloadCrc;
-  a.expected = task.expected;
-  a.verdictByte = verdictsDevice_ + item;
-  a.verdictWord = &w->verdict;
-  a.dst = task.dst;
-  a.local = task.local;
-  a.slot = slotPtr;
-  a.count = task.count;
-  a.dtype = task.dtype;
-  a.op = task.op;
-  a.reduce = task.reduce;
-  a.finalStep = task.finalStep;
-  a.nranks = task.nranks;
-  if (!task.forwarded) {
-    RINGGUARD_RETURN_IF_ERROR(verifyApplyDevice(a, stream_));
-  } else {
-    // (c) the CRC the outgoing trailer carries: for a reduction, that of what dst really holds afterwards,
-    // in the same pass where the pointers allow; for a copy, the verified payload CRC after kOk (dst holds
-    // exactly those bytes) and the CRC of dst only after a bad verdict. Then the trailer, poisoned unless
-    // the slice was applied.
-    if (task.reduce) {
-      RINGGUARD_RETURN_IF_ERROR(verifyApplyCrcDevice(a, &w->dstCrc, scratch, workScratchBytes_, stream_));
-    } else {
-      RINGGUARD_RETURN_IF_ERROR(verifyCopyCrcDevice(a, &w->dstCrc, scratch, workScratchBytes_, stream_));
-    }
+  if (plan.sealsNext) {
     RINGGUARD_RETURN_IF_ERROR(
-        sealTrailerDevice(task.next, &w->dstCrc, &w->verdict, trailers_ + nextItem, stream_));
+        sealTrailerDevice(task.next, &w->dstCrc, &w->verdict, memory.nextTrailer, stream_));
   }
   ++enqueued_;
   return Status::ok();

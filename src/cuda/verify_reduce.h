@@ -1,22 +1,21 @@
 #pragma once
-// Host launchers of the verify + reduce kernels the device executor enqueues (src/cuda/verify_reduce.cu),
-// and a plain device reduction the tests compare with reduceHost. CUDA-free, like kernels.h: plain C++
-// translation units can include it.
+// Host launchers of the verify + apply kernels the device executor enqueues (src/cuda/verify_apply.cu,
+// trailer_kernels.cu; their planning is cuda/apply_plan.h), and a plain device reduction the tests compare
+// with reduceHost. CUDA-free, like kernels.h: plain C++ translation units can include it.
 //
 // All launchers are asynchronous: they enqueue work on `stream` and return. Device pointers are used only
 // by the enqueued work, so the caller keeps them alive until the stream has passed it. Work is launched on
 // the calling thread's current device. Expected failures (bad arguments, CUDA errors at enqueue time) come
 // back as Status.
 //
-// The arithmetic is bit-identical to reduceHost (src/core/reduce.h): f16 and bf16 are
-// computed in f32 and rounded to nearest even with the host's own bit manipulation (NaN payloads kept and
-// quieted exactly as floatToHalf / floatToBf16 do), integer sums and products wrap, avg divides by
-// nranks (an int) at the final step, min / max are std::min / std::max (the first operand wins ties and
-// NaN comparisons), premul_sum multiplies by premulScalar (the slot too at step 0: expected.step == 0 means
-// the slot holds the sender's input, since nothing is forwarded into step 0), bitwise ops act on bytes, bool
-// sums and products are or / and, complex dtypes reduce their parts. One exception, shared with every GPU: an
-// f32 / f64 sum, product or quotient whose result is NaN is the canonical NaN on the device, where x86
-// propagates an input NaN's payload.
+// The arithmetic is reduceHost's own (core/element_ops.h, chosen by core/reduce_dispatch.h): f16 and bf16
+// are computed in f32 and rounded to nearest even (NaN payloads kept and quieted exactly as floatToHalf /
+// floatToBf16 do), integer sums and products wrap, avg divides by nranks (an int) at the final step, min /
+// max are std::min / std::max (the first operand wins ties and NaN comparisons), premul_sum multiplies by
+// premulScalar (the slot too at step 0: expected.step == 0 means the slot holds the sender's input, since
+// nothing is forwarded into step 0), bitwise ops act on bytes, bool sums and products are or / and, complex
+// dtypes reduce their parts. One exception, shared with every GPU: an f32 / f64 sum, product or quotient
+// whose result is NaN is the canonical NaN on the device, where x86 propagates an input NaN's payload.
 #include <cstddef>
 #include <cstdint>
 

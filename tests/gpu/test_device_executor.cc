@@ -5,6 +5,11 @@
 // host's verdict and leave dst untouched. verifyApplyCrcDevice (the fused apply + CRC of a forwarded slice)
 // is also checked directly, at offsets the executor's 256-byte-aligned slots never give.
 //
+// Host and device run one implementation of the arithmetic and the trailer check (core/element_ops.h,
+// core/trailer_check.h; tests/unit/test_element_ops.cc checks it on the host): what these tests check is the
+// device compilation of it (intrinsics, the hardware f16 conversions, the vector data path, the constant
+// memory tables) and the kernels' verdict and data movement.
+//
 // Without a CUDA device every test is skipped with the reason.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
