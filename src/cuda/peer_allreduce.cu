@@ -9,9 +9,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "core/corruption_plan.h"
 #include "core/crc32_combine.h"
+#include "core/element_ops.h"
+#include "core/reduce.h"
+#include "core/reduce_dispatch.h"
 #include "cuda/cuda_check.h"
 #include "cuda/peer_allreduce.h"
 #include "ringguard/core/crc32.h"
@@ -139,11 +143,52 @@ __device__ __forceinline__ void storeOutput(char* base, size_t offset, size_t to
   for (size_t i = 0; i < 16 && offset + i < total; ++i) base[offset + i] = static_cast<char>(b[i]);
 }
 
-__device__ __forceinline__ uint4 addFloat4(uint4 a, uint4 b) {
-  return make_uint4(__float_as_uint(__uint_as_float(a.x) + __uint_as_float(b.x)),
-                    __float_as_uint(__uint_as_float(a.y) + __uint_as_float(b.y)),
-                    __float_as_uint(__uint_as_float(a.z) + __uint_as_float(b.z)),
-                    __float_as_uint(__uint_as_float(a.w) + __uint_as_float(b.w)));
+// The element operations are core/element_ops.h's, the ones the host reduction and the ring's kernels run
+// (one source for host and device). Rank p's step combines x = rank p's chunk with y = the partial result of
+// ranks 0..p-1; the dispatch picks the final step's operation (Final), and the first and middle steps follow
+// from it: avg sums and divides at the last step, premul_sum scales both operands at the first.
+template <typename Op>
+struct MidStep {
+  using type = Op;
+};
+template <typename Conv>
+struct MidStep<element_ops::ReduceOpT<Conv, element_ops::AvgFinalFn>> {
+  using type = element_ops::ReduceOpT<Conv, element_ops::SumFn>;
+};
+template <typename Op>
+struct FirstStep {
+  using type = typename MidStep<Op>::type;
+};
+template <typename Conv>
+struct FirstStep<element_ops::ReduceOpT<Conv, element_ops::PremulFn<false>>> {
+  using type = element_ops::ReduceOpT<Conv, element_ops::PremulFn<true>>;
+};
+
+template <typename Op>
+__device__ __forceinline__ uint4 applyVector(uint4 x, uint4 y, const element_ops::OpArg& arg) {
+  if constexpr (Op::kWordwise) {
+    return make_uint4(Op::word(x.x, y.x), Op::word(x.y, y.y), Op::word(x.z, y.z), Op::word(x.w, y.w));
+  } else {
+    using Elem = typename Op::Elem;
+    constexpr int n = 16 / int(sizeof(Elem));
+    const Elem* xe = reinterpret_cast<const Elem*>(&x);
+    const Elem* ye = reinterpret_cast<const Elem*>(&y);
+    uint4 r;
+    Elem* re = reinterpret_cast<Elem*>(&r);
+#pragma unroll
+    for (int i = 0; i < n; ++i) re[i] = Op::element(xe[i], ye[i], arg);
+    return r;
+  }
+}
+
+// Step p of the rank-order reduction (p >= 1) of `size` ranks.
+template <typename Final>
+__device__ __forceinline__ uint4 reduceStep(int p, int size, uint4 x, uint4 partial, const element_ops::OpArg& arg) {
+  using First = typename FirstStep<Final>::type;
+  using Mid = typename MidStep<Final>::type;
+  if (p == size - 1 && !std::is_same<Final, Mid>::value) return applyVector<Final>(x, partial, arg);
+  if (p == 1) return applyVector<First>(x, partial, arg);
+  return applyVector<Mid>(x, partial, arg);
 }
 
 struct Kernel {
@@ -195,7 +240,9 @@ struct Kernel {
   }
 };
 
-__global__ void __launch_bounds__(kThreads) peerAllreduceKernel(PeerAllreduceArgs a, uint32_t fpCrc) {
+template <typename Final>
+__global__ void __launch_bounds__(kThreads) peerAllreduceKernel(PeerAllreduceArgs a, uint32_t fpCrc,
+                                                                 size_t totalBytes, element_ops::OpArg arg) {
   __shared__ uint32_t epochShared;
   __shared__ int okShared;
   uint32_t shift[kLaneVectors];
@@ -220,7 +267,6 @@ __global__ void __launch_bounds__(kThreads) peerAllreduceKernel(PeerAllreduceArg
   __syncthreads();
 
   const uint32_t lane = threadIdx.x & 31u;
-  const size_t totalBytes = a.count * 4;
   const uint32_t chunks = uint32_t((totalBytes + kChunkBytes - 1) / kChunkBytes);
   const uint32_t warp = blockIdx.x * kWarps + threadIdx.x / 32;
   const uint32_t warps = gridDim.x * kWarps;
@@ -307,7 +353,7 @@ __global__ void __launch_bounds__(kThreads) peerAllreduceKernel(PeerAllreduceArg
         break;
       }
 #pragma unroll
-      for (int v = 0; v < kLaneVectors; ++v) acc[v] = p == 0 ? vec[v] : addFloat4(acc[v], vec[v]);
+      for (int v = 0; v < kLaneVectors; ++v) acc[v] = p == 0 ? vec[v] : reduceStep<Final>(p, a.size, vec[v], acc[v], arg);
     }
     if (!ok) break;
 #pragma unroll
@@ -380,14 +426,14 @@ Status launchPeerAllreduce(const PeerAllreduceArgs& args, void* stream) {
     return Status(StatusCode::kInvalidArgument, "peer allreduce: rank " + std::to_string(args.rank) +
                                                     " of size " + std::to_string(args.size) + " is out of range");
   }
-  if (args.dtype != DataType::kFloat32 || args.op != ReduceOp::kSum) {
-    return Status(StatusCode::kInvalidArgument,
-                  "peer allreduce: this build reduces float32 sums only (other dtypes and ops take the "
-                  "host-driven path)");
+  if (!reduceSupported(args.dtype, args.op)) {
+    return Status(StatusCode::kInvalidArgument, std::string("peer allreduce: ") + reduceOpName(args.op) +
+                                                    " does not reduce " + dataTypeName(args.dtype));
   }
-  if (args.count * 4 > args.layout.capacity) {
+  const size_t totalBytes = args.count * dataTypeSize(args.dtype);
+  if (totalBytes > args.layout.capacity) {
     return Status(StatusCode::kInvalidArgument,
-                  "peer allreduce: " + std::to_string(args.count * 4) + " bytes exceed the window's " +
+                  "peer allreduce: " + std::to_string(totalBytes) + " bytes exceed the window's " +
                       std::to_string(args.layout.capacity) + " bytes per collective");
   }
   if (args.count != 0 && (args.send == nullptr || args.recv == nullptr)) {
@@ -402,14 +448,19 @@ Status launchPeerAllreduce(const PeerAllreduceArgs& args, void* stream) {
   int device = 0, sms = 0;
   RINGGUARD_CUDA_CHECK(cudaGetDevice(&device));
   RINGGUARD_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const size_t chunks = (args.count * 4 + kChunkBytes - 1) / kChunkBytes;
+  const size_t chunks = (totalBytes + kChunkBytes - 1) / kChunkBytes;
   // Every block of every rank must be resident at once (a block spins on chunks other blocks publish).
   const int maxBlocks = std::max(1, sms / args.size);
   const int blocks = int(std::max<size_t>(1, std::min<size_t>((chunks + kWarps - 1) / kWarps, size_t(maxBlocks))));
   const uint32_t fpCrc = crc32(args.fingerprint, sizeof args.fingerprint);
-  peerAllreduceKernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args, fpCrc);
-  RINGGUARD_CUDA_CHECK_LAUNCH();
-  return Status::ok();
+  const element_ops::OpArg arg{args.size, premulScalar(args.dtype, premulFactor(args.op))};
+  return element_ops::dispatchReduce(args.dtype, args.op, /*finalStep=*/true, /*firstStep=*/false, [&](auto tag) {
+    using Final = typename decltype(tag)::type;
+    peerAllreduceKernel<Final>
+        <<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args, fpCrc, totalBytes, arg);
+    RINGGUARD_CUDA_CHECK_LAUNCH();
+    return Status::ok();
+  });
 }
 
 Status peerChunkCrcForTest(const void* data, size_t bytes, uint32_t* crcOut) {

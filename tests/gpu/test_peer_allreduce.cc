@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "bootstrap/mpi_bootstrap.h"
+#include "core/float16.h"
+#include "core/reduce.h"
 #include "cuda/peer_allreduce.h"
 #include "ringguard/runtime/communicator.h"
 #include "ringguard/runtime/device_factory.h"
@@ -139,6 +141,71 @@ TEST_F(PeerAllreduce, ExactForEveryShape) {
     runExact(count, 0, false);
     runExact(count, 0, true);
     runExact(count, 4, false);  // not 16-byte aligned
+  }
+}
+
+// Every dtype and op against the host reduction (core/reduce.cc) in the same order, ranks 0..N-1: the
+// kernel's element code is the host's (core/element_ops.h), so the bits must match, NaN payloads included.
+TEST_F(PeerAllreduce, EveryDtypeAndOpEqualsTheHostReductionInRankOrder) {
+  const int size = windows_->size(), rank = windows_->rank();
+  std::vector<ReduceOp> ops(std::begin(kAllReduceOps), std::end(kAllReduceOps));
+  ReduceOp premul = ReduceOp::kSum;
+  ASSERT_TRUE(makePremulSum(0.75, &premul).isOk());
+  ops.push_back(premul);
+  for (DataType t : kAllDataTypes) {
+    for (ReduceOp op : ops) {
+      if (!reduceSupported(t, op)) continue;
+      for (size_t count : {size_t(1), size_t(333), size_t(4099)}) {
+        const size_t bytes = count * dataTypeSize(t);
+        auto inputOf = [&](int r) {
+          // Integers and bools from random bits; floating types from small random integers (no NaN: an
+          // IEEE op on two NaNs may return either payload, on the host as on the device).
+          std::vector<uint8_t> v(bytes);
+          std::mt19937 gen(1000u * uint32_t(r) + uint32_t(t) * 31u + uint32_t(baseOp(op)));
+          for (uint8_t& b : v) b = uint8_t(gen());
+          const auto small = [&] { return float(int(gen() % 101) - 50) / 4.0f; };
+          const size_t n = count * (isComplexType(t) ? 2 : 1);
+          for (size_t i = 0; i < n; ++i) {
+            if (t == DataType::kFloat32 || t == DataType::kComplex64) {
+              const float f = small();
+              std::memcpy(v.data() + 4 * i, &f, 4);
+            } else if (t == DataType::kFloat64 || t == DataType::kComplex128) {
+              const double d = small();
+              std::memcpy(v.data() + 8 * i, &d, 8);
+            } else if (t == DataType::kFloat16 || t == DataType::kBFloat16) {
+              const uint16_t h = t == DataType::kFloat16 ? floatToHalf(small()) : floatToBf16(small());
+              std::memcpy(v.data() + 2 * i, &h, 2);
+            }
+          }
+          if (t == DataType::kBool) for (uint8_t& b : v) b &= 1u;
+          return v;
+        };
+        std::vector<uint8_t> want = inputOf(0);
+        for (int p = 1; p < size; ++p) {
+          const std::vector<uint8_t> x = inputOf(p);
+          reduceHost(t, op, want.data(), x.data(), want.data(), count, p == size - 1, size, p == 1);
+        }
+        void *dIn = nullptr, *dOut = nullptr;
+        ASSERT_EQ(cudaMalloc(&dIn, bytes), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&dOut, bytes), cudaSuccess);
+        const std::vector<uint8_t> in = inputOf(rank);
+        ASSERT_EQ(cudaMemcpy(dIn, in.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+        PeerAllreduceArgs a = args(dIn, dOut, count);
+        a.dtype = t;
+        a.op = op;
+        a.fingerprint[1] = uint32_t(t);
+        a.fingerprint[2] = uint32_t(baseOp(op));
+        Status st = launchPeerAllreduce(a, stream_);
+        ASSERT_TRUE(st.isOk()) << st.toString();
+        ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+        ASSERT_EQ(windows_->errorRecord()->code, 0u);
+        std::vector<uint8_t> got(bytes);
+        ASSERT_EQ(cudaMemcpy(got.data(), dOut, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+        EXPECT_EQ(got, want) << dataTypeName(t) << " " << reduceOpName(op) << " count " << count;
+        cudaFree(dIn);
+        cudaFree(dOut);
+      }
+    }
   }
 }
 

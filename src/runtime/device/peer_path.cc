@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <cstring>
 #include <string>
 
 #include "cuda/peer_allreduce.h"
@@ -45,7 +46,8 @@ class PeerPath final : public DirectPath {
   const char* name() const override { return "peer"; }
 
   bool acceptsAllreduce(size_t count, DataType dtype, ReduceOp op) const override {
-    return dtype == DataType::kFloat32 && op == ReduceOp::kSum && count * 4 <= windows_->layout().capacity;
+    return windows_->size() >= 2 && reduceSupported(dtype, op) &&
+           count * dataTypeSize(dtype) <= windows_->layout().capacity;
   }
 
   Status allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, uint32_t lane,
@@ -63,11 +65,13 @@ class PeerPath final : public DirectPath {
     a.record = windows_->errorRecordDevice();
     a.fingerprint[0] = uint32_t(CollectiveKind::kAllreduce);
     a.fingerprint[1] = uint32_t(dtype);
-    a.fingerprint[2] = uint32_t(op);
+    a.fingerprint[2] = uint32_t(baseOp(op));
     a.fingerprint[3] = uint32_t(count);
     a.fingerprint[4] = uint32_t(uint64_t(count) >> 32);
     a.fingerprint[5] = 0;  // root
     a.fingerprint[6] = lane;
+    const float factor = float(premulFactor(op));  // premul_sum ops differ by their factor
+    std::memcpy(&a.fingerprint[7], &factor, sizeof factor);
     a.timeoutNs = uint64_t(options_.timeout.count()) * 1000000ull;
     a.maxRereads = options_.maxRetries;
     a.faultProb = faultProb_.load();
