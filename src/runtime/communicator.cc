@@ -379,7 +379,18 @@ std::shared_ptr<Work> Communicator::Impl::enqueue(Task task, std::unique_ptr<Exe
 
 Counters Communicator::Impl::counters() const {
   std::lock_guard<std::mutex> lock(mutex_);
+  absorbDirectCounts();
   return counters_;
+}
+
+void Communicator::Impl::absorbDirectCounts() const {
+  if (!direct_) return;
+  uint64_t detected = 0, injected = 0;
+  direct_->faultCounts(&detected, &injected);  // what the path's finished kernels reported
+  counters_.detected += detected - directDetected_;
+  counters_.injected += injected - directInjected_;
+  directDetected_ = detected;
+  directInjected_ = injected;
 }
 
 CommunicatorSummary Communicator::Impl::summary() const {
@@ -418,9 +429,8 @@ std::shared_ptr<Work> Communicator::Impl::launchDirect(const char* name, uint64_
   }
   if (st.isOk()) st = direct_->poll();
   if (st.isOk()) st = launch();
-  uint64_t detected = 0, injected = 0;
-  direct_->faultCounts(&detected, &injected);
   std::lock_guard<std::mutex> lock(mutex_);
+  absorbDirectCounts();
   if (!st.isOk() && firstError_.isOk()) firstError_ = st;
   // Counted when launched: a later failure shows at the next call or wait (docs/design/protocol.md).
   CollectiveStats& k = byKind_[name];
@@ -431,10 +441,6 @@ std::shared_ptr<Work> Communicator::Impl::launchDirect(const char* name, uint64_
   } else {
     ++k.failed;
   }
-  counters_.detected += detected - directDetected_;
-  counters_.injected += injected - directInjected_;
-  directDetected_ = detected;
-  directInjected_ = injected;
   auto work = Work::completed(st);
   std::shared_ptr<DirectPath> path = direct_;
   work->impl_->poll_ = [path] { return path->poll(); };

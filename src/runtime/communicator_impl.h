@@ -95,6 +95,8 @@ class Communicator::Impl {
     if (peersMayBeGone) transport_->markBroken();  // no goodbye wait at the end; nothing is announced
   }
   Counters counters() const;
+  // Adds what the direct path's kernels counted since the last call (mutex_ held).
+  void absorbDirectCounts() const;
   CommunicatorSummary summary() const;
   Status firstError() const;
   Status setFault(const FaultOptions& fault);
@@ -116,13 +118,13 @@ class Communicator::Impl {
   bool busy_ = true;  // a runner holds the transport; the handshake runs first, on the progress thread
   std::atomic<bool> aborted_{false};  // read by the waits of the collective in progress
   Status firstError_;
-  Counters counters_;
+  mutable Counters counters_;  // mutable: counters() takes in the direct path's counts
   std::map<std::string, CollectiveStats> byKind_;
   uint32_t track_ = 0;    // timeline track (set in the constructor, before the progress thread starts)
   uint64_t nextSeq_ = 0;  // touched by the runner only
   std::map<uint32_t, uint32_t> laneSeq_;  // runner only: each issue lane's next collective number
-  HeldErrors heldErrors_;
-  uint64_t directDetected_ = 0, directInjected_ = 0;  // the direct path's counts already in counters_                 // peers' errors of a collective this rank has not reached yet
+  HeldErrors heldErrors_;  // peers' errors of a collective this rank has not reached yet
+  mutable uint64_t directDetected_ = 0, directInjected_ = 0;  // the direct path's counts in counters_
   // Point-to-point message numbers per peer (runner only): only the two ends count them.
   std::vector<uint64_t> sendSeq_, recvSeq_;
   std::thread progress_;
