@@ -67,7 +67,8 @@ int main(int argc, char** argv) {
   app.add_option("-e,--max-bytes", maxS);
   app.add_option("-n,--iters", iters)->check(CLI::Range(1, 100000));
   app.add_option("-r,--reps", reps)->check(CLI::Range(1, 1000));
-  app.add_option("--fault-prob", faultProb, "chunk reads corrupted (transient), e.g. 0.001")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--fault-prob", faultProb, "chunk reads corrupted (transient), e.g. 0.001")
+      ->check(CLI::Range(0.0, 1.0));
   CLI11_PARSE(app, argc, argv);
   const size_t minBytes = parseSize(minS), maxBytes = parseSize(maxS);
 
@@ -86,8 +87,10 @@ int main(int argc, char** argv) {
   cudaMalloc(&out, maxBytes);
   cudaMemset(in, 0, maxBytes);
   if (w->rank() == 0) {
-    printf("# ringguard bench_peer_allreduce: %d ranks, fp32 sum, fault prob %g, us per call (median of %d x %d)\n",
-           w->size(), faultProb, reps, iters);
+    printf(
+        "# ringguard bench_peer_allreduce: %d ranks, fp32 sum, fault prob %g, us per call (median of %d x "
+        "%d)\n",
+        w->size(), faultProb, reps, iters);
     printf("%12s %12s %12s %12s %10s\n", "bytes", "eager_us", "graph_us", "d2d_copy_us", "graph/copy");
   }
   for (size_t bytes = minBytes; bytes <= maxBytes; bytes *= 4) {
@@ -130,8 +133,8 @@ int main(int argc, char** argv) {
     cudaStreamSynchronize(s);
     const ErrorRecord* rec = w->errorRecord();
     if (rec->code != 0) {
-      fprintf(stderr, "rank %d: peer allreduce failed: code %u peer %d chunk %u\n", w->rank(), rec->code, rec->peer,
-              rec->chunk);
+      fprintf(stderr, "rank %d: peer allreduce failed: code %u peer %d chunk %u\n", w->rank(), rec->code,
+              rec->peer, rec->chunk);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
     if (w->rank() == 0) {

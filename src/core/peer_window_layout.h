@@ -25,14 +25,14 @@ inline constexpr int kMaxRanks = 8;
 inline constexpr size_t kHeaderBytes = 4096;
 inline constexpr size_t kLine = 128;
 // Header word offsets (bytes).
-inline constexpr size_t kSeqOffset = 0 * kLine;         // owner only: last epoch this rank completed
-inline constexpr size_t kArriveOffset = 1 * kLine;      // owner only: blocks of the running kernel done
-inline constexpr size_t kDoneOffset = 2 * kLine;        // peers read: epoch whose reads this rank finished
-inline constexpr size_t kErrorOffset = 3 * kLine;       // peers read word 0: nonzero once this rank failed;
-                                                        // then peer, chunk, epoch, expected, seen
-inline constexpr size_t kFingerprintOffset = 4 * kLine; // peers read: the running collective's fingerprint
-inline constexpr size_t kCountersOffset = 5 * kLine;    // owner only: detected, injected, and the values
-                                                        // last copied to the host record (u64 each)
+inline constexpr size_t kSeqOffset = 0 * kLine;          // owner only: last epoch this rank completed
+inline constexpr size_t kArriveOffset = 1 * kLine;       // owner only: blocks of the running kernel done
+inline constexpr size_t kDoneOffset = 2 * kLine;         // peers read: epoch whose reads this rank finished
+inline constexpr size_t kErrorOffset = 3 * kLine;        // peers read word 0: nonzero once this rank failed;
+                                                         // then peer, chunk, epoch, expected, seen
+inline constexpr size_t kFingerprintOffset = 4 * kLine;  // peers read: the running collective's fingerprint
+inline constexpr size_t kCountersOffset = 5 * kLine;     // owner only: detected, injected, and the values
+                                                         // last copied to the host record (u64 each)
 inline constexpr int kFingerprintWords = 8;
 
 // A chunk is what one warp publishes and verifies: 32 lanes x kLaneVectors 16-byte vectors.
@@ -53,7 +53,7 @@ struct WindowLayout {
   size_t maxChunks = 0;  // capacity / kChunkBytes
   size_t tableOffset[2] = {0, 0};
   size_t dataOffset[2] = {0, 0};
-  size_t bytes = 0;      // the whole window, before rounding to the allocation granularity
+  size_t bytes = 0;  // the whole window, before rounding to the allocation granularity
 };
 
 RINGGUARD_HOST_DEVICE inline size_t roundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
@@ -83,12 +83,12 @@ enum class PeerError : uint32_t {
 
 // What a kernel reports to its host (mapped pinned memory; the first error wins, counters accumulate).
 struct ErrorRecord {
-  uint32_t code;         // PeerError
-  int32_t peer;          // the rank the error names (-1: none)
+  uint32_t code;  // PeerError
+  int32_t peer;   // the rank the error names (-1: none)
   uint32_t chunk;
   uint32_t epoch;
-  uint32_t expected;     // crc or fingerprint this rank expected
-  uint32_t seen;         // what the peer published (or what the bytes hashed to)
+  uint32_t expected;        // crc or fingerprint this rank expected
+  uint32_t seen;            // what the peer published (or what the bytes hashed to)
   uint32_t abortRequested;  // written by the host: every spin stops with kAborted
   uint32_t reserved;
   unsigned long long detected;  // chunk reads that failed their CRC check (each is re-read)

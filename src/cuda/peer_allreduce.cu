@@ -80,7 +80,8 @@ __device__ __forceinline__ uint32_t pieceRegister(uint4 v) {
 }
 
 // CRC-32 of the chunk whose vector v of lane l is vec[v] (piece v * 32 + l), identical on every lane.
-__device__ __forceinline__ uint32_t warpChunkCrc(const uint4 (&vec)[kLaneVectors], const uint32_t (&shift)[kLaneVectors]) {
+__device__ __forceinline__ uint32_t warpChunkCrc(const uint4 (&vec)[kLaneVectors],
+                                                 const uint32_t (&shift)[kLaneVectors]) {
   uint32_t r = 0;
 #pragma unroll
   for (int v = 0; v < kLaneVectors; ++v) r ^= crc32Multiply(shift[v], pieceRegister(vec[v]));
@@ -183,7 +184,8 @@ __device__ __forceinline__ uint4 applyVector(uint4 x, uint4 y, const element_ops
 
 // Step p of the rank-order reduction (p >= 1) of `size` ranks.
 template <typename Final>
-__device__ __forceinline__ uint4 reduceStep(int p, int size, uint4 x, uint4 partial, const element_ops::OpArg& arg) {
+__device__ __forceinline__ uint4 reduceStep(int p, int size, uint4 x, uint4 partial,
+                                            const element_ops::OpArg& arg) {
   using First = typename FirstStep<Final>::type;
   using Mid = typename MidStep<Final>::type;
   if (p == size - 1 && !std::is_same<Final, Mid>::value) return applyVector<Final>(x, partial, arg);
@@ -241,8 +243,8 @@ struct Kernel {
 };
 
 template <typename Final>
-__global__ void __launch_bounds__(kThreads) peerAllreduceKernel(PeerAllreduceArgs a, uint32_t fpCrc,
-                                                                 size_t totalBytes, element_ops::OpArg arg) {
+__global__ void __launch_bounds__(kThreads)
+    peerAllreduceKernel(PeerAllreduceArgs a, uint32_t fpCrc, size_t totalBytes, element_ops::OpArg arg) {
   __shared__ uint32_t epochShared;
   __shared__ int okShared;
   uint32_t shift[kLaneVectors];
@@ -263,7 +265,8 @@ __global__ void __launch_bounds__(kThreads) peerAllreduceKernel(PeerAllreduceArg
       okShared = 0;
     }
   }
-  if (threadIdx.x < kFingerprintWords) at<uint32_t>(mine, kFingerprintOffset)[threadIdx.x] = a.fingerprint[threadIdx.x];
+  if (threadIdx.x < kFingerprintWords)
+    at<uint32_t>(mine, kFingerprintOffset)[threadIdx.x] = a.fingerprint[threadIdx.x];
   __syncthreads();
 
   const uint32_t lane = threadIdx.x & 31u;
@@ -294,7 +297,8 @@ __global__ void __launch_bounds__(kThreads) peerAllreduceKernel(PeerAllreduceArg
     }
     __threadfence_system();
     __syncwarp();
-    for (uint32_t c = warp + lane * warps; c < chunks; c += 32 * warps) storeRelease(&myTable[c].epoch, k.epoch);
+    for (uint32_t c = warp + lane * warps; c < chunks; c += 32 * warps)
+      storeRelease(&myTable[c].epoch, k.epoch);
   }
 
   // Read, verify and reduce every rank's chunk, in rank order.
@@ -334,7 +338,8 @@ __global__ void __launch_bounds__(kThreads) peerAllreduceKernel(PeerAllreduceArg
           vec[v] = loadPeer(reinterpret_cast<const uint4*>(theirs + off));
         }
         if (attempt == 0 && a.faultProb > 0) {
-          const uint64_t h = corruptionGarbageWord(a.faultSeed, (uint64_t(k.epoch) << 32) ^ (uint64_t(c) << 4) ^ uint64_t(p));
+          const uint64_t h = corruptionGarbageWord(
+              a.faultSeed, (uint64_t(k.epoch) << 32) ^ (uint64_t(c) << 4) ^ uint64_t(p));
           if (double(uint32_t(h)) < a.faultProb * 4294967296.0) {
             if (lane == ((h >> 32) & 31u)) vec[0].x ^= 1u << ((h >> 40) & 31u);
             ++injected;
@@ -353,7 +358,8 @@ __global__ void __launch_bounds__(kThreads) peerAllreduceKernel(PeerAllreduceArg
         break;
       }
 #pragma unroll
-      for (int v = 0; v < kLaneVectors; ++v) acc[v] = p == 0 ? vec[v] : reduceStep<Final>(p, a.size, vec[v], acc[v], arg);
+      for (int v = 0; v < kLaneVectors; ++v)
+        acc[v] = p == 0 ? vec[v] : reduceStep<Final>(p, a.size, vec[v], acc[v], arg);
     }
     if (!ok) break;
 #pragma unroll
@@ -424,7 +430,8 @@ __global__ void __launch_bounds__(kThreads) chunkCrcKernel(const uint4* data, si
 Status launchPeerAllreduce(const PeerAllreduceArgs& args, void* stream) {
   if (args.size < 1 || args.size > kMaxRanks || args.rank < 0 || args.rank >= args.size) {
     return Status(StatusCode::kInvalidArgument, "peer allreduce: rank " + std::to_string(args.rank) +
-                                                    " of size " + std::to_string(args.size) + " is out of range");
+                                                    " of size " + std::to_string(args.size) +
+                                                    " is out of range");
   }
   if (!reduceSupported(args.dtype, args.op)) {
     return Status(StatusCode::kInvalidArgument, std::string("peer allreduce: ") + reduceOpName(args.op) +
@@ -451,16 +458,18 @@ Status launchPeerAllreduce(const PeerAllreduceArgs& args, void* stream) {
   const size_t chunks = (totalBytes + kChunkBytes - 1) / kChunkBytes;
   // Every block of every rank must be resident at once (a block spins on chunks other blocks publish).
   const int maxBlocks = std::max(1, sms / args.size);
-  const int blocks = int(std::max<size_t>(1, std::min<size_t>((chunks + kWarps - 1) / kWarps, size_t(maxBlocks))));
+  const int blocks =
+      int(std::max<size_t>(1, std::min<size_t>((chunks + kWarps - 1) / kWarps, size_t(maxBlocks))));
   const uint32_t fpCrc = crc32(args.fingerprint, sizeof args.fingerprint);
   const element_ops::OpArg arg{args.size, premulScalar(args.dtype, premulFactor(args.op))};
-  return element_ops::dispatchReduce(args.dtype, args.op, /*finalStep=*/true, /*firstStep=*/false, [&](auto tag) {
-    using Final = typename decltype(tag)::type;
-    peerAllreduceKernel<Final>
-        <<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args, fpCrc, totalBytes, arg);
-    RINGGUARD_CUDA_CHECK_LAUNCH();
-    return Status::ok();
-  });
+  return element_ops::dispatchReduce(
+      args.dtype, args.op, /*finalStep=*/true, /*firstStep=*/false, [&](auto tag) {
+        using Final = typename decltype(tag)::type;
+        peerAllreduceKernel<Final>
+            <<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args, fpCrc, totalBytes, arg);
+        RINGGUARD_CUDA_CHECK_LAUNCH();
+        return Status::ok();
+      });
 }
 
 Status peerChunkCrcForTest(const void* data, size_t bytes, uint32_t* crcOut) {
@@ -471,10 +480,12 @@ Status peerChunkCrcForTest(const void* data, size_t bytes, uint32_t* crcOut) {
   if (chunks == 0) return Status::ok();
   uint32_t* out = nullptr;
   RINGGUARD_CUDA_CHECK(cudaMalloc(&out, chunks * sizeof(uint32_t)));
-  chunkCrcKernel<<<unsigned((chunks + kWarps - 1) / kWarps), kThreads>>>(static_cast<const uint4*>(data), chunks, out);
+  chunkCrcKernel<<<unsigned((chunks + kWarps - 1) / kWarps), kThreads>>>(static_cast<const uint4*>(data),
+                                                                         chunks, out);
   const cudaError_t launched = cudaGetLastError();
-  const cudaError_t copied =
-      launched == cudaSuccess ? cudaMemcpy(crcOut, out, chunks * sizeof(uint32_t), cudaMemcpyDeviceToHost) : launched;
+  const cudaError_t copied = launched == cudaSuccess
+                                 ? cudaMemcpy(crcOut, out, chunks * sizeof(uint32_t), cudaMemcpyDeviceToHost)
+                                 : launched;
   cudaFree(out);
   RINGGUARD_CUDA_CHECK(copied);
   return Status::ok();

@@ -11,9 +11,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/peer_window_layout.h"
 #include "ringguard/core/status.h"
 #include "ringguard/core/types.h"
-#include "core/peer_window_layout.h"
 
 namespace ringguard {
 namespace peer {
@@ -28,7 +28,7 @@ struct PeerAllreduceArgs {
   int size = 0;
   void* windows[kMaxRanks] = {};  // every rank's window as this process maps it
   WindowLayout layout;
-  ErrorRecord* record = nullptr;  // device pointer of this rank's record
+  ErrorRecord* record = nullptr;                 // device pointer of this rank's record
   uint32_t fingerprint[kFingerprintWords] = {};  // kind, dtype, op, count (low, high), root, lane, 0
   uint64_t timeoutNs = 0;
   int maxRereads = 3;

@@ -191,9 +191,8 @@ std::shared_ptr<Work> Communicator::allreduceAsync(const void* send, void* recv,
   if (direct != nullptr && direct->acceptsAllreduce(count, dtype, op) &&
       checkAllreduceArgs(impl_->shape(), send, recv, count, dtype, op).isOk()) {
     const uint32_t lane = currentIssueLane();
-    return impl_->launchDirect("allreduce", count * dataTypeSize(dtype), [=] {
-      return direct->allreduce(send, recv, count, dtype, op, lane, stream);
-    });
+    return impl_->launchDirect("allreduce", count * dataTypeSize(dtype),
+                               [=] { return direct->allreduce(send, recv, count, dtype, op, lane, stream); });
   }
   return impl_->submit(
       "allreduce", count * dataTypeSize(dtype),
@@ -421,7 +420,7 @@ FaultOptions Communicator::Impl::fault() const {
 }
 
 std::shared_ptr<Work> Communicator::Impl::launchDirect(const char* name, uint64_t bytes,
-                                                     const std::function<Status()>& launch) {
+                                                       const std::function<Status()>& launch) {
   Status st;
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -123,7 +123,7 @@ class Communicator::Impl {
   uint32_t track_ = 0;    // timeline track (set in the constructor, before the progress thread starts)
   uint64_t nextSeq_ = 0;  // touched by the runner only
   std::map<uint32_t, uint32_t> laneSeq_;  // runner only: each issue lane's next collective number
-  HeldErrors heldErrors_;  // peers' errors of a collective this rank has not reached yet
+  HeldErrors heldErrors_;                 // peers' errors of a collective this rank has not reached yet
   mutable uint64_t directDetected_ = 0, directInjected_ = 0;  // the direct path's counts in counters_
   // Point-to-point message numbers per peer (runner only): only the two ends count them.
   std::vector<uint64_t> sendSeq_, recvSeq_;

@@ -1,7 +1,7 @@
 // The one-shot verified allreduce over peer windows (src/transport/peer, src/cuda/peer_allreduce.cu), under
-// mpirun with every rank on the one GPU (run under MPS: time-sliced ranks spin 4.5 ms per round trip). Sums of
-// integer-valued floats, so every order gives the same bits; results checked exactly on every rank, with and
-// without injected faults (detected == injected), inside a CUDA graph, and the failures: a fingerprint
+// mpirun with every rank on the one GPU (run under MPS: time-sliced ranks spin 4.5 ms per round trip). Sums
+// of integer-valued floats, so every order gives the same bits; results checked exactly on every rank, with
+// and without injected faults (detected == injected), inside a CUDA graph, and the failures: a fingerprint
 // mismatch, a stopped peer (timeout naming it) and an abort while a kernel spins.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -18,9 +18,9 @@
 #include "core/float16.h"
 #include "core/reduce.h"
 #include "cuda/peer_allreduce.h"
+#include "ringguard/core/crc32.h"
 #include "ringguard/runtime/communicator.h"
 #include "ringguard/runtime/device_factory.h"
-#include "ringguard/core/crc32.h"
 #include "transport/peer/peer_window.h"
 
 namespace ringguard {
@@ -177,7 +177,8 @@ TEST_F(PeerAllreduce, EveryDtypeAndOpEqualsTheHostReductionInRankOrder) {
               std::memcpy(v.data() + 2 * i, &h, 2);
             }
           }
-          if (t == DataType::kBool) for (uint8_t& b : v) b &= 1u;
+          if (t == DataType::kBool)
+            for (uint8_t& b : v) b &= 1u;
           return v;
         };
         std::vector<uint8_t> want = inputOf(0);
@@ -261,7 +262,8 @@ TEST_F(PeerAllreduce, DifferentCountsFailEveryRankNamingAPeer) {
   ASSERT_TRUE(launchPeerAllreduce(a, stream_).isOk());
   ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
   const ErrorRecord* rec = windows_->errorRecord();
-  EXPECT_TRUE(rec->code == uint32_t(PeerError::kFingerprintMismatch) || rec->code == uint32_t(PeerError::kPeerFailed))
+  EXPECT_TRUE(rec->code == uint32_t(PeerError::kFingerprintMismatch) ||
+              rec->code == uint32_t(PeerError::kPeerFailed))
       << "code " << rec->code;
   EXPECT_NE(rec->peer, windows_->rank());
   int mismatch = rec->code == uint32_t(PeerError::kFingerprintMismatch) ? 1 : 0, any = 0;
@@ -283,7 +285,8 @@ TEST_F(PeerAllreduce, AStoppedPeerIsNamedAtTheDeadline) {
     const auto t0 = std::chrono::steady_clock::now();
     ASSERT_TRUE(launchPeerAllreduce(a, stream_).isOk());
     ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const ErrorRecord* rec = windows_->errorRecord();
     EXPECT_EQ(rec->code, uint32_t(PeerError::kTimeout));
     EXPECT_EQ(rec->peer, stopped);
@@ -305,7 +308,8 @@ TEST_F(PeerAllreduce, AbortReleasesASpinningKernel) {
     const auto t0 = std::chrono::steady_clock::now();
     *reinterpret_cast<volatile uint32_t*>(&windows_->errorRecord()->abortRequested) = 1;
     ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_EQ(windows_->errorRecord()->code, uint32_t(PeerError::kAborted));
     EXPECT_LT(ms, 1000.0);
   }

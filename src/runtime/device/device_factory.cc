@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "core/env.h"
+#include "core/logging.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_executor.h"
 #include "cuda/memory_pool.h"
-#include "core/logging.h"
 #include "runtime/device/peer_path.h"
 #include "runtime/make_communicator.h"
 #include "transport/staged/staged_transport.h"
@@ -81,14 +81,24 @@ Status build(std::unique_ptr<Transport> host, const std::vector<uint8_t>* ncclId
 // The peer-window path when asked for (kPeer: its failure is the factory's) or allowed (kAuto, every rank
 // on one host: its failure is a warning naming the reason, the same on every rank since the windows'
 // creation agrees on every step).
+// MPS lets the processes sharing a GPU run at once; its control daemon listens on a pipe in
+// $CUDA_MPS_PIPE_DIRECTORY (default /tmp/nvidia-mps). A heuristic for the warning only: nothing depends on
+// it.
+bool mpsLikelyRunning() {
+  const char* dir = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
+  const std::string control =
+      std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp/nvidia-mps") + "/control";
+  return access(control.c_str(), F_OK) == 0;
+}
+
 Status makePeerPath(Bootstrap& bootstrap, const DeviceOptions& device, int gpu, int localSize,
                     const Options& options, std::unique_ptr<DirectPath>* out) {
   const bool oneHost = localSize == bootstrap.size();
   if (device.transport == DeviceTransportKind::kPeer && !oneHost) {
     return Status(StatusCode::kInvalidArgument,
                   "RINGGUARD_DEVICE_TRANSPORT=peer needs every rank on one host: " +
-                      std::to_string(bootstrap.size() - localSize) + " of " + std::to_string(bootstrap.size()) +
-                      " ranks are on other hosts");
+                      std::to_string(bootstrap.size() - localSize) + " of " +
+                      std::to_string(bootstrap.size()) + " ranks are on other hosts");
   }
   if (device.transport != DeviceTransportKind::kPeer &&
       (device.transport != DeviceTransportKind::kAuto || !oneHost || bootstrap.size() < 2)) {
@@ -132,7 +142,7 @@ Status DeviceOptions::fromLookup(const std::function<const char*(const char*)>& 
 // Ranks that asked for different kinds all fail naming both; kAuto takes NCCL only when every rank has a GPU
 // of its own (NCCL refuses two ranks on one GPU), deciding from the same list on every rank.
 static Status agreeOnNccl(Bootstrap& bootstrap, DeviceTransportKind kind, const std::string& identity,
-                          bool* nccl) {
+                          bool* nccl, bool* sharedGpu) {
   auto name = [](uint8_t k) {
     return k == uint8_t(DeviceTransportKind::kNccl)     ? std::string("nccl")
            : k == uint8_t(DeviceTransportKind::kStaged) ? std::string("staged")
@@ -155,6 +165,7 @@ static Status agreeOnNccl(Bootstrap& bootstrap, DeviceTransportKind kind, const 
     }
     seen.insert(all[r]);
   }
+  *sharedGpu = int(seen.size()) < bootstrap.size();
   *nccl = kind == DeviceTransportKind::kNccl ||
           ((kind == DeviceTransportKind::kAuto || kind == DeviceTransportKind::kPeer) && haveNccl() &&
            int(seen.size()) == bootstrap.size());
@@ -208,11 +219,17 @@ Status createDeviceCommunicator(Bootstrap& bootstrap, const Options& options, co
   Status local = checkLocal(options, device, bootstrap.size(), localRank, &gpu, &identity);
   if (local.isOk()) local = prepareResources(gpu, device, &res);
   RINGGUARD_RETURN_IF_ERROR(agreeToProceed(bootstrap, local));
-  bool nccl = false;
-  RINGGUARD_RETURN_IF_ERROR(agreeOnNccl(bootstrap, device.transport, identity, &nccl));
+  bool nccl = false, sharedGpu = false;
+  RINGGUARD_RETURN_IF_ERROR(agreeOnNccl(bootstrap, device.transport, identity, &nccl, &sharedGpu));
 
   std::unique_ptr<DirectPath> direct;
   RINGGUARD_RETURN_IF_ERROR(makePeerPath(bootstrap, device, gpu, localSize, options, &direct));
+  if (direct && sharedGpu && !mpsLikelyRunning() && bootstrap.rank() == 0) {
+    logWarn(Subsys::kRuntime,
+            "device communicator: ranks share a GPU and no MPS control daemon was found: their peer-window "
+            "kernels run time-sliced (a cross-process round trip takes milliseconds instead of a "
+            "microsecond). Start it first: nvidia-cuda-mps-control -d");
+  }
 
   // The staged transport's data path, or NCCL's control channel.
   std::unique_ptr<Transport> host;

@@ -18,23 +18,35 @@ using peer::PeerError;
 
 const char* errorName(uint32_t code) {
   switch (PeerError(code)) {
-    case PeerError::kTimeout: return "timed out";
-    case PeerError::kFingerprintMismatch: return "fingerprint mismatch";
-    case PeerError::kCorrupt: return "corrupt on every re-read";
-    case PeerError::kPeerFailed: return "a peer failed";
-    case PeerError::kAborted: return "aborted";
-    default: return "unknown error";
+    case PeerError::kTimeout:
+      return "timed out";
+    case PeerError::kFingerprintMismatch:
+      return "fingerprint mismatch";
+    case PeerError::kCorrupt:
+      return "corrupt on every re-read";
+    case PeerError::kPeerFailed:
+      return "a peer failed";
+    case PeerError::kAborted:
+      return "aborted";
+    default:
+      return "unknown error";
   }
 }
 
 StatusCode statusCode(uint32_t code) {
   switch (PeerError(code)) {
-    case PeerError::kTimeout: return StatusCode::kTimeout;
-    case PeerError::kFingerprintMismatch: return StatusCode::kFingerprintMismatch;
-    case PeerError::kCorrupt: return StatusCode::kCorruption;
-    case PeerError::kPeerFailed: return StatusCode::kPeerError;
-    case PeerError::kAborted: return StatusCode::kAborted;
-    default: return StatusCode::kInternal;
+    case PeerError::kTimeout:
+      return StatusCode::kTimeout;
+    case PeerError::kFingerprintMismatch:
+      return StatusCode::kFingerprintMismatch;
+    case PeerError::kCorrupt:
+      return StatusCode::kCorruption;
+    case PeerError::kPeerFailed:
+      return StatusCode::kPeerError;
+    case PeerError::kAborted:
+      return StatusCode::kAborted;
+    default:
+      return StatusCode::kInternal;
   }
 }
 
@@ -85,7 +97,8 @@ class PeerPath final : public DirectPath {
     if (code == 0) return Status::ok();
     std::string msg = "rank " + std::to_string(windows_->rank()) + ": peer-window collective #" +
                       std::to_string(r->epoch) + " " + errorName(code);
-    if (r->peer >= 0) msg += " (rank " + std::to_string(r->peer) + ", chunk " + std::to_string(r->chunk) + ")";
+    if (r->peer >= 0)
+      msg += " (rank " + std::to_string(r->peer) + ", chunk " + std::to_string(r->chunk) + ")";
     if (PeerError(code) == PeerError::kFingerprintMismatch || PeerError(code) == PeerError::kCorrupt) {
       msg += ": expected " + std::to_string(r->expected) + ", saw " + std::to_string(r->seen);
     }

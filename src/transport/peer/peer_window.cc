@@ -37,9 +37,8 @@ Status lookup(const char* name, Fn* fn) {
   cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
   const cudaError_t err = cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found);
   if (err != cudaSuccess || found != cudaDriverEntryPointSuccess || p == nullptr) {
-    return Status(StatusCode::kTransportError,
-                  std::string("peer windows need the CUDA driver's ") + name + " (VMM): not found (" +
-                      cudaGetErrorString(err) + ")");
+    return Status(StatusCode::kTransportError, std::string("peer windows need the CUDA driver's ") + name +
+                                                   " (VMM): not found (" + cudaGetErrorString(err) + ")");
   }
   *fn = reinterpret_cast<Fn>(p);
   return Status::ok();
@@ -75,9 +74,9 @@ Status driverError(CUresult r, const char* what) {
   return Status(StatusCode::kTransportError, std::string(what) + " failed: " + name);
 }
 
-#define RINGGUARD_CU_CHECK(expr, what)                         \
-  do {                                                         \
-    const CUresult _rg_cu = (expr);                            \
+#define RINGGUARD_CU_CHECK(expr, what)                            \
+  do {                                                            \
+    const CUresult _rg_cu = (expr);                               \
     if (_rg_cu != CUDA_SUCCESS) return driverError(_rg_cu, what); \
   } while (0)
 
@@ -134,11 +133,12 @@ Status PeerWindows::create(Bootstrap& bootstrap, int device, size_t capacity,
     m.bytes = w->allocated_;
     RINGGUARD_CU_CHECK(driver().exportHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
                        "cuMemExportToShareableHandle");
-    RINGGUARD_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&w->record_), sizeof(ErrorRecord),
-                                       cudaHostAllocMapped));
+    RINGGUARD_CUDA_CHECK(
+        cudaHostAlloc(reinterpret_cast<void**>(&w->record_), sizeof(ErrorRecord), cudaHostAllocMapped));
     std::memset(w->record_, 0, sizeof(ErrorRecord));
     w->record_->peer = -1;
-    RINGGUARD_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&w->recordDevice_), w->record_, 0));
+    RINGGUARD_CUDA_CHECK(
+        cudaHostGetDevicePointer(reinterpret_cast<void**>(&w->recordDevice_), w->record_, 0));
     return Status::ok();
   };
   if (local.isOk()) local = allocate();
@@ -161,28 +161,32 @@ Status PeerWindows::create(Bootstrap& bootstrap, int device, size_t capacity,
     for (int r = 0; r < n; ++r) {
       Exported e;
       if (all[size_t(r)].size() != sizeof e) {
-        return Status(StatusCode::kTransportError, "peer window of rank " + std::to_string(r) + ": bad record");
+        return Status(StatusCode::kTransportError,
+                      "peer window of rank " + std::to_string(r) + ": bad record");
       }
       std::memcpy(&e, all[size_t(r)].data(), sizeof e);
       if (e.bytes != w->allocated_) {
-        return Status(StatusCode::kInvalidArgument,
-                      "peer window of rank " + std::to_string(r) + " is " + std::to_string(e.bytes) +
-                          " bytes, this rank's " + std::to_string(w->allocated_) + ": every rank must ask the same capacity");
+        return Status(StatusCode::kInvalidArgument, "peer window of rank " + std::to_string(r) + " is " +
+                                                        std::to_string(e.bytes) + " bytes, this rank's " +
+                                                        std::to_string(w->allocated_) +
+                                                        ": every rank must ask the same capacity");
       }
       Mapping& m = w->mappings_[size_t(r)];
       if (r != w->rank_) {
         const int pidfd = int(syscall(SYS_pidfd_open, pid_t(e.pid), 0));
         if (pidfd < 0) {
           return Status(StatusCode::kTransportError, "pidfd_open of rank " + std::to_string(r) + " (pid " +
-                                                      std::to_string(e.pid) + "): " + std::strerror(errno));
+                                                         std::to_string(e.pid) +
+                                                         "): " + std::strerror(errno));
         }
         const int theirs = int(syscall(SYS_pidfd_getfd, pidfd, e.fd, 0));
         const int getErr = errno;
         close(pidfd);
         if (theirs < 0) {
           return Status(StatusCode::kTransportError,
-                        "pidfd_getfd of rank " + std::to_string(r) + "'s window descriptor: " +
-                            std::strerror(getErr) + " (needs the same user and ptrace access, e.g. no "
+                        "pidfd_getfd of rank " + std::to_string(r) +
+                            "'s window descriptor: " + std::strerror(getErr) +
+                            " (needs the same user and ptrace access, e.g. no "
                             "container without CAP_SYS_PTRACE and yama ptrace_scope <= 1)");
         }
         CUmemGenericAllocationHandle h = 0;
@@ -196,7 +200,8 @@ Status PeerWindows::create(Bootstrap& bootstrap, int device, size_t capacity,
       CUdeviceptr addr = 0;
       RINGGUARD_CU_CHECK(driver().reserve(&addr, m.bytes, 0, 0, 0), "cuMemAddressReserve");
       m.address = addr;
-      RINGGUARD_CU_CHECK(driver().map(addr, m.bytes, 0, CUmemGenericAllocationHandle(m.handle), 0), "cuMemMap");
+      RINGGUARD_CU_CHECK(driver().map(addr, m.bytes, 0, CUmemGenericAllocationHandle(m.handle), 0),
+                         "cuMemMap");
       m.mapped = true;
       CUmemAccessDesc access = {};
       access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;

@@ -13,9 +13,9 @@
 #include <memory>
 #include <vector>
 
+#include "core/peer_window_layout.h"
 #include "ringguard/bootstrap/bootstrap.h"
 #include "ringguard/core/status.h"
-#include "core/peer_window_layout.h"
 
 namespace ringguard {
 namespace peer {
@@ -44,7 +44,7 @@ class PeerWindows {
  private:
   PeerWindows() = default;
   struct Mapping {
-    unsigned long long handle = 0;  // CUmemGenericAllocationHandle
+    unsigned long long handle = 0;   // CUmemGenericAllocationHandle
     unsigned long long address = 0;  // CUdeviceptr
     size_t bytes = 0;
     bool mapped = false;
