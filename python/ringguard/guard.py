@@ -158,9 +158,16 @@ class Guard:
 
         @functools.wraps(fn)
         def guarded(*args, **kwargs):
+            if torch.compiler.is_compiling():
+                # Dynamo cannot trace the guard (it reads tensors' memory): the call becomes one opaque op
+                # whose implementation is this same guarded call (_compiled.py, docs/GUARD.md).
+                from . import _compiled
+
+                return _compiled.call(guarded._rg_caller.key, args, kwargs)
             return self._run(fn, sig, args, kwargs, op_name, muts, fallback)
 
         guarded.guard = self
+        guarded._rg_caller = _Caller(guarded, self, fn, sig, op_name, muts, fallback)
         return guarded
 
     def step(self, fn: Callable, *args, guard_ops: bool = False, **kwargs):
@@ -279,6 +286,12 @@ def guard(fn: Optional[Callable] = None, **policy):
 
 
 # ---- helpers ------------------------------------------------------------------------------------------
+
+
+def _Caller(owner, guard, fn, sig, name, mutates, fallback):
+    from ._compiled import Caller  # no torch._dynamo import: the module only names it inside functions
+
+    return Caller(owner, guard, fn, sig, name, mutates, fallback)
 
 
 def _signature(fn) -> Optional[inspect.Signature]:
