@@ -27,12 +27,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 from torch.utils import _pytree as pytree
 
+from .guard import GuardCompileError
+
 _BASIC = (torch.Tensor, int, float, bool, str, type(None), list, tuple, dict, torch.dtype, torch.device)
 _ops = itertools.count()
-
-
-class GuardCompileError(RuntimeError):
-    """A guarded function that cannot be one op under torch.compile: names the op and the way out."""
 
 
 _callers: "weakref.WeakValueDictionary[int, Callable]" = weakref.WeakValueDictionary()

@@ -9,6 +9,7 @@
     def sgd(w: torch.Tensor, m: torch.Tensor, g: torch.Tensor) -> None: ...
 
     op = g.custom_op("fused", fn, mutates_args=())   # one opaque op under torch.compile(fullgraph=True)
+    torch.compile(model)                 # decorated functions inside become such ops on their own
 
     with g:                              # a TorchDispatchMode: every aten op of the block is guarded
         y = model(x)
@@ -31,12 +32,17 @@ import torch
 
 from . import _ext
 
-__all__ = ["Guard", "GuardError", "guard"]
+__all__ = ["Guard", "GuardCompileError", "GuardError", "guard"]
 
 
 class GuardError(RuntimeError):
     """Raised when the policy ends in ``raise``: names op, call, tensor, first bad index and value, the
     count of bad values and the replays tried. The extension raises this class (guard_bindings.cc)."""
+
+
+class GuardCompileError(RuntimeError):
+    """Raised when a decorated function cannot become one op under torch.compile (_compiled.py): names the op
+    and the way out (g.custom_op with a fake)."""
 
 
 def _tensors(obj) -> List[torch.Tensor]:
