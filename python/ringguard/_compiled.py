@@ -29,8 +29,9 @@ from torch.utils import _pytree as pytree
 
 from .guard import GuardCompileError
 
-_BASIC = (torch.Tensor, int, float, bool, str, type(None), list, tuple, dict, torch.dtype, torch.device)
+_BASIC = (torch.Tensor, int, float, bool, str, list, tuple, dict, torch.dtype, torch.device)
 _ops = itertools.count()
+_TENSOR = object()  # a tensor's place among a result's leaves
 
 
 _callers: "weakref.WeakValueDictionary[int, Callable]" = weakref.WeakValueDictionary()
@@ -57,16 +58,22 @@ def call(key: int, args, kwargs):
     refs, params = [], {}
     args = list(args)
     for where, value in itertools.chain(enumerate(args), kwargs.items()):
-        if isinstance(value, _BASIC):
+        if value is not None and isinstance(value, _BASIC):
             continue
-        refs.append((where, id(value)))
+        refs.append((where, 0 if value is None else id(value)))  # the leaf takes no None either
         if isinstance(value, torch.nn.Module):
             params[where] = dict(itertools.chain(value.named_parameters(), value.named_buffers()))
-        if isinstance(where, int):
-            args[where] = None
+        if isinstance(where, int):  # a placeholder; the leaf puts the object back
+            args[where] = 0
         else:
-            kwargs[where] = None
-    return torch._dynamo.nonstrict_trace(_leaf)(key, tuple(refs), params, tuple(args), kwargs)
+            kwargs[where] = 0
+    result = torch._dynamo.nonstrict_trace(_leaf)(key, tuple(refs), params, tuple(args), kwargs)
+    return None if isinstance(result, tuple) and len(result) == 0 else result
+
+
+def _no_none(result):
+    # A leaf may not return None (an in-place op's result): () stands for it, and call() turns it back.
+    return () if result is None else result
 
 
 def _leaf(key, refs, params, args, kwargs):
@@ -78,12 +85,12 @@ def _leaf(key, refs, params, args, kwargs):
     if not any(_is_traced(t) for t in tensors):
         args, kwargs = _with_objects(args, kwargs, objects)
         with _reparametrised(objects, params):
-            return c.guard._run(c.fn, c.sig, args, kwargs, c.name, c.mutates, c.fallback)
+            return _no_none(c.guard._run(c.fn, c.sig, args, kwargs, c.name, c.mutates, c.fallback))
     k = _key(refs, params, args, kwargs)
     op = c.ops.get(k)
     if op is None:
         op = c.ops[k] = _Op(c.guard, c.fn, c.sig, c.name, c.mutates, c.fallback, objects, params, args, kwargs)
-    return op(params, args, kwargs)
+    return _no_none(op(params, args, kwargs))
 
 
 def _is_traced(t: torch.Tensor) -> bool:
@@ -93,6 +100,8 @@ def _is_traced(t: torch.Tensor) -> bool:
 
 
 def _object_at(address: int):
+    if address == 0:
+        return None
     # Only while the compiler traces the call: the caller's argument is alive (Dynamo holds it), and the
     # op keeps a weak reference to it from then on.
     return ctypes.cast(address, ctypes.py_object).value
@@ -150,20 +159,25 @@ def _key(refs, params, args, kwargs):
 
 def _fresh(outs: List[torch.Tensor], given: List[torch.Tensor]) -> List[torch.Tensor]:
     """The outputs, each cloned where it shares memory with an argument or an earlier output: a custom op's
-    results may alias nothing (an eager call returns the tensor itself)."""
-    seen = {t.untyped_storage().data_ptr() for t in given if t.numel() > 0 or t.untyped_storage().nbytes()}
+    results may alias nothing (an eager call returns the tensor itself). Storages are compared by identity,
+    which fake tensors have too (they have no data pointer)."""
+    seen = {t.untyped_storage()._cdata for t in given}
     fresh = []
     for t in outs:
-        ptr = t.untyped_storage().data_ptr()
-        if ptr in seen or any(t is g for g in given):
+        if t.untyped_storage()._cdata in seen:
             t = t.clone()
-        seen.add(t.untyped_storage().data_ptr())
+        seen.add(t.untyped_storage()._cdata)
         fresh.append(t)
     return fresh
 
 
 class _Op:
-    """One torch.library custom op for the calls of one structure: (inputs, state) -> outputs."""
+    """One torch.library custom op for the calls of one structure: (inputs, state) -> outputs + new state.
+
+    The op is functional (the compiler's functionalisation takes custom ops that mutate only when they return
+    single tensors, and the outputs here are a list): its implementation runs the guarded call on a copy of
+    the state and returns the copy after the outputs; the caller copies it back into the state. That costs
+    one more copy of the state each way, under torch.compile only."""
 
     def __init__(self, guard, fn, sig, name, mutates, fallback, objects, params, args, kwargs):
         self.fn, self.name, self.sig, self.mutates = fn, name, sig, mutates
@@ -178,30 +192,26 @@ class _Op:
         self.out_consts: List[Any] = []
 
         def impl(inputs: List[torch.Tensor], state: List[torch.Tensor]) -> List[torch.Tensor]:
+            state = [t.clone() for t in state]
             objs, params, args, kwargs = self.rebuild(inputs, state)
             with _reparametrised(objs, params):
                 result = guard._run(fn, sig, args, kwargs, name, mutates, fallback)
-            return self.outputs(result, inputs + state)
+            return self.outputs(result, inputs + state) + state
 
         def fake(inputs, state):
+            state = [t.clone() for t in state]
             objs, params, args, kwargs = self.rebuild(inputs, state)
             try:
                 with _reparametrised(objs, params):
                     result = fn(*args, **kwargs)
             except Exception as e:
-                raise GuardCompileError(
-                    f"guard: op '{name}' cannot run under torch.compile: running it on the compiler's fake "
-                    f"tensors (for its outputs' shapes) raised {type(e).__name__}: {e}. Register it as "
-                    f"g.custom_op('{name}', fn, fake=...) with a fake that gives the outputs' shapes, or call "
-                    f"it outside the compiled region") from e
-            return self.outputs(result, inputs + state, record=True)
+                raise _cannot_compile(name, e) from e
+            return self.outputs(result, inputs + state, record=True) + state
 
         qualname = f"ringguard_guard::{re.sub(r'[^0-9A-Za-z_]', '_', name)}_compiled_{next(_ops)}"
-        has_state = any(self.is_state)
-        self.op = torch.library.custom_op(qualname, impl, mutates_args=("state",) if has_state else ())
+        self.op = torch.library.custom_op(qualname, impl, mutates_args=())
         self.op.register_fake(fake)
-        if not has_state:
-            self.op.register_autograd(self.backward, setup_context=self.setup_context)
+        self.op.register_autograd(self.backward, setup_context=self.setup_context)
 
     def rebuild(self, inputs, state):
         """The call's arguments with these tensors in place of the traced ones."""
@@ -214,8 +224,8 @@ class _Op:
         for key, ref in self.objects.items():
             obj = ref()
             if obj is None:
-                raise GuardCompileError(f"guard: op '{self.name}': the object passed as argument {key!r} when "
-                                        f"the call was compiled no longer exists: compile again")
+                raise RuntimeError(f"guard: op '{self.name}': the object passed as argument {key!r} when "
+                                   f"the call was compiled no longer exists: compile again")
             objects[key] = obj
         args, kwargs = _with_objects(args, kwargs, objects)
         return objects, params, args, kwargs
@@ -225,7 +235,7 @@ class _Op:
         tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
         if record:
             self.out_spec = spec
-            self.out_consts = [None if isinstance(t, torch.Tensor) else t for t in leaves]
+            self.out_consts = [_TENSOR if isinstance(t, torch.Tensor) else t for t in leaves]
         return _fresh(tensors, given)
 
     def __call__(self, params, args, kwargs):
@@ -233,8 +243,13 @@ class _Op:
         tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
         inputs = [t for t, s in zip(tensors, self.is_state) if not s]
         state = [t for t, s in zip(tensors, self.is_state) if s]
-        outs = iter(self.op(inputs, state))
-        return pytree.tree_unflatten([next(outs) if c is None else c for c in self.out_consts], self.out_spec)
+        results = self.op(inputs, state)
+        n_out = len(results) - len(state)
+        with torch.no_grad():
+            for t, new in zip(state, results[n_out:]):
+                t.copy_(new)
+        outs = iter(results[:n_out])
+        return pytree.tree_unflatten([next(outs) if c is _TENSOR else c for c in self.out_consts], self.out_spec)
 
     # ---- autograd: the backward runs the function again, unguarded, and differentiates it -------------------
 
@@ -245,6 +260,10 @@ class _Op:
         ctx.n_state = len(state)
 
     def backward(self, ctx, grads):
+        if ctx.n_state:
+            raise RuntimeError(f"guard: op '{self.name}': a guarded function that changes tensors in place "
+                                    f"(mutates=...) has no backward under torch.compile: call it under "
+                                    f"torch.no_grad(), as an optimizer step is")
         ins = [t.detach().requires_grad_(need) for t, need in zip(ctx.saved_tensors, ctx.needs)]
         with torch.enable_grad():
             objs, params, args, kwargs = self.rebuild(ins, [])
@@ -255,7 +274,30 @@ class _Op:
         wanted = [t for t in ins if t.requires_grad]
         got = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True)
                    if pairs and wanted else [None] * len(wanted))
-        return [next(got) if t.requires_grad else None for t in ins], None
+        return [next(got) if t.requires_grad else None for t in ins], [None] * ctx.n_state
+
+
+def _cannot_compile(name: str, e: BaseException) -> BaseException:
+    """What a call the fake tensors cannot run raises. With fullgraph (or error_on_graph_break) Dynamo turns any
+    Exception raised while it traces into its own "Unsupported output type for nonstrict_trace-ed function",
+    dropping the text, so the user gets GuardCompileError, which it lets through (a BaseException). Otherwise a
+    plain error makes Dynamo break the graph there and run the call eagerly, guarded as always."""
+    text = (f"guard: op '{name}' cannot run under torch.compile: running it on the compiler's fake tensors (for "
+            f"its outputs' shapes) raised {type(e).__name__}: {e}. Register it as g.custom_op('{name}', fn, "
+            f"fake=...) with a fake that gives the outputs' shapes, or call it outside the compiled region")
+    return GuardCompileError(text) if _graph_must_not_break() else RuntimeError(text)
+
+
+def _graph_must_not_break() -> bool:
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        tx = InstructionTranslator.current_tx()
+    except Exception:
+        return True
+    if tx is None:
+        return True
+    return bool(getattr(tx, "one_graph", True) or getattr(tx, "error_on_graph_break", False))
 
 
 def _weakrefable(obj) -> bool:

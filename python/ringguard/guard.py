@@ -40,9 +40,11 @@ class GuardError(RuntimeError):
     count of bad values and the replays tried. The extension raises this class (guard_bindings.cc)."""
 
 
-class GuardCompileError(RuntimeError):
-    """Raised when a decorated function cannot become one op under torch.compile (_compiled.py): names the op
-    and the way out (g.custom_op with a fake)."""
+class GuardCompileError(BaseException):
+    """Raised when a decorated function cannot become one op under torch.compile(fullgraph=True)
+    (_compiled.py): names the op and the way out (g.custom_op with a fake). A BaseException on purpose:
+    Dynamo replaces every Exception raised while it traces with its own error and drops the text; catch it
+    by name."""
 
 
 def _tensors(obj) -> List[torch.Tensor]:

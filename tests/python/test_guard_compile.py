@@ -13,7 +13,7 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA de
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().contiguous().view(torch.uint8).clone()
+    return t.detach().contiguous().reshape(-1).view(torch.uint8).clone()
 
 
 class Net(torch.nn.Module):
@@ -91,12 +91,12 @@ def test_compiled_matches_eager_with_replays(compile_kw):
 
 def test_gradients_through_compiled_guarded_calls_match_eager():
     torch._dynamo.reset()
-    ref_out, ref_grads, _ = _run(None, steps=2, grad=True)
-    out, grads, c = _run(dict(fullgraph=True, backend="aot_eager"), faults=FAULTS, steps=2, grad=True)
+    ref_out, ref_grads, _ = _run(None, steps=3, grad=True)
+    out, grads, c = _run(dict(fullgraph=True, backend="aot_eager"), faults=FAULTS, steps=3, grad=True)
     assert all(torch.equal(a, b) for a, b in zip(out, ref_out))
-    for step in range(2):
+    for step in range(3):
         assert all(torch.equal(a, b) for a, b in zip(grads[step], ref_grads[step])), step
-    assert c["replays"] == 2
+    assert (c["calls"], c["replays"]) == (6, 2)
 
 
 def test_persistent_fault_raises_naming_the_op_when_compiled():
@@ -148,11 +148,18 @@ def test_a_function_the_compiler_cannot_run_gets_ringguards_error():
         return x * float(x.abs().max().item())
 
     fn = torch.compile(lambda x: scaled(x) + 1, fullgraph=True, backend="aot_eager")
-    with pytest.raises(Exception) as err:
+    with pytest.raises(ringguard.GuardCompileError) as err:
         fn(torch.ones(4))
     text = str(err.value)
-    assert "guard: op 'scaled' cannot run under torch.compile" in text, text
-    assert "g.custom_op('scaled', fn, fake=...)" in text, text
+    assert text.startswith("guard: op 'scaled' cannot run under torch.compile: running it on the compiler's "
+                           "fake tensors (for its outputs' shapes) raised "), text
+    assert text.endswith("Register it as g.custom_op('scaled', fn, fake=...) with a fake that gives the outputs' "
+                         "shapes, or call it outside the compiled region"), text
+    # Without fullgraph the graph breaks there and the call runs eagerly, guarded.
+    torch._dynamo.reset()
+    g.inject(op="scaled", call=0)
+    y = torch.compile(lambda x: scaled(x) + 1, backend="aot_eager")(torch.full((4,), 2.0))
+    assert torch.equal(y, torch.full((4,), 5.0)) and g.counters()["replays"] == 1
 
 
 @CUDA
