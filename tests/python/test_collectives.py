@@ -672,7 +672,7 @@ def _(ctx):
     ins = [_ag_input(dt, (7 + i,), ctx.rank, i).to(ctx.device) for i, dt in enumerate(mixed)]
     outs = [[torch.zeros(7 + i, dtype=dt, device=ctx.device) for i, dt in enumerate(mixed)] for _ in range(ctx.size)]
     group = dist.distributed_c10d._get_default_group()
-    group.allgather_coalesced(outs, ins, dist.AllgatherOptions()).wait()
+    group.allgather_coalesced(outs, ins, dist.distributed_c10d.AllgatherOptions()).wait()
     for r in range(ctx.size):
         for i, dt in enumerate(mixed):
             assert torch.equal(_bytes_of(outs[r][i]), _bytes_of(_ag_input(dt, (7 + i,), r, i))), (r, i, dt)

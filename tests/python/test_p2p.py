@@ -234,9 +234,9 @@ ANY_MESSAGES = [(5, torch.float32), (0, torch.int64), (3001, torch.bfloat16), (1
 
 @CASES.case("recv-any-source-learns-the-sender")
 def _(ctx):
-    # Every other rank sends rank 0 the messages above, in order; rank 0 receives each without a source and
-    # gets the sender's rank back (dist.recv's return value, irecv's Work): per sender the messages match in
-    # order, and every byte is the sender's.
+    # Every other rank sends rank 0 the messages above, one per round; rank 0 receives each without a source
+    # and gets the sender's rank back (dist.recv's return value, irecv's Work), and every byte is the
+    # sender's.
     import ringguard
 
     g = dist.new_group(backend="ringguard", pg_options=ringguard.Options(slice_bytes=1024))
@@ -255,10 +255,12 @@ def _(ctx):
                 seen.append(src)
                 assert torch.equal(t, _from(src, k, n, dt)), f"message {k} from {src}: {t[:6]}"
                 got.setdefault(k, []).append(src)
+            dist.barrier(group=g)  # a round per size: a sender's next message would not fit this one
         assert all(sorted(v) == list(range(1, ctx.size)) for v in got.values()), got
     else:
         for k, (n, dt) in enumerate(ANY_MESSAGES):
             dist.send(_from(ctx.rank, k, n, dt), dst=0, group=g)
+            dist.barrier(group=g)
     dist.destroy_process_group(g)
     return {"sources": seen}
 
