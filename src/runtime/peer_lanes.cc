@@ -253,6 +253,17 @@ Status PeerLanes::runAny(const Message& m, uint64_t ordinal, int* source, Counte
   const std::string what = "a message from any rank (recv without a source, tag " + std::to_string(m.tag) + ")";
   std::vector<uint8_t> frame;
   bool damaged = false;
+  // Peers whose channel failed (kTransportError: a peer that left, its group destroyed, sends nothing more)
+  // are passed over; the receive fails with the first such error only when every peer has.
+  std::vector<bool> gone(size_t(size_), false);
+  Status firstGone;
+  size_t goneCount = 0;
+  auto passOver = [&](int p, const Status& st) -> Status {
+    if (st.code() != StatusCode::kTransportError) return st;
+    gone[size_t(p)] = true;
+    if (firstGone.isOk()) firstGone = st;
+    return ++goneCount == size_t(size_ - 1) ? firstGone : Status::ok();
+  };
   RINGGUARD_RETURN_IF_ERROR(pollUntil(
       ctx,
       [&](bool* done) -> Status {
@@ -263,7 +274,7 @@ Status PeerLanes::runAny(const Message& m, uint64_t ordinal, int* source, Counte
                                                   std::to_string(m.tag) + ")");
         }
         for (int p = 0; p < size_; ++p) {  // ascending rank order: the matching rule (peer_lanes.h)
-          if (p == rank_) continue;
+          if (p == rank_ || gone[size_t(p)]) continue;
           {
             std::lock_guard<std::mutex> lock(mutex_);
             auto it = lanes_.find({p, false});
@@ -273,12 +284,20 @@ Status PeerLanes::runAny(const Message& m, uint64_t ordinal, int* source, Counte
               continue;
           }
           bool checked = false;
-          RINGGUARD_RETURN_IF_ERROR(tryCheckPeer(p, &checked));
+          Status st = tryCheckPeer(p, &checked);
+          if (!st.isOk()) {
+            RINGGUARD_RETURN_IF_ERROR(passOver(p, st));
+            continue;
+          }
           if (!checked) continue;
           bool got = false;
           int from = -1;
-          RINGGUARD_RETURN_IF_ERROR(transport_->control()->probeRepairable(
-              p, ControlTag::kFingerprint, &frame, &from, &got, &damaged, ctx.injector, delta));
+          st = transport_->control()->probeRepairable(p, ControlTag::kFingerprint, &frame, &from, &got, &damaged,
+                                                      ctx.injector, delta);
+          if (!st.isOk()) {
+            RINGGUARD_RETURN_IF_ERROR(passOver(p, st));
+            continue;
+          }
           if (got) {
             *source = p;
             *done = true;

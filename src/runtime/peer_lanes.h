@@ -25,7 +25,8 @@
 // it matched); each poll looks at the peers in ascending rank order and takes the lowest rank whose message
 // is there. So when several peers' messages are waiting, the lowest rank's is taken, and messages of one
 // peer still match in order. The pair's settings check with each peer polled is made without waiting on a
-// peer that may never send (postPeerHandshake, then the peer's record when it is there).
+// peer that may never send (postPeerHandshake, then the peer's record when it is there). A peer whose channel
+// failed (it left: its group was destroyed there) is passed over; the receive fails only when every peer has.
 //
 // The first failed message fails every lane (what is queued and every later message complete with it)
 // and is announced to the peers, as a failed collective is: a lane whose peer stopped never leaves the

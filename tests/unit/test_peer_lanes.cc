@@ -300,7 +300,7 @@ TEST_P(PeerLanesAnySource, LearnsTheSenderAndKeepsEachSendersOrder) {
   const size_t bytes = std::get<1>(GetParam());
   const int messages = 3;
   auto lanes = makeLanes(n, laneOptions(1024));
-  std::vector<std::vector<std::vector<uint8_t>>> got(size_t(n));  // by sender, in arrival order
+  std::vector<std::vector<std::vector<uint8_t>>> got(static_cast<size_t>(n));  // by sender, in arrival order
   runRanks(n, [&](int r) {
     if (r != 0) {
       for (int m = 0; m < messages; ++m) {
@@ -408,7 +408,7 @@ TEST(PeerLanes, AnySourceFaultsAreRepairedBitIdentically) {
   const int n = 3;
   auto lanes = makeLanes(n, o);
   const size_t bytes = 16 * 1024;
-  std::vector<std::vector<uint8_t>> got(size_t(n));
+  std::vector<std::vector<uint8_t>> got(static_cast<size_t>(n));
   runRanks(n, [&](int r) {
     if (r != 0) {
       std::vector<uint8_t> out = payload(r, 0, 0, bytes);
