@@ -28,8 +28,9 @@ Status checkPeerFingerprint(const CollectiveContext& ctx, int peer, const std::v
 Status receivePeerFingerprint(const CollectiveContext& ctx, int peer, const Fingerprint& expected,
                               const char* what);
 // The check receivePeerFingerprint applies to a fingerprint message already received.
-Status checkPeerFingerprintMessage(const CollectiveContext& ctx, int peer, const std::vector<uint8_t>& message,
-                                   const Fingerprint& expected, const char* what);
+Status checkPeerFingerprintMessage(const CollectiveContext& ctx, int peer,
+                                   const std::vector<uint8_t>& message, const Fingerprint& expected,
+                                   const char* what);
 
 // A verdict list of one (peer, direction): `seq` and `round` name it, so a stale or misdirected list is
 // rejected.

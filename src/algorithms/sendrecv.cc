@@ -93,17 +93,17 @@ Status EagerFlows::receive(int attempt) {
     damaged = x_.takenDamaged;
   } else {
     RINGGUARD_RETURN_IF_ERROR(pollUntil(
-      ctx_,
-      [&](bool* done) {
-        int from = -1;
-        return ctx_.transport->control()->probeRepairable(src, ControlTag::kFingerprint, &message_, &from,
-                                                          done, &damaged, ctx_.injector, ctx_.counters);
-      },
-      [&] {
-        return "the sendrecv message from rank " + std::to_string(src) +
-               (attempt == 0 ? std::string() : " again (attempt " + std::to_string(attempt) + ")");
-      },
-      src));
+        ctx_,
+        [&](bool* done) {
+          int from = -1;
+          return ctx_.transport->control()->probeRepairable(src, ControlTag::kFingerprint, &message_, &from,
+                                                            done, &damaged, ctx_.injector, ctx_.counters);
+        },
+        [&] {
+          return "the sendrecv message from rank " + std::to_string(src) +
+                 (attempt == 0 ? std::string() : " again (attempt " + std::to_string(attempt) + ")");
+        },
+        src));
   }
   if (damaged) {  // counted as detected by the channel
     fail(SliceCheck::kCorrupt);
@@ -238,9 +238,9 @@ Status sendRecv(const CollectiveContext& group, Executor* exec, const PeerExchan
                                                      ": the fingerprint frame from rank " +
                                                      std::to_string(x.src) + " failed its CRC");
     }
-    RINGGUARD_RETURN_IF_ERROR(checkPeerFingerprintMessage(
-        ctx, x.src, *x.takenFingerprint, flowFingerprint(ctx, dtype, x.recvCount, x.tag, x.recvSeq),
-        "sendrecv"));
+    RINGGUARD_RETURN_IF_ERROR(
+        checkPeerFingerprintMessage(ctx, x.src, *x.takenFingerprint,
+                                    flowFingerprint(ctx, dtype, x.recvCount, x.tag, x.recvSeq), "sendrecv"));
   } else if (x.src >= 0) {
     RINGGUARD_RETURN_IF_ERROR(receivePeerFingerprint(
         ctx, x.src, flowFingerprint(ctx, dtype, x.recvCount, x.tag, x.recvSeq), "sendrecv"));

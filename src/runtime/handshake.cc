@@ -102,7 +102,8 @@ Status handshake(Transport* transport, const Options& options, const std::atomic
 
 Status postPeerHandshake(Transport* transport, int peer, const Options& options, uint32_t protocolVersion) {
   const Settings mine = settingsOf(options, protocolVersion);
-  return sendToPeer(contextOf(transport, options, nullptr), peer, ControlTag::kHandshake, &mine, sizeof(mine));
+  return sendToPeer(contextOf(transport, options, nullptr), peer, ControlTag::kHandshake, &mine,
+                    sizeof(mine));
 }
 
 Status comparePeerHandshake(Transport* transport, int peer, const Options& options,

@@ -43,7 +43,8 @@ Status peerHandshake(Transport* transport, int peer, const Options& options,
 Status postPeerHandshake(Transport* transport, int peer, const Options& options,
                          uint32_t protocolVersion = kProtocolVersion);
 Status finishPeerHandshake(Transport* transport, int peer, const Options& options,
-                           const std::atomic<bool>* aborted = nullptr, uint32_t protocolVersion = kProtocolVersion);
+                           const std::atomic<bool>* aborted = nullptr,
+                           uint32_t protocolVersion = kProtocolVersion);
 Status comparePeerHandshake(Transport* transport, int peer, const Options& options,
                             const std::vector<uint8_t>& record, uint32_t protocolVersion = kProtocolVersion);
 

@@ -79,7 +79,8 @@ void PeerLanes::recvAny(int tag, void* data, size_t count, DataType dtype, DoneF
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) {
-      poisoned = Status(StatusCode::kInvalidArgument, "recv on rank " + std::to_string(rank_) + " after shutdown");
+      poisoned =
+          Status(StatusCode::kInvalidArgument, "recv on rank " + std::to_string(rank_) + " after shutdown");
     } else if (!firstError_.isOk()) {
       poisoned = firstError_;
     } else {
@@ -250,7 +251,8 @@ Status PeerLanes::runAny(const Message& m, uint64_t ordinal, int* source, Counte
   ctx.aborted = &aborted_;
   ctx.seq = ordinal;
   const auto start = std::chrono::steady_clock::now();
-  const std::string what = "a message from any rank (recv without a source, tag " + std::to_string(m.tag) + ")";
+  const std::string what =
+      "a message from any rank (recv without a source, tag " + std::to_string(m.tag) + ")";
   std::vector<uint8_t> frame;
   bool damaged = false;
   // Peers whose channel failed (kTransportError: a peer that left, its group destroyed, sends nothing more)
@@ -269,9 +271,10 @@ Status PeerLanes::runAny(const Message& m, uint64_t ordinal, int* source, Counte
       [&](bool* done) -> Status {
         // Checked before pollUntil's own deadline: no single peer is the one this rank waits on.
         if (std::chrono::steady_clock::now() - start >= options_.timeout) {
-          return Status(StatusCode::kTimeout, "recv on rank " + std::to_string(rank_) + ": no message from any rank within " +
-                                                  std::to_string(options_.timeout.count()) + " ms (recv without a source, tag " +
-                                                  std::to_string(m.tag) + ")");
+          return Status(StatusCode::kTimeout,
+                        "recv on rank " + std::to_string(rank_) + ": no message from any rank within " +
+                            std::to_string(options_.timeout.count()) + " ms (recv without a source, tag " +
+                            std::to_string(m.tag) + ")");
         }
         for (int p = 0; p < size_; ++p) {  // ascending rank order: the matching rule (peer_lanes.h)
           if (p == rank_ || gone[size_t(p)]) continue;
@@ -280,7 +283,8 @@ Status PeerLanes::runAny(const Message& m, uint64_t ordinal, int* source, Counte
             auto it = lanes_.find({p, false});
             const Lane* lane = it == lanes_.end() ? nullptr : it->second.get();
             // A receive from p issued before this one takes p's next message.
-            if (lane != nullptr && (lane->running || (!lane->queue.empty() && lane->queue.front().anyBefore <= ordinal)))
+            if (lane != nullptr &&
+                (lane->running || (!lane->queue.empty() && lane->queue.front().anyBefore <= ordinal)))
               continue;
           }
           bool checked = false;
@@ -292,8 +296,8 @@ Status PeerLanes::runAny(const Message& m, uint64_t ordinal, int* source, Counte
           if (!checked) continue;
           bool got = false;
           int from = -1;
-          st = transport_->control()->probeRepairable(p, ControlTag::kFingerprint, &frame, &from, &got, &damaged,
-                                                      ctx.injector, delta);
+          st = transport_->control()->probeRepairable(p, ControlTag::kFingerprint, &frame, &from, &got,
+                                                      &damaged, ctx.injector, delta);
           if (!st.isOk()) {
             RINGGUARD_RETURN_IF_ERROR(passOver(p, st));
             continue;

@@ -104,8 +104,8 @@ class PeerLanes {
   struct Lane {
     std::deque<Message> queue;  // guarded by PeerLanes::mutex_
     bool running = false;       // guarded by PeerLanes::mutex_: the lane's thread runs a message
-    // The next message number: the lane's thread's, or the any-source thread's while it runs a receive of this
-    // lane (the lane's thread cannot start one then: Message::anyBefore).
+    // The next message number: the lane's thread's, or the any-source thread's while it runs a receive of
+    // this lane (the lane's thread cannot start one then: Message::anyBefore).
     uint64_t messages = 0;
     // The lane's slots and trailers, for its whole life: a receive the transport could not withdraw after a
     // failure (Gloo cannot) may still write into them, so they must outlive the message (~PeerLanes).
@@ -142,10 +142,10 @@ class PeerLanes {
   std::condition_variable cv_;
   std::map<std::pair<int, bool>, std::unique_ptr<Lane>> lanes_;  // (peer, isSend), made at first use
   std::map<int, PeerCheck> peerChecks_;                          // by peer, made at first use
-  std::deque<Message> anyQueue_;  // any-source receives, in issue order
-  std::thread anyThread_;         // runs them, made at first use
-  uint64_t anyIssued_ = 0;        // any-source receives issued
-  uint64_t anyDone_ = 0;          // of those, matched or failed (in order)
+  std::deque<Message> anyQueue_;                                 // any-source receives, in issue order
+  std::thread anyThread_;                                        // runs them, made at first use
+  uint64_t anyIssued_ = 0;                                       // any-source receives issued
+  uint64_t anyDone_ = 0;                                         // of those, matched or failed (in order)
   std::shared_ptr<const FaultInjector> injector_;
   Counters counters_;
   Status firstError_;

@@ -82,7 +82,8 @@ class C10dWork : public c10d::Work {
   void setSourceRank(int rank) { source_.store(rank); }
   int sourceRank() const override {
     const int rank = source_.load();
-    return rank >= 0 ? rank : c10d::Work::sourceRank();  // the base class throws: not a receive from any source
+    return rank >= 0 ? rank
+                     : c10d::Work::sourceRank();  // the base class throws: not a receive from any source
   }
 
  private:

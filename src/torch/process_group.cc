@@ -945,12 +945,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allgather_coalesced(
   auto after = [outs, slots]() {
     for (size_t k = 0; k < outs.size(); ++k) copyInto(outs[k], slots[k]);
   };
-  return launch(
-      name, flat,
-      [mine, flat, n, dt](Communicator* comm, void* stream) {
-        return comm->allgatherAsync(mine.data_ptr(), flat.data_ptr(), size_t(n), dt, stream);
-      },
-      outs, after, /*nestedOutputs=*/false, {mine});
+  return launch(name, flat,
+                [mine, flat, n, dt](Communicator* comm, void* stream) {
+                  return comm->allgatherAsync(mine.data_ptr(), flat.data_ptr(), size_t(n), dt, stream);
+                },
+                outs, after, /*nestedOutputs=*/false, {mine});
 } catch (...) {
   rejected(CollectiveKind::kAllgather, firstOf(inputs));
 }

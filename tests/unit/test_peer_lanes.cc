@@ -324,7 +324,8 @@ TEST_P(PeerLanesAnySource, LearnsTheSenderAndKeepsEachSendersOrder) {
   });
   for (int s = 1; s < n; ++s) {
     ASSERT_EQ(got[size_t(s)].size(), size_t(messages)) << "sender " << s;
-    for (int m = 0; m < messages; ++m) EXPECT_EQ(got[size_t(s)][size_t(m)], payload(s, 0, m, bytes)) << s << m;
+    for (int m = 0; m < messages; ++m)
+      EXPECT_EQ(got[size_t(s)][size_t(m)], payload(s, 0, m, bytes)) << s << m;
   }
   EXPECT_EQ(lanes[0]->counters().collectives, uint64_t(messages * (n - 1)));
 }
