@@ -82,7 +82,7 @@ def _leaf(key, refs, params, args, kwargs):
     c: Caller = _callers[key]._rg_caller
     tensors = [t for t in pytree.tree_leaves((params, args, kwargs)) if isinstance(t, torch.Tensor)]
     objects = {where: _object_at(address) for where, address in refs}
-    if not any(_is_traced(t) for t in tensors):
+    if not _tracing(tensors):
         args, kwargs = _with_objects(args, kwargs, objects)
         with _reparametrised(objects, params):
             return _no_none(c.guard._run(c.fn, c.sig, args, kwargs, c.name, c.mutates, c.fallback))
@@ -93,10 +93,13 @@ def _leaf(key, refs, params, args, kwargs):
     return _no_none(op(params, args, kwargs))
 
 
-def _is_traced(t: torch.Tensor) -> bool:
+def _tracing(tensors) -> bool:
+    """Whether the compiler is tracing the call (fake tensors, or a fake mode on for a call without tensors)."""
     from torch._subclasses.fake_tensor import is_fake
 
-    return is_fake(t)
+    if any(is_fake(t) for t in tensors):
+        return True
+    return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None
 
 
 def _object_at(address: int):
