@@ -179,3 +179,18 @@ def test_cuda_compiled_matches_eager_with_replays():
         y = torch.compile(lambda x, w: act(x, w) * 2, fullgraph=True, backend=backend)(x, w)
         assert torch.equal(bits(y), bits(ref)), backend
     assert g.counters()["replays"] == 1
+
+
+def test_a_call_without_tensor_arguments_is_one_op_too():
+    # Nothing to find the fake tensors by: the compiler's fake mode says it is tracing.
+    torch._dynamo.reset()
+    g = ringguard.guard()
+    g.inject(op="make", call=0, element=1)
+
+    @g
+    def make(n: int):
+        return torch.arange(float(n)) * 2
+
+    y = torch.compile(lambda x: make(4) + x, fullgraph=True, backend="aot_eager")(torch.ones(4))
+    assert torch.equal(y, torch.tensor([1.0, 3.0, 5.0, 7.0]))
+    assert (g.counters()["calls"], g.counters()["replays"]) == (1, 1)
