@@ -1188,8 +1188,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::recvAnysource(std::vector<
   return p2p("recv", tensors[0], kAnySource, tag, /*isSend=*/false);
 }
 
-// send/recv: the engine's verified point-to-point (PeerLanes, sendRecv), the tensor's bytes as uint8. CUDA
-// tensors are staged through host memory.
+// send/recv: the engine's verified point-to-point (PeerLanes, sendRecv), the tensor as its dtype (bytes where
+// the engine has none). CUDA tensors are staged through host memory.
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::p2p(const char* op, at::Tensor& t, int peer, int tag,
                                                           bool isSend) {
   const bool any = peer == kAnySource && !isSend;
@@ -1255,14 +1255,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::p2p(const char* op, at::Te
     auto held = std::make_tuple(std::move(rg), std::move(future), std::move(t), std::move(host));
     if (!window.open()) keepForExit(std::move(held));  // the interpreter is exiting: see completion.h
   };
-  const size_t bytes = size_t(host.numel()) * host.element_size();
-  if (any) {
-    p2p_->recvAny(tag, host.data_ptr(), bytes, DataType::kUint8, std::move(done));
-  } else if (isSend) {
-    p2p_->send(peer, tag, host.data_ptr(), bytes, DataType::kUint8,
-               [done](const Status& st) mutable { done(st, -1); });
+  // As its dtype where the engine has one, so that the fingerprint compares dtypes as well as sizes (a
+  // receive of another dtype of the same bytes fails both sides); else as bytes.
+  DataType dt = DataType::kUint8;
+  size_t count = size_t(host.numel()) * host.element_size();
+  if (toDataType(host.scalar_type(), &dt)) {
+    count = size_t(host.numel());
   } else {
-    p2p_->recv(peer, tag, host.data_ptr(), bytes, DataType::kUint8,
+    dt = DataType::kUint8;
+  }
+  if (any) {
+    p2p_->recvAny(tag, host.data_ptr(), count, dt, std::move(done));
+  } else if (isSend) {
+    p2p_->send(peer, tag, host.data_ptr(), count, dt, [done](const Status& st) mutable { done(st, -1); });
+  } else {
+    p2p_->recv(peer, tag, host.data_ptr(), count, dt,
                [done, peer](const Status& st) mutable { done(st, peer); });
   }
   coalesce(rg);

@@ -157,7 +157,7 @@ def _(ctx):
     dist.destroy_process_group(g)
     if ctx.rank in (0, last):
         assert error, "the mismatched batch completed"
-        assert "count=36" in error and "count=40" in error, error  # bytes: 9 and 10 floats
+        assert "dtype=f32 count=9 " in error and "dtype=f32 count=10 " in error, error
         assert seconds < 30, f"failed after {seconds:.1f} s: {error}"
     return {"error": error[:300], "seconds": round(seconds, 3)}
 
@@ -184,7 +184,7 @@ def _(ctx):
     del junk
     dist.destroy_process_group(g)
     if ctx.rank == 0:
-        assert "count=36" in error and "count=40" in error, error
+        assert "dtype=f32 count=9 " in error and "dtype=f32 count=10 " in error, error
     return {"error": error[:300]}
 
 
@@ -297,29 +297,44 @@ def _(ctx):
     return {"order": order}
 
 
-@CASES.case("recv-any-source-size-mismatch-fails-both-sides")
-def _(ctx):
-    # Rank 0 receives 9 floats without a source; the last rank sends 10. Both raise at once naming both
-    # counts (not after the 60 s timeout).
+def _mismatched_any_source_recv(ctx, want, sent):
+    """Rank 0 receives `want` without a source, the last rank sends `sent`: (error, seconds, group)."""
     g = dist.new_group(backend="ringguard", timeout=timedelta(seconds=60))
-    last = ctx.size - 1
     t0 = time.monotonic()
     error = ""
     try:
         if ctx.rank == 0:
-            dist.recv(torch.zeros(9), group=g)
-        elif ctx.rank == last:
-            dist.send(torch.ones(10), dst=0, group=g)
+            dist.recv(want, group=g)
+        elif ctx.rank == ctx.size - 1:
+            dist.send(sent, dst=0, group=g)
     except RuntimeError as err:
         error = str(err)
-    seconds = time.monotonic() - t0
+    return error, time.monotonic() - t0, g
+
+
+@CASES.case("recv-any-source-size-mismatch-fails-both-sides")
+def _(ctx):
+    # Rank 0 receives 9 floats without a source; the last rank sends 10. Both raise at once naming both
+    # counts (not after the 60 s timeout).
+    error, seconds, g = _mismatched_any_source_recv(ctx, torch.zeros(9), torch.ones(10))
     # Collectives of the group are not affected (their own transport).
     s = torch.ones(4)
     dist.all_reduce(s, group=g)
     assert torch.equal(s, torch.full((4,), float(ctx.size))), s
     dist.destroy_process_group(g)
-    if ctx.rank in (0, last):
-        assert "count=36" in error and "count=40" in error, error
+    if ctx.rank in (0, ctx.size - 1):
+        assert "dtype=f32 count=9 " in error and "dtype=f32 count=10 " in error, error
+        assert seconds < 30, f"failed after {seconds:.1f} s: {error}"
+    return {"error": error[:300], "seconds": round(seconds, 3)}
+
+
+@CASES.case("recv-any-source-dtype-mismatch-fails-both-sides")
+def _(ctx):
+    # The same 16 bytes as int32 on the receiver and float32 on the sender: both raise naming both dtypes.
+    error, seconds, g = _mismatched_any_source_recv(ctx, torch.zeros(4, dtype=torch.int32), torch.ones(4))
+    dist.destroy_process_group(g)
+    if ctx.rank in (0, ctx.size - 1):
+        assert "dtype=f32 count=4 " in error and "dtype=i32 count=4 " in error, error
         assert seconds < 30, f"failed after {seconds:.1f} s: {error}"
     return {"error": error[:300], "seconds": round(seconds, 3)}
 
