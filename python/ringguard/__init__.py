@@ -23,7 +23,7 @@ import torch
 
 from . import _autoload, _ext
 from .options import Options
-from .guard import Guard, GuardError, guard  # noqa: E402,F401  NaN/Inf rollback (docs/GUARD.md)
+from .guard import Guard, GuardCompileError, GuardError, guard  # noqa: E402,F401  NaN/Inf rollback (docs/GUARD.md)
 from .graph_guard import graph_guard  # noqa: E402,F401  the guard as one CUDA graph (docs/GUARD.md)
 from . import policy  # noqa: E402,F401  operator downgrade engine (docs/DOWNGRADE.md)
 from .memory import empty_cache, memory_reserved, memory_stats  # noqa: E402,F401  beside torch's allocator

@@ -9,6 +9,7 @@
     def sgd(w: torch.Tensor, m: torch.Tensor, g: torch.Tensor) -> None: ...
 
     op = g.custom_op("fused", fn, mutates_args=())   # one opaque op under torch.compile(fullgraph=True)
+    torch.compile(model)                 # decorated functions inside become such ops on their own
 
     with g:                              # a TorchDispatchMode: every aten op of the block is guarded
         y = model(x)
@@ -32,12 +33,19 @@ import torch
 from . import _ext
 from ._checks import I32_MAX, I64_MAX, U64_MAX, integer
 
-__all__ = ["Guard", "GuardError", "guard"]
+__all__ = ["Guard", "GuardCompileError", "GuardError", "guard"]
 
 
 class GuardError(RuntimeError):
     """Raised when the policy ends in ``raise``: names op, call, tensor, first bad index and value, the
     count of bad values and the replays tried. The extension raises this class (guard_bindings.cc)."""
+
+
+class GuardCompileError(BaseException):
+    """Raised when a decorated function cannot become one op under torch.compile(fullgraph=True)
+    (_compiled.py): names the op and the way out (g.custom_op with a fake). A BaseException on purpose:
+    Dynamo replaces every Exception raised while it traces with its own error and drops the text; catch it
+    by name."""
 
 
 def _tensors(obj) -> List[torch.Tensor]:
@@ -162,9 +170,16 @@ class Guard:
 
         @functools.wraps(fn)
         def guarded(*args, **kwargs):
+            if torch.compiler.is_compiling():
+                # Dynamo cannot trace the guard (it reads tensors' memory): the call becomes one opaque op
+                # whose implementation is this same guarded call (_compiled.py, docs/GUARD.md).
+                from . import _compiled
+
+                return _compiled.call(guarded._rg_caller.key, args, kwargs)
             return self._run(fn, sig, args, kwargs, op_name, muts, fallback)
 
         guarded.guard = self
+        guarded._rg_caller = _Caller(guarded, self, fn, sig, op_name, muts, fallback)
         return guarded
 
     def step(self, fn: Callable, *args, guard_ops: bool = False, **kwargs):
@@ -287,6 +302,12 @@ def guard(fn: Optional[Callable] = None, **policy):
 
 
 # ---- helpers ------------------------------------------------------------------------------------------
+
+
+def _Caller(owner, guard, fn, sig, name, mutates, fallback):
+    from ._compiled import Caller  # no torch._dynamo import: the module only names it inside functions
+
+    return Caller(owner, guard, fn, sig, name, mutates, fallback)
 
 
 def _signature(fn) -> Optional[inspect.Signature]:

@@ -71,6 +71,11 @@ struct PeerExchange {
   // Both ends give the same (non-negative) tag; it travels in the fingerprint, so a message sent with
   // another tag is an error on both sides naming both (messages match in order, not by tag).
   int32_t tag = 0;
+  // The receive's fingerprint frame from `src`, already taken off the control channel by the caller (a
+  // receive from any source: PeerLanes::recvAny, which learns the source from it), and whether only its CRC
+  // failed (ControlChannel::probeRepairable). Null: sendRecv takes it itself.
+  const std::vector<uint8_t>* takenFingerprint = nullptr;
+  bool takenDamaged = false;
 };
 Status checkSendRecvArgs(const CollectiveShape& c, const PeerExchange& x, DataType dtype);
 Status sendRecv(const CollectiveContext& ctx, Executor* exec, const PeerExchange& x, DataType dtype);

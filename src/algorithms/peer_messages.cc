@@ -65,6 +65,11 @@ Status receivePeerFingerprint(const CollectiveContext& ctx, int peer, const Fing
   RINGGUARD_RETURN_IF_ERROR(receiveFromPeer(ctx, peer, ControlTag::kFingerprint, &msg, [&] {
     return std::string("the ") + what + " fingerprint from rank " + std::to_string(peer);
   }));
+  return checkPeerFingerprintMessage(ctx, peer, msg, expected, what);
+}
+
+Status checkPeerFingerprintMessage(const CollectiveContext& ctx, int peer, const std::vector<uint8_t>& msg,
+                                   const Fingerprint& expected, const char* what) {
   // The fingerprint first: a peer that sends a payload with it (a small send/recv) where this rank expects
   // none has another count, and that mismatch is what to report.
   RINGGUARD_RETURN_IF_ERROR(checkPeerFingerprint(ctx, peer, msg, expected, what));

@@ -27,6 +27,10 @@ Status checkPeerFingerprint(const CollectiveContext& ctx, int peer, const std::v
 // size is an error naming the peer.
 Status receivePeerFingerprint(const CollectiveContext& ctx, int peer, const Fingerprint& expected,
                               const char* what);
+// The check receivePeerFingerprint applies to a fingerprint message already received.
+Status checkPeerFingerprintMessage(const CollectiveContext& ctx, int peer,
+                                   const std::vector<uint8_t>& message, const Fingerprint& expected,
+                                   const char* what);
 
 // A verdict list of one (peer, direction): `seq` and `round` name it, so a stale or misdirected list is
 // rejected.

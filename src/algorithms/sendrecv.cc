@@ -88,18 +88,23 @@ Status EagerFlows::send(int attempt) {
 Status EagerFlows::receive(int attempt) {
   const int src = x_.src;
   bool damaged = false;
-  RINGGUARD_RETURN_IF_ERROR(pollUntil(
-      ctx_,
-      [&](bool* done) {
-        int from = -1;
-        return ctx_.transport->control()->probeRepairable(src, ControlTag::kFingerprint, &message_, &from,
-                                                          done, &damaged, ctx_.injector, ctx_.counters);
-      },
-      [&] {
-        return "the sendrecv message from rank " + std::to_string(src) +
-               (attempt == 0 ? std::string() : " again (attempt " + std::to_string(attempt) + ")");
-      },
-      src));
+  if (attempt == 0 && x_.takenFingerprint != nullptr) {
+    message_ = *x_.takenFingerprint;
+    damaged = x_.takenDamaged;
+  } else {
+    RINGGUARD_RETURN_IF_ERROR(pollUntil(
+        ctx_,
+        [&](bool* done) {
+          int from = -1;
+          return ctx_.transport->control()->probeRepairable(src, ControlTag::kFingerprint, &message_, &from,
+                                                            done, &damaged, ctx_.injector, ctx_.counters);
+        },
+        [&] {
+          return "the sendrecv message from rank " + std::to_string(src) +
+                 (attempt == 0 ? std::string() : " again (attempt " + std::to_string(attempt) + ")");
+        },
+        src));
+  }
   if (damaged) {  // counted as detected by the channel
     fail(SliceCheck::kCorrupt);
     return Status::ok();
@@ -227,6 +232,15 @@ Status sendRecv(const CollectiveContext& group, Executor* exec, const PeerExchan
   }
   if (recvEager) {
     RINGGUARD_RETURN_IF_ERROR(eager.receive(0));
+  } else if (x.src >= 0 && x.takenFingerprint != nullptr) {
+    if (x.takenDamaged) {  // only a payload in the frame can be repaired; a fingerprint alone cannot
+      return Status(StatusCode::kTransportError, "sendrecv seq " + std::to_string(x.recvSeq) +
+                                                     ": the fingerprint frame from rank " +
+                                                     std::to_string(x.src) + " failed its CRC");
+    }
+    RINGGUARD_RETURN_IF_ERROR(
+        checkPeerFingerprintMessage(ctx, x.src, *x.takenFingerprint,
+                                    flowFingerprint(ctx, dtype, x.recvCount, x.tag, x.recvSeq), "sendrecv"));
   } else if (x.src >= 0) {
     RINGGUARD_RETURN_IF_ERROR(receivePeerFingerprint(
         ctx, x.src, flowFingerprint(ctx, dtype, x.recvCount, x.tag, x.recvSeq), "sendrecv"));

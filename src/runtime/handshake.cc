@@ -100,15 +100,15 @@ Status handshake(Transport* transport, const Options& options, const std::atomic
                 "communicator settings disagree: " + firstDifference(a, d.lowRank, b, d.diffRank));
 }
 
-Status peerHandshake(Transport* transport, int peer, const Options& options, const std::atomic<bool>* aborted,
-                     uint32_t protocolVersion) {
+Status postPeerHandshake(Transport* transport, int peer, const Options& options, uint32_t protocolVersion) {
   const Settings mine = settingsOf(options, protocolVersion);
-  const CollectiveContext ctx = contextOf(transport, options, aborted);
-  RINGGUARD_RETURN_IF_ERROR(sendToPeer(ctx, peer, ControlTag::kHandshake, &mine, sizeof(mine)));
-  std::vector<uint8_t> msg;
-  RINGGUARD_RETURN_IF_ERROR(receiveFromPeer(ctx, peer, ControlTag::kHandshake, &msg, [&] {
-    return "the point-to-point handshake record from rank " + std::to_string(peer);
-  }));
+  return sendToPeer(contextOf(transport, options, nullptr), peer, ControlTag::kHandshake, &mine,
+                    sizeof(mine));
+}
+
+Status comparePeerHandshake(Transport* transport, int peer, const Options& options,
+                            const std::vector<uint8_t>& msg, uint32_t protocolVersion) {
+  const Settings mine = settingsOf(options, protocolVersion);
   if (msg.size() != sizeof(Settings)) {
     return Status(StatusCode::kTransportError,
                   "point-to-point handshake record from rank " + std::to_string(peer) + " has " +
@@ -122,6 +122,22 @@ Status peerHandshake(Transport* transport, int peer, const Options& options, con
       rank < peer ? firstDifference(mine, rank, theirs, peer) : firstDifference(theirs, peer, mine, rank);
   if (difference.empty()) return Status::ok();
   return Status(StatusCode::kInvalidArgument, "point-to-point settings disagree: " + difference);
+}
+
+Status finishPeerHandshake(Transport* transport, int peer, const Options& options,
+                           const std::atomic<bool>* aborted, uint32_t protocolVersion) {
+  const CollectiveContext ctx = contextOf(transport, options, aborted);
+  std::vector<uint8_t> msg;
+  RINGGUARD_RETURN_IF_ERROR(receiveFromPeer(ctx, peer, ControlTag::kHandshake, &msg, [&] {
+    return "the point-to-point handshake record from rank " + std::to_string(peer);
+  }));
+  return comparePeerHandshake(transport, peer, options, msg, protocolVersion);
+}
+
+Status peerHandshake(Transport* transport, int peer, const Options& options, const std::atomic<bool>* aborted,
+                     uint32_t protocolVersion) {
+  RINGGUARD_RETURN_IF_ERROR(postPeerHandshake(transport, peer, options, protocolVersion));
+  return finishPeerHandshake(transport, peer, options, aborted, protocolVersion);
 }
 
 }  // namespace ringguard

@@ -5,6 +5,7 @@
 // overflowing receive slots or ending with different errors.
 #include <atomic>
 #include <cstdint>
+#include <vector>
 
 #include "ringguard/core/options.h"
 #include "ringguard/core/status.h"
@@ -34,5 +35,17 @@ Status handshake(Transport* transport, const Options& options, const std::atomic
 // another size is a kTransportError naming the peer; waits, errors and abort as handshake().
 Status peerHandshake(Transport* transport, int peer, const Options& options,
                      const std::atomic<bool>* aborted = nullptr, uint32_t protocolVersion = kProtocolVersion);
+
+// peerHandshake in halves, for a side that must not wait on a peer that may never send to it (a receive from
+// any source polls every peer: PeerLanes::recvAny): post sends this rank's record, finish waits for the
+// peer's and compares, compare checks a record the caller took off the channel itself (tag kHandshake).
+// Together they return what peerHandshake returns.
+Status postPeerHandshake(Transport* transport, int peer, const Options& options,
+                         uint32_t protocolVersion = kProtocolVersion);
+Status finishPeerHandshake(Transport* transport, int peer, const Options& options,
+                           const std::atomic<bool>* aborted = nullptr,
+                           uint32_t protocolVersion = kProtocolVersion);
+Status comparePeerHandshake(Transport* transport, int peer, const Options& options,
+                            const std::vector<uint8_t>& record, uint32_t protocolVersion = kProtocolVersion);
 
 }  // namespace ringguard

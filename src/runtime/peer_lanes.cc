@@ -1,6 +1,8 @@
 #include "runtime/peer_lanes.h"
 
+#include <chrono>
 #include <new>
+#include <vector>
 
 #include "algorithms/collective.h"
 #include "algorithms/collectives.h"
@@ -30,6 +32,8 @@ PeerLanes::~PeerLanes() {
     stopping_ = true;
   }
   cv_.notify_all();
+  // The any-source receives first: lanes' messages issued after one wait for it to match.
+  if (anyThread_.joinable()) anyThread_.join();
   for (auto& entry : lanes_) entry.second->thread.join();
   if (!firstError_.isOk()) {
     // A receive abandoned by the failure may still land in its lane's slots when the peer's message
@@ -53,6 +57,58 @@ void PeerLanes::send(int peer, int tag, const void* data, size_t count, DataType
 void PeerLanes::recv(int peer, int tag, void* data, size_t count, DataType dtype, Done done) {
   enqueue(peer, /*isSend=*/false,
           Message{tag, nullptr, data, count, dtype, std::move(done), currentIssueLane()});
+}
+
+void PeerLanes::recvAny(int tag, void* data, size_t count, DataType dtype, DoneFrom done) {
+  auto invalid = [&](const std::string& why) {
+    done(Status(StatusCode::kInvalidArgument,
+                "recv from any source on rank " + std::to_string(rank_) + ": " + why),
+         -1);
+  };
+  if (size_ < 2) return invalid("the group has no other rank to receive from");
+  PeerExchange x;
+  x.tag = tag;
+  x.src = (rank_ + 1) % size_;  // any peer: what is checked does not depend on which
+  x.recv = data;
+  x.recvCount = count;
+  Status checked = checkSendRecvArgs(CollectiveShape{rank_, size_, options_.sliceBytes}, x, dtype);
+  if (!checked.isOk()) return invalid(checked.message());
+  Message m{tag, nullptr, data, count, dtype, nullptr, currentIssueLane()};
+  m.doneFrom = std::move(done);
+  Status poisoned;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) {
+      poisoned =
+          Status(StatusCode::kInvalidArgument, "recv on rank " + std::to_string(rank_) + " after shutdown");
+    } else if (!firstError_.isOk()) {
+      poisoned = firstError_;
+    } else {
+      m.anyBefore = anyIssued_++;
+      anyQueue_.push_back(std::move(m));
+      if (!anyThread_.joinable()) {
+        anyThread_ = std::thread([this] {
+          nameThisThread("rg-recv-any");
+          anyLoop();
+        });
+      }
+    }
+  }
+  if (!poisoned.isOk()) return m.doneFrom(poisoned, -1);
+  cv_.notify_all();
+}
+
+PeerLanes::Lane* PeerLanes::laneFor(int peer, bool isSend) {
+  std::unique_ptr<Lane>& lane = lanes_[{peer, isSend}];
+  if (!lane) {
+    lane = std::make_unique<Lane>();
+    Lane* l = lane.get();
+    l->thread = std::thread([this, peer, isSend, l] {
+      nameThisThread(isSend ? "rg-send" : "rg-recv");
+      loop(peer, isSend, l);
+    });
+  }
+  return lane.get();
 }
 
 void PeerLanes::enqueue(int peer, bool isSend, Message m) {
@@ -84,16 +140,8 @@ void PeerLanes::enqueue(int peer, bool isSend, Message m) {
     } else if (!firstError_.isOk()) {
       poisoned = firstError_;
     } else {
-      std::unique_ptr<Lane>& lane = lanes_[{peer, isSend}];
-      if (!lane) {
-        lane = std::make_unique<Lane>();
-        Lane* l = lane.get();
-        l->thread = std::thread([this, peer, isSend, l] {
-          nameThisThread(isSend ? "rg-send" : "rg-recv");
-          loop(peer, isSend, l);
-        });
-      }
-      lane->queue.push_back(std::move(m));
+      m.anyBefore = isSend ? 0 : anyIssued_;
+      laneFor(peer, isSend)->queue.push_back(std::move(m));
     }
   }
   if (!poisoned.isOk()) return m.done(poisoned);
@@ -106,13 +154,23 @@ void PeerLanes::loop(int peer, bool isSend, Lane* lane) {
     Status poisoned;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [&] { return stopping_ || !lane->queue.empty(); });
+      // A receive waits for the any-source receives issued before it (they may take this peer's message).
+      cv_.wait(lock, [&] {
+        return (stopping_ && lane->queue.empty()) ||
+               (!lane->queue.empty() && lane->queue.front().anyBefore <= anyDone_);
+      });
       if (lane->queue.empty()) return;  // stopping with nothing left
       m = std::move(lane->queue.front());
       lane->queue.pop_front();
+      lane->running = true;
       poisoned = firstError_;
     }
     if (!poisoned.isOk()) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        lane->running = false;
+      }
+      cv_.notify_all();
       m.done(poisoned);
       continue;
     }
@@ -127,33 +185,206 @@ void PeerLanes::loop(int peer, bool isSend, Lane* lane) {
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      lane->running = false;
       counters_ += delta;
       if (st.isOk()) counters_.collectives++;
       // Ended by another lane's failure: that failure is the cause.
       if (st.code() == StatusCode::kAborted && !firstError_.isOk()) st = firstError_;
     }
+    cv_.notify_all();
     if (!st.isOk()) fail(st);
     m.done(st);
   }
 }
 
+void PeerLanes::anyLoop() {
+  for (;;) {
+    Message m;
+    Status poisoned;
+    uint64_t ordinal = 0;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return stopping_ || !anyQueue_.empty(); });
+      if (anyQueue_.empty()) return;  // stopping with nothing left
+      m = std::move(anyQueue_.front());
+      anyQueue_.pop_front();
+      poisoned = firstError_;
+      ordinal = anyDone_;  // they match in order: this one's number
+    }
+    int source = -1;
+    Counters delta;
+    Status st = poisoned;
+    if (st.isOk()) {
+      try {
+        st = runAny(m, ordinal, &source, &delta);
+      } catch (const std::bad_alloc&) {
+        st = Status(StatusCode::kInternal,
+                    "recv from any source on rank " + std::to_string(rank_) + ": out of memory");
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++anyDone_;
+      counters_ += delta;
+      if (st.isOk()) counters_.collectives++;
+      if (st.code() == StatusCode::kAborted && !firstError_.isOk()) st = firstError_;
+    }
+    cv_.notify_all();
+    if (!st.isOk() && poisoned.isOk()) fail(st);
+    m.doneFrom(st, st.isOk() ? source : -1);
+  }
+}
+
+Status PeerLanes::runAny(const Message& m, uint64_t ordinal, int* source, Counters* delta) {
+  std::shared_ptr<const FaultInjector> injector;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    injector = injector_;
+  }
+  CollectiveContext ctx;
+  ctx.transport = transport_.get();
+  ctx.options = &options_;
+  ctx.injector = injector->enabled() ? injector.get() : nullptr;
+  ctx.counters = delta;
+  ctx.lane = m.issueLane;
+  ctx.name = "recv";
+  ctx.aborted = &aborted_;
+  ctx.seq = ordinal;
+  const auto start = std::chrono::steady_clock::now();
+  const std::string what =
+      "a message from any rank (recv without a source, tag " + std::to_string(m.tag) + ")";
+  std::vector<uint8_t> frame;
+  bool damaged = false;
+  // Peers whose channel failed (kTransportError: a peer that left, its group destroyed, sends nothing more)
+  // are passed over; the receive fails with the first such error only when every peer has.
+  std::vector<bool> gone(size_t(size_), false);
+  Status firstGone;
+  size_t goneCount = 0;
+  auto passOver = [&](int p, const Status& st) -> Status {
+    if (st.code() != StatusCode::kTransportError) return st;
+    gone[size_t(p)] = true;
+    if (firstGone.isOk()) firstGone = st;
+    return ++goneCount == size_t(size_ - 1) ? firstGone : Status::ok();
+  };
+  RINGGUARD_RETURN_IF_ERROR(pollUntil(
+      ctx,
+      [&](bool* done) -> Status {
+        // Checked before pollUntil's own deadline: no single peer is the one this rank waits on.
+        if (std::chrono::steady_clock::now() - start >= options_.timeout) {
+          return Status(StatusCode::kTimeout,
+                        "recv on rank " + std::to_string(rank_) + ": no message from any rank within " +
+                            std::to_string(options_.timeout.count()) + " ms (recv without a source, tag " +
+                            std::to_string(m.tag) + ")");
+        }
+        for (int p = 0; p < size_; ++p) {  // ascending rank order: the matching rule (peer_lanes.h)
+          if (p == rank_ || gone[size_t(p)]) continue;
+          {
+            std::lock_guard<std::mutex> lock(mutex_);
+            auto it = lanes_.find({p, false});
+            const Lane* lane = it == lanes_.end() ? nullptr : it->second.get();
+            // A receive from p issued before this one takes p's next message.
+            if (lane != nullptr &&
+                (lane->running || (!lane->queue.empty() && lane->queue.front().anyBefore <= ordinal)))
+              continue;
+          }
+          bool checked = false;
+          Status st = tryCheckPeer(p, &checked);
+          if (!st.isOk()) {
+            RINGGUARD_RETURN_IF_ERROR(passOver(p, st));
+            continue;
+          }
+          if (!checked) continue;
+          bool got = false;
+          int from = -1;
+          st = transport_->control()->probeRepairable(p, ControlTag::kFingerprint, &frame, &from, &got,
+                                                      &damaged, ctx.injector, delta);
+          if (!st.isOk()) {
+            RINGGUARD_RETURN_IF_ERROR(passOver(p, st));
+            continue;
+          }
+          if (got) {
+            *source = p;
+            *done = true;
+            return Status::ok();
+          }
+        }
+        return Status::ok();
+      },
+      [&] { return what; }, -1));
+  Lane* lane;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    lane = laneFor(*source, /*isSend=*/false);
+  }
+  PeerExchange x;
+  x.tag = m.tag;
+  x.src = *source;
+  x.recv = m.recv;
+  x.recvCount = m.count;
+  x.recvSeq = lane->messages++;  // the lane's thread starts nothing before this receive ends (anyBefore)
+  x.takenFingerprint = &frame;
+  x.takenDamaged = damaged;
+  if (!lane->exec) lane->exec = std::make_unique<HostExecutor>();
+  return sendRecv(ctx, lane->exec.get(), x, m.dtype);
+}
+
 Status PeerLanes::checkPeer(int peer) {
   PeerCheck* check;
+  bool post = false;
   {
     std::unique_lock<std::mutex> lock(mutex_);
     check = &peerChecks_[peer];
-    if (check->started) {
-      // The other lane's check ends, at worst, at its timeout or when an abort stops it.
-      cv_.wait(lock, [&] { return check->done; });
-      return check->result;
-    }
-    check->started = true;
+    // Another thread's step ends, at worst, at its timeout or when an abort stops it.
+    cv_.wait(lock, [&] { return check->done || !check->busy; });
+    if (check->done) return check->result;
+    check->busy = true;
+    post = !check->posted;
+    check->posted = true;
   }
-  Status st = peerHandshake(transport_.get(), peer, options_, &aborted_);
+  Status st = post ? postPeerHandshake(transport_.get(), peer, options_) : Status::ok();
+  if (st.isOk()) st = finishPeerHandshake(transport_.get(), peer, options_, &aborted_);
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    check->busy = false;
     check->done = true;
     check->result = st;
+  }
+  cv_.notify_all();
+  return st;
+}
+
+Status PeerLanes::tryCheckPeer(int peer, bool* done) {
+  *done = false;
+  PeerCheck* check;
+  bool post = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    check = &peerChecks_[peer];
+    if (check->done) {
+      *done = true;
+      return check->result;
+    }
+    if (check->busy) return Status::ok();  // a lane is making it: look again at the next poll
+    check->busy = true;
+    post = !check->posted;
+    check->posted = true;
+  }
+  Status st = post ? postPeerHandshake(transport_.get(), peer, options_) : Status::ok();
+  bool got = false;
+  if (st.isOk()) {
+    std::vector<uint8_t> record;
+    int from = -1;
+    st = transport_->control()->probe(peer, ControlTag::kHandshake, &record, &from, &got);
+    if (st.isOk() && got) st = comparePeerHandshake(transport_.get(), peer, options_, record);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    check->busy = false;
+    if (got || !st.isOk()) {
+      check->done = true;
+      check->result = st;
+      *done = true;
+    }
   }
   cv_.notify_all();
   return st;
@@ -217,11 +448,20 @@ void PeerLanes::abort(const std::string& why) {
     }
     reason = firstError_;
     for (auto& entry : lanes_) dropped[entry.first].swap(entry.second->queue);
+    dropped[{-1, false}].swap(anyQueue_);
+    anyDone_ += dropped[{-1, false}].size();  // failed: the lanes' later messages need not wait for them
   }
   aborted_.store(true);
   if (announce) broadcastError(transport_.get(), reason);
+  cv_.notify_all();
   for (auto& entry : dropped) {
-    for (Message& m : entry.second) m.done(reason);
+    for (Message& m : entry.second) {
+      if (m.doneFrom) {
+        m.doneFrom(reason, -1);
+      } else {
+        m.done(reason);
+      }
+    }
   }
 }
 

@@ -17,6 +17,17 @@
 // (peerHandshake, once per pair): ranks whose slice sizes differ would otherwise post receives of the wrong
 // size, which Gloo answers by aborting the process.
 //
+// A receive from any source (c10d's recvAnysource) has no lane of its own to match in: it waits on a thread
+// of its own for the first fingerprint frame from a peer whose receive lane is free for it, and then runs as
+// that lane's next message (its message number, its executor). The matching rule, deterministic for a given
+// arrival of messages: receives match in issue order, whatever their source (a receive from a named peer
+// issued before an any-source receive takes that peer's next message first; one issued after it waits until
+// it matched); each poll looks at the peers in ascending rank order and takes the lowest rank whose message
+// is there. So when several peers' messages are waiting, the lowest rank's is taken, and messages of one
+// peer still match in order. The pair's settings check with each peer polled is made without waiting on a
+// peer that may never send (postPeerHandshake, then the peer's record when it is there). A peer whose channel
+// failed (it left: its group was destroyed there) is passed over; the receive fails only when every peer has.
+//
 // The first failed message fails every lane (what is queued and every later message complete with it)
 // and is announced to the peers, as a failed collective is: a lane whose peer stopped never leaves the
 // other side waiting past its own timeout.
@@ -62,6 +73,10 @@ class PeerLanes {
   // arguments run `done` at once, on the caller's thread, with kInvalidArgument.
   void send(int peer, int tag, const void* data, size_t count, DataType dtype, Done done);
   void recv(int peer, int tag, void* data, size_t count, DataType dtype, Done done);
+  // A receive from whichever peer sends first, by the rule above; `done` gets the source (-1 on failure).
+  // Its count, dtype and tag are checked against the sender's fingerprint as recv's are.
+  using DoneFrom = std::function<void(const Status&, int source)>;
+  void recvAny(int tag, void* data, size_t count, DataType dtype, DoneFrom done);
 
   // Fails what is queued and the messages in flight at their next wait (kAborted), and tells the peers.
   void abort(const std::string& why);
@@ -83,10 +98,15 @@ class PeerLanes {
     DataType dtype;
     Done done;
     uint32_t issueLane = 0;  // the issuing thread's (ringguard/core/issue_lane.h), read in send() / recv()
+    uint64_t anyBefore = 0;  // any-source receives issued before this message: it starts once they matched
+    DoneFrom doneFrom;       // an any-source receive's, instead of done
   };
   struct Lane {
     std::deque<Message> queue;  // guarded by PeerLanes::mutex_
-    uint64_t messages = 0;      // the lane's thread only: the next message number
+    bool running = false;       // guarded by PeerLanes::mutex_: the lane's thread runs a message
+    // The next message number: the lane's thread's, or the any-source thread's while it runs a receive of
+    // this lane (the lane's thread cannot start one then: Message::anyBefore).
+    uint64_t messages = 0;
     // The lane's slots and trailers, for its whole life: a receive the transport could not withdraw after a
     // failure (Gloo cannot) may still write into them, so they must outlive the message (~PeerLanes).
     std::unique_ptr<Executor> exec;
@@ -94,10 +114,16 @@ class PeerLanes {
   };
 
   void enqueue(int peer, bool isSend, Message m);
+  Lane* laneFor(int peer, bool isSend);  // made at first use; under mutex_
   void loop(int peer, bool isSend, Lane* lane);
   Status run(int peer, bool isSend, Lane* lane, const Message& m, Counters* delta);
+  void anyLoop();
+  // Any-source receive number `ordinal`: finds its source (*source) and runs it as that peer's message.
+  Status runAny(const Message& m, uint64_t ordinal, int* source, Counters* delta);
   // The settings check with `peer`: made by the first lane that reaches the peer, waited for by the other.
   Status checkPeer(int peer);
+  // The same without waiting for the peer: *done once its record was there (the result then returned).
+  Status tryCheckPeer(int peer, bool* done);
   void fail(const Status& error);
 
   std::unique_ptr<Transport> transport_;
@@ -106,7 +132,8 @@ class PeerLanes {
   const int size_;
 
   struct PeerCheck {
-    bool started = false;
+    bool posted = false;  // this rank's record was sent
+    bool busy = false;    // a thread is sending or taking records
     bool done = false;
     Status result;
   };
@@ -115,6 +142,10 @@ class PeerLanes {
   std::condition_variable cv_;
   std::map<std::pair<int, bool>, std::unique_ptr<Lane>> lanes_;  // (peer, isSend), made at first use
   std::map<int, PeerCheck> peerChecks_;                          // by peer, made at first use
+  std::deque<Message> anyQueue_;                                 // any-source receives, in issue order
+  std::thread anyThread_;                                        // runs them, made at first use
+  uint64_t anyIssued_ = 0;                                       // any-source receives issued
+  uint64_t anyDone_ = 0;                                         // of those, matched or failed (in order)
   std::shared_ptr<const FaultInjector> injector_;
   Counters counters_;
   Status firstError_;

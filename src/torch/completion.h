@@ -11,6 +11,7 @@
 // lane, else a new one) takes the role over, and the thread that ran the callbacks rejoins as a spare.
 #include <ATen/core/ivalue.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -77,8 +78,16 @@ class C10dWork : public c10d::Work {
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   void complete(std::exception_ptr error) { finish(std::move(error)); }
+  // A receive from any source: the rank it came from, set before complete().
+  void setSourceRank(int rank) { source_.store(rank); }
+  int sourceRank() const override {
+    const int rank = source_.load();
+    return rank >= 0 ? rank
+                     : c10d::Work::sourceRank();  // the base class throws: not a receive from any source
+  }
 
  private:
+  std::atomic<int> source_{-1};
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };

@@ -55,7 +55,8 @@ std::string describe(const at::Tensor& t) {
   TORCH_CHECK(
       false, "ringguard: ", op, " is not supported (", what,
       "); supported: allreduce, broadcast, allgather, all_gather_into_tensor, reduce_scatter, "
-      "reduce_scatter_tensor, all_to_all, all_to_all_single, reduce, gather, scatter, barrier, send, recv");
+      "reduce_scatter_tensor, all_to_all, all_to_all_single, reduce, gather, scatter, barrier, send, recv, "
+      "all_gather_coalesced, recv without a source");
 }
 
 std::string firstTensor(const std::vector<at::Tensor>& t) {
@@ -887,6 +888,74 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allgather_into_tensor_coal
   rejected(CollectiveKind::kAllgather, firstOf(outputs));
 }
 
+// The list form: every input of every rank in one verified all-gather of one flat buffer (the inputs in
+// order, as their dtype when they share one, else as bytes), then copied out: outputs[r][i] gets rank r's
+// input i. Every rank must give the same total (the fingerprint compares count and dtype: an error on every
+// rank otherwise); each output must match its input here.
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) try {
+  const RejectionScope scope;
+  const char* name = "allgather_coalesced";
+  TORCH_CHECK(!inputs.empty(), "ringguard: ", name, ": no input tensors");
+  TORCH_CHECK(int(outputs.size()) == size_, "ringguard: ", name, ": ", outputs.size(),
+              " output lists, the group has ", size_, " ranks (one list per rank)");
+  bool oneDtype = true;
+  for (const at::Tensor& in : inputs) {
+    checkTensor(name, in);
+    TORCH_CHECK(in.device() == inputs[0].device(), "ringguard: ", name, ": every tensor must be on ",
+                inputs[0].device());
+    oneDtype = oneDtype && in.scalar_type() == inputs[0].scalar_type();
+  }
+  for (size_t r = 0; r < outputs.size(); ++r) {
+    TORCH_CHECK(outputs[r].size() == inputs.size(), "ringguard: ", name, ": output list ", r, " has ",
+                outputs[r].size(), " tensors for ", inputs.size(), " inputs");
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const at::Tensor& o = outputs[r][i];
+      checkTensor(name, o);
+      checkWritable(name, o);
+      TORCH_CHECK(o.numel() == inputs[i].numel() && o.scalar_type() == inputs[i].scalar_type() &&
+                      o.device() == inputs[i].device(),
+                  "ringguard: ", name, ": output ", r, "/", i, " ", describe(o), " of ", o.numel(),
+                  " elements does not match input ", i, " ", describe(inputs[i]), " of ", inputs[i].numel());
+    }
+  }
+  auto view = [oneDtype](const at::Tensor& t) { return oneDtype ? copyViewOf(t).flat : bytesOf(t); };
+  const DataType dt = oneDtype ? copyViewOf(inputs[0]).dtype : DataType::kUint8;
+  std::vector<at::Tensor> blocks;
+  std::vector<int64_t> offsets;
+  int64_t n = 0;
+  for (const at::Tensor& in : inputs) {
+    blocks.push_back(view(in));
+    offsets.push_back(n);
+    n += blocks.back().numel();
+  }
+  at::Tensor mine = at::cat(blocks);
+  at::Tensor flat = at::empty({n * size_}, mine.options());
+  std::vector<at::Tensor> outs, slots;  // every output, and its place in `flat`
+  for (size_t r = 0; r < outputs.size(); ++r) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      outs.push_back(outputs[r][i]);
+      slots.push_back(flat.narrow(0, n * int64_t(r) + offsets[i], blocks[i].numel()));
+    }
+  }
+  // A skipped collective (RINGGUARD_NAN_CHECK=skip) leaves the output lists as they were: `flat` starts as
+  // them.
+  if (options_.nanCheck == NanCheck::kSkip) {
+    for (size_t k = 0; k < outs.size(); ++k) slots[k].copy_(view(outs[k]));
+  }
+  auto after = [outs, slots]() {
+    for (size_t k = 0; k < outs.size(); ++k) copyInto(outs[k], slots[k]);
+  };
+  return launch(name, flat,
+                [mine, flat, n, dt](Communicator* comm, void* stream) {
+                  return comm->allgatherAsync(mine.data_ptr(), flat.data_ptr(), size_t(n), dt, stream);
+                },
+                outs, after, /*nestedOutputs=*/false, {mine});
+} catch (...) {
+  rejected(CollectiveKind::kAllgather, firstOf(inputs));
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) try {
@@ -1111,33 +1180,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::scatter(std::vector<at::Te
 
 RINGGUARD_UNSUPPORTED(allreduce_sparse(std::vector<at::Tensor>& t, const c10d::AllreduceOptions&),
                       "allreduce_sparse", firstTensor(t))
-RINGGUARD_UNSUPPORTED(allgather_coalesced(std::vector<std::vector<at::Tensor>>&, std::vector<at::Tensor>& in,
-                                          const c10d::AllgatherOptions&),
-                      "allgather_coalesced", firstTensor(in))
 #undef RINGGUARD_UNSUPPORTED
 
+// A receive from any source: PeerLanes::recvAny's matching rule (runtime/peer_lanes.h, docs/TORCH.md); the
+// Work's sourceRank() is the rank the message came from.
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::recvAnysource(std::vector<at::Tensor>& tensors,
                                                                     int tag) {
-  const std::string why = "recv from any source (dist.recv / irecv without src, tag " + std::to_string(tag) +
-                          ") is not supported: give the source rank; point-to-point on this group is " +
-                          "stopped on every rank";
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    TORCH_CHECK(!stopped_, "ringguard: recv after ", stoppedBy_);
-    // A sender waiting for this receive would otherwise wait out its timeout: the abort is announced, so its
-    // send (in flight or later) fails at once naming this rank.
-    if (p2p_) p2p_->abort(why);
-  }
-  C10_THROW_ERROR(DistBackendError, "ringguard: rank " + std::to_string(rank_) + ": " + why + " (" +
-                                        firstTensor(tensors) + ")");
+  checkSingle("recv", tensors);
+  return p2p("recv", tensors[0], kAnySource, tag, /*isSend=*/false);
 }
 
-// send/recv: the engine's verified point-to-point (PeerLanes, sendRecv), the tensor's bytes as uint8. CUDA
-// tensors are staged through host memory.
+// send/recv: the engine's verified point-to-point (PeerLanes, sendRecv), the tensor as its dtype (bytes where
+// the engine has none). CUDA tensors are staged through host memory.
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::p2p(const char* op, at::Tensor& t, int peer, int tag,
                                                           bool isSend) {
-  TORCH_CHECK(peer >= 0 && peer < size_ && peer != rank_, "ringguard: ", op, ": peer rank ", peer,
+  const bool any = peer == kAnySource && !isSend;
+  TORCH_CHECK(any || (peer >= 0 && peer < size_ && peer != rank_), "ringguard: ", op, ": peer rank ", peer,
               " must be another rank in [0, ", size_, ")");
+  TORCH_CHECK(!any || size_ > 1, "ringguard: recv without a source on rank ", rank_,
+              ": the group has no other rank to receive from");
   TORCH_CHECK(tag >= 0, "ringguard: ", op, ": tag ", tag, " must be non-negative");
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -1164,7 +1225,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::p2p(const char* op, at::Te
       c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()), devices);
   auto rg = c10::make_intrusive<RgWork>(rank_, isSend ? c10d::OpType::SEND : c10d::OpType::RECV, op,
                                         std::vector<at::Tensor>{t}, future);
-  auto done = [rg, future, t, host, device, stream, isSend, copied](const Status& st) mutable {
+  auto done = [rg, future, t, host, device, stream, isSend, copied](const Status& st, int source) mutable {
     // PeerLanes runs this on its thread and destroys it later: what it holds is released here, inside
     // the window, since after complete() the caller may return and the interpreter finalise (completion.h).
     const ExitWindow window;
@@ -1178,6 +1239,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::p2p(const char* op, at::Te
             c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(stream), c10::DeviceIndex(device)));
       }
 #endif
+      if (!error && source >= 0) rg->setSourceRank(source);  // before the Work completes: wait() reads it
       if (!error && !isSend && copied) {
         const at::NoGradGuard noGrad;  // as the collectives' copy-outs (completion.cc)
         t.copy_(host, /*non_blocking=*/false);
@@ -1195,11 +1257,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::p2p(const char* op, at::Te
     auto held = std::make_tuple(std::move(rg), std::move(future), std::move(t), std::move(host));
     if (!window.open()) keepForExit(std::move(held));  // the interpreter is exiting: see completion.h
   };
-  const size_t bytes = size_t(host.numel()) * host.element_size();
-  if (isSend) {
-    p2p_->send(peer, tag, host.data_ptr(), bytes, DataType::kUint8, std::move(done));
+  // As its dtype where the engine has one, so that the fingerprint compares dtypes as well as sizes (a
+  // receive of another dtype of the same bytes fails both sides); else as bytes.
+  DataType dt = DataType::kUint8;
+  size_t count = size_t(host.numel()) * host.element_size();
+  if (toDataType(host.scalar_type(), &dt)) {
+    count = size_t(host.numel());
   } else {
-    p2p_->recv(peer, tag, host.data_ptr(), bytes, DataType::kUint8, std::move(done));
+    dt = DataType::kUint8;
+  }
+  if (any) {
+    p2p_->recvAny(tag, host.data_ptr(), count, dt, std::move(done));
+  } else if (isSend) {
+    p2p_->send(peer, tag, host.data_ptr(), count, dt, [done](const Status& st) mutable { done(st, -1); });
+  } else {
+    p2p_->recv(peer, tag, host.data_ptr(), count, dt,
+               [done, peer](const Status& st) mutable { done(st, peer); });
   }
   coalesce(rg);
   return rg;

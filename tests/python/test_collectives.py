@@ -633,6 +633,69 @@ def _(ctx):
         assert _same_bits(t.cpu(), want), f"tensor {i}: {_diff(t, want)}"
 
 
+AG_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16, torch.int32,
+             torch.int64, torch.uint8, torch.bool, torch.complex64, torch.complex128, torch.float8_e5m2,
+             torch.float8_e4m3fn]
+AG_SHAPES = [(1001,), (0,), (3, 5), (1,), (2 * SLICE_BYTES + 3,)]
+
+
+def _ag_input(dt, shape, rank, i):
+    """Rank `rank`'s input i: small integers (exact in every dtype, float8 included), by rank and index."""
+    n = 1
+    for d in shape:
+        n *= d
+    base = (torch.arange(n, dtype=torch.int64) * (i + 1) + 3 * rank + i) % (2 if dt == torch.bool else 8)
+    if dt.is_complex:
+        return torch.complex(base.float(), (base + rank + 1).float()).to(dt).reshape(shape)
+    return base.to(torch.float32).to(dt).reshape(shape) if dt.is_floating_point else base.to(dt).reshape(shape)
+
+
+def _bytes_of(t):
+    return t.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+
+
+@CASES.case("all_gather_coalesced-every-dtype")
+def _(ctx):
+    # dist.all_gather_coalesced, the list form: output_tensor_lists[r][i] gets rank r's input i. One call
+    # per dtype (torch wants one dtype per call; complex goes through its view_as_real), with an empty, a
+    # 2-D and a multi-slice tensor; then the group's own call with mixed dtypes (moved as bytes).
+    for k, dt in enumerate(AG_DTYPES):
+        ins = [_ag_input(dt, shape, ctx.rank, i).to(ctx.device) for i, shape in enumerate(AG_SHAPES)]
+        outs = [[torch.zeros(shape, dtype=dt, device=ctx.device) for shape in AG_SHAPES] for _ in range(ctx.size)]
+        dist.all_gather_coalesced(outs, ins)
+        for r in range(ctx.size):
+            for i, shape in enumerate(AG_SHAPES):
+                want = _ag_input(dt, shape, r, i)
+                assert outs[r][i].shape == want.shape and torch.equal(_bytes_of(outs[r][i]), _bytes_of(want)), \
+                    f"{dt} rank {r} input {i}: {outs[r][i].reshape(-1)[:6]} != {want.reshape(-1)[:6]}"
+    mixed = [torch.int64, torch.float16, torch.bool, torch.complex64]
+    ins = [_ag_input(dt, (7 + i,), ctx.rank, i).to(ctx.device) for i, dt in enumerate(mixed)]
+    outs = [[torch.zeros(7 + i, dtype=dt, device=ctx.device) for i, dt in enumerate(mixed)] for _ in range(ctx.size)]
+    group = dist.distributed_c10d._get_default_group()
+    group.allgather_coalesced(outs, ins, dist.distributed_c10d.AllgatherOptions()).wait()
+    for r in range(ctx.size):
+        for i, dt in enumerate(mixed):
+            assert torch.equal(_bytes_of(outs[r][i]), _bytes_of(_ag_input(dt, (7 + i,), r, i))), (r, i, dt)
+
+
+@CASES.case("all_gather_coalesced-sizes-that-differ-fail-on-every-rank")
+def _(ctx):
+    # Each rank's outputs match its own inputs, but rank 0 gives one element more: the all-gather's
+    # fingerprint differs, and every rank raises naming both counts (on a group of its own: it fails).
+    g = dist.new_group(backend="ringguard", timeout=timedelta(seconds=60))
+    n = 6 if ctx.rank == 0 else 5
+    ins = [torch.ones(n, device=ctx.device)]
+    outs = [[torch.zeros(n, device=ctx.device)] for _ in range(ctx.size)]
+    error = ""
+    try:
+        dist.all_gather_coalesced(outs, ins, group=g)
+    except RuntimeError as err:
+        error = str(err)
+    dist.destroy_process_group(g)
+    assert "count=6" in error and "count=5" in error, error
+    return {"error": error[:300]}
+
+
 # --- issue 14's ops and dtypes: bitwise ops, i8 / i16 / bool, complex, float8 (copy-only), PREMUL_SUM ----
 
 def _backend_allreduce(t, op):

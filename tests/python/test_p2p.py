@@ -7,8 +7,9 @@ receives from both; the payloads are integer-valued (arange plus 1000 x the send
 so the expected bytes are known exactly. With injected corruptions (small slices, so a message has many)
 the results must be the same bytes, every injection detected (detected == injected, nothing escaped).
 
-``dist.recv(t)`` without ``src`` is not supported: the receiver raises at once, naming the missing source,
-and the sender, which would otherwise wait out its 60 s timeout, fails within seconds naming the receiver.
+``dist.recv(t)`` without ``src`` receives from whichever rank sends (the receiver learns the source): messages
+of one sender match in order, receives match in issue order, and among the senders whose message is waiting
+the lowest rank's is taken; a count that differs fails both sides at once.
 """
 
 import os
@@ -156,7 +157,7 @@ def _(ctx):
     dist.destroy_process_group(g)
     if ctx.rank in (0, last):
         assert error, "the mismatched batch completed"
-        assert "count=36" in error and "count=40" in error, error  # bytes: 9 and 10 floats
+        assert "dtype=f32 count=9 " in error and "dtype=f32 count=10 " in error, error
         assert seconds < 30, f"failed after {seconds:.1f} s: {error}"
     return {"error": error[:300], "seconds": round(seconds, 3)}
 
@@ -183,7 +184,7 @@ def _(ctx):
     del junk
     dist.destroy_process_group(g)
     if ctx.rank == 0:
-        assert "count=36" in error and "count=40" in error, error
+        assert "dtype=f32 count=9 " in error and "dtype=f32 count=10 " in error, error
     return {"error": error[:300]}
 
 
@@ -221,33 +222,121 @@ def _(ctx):
     return {"error": error[:300], "seconds": round(seconds, 3), "ending": round(ending, 3)}
 
 
-def _check_anysource(results, nproc):
-    for rank, r in enumerate(results):
-        assert r["error"], f"rank {rank}: no error"
-        assert r["seconds"] < 20, f"rank {rank}: failed only after {r['seconds']} s (timeout 60 s)"
-    assert "any source" in results[0]["error"], results[0]
+def _from(src: int, k: int, n: int, dtype) -> torch.Tensor:
+    """Message k of rank `src` to rank 0: integers by sender and message, so the content names its sender."""
+    return ((torch.arange(n, dtype=torch.int64) * (k + 1) + 100 * src + k) % 251).to(dtype)
 
 
-@CASES.case("recv-any-source-fails-both-sides", check=_check_anysource)
+# (elements, dtype) of the messages each rank sends to rank 0: an empty one, a small one (in its fingerprint
+# frame) and one of several 1 KiB slices (the pipeline).
+ANY_MESSAGES = [(5, torch.float32), (0, torch.int64), (3001, torch.bfloat16), (17, torch.complex64)]
+
+
+@CASES.case("recv-any-source-learns-the-sender")
 def _(ctx):
+    # Every other rank sends rank 0 the messages above, one per round; rank 0 receives each without a source
+    # and gets the sender's rank back (dist.recv's return value, irecv's Work), and every byte is the
+    # sender's.
+    import ringguard
+
+    g = dist.new_group(backend="ringguard", pg_options=ringguard.Options(slice_bytes=1024))
+    seen = []
+    if ctx.rank == 0:
+        got = {}
+        for k, (n, dt) in enumerate(ANY_MESSAGES):
+            for _ in range(ctx.size - 1):
+                t = torch.full((n,), 99, dtype=dt)
+                if k % 2:
+                    work = dist.irecv(t, group=g)
+                    work.wait()
+                    src = work._source_rank()
+                else:
+                    src = dist.recv(t, group=g)
+                seen.append(src)
+                assert torch.equal(t, _from(src, k, n, dt)), f"message {k} from {src}: {t[:6]}"
+                got.setdefault(k, []).append(src)
+            dist.barrier(group=g)  # a round per size: a sender's next message would not fit this one
+        assert all(sorted(v) == list(range(1, ctx.size)) for v in got.values()), got
+    else:
+        for k, (n, dt) in enumerate(ANY_MESSAGES):
+            dist.send(_from(ctx.rank, k, n, dt), dst=0, group=g)
+            dist.barrier(group=g)
+    dist.destroy_process_group(g)
+    return {"sources": seen}
+
+
+@CASES.case("recv-any-source-takes-the-lowest-rank-waiting")
+def _(ctx):
+    # The matching rule: among the peers whose message is there, the lowest rank's first. The pairs' settings
+    # check is made first (one named message each), then every sender issues its message before a barrier,
+    # so both are waiting when rank 0 receives; receives match in issue order, so a receive named for the last
+    # rank, issued first, still takes that rank's message.
+    g = dist.new_group(backend="ringguard")
+    last = ctx.size - 1
+    order = []
+    if ctx.rank == 0:
+        for p in range(1, ctx.size):
+            dist.recv(torch.zeros(1), src=p, group=g)
+        dist.barrier(group=g)
+        named = dist.irecv(torch.zeros(3), src=last, group=g)
+        for _ in range(1, ctx.size):
+            t = torch.zeros(3)
+            order.append(dist.recv(t, group=g))
+            assert torch.equal(t, torch.full((3,), float(order[-1]))), t
+        named.wait()
+        assert order == list(range(1, ctx.size)), order
+    else:
+        dist.send(torch.zeros(1), dst=0, group=g)
+        works = [dist.isend(torch.full((3,), float(ctx.rank)), dst=0, group=g)]
+        if ctx.rank == last:
+            works.append(dist.isend(torch.full((3,), float(ctx.rank)), dst=0, group=g))
+        dist.barrier(group=g)
+        for w in works:
+            w.wait()
+    dist.destroy_process_group(g)
+    return {"order": order}
+
+
+def _mismatched_any_source_recv(ctx, want, sent):
+    """Rank 0 receives `want` without a source, the last rank sends `sent`: (error, seconds, group)."""
     g = dist.new_group(backend="ringguard", timeout=timedelta(seconds=60))
-    t = torch.arange(6, dtype=torch.float32) + ctx.rank
     t0 = time.monotonic()
     error = ""
     try:
         if ctx.rank == 0:
-            dist.recv(t, group=g)  # no src
-        else:
-            dist.send(t, dst=0, group=g)
+            dist.recv(want, group=g)
+        elif ctx.rank == ctx.size - 1:
+            dist.send(sent, dst=0, group=g)
     except RuntimeError as err:
         error = str(err)
-    seconds = time.monotonic() - t0
+    return error, time.monotonic() - t0, g
+
+
+@CASES.case("recv-any-source-size-mismatch-fails-both-sides")
+def _(ctx):
+    # Rank 0 receives 9 floats without a source; the last rank sends 10. Both raise at once naming both
+    # counts (not after the 60 s timeout).
+    error, seconds, g = _mismatched_any_source_recv(ctx, torch.zeros(9), torch.ones(10))
     # Collectives of the group are not affected (their own transport).
     s = torch.ones(4)
     dist.all_reduce(s, group=g)
     assert torch.equal(s, torch.full((4,), float(ctx.size))), s
     dist.destroy_process_group(g)
-    return {"error": error[:400], "seconds": round(seconds, 3)}
+    if ctx.rank in (0, ctx.size - 1):
+        assert "dtype=f32 count=9 " in error and "dtype=f32 count=10 " in error, error
+        assert seconds < 30, f"failed after {seconds:.1f} s: {error}"
+    return {"error": error[:300], "seconds": round(seconds, 3)}
+
+
+@CASES.case("recv-any-source-dtype-mismatch-fails-both-sides")
+def _(ctx):
+    # The same 16 bytes as int32 on the receiver and float32 on the sender: both raise naming both dtypes.
+    error, seconds, g = _mismatched_any_source_recv(ctx, torch.zeros(4, dtype=torch.int32), torch.ones(4))
+    dist.destroy_process_group(g)
+    if ctx.rank in (0, ctx.size - 1):
+        assert "dtype=f32 count=4 " in error and "dtype=i32 count=4 " in error, error
+        assert seconds < 30, f"failed after {seconds:.1f} s: {error}"
+    return {"error": error[:300], "seconds": round(seconds, 3)}
 
 
 def _init():

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <future>
 #include <memory>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "loopback_util.h"
@@ -269,6 +271,196 @@ TEST(PeerLanes, AbortEndsWaitsAndTellsThePeer) {
   EXPECT_EQ(ps.code(), StatusCode::kPeerError) << ps.toString();
   EXPECT_NE(ps.message().find("aborted: test"), std::string::npos) << ps.toString();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+// ---- receives from any source (PeerLanes::recvAny) ----------------------------------------------------
+
+// What a receive from any source completed with, once it did.
+struct PendingFrom {
+  std::promise<std::pair<Status, int>> promise;
+  std::future<std::pair<Status, int>> future = promise.get_future();
+  PeerLanes::DoneFrom done() {
+    return [this](const Status& st, int source) { promise.set_value({st, source}); };
+  }
+  std::pair<Status, int> wait() {
+    if (future.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+      return {Status(StatusCode::kTimeout, "test: the receive never completed"), -1};
+    }
+    return future.get();
+  }
+};
+
+class PeerLanesAnySource : public ::testing::TestWithParam<std::tuple<int, size_t>> {};
+
+// Every other rank sends rank 0 several messages, each waiting for the last; rank 0 receives them all
+// without naming a source. Each receive names its sender, and each sender's messages arrive whole and in
+// order. Sizes: empty, one frame, several slices (the pipeline).
+TEST_P(PeerLanesAnySource, LearnsTheSenderAndKeepsEachSendersOrder) {
+  const int n = std::get<0>(GetParam());
+  const size_t bytes = std::get<1>(GetParam());
+  const int messages = 3;
+  auto lanes = makeLanes(n, laneOptions(1024));
+  std::vector<std::vector<std::vector<uint8_t>>> got(static_cast<size_t>(n));  // by sender, in arrival order
+  runRanks(n, [&](int r) {
+    if (r != 0) {
+      for (int m = 0; m < messages; ++m) {
+        std::vector<uint8_t> out = payload(r, 0, m, bytes);
+        Pending send;
+        lanes[size_t(r)]->send(0, 0, out.data(), bytes, DataType::kUint8, send.done());
+        Status st = send.wait();
+        ASSERT_TRUE(st.isOk()) << st.toString();
+      }
+      return;
+    }
+    for (int k = 0; k < messages * (n - 1); ++k) {
+      std::vector<uint8_t> in(bytes, 0);
+      PendingFrom recv;
+      lanes[0]->recvAny(0, in.data(), bytes, DataType::kUint8, recv.done());
+      auto [st, source] = recv.wait();
+      ASSERT_TRUE(st.isOk()) << st.toString();
+      ASSERT_TRUE(source >= 1 && source < n) << source;
+      got[size_t(source)].push_back(in);
+    }
+  });
+  for (int s = 1; s < n; ++s) {
+    ASSERT_EQ(got[size_t(s)].size(), size_t(messages)) << "sender " << s;
+    for (int m = 0; m < messages; ++m)
+      EXPECT_EQ(got[size_t(s)][size_t(m)], payload(s, 0, m, bytes)) << s << m;
+  }
+  EXPECT_EQ(lanes[0]->counters().collectives, uint64_t(messages * (n - 1)));
+}
+
+INSTANTIATE_TEST_SUITE_P(RanksAndBytes, PeerLanesAnySource,
+                         ::testing::Combine(::testing::Values(2, 3, 5), ::testing::Values(0, 17, 5000)));
+
+// The matching rule: a receive named for a peer, issued first, takes that peer's next message; among the
+// peers whose messages are waiting, the lowest rank's is taken first, then the next.
+TEST(PeerLanes, AnySourceMatchesInIssueOrderThenLowestRank) {
+  const int n = 4;
+  auto lanes = makeLanes(n, laneOptions());
+  // The pairs' settings checks first (a named message each), so that later messages go out at once.
+  runRanks(n, [&](int r) {
+    uint8_t b = 0;
+    Pending p;
+    if (r == 0) {
+      for (int s = 1; s < n; ++s) {
+        Pending q;
+        lanes[0]->recv(s, 0, &b, 1, DataType::kUint8, q.done());
+        ASSERT_TRUE(q.wait().isOk());
+      }
+    } else {
+      lanes[size_t(r)]->send(0, 0, &b, 1, DataType::kUint8, p.done());
+      ASSERT_TRUE(p.wait().isOk());
+    }
+  });
+  // Ranks 3, 2, 1 each send one message (rank 3 two), in that order; all are waiting when rank 0 receives.
+  std::vector<std::vector<uint8_t>> out;
+  std::vector<std::unique_ptr<Pending>> sends;
+  for (int s : {3, 3, 2, 1}) {
+    out.push_back(payload(s, 0, int(out.size()), 40));
+    sends.push_back(std::make_unique<Pending>());
+    lanes[size_t(s)]->send(0, 0, out.back().data(), 40, DataType::kUint8, sends.back()->done());
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::vector<std::vector<uint8_t>> in(4, std::vector<uint8_t>(40, 0));
+  Pending named;
+  lanes[0]->recv(3, 0, in[0].data(), 40, DataType::kUint8, named.done());  // issued first: rank 3's first
+  std::vector<int> sources;
+  for (int k = 1; k < 4; ++k) {
+    PendingFrom any;
+    lanes[0]->recvAny(0, in[size_t(k)].data(), 40, DataType::kUint8, any.done());
+    auto [st, source] = any.wait();
+    ASSERT_TRUE(st.isOk()) << st.toString();
+    sources.push_back(source);
+  }
+  ASSERT_TRUE(named.wait().isOk());
+  EXPECT_EQ(sources, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(in[0], out[0]);  // rank 3's first message
+  EXPECT_EQ(in[1], out[3]);  // rank 1's
+  EXPECT_EQ(in[2], out[2]);  // rank 2's
+  EXPECT_EQ(in[3], out[1]);  // rank 3's second
+  for (auto& p : sends) EXPECT_TRUE(p->wait().isOk());
+}
+
+// A count that differs from the sender's fails both sides at once naming both, as a named receive does.
+TEST(PeerLanes, AnySourceCountMismatchFailsBothSides) {
+  auto lanes = makeLanes(3, laneOptions());
+  std::vector<float> out(5, 1.0f), in(4, 0.0f);
+  Pending send;
+  PendingFrom recv;
+  const auto start = std::chrono::steady_clock::now();
+  lanes[2]->send(0, 0, out.data(), out.size(), DataType::kFloat32, send.done());
+  lanes[0]->recvAny(0, in.data(), in.size(), DataType::kFloat32, recv.done());
+  auto [rs, source] = recv.wait();
+  Status ss = send.wait();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(source, -1);
+  EXPECT_EQ(rs.code(), StatusCode::kInvalidArgument) << rs.toString();
+  EXPECT_NE(rs.message().find("count=5"), std::string::npos) << rs.toString();
+  EXPECT_NE(rs.message().find("count=4"), std::string::npos) << rs.toString();
+  EXPECT_EQ(ss.code(), StatusCode::kPeerError) << ss.toString();
+}
+
+// Corrupted slices of messages received from any source are detected and resent, as for named receives.
+TEST(PeerLanes, AnySourceFaultsAreRepairedBitIdentically) {
+  Options o = laneOptions(1024);
+  o.fault.probability = 0.3;
+  o.fault.seed = 5;
+  const int n = 3;
+  auto lanes = makeLanes(n, o);
+  const size_t bytes = 16 * 1024;
+  std::vector<std::vector<uint8_t>> got(static_cast<size_t>(n));
+  runRanks(n, [&](int r) {
+    if (r != 0) {
+      std::vector<uint8_t> out = payload(r, 0, 0, bytes);
+      Pending send;
+      lanes[size_t(r)]->send(0, 0, out.data(), bytes, DataType::kUint8, send.done());
+      Status st = send.wait();
+      ASSERT_TRUE(st.isOk()) << st.toString();
+      return;
+    }
+    for (int k = 0; k < n - 1; ++k) {
+      std::vector<uint8_t> in(bytes, 0);
+      PendingFrom recv;
+      lanes[0]->recvAny(0, in.data(), bytes, DataType::kUint8, recv.done());
+      auto [st, source] = recv.wait();
+      ASSERT_TRUE(st.isOk()) << st.toString();
+      got[size_t(source)] = in;
+    }
+  });
+  for (int s = 1; s < n; ++s) EXPECT_EQ(got[size_t(s)], payload(s, 0, 0, bytes)) << s;
+  Counters total;
+  for (auto& l : lanes) total += l->counters();
+  EXPECT_GT(total.injected, 0u);
+  EXPECT_EQ(total.detected, total.injected);
+  EXPECT_EQ(total.escaped, 0u);
+}
+
+// No sender: the receive ends at the timeout saying so (not naming one rank as stopped), and abort() ends
+// one at once.
+TEST(PeerLanes, AnySourceTimesOutAndAborts) {
+  Options o = laneOptions();
+  o.timeout = std::chrono::milliseconds(300);
+  auto lanes = makeLanes(2, o);
+  uint8_t b[4];
+  PendingFrom lonely;
+  lanes[0]->recvAny(3, b, 4, DataType::kUint8, lonely.done());
+  auto [st, source] = lonely.wait();
+  EXPECT_EQ(st.code(), StatusCode::kTimeout) << st.toString();
+  EXPECT_NE(st.message().find("no message from any rank within 300 ms (recv without a source, tag 3)"),
+            std::string::npos)
+      << st.toString();
+  auto fresh = makeLanes(2, laneOptions());
+  PendingFrom waiting;
+  fresh[0]->recvAny(0, b, 4, DataType::kUint8, waiting.done());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  fresh[0]->abort("test");
+  EXPECT_EQ(waiting.wait().first.code(), StatusCode::kAborted);
+  // One rank alone has no one to receive from.
+  auto one = makeLanes(1, laneOptions());
+  PendingFrom alone;
+  one[0]->recvAny(0, b, 4, DataType::kUint8, alone.done());
+  EXPECT_EQ(alone.wait().first.code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

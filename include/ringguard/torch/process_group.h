@@ -99,6 +99,7 @@ class ProcessGroupRingguard : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& t,
                                                   const c10d::AllreduceOptions& o) override;
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& t, const c10d::ReduceOptions& o) override;
+  // dist.all_gather_coalesced: out[r][i] gets rank r's in[i]; one verified all-gather of the inputs packed.
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& out,
                                                      std::vector<at::Tensor>& in,
                                                      const c10d::AllgatherOptions& o) override;
@@ -123,9 +124,10 @@ class ProcessGroupRingguard : public c10d::Backend {
                                                const c10d::AllToAllOptions& o) override;
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& out, std::vector<at::Tensor>& in,
                                           const c10d::AllToAllOptions& o) override;
-  // Not supported: the lanes match messages per (peer, direction), and a receive that names no peer has no
-  // lane. Rather than leave the sender waiting out its timeout, it stops this group's point-to-point on
-  // every rank (PeerLanes::abort tells the peers: their sends in flight and later fail at once) and throws.
+  // dist.recv / irecv without a source: the first message from a peer whose receive is free for it, by
+  // PeerLanes::recvAny's matching rule (receives match in issue order; among the peers whose message is
+  // there, the lowest rank). The Work's sourceRank() names the sender. Count, dtype and tag are checked
+  // against the sender's as recv's are: a mismatch fails both sides.
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& t, int tag) override;
   // gather into one flat tensor on the root (size() x the input, blocks in rank order); torch names it
   // gather_single / gather_into_tensor from 2.14 on. Non-roots' output is not touched.
@@ -224,6 +226,8 @@ class ProcessGroupRingguard : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> launchGather(const char* op, const at::Tensor& in, const at::Tensor& out,
                                               int root, std::vector<at::Tensor> outputs,
                                               std::function<void()> after, bool nestedOutputs, DataType dt);
+  // peer kAnySource (a receive only): recvAnysource.
+  static constexpr int kAnySource = -1;
   c10::intrusive_ptr<c10d::Work> p2p(const char* op, at::Tensor& t, int peer, int tag, bool isSend);
   // Whether a collective of `family` ("all_gather", "all_reduce") on `t` runs as the staged_chunked
   // variant: a CUDA tensor while the process's downgrade engine (ringguard/policy/process_engine.h) has
