@@ -235,19 +235,25 @@ void PeerLanes::anyLoop() {
   }
 }
 
-Status PeerLanes::runAny(const Message& m, uint64_t ordinal, int* source, Counters* delta) {
-  std::shared_ptr<const FaultInjector> injector;
+CollectiveContext PeerLanes::context(const Message& m, Counters* delta, const char* name,
+                                     std::shared_ptr<const FaultInjector>* injector) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    injector = injector_;
+    *injector = injector_;
   }
   CollectiveContext ctx;
   ctx.transport = transport_.get();
   ctx.options = &options_;
-  ctx.injector = injector->enabled() ? injector.get() : nullptr;
+  ctx.injector = (*injector)->enabled() ? injector->get() : nullptr;
   ctx.counters = delta;
   ctx.lane = m.issueLane;
-  ctx.name = "recv";
+  ctx.name = name;
+  return ctx;
+}
+
+Status PeerLanes::runAny(const Message& m, uint64_t ordinal, int* source, Counters* delta) {
+  std::shared_ptr<const FaultInjector> injector;
+  CollectiveContext ctx = context(m, delta, "recv", &injector);
   ctx.aborted = &aborted_;
   ctx.seq = ordinal;
   const auto start = std::chrono::steady_clock::now();
@@ -406,17 +412,7 @@ Status PeerLanes::run(int peer, bool isSend, Lane* lane, const Message& m, Count
     x.recvSeq = lane->messages++;
   }
   std::shared_ptr<const FaultInjector> injector;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    injector = injector_;
-  }
-  CollectiveContext ctx;
-  ctx.transport = transport_.get();
-  ctx.options = &options_;
-  ctx.injector = injector->enabled() ? injector.get() : nullptr;
-  ctx.counters = delta;
-  ctx.lane = m.issueLane;
-  ctx.name = isSend ? "send" : "recv";
+  CollectiveContext ctx = context(m, delta, isSend ? "send" : "recv", &injector);
   ctx.aborted = &aborted_;
   if (!lane->exec) lane->exec = std::make_unique<HostExecutor>();  // nothing is shared between lanes
   return sendRecv(ctx, lane->exec.get(), x, m.dtype);

@@ -42,6 +42,7 @@
 #include <string>
 #include <thread>
 
+#include "algorithms/collective.h"
 #include "algorithms/executor.h"
 #include "core/fault_injector.h"
 #include "ringguard/core/counters.h"
@@ -120,6 +121,9 @@ class PeerLanes {
   void anyLoop();
   // Any-source receive number `ordinal`: finds its source (*source) and runs it as that peer's message.
   Status runAny(const Message& m, uint64_t ordinal, int* source, Counters* delta);
+  // The context one message runs in; `injector` keeps the fault injector it names alive.
+  CollectiveContext context(const Message& m, Counters* delta, const char* name,
+                            std::shared_ptr<const FaultInjector>* injector);
   // The settings check with `peer`: made by the first lane that reaches the peer, waited for by the other.
   Status checkPeer(int peer);
   // The same without waiting for the peer: *done once its record was there (the result then returned).

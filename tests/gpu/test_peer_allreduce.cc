@@ -40,6 +40,20 @@ int worldSize() {
   return n;
 }
 
+// An input and an output buffer of `count` floats on the device, freed at scope exit.
+struct DeviceBuffers {
+  explicit DeviceBuffers(size_t count) {
+    EXPECT_EQ(cudaMalloc(&in, count * 4), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&out, count * 4), cudaSuccess);
+  }
+  ~DeviceBuffers() {
+    cudaFree(in);
+    cudaFree(out);
+  }
+  float* in = nullptr;
+  float* out = nullptr;
+};
+
 class PeerAllreduce : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -219,9 +233,8 @@ TEST_F(PeerAllreduce, InjectedReadFaultsAreDetectedAndTheResultIsExact) {
 
 TEST_F(PeerAllreduce, CapturedInAGraphAndReplayed) {
   const size_t count = 1 << 16, bytes = count * 4;
-  float *dIn = nullptr, *dOut = nullptr;
-  ASSERT_EQ(cudaMalloc(&dIn, bytes), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&dOut, bytes), cudaSuccess);
+  DeviceBuffers b(count);
+  float *dIn = b.in, *dOut = b.out;
   PeerAllreduceArgs a = args(dIn, dOut, count);
   a.faultProb = 0.02;
   a.faultSeed = 11;
@@ -248,15 +261,12 @@ TEST_F(PeerAllreduce, CapturedInAGraphAndReplayed) {
   EXPECT_EQ(windows_->errorRecord()->detected, windows_->errorRecord()->injected);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
-  cudaFree(dIn);
-  cudaFree(dOut);
 }
 
 TEST_F(PeerAllreduce, DifferentCountsFailEveryRankNamingAPeer) {
   const size_t count = 4096 + size_t(windows_->rank()) * 512;
-  float *dIn = nullptr, *dOut = nullptr;
-  ASSERT_EQ(cudaMalloc(&dIn, count * 4), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&dOut, count * 4), cudaSuccess);
+  DeviceBuffers b(count);
+  float *dIn = b.in, *dOut = b.out;
   PeerAllreduceArgs a = args(dIn, dOut, count);
   a.timeoutNs = 5ull * 1000 * 1000 * 1000;
   ASSERT_TRUE(launchPeerAllreduce(a, stream_).isOk());
@@ -269,15 +279,12 @@ TEST_F(PeerAllreduce, DifferentCountsFailEveryRankNamingAPeer) {
   int mismatch = rec->code == uint32_t(PeerError::kFingerprintMismatch) ? 1 : 0, any = 0;
   MPI_Allreduce(&mismatch, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   EXPECT_EQ(any, 1);
-  cudaFree(dIn);
-  cudaFree(dOut);
 }
 
 TEST_F(PeerAllreduce, AStoppedPeerIsNamedAtTheDeadline) {
   const size_t count = 4096;
-  float *dIn = nullptr, *dOut = nullptr;
-  ASSERT_EQ(cudaMalloc(&dIn, count * 4), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&dOut, count * 4), cudaSuccess);
+  DeviceBuffers b(count);
+  float *dIn = b.in, *dOut = b.out;
   const int stopped = windows_->size() - 1;
   if (windows_->rank() != stopped) {
     PeerAllreduceArgs a = args(dIn, dOut, count);
@@ -292,15 +299,12 @@ TEST_F(PeerAllreduce, AStoppedPeerIsNamedAtTheDeadline) {
     EXPECT_EQ(rec->peer, stopped);
     EXPECT_LT(ms, 5000.0);
   }
-  cudaFree(dIn);
-  cudaFree(dOut);
 }
 
 TEST_F(PeerAllreduce, AbortReleasesASpinningKernel) {
   const size_t count = 4096;
-  float *dIn = nullptr, *dOut = nullptr;
-  ASSERT_EQ(cudaMalloc(&dIn, count * 4), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&dOut, count * 4), cudaSuccess);
+  DeviceBuffers b(count);
+  float *dIn = b.in, *dOut = b.out;
   if (windows_->rank() == 0) {
     PeerAllreduceArgs a = args(dIn, dOut, count);  // 20 s deadline: only the abort can end it sooner
     ASSERT_TRUE(launchPeerAllreduce(a, stream_).isOk());
@@ -313,8 +317,6 @@ TEST_F(PeerAllreduce, AbortReleasesASpinningKernel) {
     EXPECT_EQ(windows_->errorRecord()->code, uint32_t(PeerError::kAborted));
     EXPECT_LT(ms, 1000.0);
   }
-  cudaFree(dIn);
-  cudaFree(dOut);
 }
 
 }  // namespace
