@@ -67,7 +67,7 @@ std::unique_ptr<Communicator> makeCommunicator(std::unique_ptr<Transport> transp
 }
 
 void Communicator::Impl::setDirectPath(std::unique_ptr<DirectPath> direct) {
-  direct->setFault(options_.fault.probability, uint32_t(options_.fault.seed));
+  direct->setFault(options_.fault.probability, uint32_t(options_.fault.seed));  // as setFault() does
   direct_ = std::move(direct);
 }
 
@@ -411,6 +411,9 @@ Status Communicator::Impl::setFault(const FaultOptions& fault) {
   RINGGUARD_RETURN_IF_ERROR(check.validateFor(size_));
   std::lock_guard<std::mutex> lock(mutex_);
   injector_ = std::make_shared<const FaultInjector>(fault);
+  // The direct path corrupts chunk reads with the same probability (a read is its unit, as a slice
+  // transfer is the pipeline's).
+  if (direct_) direct_->setFault(fault.probability, uint32_t(fault.seed));
   return Status::ok();
 }
 

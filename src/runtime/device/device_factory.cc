@@ -78,9 +78,6 @@ Status build(std::unique_ptr<Transport> host, const std::vector<uint8_t>* ncclId
   return Status::ok();
 }
 
-// The peer-window path when asked for (kPeer: its failure is the factory's) or allowed (kAuto, every rank
-// on one host: its failure is a warning naming the reason, the same on every rank since the windows'
-// creation agrees on every step).
 // MPS lets the processes sharing a GPU run at once; its control daemon listens on a pipe in
 // $CUDA_MPS_PIPE_DIRECTORY (default /tmp/nvidia-mps). A heuristic for the warning only: nothing depends on
 // it.
@@ -91,6 +88,9 @@ bool mpsLikelyRunning() {
   return access(control.c_str(), F_OK) == 0;
 }
 
+// The peer-window path when asked for (kPeer: its failure is the factory's) or allowed (kAuto, every rank
+// on one host: its failure is a warning naming the reason, the same on every rank since the windows'
+// creation agrees on every step).
 Status makePeerPath(Bootstrap& bootstrap, const DeviceOptions& device, int gpu, int localSize,
                     const Options& options, std::unique_ptr<DirectPath>* out) {
   const bool oneHost = localSize == bootstrap.size();
