@@ -242,8 +242,11 @@ struct Kernel {
   }
 };
 
+// At most SMs / ranks blocks per rank (launchPeerAllreduce), so one block per SM: min-blocks 1 lets ptxas use
+// the 128 registers a 512-thread block may have (left to itself it capped the 1-byte element types at 64 and
+// spilled, which regcheck refuses).
 template <typename Final>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
     peerAllreduceKernel(PeerAllreduceArgs a, uint32_t fpCrc, size_t totalBytes, element_ops::OpArg arg) {
   __shared__ uint32_t epochShared;
   __shared__ int okShared;
