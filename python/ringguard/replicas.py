@@ -17,7 +17,7 @@ the group's collectives.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 
@@ -49,6 +49,20 @@ def _is_dtensor(t: torch.Tensor) -> bool:
     return isinstance(t, DTensor)
 
 
+def _per_replica_buffers(model: torch.nn.Module) -> set:
+    """Names of the buffers each replica updates from its own batch: the running statistics of batch and
+    instance norms (not SyncBatchNorm, whose statistics are the group's). DDP broadcasts rank 0's at the start
+    of the next forward, so right after a step they differ on every rank by design."""
+    from torch.nn.modules.batchnorm import _NormBase
+
+    names = set()
+    for mname, m in model.named_modules():
+        if isinstance(m, _NormBase) and m.track_running_stats and not isinstance(m, torch.nn.SyncBatchNorm):
+            for bname, _ in m.named_buffers(recurse=False):
+                names.add(f"{mname}.{bname}" if mname else bname)
+    return names
+
+
 class ReplicaCheck:
     """Checks after every `every`-th step of `optimizer` that the replicas of `group` (default: the default
     group; every rank of it a data-parallel replica of `model`) hold bit-identical parameters, buffers and
@@ -58,6 +72,8 @@ class ReplicaCheck:
     "repair" (the differing tensors are broadcast from a rank of the majority, then checked again; needs
     >= 3 replicas; a rank that mismatches again after a repair escalates to raise), "warn" (logged, training
     continues). sync: the verdict is read right after the step (the only mode built so far).
+    include_buffers: "auto" (default) every buffer but the running statistics of batch and instance norms
+    (each replica updates them from its own batch; SyncBatchNorm's are checked), True every buffer, False none.
 
     Steps are counted from 0 (the first ``optimizer.step()`` is step 0); with every=k the checks follow
     steps k-1, 2k-1, ...
@@ -65,12 +81,14 @@ class ReplicaCheck:
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, group: Any = None,
                  every: int = 1, on_mismatch: str = "raise", include_optimizer_state: bool = True,
-                 include_buffers: bool = True, sync: bool = True):
+                 include_buffers: Union[bool, str] = "auto", sync: bool = True):
         import torch.distributed as dist
 
         if not sync:
             raise NotImplementedError("ReplicaCheck(sync=False): the deferred verdict through mapped memory is "
                                       "not built yet (docs/REPLICAS.md, 'Not yet'); use sync=True")
+        if include_buffers not in (True, False, "auto"):
+            raise ValueError(f"ReplicaCheck: include_buffers={include_buffers!r}: expected True, False or 'auto'")
         if not isinstance(every, int) or isinstance(every, bool) or every < 1:
             raise ValueError(f"ReplicaCheck: every={every!r}: expected an int >= 1")
         if not dist.is_initialized():
@@ -121,7 +139,8 @@ class ReplicaCheck:
                         if isinstance(v, torch.Tensor):
                             out.append((f"optim:{pname}.{key}", v.detach()))
         if self.include_buffers:
-            out.extend(("buffer:" + n, b.detach()) for n, b in self.model.named_buffers())
+            skipped = _per_replica_buffers(self.model) if self.include_buffers == "auto" else set()
+            out.extend(("buffer:" + n, b.detach()) for n, b in self.model.named_buffers() if n not in skipped)
         self._by_name = dict(out)
         return out
 

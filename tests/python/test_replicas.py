@@ -40,6 +40,19 @@ class Net(nn.Module):
         return self.fc2(torch.relu(self.fc1(x)) * self.scale)
 
 
+class NetBN(nn.Module):
+    """BatchNorm's running statistics: updated from each rank's own batch, so they differ across replicas."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(12, 16)
+        self.bn = nn.BatchNorm1d(16)
+        self.fc2 = nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.bn(self.fc1(x))))
+
+
 def _hash(tensors) -> str:
     h = hashlib.sha256()
     for _, t in tensors:
@@ -47,11 +60,11 @@ def _hash(tensors) -> str:
     return h.hexdigest()[:24]
 
 
-def train(ctx, steps=STEPS, fault=None, fault_spec=None, **check):
+def train(ctx, steps=STEPS, fault=None, fault_spec=None, net=Net, **check):
     """`steps` Adam steps of DDP with a ReplicaCheck of `check` (none when `check` is empty); returns the
     hash of everything checked, the step a ReplicaMismatchError stopped at (or None) and its message."""
     torch.manual_seed(1234)
-    ddp = DDP(Net().to(ctx.device))
+    ddp = DDP(net().to(ctx.device))
     opt = torch.optim.Adam(ddp.parameters(), lr=0.01)
     if fault_spec is not None:
         ringguard.set_fault(replica=fault_spec)  # RINGGUARD_REPLICA_FAULT's spelling, for checks made from now
@@ -105,6 +118,16 @@ def _(ctx):
     # CPU: the host CRC, no device wait; CUDA: one event wait per check (Adam's `step` stays on the CPU).
     assert c["host_waits"] == (0 if ctx.device == "cpu" else 40), c
     assert r["report"]["mismatch"] is False and r["report"]["step"] == 39, r["report"]
+    return {}
+
+
+@CASES.case("batchnorm-statistics-left-out-by-default")
+def _(ctx):
+    r = train(ctx, steps=6, net=NetBN, on_mismatch="raise")
+    assert r["failed"] is None, r  # the default leaves the per-replica statistics out: no false alarm
+    assert r["counters"]["checks"] == 6 and r["counters"]["mismatches"] == 0, r["counters"]
+    r = train(ctx, steps=6, net=NetBN, on_mismatch="raise", include_buffers=True)
+    assert r["failed"] == 0 and "running_mean" in r["message"], r  # every buffer: they differ at once
     return {}
 
 
@@ -190,6 +213,8 @@ def _(ctx):
         ringguard.ReplicaCheck(ddp, opt, on_mismatch="fix")
     with pytest.raises(ValueError, match="every=0"):
         ringguard.ReplicaCheck(ddp, opt, every=0)
+    with pytest.raises(ValueError, match="include_buffers='some'"):
+        ringguard.ReplicaCheck(ddp, opt, include_buffers="some")
     with pytest.raises(NotImplementedError, match="sync=False"):
         ringguard.ReplicaCheck(ddp, opt, sync=False)
     rc = ringguard.ReplicaCheck(ddp, opt)
