@@ -11,6 +11,9 @@ set -uo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
 
+# On its own on a fresh machine too: what the sanitizer builds need (the newest torch's venv installs its own).
+bash scripts/install_deps.sh
+
 status=0
 t0=$SECONDS
 if [[ "${RINGGUARD_SKIP_SANITIZERS:-0}" == "1" ]]; then

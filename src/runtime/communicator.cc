@@ -187,16 +187,15 @@ CollectiveShape Communicator::Impl::shape() const {
 
 std::shared_ptr<Work> Communicator::allreduceAsync(const void* send, void* recv, size_t count, DataType dtype,
                                                    ReduceOp op, void* stream) {
+  Status checked = checkAllreduceArgs(impl_->shape(), send, recv, count, dtype, op);
   DirectPath* direct = impl_->direct_.get();
-  if (direct != nullptr && direct->acceptsAllreduce(count, dtype, op) &&
-      checkAllreduceArgs(impl_->shape(), send, recv, count, dtype, op).isOk()) {
+  if (checked.isOk() && direct != nullptr && direct->acceptsAllreduce(count, dtype, op)) {
     const uint32_t lane = currentIssueLane();
     return impl_->launchDirect("allreduce", count * dataTypeSize(dtype),
                                [=] { return direct->allreduce(send, recv, count, dtype, op, lane, stream); });
   }
   return impl_->submit(
-      "allreduce", count * dataTypeSize(dtype),
-      checkAllreduceArgs(impl_->shape(), send, recv, count, dtype, op), stream,
+      "allreduce", count * dataTypeSize(dtype), std::move(checked), stream,
       [=](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::allreduce(ctx, exec, send, recv, count, dtype, op);
       },

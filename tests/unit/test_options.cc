@@ -609,13 +609,33 @@ TEST(SettingsTest, OptionsCheckEveryDeclaredSetting) {
                                                         {"RINGGUARD_TELEMETRY_INTERVAL_MS", "0"},
                                                         {"RINGGUARD_POLICY", "maybe"},
                                                         {"RINGGUARD_KERNEL_SMS", "-1"},
-                                                        {"RINGGUARD_CPU_TRANSPORT", "tcp"}}) {
+                                                        {"RINGGUARD_CPU_TRANSPORT", "tcp"},
+                                                        {"RINGGUARD_DEVICE_TRANSPORT", "ipc"},
+                                                        {"RINGGUARD_PEER_BYTES", "1000"},
+                                                        {"RINGGUARD_PEER_BYTES", "32MiB"}}) {
     Options o;
     const Status st = Options::fromLookup(
         [&](const char* n) -> const char* { return n == name ? value.c_str() : nullptr; }, &o);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << name;
     EXPECT_EQ(st.message().rfind(name + "='" + value + "'", 0), 0u) << st.message();
   }
+}
+
+// The peer-window path's settings as the device factory reads them.
+TEST(SettingsTest, DeviceSettingsTakeThePeerPath) {
+  DeviceSettings d;
+  const std::map<std::string, std::string> env{{"RINGGUARD_DEVICE_TRANSPORT", "peer"},
+                                               {"RINGGUARD_PEER_BYTES", "4096"}};
+  ASSERT_TRUE(DeviceSettings::fromLookup(
+                  [&](const char* n) -> const char* {
+                    auto it = env.find(n);
+                    return it == env.end() ? nullptr : it->second.c_str();
+                  },
+                  &d)
+                  .isOk());
+  EXPECT_EQ(d.transport, "peer");
+  EXPECT_EQ(d.peerBytes, 4096u);
+  EXPECT_EQ(DeviceSettings().peerBytes, 32u << 20);  // the declared default
 }
 
 // Tool names are documented (RINGGUARD_AUTOLOAD among them) and never warned about.

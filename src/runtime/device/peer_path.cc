@@ -52,8 +52,8 @@ StatusCode statusCode(uint32_t code) {
 
 class PeerPath final : public DirectPath {
  public:
-  PeerPath(std::unique_ptr<peer::PeerWindows> windows, int device, const Options& options)
-      : windows_(std::move(windows)), device_(device), options_(options) {}
+  PeerPath(std::unique_ptr<peer::PeerWindows> windows, const Options& options)
+      : windows_(std::move(windows)), options_(options) {}
 
   const char* name() const override { return "peer"; }
 
@@ -122,7 +122,6 @@ class PeerPath final : public DirectPath {
 
  private:
   std::unique_ptr<peer::PeerWindows> windows_;
-  int device_;
   Options options_;
   std::atomic<double> faultProb_{0};
   std::atomic<uint32_t> faultSeed_{0};
@@ -134,7 +133,7 @@ Status createPeerPath(Bootstrap& bootstrap, int device, size_t capacity, const O
                       std::unique_ptr<DirectPath>* out) {
   std::unique_ptr<peer::PeerWindows> windows;
   RINGGUARD_RETURN_IF_ERROR(peer::PeerWindows::create(bootstrap, device, capacity, &windows));
-  *out = std::make_unique<PeerPath>(std::move(windows), device, options);
+  *out = std::make_unique<PeerPath>(std::move(windows), options);
   return Status::ok();
 }
 
