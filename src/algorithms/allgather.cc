@@ -4,6 +4,7 @@
 #include "algorithms/arguments.h"
 #include "algorithms/collectives.h"
 #include "algorithms/eager.h"
+#include "algorithms/window_exchange.h"
 #include "algorithms/ring_plan.h"
 
 namespace ringguard {
@@ -27,12 +28,13 @@ Status allgather(const CollectiveContext& ctx, Executor* exec, const void* send,
       makeFingerprint(CollectiveKind::kAllgather, ReduceOp::kSum, dtype, sendCount, kNoRoot, issueOrder(ctx));
   const int n = ctx.transport->size(), me = ctx.transport->rank();
   const size_t esize = dataTypeSize(dtype), bytes = sendCount * esize;
-  if (runsEager(ctx, *exec, bytes)) {
-    // Small: every rank's block travels in its fingerprint frame to every peer.
+  const SmallRoute route = smallRoute(ctx, *exec, bytes, bytes);
+  if (route != SmallRoute::kPipeline) {
+    // Small: every rank's block goes to every peer in its window or its fingerprint frame.
     std::vector<std::vector<uint8_t>> in;
-    RINGGUARD_RETURN_IF_ERROR(eagerExchangeAll(ctx, fp, send, bytes, &in));
+    RINGGUARD_RETURN_IF_ERROR(smallExchangeAll(route, ctx, fp, send, bytes, &in));
     auto* output = static_cast<uint8_t*>(recv);
-    for (int r = 0; r < n; ++r) {
+    for (int r = 0; r < n && bytes > 0; ++r) {
       const void* block = r == me ? send : in[size_t(r)].data();
       if (output + size_t(r) * bytes != block) std::memcpy(output + size_t(r) * bytes, block, bytes);
     }

@@ -3,6 +3,7 @@
 #include "algorithms/collectives.h"
 #include "algorithms/eager.h"
 #include "algorithms/ring_plan.h"
+#include "algorithms/window_exchange.h"
 #include "core/reduce.h"
 
 namespace ringguard {
@@ -22,14 +23,15 @@ Status checkAllreduceArgs(const CollectiveShape& c, const void* send, const void
 
 namespace {
 
-// Small: every rank sends its whole input to every peer in its fingerprint frame, then reduces each ring
-// column in the ring's order with the arguments the ring's hops use, so the bits are the pipeline's.
-Status allreduceEager(const CollectiveContext& ctx, const Fingerprint& fp, const void* send, void* recv,
-                      size_t count, DataType dtype, ReduceOp op) {
+// Small: every rank gives every peer its whole input (in its window, or in its fingerprint frame), then
+// reduces each ring column in the ring's order with the arguments the ring's hops use, so the bits are the
+// pipeline's.
+Status allreduceSmall(SmallRoute route, const CollectiveContext& ctx, const Fingerprint& fp, const void* send,
+                      void* recv, size_t count, DataType dtype, ReduceOp op) {
   const int n = ctx.transport->size(), me = ctx.transport->rank();
   const size_t esize = dataTypeSize(dtype), bytes = count * esize;
   std::vector<std::vector<uint8_t>> in;
-  RINGGUARD_RETURN_IF_ERROR(eagerExchangeAll(ctx, fp, send, bytes, &in));
+  RINGGUARD_RETURN_IF_ERROR(smallExchangeAll(route, ctx, fp, send, bytes, &in));
   // In place, the result overwrites this rank's input before the ring order is done with it: a copy.
   if (send == recv)
     in[size_t(me)].assign(static_cast<const uint8_t*>(send), static_cast<const uint8_t*>(send) + bytes);
@@ -58,7 +60,8 @@ Status allreduce(const CollectiveContext& ctx, Executor* exec, const void* send,
                  DataType dtype, ReduceOp op) {
   const Fingerprint fp = makeAllreduceFingerprint(op, dtype, count, issueOrder(ctx));
   const size_t bytes = count * dataTypeSize(dtype);
-  if (runsEager(ctx, *exec, bytes)) return allreduceEager(ctx, fp, send, recv, count, dtype, op);
+  const SmallRoute route = smallRoute(ctx, *exec, bytes, bytes);
+  if (route != SmallRoute::kPipeline) return allreduceSmall(route, ctx, fp, send, recv, count, dtype, op);
   RINGGUARD_RETURN_IF_ERROR(exchangeFingerprints(ctx, fp));
   if (ctx.transport->size() == 1 || count == 0) {
     // Nothing crosses a link; avg over one rank divides by 1.

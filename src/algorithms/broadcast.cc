@@ -7,6 +7,7 @@
 #include "algorithms/arguments.h"
 #include "algorithms/collectives.h"
 #include "algorithms/eager.h"
+#include "algorithms/window_exchange.h"
 #include "algorithms/pipeline.h"
 #include "core/ring_schedule.h"
 
@@ -107,8 +108,9 @@ Status broadcast(const CollectiveContext& ctx, Executor* exec, const void* send,
       makeFingerprint(CollectiveKind::kBroadcast, ReduceOp::kSum, dtype, count, root, issueOrder(ctx));
   const int n = ctx.transport->size(), me = ctx.transport->rank();
   const size_t bytes = count * dataTypeSize(dtype);
-  if (runsEager(ctx, *exec, bytes)) {
-    // Small: the root's input travels in its fingerprint frames; the other frames carry none.
+  const SmallRoute route = smallRoute(ctx, *exec, bytes, bytes);
+  if (route != SmallRoute::kPipeline) {
+    // Small: the root's input travels in its window or its fingerprint frames; the other ranks give none.
     std::vector<EagerPayload> out(static_cast<size_t>(n));
     std::vector<size_t> inBytes(size_t(n), 0);
     for (int p = 0; p < n; ++p) {
@@ -116,9 +118,9 @@ Status broadcast(const CollectiveContext& ctx, Executor* exec, const void* send,
     }
     if (me != root) inBytes[size_t(root)] = bytes;
     std::vector<std::vector<uint8_t>> in;
-    RINGGUARD_RETURN_IF_ERROR(eagerExchange(ctx, fp, out, inBytes, &in));
+    RINGGUARD_RETURN_IF_ERROR(smallExchange(route, ctx, fp, out, inBytes, &in));
     const void* value = me == root ? send : in[size_t(root)].data();
-    if (value != recv) std::memcpy(recv, value, bytes);
+    if (value != recv && bytes > 0) std::memcpy(recv, value, bytes);
     return Status::ok();
   }
   RINGGUARD_RETURN_IF_ERROR(exchangeFingerprints(ctx, fp));

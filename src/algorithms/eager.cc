@@ -311,7 +311,8 @@ bool parseEagerExtension(std::vector<uint8_t>* frame, size_t at, EagerView* view
 }
 
 SliceCheck verifyEagerPayload(const CollectiveContext& ctx, const SliceId& expected, const EagerView& view,
-                              Counters* counters) {
+                              Counters* counters, int attempt) {
+  if (attempt < 0) attempt = expected.attempt;
   const int me = ctx.transport->rank();
   trace::Span span(trace::Kind::kSlice, "slice", ctx.track, expected.seq);
   if (trace::on()) {
@@ -319,14 +320,15 @@ SliceCheck verifyEagerPayload(const CollectiveContext& ctx, const SliceId& expec
     e.a = 0;
     e.b = 0;
     e.c = int32_t(expected.column);
-    e.d = expected.attempt;
+    e.d = attempt;
     e.value = view.bytes;
   }
-  // Fault injection after the sender's CRC, before this rank's check, keyed as a ring slice at step 0.
+  // Fault injection after the sender's CRC, before this rank's check, keyed as a ring slice.
   Trailer trailer = view.trailer;
   bool injected = false;
-  if (ctx.injector && ctx.injector->corrupts(expected.seq, 0, 0, me, expected.attempt)) {
-    const CorruptionPlan damage = ctx.injector->plan(expected.seq, 0, 0, me, expected.attempt, view.bytes);
+  const int step = int(expected.step), slice = int(expected.slice);
+  if (ctx.injector && ctx.injector->corrupts(expected.seq, step, slice, me, attempt)) {
+    const CorruptionPlan damage = ctx.injector->plan(expected.seq, step, slice, me, attempt, view.bytes);
     if (damage.damages()) injected = applyCorruptionPlan(damage, view.payload, &trailer);
     if (injected) counters->injected++;
   }
@@ -348,16 +350,6 @@ Status eagerExchange(const CollectiveContext& ctx, const Fingerprint& mine,
                      std::vector<std::vector<uint8_t>>* in) {
   Exchange x(ctx, mine, out, inBytes);
   return x.run(in);
-}
-
-Status eagerExchangeAll(const CollectiveContext& ctx, const Fingerprint& mine, const void* data, size_t bytes,
-                        std::vector<std::vector<uint8_t>>* in) {
-  const size_t n = size_t(ctx.transport->size()), me = size_t(ctx.transport->rank());
-  std::vector<EagerPayload> out(n, EagerPayload{data, bytes});
-  std::vector<size_t> inBytes(n, bytes);
-  out[me] = EagerPayload{};
-  inBytes[me] = 0;
-  return eagerExchange(ctx, mine, out, inBytes, in);
 }
 
 }  // namespace ringguard

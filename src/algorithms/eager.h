@@ -58,11 +58,12 @@ struct EagerView {
 };
 bool parseEagerExtension(std::vector<uint8_t>* frame, size_t at, EagerView* view);
 
-// Checks a received payload as the ring slice `expected` (step 0, slice 0), on the receiving rank:
-// data-mode fault injection first (keyed as the pipeline's slice (seq, 0, 0, this rank, attempt)), then
-// its trailer. Counts the slice verified, and a link failure as detected.
+// Checks a received payload as the ring slice `expected`, on the receiving rank: data-mode fault injection
+// first (keyed as the pipeline's slice (seq, step, slice, this rank, attempt), `attempt` the expected one's
+// unless given: a window's chunk is re-read with its trailer unchanged), then its trailer. Counts the slice
+// verified, and a link failure as detected.
 SliceCheck verifyEagerPayload(const CollectiveContext& ctx, const SliceId& expected, const EagerView& view,
-                              Counters* counters);
+                              Counters* counters, int attempt = -1);
 
 // What this rank sends one peer (nothing: bytes 0).
 struct EagerPayload {
@@ -80,8 +81,5 @@ Status eagerExchange(const CollectiveContext& ctx, const Fingerprint& mine,
                      const std::vector<EagerPayload>& out, const std::vector<size_t>& inBytes,
                      std::vector<std::vector<uint8_t>>* in);
 
-// eagerExchange where every rank sends every peer the same `bytes` at `data` (all-reduce, all-gather).
-Status eagerExchangeAll(const CollectiveContext& ctx, const Fingerprint& mine, const void* data, size_t bytes,
-                        std::vector<std::vector<uint8_t>>* in);
 
 }  // namespace ringguard

@@ -2,6 +2,7 @@
 #include "algorithms/arguments.h"
 #include "algorithms/collectives.h"
 #include "algorithms/eager.h"
+#include "algorithms/window_exchange.h"
 #include "algorithms/ring_plan.h"
 #include "core/reduce.h"
 
@@ -24,11 +25,11 @@ Status checkReduceScatterArgs(const CollectiveShape& c, const void* send, const 
 
 namespace {
 
-// Small: every rank sends each peer that peer's block in its fingerprint frame, then reduces its own block
+// Small: every rank gives each peer that peer's block (in its window or its fingerprint frame), then reduces its own block
 // in the order the ring does (block b rides column b + 1, which starts at rank b + 1), with the arguments
 // the ring's hops use, so the bits are the pipeline's.
-Status reduceScatterEager(const CollectiveContext& ctx, const Fingerprint& fp, const void* send, void* recv,
-                          size_t recvCount, DataType dtype, ReduceOp op) {
+Status reduceScatterSmall(SmallRoute route, const CollectiveContext& ctx, const Fingerprint& fp,
+                          const void* send, void* recv, size_t recvCount, DataType dtype, ReduceOp op) {
   const int n = ctx.transport->size(), me = ctx.transport->rank();
   const size_t bytes = recvCount * dataTypeSize(dtype);
   const auto* input = static_cast<const uint8_t*>(send);
@@ -37,7 +38,7 @@ Status reduceScatterEager(const CollectiveContext& ctx, const Fingerprint& fp, c
   std::vector<size_t> inBytes(size_t(n), bytes);
   inBytes[size_t(me)] = 0;
   std::vector<std::vector<uint8_t>> in;
-  RINGGUARD_RETURN_IF_ERROR(eagerExchange(ctx, fp, out, inBytes, &in));
+  RINGGUARD_RETURN_IF_ERROR(smallExchange(route, ctx, fp, out, inBytes, &in));
   // In place, recv is this rank's block of send, which the first hops overwrite before the last reads it:
   // a copy.
   const uint8_t* own = input + size_t(me) * bytes;
@@ -61,7 +62,10 @@ Status reduceScatter(const CollectiveContext& ctx, Executor* exec, const void* s
       makeFingerprint(CollectiveKind::kReduceScatter, op, dtype, recvCount, kNoRoot, issueOrder(ctx));
   const int n = ctx.transport->size(), me = ctx.transport->rank();
   const size_t esize = dataTypeSize(dtype), bytes = recvCount * esize;
-  if (runsEager(ctx, *exec, bytes)) return reduceScatterEager(ctx, fp, send, recv, recvCount, dtype, op);
+  const SmallRoute route = smallRoute(ctx, *exec, bytes, bytes * size_t(n - 1));
+  if (route != SmallRoute::kPipeline) {
+    return reduceScatterSmall(route, ctx, fp, send, recv, recvCount, dtype, op);
+  }
   RINGGUARD_RETURN_IF_ERROR(exchangeFingerprints(ctx, fp));
   const uint8_t* own = static_cast<const uint8_t*>(send) + size_t(me) * bytes;
   if (n == 1 || recvCount == 0) return own == recv ? Status::ok() : exec->copy(recv, own, bytes);

@@ -18,6 +18,8 @@
 
 namespace ringguard {
 
+class Windows;
+
 // One posted message (payload or trailer) of an implementation.
 class TransportOp {
  public:
@@ -71,6 +73,9 @@ class Transport {
   // running the pipeline (docs/design/protocol.md, "Small collectives in one round"); 0: never. Host
   // transports only.
   virtual size_t eagerBytes() const { return 0; }
+  // Every rank's window when this transport's ranks can read each other's memory (shared memory), for the
+  // one-sided protocol (transport/window.h); null otherwise.
+  virtual Windows* windows() { return nullptr; }
 
   // After a fatal error messages may still be in flight (unmatched fingerprints, error broadcasts).
   // A broken transport keeps its channels out of reuse, so those can never match a later communicator.

@@ -103,18 +103,26 @@ inline CollectiveContext contextFor(Transport* transport, const Options* options
 
 // What carries the data of a LoopbackGroup: the loopback fabric itself, or shared-memory rings over it
 // (the shared-memory transport with the loopback control channel; rings of kTestRingBytes, so messages
-// wrap around and longer ones stream through).
-enum class Wire { kLoopback, kSharedMemory };
+// wrap around and longer ones stream through), without windows (every collective two-sided) or with
+// windows of kTestWindowBytes (collectives that fit take the one-sided protocol, in several chunks, and
+// larger ones the two-sided ring).
+enum class Wire { kLoopback, kSharedMemory, kWindows };
 inline constexpr size_t kTestRingBytes = 1024;
-inline const char* wireName(Wire w) { return w == Wire::kLoopback ? "loopback" : "shm"; }
+inline constexpr size_t kTestWindowBytes = size_t(40) << 10;
+inline const char* wireName(Wire w) {
+  return w == Wire::kLoopback ? "loopback" : w == Wire::kSharedMemory ? "shm" : "windows";
+}
 
 // Wraps each of the group's transports (rank r at index r) in a shared-memory transport over segments
-// made and opened here (what connectSharedMemory does through a Bootstrap).
-inline void wrapInSharedMemory(std::vector<std::unique_ptr<Transport>>* transports, size_t ringBytes) {
+// made and opened here (what connectSharedMemory does through a Bootstrap); `windowCapacity` > 0 gives
+// each segment a window of that many payload bytes per half.
+inline void wrapInSharedMemory(std::vector<std::unique_ptr<Transport>>* transports, size_t ringBytes,
+                               size_t windowCapacity = 0) {
   const int n = int(transports->size());
   std::vector<std::unique_ptr<shm::Segment>> own(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
-    const Status st = shm::Segment::create(r, n, ringBytes, kControlRingBytes, &own[size_t(r)]);
+    const Status st = shm::Segment::create(r, n, ringBytes, kControlRingBytes,
+                                           shmWindowBytes(windowCapacity, n), &own[size_t(r)]);
     ASSERT_TRUE(st.isOk()) << st.toString();
   }
   std::vector<std::vector<std::unique_ptr<shm::Segment>>> peers(static_cast<size_t>(n));
@@ -131,7 +139,8 @@ inline void wrapInSharedMemory(std::vector<std::unique_ptr<Transport>>* transpor
   for (int r = 0; r < n; ++r) {
     (*transports)[size_t(r)] =
         makeShmTransport(std::move((*transports)[size_t(r)]), std::move(own[size_t(r)]),
-                         std::move(peers[size_t(r)]), std::chrono::milliseconds(20000));
+                         std::move(peers[size_t(r)]), std::chrono::milliseconds(20000),
+                         std::chrono::microseconds(0), windowCapacity);
   }
 }
 
@@ -145,6 +154,7 @@ class LoopbackGroup {
     std::vector<std::unique_ptr<Transport>> transports =
         makeLoopbackTransports(int(perRank.size()), &fabric_);
     if (wire == Wire::kSharedMemory) wrapInSharedMemory(&transports, kTestRingBytes);
+    if (wire == Wire::kWindows) wrapInSharedMemory(&transports, kTestRingBytes, kTestWindowBytes);
     for (size_t r = 0; r < perRank.size(); ++r) {
       comms_.push_back(makeCommunicator(std::move(transports[r]), perRank[r]));
     }

@@ -268,7 +268,8 @@ TEST_P(LoopbackCollectives, AlltoallEqualAndUnequalSplits) {
 INSTANTIATE_TEST_SUITE_P(Ranks, LoopbackCollectives,
                          ::testing::Combine(::testing::Range(1, 9),
                                             ::testing::Values(testing::Wire::kLoopback,
-                                                              testing::Wire::kSharedMemory)),
+                                                              testing::Wire::kSharedMemory,
+                                                              testing::Wire::kWindows)),
                          [](const ::testing::TestParamInfo<std::tuple<int, testing::Wire>>& i) {
                            return "np" + std::to_string(std::get<0>(i.param)) + "_" +
                                   testing::wireName(std::get<1>(i.param));
@@ -284,7 +285,7 @@ struct FaultCase {
 class LoopbackCollectiveFaults : public ::testing::TestWithParam<FaultCase> {};
 
 TEST_P(LoopbackCollectiveFaults, EveryCollectiveBitIdenticalAndEveryInjectionDetected) {
-  for (testing::Wire wire : {testing::Wire::kLoopback, testing::Wire::kSharedMemory})
+  for (testing::Wire wire : {testing::Wire::kLoopback, testing::Wire::kSharedMemory, testing::Wire::kWindows})
     for (int n : {2, 3, 5}) {
       SCOPED_TRACE(testing::wireName(wire));
       Options o = smallSlices(256);

@@ -198,8 +198,8 @@ TEST(ShmTransport, ARankThatCannotShareMakesEveryRankFallBackOrFail) {
 // One ring pair per peer, none for the rank itself: what /dev/shm holds per rank is (N - 1) rings.
 TEST(ShmTransport, ASegmentHoldsOneRingPairPerPeer) {
   std::unique_ptr<shm::Segment> two, three;
-  ASSERT_TRUE(shm::Segment::create(0, 2, 4096, 1024, &two).isOk());
-  ASSERT_TRUE(shm::Segment::create(1, 3, 4096, 1024, &three).isOk());
+  ASSERT_TRUE(shm::Segment::create(0, 2, 4096, 1024, 0, &two).isOk());
+  ASSERT_TRUE(shm::Segment::create(1, 3, 4096, 1024, 0, &three).isOk());
   struct stat a, b;
   ASSERT_EQ(stat(("/dev/shm" + two->name()).c_str(), &a), 0);
   ASSERT_EQ(stat(("/dev/shm" + three->name()).c_str(), &b), 0);
@@ -277,7 +277,7 @@ Pair makePair() {
   Pair p;
   p.t = makeLoopbackTransports(2);
   std::vector<std::unique_ptr<shm::Segment>> own(2);
-  for (int r = 0; r < 2; ++r) EXPECT_TRUE(shm::Segment::create(r, 2, 1024, 1024, &own[size_t(r)]).isOk());
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(shm::Segment::create(r, 2, 1024, 1024, 0, &own[size_t(r)]).isOk());
   EXPECT_TRUE(shm::Segment::open(own[1]->name(), 1, 2, own[1]->nonce(), &p.attacker).isOk());
   std::vector<std::vector<std::unique_ptr<shm::Segment>>> peers(2);
   for (int r = 0; r < 2; ++r) {

@@ -59,6 +59,9 @@ SharedMemoryChoice readSharedMemoryChoice(const SettingLookup& lookup, const std
   }
   uint64_t ringBytes = 0;
   c.invalid = parseSetting("RINGGUARD_SHM_RING_BYTES", lookup, &ringBytes);
+  uint64_t windowBytes = 0;
+  if (c.invalid.isOk()) c.invalid = parseSetting("RINGGUARD_SHM_WINDOW_BYTES", lookup, &windowBytes);
+  c.windowBytes = size_t(windowBytes);
   c.mode = c.setting == offSetting ? SharedMemory::kOff
            : c.setting == "shm"    ? SharedMemory::kRequired
                                    : SharedMemory::kAuto;
@@ -83,9 +86,14 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
   // 1. Every rank's mode (or why its setting is unusable) and, where it wants shared memory, its new
   // segment.
   std::unique_ptr<shm::Segment> own;
-  json mine = {{"mode", modeName}, {"ok", true}, {"why", ""}, {"invalid", choice.invalid.message()}};
+  json mine = {{"mode", modeName},
+               {"ok", true},
+               {"why", ""},
+               {"invalid", choice.invalid.message()},
+               {"window", choice.windowBytes}};
+  const size_t windowBytes = shmWindowBytes(choice.windowBytes, size);
   if (mode != SharedMemory::kOff && choice.invalid.isOk()) {
-    const Status st = shm::Segment::create(rank, size, choice.ringBytes, kControlRingBytes, &own);
+    const Status st = shm::Segment::create(rank, size, choice.ringBytes, kControlRingBytes, windowBytes, &own);
     if (st.isOk()) {
       mine["name"] = own->name();
       mine["nonce"] = own->nonce();
@@ -106,6 +114,14 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
   for (int r = 0; r < size; ++r) {
     const std::string theirs = all[size_t(r)]["mode"].get<std::string>();
     if (theirs != modeName) return cpuTransportDiffers(rank, modeName, r, theirs);
+    // Every rank reads every peer's window with its own layout: the capacities must be equal.
+    const json& w = all[size_t(r)]["window"];
+    if (!w.is_number_unsigned() || w.get<uint64_t>() != choice.windowBytes) {
+      return Status(StatusCode::kInvalidArgument,
+                    "RINGGUARD_SHM_WINDOW_BYTES differs between ranks: rank " + std::to_string(rank) + " has " +
+                        std::to_string(choice.windowBytes) + ", rank " + std::to_string(r) + " has " +
+                        w.dump() + " (every rank must set the same)");
+    }
   }
   if (mode == SharedMemory::kOff) return Status::ok();
 
@@ -127,6 +143,10 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
             ? shm::Segment::open(rec["name"].get<std::string>(), r, size, rec["nonce"].get<uint64_t>(),
                                  &peers[size_t(r)])
             : Status(StatusCode::kTransportError, "rank " + std::to_string(r) + " sent no segment name");
+    if (st.isOk() && peers[size_t(r)]->windowBytes() != windowBytes) {
+      st = Status(StatusCode::kTransportError, "its window is " + std::to_string(peers[size_t(r)]->windowBytes()) +
+                                                   " bytes, expected " + std::to_string(windowBytes));
+    }
     if (!st.isOk()) {
       opened["ok"] = false;
       opened["why"] = "rank " + std::to_string(rank) + " could not open rank " + std::to_string(r) +
@@ -157,8 +177,8 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
     }
     return Status::ok();
   }
-  *transport =
-      makeShmTransport(std::move(*transport), std::move(own), std::move(peers), choice.timeout, choice.spin);
+  *transport = makeShmTransport(std::move(*transport), std::move(own), std::move(peers), choice.timeout,
+                                choice.spin, choice.windowBytes);
   return Status::ok();
 }
 

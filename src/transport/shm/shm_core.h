@@ -48,6 +48,8 @@ class ShmCore {
 
   void breakAll();
   shm::Segment& own() { return *own_; }
+  // Rank r's segment (this rank's own at r == rank).
+  shm::Segment& segment(int r) { return r == rank_ ? *own_ : *peers_[size_t(r)]; }
 
  private:
   struct Link {

@@ -30,8 +30,8 @@ size_t roundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 // A segment holds one data ring and one control ring per peer: size - 1 of each.
 size_t indexBytes(int size) { return sizeof(SegmentHeader) + 2 * sizeof(RingIndices) * size_t(size - 1); }
 
-size_t layoutBytes(int size, size_t ringBytes, size_t controlRingBytes) {
-  return indexBytes(size) + (ringBytes + controlRingBytes) * size_t(size - 1);
+size_t layoutBytes(int size, size_t ringBytes, size_t controlRingBytes, size_t windowBytes) {
+  return indexBytes(size) + (ringBytes + controlRingBytes) * size_t(size - 1) + windowBytes;
 }
 
 Status systemError(const std::string& what, int err) {
@@ -66,7 +66,7 @@ void sweepStaleSegments(std::chrono::seconds olderThan) {
 }
 
 Segment::Segment(std::string name, void* base, size_t bytes, bool owner, int rank, int size, size_t ringBytes,
-                 size_t controlRingBytes)
+                 size_t controlRingBytes, size_t windowBytes)
     : name_(std::move(name)),
       base_(base),
       bytes_(bytes),
@@ -75,6 +75,7 @@ Segment::Segment(std::string name, void* base, size_t bytes, bool owner, int ran
       peers_(size - 1),
       ringBytes_(ringBytes),
       controlRingBytes_(controlRingBytes),
+      windowBytes_(windowBytes),
       rings_(reinterpret_cast<RingIndices*>(static_cast<uint8_t*>(base) + sizeof(SegmentHeader))),
       data_(static_cast<uint8_t*>(base) + indexBytes(size)),
       control_(data_ + ringBytes * size_t(size - 1)) {}
@@ -90,16 +91,17 @@ void Segment::unlink() {
   shm_unlink(name_.c_str());
 }
 
-Status Segment::create(int rank, int size, size_t ringBytes, size_t controlRingBytes,
+Status Segment::create(int rank, int size, size_t ringBytes, size_t controlRingBytes, size_t windowBytes,
                        std::unique_ptr<Segment>* out) {
   static std::atomic<uint64_t> made{0};
   static std::once_flag swept;
   std::call_once(swept, [] { sweepStaleSegments(std::chrono::seconds(60)); });
   ringBytes = roundUp(ringBytes, 64);
   controlRingBytes = roundUp(controlRingBytes, 64);
+  windowBytes = roundUp(windowBytes, 64);
   std::ostringstream name;
   name << "/ringguard-" << getpid() << "-" << made.fetch_add(1) << "-" << std::hex << randomBits();
-  const size_t bytes = layoutBytes(size, ringBytes, controlRingBytes);
+  const size_t bytes = layoutBytes(size, ringBytes, controlRingBytes, windowBytes);
   const int fd = shm_open(name.str().c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) return systemError("shm_open " + name.str(), errno);
   // posix_fallocate reserves the pages: a /dev/shm too small fails here, not with SIGBUS at a later write.
@@ -122,9 +124,11 @@ Status Segment::create(int rank, int size, size_t ringBytes, size_t controlRingB
   h->size = size;
   h->ringBytes = ringBytes;
   h->controlRingBytes = controlRingBytes;
+  h->windowBytes = windowBytes;
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kMagic;
-  out->reset(new Segment(name.str(), base, bytes, /*owner=*/true, rank, size, ringBytes, controlRingBytes));
+  out->reset(new Segment(name.str(), base, bytes, /*owner=*/true, rank, size, ringBytes, controlRingBytes,
+                         windowBytes));
   return Status::ok();
 }
 
@@ -151,16 +155,18 @@ Status Segment::open(const std::string& name, int rank, int size, uint64_t nonce
     bad = "made by rank " + std::to_string(h->rank) + " of " + std::to_string(h->size) + ", expected rank " +
           std::to_string(rank) + " of " + std::to_string(size);
   } else if (h->ringBytes == 0 || h->ringBytes % 64 != 0 || h->controlRingBytes == 0 ||
-             h->controlRingBytes % 64 != 0 || layoutBytes(size, h->ringBytes, h->controlRingBytes) != bytes) {
+             h->controlRingBytes % 64 != 0 || h->windowBytes % 64 != 0 ||
+             layoutBytes(size, h->ringBytes, h->controlRingBytes, h->windowBytes) != bytes) {
     bad = "its size (" + std::to_string(bytes) + " bytes) does not match its rings of " +
-          std::to_string(h->ringBytes) + " and " + std::to_string(h->controlRingBytes) + " bytes";
+          std::to_string(h->ringBytes) + " and " + std::to_string(h->controlRingBytes) + " bytes and its " +
+          std::to_string(h->windowBytes) + "-byte window";
   }
   if (!bad.empty()) {
     munmap(base, bytes);
     return Status(StatusCode::kTransportError, "shared memory " + name + ": " + bad);
   }
   out->reset(new Segment(name, base, bytes, /*owner=*/false, rank, size, size_t(h->ringBytes),
-                         size_t(h->controlRingBytes)));
+                         size_t(h->controlRingBytes), size_t(h->windowBytes)));
   return Status::ok();
 }
 

@@ -3,7 +3,7 @@
 // which that peer writes and this rank reads (docs/design/protocol.md, "Shared-memory transport").
 //
 //   header | data ring indices [size] | control ring indices [size] | data rings [size] | control rings
-//   [size]
+//   [size] | window (transport/window.h; none when windowBytes is 0)
 //
 // Each peer has two rings here: one for payloads and trailers (the data plane), one for sealed control
 // frames, so a control frame never waits behind a slice.
@@ -44,6 +44,7 @@ struct alignas(64) SegmentHeader {
   int32_t size;
   uint64_t ringBytes;
   uint64_t controlRingBytes;
+  uint64_t windowBytes;  // this rank's window for the one-sided protocol, 0: none
   alignas(
       64) std::atomic<uint32_t> doorbell;  // futex word: raised whenever something this rank waits on moved
   std::atomic<uint32_t> sleepers;          // threads of this rank blocked on it (a raise wakes only then)
@@ -59,7 +60,7 @@ class Segment {
  public:
   // A new segment of this rank (name unique: pid, a counter and random bits), reserved in full so a
   // full /dev/shm is an error here and never a SIGBUS later.
-  static Status create(int rank, int size, size_t ringBytes, size_t controlRingBytes,
+  static Status create(int rank, int size, size_t ringBytes, size_t controlRingBytes, size_t windowBytes,
                        std::unique_ptr<Segment>* out);
   // A peer's segment by the name it published; checks that it is the one that peer made (`nonce`).
   static Status open(const std::string& name, int rank, int size, uint64_t nonce,
@@ -81,6 +82,9 @@ class Segment {
   size_t controlRingBytes() const { return controlRingBytes_; }
   RingIndices& controlRing(int sender) const { return rings_[peers_ + slot(sender)]; }
   uint8_t* controlData(int sender) const { return control_ + size_t(slot(sender)) * controlRingBytes_; }
+  // The owner's window (transport/window.h), windowBytes() long; null when it has none.
+  size_t windowBytes() const { return windowBytes_; }
+  uint8_t* window() const { return windowBytes_ == 0 ? nullptr : control_ + size_t(peers_) * controlRingBytes_; }
 
   // The doorbell: raise() after publishing bytes or space; wait(seen, max) blocks while it still reads
   // `seen`, at most `max`.
@@ -90,7 +94,7 @@ class Segment {
 
  private:
   Segment(std::string name, void* base, size_t bytes, bool owner, int rank, int size, size_t ringBytes,
-          size_t controlRingBytes);
+          size_t controlRingBytes, size_t windowBytes);
   int slot(int sender) const { return sender < rank_ ? sender : sender - 1; }
   SegmentHeader* header() const { return static_cast<SegmentHeader*>(base_); }
 
@@ -102,6 +106,7 @@ class Segment {
   int peers_;  // size - 1: rings of each kind
   size_t ringBytes_;
   size_t controlRingBytes_;
+  size_t windowBytes_;
   RingIndices* rings_;  // [2 * peers]: data rings, then control rings, by slot
   uint8_t* data_;
   uint8_t* control_;

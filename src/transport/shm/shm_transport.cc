@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "transport/shm/shm_core.h"
+#include "transport/window.h"
 
 namespace ringguard {
 
@@ -56,7 +57,7 @@ class ShmTransport final : public Transport {
  public:
   ShmTransport(std::unique_ptr<Transport> host, std::unique_ptr<shm::Segment> own,
                std::vector<std::unique_ptr<shm::Segment>> peers, std::chrono::milliseconds sendTimeout,
-               std::chrono::microseconds spin)
+               std::chrono::microseconds spin, size_t windowCapacity)
       : Transport(host->rank(), host->size()),
         spin_(spin),
         host_(std::move(host)),
@@ -66,6 +67,13 @@ class ShmTransport final : public Transport {
     hostWakes_ = host_->setEventListener([core] {
       if (auto c = core.lock()) c->own().raise();
     });
+    if (windowCapacity > 0) {
+      std::vector<uint8_t*> base(static_cast<size_t>(size()));
+      for (int r = 0; r < size(); ++r) base[size_t(r)] = core_->segment(r).window();
+      ShmCore* c = core_.get();  // the windows live in the core's segments and die with this transport
+      windows_ = std::make_unique<Windows>(rank(), WindowLayout::of(windowCapacity, size()), std::move(base),
+                                           [c](int r) { c->segment(r).raise(); });
+    }
   }
   ~ShmTransport() override {
     host_->setEventListener(nullptr);
@@ -79,6 +87,7 @@ class ShmTransport final : public Transport {
   size_t eagerBytes() const override { return kHostEagerBytes; }
   ControlChannel* control() override { return &control_; }
   std::chrono::microseconds pollBeforeBlocking() const override { return spin_; }
+  Windows* windows() override { return windows_.get(); }
 
  protected:
   Status doPostSend(int peer, Channel channel, const void* data, size_t bytes,
@@ -121,6 +130,7 @@ class ShmTransport final : public Transport {
   std::unique_ptr<Transport> host_;
   std::shared_ptr<ShmCore> core_;
   ShmControlChannel control_;
+  std::unique_ptr<Windows> windows_;
   bool hostWakes_ = false;
 };
 
@@ -130,8 +140,13 @@ std::unique_ptr<Transport> makeShmTransport(std::unique_ptr<Transport> host,
                                             std::unique_ptr<shm::Segment> own,
                                             std::vector<std::unique_ptr<shm::Segment>> peers,
                                             std::chrono::milliseconds sendTimeout,
-                                            std::chrono::microseconds spin) {
-  return std::make_unique<ShmTransport>(std::move(host), std::move(own), std::move(peers), sendTimeout, spin);
+                                            std::chrono::microseconds spin, size_t windowCapacity) {
+  return std::make_unique<ShmTransport>(std::move(host), std::move(own), std::move(peers), sendTimeout, spin,
+                                        windowCapacity);
+}
+
+size_t shmWindowBytes(size_t windowCapacity, int size) {
+  return windowCapacity == 0 ? 0 : WindowLayout::of(windowCapacity, size).bytes;
 }
 
 }  // namespace ringguard

@@ -35,6 +35,9 @@ struct SharedMemoryChoice {
   std::string setting;     // RINGGUARD_CPU_TRANSPORT's value, for messages
   std::string offSetting;  // its value that keeps the host transport, named in a fallback's warning
   size_t ringBytes = 0;    // per inbound data ring: at least one default slice and its trailer
+  // Payload bytes per half of each rank's window for the one-sided protocol (RINGGUARD_SHM_WINDOW_BYTES;
+  // 0: none, every collective takes the two-sided protocol).
+  size_t windowBytes = 0;
   std::chrono::milliseconds timeout{0};  // how long a control frame may wait for room in a peer's ring
   // How long a wait polls the rings before it sleeps on the doorbell. 0 (a few polls) where the ranks may
   // share cores with threads that complete their waits (torch's); under mpirun every rank owns its core and
@@ -46,7 +49,7 @@ struct SharedMemoryChoice {
   Status invalid;
 };
 
-// RINGGUARD_CPU_TRANSPORT and RINGGUARD_SHM_RING_BYTES through `lookup`: `offSetting` (the value that keeps
+// RINGGUARD_CPU_TRANSPORT, RINGGUARD_SHM_RING_BYTES and RINGGUARD_SHM_WINDOW_BYTES through `lookup`: `offSetting` (the value that keeps
 // the host transport) is kOff, shm kRequired, every other value kAuto; a value that does not parse comes
 // back in `invalid`, with its text as `setting`. The bootstrap's owner adds what is its own (a value it
 // refuses, the waits' polling).
@@ -68,11 +71,16 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
 inline constexpr size_t kControlRingBytes = size_t(256) << 10;
 
 // The transport itself, over segments already mapped (what connectSharedMemory does): `own` is this rank's,
-// peers[p] peer p's (null at this rank).
+// peers[p] peer p's (null at this rank). `windowCapacity` > 0: every segment holds a window of
+// WindowLayout::of(windowCapacity, size).bytes (shmWindowBytes), which the transport offers as windows().
 std::unique_ptr<Transport> makeShmTransport(std::unique_ptr<Transport> host,
                                             std::unique_ptr<shm::Segment> own,
                                             std::vector<std::unique_ptr<shm::Segment>> peers,
                                             std::chrono::milliseconds sendTimeout,
-                                            std::chrono::microseconds spin = std::chrono::microseconds(0));
+                                            std::chrono::microseconds spin = std::chrono::microseconds(0),
+                                            size_t windowCapacity = 0);
+
+// Bytes of a segment's window for `windowCapacity` payload bytes per half (0: none).
+size_t shmWindowBytes(size_t windowCapacity, int size);
 
 }  // namespace ringguard

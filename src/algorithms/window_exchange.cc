@@ -1,0 +1,265 @@
+#include "algorithms/window_exchange.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "ringguard/core/crc32.h"
+#include "core/fault_injector.h"
+#include "transport/window.h"
+
+namespace ringguard {
+
+namespace {
+
+// Polls of a flag before a wait goes through pollUntil (its deadline, peers' errors, abort and the doorbell):
+// a peer that is already there costs no more than these loads.
+constexpr int kInlinePolls = 64;
+
+template <typename Ready>
+Status waitUntil(const CollectiveContext& ctx, const Ready& ready, const std::function<std::string()>& what,
+                 int peer) {
+  for (int i = 0; i < kInlinePolls; ++i) {
+    if (ready()) return Status::ok();
+  }
+  return pollUntil(
+      ctx,
+      [&ready](bool* done) {
+        *done = ready();
+        return Status::ok();
+      },
+      what, peer);
+}
+
+std::string where(const CollectiveContext& ctx) {
+  return std::string(ctx.name) + " seq " + std::to_string(ctx.seq) + " on rank " +
+         std::to_string(ctx.transport->rank());
+}
+
+// The fingerprint as published, with its CRC: what a reader copies out of a peer's half before checking it.
+struct SealedFingerprint {
+  Fingerprint fingerprint;
+  uint32_t crc;
+};
+
+// This rank's publication of epoch `e`: the part table (one entry per reader; payloads that are the same
+// bytes for several readers share one part), the fingerprint, then the chunks, each visible to readers as
+// soon as its epoch is stored.
+void publish(const CollectiveContext& ctx, const Windows& w, uint64_t e, const Fingerprint& mine,
+             const std::vector<EagerPayload>& out) {
+  const int n = w.size(), me = w.rank();
+  const WindowLayout& layout = w.layout();
+  std::vector<int> ownerOf(size_t(n), -1);  // the reader whose part a reader's payload shares
+  uint64_t offset = 0, chunk = 0;
+  for (int r = 0; r < n; ++r) {
+    PartEntry& part = w.part(me, e, r);
+    const EagerPayload& o = out[size_t(r)];
+    if (r == me || o.bytes == 0) {
+      part = PartEntry{0, 0, 0};
+      continue;
+    }
+    for (int q = 0; q < r; ++q) {
+      if (q != me && out[size_t(q)].data == o.data && out[size_t(q)].bytes == o.bytes) {
+        ownerOf[size_t(r)] = q;
+        break;
+      }
+    }
+    if (ownerOf[size_t(r)] >= 0) {
+      part = w.part(me, e, ownerOf[size_t(r)]);
+      continue;
+    }
+    part = PartEntry{offset, o.bytes, chunk};
+    offset += (o.bytes + 63) / 64 * 64;
+    chunk += layout.chunksOf(o.bytes);
+  }
+  HalfHeader& h = w.half(me, e);
+  h.fingerprint = mine;
+  h.fingerprintCrc = crc32(&mine, sizeof mine);
+  h.epoch.store(e, std::memory_order_release);
+
+  uint8_t* data = w.data(me, e);
+  for (int r = 0; r < n; ++r) {
+    if (r == me || out[size_t(r)].bytes == 0 || ownerOf[size_t(r)] >= 0) continue;
+    const PartEntry part = w.part(me, e, r);
+    const auto* src = static_cast<const uint8_t*>(out[size_t(r)].data);
+    for (uint64_t k = 0; k < layout.chunksOf(part.bytes); ++k) {
+      const size_t at = size_t(k) * kWindowChunkBytes;
+      const size_t len = std::min(kWindowChunkBytes, size_t(part.bytes) - at);
+      const uint32_t slice = uint32_t(part.firstChunk + k);
+      if (ctx.injector != nullptr && ctx.injector->enabled()) {
+        int delay = 0;
+        for (int p = 0; p < n; ++p) {
+          if (p != me) delay = std::max(delay, ctx.injector->delayMs(ctx.seq, 0, int(slice), p, 0));
+        }
+        if (delay > 0) {
+          ctx.counters->delayed++;
+          std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+        }
+      }
+      // The CRC of the source, so a copy damaged on its way into the window fails the readers' check.
+      const uint32_t crc = crc32(src + at, len);
+      std::memcpy(data + part.offset + at, src + at, len);
+      ChunkEntry& c = w.chunk(me, e, size_t(part.firstChunk + k));
+      c.trailer = makeTrailer(SliceId{ctx.seq, 0, slice, uint32_t(me), uint32_t(len), 0}, crc, 0);
+      c.epoch.store(e, std::memory_order_release);
+      ctx.counters->slicesSent++;
+      ctx.counters->bytesSent += len;
+    }
+  }
+  for (int p = 0; p < n; ++p) {
+    if (p != me) w.wake(p);
+  }
+}
+
+// Peer p's fingerprint of epoch `e`, once its CRC holds (control-mode fault injection damages the first read,
+// keyed as the fingerprint frame from p would be).
+Status readFingerprint(const CollectiveContext& ctx, const Windows& w, uint64_t e, int p, Fingerprint* out) {
+  const int me = w.rank();
+  const HalfHeader& h = w.half(p, e);
+  RINGGUARD_RETURN_IF_ERROR(waitUntil(
+      ctx, [&h, e] { return h.epoch.load(std::memory_order_acquire) == e; },
+      [p] { return "rank " + std::to_string(p) + "'s fingerprint in its window"; }, p));
+  const int reads = std::max(1, ctx.options->maxRetries + 1);
+  for (int attempt = 0; attempt < reads; ++attempt) {
+    SealedFingerprint copy;
+    std::memcpy(&copy.fingerprint, &h.fingerprint, sizeof copy.fingerprint);
+    copy.crc = h.fingerprintCrc;
+    if (attempt == 0 && ctx.injector != nullptr &&
+        ctx.injector->corruptsControl(ctx.seq, int(ControlTag::kFingerprint), p, me) &&
+        ctx.injector->corruptControl(ctx.seq, int(ControlTag::kFingerprint), p, me,
+                                     reinterpret_cast<uint8_t*>(&copy), sizeof copy)) {
+      ctx.counters->injected++;
+    }
+    if (crc32(&copy.fingerprint, sizeof copy.fingerprint) == copy.crc) {
+      *out = copy.fingerprint;
+      return Status::ok();
+    }
+    ctx.counters->detected++;
+  }
+  return Status(StatusCode::kCorruption, where(ctx) + ": rank " + std::to_string(p) +
+                                             "'s fingerprint in its window failed its CRC on all " +
+                                             std::to_string(reads) + " reads");
+}
+
+// Peer p's part for this rank, into `dst` (`bytes`, what the agreed arguments say): the part table entry
+// bounds-checked, then chunk by chunk as each is published, verified, re-read on a failure.
+Status readPart(const CollectiveContext& ctx, const Windows& w, uint64_t e, int p, size_t bytes, uint8_t* dst) {
+  const int me = w.rank();
+  const WindowLayout& layout = w.layout();
+  const PartEntry part = w.part(p, e, me);
+  if (part.bytes != bytes || part.offset > layout.capacity || part.bytes > layout.capacity - part.offset ||
+      part.firstChunk > layout.maxChunks || layout.chunksOf(bytes) > layout.maxChunks - part.firstChunk) {
+    return Status(StatusCode::kTransportError,
+                  where(ctx) + ": rank " + std::to_string(p) + "'s window gives this rank " +
+                      std::to_string(part.bytes) + " bytes at offset " + std::to_string(part.offset) +
+                      ", chunk " + std::to_string(part.firstChunk) + "; expected " + std::to_string(bytes) +
+                      " bytes within a window of " + std::to_string(layout.capacity) + " bytes and " +
+                      std::to_string(layout.maxChunks) + " chunks");
+  }
+  const uint8_t* data = w.data(p, e) + part.offset;
+  const int reads = std::max(1, ctx.options->maxRetries + 1);
+  for (uint64_t k = 0; k < layout.chunksOf(bytes); ++k) {
+    const size_t at = size_t(k) * kWindowChunkBytes;
+    const size_t len = std::min(kWindowChunkBytes, bytes - at);
+    const uint32_t slice = uint32_t(part.firstChunk + k);
+    const ChunkEntry& c = w.chunk(p, e, size_t(part.firstChunk + k));
+    RINGGUARD_RETURN_IF_ERROR(waitUntil(
+        ctx, [&c, e] { return c.epoch.load(std::memory_order_acquire) == e; },
+        [p, slice] { return "chunk " + std::to_string(slice) + " in rank " + std::to_string(p) + "'s window"; },
+        p));
+    const SliceId expected{ctx.seq, 0, slice, uint32_t(p), uint32_t(len), 0};
+    SliceCheck check = SliceCheck::kOk;
+    for (int attempt = 0; attempt < reads; ++attempt) {
+      std::memcpy(dst + at, data + at, len);
+      EagerView view;
+      view.payload = dst + at;
+      view.bytes = len;
+      view.trailer = c.trailer;
+      check = verifyEagerPayload(ctx, expected, view, ctx.counters, attempt);
+      if (!isLinkFailure(check)) break;
+    }
+    if (isLinkFailure(check)) {
+      return Status(StatusCode::kCorruption,
+                    where(ctx) + ": chunk " + std::to_string(slice) + " of rank " + std::to_string(p) +
+                        "'s window failed verification on all " + std::to_string(reads) +
+                        " reads (" + sliceCheckName(check) + ")");
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+bool runsOneSided(const CollectiveContext& ctx, const Executor& exec, size_t publishBytes) {
+  const Windows* w = ctx.transport->windows();
+  // Each part is padded to 64 bytes: at most `size` parts.
+  return w != nullptr && exec.memory() == MemoryKind::kHost && w->size() >= 2 &&
+         publishBytes + 64 * size_t(w->size()) <= w->layout().capacity;
+}
+
+Status windowExchange(const CollectiveContext& ctx, const Fingerprint& mine, const std::vector<EagerPayload>& out,
+                      const std::vector<size_t>& inBytes, std::vector<std::vector<uint8_t>>* in) {
+  Windows& w = *ctx.transport->windows();
+  const int n = w.size(), me = w.rank();
+  const uint64_t e = w.nextEpoch();
+  // Half e & 1 was last read at epoch e - 2: every peer must be done with it before it is overwritten.
+  if (e > 2) {
+    for (int p = 0; p < n; ++p) {
+      if (p == me) continue;
+      const WindowHeader& h = w.header(p);
+      RINGGUARD_RETURN_IF_ERROR(waitUntil(
+          ctx, [&h, e] { return h.done.load(std::memory_order_acquire) >= e - 2; },
+          [p] { return "rank " + std::to_string(p) + " to finish reading the window of two collectives ago"; },
+          p));
+    }
+  }
+  publish(ctx, w, e, mine, out);
+
+  std::vector<Fingerprint> all(static_cast<size_t>(n));
+  all[size_t(me)] = mine;
+  for (int p = 0; p < n; ++p) {
+    if (p != me) RINGGUARD_RETURN_IF_ERROR(readFingerprint(ctx, w, e, p, &all[size_t(p)]));
+  }
+  // The same error on every rank: the lowest rank against the lowest rank that differs from it.
+  for (int r = 1; r < n; ++r) {
+    if (!(all[size_t(r)] == all[0])) return compareFingerprints(0, all[0], r, all[size_t(r)]);
+  }
+
+  in->assign(size_t(n), {});
+  for (int p = 0; p < n; ++p) {
+    if (p == me || inBytes[size_t(p)] == 0) continue;
+    (*in)[size_t(p)].resize(inBytes[size_t(p)]);
+    RINGGUARD_RETURN_IF_ERROR(readPart(ctx, w, e, p, inBytes[size_t(p)], (*in)[size_t(p)].data()));
+  }
+  w.header(me).done.store(e, std::memory_order_release);
+  for (int p = 0; p < n; ++p) {
+    if (p != me) w.wake(p);
+  }
+  return Status::ok();
+}
+
+SmallRoute smallRoute(const CollectiveContext& ctx, const Executor& exec, size_t maxPayload,
+                      size_t publishBytes) {
+  if (runsOneSided(ctx, exec, publishBytes)) return SmallRoute::kWindow;
+  return runsEager(ctx, exec, maxPayload) ? SmallRoute::kEager : SmallRoute::kPipeline;
+}
+
+Status smallExchange(SmallRoute route, const CollectiveContext& ctx, const Fingerprint& mine,
+                     const std::vector<EagerPayload>& out, const std::vector<size_t>& inBytes,
+                     std::vector<std::vector<uint8_t>>* in) {
+  return route == SmallRoute::kWindow ? windowExchange(ctx, mine, out, inBytes, in)
+                                      : eagerExchange(ctx, mine, out, inBytes, in);
+}
+
+Status smallExchangeAll(SmallRoute route, const CollectiveContext& ctx, const Fingerprint& mine,
+                        const void* data, size_t bytes, std::vector<std::vector<uint8_t>>* in) {
+  const size_t n = size_t(ctx.transport->size()), me = size_t(ctx.transport->rank());
+  std::vector<EagerPayload> out(n, EagerPayload{data, bytes});
+  std::vector<size_t> inBytes(n, bytes);
+  out[me] = EagerPayload{};
+  inBytes[me] = 0;
+  return smallExchange(route, ctx, mine, out, inBytes, in);
+}
+
+}  // namespace ringguard

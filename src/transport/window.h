@@ -1,0 +1,118 @@
+#pragma once
+// Windows: memory every rank of a group can read, each rank's written by its owner only (the one-sided
+// protocol on host memory: docs/design/protocol.md, "The one-sided protocol on host shared memory"). A
+// transport that has them (shared memory: a region of each rank's segment) hands them to the collectives,
+// which publish into their own window and read their peers'. Layout of one rank's window:
+//
+//   WindowHeader | half 0: HalfHeader, PartEntry[size], ChunkEntry[maxChunks], data[capacity] | half 1
+//
+// A publication is up to `size` parts (byte ranges of the data, each split into chunks); the part table
+// says, for every reading rank, which part is its own: one part shared by every reader (all-reduce,
+// all-gather, broadcast) or one per reader (reduce-scatter).
+// A collective with epoch e (the window's own count of one-sided collectives, from 1) uses half e & 1.
+// Everything a peer wrote is read as untrusted: epochs are compared for equality, chunk entries are
+// trailers checked like ring slices, the fingerprint carries its CRC; no size or offset is read from a peer.
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/fingerprint.h"
+#include "core/trailer.h"
+
+namespace ringguard {
+
+// Bytes of one chunk: the unit a reader waits for, verifies and re-reads (a publication of several chunks
+// is read while it is written).
+inline constexpr size_t kWindowChunkBytes = size_t(16) << 10;
+
+struct alignas(64) WindowHeader {
+  std::atomic<uint64_t> done;  // the last epoch whose reads of every peer's half this rank finished
+};
+
+struct alignas(64) HalfHeader {
+  std::atomic<uint64_t> epoch;  // stored (release) once fingerprint and fingerprintCrc are written
+  Fingerprint fingerprint;
+  uint32_t fingerprintCrc;  // crc32 of the fingerprint's bytes
+};
+
+// Reader r's part of a publication. Read from a peer, so bounds-checked before use (readers also compare
+// `bytes` with what the agreed arguments say it must be).
+struct PartEntry {
+  uint64_t offset;      // in the half's data
+  uint64_t bytes;
+  uint64_t firstChunk;  // its chunks are firstChunk .. firstChunk + chunksOf(bytes) - 1
+};
+
+struct alignas(64) ChunkEntry {
+  std::atomic<uint64_t> epoch;  // stored (release) once the chunk's bytes and trailer are written
+  Trailer trailer;              // the chunk as a ring slice: seq, step 0, slice = chunk, column = owner
+};
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "windows need lock-free 64-bit atomics");
+
+// Where things are in a window of `capacity` payload bytes per half for a group of `size` ranks.
+struct WindowLayout {
+  size_t capacity = 0;
+  size_t maxChunks = 0;  // ceil(capacity / chunk) + size: a publication of up to `size` parts
+  int size = 0;         // ranks: entries of the part table
+  size_t halfBytes = 0;
+  size_t bytes = 0;  // the whole window
+  size_t chunksAt = 0, dataAt = 0;  // offsets in a half
+
+  static WindowLayout of(size_t capacity, int size);
+  size_t chunksOf(size_t partBytes) const {
+    return (partBytes + kWindowChunkBytes - 1) / kWindowChunkBytes;
+  }
+};
+
+// Every rank's window of one group, mapped in this process.
+class Windows {
+ public:
+  // base[r]: rank r's window (this rank's own at base[rank]); `wake(r)` rings rank r's doorbell.
+  Windows(int rank, const WindowLayout& layout, std::vector<uint8_t*> base, std::function<void(int)> wake)
+      : rank_(rank), layout_(layout), base_(std::move(base)), wake_(std::move(wake)) {}
+
+  int rank() const { return rank_; }
+  int size() const { return int(base_.size()); }
+  const WindowLayout& layout() const { return layout_; }
+  // The epoch of this rank's next one-sided collective (every rank counts alike: they route alike).
+  uint64_t nextEpoch() { return ++epoch_; }
+
+  WindowHeader& header(int r) const { return *reinterpret_cast<WindowHeader*>(base_[size_t(r)]); }
+  HalfHeader& half(int r, uint64_t epoch) const { return *reinterpret_cast<HalfHeader*>(halfBase(r, epoch)); }
+  PartEntry& part(int r, uint64_t epoch, int reader) const {
+    return reinterpret_cast<PartEntry*>(halfBase(r, epoch) + sizeof(HalfHeader))[reader];
+  }
+  ChunkEntry& chunk(int r, uint64_t epoch, size_t k) const {
+    return reinterpret_cast<ChunkEntry*>(halfBase(r, epoch) + layout_.chunksAt)[k];
+  }
+  uint8_t* data(int r, uint64_t epoch) const { return halfBase(r, epoch) + layout_.dataAt; }
+  void wake(int r) const { wake_(r); }
+
+ private:
+  uint8_t* halfBase(int r, uint64_t epoch) const {
+    return base_[size_t(r)] + sizeof(WindowHeader) + size_t(epoch & 1) * layout_.halfBytes;
+  }
+
+  const int rank_;
+  const WindowLayout layout_;
+  const std::vector<uint8_t*> base_;
+  const std::function<void(int)> wake_;
+  uint64_t epoch_ = 0;
+};
+
+inline WindowLayout WindowLayout::of(size_t capacity, int size) {
+  WindowLayout l;
+  l.capacity = (capacity + 63) / 64 * 64;
+  l.maxChunks = l.chunksOf(l.capacity) + size_t(size);
+  l.size = size;
+  l.chunksAt = (sizeof(HalfHeader) + size_t(size) * sizeof(PartEntry) + 63) / 64 * 64;
+  l.dataAt = l.chunksAt + l.maxChunks * sizeof(ChunkEntry);
+  l.halfBytes = l.dataAt + l.capacity;
+  l.bytes = sizeof(WindowHeader) + 2 * l.halfBytes;
+  return l;
+}
+
+}  // namespace ringguard
