@@ -176,6 +176,7 @@ Status readPart(const CollectiveContext& ctx, const Windows& w, uint64_t e, int 
       view.payload = dst + at;
       view.bytes = len;
       view.trailer = c.trailer;
+      if (attempt > 0) ctx.counters->retransmitted++;  // re-read from the publication the peer retains
       check = verifyEagerPayload(ctx, expected, view, ctx.counters, attempt);
       if (!isLinkFailure(check)) break;
     }
@@ -185,6 +186,50 @@ Status readPart(const CollectiveContext& ctx, const Windows& w, uint64_t e, int 
                         "'s window failed verification on all " + std::to_string(reads) +
                         " reads (" + sliceCheckName(check) + ")");
     }
+  }
+  return Status::ok();
+}
+
+// The end of a collective: this rank says whether its reads succeeded (done) or failed (failed, with why),
+// then waits for every peer to say the same, so every rank returns the same outcome in the same collective:
+// OK, or the lowest failed rank's kCorruption. Peers' publications stay untouched until then, as does this
+// rank's (a peer still reading it).
+Status settle(const CollectiveContext& ctx, const Windows& w, uint64_t e, const Status& read) {
+  const int n = w.size(), me = w.rank();
+  WindowHeader& own = w.header(me);
+  if (read.isOk()) {
+    own.done.store(e, std::memory_order_release);
+  } else {
+    const std::string& why = read.message();
+    const size_t len = std::min(why.size(), kWindowWhyBytes - 1);
+    std::memcpy(own.why, why.data(), len);
+    own.why[len] = '\0';
+    own.failed.store(e, std::memory_order_release);
+  }
+  for (int p = 0; p < n; ++p) {
+    if (p != me) w.wake(p);
+  }
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    const WindowHeader& h = w.header(p);
+    RINGGUARD_RETURN_IF_ERROR(waitUntil(
+        ctx,
+        [&h, e] {
+          return h.done.load(std::memory_order_acquire) >= e || h.failed.load(std::memory_order_acquire) == e;
+        },
+        [p] { return "rank " + std::to_string(p) + " to finish reading the windows"; }, p));
+  }
+  for (int p = 0; p < n; ++p) {
+    if (p == me) {
+      if (!read.isOk()) return read;
+      continue;
+    }
+    const WindowHeader& h = w.header(p);
+    if (h.failed.load(std::memory_order_acquire) != e) continue;
+    char why[kWindowWhyBytes];
+    std::memcpy(why, h.why, sizeof why);  // a peer's text: bounded here, whatever it wrote
+    why[sizeof why - 1] = '\0';
+    return Status(StatusCode::kCorruption, why);
   }
   return Status::ok();
 }
@@ -203,17 +248,8 @@ Status windowExchange(const CollectiveContext& ctx, const Fingerprint& mine, con
   Windows& w = *ctx.transport->windows();
   const int n = w.size(), me = w.rank();
   const uint64_t e = w.nextEpoch();
-  // Half e & 1 was last read at epoch e - 2: every peer must be done with it before it is overwritten.
-  if (e > 2) {
-    for (int p = 0; p < n; ++p) {
-      if (p == me) continue;
-      const WindowHeader& h = w.header(p);
-      RINGGUARD_RETURN_IF_ERROR(waitUntil(
-          ctx, [&h, e] { return h.done.load(std::memory_order_acquire) >= e - 2; },
-          [p] { return "rank " + std::to_string(p) + " to finish reading the window of two collectives ago"; },
-          p));
-    }
-  }
+  // Half e & 1 is free: every peer finished reading this rank's epoch e - 1 (and e - 2) before the settle
+  // of e - 1 let this rank return.
   publish(ctx, w, e, mine, out);
 
   std::vector<Fingerprint> all(static_cast<size_t>(n));
@@ -227,16 +263,16 @@ Status windowExchange(const CollectiveContext& ctx, const Fingerprint& mine, con
   }
 
   in->assign(size_t(n), {});
-  for (int p = 0; p < n; ++p) {
+  Status read;
+  for (int p = 0; p < n && read.isOk(); ++p) {
     if (p == me || inBytes[size_t(p)] == 0) continue;
     (*in)[size_t(p)].resize(inBytes[size_t(p)]);
-    RINGGUARD_RETURN_IF_ERROR(readPart(ctx, w, e, p, inBytes[size_t(p)], (*in)[size_t(p)].data()));
+    read = readPart(ctx, w, e, p, inBytes[size_t(p)], (*in)[size_t(p)].data());
   }
-  w.header(me).done.store(e, std::memory_order_release);
-  for (int p = 0; p < n; ++p) {
-    if (p != me) w.wake(p);
-  }
-  return Status::ok();
+  // A read that failed for good (kCorruption) is told in the window; any other error (a timeout, a peer's
+  // error, abort) goes out as an error frame from the communicator, as on every path.
+  if (!read.isOk() && read.code() != StatusCode::kCorruption) return read;
+  return settle(ctx, w, e, read);
 }
 
 SmallRoute smallRoute(const CollectiveContext& ctx, const Executor& exec, size_t maxPayload,

@@ -27,8 +27,14 @@ namespace ringguard {
 // is read while it is written).
 inline constexpr size_t kWindowChunkBytes = size_t(16) << 10;
 
+inline constexpr size_t kWindowWhyBytes = 512;
+
 struct alignas(64) WindowHeader {
   std::atomic<uint64_t> done;  // the last epoch whose reads of every peer's half this rank finished
+  // The epoch whose reads failed here (a chunk corrupt on every re-read), stored (release) once `why` holds
+  // the error's message, NUL-terminated: every rank of the collective returns the first failed rank's.
+  alignas(64) std::atomic<uint64_t> failed;
+  char why[kWindowWhyBytes];
 };
 
 struct alignas(64) HalfHeader {

@@ -14,7 +14,8 @@ struct Counters {
   uint64_t injected = 0;         // corruptions injected into slices (or control frames) received here
   uint64_t detected = 0;         // link failures detected here (CRC, malformed or stale trailer, size;
                                  // control frames rejected by the control channel)
-  uint64_t retransmitted = 0;    // slices this rank resent from its retained bytes
+  uint64_t retransmitted = 0;    // slices this rank resent from its retained bytes (or re-read from the
+                                 // publication a peer retains in its window)
   uint64_t escaped = 0;          // injected corruptions that passed verification (must stay 0)
   uint64_t delayed = 0;          // slices this rank sent late on purpose (fault injection)
   uint64_t repairRounds = 0;     // repair rounds run
