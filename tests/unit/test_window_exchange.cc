@@ -1,0 +1,175 @@
+// The one-sided protocol on host shared memory (algorithms/window_exchange.h): what the collective suites
+// (test_loopback_collectives.cc, Wire::kWindows) do not show. No control frame when nothing fails; failures
+// end the same way on every rank in the same collective; a peer's window is read as untrusted.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "algorithms/window_exchange.h"
+#include "algorithms/executor.h"
+#include "loopback_util.h"
+#include "ringguard/runtime/communicator.h"
+#include "transport/window.h"
+#include "ringguard/core/crc32.h"
+
+namespace ringguard {
+namespace {
+
+using testing::LoopbackGroup;
+using testing::Wire;
+
+std::vector<int32_t> ramp(int rank, size_t count) {
+  std::vector<int32_t> v(count);
+  for (size_t i = 0; i < count; ++i) v[i] = int32_t(rank * 1000 + int(i % 997));
+  return v;
+}
+
+std::vector<int32_t> rampSum(int n, size_t count) {
+  std::vector<int32_t> v(count, 0);
+  for (int r = 0; r < n; ++r) {
+    const std::vector<int32_t> x = ramp(r, count);
+    for (size_t i = 0; i < count; ++i) v[i] += x[i];
+  }
+  return v;
+}
+
+// Every small collective of a fault-free run is flags and copies: no control frame, the handshake's aside.
+TEST(WindowExchange, FaultFreeCollectivesSendNoControlFrame) {
+  for (int n : {2, 3, 4}) {
+    LoopbackGroup g(n, testing::quietOptions(), Wire::kWindows);
+    g.run([&](int, Communicator& c) {  // the handshake's frames are behind this first collective
+      int32_t one = 1;
+      ASSERT_TRUE(c.allreduce(&one, &one, 1, DataType::kInt32, ReduceOp::kSum).isOk());
+    });
+    const Counters before = g.totalCounters();
+    for (size_t count : {size_t(0), size_t(1), size_t(1000), size_t(9000)}) {  // 9000: two chunks
+      g.run([&](int rank, Communicator& c) {
+        std::vector<int32_t> x = ramp(rank, count);
+        ASSERT_TRUE(c.allreduce(x.data(), x.data(), count, DataType::kInt32, ReduceOp::kSum).isOk());
+        EXPECT_EQ(x, rampSum(n, count)) << "np" << n << " count " << count;
+        std::vector<int32_t> all(count * size_t(n));
+        const std::vector<int32_t> mine = ramp(rank, count);
+        ASSERT_TRUE(c.allgather(mine.data(), all.data(), count, DataType::kInt32).isOk());
+        for (int r = 0; r < n; ++r) {
+          EXPECT_TRUE(std::equal(all.begin() + long(count) * r, all.begin() + long(count) * (r + 1),
+                                 ramp(r, count).begin()));
+        }
+      });
+    }
+    const Counters c = g.totalCounters().since(before);
+    EXPECT_EQ(c.controlFrames, 0u) << "np" << n;
+    EXPECT_EQ(c.detected, 0u) << "np" << n;
+    EXPECT_GT(c.slicesVerified, 0u) << "np" << n;
+  }
+}
+
+// A chunk that stays corrupt on every re-read: the reader fails, and every rank returns its kCorruption,
+// word for word, in the same collective (the settle step), naming the chunk and its publisher.
+TEST(WindowExchange, PersistentCorruptionIsTheSameErrorOnEveryRank) {
+  Options o = testing::quietOptions();
+  o.maxRetries = 2;
+  o.fault.schedule = {FaultScheduleEntry{1, 0, 0, 1}};  // collective 1, chunk 0, read by rank 1
+  o.fault.repeat = 10;
+  LoopbackGroup g(3, o, Wire::kWindows);
+  std::vector<Status> results(3);
+  g.run([&](int rank, Communicator& c) {
+    std::vector<int32_t> x = ramp(rank, 100);
+    ASSERT_TRUE(c.allreduce(x.data(), x.data(), 100, DataType::kInt32, ReduceOp::kSum).isOk());  // collective 0
+    results[size_t(rank)] = c.allreduce(x.data(), x.data(), 100, DataType::kInt32, ReduceOp::kSum);
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(results[size_t(r)].code(), StatusCode::kCorruption) << "rank " << r << ": " << results[size_t(r)].toString();
+    EXPECT_EQ(results[size_t(r)].message(), results[0].message()) << "rank " << r;
+  }
+  EXPECT_NE(results[0].message().find("allreduce seq 1 on rank 1: chunk 0 of rank 0's window"),
+            std::string::npos)
+      << results[0].message();
+  EXPECT_NE(results[0].message().find("all 3 reads"), std::string::npos) << results[0].message();
+}
+
+// Ranks that call different collectives all fail with the same mismatch, naming both, before any payload
+// is used.
+TEST(WindowExchange, FingerprintMismatchIsTheSameErrorOnEveryRank) {
+  LoopbackGroup g(3, testing::quietOptions(), Wire::kWindows);
+  std::vector<Status> results(3);
+  g.run([&](int rank, Communicator& c) {
+    std::vector<int32_t> x = ramp(rank, 64);
+    results[size_t(rank)] =
+        c.allreduce(x.data(), x.data(), rank == 2 ? 63 : 64, DataType::kInt32, ReduceOp::kSum);
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(results[size_t(r)].code(), StatusCode::kFingerprintMismatch) << results[size_t(r)].toString();
+    EXPECT_EQ(results[size_t(r)].message(), results[0].message());
+  }
+  EXPECT_NE(results[0].message().find("count=64"), std::string::npos) << results[0].message();
+  EXPECT_NE(results[0].message().find("count=63"), std::string::npos) << results[0].message();
+}
+
+// Control-mode injection damages the read of a peer's fingerprint (its CRC fails): counted, read again.
+TEST(WindowExchange, DamagedFingerprintReadIsReadAgain) {
+  for (int sender = 0; sender < 3; ++sender) {
+    const int receiver = (sender + 1) % 3;
+    Options o = testing::quietOptions();
+    o.fault.mode = FaultMode::kControl;
+    o.fault.schedule = {{1, int(ControlTag::kFingerprint), sender, receiver}};  // collective 1
+    LoopbackGroup g(3, o, Wire::kWindows);
+    for (int i = 0; i < 3; ++i) {
+      g.run([&](int rank, Communicator& c) {
+        std::vector<int32_t> x = ramp(rank, 50);
+        ASSERT_TRUE(c.allreduce(x.data(), x.data(), 50, DataType::kInt32, ReduceOp::kSum).isOk());
+        EXPECT_EQ(x, rampSum(3, 50));
+      });
+    }
+    const Counters c = g.totalCounters();
+    EXPECT_EQ(c.injected, 1u) << sender << " -> " << receiver;
+    EXPECT_EQ(c.detected, 1u) << sender << " -> " << receiver;
+  }
+}
+
+// A peer whose part table points outside its window (a bug or a hostile process) is an error naming it,
+// never a read out of bounds. Rank 1 runs the exchange against a window rank 0 filled by hand.
+TEST(WindowExchange, AnImpossiblePartTableIsAnErrorNamingThePeer) {
+  std::shared_ptr<LoopbackFabric> fabric;
+  std::vector<std::unique_ptr<Transport>> t = makeLoopbackTransports(2, &fabric);
+  testing::wrapInSharedMemory(&t, testing::kTestRingBytes, testing::kTestWindowBytes);
+  Windows& w = *t[1]->windows();
+  const Options o = testing::quietOptions();
+  const Fingerprint fp = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kInt32, 16, IssueOrder{});
+  // Rank 0's "publication" of epoch 1: a valid fingerprint, and a part for rank 1 far past the window.
+  HalfHeader& h = w.half(0, 1);
+  h.fingerprint = fp;
+  h.fingerprintCrc = crc32(&fp, sizeof fp);
+  w.part(0, 1, 1) = PartEntry{uint64_t(1) << 40, 64, 0};
+  h.epoch.store(1, std::memory_order_release);
+
+  Counters counters;
+  CollectiveContext ctx = testing::contextFor(t[1].get(), &o, &counters);
+  ctx.name = "allreduce";
+  HostExecutor exec;
+  ASSERT_TRUE(runsOneSided(ctx, exec, 64));
+  std::vector<int32_t> x(16, 1);
+  std::vector<EagerPayload> out{EagerPayload{x.data(), 64}, EagerPayload{}};
+  std::vector<std::vector<uint8_t>> in;
+  const Status st = windowExchange(ctx, fp, out, {64, 0}, &in);
+  EXPECT_EQ(st.code(), StatusCode::kTransportError) << st.toString();
+  EXPECT_NE(st.message().find("rank 0's window gives this rank 64 bytes at offset 1099511627776"),
+            std::string::npos)
+      << st.message();
+}
+
+// The window size must be the same on every rank; a transport without windows keeps the two-sided path.
+TEST(WindowExchange, NoWindowsNoOneSidedRoute) {
+  std::shared_ptr<LoopbackFabric> fabric;
+  std::vector<std::unique_ptr<Transport>> t = makeLoopbackTransports(2, &fabric);
+  testing::wrapInSharedMemory(&t, testing::kTestRingBytes);
+  EXPECT_EQ(t[0]->windows(), nullptr);
+  const Options o = testing::quietOptions();
+  Counters counters;
+  CollectiveContext ctx = testing::contextFor(t[0].get(), &o, &counters);
+  HostExecutor exec;
+  EXPECT_FALSE(runsOneSided(ctx, exec, 64));
+}
+
+}  // namespace
+}  // namespace ringguard
