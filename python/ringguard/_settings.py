@@ -134,6 +134,13 @@ SETTINGS: Tuple[Setting, ...] = (
             "Bytes of each shared-memory ring (one per ordered pair of ranks, in the receiver's segment under "
             "/dev/shm): the default holds two default slices with their trailers, so a sender rarely waits "
             "for its reader; a longer message streams through. In [4096, 4294967296]."),
+    Setting("RINGGUARD_SHM_WINDOW_BYTES", "shm_window_bytes", "unsigned", "262144", 0, 1073741824,
+            (),
+            "[0, 1073741824]",
+            "Payload bytes of each half of a rank's shared-memory window (two halves, in its segment under "
+            "/dev/shm): a collective of host memory whose bytes one rank publishes fit it runs the one-sided "
+            "protocol (no control frame when nothing fails); a larger one, or every one with 0, the two-sided "
+            "ring. Every rank of a group must set the same. In [0, 1073741824]."),
     Setting("RINGGUARD_POOL_RELEASE_BYTES", "pool_release_bytes", "unsigned", "268435456", 0, 281474976710656,
             (),
             "[0, 281474976710656]",
@@ -330,6 +337,13 @@ class Fields:
     pair of ranks, in the receiver's segment under /dev/shm): the default holds two default slices with
     their trailers, so a sender rarely waits for its reader; a longer message streams through. In [4096,
     4294967296]."""
+
+    shm_window_bytes: Optional[int] = None
+    """``RINGGUARD_SHM_WINDOW_BYTES``, default ``262144``. Payload bytes of each half of a rank's
+    shared-memory window (two halves, in its segment under /dev/shm): a collective of host memory whose
+    bytes one rank publishes fit it runs the one-sided protocol (no control frame when nothing fails); a
+    larger one, or every one with 0, the two-sided ring. Every rank of a group must set the same. In [0,
+    1073741824]."""
 
     pool_release_bytes: Optional[int] = None
     """``RINGGUARD_POOL_RELEASE_BYTES``, default ``268435456``. Release threshold of the device memory

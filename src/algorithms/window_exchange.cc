@@ -5,8 +5,9 @@
 #include <string>
 #include <thread>
 
-#include "ringguard/core/crc32.h"
+#include "algorithms/error_frames.h"
 #include "core/fault_injector.h"
+#include "ringguard/core/crc32.h"
 #include "transport/window.h"
 
 namespace ringguard {
@@ -17,17 +18,18 @@ namespace {
 // a peer that is already there costs no more than these loads.
 constexpr int kInlinePolls = 64;
 
+// `slow` (optional) is asked on every poll of the slow path: an error from it ends the wait.
 template <typename Ready>
 Status waitUntil(const CollectiveContext& ctx, const Ready& ready, const std::function<std::string()>& what,
-                 int peer) {
+                 int peer, const std::function<Status()>& slow = nullptr) {
   for (int i = 0; i < kInlinePolls; ++i) {
     if (ready()) return Status::ok();
   }
   return pollUntil(
       ctx,
-      [&ready](bool* done) {
+      [&ready, &slow](bool* done) {
         *done = ready();
-        return Status::ok();
+        return *done || !slow ? Status::ok() : slow();
       },
       what, peer);
 }
@@ -112,14 +114,46 @@ void publish(const CollectiveContext& ctx, const Windows& w, uint64_t e, const F
   }
 }
 
+// A peer whose call differs so much that it took the two-sided path (its payload does not fit the window)
+// sends a fingerprint frame instead of publishing: the mismatch, named with both fingerprints when the
+// frame's first summary is the peer's own (what a one-round exchange and dissemination round 0 send).
+Status twoSidedPeer(const CollectiveContext& ctx, const Fingerprint& mine, int p) {
+  std::vector<uint8_t> frame;
+  int from = -1;
+  bool got = false;
+  RINGGUARD_RETURN_IF_ERROR(ctx.transport->control()->probe(p, ControlTag::kFingerprint, &frame, &from, &got));
+  if (!got) return Status::ok();
+  constexpr size_t kAt = sizeof(DisseminationHeader) + 8;  // the summary's (lowest rank, differing rank)
+  int32_t low = -1;
+  Fingerprint theirs;
+  if (frame.size() >= kAt + sizeof theirs) {
+    std::memcpy(&low, frame.data() + sizeof(DisseminationHeader), sizeof low);
+    std::memcpy(&theirs, frame.data() + kAt, sizeof theirs);
+  }
+  const int me = ctx.transport->rank();
+  Status mismatch =
+      low == p && !(theirs == mine)
+          ? (me < p ? compareFingerprints(me, mine, p, theirs) : compareFingerprints(p, theirs, me, mine))
+          : Status(StatusCode::kFingerprintMismatch,
+                   where(ctx) + ": rank " + std::to_string(p) +
+                       " took the two-sided path where this rank's call fits the window: the calls differ (" +
+                       describeFingerprint(mine) + " here)");
+  // Only this rank sees it (a mismatch found in the windows is seen by all, and is not announced): the
+  // peers waiting in the two-sided exchange learn it from the error frame.
+  broadcastError(ctx.transport, mismatch, ctx.seq);
+  return mismatch;
+}
+
 // Peer p's fingerprint of epoch `e`, once its CRC holds (control-mode fault injection damages the first read,
 // keyed as the fingerprint frame from p would be).
-Status readFingerprint(const CollectiveContext& ctx, const Windows& w, uint64_t e, int p, Fingerprint* out) {
+Status readFingerprint(const CollectiveContext& ctx, const Windows& w, uint64_t e, const Fingerprint& mine,
+                       int p, Fingerprint* out) {
   const int me = w.rank();
   const HalfHeader& h = w.half(p, e);
   RINGGUARD_RETURN_IF_ERROR(waitUntil(
       ctx, [&h, e] { return h.epoch.load(std::memory_order_acquire) == e; },
-      [p] { return "rank " + std::to_string(p) + "'s fingerprint in its window"; }, p));
+      [p] { return "rank " + std::to_string(p) + "'s fingerprint in its window"; }, p,
+      [&ctx, &mine, p] { return twoSidedPeer(ctx, mine, p); }));
   const int reads = std::max(1, ctx.options->maxRetries + 1);
   for (int attempt = 0; attempt < reads; ++attempt) {
     SealedFingerprint copy;
@@ -255,7 +289,7 @@ Status windowExchange(const CollectiveContext& ctx, const Fingerprint& mine, con
   std::vector<Fingerprint> all(static_cast<size_t>(n));
   all[size_t(me)] = mine;
   for (int p = 0; p < n; ++p) {
-    if (p != me) RINGGUARD_RETURN_IF_ERROR(readFingerprint(ctx, w, e, p, &all[size_t(p)]));
+    if (p != me) RINGGUARD_RETURN_IF_ERROR(readFingerprint(ctx, w, e, mine, p, &all[size_t(p)]));
   }
   // The same error on every rank: the lowest rank against the lowest rank that differs from it.
   for (int r = 1; r < n; ++r) {

@@ -106,6 +106,29 @@ TEST(WindowExchange, FingerprintMismatchIsTheSameErrorOnEveryRank) {
   EXPECT_NE(results[0].message().find("count=63"), std::string::npos) << results[0].message();
 }
 
+// A call that fits the window against one that does not: one rank publishes, the other sends a fingerprint
+// frame; both fail with the mismatch (the one-sided rank names both fingerprints, the other gets its error),
+// neither waits for the timeout.
+TEST(WindowExchange, RanksOnDifferentPathsFailNamingBoth) {
+  Options o = testing::quietOptions();
+  o.timeout = std::chrono::milliseconds(60000);
+  LoopbackGroup g(2, o, Wire::kWindows);
+  std::vector<Status> results(2);
+  const auto start = std::chrono::steady_clock::now();
+  g.run([&](int rank, Communicator& c) {
+    const size_t count = rank == 0 ? 100 : 20000;  // 80000 bytes do not fit the window
+    std::vector<int32_t> x = ramp(rank, count);
+    results[size_t(rank)] = c.allreduce(x.data(), x.data(), count, DataType::kInt32, ReduceOp::kSum);
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_EQ(results[0].code(), StatusCode::kFingerprintMismatch) << results[0].toString();
+  EXPECT_FALSE(results[1].isOk());
+  for (const Status& st : results) {
+    EXPECT_NE(st.message().find("count=100 "), std::string::npos) << st.toString();
+    EXPECT_NE(st.message().find("count=20000 "), std::string::npos) << st.toString();
+  }
+}
+
 // Control-mode injection damages the read of a peer's fingerprint (its CRC fails): counted, read again.
 TEST(WindowExchange, DamagedFingerprintReadIsReadAgain) {
   for (int sender = 0; sender < 3; ++sender) {
