@@ -4,8 +4,8 @@
 #include "algorithms/arguments.h"
 #include "algorithms/collectives.h"
 #include "algorithms/eager.h"
-#include "algorithms/window_exchange.h"
 #include "algorithms/ring_plan.h"
+#include "algorithms/window_exchange.h"
 
 namespace ringguard {
 

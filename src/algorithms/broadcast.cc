@@ -7,8 +7,8 @@
 #include "algorithms/arguments.h"
 #include "algorithms/collectives.h"
 #include "algorithms/eager.h"
-#include "algorithms/window_exchange.h"
 #include "algorithms/pipeline.h"
+#include "algorithms/window_exchange.h"
 #include "core/ring_schedule.h"
 
 namespace ringguard {

@@ -81,5 +81,4 @@ Status eagerExchange(const CollectiveContext& ctx, const Fingerprint& mine,
                      const std::vector<EagerPayload>& out, const std::vector<size_t>& inBytes,
                      std::vector<std::vector<uint8_t>>* in);
 
-
 }  // namespace ringguard

@@ -2,8 +2,8 @@
 #include "algorithms/arguments.h"
 #include "algorithms/collectives.h"
 #include "algorithms/eager.h"
-#include "algorithms/window_exchange.h"
 #include "algorithms/ring_plan.h"
+#include "algorithms/window_exchange.h"
 #include "core/reduce.h"
 
 namespace ringguard {
@@ -25,9 +25,9 @@ Status checkReduceScatterArgs(const CollectiveShape& c, const void* send, const 
 
 namespace {
 
-// Small: every rank gives each peer that peer's block (in its window or its fingerprint frame), then reduces its own block
-// in the order the ring does (block b rides column b + 1, which starts at rank b + 1), with the arguments
-// the ring's hops use, so the bits are the pipeline's.
+// Small: every rank gives each peer that peer's block (in its window or its fingerprint frame), then reduces
+// its own block in the order the ring does (block b rides column b + 1, which starts at rank b + 1), with the
+// arguments the ring's hops use, so the bits are the pipeline's.
 Status reduceScatterSmall(SmallRoute route, const CollectiveContext& ctx, const Fingerprint& fp,
                           const void* send, void* recv, size_t recvCount, DataType dtype, ReduceOp op) {
   const int n = ctx.transport->size(), me = ctx.transport->rank();

@@ -121,7 +121,8 @@ Status twoSidedPeer(const CollectiveContext& ctx, const Fingerprint& mine, int p
   std::vector<uint8_t> frame;
   int from = -1;
   bool got = false;
-  RINGGUARD_RETURN_IF_ERROR(ctx.transport->control()->probe(p, ControlTag::kFingerprint, &frame, &from, &got));
+  RINGGUARD_RETURN_IF_ERROR(
+      ctx.transport->control()->probe(p, ControlTag::kFingerprint, &frame, &from, &got));
   if (!got) return Status::ok();
   constexpr size_t kAt = sizeof(DisseminationHeader) + 8;  // the summary's (lowest rank, differing rank)
   int32_t low = -1;
@@ -178,12 +179,12 @@ Status readFingerprint(const CollectiveContext& ctx, const Windows& w, uint64_t 
 
 // Peer p's part for this rank, into `dst` (`bytes`, what the agreed arguments say): the part table entry
 // bounds-checked, then chunk by chunk as each is published, verified, re-read on a failure.
-Status readPart(const CollectiveContext& ctx, const Windows& w, uint64_t e, int p, size_t bytes, uint8_t* dst) {
+Status readPart(const CollectiveContext& ctx, const Windows& w, uint64_t e, int p, size_t bytes,
+                uint8_t* dst) {
   const int me = w.rank();
   const WindowLayout& layout = w.layout();
   const PartEntry part = w.part(p, e, me);
-  if (part.bytes != bytes || part.offset > layout.capacity || part.bytes > layout.capacity - part.offset ||
-      part.firstChunk > layout.maxChunks || layout.chunksOf(bytes) > layout.maxChunks - part.firstChunk) {
+  if (!partReadable(layout, part, bytes)) {
     return Status(StatusCode::kTransportError,
                   where(ctx) + ": rank " + std::to_string(p) + "'s window gives this rank " +
                       std::to_string(part.bytes) + " bytes at offset " + std::to_string(part.offset) +
@@ -200,7 +201,9 @@ Status readPart(const CollectiveContext& ctx, const Windows& w, uint64_t e, int 
     const ChunkEntry& c = w.chunk(p, e, size_t(part.firstChunk + k));
     RINGGUARD_RETURN_IF_ERROR(waitUntil(
         ctx, [&c, e] { return c.epoch.load(std::memory_order_acquire) == e; },
-        [p, slice] { return "chunk " + std::to_string(slice) + " in rank " + std::to_string(p) + "'s window"; },
+        [p, slice] {
+          return "chunk " + std::to_string(slice) + " in rank " + std::to_string(p) + "'s window";
+        },
         p));
     const SliceId expected{ctx.seq, 0, slice, uint32_t(p), uint32_t(len), 0};
     SliceCheck check = SliceCheck::kOk;
@@ -215,10 +218,10 @@ Status readPart(const CollectiveContext& ctx, const Windows& w, uint64_t e, int 
       if (!isLinkFailure(check)) break;
     }
     if (isLinkFailure(check)) {
-      return Status(StatusCode::kCorruption,
-                    where(ctx) + ": chunk " + std::to_string(slice) + " of rank " + std::to_string(p) +
-                        "'s window failed verification on all " + std::to_string(reads) +
-                        " reads (" + sliceCheckName(check) + ")");
+      return Status(StatusCode::kCorruption, where(ctx) + ": chunk " + std::to_string(slice) + " of rank " +
+                                                 std::to_string(p) + "'s window failed verification on all " +
+                                                 std::to_string(reads) + " reads (" + sliceCheckName(check) +
+                                                 ")");
     }
   }
   return Status::ok();
@@ -277,8 +280,9 @@ bool runsOneSided(const CollectiveContext& ctx, const Executor& exec, size_t pub
          publishBytes + 64 * size_t(w->size()) <= w->layout().capacity;
 }
 
-Status windowExchange(const CollectiveContext& ctx, const Fingerprint& mine, const std::vector<EagerPayload>& out,
-                      const std::vector<size_t>& inBytes, std::vector<std::vector<uint8_t>>* in) {
+Status windowExchange(const CollectiveContext& ctx, const Fingerprint& mine,
+                      const std::vector<EagerPayload>& out, const std::vector<size_t>& inBytes,
+                      std::vector<std::vector<uint8_t>>* in) {
   Windows& w = *ctx.transport->windows();
   const int n = w.size(), me = w.rank();
   const uint64_t e = w.nextEpoch();

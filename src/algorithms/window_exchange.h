@@ -30,8 +30,9 @@ bool runsOneSided(const CollectiveContext& ctx, const Executor& exec, size_t pub
 // 0, slice = chunk, column = its publisher) after data-mode fault injection and re-read up to maxRetries
 // times (kCorruption naming the publisher and the chunk after that). OK once (*in)[p] holds peer p's
 // payload intact.
-Status windowExchange(const CollectiveContext& ctx, const Fingerprint& mine, const std::vector<EagerPayload>& out,
-                      const std::vector<size_t>& inBytes, std::vector<std::vector<uint8_t>>* in);
+Status windowExchange(const CollectiveContext& ctx, const Fingerprint& mine,
+                      const std::vector<EagerPayload>& out, const std::vector<size_t>& inBytes,
+                      std::vector<std::vector<uint8_t>>* in);
 
 // How a small collective's payloads travel: through the windows, in the fingerprint frames (eager), or not
 // as a small collective at all (the pipeline).

@@ -225,11 +225,12 @@ std::vector<Setting> declarations() {
                       "segment under /dev/shm): the default holds two default slices with their trailers, so "
                       "a sender rarely waits for its reader; a longer message streams through.")
           .group("shm_ring_bytes"),
-      unsignedSetting("RINGGUARD_SHM_WINDOW_BYTES", "262144", 0, uint64_t(1) << 30,
-                      "Payload bytes of each half of a rank's shared-memory window (two halves, in its segment "
-                      "under /dev/shm): a collective of host memory whose bytes one rank publishes fit it "
-                      "runs the one-sided protocol (no control frame when nothing fails); a larger one, or "
-                      "every one with 0, the two-sided ring. Every rank of a group must set the same.")
+      unsignedSetting(
+          "RINGGUARD_SHM_WINDOW_BYTES", "262144", 0, uint64_t(1) << 30,
+          "Payload bytes of each half of a rank's shared-memory window (two halves, in its segment "
+          "under /dev/shm): a collective of host memory whose bytes one rank publishes fit it "
+          "runs the one-sided protocol (no control frame when nothing fails); a larger one, or "
+          "every one with 0, the two-sided ring. Every rank of a group must set the same.")
           .group("shm_window_bytes"),
       unsignedSetting("RINGGUARD_POOL_RELEASE_BYTES", "268435456", 0, uint64_t(1) << 48,
                       "Release threshold of the device memory pool: freed memory it may keep cached across "

@@ -46,7 +46,7 @@ struct alignas(64) HalfHeader {
 // Reader r's part of a publication. Read from a peer, so bounds-checked before use (readers also compare
 // `bytes` with what the agreed arguments say it must be).
 struct PartEntry {
-  uint64_t offset;      // in the half's data
+  uint64_t offset;  // in the half's data
   uint64_t bytes;
   uint64_t firstChunk;  // its chunks are firstChunk .. firstChunk + chunksOf(bytes) - 1
 };
@@ -62,16 +62,22 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free, "windows need lock-fre
 struct WindowLayout {
   size_t capacity = 0;
   size_t maxChunks = 0;  // ceil(capacity / chunk) + size: a publication of up to `size` parts
-  int size = 0;         // ranks: entries of the part table
+  int size = 0;          // ranks: entries of the part table
   size_t halfBytes = 0;
-  size_t bytes = 0;  // the whole window
+  size_t bytes = 0;                 // the whole window
   size_t chunksAt = 0, dataAt = 0;  // offsets in a half
 
   static WindowLayout of(size_t capacity, int size);
-  size_t chunksOf(size_t partBytes) const {
-    return (partBytes + kWindowChunkBytes - 1) / kWindowChunkBytes;
-  }
+  size_t chunksOf(size_t partBytes) const { return (partBytes + kWindowChunkBytes - 1) / kWindowChunkBytes; }
 };
+
+// Whether a part entry read from a peer's window can be read as `bytes` (what the agreed arguments say this
+// rank's part holds): the size matches, and the bytes and chunks lie within the window (no overflow). The
+// one check between a peer's table and this rank's reads (tests/fuzz/fuzz_window_part.cc).
+inline bool partReadable(const WindowLayout& l, const PartEntry& p, size_t bytes) {
+  return p.bytes == bytes && p.offset <= l.capacity && p.bytes <= l.capacity - p.offset &&
+         p.firstChunk <= l.maxChunks && l.chunksOf(bytes) <= l.maxChunks - p.firstChunk;
+}
 
 // Every rank's window of one group, mapped in this process.
 class Windows {

@@ -226,6 +226,22 @@ def policy_rules_seeds():
           b'{"version": 1, "families": {"a": {"variants": [{"name": "x"}]}, "a": {"variants": []}}}')
 
 
+def window_part_seeds():
+    # capacity, ranks - 2, expected bytes, then {offset, bytes, firstChunk}: within, at the edges, past them.
+    def case(capacity, ranks, expected, offset, nbytes, first):
+        return struct.pack("<IBQQQQ", capacity, ranks - 2, expected, offset, nbytes, first)
+
+    cap = 256 << 10
+    write("window_part", "fits", case(cap, 2, 4096, 0, 4096, 0))
+    write("window_part", "second_part", case(cap, 3, 4096, 4096, 4096, 1))
+    write("window_part", "ends_at_the_edge", case(cap, 2, 64, cap - 64, 64, 16))
+    write("window_part", "past_the_end", case(cap, 2, 128, cap - 64, 128, 0))
+    write("window_part", "offset_overflow", case(cap, 2, 64, (1 << 64) - 32, 64, 0))
+    write("window_part", "chunk_overflow", case(cap, 2, 64, 0, 64, (1 << 64) - 1))
+    write("window_part", "wrong_size", case(cap, 4, 4096, 0, 4095, 0))
+    write("window_part", "empty", case(cap, 2, 0, 0, 0, 0))
+
+
 if __name__ == "__main__":
     trailer_seeds()
     control_seeds()
@@ -234,3 +250,4 @@ if __name__ == "__main__":
     env_seeds()
     schedule_seeds()
     policy_rules_seeds()
+    window_part_seeds()

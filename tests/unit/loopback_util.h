@@ -137,10 +137,9 @@ inline void wrapInSharedMemory(std::vector<std::unique_ptr<Transport>>* transpor
   }
   for (int r = 0; r < n; ++r) own[size_t(r)]->unlink();  // every peer has it open: nothing stays behind
   for (int r = 0; r < n; ++r) {
-    (*transports)[size_t(r)] =
-        makeShmTransport(std::move((*transports)[size_t(r)]), std::move(own[size_t(r)]),
-                         std::move(peers[size_t(r)]), std::chrono::milliseconds(20000),
-                         std::chrono::microseconds(0), windowCapacity);
+    (*transports)[size_t(r)] = makeShmTransport(
+        std::move((*transports)[size_t(r)]), std::move(own[size_t(r)]), std::move(peers[size_t(r)]),
+        std::chrono::milliseconds(20000), std::chrono::microseconds(0), windowCapacity);
   }
 }
 

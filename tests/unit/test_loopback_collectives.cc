@@ -144,7 +144,8 @@ TEST_P(LoopbackCollectives, AllgatherEveryDtypeAndCount) {
     const bool published =
         std::get<1>(GetParam()) == testing::Wire::kWindows && count * 4 < testing::kTestWindowBytes;
     const uint64_t copies = n == 1 ? 0 : published ? 1 : uint64_t(n - 1);
-    EXPECT_EQ(g.totalCounters().since(before).bytesSent, uint64_t(n) * copies * count * 4u) << "count " << count;
+    EXPECT_EQ(g.totalCounters().since(before).bytesSent, uint64_t(n) * copies * count * 4u)
+        << "count " << count;
   }
 }
 

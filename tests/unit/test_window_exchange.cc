@@ -6,12 +6,12 @@
 #include <cstring>
 #include <vector>
 
-#include "algorithms/window_exchange.h"
 #include "algorithms/executor.h"
+#include "algorithms/window_exchange.h"
 #include "loopback_util.h"
+#include "ringguard/core/crc32.h"
 #include "ringguard/runtime/communicator.h"
 #include "transport/window.h"
-#include "ringguard/core/crc32.h"
 
 namespace ringguard {
 namespace {
@@ -75,11 +75,13 @@ TEST(WindowExchange, PersistentCorruptionIsTheSameErrorOnEveryRank) {
   std::vector<Status> results(3);
   g.run([&](int rank, Communicator& c) {
     std::vector<int32_t> x = ramp(rank, 100);
-    ASSERT_TRUE(c.allreduce(x.data(), x.data(), 100, DataType::kInt32, ReduceOp::kSum).isOk());  // collective 0
+    ASSERT_TRUE(
+        c.allreduce(x.data(), x.data(), 100, DataType::kInt32, ReduceOp::kSum).isOk());  // collective 0
     results[size_t(rank)] = c.allreduce(x.data(), x.data(), 100, DataType::kInt32, ReduceOp::kSum);
   });
   for (int r = 0; r < 3; ++r) {
-    EXPECT_EQ(results[size_t(r)].code(), StatusCode::kCorruption) << "rank " << r << ": " << results[size_t(r)].toString();
+    EXPECT_EQ(results[size_t(r)].code(), StatusCode::kCorruption)
+        << "rank " << r << ": " << results[size_t(r)].toString();
     EXPECT_EQ(results[size_t(r)].message(), results[0].message()) << "rank " << r;
   }
   EXPECT_NE(results[0].message().find("allreduce seq 1 on rank 1: chunk 0 of rank 0's window"),

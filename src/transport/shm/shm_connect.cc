@@ -93,7 +93,8 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
                {"window", choice.windowBytes}};
   const size_t windowBytes = shmWindowBytes(choice.windowBytes, size);
   if (mode != SharedMemory::kOff && choice.invalid.isOk()) {
-    const Status st = shm::Segment::create(rank, size, choice.ringBytes, kControlRingBytes, windowBytes, &own);
+    const Status st =
+        shm::Segment::create(rank, size, choice.ringBytes, kControlRingBytes, windowBytes, &own);
     if (st.isOk()) {
       mine["name"] = own->name();
       mine["nonce"] = own->nonce();
@@ -118,9 +119,9 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
     const json& w = all[size_t(r)]["window"];
     if (!w.is_number_unsigned() || w.get<uint64_t>() != choice.windowBytes) {
       return Status(StatusCode::kInvalidArgument,
-                    "RINGGUARD_SHM_WINDOW_BYTES differs between ranks: rank " + std::to_string(rank) + " has " +
-                        std::to_string(choice.windowBytes) + ", rank " + std::to_string(r) + " has " +
-                        w.dump() + " (every rank must set the same)");
+                    "RINGGUARD_SHM_WINDOW_BYTES differs between ranks: rank " + std::to_string(rank) +
+                        " has " + std::to_string(choice.windowBytes) + ", rank " + std::to_string(r) +
+                        " has " + w.dump() + " (every rank must set the same)");
     }
   }
   if (mode == SharedMemory::kOff) return Status::ok();
@@ -144,7 +145,8 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
                                  &peers[size_t(r)])
             : Status(StatusCode::kTransportError, "rank " + std::to_string(r) + " sent no segment name");
     if (st.isOk() && peers[size_t(r)]->windowBytes() != windowBytes) {
-      st = Status(StatusCode::kTransportError, "its window is " + std::to_string(peers[size_t(r)]->windowBytes()) +
+      st = Status(StatusCode::kTransportError, "its window is " +
+                                                   std::to_string(peers[size_t(r)]->windowBytes()) +
                                                    " bytes, expected " + std::to_string(windowBytes));
     }
     if (!st.isOk()) {

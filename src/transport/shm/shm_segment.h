@@ -84,7 +84,9 @@ class Segment {
   uint8_t* controlData(int sender) const { return control_ + size_t(slot(sender)) * controlRingBytes_; }
   // The owner's window (transport/window.h), windowBytes() long; null when it has none.
   size_t windowBytes() const { return windowBytes_; }
-  uint8_t* window() const { return windowBytes_ == 0 ? nullptr : control_ + size_t(peers_) * controlRingBytes_; }
+  uint8_t* window() const {
+    return windowBytes_ == 0 ? nullptr : control_ + size_t(peers_) * controlRingBytes_;
+  }
 
   // The doorbell: raise() after publishing bytes or space; wait(seen, max) blocks while it still reads
   // `seen`, at most `max`.

@@ -49,10 +49,10 @@ struct SharedMemoryChoice {
   Status invalid;
 };
 
-// RINGGUARD_CPU_TRANSPORT, RINGGUARD_SHM_RING_BYTES and RINGGUARD_SHM_WINDOW_BYTES through `lookup`: `offSetting` (the value that keeps
-// the host transport) is kOff, shm kRequired, every other value kAuto; a value that does not parse comes
-// back in `invalid`, with its text as `setting`. The bootstrap's owner adds what is its own (a value it
-// refuses, the waits' polling).
+// RINGGUARD_CPU_TRANSPORT, RINGGUARD_SHM_RING_BYTES and RINGGUARD_SHM_WINDOW_BYTES through `lookup`:
+// `offSetting` (the value that keeps the host transport) is kOff, shm kRequired, every other value kAuto; a
+// value that does not parse comes back in `invalid`, with its text as `setting`. The bootstrap's owner adds
+// what is its own (a value it refuses, the waits' polling).
 SharedMemoryChoice readSharedMemoryChoice(const SettingLookup& lookup, const std::string& offSetting,
                                           std::chrono::milliseconds timeout);
 

@@ -1,0 +1,30 @@
+// A peer's window part table entry (transport/window.h, partReadable): any entry, for any window size and
+// group size, against any expected part size. Input: capacity (uint32), ranks (uint8), expected bytes
+// (uint64), then the entry {offset, bytes, firstChunk} (uint64 each). An accepted entry must name bytes and
+// chunks that lie inside the window, whatever the values (no overflow lets one through).
+#include <cstdint>
+
+#include "fuzz_util.h"
+#include "transport/window.h"
+
+using namespace ringguard;
+using ringguard::fuzz::FuzzInput;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  FuzzInput in(data, size);
+  const size_t capacity = in.take<uint32_t>() % (size_t(64) << 20);
+  const int ranks = 2 + in.take<uint8_t>() % 63;
+  const uint64_t expected = in.take<uint64_t>();
+  PartEntry p;
+  p.offset = in.take<uint64_t>();
+  p.bytes = in.take<uint64_t>();
+  p.firstChunk = in.take<uint64_t>();
+  const WindowLayout l = WindowLayout::of(capacity, ranks);
+  RINGGUARD_FUZZ_CHECK(l.dataAt % 64 == 0 && l.halfBytes % 64 == 0 && l.capacity >= capacity);
+  if (!partReadable(l, p, size_t(expected))) return 0;
+  RINGGUARD_FUZZ_CHECK(p.bytes == expected);
+  // The last byte and the last chunk the reader touches are inside the half.
+  RINGGUARD_FUZZ_CHECK(p.offset + p.bytes <= l.capacity);
+  RINGGUARD_FUZZ_CHECK(p.firstChunk + l.chunksOf(size_t(p.bytes)) <= l.maxChunks);
+  return 0;
+}
