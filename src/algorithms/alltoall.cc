@@ -9,6 +9,7 @@
 #include "algorithms/collectives.h"
 #include "algorithms/flow_plan.h"
 #include "algorithms/peer_messages.h"
+#include "algorithms/window_exchange.h"
 
 namespace ringguard {
 
@@ -40,16 +41,57 @@ Status checkAlltoallArgs(const CollectiveShape& c, const void* send, const void*
   return checkDisjoint("send", send, sendEnd * esize, "recv", recv, recvEnd * esize);
 }
 
+namespace {
+
+// Over shared-memory windows: every rank publishes its blocks when they fit a half; when every rank's did,
+// each reads its block from every peer (a split that does not match is the same kInvalidArgument on every
+// rank), else only the fingerprints were compared and *taken is false.
+Status alltoallWindowed(const CollectiveContext& ctx, const Executor& exec, const Fingerprint& fp,
+                        const void* send, void* recv, const AlltoallLayout& l, DataType dtype, bool* taken) {
+  const size_t n = size_t(ctx.transport->size()), me = size_t(ctx.transport->rank()),
+               esize = dataTypeSize(dtype);
+  std::vector<EagerPayload> out(n);
+  std::vector<size_t> inBytes(n, 0);
+  size_t publish = 0;
+  for (size_t p = 0; p < n; ++p) {
+    if (p == me) continue;
+    out[p] =
+        EagerPayload{static_cast<const uint8_t*>(send) + l.sendDispls[p] * esize, l.sendCounts[p] * esize};
+    inBytes[p] = l.recvCounts[p] * esize;
+    publish += out[p].bytes;
+  }
+  std::vector<std::vector<uint8_t>> in;
+  RINGGUARD_RETURN_IF_ERROR(
+      windowExchange(ctx, fp, out, inBytes, &in, runsOneSided(ctx, exec, publish), taken));
+  if (!*taken) return Status::ok();
+  for (size_t p = 0; p < n; ++p) {
+    if (p != me && inBytes[p] > 0) {
+      std::memcpy(static_cast<uint8_t*>(recv) + l.recvDispls[p] * esize, in[p].data(), inBytes[p]);
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Status alltoall(const CollectiveContext& ctx, Executor* exec, const void* send, void* recv,
                 const AlltoallLayout& l, DataType dtype) {
   const int n = ctx.transport->size(), me = ctx.transport->rank();
-  RINGGUARD_RETURN_IF_ERROR(exchangeFingerprints(
-      ctx, makeFingerprint(CollectiveKind::kAlltoall, ReduceOp::kSum, dtype, 0, kNoRoot, issueOrder(ctx))));
+  const Fingerprint fp =
+      makeFingerprint(CollectiveKind::kAlltoall, ReduceOp::kSum, dtype, 0, kNoRoot, issueOrder(ctx));
+  // Where there are windows the fingerprints are compared in them, and the blocks travel there when every
+  // rank's fit; otherwise (and when some rank's did not) the ring below.
+  bool windowed = false;
+  if (n > 1 && ctx.transport->windows() != nullptr && exec->memory() == MemoryKind::kHost) {
+    RINGGUARD_RETURN_IF_ERROR(alltoallWindowed(ctx, *exec, fp, send, recv, l, dtype, &windowed));
+  } else {
+    RINGGUARD_RETURN_IF_ERROR(exchangeFingerprints(ctx, fp));
+  }
   const size_t esize = dataTypeSize(dtype);
   RINGGUARD_RETURN_IF_ERROR(exec->copy(static_cast<uint8_t*>(recv) + l.recvDispls[me] * esize,
                                        static_cast<const uint8_t*>(send) + l.sendDispls[me] * esize,
                                        l.sendCounts[me] * esize));
-  if (n == 1) return Status::ok();
+  if (n == 1 || windowed) return Status::ok();
 
   // The split check: one message to and from every peer (the collective itself is N - 1 exchanges).
   for (int k = 1; k < n; ++k) {

@@ -1,6 +1,7 @@
 #include "algorithms/window_exchange.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -39,17 +40,11 @@ std::string where(const CollectiveContext& ctx) {
          std::to_string(ctx.transport->rank());
 }
 
-// The fingerprint as published, with its CRC: what a reader copies out of a peer's half before checking it.
-struct SealedFingerprint {
-  Fingerprint fingerprint;
-  uint32_t crc;
-};
-
 // This rank's publication of epoch `e`: the part table (one entry per reader; payloads that are the same
 // bytes for several readers share one part), the fingerprint, then the chunks, each visible to readers as
 // soon as its epoch is stored.
 void publish(const CollectiveContext& ctx, const Windows& w, uint64_t e, const Fingerprint& mine,
-             const std::vector<EagerPayload>& out) {
+             const std::vector<EagerPayload>& out, bool offered) {
   const int n = w.size(), me = w.rank();
   const WindowLayout& layout = w.layout();
   std::vector<int> ownerOf(size_t(n), -1);  // the reader whose part a reader's payload shares
@@ -57,7 +52,7 @@ void publish(const CollectiveContext& ctx, const Windows& w, uint64_t e, const F
   for (int r = 0; r < n; ++r) {
     PartEntry& part = w.part(me, e, r);
     const EagerPayload& o = out[size_t(r)];
-    if (r == me || o.bytes == 0) {
+    if (r == me || o.bytes == 0 || !offered) {
       part = PartEntry{0, 0, 0};
       continue;
     }
@@ -76,9 +71,11 @@ void publish(const CollectiveContext& ctx, const Windows& w, uint64_t e, const F
     chunk += layout.chunksOf(o.bytes);
   }
   HalfHeader& h = w.half(me, e);
-  h.fingerprint = mine;
-  h.fingerprintCrc = crc32(&mine, sizeof mine);
+  h.seal.fingerprint = mine;
+  h.seal.declined = offered ? 0 : 1;
+  h.seal.crc = crc32(&h.seal, offsetof(HalfSeal, crc));
   h.epoch.store(e, std::memory_order_release);
+  if (!offered) return;
 
   uint8_t* data = w.data(me, e);
   for (int r = 0; r < n; ++r) {
@@ -145,10 +142,10 @@ Status twoSidedPeer(const CollectiveContext& ctx, const Fingerprint& mine, int p
   return mismatch;
 }
 
-// Peer p's fingerprint of epoch `e`, once its CRC holds (control-mode fault injection damages the first read,
-// keyed as the fingerprint frame from p would be).
-Status readFingerprint(const CollectiveContext& ctx, const Windows& w, uint64_t e, const Fingerprint& mine,
-                       int p, Fingerprint* out) {
+// Peer p's seal of epoch `e` (fingerprint, declined), once its CRC holds (control-mode fault injection
+// damages the first read, keyed as the fingerprint frame from p would be).
+Status readSeal(const CollectiveContext& ctx, const Windows& w, uint64_t e, const Fingerprint& mine, int p,
+                HalfSeal* out) {
   const int me = w.rank();
   const HalfHeader& h = w.half(p, e);
   RINGGUARD_RETURN_IF_ERROR(waitUntil(
@@ -157,17 +154,16 @@ Status readFingerprint(const CollectiveContext& ctx, const Windows& w, uint64_t 
       [&ctx, &mine, p] { return twoSidedPeer(ctx, mine, p); }));
   const int reads = std::max(1, ctx.options->maxRetries + 1);
   for (int attempt = 0; attempt < reads; ++attempt) {
-    SealedFingerprint copy;
-    std::memcpy(&copy.fingerprint, &h.fingerprint, sizeof copy.fingerprint);
-    copy.crc = h.fingerprintCrc;
+    HalfSeal copy;
+    std::memcpy(&copy, &h.seal, sizeof copy);
     if (attempt == 0 && ctx.injector != nullptr &&
         ctx.injector->corruptsControl(ctx.seq, int(ControlTag::kFingerprint), p, me) &&
         ctx.injector->corruptControl(ctx.seq, int(ControlTag::kFingerprint), p, me,
                                      reinterpret_cast<uint8_t*>(&copy), sizeof copy)) {
       ctx.counters->injected++;
     }
-    if (crc32(&copy.fingerprint, sizeof copy.fingerprint) == copy.crc) {
-      *out = copy.fingerprint;
+    if (crc32(&copy, offsetof(HalfSeal, crc)) == copy.crc) {
+      *out = copy;
       return Status::ok();
     }
     ctx.counters->detected++;
@@ -178,19 +174,32 @@ Status readFingerprint(const CollectiveContext& ctx, const Windows& w, uint64_t 
 }
 
 // Peer p's part for this rank, into `dst` (`bytes`, what the agreed arguments say): the part table entry
-// bounds-checked, then chunk by chunk as each is published, verified, re-read on a failure.
-Status readPart(const CollectiveContext& ctx, const Windows& w, uint64_t e, int p, size_t bytes,
-                uint8_t* dst) {
+// bounds-checked, then chunk by chunk as each is published, verified, re-read on a failure. A failure of the
+// data (a chunk corrupt on every re-read, a part of another size) goes to *failure, for the settle; the
+// return value is a wait's error (timeout, a peer's error, abort).
+Status readPart(const CollectiveContext& ctx, const Windows& w, uint64_t e, int p, size_t bytes, uint8_t* dst,
+                Status* failure) {
   const int me = w.rank();
   const WindowLayout& layout = w.layout();
   const PartEntry part = w.part(p, e, me);
   if (!partReadable(layout, part, bytes)) {
-    return Status(StatusCode::kTransportError,
-                  where(ctx) + ": rank " + std::to_string(p) + "'s window gives this rank " +
-                      std::to_string(part.bytes) + " bytes at offset " + std::to_string(part.offset) +
-                      ", chunk " + std::to_string(part.firstChunk) + "; expected " + std::to_string(bytes) +
-                      " bytes within a window of " + std::to_string(layout.capacity) + " bytes and " +
-                      std::to_string(layout.maxChunks) + " chunks");
+    // A consistent entry of another size: the calls' split counts differ (all-to-all). Anything else is a
+    // peer that wrote nonsense.
+    const bool otherSize = part.bytes != bytes && part.bytes <= layout.capacity &&
+                           partReadable(layout, part, size_t(part.bytes));
+    *failure = otherSize
+                   ? Status(StatusCode::kInvalidArgument,
+                            where(ctx) + ": rank " + std::to_string(p) + " sends rank " + std::to_string(me) +
+                                " " + std::to_string(part.bytes) + " bytes, which expects " +
+                                std::to_string(bytes) + " (split counts that do not match)")
+                   : Status(StatusCode::kTransportError,
+                            where(ctx) + ": rank " + std::to_string(p) + "'s window gives this rank " +
+                                std::to_string(part.bytes) + " bytes at offset " +
+                                std::to_string(part.offset) + ", chunk " + std::to_string(part.firstChunk) +
+                                "; expected " + std::to_string(bytes) + " bytes within a window of " +
+                                std::to_string(layout.capacity) + " bytes and " +
+                                std::to_string(layout.maxChunks) + " chunks");
+    return Status::ok();
   }
   const uint8_t* data = w.data(p, e) + part.offset;
   const int reads = std::max(1, ctx.options->maxRetries + 1);
@@ -218,10 +227,11 @@ Status readPart(const CollectiveContext& ctx, const Windows& w, uint64_t e, int 
       if (!isLinkFailure(check)) break;
     }
     if (isLinkFailure(check)) {
-      return Status(StatusCode::kCorruption, where(ctx) + ": chunk " + std::to_string(slice) + " of rank " +
-                                                 std::to_string(p) + "'s window failed verification on all " +
-                                                 std::to_string(reads) + " reads (" + sliceCheckName(check) +
-                                                 ")");
+      *failure = Status(StatusCode::kCorruption,
+                        where(ctx) + ": chunk " + std::to_string(slice) + " of rank " + std::to_string(p) +
+                            "'s window failed verification on all " + std::to_string(reads) + " reads (" +
+                            sliceCheckName(check) + ")");
+      return Status::ok();
     }
   }
   return Status::ok();
@@ -241,6 +251,7 @@ Status settle(const CollectiveContext& ctx, const Windows& w, uint64_t e, const 
     const size_t len = std::min(why.size(), kWindowWhyBytes - 1);
     std::memcpy(own.why, why.data(), len);
     own.why[len] = '\0';
+    own.code = uint32_t(read.code());
     own.failed.store(e, std::memory_order_release);
   }
   for (int p = 0; p < n; ++p) {
@@ -266,7 +277,10 @@ Status settle(const CollectiveContext& ctx, const Windows& w, uint64_t e, const 
     char why[kWindowWhyBytes];
     std::memcpy(why, h.why, sizeof why);  // a peer's text: bounded here, whatever it wrote
     why[sizeof why - 1] = '\0';
-    return Status(StatusCode::kCorruption, why);
+    // A peer's code: one of those a settle carries, else the peer is not to be believed.
+    const auto code = StatusCode(h.code);
+    const bool known = code == StatusCode::kCorruption || code == StatusCode::kInvalidArgument;
+    return Status(known ? code : StatusCode::kTransportError, why);
   }
   return Status::ok();
 }
@@ -282,35 +296,43 @@ bool runsOneSided(const CollectiveContext& ctx, const Executor& exec, size_t pub
 
 Status windowExchange(const CollectiveContext& ctx, const Fingerprint& mine,
                       const std::vector<EagerPayload>& out, const std::vector<size_t>& inBytes,
-                      std::vector<std::vector<uint8_t>>* in) {
+                      std::vector<std::vector<uint8_t>>* in, bool offered, bool* taken) {
   Windows& w = *ctx.transport->windows();
   const int n = w.size(), me = w.rank();
   const uint64_t e = w.nextEpoch();
   // Half e & 1 is free: every peer finished reading this rank's epoch e - 1 (and e - 2) before the settle
-  // of e - 1 let this rank return.
-  publish(ctx, w, e, mine, out);
+  // of e - 1 let this rank return, or, where the payloads did not travel, before it published e - 1.
+  publish(ctx, w, e, mine, out, offered);
 
-  std::vector<Fingerprint> all(static_cast<size_t>(n));
-  all[size_t(me)] = mine;
+  std::vector<HalfSeal> all(static_cast<size_t>(n));
+  all[size_t(me)].fingerprint = mine;
+  all[size_t(me)].declined = offered ? 0 : 1;
+  bool everyone = offered;
   for (int p = 0; p < n; ++p) {
-    if (p != me) RINGGUARD_RETURN_IF_ERROR(readFingerprint(ctx, w, e, mine, p, &all[size_t(p)]));
+    if (p == me) continue;
+    RINGGUARD_RETURN_IF_ERROR(readSeal(ctx, w, e, mine, p, &all[size_t(p)]));
+    everyone = everyone && all[size_t(p)].declined == 0;
   }
   // The same error on every rank: the lowest rank against the lowest rank that differs from it.
   for (int r = 1; r < n; ++r) {
-    if (!(all[size_t(r)] == all[0])) return compareFingerprints(0, all[0], r, all[size_t(r)]);
+    if (!(all[size_t(r)].fingerprint == all[0].fingerprint)) {
+      return compareFingerprints(0, all[0].fingerprint, r, all[size_t(r)].fingerprint);
+    }
   }
+  if (taken != nullptr) *taken = everyone;
+  if (!everyone) return Status::ok();  // a payload too large for a window: the caller takes the ring
 
   in->assign(size_t(n), {});
-  Status read;
-  for (int p = 0; p < n && read.isOk(); ++p) {
-    if (p == me || inBytes[size_t(p)] == 0) continue;
+  Status failure;
+  for (int p = 0; p < n && failure.isOk(); ++p) {
+    if (p == me) continue;
     (*in)[size_t(p)].resize(inBytes[size_t(p)]);
-    read = readPart(ctx, w, e, p, inBytes[size_t(p)], (*in)[size_t(p)].data());
+    RINGGUARD_RETURN_IF_ERROR(readPart(ctx, w, e, p, inBytes[size_t(p)], (*in)[size_t(p)].data(), &failure));
   }
-  // A read that failed for good (kCorruption) is told in the window; any other error (a timeout, a peer's
-  // error, abort) goes out as an error frame from the communicator, as on every path.
-  if (!read.isOk() && read.code() != StatusCode::kCorruption) return read;
-  return settle(ctx, w, e, read);
+  // A peer that wrote nonsense is not one to settle with: this rank's error goes out as an error frame
+  // from the communicator, as a transport error does on every path.
+  if (failure.code() == StatusCode::kTransportError) return failure;
+  return settle(ctx, w, e, failure);
 }
 
 SmallRoute smallRoute(const CollectiveContext& ctx, const Executor& exec, size_t maxPayload,

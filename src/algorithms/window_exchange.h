@@ -28,11 +28,16 @@ bool runsOneSided(const CollectiveContext& ctx, const Executor& exec, size_t pub
 // fingerprint is compared in the window (the same kFingerprintMismatch on every rank, naming the lowest
 // rank and the lowest whose fingerprint differs from it); each chunk is checked as a ring slice (seq, step
 // 0, slice = chunk, column = its publisher) after data-mode fault injection and re-read up to maxRetries
-// times (kCorruption naming the publisher and the chunk after that). OK once (*in)[p] holds peer p's
-// payload intact.
+// times. A chunk corrupt on every read, or a peer's part of another size than inBytes says (all-to-all
+// splits that do not match), is the same error on every rank (kCorruption, kInvalidArgument). OK once
+// (*in)[p] holds peer p's payload intact.
+//
+// All-to-all, whose payload sizes no rank knows of the others: `offered` says whether this rank's payloads
+// fit a half (runsOneSided); *taken comes back true when every rank's did and the payloads traveled, false
+// when some rank's did not (then only the fingerprints were compared, and every rank takes the ring).
 Status windowExchange(const CollectiveContext& ctx, const Fingerprint& mine,
                       const std::vector<EagerPayload>& out, const std::vector<size_t>& inBytes,
-                      std::vector<std::vector<uint8_t>>* in);
+                      std::vector<std::vector<uint8_t>>* in, bool offered = true, bool* taken = nullptr);
 
 // How a small collective's payloads travel: through the windows, in the fingerprint frames (eager), or not
 // as a small collective at all (the pipeline).

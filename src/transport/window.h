@@ -31,16 +31,24 @@ inline constexpr size_t kWindowWhyBytes = 512;
 
 struct alignas(64) WindowHeader {
   std::atomic<uint64_t> done;  // the last epoch whose reads of every peer's half this rank finished
-  // The epoch whose reads failed here (a chunk corrupt on every re-read), stored (release) once `why` holds
-  // the error's message, NUL-terminated: every rank of the collective returns the first failed rank's.
+  // The epoch whose reads failed here (a chunk corrupt on every re-read, a part whose size is not the one
+  // this rank expects), stored (release) once `code` and `why` (NUL-terminated) hold the error: every rank
+  // of the collective returns the first failed rank's.
   alignas(64) std::atomic<uint64_t> failed;
+  uint32_t code;  // StatusCode
   char why[kWindowWhyBytes];
 };
 
-struct alignas(64) HalfHeader {
-  std::atomic<uint64_t> epoch;  // stored (release) once fingerprint and fingerprintCrc are written
+// What a half says of its collective, sealed by a CRC (a reader that finds it damaged reads it again).
+struct HalfSeal {
   Fingerprint fingerprint;
-  uint32_t fingerprintCrc;  // crc32 of the fingerprint's bytes
+  uint32_t declined;  // 1: this rank's payload does not fit (all-to-all), so nobody's travels here
+  uint32_t crc;       // crc32 of the bytes before it
+};
+
+struct alignas(64) HalfHeader {
+  std::atomic<uint64_t> epoch;  // stored (release) once the seal and the part table are written
+  HalfSeal seal;
 };
 
 // Reader r's part of a publication. Read from a peer, so bounds-checked before use (readers also compare

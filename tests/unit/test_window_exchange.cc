@@ -3,6 +3,7 @@
 // end the same way on every rank in the same collective; a peer's window is read as untrusted.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
@@ -163,8 +164,9 @@ TEST(WindowExchange, AnImpossiblePartTableIsAnErrorNamingThePeer) {
   const Fingerprint fp = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kInt32, 16, IssueOrder{});
   // Rank 0's "publication" of epoch 1: a valid fingerprint, and a part for rank 1 far past the window.
   HalfHeader& h = w.half(0, 1);
-  h.fingerprint = fp;
-  h.fingerprintCrc = crc32(&fp, sizeof fp);
+  h.seal.fingerprint = fp;
+  h.seal.declined = 0;
+  h.seal.crc = crc32(&h.seal, offsetof(HalfSeal, crc));
   w.part(0, 1, 1) = PartEntry{uint64_t(1) << 40, 64, 0};
   h.epoch.store(1, std::memory_order_release);
 
@@ -181,6 +183,54 @@ TEST(WindowExchange, AnImpossiblePartTableIsAnErrorNamingThePeer) {
   EXPECT_NE(st.message().find("rank 0's window gives this rank 64 bytes at offset 1099511627776"),
             std::string::npos)
       << st.message();
+}
+
+// All-to-all: splits that do not match are the same kInvalidArgument on every rank, naming both sizes; a
+// rank whose blocks do not fit the window sends every rank to the ring (exact results either way).
+TEST(WindowExchange, AlltoallSplitsAndBlocksTooLargeForTheWindow) {
+  LoopbackGroup g(2, testing::quietOptions(), Wire::kWindows);
+  std::vector<Status> results(2);
+  g.run([&](int rank, Communicator& c) {
+    std::vector<int32_t> in(20, rank), out(20, -1);
+    std::vector<size_t> sc = {5, 5}, d = {0, 10}, rc = {5, 5};
+    if (rank == 1) rc = {7, 5};  // rank 0 sends 5 to rank 1, which expects 7
+    results[size_t(rank)] = c.alltoallAsync(in.data(), sc, d, out.data(), rc, d, DataType::kInt32)->wait();
+  });
+  for (const Status& st : results) {
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+    EXPECT_EQ(st.message(), results[1].message());
+  }
+  EXPECT_NE(results[0].message().find("rank 0 sends rank 1 20 bytes, which expects 28"), std::string::npos)
+      << results[0].message();
+
+  LoopbackGroup h(3, testing::quietOptions(), Wire::kWindows);
+  const Counters before = h.totalCounters();
+  h.run([&](int rank, Communicator& c) {
+    // Rank 2 sends 30000 elements (120 KB, more than the test window) to each peer; the others 3.
+    const size_t big = 30000;
+    std::vector<size_t> sc(3), sd(3), rc(3), rd(3);
+    size_t s = 0, r = 0;
+    for (int p = 0; p < 3; ++p) {
+      sc[size_t(p)] = rank == 2 && p != 2 ? big : 3;
+      rc[size_t(p)] = p == 2 && rank != 2 ? big : 3;
+      sd[size_t(p)] = s;
+      rd[size_t(p)] = r;
+      s += sc[size_t(p)];
+      r += rc[size_t(p)];
+    }
+    std::vector<int32_t> in(s), out(r, -1);
+    for (size_t i = 0; i < s; ++i) in[i] = int32_t(rank * 100000 + int(i));
+    ASSERT_TRUE(c.alltoallAsync(in.data(), sc, sd, out.data(), rc, rd, DataType::kInt32)->wait().isOk());
+    for (int p = 0; p < 3; ++p) {
+      // Peer p's block for this rank starts at p's displacement for it.
+      size_t from = 0;
+      for (int q = 0; q < rank; ++q) from += p == 2 && q != 2 ? big : 3;
+      for (size_t i = 0; i < rc[size_t(p)]; ++i) {
+        ASSERT_EQ(out[rd[size_t(p)] + i], int32_t(p * 100000 + int(from + i))) << rank << " from " << p;
+      }
+    }
+  });
+  EXPECT_GT(h.totalCounters().since(before).controlFrames, 0u);  // the ring ran
 }
 
 // The window size must be the same on every rank; a transport without windows keeps the two-sided path.
