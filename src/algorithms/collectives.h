@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "algorithms/collective.h"
-#include "algorithms/executor.h"
+#include "executor/executor.h"
 #include "ringguard/core/types.h"
 
 namespace ringguard {

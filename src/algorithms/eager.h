@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "algorithms/collective.h"
-#include "algorithms/executor.h"
 #include "core/fingerprint.h"
 #include "core/trailer.h"
+#include "executor/executor.h"
 
 namespace ringguard {
 

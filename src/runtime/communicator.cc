@@ -10,6 +10,7 @@
 #include "core/logging.h"
 #include "core/thread_name.h"
 #include "core/trace_events.h"
+#include "executor/host_executor.h"
 #include "ringguard/core/issue_lane.h"
 #include "ringguard/observability/observability.h"
 #include "runtime/communicator_impl.h"

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "algorithms/collective.h"
-#include "algorithms/executor.h"
+#include "executor/executor.h"
 #include "ringguard/core/non_finite.h"
 
 namespace ringguard {

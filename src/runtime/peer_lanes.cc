@@ -6,10 +6,10 @@
 
 #include "algorithms/collective.h"
 #include "algorithms/collectives.h"
-#include "algorithms/executor.h"
 #include "core/keep_alive.h"
 #include "core/logging.h"
 #include "core/thread_name.h"
+#include "executor/host_executor.h"
 #include "ringguard/core/issue_lane.h"
 #include "runtime/handshake.h"
 #include "runtime/transport_defaults.h"

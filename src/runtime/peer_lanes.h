@@ -43,8 +43,8 @@
 #include <thread>
 
 #include "algorithms/collective.h"
-#include "algorithms/executor.h"
 #include "core/fault_injector.h"
+#include "executor/executor.h"
 #include "ringguard/core/counters.h"
 #include "ringguard/core/options.h"
 #include "ringguard/core/status.h"

@@ -29,15 +29,15 @@
 #include <tuple>
 #include <vector>
 
-#include "algorithms/executor.h"
 #include "core/corruption_plan.h"
 #include "core/fault_injector.h"
 #include "core/reduce.h"
 #include "core/trailer.h"
-#include "cuda/device_executor.h"
 #include "cuda/kernels.h"
 #include "cuda/memory_pool.h"
 #include "cuda/verify_reduce.h"
+#include "executor/device/device_executor.h"
+#include "executor/host_executor.h"
 #include "gpu_test_util.h"
 #include "ringguard/core/crc32.h"
 #include "ringguard/core/options.h"

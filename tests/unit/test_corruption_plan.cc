@@ -13,10 +13,10 @@
 #include <random>
 #include <vector>
 
-#include "algorithms/executor.h"
 #include "core/corruption_plan.h"
 #include "core/fault_injector.h"
 #include "core/trailer.h"
+#include "executor/host_executor.h"
 #include "ringguard/core/options.h"
 
 namespace ringguard {
