@@ -42,33 +42,18 @@
 #include "ringguard/core/crc32.h"
 #include "ringguard/core/options.h"
 #include "ringguard/core/types.h"
+#include "verifiable.h"  // randomBytes
 
 namespace ringguard {
 namespace {
+
+using testing::randomBytes;
+using testing::splitmix64;
 
 constexpr size_t kLarge = (size_t(1) << 20) + 3;
 const size_t kSizes[] = {0, 1, 7, 4099, kLarge};
 
 // ---- Test data -------------------------------------------------------------------------------------------
-
-uint64_t splitmix64(uint64_t* state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-std::vector<uint8_t> randomBytes(size_t n, uint64_t seed) {
-  std::vector<uint8_t> v(n);
-  uint64_t state = seed;
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const uint64_t r = splitmix64(&state);
-    std::memcpy(&v[i], &r, 8);
-  }
-  for (; i < n; ++i) v[i] = static_cast<uint8_t>(splitmix64(&state));
-  return v;
-}
 
 // Elements of `dtype` whose single-hop reductions are NaN-free, so that results (and their CRCs) are
 // bit-comparable with the host: floats in [-8, 8) with random mantissas, 1 in 16 tiny (subnormal for f16 /
