@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "algorithms/collective.h"
+#include "algorithms/agreement.h"
 #include "executor/executor.h"
 #include "ringguard/core/types.h"
 

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "algorithms/collective.h"
+#include "algorithms/agreement.h"
 #include "core/fingerprint.h"
 #include "core/trailer.h"
 #include "executor/executor.h"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "algorithms/collective.h"
+#include "algorithms/agreement.h"
 #include "core/repair.h"
 #include "core/ring_schedule.h"
 #include "executor/executor.h"

@@ -5,7 +5,7 @@
 #include <new>
 #include <sstream>
 
-#include "algorithms/collective.h"
+#include "algorithms/agreement.h"
 #include "algorithms/collectives.h"
 #include "core/logging.h"
 #include "core/thread_name.h"

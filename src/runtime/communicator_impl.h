@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "algorithms/collective.h"
+#include "algorithms/agreement.h"
 #include "core/fault_injector.h"
 #include "executor/executor.h"
 #include "ringguard/runtime/communicator.h"

@@ -4,7 +4,7 @@
 // reached it) and before the collective starts.
 #include <vector>
 
-#include "algorithms/collective.h"
+#include "algorithms/agreement.h"
 #include "executor/executor.h"
 #include "ringguard/core/non_finite.h"
 

@@ -4,7 +4,7 @@
 #include <new>
 #include <vector>
 
-#include "algorithms/collective.h"
+#include "algorithms/agreement.h"
 #include "algorithms/collectives.h"
 #include "core/keep_alive.h"
 #include "core/logging.h"

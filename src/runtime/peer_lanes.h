@@ -42,7 +42,7 @@
 #include <string>
 #include <thread>
 
-#include "algorithms/collective.h"
+#include "algorithms/agreement.h"
 #include "core/fault_injector.h"
 #include "executor/executor.h"
 #include "ringguard/core/counters.h"

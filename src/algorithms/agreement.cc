@@ -1,4 +1,4 @@
-#include "algorithms/collective.h"
+#include "algorithms/agreement.h"
 
 #include <algorithm>
 #include <chrono>
