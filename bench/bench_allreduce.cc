@@ -24,7 +24,7 @@
 #if RINGGUARD_BENCH_DEVICE
 #include <cuda_runtime_api.h>
 
-#include "ringguard/cuda/device_communicator.h"
+#include "ringguard/runtime/mpi_device_communicator.h"
 #endif
 #if RINGGUARD_BENCH_NCCL
 #include <nccl.h>

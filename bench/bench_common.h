@@ -9,6 +9,7 @@
 #include <limits>
 #include <string>
 
+#include "../tests/unit/verifiable.h"  // testing::store
 #include "bench_sizes.h"
 #include "ringguard/core/counters.h"
 #include "ringguard/core/options.h"
@@ -17,7 +18,7 @@
 #if RINGGUARD_BENCH_DEVICE
 #include <cuda_runtime_api.h>
 
-#include "ringguard/cuda/device_communicator.h"
+#include "ringguard/runtime/mpi_device_communicator.h"
 #endif
 #if RINGGUARD_BENCH_NCCL
 #include <nccl.h>
@@ -55,28 +56,13 @@ inline double timeIt(int warmup, int iters, F&& f) {
   return worst;
 }
 
+// Rank `rank`'s input: small integers, exact in every dtype, so every rank's sums come out the same in any
+// order (the results are checkable); u8 shifted to stay non-negative. Stored by the tests' one writer of a
+// value as any dtype.
 inline void fill(DataType t, void* buf, size_t count, int rank) {
+  const double shift = t == DataType::kUint8 ? 16 : 0;
   for (size_t i = 0; i < count; ++i) {
-    double v = double(int((i * 13 + size_t(rank) * 7) % 32) - 16);
-    switch (t) {
-      case DataType::kFloat32:
-        static_cast<float*>(buf)[i] = float(v);
-        break;
-      case DataType::kFloat64:
-        static_cast<double*>(buf)[i] = v;
-        break;
-      case DataType::kInt32:
-        static_cast<int32_t*>(buf)[i] = int32_t(v);
-        break;
-      case DataType::kInt64:
-        static_cast<int64_t*>(buf)[i] = int64_t(v);
-        break;
-      case DataType::kUint8:
-        static_cast<uint8_t*>(buf)[i] = uint8_t(int(v) + 16);
-        break;
-      default:
-        break;
-    }
+    testing::store(t, buf, i, double(int((i * 13 + size_t(rank) * 7) % 32) - 16) + shift);
   }
 }
 

@@ -26,11 +26,12 @@ endif()
 # --- headers -------------------------------------------------------------------------------------------
 # The torch layer's headers are not installed: its libraries (ringguard_torch, ringguard_c10d) are not in the
 # export set (a consumer would need libtorch's CMake package too); PyTorch users take the Python package.
-# Nor, in a package built without MPI, the MPI short forms (ringguard/mpi/, ringguard/cuda/
-# device_communicator.h): their definitions are not in it, so including them should fail, not linking.
+# Nor, in a package built without MPI, the MPI short forms (ringguard/mpi/,
+# ringguard/runtime/mpi_device_communicator.h): their definitions are not in it, so including them should
+# fail, not linking.
 set(_rg_header_excludes PATTERN "torch" EXCLUDE)
 if(NOT RINGGUARD_WITH_MPI)
-  list(APPEND _rg_header_excludes PATTERN "mpi" EXCLUDE PATTERN "device_communicator.h" EXCLUDE)
+  list(APPEND _rg_header_excludes PATTERN "mpi" EXCLUDE PATTERN "mpi_device_communicator.h" EXCLUDE)
 endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/ringguard
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}

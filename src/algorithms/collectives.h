@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "algorithms/collective.h"
-#include "algorithms/executor.h"
+#include "algorithms/agreement.h"
+#include "executor/executor.h"
 #include "ringguard/core/types.h"
 
 namespace ringguard {

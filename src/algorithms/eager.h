@@ -11,10 +11,10 @@
 #include <cstring>
 #include <vector>
 
-#include "algorithms/collective.h"
-#include "algorithms/executor.h"
+#include "algorithms/agreement.h"
 #include "core/fingerprint.h"
 #include "core/trailer.h"
+#include "executor/executor.h"
 
 namespace ringguard {
 

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "algorithms/collective.h"
+#include "algorithms/agreement.h"
 
 namespace ringguard {
 

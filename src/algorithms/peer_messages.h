@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "algorithms/collective.h"
+#include "algorithms/agreement.h"
 #include "core/fingerprint.h"
 #include "core/repair.h"
 

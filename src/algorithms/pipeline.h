@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "algorithms/collective.h"
-#include "algorithms/executor.h"
+#include "algorithms/agreement.h"
 #include "core/repair.h"
 #include "core/ring_schedule.h"
+#include "executor/executor.h"
 #include "ringguard/core/counters.h"
 #include "ringguard/core/types.h"
 

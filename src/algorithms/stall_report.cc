@@ -5,7 +5,7 @@
 #include <sstream>
 #include <thread>
 
-#include "algorithms/collective.h"
+#include "algorithms/agreement.h"
 
 namespace ringguard {
 

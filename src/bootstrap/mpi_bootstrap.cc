@@ -8,7 +8,6 @@
 #include "core/env.h"
 #include "core/logging.h"
 #include "ringguard/mpi/mpi_communicator.h"
-#include "ringguard/runtime/factories.h"
 #include "transport/mpi/mpi_check.h"
 #include "transport/mpi/mpi_transport.h"
 
@@ -211,33 +210,6 @@ Status createBootstrap(int64_t fortranComm, std::unique_ptr<Bootstrap>* out) {
   MPI_Comm comm = MPI_COMM_NULL;
   RINGGUARD_RETURN_IF_ERROR(commFromFortran(fortranComm, &comm));
   return createBootstrap(comm, out);
-}
-
-namespace {
-// The host factory over a bootstrap of `comm`. The options are checked by the factory, whose agreement
-// (agreeToProceed) every rank takes part in: a rank that returned before MPI_Comm_dup here left the
-// others in it, and its next communicator's duplicate then matched theirs.
-Status createHostCommunicatorOver(MPI_Comm comm, const Options& options, std::unique_ptr<Communicator>* out) {
-  std::unique_ptr<Bootstrap> bootstrap;
-  RINGGUARD_RETURN_IF_ERROR(createBootstrap(comm, &bootstrap, mpiSharedMemory(envLookup, options.timeout)));
-  return createHostCommunicator(*bootstrap, options, out);
-}
-}  // namespace
-
-Status createCommunicator(const Options& options, std::unique_ptr<Communicator>* out) {
-  return createHostCommunicatorOver(MPI_COMM_WORLD, options, out);
-}
-
-Status createCommunicator(int64_t fortranComm, const Options& options, std::unique_ptr<Communicator>* out) {
-  MPI_Comm comm = MPI_COMM_NULL;
-  RINGGUARD_RETURN_IF_ERROR(commFromFortran(fortranComm, &comm));
-  return createHostCommunicatorOver(comm, options, out);
-}
-
-Status createCommunicator(std::unique_ptr<Communicator>* out) {
-  Options options;
-  RINGGUARD_RETURN_IF_ERROR(Options::fromEnv(&options));
-  return createCommunicator(options, out);
 }
 
 }  // namespace mpi

@@ -34,6 +34,15 @@ std::string entryText(const FaultScheduleEntry& e) {
 
 }  // namespace
 
+Status makeFaultInjector(const Options& options, int worldSize, const FaultOptions& fault,
+                         std::shared_ptr<const FaultInjector>* out) {
+  Options check = options;
+  check.fault = fault;
+  RINGGUARD_RETURN_IF_ERROR(check.validateFor(worldSize));
+  *out = std::make_shared<const FaultInjector>(fault);
+  return Status::ok();
+}
+
 Status checkFaultSchedule(const FaultOptions& fault, int worldSize) {
   const bool control = fault.mode == FaultMode::kControl;
   // Allreduce's ring has the most steps of any plan. In 64 bits: 2 (worldSize - 1) overflows an int past

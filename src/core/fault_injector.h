@@ -3,6 +3,7 @@
 // (seed, seq, step, slice, receiving rank, attempt), so no coordination is needed and runs replay exactly.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "core/corruption_plan.h"
 #include "core/trailer.h"
@@ -15,6 +16,15 @@ namespace ringguard {
 // fewer than max(1, 2 (worldSize - 1)) steps), or, in control mode, a tag other than 1..3 or a sender outside
 // the group or equal to the receiver. Slices and collective numbers depend on the calls, so any is accepted.
 Status checkFaultSchedule(const FaultOptions& fault, int worldSize);
+
+class FaultInjector;
+
+// What setFault does before it swaps injectors (the Communicator's and the c10d backend's point-to-point
+// lanes' alike): `fault` checked together with the rest of `options` for a group of `worldSize` ranks
+// (Options::validateFor: a bad value is a kInvalidArgument naming it, and *out is left as it was), then the
+// injector that applies it.
+Status makeFaultInjector(const Options& options, int worldSize, const FaultOptions& fault,
+                         std::shared_ptr<const FaultInjector>* out);
 
 class FaultInjector {
  public:

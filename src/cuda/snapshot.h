@@ -1,8 +1,8 @@
 #pragma once
 // The guard's device side: the launchers of src/cuda/guard_scan.cu, used by the GuardBackend over device
-// memory (src/cuda/guard_scan_backend.cc; its public factory: ringguard/guard/device_backend.h). CUDA-free,
-// like kernels.h, so the torch adapter includes it without the CUDA headers. Launchers are asynchronous on
-// `stream` (see kernels.h).
+// memory (src/guard/device/guard_scan_backend.cc; its public factory: ringguard/guard/device_backend.h).
+// CUDA-free, like kernels.h, so the torch adapter includes it without the CUDA headers. Launchers are
+// asynchronous on `stream` (see kernels.h).
 #include <cstddef>
 #include <cstdint>
 

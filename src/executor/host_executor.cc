@@ -1,10 +1,11 @@
+#include "executor/host_executor.h"
+
 #include <algorithm>
 #include <cstring>
 #include <new>
 #include <stdexcept>
 #include <string>
 
-#include "algorithms/executor.h"
 #include "core/reduce.h"
 #include "ringguard/core/crc32.h"
 

@@ -5,11 +5,12 @@
 #include <new>
 #include <sstream>
 
-#include "algorithms/collective.h"
+#include "algorithms/agreement.h"
 #include "algorithms/collectives.h"
 #include "core/logging.h"
 #include "core/thread_name.h"
 #include "core/trace_events.h"
+#include "executor/host_executor.h"
 #include "ringguard/core/issue_lane.h"
 #include "ringguard/observability/observability.h"
 #include "runtime/communicator_impl.h"
@@ -355,8 +356,9 @@ std::shared_ptr<Work> Communicator::Impl::enqueue(Task task, std::unique_ptr<Exe
   task.work->impl_->fence_ = std::move(fence);
   // A host-memory collective (no fence) of a synchronous form runs on its caller (helpWhileWaiting). Device
   // ones stay on the progress thread, which is bound to the device and joins no user's capture; so do the
-  // Async forms' items, whose waits come from threads with work of their own (c10d's completion: a 4 KiB
-  // all_reduce under torchrun took 3.7 ms with those waiters running it, 2.6 ms without: protocol.md).
+  // Async forms' items, whose waits come from threads with work of their own (c10d's completion lanes: a
+  // small all_reduce under torchrun was slower with those waiters running it, docs/PERFORMANCE.md, "Small
+  // messages through the c10d backend").
   if (!task.work->impl_->fence_ && tlEnqueueToWait)
     task.work->impl_->help_ = [this](const Work* w) { helpWhileWaiting(w); };
   std::shared_ptr<Work> work = task.work;
@@ -405,11 +407,10 @@ CommunicatorSummary Communicator::Impl::summary() const {
 }
 
 Status Communicator::Impl::setFault(const FaultOptions& fault) {
-  Options check = options_;
-  check.fault = fault;
-  RINGGUARD_RETURN_IF_ERROR(check.validateFor(size_));
+  std::shared_ptr<const FaultInjector> injector;
+  RINGGUARD_RETURN_IF_ERROR(makeFaultInjector(options_, size_, fault, &injector));
   std::lock_guard<std::mutex> lock(mutex_);
-  injector_ = std::make_shared<const FaultInjector>(fault);
+  injector_ = std::move(injector);
   // The direct path corrupts chunk reads with the same probability (a read is its unit, as a slice
   // transfer is the pipeline's).
   if (direct_) direct_->setFault(fault.probability, uint32_t(fault.seed));

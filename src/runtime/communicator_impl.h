@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
-#include "algorithms/collective.h"
-#include "algorithms/executor.h"
+#include "algorithms/agreement.h"
 #include "core/fault_injector.h"
+#include "executor/executor.h"
 #include "ringguard/runtime/communicator.h"
 #include "runtime/direct_path.h"
 #include "runtime/nan_check.h"

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "algorithms/collective.h"
+#include "algorithms/agreement.h"
 #include "algorithms/peer_messages.h"
 
 namespace ringguard {

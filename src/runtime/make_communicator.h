@@ -4,7 +4,7 @@
 // those factories and by the tests that run communicators over in-process transports.
 #include <memory>
 
-#include "algorithms/executor.h"
+#include "executor/executor.h"
 #include "ringguard/core/options.h"
 #include "ringguard/runtime/communicator.h"
 #include "runtime/direct_path.h"

@@ -4,8 +4,8 @@
 // reached it) and before the collective starts.
 #include <vector>
 
-#include "algorithms/collective.h"
-#include "algorithms/executor.h"
+#include "algorithms/agreement.h"
+#include "executor/executor.h"
 #include "ringguard/core/non_finite.h"
 
 namespace ringguard {

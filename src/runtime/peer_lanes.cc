@@ -4,12 +4,12 @@
 #include <new>
 #include <vector>
 
-#include "algorithms/collective.h"
+#include "algorithms/agreement.h"
 #include "algorithms/collectives.h"
-#include "algorithms/executor.h"
 #include "core/keep_alive.h"
 #include "core/logging.h"
 #include "core/thread_name.h"
+#include "executor/host_executor.h"
 #include "ringguard/core/issue_lane.h"
 #include "runtime/handshake.h"
 #include "runtime/transport_defaults.h"
@@ -462,11 +462,10 @@ void PeerLanes::abort(const std::string& why) {
 }
 
 Status PeerLanes::setFault(const FaultOptions& fault) {
-  Options check = options_;
-  check.fault = fault;
-  RINGGUARD_RETURN_IF_ERROR(check.validateFor(size_));
+  std::shared_ptr<const FaultInjector> injector;
+  RINGGUARD_RETURN_IF_ERROR(makeFaultInjector(options_, size_, fault, &injector));
   std::lock_guard<std::mutex> lock(mutex_);
-  injector_ = std::make_shared<const FaultInjector>(fault);
+  injector_ = std::move(injector);
   return Status::ok();
 }
 

@@ -42,9 +42,9 @@
 #include <string>
 #include <thread>
 
-#include "algorithms/collective.h"
-#include "algorithms/executor.h"
+#include "algorithms/agreement.h"
 #include "core/fault_injector.h"
+#include "executor/executor.h"
 #include "ringguard/core/counters.h"
 #include "ringguard/core/options.h"
 #include "ringguard/core/status.h"

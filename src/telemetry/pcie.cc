@@ -237,7 +237,8 @@ void NvmlPcieSource::sample(int64_t nowNs, std::vector<Signal>* out) {
     return;
   }
   Impl& m = *impl_;
-  // One call for the four counters: ~0.3 ms on the H200, against ~20 ms for nvmlDeviceGetPcieThroughput.
+  // One call for the four counters: a field-value read returns at once, where nvmlDeviceGetPcieThroughput
+  // waits out its sampling window (figures: docs/PERFORMANCE.md, "The downgrade engine").
   nvml::FieldValue fields[4] = {};
   fields[0].fieldId = nvml::kFieldPcieTxBytes;
   fields[1].fieldId = nvml::kFieldPcieRxBytes;

@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "ringguard/cuda/device_communicator.h"
+#include "ringguard/runtime/mpi_device_communicator.h"
 
 namespace ringguard {
 namespace testing {

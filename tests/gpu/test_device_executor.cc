@@ -29,46 +29,31 @@
 #include <tuple>
 #include <vector>
 
-#include "algorithms/executor.h"
 #include "core/corruption_plan.h"
 #include "core/fault_injector.h"
 #include "core/reduce.h"
 #include "core/trailer.h"
-#include "cuda/device_executor.h"
 #include "cuda/kernels.h"
 #include "cuda/memory_pool.h"
 #include "cuda/verify_reduce.h"
+#include "executor/device/device_executor.h"
+#include "executor/host_executor.h"
 #include "gpu_test_util.h"
 #include "ringguard/core/crc32.h"
 #include "ringguard/core/options.h"
 #include "ringguard/core/types.h"
+#include "verifiable.h"  // randomBytes
 
 namespace ringguard {
 namespace {
+
+using testing::randomBytes;
+using testing::splitmix64;
 
 constexpr size_t kLarge = (size_t(1) << 20) + 3;
 const size_t kSizes[] = {0, 1, 7, 4099, kLarge};
 
 // ---- Test data -------------------------------------------------------------------------------------------
-
-uint64_t splitmix64(uint64_t* state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-std::vector<uint8_t> randomBytes(size_t n, uint64_t seed) {
-  std::vector<uint8_t> v(n);
-  uint64_t state = seed;
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const uint64_t r = splitmix64(&state);
-    std::memcpy(&v[i], &r, 8);
-  }
-  for (; i < n; ++i) v[i] = static_cast<uint8_t>(splitmix64(&state));
-  return v;
-}
 
 // Elements of `dtype` whose single-hop reductions are NaN-free, so that results (and their CRCs) are
 // bit-comparable with the host: floats in [-8, 8) with random mantissas, 1 in 16 tiny (subnormal for f16 /

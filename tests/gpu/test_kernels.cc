@@ -25,9 +25,13 @@
 #include "gpu_test_util.h"
 #include "ringguard/core/crc32.h"
 #include "ringguard/core/non_finite.h"
+#include "verifiable.h"  // randomBytes
 
 namespace ringguard {
 namespace {
+
+using testing::randomBytes;
+using testing::splitmix64;
 
 constexpr size_t kDefaultMaxBytes = size_t(256) << 20;
 
@@ -47,26 +51,6 @@ std::vector<size_t> testSizes(size_t unit) {
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
   return sizes;
-}
-
-// splitmix64: fast, so 256 MiB of test data costs well under a second.
-uint64_t splitmix64(uint64_t* state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-std::vector<uint8_t> randomBytes(size_t n, uint64_t seed) {
-  std::vector<uint8_t> v(n);
-  uint64_t state = seed;
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const uint64_t r = splitmix64(&state);
-    std::memcpy(&v[i], &r, 8);
-  }
-  for (; i < n; ++i) v[i] = static_cast<uint8_t>(splitmix64(&state));
-  return v;
 }
 
 // Tests skip (from SetUp) when no CUDA device is usable.

@@ -8,10 +8,10 @@
 #include <cstring>
 #include <vector>
 
-#include "algorithms/executor.h"
 #include "core/fault_injector.h"
-#include "cuda/device_executor.h"
 #include "cuda/memory_pool.h"
+#include "executor/device/device_executor.h"
+#include "executor/executor.h"
 #include "transport/loopback/loopback_transport.h"
 #include "transport/nccl/nccl_transport.h"
 

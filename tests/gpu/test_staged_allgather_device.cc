@@ -43,13 +43,7 @@ void compareWithRing(Fixture& f, DataType t, size_t count, size_t chunkBytes, bo
   StagedStats stats;
   st = stagedAllgather(*f.host, *f.stager, send, stagedOut, count, t, chunkBytes, &stats);
   ASSERT_TRUE(st.isOk()) << "staged " << where << ": " << st.toString();
-  const std::vector<uint8_t> ring = f.mem.read(ringOut, bytes * size_t(n) + 1);
-  const std::vector<uint8_t> staged = f.mem.read(stagedOut, bytes * size_t(n) + 1);
-  EXPECT_EQ(staged, ring) << where << ": the staged all-gather differs from the ring";
-  EXPECT_EQ(std::vector<uint8_t>(staged.begin(), staged.end() - 1), expected) << where;
-  EXPECT_EQ(staged.back(), 0xAB) << where << ": wrote past the result";
-  const size_t chunkElems = chunkBytes / dataTypeSize(t);
-  EXPECT_EQ(stats.chunks, count == 0 ? 1u : (count + chunkElems - 1) / chunkElems) << where;
+  testing::expectSameAsRing(f, ringOut, stagedOut, expected, stats, t, count, chunkBytes, where);
   f.mem.releaseAll();
 }
 

@@ -38,14 +38,8 @@ void compareWithRing(Fixture& f, DataType t, ReduceOp op, size_t count, size_t c
   StagedStats stats;
   st = stagedAllreduce(*f.host, *f.stager, send, stagedOut, count, t, op, chunkBytes, &stats);
   ASSERT_TRUE(st.isOk()) << "staged " << where << ": " << st.toString();
-  const std::vector<uint8_t> ring = f.mem.read(ringOut, bytes + 1);
-  const std::vector<uint8_t> staged = f.mem.read(stagedOut, bytes + 1);
-  EXPECT_EQ(staged, ring) << where << ": the staged allreduce differs from the ring";
-  EXPECT_EQ(std::vector<uint8_t>(staged.begin(), staged.end() - 1), expected) << where;
-  EXPECT_EQ(staged.back(), 0xAB) << where << ": wrote past the result";
+  testing::expectSameAsRing(f, ringOut, stagedOut, expected, stats, t, count, chunkBytes, where);
   if (!inPlace) EXPECT_EQ(f.mem.read(in, bytes), input) << where << ": modified the input";
-  const size_t chunkElems = chunkBytes / dataTypeSize(t);
-  EXPECT_EQ(stats.chunks, count == 0 ? 1u : (count + chunkElems - 1) / chunkElems) << where;
   f.mem.releaseAll();
 }
 

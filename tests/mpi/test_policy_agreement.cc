@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "ringguard/policy/communicator_agreement.h"
 #include "ringguard/policy/engine.h"
 #include "ringguard/policy/rules.h"
+#include "ringguard/runtime/communicator.h"
 #include "test_util.h"
 
 namespace ringguard {
@@ -19,6 +19,16 @@ namespace {
 using testing::makeComm;
 using testing::worldRank;
 using testing::worldSize;
+
+// The agreement over a ringguard communicator: one verified MAX allreduce of the float64 vector. The policy
+// layer leaves agreement to a callback so that it need not link the runtime; this is the one a C++ program
+// over ringguard communicators writes (Python's is a torch.distributed MAX all_reduce).
+PolicyAgreement communicatorAgreement(Communicator* comm) {
+  return [comm](std::vector<double>* values) -> Status {
+    return comm->allreduce(values->data(), values->data(), values->size(), DataType::kFloat64,
+                           ReduceOp::kMax);
+  };
+}
 
 const std::string kRules = std::string(RINGGUARD_SOURCE_DIR) + "/tests/unit/data/policy/rules_small.json";
 

@@ -20,7 +20,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include "ringguard/cuda/device_communicator.h"
+#include "ringguard/runtime/mpi_device_communicator.h"
 #endif
 
 namespace ringguard {

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "algorithms/collective.h"
+#include "algorithms/agreement.h"
 #include "ringguard/core/counters.h"
 #include "ringguard/core/options.h"
 #include "ringguard/runtime/communicator.h"

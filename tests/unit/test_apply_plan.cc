@@ -8,10 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "algorithms/executor.h"
 #include "core/reduce.h"
 #include "cuda/apply_plan.h"
 #include "cuda/verify_reduce.h"
+#include "executor/device/device_apply_plan.h"
+#include "executor/executor.h"
 #include "ringguard/core/types.h"
 
 namespace ringguard {

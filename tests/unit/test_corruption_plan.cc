@@ -13,14 +13,17 @@
 #include <random>
 #include <vector>
 
-#include "algorithms/executor.h"
 #include "core/corruption_plan.h"
 #include "core/fault_injector.h"
 #include "core/trailer.h"
+#include "executor/host_executor.h"
 #include "ringguard/core/options.h"
+#include "verifiable.h"  // randomBytes
 
 namespace ringguard {
 namespace {
+
+using testing::randomBytes;
 
 // ---- The host-side corrupt() as it was before plans (commit 7d80243), the reference
 // ------------------------
@@ -94,13 +97,6 @@ FaultOptions withMode(FaultMode mode, uint64_t seed = 1) {
   o.probability = 1.0;
   o.seed = seed;
   return o;
-}
-
-std::vector<uint8_t> randomBytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint8_t> v(n);
-  for (auto& b : v) b = static_cast<uint8_t>(rng());
-  return v;
 }
 
 Trailer sampleTrailer() {

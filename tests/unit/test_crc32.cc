@@ -13,6 +13,7 @@
 
 #include "core/crc32_combine.h"
 #include "ringguard/core/crc32.h"
+#include "verifiable.h"  // randomBytes
 
 #ifdef RINGGUARD_TEST_HAVE_ZLIB
 #include <zlib.h>
@@ -21,17 +22,12 @@
 namespace ringguard {
 namespace {
 
+using testing::randomBytes;
+
 uint32_t boostCrc(const uint8_t* data, size_t len) {
   boost::crc_32_type c;
   c.process_bytes(data, len);
   return c.checksum();
-}
-
-std::vector<uint8_t> randomBytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint8_t> v(n);
-  for (auto& b : v) b = static_cast<uint8_t>(rng());
-  return v;
 }
 
 // Random cut points in [0, len], sorted, including 0 and len.

@@ -12,6 +12,7 @@
 #include "algorithms/collectives.h"
 #include "algorithms/eager.h"
 #include "core/trailer.h"
+#include "executor/host_executor.h"
 #include "loopback_util.h"
 #include "ringguard/core/crc32.h"
 #include "transport/loopback/loopback_transport.h"

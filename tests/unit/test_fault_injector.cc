@@ -13,9 +13,12 @@
 #include "core/fault_injector.h"
 #include "core/trailer.h"
 #include "ringguard/core/options.h"
+#include "verifiable.h"  // randomBytes
 
 namespace ringguard {
 namespace {
+
+using testing::randomBytes;
 
 constexpr FaultMode kPayloadModes[] = {FaultMode::kBitFlip, FaultMode::kMultiBit, FaultMode::kBurst,
                                        FaultMode::kGarbage, FaultMode::kRetransmit};
@@ -26,13 +29,6 @@ FaultOptions withMode(FaultMode mode, double probability = 1.0, uint64_t seed = 
   o.probability = probability;
   o.seed = seed;
   return o;
-}
-
-std::vector<uint8_t> randomBytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint8_t> v(n);
-  for (auto& b : v) b = static_cast<uint8_t>(rng());
-  return v;
 }
 
 // Positions (byte * 8 + bit, LSB first) of the bits that differ.

@@ -17,6 +17,7 @@
 #include "core/env.h"
 #include "core/fault_injector.h"
 #include "core/logging.h"
+#include "executor/host_executor.h"
 #include "loopback_util.h"
 #include "ringguard/core/options.h"
 

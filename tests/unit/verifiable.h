@@ -1,7 +1,8 @@
 #pragma once
 // Verifiable inputs (nccl-tests style) without MPI: small integer values, so every partial sum and product
 // is exact in every dtype and the result does not depend on the reduction order. The mpirun suites use
-// them too (tests/mpi/test_util.h), and the fault soak (tests/soak).
+// them too (tests/mpi/test_util.h), and the fault soak (tests/soak). Also the suites' random test data
+// (randomBytes), for tests that compare two implementations rather than a closed form.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -13,6 +14,27 @@
 
 namespace ringguard {
 namespace testing {
+
+// splitmix64: fast, so 256 MiB of test data (the GPU suites') costs well under a second.
+inline uint64_t splitmix64(uint64_t* state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// `n` bytes of splitmix64 output from `seed`: the same on every run and platform.
+inline std::vector<uint8_t> randomBytes(size_t n, uint64_t seed) {
+  std::vector<uint8_t> v(n);
+  uint64_t state = seed;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const uint64_t r = splitmix64(&state);
+    std::memcpy(&v[i], &r, 8);
+  }
+  for (; i < n; ++i) v[i] = static_cast<uint8_t>(splitmix64(&state));
+  return v;
+}
 
 inline bool isIntegral(DataType t) { return isIntegerType(t) || t == DataType::kBool; }
 

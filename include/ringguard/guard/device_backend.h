@@ -1,7 +1,7 @@
 #pragma once
-// The GuardBackend over device memory, for a Guard over CUDA buffers (docs/GUARD.md). Implemented by the CUDA
-// layer (src/cuda/guard_scan_backend.cc, ringguard::cuda: builds with RINGGUARD_WITH_CUDA); no CUDA type
-// here.
+// The GuardBackend over device memory, for a Guard over CUDA buffers (docs/GUARD.md). Implemented over the
+// CUDA layer's kernels (src/guard/device/guard_scan_backend.cc, compiled into ringguard::cuda: builds with
+// RINGGUARD_WITH_CUDA); no CUDA type here.
 #include <memory>
 
 #include "ringguard/core/status.h"

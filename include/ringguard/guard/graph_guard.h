@@ -2,8 +2,8 @@
 // A guarded op as one CUDA graph with a conditional WHILE node: snapshot -> op -> NaN/Inf scan, then, while
 // the scan found a non-finite value and fewer than `maxReplays` replays ran, restore -> op -> scan again.
 // Detection, rollback and replay happen on the device: a launch is enqueued on a stream and returns, and
-// the host never waits inside it (docs/GUARD.md, "The CUDA graph path"). Implemented by the CUDA layer
-// (src/cuda/graph_guard.cc, ringguard::cuda); no CUDA type here.
+// the host never waits inside it (docs/GUARD.md, "The CUDA graph path"). Implemented over the CUDA layer's
+// kernels (src/guard/device/graph_guard.cc, compiled into ringguard::cuda); no CUDA type here.
 //
 //   GraphGuardedOp op{"mlp", {state...}, {outputs...}, [&](void* s) { return launchMlp(..., s); }};
 //   std::unique_ptr<GraphGuard> g;

@@ -4,7 +4,8 @@
 // and a minimum dwell, among the variants the registry has enabled. docs/DOWNGRADE.md has the semantics.
 //
 //   PolicyEngine engine(rules, &registry);
-//   engine.setAgreement(communicatorAgreement(comm));   // collective families: MAX across ranks
+//   engine.setAgreement(agreement);   // collective families: MAX across ranks (e.g. an allreduce of the
+//                                     // float64 vector over a ringguard Communicator, kMax)
 //   for each step: RINGGUARD_RETURN_IF_ERROR(engine.onStep(sampler.latest())); ...
 //   engine.current("all_gather")
 //

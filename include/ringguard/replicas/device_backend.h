@@ -1,6 +1,7 @@
 #pragma once
-// The ReplicaBackend over device memory (docs/REPLICAS.md). Implemented by the CUDA layer
-// (src/cuda/replica_backend.cc, ringguard::cuda: builds with RINGGUARD_WITH_CUDA); no CUDA type here.
+// The ReplicaBackend over device memory (docs/REPLICAS.md). Implemented over the CUDA layer's kernels
+// (src/replicas/device/replica_backend.cc, compiled into ringguard::cuda: builds with RINGGUARD_WITH_CUDA);
+// no CUDA type here.
 #include <memory>
 
 #include "ringguard/core/status.h"

@@ -4,7 +4,8 @@
 //
 // NVML is loaded with dlopen("libnvidia-ml.so.1") at run time, so the library builds and runs on machines
 // without it; there every PCIe signal is reported missing. nvmlDeviceGetPcieThroughput is never called: it
-// blocks for its ~20 ms sampling window. A field-value read takes ~0.3 ms (measured on the H200).
+// blocks for its ~20 ms sampling window, a field-value read does not (docs/PERFORMANCE.md, "The downgrade
+// engine").
 #include <cstdint>
 #include <memory>
 #include <optional>

@@ -15,7 +15,7 @@
 #if RINGGUARD_TORCH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
 
-#include "ringguard/cuda/device_communicator.h"
+#include "ringguard/runtime/mpi_device_communicator.h"
 #endif
 
 namespace ringguard {

@@ -1,6 +1,7 @@
+#include "ringguard/runtime/mpi_device_communicator.h"
+
 #include "bootstrap/mpi_bootstrap.h"  // mpi::createBootstrap(MPI_Comm), commFromFortran
 #include "core/env.h"
-#include "ringguard/cuda/device_communicator.h"
 
 namespace ringguard {
 namespace cuda {

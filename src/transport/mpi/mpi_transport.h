@@ -82,8 +82,7 @@ class MpiTransport final : public Transport {
   const char* name() const override { return "mpi"; }
   // One piece (MpiControlChannel::kPieceBytes: payload + 184 bytes of frame). Frames of several pieces need
   // no rendezvous, and an 8 KiB limit gained on the 2-core machine, but on 16 cores it lost to the
-  // pipeline (an 8 KiB send/recv 26-30 us against 19-22, a 3-rank 8 KiB all-reduce 60-75 against 38):
-  // docs/PERFORMANCE.md, "Every collective on host memory", eighteenth session.
+  // pipeline (docs/PERFORMANCE.md, "Every collective on host memory", eighteenth session).
   size_t eagerBytes() const override { return 3584; }
   ControlChannel* control() override { return control_.get(); }
 

@@ -21,8 +21,8 @@ class StagedTransport final : public Transport {
   const char* name() const override { return "staged"; }
   ControlChannel* control() override { return host_->control(); }  // the host transport's
   // Each slice makes three hops (D2H, host transport, H2D) driven by one progress thread: deeper and
-  // larger than the host default, or the pipeline idles (docs/PERFORMANCE.md: at 256 MiB on one H200,
-  // 4 MiB x 4 slots ran 1.8-3.9x copy + MPI_Allreduce + copy with 2-4 ranks, 1 MiB x 2 slots 0.6-1.4x).
+  // larger than the host default, or the pipeline idles: with the host's 1 MiB x 2 slots it lost to copy +
+  // MPI_Allreduce + copy at 4 ranks (docs/PERFORMANCE.md, "Fifth session").
   size_t defaultSliceBytes() const override { return size_t(4) << 20; }
   int defaultSlots() const override { return 4; }
 

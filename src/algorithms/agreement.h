@@ -1,6 +1,9 @@
 #pragma once
-// What every collective needs besides its buffers: the transport, options, fault injector, counters,
-// and the waiting discipline (deadline + peer errors) shared by all waits.
+// The control plane every collective runs beside its payload: what it needs besides its buffers (the
+// CollectiveContext: transport, options, fault injector, counters), the waiting discipline every wait shares
+// (deadline, peer errors, abort), and the agreements over the control channel, each one dissemination:
+// fingerprints before any payload moves, rejected calls in their collective's place, the verdicts of a pass.
+// The collectives themselves are one file each (allreduce.cc, ...) on the pipeline (pipeline.h).
 #include <atomic>
 #include <chrono>
 #include <cstdint>

@@ -1,8 +1,11 @@
 #pragma once
-// Executors own the memory a collective verifies and reduces in, and run "verify, then reduce or copy"
-// on each received slice (docs/design/protocol.md, "Executors"). The host executor works synchronously
-// on host memory; a device executor enqueues the same steps as kernels on its stream. The algorithm never
-// reads a verdict before sync(), so a device executor needs no host round trip per slice.
+// The executor's face: executors own the memory a collective verifies and reduces in, and run "verify, then
+// reduce or copy" on each received slice (docs/design/protocol.md, "Executors"). The algorithms are written
+// against this interface and the runtime picks the implementation: the host executor
+// (executor/host_executor.h) works synchronously on host memory; the device executor
+// (executor/device/device_executor.h) enqueues the same steps as kernels of the CUDA layer on its stream.
+// The algorithm never reads a verdict before sync(), so a device executor needs no host round trip per
+// slice.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -115,34 +118,6 @@ class Executor {
 
  private:
   std::vector<NonFiniteCount> scans_;  // the default scanNonFinite's counts
-};
-
-// Host memory: ISA-L (or zlib) CRC and the host reduction, blocked so each output block is
-// checksummed while it is still in cache.
-class HostExecutor final : public Executor {
- public:
-  Status prepare(size_t items, int slots, size_t slotBytes) override;
-  Trailer* sendTrailer(size_t item) override { return &trailers_[item]; }
-  void* slot(int index) override { return slots_[index].data(); }
-  Trailer* slotTrailer(int index) override { return &slotTrailers_[index]; }
-  Status sealFirst(size_t item, const void* data, const SliceId& id) override;
-  Status retag(size_t item, uint16_t attempt) override;
-  Status corruptReceived(int index, void* payload, size_t bytes, const CorruptionPlan& plan) override;
-  Status verifyAndApply(const ApplyTask& task, int index, size_t item, size_t nextItem) override;
-  Status copy(void* dst, const void* src, size_t bytes) override;
-  Status scratch(size_t bytes, void** out) override;
-  Status syncTest(bool* done) override {
-    *done = true;
-    return Status::ok();
-  }
-  SliceCheck verdict(size_t item) const override { return verdicts_[item]; }
-
- private:
-  std::vector<Trailer> trailers_;
-  std::vector<SliceCheck> verdicts_;
-  std::vector<std::vector<uint8_t>> slots_;
-  std::vector<Trailer> slotTrailers_;
-  std::vector<uint8_t> scratch_;
 };
 
 }  // namespace ringguard

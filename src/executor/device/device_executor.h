@@ -28,8 +28,8 @@
 #include <memory>
 #include <vector>
 
-#include "algorithms/executor.h"
 #include "core/trailer.h"
+#include "executor/executor.h"
 #include "ringguard/core/status.h"
 
 typedef struct CUstream_st* cudaStream_t;

@@ -1,4 +1,4 @@
-#include "algorithms/collective.h"
+#include "algorithms/agreement.h"
 
 #include <algorithm>
 #include <chrono>
@@ -19,8 +19,9 @@ using Clock = std::chrono::steady_clock;
 // pollUntil on a transport that can block (Transport::waitForEvent): polls this many times first (a
 // completion already under way costs no sleep), and for as long as the transport asks
 // (Transport::pollBeforeBlocking), then blocks for at most kBlockedWait at a time. Peers'
-// errors arrive as control frames, which wake the wait; the bound is for the deadline and abort() (a 500 us
-// bound cost a waiting rank 4 % of a core in wake-ups).
+// errors arrive as control frames, which wake the wait; the bound is for the deadline and abort(), and a
+// short one costs a waiting rank a share of a core in wake-ups (docs/PERFORMANCE.md, "The bound of a blocked
+// wait").
 constexpr uint64_t kSpinsBeforeBlocking = 16;
 constexpr std::chrono::milliseconds kBlockedWait(10);
 

@@ -1,4 +1,4 @@
-#include "cuda/device_executor.h"
+#include "executor/device/device_executor.h"
 
 #include <cuda_runtime_api.h>
 
@@ -14,6 +14,7 @@
 #include "cuda/kernels.h"
 #include "cuda/memory_pool.h"
 #include "cuda/verify_reduce.h"
+#include "executor/device/device_apply_plan.h"
 
 namespace ringguard {
 
