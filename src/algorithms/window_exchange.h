@@ -10,10 +10,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "algorithms/collective.h"
+#include "algorithms/agreement.h"
 #include "algorithms/eager.h"
-#include "algorithms/executor.h"
 #include "core/fingerprint.h"
+#include "executor/executor.h"
 
 namespace ringguard {
 

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <vector>
 
-#include "algorithms/executor.h"
 #include "algorithms/window_exchange.h"
+#include "executor/host_executor.h"
 #include "loopback_util.h"
 #include "ringguard/core/crc32.h"
 #include "ringguard/runtime/communicator.h"
