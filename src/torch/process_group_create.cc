@@ -9,6 +9,7 @@
 
 #include "core/env.h"
 #include "ringguard/bootstrap/host_bootstrap.h"
+#include "ringguard/runtime/device_stager.h"  // the staged collectives' stager, released with the group
 #include "ringguard/runtime/factories.h"
 #include "ringguard/runtime/point_to_point.h"
 #include "ringguard/torch/process_group.h"
