@@ -3,15 +3,18 @@
 // its CPU communicator, tested without MPI or torch.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "bootstrap/mpi_group_check.h"
 #include "loopback_util.h"
 #include "memory_bootstrap.h"
 #include "ringguard/bootstrap/host_bootstrap.h"
+#include "transport/transport.h"
 
 namespace ringguard {
 namespace {
@@ -116,6 +119,48 @@ TEST(HostBootstrap, RanksAgreeOnCpuTransportOrAllFailNamingBoth) {
                 std::string::npos)
           << st.message();
     });
+  }
+}
+
+// The wrapper's host transport: inner's, through shared memory unless the setting is the caller's "off"
+// value; a value that does not parse fails every rank with its error.
+TEST(HostBootstrap, WithSharedMemoryConnectsInnersTransportAsTheSettingSays) {
+  struct Case {
+    std::vector<const char*> values;
+    const char* transport;  // every rank's, or nullptr: every rank fails with `error`
+    const char* error;
+  };
+  const Case cases[] = {
+      {{"shm", "shm"}, "shm", nullptr},
+      {{nullptr, nullptr, nullptr}, "shm", nullptr},  // unset: auto, and the ranks share this host
+      {{"gloo", "gloo"}, "loopback", nullptr},
+      {{"nonsense", "shm"}, nullptr, "RINGGUARD_CPU_TRANSPORT='nonsense'"},
+  };
+  for (const Case& c : cases) {
+    const int n = int(c.values.size());
+    Board board(n);
+    std::vector<Status> status(size_t(n));
+    std::vector<std::string> names(size_t(n));
+    testing::runRanks(n, [&](int rank) {
+      MemoryBootstrap inner(&board, rank);
+      std::unique_ptr<Bootstrap> b = withSharedMemory(inner, cpuTransport(c.values[size_t(rank)]), "gloo",
+                                                      std::chrono::milliseconds(20000));
+      EXPECT_EQ(b->rank(), rank);
+      EXPECT_EQ(b->size(), n);
+      std::unique_ptr<Transport> t;
+      status[size_t(rank)] = b->createHostTransport(&t);
+      names[size_t(rank)] = t ? t->name() : "";
+    });
+    for (int r = 0; r < n; ++r) {
+      if (c.transport != nullptr) {
+        EXPECT_TRUE(status[size_t(r)].isOk()) << status[size_t(r)].toString();
+        EXPECT_EQ(names[size_t(r)], c.transport) << "rank " << r;
+      } else {
+        EXPECT_EQ(status[size_t(r)].code(), StatusCode::kInvalidArgument) << "rank " << r;
+        EXPECT_NE(status[size_t(r)].message().find(c.error), std::string::npos)
+            << status[size_t(r)].message();
+      }
+    }
   }
 }
 

@@ -7,9 +7,8 @@
 // mpirun, else over a C10dTransport (CRC-framed slices on the point-to-point send/recv of a Gloo backend of
 // the same ranks); CUDA tensors over
 // NCCL (its unique id passed through the c10d Store, a C10dTransport as control channel) when every rank has
-// a GPU of its own, else the host-staged transport on top of another C10dTransport. broadcast and allgather
-// are verified allreduces of bytes in which all but one rank contribute zeros: exact for every dtype, at
-// about twice the traffic of a dedicated broadcast or all-gather.
+// a GPU of its own, else the host-staged transport on top of another C10dTransport. The class is defined
+// over several files of src/torch/, one concern each (docs/ARCHITECTURE.md, "The torch layer").
 #include <torch/headeronly/version.h>
 
 #include <atomic>
