@@ -139,8 +139,8 @@ TEST(HostBootstrap, WithSharedMemoryConnectsInnersTransportAsTheSettingSays) {
   for (const Case& c : cases) {
     const int n = int(c.values.size());
     Board board(n);
-    std::vector<Status> status(size_t(n));
-    std::vector<std::string> names(size_t(n));
+    std::vector<Status> status(static_cast<size_t>(n));
+    std::vector<std::string> names(static_cast<size_t>(n));
     testing::runRanks(n, [&](int rank) {
       MemoryBootstrap inner(&board, rank);
       std::unique_ptr<Bootstrap> b = withSharedMemory(inner, cpuTransport(c.values[size_t(rank)]), "gloo",
