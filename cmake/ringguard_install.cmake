@@ -26,10 +26,12 @@ endif()
 # --- headers -------------------------------------------------------------------------------------------
 # The torch layer's headers are not installed: its libraries (ringguard_torch, ringguard_c10d) are not in the
 # export set (a consumer would need libtorch's CMake package too); PyTorch users take the Python package.
+# Nor the c10d transport's entry (ringguard/transport/c10d_transport.h), which names torch types and is
+# linked into ringguard_c10d only.
 # Nor, in a package built without MPI, the MPI short forms (ringguard/mpi/,
 # ringguard/runtime/mpi_device_communicator.h): their definitions are not in it, so including them should
 # fail, not linking.
-set(_rg_header_excludes PATTERN "torch" EXCLUDE)
+set(_rg_header_excludes PATTERN "torch" EXCLUDE PATTERN "c10d_transport.h" EXCLUDE)
 if(NOT RINGGUARD_WITH_MPI)
   list(APPEND _rg_header_excludes PATTERN "mpi" EXCLUDE PATTERN "mpi_device_communicator.h" EXCLUDE)
 endif()

@@ -27,6 +27,10 @@ from .guard import Guard, GuardCompileError, GuardError, guard  # noqa: E402,F40
 from .graph_guard import graph_guard  # noqa: E402,F401  the guard as one CUDA graph (docs/GUARD.md)
 from . import policy  # noqa: E402,F401  operator downgrade engine (docs/DOWNGRADE.md)
 from .memory import empty_cache, memory_reserved, memory_stats  # noqa: E402,F401  beside torch's allocator
+from . import memory  # noqa: E402
+
+# torch.cuda.empty_cache() trims ringguard's pools too, from the extension's first load on.
+_ext.when_loaded(memory.install_empty_cache_hook)
 from .issue_lane import current_issue_lane, issue_lane  # noqa: E402,F401  threads' order (docs/TORCH.md)
 from .replicas import ReplicaCheck, ReplicaMismatchError  # noqa: E402,F401  replica fingerprints (docs/REPLICAS.md)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 
 _module = None
+_on_load = []  # what runs once the extension is loaded (when_loaded)
 
 
 def matches(built: str, installed: str) -> bool:
@@ -35,7 +36,15 @@ def load():
             f"ringguard._C was built against torch {built}, but torch {torch.__version__} is "
             "installed: rebuild it with `python3 -m pip install --no-build-isolation .`")
     _module = mod
-    from . import memory  # torch.cuda.empty_cache() trims ringguard's pools too, from the first use on
-
-    memory.install_empty_cache_hook()
+    for f in _on_load:
+        f()
     return mod
+
+
+def when_loaded(f) -> None:
+    """Runs `f` once the extension is loaded: now if it is, else right after ``load()`` loads it. How modules
+    that use the extension hook in at load time without this module importing them (no import circle)."""
+    if _module is not None:
+        f()
+    else:
+        _on_load.append(f)

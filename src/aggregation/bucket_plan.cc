@@ -1,4 +1,4 @@
-#include "aggregation/bucket_plan.h"
+#include "ringguard/aggregation/bucket_plan.h"
 
 #include <limits>
 #include <string>

@@ -1,4 +1,4 @@
-#include "aggregation/launch_order.h"
+#include "ringguard/aggregation/launch_order.h"
 
 #include <algorithm>
 

@@ -38,6 +38,9 @@ endif()
 # launcher the user configured (e.g. ccache, which replays the report on cache hits) still runs after it.
 set(_rg_cuda_launcher sh ${PROJECT_SOURCE_DIR}/cmake/nvcc_capture.sh ${CMAKE_CUDA_COMPILER_LAUNCHER})
 set_target_properties(ringguard_cuda PROPERTIES CUDA_COMPILER_LAUNCHER "${_rg_cuda_launcher}")
+# The layer's public entries for the torch layer (ringguard/cuda/device_buffer_pool.h, pool_usage.h).
+target_sources(ringguard_cuda PRIVATE ${CMAKE_CURRENT_LIST_DIR}/device_buffer_pool.cc
+                                      ${CMAKE_CURRENT_LIST_DIR}/pool_usage.cc)
 add_library(ringguard::cuda ALIAS ringguard_cuda)
 list(APPEND RINGGUARD_LAYER_TARGETS ringguard_cuda)
 

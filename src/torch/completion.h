@@ -35,7 +35,7 @@ std::exception_ptr toException(const Status& st);
 
 // The interpreter's exit, as the threads that complete c10d Works see it (docs/TORCH.md, "Completion").
 //
-// Those threads (a CompletionLane's; PeerLanes' "rg-send" / "rg-recv", through process_group.cc's
+// Those threads (a CompletionLane's; PeerLanes' "rg-send" / "rg-recv", through point_to_point.cc's
 // send/recv callbacks) drop references to tensors that Python owns after they complete a Work. Since torch
 // 2.10 a C++ reference count that goes from 2 to 1 on a tensor with a Python object decrefs that object,
 // under the GIL (TensorImpl::decref_pyobject). Once the Work is complete its waiter may return, the script

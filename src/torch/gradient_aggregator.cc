@@ -6,10 +6,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <sstream>
 
-#include "aggregation/bucket_plan.h"
-#include "aggregation/launch_order.h"
+#include "ringguard/aggregation/bucket_plan.h"
+#include "ringguard/aggregation/launch_order.h"
 #include "ringguard/torch/convert.h"
 
 #if RINGGUARD_TORCH_CUDA
@@ -19,8 +20,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
-#include "cuda/cuda_check.h"
-#include "cuda/memory_pool.h"
+#include "ringguard/cuda/device_buffer_pool.h"
 #endif
 
 namespace ringguard {
@@ -38,11 +38,10 @@ std::string deviceName(const torch::Device& d) { return d.str(); }
 bool movesDeviceMemory(const Communicator& comm) { return comm.memory() == MemoryKind::kDevice; }
 
 #if RINGGUARD_TORCH_CUDA
-// torch's own guard and events throw c10::Error on a CUDA failure. The buckets' deleter and the destructor
-// keep the library's non-throwing guard (nothing may throw out of them); the hooks turn the exception
+// torch's own guard and events throw c10::Error on a CUDA failure. The buckets' deleter keeps the library's
+// non-throwing release (DeviceBufferPool::release: nothing may throw out of it); the hooks turn the exception
 // into the step's Status (asStatus), so every rank still launches the same collectives.
 using ScopedDevice = c10::cuda::CUDAGuard;
-using NoThrowDevice = cuda_detail::DeviceGuard;
 
 template <typename F>
 Status asStatus(const char* what, F&& f) {
@@ -177,7 +176,7 @@ struct GradientAggregator::CudaState {
 
   int device = 0;
   cudaStream_t home = nullptr;  // current at create(): buckets are allocated, and freed, in its order
-  std::shared_ptr<DevicePool> pool;
+  std::shared_ptr<cuda::DeviceBufferPool> pool;
   std::vector<std::vector<StreamEvent>> ready;  // per bucket: the streams its gradients came from this step
   std::vector<cudaStream_t> launchStreams;      // this step: the streams launches were ordered after
   std::vector<StreamEvent> joins;               // per stream: the event another stream waits for it by
@@ -274,9 +273,7 @@ Status GradientAggregator::create(Communicator* comm,
     cs->device = device.index();
     deviceGuard = std::make_unique<ScopedDevice>(cs->device);
     cs->home = currentStream(cs->device);
-    std::unique_ptr<DevicePool> pool;
-    RINGGUARD_RETURN_IF_ERROR(DevicePool::create(cs->device, &pool));
-    cs->pool = std::move(pool);
+    RINGGUARD_RETURN_IF_ERROR(cuda::DeviceBufferPool::create(cs->device, &cs->pool));
     cs->see(cs->home);
     agg->cuda_ = std::move(cs);
   }
@@ -308,17 +305,11 @@ Status GradientAggregator::create(Communicator* comm,
       CudaState& cs = *agg->cuda_;
       const size_t bytes = size_t(total) * first.element_size();
       void* ptr = nullptr;
-      RINGGUARD_RETURN_IF_ERROR(cs.pool->allocate(bytes, cs.home, &ptr));
-      if (bytes > 0) RINGGUARD_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, cs.home));
-      std::shared_ptr<DevicePool> pool = cs.pool;
+      RINGGUARD_RETURN_IF_ERROR(cs.pool->allocateZeroed(bytes, cs.home, &ptr));
+      std::shared_ptr<cuda::DeviceBufferPool> pool = cs.pool;
       const cudaStream_t home = cs.home;
-      const int dev = cs.device;
       bucket.flat = at::from_blob(
-          ptr, {total},
-          [pool, home, dev](void* p) {
-            NoThrowDevice guard(dev);
-            (void)pool->free(p, home);
-          },
+          ptr, {total}, [pool, home](void* p) { pool->release(p, home); },
           first.options().requires_grad(false), first.device());
 #endif
     }
@@ -352,7 +343,7 @@ Status GradientAggregator::create(Communicator* comm,
     CudaState& cs = *agg->cuda_;
     cs.ready.resize(agg->buckets_.size());
     // Once, at construction: the zeroed buckets are then ready for whatever stream backward runs on.
-    RINGGUARD_CUDA_CHECK(cudaStreamSynchronize(cs.home));
+    RINGGUARD_RETURN_IF_ERROR(cuda::synchronizeStream(cs.home));
   }
 #endif
   std::vector<int> bucketOf;
@@ -383,7 +374,8 @@ GradientAggregator::~GradientAggregator() {
   if (cuda_) {
     // The buckets are freed in the order of the home stream: make it wait for every stream the
     // aggregator saw touch them (the launch streams are ordered after the results by the waits above).
-    NoThrowDevice guard(cuda_->device);
+    std::optional<ScopedDevice> guard;  // nothing may throw out of a destructor
+    (void)asStatus("selecting the device at destruction", [&] { guard.emplace(cuda_->device); });
     for (cudaStream_t s : cuda_->seen) {
       (void)asStatus("joining the streams at destruction", [&] { cuda_->join(cuda_->home, s); });
     }

@@ -2,7 +2,7 @@
 
 #include <exception>
 
-#include "transport/c10d/c10d_transport.h"
+#include "ringguard/transport/c10d_transport.h"
 
 namespace ringguard {
 
@@ -20,13 +20,11 @@ Status storeCall(const char* what, F&& f) {
 }  // namespace
 
 StoreBootstrap::StoreBootstrap(c10::intrusive_ptr<c10d::Store> store,
-                               c10::intrusive_ptr<c10d::Backend> backend, std::string prefix, int tagBase,
-                               std::optional<SharedMemoryChoice> sharedMemory)
+                               c10::intrusive_ptr<c10d::Backend> backend, std::string prefix, int tagBase)
     : store_(std::move(store)),
       backend_(std::move(backend)),
       prefix_(std::move(prefix)),
       tagBase_(tagBase),
-      sharedMemory_(std::move(sharedMemory)),
       rank_(backend_->getRank()),
       size_(backend_->getSize()) {}
 
@@ -52,9 +50,7 @@ Status StoreBootstrap::createHostTransport(std::unique_ptr<Transport>* out) {
     return Status(StatusCode::kInternal, "StoreBootstrap: its tag range already carries a host transport");
   }
   transportMade_ = true;
-  RINGGUARD_RETURN_IF_ERROR(createC10dTransport(backend_, tagBase_, out));
-  if (!sharedMemory_) return Status::ok();
-  return connectSharedMemory(*this, *sharedMemory_, out);
+  return createC10dTransport(backend_, tagBase_, out);
 }
 
 }  // namespace ringguard

@@ -117,3 +117,26 @@ def test_cuda_pools(cuda_run):
 
 if __name__ == "__main__":
     harness.run_worker(CASES, _init)
+
+
+def _package_imports(path):
+    """The package's modules that `path` imports (at module level or inside functions)."""
+    import ast
+
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            names.update([node.module] if node.module else [a.name for a in node.names])
+        elif isinstance(node, ast.Import):
+            names.update(a.name.split(".")[1] for a in node.names if a.name.startswith("ringguard."))
+    return {n.split(".")[0] for n in names}
+
+
+def test_extension_loader_imports_no_module_of_the_package():
+    """_ext, which most modules import, imports none of them (issue 44: _ext <-> memory was a circle): what
+    hooks in at load time registers itself (_ext.when_loaded)."""
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[2] / "python" / "ringguard"
+    modules = {p.stem for p in root.glob("*.py") if p.stem != "__init__"}
+    assert _package_imports(root / "_ext.py") & modules == set()

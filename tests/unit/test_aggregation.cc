@@ -5,8 +5,8 @@
 #include <limits>
 #include <vector>
 
-#include "aggregation/bucket_plan.h"
-#include "aggregation/launch_order.h"
+#include "ringguard/aggregation/bucket_plan.h"
+#include "ringguard/aggregation/launch_order.h"
 
 namespace ringguard {
 namespace {

@@ -108,7 +108,8 @@ class GradientAggregator {
   torch::Device device_{torch::kCPU};
   std::vector<Param> params_;
   std::vector<Bucket> buckets_;
-  std::unique_ptr<LaunchOrder> order_;  // readiness and in-order launch (src/aggregation/launch_order.h)
+  std::unique_ptr<LaunchOrder>
+      order_;  // readiness and in-order launch (ringguard/aggregation/launch_order.h)
   bool noSync_ = false;
   bool stepStarted_ = false;
   uint64_t gradCopies_ = 0;

@@ -7,9 +7,8 @@
 // mpirun, else over a C10dTransport (CRC-framed slices on the point-to-point send/recv of a Gloo backend of
 // the same ranks); CUDA tensors over
 // NCCL (its unique id passed through the c10d Store, a C10dTransport as control channel) when every rank has
-// a GPU of its own, else the host-staged transport on top of another C10dTransport. broadcast and allgather
-// are verified allreduces of bytes in which all but one rank contribute zeros: exact for every dtype, at
-// about twice the traffic of a dedicated broadcast or all-gather.
+// a GPU of its own, else the host-staged transport on top of another C10dTransport. The class is defined
+// over several files of src/torch/, one concern each (docs/ARCHITECTURE.md, "The torch layer").
 #include <torch/headeronly/version.h>
 
 #include <atomic>
@@ -26,6 +25,7 @@
 
 #include "ringguard/core/counters.h"
 #include "ringguard/core/options.h"
+#include "ringguard/core/settings.h"
 #include "ringguard/runtime/communicator.h"
 #include "ringguard/runtime/host_stager.h"
 
@@ -48,8 +48,7 @@ class DeviceStager;  // ringguard/runtime/device_stager.h
 
 namespace ringguard {
 
-class PeerLanes;
-struct SharedMemoryChoice;  // transport/shm/shm_transport.h
+class PointToPoint;  // ringguard/runtime/point_to_point.h
 class C10dWork;
 class CompletionLane;
 
@@ -125,7 +124,7 @@ class ProcessGroupRingguard : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& out, std::vector<at::Tensor>& in,
                                           const c10d::AllToAllOptions& o) override;
   // dist.recv / irecv without a source: the first message from a peer whose receive is free for it, by
-  // PeerLanes::recvAny's matching rule (receives match in issue order; among the peers whose message is
+  // PointToPoint::recvAny's matching rule (receives match in issue order; among the peers whose message is
   // there, the lowest rank). The Work's sourceRank() names the sender. Count, dtype and tag are checked
   // against the sender's as recv's are: a mismatch fails both sides.
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& t, int tag) override;
@@ -205,10 +204,9 @@ class ProcessGroupRingguard : public c10d::Backend {
   Communicator* communicatorFor(const at::Tensor& t, const char* op);
   // A RINGGUARD_* option: from pg_options, else the environment, else null.
   const char* option(const char* name) const;
-  bool useMpi();
-  SharedMemoryChoice cpuSharedMemory();  // RINGGUARD_CPU_TRANSPORT and RINGGUARD_SHM_RING_BYTES
-  void agreeOnCpuTransport();            // under mpirun: every rank's RINGGUARD_CPU_TRANSPORT alike
-  Status createMpiCommunicator(const std::vector<int>& globalRanks);  // collective over the group
+  SettingLookup lookup() const;  // option() as a SettingLookup
+  // The CPU communicator over MPI or the Store, as the bootstrap layer chooses (collective over the group).
+  void createCpuCommunicator(const std::vector<int>& globalRanks);
   // Starts one collective of the communicator of `buffer`'s device (`start` gets it and the caller's
   // stream) and returns its c10d Work; `after` runs on success before the Work completes. The Work keeps
   // `buffer`, the outputs and `keep` (inputs the collective reads) alive until it completes.
@@ -270,7 +268,7 @@ class ProcessGroupRingguard : public c10d::Backend {
   mutable std::mutex mutex_;  // guards the communicators
   std::unique_ptr<Communicator> cpu_;
   std::unique_ptr<Communicator> cuda_;
-  std::unique_ptr<PeerLanes> p2p_;
+  std::unique_ptr<PointToPoint> p2p_;
   int cudaDevice_ = -1;
   // One completion lane per communicator (src/torch/completion.h), so a CPU collective never waits behind
   // an earlier CUDA one.

@@ -18,7 +18,7 @@
 #include "torch/guard/tensor_buffer.h"
 #include "torch/python/checked_args.h"
 #if RINGGUARD_GUARD_CUDA
-#include "cuda/snapshot.h"
+#include "ringguard/guard/device_backend.h"  // makeDeviceGuardBackend
 #endif
 
 namespace py = pybind11;

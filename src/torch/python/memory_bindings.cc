@@ -1,5 +1,5 @@
 // ringguard._C.pool_stats / trim_pools: the memory ringguard's own pools hold (device cudaMemPool_t's and
-// pinned host blocks, src/cuda/pool_registry.h), for python/ringguard/memory.py, which reports it
+// pinned host blocks, ringguard/cuda/pool_usage.h), for python/ringguard/memory.py, which reports it
 // beside torch.cuda.memory_reserved() and trims it with torch.cuda.empty_cache(). A build without CUDA has
 // no pools: zeros, and nothing to trim.
 #include <pybind11/pybind11.h>
@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #if RINGGUARD_MEMORY_CUDA
-#include "cuda/pool_registry.h"
+#include "ringguard/cuda/pool_usage.h"
 #endif
 
 namespace py = pybind11;
@@ -19,19 +19,19 @@ void ringguardRegisterMemoryBindings(py::module_& m) {
         uint64_t dev[5] = {0, 0, 0, 0, 0}, pin[5] = {0, 0, 0, 0, 0};
         int devicePools = 0, pinnedPools = 0;
 #if RINGGUARD_MEMORY_CUDA
-        ringguard::ProcessPoolStats s;
-        const ringguard::Status st = ringguard::processPoolStats(device, &s);
+        ringguard::cuda::ProcessPoolUsage s;
+        const ringguard::Status st = ringguard::cuda::readPoolUsage(device, &s);
         if (!st.isOk()) throw std::runtime_error("ringguard: reading the pools: " + st.toString());
         const uint64_t fromDevice[5] = {s.device.reservedBytes, s.device.usedBytes, s.device.highWaterBytes,
-                                        s.device.allocationCount, s.device.allocationFailures};
+                                        s.device.allocations, s.device.allocationFailures};
         const uint64_t fromPinned[5] = {s.pinned.reservedBytes, s.pinned.usedBytes, s.pinned.highWaterBytes,
-                                        s.pinned.allocationCount, s.pinned.allocationFailures};
+                                        s.pinned.allocations, s.pinned.allocationFailures};
         for (int i = 0; i < 5; ++i) {
           dev[i] = fromDevice[i];
           pin[i] = fromPinned[i];
         }
-        devicePools = s.devicePools;
-        pinnedPools = s.pinnedPools;
+        devicePools = s.device.pools;
+        pinnedPools = s.pinned.pools;
 #else
         (void)device;
 #endif
@@ -55,7 +55,7 @@ void ringguardRegisterMemoryBindings(py::module_& m) {
       [](int device) {
 #if RINGGUARD_MEMORY_CUDA
         py::gil_scoped_release nogil;
-        const ringguard::Status st = ringguard::trimProcessPools(device);
+        const ringguard::Status st = ringguard::cuda::trimPools(device);
         if (!st.isOk()) throw std::runtime_error("ringguard: trimming the pools: " + st.toString());
 #else
         (void)device;

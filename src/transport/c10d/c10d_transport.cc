@@ -1,4 +1,4 @@
-#include "transport/c10d/c10d_transport.h"
+#include "ringguard/transport/c10d_transport.h"
 
 #include <ATen/ATen.h>
 
@@ -16,6 +16,7 @@
 
 #include "core/log_text.h"
 #include "core/thread_name.h"
+#include "transport/transport.h"
 
 namespace ringguard {
 

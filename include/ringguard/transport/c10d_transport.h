@@ -8,13 +8,18 @@
 // waiter thread per (peer, direction) waits each posted work in post order with a wait that never expires,
 // and sets the flag TransportOp::test reads. Deadlines stay ours: the progress thread's timeouts decide,
 // and markBroken() aborts every pending wait.
+//
+// The transport's public entry, for the torch layer's Store bootstrap: it names torch types, so it is not
+// installed (as ringguard/torch/ is not), and Transport only by a declaration.
 #include <memory>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include "ringguard/core/status.h"
-#include "transport/transport.h"
 
 namespace ringguard {
+
+// The data-plane interface (src/transport/transport.h): internal, so only named here.
+class Transport;
 
 // `backend` spans the same ranks as the communicator (its rank and size are ours). Tags
 // [tagBase, tagBase + 3) of the backend are this transport's: give each transport over one backend its own

@@ -1,0 +1,83 @@
+// What Python reads and sets on a group beyond c10d's interface (ringguard.counters, set_fault, fault,
+// transport): integrity counters summed over the group's communicators and lanes, fault injection, and the
+// name of each device type's transport.
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+
+#include "core/env.h"
+#include "ringguard/runtime/point_to_point.h"
+#include "ringguard/torch/process_group.h"
+
+namespace ringguard {
+
+Counters ProcessGroupRingguard::counters() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Counters c;
+  if (cpu_) c += cpu_->counters();
+  if (cuda_) c += cuda_->counters();
+  if (p2p_) c += p2p_->counters();
+  return c;
+}
+
+void ProcessGroupRingguard::setFault(const std::map<std::string, std::string>& fault) {
+  if (Status nul = checkSettingMap(fault); !nul.isOk())
+    throw std::invalid_argument("ringguard: set_fault: " + nul.message());
+  for (const auto& kv : fault) {
+    if (kv.first.rfind("RINGGUARD_FAULT_", 0) != 0) {
+      throw std::invalid_argument("ringguard: set_fault: '" + kv.first +
+                                  "' is not a RINGGUARD_FAULT_* option");
+    }
+  }
+  // Fault options not named keep their defaults: set_fault replaces the whole setting.
+  ringguard::Options o;
+  Status st = ringguard::Options::fromLookup(
+      [&fault](const char* name) -> const char* {
+        auto it = fault.find(name);
+        return it != fault.end() ? it->second.c_str() : nullptr;
+      },
+      &o);
+  if (!st.isOk()) throw std::invalid_argument("ringguard: set_fault: " + st.message());
+  std::lock_guard<std::mutex> lock(mutex_);
+  fault_ = o.fault;
+  if (p2p_) {
+    st = p2p_->setFault(fault_);
+    if (!st.isOk()) throw std::invalid_argument("ringguard: set_fault: " + st.message());
+  }
+  for (Communicator* c : {cpu_.get(), cuda_.get()}) {
+    if (!c) continue;
+    st = c->setFault(fault_);
+    if (!st.isOk()) throw std::invalid_argument("ringguard: set_fault: " + st.message());
+  }
+}
+
+std::map<std::string, std::string> ProcessGroupRingguard::fault() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::map<std::string, std::string> m;
+  m["RINGGUARD_FAULT_MODE"] = faultModeName(fault_.mode);
+  std::ostringstream p;
+  p << fault_.probability;
+  m["RINGGUARD_FAULT_PROB"] = p.str();
+  std::string schedule;
+  for (const auto& e : fault_.schedule) {
+    if (!schedule.empty()) schedule += ",";
+    schedule += std::to_string(e.collective) + ":" + std::to_string(e.step) + ":" + std::to_string(e.slice) +
+                ":" + std::to_string(e.rank);
+  }
+  m["RINGGUARD_FAULT_SCHEDULE"] = schedule;
+  m["RINGGUARD_FAULT_SEED"] = std::to_string(fault_.seed);
+  m["RINGGUARD_FAULT_BITS"] = std::to_string(fault_.bits);
+  m["RINGGUARD_FAULT_BURST_BITS"] = std::to_string(fault_.burstBits);
+  m["RINGGUARD_FAULT_DELAY_MS"] = std::to_string(fault_.delayMs);
+  m["RINGGUARD_FAULT_REPEAT"] = std::to_string(fault_.repeat);
+  return m;
+}
+
+std::string ProcessGroupRingguard::transport(const std::string& deviceType) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (deviceType == "cpu" && cpu_) return cpu_->transportName();
+  if (deviceType == "cuda" && cuda_) return cuda_->transportName();
+  return "";
+}
+
+}  // namespace ringguard
