@@ -71,7 +71,9 @@ class ReplicaCheck:
     on_mismatch: "raise" (every rank raises ReplicaMismatchError naming the rank(s), tensors and step),
     "repair" (the differing tensors are broadcast from a rank of the majority, then checked again; needs
     >= 3 replicas; a rank that mismatches again after a repair escalates to raise), "warn" (logged, training
-    continues). sync: the verdict is read right after the step (the only mode built so far).
+    continues). sync: True, the verdict is read right after the step, before the next forward; False, it is
+    read at the next check (no wait inside the step; found one check late, and a repair cannot take back the
+    gradients the odd replica contributed in between; ``flush()`` reads the last one).
     include_buffers: "auto" (default) every buffer but the running statistics of batch and instance norms
     (each replica updates them from its own batch; SyncBatchNorm's are checked), True every buffer, False none.
 
@@ -84,9 +86,8 @@ class ReplicaCheck:
                  include_buffers: Union[bool, str] = "auto", sync: bool = True):
         import torch.distributed as dist
 
-        if not sync:
-            raise NotImplementedError("ReplicaCheck(sync=False): the deferred verdict through mapped memory is "
-                                      "not built yet (docs/REPLICAS.md, 'Not yet'); use sync=True")
+        if not isinstance(sync, bool):
+            raise ValueError(f"ReplicaCheck: sync={sync!r}: expected True or False")
         if include_buffers not in (True, False, "auto"):
             raise ValueError(f"ReplicaCheck: include_buffers={include_buffers!r}: expected True, False or 'auto'")
         if not isinstance(every, int) or isinstance(every, bool) or every < 1:
@@ -109,13 +110,19 @@ class ReplicaCheck:
                     "copy of each shard, so there is no replica to compare it with; under HSDP (a 2-D mesh) the "
                     "check across the replicate dimension is not built yet (docs/REPLICAS.md)")
         cuda = next((p.device for _, p in params if p.is_cuda), None)
+        if cuda is not None and not sync:
+            raise NotImplementedError(
+                "ReplicaCheck(sync=False) on CUDA tensors: the device fingerprints are still waited for on the "
+                "host (the deferred device launch is not built, docs/REPLICAS.md 'Not yet'); use sync=True, or "
+                "sync=False with CPU tensors")
+        self.sync = sync
         self._device = cuda if cuda is not None else torch.device("cpu")
         self._names = {id(p): name for name, p in params}
         self._by_name: Dict[str, torch.Tensor] = {}
         self._step = 0
         C = _ext.load()
         self._impl = C.ReplicaCheck(on_mismatch, every, self._rank, self._size, self._all_gather,
-                                    self._broadcast, cuda.index if cuda is not None else -1)
+                                    self._broadcast, cuda.index if cuda is not None else -1, sync)
         fault = _default_fault if _default_fault is not None else os.environ.get(_FAULT_SETTING, "")
         if fault:
             self._impl.set_fault(fault)
@@ -175,6 +182,11 @@ class ReplicaCheck:
         """Checks now, outside the step hook (every rank of the group must call it)."""
         self._impl.check_now(max(self._step - 1, 0), self.tensors(), self._stream())
 
+    def flush(self) -> None:
+        """sync=False: reads the last check's pending verdict now and acts on it (call it on every rank after
+        the last step, or the last check's verdict is never read). No-op with sync=True."""
+        self._impl.flush(max(self._step - 1, 0), self.tensors(), self._stream())
+
     def inject(self, rank: int, step: int, tensor: str, element: int = 0, bit: int = 0, repeat: int = 1) -> None:
         """Flips bit `bit` of element `element` of the checked tensor `tensor` (a name from ``tensors()``
         or "#<index>") on group rank `rank` after optimizer step `step`, and the `repeat` - 1 steps after
@@ -187,12 +199,15 @@ class ReplicaCheck:
 
     def counters(self) -> Dict[str, int]:
         """steps, checks, mismatches, repairs, repaired_tensors, escalations, warnings, raised, injected,
-        bytes_fingerprinted, host_waits."""
+        bytes_fingerprinted, host_waits, deferred_waits (sync=False verdicts not ready when read),
+        locate_rounds (all-gathers spent finding first differing elements)."""
         return dict(self._impl.counters())
 
     def last_report(self) -> Optional[Dict[str, Any]]:
-        """The last check (None before the first): step, mismatch, odd_ranks, majority, source, tensors,
-        action ("none", "warn", "repair", "raise"), escalated, repaired, message."""
+        """The last check (None before the first): step, read_at_step (sync=False: the next check's step),
+        mismatch, odd_ranks, majority, source, tensors, first_elements (per differing tensor, up to 4: the
+        first element index whose bytes differ on some rank, -1 if not located), action ("none", "warn",
+        "repair", "raise"), escalated, repaired, message."""
         return self._impl.last_report()
 
     def remove(self) -> None:

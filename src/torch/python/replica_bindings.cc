@@ -104,6 +104,8 @@ py::dict countersDict(const ReplicaCounters& c) {
   d["injected"] = c.injected;
   d["bytes_fingerprinted"] = c.bytesFingerprinted;
   d["host_waits"] = c.hostWaits;
+  d["deferred_waits"] = c.deferredWaits;
+  d["locate_rounds"] = c.locateRounds;
   return d;
 }
 
@@ -111,11 +113,13 @@ py::object reportDict(const ReplicaReport& r) {
   if (!r.checked) return py::none();
   py::dict d;
   d["step"] = r.step;
+  d["read_at_step"] = r.readAtStep;
   d["mismatch"] = r.mismatch;
   d["odd_ranks"] = r.comparison.oddRanks;
   d["majority"] = r.comparison.majority;
   d["source"] = r.comparison.source;
   d["tensors"] = r.tensors;
+  d["first_elements"] = r.firstElements;
   d["action"] = replicaActionName(r.decision.action);
   d["escalated"] = r.decision.escalated;
   d["repaired"] = r.repaired;
@@ -126,7 +130,7 @@ py::object reportDict(const ReplicaReport& r) {
 class PyReplicaCheck {
  public:
   PyReplicaCheck(const std::string& onMismatch, int64_t every, int rank, int size, py::function allGather,
-                 py::function broadcast, int cudaDevice) {
+                 py::function broadcast, int cudaDevice, bool sync) {
     ReplicaCheckOptions o;
     if (!parseReplicaPolicy(onMismatch, &o.onMismatch)) {
       throw py::value_error("ReplicaCheck: on_mismatch='" + onMismatch +
@@ -134,6 +138,7 @@ class PyReplicaCheck {
     }
     if (every < 1) throw py::value_error("ReplicaCheck: every=" + std::to_string(every) + ": expected >= 1");
     o.every = static_cast<uint64_t>(every);
+    o.sync = sync;
     std::unique_ptr<ReplicaBackend> device;
 #if RINGGUARD_GUARD_CUDA
     if (cudaDevice >= 0) {
@@ -162,6 +167,11 @@ class PyReplicaCheck {
     if (!st.isOk()) raiseReplica(st);
   }
 
+  void flush(uint64_t step, const std::vector<std::pair<std::string, at::Tensor>>& named, uintptr_t stream) {
+    const Status st = check_->flush(step, replicaTensors(named), reinterpret_cast<void*>(stream));
+    if (!st.isOk()) raiseReplica(st);
+  }
+
   void setFault(const std::string& spec) {
     ReplicaFault f;
     bool on = false;
@@ -184,12 +194,13 @@ class PyReplicaCheck {
 void ringguardRegisterReplicaBindings(py::module_& m) {
   using ringguard::PyReplicaCheck;
   py::class_<PyReplicaCheck>(m, "ReplicaCheck")
-      .def(py::init<const std::string&, int64_t, int, int, py::function, py::function, int>(),
+      .def(py::init<const std::string&, int64_t, int, int, py::function, py::function, int, bool>(),
            py::arg("on_mismatch"), py::arg("every"), py::arg("rank"), py::arg("size"), py::arg("all_gather"),
-           py::arg("broadcast"), py::arg("cuda_device") = -1)
+           py::arg("broadcast"), py::arg("cuda_device") = -1, py::arg("sync") = true)
       .def("after_step", &PyReplicaCheck::afterStep, py::arg("step"), py::arg("tensors"),
            py::arg("stream") = 0)
       .def("check_now", &PyReplicaCheck::checkNow, py::arg("step"), py::arg("tensors"), py::arg("stream") = 0)
+      .def("flush", &PyReplicaCheck::flush, py::arg("step"), py::arg("tensors"), py::arg("stream") = 0)
       .def("set_fault", &PyReplicaCheck::setFault, py::arg("spec"))
       .def("counters", [](PyReplicaCheck& c) { return ringguard::countersDict(c.check().counters()); })
       .def("last_report", [](PyReplicaCheck& c) { return ringguard::reportDict(c.check().lastReport()); });
