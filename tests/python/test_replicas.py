@@ -321,6 +321,58 @@ def _(ctx):
     return {}
 
 
+def _outlier_run(ctx, steps, fault=None, **kw):
+    """`steps` Adam steps of DDP with GradientOutliers(**kw) and a ReplicaCheck (raise) beside it; the hash of
+    the state before and after every step."""
+    torch.manual_seed(1234)
+    ddp = DDP(Net().to(ctx.device))
+    opt = torch.optim.Adam(ddp.parameters(), lr=0.01)
+    go = ringguard.GradientOutliers(ddp, opt, **kw)
+    rc = ringguard.ReplicaCheck(ddp, opt, on_mismatch="raise")
+    if fault:
+        go.inject(**fault)
+    hashes = [_hash(rc.tensors())]
+    for step in range(steps):
+        _steps(ctx, ddp, opt, [step])
+        hashes.append(_hash(rc.tensors()))
+    out = {"counters": go.counters(), "report": go.last_report(), "hashes": hashes,
+           "replica": rc.counters()}
+    go.remove()
+    rc.remove()
+    return out
+
+
+@CASES.case("gradient-outliers-clean-run-never-reports")
+def _(ctx):
+    r = _outlier_run(ctx, 40, factor=8.0)
+    assert r["counters"] == {"steps": 40, "buckets": 40, "outliers": 0, "skipped_steps": 0, "injected": 0}, r
+    assert r["report"] is None, r
+    return {}
+
+
+@CASES.case("gradient-outliers-scaled-rank-is-reported-and-the-step-skipped")
+def _(ctx):
+    before = ringguard.summary()["events"]["gradient_outliers"]
+    fault = dict(rank=_odd(ctx), step=FAULT_STEP, scale=1000.0)
+    r = _outlier_run(ctx, STEPS, fault=fault, factor=8.0, on_outlier="warn")
+    odd = [_odd(ctx)] if ctx.size >= 3 else [0, 1]
+    assert r["counters"]["outliers"] == 1 and r["counters"]["skipped_steps"] == 0, r["counters"]
+    assert r["report"]["step"] == FAULT_STEP and r["report"]["buckets"][0]["ranks"] == odd, r["report"]
+    assert r["report"]["message"].startswith(f"gradient outliers: step {FAULT_STEP}, bucket 0: rank {odd[0]} at "), r
+    assert ringguard.summary()["events"]["gradient_outliers"] == before + 1
+    # warn lets the polluted step through (averaged into every replica alike: the replica check stays clean).
+    assert r["replica"]["mismatches"] == 0, r["replica"]
+    s = _outlier_run(ctx, STEPS, fault=fault, factor=8.0, on_outlier="skip")
+    assert s["counters"]["skipped_steps"] == 1, s["counters"]
+    h = s["hashes"]
+    assert h[FAULT_STEP + 1] == h[FAULT_STEP], "the skipped step moved the state"
+    assert len(set(h)) == STEPS, "every other step moves the state"
+    assert s["replica"]["mismatches"] == 0, s["replica"]  # skipped alike on every rank
+    with pytest.raises(ringguard.GradientOutlierError, match=f"step {FAULT_STEP}, bucket 0"):
+        _outlier_run(ctx, STEPS, fault=fault, factor=8.0, on_outlier="raise")
+    return {"final": h[-1]}
+
+
 @CASES.case("bad-arguments")
 def _(ctx):
     ddp = DDP(Net().to(ctx.device))

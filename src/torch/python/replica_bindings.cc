@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "ringguard/replicas/gradient_outliers.h"
 #include "ringguard/replicas/replica_check.h"
 #include "torch/guard/tensor_buffer.h"
 #if RINGGUARD_GUARD_CUDA
@@ -204,4 +205,14 @@ void ringguardRegisterReplicaBindings(py::module_& m) {
       .def("set_fault", &PyReplicaCheck::setFault, py::arg("spec"))
       .def("counters", [](PyReplicaCheck& c) { return ringguard::countersDict(c.check().counters()); })
       .def("last_report", [](PyReplicaCheck& c) { return ringguard::reportDict(c.check().lastReport()); });
+  // The gradient-outlier verdict on one bucket's gathered norms (python/ringguard/replica_outliers.py):
+  // (ranks, message); a report is counted in the run summary and put on the timeline.
+  m.def(
+      "find_gradient_outliers",
+      [](const std::vector<double>& norms, double factor, uint64_t step, size_t bucket) {
+        const ringguard::GradientOutliers o = ringguard::findGradientOutliers(norms, factor);
+        ringguard::recordGradientOutliers(step, bucket, o);
+        return py::make_tuple(o.ranks, o.ranks.empty() ? std::string() : o.describe(step, bucket));
+      },
+      py::arg("norms"), py::arg("factor"), py::arg("step"), py::arg("bucket"));
 }
