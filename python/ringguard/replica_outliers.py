@@ -71,7 +71,7 @@ class GradientOutliers:
         self._fault = {"rank": rank, "step": step, "scale": float(scale), "repeat": repeat}
 
     @staticmethod
-    def _hook(self: "GradientOutliers", bucket: Any) -> torch.futures.Future:
+    def _hook(self, bucket):  # unannotated: DDP refuses any annotation but dist.GradBucket's own
         import torch.distributed as dist
 
         buf = bucket.buffer()

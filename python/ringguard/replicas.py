@@ -49,6 +49,11 @@ def _is_dtensor(t: torch.Tensor) -> bool:
     return isinstance(t, DTensor)
 
 
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """The tensor this rank holds: a DTensor's local shard (the storage a repair broadcasts into)."""
+    return t._local_tensor if _is_dtensor(t) else t
+
+
 def _per_replica_buffers(model: torch.nn.Module) -> set:
     """Names of the buffers each replica updates from its own batch: the running statistics of batch and
     instance norms (not SyncBatchNorm, whose statistics are the group's). DDP broadcasts rank 0's at the start
@@ -96,19 +101,13 @@ class ReplicaCheck:
             raise RuntimeError("ReplicaCheck: torch.distributed is not initialized; call init_process_group first")
         self.model = model
         self.optimizer = optimizer
-        self.group = group if group is not None else dist.group.WORLD
+        params = list(model.named_parameters())
+        self.group = group if group is not None else self._replica_group(params)
         self.include_optimizer_state = include_optimizer_state
         self.include_buffers = include_buffers
         self._ranks = dist.get_process_group_ranks(self.group)
         self._rank = dist.get_rank(self.group)
         self._size = dist.get_world_size(self.group)
-        params = list(model.named_parameters())
-        for name, p in params:
-            if _is_dtensor(p):
-                raise ValueError(
-                    f"ReplicaCheck: parameter '{name}' is a DTensor (FSDP2 / fully_shard): pure FSDP keeps one "
-                    "copy of each shard, so there is no replica to compare it with; under HSDP (a 2-D mesh) the "
-                    "check across the replicate dimension is not built yet (docs/REPLICAS.md)")
         cuda = next((p.device for _, p in params if p.is_cuda), None)
         if cuda is not None and not sync:
             raise NotImplementedError(
@@ -128,12 +127,34 @@ class ReplicaCheck:
             self._impl.set_fault(fault)
         self._handle = optimizer.register_step_post_hook(self._after_step)
 
+    @staticmethod
+    def _replica_group(params):
+        """The default group: the world, or for DTensor parameters (FSDP2's fully_shard) the replicate
+        dimension of their mesh (HSDP: each shard is compared with its copies on the other replicas)."""
+        import torch.distributed as dist
+
+        dtensors = [(n, p) for n, p in params if _is_dtensor(p)]
+        if not dtensors:
+            return dist.group.WORLD
+        name, first = dtensors[0]
+        replicate = [d for d, pl in enumerate(first.placements) if pl.is_replicate()]
+        if not replicate:
+            raise ValueError(
+                f"ReplicaCheck: parameter '{name}' is a DTensor (FSDP2 / fully_shard) sharded on every dimension "
+                f"of its mesh ({first.placements}): pure FSDP keeps one copy of each shard, so there is no replica "
+                "to compare it with (HSDP, fully_shard on a 2-D mesh, has one: docs/REPLICAS.md)")
+        for n, p in dtensors:
+            if p.device_mesh != first.device_mesh or tuple(p.placements) != tuple(first.placements):
+                raise ValueError(f"ReplicaCheck: parameters '{name}' and '{n}' are DTensors on different meshes or "
+                                 "placements: pass group= (the replica group) explicitly")
+        return first.device_mesh.get_group(replicate[0])
+
     # ---- the tensors ----------------------------------------------------------------------------
 
     def tensors(self) -> List[Tuple[str, torch.Tensor]]:
         """(name, tensor) of everything checked, in the order compared: "param:<name>",
         "optim:<param name>.<state key>", "buffer:<name>"."""
-        out = [("param:" + n, p.detach()) for n, p in self.model.named_parameters()]
+        out = [("param:" + n, _local(p).detach()) for n, p in self.model.named_parameters()]
         if self.include_optimizer_state:
             for group in self.optimizer.param_groups:
                 for p in group["params"]:
@@ -144,10 +165,11 @@ class ReplicaCheck:
                     for key in sorted(state, key=str):
                         v = state[key]
                         if isinstance(v, torch.Tensor):
-                            out.append((f"optim:{pname}.{key}", v.detach()))
+                            out.append((f"optim:{pname}.{key}", _local(v).detach()))
         if self.include_buffers:
             skipped = _per_replica_buffers(self.model) if self.include_buffers == "auto" else set()
-            out.extend(("buffer:" + n, b.detach()) for n, b in self.model.named_buffers() if n not in skipped)
+            out.extend(("buffer:" + n, _local(b).detach()) for n, b in self.model.named_buffers()
+                       if n not in skipped)
         self._by_name = dict(out)
         return out
 

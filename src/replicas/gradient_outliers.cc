@@ -12,10 +12,16 @@ namespace ringguard {
 
 namespace {
 
-double median(std::vector<double> v) {
+// The median of `v` as seen from `x`: with an even count, of the two middle values the one nearer to x (as a
+// ratio). The mean of the two would let one outlier among 3 ranks drag the others' reference with it (1, 1.3
+// and 900: rank 0's others average 450), and every rank would look odd.
+double medianFrom(std::vector<double> v, double x, double floor) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  if (n % 2 == 1) return v[n / 2];
+  const double lo = v[n / 2 - 1], hi = v[n / 2], y = std::max(x, floor);
+  const double dLo = std::fabs(std::log(y / std::max(lo, floor))), dHi = std::fabs(std::log(y / std::max(hi, floor)));
+  return dLo <= dHi ? lo : hi;
 }
 
 }  // namespace
@@ -37,11 +43,11 @@ GradientOutliers findGradientOutliers(const std::vector<double>& norms, double f
       continue;
     }
     if (others.empty()) continue;  // every other rank is non-finite: they are the outliers
-    const double m = std::max(median(others), floor), x = std::max(mine, floor);
+    const double m = std::max(medianFrom(others, mine, floor), floor), x = std::max(mine, floor);
     const double ratio = x / m;
     if (ratio > factor || ratio * factor < 1.0) {
       out.ranks.push_back(static_cast<int>(r));
-      out.ratios.push_back(mine / std::max(median(others), floor));
+      out.ratios.push_back(ratio);
     }
   }
   return out;

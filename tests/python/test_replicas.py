@@ -398,6 +398,51 @@ def _(ctx):
     return {}
 
 
+@CASES.case("hsdp-compares-each-shard-across-the-replicate-dimension")
+def _(ctx):
+    """HSDP on 2 x 2 ranks (fully_shard on a 2-D mesh: replicate x shard): each rank's shard is compared with
+    its copy on the other replica; a flip on replica-group rank 1 (in both replica groups) is raised on every
+    rank naming both replicas of its group."""
+    if ctx.size != 4:
+        raise harness.Skip("HSDP 2 x 2 needs 4 ranks")
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(torch.device(ctx.device).type, (2, 2), mesh_dim_names=("replicate", "shard"))
+
+    def run(fault=None):
+        torch.manual_seed(1234)
+        model = Net().to(ctx.device)
+        fully_shard(model, mesh=mesh)
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        rc = ringguard.ReplicaCheck(model, opt, on_mismatch="raise")
+        if fault:
+            rc.inject(**fault)
+        for step in range(STEPS):
+            x, y = _batch(ctx, step)
+            opt.zero_grad(set_to_none=True)
+            F.mse_loss(model(x), y).backward()
+            try:
+                opt.step()
+            except ringguard.ReplicaMismatchError as e:
+                rc.remove()
+                return step, str(e), rc
+        rc.remove()
+        return None, "", rc
+
+    failed, _, rc = run()
+    assert failed is None and rc.counters()["checks"] == STEPS, rc.counters()
+    tensors = dict(rc.tensors())
+    assert rc._size == 2 and rc._ranks == [ctx.rank % 2, ctx.rank % 2 + 2], rc._ranks  # the replicate group
+    assert tensors["param:fc1.weight"].numel() == 16 * 12 // 2, tensors["param:fc1.weight"].shape  # the shard
+    failed, message, _ = run(dict(rank=1, step=FAULT_STEP, tensor="param:fc1.weight", element=3, bit=22))
+    assert failed == FAULT_STEP, (failed, message)
+    assert message.startswith(f"replica check: step {FAULT_STEP}: ranks 0, 1 of 2 replicas disagree and no majority "
+                              "names the odd one in 1 tensor: 'param:fc1.weight'; first differing element: "
+                              "'param:fc1.weight'[3]"), message
+    return {}
+
+
 @CASES.case("pure-fsdp-is-refused")
 def _(ctx):
     from torch.distributed.device_mesh import DeviceMesh

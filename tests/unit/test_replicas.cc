@@ -476,6 +476,9 @@ TEST(GradientOutliers, TheMedianOfTheOthersNamesTheOddRank) {
   EXPECT_EQ(findGradientOutliers({1.0, 0.0625, 1.0}, 8.0).ranks, std::vector<int>{1});
   EXPECT_EQ(findGradientOutliers({1.0, 1.0, std::numeric_limits<double>::quiet_NaN()}, 8.0).ranks,
             std::vector<int>{2});
+  // Three ranks, one at 700x: only it (the mean of its two others would have named all three).
+  EXPECT_EQ(findGradientOutliers({1.7, 1.3, 919.0}, 8.0).ranks, std::vector<int>{2});
+  EXPECT_EQ(findGradientOutliers({1.7, 0.0, 1.3}, 8.0).ranks, std::vector<int>{1});
   // Two ranks: the other one is the median, so both are named.
   EXPECT_EQ(findGradientOutliers({1.0, 9.0}, 8.0).ranks, (std::vector<int>{0, 1}));
   EXPECT_TRUE(findGradientOutliers({1.0, 7.9}, 8.0).ranks.empty());

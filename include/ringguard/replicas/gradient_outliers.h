@@ -12,14 +12,16 @@ namespace ringguard {
 
 struct GradientOutliers {
   std::vector<int> ranks;       // ascending
-  std::vector<double> ratios;   // per rank in `ranks`: its norm / the median of the others' norms
+  std::vector<double> ratios;   // per rank in `ranks`: its norm / the median of the others' (floored)
   std::string describe(uint64_t step, size_t bucket) const;  // for logs and errors
 };
 
 // norms[r] = rank r's local norm of one bucket (every rank passes the same gathered norms, so every rank
 // gets the same answer). Rank r is an outlier when its norm is not finite, or when max(norm, floor) and
-// max(median of the others, floor) differ by more than `factor` (> 1) either way. With 2 ranks "the
-// others" is the one other rank, so both or neither are named. Fewer than 2 ranks: none.
+// max(median of the others, floor) differ by more than `factor` (> 1) either way; with an even number of
+// others, of their two middle values the one nearer to r's norm (so one outlier among 3 ranks does not make
+// the other two look odd). With 2 ranks "the others" is the one other rank, so both or neither are named.
+// Fewer than 2 ranks: none.
 GradientOutliers findGradientOutliers(const std::vector<double>& norms, double factor, double floor = 1e-30);
 
 // Counts one report in the run summary ("gradient_outliers") and, with the timeline on, records it as a
