@@ -70,7 +70,8 @@ def _per_replica_buffers(model: torch.nn.Module) -> set:
 
 class ReplicaCheck:
     """Checks after every `every`-th step of `optimizer` that the replicas of `group` (default: the default
-    group; every rank of it a data-parallel replica of `model`) hold bit-identical parameters, buffers and
+    group, every rank of it a data-parallel replica of `model`; for FSDP2 under HSDP the replicate dimension
+    of the mesh, each rank's local shards compared; pure FSDP is refused) hold bit-identical parameters, buffers and
     (with `include_optimizer_state`) optimizer state.
 
     on_mismatch: "raise" (every rank raises ReplicaMismatchError naming the rank(s), tensors and step),

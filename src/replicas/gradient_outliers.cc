@@ -20,7 +20,8 @@ double medianFrom(std::vector<double> v, double x, double floor) {
   const size_t n = v.size();
   if (n % 2 == 1) return v[n / 2];
   const double lo = v[n / 2 - 1], hi = v[n / 2], y = std::max(x, floor);
-  const double dLo = std::fabs(std::log(y / std::max(lo, floor))), dHi = std::fabs(std::log(y / std::max(hi, floor)));
+  const double dLo = std::fabs(std::log(y / std::max(lo, floor))),
+               dHi = std::fabs(std::log(y / std::max(hi, floor)));
   return dLo <= dHi ? lo : hi;
 }
 
@@ -54,7 +55,8 @@ GradientOutliers findGradientOutliers(const std::vector<double>& norms, double f
 }
 
 std::string GradientOutliers::describe(uint64_t step, size_t bucket) const {
-  std::string s = "gradient outliers: step " + std::to_string(step) + ", bucket " + std::to_string(bucket) + ": ";
+  std::string s =
+      "gradient outliers: step " + std::to_string(step) + ", bucket " + std::to_string(bucket) + ": ";
   for (size_t i = 0; i < ranks.size(); ++i) {
     char buf[64];
     std::snprintf(buf, sizeof(buf), "%.3g", ratios[i]);

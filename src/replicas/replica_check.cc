@@ -172,8 +172,9 @@ Status ReplicaChecker::compareGathered(const std::vector<uint32_t>& all, size_t 
                                        ReplicaComparison* out) {
   const int n = exchange_->size();
   if (all.size() != wordsPerRank * static_cast<size_t>(n)) {
-    return Status(StatusCode::kInternal, "replica check: the all-gather returned " + std::to_string(all.size()) +
-                                             " words, expected " + std::to_string(wordsPerRank * n));
+    return Status(StatusCode::kInternal, "replica check: the all-gather returned " +
+                                             std::to_string(all.size()) + " words, expected " +
+                                             std::to_string(wordsPerRank * n));
   }
   std::vector<ReplicaMessage> messages(n);
   for (int r = 0; r < n; ++r) {
@@ -230,7 +231,8 @@ Status ReplicaChecker::flush(uint64_t step, const std::vector<ReplicaTensor>& te
   return resolveDeferred(step, tensors, stream);
 }
 
-Status ReplicaChecker::launchDeferred(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream) {
+Status ReplicaChecker::launchDeferred(uint64_t step, const std::vector<ReplicaTensor>& tensors,
+                                      void* stream) {
   trace::Span span(trace::Kind::kReplica, "replica check", replicaTrack());
   span.event().a = static_cast<int32_t>(step);
   span.event().value = totalBytes(tensors);
@@ -243,7 +245,8 @@ Status ReplicaChecker::launchDeferred(uint64_t step, const std::vector<ReplicaTe
   return Status::ok();
 }
 
-Status ReplicaChecker::resolveDeferred(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream) {
+Status ReplicaChecker::resolveDeferred(uint64_t step, const std::vector<ReplicaTensor>& tensors,
+                                       void* stream) {
   if (pending_ == nullptr) return Status::ok();
   std::unique_ptr<ReplicaPending> pending = std::move(pending_);
   if (!pending->ready()) {
@@ -344,8 +347,8 @@ Status ReplicaChecker::act(uint64_t checked, uint64_t now, ReplicaComparison c,
       }
       rep.decision.action = ReplicaAction::kRaise;
       rep.decision.escalated = true;
-      rep.decision.reason =
-          "the repair from rank " + std::to_string(cmp.source) + " did not converge: " + again.describe(names);
+      rep.decision.reason = "the repair from rank " + std::to_string(cmp.source) +
+                            " did not converge: " + again.describe(names);
       break;
     }
     case ReplicaAction::kRaise:
@@ -360,7 +363,8 @@ Status ReplicaChecker::act(uint64_t checked, uint64_t now, ReplicaComparison c,
     ++counters_.raised;
     if (rep.decision.escalated) ++counters_.escalations;
   }
-  if (rep.decision.escalated) event(trace::Tally::kReplicaEscalate, "replica escalate", checked, firstOdd, rep.message);
+  if (rep.decision.escalated)
+    event(trace::Tally::kReplicaEscalate, "replica escalate", checked, firstOdd, rep.message);
   event(trace::Tally::kReplicaRaise, "replica raise", checked, firstOdd, rep.message);
   Status st(StatusCode::kCorruption, rep.message);
   finish(std::move(rep));

@@ -427,7 +427,8 @@ TEST(ReplicaChecker, DeferredRepairAndEscalation) {
                                 "rank=0,step=3,tensor=param:b,element=1,bit=1,repeat=100")) {
     EXPECT_EQ(r.failedStep, 6u);  // repaired at 4 (verdict of 3), again at 5, read at 6: escalated
     EXPECT_EQ(r.counters.escalations, 1u);
-    EXPECT_NE(r.status.message().find("rank 0 mismatches again after its repair at step 3"), std::string::npos)
+    EXPECT_NE(r.status.message().find("rank 0 mismatches again after its repair at step 3"),
+              std::string::npos)
         << r.status.toString();
   }
 }
@@ -449,9 +450,9 @@ TEST(ReplicaFirstDifference, LocatesTheFirstDifferingElementOnEveryRank) {
                                       &found[rank], &rounds[rank])
                     .isOk());
     uint64_t ignored = 0;
-    ASSERT_TRUE(
-        locateFirstDifference(hostTensor("param:w", &w), host.get(), exchange.get(), nullptr, &same[rank], &ignored)
-            .isOk());
+    ASSERT_TRUE(locateFirstDifference(hostTensor("param:w", &w), host.get(), exchange.get(), nullptr,
+                                      &same[rank], &ignored)
+                    .isOk());
     ASSERT_TRUE(locateFirstDifference(hostTensor("param:e", &none), host.get(), exchange.get(), nullptr,
                                       &empty[rank], &ignored)
                     .isOk());
@@ -471,7 +472,8 @@ TEST(GradientOutliers, TheMedianOfTheOthersNamesTheOddRank) {
   GradientOutliers o = findGradientOutliers({1.0, 2.0, 200.0, 3.0}, 8.0);
   EXPECT_EQ(o.ranks, std::vector<int>{2});
   EXPECT_EQ(o.ratios, std::vector<double>{100.0});
-  EXPECT_EQ(o.describe(7, 1), "gradient outliers: step 7, bucket 1: rank 2 at 100x the median norm of the other ranks");
+  EXPECT_EQ(o.describe(7, 1),
+            "gradient outliers: step 7, bucket 1: rank 2 at 100x the median norm of the other ranks");
   // Too small counts too (a device that computed zeros), and a non-finite norm always.
   EXPECT_EQ(findGradientOutliers({1.0, 0.0625, 1.0}, 8.0).ranks, std::vector<int>{1});
   EXPECT_EQ(findGradientOutliers({1.0, 1.0, std::numeric_limits<double>::quiet_NaN()}, 8.0).ranks,

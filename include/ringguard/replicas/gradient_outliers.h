@@ -11,8 +11,8 @@
 namespace ringguard {
 
 struct GradientOutliers {
-  std::vector<int> ranks;       // ascending
-  std::vector<double> ratios;   // per rank in `ranks`: its norm / the median of the others' (floored)
+  std::vector<int> ranks;      // ascending
+  std::vector<double> ratios;  // per rank in `ranks`: its norm / the median of the others' (floored)
   std::string describe(uint64_t step, size_t bucket) const;  // for logs and errors
 };
 
