@@ -68,6 +68,20 @@ def _per_replica_buffers(model: torch.nn.Module) -> set:
     return names
 
 
+class _DeviceGather:
+    """A deferred check's gathered words in pinned host memory, written by the stream (sync=False on CUDA)."""
+
+    def __init__(self, done: Any, host: torch.Tensor, keep: Any):
+        self._done, self._host, self._keep = done, host, keep  # keep: device tensors the stream still uses
+
+    def ready(self) -> bool:
+        return self._done.query()
+
+    def take(self) -> torch.Tensor:
+        self._done.synchronize()  # no wait when ready() (the checker counts the waits it could not avoid)
+        return self._host
+
+
 class ReplicaCheck:
     """Checks after every `every`-th step of `optimizer` that the replicas of `group` (default: the default
     group, every rank of it a data-parallel replica of `model`; for FSDP2 under HSDP the replicate dimension
@@ -109,12 +123,7 @@ class ReplicaCheck:
         self._ranks = dist.get_process_group_ranks(self.group)
         self._rank = dist.get_rank(self.group)
         self._size = dist.get_world_size(self.group)
-        cuda = next((p.device for _, p in params if p.is_cuda), None)
-        if cuda is not None and not sync:
-            raise NotImplementedError(
-                "ReplicaCheck(sync=False) on CUDA tensors: the device fingerprints are still waited for on the "
-                "host (the deferred device launch is not built, docs/REPLICAS.md 'Not yet'); use sync=True, or "
-                "sync=False with CPU tensors")
+        cuda = next((_local(p).device for _, p in params if _local(p).is_cuda), None)
         self.sync = sync
         self._device = cuda if cuda is not None else torch.device("cpu")
         self._names = {id(p): name for name, p in params}
@@ -122,7 +131,8 @@ class ReplicaCheck:
         self._step = 0
         C = _ext.load()
         self._impl = C.ReplicaCheck(on_mismatch, every, self._rank, self._size, self._all_gather,
-                                    self._broadcast, cuda.index if cuda is not None else -1, sync)
+                                    self._broadcast, cuda.index if cuda is not None else -1, sync,
+                                    self._start_gather if cuda is not None and not sync else None)
         fault = _default_fault if _default_fault is not None else os.environ.get(_FAULT_SETTING, "")
         if fault:
             self._impl.set_fault(fault)
@@ -188,6 +198,23 @@ class ReplicaCheck:
         out = torch.empty(self._size * t.numel(), dtype=t.dtype, device=self._device)
         dist.all_gather_into_tensor(out, t, group=self.group)
         return out.cpu()
+
+    def _start_gather(self, words: torch.Tensor, crcs: torch.Tensor, index: torch.Tensor) -> "_DeviceGather":
+        """sync=False on CUDA: the message to the device (the host words through pinned memory, the device
+        CRCs put in place), all-gathered on the current stream, copied back into pinned memory on the stream;
+        an event after the copy says when the next check may read it. Nothing here waits on the host."""
+        import torch.distributed as dist
+
+        msg = words.pin_memory().to(self._device, non_blocking=True)
+        if crcs.numel():
+            msg.index_copy_(0, index.pin_memory().to(self._device, non_blocking=True), crcs)
+        gathered = torch.empty(self._size * msg.numel(), dtype=msg.dtype, device=self._device)
+        dist.all_gather_into_tensor(gathered, msg, group=self.group)
+        host = torch.empty(gathered.shape, dtype=gathered.dtype, pin_memory=True)
+        host.copy_(gathered, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        return _DeviceGather(done, host, (msg, gathered))
 
     def _broadcast(self, name: str, root: int) -> None:
         import torch.distributed as dist

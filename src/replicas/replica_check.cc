@@ -45,8 +45,8 @@ void event(trace::Tally tally, const char* name, uint64_t step, int rank, const 
 
 }  // namespace
 
-Status ReplicaExchange::startAllGather(const std::vector<uint32_t>& mine,
-                                       std::unique_ptr<ReplicaPending>* out) {
+Status ReplicaExchange::startCheck(const std::vector<uint32_t>& mine, const std::vector<ReplicaTensor>&,
+                                   const std::vector<size_t>&, void*, std::unique_ptr<ReplicaPending>* out) {
   std::vector<uint32_t> all;
   RINGGUARD_RETURN_IF_ERROR(allGather(mine, &all));
   *out = std::make_unique<ReadyWords>(std::move(all));
@@ -137,11 +137,16 @@ Status ReplicaChecker::injectFault(uint64_t step, const std::vector<ReplicaTenso
 }
 
 Status ReplicaChecker::fingerprint(const std::vector<ReplicaTensor>& tensors, void* stream,
-                                   std::vector<uint32_t>* crcs) {
+                                   std::vector<uint32_t>* crcs, std::vector<size_t>* deviceLeft) {
   crcs->assign(tensors.size(), 0);
   uint64_t bytes = 0;
   std::vector<uint32_t> got;
   for (const FingerprintBucket& b : planFingerprintBuckets(tensors, kTensorsPerCall)) {
+    if (deviceLeft != nullptr && b.kind == MemoryKind::kDevice) {
+      deviceLeft->insert(deviceLeft->end(), b.indices.begin(), b.indices.end());
+      bytes += b.bytes;
+      continue;
+    }
     ReplicaBackend* backend = backendFor(b.kind);
     if (backend == nullptr) {
       return Status(StatusCode::kInvalidArgument,
@@ -159,11 +164,11 @@ Status ReplicaChecker::fingerprint(const std::vector<ReplicaTensor>& tensors, vo
 }
 
 Status ReplicaChecker::encodeMine(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream,
-                                  std::vector<uint32_t>* words) {
+                                  std::vector<uint32_t>* words, std::vector<size_t>* deviceLeft) {
   ReplicaMessage mine;
   mine.step = step;
   mine.layoutHash = replicaLayoutHash(tensors);
-  RINGGUARD_RETURN_IF_ERROR(fingerprint(tensors, stream, &mine.crcs));
+  RINGGUARD_RETURN_IF_ERROR(fingerprint(tensors, stream, &mine.crcs, deviceLeft));
   *words = mine.encode();
   return Status::ok();
 }
@@ -237,8 +242,10 @@ Status ReplicaChecker::launchDeferred(uint64_t step, const std::vector<ReplicaTe
   span.event().a = static_cast<int32_t>(step);
   span.event().value = totalBytes(tensors);
   std::vector<uint32_t> words;
-  RINGGUARD_RETURN_IF_ERROR(encodeMine(step, tensors, stream, &words));
-  RINGGUARD_RETURN_IF_ERROR(exchange_->startAllGather(words, &pending_));
+  std::vector<size_t> onDevice;
+  const bool deviceLeft = exchange_->fingerprintsOnDevice();
+  RINGGUARD_RETURN_IF_ERROR(encodeMine(step, tensors, stream, &words, deviceLeft ? &onDevice : nullptr));
+  RINGGUARD_RETURN_IF_ERROR(exchange_->startCheck(words, tensors, onDevice, stream, &pending_));
   pendingStep_ = step;
   pendingWords_ = words.size();
   trace::tally(trace::Tally::kReplicaCheck);

@@ -45,9 +45,16 @@ class ReplicaExchange {
   virtual Status allGather(const std::vector<uint32_t>& mine, std::vector<uint32_t>* all) = 0;
   // `root`'s bytes of `tensor` into every rank's, in place, ordered on `stream`.
   virtual Status broadcast(const ReplicaTensor& tensor, int root, void* stream) = 0;
-  // sync=False: starts the all-gather of `mine` and returns; the checker takes the words at its next check.
-  // The default gathers now into a pending that is ready at once (host memory: nothing is left to wait for).
-  virtual Status startAllGather(const std::vector<uint32_t>& mine, std::unique_ptr<ReplicaPending>* out);
+  // sync=False: whether startCheck() computes the device tensors' CRCs itself, on the stream into the
+  // message (no host wait). false: the checker fills them in before (the device backend's host wait).
+  virtual bool fingerprintsOnDevice() const { return false; }
+  // sync=False: starts this rank's check message and its all-gather, and returns; the checker takes the
+  // gathered words at its next check. `mine` holds the header and the CRCs, except, when
+  // fingerprintsOnDevice(), those of tensors[deviceIndices] (words kHeaderWords + index, left 0), which the
+  // exchange computes on `stream`. The default gathers now: host memory, nothing is left to wait for.
+  virtual Status startCheck(const std::vector<uint32_t>& mine, const std::vector<ReplicaTensor>& tensors,
+                            const std::vector<size_t>& deviceIndices, void* stream,
+                            std::unique_ptr<ReplicaPending>* out);
 };
 
 struct ReplicaCheckOptions {
@@ -128,7 +135,7 @@ class ReplicaChecker {
   Status gatherAndCompare(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream,
                           ReplicaComparison* out);
   Status encodeMine(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream,
-                    std::vector<uint32_t>* words);
+                    std::vector<uint32_t>* words, std::vector<size_t>* deviceLeft = nullptr);
   Status compareGathered(const std::vector<uint32_t>& all, size_t wordsPerRank, ReplicaComparison* out);
   Status launchDeferred(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream);
   Status resolveDeferred(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream);
@@ -136,7 +143,9 @@ class ReplicaChecker {
   // `tensors` hold: a repair is made in it).
   Status act(uint64_t checked, uint64_t now, ReplicaComparison c, const std::vector<ReplicaTensor>& tensors,
              void* stream);
-  Status fingerprint(const std::vector<ReplicaTensor>& tensors, void* stream, std::vector<uint32_t>* crcs);
+  // `deviceLeft` non-null: device tensors are not fingerprinted, their indices are listed there instead.
+  Status fingerprint(const std::vector<ReplicaTensor>& tensors, void* stream, std::vector<uint32_t>* crcs,
+                     std::vector<size_t>* deviceLeft = nullptr);
   Status injectFault(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream);
   ReplicaBackend* backendFor(MemoryKind kind);
   void finish(ReplicaReport report);
