@@ -94,9 +94,10 @@ class GradientOutliers:
         self._pending = []
         self._counters["steps"] += 1
         found = []
-        for index, gathered in pending:
+        # One host read for every bucket of the step (on CUDA the norms were gathered on the stream).
+        table = torch.stack([g for _, g in pending]).double().cpu().tolist() if pending else []
+        for (index, _), norms in zip(pending, table):
             self._counters["buckets"] += 1
-            norms = gathered.double().cpu().tolist()
             ranks, message = C.find_gradient_outliers(norms, self.factor, step, index)
             if ranks:
                 found.append({"bucket": index, "ranks": ranks, "norms": norms, "message": message})
