@@ -16,7 +16,7 @@ constexpr size_t kTensorsPerCall = size_t(1) << 16;
 
 namespace {
 
-// The default startAllGather: host memory, gathered now, nothing left to wait for.
+// The default startCheck's pending: host memory, gathered already, nothing left to wait for.
 class ReadyWords final : public ReplicaPending {
  public:
   explicit ReadyWords(std::vector<uint32_t> all) : all_(std::move(all)) {}
@@ -202,7 +202,7 @@ Status ReplicaChecker::gatherAndCompare(uint64_t step, const std::vector<Replica
   RINGGUARD_RETURN_IF_ERROR(compareGathered(all, words.size(), out));
   trace::tally(trace::Tally::kReplicaCheck);
   span.event().a = static_cast<int32_t>(step);
-  span.event().b = out->mismatch ? 1 : 0;
+  span.event().b = out->oddRanks.empty() ? -1 : out->oddRanks[0];
   span.event().value = totalBytes(tensors);
   return Status::ok();
 }
@@ -240,6 +240,7 @@ Status ReplicaChecker::launchDeferred(uint64_t step, const std::vector<ReplicaTe
                                       void* stream) {
   trace::Span span(trace::Kind::kReplica, "replica check", replicaTrack());
   span.event().a = static_cast<int32_t>(step);
+  span.event().b = -1;  // the verdict comes at the next check
   span.event().value = totalBytes(tensors);
   std::vector<uint32_t> words;
   std::vector<size_t> onDevice;
