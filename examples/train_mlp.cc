@@ -7,7 +7,9 @@
 //
 // --replica-check raise|repair|warn compares the replicas' parameters and momentum buffers after every
 // --replica-every-th step (CRC-32 fingerprints all-gathered over a verified host communicator,
-// docs/REPLICAS.md); RINGGUARD_REPLICA_FAULT flips a bit to show it.
+// docs/REPLICAS.md); RINGGUARD_REPLICA_FAULT flips a bit to show it. --outlier-factor F reports a rank whose
+// local gradient norm of a bucket departs from the other ranks' median by more than F (rank 0 prints it;
+// --on-outlier skip also drops that optimizer step on every rank).
 //
 // --device cuda puts the model on GPU (OMPI_COMM_WORLD_LOCAL_RANK modulo the visible GPUs) and aggregates
 // over the device communicator (RINGGUARD_DEVICE_TRANSPORT: NCCL, or host-staged when ranks share a GPU).
@@ -92,6 +94,8 @@ int main(int argc, char** argv) {
   size_t sliceBytes = 16384, bucketBytes = 64 * 1024;
   std::string deviceKind = "cpu", replicaPolicy = "off";
   uint64_t replicaEvery = 1;
+  double outlierFactor = 0.0;
+  std::string onOutlier = "warn";
   app.add_option("--steps", steps, "training steps")->check(CLI::Range(1, std::numeric_limits<int>::max()));
   app.add_option("--batch", batch, "samples per rank per step")
       ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
@@ -115,6 +119,15 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"off", "raise", "repair", "warn"}));
   app.add_option("--replica-every", replicaEvery, "steps between two replica checks")
       ->check(CLI::Range(uint64_t{1}, std::numeric_limits<uint64_t>::max()));
+  app.add_option("--outlier-factor", outlierFactor,
+                 "gradient outliers: report a rank whose bucket norm departs from the others' median by more "
+                 "than this factor (> 1; 0: off)")
+      ->check([](const std::string& s) {
+        const double v = std::strtod(s.c_str(), nullptr);
+        return std::isfinite(v) && (v == 0 || v > 1) ? std::string() : "must be 0 or a number > 1, got " + s;
+      });
+  app.add_option("--on-outlier", onOutlier, "what a gradient outlier does: warn, or skip the optimizer step")
+      ->check(CLI::IsMember({"warn", "skip"}));
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   try {
@@ -167,6 +180,7 @@ int main(int argc, char** argv) {
   for (const auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value());
   AggregatorOptions ao;
   ao.bucketBytes = bucketBytes;
+  ao.outlierFactor = outlierFactor;
   std::unique_ptr<GradientAggregator> agg;
   if (Status st = GradientAggregator::create(comm.get(), named, ao, &agg); !st.isOk()) {
     fprintf(stderr, "rank %d: %s\n", rank, st.toString().c_str());
@@ -234,7 +248,11 @@ int main(int argc, char** argv) {
       fprintf(stderr, "rank %d: step %d: %s\n", rank, step, st.toString().c_str());
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    opt.step();
+    // The same report on every rank, so every rank skips alike.
+    const bool skip = !stats.outliers.empty() && onOutlier == "skip";
+    if (!stats.outliers.empty() && rank == 0)
+      fprintf(stderr, "step %d: %s%s\n", step, stats.outliers.c_str(), skip ? ": step skipped" : "");
+    if (!skip) opt.step();
     total += stats.counters;
     if (replicas) {
       void* stream = nullptr;

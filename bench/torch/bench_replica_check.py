@@ -8,7 +8,8 @@ shapes) fingerprinted alone, against a device copy of the same bytes (bandwidth 
     torchrun --nproc-per-node=2 bench/torch/bench_replica_check.py            # CPU, the small MLP
 
 Rank 0 prints one JSON line per measurement and ``check_vs_step=<check ms / unchecked step ms>`` (goal:
-<= 0.01 for the small GPT on the GPU).
+<= 0.01 for the small GPT on the GPU), and the same for ``sync=False`` (``deferred_vs_step``, with its
+counters: ``host_waits`` 0, ``deferred_waits`` the verdicts that were not ready when read).
 """
 
 import argparse
@@ -94,15 +95,19 @@ def main():
         step()  # optimizer state exists from here on
     check = ringguard.ReplicaCheck(ddp, opt, every=1, on_mismatch="raise")
     check.remove()  # hooked in and out per variant below
-    plain, checked = [], []
+    deferred = ringguard.ReplicaCheck(ddp, opt, every=1, on_mismatch="raise", sync=False)
+    deferred.remove()
+    times = {"plain": [], "checked": [], "deferred": []}
+    hooks = {"checked": check._after_step, "deferred": deferred._after_step}
+    order = list(times)
     for r in range(args.rounds):
-        for variant in (("plain", "checked") if r % 2 == 0 else ("checked", "plain")):
-            if variant == "checked":
-                handle = opt.register_step_post_hook(check._after_step)
-                checked.append(timed(step, device, args.steps))
+        for variant in order[r % 3:] + order[:r % 3]:
+            handle = opt.register_step_post_hook(hooks[variant]) if variant in hooks else None
+            times[variant].append(timed(step, device, args.steps))
+            if handle is not None:
                 handle.remove()
-            else:
-                plain.append(timed(step, device, args.steps))
+    deferred.flush()
+    plain, checked = times["plain"], times["checked"]
     tensors = check.tensors()
     nbytes = sum(t.numel() * t.element_size() for _, t in tensors)
     alone = timed(check.check_now, device, args.steps)
@@ -110,7 +115,7 @@ def main():
     def sha1():
         h = hashlib.sha1()
         for _, t in tensors:
-            h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+            h.update(t.detach().cpu().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())  # 0-dim: Adam step
         return h.digest()
 
     def sums():
@@ -120,7 +125,10 @@ def main():
     emit(rank, model=args.model, device=args.device, tensors=len(tensors), bytes=nbytes, step_ms=step_ms,
          checked_step_ms=checked_ms, check_alone_ms=alone, sha1_cpu_ms=timed(sha1, device, 2),
          sum_per_tensor_ms=timed(sums, device, args.steps), counters=check.counters())
-    emit(rank, check_vs_step=(checked_ms - step_ms) / step_ms, check_alone_vs_step=alone / step_ms)
+    deferred_ms = statistics.median(times["deferred"])
+    emit(rank, check_vs_step=(checked_ms - step_ms) / step_ms, check_alone_vs_step=alone / step_ms,
+         deferred_step_ms=deferred_ms, deferred_vs_step=(deferred_ms - step_ms) / step_ms,
+         deferred_counters=deferred.counters())
 
     for gb in args.set_gb:
         # Transformer-shaped tensors (d x 4d, 4d x d, d x d, d) until the set holds `gb` GiB of f32/bf16.

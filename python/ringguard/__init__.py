@@ -33,11 +33,13 @@ from . import memory  # noqa: E402
 _ext.when_loaded(memory.install_empty_cache_hook)
 from .issue_lane import current_issue_lane, issue_lane  # noqa: E402,F401  threads' order (docs/TORCH.md)
 from .replicas import ReplicaCheck, ReplicaMismatchError  # noqa: E402,F401  replica fingerprints (docs/REPLICAS.md)
+from .replica_outliers import GradientOutliers, GradientOutlierError  # noqa: E402,F401  (docs/REPLICAS.md)
 
 __version__ = "0.1.0"
 __all__ = ["Options", "backend", "counters", "set_fault", "fault", "transport", "init_from_mpi",
            "summary", "timeline", "write_files", "memory_stats", "memory_reserved", "empty_cache",
-           "issue_lane", "current_issue_lane", "ReplicaCheck", "ReplicaMismatchError", "__version__"]
+           "issue_lane", "current_issue_lane", "ReplicaCheck", "ReplicaMismatchError", "GradientOutliers",
+           "GradientOutlierError", "__version__"]
 
 
 def _torch_initializing() -> bool:

@@ -49,6 +49,11 @@ def _is_dtensor(t: torch.Tensor) -> bool:
     return isinstance(t, DTensor)
 
 
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """The tensor this rank holds: a DTensor's local shard (the storage a repair broadcasts into)."""
+    return t._local_tensor if _is_dtensor(t) else t
+
+
 def _per_replica_buffers(model: torch.nn.Module) -> set:
     """Names of the buffers each replica updates from its own batch: the running statistics of batch and
     instance norms (not SyncBatchNorm, whose statistics are the group's). DDP broadcasts rank 0's at the start
@@ -63,15 +68,32 @@ def _per_replica_buffers(model: torch.nn.Module) -> set:
     return names
 
 
+class _DeviceGather:
+    """A deferred check's gathered words in pinned host memory, written by the stream (sync=False on CUDA)."""
+
+    def __init__(self, done: Any, host: torch.Tensor, keep: Any):
+        self._done, self._host, self._keep = done, host, keep  # keep: device tensors the stream still uses
+
+    def ready(self) -> bool:
+        return self._done.query()
+
+    def take(self) -> torch.Tensor:
+        self._done.synchronize()  # no wait when ready() (the checker counts the waits it could not avoid)
+        return self._host
+
+
 class ReplicaCheck:
     """Checks after every `every`-th step of `optimizer` that the replicas of `group` (default: the default
-    group; every rank of it a data-parallel replica of `model`) hold bit-identical parameters, buffers and
+    group, every rank of it a data-parallel replica of `model`; for FSDP2 under HSDP the replicate dimension
+    of the mesh, each rank's local shards compared; pure FSDP is refused) hold bit-identical parameters, buffers and
     (with `include_optimizer_state`) optimizer state.
 
     on_mismatch: "raise" (every rank raises ReplicaMismatchError naming the rank(s), tensors and step),
     "repair" (the differing tensors are broadcast from a rank of the majority, then checked again; needs
     >= 3 replicas; a rank that mismatches again after a repair escalates to raise), "warn" (logged, training
-    continues). sync: the verdict is read right after the step (the only mode built so far).
+    continues). sync: True, the verdict is read right after the step, before the next forward; False, it is
+    read at the next check (no wait inside the step; found one check late, and a repair cannot take back the
+    gradients the odd replica contributed in between; ``flush()`` reads the last one).
     include_buffers: "auto" (default) every buffer but the running statistics of batch and instance norms
     (each replica updates them from its own batch; SyncBatchNorm's are checked), True every buffer, False none.
 
@@ -84,9 +106,8 @@ class ReplicaCheck:
                  include_buffers: Union[bool, str] = "auto", sync: bool = True):
         import torch.distributed as dist
 
-        if not sync:
-            raise NotImplementedError("ReplicaCheck(sync=False): the deferred verdict through mapped memory is "
-                                      "not built yet (docs/REPLICAS.md, 'Not yet'); use sync=True")
+        if not isinstance(sync, bool):
+            raise ValueError(f"ReplicaCheck: sync={sync!r}: expected True or False")
         if include_buffers not in (True, False, "auto"):
             raise ValueError(f"ReplicaCheck: include_buffers={include_buffers!r}: expected True, False or 'auto'")
         if not isinstance(every, int) or isinstance(every, bool) or every < 1:
@@ -95,38 +116,56 @@ class ReplicaCheck:
             raise RuntimeError("ReplicaCheck: torch.distributed is not initialized; call init_process_group first")
         self.model = model
         self.optimizer = optimizer
-        self.group = group if group is not None else dist.group.WORLD
+        params = list(model.named_parameters())
+        self.group = group if group is not None else self._replica_group(params)
         self.include_optimizer_state = include_optimizer_state
         self.include_buffers = include_buffers
         self._ranks = dist.get_process_group_ranks(self.group)
         self._rank = dist.get_rank(self.group)
         self._size = dist.get_world_size(self.group)
-        params = list(model.named_parameters())
-        for name, p in params:
-            if _is_dtensor(p):
-                raise ValueError(
-                    f"ReplicaCheck: parameter '{name}' is a DTensor (FSDP2 / fully_shard): pure FSDP keeps one "
-                    "copy of each shard, so there is no replica to compare it with; under HSDP (a 2-D mesh) the "
-                    "check across the replicate dimension is not built yet (docs/REPLICAS.md)")
-        cuda = next((p.device for _, p in params if p.is_cuda), None)
+        cuda = next((_local(p).device for _, p in params if _local(p).is_cuda), None)
+        self.sync = sync
         self._device = cuda if cuda is not None else torch.device("cpu")
         self._names = {id(p): name for name, p in params}
         self._by_name: Dict[str, torch.Tensor] = {}
         self._step = 0
         C = _ext.load()
         self._impl = C.ReplicaCheck(on_mismatch, every, self._rank, self._size, self._all_gather,
-                                    self._broadcast, cuda.index if cuda is not None else -1)
+                                    self._broadcast, cuda.index if cuda is not None else -1, sync,
+                                    self._start_gather if cuda is not None and not sync else None)
         fault = _default_fault if _default_fault is not None else os.environ.get(_FAULT_SETTING, "")
         if fault:
             self._impl.set_fault(fault)
         self._handle = optimizer.register_step_post_hook(self._after_step)
+
+    @staticmethod
+    def _replica_group(params):
+        """The default group: the world, or for DTensor parameters (FSDP2's fully_shard) the replicate
+        dimension of their mesh (HSDP: each shard is compared with its copies on the other replicas)."""
+        import torch.distributed as dist
+
+        dtensors = [(n, p) for n, p in params if _is_dtensor(p)]
+        if not dtensors:
+            return dist.group.WORLD
+        name, first = dtensors[0]
+        replicate = [d for d, pl in enumerate(first.placements) if pl.is_replicate()]
+        if not replicate:
+            raise ValueError(
+                f"ReplicaCheck: parameter '{name}' is a DTensor (FSDP2 / fully_shard) sharded on every dimension "
+                f"of its mesh ({first.placements}): pure FSDP keeps one copy of each shard, so there is no replica "
+                "to compare it with (HSDP, fully_shard on a 2-D mesh, has one: docs/REPLICAS.md)")
+        for n, p in dtensors:
+            if p.device_mesh != first.device_mesh or tuple(p.placements) != tuple(first.placements):
+                raise ValueError(f"ReplicaCheck: parameters '{name}' and '{n}' are DTensors on different meshes or "
+                                 "placements: pass group= (the replica group) explicitly")
+        return first.device_mesh.get_group(replicate[0])
 
     # ---- the tensors ----------------------------------------------------------------------------
 
     def tensors(self) -> List[Tuple[str, torch.Tensor]]:
         """(name, tensor) of everything checked, in the order compared: "param:<name>",
         "optim:<param name>.<state key>", "buffer:<name>"."""
-        out = [("param:" + n, p.detach()) for n, p in self.model.named_parameters()]
+        out = [("param:" + n, _local(p).detach()) for n, p in self.model.named_parameters()]
         if self.include_optimizer_state:
             for group in self.optimizer.param_groups:
                 for p in group["params"]:
@@ -137,10 +176,11 @@ class ReplicaCheck:
                     for key in sorted(state, key=str):
                         v = state[key]
                         if isinstance(v, torch.Tensor):
-                            out.append((f"optim:{pname}.{key}", v.detach()))
+                            out.append((f"optim:{pname}.{key}", _local(v).detach()))
         if self.include_buffers:
             skipped = _per_replica_buffers(self.model) if self.include_buffers == "auto" else set()
-            out.extend(("buffer:" + n, b.detach()) for n, b in self.model.named_buffers() if n not in skipped)
+            out.extend(("buffer:" + n, _local(b).detach()) for n, b in self.model.named_buffers()
+                       if n not in skipped)
         self._by_name = dict(out)
         return out
 
@@ -159,6 +199,23 @@ class ReplicaCheck:
         dist.all_gather_into_tensor(out, t, group=self.group)
         return out.cpu()
 
+    def _start_gather(self, words: torch.Tensor, crcs: torch.Tensor, index: torch.Tensor) -> "_DeviceGather":
+        """sync=False on CUDA: the message to the device (the host words through pinned memory, the device
+        CRCs put in place), all-gathered on the current stream, copied back into pinned memory on the stream;
+        an event after the copy says when the next check may read it. Nothing here waits on the host."""
+        import torch.distributed as dist
+
+        msg = words.pin_memory().to(self._device, non_blocking=True)
+        if crcs.numel():
+            msg.index_copy_(0, index.pin_memory().to(self._device, non_blocking=True), crcs)
+        gathered = torch.empty(self._size * msg.numel(), dtype=msg.dtype, device=self._device)
+        dist.all_gather_into_tensor(gathered, msg, group=self.group)
+        host = torch.empty(gathered.shape, dtype=gathered.dtype, pin_memory=True)
+        host.copy_(gathered, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        return _DeviceGather(done, host, (msg, gathered))
+
     def _broadcast(self, name: str, root: int) -> None:
         import torch.distributed as dist
 
@@ -175,6 +232,11 @@ class ReplicaCheck:
         """Checks now, outside the step hook (every rank of the group must call it)."""
         self._impl.check_now(max(self._step - 1, 0), self.tensors(), self._stream())
 
+    def flush(self) -> None:
+        """sync=False: reads the last check's pending verdict now and acts on it (call it on every rank after
+        the last step, or the last check's verdict is never read). No-op with sync=True."""
+        self._impl.flush(max(self._step - 1, 0), self.tensors(), self._stream())
+
     def inject(self, rank: int, step: int, tensor: str, element: int = 0, bit: int = 0, repeat: int = 1) -> None:
         """Flips bit `bit` of element `element` of the checked tensor `tensor` (a name from ``tensors()``
         or "#<index>") on group rank `rank` after optimizer step `step`, and the `repeat` - 1 steps after
@@ -187,12 +249,15 @@ class ReplicaCheck:
 
     def counters(self) -> Dict[str, int]:
         """steps, checks, mismatches, repairs, repaired_tensors, escalations, warnings, raised, injected,
-        bytes_fingerprinted, host_waits."""
+        bytes_fingerprinted, host_waits, deferred_waits (sync=False verdicts not ready when read),
+        locate_rounds (all-gathers spent finding first differing elements)."""
         return dict(self._impl.counters())
 
     def last_report(self) -> Optional[Dict[str, Any]]:
-        """The last check (None before the first): step, mismatch, odd_ranks, majority, source, tensors,
-        action ("none", "warn", "repair", "raise"), escalated, repaired, message."""
+        """The last check (None before the first): step, read_at_step (sync=False: the next check's step),
+        mismatch, odd_ranks, majority, source, tensors, first_elements (per differing tensor, up to 4: the
+        first element index whose bytes differ on some rank, -1 if not located), action ("none", "warn",
+        "repair", "raise"), escalated, repaired, message."""
         return self._impl.last_report()
 
     def remove(self) -> None:

@@ -127,6 +127,20 @@ const char* tallyName(Tally t) {
       return "guard_terminal_actions";
     case Tally::kDowngrade:
       return "downgrade_decisions";
+    case Tally::kReplicaCheck:
+      return "replica_checks";
+    case Tally::kReplicaMismatch:
+      return "replica_mismatches";
+    case Tally::kReplicaRepair:
+      return "replica_repairs";
+    case Tally::kReplicaWarn:
+      return "replica_warnings";
+    case Tally::kReplicaRaise:
+      return "replica_raised";
+    case Tally::kReplicaEscalate:
+      return "replica_escalations";
+    case Tally::kGradientOutlier:
+      return "gradient_outliers";
     case Tally::kCount:
       break;
   }

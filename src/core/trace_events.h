@@ -32,6 +32,11 @@ enum class Kind : uint8_t {
                  //          a = attempt)
   kDowngrade,    // instant: a downgrade decision (detail: the decision and the signals behind it)
   kCounter,      // counter: a telemetry sample's signal (name: the signal; value as a double in `real`)
+  kReplica,      // the replica check (docs/REPLICAS.md): span "replica check" (a = the step checked, b = the
+                 // first odd rank, -1 for none or not known yet; value = bytes fingerprinted); instants
+                 // "replica mismatch", "replica repair", "replica warn", "replica raise", "replica escalate",
+                 // "gradient outlier" (a = step, b = the first odd rank, c = the bucket of an outlier;
+                 // detail: the message)
 };
 
 struct Event {
@@ -113,6 +118,13 @@ enum class Tally : uint8_t {
   kGuardFallback,
   kGuardTerminal,
   kDowngrade,
+  kReplicaCheck,
+  kReplicaMismatch,
+  kReplicaRepair,
+  kReplicaWarn,
+  kReplicaRaise,
+  kReplicaEscalate,
+  kGradientOutlier,
   kCount
 };
 const char* tallyName(Tally t);

@@ -28,6 +28,8 @@ const char* category(trace::Kind k) {
       return "downgrade";
     case trace::Kind::kCounter:
       return "telemetry";
+    case trace::Kind::kReplica:
+      return "replica";
   }
   return "other";
 }
@@ -60,6 +62,8 @@ ArgNames argNames(trace::Kind k) {
       return {"peer", "received", nullptr, nullptr, nullptr};
     case trace::Kind::kGuard:
       return {"attempt", nullptr, nullptr, nullptr, nullptr};
+    case trace::Kind::kReplica:
+      return {"step", "rank", nullptr, nullptr, "bytes"};
     case trace::Kind::kDowngrade:
     case trace::Kind::kCounter:
       break;
@@ -72,7 +76,7 @@ double micros(uint64_t ns) { return double(ns) / 1000.0; }
 // Which kinds carry a collective sequence number.
 bool hasSeq(trace::Kind k) {
   return k != trace::Kind::kEnqueue && k != trace::Kind::kGuard && k != trace::Kind::kDowngrade &&
-         k != trace::Kind::kCounter;
+         k != trace::Kind::kCounter && k != trace::Kind::kReplica;
 }
 
 }  // namespace

@@ -4,12 +4,59 @@
 #include <utility>
 
 #include "core/logging.h"
+#include "core/trace_events.h"
+#include "replicas/replica_track.h"
+#include "ringguard/replicas/first_difference.h"
 
 namespace ringguard {
 
 // Tensors per backend call: a model's device tensors in one launch and one wait (the work table grows with
 // it, a few bytes per tensor), with a bound on that table.
 constexpr size_t kTensorsPerCall = size_t(1) << 16;
+
+namespace {
+
+// The default startCheck's pending: host memory, gathered already, nothing left to wait for.
+class ReadyWords final : public ReplicaPending {
+ public:
+  explicit ReadyWords(std::vector<uint32_t> all) : all_(std::move(all)) {}
+  bool ready() override { return true; }
+  Status take(std::vector<uint32_t>* all) override {
+    *all = std::move(all_);
+    return Status::ok();
+  }
+
+ private:
+  std::vector<uint32_t> all_;
+};
+
+uint64_t totalBytes(const std::vector<ReplicaTensor>& tensors) {
+  uint64_t n = 0;
+  for (const ReplicaTensor& t : tensors) n += t.bytes;
+  return n;
+}
+
+// A counted replica event: the run summary's tally and, with the timeline on, an instant on its track.
+void event(trace::Tally tally, const char* name, uint64_t step, int rank, const std::string& detail) {
+  trace::tally(tally);
+  trace::instant(trace::Kind::kReplica, name, replicaTrack(), 0, static_cast<int32_t>(step), rank, 0, 0,
+                 trace::on() ? trace::intern(detail) : nullptr);
+}
+
+}  // namespace
+
+Status ReplicaExchange::startCheck(const std::vector<uint32_t>& mine, const std::vector<ReplicaTensor>&,
+                                   const std::vector<size_t>&, void*, std::unique_ptr<ReplicaPending>* out) {
+  std::vector<uint32_t> all;
+  RINGGUARD_RETURN_IF_ERROR(allGather(mine, &all));
+  *out = std::make_unique<ReadyWords>(std::move(all));
+  return Status::ok();
+}
+
+uint32_t replicaTrack() {
+  static const uint32_t track = trace::newTrack("replicas");
+  return track;
+}
 
 ReplicaChecker::ReplicaChecker(ReplicaCheckOptions options, std::unique_ptr<ReplicaExchange> exchange,
                                std::unique_ptr<ReplicaBackend> host, std::unique_ptr<ReplicaBackend> device)
@@ -90,11 +137,16 @@ Status ReplicaChecker::injectFault(uint64_t step, const std::vector<ReplicaTenso
 }
 
 Status ReplicaChecker::fingerprint(const std::vector<ReplicaTensor>& tensors, void* stream,
-                                   std::vector<uint32_t>* crcs) {
+                                   std::vector<uint32_t>* crcs, std::vector<size_t>* deviceLeft) {
   crcs->assign(tensors.size(), 0);
   uint64_t bytes = 0;
   std::vector<uint32_t> got;
   for (const FingerprintBucket& b : planFingerprintBuckets(tensors, kTensorsPerCall)) {
+    if (deviceLeft != nullptr && b.kind == MemoryKind::kDevice) {
+      deviceLeft->insert(deviceLeft->end(), b.indices.begin(), b.indices.end());
+      bytes += b.bytes;
+      continue;
+    }
     ReplicaBackend* backend = backendFor(b.kind);
     if (backend == nullptr) {
       return Status(StatusCode::kInvalidArgument,
@@ -111,30 +163,47 @@ Status ReplicaChecker::fingerprint(const std::vector<ReplicaTensor>& tensors, vo
   return Status::ok();
 }
 
-Status ReplicaChecker::gatherAndCompare(uint64_t step, const std::vector<ReplicaTensor>& tensors,
-                                        void* stream, ReplicaComparison* out) {
+Status ReplicaChecker::encodeMine(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream,
+                                  std::vector<uint32_t>* words, std::vector<size_t>* deviceLeft) {
   ReplicaMessage mine;
   mine.step = step;
   mine.layoutHash = replicaLayoutHash(tensors);
-  RINGGUARD_RETURN_IF_ERROR(fingerprint(tensors, stream, &mine.crcs));
-  const std::vector<uint32_t> words = mine.encode();
-  std::vector<uint32_t> all;
-  RINGGUARD_RETURN_IF_ERROR(exchange_->allGather(words, &all));
+  RINGGUARD_RETURN_IF_ERROR(fingerprint(tensors, stream, &mine.crcs, deviceLeft));
+  *words = mine.encode();
+  return Status::ok();
+}
+
+Status ReplicaChecker::compareGathered(const std::vector<uint32_t>& all, size_t wordsPerRank,
+                                       ReplicaComparison* out) {
   const int n = exchange_->size();
-  if (all.size() != words.size() * static_cast<size_t>(n)) {
+  if (all.size() != wordsPerRank * static_cast<size_t>(n)) {
     return Status(StatusCode::kInternal, "replica check: the all-gather returned " +
                                              std::to_string(all.size()) + " words, expected " +
-                                             std::to_string(words.size() * n));
+                                             std::to_string(wordsPerRank * n));
   }
   std::vector<ReplicaMessage> messages(n);
   for (int r = 0; r < n; ++r) {
     RINGGUARD_RETURN_IF_ERROR(
-        ReplicaMessage::decode(all.data() + r * words.size(), words.size(), r, &messages[r]));
+        ReplicaMessage::decode(all.data() + r * wordsPerRank, wordsPerRank, r, &messages[r]));
   }
   *out = compareReplicas(messages);
   std::lock_guard<std::mutex> lock(mu_);
   ++counters_.checks;
   if (out->mismatch) ++counters_.mismatches;
+  return Status::ok();
+}
+
+Status ReplicaChecker::gatherAndCompare(uint64_t step, const std::vector<ReplicaTensor>& tensors,
+                                        void* stream, ReplicaComparison* out) {
+  trace::Span span(trace::Kind::kReplica, "replica check", replicaTrack());
+  std::vector<uint32_t> words, all;
+  RINGGUARD_RETURN_IF_ERROR(encodeMine(step, tensors, stream, &words));
+  RINGGUARD_RETURN_IF_ERROR(exchange_->allGather(words, &all));
+  RINGGUARD_RETURN_IF_ERROR(compareGathered(all, words.size(), out));
+  trace::tally(trace::Tally::kReplicaCheck);
+  span.event().a = static_cast<int32_t>(step);
+  span.event().b = out->oddRanks.empty() ? -1 : out->oddRanks[0];
+  span.event().value = totalBytes(tensors);
   return Status::ok();
 }
 
@@ -154,22 +223,102 @@ Status ReplicaChecker::afterStep(uint64_t step, const std::vector<ReplicaTensor>
 }
 
 Status ReplicaChecker::checkNow(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream) {
+  if (!options_.sync) {
+    RINGGUARD_RETURN_IF_ERROR(resolveDeferred(step, tensors, stream));
+    return launchDeferred(step, tensors, stream);
+  }
+  ReplicaComparison c;
+  RINGGUARD_RETURN_IF_ERROR(gatherAndCompare(step, tensors, stream, &c));
+  return act(step, step, std::move(c), tensors, stream);
+}
+
+Status ReplicaChecker::flush(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream) {
+  return resolveDeferred(step, tensors, stream);
+}
+
+Status ReplicaChecker::launchDeferred(uint64_t step, const std::vector<ReplicaTensor>& tensors,
+                                      void* stream) {
+  trace::Span span(trace::Kind::kReplica, "replica check", replicaTrack());
+  span.event().a = static_cast<int32_t>(step);
+  span.event().b = -1;  // the verdict comes at the next check
+  span.event().value = totalBytes(tensors);
+  std::vector<uint32_t> words;
+  std::vector<size_t> onDevice;
+  const bool deviceLeft = exchange_->fingerprintsOnDevice();
+  RINGGUARD_RETURN_IF_ERROR(encodeMine(step, tensors, stream, &words, deviceLeft ? &onDevice : nullptr));
+  RINGGUARD_RETURN_IF_ERROR(exchange_->startCheck(words, tensors, onDevice, stream, &pending_));
+  pendingStep_ = step;
+  pendingWords_ = words.size();
+  trace::tally(trace::Tally::kReplicaCheck);
+  return Status::ok();
+}
+
+Status ReplicaChecker::resolveDeferred(uint64_t step, const std::vector<ReplicaTensor>& tensors,
+                                       void* stream) {
+  if (pending_ == nullptr) return Status::ok();
+  std::unique_ptr<ReplicaPending> pending = std::move(pending_);
+  if (!pending->ready()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++counters_.deferredWaits;
+  }
+  std::vector<uint32_t> all;
+  RINGGUARD_RETURN_IF_ERROR(pending->take(&all));
+  ReplicaComparison c;
+  RINGGUARD_RETURN_IF_ERROR(compareGathered(all, pendingWords_, &c));
+  if (c.mismatch && options_.onMismatch == ReplicaAction::kRepair && c.structural.empty() && c.majority) {
+    // The verdict is one check old and the odd replica has stepped since (its own gradients and updates
+    // may have spread its difference to other tensors): the repair works from a comparison of the state
+    // it will repair, on this rare path only.
+    ReplicaComparison now;
+    RINGGUARD_RETURN_IF_ERROR(gatherAndCompare(step, tensors, stream, &now));
+    if (now.mismatch) c = std::move(now);
+  }
+  return act(pendingStep_, step, std::move(c), tensors, stream);
+}
+
+Status ReplicaChecker::act(uint64_t checked, uint64_t now, ReplicaComparison c,
+                           const std::vector<ReplicaTensor>& tensors, void* stream) {
   ReplicaReport rep;
-  rep.step = step;
+  rep.step = checked;
+  rep.readAtStep = now;
   rep.checked = true;
-  RINGGUARD_RETURN_IF_ERROR(gatherAndCompare(step, tensors, stream, &rep.comparison));
-  const ReplicaComparison& c = rep.comparison;
-  rep.mismatch = c.mismatch;
-  if (!c.mismatch) {
+  rep.comparison = std::move(c);
+  const ReplicaComparison& cmp = rep.comparison;
+  rep.mismatch = cmp.mismatch;
+  if (!cmp.mismatch) {
     finish(std::move(rep));
     return Status::ok();
   }
+  const int firstOdd = cmp.oddRanks.empty() ? -1 : cmp.oddRanks[0];
   std::vector<std::string> names;
   names.reserve(tensors.size());
   for (const ReplicaTensor& t : tensors) names.push_back(t.name);
-  for (size_t t : c.tensors) rep.tensors.push_back(names[t]);
-  rep.decision = decider_.decide(c, step);
-  const std::string what = "replica check: step " + std::to_string(step) + ": " + c.describe(names);
+  for (size_t t : cmp.tensors) rep.tensors.push_back(names[t]);
+  std::string what = "replica check: step " + std::to_string(checked) + ": " + cmp.describe(names);
+  if (now != checked) what += " (sync=False: read at the check after step " + std::to_string(now) + ")";
+  if (cmp.structural.empty()) {
+    // Located in the state the tensors hold now: with sync=False a difference may have been overwritten.
+    std::string located;
+    for (size_t k = 0; k < cmp.tensors.size() && k < options_.locateElements; ++k) {
+      const ReplicaTensor& t = tensors[cmp.tensors[k]];
+      ReplicaBackend* b = backendFor(t.kind);
+      int64_t element = -1;
+      uint64_t rounds = 0;
+      if (b != nullptr) {
+        RINGGUARD_RETURN_IF_ERROR(locateFirstDifference(t, b, exchange_.get(), stream, &element, &rounds));
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        counters_.locateRounds += rounds;
+      }
+      rep.firstElements.push_back(element);
+      located += (located.empty() ? "" : ", ") + std::string("'") + t.name + "'" +
+                 (element >= 0 ? "[" + std::to_string(element) + "]" : " (no longer differs)");
+    }
+    if (!located.empty()) what += "; first differing element: " + located;
+  }
+  event(trace::Tally::kReplicaMismatch, "replica mismatch", checked, firstOdd, what);
+  rep.decision = decider_.decide(cmp, checked);
 
   switch (rep.decision.action) {
     case ReplicaAction::kNone:
@@ -181,31 +330,33 @@ Status ReplicaChecker::checkNow(uint64_t step, const std::vector<ReplicaTensor>&
         std::lock_guard<std::mutex> lock(mu_);
         ++counters_.warnings;
       }
+      event(trace::Tally::kReplicaWarn, "replica warn", checked, firstOdd, rep.message);
       finish(std::move(rep));
       return Status::ok();
     }
     case ReplicaAction::kRepair: {
-      for (size_t t : c.tensors)
-        RINGGUARD_RETURN_IF_ERROR(exchange_->broadcast(tensors[t], c.source, stream));
-      decider_.noteRepaired(c, step);
+      for (size_t t : cmp.tensors)
+        RINGGUARD_RETURN_IF_ERROR(exchange_->broadcast(tensors[t], cmp.source, stream));
+      decider_.noteRepaired(cmp, checked);
       {
         std::lock_guard<std::mutex> lock(mu_);
         ++counters_.repairs;
-        counters_.repairedTensors += c.tensors.size();
+        counters_.repairedTensors += cmp.tensors.size();
       }
       ReplicaComparison again;
-      RINGGUARD_RETURN_IF_ERROR(gatherAndCompare(step, tensors, stream, &again));
+      RINGGUARD_RETURN_IF_ERROR(gatherAndCompare(now, tensors, stream, &again));
       if (!again.mismatch) {
         rep.repaired = true;
-        rep.message = what + "; repaired from rank " + std::to_string(c.source);
+        rep.message = what + "; repaired from rank " + std::to_string(cmp.source);
         logWarn(Subsys::kGuard, "{}", rep.message);
+        event(trace::Tally::kReplicaRepair, "replica repair", checked, firstOdd, rep.message);
         finish(std::move(rep));
         return Status::ok();
       }
       rep.decision.action = ReplicaAction::kRaise;
       rep.decision.escalated = true;
-      rep.decision.reason =
-          "the repair from rank " + std::to_string(c.source) + " did not converge: " + again.describe(names);
+      rep.decision.reason = "the repair from rank " + std::to_string(cmp.source) +
+                            " did not converge: " + again.describe(names);
       break;
     }
     case ReplicaAction::kRaise:
@@ -220,6 +371,9 @@ Status ReplicaChecker::checkNow(uint64_t step, const std::vector<ReplicaTensor>&
     ++counters_.raised;
     if (rep.decision.escalated) ++counters_.escalations;
   }
+  if (rep.decision.escalated)
+    event(trace::Tally::kReplicaEscalate, "replica escalate", checked, firstOdd, rep.message);
+  event(trace::Tally::kReplicaRaise, "replica raise", checked, firstOdd, rep.message);
   Status st(StatusCode::kCorruption, rep.message);
   finish(std::move(rep));
   return st;

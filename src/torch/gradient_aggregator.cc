@@ -11,6 +11,7 @@
 
 #include "ringguard/aggregation/bucket_plan.h"
 #include "ringguard/aggregation/launch_order.h"
+#include "ringguard/replicas/gradient_outliers.h"
 #include "ringguard/torch/convert.h"
 
 #if RINGGUARD_TORCH_CUDA
@@ -433,6 +434,11 @@ void GradientAggregator::launchReady(bool all, void* stream) {
       if (!st.isOk() && hookError_.isOk()) hookError_ = st;
     }
 #endif
+    if (options_.outlierFactor > 0) {
+      // The local gradient, before the allreduce averages it away (enqueued on the stream, no wait).
+      localNorms_.resize(buckets_.size());
+      localNorms_[size_t(next)] = at::linalg_vector_norm(b.flat, 2, c10::nullopt, false, at::kDouble);
+    }
     b.work = comm_->allreduceAsync(b.flat.data_ptr(), b.flat.data_ptr(), size_t(b.flat.numel()), dt,
                                    options_.average ? ReduceOp::kAvg : ReduceOp::kSum, stream);
     trace_.push_back("launch:" + std::to_string(next));
@@ -507,10 +513,33 @@ Status GradientAggregator::finish(StepStats* stats) {
     }
   }
 #endif
+  if (options_.outlierFactor > 0 && first.isOk()) first = gatherOutliers(stream, &s.outliers);
+  ++steps_;
   s.counters = comm_->counters().since(before_);
   resetStep();
   if (stats) *stats = s;
   return first;
+}
+
+// Every rank's bucket norms through one verified allreduce (sum) of a rank-major vector in which each rank
+// fills its own row: x + 0 is exact, so every rank holds the same bits and reaches the same verdict.
+Status GradientAggregator::gatherOutliers(void* stream, std::string* report) {
+  const int64_t n = comm_->size(), me = comm_->rank(), nb = int64_t(localNorms_.size());
+  torch::Tensor all = torch::zeros({n * nb}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
+  if (nb > 0) all.narrow(0, me * nb, nb).copy_(torch::stack(localNorms_));
+  RINGGUARD_RETURN_IF_ERROR(comm_->allreduce(all.data_ptr(), all.data_ptr(), size_t(n * nb),
+                                             DataType::kFloat64, ReduceOp::kSum, stream));
+  const torch::Tensor host = all.cpu();  // the one host read of the step (device parameters)
+  const double* v = host.data_ptr<double>();
+  for (int64_t b = 0; b < nb; ++b) {
+    std::vector<double> norms(static_cast<size_t>(n));
+    for (int64_t r = 0; r < n; ++r) norms[size_t(r)] = v[r * nb + b];
+    const GradientOutliers o = findGradientOutliers(norms, options_.outlierFactor);
+    if (o.ranks.empty()) continue;
+    recordGradientOutliers(steps_, size_t(b), o);
+    *report += (report->empty() ? "" : "; ") + o.describe(steps_, size_t(b));
+  }
+  return Status::ok();
 }
 
 std::vector<std::string> GradientAggregator::trace() const {

@@ -6,7 +6,8 @@
 # end and exit 0); a NaN learning rate is a command-line error.
 # train_mlp --replica-check: a bit flipped in one rank's parameter after a step is repaired from the
 # majority with 3 ranks (the same final loss as the fault-free run, identical parameters, exit 0), raised on
-# every rank naming the rank with 2 (exit 1), and a clean run checks every step without a mismatch.
+# every rank naming the rank with 2 (exit 1), and a clean run checks every step without a mismatch (and,
+# with --outlier-factor 8, reports no gradient outlier).
 # verified_allreduce_demo: every fault mode bit-identical to the fault-free run (PASS); a run that could
 # prove nothing (no elements, no iterations) or a NaN probability is a command-line error (they passed, or
 # aborted).
@@ -33,9 +34,10 @@ grep -qE "^step [0-9]+: the loss is (inf|-?nan): training diverged \(try a small
 grep -qE "^final: ranks=2 steps=[0-9] loss=(inf|-?nan) " "$log" || fail "diverging run: it did not stop early"
 
 run3() { timeout -k 5 120 "$mpiexec" --oversubscribe --bind-to none -np 3 "$@" >"$log" 2>&1; }
-run3 "$binary" --steps 12 --log-every 12 --fault-prob 0 --replica-check raise
+run3 "$binary" --steps 12 --log-every 12 --fault-prob 0 --replica-check raise --outlier-factor 8
 rc=$?
 [[ $rc -eq 0 ]] || fail "replica clean run: exit $rc"
+! grep -q "gradient outliers" "$log" || fail "replica clean run: a gradient outlier reported"
 grep -qE "^replicas: checks=12 mismatches=0 repairs=0 escalations=0 warnings=0$" "$log" || fail "replica clean run: counters"
 clean_final="$(grep -E "^final: " "$log")"
 RINGGUARD_REPLICA_FAULT="rank=1,step=4,tensor=param:fc2.weight,element=17,bit=27" \
@@ -48,7 +50,7 @@ RINGGUARD_REPLICA_FAULT="rank=0,step=2,tensor=optim:fc1.weight.momentum_buffer,e
   run "$binary" --steps 12 --log-every 12 --fault-prob 0 --replica-check raise
 rc=$?
 [[ $rc -ne 0 ]] || fail "replica raise: exit 0"
-[[ $(grep -c "^rank [01]: replica check: step 2: ranks 0, 1 of 2 replicas disagree and no majority names the odd one in 1 tensor: 'optim:fc1.weight.momentum_buffer' (on_mismatch=raise)$" "$log") -eq 2 ]] ||
+[[ $(grep -c "^rank [01]: replica check: step 2: ranks 0, 1 of 2 replicas disagree and no majority names the odd one in 1 tensor: 'optim:fc1.weight.momentum_buffer'; first differing element: 'optim:fc1.weight.momentum_buffer'\[3\] (on_mismatch=raise)$" "$log") -eq 2 ]] ||
   fail "replica raise: not the same error on both ranks"
 
 run "$binary" --lr nan

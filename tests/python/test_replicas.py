@@ -7,8 +7,10 @@ RINGGUARD_TEST_DEVICE=cuda the model is on the one GPU every rank shares: the fi
 multi-tensor CRC kernel's (one host wait per check), the repairs CUDA broadcasts.
 """
 
+import copy
 import hashlib
 import os
+import tempfile
 from datetime import timedelta
 
 import pytest
@@ -136,8 +138,10 @@ def _(ctx):
     r = train(ctx, on_mismatch="raise",
               fault=dict(rank=_odd(ctx), step=FAULT_STEP, tensor="param:module.fc1.weight", element=5, bit=22))
     assert r["failed"] == FAULT_STEP, r
-    expected = f"replica check: step {FAULT_STEP}: {_expected_names(ctx)} in 1 tensor: 'param:module.fc1.weight'"
-    assert r["message"].startswith(expected), r["message"]
+    expected = (f"replica check: step {FAULT_STEP}: {_expected_names(ctx)} in 1 tensor: 'param:module.fc1.weight'; "
+                "first differing element: 'param:module.fc1.weight'[5] (on_mismatch=raise)")
+    assert r["message"] == expected, r["message"]
+    assert r["report"]["first_elements"] == [5], r["report"]
     assert r["counters"]["injected"] == (1 if ctx.rank == _odd(ctx) else 0), r["counters"]
     assert r["report"]["odd_ranks"] == ([_odd(ctx)] if ctx.size >= 3 else [0, 1]), r["report"]
     return {}
@@ -205,6 +209,167 @@ def _(ctx):
     return {}
 
 
+def _batch(ctx, step):
+    g = torch.Generator().manual_seed(1000 * ctx.rank + step)
+    return torch.randn(6, 12, generator=g).to(ctx.device), torch.randn(6, 3, generator=g).to(ctx.device)
+
+
+def _steps(ctx, ddp, opt, steps):
+    for step in steps:
+        x, y = _batch(ctx, step)
+        opt.zero_grad(set_to_none=True)
+        F.mse_loss(ddp(x), y).backward()
+        opt.step()
+
+
+@CASES.case("sync-false-reports-one-check-late")
+def _(ctx):
+    clean = train(ctx, steps=12, on_mismatch="raise", sync=False)
+    assert clean["failed"] is None and clean["counters"]["checks"] == 11, clean  # the 12th is still pending
+    # No host wait of the checker: on CPU the words are host memory; on CUDA the fingerprints, the message and
+    # its all-gather stay on the stream, and the next check queries an event (deferred_waits counts the
+    # times it was not yet done and had to wait: reported, not asserted, on CUDA).
+    assert clean["counters"]["host_waits"] == 0, clean
+    if ctx.device == "cpu":
+        assert clean["counters"]["deferred_waits"] == 0, clean
+    r = train(ctx, on_mismatch="raise", sync=False,
+              fault=dict(rank=_odd(ctx), step=FAULT_STEP, tensor="param:module.fc1.weight", element=5, bit=22))
+    assert r["failed"] == FAULT_STEP + 1, r  # found at the check after the next step
+    assert r["message"].startswith(
+        f"replica check: step {FAULT_STEP}: {_expected_names(ctx)} in 1 tensor: 'param:module.fc1.weight' "
+        f"(sync=False: read at the check after step {FAULT_STEP + 1}); first differing element: "
+        "'param:module.fc1.weight'[5]"), r["message"]
+    assert r["report"]["step"] == FAULT_STEP and r["report"]["read_at_step"] == FAULT_STEP + 1, r["report"]
+    return {"deferred_waits": clean["counters"]["deferred_waits"]}
+
+
+def _same_on_every_rank(results, nproc):
+    assert len({r.get("hash") for r in results}) == 1, results
+
+
+@CASES.case("sync-false-repair-continues-as-a-fault-free-run-from-the-repaired-state", _same_on_every_rank)
+def _(ctx):
+    """A flip after step 3 on the odd rank; sync=False reads the verdict at the check after step 4, so step
+    4's allreduce already averaged the odd replica's gradient (computed with the flipped weight) into every
+    replica. Asserted: (a) the repair is made at the check after step 4 and leaves every rank with the same
+    state; (b) from there on the run is bit-identical to a fault-free run started from that repaired state
+    (a fresh model and Adam loaded with it, trained steps 5..7 without a check); (c) the final state differs
+    from the fault-free run from step 0: the polluted gradient of step 4 cannot be undone."""
+    if ctx.size < 3:
+        raise harness.Skip("a repair needs a majority (>= 3 replicas)")
+    reference = train(ctx)["hash"]
+    torch.manual_seed(1234)
+    ddp = DDP(Net().to(ctx.device))
+    opt = torch.optim.Adam(ddp.parameters(), lr=0.01)
+    rc = ringguard.ReplicaCheck(ddp, opt, on_mismatch="repair", sync=False)
+    rc.inject(rank=_odd(ctx), step=FAULT_STEP, tensor="param:module.fc1.weight", element=2, bit=30)
+    _steps(ctx, ddp, opt, range(FAULT_STEP + 2))
+    c = rc.counters()
+    assert c["repairs"] == 1 and rc.last_report()["read_at_step"] == FAULT_STEP + 1, (c, rc.last_report())
+    repaired_model = copy.deepcopy(ddp.module.state_dict())
+    repaired_opt = copy.deepcopy(opt.state_dict())
+    _steps(ctx, ddp, opt, range(FAULT_STEP + 2, STEPS))
+    rc.flush()
+    assert rc.counters()["repairs"] == 1 and rc.counters()["raised"] == 0, rc.counters()
+    final = _hash(rc.tensors())
+    rc.remove()
+
+    model = Net().to(ctx.device)
+    model.load_state_dict(repaired_model)
+    ddp2 = DDP(model)
+    opt2 = torch.optim.Adam(ddp2.parameters(), lr=0.01)
+    opt2.load_state_dict(repaired_opt)
+    _steps(ctx, ddp2, opt2, range(FAULT_STEP + 2, STEPS))
+    lister = ringguard.ReplicaCheck(ddp2, opt2)
+    continued = _hash(lister.tensors())
+    lister.remove()
+    assert final == continued, (final, continued)
+    assert final != reference, "the odd replica's gradient of the step before the repair should remain"
+    return {"hash": final}
+
+
+@CASES.case("timeline-and-run-summary")
+def _(ctx):
+    """Every check is a "replica check" span on the "replicas" track and is counted in the run summary;
+    a mismatch and what was done about it are instants and counts too (RINGGUARD_TIMELINE is set for this
+    module's launches)."""
+    before = ringguard.summary()["events"]
+    seen = len(ringguard.timeline()["traceEvents"])
+    policy = "repair" if ctx.size >= 3 else "raise"
+    r = train(ctx, steps=5, on_mismatch=policy,
+              fault=dict(rank=_odd(ctx), step=2, tensor="param:module.fc2.bias", element=0, bit=25))
+    after = ringguard.summary()["events"]
+    delta = {k: after[k] - before.get(k, 0) for k in after if k.startswith("replica_")}
+    events = [e for e in ringguard.timeline()["traceEvents"][seen:] if e.get("cat") == "replica"]
+    names = [e["name"] for e in events]
+    if ctx.size >= 3:
+        assert delta == {"replica_checks": 6, "replica_mismatches": 1, "replica_repairs": 1,
+                         "replica_warnings": 0, "replica_raised": 0, "replica_escalations": 0}, delta
+        assert names.count("replica check") == 6 and names.count("replica repair") == 1, names
+    else:
+        assert r["failed"] == 2, r
+        assert delta == {"replica_checks": 3, "replica_mismatches": 1, "replica_repairs": 0,
+                         "replica_warnings": 0, "replica_raised": 1, "replica_escalations": 0}, delta
+        assert names.count("replica check") == 3 and names.count("replica raise") == 1, names
+    mismatch = next(e for e in events if e["name"] == "replica mismatch")
+    assert mismatch["args"]["step"] == 2 and "'param:module.fc2.bias'[0]" in mismatch["args"]["detail"], mismatch
+    checks = [e for e in events if e["name"] == "replica check"]
+    assert checks[0]["ph"] == "X" and checks[0]["args"]["bytes"] > 0, checks[0]
+    return {}
+
+
+def _outlier_run(ctx, steps, fault=None, **kw):
+    """`steps` Adam steps of DDP with GradientOutliers(**kw) and a ReplicaCheck (raise) beside it; the hash of
+    the state before and after every step."""
+    torch.manual_seed(1234)
+    ddp = DDP(Net().to(ctx.device))
+    opt = torch.optim.Adam(ddp.parameters(), lr=0.01)
+    go = ringguard.GradientOutliers(ddp, opt, **kw)
+    rc = ringguard.ReplicaCheck(ddp, opt, on_mismatch="raise")
+    if fault:
+        go.inject(**fault)
+    hashes = [_hash(rc.tensors())]
+    for step in range(steps):
+        _steps(ctx, ddp, opt, [step])
+        hashes.append(_hash(rc.tensors()))
+    out = {"counters": go.counters(), "report": go.last_report(), "hashes": hashes,
+           "replica": rc.counters()}
+    go.remove()
+    rc.remove()
+    return out
+
+
+@CASES.case("gradient-outliers-clean-run-never-reports")
+def _(ctx):
+    r = _outlier_run(ctx, 40, factor=8.0)
+    assert r["counters"] == {"steps": 40, "buckets": 40, "outliers": 0, "skipped_steps": 0, "injected": 0}, r
+    assert r["report"] is None, r
+    return {}
+
+
+@CASES.case("gradient-outliers-scaled-rank-is-reported-and-the-step-skipped")
+def _(ctx):
+    before = ringguard.summary()["events"]["gradient_outliers"]
+    fault = dict(rank=_odd(ctx), step=FAULT_STEP, scale=1000.0)
+    r = _outlier_run(ctx, STEPS, fault=fault, factor=8.0, on_outlier="warn")
+    odd = [_odd(ctx)] if ctx.size >= 3 else [0, 1]
+    assert r["counters"]["outliers"] == 1 and r["counters"]["skipped_steps"] == 0, r["counters"]
+    assert r["report"]["step"] == FAULT_STEP and r["report"]["buckets"][0]["ranks"] == odd, r["report"]
+    assert r["report"]["message"].startswith(f"gradient outliers: step {FAULT_STEP}, bucket 0: rank {odd[0]} at "), r
+    assert ringguard.summary()["events"]["gradient_outliers"] == before + 1
+    # warn lets the polluted step through (averaged into every replica alike: the replica check stays clean).
+    assert r["replica"]["mismatches"] == 0, r["replica"]
+    s = _outlier_run(ctx, STEPS, fault=fault, factor=8.0, on_outlier="skip")
+    assert s["counters"]["skipped_steps"] == 1, s["counters"]
+    h = s["hashes"]
+    assert h[FAULT_STEP + 1] == h[FAULT_STEP], "the skipped step moved the state"
+    assert len(set(h)) == STEPS, "every other step moves the state"
+    assert s["replica"]["mismatches"] == 0, s["replica"]  # skipped alike on every rank
+    with pytest.raises(ringguard.GradientOutlierError, match=f"step {FAULT_STEP}, bucket 0"):
+        _outlier_run(ctx, STEPS, fault=fault, factor=8.0, on_outlier="raise")
+    return {"final": h[-1]}
+
+
 @CASES.case("bad-arguments")
 def _(ctx):
     ddp = DDP(Net().to(ctx.device))
@@ -215,8 +380,8 @@ def _(ctx):
         ringguard.ReplicaCheck(ddp, opt, every=0)
     with pytest.raises(ValueError, match="include_buffers='some'"):
         ringguard.ReplicaCheck(ddp, opt, include_buffers="some")
-    with pytest.raises(NotImplementedError, match="sync=False"):
-        ringguard.ReplicaCheck(ddp, opt, sync=False)
+    with pytest.raises(ValueError, match="sync='no': expected True or False"):
+        ringguard.ReplicaCheck(ddp, opt, sync="no")
     rc = ringguard.ReplicaCheck(ddp, opt)
     with pytest.raises(ValueError, match="is not a rank of the replica group"):
         rc.inject(rank=ctx.size, step=0, tensor="#0")
@@ -227,6 +392,51 @@ def _(ctx):
     with pytest.raises(ValueError, match="no tensor named 'param:nope'"):
         opt.step()
     rc.remove()
+    return {}
+
+
+@CASES.case("hsdp-compares-each-shard-across-the-replicate-dimension")
+def _(ctx):
+    """HSDP on 2 x 2 ranks (fully_shard on a 2-D mesh: replicate x shard): each rank's shard is compared with
+    its copy on the other replica; a flip on replica-group rank 1 (in both replica groups) is raised on every
+    rank naming both replicas of its group."""
+    if ctx.size != 4:
+        raise harness.Skip("HSDP 2 x 2 needs 4 ranks")
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(torch.device(ctx.device).type, (2, 2), mesh_dim_names=("replicate", "shard"))
+
+    def run(fault=None):
+        torch.manual_seed(1234)
+        model = Net().to(ctx.device)
+        fully_shard(model, mesh=mesh)
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        rc = ringguard.ReplicaCheck(model, opt, on_mismatch="raise")
+        if fault:
+            rc.inject(**fault)
+        for step in range(STEPS):
+            x, y = _batch(ctx, step)
+            opt.zero_grad(set_to_none=True)
+            F.mse_loss(model(x), y).backward()
+            try:
+                opt.step()
+            except ringguard.ReplicaMismatchError as e:
+                rc.remove()
+                return step, str(e), rc
+        rc.remove()
+        return None, "", rc
+
+    failed, _, rc = run()
+    assert failed is None and rc.counters()["checks"] == STEPS, rc.counters()
+    tensors = dict(rc.tensors())
+    assert rc._size == 2 and rc._ranks == [ctx.rank % 2, ctx.rank % 2 + 2], rc._ranks  # the replicate group
+    assert tensors["param:fc1.weight"].numel() == 16 * 12 // 2, tensors["param:fc1.weight"].shape  # the shard
+    failed, message, _ = run(dict(rank=1, step=FAULT_STEP, tensor="param:fc1.weight", element=3, bit=22))
+    assert failed == FAULT_STEP, (failed, message)
+    assert message.startswith(f"replica check: step {FAULT_STEP}: ranks 0, 1 of 2 replicas disagree and no majority "
+                              "names the odd one in 1 tensor: 'param:fc1.weight'; first differing element: "
+                              "'param:fc1.weight'[3]"), message
     return {}
 
 
@@ -250,9 +460,13 @@ def _init():
     dist.init_process_group("ringguard", timeout=timedelta(seconds=120))
 
 
+_TIMELINE = os.path.join(tempfile.mkdtemp(prefix="ringguard-replicas-"), "timeline")
+
+
 @pytest.fixture(scope="module", params=[2, 3, 4], ids=lambda n: f"np{n}")
 def run(request):
-    return harness.launch(__file__, request.param)
+    return harness.launch(__file__, request.param, env={"RINGGUARD_TIMELINE": _TIMELINE,
+                                                        "RINGGUARD_TIMELINE_EVENTS": "65536"})
 
 
 @pytest.mark.parametrize("name", CASES.names)

@@ -310,6 +310,43 @@ void checkNoSync(const Target& t) {
   expectClose(got, want);
 }
 
+// Gradient outliers (docs/REPLICAS.md): each bucket's local norm before its allreduce, gathered in finish().
+// Clean steps report nothing; the last rank's loss x1000 at step 2 is named at step 2 on every rank, in
+// every bucket that has gradients (with 2 ranks both are named: the other's norm is the only median).
+void checkGradientOutliers(const Target& t) {
+  auto comm = t.comm(Options());
+  const int me = rankOf(), n = sizeOf();
+  Net net = makeNet(kHidden, t.dev);
+  AggregatorOptions ao;
+  ao.bucketBytes = 1024;
+  ao.outlierFactor = 8.0;
+  std::unique_ptr<GradientAggregator> agg;
+  ASSERT_TRUE(GradientAggregator::create(comm.get(), namedParams(net), ao, &agg).isOk());
+  std::vector<StepStats> steps;
+  for (int s = 0; s < 4; ++s) {
+    auto [x, y] = globalBatch(s, n, t.dev);
+    for (auto& p : net->parameters()) {
+      if (p.grad().defined()) p.mutable_grad().zero_();
+    }
+    torch::Tensor loss = torch::mse_loss(net->forward(x.narrow(0, me * kPerRank, kPerRank)),
+                                         y.narrow(0, me * kPerRank, kPerRank));
+    if (s == 2 && me == n - 1) loss = loss * 1000.0;
+    loss.backward();
+    StepStats stats;
+    ASSERT_TRUE(agg->finish(&stats).isOk());
+    steps.push_back(stats);
+  }
+  ASSERT_GE(steps[2].buckets, 2);
+  for (int s : {0, 1, 3}) EXPECT_EQ(steps[size_t(s)].outliers, "") << "step " << s;
+  const std::string first =
+      "gradient outliers: step 2, bucket 0: rank " + std::to_string(n >= 3 ? n - 1 : 0) + " at ";
+  EXPECT_EQ(steps[2].outliers.rfind(first, 0), 0u) << steps[2].outliers;
+  // Every bucket with a gradient (the unused side branch's bucket is 0 everywhere: not an outlier).
+  EXPECT_NE(steps[2].outliers.find("; gradient outliers: step 2, bucket 1: "), std::string::npos)
+      << steps[2].outliers;
+  if (n >= 3) EXPECT_EQ(steps[2].outliers.find("rank 0 at"), std::string::npos) << steps[2].outliers;
+}
+
 // ---- CPU -------------------------------------------------------------------------------------------------
 
 class Aggregator : public ::testing::Test {
@@ -334,6 +371,8 @@ TEST_F(Aggregator, UnusedParametersOnSomeRanksContributeZerosAndNothingHangs) {
 }
 
 TEST_F(Aggregator, NoSyncAccumulatesWithoutCommunicating) { checkNoSync(Target()); }
+
+TEST_F(Aggregator, GradientOutliersNameTheScaledRankOnEveryRank) { checkGradientOutliers(Target()); }
 
 TEST_F(Aggregator, ParameterShapesDifferingAcrossRanksFailAtConstructionNamingTheParameter) {
   auto comm = makeComm(Options());
@@ -459,6 +498,8 @@ TEST_F(AggregatorCuda, UnusedParametersOnSomeRanksContributeZerosAndNothingHangs
 }
 
 TEST_F(AggregatorCuda, NoSyncAccumulatesWithoutCommunicating) { checkNoSync(target()); }
+
+TEST_F(AggregatorCuda, GradientOutliersNameTheScaledRankOnEveryRank) { checkGradientOutliers(target()); }
 
 // Backward on a side stream, finish() and the optimizer step on the default stream: the hooks' events
 // order the launches (and, for a bucket launched in finish() after gradients made on the side stream, the

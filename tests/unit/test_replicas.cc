@@ -4,12 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "loopback_util.h"
 #include "ringguard/core/crc32.h"
 #include "ringguard/replicas/communicator_exchange.h"
+#include "ringguard/replicas/first_difference.h"
+#include "ringguard/replicas/gradient_outliers.h"
 #include "ringguard/replicas/replica_check.h"
 
 namespace ringguard {
@@ -275,6 +278,8 @@ std::vector<RankRun> train(int ranks, ReplicaCheckOptions options, const std::st
         break;
       }
     }
+    if (r.status.isOk()) r.status = check.flush(kSteps - 1, rep.tensors());  // sync=False: the last verdict
+    if (!r.status.isOk() && r.failedStep == UINT64_MAX) r.failedStep = kSteps;
     r.counters = check.counters();
     r.report = check.lastReport();
     r.finalCrc = crc32(rep.w.data(), rep.w.size() * 4, crc32(rep.m.data(), rep.m.size() * 4));
@@ -282,10 +287,11 @@ std::vector<RankRun> train(int ranks, ReplicaCheckOptions options, const std::st
   return out;
 }
 
-ReplicaCheckOptions opts(ReplicaAction a, uint64_t every = 1) {
+ReplicaCheckOptions opts(ReplicaAction a, uint64_t every = 1, bool sync = true) {
   ReplicaCheckOptions o;
   o.onMismatch = a;
   o.every = every;
+  o.sync = sync;
   return o;
 }
 
@@ -307,12 +313,14 @@ TEST(ReplicaChecker, RaiseOnEveryRankNamingTheRank) {
     EXPECT_EQ(r.status.code(), StatusCode::kCorruption) << rank;
     EXPECT_EQ(r.failedStep, 4u) << rank;
     EXPECT_EQ(r.status.message(),
-              "replica check: step 4: rank 1 of 3 replicas differs from the majority in 1 tensor: 'param:w' "
-              "(on_mismatch=raise)")
+              "replica check: step 4: rank 1 of 3 replicas differs from the majority in 1 tensor: 'param:w'; "
+              "first differing element: 'param:w'[7] (on_mismatch=raise)")
         << rank;
     EXPECT_EQ(r.counters.injected, rank == 1 ? 1u : 0u);
     EXPECT_EQ(r.counters.raised, 1u);
     EXPECT_EQ(r.report.comparison.oddRanks, std::vector<int>{1});
+    EXPECT_EQ(r.report.firstElements, std::vector<int64_t>{7});
+    EXPECT_EQ(r.counters.locateRounds, 1u);  // 37 elements: one round of one-element chunks
   }
 }
 
@@ -374,6 +382,108 @@ TEST(ReplicaChecker, RepairWithTwoReplicasEscalates) {
     EXPECT_NE(r.status.message().find("no majority to repair from (2 replicas"), std::string::npos)
         << r.status.toString();
   }
+}
+
+// sync=False: the verdict of the check after step k is read at the check after step k+1.
+TEST(ReplicaChecker, DeferredVerdictIsReadAtTheNextCheck) {
+  for (int ranks : {1, 3}) {
+    for (const RankRun& r : train(ranks, opts(ReplicaAction::kRaise, 1, false), "")) {
+      EXPECT_TRUE(r.status.isOk()) << r.status.toString();
+      EXPECT_EQ(r.counters.checks, uint64_t(kSteps));  // the last one read by flush()
+      EXPECT_EQ(r.counters.deferredWaits, 0u);         // host memory: always ready when read
+    }
+  }
+  const auto runs =
+      train(3, opts(ReplicaAction::kRaise, 1, false), "rank=2,step=4,tensor=param:b,element=3,bit=30");
+  for (const RankRun& r : runs) {
+    EXPECT_EQ(r.failedStep, 5u);
+    EXPECT_EQ(r.report.step, 4u);
+    EXPECT_EQ(r.report.readAtStep, 5u);
+    EXPECT_EQ(r.status.message(),
+              "replica check: step 4: rank 2 of 3 replicas differs from the majority in 1 tensor: 'param:b' "
+              "(sync=False: read at the check after step 5); first differing element: 'param:b'[3] "
+              "(on_mismatch=raise)");
+  }
+  // A flip after the last step is read by flush().
+  for (const RankRun& r :
+       train(3, opts(ReplicaAction::kRaise, 1, false), "rank=0,step=9,tensor=param:w,element=0,bit=1")) {
+    EXPECT_EQ(r.failedStep, uint64_t(kSteps));
+    EXPECT_EQ(r.report.step, 9u);
+  }
+}
+
+TEST(ReplicaChecker, DeferredRepairAndEscalation) {
+  const auto reference = train(3, opts(ReplicaAction::kRaise), "");
+  // This toy replica exchanges no gradients, so nothing of the odd one spread before the repair: the
+  // result is the fault-free one (the DDP test shows what does spread).
+  for (const RankRun& r :
+       train(3, opts(ReplicaAction::kRepair, 1, false), "rank=1,step=3,tensor=param:w,element=5,bit=20")) {
+    EXPECT_TRUE(r.status.isOk()) << r.status.toString();
+    EXPECT_EQ(r.finalCrc, reference[0].finalCrc);
+    EXPECT_EQ(r.counters.repairs, 1u);
+    EXPECT_EQ(r.counters.mismatches, 2u);  // the deferred verdict, then the comparison of the state repaired
+  }
+  for (const RankRun& r : train(3, opts(ReplicaAction::kRepair, 1, false),
+                                "rank=0,step=3,tensor=param:b,element=1,bit=1,repeat=100")) {
+    EXPECT_EQ(r.failedStep, 6u);  // repaired at 4 (verdict of 3), again at 5, read at 6: escalated
+    EXPECT_EQ(r.counters.escalations, 1u);
+    EXPECT_NE(r.status.message().find("rank 0 mismatches again after its repair at step 3"),
+              std::string::npos)
+        << r.status.toString();
+  }
+}
+
+// The first differing element over several rounds of chunk CRCs, the same on every rank.
+TEST(ReplicaFirstDifference, LocatesTheFirstDifferingElementOnEveryRank) {
+  testing::LoopbackGroup g(3, testing::quietOptions());
+  std::vector<int64_t> found(3, -2), same(3, -2), empty(3, -2);
+  std::vector<uint64_t> rounds(3, 0);
+  g.run([&](int rank, Communicator& comm) {
+    auto exchange = makeCommunicatorExchange(&comm);
+    auto host = makeHostReplicaBackend();
+    std::vector<float> v(100003);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 1000);
+    std::vector<float> w = v, none;
+    if (rank == 1) v[77777] = -1.0f, v[99999] = -2.0f;
+    if (rank == 2) v[88888] = -3.0f;
+    ASSERT_TRUE(locateFirstDifference(hostTensor("param:v", &v), host.get(), exchange.get(), nullptr,
+                                      &found[rank], &rounds[rank])
+                    .isOk());
+    uint64_t ignored = 0;
+    ASSERT_TRUE(locateFirstDifference(hostTensor("param:w", &w), host.get(), exchange.get(), nullptr,
+                                      &same[rank], &ignored)
+                    .isOk());
+    ASSERT_TRUE(locateFirstDifference(hostTensor("param:e", &none), host.get(), exchange.get(), nullptr,
+                                      &empty[rank], &ignored)
+                    .isOk());
+  });
+  EXPECT_EQ(found, std::vector<int64_t>(3, 77777));
+  EXPECT_EQ(rounds, std::vector<uint64_t>(3, 3));  // 100003 -> 1563 -> 25 -> 1 elements per chunk
+  EXPECT_EQ(same, std::vector<int64_t>(3, -1));
+  EXPECT_EQ(empty, std::vector<int64_t>(3, -1));
+}
+
+TEST(GradientOutliers, TheMedianOfTheOthersNamesTheOddRank) {
+  // Clean: within the factor of the others' median, both ways.
+  EXPECT_TRUE(findGradientOutliers({1.0, 2.0, 3.0, 0.5}, 8.0).ranks.empty());
+  EXPECT_TRUE(findGradientOutliers({4.0}, 8.0).ranks.empty());
+  EXPECT_TRUE(findGradientOutliers({0.0, 0.0, 0.0}, 8.0).ranks.empty());  // no gradient anywhere
+  // Rank 2 at 100x: named with its ratio to the median of ranks 0, 1, 3 (2.0).
+  GradientOutliers o = findGradientOutliers({1.0, 2.0, 200.0, 3.0}, 8.0);
+  EXPECT_EQ(o.ranks, std::vector<int>{2});
+  EXPECT_EQ(o.ratios, std::vector<double>{100.0});
+  EXPECT_EQ(o.describe(7, 1),
+            "gradient outliers: step 7, bucket 1: rank 2 at 100x the median norm of the other ranks");
+  // Too small counts too (a device that computed zeros), and a non-finite norm always.
+  EXPECT_EQ(findGradientOutliers({1.0, 0.0625, 1.0}, 8.0).ranks, std::vector<int>{1});
+  EXPECT_EQ(findGradientOutliers({1.0, 1.0, std::numeric_limits<double>::quiet_NaN()}, 8.0).ranks,
+            std::vector<int>{2});
+  // Three ranks, one at 700x: only it (the mean of its two others would have named all three).
+  EXPECT_EQ(findGradientOutliers({1.7, 1.3, 919.0}, 8.0).ranks, std::vector<int>{2});
+  EXPECT_EQ(findGradientOutliers({1.7, 0.0, 1.3}, 8.0).ranks, std::vector<int>{1});
+  // Two ranks: the other one is the median, so both are named.
+  EXPECT_EQ(findGradientOutliers({1.0, 9.0}, 8.0).ranks, (std::vector<int>{0, 1}));
+  EXPECT_TRUE(findGradientOutliers({1.0, 7.9}, 8.0).ranks.empty());
 }
 
 TEST(ReplicaChecker, OptionsAreChecked) {

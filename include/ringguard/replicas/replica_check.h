@@ -25,6 +25,16 @@
 
 namespace ringguard {
 
+// sync=False: one check's all-gather left in flight; its words are taken at the next check.
+class ReplicaPending {
+ public:
+  virtual ~ReplicaPending() = default;
+  // Whether take() would return without waiting (on the device: an event query, no host wait).
+  virtual bool ready() = 0;
+  // Every rank's message, rank-major (as ReplicaExchange::allGather); waits when not ready().
+  virtual Status take(std::vector<uint32_t>* all) = 0;
+};
+
 // The replica group's collectives, as the checker needs them.
 class ReplicaExchange {
  public:
@@ -35,11 +45,26 @@ class ReplicaExchange {
   virtual Status allGather(const std::vector<uint32_t>& mine, std::vector<uint32_t>* all) = 0;
   // `root`'s bytes of `tensor` into every rank's, in place, ordered on `stream`.
   virtual Status broadcast(const ReplicaTensor& tensor, int root, void* stream) = 0;
+  // sync=False: whether startCheck() computes the device tensors' CRCs itself, on the stream into the
+  // message (no host wait). false: the checker fills them in before (the device backend's host wait).
+  virtual bool fingerprintsOnDevice() const { return false; }
+  // sync=False: starts this rank's check message and its all-gather, and returns; the checker takes the
+  // gathered words at its next check. `mine` holds the header and the CRCs, except, when
+  // fingerprintsOnDevice(), those of tensors[deviceIndices] (words kHeaderWords + index, left 0), which the
+  // exchange computes on `stream`. The default gathers now: host memory, nothing is left to wait for.
+  virtual Status startCheck(const std::vector<uint32_t>& mine, const std::vector<ReplicaTensor>& tensors,
+                            const std::vector<size_t>& deviceIndices, void* stream,
+                            std::unique_ptr<ReplicaPending>* out);
 };
 
 struct ReplicaCheckOptions {
   ReplicaAction onMismatch = ReplicaAction::kRaise;  // kRaise, kRepair or kWarn
   uint64_t every = 1;                                // check after steps every-1, 2*every-1, ... (>= 1)
+  // false: the verdict of a check is read at the next check (no host wait in the step; found one check
+  // late, and the odd replica's gradients of the steps between are already in every replica).
+  bool sync = true;
+  // Differing tensors whose first differing element is located (a second, chunked comparison each).
+  size_t locateElements = 4;
 };
 
 struct ReplicaCounters {
@@ -54,15 +79,21 @@ struct ReplicaCounters {
   uint64_t injected = 0;            // bits flipped by fault injection on this rank
   uint64_t bytesFingerprinted = 0;  // bytes checksummed on this rank
   uint64_t hostWaits = 0;           // host waits of the backends for fingerprints
+  uint64_t deferredWaits = 0;       // sync=False: verdicts not ready when read, waited for
+  uint64_t locateRounds = 0;        // all-gathers spent locating first differing elements
 };
 
 // The outcome of the last check.
 struct ReplicaReport {
-  uint64_t step = 0;
+  uint64_t step = 0;                 // the step whose state was fingerprinted
+  uint64_t readAtStep = 0;           // the step whose check read the verdict (sync=False: the next check)
   bool checked = false;              // false: not a check step
   bool mismatch = false;             // the first comparison of the step found a difference
   ReplicaComparison comparison;      // the first comparison
   std::vector<std::string> tensors;  // names of the differing tensors
+  // Per differing tensor (the first options.locateElements of them): the first element whose bytes differ
+  // on some rank, agreed on every rank; -1 where not located (or, sync=False, no longer differing).
+  std::vector<int64_t> firstElements;
   ReplicaDecision decision;
   bool repaired = false;  // a repair ran and the check after it came out clean
   std::string message;    // what was logged or raised
@@ -86,8 +117,11 @@ class ReplicaChecker {
   // cannot be made or did not converge), or a repair (broadcast of the differing tensors from the
   // majority, then a second check), or a warning (logged). Returns ok otherwise.
   Status afterStep(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream = nullptr);
-  // Checks now, whatever the step (`step` is only reported).
+  // Checks now, whatever the step (`step` is only reported). sync=False: the pending verdict is read first.
   Status checkNow(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream = nullptr);
+  // sync=False: reads the pending verdict now (after the last step of a run) and acts on it; `step` is the
+  // step whose state `tensors` hold (a repair is made in it). No-op when nothing is pending.
+  Status flush(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream = nullptr);
 
   Status setFault(const ReplicaFault& fault);  // replaces any earlier one
   void clearFault();
@@ -100,7 +134,18 @@ class ReplicaChecker {
  private:
   Status gatherAndCompare(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream,
                           ReplicaComparison* out);
-  Status fingerprint(const std::vector<ReplicaTensor>& tensors, void* stream, std::vector<uint32_t>* crcs);
+  Status encodeMine(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream,
+                    std::vector<uint32_t>* words, std::vector<size_t>* deviceLeft = nullptr);
+  Status compareGathered(const std::vector<uint32_t>& all, size_t wordsPerRank, ReplicaComparison* out);
+  Status launchDeferred(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream);
+  Status resolveDeferred(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream);
+  // Decides and acts on comparison `c` of the state after step `checked`, read at step `now` (whose state
+  // `tensors` hold: a repair is made in it).
+  Status act(uint64_t checked, uint64_t now, ReplicaComparison c, const std::vector<ReplicaTensor>& tensors,
+             void* stream);
+  // `deviceLeft` non-null: device tensors are not fingerprinted, their indices are listed there instead.
+  Status fingerprint(const std::vector<ReplicaTensor>& tensors, void* stream, std::vector<uint32_t>* crcs,
+                     std::vector<size_t>* deviceLeft = nullptr);
   Status injectFault(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream);
   ReplicaBackend* backendFor(MemoryKind kind);
   void finish(ReplicaReport report);
@@ -110,6 +155,9 @@ class ReplicaChecker {
   std::unique_ptr<ReplicaBackend> host_;
   std::unique_ptr<ReplicaBackend> device_;
   ReplicaDecider decider_;
+  std::unique_ptr<ReplicaPending> pending_;  // sync=False: the last check's all-gather
+  uint64_t pendingStep_ = 0;
+  size_t pendingWords_ = 0;
   bool faultOn_ = false;
   ReplicaFault fault_;
   mutable std::mutex mu_;

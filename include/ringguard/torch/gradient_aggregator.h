@@ -33,6 +33,10 @@ class LaunchOrder;
 struct AggregatorOptions {
   size_t bucketBytes = size_t(25) << 20;  // DDP's default bucket cap
   bool average = true;                    // divide by the world size (ReduceOp::kAvg), else sum
+  // > 1: gradient outliers (docs/REPLICAS.md): each bucket's local gradient norm, taken right before its
+  // allreduce, is gathered in finish(), and ranks departing from the median of the others' by more than this
+  // factor are reported in StepStats::outliers (the same on every rank). 0: off.
+  double outlierFactor = 0.0;
 };
 
 struct StepStats {
@@ -40,6 +44,7 @@ struct StepStats {
   uint64_t gradCopies = 0;  // grads that were not the bucket view and had to be copied in (see below)
   int bucketsLaunched = 0;  // buckets launched during backward (the rest at finish: unused parameters)
   int buckets = 0;
+  std::string outliers;  // the gradient-outlier report of this step; empty: none (or outlierFactor off)
 };
 
 class GradientAggregator {
@@ -119,6 +124,10 @@ class GradientAggregator {
   mutable std::mutex mutex_;  // hooks may run on autograd worker threads
   std::vector<std::string> trace_, lastTrace_;
   std::unique_ptr<CudaState> cuda_;  // null for CPU parameters
+  std::vector<torch::Tensor>
+      localNorms_;      // outlierFactor > 0: per bucket, this step's norm before its allreduce
+  uint64_t steps_ = 0;  // finish() calls that communicated (the outlier report's step)
+  Status gatherOutliers(void* stream, std::string* report);
 };
 
 }  // namespace ringguard

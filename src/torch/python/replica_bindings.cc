@@ -5,14 +5,18 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "ringguard/replicas/gradient_outliers.h"
 #include "ringguard/replicas/replica_check.h"
 #include "torch/guard/tensor_buffer.h"
 #if RINGGUARD_GUARD_CUDA
+#include "cuda/kernels.h"
 #include "ringguard/replicas/device_backend.h"
 #endif
 
@@ -32,14 +36,88 @@ namespace {
   throw std::runtime_error(st.toString());
 }
 
+// sync=False on CUDA: the handle start_gather returned (python/ringguard/replicas.py, _DeviceGather): ready()
+// is an event query, take() the gathered words in pinned host memory.
+class PyPending final : public ReplicaPending {
+ public:
+  explicit PyPending(py::object handle) : handle_(std::move(handle)) {}
+  bool ready() override { return handle_.attr("ready")().cast<bool>(); }
+  Status take(std::vector<uint32_t>* all) override {
+    try {
+      at::Tensor got = py::cast<at::Tensor>(handle_.attr("take")()).contiguous();
+      all->resize(static_cast<size_t>(got.numel()));
+      std::memcpy(all->data(), got.data_ptr(), all->size() * sizeof(uint32_t));
+      return Status::ok();
+    } catch (const std::exception& e) {
+      return Status(StatusCode::kInternal,
+                    std::string("replica check: the deferred all-gather failed: ") + e.what());
+    }
+  }
+
+ private:
+  py::object handle_;
+};
+
 // The group's collectives as Python callables: all_gather(int32 tensor) -> int32 tensor of size() blocks;
-// broadcast(name, root) broadcasts the named tensor from group rank `root`.
+// broadcast(name, root) broadcasts the named tensor from group rank `root`; start_gather(words, crcs, index)
+// (sync=False on CUDA, else None): copies the host words to the device, puts the device CRCs `crcs` at
+// message words `index`, all-gathers on the stream and returns a handle with ready() and take().
 class PyReplicaExchange final : public ReplicaExchange {
  public:
-  PyReplicaExchange(int rank, int size, py::function allGather, py::function broadcast)
-      : rank_(rank), size_(size), allGather_(std::move(allGather)), broadcast_(std::move(broadcast)) {}
+  PyReplicaExchange(int rank, int size, py::function allGather, py::function broadcast,
+                    py::object startGather, int cudaDevice)
+      : rank_(rank),
+        size_(size),
+        cudaDevice_(cudaDevice),
+        allGather_(std::move(allGather)),
+        broadcast_(std::move(broadcast)),
+        startGather_(std::move(startGather)) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  bool fingerprintsOnDevice() const override { return !startGather_.is_none(); }
+
+  // The device CRCs by crc32ManyDevice on `stream` into a device tensor (torch's allocator, in the stream's
+  // order: scratch freed here is reused only by later work on the same stream), then the message is put
+  // together and gathered on the device by start_gather: no host wait anywhere.
+  Status startCheck(const std::vector<uint32_t>& mine, const std::vector<ReplicaTensor>& tensors,
+                    const std::vector<size_t>& deviceIndices, void* stream,
+                    std::unique_ptr<ReplicaPending>* out) override {
+    if (startGather_.is_none()) return ReplicaExchange::startCheck(mine, tensors, deviceIndices, stream, out);
+    try {
+      at::Tensor words = at::empty({static_cast<int64_t>(mine.size())}, at::kInt);
+      std::memcpy(words.data_ptr(), mine.data(), mine.size() * sizeof(uint32_t));
+      const int64_t n = static_cast<int64_t>(deviceIndices.size());
+      at::Tensor index = at::empty({n}, at::kLong);
+      for (int64_t i = 0; i < n; ++i)
+        index.data_ptr<int64_t>()[i] = static_cast<int64_t>(ReplicaMessage::kHeaderWords + deviceIndices[i]);
+      at::Tensor crcs = at::empty({0}, at::kInt);
+#if RINGGUARD_GUARD_CUDA
+      if (n > 0) {
+        std::vector<Crc32Span> spans(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i)
+          spans[i] = Crc32Span{tensors[deviceIndices[i]].data, tensors[deviceIndices[i]].bytes};
+        const size_t scratchBytes = crc32ManyDeviceScratchBytes(spans.data(), spans.size());
+        const auto onDevice = at::TensorOptions().device(at::kCUDA, cudaDevice_);
+        at::Tensor scratch =
+            at::empty({static_cast<int64_t>(std::max<size_t>(scratchBytes, 16))}, onDevice.dtype(at::kByte));
+        crcs = at::empty({n}, onDevice.dtype(at::kInt));
+        RINGGUARD_RETURN_IF_ERROR(
+            crc32ManyDevice(spans.data(), spans.size(), reinterpret_cast<uint32_t*>(crcs.data_ptr()),
+                            scratch.data_ptr(), scratchBytes, static_cast<cudaStream_t>(stream)));
+      }
+#else
+      if (n > 0) {
+        return Status(StatusCode::kInvalidArgument,
+                      "replica check: this build of ringguard has no CUDA layer");
+      }
+#endif
+      *out = std::make_unique<PyPending>(startGather_(words, crcs, index));
+      return Status::ok();
+    } catch (const std::exception& e) {
+      return Status(StatusCode::kInternal,
+                    std::string("replica check: starting the deferred check failed: ") + e.what());
+    }
+  }
 
   Status allGather(const std::vector<uint32_t>& mine, std::vector<uint32_t>* all) override {
     try {
@@ -69,8 +147,9 @@ class PyReplicaExchange final : public ReplicaExchange {
   }
 
  private:
-  int rank_, size_;
+  int rank_, size_, cudaDevice_;
   py::function allGather_, broadcast_;
+  py::object startGather_;
 };
 
 std::vector<ReplicaTensor> replicaTensors(const std::vector<std::pair<std::string, at::Tensor>>& named) {
@@ -104,6 +183,8 @@ py::dict countersDict(const ReplicaCounters& c) {
   d["injected"] = c.injected;
   d["bytes_fingerprinted"] = c.bytesFingerprinted;
   d["host_waits"] = c.hostWaits;
+  d["deferred_waits"] = c.deferredWaits;
+  d["locate_rounds"] = c.locateRounds;
   return d;
 }
 
@@ -111,11 +192,13 @@ py::object reportDict(const ReplicaReport& r) {
   if (!r.checked) return py::none();
   py::dict d;
   d["step"] = r.step;
+  d["read_at_step"] = r.readAtStep;
   d["mismatch"] = r.mismatch;
   d["odd_ranks"] = r.comparison.oddRanks;
   d["majority"] = r.comparison.majority;
   d["source"] = r.comparison.source;
   d["tensors"] = r.tensors;
+  d["first_elements"] = r.firstElements;
   d["action"] = replicaActionName(r.decision.action);
   d["escalated"] = r.decision.escalated;
   d["repaired"] = r.repaired;
@@ -126,7 +209,7 @@ py::object reportDict(const ReplicaReport& r) {
 class PyReplicaCheck {
  public:
   PyReplicaCheck(const std::string& onMismatch, int64_t every, int rank, int size, py::function allGather,
-                 py::function broadcast, int cudaDevice) {
+                 py::function broadcast, int cudaDevice, bool sync, py::object startGather) {
     ReplicaCheckOptions o;
     if (!parseReplicaPolicy(onMismatch, &o.onMismatch)) {
       throw py::value_error("ReplicaCheck: on_mismatch='" + onMismatch +
@@ -134,6 +217,7 @@ class PyReplicaCheck {
     }
     if (every < 1) throw py::value_error("ReplicaCheck: every=" + std::to_string(every) + ": expected >= 1");
     o.every = static_cast<uint64_t>(every);
+    o.sync = sync;
     std::unique_ptr<ReplicaBackend> device;
 #if RINGGUARD_GUARD_CUDA
     if (cudaDevice >= 0) {
@@ -146,7 +230,9 @@ class PyReplicaCheck {
     if (cudaDevice >= 0) throw py::value_error("ReplicaCheck: this build of ringguard has no CUDA layer");
 #endif
     check_ = std::make_unique<ReplicaChecker>(
-        o, std::make_unique<PyReplicaExchange>(rank, size, std::move(allGather), std::move(broadcast)),
+        o,
+        std::make_unique<PyReplicaExchange>(rank, size, std::move(allGather), std::move(broadcast),
+                                            std::move(startGather), cudaDevice),
         makeHostReplicaBackend(), std::move(device));
   }
 
@@ -159,6 +245,11 @@ class PyReplicaCheck {
   void checkNow(uint64_t step, const std::vector<std::pair<std::string, at::Tensor>>& named,
                 uintptr_t stream) {
     const Status st = check_->checkNow(step, replicaTensors(named), reinterpret_cast<void*>(stream));
+    if (!st.isOk()) raiseReplica(st);
+  }
+
+  void flush(uint64_t step, const std::vector<std::pair<std::string, at::Tensor>>& named, uintptr_t stream) {
+    const Status st = check_->flush(step, replicaTensors(named), reinterpret_cast<void*>(stream));
     if (!st.isOk()) raiseReplica(st);
   }
 
@@ -184,13 +275,26 @@ class PyReplicaCheck {
 void ringguardRegisterReplicaBindings(py::module_& m) {
   using ringguard::PyReplicaCheck;
   py::class_<PyReplicaCheck>(m, "ReplicaCheck")
-      .def(py::init<const std::string&, int64_t, int, int, py::function, py::function, int>(),
+      .def(py::init<const std::string&, int64_t, int, int, py::function, py::function, int, bool,
+                    py::object>(),
            py::arg("on_mismatch"), py::arg("every"), py::arg("rank"), py::arg("size"), py::arg("all_gather"),
-           py::arg("broadcast"), py::arg("cuda_device") = -1)
+           py::arg("broadcast"), py::arg("cuda_device") = -1, py::arg("sync") = true,
+           py::arg("start_gather") = py::none())
       .def("after_step", &PyReplicaCheck::afterStep, py::arg("step"), py::arg("tensors"),
            py::arg("stream") = 0)
       .def("check_now", &PyReplicaCheck::checkNow, py::arg("step"), py::arg("tensors"), py::arg("stream") = 0)
+      .def("flush", &PyReplicaCheck::flush, py::arg("step"), py::arg("tensors"), py::arg("stream") = 0)
       .def("set_fault", &PyReplicaCheck::setFault, py::arg("spec"))
       .def("counters", [](PyReplicaCheck& c) { return ringguard::countersDict(c.check().counters()); })
       .def("last_report", [](PyReplicaCheck& c) { return ringguard::reportDict(c.check().lastReport()); });
+  // The gradient-outlier verdict on one bucket's gathered norms (python/ringguard/replica_outliers.py):
+  // (ranks, message); a report is counted in the run summary and put on the timeline.
+  m.def(
+      "find_gradient_outliers",
+      [](const std::vector<double>& norms, double factor, uint64_t step, size_t bucket) {
+        const ringguard::GradientOutliers o = ringguard::findGradientOutliers(norms, factor);
+        ringguard::recordGradientOutliers(step, bucket, o);
+        return py::make_tuple(o.ranks, o.ranks.empty() ? std::string() : o.describe(step, bucket));
+      },
+      py::arg("norms"), py::arg("factor"), py::arg("step"), py::arg("bucket"));
 }
