@@ -237,10 +237,10 @@ Status readPart(const CollectiveContext& ctx, const Windows& w, uint64_t e, int 
   return Status::ok();
 }
 
-// The end of a collective: this rank says whether its reads succeeded (done) or failed (failed, with why),
-// then waits for every peer to say the same, so every rank returns the same outcome in the same collective:
-// OK, or the lowest failed rank's kCorruption. Peers' publications stay untouched until then, as does this
-// rank's (a peer still reading it).
+// The end of a collective: this rank says whether its reads succeeded (done) or failed (failed, with its
+// code and why), then waits for every peer to say the same, so every rank returns the same outcome in the
+// same collective: OK, or the lowest failed rank's error. Peers' publications stay untouched until then, as
+// does this rank's (a peer still reading it).
 Status settle(const CollectiveContext& ctx, const Windows& w, uint64_t e, const Status& read) {
   const int n = w.size(), me = w.rank();
   WindowHeader& own = w.header(me);
