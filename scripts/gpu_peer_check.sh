@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The GPU machine's check of the one-sided path (issue 42): the peer windows and the one-shot verified
-# allreduce at 2, 3 and 4 ranks on the one GPU under MPS (exact results, faults, CUDA graph, mismatch,
+# The GPU machine's check of the one-sided path (issue 42): the peer windows, the one-shot and two-shot
+# verified allreduce, all-gather, broadcast and reduce-scatter at 2, 3 and 4 ranks on the one GPU under MPS
+# (tests/gpu/test_peer_allreduce.cc, test_peer_collectives.cc: exact results, faults, CUDA graph, mismatch,
 # stopped peer, abort), once time-sliced without MPS at 2 ranks (correctness only), then the benchmark
-# against a D2D copy (bench_peer_allreduce, eager and graph, 2 and 4 ranks, clean and with 1 chunk read in
-# a thousand corrupted) and PyTorch SymmetricMemory's one-shot/two-shot all-reduce in the same session.
+# against a D2D copy (bench_peer_allreduce, eager and graph, 2 and 4 ranks: one-shot vs two-shot 1 KiB to
+# 256 MiB, clean and with 1 chunk read in a thousand corrupted; all-gather 1 KiB to 64 MiB per rank) and
+# PyTorch SymmetricMemory's one-shot/two-shot all-reduce in the same session.
 # Logs under /tmp/gpu_peer/ ($PEER_LOG_DIR), packed into $OUT/gpu_peer_logs.tgz with the summary in
 # $OUT/gpu_peer_summary.log (the device machine hands back few files); exit 0 only if every step passed.
 #   scripts/gpu_peer_check.sh   (build dir: <repo>/build-peer, $RINGGUARD_GPU_BUILD_DIR overrides)
@@ -37,8 +39,9 @@ if start_mps; then
   done
   if [[ "${PEER_SKIP_BENCH:-0}" != "1" ]]; then
     for np in 2 4; do
-      run_step "bench_peer_np$np" "${mpi[@]}" -np "$np" "$bench" -b 1K -e 64M
-      run_step "bench_peer_faults_np$np" "${mpi[@]}" -np "$np" "$bench" -b 4K -e 16M --fault-prob 0.001
+      run_step "bench_peer_np$np" "${mpi[@]}" -np "$np" "$bench" -b 1K -e 256M
+      run_step "bench_peer_faults_np$np" "${mpi[@]}" -np "$np" "$bench" -b 4K -e 64M --fault-prob 0.001
+      run_step "bench_peer_allgather_np$np" "${mpi[@]}" -np "$np" "$bench" -c allgather -b 1K -e 64M
       [[ "${PEER_SKIP_SYMM:-0}" == "1" ]] || run_step "bench_symm_mem_np$np" timeout 300 python3 -m torch.distributed.run --nproc-per-node="$np" \
         "$repo_root/bench/torch/bench_symm_mem.py" --max-bytes 64M
     done
@@ -48,7 +51,8 @@ else
   record mps FAIL "nvidia-cuda-mps-control -d did not start"
 fi
 # Time-sliced (no MPS): correctness only, the small shapes.
-run_step peer_tests_np2_timesliced "${mpi[@]}" -np 2 "$tests" --gtest_filter=*ChunkCrc*:*Graph*:*DifferentCounts*
+run_step peer_tests_np2_timesliced "${mpi[@]}" -np 2 "$tests" \
+  --gtest_filter=*ChunkCrc*:*Graph*:*DifferentCounts*:*DifferentAllreduceKernels*:*DisagreeOnTheRoot*
 print_summary "gpu_peer"
 status=$?
 if [[ -n "${OUT:-}" ]]; then

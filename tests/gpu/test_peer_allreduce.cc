@@ -17,7 +17,7 @@
 #include "bootstrap/mpi_bootstrap.h"
 #include "core/float16.h"
 #include "core/reduce.h"
-#include "cuda/peer_allreduce.h"
+#include "cuda/peer/peer_collectives.h"
 #include "ringguard/core/crc32.h"
 #include "ringguard/runtime/communicator.h"
 #include "ringguard/runtime/device_factory.h"
