@@ -35,11 +35,10 @@ inline constexpr size_t kErrorOffset = 3 * kLine;        // peers read word 0: n
 inline constexpr size_t kFingerprintOffset = 4 * kLine;  // peers read: the running collective's fingerprint
 inline constexpr size_t kCountersOffset = 5 * kLine;     // owner only: detected, injected, and the values
                                                          // last copied to the host record (u64 each)
-inline constexpr size_t kArrivalOffset = 6 * kLine;      // peers read: per half h, at kArrivalOffset + 64 h,
-                                                         // {epoch, fingerprint crc} of the collective that
-                                                         // runs on h (epoch last, release): every rank checks
-                                                         // every peer's, so ranks that ran different
-                                                     // collectives fail even when one of them reads nothing
+// Peers read: per half h, at kArrivalOffset + 64 h, {epoch, fingerprint crc} of the collective that runs on h
+// (epoch last, release). Every rank checks every peer's, so ranks that ran different collectives fail even
+// when one of them reads nothing.
+inline constexpr size_t kArrivalOffset = 6 * kLine;
 inline constexpr int kFingerprintWords = 8;
 
 // A chunk is what one warp publishes and verifies: 32 lanes x kLaneVectors 16-byte vectors.
