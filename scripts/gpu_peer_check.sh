@@ -10,7 +10,8 @@
 # $OUT/gpu_peer_summary.log (the device machine hands back few files); exit 0 only if every step passed.
 #   scripts/gpu_peer_check.sh   (build dir: <repo>/build-peer, $RINGGUARD_GPU_BUILD_DIR overrides)
 #   EXTRA_TARGETS="..." adds build targets; PEER_SKIP_BENCH=1 skips the benchmarks, PEER_SKIP_SYMM=1
-#   the PyTorch SymmetricMemory runs.
+#   the PyTorch SymmetricMemory runs; PEER_GTEST_FILTER runs only those tests (e.g. 'PeerCollectives*'),
+#   PEER_TEST_TIMEOUT (s, default 420) bounds each test run.
 set -uo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,10 +33,11 @@ run_step build cmake --build "$build_dir" --parallel 16 --target ringguard_gpu_p
 tests="$build_dir/tests/gpu/ringguard_gpu_peer_tests"
 bench="$build_dir/bench/gpu/bench_peer_allreduce"
 mpi=(mpirun --oversubscribe --bind-to none --timeout 240)
+mpi_tests=(mpirun --oversubscribe --bind-to none --timeout "${PEER_TEST_TIMEOUT:-420}")
 
 if start_mps; then
   for np in 2 3 4; do
-    run_step "peer_tests_np$np" "${mpi[@]}" -np "$np" "$tests"
+    run_step "peer_tests_np$np" "${mpi_tests[@]}" -np "$np" "$tests" ${PEER_GTEST_FILTER:+--gtest_filter="$PEER_GTEST_FILTER"}
   done
   if [[ "${PEER_SKIP_BENCH:-0}" != "1" ]]; then
     for np in 2 4; do

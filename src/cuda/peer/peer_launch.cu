@@ -12,6 +12,13 @@
 
 namespace ringguard {
 namespace peer {
+namespace {
+
+// A literal, so scripts/regcheck.py reads the kernel's bounds from this file.
+constexpr int kBlockThreads = 512;
+static_assert(kBlockThreads == kThreads, "the block size of peer_device.cuh");
+
+}  // namespace
 
 Status checkWindowArgs(const PeerWindowArgs& args, const char* what, size_t publishedBytes) {
   const std::string name = std::string("peer ") + what + ": ";
