@@ -169,7 +169,7 @@ TEST(NoGpuPeerCollectives, RefuseArgumentsNamingTheCollectiveAndWhatIsWrong) {
   r.record = reinterpret_cast<peer::ErrorRecord*>(window);
   r.op = ReduceOp::kBand;
   st = peer::launchPeerReduceScatter(r, nullptr);
-  EXPECT_NE(st.message().find("peer reduce_scatter: band does not reduce float32"), std::string::npos)
+  EXPECT_NE(st.message().find("peer reduce_scatter: band does not reduce f32"), std::string::npos)
       << st.message();
 }
 

@@ -431,7 +431,7 @@ TEST(SettingsTest, DeclarationsAreWellFormed) {
     }
     EXPECT_FALSE(s.zeroMeansDefault && s.kind != SettingKind::kUnsigned);
   }
-  EXPECT_EQ(fields.size(), 20u);  // python/ringguard's Options fields (tests/python/test_options.py)
+  EXPECT_EQ(fields.size(), 21u);  // python/ringguard's Options fields (tests/python/test_options.py)
   // The process-wide settings have no Options field.
   for (const char* name :
        {"RINGGUARD_KERNEL_SMS", "RINGGUARD_LOG_SUBSYS", "RINGGUARD_TIMELINE", "RINGGUARD_SUMMARY",

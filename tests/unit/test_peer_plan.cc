@@ -89,7 +89,7 @@ TEST(PeerPlan, TwoShotGivesTheOneShotsBits) {
   for (int size = 2; size <= kMaxRanks; ++size) {
     for (size_t count : {size_t(1), size_t(255), size_t(256 * 5 + 3), size_t(10000)}) {
       const size_t bytes = count * 4;
-      std::vector<std::vector<float>> in(size_t(size), std::vector<float>(count));
+      std::vector<std::vector<float>> in(static_cast<size_t>(size), std::vector<float>(count));
       std::mt19937 gen(uint32_t(size * 100000 + count));
       std::uniform_real_distribution<float> dist(-1.f, 1.f);
       for (auto& v : in)
