@@ -129,8 +129,13 @@ class PeerPath final : public DirectPath {
     if (code == 0) return Status::ok();
     std::string msg = "rank " + std::to_string(windows_->rank()) + ": peer-window collective #" +
                       std::to_string(r->epoch) + " " + errorName(code);
-    if (r->peer >= 0)
-      msg += " (rank " + std::to_string(r->peer) + ", chunk " + std::to_string(r->chunk) + ")";
+    if (r->peer >= 0) {
+      // No chunk: the wait for the peer's acknowledgement or arrival slot (docs/design/protocol.md).
+      msg += " (rank " + std::to_string(r->peer) +
+             (r->chunk == ~0u ? std::string(", its acknowledgement or arrival")
+                              : ", chunk " + std::to_string(r->chunk)) +
+             ")";
+    }
     if (PeerError(code) == PeerError::kFingerprintMismatch || PeerError(code) == PeerError::kCorrupt) {
       msg += ": expected " + std::to_string(r->expected) + ", saw " + std::to_string(r->seen);
     }
