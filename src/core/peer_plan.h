@@ -12,6 +12,7 @@
 
 #include "core/host_device.h"
 #include "core/peer_window_layout.h"
+#include "ringguard/core/types.h"
 
 namespace ringguard {
 namespace peer {
@@ -83,6 +84,26 @@ RINGGUARD_HOST_DEVICE inline PeerAlgorithm chooseAllreduce(size_t bytes, int siz
                                                            size_t twoShotBytes) {
   return twoShotAllowed && size >= 2 && bytes >= twoShotBytes ? PeerAlgorithm::kAllreduceTwoShot
                                                               : PeerAlgorithm::kAllreduceOneShot;
+}
+
+// Does the peer path take a collective of `kind` whose every rank publishes `publishedBytes` (the allreduce's
+// and reduce-scatter's whole input, the all-gather's and broadcast's count) on `size` ranks with windows of
+// `capacity` bytes? The one-shot allreduce always; the rest only when `extended` (RINGGUARD_DEVICE_TRANSPORT
+// =peer asked by name: they have not passed on a GPU yet). Arguments every rank has alike, so every rank
+// routes a call alike.
+inline bool peerPathTakes(CollectiveKind kind, size_t publishedBytes, int size, size_t capacity,
+                          bool extended) {
+  if (size < 2 || publishedBytes > capacity) return false;
+  switch (kind) {
+    case CollectiveKind::kAllreduce:
+      return true;
+    case CollectiveKind::kAllgather:
+    case CollectiveKind::kBroadcast:
+    case CollectiveKind::kReduceScatter:
+      return extended;
+    default:
+      return false;
+  }
 }
 
 }  // namespace peer

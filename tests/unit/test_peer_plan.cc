@@ -82,6 +82,24 @@ TEST(PeerPlan, AllreduceKernelFromTheSizeAlone) {
   EXPECT_EQ(chooseAllreduce(0, 2, true, 0), PeerAlgorithm::kAllreduceTwoShot);  // threshold 0: always
 }
 
+// RINGGUARD_DEVICE_TRANSPORT=auto keeps today's routing (the one-shot allreduce alone); =peer adds the
+// collectives not yet run on a GPU; nothing larger than the window, nothing on one rank.
+TEST(PeerPlan, WhatThePeerPathTakes) {
+  const size_t cap = size_t(1) << 20;
+  for (bool extended : {false, true}) {
+    EXPECT_TRUE(peerPathTakes(CollectiveKind::kAllreduce, cap, 2, cap, extended));
+    EXPECT_FALSE(peerPathTakes(CollectiveKind::kAllreduce, cap + 1, 2, cap, extended));
+    EXPECT_FALSE(peerPathTakes(CollectiveKind::kAllreduce, 4, 1, cap, extended));
+    for (CollectiveKind k :
+         {CollectiveKind::kAllgather, CollectiveKind::kBroadcast, CollectiveKind::kReduceScatter}) {
+      EXPECT_EQ(peerPathTakes(k, 4, 4, cap, extended), extended) << int(k);
+      EXPECT_FALSE(peerPathTakes(k, cap + 1, 4, cap, extended)) << int(k);
+    }
+    EXPECT_FALSE(peerPathTakes(CollectiveKind::kAlltoall, 4, 4, cap, extended));
+    EXPECT_FALSE(peerPathTakes(CollectiveKind::kSendRecv, 4, 4, cap, extended));
+  }
+}
+
 // The two-shot as its kernel plans it, run on the host: every rank reduces the chunks of its share over
 // ranks 0..N-1 in order, the others copy them. Inputs are random floats (no two orders give the same sums),
 // and the result must equal the one-shot's, element by element, bit for bit.

@@ -58,7 +58,7 @@ class PeerPath final : public DirectPath {
   const char* name() const override { return "peer"; }
 
   bool acceptsAllreduce(size_t count, DataType dtype, ReduceOp op) const override {
-    return windows_->size() >= 2 && reduceSupported(dtype, op) && fits(count * dataTypeSize(dtype));
+    return reduceSupported(dtype, op) && takes(CollectiveKind::kAllreduce, count * dataTypeSize(dtype));
   }
 
   Status allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, uint32_t lane,
@@ -76,7 +76,7 @@ class PeerPath final : public DirectPath {
   }
 
   bool acceptsAllgather(size_t sendCount, DataType dtype) const override {
-    return peer_.extended && windows_->size() >= 2 && fits(sendCount * dataTypeSize(dtype));
+    return takes(CollectiveKind::kAllgather, sendCount * dataTypeSize(dtype));
   }
 
   Status allgather(const void* send, void* recv, size_t sendCount, DataType dtype, uint32_t lane,
@@ -91,7 +91,7 @@ class PeerPath final : public DirectPath {
   }
 
   bool acceptsBroadcast(size_t count, DataType dtype) const override {
-    return peer_.extended && windows_->size() >= 2 && fits(count * dataTypeSize(dtype));
+    return takes(CollectiveKind::kBroadcast, count * dataTypeSize(dtype));
   }
 
   Status broadcast(const void* send, void* recv, size_t count, DataType dtype, int root, uint32_t lane,
@@ -107,8 +107,8 @@ class PeerPath final : public DirectPath {
   }
 
   bool acceptsReduceScatter(size_t recvCount, DataType dtype, ReduceOp op) const override {
-    return peer_.extended && windows_->size() >= 2 && reduceSupported(dtype, op) &&
-           fits(recvCount * dataTypeSize(dtype) * size_t(windows_->size()));
+    return reduceSupported(dtype, op) &&
+           takes(CollectiveKind::kReduceScatter, recvCount * dataTypeSize(dtype) * size_t(windows_->size()));
   }
 
   Status reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype, ReduceOp op,
@@ -158,7 +158,10 @@ class PeerPath final : public DirectPath {
   }
 
  private:
-  bool fits(size_t bytes) const { return bytes <= windows_->layout().capacity; }
+  bool takes(CollectiveKind kind, size_t publishedBytes) const {
+    return peer::peerPathTakes(kind, publishedBytes, windows_->size(), windows_->layout().capacity,
+                               peer_.extended);
+  }
 
   // The windows, the record, the settings and the fingerprint every collective's arguments carry.
   void fill(peer::PeerWindowArgs* a, CollectiveKind kind, size_t count, DataType dtype, ReduceOp op, int root,
