@@ -12,7 +12,7 @@
 #   EXTRA_TARGETS="..." adds build targets; PEER_SKIP_BENCH=1 skips the benchmarks, PEER_SKIP_SYMM=1
 #   the PyTorch SymmetricMemory runs; PEER_GTEST_FILTER runs only those tests (e.g. 'PeerCollectives*'),
 #   PEER_TEST_TIMEOUT (s, default 420) bounds each test run; PEER_NPS (default "2 3 4") the rank counts
-#   of the tests, PEER_BENCH_NPS (default "2 4") of the benchmarks; PEER_SKIP_TIMESLICED=1 skips the run
+#   of the tests, PEER_BENCH_NPS (default "2 4") of the benchmarks (empty: none); PEER_SKIP_TIMESLICED=1 skips the run
 #   without MPS; PEER_SKIP_BUILD=1 reuses the build directory as it is.
 set -uo pipefail
 
@@ -38,11 +38,11 @@ mpi=(mpirun --oversubscribe --bind-to none --timeout 240)
 mpi_tests=(mpirun --oversubscribe --bind-to none --timeout "${PEER_TEST_TIMEOUT:-420}")
 
 if start_mps; then
-  for np in ${PEER_NPS:-2 3 4}; do
+  for np in ${PEER_NPS-2 3 4}; do
     run_step "peer_tests_np$np" "${mpi_tests[@]}" -np "$np" "$tests" ${PEER_GTEST_FILTER:+--gtest_filter="$PEER_GTEST_FILTER"}
   done
   if [[ "${PEER_SKIP_BENCH:-0}" != "1" ]]; then
-    for np in ${PEER_BENCH_NPS:-2 4}; do
+    for np in ${PEER_BENCH_NPS-2 4}; do
       run_step "bench_peer_np$np" "${mpi[@]}" -np "$np" "$bench" -b 1K -e 256M
       run_step "bench_peer_faults_np$np" "${mpi[@]}" -np "$np" "$bench" -b 4K -e 64M --fault-prob 0.001
       run_step "bench_peer_allgather_np$np" "${mpi[@]}" -np "$np" "$bench" -c allgather -b 1K -e 64M
