@@ -153,6 +153,13 @@ SETTINGS: Tuple[Setting, ...] = (
             "Payload bytes per collective of the peer-window path (device communicators of the ranks of one "
             "host); each rank maps two halves of it per communicator, and larger collectives take the "
             "host-driven path. In [1024, 17179869184]."),
+    Setting("RINGGUARD_PEER_TWO_SHOT_BYTES", "peer_two_shot_bytes", "unsigned", "1048576", 0, 17179869184,
+            (),
+            "[0, 17179869184]",
+            "Allreduces of the peer-window path from this many bytes on take the two-shot kernel (each rank "
+            "reduces a share, then reads the others' results) instead of the one-shot (every rank reads every "
+            "rank's whole input); the bits are the same. Used only with RINGGUARD_DEVICE_TRANSPORT=peer for "
+            "now (auto keeps the one-shot) and every rank must set the same. In [0, 17179869184]."),
     Setting("RINGGUARD_NCCL_LANES", "nccl_lanes", "unsigned", "4", 1, 8,
             (),
             "[1, 8]",
@@ -354,6 +361,13 @@ class Fields:
     """``RINGGUARD_PEER_BYTES``, default ``33554432``. Payload bytes per collective of the peer-window path
     (device communicators of the ranks of one host); each rank maps two halves of it per communicator,
     and larger collectives take the host-driven path. In [1024, 17179869184]."""
+
+    peer_two_shot_bytes: Optional[int] = None
+    """``RINGGUARD_PEER_TWO_SHOT_BYTES``, default ``1048576``. Allreduces of the peer-window path from this
+    many bytes on take the two-shot kernel (each rank reduces a share, then reads the others' results)
+    instead of the one-shot (every rank reads every rank's whole input); the bits are the same. Used
+    only with RINGGUARD_DEVICE_TRANSPORT=peer for now (auto keeps the one-shot) and every rank must set
+    the same. In [0, 17179869184]."""
 
     nccl_lanes: Optional[int] = None
     """``RINGGUARD_NCCL_LANES``, default ``4``. NCCL communicators (each with a stream of its own) that

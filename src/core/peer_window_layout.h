@@ -1,13 +1,15 @@
 #pragma once
 // The layout of one rank's peer window (docs/design/protocol.md, "The one-sided protocol"): shared by the
 // host code that allocates and maps the windows (peer_window.cc) and the kernels that publish into their own
-// window and read every peer's (cuda/peer_allreduce.cu). One source, so both sides agree on every offset.
+// window and read every peer's (cuda/peer/*.cu). One source, so both sides agree on every offset.
 //
 //   [0, kHeaderBytes)                 header: words the owner writes and peers read (done, error,
 //                                     fingerprint) and the owner's private device state (seq, arrive), each
 //                                     on its own 128-byte line
 //   chunk table, 2 halves             one ChunkEntry per chunk: {epoch, crc, fingerprint}; written after
 //                                     the chunk's bytes, epoch last with release order
+//   result table, 2 halves            the same for chunks a rank publishes a second time in one collective
+//                                     (the two-shot allreduce's reduced share, over its own input's bytes)
 //   data, 2 halves                    the published bytes, chunk after chunk
 //
 // Collective e uses half e & 1. Before a rank overwrites half h at epoch e, every peer must have finished
@@ -33,6 +35,10 @@ inline constexpr size_t kErrorOffset = 3 * kLine;        // peers read word 0: n
 inline constexpr size_t kFingerprintOffset = 4 * kLine;  // peers read: the running collective's fingerprint
 inline constexpr size_t kCountersOffset = 5 * kLine;     // owner only: detected, injected, and the values
                                                          // last copied to the host record (u64 each)
+// Peers read: per half h, at kArrivalOffset + 64 h, {epoch, fingerprint crc} of the collective that runs on h
+// (epoch last, release). Every rank checks every peer's, so ranks that ran different collectives fail even
+// when one of them reads nothing.
+inline constexpr size_t kArrivalOffset = 6 * kLine;
 inline constexpr int kFingerprintWords = 8;
 
 // A chunk is what one warp publishes and verifies: 32 lanes x kLaneVectors 16-byte vectors.
@@ -52,6 +58,7 @@ struct WindowLayout {
   size_t capacity = 0;   // payload bytes per half (a multiple of kChunkBytes)
   size_t maxChunks = 0;  // capacity / kChunkBytes
   size_t tableOffset[2] = {0, 0};
+  size_t resultTableOffset[2] = {0, 0};
   size_t dataOffset[2] = {0, 0};
   size_t bytes = 0;  // the whole window, before rounding to the allocation granularity
 };
@@ -65,7 +72,9 @@ RINGGUARD_HOST_DEVICE inline WindowLayout makeWindowLayout(size_t capacity) {
   const size_t table = roundUp(l.maxChunks * sizeof(ChunkEntry), kLine);
   l.tableOffset[0] = kHeaderBytes;
   l.tableOffset[1] = kHeaderBytes + table;
-  l.dataOffset[0] = kHeaderBytes + 2 * table;
+  l.resultTableOffset[0] = kHeaderBytes + 2 * table;
+  l.resultTableOffset[1] = kHeaderBytes + 3 * table;
+  l.dataOffset[0] = kHeaderBytes + 4 * table;
   l.dataOffset[1] = l.dataOffset[0] + l.capacity;
   l.bytes = l.dataOffset[1] + l.capacity;
   return l;

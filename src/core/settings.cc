@@ -241,6 +241,13 @@ std::vector<Setting> declarations() {
                       "ranks of one host); each rank maps two halves of it per communicator, and larger "
                       "collectives take the host-driven path.")
           .group("peer_bytes"),
+      unsignedSetting("RINGGUARD_PEER_TWO_SHOT_BYTES", "1048576", 0, uint64_t(1) << 34,
+                      "Allreduces of the peer-window path from this many bytes on take the two-shot kernel "
+                      "(each rank reduces a share, then reads the others' results) instead of the one-shot "
+                      "(every rank reads every rank's whole input); the bits are the same. Used only with "
+                      "RINGGUARD_DEVICE_TRANSPORT=peer for now (auto keeps the one-shot) and every rank must "
+                      "set the same.")
+          .group("peer_two_shot_bytes"),
       unsignedSetting("RINGGUARD_NCCL_LANES", "4", 1, 8,
                       "NCCL communicators (each with a stream of its own) that consecutive slices to a peer "
                       "alternate over, so their groups overlap on the GPU.")

@@ -5,7 +5,8 @@
 # Included from src/CMakeLists.txt when RINGGUARD_WITH_CUDA is ON; appends ringguard_cuda to
 # RINGGUARD_LAYER_TARGETS in the including scope.
 
-file(GLOB RINGGUARD_CUDA_KERNEL_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/*.cu)
+file(GLOB RINGGUARD_CUDA_KERNEL_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/*.cu
+     ${CMAKE_CURRENT_LIST_DIR}/peer/*.cu)  # the one-sided protocol's kernels, one collective per file
 add_library(ringguard_cuda STATIC
   ${RINGGUARD_CUDA_KERNEL_SOURCES}
   ${CMAKE_CURRENT_LIST_DIR}/memory_pool.cc

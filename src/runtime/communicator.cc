@@ -254,9 +254,16 @@ Status Communicator::alltoall(const void* send, void* recv, size_t count, DataTy
 
 std::shared_ptr<Work> Communicator::reduceScatterAsync(const void* send, void* recv, size_t recvCount,
                                                        DataType dtype, ReduceOp op, void* stream) {
+  Status checked = checkReduceScatterArgs(impl_->shape(), send, recv, recvCount, dtype, op);
+  DirectPath* direct = impl_->direct_.get();
+  if (checked.isOk() && direct != nullptr && direct->acceptsReduceScatter(recvCount, dtype, op)) {
+    const uint32_t lane = currentIssueLane();
+    return impl_->launchDirect("reduce_scatter", recvCount * size_t(size()) * dataTypeSize(dtype), [=] {
+      return direct->reduceScatter(send, recv, recvCount, dtype, op, lane, stream);
+    });
+  }
   return impl_->submit(
-      "reduce_scatter", recvCount * size_t(size()) * dataTypeSize(dtype),
-      checkReduceScatterArgs(impl_->shape(), send, recv, recvCount, dtype, op), stream,
+      "reduce_scatter", recvCount * size_t(size()) * dataTypeSize(dtype), std::move(checked), stream,
       [=](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::reduceScatter(ctx, exec, send, recv, recvCount, dtype, op);
       },
@@ -265,9 +272,15 @@ std::shared_ptr<Work> Communicator::reduceScatterAsync(const void* send, void* r
 
 std::shared_ptr<Work> Communicator::allgatherAsync(const void* send, void* recv, size_t sendCount,
                                                    DataType dtype, void* stream) {
+  Status checked = checkAllgatherArgs(impl_->shape(), send, recv, sendCount, dtype);
+  DirectPath* direct = impl_->direct_.get();
+  if (checked.isOk() && direct != nullptr && direct->acceptsAllgather(sendCount, dtype)) {
+    const uint32_t lane = currentIssueLane();
+    return impl_->launchDirect("allgather", sendCount * size_t(size()) * dataTypeSize(dtype),
+                               [=] { return direct->allgather(send, recv, sendCount, dtype, lane, stream); });
+  }
   return impl_->submit(
-      "allgather", sendCount * size_t(size()) * dataTypeSize(dtype),
-      checkAllgatherArgs(impl_->shape(), send, recv, sendCount, dtype), stream,
+      "allgather", sendCount * size_t(size()) * dataTypeSize(dtype), std::move(checked), stream,
       [=](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::allgather(ctx, exec, send, recv, sendCount, dtype);
       },
@@ -276,9 +289,16 @@ std::shared_ptr<Work> Communicator::allgatherAsync(const void* send, void* recv,
 
 std::shared_ptr<Work> Communicator::broadcastAsync(const void* send, void* recv, size_t count, DataType dtype,
                                                    int root, void* stream) {
+  Status checked = checkBroadcastArgs(impl_->shape(), send, recv, count, dtype, root);
+  DirectPath* direct = impl_->direct_.get();
+  if (checked.isOk() && direct != nullptr && direct->acceptsBroadcast(count, dtype)) {
+    const uint32_t lane = currentIssueLane();
+    return impl_->launchDirect("broadcast", count * dataTypeSize(dtype), [=] {
+      return direct->broadcast(send, recv, count, dtype, root, lane, stream);
+    });
+  }
   return impl_->submit(
-      "broadcast", count * dataTypeSize(dtype),
-      checkBroadcastArgs(impl_->shape(), send, recv, count, dtype, root), stream,
+      "broadcast", count * dataTypeSize(dtype), std::move(checked), stream,
       [=](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::broadcast(ctx, exec, send, recv, count, dtype, root);
       },

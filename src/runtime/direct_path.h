@@ -10,6 +10,7 @@
 // direct launch and at Work::wait(), and poisons itself with the first error.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "ringguard/core/status.h"
 #include "ringguard/core/types.h"
@@ -24,6 +25,22 @@ class DirectPath {
   // Enqueues the allreduce on `stream` (the caller's cudaStream_t); kInvalidArgument if refused.
   virtual Status allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                            uint32_t lane, void* stream) = 0;
+  // All-gather, broadcast and reduce-scatter, as the allreduce: a path that does not take them says so.
+  virtual bool acceptsAllgather(size_t sendCount, DataType dtype) const { return false; }
+  virtual Status allgather(const void* send, void* recv, size_t sendCount, DataType dtype, uint32_t lane,
+                           void* stream) {
+    return Status(StatusCode::kInvalidArgument, std::string(name()) + " path: no allgather");
+  }
+  virtual bool acceptsBroadcast(size_t count, DataType dtype) const { return false; }
+  virtual Status broadcast(const void* send, void* recv, size_t count, DataType dtype, int root,
+                           uint32_t lane, void* stream) {
+    return Status(StatusCode::kInvalidArgument, std::string(name()) + " path: no broadcast");
+  }
+  virtual bool acceptsReduceScatter(size_t recvCount, DataType dtype, ReduceOp op) const { return false; }
+  virtual Status reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype, ReduceOp op,
+                               uint32_t lane, void* stream) {
+    return Status(StatusCode::kInvalidArgument, std::string(name()) + " path: no reduce_scatter");
+  }
   // The first error the kernels reported so far (non-blocking), OK when none.
   virtual Status poll() = 0;
   // Chunk reads that failed their CRC and were re-read, and reads corrupted by fault injection, so far.

@@ -17,7 +17,8 @@
 #include "bootstrap/mpi_bootstrap.h"
 #include "core/float16.h"
 #include "core/reduce.h"
-#include "cuda/peer_allreduce.h"
+#include "cuda/peer/peer_collectives.h"
+#include "peer_test_util.h"
 #include "ringguard/core/crc32.h"
 #include "ringguard/runtime/communicator.h"
 #include "ringguard/runtime/device_factory.h"
@@ -171,30 +172,7 @@ TEST_F(PeerAllreduce, EveryDtypeAndOpEqualsTheHostReductionInRankOrder) {
       if (!reduceSupported(t, op)) continue;
       for (size_t count : {size_t(1), size_t(333), size_t(4099)}) {
         const size_t bytes = count * dataTypeSize(t);
-        auto inputOf = [&](int r) {
-          // Integers and bools from random bits; floating types from small random integers (no NaN: an
-          // IEEE op on two NaNs may return either payload, on the host as on the device).
-          std::vector<uint8_t> v(bytes);
-          std::mt19937 gen(1000u * uint32_t(r) + uint32_t(t) * 31u + uint32_t(baseOp(op)));
-          for (uint8_t& b : v) b = uint8_t(gen());
-          const auto small = [&] { return float(int(gen() % 101) - 50) / 4.0f; };
-          const size_t n = count * (isComplexType(t) ? 2 : 1);
-          for (size_t i = 0; i < n; ++i) {
-            if (t == DataType::kFloat32 || t == DataType::kComplex64) {
-              const float f = small();
-              std::memcpy(v.data() + 4 * i, &f, 4);
-            } else if (t == DataType::kFloat64 || t == DataType::kComplex128) {
-              const double d = small();
-              std::memcpy(v.data() + 8 * i, &d, 8);
-            } else if (t == DataType::kFloat16 || t == DataType::kBFloat16) {
-              const uint16_t h = t == DataType::kFloat16 ? floatToHalf(small()) : floatToBf16(small());
-              std::memcpy(v.data() + 2 * i, &h, 2);
-            }
-          }
-          if (t == DataType::kBool)
-            for (uint8_t& b : v) b &= 1u;
-          return v;
-        };
+        auto inputOf = [&](int r) { return randomInput(t, count, r, uint32_t(baseOp(op))); };
         std::vector<uint8_t> want = inputOf(0);
         for (int p = 1; p < size; ++p) {
           const std::vector<uint8_t> x = inputOf(p);

@@ -9,9 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "cuda/peer_allreduce.h"
+#include "cuda/peer/peer_collectives.h"
+#include "cuda/peer/peer_launch.h"
 #include "loopback_util.h"
 #include "memory_bootstrap.h"
+#include "ringguard/core/crc32.h"
 #include "transport/peer/peer_window.h"
 
 namespace ringguard {
@@ -69,16 +71,138 @@ TEST(NoGpuPeerAllreduce, RefusesArgumentsNamingWhatIsWrong) {
   expectRefused(a, "no error record");
 }
 
+TEST(NoGpuPeerAllreduce, RefusesAnAlgorithmThatIsNoAllreduce) {
+  PeerAllreduceArgs a = validArgs();
+  a.algorithm = peer::PeerAlgorithm::kAllgather;
+  expectRefused(a, "algorithm 2 is not an allreduce");
+  a = validArgs();
+  a.maxRereads = -1;
+  expectRefused(a, "maxRereads -1 is negative");
+}
+
+// The other collectives' launchers: the common checks named after the collective, and their own.
+template <typename Args, typename Launch>
+void expectCommonChecks(const char* what, Launch launch) {
+  static float buffer[4];
+  static char window[1];
+  auto valid = [&] {
+    Args a;
+    a.send = buffer;
+    a.recv = buffer;
+    a.count = 4;
+    a.rank = 0;
+    a.size = 2;
+    a.windows[0] = window;
+    a.windows[1] = window;
+    a.layout = peer::makeWindowLayout(1 << 20);
+    a.record = reinterpret_cast<peer::ErrorRecord*>(window);
+    return a;
+  };
+  auto refused = [&](const Args& a, const std::string& text) {
+    const Status st = launch(a, nullptr);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+    EXPECT_NE(st.message().find(std::string("peer ") + what + ": " + text), std::string::npos)
+        << st.message();
+  };
+  Args a = valid();
+  a.rank = -1;
+  refused(a, "rank -1 of size 2 is out of range");
+  a = valid();
+  a.windows[0] = nullptr;
+  refused(a, "no window for rank 0");
+  a = valid();
+  a.record = nullptr;
+  refused(a, "no error record");
+  a = valid();
+  a.recv = nullptr;
+  refused(a, "null buffer");
+}
+
+TEST(NoGpuPeerCollectives, RefuseArgumentsNamingTheCollectiveAndWhatIsWrong) {
+  expectCommonChecks<peer::PeerAllgatherArgs>("allgather", peer::launchPeerAllgather);
+  expectCommonChecks<peer::PeerBroadcastArgs>("broadcast", peer::launchPeerBroadcast);
+  expectCommonChecks<peer::PeerReduceScatterArgs>("reduce_scatter", peer::launchPeerReduceScatter);
+
+  // What one rank publishes against the window: the all-gather's and broadcast's count, the reduce-scatter's
+  // whole input (size x count).
+  peer::PeerAllgatherArgs g;
+  g.size = 2;
+  g.layout = peer::makeWindowLayout(1 << 20);
+  g.count = (1 << 20) / 4 + 1;
+  Status st = peer::launchPeerAllgather(g, nullptr);
+  EXPECT_NE(st.message().find("peer allgather: 1048580 bytes exceed the window's 1048576 bytes"),
+            std::string::npos)
+      << st.message();
+  peer::PeerReduceScatterArgs rs;
+  rs.size = 2;
+  rs.layout = peer::makeWindowLayout(1 << 20);
+  rs.count = (1 << 20) / 8 + 1;
+  st = peer::launchPeerReduceScatter(rs, nullptr);
+  EXPECT_NE(st.message().find("peer reduce_scatter: 1048584 bytes exceed"), std::string::npos)
+      << st.message();
+
+  static float buffer[4];
+  static char window[1];
+  peer::PeerBroadcastArgs b;
+  b.send = b.recv = buffer;
+  b.count = 4;
+  b.size = 2;
+  b.windows[0] = b.windows[1] = window;
+  b.layout = peer::makeWindowLayout(1 << 20);
+  b.record = reinterpret_cast<peer::ErrorRecord*>(window);
+  b.root = 2;
+  st = peer::launchPeerBroadcast(b, nullptr);
+  EXPECT_NE(st.message().find("peer broadcast: root 2 of size 2 is out of range"), std::string::npos)
+      << st.message();
+  b.root = 1;
+  b.send = nullptr;  // a non-root's send is not read
+  b.recv = nullptr;
+  st = peer::launchPeerBroadcast(b, nullptr);
+  EXPECT_NE(st.message().find("null buffer"), std::string::npos) << st.message();
+
+  peer::PeerReduceScatterArgs r;
+  r.send = r.recv = buffer;
+  r.count = 1;
+  r.size = 2;
+  r.windows[0] = r.windows[1] = window;
+  r.layout = peer::makeWindowLayout(1 << 20);
+  r.record = reinterpret_cast<peer::ErrorRecord*>(window);
+  r.op = ReduceOp::kBand;
+  st = peer::launchPeerReduceScatter(r, nullptr);
+  EXPECT_NE(st.message().find("peer reduce_scatter: band does not reduce f32"), std::string::npos)
+      << st.message();
+}
+
+// Every kernel shape folds itself into the fingerprint its chunks carry (the one-shot's is the words' CRC,
+// as before), so ranks that run different shapes for one call fail with a fingerprint mismatch.
+TEST(NoGpuPeerCollectives, EveryKernelShapeHasItsOwnFingerprint) {
+  peer::PeerWindowArgs a;
+  for (int i = 0; i < peer::kFingerprintWords; ++i) a.fingerprint[i] = uint32_t(i * 7 + 1);
+  EXPECT_EQ(peer::peerFingerprintCrc(a, peer::PeerAlgorithm::kAllreduceOneShot),
+            crc32(a.fingerprint, sizeof a.fingerprint));
+  std::vector<uint32_t> seen;
+  for (auto k : {peer::PeerAlgorithm::kAllreduceOneShot, peer::PeerAlgorithm::kAllreduceTwoShot,
+                 peer::PeerAlgorithm::kAllgather, peer::PeerAlgorithm::kBroadcast,
+                 peer::PeerAlgorithm::kReduceScatter}) {
+    const uint32_t crc = peer::peerFingerprintCrc(a, k);
+    for (uint32_t other : seen) EXPECT_NE(crc, other) << uint32_t(k);
+    seen.push_back(crc);
+  }
+}
+
 TEST(NoGpuPeerWindows, LayoutKeepsHeaderTablesAndHalvesApart) {
   const peer::WindowLayout l = peer::makeWindowLayout(3000);  // rounded up to whole chunks
   EXPECT_EQ(l.capacity, 3 * peer::kChunkBytes);
   EXPECT_EQ(l.maxChunks, 3u);
   EXPECT_EQ(l.tableOffset[0], peer::kHeaderBytes);
   EXPECT_GE(l.tableOffset[1], l.tableOffset[0] + l.maxChunks * sizeof(peer::ChunkEntry));
-  EXPECT_GE(l.dataOffset[0], l.tableOffset[1] + l.maxChunks * sizeof(peer::ChunkEntry));
+  EXPECT_GE(l.resultTableOffset[0], l.tableOffset[1] + l.maxChunks * sizeof(peer::ChunkEntry));
+  EXPECT_GE(l.resultTableOffset[1], l.resultTableOffset[0] + l.maxChunks * sizeof(peer::ChunkEntry));
+  EXPECT_GE(l.dataOffset[0], l.resultTableOffset[1] + l.maxChunks * sizeof(peer::ChunkEntry));
   EXPECT_EQ(l.dataOffset[1], l.dataOffset[0] + l.capacity);
   EXPECT_EQ(l.bytes, l.dataOffset[1] + l.capacity);
-  EXPECT_LT(peer::kCountersOffset + 4 * sizeof(unsigned long long), peer::kHeaderBytes);
+  EXPECT_LT(peer::kCountersOffset + 4 * sizeof(unsigned long long), peer::kArrivalOffset);
+  EXPECT_LE(peer::kArrivalOffset + 64 + 2 * sizeof(uint32_t), peer::kHeaderBytes);  // two halves' slots
 }
 
 // More ranks than a kernel's window table holds: every rank fails with the same reason, none waits.

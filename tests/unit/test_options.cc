@@ -612,7 +612,8 @@ TEST(SettingsTest, OptionsCheckEveryDeclaredSetting) {
                                                         {"RINGGUARD_CPU_TRANSPORT", "tcp"},
                                                         {"RINGGUARD_DEVICE_TRANSPORT", "ipc"},
                                                         {"RINGGUARD_PEER_BYTES", "1000"},
-                                                        {"RINGGUARD_PEER_BYTES", "32MiB"}}) {
+                                                        {"RINGGUARD_PEER_BYTES", "32MiB"},
+                                                        {"RINGGUARD_PEER_TWO_SHOT_BYTES", "-1"}}) {
     Options o;
     const Status st = Options::fromLookup(
         [&](const char* n) -> const char* { return n == name ? value.c_str() : nullptr; }, &o);
@@ -625,7 +626,8 @@ TEST(SettingsTest, OptionsCheckEveryDeclaredSetting) {
 TEST(SettingsTest, DeviceSettingsTakeThePeerPath) {
   DeviceSettings d;
   const std::map<std::string, std::string> env{{"RINGGUARD_DEVICE_TRANSPORT", "peer"},
-                                               {"RINGGUARD_PEER_BYTES", "4096"}};
+                                               {"RINGGUARD_PEER_BYTES", "4096"},
+                                               {"RINGGUARD_PEER_TWO_SHOT_BYTES", "0"}};
   ASSERT_TRUE(DeviceSettings::fromLookup(
                   [&](const char* n) -> const char* {
                     auto it = env.find(n);
@@ -636,6 +638,8 @@ TEST(SettingsTest, DeviceSettingsTakeThePeerPath) {
   EXPECT_EQ(d.transport, "peer");
   EXPECT_EQ(d.peerBytes, 4096u);
   EXPECT_EQ(DeviceSettings().peerBytes, 32u << 20);  // the declared default
+  EXPECT_EQ(d.peerTwoShotBytes, 0u);                 // 0: the two-shot from the first byte
+  EXPECT_EQ(DeviceSettings().peerTwoShotBytes, 1u << 20);
 }
 
 // Tool names are documented (RINGGUARD_AUTOLOAD among them) and never warned about.

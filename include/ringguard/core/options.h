@@ -102,6 +102,7 @@ struct DeviceSettings {
   uint64_t poolReleaseBytes = declaredUnsigned("RINGGUARD_POOL_RELEASE_BYTES");
   int ncclLanes = int(declaredUnsigned("RINGGUARD_NCCL_LANES"));
   uint64_t peerBytes = declaredUnsigned("RINGGUARD_PEER_BYTES");
+  uint64_t peerTwoShotBytes = declaredUnsigned("RINGGUARD_PEER_TWO_SHOT_BYTES");
   static Status fromLookup(const std::function<const char*(const char*)>& lookup, DeviceSettings* out);
 };
 

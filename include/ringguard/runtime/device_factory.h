@@ -27,9 +27,13 @@ struct DeviceOptions {
   uint64_t poolReleaseThreshold = 256ull << 20;  // bytes the device pool may keep cached
   int ncclLanes = 4;  // NCCL communicators consecutive slices to a peer alternate over, in [1, 8]
   uint64_t peerBytes = 32ull << 20;  // payload bytes per collective of the peer-window path
+  // Allreduces of the peer-window path from this many bytes on take the two-shot kernel; only with kPeer,
+  // which also hands the path's all-gather, broadcast and reduce-scatter to it (kAuto: the one-shot
+  // allreduce only, until the others have passed on the GPU).
+  uint64_t peerTwoShotBytes = 1ull << 20;
 
-  // Defaults overridden by RINGGUARD_DEVICE_TRANSPORT, RINGGUARD_POOL_RELEASE_BYTES, RINGGUARD_NCCL_LANES and
-  // RINGGUARD_PEER_BYTES.
+  // Defaults overridden by RINGGUARD_DEVICE_TRANSPORT, RINGGUARD_POOL_RELEASE_BYTES, RINGGUARD_NCCL_LANES,
+  // RINGGUARD_PEER_BYTES and RINGGUARD_PEER_TWO_SHOT_BYTES.
   static Status fromEnv(DeviceOptions* out);
   // Same through `lookup` (see Options::fromLookup).
   static Status fromLookup(const std::function<const char*(const char*)>& lookup, DeviceOptions* out);

@@ -104,7 +104,12 @@ Status makePeerPath(Bootstrap& bootstrap, const DeviceOptions& device, int gpu, 
       (device.transport != DeviceTransportKind::kAuto || !oneHost || bootstrap.size() < 2)) {
     return Status::ok();
   }
-  Status st = createPeerPath(bootstrap, gpu, size_t(device.peerBytes), options, out);
+  PeerPathOptions peer;
+  peer.capacity = size_t(device.peerBytes);
+  // Asked for by name: the collectives that have not passed on a GPU yet come along (docs/GPU.md).
+  peer.extended = device.transport == DeviceTransportKind::kPeer;
+  peer.twoShotBytes = size_t(device.peerTwoShotBytes);
+  Status st = createPeerPath(bootstrap, gpu, peer, options, out);
   if (st.isOk() || device.transport == DeviceTransportKind::kPeer) return st;
   if (bootstrap.rank() == 0) {
     logWarn(Subsys::kRuntime,
@@ -132,6 +137,7 @@ Status DeviceOptions::fromLookup(const std::function<const char*(const char*)>& 
                 : settings.transport == "peer"   ? DeviceTransportKind::kPeer
                                                  : DeviceTransportKind::kAuto;
   o.peerBytes = settings.peerBytes;
+  o.peerTwoShotBytes = settings.peerTwoShotBytes;
   o.poolReleaseThreshold = settings.poolReleaseBytes;
   o.ncclLanes = settings.ncclLanes;
   *out = o;

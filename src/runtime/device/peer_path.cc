@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string>
 
-#include "cuda/peer_allreduce.h"
+#include "cuda/peer/peer_collectives.h"
 #include "transport/peer/peer_window.h"
 
 namespace ringguard {
@@ -52,43 +52,75 @@ StatusCode statusCode(uint32_t code) {
 
 class PeerPath final : public DirectPath {
  public:
-  PeerPath(std::unique_ptr<peer::PeerWindows> windows, const Options& options)
-      : windows_(std::move(windows)), options_(options) {}
+  PeerPath(std::unique_ptr<peer::PeerWindows> windows, const PeerPathOptions& peer, const Options& options)
+      : windows_(std::move(windows)), peer_(peer), options_(options) {}
 
   const char* name() const override { return "peer"; }
 
   bool acceptsAllreduce(size_t count, DataType dtype, ReduceOp op) const override {
-    return windows_->size() >= 2 && reduceSupported(dtype, op) &&
-           count * dataTypeSize(dtype) <= windows_->layout().capacity;
+    return reduceSupported(dtype, op) && takes(CollectiveKind::kAllreduce, count * dataTypeSize(dtype));
   }
 
   Status allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, uint32_t lane,
                    void* stream) override {
     peer::PeerAllreduceArgs a;
+    fill(&a, CollectiveKind::kAllreduce, count, dtype, op, 0, lane);
     a.send = send;
     a.recv = recv;
     a.count = count;
     a.dtype = dtype;
     a.op = op;
-    a.rank = windows_->rank();
-    a.size = windows_->size();
-    for (int r = 0; r < a.size; ++r) a.windows[r] = windows_->window(r);
-    a.layout = windows_->layout();
-    a.record = windows_->errorRecordDevice();
-    a.fingerprint[0] = uint32_t(CollectiveKind::kAllreduce);
-    a.fingerprint[1] = uint32_t(dtype);
-    a.fingerprint[2] = uint32_t(baseOp(op));
-    a.fingerprint[3] = uint32_t(count);
-    a.fingerprint[4] = uint32_t(uint64_t(count) >> 32);
-    a.fingerprint[5] = 0;  // root
-    a.fingerprint[6] = lane;
-    const float factor = float(premulFactor(op));  // premul_sum ops differ by their factor
-    std::memcpy(&a.fingerprint[7], &factor, sizeof factor);
-    a.timeoutNs = uint64_t(options_.timeout.count()) * 1000000ull;
-    a.maxRereads = options_.maxRetries;
-    a.faultProb = faultProb_.load();
-    a.faultSeed = faultSeed_.load();
+    a.algorithm =
+        peer::chooseAllreduce(count * dataTypeSize(dtype), a.size, peer_.extended, peer_.twoShotBytes);
     return peer::launchPeerAllreduce(a, stream);
+  }
+
+  bool acceptsAllgather(size_t sendCount, DataType dtype) const override {
+    return takes(CollectiveKind::kAllgather, sendCount * dataTypeSize(dtype));
+  }
+
+  Status allgather(const void* send, void* recv, size_t sendCount, DataType dtype, uint32_t lane,
+                   void* stream) override {
+    peer::PeerAllgatherArgs a;
+    fill(&a, CollectiveKind::kAllgather, sendCount, dtype, ReduceOp::kSum, 0, lane);
+    a.send = send;
+    a.recv = recv;
+    a.count = sendCount;
+    a.dtype = dtype;
+    return peer::launchPeerAllgather(a, stream);
+  }
+
+  bool acceptsBroadcast(size_t count, DataType dtype) const override {
+    return takes(CollectiveKind::kBroadcast, count * dataTypeSize(dtype));
+  }
+
+  Status broadcast(const void* send, void* recv, size_t count, DataType dtype, int root, uint32_t lane,
+                   void* stream) override {
+    peer::PeerBroadcastArgs a;
+    fill(&a, CollectiveKind::kBroadcast, count, dtype, ReduceOp::kSum, root, lane);
+    a.send = send;
+    a.recv = recv;
+    a.count = count;
+    a.dtype = dtype;
+    a.root = root;
+    return peer::launchPeerBroadcast(a, stream);
+  }
+
+  bool acceptsReduceScatter(size_t recvCount, DataType dtype, ReduceOp op) const override {
+    return reduceSupported(dtype, op) &&
+           takes(CollectiveKind::kReduceScatter, recvCount * dataTypeSize(dtype) * size_t(windows_->size()));
+  }
+
+  Status reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype, ReduceOp op,
+                       uint32_t lane, void* stream) override {
+    peer::PeerReduceScatterArgs a;
+    fill(&a, CollectiveKind::kReduceScatter, recvCount, dtype, op, 0, lane);
+    a.send = send;
+    a.recv = recv;
+    a.count = recvCount;
+    a.dtype = dtype;
+    a.op = op;
+    return peer::launchPeerReduceScatter(a, stream);
   }
 
   Status poll() override {
@@ -97,8 +129,13 @@ class PeerPath final : public DirectPath {
     if (code == 0) return Status::ok();
     std::string msg = "rank " + std::to_string(windows_->rank()) + ": peer-window collective #" +
                       std::to_string(r->epoch) + " " + errorName(code);
-    if (r->peer >= 0)
-      msg += " (rank " + std::to_string(r->peer) + ", chunk " + std::to_string(r->chunk) + ")";
+    if (r->peer >= 0) {
+      // No chunk: the wait for the peer's acknowledgement or arrival slot (docs/design/protocol.md).
+      msg += " (rank " + std::to_string(r->peer) +
+             (r->chunk == ~0u ? std::string(", its acknowledgement or arrival")
+                              : ", chunk " + std::to_string(r->chunk)) +
+             ")";
+    }
     if (PeerError(code) == PeerError::kFingerprintMismatch || PeerError(code) == PeerError::kCorrupt) {
       msg += ": expected " + std::to_string(r->expected) + ", saw " + std::to_string(r->seen);
     }
@@ -121,7 +158,36 @@ class PeerPath final : public DirectPath {
   }
 
  private:
+  bool takes(CollectiveKind kind, size_t publishedBytes) const {
+    return peer::peerPathTakes(kind, publishedBytes, windows_->size(), windows_->layout().capacity,
+                               peer_.extended);
+  }
+
+  // The windows, the record, the settings and the fingerprint every collective's arguments carry.
+  void fill(peer::PeerWindowArgs* a, CollectiveKind kind, size_t count, DataType dtype, ReduceOp op, int root,
+            uint32_t lane) const {
+    a->rank = windows_->rank();
+    a->size = windows_->size();
+    for (int r = 0; r < a->size; ++r) a->windows[r] = windows_->window(r);
+    a->layout = windows_->layout();
+    a->record = windows_->errorRecordDevice();
+    a->fingerprint[0] = uint32_t(kind);
+    a->fingerprint[1] = uint32_t(dtype);
+    a->fingerprint[2] = uint32_t(baseOp(op));
+    a->fingerprint[3] = uint32_t(count);
+    a->fingerprint[4] = uint32_t(uint64_t(count) >> 32);
+    a->fingerprint[5] = uint32_t(root);
+    a->fingerprint[6] = lane;
+    const float factor = float(premulFactor(op));  // premul_sum ops differ by their factor
+    std::memcpy(&a->fingerprint[7], &factor, sizeof factor);
+    a->timeoutNs = uint64_t(options_.timeout.count()) * 1000000ull;
+    a->maxRereads = options_.maxRetries;
+    a->faultProb = faultProb_.load();
+    a->faultSeed = faultSeed_.load();
+  }
+
   std::unique_ptr<peer::PeerWindows> windows_;
+  PeerPathOptions peer_;
   Options options_;
   std::atomic<double> faultProb_{0};
   std::atomic<uint32_t> faultSeed_{0};
@@ -129,11 +195,11 @@ class PeerPath final : public DirectPath {
 
 }  // namespace
 
-Status createPeerPath(Bootstrap& bootstrap, int device, size_t capacity, const Options& options,
+Status createPeerPath(Bootstrap& bootstrap, int device, const PeerPathOptions& peer, const Options& options,
                       std::unique_ptr<DirectPath>* out) {
   std::unique_ptr<peer::PeerWindows> windows;
-  RINGGUARD_RETURN_IF_ERROR(peer::PeerWindows::create(bootstrap, device, capacity, &windows));
-  *out = std::make_unique<PeerPath>(std::move(windows), options);
+  RINGGUARD_RETURN_IF_ERROR(peer::PeerWindows::create(bootstrap, device, peer.capacity, &windows));
+  *out = std::make_unique<PeerPath>(std::move(windows), peer, options);
   return Status::ok();
 }
 

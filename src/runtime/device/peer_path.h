@@ -1,6 +1,6 @@
 #pragma once
-// The direct path over peer windows (runtime/direct_path.h): the one-shot verified allreduce of
-// cuda/peer_allreduce.cu on windows mapped between the ranks of one host (transport/peer/peer_window.h).
+// The direct path over peer windows (runtime/direct_path.h): the verified one-sided collectives of
+// cuda/peer/ on windows mapped between the ranks of one host (transport/peer/peer_window.h).
 #include <memory>
 
 #include "ringguard/bootstrap/bootstrap.h"
@@ -10,9 +10,17 @@
 namespace ringguard {
 namespace cuda {
 
-// Collective over `bootstrap` (every rank on one host, each with `device` current). `capacity`: payload
-// bytes per collective. Fails on every rank with the reason one rank found (agreeToProceed).
-Status createPeerPath(Bootstrap& bootstrap, int device, size_t capacity, const Options& options,
+struct PeerPathOptions {
+  size_t capacity = 32u << 20;  // payload bytes per collective (RINGGUARD_PEER_BYTES)
+  // The collectives that have not passed on a GPU yet: the two-shot allreduce from `twoShotBytes` on,
+  // all-gather, broadcast and reduce-scatter (RINGGUARD_DEVICE_TRANSPORT=peer; docs/GPU.md).
+  bool extended = false;
+  size_t twoShotBytes = 1u << 20;  // RINGGUARD_PEER_TWO_SHOT_BYTES
+};
+
+// Collective over `bootstrap` (every rank on one host, each with `device` current). Fails on every rank with
+// the reason one rank found (agreeToProceed).
+Status createPeerPath(Bootstrap& bootstrap, int device, const PeerPathOptions& peer, const Options& options,
                       std::unique_ptr<DirectPath>* out);
 
 }  // namespace cuda

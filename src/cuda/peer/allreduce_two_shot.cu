@@ -1,0 +1,85 @@
+// The two-shot verified allreduce over peer windows (docs/design/protocol.md, "Two-shot allreduce"): every
+// rank publishes the chunks of its input that other ranks reduce; reduces its own share (core/peer_plan.h,
+// twoShotShare) over every rank in rank order 0..N-1, with its own bytes from its input; publishes the
+// reduced share in its window's result table, over the bytes of that share (no peer reads them); and reads
+// every other share's result from its owner. Each rank reads about 2 (N - 1) / N of the data instead of the
+// one-shot's N - 1 copies; every element is reduced exactly as the one-shot does, so the bits are the same.
+#include <cuda_runtime.h>
+
+#include "core/reduce.h"
+#include "core/reduce_dispatch.h"
+#include "cuda/cuda_check.h"
+#include "cuda/peer/peer_device.cuh"
+#include "cuda/peer/peer_launch.h"
+#include "cuda/peer/reduce_steps.cuh"
+
+namespace ringguard {
+namespace peer {
+namespace {
+
+// A literal, so scripts/regcheck.py reads the kernels' bounds from this file.
+constexpr int kBlockThreads = 512;
+static_assert(kBlockThreads == kThreads, "the block size of peer_device.cuh");
+
+template <typename Final>
+__global__ void __launch_bounds__(kBlockThreads, 1)
+    allreduceTwoShotKernel(PeerAllreduceArgs a, uint32_t fpCrc, size_t totalBytes, element_ops::OpArg arg) {
+  Collective k = beginCollective(a, fpCrc);
+  const uint32_t chunks = chunkCount(totalBytes);
+  const ChunkRange share = twoShotShare(chunks, a.size, a.rank);
+  const bool sendAligned = aligned16(a.send), recvAligned = aligned16(a.recv);
+
+  // 1. The other shares' input, for their owners.
+  publishChunks(
+      k, /*result=*/false, 0, chunks, [&](uint32_t c) { return !share.contains(c); },
+      [&](uint32_t c, uint4(&vec)[kLaneVectors]) {
+        loadInputChunk(a.send, c, totalBytes, sendAligned, vec);
+      });
+
+  // 2. Reduce this rank's share and publish it as results: the reduced bytes go to the output and, with
+  // their CRC, into the window (each chunk's slot is free: its input was not published).
+  bool ok = k.ok;
+  publishChunks(
+      k, /*result=*/true, share.begin, share.end, [&](uint32_t) { return ok; },
+      [&](uint32_t c, uint4(&acc)[kLaneVectors]) {
+        ok = reduceChunk<Final>(
+            a.size, arg,
+            [&](int p, uint4(&vec)[kLaneVectors]) {
+              if (p != a.rank) return readChunk(k, p, /*result=*/false, c, vec);
+              loadInputChunk(a.send, c, totalBytes, sendAligned, vec);
+              return true;
+            },
+            acc);
+        if (ok) storeOutputChunk(a.recv, c, 0, totalBytes, recvAligned, acc);
+      });
+
+  // 3. Every other share's result, verified, from its owner.
+  for (uint32_t c = k.firstOf(0); ok && c < chunks; c += k.warps) {
+    if (share.contains(c)) continue;
+    uint4 vec[kLaneVectors];
+    if (!readChunk(k, twoShotOwner(chunks, a.size, c), /*result=*/true, c, vec)) break;
+    storeOutputChunk(a.recv, c, 0, totalBytes, recvAligned, vec);
+  }
+  finishCollective(k);
+}
+
+}  // namespace
+
+Status launchAllreduceTwoShot(const PeerAllreduceArgs& args, void* stream) {
+  const size_t totalBytes = args.count * dataTypeSize(args.dtype);
+  int blocks = 1;
+  RINGGUARD_RETURN_IF_ERROR(peerGrid(chunkCount(totalBytes), args.size, &blocks));
+  const uint32_t fpCrc = peerFingerprintCrc(args, PeerAlgorithm::kAllreduceTwoShot);
+  const element_ops::OpArg arg{args.size, premulScalar(args.dtype, premulFactor(args.op))};
+  return element_ops::dispatchReduce(
+      args.dtype, args.op, /*finalStep=*/true, /*firstStep=*/false, [&](auto tag) {
+        using Final = typename decltype(tag)::type;
+        allreduceTwoShotKernel<Final>
+            <<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args, fpCrc, totalBytes, arg);
+        RINGGUARD_CUDA_CHECK_LAUNCH();
+        return Status::ok();
+      });
+}
+
+}  // namespace peer
+}  // namespace ringguard

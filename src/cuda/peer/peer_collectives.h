@@ -1,0 +1,88 @@
+#pragma once
+// Host launchers of the verified one-sided collectives over peer windows (docs/design/protocol.md, "The
+// one-sided protocol"). CUDA-free: callers need no CUDA header.
+//
+// Each collective is one kernel on the caller's stream: every rank publishes what its peers need into its
+// own window (chunks with CRC, fingerprint and epoch), reads what it needs from its peers' windows, verifies
+// each chunk's CRC in registers (re-reading on a mismatch) and reduces in rank order 0..N-1 or copies, so
+// every rank gets the same bits. The epoch is kept on the device, so a launch can be captured in a CUDA graph
+// and replayed. Errors (a deadline passed, a fingerprint mismatch, a chunk corrupt on every re-read, a failed
+// peer, an abort) land in the rank's ErrorRecord (mapped pinned memory) and in its window's error word; no
+// trap, no hang. Every rank of the windows must make the same call (same kind, dtype, op, count, root, lane).
+#include <cstddef>
+#include <cstdint>
+
+#include "core/peer_plan.h"
+#include "core/peer_window_layout.h"
+#include "ringguard/core/status.h"
+#include "ringguard/core/types.h"
+
+namespace ringguard {
+namespace peer {
+
+// What every collective of the protocol takes: the windows, the error record and the checks' settings.
+struct PeerWindowArgs {
+  int rank = 0;
+  int size = 0;
+  void* windows[kMaxRanks] = {};  // every rank's window as this process maps it
+  WindowLayout layout;
+  ErrorRecord* record = nullptr;                 // device pointer of this rank's record
+  uint32_t fingerprint[kFingerprintWords] = {};  // kind, dtype, op, count (low, high), root, lane, factor
+  uint64_t timeoutNs = 0;
+  int maxRereads = 3;
+  // Fault injection: a read of chunk c from peer p at epoch e is corrupted in registers (transit) when
+  // hash(seed, e, c, p) < faultProb * 2^32; the re-read is clean. Every rank may inject on its own reads.
+  double faultProb = 0;
+  uint32_t faultSeed = 0;
+};
+
+struct PeerAllreduceArgs : PeerWindowArgs {
+  const void* send = nullptr;
+  void* recv = nullptr;  // may be send
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  // kAllreduceOneShot: every rank reads every chunk of every rank. kAllreduceTwoShot: every rank reduces its
+  // share (core/peer_plan.h), publishes the result, and reads the other shares' results. The same bits.
+  PeerAlgorithm algorithm = PeerAlgorithm::kAllreduceOneShot;
+};
+
+// recv holds size * count elements: rank p's send at recv + p * count.
+struct PeerAllgatherArgs : PeerWindowArgs {
+  const void* send = nullptr;  // may be recv + rank * count
+  void* recv = nullptr;
+  size_t count = 0;  // elements per rank
+  DataType dtype = DataType::kFloat32;
+};
+
+struct PeerBroadcastArgs : PeerWindowArgs {
+  const void* send = nullptr;  // read on the root only
+  void* recv = nullptr;        // every rank's result (the root's too: a copy of send unless they are one)
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  int root = 0;
+};
+
+// send holds size * count elements; recv gets the reduction of every rank's elements [rank * count,
+// (rank + 1) * count), in rank order.
+struct PeerReduceScatterArgs : PeerWindowArgs {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;  // elements per rank's result
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+};
+
+// Each checks its arguments (kInvalidArgument naming the collective and the one at fault) and enqueues the
+// kernel on `stream` (a cudaStream_t). What the kernel finds is read later from the ErrorRecord.
+Status launchPeerAllreduce(const PeerAllreduceArgs& args, void* stream);
+Status launchPeerAllgather(const PeerAllgatherArgs& args, void* stream);
+Status launchPeerBroadcast(const PeerBroadcastArgs& args, void* stream);
+Status launchPeerReduceScatter(const PeerReduceScatterArgs& args, void* stream);
+
+// The CRC-32 the kernels publish for `bytes` (a multiple of kChunkBytes) bytes at device address `data`, one
+// per chunk, computed by the kernels' own warp code: what the tests compare with the host CRC (core/crc32.h).
+Status peerChunkCrcForTest(const void* data, size_t bytes, uint32_t* crcOut);
+
+}  // namespace peer
+}  // namespace ringguard

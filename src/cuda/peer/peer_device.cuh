@@ -1,0 +1,433 @@
+#pragma once
+// The device half of the one-sided protocol (docs/design/protocol.md, "The one-sided protocol"), shared by
+// every collective's kernel (cuda/peer/*.cu): the chunk CRC in registers, the memory-order primitives, the
+// spin with its deadline, and the three steps every kernel is made of:
+//
+//   Collective k = beginCollective(...)   epoch from the window, acknowledgements, arrival slot
+//   publishChunks / readChunk             a warp publishes chunks of its window / reads one peer chunk,
+//                                         verified (CRC, fingerprint, re-reads, injected faults)
+//   finishCollective(k)                   fault counters, arrival check of every peer, seq, host record, done
+//
+// One warp owns a chunk: 32 lanes x kLaneVectors 16-byte vectors = kChunkBytes. Chunk c is always handled
+// by warp c % warps in every phase of a kernel, so a chunk of an in-place call is read before it is written
+// by program order within one warp.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/corruption_plan.h"
+#include "core/crc32_combine.h"
+#include "core/peer_plan.h"
+#include "core/peer_window_layout.h"
+#include "cuda/peer/peer_collectives.h"
+
+namespace ringguard {
+namespace peer {
+namespace {  // each kernel file gets its own copy of the tables (whole-program compilation)
+
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+constexpr int kPieces = 32 * kLaneVectors;
+constexpr uint32_t kSpinCheckEvery = 256;
+
+// t[j][b]: the CRC register (zero initial value) after byte b followed by j zero bytes, so a 16-byte piece's
+// register is the XOR of 16 independent lookups (slicing-by-16): no chain of dependent loads.
+struct SliceTables {
+  uint32_t t[16][256];
+};
+struct CrcConstants {
+  uint32_t pieceShift[kPieces];  // x^(128 * (kPieces - 1 - i)): moves piece i's register to the chunk's end
+  uint32_t init;                 // 0xFFFFFFFF advanced over a whole chunk (the CRC's initial value)
+};
+
+__host__ __device__ constexpr SliceTables makeSliceTables() {
+  SliceTables s{};
+  for (uint32_t b = 0; b < 256; ++b) s.t[0][b] = crc32TableEntry(b);
+  for (int j = 1; j < 16; ++j) {
+    for (uint32_t b = 0; b < 256; ++b) s.t[j][b] = (s.t[j - 1][b] >> 8) ^ s.t[0][s.t[j - 1][b] & 0xffu];
+  }
+  return s;
+}
+
+__host__ __device__ constexpr CrcConstants makeCrcConstants() {
+  CrcConstants t{};
+  // x^128 mod P: x^8 (bit 31 is x^0, bit 30 is x^1) squared four times.
+  uint32_t x8 = 1u << 31;
+  for (int i = 0; i < 8; ++i) x8 = crc32Multiply(x8, 1u << 30);
+  uint32_t x128 = x8;
+  for (int i = 0; i < 4; ++i) x128 = crc32Multiply(x128, x128);
+  uint32_t shift = 1u << 31;
+  for (int i = kPieces - 1; i >= 0; --i) {
+    t.pieceShift[i] = shift;
+    shift = crc32Multiply(shift, x128);
+  }
+  t.init = crc32Multiply(shift, 0xFFFFFFFFu);  // shift == x^(128 * kPieces) == x^(8 * kChunkBytes)
+  return t;
+}
+
+__device__ const SliceTables kSliceTables = makeSliceTables();
+__constant__ CrcConstants kCrcConstants = makeCrcConstants();
+
+// The zero-initial CRC register of one 16-byte piece: 16 independent cached lookups.
+__device__ __forceinline__ uint32_t pieceRegister(uint4 v) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  uint32_t c = 0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+#pragma unroll
+    for (int b = 0; b < 4; ++b) c ^= __ldg(&kSliceTables.t[15 - (4 * k + b)][(w[k] >> (8 * b)) & 0xffu]);
+  }
+  return c;
+}
+
+using ChunkVectors = uint4[kLaneVectors];
+
+// CRC-32 of the chunk whose vector v of lane l is vec[v] (piece v * 32 + l), identical on every lane.
+__device__ __forceinline__ uint32_t warpChunkCrc(const uint4 (&vec)[kLaneVectors],
+                                                 const uint32_t (&shift)[kLaneVectors]) {
+  uint32_t r = 0;
+#pragma unroll
+  for (int v = 0; v < kLaneVectors; ++v) r ^= crc32Multiply(shift[v], pieceRegister(vec[v]));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) r ^= __shfl_xor_sync(0xffffffffu, r, o);
+  return ~(kCrcConstants.init ^ r);
+}
+
+// This lane's piece multipliers (loaded once per kernel; a per-lane index into constant memory serialises).
+__device__ __forceinline__ void laneShifts(uint32_t (&shift)[kLaneVectors]) {
+  const uint32_t lane = threadIdx.x & 31u;
+#pragma unroll
+  for (int v = 0; v < kLaneVectors; ++v) shift[v] = kCrcConstants.pieceShift[v * 32 + lane];
+}
+
+__device__ __forceinline__ uint64_t globalTimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ uint32_t loadAcquire(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void storeRelease(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t loadVolatile(const uint32_t* p) {
+  return *reinterpret_cast<const volatile uint32_t*>(p);
+}
+// A peer's bytes, never from a stale L1 line.
+__device__ __forceinline__ uint4 loadPeer(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+template <typename T>
+__device__ __forceinline__ T* at(void* base, size_t offset) {
+  return reinterpret_cast<T*>(static_cast<char*>(base) + offset);
+}
+
+__device__ __forceinline__ bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
+// Byte offset of lane's vector v of chunk c within the chunked bytes.
+__device__ __forceinline__ size_t vectorOffset(uint32_t c, int v, uint32_t lane) {
+  return size_t(c) * kChunkBytes + (size_t(v) * 32 + lane) * 16;
+}
+
+// Up to 16 bytes of user memory at byte `offset` of a buffer of `total` bytes; zeros past the end.
+__device__ __forceinline__ uint4 loadInput(const char* base, size_t offset, size_t total, bool aligned) {
+  if (offset + 16 <= total && aligned) return *reinterpret_cast<const uint4*>(base + offset);
+  uint4 v = make_uint4(0, 0, 0, 0);
+  unsigned char* b = reinterpret_cast<unsigned char*>(&v);
+  for (size_t i = 0; i < 16 && offset + i < total; ++i) b[i] = static_cast<unsigned char>(base[offset + i]);
+  return v;
+}
+// The lane's vectors of chunk c of a user buffer of `total` bytes.
+__device__ __forceinline__ void loadInputChunk(const void* base, uint32_t c, size_t total, bool aligned,
+                                               uint4 (&vec)[kLaneVectors]) {
+  const uint32_t lane = threadIdx.x & 31u;
+#pragma unroll
+  for (int v = 0; v < kLaneVectors; ++v)
+    vec[v] = loadInput(static_cast<const char*>(base), vectorOffset(c, v, lane), total, aligned);
+}
+
+// The bytes of the 16-byte vector v that falls at byte `offset` of the chunked bytes and inside [lo, hi),
+// stored at out + (offset - lo) (so `out` holds the hi - lo bytes of that range). `aligned`: out - lo is
+// 16-byte aligned, so a whole vector inside the range is one store.
+__device__ __forceinline__ void storeRange(char* out, size_t offset, size_t lo, size_t hi, bool aligned,
+                                           uint4 v) {
+  if (offset >= lo && offset + 16 <= hi && aligned) {
+    *reinterpret_cast<uint4*>(out + (offset - lo)) = v;
+    return;
+  }
+  const unsigned char* b = reinterpret_cast<const unsigned char*>(&v);
+  for (size_t i = 0; i < 16; ++i) {
+    if (offset + i >= lo && offset + i < hi) out[offset + i - lo] = static_cast<char>(b[i]);
+  }
+}
+__device__ __forceinline__ void storeOutputChunk(void* out, uint32_t c, size_t lo, size_t hi, bool aligned,
+                                                 const uint4 (&vec)[kLaneVectors]) {
+  const uint32_t lane = threadIdx.x & 31u;
+#pragma unroll
+  for (int v = 0; v < kLaneVectors; ++v)
+    storeRange(static_cast<char*>(out), vectorOffset(c, v, lane), lo, hi, aligned, vec[v]);
+}
+
+// One kernel's view of the running collective: its epoch, deadline and what it counted.
+struct Collective {
+  const PeerWindowArgs* a;
+  uint32_t epoch;
+  uint32_t half;
+  uint64_t deadline;
+  uint32_t fpCrc;  // the fingerprint's CRC every chunk carries (the algorithm folded in)
+  uint32_t shift[kLaneVectors];
+  uint32_t lane;
+  uint32_t warp;   // this warp's index over the grid
+  uint32_t warps;  // warps in the grid
+  bool ok;         // this block's acknowledgements arrived (false: nothing is published or read)
+  unsigned long long detected;
+  unsigned long long injected;
+
+  __device__ void* window(int r) const { return a->windows[r]; }
+  __device__ void* mine() const { return a->windows[a->rank]; }
+  __device__ uint32_t* errorWord(int r) const { return at<uint32_t>(window(r), kErrorOffset); }
+  __device__ bool mineToHandle(uint32_t c) const { return c % warps == warp; }
+  // The first chunk >= begin that this warp handles (chunk c belongs to warp c % warps).
+  __device__ uint32_t firstOf(uint32_t begin) const { return begin + (warp + warps - begin % warps) % warps; }
+
+  // The first error of this rank wins; its window's error word tells the peers to stop.
+  __device__ void fail(PeerError code, int peer, uint32_t chunk, uint32_t expected, uint32_t seen) const {
+    uint32_t* e = errorWord(a->rank);
+    if (atomicCAS(e, 0u, uint32_t(code)) == 0u) {
+      e[1] = uint32_t(peer);
+      e[2] = chunk;
+      e[3] = epoch;
+      e[4] = expected;
+      e[5] = seen;
+      __threadfence_system();
+    }
+  }
+
+  // Spins until *word satisfies ready(v) or something ends the wait. Returns false (after recording why)
+  // when it ended for any other reason. Lane-level: call from one thread.
+  template <typename Ready>
+  __device__ bool waitFor(const uint32_t* word, int peer, uint32_t chunk, Ready ready) const {
+    if (ready(loadAcquire(word))) return true;  // the common case: published already
+    for (uint32_t i = 0;; ++i) {
+      const uint32_t v = loadAcquire(word);
+      if (ready(v)) return true;
+      if (loadVolatile(errorWord(a->rank)) != 0) return false;  // this rank already failed
+      const uint32_t theirs = loadVolatile(errorWord(peer));
+      if (theirs != 0) {
+        fail(PeerError::kPeerFailed, peer, chunk, 0, theirs);
+        return false;
+      }
+      if (i % kSpinCheckEvery == kSpinCheckEvery - 1) {
+        if (loadVolatile(&a->record->abortRequested) != 0) {
+          fail(PeerError::kAborted, -1, chunk, 0, 0);
+          return false;
+        }
+        if (globalTimer() > deadline) {
+          fail(PeerError::kTimeout, peer, chunk, 0, v);
+          return false;
+        }
+      }
+    }
+  }
+
+  __device__ ChunkEntry* table(int r, bool result) const {
+    return at<ChunkEntry>(window(r),
+                          result ? a->layout.resultTableOffset[half] : a->layout.tableOffset[half]);
+  }
+  __device__ char* data(int r) const { return at<char>(window(r), a->layout.dataOffset[half]); }
+};
+
+// Starts a collective in every block: the epoch (seq + 1, kept on the device so a replayed graph gets a fresh
+// one), the acknowledgements (every peer finished reading half e & 1 at epoch e - 2 before this rank
+// overwrites it), then this rank's fingerprint words and its arrival slot {epoch, fpCrc} for the half.
+__device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, uint32_t fpCrc) {
+  __shared__ uint32_t epochShared;
+  __shared__ int okShared;
+  Collective k;
+  k.a = &a;
+  laneShifts(k.shift);
+  if (threadIdx.x == 0) {
+    epochShared = *at<uint32_t>(a.windows[a.rank], kSeqOffset) + 1;
+    okShared = 1;
+  }
+  __syncthreads();
+  k.epoch = epochShared;
+  k.half = epochShared & 1u;
+  k.deadline = globalTimer() + a.timeoutNs;
+  k.fpCrc = fpCrc;
+  k.lane = threadIdx.x & 31u;
+  k.warp = blockIdx.x * kWarps + threadIdx.x / 32;
+  k.warps = gridDim.x * kWarps;
+  k.detected = 0;
+  k.injected = 0;
+  if (threadIdx.x < unsigned(a.size) && k.epoch > 2) {
+    const int p = int(threadIdx.x);
+    if (!k.waitFor(at<uint32_t>(a.windows[p], kDoneOffset), p, ~0u,
+                   [&](uint32_t v) { return v + 2 >= k.epoch; })) {
+      okShared = 0;
+    }
+  }
+  __syncthreads();
+  if (blockIdx.x == 0 && okShared) {
+    if (threadIdx.x < kFingerprintWords)
+      at<uint32_t>(k.mine(), kFingerprintOffset)[threadIdx.x] = a.fingerprint[threadIdx.x];
+    if (threadIdx.x == 0) {
+      uint32_t* slot = at<uint32_t>(k.mine(), kArrivalOffset + 64 * k.half);
+      slot[1] = fpCrc;
+      __threadfence_system();
+      storeRelease(&slot[0], k.epoch);
+    }
+  }
+  k.ok = okShared != 0;
+  return k;
+}
+
+// Publishes chunks [begin, end) that `want(c)` selects, of those this warp handles, into `result ? result
+// table : chunk table` of this rank's window: load(c, vec) gives the bytes; they are stored with their CRC
+// and the fingerprint, then, after one fence, every chunk's epoch with release order, so a reader that sees
+// an epoch sees what it covers.
+template <typename Want, typename Load>
+__device__ __forceinline__ void publishChunks(Collective& k, bool result, uint32_t begin, uint32_t end,
+                                              Want want, Load load) {
+  if (!k.ok) return;
+  ChunkEntry* table = k.table(k.a->rank, result);
+  char* data = k.data(k.a->rank);
+  for (uint32_t c = k.firstOf(begin); c < end; c += k.warps) {
+    if (!want(c)) continue;
+    uint4 vec[kLaneVectors];
+    load(c, vec);
+#pragma unroll
+    for (int v = 0; v < kLaneVectors; ++v)
+      *reinterpret_cast<uint4*>(data + vectorOffset(c, v, k.lane)) = vec[v];
+    const uint32_t crc = warpChunkCrc(vec, k.shift);
+    if (k.lane == 0) {
+      table[c].crc = crc;
+      table[c].fingerprint = k.fpCrc;
+    }
+  }
+  __threadfence_system();
+  __syncwarp();
+  // The lanes share the epoch stores: lane l takes the warp's chunks l, l + 32, ...
+  uint32_t i = 0;
+  for (uint32_t c = k.firstOf(begin); c < end; c += k.warps, ++i) {
+    if (i % 32 == k.lane && want(c)) storeRelease(&table[c].epoch, k.epoch);
+  }
+}
+
+// Reads chunk c of rank p's window (`result` table or the chunk table) into vec once p published it at this
+// epoch: the fingerprint compared, the CRC recomputed and compared, re-read up to maxRereads times on a
+// mismatch (each counted), with fault injection on the first read. False (the error recorded) when the chunk
+// cannot be had. Warp-level: every lane calls it.
+__device__ __forceinline__ bool readChunk(Collective& k, int p, bool result, uint32_t c,
+                                          uint4 (&vec)[kLaneVectors]) {
+  const PeerWindowArgs& a = *k.a;
+  ChunkEntry* entry = k.table(p, result) + c;
+  uint32_t waited = 1, crc = 0, fp = 0;
+  if (k.lane == 0) {
+    waited = k.waitFor(&entry->epoch, p, c, [&](uint32_t v) { return v == k.epoch; }) ? 1u : 0u;
+    if (waited) {
+      crc = loadVolatile(&entry->crc);
+      fp = loadVolatile(&entry->fingerprint);
+    }
+  }
+  waited = __shfl_sync(0xffffffffu, waited, 0);
+  crc = __shfl_sync(0xffffffffu, crc, 0);
+  fp = __shfl_sync(0xffffffffu, fp, 0);
+  if (!waited) return false;
+  if (fp != k.fpCrc) {
+    if (k.lane == 0) k.fail(PeerError::kFingerprintMismatch, p, c, k.fpCrc, fp);
+    return false;
+  }
+  const char* theirs = k.data(p);
+  for (int attempt = 0; attempt <= a.maxRereads; ++attempt) {
+#pragma unroll
+    for (int v = 0; v < kLaneVectors; ++v)
+      vec[v] = loadPeer(reinterpret_cast<const uint4*>(theirs + vectorOffset(c, v, k.lane)));
+    if (attempt == 0 && a.faultProb > 0) {
+      const uint64_t h =
+          corruptionGarbageWord(a.faultSeed, (uint64_t(k.epoch) << 32) ^ (uint64_t(c) << 4) ^ uint64_t(p));
+      if (double(uint32_t(h)) < a.faultProb * 4294967296.0) {
+        if (k.lane == ((h >> 32) & 31u)) vec[0].x ^= 1u << ((h >> 40) & 31u);
+        ++k.injected;
+      }
+    }
+    const uint32_t got = warpChunkCrc(vec, k.shift);
+    if (got == crc) return true;
+    ++k.detected;
+    if (attempt == a.maxRereads && k.lane == 0) k.fail(PeerError::kCorrupt, p, c, crc, got);
+  }
+  return false;
+}
+
+// Ends the collective in every block (every thread calls it): the warp's counters into the window, then block
+// 0 checks every peer's arrival slot for this half (same epoch, same fingerprint: ranks that ran different
+// collectives fail here even when one of them read nothing), and the last block to finish writes seq = e,
+// reports news to the host record and publishes done = e (the acknowledgement) with release order.
+__device__ __forceinline__ void finishCollective(Collective& k) {
+  const PeerWindowArgs& a = *k.a;
+  void* mine = k.mine();
+  if (k.lane == 0 && (k.detected != 0 || k.injected != 0)) {
+    unsigned long long* counters = at<unsigned long long>(mine, kCountersOffset);
+    atomicAdd(&counters[0], k.detected);
+    atomicAdd(&counters[1], k.injected);
+  }
+  if (blockIdx.x == 0 && k.ok && threadIdx.x < unsigned(a.size) && int(threadIdx.x) != a.rank) {
+    const int p = int(threadIdx.x);
+    // A peer can be at most one epoch ahead (it waits for this rank's done >= its epoch - 2), so slot h
+    // still holds this epoch's arrival or an older one: equality is the test.
+    uint32_t* slot = at<uint32_t>(a.windows[p], kArrivalOffset + 64 * k.half);
+    if (k.waitFor(&slot[0], p, ~0u, [&](uint32_t v) { return v == k.epoch; })) {
+      const uint32_t theirs = loadVolatile(&slot[1]);
+      if (theirs != k.fpCrc) k.fail(PeerError::kFingerprintMismatch, p, ~0u, k.fpCrc, theirs);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    uint32_t* arrive = at<uint32_t>(mine, kArriveOffset);
+    if (atomicAdd(arrive, 1u) == gridDim.x - 1) {
+      *arrive = 0;
+      *at<uint32_t>(mine, kSeqOffset) = k.epoch;
+      // The host record (mapped pinned memory, a PCIe write away) is written only when there is news:
+      // the fault-free path touches no host memory. counters[2..3] hold what was last reported.
+      const uint32_t* e = at<uint32_t>(mine, kErrorOffset);
+      unsigned long long* counters = at<unsigned long long>(mine, kCountersOffset);
+      ErrorRecord* r = a.record;
+      const unsigned long long detected = *reinterpret_cast<const volatile unsigned long long*>(&counters[0]);
+      const unsigned long long injected = *reinterpret_cast<const volatile unsigned long long*>(&counters[1]);
+      bool news = false;
+      if (detected != counters[2] || injected != counters[3]) {
+        r->detected = counters[2] = detected;
+        r->injected = counters[3] = injected;
+        news = true;
+      }
+      const uint32_t code = loadVolatile(e);
+      if (code != 0 && r->code == 0) {
+        r->peer = int32_t(e[1]);
+        r->chunk = e[2];
+        r->epoch = e[3];
+        r->expected = e[4];
+        r->seen = e[5];
+        __threadfence_system();
+        r->code = code;
+        news = true;
+      }
+      if (news) __threadfence_system();
+      storeRelease(at<uint32_t>(mine, kDoneOffset), k.epoch);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace peer
+}  // namespace ringguard

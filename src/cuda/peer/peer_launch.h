@@ -1,0 +1,32 @@
+#pragma once
+// What every launcher of the one-sided collectives does on the host before its kernel (cuda/peer/*.cu):
+// the common argument checks, made before any CUDA call, the grid, and the fingerprint's CRC. CUDA-free.
+#include <cstddef>
+#include <cstdint>
+
+#include "core/peer_plan.h"
+#include "cuda/peer/peer_collectives.h"
+#include "ringguard/core/status.h"
+
+namespace ringguard {
+namespace peer {
+
+// kInvalidArgument "peer <what>: ..." naming the argument at fault: ranks, windows, the record, and
+// `publishedBytes` (what one rank publishes) against the window's capacity; `buffersNeeded` with null
+// buffers (checked by the caller, which knows which buffer a rank uses).
+Status checkWindowArgs(const PeerWindowArgs& args, const char* what, size_t publishedBytes);
+
+// The grid: enough warps for `chunks` chunks, at most SMs / ranks blocks, so every block of every rank of one
+// GPU is resident at once (a block spins on chunks other blocks publish). At least one block.
+Status peerGrid(size_t chunks, int size, int* blocks);
+
+// The CRC of the fingerprint words every chunk carries, with the kernel shape folded in (the one-shot's is
+// the CRC of the words alone).
+uint32_t peerFingerprintCrc(const PeerWindowArgs& args, PeerAlgorithm algorithm);
+
+// The allreduce's two kernels (allreduce_one_shot.cu, allreduce_two_shot.cu), arguments checked already.
+Status launchAllreduceOneShot(const PeerAllreduceArgs& args, void* stream);
+Status launchAllreduceTwoShot(const PeerAllreduceArgs& args, void* stream);
+
+}  // namespace peer
+}  // namespace ringguard

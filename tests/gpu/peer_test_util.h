@@ -1,0 +1,124 @@
+#pragma once
+// What the peer-window tests under mpirun share (test_peer_allreduce.cc, test_peer_collectives.cc): inputs of
+// every dtype whose reductions the host computes with the kernels' bits, and the window fixture.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "bootstrap/mpi_bootstrap.h"
+#include "core/float16.h"
+#include "cuda/peer/peer_collectives.h"
+#include "transport/peer/peer_window.h"
+
+namespace ringguard {
+namespace peer {
+
+// `count` elements of `t` for rank r (seeded by `salt`): integers and bools from random bits; floating types
+// from small random multiples of 1/4 (no NaN: an IEEE op on two NaNs may return either payload, on the host
+// as on the device).
+inline std::vector<uint8_t> randomInput(DataType t, size_t count, int r, uint32_t salt) {
+  const size_t bytes = count * dataTypeSize(t);
+  std::vector<uint8_t> v(bytes);
+  std::mt19937 gen(1000u * uint32_t(r) + uint32_t(t) * 31u + salt);
+  for (uint8_t& b : v) b = uint8_t(gen());
+  const auto small = [&] { return float(int(gen() % 101) - 50) / 4.0f; };
+  const size_t n = count * (isComplexType(t) ? 2 : 1);
+  for (size_t i = 0; i < n; ++i) {
+    if (t == DataType::kFloat32 || t == DataType::kComplex64) {
+      const float f = small();
+      std::memcpy(v.data() + 4 * i, &f, 4);
+    } else if (t == DataType::kFloat64 || t == DataType::kComplex128) {
+      const double d = small();
+      std::memcpy(v.data() + 8 * i, &d, 8);
+    } else if (t == DataType::kFloat16 || t == DataType::kBFloat16) {
+      const uint16_t h = t == DataType::kFloat16 ? floatToHalf(small()) : floatToBf16(small());
+      std::memcpy(v.data() + 2 * i, &h, 2);
+    }
+  }
+  if (t == DataType::kBool)
+    for (uint8_t& b : v) b &= 1u;
+  return v;
+}
+
+// A device buffer of `bytes` (+64 for misaligned views), freed at scope exit.
+struct DeviceBuffer {
+  explicit DeviceBuffer(size_t bytes) { EXPECT_EQ(cudaMalloc(&p, bytes + 64), cudaSuccess); }
+  ~DeviceBuffer() { cudaFree(p); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  char* get() const { return static_cast<char*>(p); }
+  void* p = nullptr;
+};
+
+inline std::vector<uint8_t> toHost(const void* d, size_t bytes) {
+  std::vector<uint8_t> h(bytes);
+  EXPECT_EQ(cudaMemcpy(h.data(), d, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  return h;
+}
+
+// Every rank of MPI_COMM_WORLD with windows of `capacity` bytes on GPU 0 (skipped where some rank has none).
+class PeerWindowTest : public ::testing::Test {
+ protected:
+  static constexpr size_t kCapacity = 64u << 20;
+
+  void SetUp() override {
+    int n = 0, mine = 0, all = 0;
+    mine = (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) ? 1 : 0;
+    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all) GTEST_SKIP() << "no CUDA device on some rank";
+    ASSERT_TRUE(mpi::createBootstrap(MPI_COMM_WORLD, &bootstrap_).isOk());
+    Status st = PeerWindows::create(*bootstrap_, 0, kCapacity, &windows_);
+    ASSERT_TRUE(st.isOk()) << st.toString();
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
+  }
+  void TearDown() override {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    windows_.reset();
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+
+  int rank() const { return windows_->rank(); }
+  int size() const { return windows_->size(); }
+
+  // The windows, the record and a 20 s deadline in any collective's arguments; fingerprint words as the
+  // peer path fills them (kind, dtype, op, count, root).
+  template <typename Args>
+  Args windowArgs(CollectiveKind kind, DataType dtype, ReduceOp op, size_t count, int root = 0) const {
+    Args a;
+    a.rank = windows_->rank();
+    a.size = windows_->size();
+    for (int r = 0; r < a.size; ++r) a.windows[r] = windows_->window(r);
+    a.layout = windows_->layout();
+    a.record = windows_->errorRecordDevice();
+    a.fingerprint[0] = uint32_t(kind);
+    a.fingerprint[1] = uint32_t(dtype);
+    a.fingerprint[2] = uint32_t(baseOp(op));
+    a.fingerprint[3] = uint32_t(count);
+    a.fingerprint[4] = uint32_t(uint64_t(count) >> 32);
+    a.fingerprint[5] = uint32_t(root);
+    a.timeoutNs = 20ull * 1000 * 1000 * 1000;
+    return a;
+  }
+
+  // Waits for the stream; the record must show no error (its fields named when it does).
+  void expectClean(const char* what) {
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess) << what;
+    const ErrorRecord* rec = windows_->errorRecord();
+    ASSERT_EQ(rec->code, 0u) << what << ": code " << rec->code << " peer " << rec->peer << " chunk "
+                             << rec->chunk << " epoch " << rec->epoch << " expected " << rec->expected
+                             << " seen " << rec->seen;
+  }
+
+  std::unique_ptr<Bootstrap> bootstrap_;
+  std::unique_ptr<PeerWindows> windows_;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace peer
+}  // namespace ringguard

@@ -1,0 +1,597 @@
+// The one-sided collectives beside the one-shot allreduce (src/cuda/peer/): the two-shot allreduce, the
+// all-gather, the broadcast and the reduce-scatter, under mpirun with every rank on the one GPU (run under
+// MPS: scripts/gpu_peer_check.sh). Every result is checked bit for bit on every rank: every dtype and op
+// against the host reduction in rank order 0..N-1 (the two-shot against the one-shot too), the counts 0, 1,
+// odd, not divisible by N and 64 MiB, unaligned buffers, in place; with injected read faults (detected ==
+// injected, result exact), inside a CUDA graph replayed with faults; and the failures: ranks that disagree on
+// the kernel or the root, and a stopped peer (timeout naming it).
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/reduce.h"
+#include "peer_test_util.h"
+#include "ringguard/runtime/communicator.h"
+#include "ringguard/runtime/device_factory.h"
+
+namespace ringguard {
+namespace peer {
+namespace {
+
+// Every op the engine has, premul_sum with a factor included.
+std::vector<ReduceOp> everyOp() {
+  std::vector<ReduceOp> ops(std::begin(kAllReduceOps), std::end(kAllReduceOps));
+  ReduceOp premul = ReduceOp::kSum;
+  EXPECT_TRUE(makePremulSum(0.75, &premul).isOk());
+  ops.push_back(premul);
+  return ops;
+}
+
+// rank r's float i: (r + 1) * (i % 251 + 1) - 126, an integer, so every order of summing gives the same bits.
+std::vector<float> integerFloats(int r, size_t count, size_t offset = 0) {
+  std::vector<float> v(count);
+  for (size_t i = 0; i < count; ++i) v[i] = float((r + 1) * int((i + offset) % 251 + 1) - 126);
+  return v;
+}
+
+// `inputs[p]` reduced over p = 0..N-1 in order, as the kernels do (core/reduce.h's reduceHost).
+std::vector<uint8_t> rankOrderReduce(DataType t, ReduceOp op, const std::vector<std::vector<uint8_t>>& inputs,
+                                     size_t from, size_t count) {
+  const size_t e = dataTypeSize(t);
+  const int size = int(inputs.size());
+  std::vector<uint8_t> want(inputs[0].begin() + long(from * e), inputs[0].begin() + long((from + count) * e));
+  for (int p = 1; p < size; ++p) {
+    reduceHost(t, op, want.data(), inputs[size_t(p)].data() + from * e, want.data(), count, p == size - 1,
+               size, p == 1);
+  }
+  if (size == 1 && baseOp(op) == ReduceOp::kAvg) divideHost(t, want.data(), count, 1);
+  return want;
+}
+
+class PeerCollectives : public PeerWindowTest {
+ protected:
+  Status allreduce(const void* send, void* recv, size_t count, DataType t, ReduceOp op,
+                   PeerAlgorithm algorithm, double faultProb = 0) {
+    auto a = windowArgs<PeerAllreduceArgs>(CollectiveKind::kAllreduce, t, op, count);
+    a.send = send;
+    a.recv = recv;
+    a.count = count;
+    a.dtype = t;
+    a.op = op;
+    a.algorithm = algorithm;
+    a.faultProb = faultProb;
+    a.faultSeed = 17 + uint32_t(rank());
+    return launchPeerAllreduce(a, stream_);
+  }
+  Status allgather(const void* send, void* recv, size_t count, DataType t, double faultProb = 0) {
+    auto a = windowArgs<PeerAllgatherArgs>(CollectiveKind::kAllgather, t, ReduceOp::kSum, count);
+    a.send = send;
+    a.recv = recv;
+    a.count = count;
+    a.dtype = t;
+    a.faultProb = faultProb;
+    a.faultSeed = 23 + uint32_t(rank());
+    return launchPeerAllgather(a, stream_);
+  }
+  Status broadcast(const void* send, void* recv, size_t count, DataType t, int root, double faultProb = 0) {
+    auto a = windowArgs<PeerBroadcastArgs>(CollectiveKind::kBroadcast, t, ReduceOp::kSum, count, root);
+    a.send = send;
+    a.recv = recv;
+    a.count = count;
+    a.dtype = t;
+    a.root = root;
+    a.faultProb = faultProb;
+    a.faultSeed = 29 + uint32_t(rank());
+    return launchPeerBroadcast(a, stream_);
+  }
+  Status reduceScatter(const void* send, void* recv, size_t count, DataType t, ReduceOp op,
+                       double faultProb = 0) {
+    auto a = windowArgs<PeerReduceScatterArgs>(CollectiveKind::kReduceScatter, t, op, count);
+    a.send = send;
+    a.recv = recv;
+    a.count = count;
+    a.dtype = t;
+    a.op = op;
+    a.faultProb = faultProb;
+    a.faultSeed = 31 + uint32_t(rank());
+    return launchPeerReduceScatter(a, stream_);
+  }
+
+  // An fp32 allreduce of integer-valued floats `offset` bytes into fresh buffers (16-byte aligned or not, in
+  // place or not) with `algorithm`, checked exactly; faults at `faultProb`.
+  void allreduceExact(size_t count, size_t offset, bool inPlace, PeerAlgorithm algorithm,
+                      double faultProb = 0) {
+    const size_t bytes = count * 4;
+    DeviceBuffer in(bytes), out(bytes);
+    const std::vector<float> mine = integerFloats(rank(), count);
+    ASSERT_EQ(cudaMemcpy(in.get() + offset, mine.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemset(out.get(), 0xff, bytes + 64), cudaSuccess);  // poisoned: every element is written
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    char* dst = inPlace ? in.get() + offset : out.get() + offset;
+    Status st =
+        allreduce(in.get() + offset, dst, count, DataType::kFloat32, ReduceOp::kSum, algorithm, faultProb);
+    ASSERT_TRUE(st.isOk()) << st.toString();
+    const std::string what = "allreduce " + std::to_string(count) + " offset " + std::to_string(offset) +
+                             (inPlace ? " in place" : "") + " algorithm " + std::to_string(int(algorithm));
+    expectClean(what.c_str());
+    std::vector<float> want(count, 0.f);
+    for (int r = 0; r < size(); ++r) {
+      const std::vector<float> x = integerFloats(r, count);
+      for (size_t i = 0; i < count; ++i) want[i] += x[i];
+    }
+    const std::vector<uint8_t> got = toHost(dst, bytes);
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), bytes), 0) << what;
+  }
+};
+
+// ---- two-shot allreduce -------------------------------------------------------------------------------
+
+TEST_F(PeerCollectives, TwoShotExactForEveryShape) {
+  // 0, 1, odd, not divisible by N (nor by a chunk), fewer chunks than ranks, many, 64 MiB.
+  for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(255), size_t(1000), size_t(256 * 3 + 1),
+                       size_t(256 * 7 + 5), size_t(1) << 20, (size_t(1) << 20) + 3, size_t(16) << 20}) {
+    allreduceExact(count, 0, false, PeerAlgorithm::kAllreduceTwoShot);
+    allreduceExact(count, 0, true, PeerAlgorithm::kAllreduceTwoShot);
+    allreduceExact(count, 4, false, PeerAlgorithm::kAllreduceTwoShot);  // not 16-byte aligned
+  }
+}
+
+// The two-shot reduces every element as the one-shot does (rank order 0..N-1): for every dtype and op both
+// equal the host reduction in that order, NaN-free random inputs whose sums depend on the order.
+TEST_F(PeerCollectives, TwoShotEqualsOneShotAndTheHostForEveryDtypeAndOp) {
+  for (DataType t : kAllDataTypes) {
+    for (ReduceOp op : everyOp()) {
+      if (!reduceSupported(t, op)) continue;
+      for (size_t count : {size_t(1), size_t(333), size_t(4099), size_t(70001)}) {
+        const size_t bytes = count * dataTypeSize(t);
+        std::vector<std::vector<uint8_t>> inputs;
+        for (int p = 0; p < size(); ++p) inputs.push_back(randomInput(t, count, p, uint32_t(baseOp(op))));
+        const std::vector<uint8_t> want = rankOrderReduce(t, op, inputs, 0, count);
+        DeviceBuffer in(bytes), one(bytes), two(bytes);
+        ASSERT_EQ(cudaMemcpy(in.get(), inputs[size_t(rank())].data(), bytes, cudaMemcpyHostToDevice),
+                  cudaSuccess);
+        ASSERT_TRUE(allreduce(in.get(), one.get(), count, t, op, PeerAlgorithm::kAllreduceOneShot).isOk());
+        ASSERT_TRUE(allreduce(in.get(), two.get(), count, t, op, PeerAlgorithm::kAllreduceTwoShot).isOk());
+        const std::string what =
+            std::string(dataTypeName(t)) + " " + reduceOpName(op) + " count " + std::to_string(count);
+        expectClean(what.c_str());
+        EXPECT_EQ(toHost(one.get(), bytes), want) << "one-shot " << what;
+        EXPECT_EQ(toHost(two.get(), bytes), want) << "two-shot " << what;
+      }
+    }
+  }
+}
+
+TEST_F(PeerCollectives, TwoShotReadFaultsAreDetectedAndTheResultIsExact) {
+  for (size_t count : {size_t(4096), size_t(1) << 20, size_t(16) << 20})
+    allreduceExact(count, 0, false, PeerAlgorithm::kAllreduceTwoShot, 0.01);
+  const ErrorRecord* rec = windows_->errorRecord();
+  EXPECT_GT(rec->injected, 0u);
+  EXPECT_EQ(rec->detected, rec->injected);
+}
+
+// Ranks whose thresholds differ run different kernels for one call: every rank fails (a fingerprint
+// mismatch on one at least, the others naming a failed peer or the mismatch), none returns.
+TEST_F(PeerCollectives, RanksRunningDifferentAllreduceKernelsAllFail) {
+  const size_t count = 1 << 16;
+  DeviceBuffer in(count * 4), out(count * 4);
+  ASSERT_EQ(cudaMemset(in.get(), 0, count * 4), cudaSuccess);
+  auto a =
+      windowArgs<PeerAllreduceArgs>(CollectiveKind::kAllreduce, DataType::kFloat32, ReduceOp::kSum, count);
+  a.send = in.get();
+  a.recv = out.get();
+  a.count = count;
+  a.algorithm = rank() == 0 ? PeerAlgorithm::kAllreduceOneShot : PeerAlgorithm::kAllreduceTwoShot;
+  a.timeoutNs = 5ull * 1000 * 1000 * 1000;
+  ASSERT_TRUE(launchPeerAllreduce(a, stream_).isOk());
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  const ErrorRecord* rec = windows_->errorRecord();
+  EXPECT_TRUE(rec->code == uint32_t(PeerError::kFingerprintMismatch) ||
+              rec->code == uint32_t(PeerError::kPeerFailed))
+      << "code " << rec->code << " peer " << rec->peer;
+  EXPECT_NE(rec->peer, rank());
+  int mismatch = rec->code == uint32_t(PeerError::kFingerprintMismatch) ? 1 : 0, any = 0;
+  MPI_Allreduce(&mismatch, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT_EQ(any, 1);
+}
+
+// ---- all-gather ---------------------------------------------------------------------------------------
+
+TEST_F(PeerCollectives, AllgatherExactForEveryDtypeAndShape) {
+  for (DataType t : kAllDataTypes) {
+    for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(333), size_t(4099)}) {
+      const size_t bytes = count * dataTypeSize(t);
+      std::vector<uint8_t> want;
+      for (int p = 0; p < size(); ++p) {
+        const std::vector<uint8_t> x = randomInput(t, count, p, 5);
+        want.insert(want.end(), x.begin(), x.end());
+      }
+      DeviceBuffer in(bytes), out(bytes * size_t(size()));
+      const std::vector<uint8_t> mine = randomInput(t, count, rank(), 5);
+      ASSERT_EQ(cudaMemcpy(in.get(), mine.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemset(out.get(), 0xff, bytes * size_t(size())), cudaSuccess);
+      ASSERT_TRUE(allgather(in.get(), out.get(), count, t).isOk());
+      const std::string what =
+          std::string("allgather ") + dataTypeName(t) + " count " + std::to_string(count);
+      expectClean(what.c_str());
+      EXPECT_EQ(toHost(out.get(), bytes * size_t(size())), want) << what;
+    }
+  }
+}
+
+TEST_F(PeerCollectives, AllgatherLargeUnalignedAndInPlace) {
+  for (size_t count : {size_t(1) << 20, (size_t(1) << 20) + 3, size_t(16) << 20}) {  // 16 Mi floats: 64 MiB
+    const size_t bytes = count * 4, total = bytes * size_t(size());
+    DeviceBuffer in(bytes), out(total);
+    std::vector<uint8_t> want;
+    for (int p = 0; p < size(); ++p) {
+      const std::vector<float> x = integerFloats(p, count);
+      const uint8_t* b = reinterpret_cast<const uint8_t*>(x.data());
+      want.insert(want.end(), b, b + bytes);
+    }
+    const std::vector<float> mine = integerFloats(rank(), count);
+    // Out of place, the output 4 bytes off 16-byte alignment.
+    ASSERT_EQ(cudaMemcpy(in.get(), mine.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_TRUE(allgather(in.get(), out.get() + 4, count, DataType::kFloat32).isOk());
+    expectClean("allgather out of place");
+    EXPECT_EQ(toHost(out.get() + 4, total), want) << "count " << count;
+    // In place: send is this rank's block of recv.
+    char* block = out.get() + size_t(rank()) * bytes;
+    ASSERT_EQ(cudaMemset(out.get(), 0xff, total), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(block, mine.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_TRUE(allgather(block, out.get(), count, DataType::kFloat32).isOk());
+    expectClean("allgather in place");
+    EXPECT_EQ(toHost(out.get(), total), want) << "in place, count " << count;
+  }
+}
+
+// ---- broadcast ----------------------------------------------------------------------------------------
+
+TEST_F(PeerCollectives, BroadcastExactFromEveryRoot) {
+  for (int root = 0; root < size(); ++root) {
+    for (DataType t : {DataType::kFloat32, DataType::kUint8, DataType::kComplex128}) {
+      for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(4099), size_t(1) << 20}) {
+        const size_t bytes = count * dataTypeSize(t);
+        const std::vector<uint8_t> want = randomInput(t, count, root, 9);
+        DeviceBuffer in(bytes), out(bytes);
+        if (rank() == root)
+          ASSERT_EQ(cudaMemcpy(in.get(), want.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemset(out.get(), 0xff, bytes + 64), cudaSuccess);
+        ASSERT_TRUE(broadcast(in.get(), out.get() + 1, count, t, root).isOk());  // output unaligned
+        const std::string what = "broadcast root " + std::to_string(root) + " " + dataTypeName(t) +
+                                 " count " + std::to_string(count);
+        expectClean(what.c_str());
+        EXPECT_EQ(toHost(out.get() + 1, bytes), want) << what;
+        // In place on the root: recv == send.
+        char* buf = rank() == root ? in.get() : out.get();
+        ASSERT_TRUE(broadcast(buf, buf, count, t, root).isOk());
+        expectClean(what.c_str());
+        EXPECT_EQ(toHost(buf, bytes), want) << "in place, " << what;
+      }
+    }
+  }
+  // 64 MiB from the last rank.
+  const size_t count = size_t(16) << 20, bytes = count * 4;
+  const int root = size() - 1;
+  const std::vector<float> want = integerFloats(root, count);
+  DeviceBuffer buf(bytes);
+  ASSERT_EQ(cudaMemset(buf.get(), 0, bytes), cudaSuccess);
+  if (rank() == root)
+    ASSERT_EQ(cudaMemcpy(buf.get(), want.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_TRUE(broadcast(buf.get(), buf.get(), count, DataType::kFloat32, root).isOk());
+  expectClean("broadcast 64 MiB");
+  const std::vector<uint8_t> got = toHost(buf.get(), bytes);
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), bytes), 0);
+}
+
+// Ranks that disagree on the root (here: each rank believes it is the root, so nobody reads anything): every
+// rank fails at the arrival check with a fingerprint mismatch, none returns its own bytes as the result.
+TEST_F(PeerCollectives, RanksThatDisagreeOnTheRootAllFail) {
+  const size_t count = 4096;
+  DeviceBuffer buf(count * 4);
+  ASSERT_EQ(cudaMemset(buf.get(), 0, count * 4), cudaSuccess);
+  auto a = windowArgs<PeerBroadcastArgs>(CollectiveKind::kBroadcast, DataType::kFloat32, ReduceOp::kSum,
+                                         count, rank());
+  a.send = a.recv = buf.get();
+  a.count = count;
+  a.root = rank();
+  a.timeoutNs = 5ull * 1000 * 1000 * 1000;
+  ASSERT_TRUE(launchPeerBroadcast(a, stream_).isOk());
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  const ErrorRecord* rec = windows_->errorRecord();
+  EXPECT_TRUE(rec->code == uint32_t(PeerError::kFingerprintMismatch) ||
+              rec->code == uint32_t(PeerError::kPeerFailed))
+      << "code " << rec->code << " peer " << rec->peer;
+  EXPECT_NE(rec->peer, rank());
+}
+
+// ---- reduce-scatter -----------------------------------------------------------------------------------
+
+TEST_F(PeerCollectives, ReduceScatterEqualsTheHostForEveryDtypeAndOp) {
+  for (DataType t : kAllDataTypes) {
+    for (ReduceOp op : everyOp()) {
+      if (!reduceSupported(t, op)) continue;
+      // Shares smaller than a chunk, straddling chunks, and several chunks long.
+      for (size_t count : {size_t(1), size_t(3), size_t(333), size_t(1025)}) {
+        const size_t e = dataTypeSize(t), total = count * size_t(size());
+        std::vector<std::vector<uint8_t>> inputs;
+        for (int p = 0; p < size(); ++p)
+          inputs.push_back(randomInput(t, total, p, 40u + uint32_t(baseOp(op))));
+        const std::vector<uint8_t> want = rankOrderReduce(t, op, inputs, size_t(rank()) * count, count);
+        DeviceBuffer in(total * e), out(count * e);
+        ASSERT_EQ(cudaMemcpy(in.get(), inputs[size_t(rank())].data(), total * e, cudaMemcpyHostToDevice),
+                  cudaSuccess);
+        ASSERT_EQ(cudaMemset(out.get(), 0xff, count * e + 64), cudaSuccess);
+        ASSERT_TRUE(reduceScatter(in.get(), out.get(), count, t, op).isOk());
+        const std::string what = std::string("reduce_scatter ") + dataTypeName(t) + " " + reduceOpName(op) +
+                                 " count " + std::to_string(count);
+        expectClean(what.c_str());
+        EXPECT_EQ(toHost(out.get(), count * e), want) << what;
+      }
+    }
+  }
+}
+
+TEST_F(PeerCollectives, ReduceScatterExactForEveryShape) {
+  for (size_t count :
+       {size_t(0), size_t(1), size_t(7), size_t(257), size_t(1) << 18, (size_t(16) << 20) / 4 + 1}) {
+    const size_t total = count * size_t(size());
+    if (total * 4 > kCapacity) continue;  // the whole input must fit one window
+    std::vector<float> want(count, 0.f);
+    for (int p = 0; p < size(); ++p) {
+      const std::vector<float> x = integerFloats(p, count, size_t(rank()) * count);
+      for (size_t i = 0; i < count; ++i) want[i] += x[i];
+    }
+    DeviceBuffer in(total * 4), out(count * 4);
+    std::vector<float> mine(total);
+    for (int b = 0; b < size(); ++b) {
+      const std::vector<float> x = integerFloats(rank(), count, size_t(b) * count);
+      std::copy(x.begin(), x.end(), mine.begin() + long(size_t(b) * count));
+    }
+    ASSERT_EQ(cudaMemcpy(in.get(), mine.data(), total * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    // Out of place, output unaligned.
+    ASSERT_TRUE(reduceScatter(in.get(), out.get() + 4, count, DataType::kFloat32, ReduceOp::kSum).isOk());
+    expectClean("reduce_scatter out of place");
+    std::vector<uint8_t> got = toHost(out.get() + 4, count * 4);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), count * 4), 0) << "count " << count;
+    // In place: recv is this rank's block of send.
+    char* block = in.get() + size_t(rank()) * count * 4;
+    ASSERT_TRUE(reduceScatter(in.get(), block, count, DataType::kFloat32, ReduceOp::kSum).isOk());
+    expectClean("reduce_scatter in place");
+    got = toHost(block, count * 4);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), count * 4), 0) << "in place, count " << count;
+  }
+}
+
+// ---- faults and graphs for all of them ----------------------------------------------------------------
+
+TEST_F(PeerCollectives, ReadFaultsOfEveryCollectiveAreDetectedAndResultsExact) {
+  const size_t count = size_t(1) << 18, bytes = count * 4;
+  DeviceBuffer in(bytes * size_t(size())), out(bytes * size_t(size()));
+  std::vector<float> mine(count * size_t(size()));
+  for (size_t i = 0; i < mine.size(); ++i) mine[i] = float((rank() + 1) * int(i % 97));
+  ASSERT_EQ(cudaMemcpy(in.get(), mine.data(), mine.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  const unsigned long long before = windows_->errorRecord()->injected;
+  for (int round = 0; round < 4; ++round) {
+    ASSERT_TRUE(allgather(in.get(), out.get(), count, DataType::kFloat32, 0.02).isOk());
+    expectClean("allgather with faults");
+    std::vector<float> got(count * size_t(size()));
+    ASSERT_EQ(cudaMemcpy(got.data(), out.get(), got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int p = 0; p < size(); ++p)
+      for (size_t i = 0; i < count; i += 101)
+        ASSERT_EQ(got[size_t(p) * count + i], float((p + 1) * int(i % 97)))
+            << "allgather p " << p << " i " << i;
+
+    const int root = round % size();
+    ASSERT_TRUE(broadcast(in.get(), out.get(), count, DataType::kFloat32, root, 0.02).isOk());
+    expectClean("broadcast with faults");
+    ASSERT_EQ(cudaMemcpy(got.data(), out.get(), bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (size_t i = 0; i < count; ++i)
+      ASSERT_EQ(got[i], float((root + 1) * int(i % 97))) << "broadcast " << i;
+
+    ASSERT_TRUE(reduceScatter(in.get(), out.get(), count, DataType::kFloat32, ReduceOp::kSum, 0.02).isOk());
+    expectClean("reduce_scatter with faults");
+    ASSERT_EQ(cudaMemcpy(got.data(), out.get(), bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    const int sum = size() * (size() + 1) / 2;
+    for (size_t i = 0; i < count; ++i) {
+      const size_t j = size_t(rank()) * count + i;
+      ASSERT_EQ(got[i], float(sum * int(j % 97))) << "reduce_scatter " << i;
+    }
+  }
+  const ErrorRecord* rec = windows_->errorRecord();
+  EXPECT_GT(rec->injected, before);
+  EXPECT_EQ(rec->detected, rec->injected);
+}
+
+// One graph holding a two-shot allreduce, an all-gather, a broadcast and a reduce-scatter, replayed with
+// faults: every replay gets fresh epochs on the device and exact results; detected == injected.
+TEST_F(PeerCollectives, CapturedInAGraphAndReplayedWithFaults) {
+  const size_t count = size_t(1) << 16, bytes = count * 4, n = size_t(size());
+  DeviceBuffer in(bytes * n), ar(bytes), ag(bytes * n), bc(bytes), rs(bytes);
+  const std::vector<float> mine = integerFloats(rank(), count * n);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_TRUE(allreduce(in.get(), ar.get(), count, DataType::kFloat32, ReduceOp::kSum,
+                        PeerAlgorithm::kAllreduceTwoShot, 0.02)
+                  .isOk());
+  ASSERT_TRUE(allgather(in.get(), ag.get(), count, DataType::kFloat32, 0.02).isOk());
+  ASSERT_TRUE(broadcast(in.get(), bc.get(), count, DataType::kFloat32, size() - 1, 0.02).isOk());
+  ASSERT_TRUE(reduceScatter(in.get(), rs.get(), count, DataType::kFloat32, ReduceOp::kSum, 0.02).isOk());
+  ASSERT_EQ(cudaStreamEndCapture(stream_, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  // Expected results.
+  std::vector<std::vector<float>> all;
+  for (int p = 0; p < size(); ++p) all.push_back(integerFloats(p, count * n));
+  std::vector<float> wantAr(count, 0.f), wantRs(count, 0.f), wantAg;
+  for (int p = 0; p < size(); ++p) {
+    for (size_t i = 0; i < count; ++i) {
+      wantAr[i] += all[size_t(p)][i];
+      wantRs[i] += all[size_t(p)][size_t(rank()) * count + i];
+    }
+    wantAg.insert(wantAg.end(), all[size_t(p)].begin(), all[size_t(p)].begin() + long(count));
+  }
+  const std::vector<float> wantBc(all.back().begin(), all.back().begin() + long(count));
+  for (int replay = 0; replay < 10; ++replay) {
+    ASSERT_EQ(cudaMemcpyAsync(in.get(), mine.data(), bytes * n, cudaMemcpyHostToDevice, stream_),
+              cudaSuccess);
+    for (DeviceBuffer* b : {&ar, &bc, &rs})
+      ASSERT_EQ(cudaMemsetAsync(b->p, 0xff, bytes, stream_), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(ag.p, 0xff, bytes * n, stream_), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream_), cudaSuccess);
+    expectClean("graph replay");
+    auto same = [&](const DeviceBuffer& d, const std::vector<float>& want) {
+      const std::vector<uint8_t> got = toHost(d.p, want.size() * 4);
+      return std::memcmp(got.data(), want.data(), want.size() * 4) == 0;
+    };
+    ASSERT_TRUE(same(ar, wantAr)) << "two-shot allreduce, replay " << replay;
+    ASSERT_TRUE(same(ag, wantAg)) << "allgather, replay " << replay;
+    ASSERT_TRUE(same(bc, wantBc)) << "broadcast, replay " << replay;
+    ASSERT_TRUE(same(rs, wantRs)) << "reduce_scatter, replay " << replay;
+  }
+  EXPECT_GT(windows_->errorRecord()->injected, 0u);
+  EXPECT_EQ(windows_->errorRecord()->detected, windows_->errorRecord()->injected);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+TEST_F(PeerCollectives, AStoppedPeerIsNamedAtTheDeadlineByEveryCollective) {
+  const size_t count = 4096;
+  DeviceBuffer in(count * 4 * size_t(size())), out(count * 4 * size_t(size()));
+  const int stopped = size() - 1;
+  const uint64_t deadline = 300ull * 1000 * 1000;
+  // One collective per set of fresh windows (a failed rank's error word stays set: later launches on the
+  // same windows would end at once). The stopped rank maps them and never launches.
+  for (int which = 0; which < 4; ++which) {
+    windows_.reset();
+    Status made = PeerWindows::create(*bootstrap_, 0, 1 << 20, &windows_);
+    ASSERT_TRUE(made.isOk()) << made.toString();
+    if (rank() != stopped) {
+      Status st;
+      if (which == 0) {
+        auto a = windowArgs<PeerAllreduceArgs>(CollectiveKind::kAllreduce, DataType::kFloat32, ReduceOp::kSum,
+                                               count);
+        a.send = in.get();
+        a.recv = out.get();
+        a.count = count;
+        a.algorithm = PeerAlgorithm::kAllreduceTwoShot;
+        a.timeoutNs = deadline;
+        st = launchPeerAllreduce(a, stream_);
+      } else if (which == 1) {
+        auto a = windowArgs<PeerAllgatherArgs>(CollectiveKind::kAllgather, DataType::kFloat32, ReduceOp::kSum,
+                                               count);
+        a.send = in.get();
+        a.recv = out.get();
+        a.count = count;
+        a.timeoutNs = deadline;
+        st = launchPeerAllgather(a, stream_);
+      } else if (which == 2) {
+        auto a = windowArgs<PeerBroadcastArgs>(CollectiveKind::kBroadcast, DataType::kFloat32, ReduceOp::kSum,
+                                               count, stopped);
+        a.send = in.get();
+        a.recv = out.get();
+        a.count = count;
+        a.root = stopped;
+        a.timeoutNs = deadline;
+        st = launchPeerBroadcast(a, stream_);
+      } else {
+        auto a = windowArgs<PeerReduceScatterArgs>(CollectiveKind::kReduceScatter, DataType::kFloat32,
+                                                   ReduceOp::kSum, count);
+        a.send = in.get();
+        a.recv = out.get();
+        a.count = count;
+        a.timeoutNs = deadline;
+        st = launchPeerReduceScatter(a, stream_);
+      }
+      ASSERT_TRUE(st.isOk()) << st.toString();
+      const auto t0 = std::chrono::steady_clock::now();
+      ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const ErrorRecord* rec = windows_->errorRecord();
+      // Every running rank waits on the stopped one (its chunks or its arrival slot) or on a peer that failed
+      // first: a timeout naming the stopped rank, or a failed peer.
+      EXPECT_TRUE(rec->code == uint32_t(PeerError::kTimeout) || rec->code == uint32_t(PeerError::kPeerFailed))
+          << "collective " << which << ": code " << rec->code;
+      if (rec->code == uint32_t(PeerError::kTimeout)) EXPECT_EQ(rec->peer, stopped) << "collective " << which;
+      EXPECT_LT(ms, 5000.0) << "collective " << which;
+    }
+    const ErrorRecord* rec = windows_->errorRecord();
+    int named =
+        rank() != stopped && rec->code == uint32_t(PeerError::kTimeout) && rec->peer == stopped ? 1 : 0;
+    int any = 0;
+    MPI_Allreduce(&named, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    EXPECT_EQ(any, 1) << "no rank named the stopped rank " << stopped << " in collective " << which;
+  }
+}
+
+}  // namespace
+}  // namespace peer
+
+namespace {
+
+// The new collectives as users reach them: a device communicator made with RINGGUARD_DEVICE_TRANSPORT=peer
+// (DeviceTransportKind::kPeer) hands the two-shot allreduce, the all-gather, the broadcast and the
+// reduce-scatter to the peer path; faults from Options; results exact; detected == injected.
+TEST(PeerCommunicatorCollectives, ExplicitPeerTakesEveryCollectiveExactly) {
+  int n = 0, mine = 0, all = 0;
+  mine = (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) ? 1 : 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!all) GTEST_SKIP() << "no CUDA device on some rank";
+  std::unique_ptr<Bootstrap> bootstrap;
+  ASSERT_TRUE(mpi::createBootstrap(MPI_COMM_WORLD, &bootstrap).isOk());
+  Options o;
+  o.fault.probability = 0.02;
+  o.fault.seed = 3;
+  cuda::DeviceOptions d;
+  d.transport = cuda::DeviceTransportKind::kPeer;
+  d.peerBytes = 16u << 20;
+  d.peerTwoShotBytes = 64u << 10;
+  std::unique_ptr<Communicator> c;
+  Status st = cuda::createDeviceCommunicator(*bootstrap, o, d, &c);
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  const int rank = c->rank(), size = c->size();
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  for (size_t count : {size_t(1), size_t(1000), size_t(1) << 18}) {  // one-shot, one-shot, two-shot
+    const size_t bytes = count * 4, total = bytes * size_t(size);
+    peer::DeviceBuffer in(total), out(total);
+    const std::vector<float> x = peer::integerFloats(rank, count * size_t(size));
+    ASSERT_EQ(cudaMemcpy(in.get(), x.data(), total, cudaMemcpyHostToDevice), cudaSuccess);
+    std::vector<float> wantAr(count, 0.f), wantRs(count, 0.f), wantAg;
+    for (int p = 0; p < size; ++p) {
+      const std::vector<float> y = peer::integerFloats(p, count * size_t(size));
+      for (size_t i = 0; i < count; ++i) {
+        wantAr[i] += y[i];
+        wantRs[i] += y[size_t(rank) * count + i];
+      }
+      wantAg.insert(wantAg.end(), y.begin(), y.begin() + long(count));
+    }
+    auto check = [&](const std::vector<float>& want, const char* what) {
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      const std::vector<uint8_t> got = peer::toHost(out.get(), want.size() * 4);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << what << " count " << count;
+    };
+    st = c->allreduce(in.get(), out.get(), count, DataType::kFloat32, ReduceOp::kSum, s);
+    ASSERT_TRUE(st.isOk()) << st.toString();
+    check(wantAr, "allreduce");
+    st = c->allgather(in.get(), out.get(), count, DataType::kFloat32, s);
+    ASSERT_TRUE(st.isOk()) << st.toString();
+    check(wantAg, "allgather");
+    st = c->broadcast(in.get(), out.get(), count, DataType::kFloat32, size - 1, s);
+    ASSERT_TRUE(st.isOk()) << st.toString();
+    check(std::vector<float>(wantAg.end() - long(count), wantAg.end()), "broadcast");
+    st = c->reduceScatter(in.get(), out.get(), count, DataType::kFloat32, ReduceOp::kSum, s);
+    ASSERT_TRUE(st.isOk()) << st.toString();
+    check(wantRs, "reduce_scatter");
+  }
+  const Counters k = c->counters();
+  EXPECT_GT(k.injected, 0u);
+  EXPECT_EQ(k.detected, k.injected);
+  EXPECT_EQ(k.escaped, 0u);
+  cudaStreamDestroy(s);
+}
+
+}  // namespace
+}  // namespace ringguard
