@@ -31,12 +31,15 @@ Status allgather(const CollectiveContext& ctx, Executor* exec, const void* send,
   const SmallRoute route = smallRoute(ctx, *exec, bytes, bytes);
   if (route != SmallRoute::kPipeline) {
     // Small: every rank's block goes to every peer in its window or its fingerprint frame.
-    std::vector<std::vector<uint8_t>> in;
-    RINGGUARD_RETURN_IF_ERROR(smallExchangeAll(route, ctx, fp, send, bytes, &in));
+    // Read from a window straight into place; a frame's payload is copied there from `in`.
     auto* output = static_cast<uint8_t*>(recv);
+    std::vector<uint8_t*> into(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) into[size_t(r)] = output + size_t(r) * bytes;
+    std::vector<std::vector<uint8_t>> in;
+    RINGGUARD_RETURN_IF_ERROR(smallExchangeAll(route, ctx, fp, send, bytes, &in, &into));
     for (int r = 0; r < n && bytes > 0; ++r) {
-      const void* block = r == me ? send : in[size_t(r)].data();
-      if (output + size_t(r) * bytes != block) std::memcpy(output + size_t(r) * bytes, block, bytes);
+      const void* block = r == me ? send : in[size_t(r)].empty() ? nullptr : in[size_t(r)].data();
+      if (block != nullptr && into[size_t(r)] != block) std::memcpy(into[size_t(r)], block, bytes);
     }
     return Status::ok();
   }

@@ -60,16 +60,10 @@ Status alltoallWindowed(const CollectiveContext& ctx, const Executor& exec, cons
     inBytes[p] = l.recvCounts[p] * esize;
     publish += out[p].bytes;
   }
+  std::vector<uint8_t*> into(n);  // each block read straight into place
+  for (size_t p = 0; p < n; ++p) into[p] = static_cast<uint8_t*>(recv) + l.recvDispls[p] * esize;
   std::vector<std::vector<uint8_t>> in;
-  RINGGUARD_RETURN_IF_ERROR(
-      windowExchange(ctx, fp, out, inBytes, &in, runsOneSided(ctx, exec, publish), taken));
-  if (!*taken) return Status::ok();
-  for (size_t p = 0; p < n; ++p) {
-    if (p != me && inBytes[p] > 0) {
-      std::memcpy(static_cast<uint8_t*>(recv) + l.recvDispls[p] * esize, in[p].data(), inBytes[p]);
-    }
-  }
-  return Status::ok();
+  return windowExchange(ctx, fp, out, inBytes, &in, &into, runsOneSided(ctx, exec, publish), taken);
 }
 
 }  // namespace

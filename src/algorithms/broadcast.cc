@@ -118,9 +118,12 @@ Status broadcast(const CollectiveContext& ctx, Executor* exec, const void* send,
     }
     if (me != root) inBytes[size_t(root)] = bytes;
     std::vector<std::vector<uint8_t>> in;
-    RINGGUARD_RETURN_IF_ERROR(smallExchange(route, ctx, fp, out, inBytes, &in));
-    const void* value = me == root ? send : in[size_t(root)].data();
-    if (value != recv && bytes > 0) std::memcpy(recv, value, bytes);
+    // Read from a window straight into place; a frame's payload is copied there from `in`.
+    std::vector<uint8_t*> into(static_cast<size_t>(n), nullptr);
+    into[size_t(root)] = static_cast<uint8_t*>(recv);
+    RINGGUARD_RETURN_IF_ERROR(smallExchange(route, ctx, fp, out, inBytes, &in, &into));
+    const void* value = me == root ? send : in[size_t(root)].empty() ? nullptr : in[size_t(root)].data();
+    if (value != nullptr && value != recv && bytes > 0) std::memcpy(recv, value, bytes);
     return Status::ok();
   }
   RINGGUARD_RETURN_IF_ERROR(exchangeFingerprints(ctx, fp));

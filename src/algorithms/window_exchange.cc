@@ -1,6 +1,7 @@
 #include "algorithms/window_exchange.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <string>
@@ -15,17 +16,26 @@ namespace ringguard {
 
 namespace {
 
-// Polls of a flag before a wait goes through pollUntil (its deadline, peers' errors, abort and the doorbell):
-// a peer that is already there costs no more than these loads.
+// Polls of a flag between two looks at the clock.
 constexpr int kInlinePolls = 64;
 
-// `slow` (optional) is asked on every poll of the slow path: an error from it ends the wait.
+// Waits for `ready()`: polls the flag alone for as long as the transport's waits poll before they sleep
+// (pollBeforeBlocking: 50 us under mpirun, where each rank owns its core; a few polls under torch), then
+// through pollUntil (its deadline, peers' errors, abort, the doorbell). The flag alone is a load of a line
+// the peer writes; pollUntil's rounds also move the transport's rings under its lock and read the clock,
+// which cost more than a small collective's data (docs/PERFORMANCE.md, issue 45). `slow` (optional) is
+// asked on every round of pollUntil: an error from it ends the wait.
 template <typename Ready>
 Status waitUntil(const CollectiveContext& ctx, const Ready& ready, const std::function<std::string()>& what,
                  int peer, const std::function<Status()>& slow = nullptr) {
-  for (int i = 0; i < kInlinePolls; ++i) {
-    if (ready()) return Status::ok();
-  }
+  const auto budget = ctx.transport->pollBeforeBlocking();
+  const auto start = std::chrono::steady_clock::now();
+  do {
+    for (int i = 0; i < kInlinePolls; ++i) {
+      if (ready()) return Status::ok();
+    }
+  } while (std::chrono::steady_clock::now() - start < budget &&
+           !(ctx.aborted != nullptr && ctx.aborted->load(std::memory_order_relaxed)));
   return pollUntil(
       ctx,
       [&ready, &slow](bool* done) {
@@ -296,7 +306,8 @@ bool runsOneSided(const CollectiveContext& ctx, const Executor& exec, size_t pub
 
 Status windowExchange(const CollectiveContext& ctx, const Fingerprint& mine,
                       const std::vector<EagerPayload>& out, const std::vector<size_t>& inBytes,
-                      std::vector<std::vector<uint8_t>>* in, bool offered, bool* taken) {
+                      std::vector<std::vector<uint8_t>>* in, const std::vector<uint8_t*>* into, bool offered,
+                      bool* taken) {
   Windows& w = *ctx.transport->windows();
   const int n = w.size(), me = w.rank();
   const uint64_t e = w.nextEpoch();
@@ -326,8 +337,12 @@ Status windowExchange(const CollectiveContext& ctx, const Fingerprint& mine,
   Status failure;
   for (int p = 0; p < n && failure.isOk(); ++p) {
     if (p == me) continue;
-    (*in)[size_t(p)].resize(inBytes[size_t(p)]);
-    RINGGUARD_RETURN_IF_ERROR(readPart(ctx, w, e, p, inBytes[size_t(p)], (*in)[size_t(p)].data(), &failure));
+    uint8_t* dst = into != nullptr ? (*into)[size_t(p)] : nullptr;
+    if (dst == nullptr) {
+      (*in)[size_t(p)].resize(inBytes[size_t(p)]);
+      dst = (*in)[size_t(p)].data();
+    }
+    RINGGUARD_RETURN_IF_ERROR(readPart(ctx, w, e, p, inBytes[size_t(p)], dst, &failure));
   }
   // A peer that wrote nonsense is not one to settle with: this rank's error goes out as an error frame
   // from the communicator, as a transport error does on every path.
@@ -343,19 +358,20 @@ SmallRoute smallRoute(const CollectiveContext& ctx, const Executor& exec, size_t
 
 Status smallExchange(SmallRoute route, const CollectiveContext& ctx, const Fingerprint& mine,
                      const std::vector<EagerPayload>& out, const std::vector<size_t>& inBytes,
-                     std::vector<std::vector<uint8_t>>* in) {
-  return route == SmallRoute::kWindow ? windowExchange(ctx, mine, out, inBytes, in)
+                     std::vector<std::vector<uint8_t>>* in, const std::vector<uint8_t*>* into) {
+  return route == SmallRoute::kWindow ? windowExchange(ctx, mine, out, inBytes, in, into)
                                       : eagerExchange(ctx, mine, out, inBytes, in);
 }
 
 Status smallExchangeAll(SmallRoute route, const CollectiveContext& ctx, const Fingerprint& mine,
-                        const void* data, size_t bytes, std::vector<std::vector<uint8_t>>* in) {
+                        const void* data, size_t bytes, std::vector<std::vector<uint8_t>>* in,
+                        const std::vector<uint8_t*>* into) {
   const size_t n = size_t(ctx.transport->size()), me = size_t(ctx.transport->rank());
   std::vector<EagerPayload> out(n, EagerPayload{data, bytes});
   std::vector<size_t> inBytes(n, bytes);
   out[me] = EagerPayload{};
   inBytes[me] = 0;
-  return smallExchange(route, ctx, mine, out, inBytes, in);
+  return smallExchange(route, ctx, mine, out, inBytes, in, into);
 }
 
 }  // namespace ringguard

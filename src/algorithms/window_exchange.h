@@ -30,14 +30,16 @@ bool runsOneSided(const CollectiveContext& ctx, const Executor& exec, size_t pub
 // 0, slice = chunk, column = its publisher) after data-mode fault injection and re-read up to maxRetries
 // times. A chunk corrupt on every read, or a peer's part of another size than inBytes says (all-to-all
 // splits that do not match), is the same error on every rank (kCorruption, kInvalidArgument). OK once
-// (*in)[p] holds peer p's payload intact.
+// (*in)[p] holds peer p's payload intact, or, where into[p] is given (not null), that destination does
+// (and (*in)[p] stays empty): the bytes are verified there, so on an error it may hold some of them.
 //
 // All-to-all, whose payload sizes no rank knows of the others: `offered` says whether this rank's payloads
 // fit a half (runsOneSided); *taken comes back true when every rank's did and the payloads traveled, false
 // when some rank's did not (then only the fingerprints were compared, and every rank takes the ring).
 Status windowExchange(const CollectiveContext& ctx, const Fingerprint& mine,
                       const std::vector<EagerPayload>& out, const std::vector<size_t>& inBytes,
-                      std::vector<std::vector<uint8_t>>* in, bool offered = true, bool* taken = nullptr);
+                      std::vector<std::vector<uint8_t>>* in, const std::vector<uint8_t*>* into = nullptr,
+                      bool offered = true, bool* taken = nullptr);
 
 // How a small collective's payloads travel: through the windows, in the fingerprint frames (eager), or not
 // as a small collective at all (the pipeline).
@@ -48,13 +50,15 @@ enum class SmallRoute { kPipeline, kWindow, kEager };
 SmallRoute smallRoute(const CollectiveContext& ctx, const Executor& exec, size_t maxPayload,
                       size_t publishBytes);
 
-// windowExchange or eagerExchange, by `route` (never kPipeline).
+// windowExchange or eagerExchange, by `route` (never kPipeline); `into` is for the windows only (the eager
+// exchange fills `in`), so a caller copies what came in `in` and finds the rest in place.
 Status smallExchange(SmallRoute route, const CollectiveContext& ctx, const Fingerprint& mine,
                      const std::vector<EagerPayload>& out, const std::vector<size_t>& inBytes,
-                     std::vector<std::vector<uint8_t>>* in);
+                     std::vector<std::vector<uint8_t>>* in, const std::vector<uint8_t*>* into = nullptr);
 
 // smallExchange where every rank gives every peer the same `bytes` at `data` (all-reduce, all-gather).
 Status smallExchangeAll(SmallRoute route, const CollectiveContext& ctx, const Fingerprint& mine,
-                        const void* data, size_t bytes, std::vector<std::vector<uint8_t>>* in);
+                        const void* data, size_t bytes, std::vector<std::vector<uint8_t>>* in,
+                        const std::vector<uint8_t*>* into = nullptr);
 
 }  // namespace ringguard
