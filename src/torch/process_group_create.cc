@@ -3,6 +3,7 @@
 // its point-to-point lanes, and stop() for shutdown() and abort().
 #include <c10/util/Exception.h>
 
+#include <cstring>
 #include <set>
 #include <stdexcept>
 #include <utility>
@@ -70,8 +71,13 @@ ProcessGroupRingguard::ProcessGroupRingguard(c10::intrusive_ptr<c10d::Store> sto
   // send/recv: the engine's verified point-to-point, one lane per (peer, direction), over a c10d transport
   // of their own on the same Gloo backend, through shared memory as the CPU communicator's when the ranks
   // share a host (RINGGUARD_CPU_TRANSPORT; under mpirun, where that says mpi, as auto).
+  // The lanes move send/recv only, which the shared-memory windows do not carry (docs/design/protocol.md):
+  // their segments hold none.
   StoreBootstrap p2pStore(store_, gloo_, "ringguard/p2p", kP2pTagBase);
-  st = createPointToPoint(*withSharedMemory(p2pStore, lookup(), "gloo", options_.timeout), options_, &p2p_);
+  const SettingLookup lanes = [all = lookup()](const char* name) -> const char* {
+    return std::strcmp(name, "RINGGUARD_SHM_WINDOW_BYTES") == 0 ? "0" : all(name);
+  };
+  st = createPointToPoint(*withSharedMemory(p2pStore, lanes, "gloo", options_.timeout), options_, &p2p_);
   TORCH_CHECK(st.isOk(), "ringguard: send/recv transport: ", st.toString());
   cpuLane_ = std::make_unique<CompletionLane>("rg-done-cpu");
   cudaLane_ = std::make_unique<CompletionLane>("rg-done-cuda");

@@ -28,8 +28,6 @@ namespace ringguard {
 namespace peer {
 namespace {
 
-constexpr size_t kCapacity = 64u << 20;
-
 int worldRank() {
   int r = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &r);
@@ -55,24 +53,9 @@ struct DeviceBuffers {
   float* out = nullptr;
 };
 
-class PeerAllreduce : public ::testing::Test {
+// The windows and stream of PeerWindowTest (peer_test_util.h), with the one-shot's arguments.
+class PeerAllreduce : public PeerWindowTest {
  protected:
-  void SetUp() override {
-    int n = 0, mine = 0, all = 0;
-    mine = (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) ? 1 : 0;
-    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (!all) GTEST_SKIP() << "no CUDA device on some rank";
-    ASSERT_TRUE(mpi::createBootstrap(MPI_COMM_WORLD, &bootstrap_).isOk());
-    Status st = PeerWindows::create(*bootstrap_, 0, kCapacity, &windows_);
-    ASSERT_TRUE(st.isOk()) << st.toString();
-    ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
-  }
-  void TearDown() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-    windows_.reset();
-    MPI_Barrier(MPI_COMM_WORLD);
-  }
-
   PeerAllreduceArgs args(const void* send, void* recv, size_t count) const {
     PeerAllreduceArgs a;
     a.send = send;
@@ -131,10 +114,6 @@ class PeerAllreduce : public ::testing::Test {
     cudaFree(dIn);
     cudaFree(dOut);
   }
-
-  std::unique_ptr<Bootstrap> bootstrap_;
-  std::unique_ptr<PeerWindows> windows_;
-  cudaStream_t stream_ = nullptr;
 };
 
 TEST_F(PeerAllreduce, ChunkCrcIsTheHostCrc) {
