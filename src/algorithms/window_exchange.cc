@@ -164,6 +164,7 @@ Status readSeal(const CollectiveContext& ctx, const Windows& w, uint64_t e, cons
       [&ctx, &mine, p] { return twoSidedPeer(ctx, mine, p); }));
   const int reads = std::max(1, ctx.options->maxRetries + 1);
   for (int attempt = 0; attempt < reads; ++attempt) {
+    if (attempt > 0) ctx.counters->retransmitted++;  // re-read from the seal the peer retains
     HalfSeal copy;
     std::memcpy(&copy, &h.seal, sizeof copy);
     if (attempt == 0 && ctx.injector != nullptr &&

@@ -150,6 +150,7 @@ TEST(WindowExchange, DamagedFingerprintReadIsReadAgain) {
     const Counters c = g.totalCounters();
     EXPECT_EQ(c.injected, 1u) << sender << " -> " << receiver;
     EXPECT_EQ(c.detected, 1u) << sender << " -> " << receiver;
+    EXPECT_EQ(c.retransmitted, 1u) << sender << " -> " << receiver;  // the seal read again
   }
 }
 
