@@ -116,10 +116,12 @@ NO_IMPORT_SCRIPT = textwrap.dedent("""
     assert "ringguard._C" not in sys.modules
     dist.init_process_group("ringguard")
     assert "ringguard._C" in sys.modules
-    t = torch.full((4097,), float(dist.get_rank() + 1))
+    # Larger than a shared-memory window (RINGGUARD_SHM_WINDOW_BYTES): the ring, in RINGGUARD_SLICE_BYTES
+    # slices, so a fault probability has many transfers to hit.
+    t = torch.full((70001,), float(dist.get_rank() + 1))
     dist.all_reduce(t)
     n = dist.get_world_size()
-    assert torch.equal(t, torch.full((4097,), float(n * (n + 1) // 2))), t[:4]
+    assert torch.equal(t, torch.full((70001,), float(n * (n + 1) // 2))), t[:4]
     b = dist.group.WORLD._get_backend(torch.device("cpu"))
     c = b.counters()
     sys.stdout.write(f"RESULT rank={dist.get_rank()} slices_verified={c['slices_verified']} "
