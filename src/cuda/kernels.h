@@ -13,6 +13,7 @@
 #include "core/trailer.h"
 #include "ringguard/core/status.h"
 #include "ringguard/core/types.h"
+#include "ringguard/cuda/crc32_many.h"
 
 // Forward declaration of the runtime's stream handle, so this header does not need cuda_runtime_api.h.
 typedef struct CUstream_st* cudaStream_t;
@@ -45,22 +46,8 @@ Status crc32DeviceUnlessOk(const void* data, size_t bytes, const uint32_t* verdi
 // compare it with boost's. Synchronous.
 Status crc32DeviceTableForTesting(uint32_t* tableHost);
 
-// One buffer of crc32ManyDevice.
-struct Crc32Span {
-  const void* data;  // device address, any byte alignment; null only when bytes == 0
-  size_t bytes;
-};
-
-// Bytes of temporary device storage crc32ManyDevice needs for these spans (depends on their sizes only).
-size_t crc32ManyDeviceScratchBytes(const Crc32Span* spans, size_t n);
-
-// crcsOutDevice[i] = the CRC-32 crc32Device gives for spans[i], for each of the `n` spans, in one launch of
-// a persistent segment kernel (the tables filled once per block, not once per span) and one merge launch
-// (a block per span), after two small host-to-device copies of the work table (pageable: staged when the
-// call returns). `scratch` must hold crc32ManyDeviceScratchBytes (16-byte aligned) and stay untouched until
-// the stream has passed this work. The replica check's device fingerprint (docs/REPLICAS.md).
-Status crc32ManyDevice(const Crc32Span* spans, size_t n, uint32_t* crcsOutDevice, void* scratch,
-                       size_t scratchBytes, cudaStream_t stream);
+// crc32ManyDevice and its span: ringguard/cuda/crc32_many.h (the CUDA layer's public entry for the replica
+// check's bindings).
 
 // ---- NaN / Inf scan --------------------------------------------------------------------------------------
 

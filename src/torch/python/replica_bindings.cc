@@ -16,7 +16,7 @@
 #include "ringguard/replicas/replica_check.h"
 #include "torch/guard/tensor_buffer.h"
 #if RINGGUARD_GUARD_CUDA
-#include "cuda/kernels.h"
+#include "ringguard/cuda/crc32_many.h"
 #include "ringguard/replicas/device_backend.h"
 #endif
 
