@@ -8,10 +8,11 @@
 //
 // A publication is up to `size` parts (byte ranges of the data, each split into chunks); the part table
 // says, for every reading rank, which part is its own: one part shared by every reader (all-reduce,
-// all-gather, broadcast) or one per reader (reduce-scatter).
+// all-gather, broadcast) or one per reader (reduce-scatter, all-to-all).
 // A collective with epoch e (the window's own count of one-sided collectives, from 1) uses half e & 1.
 // Everything a peer wrote is read as untrusted: epochs are compared for equality, chunk entries are
-// trailers checked like ring slices, the fingerprint carries its CRC; no size or offset is read from a peer.
+// trailers checked like ring slices, the fingerprint carries its CRC, a part table entry is bounds-checked
+// (partReadable) before any byte it names is read, and a peer's error text is read within its bounds.
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -27,7 +28,7 @@ namespace ringguard {
 // is read while it is written).
 inline constexpr size_t kWindowChunkBytes = size_t(16) << 10;
 
-inline constexpr size_t kWindowWhyBytes = 512;
+inline constexpr size_t kWindowWhyBytes = 512;  // WindowHeader::why, NUL included
 
 struct alignas(64) WindowHeader {
   std::atomic<uint64_t> done;  // the last epoch whose reads of every peer's half this rank finished
