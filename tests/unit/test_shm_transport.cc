@@ -40,13 +40,16 @@ struct Connected {
   std::vector<Status> status;
   std::vector<std::string> name;
   std::vector<std::chrono::microseconds> poll;  // each transport's pollBeforeBlocking
+  std::vector<bool> windows;                    // whether each transport offers windows
 };
+// windows[r]: rank r's RINGGUARD_SHM_WINDOW_BYTES (none given: 0 on every rank).
 Connected connectAll(const std::vector<std::string>& modes, const std::vector<size_t>& rings,
-                     std::chrono::microseconds spin = std::chrono::microseconds(0)) {
+                     std::chrono::microseconds spin = std::chrono::microseconds(0),
+                     const std::vector<size_t>& windows = {}) {
   const int n = int(modes.size());
   testing::Board board(n);
   Connected out{std::vector<Status>(size_t(n)), std::vector<std::string>(size_t(n)),
-                std::vector<std::chrono::microseconds>(size_t(n))};
+                std::vector<std::chrono::microseconds>(size_t(n)), std::vector<bool>(size_t(n))};
   testing::runRanks(n, [&](int r) {
     testing::MemoryBootstrap b(&board, r);
     std::unique_ptr<Transport> t;
@@ -57,6 +60,7 @@ Connected connectAll(const std::vector<std::string>& modes, const std::vector<si
     c.setting = m;
     c.offSetting = "gloo";
     c.ringBytes = rings[size_t(r)];
+    c.windowBytes = windows.empty() ? 0 : windows[size_t(r)];
     c.timeout = std::chrono::milliseconds(20000);
     c.spin = spin;
     // A value the caller could not use (mpiSharedMemory, cpuSharedMemory): the text stands for itself.
@@ -65,6 +69,7 @@ Connected connectAll(const std::vector<std::string>& modes, const std::vector<si
     out.status[size_t(r)] = st;
     out.name[size_t(r)] = t ? t->name() : "";
     out.poll[size_t(r)] = t ? t->pollBeforeBlocking() : std::chrono::microseconds(-1);
+    out.windows[size_t(r)] = t && t->windows() != nullptr;
   });
   return out;
 }
@@ -123,6 +128,45 @@ TEST(ShmTransport, RanksWhoseModesDifferAllFailNamingBoth) {
     EXPECT_NE(st.message().find("gloo"), std::string::npos) << st.message();
     EXPECT_NE(st.message().find("auto"), std::string::npos) << st.message();
   }
+}
+
+// Windows for the one-sided protocol: every rank's segment holds one when the ranks agree on its size (0:
+// none); ranks started with different sizes all fail naming both, before any segment is mapped; a value that
+// does not parse is named.
+TEST(ShmTransport, WindowsWhenTheRanksAgreeOnTheirSize) {
+  const Connected with = connectAll({"auto", "auto", "auto"}, {4096, 4096, 4096},
+                                    std::chrono::microseconds(0), {65536, 65536, 65536});
+  const Connected without = connectAll({"auto", "auto"}, {4096, 4096}, std::chrono::microseconds(0), {0, 0});
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(with.status[size_t(r)].isOk()) << with.status[size_t(r)].toString();
+    EXPECT_TRUE(with.windows[size_t(r)]) << "rank " << r;
+  }
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(without.status[size_t(r)].isOk()) << without.status[size_t(r)].toString();
+    EXPECT_FALSE(without.windows[size_t(r)]) << "rank " << r;
+  }
+  const size_t before = segmentsInDevShm();
+  const Connected differ = connectAll({"auto", "auto", "auto"}, {4096, 4096, 4096},
+                                      std::chrono::microseconds(0), {65536, 65536, 0});
+  for (int r = 0; r < 3; ++r) {
+    const Status& st = differ.status[size_t(r)];
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << "rank " << r << ": " << st.toString();
+    EXPECT_NE(st.message().find("RINGGUARD_SHM_WINDOW_BYTES differs between ranks"), std::string::npos)
+        << st.message();
+    EXPECT_NE(st.message().find("has 65536"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("rank 2 has 0"), std::string::npos) << st.message();
+  }
+  EXPECT_EQ(segmentsInDevShm(), before);
+
+  const SharedMemoryChoice garbage = readSharedMemoryChoice(
+      [](const char* name) -> const char* {
+        return std::string(name) == "RINGGUARD_SHM_WINDOW_BYTES" ? "lots" : nullptr;
+      },
+      "gloo", std::chrono::milliseconds(1000));
+  EXPECT_EQ(garbage.invalid.code(), StatusCode::kInvalidArgument) << garbage.invalid.toString();
+  EXPECT_NE(garbage.invalid.message().find("RINGGUARD_SHM_WINDOW_BYTES"), std::string::npos)
+      << garbage.invalid.message();
+  EXPECT_NE(garbage.invalid.message().find("lots"), std::string::npos) << garbage.invalid.message();
 }
 
 // A rank whose setup records are not what this version writes (another version, a hostile peer): every
