@@ -25,22 +25,32 @@ constexpr int kInlinePolls = 64;
 // the peer writes; pollUntil's rounds also move the transport's rings under its lock and read the clock,
 // which cost more than a small collective's data (docs/PERFORMANCE.md, issue 45). `slow` (optional) is
 // asked on every round of pollUntil: an error from it ends the wait.
-template <typename Ready>
-Status waitUntil(const CollectiveContext& ctx, const Ready& ready, const std::function<std::string()>& what,
-                 int peer, const std::function<Status()>& slow = nullptr) {
+// No `slow` question (the default of waitUntil).
+struct NoSlowQuestion {
+  Status operator()() const { return Status::ok(); }
+};
+
+template <typename Ready, typename What, typename Slow = NoSlowQuestion>
+Status waitUntil(const CollectiveContext& ctx, const Ready& ready, const What& what, int peer,
+                 const Slow& slow = Slow()) {
+  // The fast path is flag loads only: the clock, the wait's description and pollUntil's std::functions come
+  // after the first polls fail.
+  for (int i = 0; i < kInlinePolls; ++i) {
+    if (ready()) return Status::ok();
+  }
   const auto budget = ctx.transport->pollBeforeBlocking();
   const auto start = std::chrono::steady_clock::now();
-  do {
+  while (std::chrono::steady_clock::now() - start < budget &&
+         !(ctx.aborted != nullptr && ctx.aborted->load(std::memory_order_relaxed))) {
     for (int i = 0; i < kInlinePolls; ++i) {
       if (ready()) return Status::ok();
     }
-  } while (std::chrono::steady_clock::now() - start < budget &&
-           !(ctx.aborted != nullptr && ctx.aborted->load(std::memory_order_relaxed)));
+  }
   return pollUntil(
       ctx,
       [&ready, &slow](bool* done) {
         *done = ready();
-        return *done || !slow ? Status::ok() : slow();
+        return *done ? Status::ok() : slow();
       },
       what, peer);
 }
