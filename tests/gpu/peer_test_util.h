@@ -56,6 +56,20 @@ struct DeviceBuffer {
   void* p = nullptr;
 };
 
+// Setup writes for a kernel on the fixture's non-blocking stream. cudaMemcpy and cudaMemset run on the legacy
+// default stream, which does not order a non-blocking stream's work: a pageable host-to-device copy may
+// return before its DMA lands and a memset returns at once, so a kernel launched next could read the old
+// bytes or have its output poisoned after it wrote it (seen on the H200: wrong results without a CRC error).
+// These wait for the device before returning.
+inline cudaError_t upload(void* d, const void* h, size_t bytes) {
+  const cudaError_t e = cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
+  return e != cudaSuccess ? e : cudaDeviceSynchronize();
+}
+inline cudaError_t fill(void* d, int value, size_t bytes) {
+  const cudaError_t e = cudaMemset(d, value, bytes);
+  return e != cudaSuccess ? e : cudaDeviceSynchronize();
+}
+
 inline std::vector<uint8_t> toHost(const void* d, size_t bytes) {
   std::vector<uint8_t> h(bytes);
   EXPECT_EQ(cudaMemcpy(h.data(), d, bytes, cudaMemcpyDeviceToHost), cudaSuccess);

@@ -95,8 +95,8 @@ class PeerAllreduce : public PeerWindowTest {
     ASSERT_EQ(cudaMalloc(&dIn, bytes + 64), cudaSuccess);
     ASSERT_EQ(cudaMalloc(&dOut, bytes + 64), cudaSuccess);
     const std::vector<float> in = input(windows_->rank(), count);
-    ASSERT_EQ(cudaMemcpy(dIn + offset, in.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaMemset(dOut, 0xff, bytes + 64), cudaSuccess);  // poisoned: every element must be written
+    ASSERT_EQ(upload(dIn + offset, in.data(), bytes), cudaSuccess);
+    ASSERT_EQ(fill(dOut, 0xff, bytes + 64), cudaSuccess);  // poisoned: every element must be written
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     void* out = inPlace ? dIn + offset : dOut + offset;
     PeerAllreduceArgs a = args(dIn + offset, out, count);
@@ -122,7 +122,7 @@ TEST_F(PeerAllreduce, ChunkCrcIsTheHostCrc) {
   for (uint8_t& b : host) b = uint8_t(gen());
   void* d = nullptr;
   ASSERT_EQ(cudaMalloc(&d, host.size()), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(d, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(upload(d, host.data(), host.size()), cudaSuccess);
   std::vector<uint32_t> crcs(64);
   ASSERT_TRUE(peerChunkCrcForTest(d, host.size(), crcs.data()).isOk());
   for (size_t c = 0; c < 64; ++c) EXPECT_EQ(crcs[c], crc32(host.data() + c * kChunkBytes, kChunkBytes)) << c;
@@ -161,7 +161,7 @@ TEST_F(PeerAllreduce, EveryDtypeAndOpEqualsTheHostReductionInRankOrder) {
         ASSERT_EQ(cudaMalloc(&dIn, bytes), cudaSuccess);
         ASSERT_EQ(cudaMalloc(&dOut, bytes), cudaSuccess);
         const std::vector<uint8_t> in = inputOf(rank);
-        ASSERT_EQ(cudaMemcpy(dIn, in.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(upload(dIn, in.data(), bytes), cudaSuccess);
         PeerAllreduceArgs a = args(dIn, dOut, count);
         a.dtype = t;
         a.op = op;
@@ -329,8 +329,8 @@ TEST_F(PeerCommunicator, Float32SumsTakeThePeerPathAndOtherDtypesTheRing) {
     void *d = nullptr, *dI = nullptr;
     ASSERT_EQ(cudaMalloc(&d, count * 4), cudaSuccess);
     ASSERT_EQ(cudaMalloc(&dI, count * 4), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(d, in.data(), count * 4, cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(dI, inI.data(), count * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(peer::upload(d, in.data(), count * 4), cudaSuccess);
+    ASSERT_EQ(peer::upload(dI, inI.data(), count * 4), cudaSuccess);
     auto w = c->allreduceAsync(d, d, count, DataType::kFloat32, ReduceOp::kSum, s);
     Status st = c->allreduce(dI, dI, count, DataType::kInt32, ReduceOp::kSum, s);
     ASSERT_TRUE(st.isOk()) << st.toString();

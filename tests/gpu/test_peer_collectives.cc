@@ -105,8 +105,8 @@ class PeerCollectives : public PeerWindowTest {
     const size_t bytes = count * 4;
     DeviceBuffer in(bytes), out(bytes);
     const std::vector<float> mine = integerFloats(rank(), count);
-    ASSERT_EQ(cudaMemcpy(in.get() + offset, mine.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaMemset(out.get(), 0xff, bytes + 64), cudaSuccess);  // poisoned: every element is written
+    ASSERT_EQ(upload(in.get() + offset, mine.data(), bytes), cudaSuccess);
+    ASSERT_EQ(fill(out.get(), 0xff, bytes + 64), cudaSuccess);  // poisoned: every element is written
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     char* dst = inPlace ? in.get() + offset : out.get() + offset;
     Status st =
@@ -149,7 +149,7 @@ TEST_F(PeerCollectives, TwoShotEqualsOneShotAndTheHostForEveryDtypeAndOp) {
         for (int p = 0; p < size(); ++p) inputs.push_back(randomInput(t, count, p, uint32_t(baseOp(op))));
         const std::vector<uint8_t> want = rankOrderReduce(t, op, inputs, 0, count);
         DeviceBuffer in(bytes), one(bytes), two(bytes);
-        ASSERT_EQ(cudaMemcpy(in.get(), inputs[size_t(rank())].data(), bytes, cudaMemcpyHostToDevice),
+        ASSERT_EQ(upload(in.get(), inputs[size_t(rank())].data(), bytes),
                   cudaSuccess);
         ASSERT_TRUE(allreduce(in.get(), one.get(), count, t, op, PeerAlgorithm::kAllreduceOneShot).isOk());
         ASSERT_TRUE(allreduce(in.get(), two.get(), count, t, op, PeerAlgorithm::kAllreduceTwoShot).isOk());
@@ -176,7 +176,7 @@ TEST_F(PeerCollectives, TwoShotReadFaultsAreDetectedAndTheResultIsExact) {
 TEST_F(PeerCollectives, RanksRunningDifferentAllreduceKernelsAllFail) {
   const size_t count = 1 << 16;
   DeviceBuffer in(count * 4), out(count * 4);
-  ASSERT_EQ(cudaMemset(in.get(), 0, count * 4), cudaSuccess);
+  ASSERT_EQ(fill(in.get(), 0, count * 4), cudaSuccess);
   auto a =
       windowArgs<PeerAllreduceArgs>(CollectiveKind::kAllreduce, DataType::kFloat32, ReduceOp::kSum, count);
   a.send = in.get();
@@ -209,8 +209,8 @@ TEST_F(PeerCollectives, AllgatherExactForEveryDtypeAndShape) {
       }
       DeviceBuffer in(bytes), out(bytes * size_t(size()));
       const std::vector<uint8_t> mine = randomInput(t, count, rank(), 5);
-      ASSERT_EQ(cudaMemcpy(in.get(), mine.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
-      ASSERT_EQ(cudaMemset(out.get(), 0xff, bytes * size_t(size())), cudaSuccess);
+      ASSERT_EQ(upload(in.get(), mine.data(), bytes), cudaSuccess);
+      ASSERT_EQ(fill(out.get(), 0xff, bytes * size_t(size())), cudaSuccess);
       ASSERT_TRUE(allgather(in.get(), out.get(), count, t).isOk());
       const std::string what =
           std::string("allgather ") + dataTypeName(t) + " count " + std::to_string(count);
@@ -232,14 +232,14 @@ TEST_F(PeerCollectives, AllgatherLargeUnalignedAndInPlace) {
     }
     const std::vector<float> mine = integerFloats(rank(), count);
     // Out of place, the output 4 bytes off 16-byte alignment.
-    ASSERT_EQ(cudaMemcpy(in.get(), mine.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(upload(in.get(), mine.data(), bytes), cudaSuccess);
     ASSERT_TRUE(allgather(in.get(), out.get() + 4, count, DataType::kFloat32).isOk());
     expectClean("allgather out of place");
     EXPECT_EQ(toHost(out.get() + 4, total), want) << "count " << count;
     // In place: send is this rank's block of recv.
     char* block = out.get() + size_t(rank()) * bytes;
-    ASSERT_EQ(cudaMemset(out.get(), 0xff, total), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(block, mine.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(fill(out.get(), 0xff, total), cudaSuccess);
+    ASSERT_EQ(upload(block, mine.data(), bytes), cudaSuccess);
     ASSERT_TRUE(allgather(block, out.get(), count, DataType::kFloat32).isOk());
     expectClean("allgather in place");
     EXPECT_EQ(toHost(out.get(), total), want) << "in place, count " << count;
@@ -256,8 +256,8 @@ TEST_F(PeerCollectives, BroadcastExactFromEveryRoot) {
         const std::vector<uint8_t> want = randomInput(t, count, root, 9);
         DeviceBuffer in(bytes), out(bytes);
         if (rank() == root)
-          ASSERT_EQ(cudaMemcpy(in.get(), want.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
-        ASSERT_EQ(cudaMemset(out.get(), 0xff, bytes + 64), cudaSuccess);
+          ASSERT_EQ(upload(in.get(), want.data(), bytes), cudaSuccess);
+        ASSERT_EQ(fill(out.get(), 0xff, bytes + 64), cudaSuccess);
         ASSERT_TRUE(broadcast(in.get(), out.get() + 1, count, t, root).isOk());  // output unaligned
         const std::string what = "broadcast root " + std::to_string(root) + " " + dataTypeName(t) +
                                  " count " + std::to_string(count);
@@ -276,9 +276,9 @@ TEST_F(PeerCollectives, BroadcastExactFromEveryRoot) {
   const int root = size() - 1;
   const std::vector<float> want = integerFloats(root, count);
   DeviceBuffer buf(bytes);
-  ASSERT_EQ(cudaMemset(buf.get(), 0, bytes), cudaSuccess);
+  ASSERT_EQ(fill(buf.get(), 0, bytes), cudaSuccess);
   if (rank() == root)
-    ASSERT_EQ(cudaMemcpy(buf.get(), want.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(upload(buf.get(), want.data(), bytes), cudaSuccess);
   ASSERT_TRUE(broadcast(buf.get(), buf.get(), count, DataType::kFloat32, root).isOk());
   expectClean("broadcast 64 MiB");
   const std::vector<uint8_t> got = toHost(buf.get(), bytes);
@@ -290,7 +290,7 @@ TEST_F(PeerCollectives, BroadcastExactFromEveryRoot) {
 TEST_F(PeerCollectives, RanksThatDisagreeOnTheRootAllFail) {
   const size_t count = 4096;
   DeviceBuffer buf(count * 4);
-  ASSERT_EQ(cudaMemset(buf.get(), 0, count * 4), cudaSuccess);
+  ASSERT_EQ(fill(buf.get(), 0, count * 4), cudaSuccess);
   auto a = windowArgs<PeerBroadcastArgs>(CollectiveKind::kBroadcast, DataType::kFloat32, ReduceOp::kSum,
                                          count, rank());
   a.send = a.recv = buf.get();
@@ -320,9 +320,9 @@ TEST_F(PeerCollectives, ReduceScatterEqualsTheHostForEveryDtypeAndOp) {
           inputs.push_back(randomInput(t, total, p, 40u + uint32_t(baseOp(op))));
         const std::vector<uint8_t> want = rankOrderReduce(t, op, inputs, size_t(rank()) * count, count);
         DeviceBuffer in(total * e), out(count * e);
-        ASSERT_EQ(cudaMemcpy(in.get(), inputs[size_t(rank())].data(), total * e, cudaMemcpyHostToDevice),
+        ASSERT_EQ(upload(in.get(), inputs[size_t(rank())].data(), total * e),
                   cudaSuccess);
-        ASSERT_EQ(cudaMemset(out.get(), 0xff, count * e + 64), cudaSuccess);
+        ASSERT_EQ(fill(out.get(), 0xff, count * e + 64), cudaSuccess);
         ASSERT_TRUE(reduceScatter(in.get(), out.get(), count, t, op).isOk());
         const std::string what = std::string("reduce_scatter ") + dataTypeName(t) + " " + reduceOpName(op) +
                                  " count " + std::to_string(count);
@@ -349,7 +349,7 @@ TEST_F(PeerCollectives, ReduceScatterExactForEveryShape) {
       const std::vector<float> x = integerFloats(rank(), count, size_t(b) * count);
       std::copy(x.begin(), x.end(), mine.begin() + long(size_t(b) * count));
     }
-    ASSERT_EQ(cudaMemcpy(in.get(), mine.data(), total * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(upload(in.get(), mine.data(), total * 4), cudaSuccess);
     // Out of place, output unaligned.
     ASSERT_TRUE(reduceScatter(in.get(), out.get() + 4, count, DataType::kFloat32, ReduceOp::kSum).isOk());
     expectClean("reduce_scatter out of place");
@@ -371,7 +371,7 @@ TEST_F(PeerCollectives, ReadFaultsOfEveryCollectiveAreDetectedAndResultsExact) {
   DeviceBuffer in(bytes * size_t(size())), out(bytes * size_t(size()));
   std::vector<float> mine(count * size_t(size()));
   for (size_t i = 0; i < mine.size(); ++i) mine[i] = float((rank() + 1) * int(i % 97));
-  ASSERT_EQ(cudaMemcpy(in.get(), mine.data(), mine.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(upload(in.get(), mine.data(), mine.size() * 4), cudaSuccess);
   const unsigned long long before = windows_->errorRecord()->injected;
   for (int round = 0; round < 4; ++round) {
     ASSERT_TRUE(allgather(in.get(), out.get(), count, DataType::kFloat32, 0.02).isOk());
@@ -558,7 +558,7 @@ TEST(PeerCommunicatorCollectives, ExplicitPeerTakesEveryCollectiveExactly) {
     const size_t bytes = count * 4, total = bytes * size_t(size);
     peer::DeviceBuffer in(total), out(total);
     const std::vector<float> x = peer::integerFloats(rank, count * size_t(size));
-    ASSERT_EQ(cudaMemcpy(in.get(), x.data(), total, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(peer::upload(in.get(), x.data(), total), cudaSuccess);
     std::vector<float> wantAr(count, 0.f), wantRs(count, 0.f), wantAg;
     for (int p = 0; p < size; ++p) {
       const std::vector<float> y = peer::integerFloats(p, count * size_t(size));

@@ -213,10 +213,24 @@ struct Collective {
     }
   }
 
+  // The rank a timeout names: the lowest peer that has not arrived at this epoch (its arrival slot for this
+  // half holds an older one), else `waited` (the peer whose word this wait was for). A rank waiting on a peer
+  // that itself waits on a stopped rank names the stopped rank, as every rank does, not the peer in between.
+  __device__ int absentPeer(int waited) const {
+    for (int r = 0; r < a->size; ++r) {
+      if (r == a->rank) continue;
+      if (loadVolatile(at<uint32_t>(window(r), kArrivalOffset + 64 * half)) != epoch) return r;
+    }
+    return waited;
+  }
+
   // Spins until *word satisfies ready(v) or something ends the wait. Returns false (after recording why)
-  // when it ended for any other reason. Lane-level: call from one thread.
+  // when it ended for any other reason; a timeout names absentPeer(peer), or `peer` itself when
+  // `nameAbsent` is false (the acknowledgement wait, before any rank's arrival). Lane-level: call from one
+  // thread.
   template <typename Ready>
-  __device__ bool waitFor(const uint32_t* word, int peer, uint32_t chunk, Ready ready) const {
+  __device__ bool waitFor(const uint32_t* word, int peer, uint32_t chunk, Ready ready,
+                          bool nameAbsent = true) const {
     if (ready(loadAcquire(word))) return true;  // the common case: published already
     for (uint32_t i = 0;; ++i) {
       const uint32_t v = loadAcquire(word);
@@ -233,7 +247,7 @@ struct Collective {
           return false;
         }
         if (globalTimer() > deadline) {
-          fail(PeerError::kTimeout, peer, chunk, 0, v);
+          fail(PeerError::kTimeout, nameAbsent ? absentPeer(peer) : peer, chunk, 0, v);
           return false;
         }
       }
@@ -273,7 +287,7 @@ __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, u
   if (threadIdx.x < unsigned(a.size) && k.epoch > 2) {
     const int p = int(threadIdx.x);
     if (!k.waitFor(at<uint32_t>(a.windows[p], kDoneOffset), p, ~0u,
-                   [&](uint32_t v) { return v + 2 >= k.epoch; })) {
+                   [&](uint32_t v) { return v + 2 >= k.epoch; }, /*nameAbsent=*/false)) {
       okShared = 0;
     }
   }
