@@ -123,7 +123,10 @@ class ReplicaCheck:
         self._ranks = dist.get_process_group_ranks(self.group)
         self._rank = dist.get_rank(self.group)
         self._size = dist.get_world_size(self.group)
-        cuda = next((_local(p).device for _, p in params if _local(p).is_cuda), None)
+        # The device of the check: the first CUDA tensor among the parameters, then the buffers it checks (a
+        # module whose state is all buffers, as a frozen model's, still gets the device backend).
+        buffers = [b for _, b in model.named_buffers()] if include_buffers is not False else []
+        cuda = next((_local(t).device for t in [p for _, p in params] + buffers if _local(t).is_cuda), None)
         self.sync = sync
         self._device = cuda if cuda is not None else torch.device("cpu")
         self._names = {id(p): name for name, p in params}

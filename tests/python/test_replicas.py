@@ -147,6 +147,23 @@ def _(ctx):
     return {}
 
 
+@CASES.case("a-module-of-buffers-alone-is-checked-on-its-device")
+def _(ctx):
+    # No parameter says where the state lives: the buffers do (on the GPU, the device backend; a check that
+    # took its device from the parameters alone refused them as device memory it had no backend for).
+    mod = torch.nn.Module()
+    mod.register_buffer("t0", torch.arange(4096, dtype=torch.float32, device=ctx.device))
+    if ctx.rank == _odd(ctx):
+        mod.t0[7] += 1  # this rank's replica differs at element 7
+    opt = torch.optim.SGD([torch.zeros(1, device=ctx.device, requires_grad=True)], lr=0.1)
+    check = ringguard.ReplicaCheck(mod, opt, include_optimizer_state=False, include_buffers=True)
+    check.remove()
+    with pytest.raises(ringguard.ReplicaMismatchError, match=r"replica check: step 0: .* in 1 tensor: 'buffer:t0'; "
+                                           r"first differing element: 'buffer:t0'\[7\]"):
+        check.check_now()
+    return {}
+
+
 @CASES.case("warn-continues")
 def _(ctx):
     r = train(ctx, on_mismatch="warn",
