@@ -4,8 +4,9 @@
 #   target_link_libraries(app PRIVATE ringguard::ringguard)
 #
 # Included at the end of the top-level CMakeLists.txt, after add_subdirectory(src), which sets
-# RINGGUARD_LAYER_TARGETS (PARENT_SCOPE): ringguard_core, ringguard_algorithms, [ringguard_mpi],
-# [ringguard_cuda], ..., and the INTERFACE umbrella `ringguard`.
+# RINGGUARD_LAYER_TARGETS (PARENT_SCOPE): ringguard_core, ringguard_transport, ringguard_algorithms,
+# ringguard_bootstrap, ringguard_runtime, ..., [ringguard_mpi], [ringguard_cuda], [ringguard_device], and the
+# INTERFACE umbrella `ringguard`.
 
 set(RINGGUARD_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/ringguard"
     CACHE STRING "Where ringguardConfig.cmake is installed (relative to the prefix)")

@@ -102,7 +102,8 @@ RINGGUARD_HOST_DEVICE inline uint64_t sanitized(uint64_t bits, const FloatBits& 
   return (bits & f.sign) | f.maxFinite;
 }
 
-// value: 0 NaN, 1 +Inf, 2 -Inf, 3 largest finite (FaultValue's order).
+// value: 0 NaN, 1 +Inf, 2 -Inf, 3 largest finite (the order of the guard's FaultValue and of the CUDA layer's
+// InjectedValue).
 RINGGUARD_HOST_DEVICE inline uint64_t faultBits(int value, const FloatBits& f) {
   switch (value) {
     case 0:

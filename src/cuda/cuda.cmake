@@ -1,7 +1,7 @@
-# CUDA layer: the kernels (src/cuda/*.cu: CRC-32, NaN scan, verify + apply, trailers), the device /
-# pinned-host memory pools, and the device backends of the guard and the replica check. Its host planning is
-# ringguard_cuda_plan (src/CMakeLists.txt), built without CUDA too; the device executor, which implements the
-# algorithms' Executor interface, is the device layer's (ringguard_device).
+# CUDA layer: the kernels (src/cuda/*.cu: CRC-32, NaN scan, verify + apply, trailers), their launchers and the
+# device / pinned-host memory pools; it links core alone. Its host planning is ringguard_cuda_plan
+# (src/CMakeLists.txt), built without CUDA too; what puts the kernels to work for another layer (the device
+# executor, the guard's and the replica check's device backends) is the device layer's (ringguard_device).
 # Included from src/CMakeLists.txt when RINGGUARD_WITH_CUDA is ON; appends ringguard_cuda to
 # RINGGUARD_LAYER_TARGETS in the including scope.
 
@@ -11,11 +11,6 @@ add_library(ringguard_cuda STATIC
   ${RINGGUARD_CUDA_KERNEL_SOURCES}
   ${CMAKE_CURRENT_LIST_DIR}/memory_pool.cc
   ${CMAKE_CURRENT_LIST_DIR}/pool_registry.cc  # every pool of the process, beside PyTorch's memory
-  # The device backends of the framework-free layers, in those layers' device/ folders: they need CUDA and
-  # the kernels, not the runtime, so they compile here (src/cuda/ itself holds kernels, streams and pools).
-  ${PROJECT_SOURCE_DIR}/src/guard/device/guard_scan_backend.cc  # the guard's device backend (docs/GUARD.md)
-  ${PROJECT_SOURCE_DIR}/src/guard/device/graph_guard.cc  # a guarded op as one CUDA graph with a WHILE node
-  ${PROJECT_SOURCE_DIR}/src/replicas/device/replica_backend.cc  # device fingerprints (docs/REPLICAS.md)
 )
 target_link_libraries(ringguard_cuda PUBLIC ringguard_core ringguard_cuda_plan CUDA::cudart)
 target_include_directories(ringguard_cuda PRIVATE ${PROJECT_SOURCE_DIR}/src)  # core/logging.h

@@ -184,11 +184,11 @@ Status guardSanitizeDevice(void* data, size_t count, DataType dtype, bool clamp,
   }
 }
 
-Status guardInjectDevice(void* data, size_t index, DataType dtype, FaultValue value, cudaStream_t stream) {
+Status guardInjectDevice(void* data, size_t index, DataType dtype, InjectedValue value, cudaStream_t stream) {
   return guardInjectOnAttemptsDevice(data, index, dtype, value, nullptr, 0, stream);
 }
 
-Status guardInjectOnAttemptsDevice(void* data, size_t index, DataType dtype, FaultValue value,
+Status guardInjectOnAttemptsDevice(void* data, size_t index, DataType dtype, InjectedValue value,
                                    const unsigned* attemptDevice, uint32_t attemptMask, cudaStream_t stream) {
   FloatBits bits;
   RINGGUARD_RETURN_IF_ERROR(floatBitsOf(dtype, "guardInjectDevice", &bits));

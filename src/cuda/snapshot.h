@@ -1,18 +1,19 @@
 #pragma once
-// The guard's device side: the launchers of src/cuda/guard_scan.cu, used by the GuardBackend over device
-// memory (src/guard/device/guard_scan_backend.cc; its public factory: ringguard/guard/device_backend.h).
-// CUDA-free, like kernels.h, so the torch adapter includes it without the CUDA headers. Launchers are
-// asynchronous on `stream` (see kernels.h).
+// The launchers of src/cuda/guard_scan.cu: the kernels of the guard's device side, in the CUDA layer's own
+// types (the guard's backend over device memory, src/guard/device/, adapts its types to these). CUDA-free,
+// like kernels.h, so plain C++ callers need no CUDA header. Launchers are asynchronous on `stream` (see
+// kernels.h).
 #include <cstddef>
 #include <cstdint>
 
 #include "cuda/kernels.h"
 #include "ringguard/core/status.h"
 #include "ringguard/core/types.h"
-#include "ringguard/guard/backend.h"
-#include "ringguard/guard/device_backend.h"
 
 namespace ringguard {
+
+// What an injection writes into an element (the order of element_bits::faultBits, which the kernel uses).
+enum class InjectedValue : uint8_t { kNaN = 0, kPosInf, kNegInf, kLargestFinite };
 
 // The summary of a batch of scans, written by the device into mapped pinned host memory: the host reads
 // these 24 bytes after one event, and copies the per-buffer results back only when badScans != 0.
@@ -40,10 +41,10 @@ Status guardSanitizeDevice(void* data, size_t count, DataType dtype, bool clamp,
 
 // Writes `value` (quiet NaN, +Inf, -Inf or the largest finite value) into element `index` at `data`: the
 // guard's fault injection. Float dtypes only.
-Status guardInjectDevice(void* data, size_t index, DataType dtype, FaultValue value, cudaStream_t stream);
+Status guardInjectDevice(void* data, size_t index, DataType dtype, InjectedValue value, cudaStream_t stream);
 // The same, decided on the device: only when bit *attemptDevice (the graph path's replay counter: 0 for the
 // first run) of `attemptMask` is set.
-Status guardInjectOnAttemptsDevice(void* data, size_t index, DataType dtype, FaultValue value,
+Status guardInjectOnAttemptsDevice(void* data, size_t index, DataType dtype, InjectedValue value,
                                    const unsigned* attemptDevice, uint32_t attemptMask, cudaStream_t stream);
 
 // The graph path's replay decision (GraphGuard, inside a captured graph): sets the WHILE node's condition

@@ -12,6 +12,7 @@
 #include "cuda/memory_pool.h"
 #include "cuda/snapshot.h"
 #include "gpu_test_util.h"
+#include "ringguard/guard/device_backend.h"
 #include "ringguard/guard/guard.h"
 
 namespace ringguard {
@@ -131,8 +132,8 @@ TEST_F(GuardDevice, ABatchOfMoreScansThanOneChunkNamesTheRightBuffer) {
   float* d = static_cast<float*>(alloc(scans * sizeof(float)));
   std::vector<float> zeros(scans, 0.0f);
   upload(d, zeros.data(), zeros.size() * sizeof(float));
-  ASSERT_STATUS_OK(
-      guardInjectDevice(d + 4500, 0, DataType::kFloat32, FaultValue::kPosInf, stream_));  // scan 4500 is bad
+  ASSERT_STATUS_OK(guardInjectDevice(d + 4500, 0, DataType::kFloat32, InjectedValue::kPosInf,
+                                     stream_));  // scan 4500 is bad
   for (size_t i = 0; i < scans; ++i) {
     GuardBuffer b{"t", d + i, sizeof(float), DataType::kFloat32, MemoryKind::kDevice};
     ASSERT_STATUS_OK(dev->scan(b, stream_));
@@ -394,9 +395,9 @@ TEST(NoGpuGuardLaunchers, RejectBadArguments) {
   EXPECT_EQ(StatusCode::kInvalidArgument,
             guardSanitizeDevice(nullptr, 4, DataType::kFloat32, true, nullptr).code());
   EXPECT_EQ(StatusCode::kInvalidArgument,
-            guardInjectDevice(nullptr, 0, DataType::kFloat16, FaultValue::kNaN, nullptr).code());
+            guardInjectDevice(nullptr, 0, DataType::kFloat16, InjectedValue::kNaN, nullptr).code());
   EXPECT_EQ("guardInjectDevice: unsupported dtype i64 (f32, f64, f16, bf16 and the float8 types only)",
-            guardInjectDevice(reinterpret_cast<void*>(16), 0, DataType::kInt64, FaultValue::kNaN, nullptr)
+            guardInjectDevice(reinterpret_cast<void*>(16), 0, DataType::kInt64, InjectedValue::kNaN, nullptr)
                 .message());
   EXPECT_EQ(StatusCode::kInvalidArgument, guardVerdictDevice(nullptr, 0, 0, false, nullptr, nullptr).code());
   GuardVerdict v;

@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Checks every #include "..." of src/ against the layer table (src/layers.txt), and that docs/ARCHITECTURE.md
 shows that table as it is. Usage: check_layers.py [repo root]. Exit 1 with one line per crossing.
+With --links FILE (what src/CMakeLists.txt writes into the build: "target: linked libraries" per line) it checks
+the CMake targets instead: each is a layer (ringguard_<layer>, or the layer a `target:` line of the table names)
+and links only the layers that layer may include.
 
 An include names a folder: "x/y/z.h" a private header of src/x/y (the longest folder of the table that starts
 the path), "ringguard/x/z.h" a public header of include/ringguard/x. A file may include its own layer's headers,
@@ -17,6 +20,9 @@ def read_table(path):
     layers, exceptions, table_lines = {}, [], []
     for raw in open(path, encoding="utf-8"):
         line = raw.rstrip("\n")
+        if line.startswith("target:"):  # read by read_targets
+            table_lines.append(line)
+            continue
         if line.startswith("exception:"):
             file_part, why = line[len("exception:"):].split(":", 1)
             src, inc = [x.strip() for x in file_part.split("->")]
@@ -34,6 +40,54 @@ def read_table(path):
         }
         table_lines.append(line)
     return layers, exceptions, table_lines
+
+
+def read_targets(path):
+    """The layer of each CMake target not named after its layer: `target: ringguard_x -> layer: why`."""
+    targets = {}
+    for line in open(path, encoding="utf-8"):
+        if line.startswith("target:"):
+            name, layer = [x.strip() for x in line[len("target:"):].split(":", 1)[0].split("->")]
+            targets[name] = layer
+    return targets
+
+
+def check_links(root, links_path):
+    """The problems of the CMake targets listed in `links_path`, one line each."""
+    table = os.path.join(root, "src", "layers.txt")
+    layers, _, _ = read_table(table)
+    named = read_targets(table)
+
+    def layer_of(target):
+        if target.startswith("ringguard::"):
+            target = "ringguard_" + target[len("ringguard::"):]
+        if target in named:
+            return named[target]
+        if target.startswith("ringguard_") and target[len("ringguard_"):] in layers:
+            return target[len("ringguard_"):]
+        return None
+
+    problems = []
+    for line in open(links_path, encoding="utf-8"):
+        if ":" not in line:
+            continue
+        target, linked = line.split(":", 1)
+        target = target.strip()
+        mine = layer_of(target)
+        if mine is None:
+            problems.append(f"{target}: a target of no layer (name it ringguard_<layer> or add a target: line to "
+                            "src/layers.txt)")
+            continue
+        for dep in linked.split():
+            if not dep.startswith(("ringguard_", "ringguard::")):
+                continue  # a third-party library
+            theirs = layer_of(dep)
+            if theirs is None:
+                problems.append(f"{target} links {dep}, a target of no layer")
+            elif theirs not in (mine, "core") and theirs not in layers[mine]["deps"]:
+                problems.append(f"{target} links {dep}: the {mine} layer may not use the {theirs} layer "
+                                "(src/layers.txt)")
+    return problems
 
 
 def check(root):
@@ -127,8 +181,23 @@ def self_test():
     missing = [w for w in want if not any(w in p for p in found)]
     good["src/runtime/old.cc"] = '#include "algorithms/gone.h"\n'
     clean = check(tree(good))
-    if missing or clean or len(found) != len(want):
-        print("check_layers self-test FAILED:", {"missing": missing, "found": found, "clean tree": clean})
+    # Targets: one linking upward, one of no layer; a target: line maps ringguard_mpi to the runtime.
+    good["src/layers.txt"] = table + "target: ringguard_mpi -> runtime: its MPI parts\n"
+    root = tree(good)
+    links = os.path.join(root, "links.txt")
+    with open(links, "w", encoding="utf-8") as f:
+        f.write("ringguard_runtime: ringguard_algorithms ringguard::core Threads::Threads\n"
+                "ringguard_mpi: ringguard_runtime MPI::MPI_C\n")
+    clean += check_links(root, links)
+    with open(links, "a", encoding="utf-8") as f:
+        f.write("ringguard_algorithms: ringguard_runtime\nringguard_extra: ringguard_core\n")
+    link_found = check_links(root, links)
+    link_want = ["ringguard_algorithms links ringguard_runtime: the algorithms layer may not use the runtime layer",
+                 "ringguard_extra: a target of no layer"]
+    missing += [w for w in link_want if not any(w in p for p in link_found)]
+    if missing or clean or len(found) != len(want) or len(link_found) != len(link_want):
+        print("check_layers self-test FAILED:",
+              {"missing": missing, "found": found + link_found, "clean tree": clean})
         return 1
     print("check_layers self-test: every planted crossing found, the clean tree passes")
     return 0
@@ -137,6 +206,14 @@ def self_test():
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--self-test":
         return self_test()
+    if len(sys.argv) > 2 and sys.argv[1] == "--links":
+        root = os.path.abspath(sys.argv[3] if len(sys.argv) > 3 else os.path.join(os.path.dirname(__file__), "..", ".."))
+        problems = check_links(root, sys.argv[2])
+        for p in problems:
+            print(p)
+        print(f"check_layers --links: {len(problems)} problem(s)" if problems
+              else "check_layers --links: every target links only the layers its layer may use")
+        return 1 if problems else 0
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", ".."))
     problems = check(root)
     for p in problems:

@@ -21,6 +21,7 @@
 #include "cuda/kernels.h"
 #include "cuda/memory_pool.h"
 #include "cuda/snapshot.h"
+#include "guard/device/injected_value.h"
 
 namespace ringguard {
 
@@ -198,8 +199,8 @@ class GraphGuard::Impl {
     unsigned* replays = &outcome_->replays;
     for (const GraphFault& f : options_.faults) {
       const GuardBuffer& b = op_.outputs[f.output];
-      RINGGUARD_RETURN_IF_ERROR(
-          guardInjectOnAttemptsDevice(b.data, f.element, b.dtype, f.value, replays, f.attempts, s));
+      RINGGUARD_RETURN_IF_ERROR(guardInjectOnAttemptsDevice(
+          b.data, f.element, b.dtype, injectedValueOf(f.value), replays, f.attempts, s));
     }
     RINGGUARD_RETURN_IF_ERROR(nanScanManyDevice(spans_.data(), spans_.size(), s));
     RINGGUARD_RETURN_IF_ERROR(guardVerdictDevice(results_, spans_.size(), 0, false, &outcome_->verdict, s));

@@ -13,6 +13,8 @@
 #include "cuda/kernels.h"
 #include "cuda/memory_pool.h"
 #include "cuda/snapshot.h"
+#include "guard/device/injected_value.h"
+#include "ringguard/guard/device_backend.h"
 
 namespace ringguard {
 namespace {
@@ -229,7 +231,7 @@ class DeviceGuardBackend final : public GuardBackend {
                                                       " is past the end of '" + buffer.name + "'");
     }
     // A complex element gets the value in its real part.
-    return guardInjectDevice(buffer.data, index * size_t(parts), part, value,
+    return guardInjectDevice(buffer.data, index * size_t(parts), part, injectedValueOf(value),
                              static_cast<cudaStream_t>(stream));
   }
 
