@@ -18,7 +18,7 @@ class FunctionRef<R(Args...)> {
   FunctionRef() = default;
   FunctionRef(std::nullptr_t) {}  // NOLINT(google-explicit-constructor): no callable, as std::function
   template <typename F, typename = std::enable_if_t<!std::is_same<std::decay_t<F>, FunctionRef>::value &&
-                                                         !std::is_same<std::decay_t<F>, std::nullptr_t>::value>>
+                                                    !std::is_same<std::decay_t<F>, std::nullptr_t>::value>>
   FunctionRef(F&& f)  // NOLINT(google-explicit-constructor): converts like std::function
       : object_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
         call_([](void* object, Args... args) -> R {

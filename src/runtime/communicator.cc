@@ -167,7 +167,8 @@ std::shared_ptr<Work> Communicator::Impl::submit(
   task.input = std::move(input);
   task.lane = currentIssueLane();  // here, on the issuing thread: the runner may be another thread
   task.rejected = rejected;
-  if (!checked.isOk()) task.invalid = callError(name, Status(StatusCode::kInvalidArgument, checked.message()));
+  if (!checked.isOk())
+    task.invalid = callError(name, Status(StatusCode::kInvalidArgument, checked.message()));
   std::unique_ptr<Executor::Fence> fence;
   if (task.invalid.isOk()) {
     Status st = executor_->makeFence(stream, &fence);
@@ -277,7 +278,9 @@ auto issueSendRecv(const Issue& issue, Communicator::Impl& impl, const void* sen
       "sendrecv",
       (dst >= 0 ? sendCount : 0) * dataTypeSize(dtype) + (src >= 0 ? recvCount : 0) * dataTypeSize(dtype),
       checkSendRecvArgs(impl.shape(), *x, dtype),
-      [x, dtype](const CollectiveContext& ctx, Executor* exec) { return ringguard::sendRecv(ctx, exec, *x, dtype); },
+      [x, dtype](const CollectiveContext& ctx, Executor* exec) {
+        return ringguard::sendRecv(ctx, exec, *x, dtype);
+      },
       CollectiveInput{}, [&impl, x] { return impl.numberExchange(x.get()); });
 }
 
@@ -288,8 +291,8 @@ auto issueAlltoall(const Issue& issue, Communicator::Impl& impl, const void* sen
   CollectiveInput input{send, {}, dtype};
   if (checked.isOk()) {
     for (size_t p = 0; p < layout.sendCounts.size(); ++p) {
-      input.spans.push_back(
-          {static_cast<const char*>(send) + layout.sendDispls[p] * dataTypeSize(dtype), layout.sendCounts[p]});
+      input.spans.push_back({static_cast<const char*>(send) + layout.sendDispls[p] * dataTypeSize(dtype),
+                             layout.sendCounts[p]});
     }
   }
   size_t bytes = 0;
@@ -336,7 +339,8 @@ Status Communicator::Impl::callAndWait(const char* name, uint64_t bytes, Status 
   Call call;
   call.name = name;
   call.bytes = bytes;
-  if (!checked.isOk()) call.invalid = callError(name, Status(StatusCode::kInvalidArgument, checked.message()));
+  if (!checked.isOk())
+    call.invalid = callError(name, Status(StatusCode::kInvalidArgument, checked.message()));
   call.group = !number;
   call.lane = currentIssueLane();
   call.input = &input;
@@ -438,8 +442,8 @@ Status Communicator::broadcast(const void* send, void* recv, size_t count, DataT
     return enqueueAndWait([&] { return broadcastAsync(send, recv, count, dtype, root, stream); });
   }
   return issueBroadcast(CallAndWait{*impl_, stream},
-                        checkBroadcastArgs(impl_->shape(), send, recv, count, dtype, root), rank(), send, recv,
-                        count, dtype, root);
+                        checkBroadcastArgs(impl_->shape(), send, recv, count, dtype, root), rank(), send,
+                        recv, count, dtype, root);
 }
 
 std::shared_ptr<Work> Communicator::sendRecvAsync(const void* send, size_t sendCount, int dst, void* recv,
@@ -453,7 +457,8 @@ Status Communicator::sendRecv(const void* send, size_t sendCount, int dst, void*
     return enqueueAndWait(
         [&] { return sendRecvAsync(send, sendCount, dst, recv, recvCount, src, dtype, stream); });
   }
-  return issueSendRecv(CallAndWait{*impl_, stream}, *impl_, send, sendCount, dst, recv, recvCount, src, dtype);
+  return issueSendRecv(CallAndWait{*impl_, stream}, *impl_, send, sendCount, dst, recv, recvCount, src,
+                       dtype);
 }
 
 std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, const std::vector<size_t>& sendCounts,
@@ -722,11 +727,11 @@ Status Communicator::Impl::runCollective(const Call& call, const FaultInjector* 
       if (st.isOk() && !skip) st = call.run(ctx, executor_.get());
       if (st.isOk() && fence) st = fence->afterCollective();
     } catch (const std::bad_alloc&) {
-      st = Status(StatusCode::kInternal, std::string(call.name) + " seq " + std::to_string(seq) + " on rank " +
-                                             std::to_string(rank_) + ": out of memory");
+      st = Status(StatusCode::kInternal, std::string(call.name) + " seq " + std::to_string(seq) +
+                                             " on rank " + std::to_string(rank_) + ": out of memory");
     } catch (const std::exception& e) {
-      st = Status(StatusCode::kInternal, std::string(call.name) + " seq " + std::to_string(seq) + " on rank " +
-                                             std::to_string(rank_) + ": " + e.what());
+      st = Status(StatusCode::kInternal, std::string(call.name) + " seq " + std::to_string(seq) +
+                                             " on rank " + std::to_string(rank_) + ": " + e.what());
     }
   }
   if (!st.isOk()) {

@@ -98,7 +98,7 @@ class Communicator::Impl {
     uint32_t lane = 0;
     const CollectiveInput* input = nullptr;
     RunRef run;
-    NumberRef number;  // point-to-point (Task::number); null for a collective of every rank
+    NumberRef number;                  // point-to-point (Task::number); null for a collective of every rank
     Executor::Fence* fence = nullptr;  // null for host memory
   };
   std::shared_ptr<Work> enqueue(Task task, std::unique_ptr<Executor::Fence> fence);
