@@ -634,10 +634,10 @@ void Communicator::Impl::progressLoop() {
       // Aborted between collectives: peers learn it now rather than at their timeout.
       broadcastError(transport_.get(), abortReason);
       transport_->markBroken();
+      finishRun();
     } else {
-      runTask(task);
+      finishTask(task, runTask(task));
     }
-    finishRun();
   }
 }
 
@@ -653,9 +653,16 @@ void Communicator::Impl::helpWhileWaiting(const Work* waited) {
       queue_.pop_front();
       busy_ = true;
     }
-    runTask(task);  // tasks ahead of the waited one first: the order is the queue's, whoever runs it
-    finishRun();
+    // Tasks ahead of the waited one first: the order is the queue's, whoever runs it.
+    finishTask(task, runTask(task));
   }
+}
+
+void Communicator::Impl::finishTask(Task& task, Status status) {
+  // The runner is released first: a caller woken by its Work finds it free, and a synchronous call it
+  // makes next runs at once (caller_run.cc) rather than queueing behind a runner that is only finishing.
+  finishRun();
+  task.work->impl_->complete(std::move(status));
 }
 
 void Communicator::Impl::finishRun() {
@@ -666,14 +673,11 @@ void Communicator::Impl::finishRun() {
   if (!queue_.empty() || stopping_ || aborted_) cv_.notify_all();
 }
 
-void Communicator::Impl::runTask(Task& task) {
+Status Communicator::Impl::runTask(Task& task) {
   std::shared_ptr<const FaultInjector> injector;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!firstError_.isOk()) {
-      task.work->impl_->complete(firstError_);
-      return;
-    }
+    if (!firstError_.isOk()) return firstError_;
     injector = injector_;
   }
   Call call;
@@ -687,7 +691,7 @@ void Communicator::Impl::runTask(Task& task) {
   call.run = task.run;
   if (task.number) call.number = task.number;
   call.fence = task.work->impl_->fence_.get();
-  task.work->impl_->complete(runCollective(call, injector.get()));
+  return runCollective(call, injector.get());
 }
 
 Status Communicator::Impl::runCollective(const Call& call, const FaultInjector* injector) {

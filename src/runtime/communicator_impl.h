@@ -107,7 +107,10 @@ class Communicator::Impl {
   void progressLoop();
   // A waiting caller runs queued host tasks itself while no one else runs one (Work::wait).
   void helpWhileWaiting(const Work* waited);
-  void runTask(Task& task);
+  // A queued task: its status (the communicator's first error when it failed before the task's turn).
+  Status runTask(Task& task);
+  // Releases the runner, then completes the task's Work with `status`.
+  void finishTask(Task& task, Status status);
   // The synchronous call `call` at once on its caller (caller_run.cc): true, with its status in *out, when
   // no runner holds the transport and nothing is queued (or the communicator failed: its first error);
   // false, with nothing done, otherwise.
