@@ -1,5 +1,5 @@
-// A synchronous call runs on its caller at once when the communicator is idle (docs/ARCHITECTURE.md, "The
-// communicator's runners"). The queue exists to order collectives and to let the Async forms return
+// A synchronous call runs on its caller at once when the communicator is idle (docs/design/protocol.md,
+// "Threading"). The queue exists to order collectives and to let the Async forms return
 // before they run; a caller that waits for its own collective, with nothing ahead of it, needs neither.
 // Claiming the runner (busy_) under the same lock that the queue is pushed under makes the claim a place
 // in the one order of the communicator's collectives: an Async call issued after it queues behind it, and
