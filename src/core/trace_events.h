@@ -17,7 +17,8 @@ namespace trace {
 // What an event is; the exporter names its arguments by kind.
 enum class Kind : uint8_t {
   kCollective,   // span: one collective on its communicator (seq, value = bytes; detail: the error)
-  kEnqueue,      // instant: a collective was enqueued (value = bytes)
+  kEnqueue,      // instant: a collective was handed in (value = bytes; a = direct: 1 when its caller ran it
+                 //          at once, without the queue, 0 when it was queued)
   kSlice,        // span: one received slice waited for, verified and applied (a = step, b = slice,
                  //       c = sender, d = repair attempt; value = bytes)
   kDetect,       // instant: a slice failed verification (a = sender, b = receiver, c = step, d = slice;

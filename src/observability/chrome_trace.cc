@@ -46,8 +46,9 @@ struct ArgNames {
 ArgNames argNames(trace::Kind k) {
   switch (k) {
     case trace::Kind::kCollective:
-    case trace::Kind::kEnqueue:
       return {nullptr, nullptr, nullptr, nullptr, "bytes"};
+    case trace::Kind::kEnqueue:
+      return {"direct", nullptr, nullptr, nullptr, "bytes"};
     case trace::Kind::kSlice:
       return {"step", "slice", "from", "attempt", "bytes"};
     case trace::Kind::kDetect:

@@ -70,6 +70,7 @@ std::unique_ptr<Communicator> makeCommunicator(std::unique_ptr<Transport> transp
 void Communicator::Impl::setDirectPath(std::unique_ptr<DirectPath> direct) {
   direct->setFault(options_.fault.probability, uint32_t(options_.fault.seed));  // as setFault() does
   direct_ = std::move(direct);
+  callerRuns_ = false;
 }
 
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -94,6 +95,7 @@ Communicator::Impl::Impl(std::unique_ptr<Transport> transport, const Options& op
       options_(withTransportDefaults(options, *transport_)),
       injector_(std::make_shared<const FaultInjector>(options.fault)),
       executor_(executor ? std::move(executor) : std::make_unique<HostExecutor>()),
+      callerRuns_(executor_->memory() == MemoryKind::kHost),
       resources_(std::move(resources)),
       rank_(transport_->rank()),
       size_(transport_->size()),
@@ -165,49 +167,158 @@ std::shared_ptr<Work> Communicator::Impl::submit(
   task.input = std::move(input);
   task.lane = currentIssueLane();  // here, on the issuing thread: the runner may be another thread
   task.rejected = rejected;
-  if (!checked.isOk()) {
-    task.invalid = Status(StatusCode::kInvalidArgument,
-                          std::string(name) + " on rank " + std::to_string(rank_) + ": " + checked.message());
-  }
+  if (!checked.isOk())
+    task.invalid = callError(name, Status(StatusCode::kInvalidArgument, checked.message()));
   std::unique_ptr<Executor::Fence> fence;
   if (task.invalid.isOk()) {
     Status st = executor_->makeFence(stream, &fence);
-    if (!st.isOk()) {
-      task.invalid =
-          Status(st.code(), std::string(name) + " on rank " + std::to_string(rank_) + ": " + st.message());
-    }
+    if (!st.isOk()) task.invalid = callError(name, st);
   }
-  Executor* exec = executor_.get();
-  task.run = [exec, run = std::move(run)](const CollectiveContext& ctx) { return run(ctx, exec); };
+  task.run = std::move(run);
   return enqueue(std::move(task), std::move(fence));
+}
+
+Status Communicator::Impl::callError(const char* name, const Status& why) const {
+  return Status(why.code(), std::string(name) + " on rank " + std::to_string(rank_) + ": " + why.message());
+}
+
+uint64_t Communicator::Impl::numberExchange(PeerExchange* x) {
+  if (x->dst >= 0) x->sendSeq = sendSeq_[size_t(x->dst)]++;
+  if (x->src >= 0) x->recvSeq = recvSeq_[size_t(x->src)]++;
+  return x->src >= 0 ? x->recvSeq : x->sendSeq;
 }
 
 CollectiveShape Communicator::Impl::shape() const {
   return CollectiveShape{rank_, size_, options_.sliceBytes};
 }
 
-std::shared_ptr<Work> Communicator::allreduceAsync(const void* send, void* recv, size_t count, DataType dtype,
-                                                   ReduceOp op, void* stream) {
-  Status checked = checkAllreduceArgs(impl_->shape(), send, recv, count, dtype, op);
-  DirectPath* direct = impl_->direct_.get();
-  if (checked.isOk() && direct != nullptr && direct->acceptsAllreduce(count, dtype, op)) {
-    const uint32_t lane = currentIssueLane();
-    return impl_->launchDirect("allreduce", count * dataTypeSize(dtype),
-                               [=] { return direct->allreduce(send, recv, count, dtype, op, lane, stream); });
+namespace {
+
+// Each collective is described once for both of its forms: `issue(name, bytes, checked, run, input,
+// number)` submits it (the Async forms, Submit) or runs it on its caller when it can (the synchronous
+// forms, CallAndWait). `run` is Status(const CollectiveContext&, Executor*); `number` numbers a
+// point-to-point exchange on its runner (null for a collective of every rank).
+struct Submit {
+  Communicator::Impl& impl;
+  void* stream;
+  template <typename Run, typename Number>
+  std::shared_ptr<Work> operator()(const char* name, uint64_t bytes, Status checked, Run&& run,
+                                   CollectiveInput input, Number&& number) const {
+    return impl.submit(name, bytes, std::move(checked), stream, std::forward<Run>(run),
+                       std::forward<Number>(number), std::move(input));
   }
-  return impl_->submit(
-      "allreduce", count * dataTypeSize(dtype), std::move(checked), stream,
+};
+
+struct CallAndWait {
+  Communicator::Impl& impl;
+  void* stream;
+  template <typename Run, typename Number>
+  Status operator()(const char* name, uint64_t bytes, Status checked, Run&& run, CollectiveInput input,
+                    Number&& number) const {
+    return impl.callAndWait(name, bytes, std::move(checked), stream, run, std::move(input), number);
+  }
+};
+
+template <typename Issue>
+auto issueAllreduce(const Issue& issue, Status checked, const void* send, void* recv, size_t count,
+                    DataType dtype, ReduceOp op) {
+  return issue(
+      "allreduce", count * dataTypeSize(dtype), std::move(checked),
       [=](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::allreduce(ctx, exec, send, recv, count, dtype, op);
       },
-      nullptr, CollectiveInput{send, {{send, count}}, dtype});
+      CollectiveInput{send, {{send, count}}, dtype}, nullptr);
 }
 
-namespace {
-// Set while a synchronous form enqueues: its caller waits at once, so the progress thread is not woken
-// for a host item (waking it preempts the caller on a small machine, only for it to find the item taken).
+template <typename Issue>
+auto issueReduceScatter(const Issue& issue, Status checked, int size, const void* send, void* recv,
+                        size_t recvCount, DataType dtype, ReduceOp op) {
+  return issue(
+      "reduce_scatter", recvCount * size_t(size) * dataTypeSize(dtype), std::move(checked),
+      [=](const CollectiveContext& ctx, Executor* exec) {
+        return ringguard::reduceScatter(ctx, exec, send, recv, recvCount, dtype, op);
+      },
+      CollectiveInput{send, {{send, recvCount * size_t(size)}}, dtype}, nullptr);
+}
+
+template <typename Issue>
+auto issueAllgather(const Issue& issue, Status checked, int size, const void* send, void* recv,
+                    size_t sendCount, DataType dtype) {
+  return issue(
+      "allgather", sendCount * size_t(size) * dataTypeSize(dtype), std::move(checked),
+      [=](const CollectiveContext& ctx, Executor* exec) {
+        return ringguard::allgather(ctx, exec, send, recv, sendCount, dtype);
+      },
+      CollectiveInput{send, {{send, sendCount}}, dtype}, nullptr);
+}
+
+template <typename Issue>
+auto issueBroadcast(const Issue& issue, Status checked, int rank, const void* send, void* recv, size_t count,
+                    DataType dtype, int root) {
+  return issue(
+      "broadcast", count * dataTypeSize(dtype), std::move(checked),
+      [=](const CollectiveContext& ctx, Executor* exec) {
+        return ringguard::broadcast(ctx, exec, send, recv, count, dtype, root);
+      },
+      // Only the root's input travels.
+      rank == root ? CollectiveInput{send, {{send, count}}, dtype} : CollectiveInput{}, nullptr);
+}
+
+template <typename Issue>
+auto issueSendRecv(const Issue& issue, Communicator::Impl& impl, const void* send, size_t sendCount, int dst,
+                   void* recv, size_t recvCount, int src, DataType dtype) {
+  auto x = std::make_shared<PeerExchange>();
+  x->send = send;
+  x->sendCount = sendCount;
+  x->dst = dst;
+  x->recv = recv;
+  x->recvCount = recvCount;
+  x->src = src;
+  return issue(
+      "sendrecv",
+      (dst >= 0 ? sendCount : 0) * dataTypeSize(dtype) + (src >= 0 ? recvCount : 0) * dataTypeSize(dtype),
+      checkSendRecvArgs(impl.shape(), *x, dtype),
+      [x, dtype](const CollectiveContext& ctx, Executor* exec) {
+        return ringguard::sendRecv(ctx, exec, *x, dtype);
+      },
+      CollectiveInput{}, [&impl, x] { return impl.numberExchange(x.get()); });
+}
+
+template <typename Issue>
+auto issueAlltoall(const Issue& issue, Communicator::Impl& impl, const void* send, void* recv,
+                   AlltoallLayout layout, DataType dtype) {
+  Status checked = checkAlltoallArgs(impl.shape(), send, recv, layout, dtype);
+  CollectiveInput input{send, {}, dtype};
+  if (checked.isOk()) {
+    for (size_t p = 0; p < layout.sendCounts.size(); ++p) {
+      input.spans.push_back({static_cast<const char*>(send) + layout.sendDispls[p] * dataTypeSize(dtype),
+                             layout.sendCounts[p]});
+    }
+  }
+  size_t bytes = 0;
+  for (size_t c : layout.sendCounts) bytes += c * dataTypeSize(dtype);
+  return issue(
+      "alltoall", bytes, std::move(checked),
+      [=, layout = std::move(layout)](const CollectiveContext& ctx, Executor* exec) {
+        return ringguard::alltoall(ctx, exec, send, recv, layout, dtype);
+      },
+      std::move(input), nullptr);
+}
+
+// The same count to and from every rank, blocks in rank order.
+AlltoallLayout equalLayout(int size, size_t count) {
+  std::vector<size_t> counts(size_t(size), count);
+  std::vector<size_t> displs(counts.size(), 0);
+  for (size_t p = 0; p < displs.size(); ++p) displs[p] = p * count;
+  return AlltoallLayout{counts, displs, counts, displs};
+}
+
+// Set while a synchronous form enqueues (one that could not run on its caller at once): its caller waits at
+// once, so the progress thread is not woken for a host item (waking it preempts the caller on a small
+// machine, only for it to find the item taken).
 thread_local bool tlEnqueueToWait = false;
 
+// A synchronous form through the queue: enqueued as the Async form, waited for at once.
 Status enqueueAndWait(const std::function<std::shared_ptr<Work>()>& enqueueIt) {
   struct Scope {  // reset even if the enqueue throws: a later Async call must wake the progress thread
     Scope() { tlEnqueueToWait = true; }
@@ -223,33 +334,48 @@ Status enqueueAndWait(const std::function<std::shared_ptr<Work>()>& enqueueIt) {
 
 }  // namespace
 
+Status Communicator::Impl::callAndWait(const char* name, uint64_t bytes, Status checked, void* stream,
+                                       RunRef run, CollectiveInput input, NumberRef number) {
+  Call call;
+  call.name = name;
+  call.bytes = bytes;
+  if (!checked.isOk())
+    call.invalid = callError(name, Status(StatusCode::kInvalidArgument, checked.message()));
+  call.group = !number;
+  call.lane = currentIssueLane();
+  call.input = &input;
+  call.run = run;
+  call.number = number;
+  Status st;
+  if (runOnCaller(call, &st)) return st;
+  // Behind what is queued or running. The references stay valid: this thread waits until the Work is done,
+  // and a Task that abort() drops is completed without running.
+  return enqueueAndWait([&] {
+    return submit(name, bytes, std::move(checked), stream, run,
+                  number ? std::function<uint64_t()>(number) : nullptr, std::move(input));
+  });
+}
+
+std::shared_ptr<Work> Communicator::allreduceAsync(const void* send, void* recv, size_t count, DataType dtype,
+                                                   ReduceOp op, void* stream) {
+  Status checked = checkAllreduceArgs(impl_->shape(), send, recv, count, dtype, op);
+  DirectPath* direct = impl_->direct_.get();
+  if (checked.isOk() && direct != nullptr && direct->acceptsAllreduce(count, dtype, op)) {
+    const uint32_t lane = currentIssueLane();
+    return impl_->launchDirect("allreduce", count * dataTypeSize(dtype),
+                               [=] { return direct->allreduce(send, recv, count, dtype, op, lane, stream); });
+  }
+  return issueAllreduce(Submit{*impl_, stream}, std::move(checked), send, recv, count, dtype, op);
+}
+
 Status Communicator::allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                                void* stream) {
-  return enqueueAndWait([&] { return allreduceAsync(send, recv, count, dtype, op, stream); });
-}
-
-Status Communicator::reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype,
-                                   ReduceOp op, void* stream) {
-  return enqueueAndWait([&] { return reduceScatterAsync(send, recv, recvCount, dtype, op, stream); });
-}
-
-Status Communicator::allgather(const void* send, void* recv, size_t sendCount, DataType dtype, void* stream) {
-  return enqueueAndWait([&] { return allgatherAsync(send, recv, sendCount, dtype, stream); });
-}
-
-Status Communicator::broadcast(const void* send, void* recv, size_t count, DataType dtype, int root,
-                               void* stream) {
-  return enqueueAndWait([&] { return broadcastAsync(send, recv, count, dtype, root, stream); });
-}
-
-Status Communicator::sendRecv(const void* send, size_t sendCount, int dst, void* recv, size_t recvCount,
-                              int src, DataType dtype, void* stream) {
-  return enqueueAndWait(
-      [&] { return sendRecvAsync(send, sendCount, dst, recv, recvCount, src, dtype, stream); });
-}
-
-Status Communicator::alltoall(const void* send, void* recv, size_t count, DataType dtype, void* stream) {
-  return enqueueAndWait([&] { return alltoallAsync(send, recv, count, dtype, stream); });
+  if (!impl_->callerRuns()) {
+    return enqueueAndWait([&] { return allreduceAsync(send, recv, count, dtype, op, stream); });
+  }
+  return issueAllreduce(CallAndWait{*impl_, stream},
+                        checkAllreduceArgs(impl_->shape(), send, recv, count, dtype, op), send, recv, count,
+                        dtype, op);
 }
 
 std::shared_ptr<Work> Communicator::reduceScatterAsync(const void* send, void* recv, size_t recvCount,
@@ -262,12 +388,18 @@ std::shared_ptr<Work> Communicator::reduceScatterAsync(const void* send, void* r
       return direct->reduceScatter(send, recv, recvCount, dtype, op, lane, stream);
     });
   }
-  return impl_->submit(
-      "reduce_scatter", recvCount * size_t(size()) * dataTypeSize(dtype), std::move(checked), stream,
-      [=](const CollectiveContext& ctx, Executor* exec) {
-        return ringguard::reduceScatter(ctx, exec, send, recv, recvCount, dtype, op);
-      },
-      nullptr, CollectiveInput{send, {{send, recvCount * size_t(size())}}, dtype});
+  return issueReduceScatter(Submit{*impl_, stream}, std::move(checked), size(), send, recv, recvCount, dtype,
+                            op);
+}
+
+Status Communicator::reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype,
+                                   ReduceOp op, void* stream) {
+  if (!impl_->callerRuns()) {
+    return enqueueAndWait([&] { return reduceScatterAsync(send, recv, recvCount, dtype, op, stream); });
+  }
+  return issueReduceScatter(CallAndWait{*impl_, stream},
+                            checkReduceScatterArgs(impl_->shape(), send, recv, recvCount, dtype, op), size(),
+                            send, recv, recvCount, dtype, op);
 }
 
 std::shared_ptr<Work> Communicator::allgatherAsync(const void* send, void* recv, size_t sendCount,
@@ -279,12 +411,16 @@ std::shared_ptr<Work> Communicator::allgatherAsync(const void* send, void* recv,
     return impl_->launchDirect("allgather", sendCount * size_t(size()) * dataTypeSize(dtype),
                                [=] { return direct->allgather(send, recv, sendCount, dtype, lane, stream); });
   }
-  return impl_->submit(
-      "allgather", sendCount * size_t(size()) * dataTypeSize(dtype), std::move(checked), stream,
-      [=](const CollectiveContext& ctx, Executor* exec) {
-        return ringguard::allgather(ctx, exec, send, recv, sendCount, dtype);
-      },
-      nullptr, CollectiveInput{send, {{send, sendCount}}, dtype});
+  return issueAllgather(Submit{*impl_, stream}, std::move(checked), size(), send, recv, sendCount, dtype);
+}
+
+Status Communicator::allgather(const void* send, void* recv, size_t sendCount, DataType dtype, void* stream) {
+  if (!impl_->callerRuns()) {
+    return enqueueAndWait([&] { return allgatherAsync(send, recv, sendCount, dtype, stream); });
+  }
+  return issueAllgather(CallAndWait{*impl_, stream},
+                        checkAllgatherArgs(impl_->shape(), send, recv, sendCount, dtype), size(), send, recv,
+                        sendCount, dtype);
 }
 
 std::shared_ptr<Work> Communicator::broadcastAsync(const void* send, void* recv, size_t count, DataType dtype,
@@ -297,39 +433,32 @@ std::shared_ptr<Work> Communicator::broadcastAsync(const void* send, void* recv,
       return direct->broadcast(send, recv, count, dtype, root, lane, stream);
     });
   }
-  return impl_->submit(
-      "broadcast", count * dataTypeSize(dtype), std::move(checked), stream,
-      [=](const CollectiveContext& ctx, Executor* exec) {
-        return ringguard::broadcast(ctx, exec, send, recv, count, dtype, root);
-      },
-      nullptr,
-      // Only the root's input travels.
-      rank() == root ? CollectiveInput{send, {{send, count}}, dtype} : CollectiveInput{});
+  return issueBroadcast(Submit{*impl_, stream}, std::move(checked), rank(), send, recv, count, dtype, root);
+}
+
+Status Communicator::broadcast(const void* send, void* recv, size_t count, DataType dtype, int root,
+                               void* stream) {
+  if (!impl_->callerRuns()) {
+    return enqueueAndWait([&] { return broadcastAsync(send, recv, count, dtype, root, stream); });
+  }
+  return issueBroadcast(CallAndWait{*impl_, stream},
+                        checkBroadcastArgs(impl_->shape(), send, recv, count, dtype, root), rank(), send,
+                        recv, count, dtype, root);
 }
 
 std::shared_ptr<Work> Communicator::sendRecvAsync(const void* send, size_t sendCount, int dst, void* recv,
                                                   size_t recvCount, int src, DataType dtype, void* stream) {
-  auto x = std::make_shared<PeerExchange>();
-  x->send = send;
-  x->sendCount = sendCount;
-  x->dst = dst;
-  x->recv = recv;
-  x->recvCount = recvCount;
-  x->src = src;
-  return impl_->submit(
-      "sendrecv",
-      (dst >= 0 ? sendCount : 0) * dataTypeSize(dtype) + (src >= 0 ? recvCount : 0) * dataTypeSize(dtype),
-      checkSendRecvArgs(impl_->shape(), *x, dtype), stream,
-      [x, dtype](const CollectiveContext& ctx, Executor* exec) {
-        return ringguard::sendRecv(ctx, exec, *x, dtype);
-      },
-      // Numbered on the progress thread, in the order every exchange runs; the exchange goes by the number
-      // it receives, else the one it sends (its span, its events and its errors alike).
-      [impl = impl_.get(), x]() {
-        if (x->dst >= 0) x->sendSeq = impl->sendSeq_[size_t(x->dst)]++;
-        if (x->src >= 0) x->recvSeq = impl->recvSeq_[size_t(x->src)]++;
-        return x->src >= 0 ? x->recvSeq : x->sendSeq;
-      });
+  return issueSendRecv(Submit{*impl_, stream}, *impl_, send, sendCount, dst, recv, recvCount, src, dtype);
+}
+
+Status Communicator::sendRecv(const void* send, size_t sendCount, int dst, void* recv, size_t recvCount,
+                              int src, DataType dtype, void* stream) {
+  if (!impl_->callerRuns()) {
+    return enqueueAndWait(
+        [&] { return sendRecvAsync(send, sendCount, dst, recv, recvCount, src, dtype, stream); });
+  }
+  return issueSendRecv(CallAndWait{*impl_, stream}, *impl_, send, sendCount, dst, recv, recvCount, src,
+                       dtype);
 }
 
 std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, const std::vector<size_t>& sendCounts,
@@ -337,23 +466,20 @@ std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, const std::v
                                                   const std::vector<size_t>& recvCounts,
                                                   const std::vector<size_t>& recvDispls, DataType dtype,
                                                   void* stream) {
-  AlltoallLayout layout{sendCounts, sendDispls, recvCounts, recvDispls};
-  Status checked = checkAlltoallArgs(impl_->shape(), send, recv, layout, dtype);
-  CollectiveInput input{send, {}, dtype};
-  if (checked.isOk()) {
-    for (size_t p = 0; p < sendCounts.size(); ++p) {
-      input.spans.push_back(
-          {static_cast<const char*>(send) + sendDispls[p] * dataTypeSize(dtype), sendCounts[p]});
-    }
+  return issueAlltoall(Submit{*impl_, stream}, *impl_, send, recv,
+                       AlltoallLayout{sendCounts, sendDispls, recvCounts, recvDispls}, dtype);
+}
+
+std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, void* recv, size_t count, DataType dtype,
+                                                  void* stream) {
+  return issueAlltoall(Submit{*impl_, stream}, *impl_, send, recv, equalLayout(size(), count), dtype);
+}
+
+Status Communicator::alltoall(const void* send, void* recv, size_t count, DataType dtype, void* stream) {
+  if (!impl_->callerRuns()) {
+    return enqueueAndWait([&] { return alltoallAsync(send, recv, count, dtype, stream); });
   }
-  size_t bytes = 0;
-  for (size_t c : sendCounts) bytes += c * dataTypeSize(dtype);
-  return impl_->submit(
-      "alltoall", bytes, checked, stream,
-      [=, layout = std::move(layout)](const CollectiveContext& ctx, Executor* exec) {
-        return ringguard::alltoall(ctx, exec, send, recv, layout, dtype);
-      },
-      nullptr, std::move(input));
+  return issueAlltoall(CallAndWait{*impl_, stream}, *impl_, send, recv, equalLayout(size(), count), dtype);
 }
 
 std::shared_ptr<Work> Communicator::rejectedAsync(CollectiveKind kind, void* stream) {
@@ -363,18 +489,11 @@ std::shared_ptr<Work> Communicator::rejectedAsync(CollectiveKind kind, void* str
       /*rejected=*/true);
 }
 
-std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, void* recv, size_t count, DataType dtype,
-                                                  void* stream) {
-  std::vector<size_t> counts(size_t(size()), count);
-  std::vector<size_t> displs(counts.size(), 0);
-  for (size_t p = 0; p < displs.size(); ++p) displs[p] = p * count;
-  return alltoallAsync(send, counts, displs, recv, counts, displs, dtype, stream);
-}
-
 std::shared_ptr<Work> Communicator::Impl::enqueue(Task task, std::unique_ptr<Executor::Fence> fence) {
   task.work = std::make_shared<Work>();
   task.work->impl_->fence_ = std::move(fence);
-  // A host-memory collective (no fence) of a synchronous form runs on its caller (helpWhileWaiting). Device
+  // A host-memory collective (no fence) of a synchronous form that found the runner busy or the queue not
+  // empty (callAndWait) runs on its caller once its turn comes (helpWhileWaiting). Device
   // ones stay on the progress thread, which is bound to the device and joins no user's capture; so do the
   // Async forms' items, whose waits come from threads with work of their own (c10d's completion lanes: a
   // small all_reduce under torchrun was slower with those waiters running it, docs/PERFORMANCE.md, "Small
@@ -515,10 +634,10 @@ void Communicator::Impl::progressLoop() {
       // Aborted between collectives: peers learn it now rather than at their timeout.
       broadcastError(transport_.get(), abortReason);
       transport_->markBroken();
+      finishRun();
     } else {
-      runTask(task);
+      finishTask(task, runTask(task));
     }
-    finishRun();
   }
 }
 
@@ -534,9 +653,16 @@ void Communicator::Impl::helpWhileWaiting(const Work* waited) {
       queue_.pop_front();
       busy_ = true;
     }
-    runTask(task);  // tasks ahead of the waited one first: the order is the queue's, whoever runs it
-    finishRun();
+    // Tasks ahead of the waited one first: the order is the queue's, whoever runs it.
+    finishTask(task, runTask(task));
   }
+}
+
+void Communicator::Impl::finishTask(Task& task, Status status) {
+  // The runner is released first: a caller woken by its Work finds it free, and a synchronous call it
+  // makes next runs at once (caller_run.cc) rather than queueing behind a runner that is only finishing.
+  finishRun();
+  task.work->impl_->complete(std::move(status));
 }
 
 void Communicator::Impl::finishRun() {
@@ -547,56 +673,68 @@ void Communicator::Impl::finishRun() {
   if (!queue_.empty() || stopping_ || aborted_) cv_.notify_all();
 }
 
-void Communicator::Impl::runTask(Task& task) {
-  Status poisoned = firstError();
-  if (!poisoned.isOk()) {
-    task.work->impl_->complete(poisoned);
-    return;
+Status Communicator::Impl::runTask(Task& task) {
+  std::shared_ptr<const FaultInjector> injector;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!firstError_.isOk()) return firstError_;
+    injector = injector_;
   }
+  Call call;
+  call.name = task.name;
+  call.bytes = task.bytes;
+  call.invalid = task.invalid;
+  call.group = task.group;
+  call.rejected = task.rejected;
+  call.lane = task.lane;
+  call.input = &task.input;
+  call.run = task.run;
+  if (task.number) call.number = task.number;
+  call.fence = task.work->impl_->fence_.get();
+  return runCollective(call, injector.get());
+}
+
+Status Communicator::Impl::runCollective(const Call& call, const FaultInjector* injector) {
   // Point-to-point exchanges do not take a collective number (the ranks not involved never see them): they
   // go by their own message number. A rejected one is not numbered (the communicator fails with it).
-  const uint64_t seq = task.group ? nextSeq_++ : task.invalid.isOk() ? task.number() : nextSeq_;
+  const uint64_t seq = call.group ? nextSeq_++ : call.invalid.isOk() ? call.number() : nextSeq_;
   // A lane numbers its own collectives of every rank, rejected ones too (as nextSeq_ does).
-  const uint32_t laneSeq = task.group && task.lane != kNoIssueLane ? laneSeq_[task.lane]++ : 0;
+  const uint32_t laneSeq = call.group && call.lane != kNoIssueLane ? laneSeq_[call.lane]++ : 0;
   Counters delta;
-  Status st = task.invalid;
-  trace::Span span(trace::Kind::kCollective, task.name, track_, seq);
-  span.event().value = task.bytes;
+  Status st = call.invalid;
+  trace::Span span(trace::Kind::kCollective, call.name, track_, seq);
+  span.event().value = call.bytes;
   const auto started = std::chrono::steady_clock::now();
   if (st.isOk()) {
     CollectiveContext ctx;
     ctx.transport = transport_.get();
     ctx.options = &options_;
-    std::shared_ptr<const FaultInjector> injector;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      injector = injector_;
-    }
-    ctx.injector = injector->enabled() ? injector.get() : nullptr;
+    ctx.injector = injector->enabled() ? injector : nullptr;
     ctx.counters = &delta;
     ctx.seq = seq;
-    ctx.lane = task.lane;
+    ctx.lane = call.lane;
     ctx.laneSeq = laneSeq;
-    ctx.name = task.name;
+    ctx.name = call.name;
     ctx.track = track_;
     ctx.aborted = &aborted_;
-    if (task.group) ctx.held = &heldErrors_;
-    Executor::Fence* fence = task.work->impl_->fence_.get();
-    // An exception escaping here would end the process through std::terminate on this thread: an
-    // allocation failure (or any other throw) becomes this collective's error instead.
+    if (call.group) ctx.held = &heldErrors_;
+    Executor::Fence* fence = call.fence;
+    // An exception escaping here would end the process through std::terminate on the progress thread (or
+    // unwind a caller that holds the transport): an allocation failure (or any other throw) becomes this
+    // collective's error instead.
     try {
       st = fence ? fence->beforeCollective() : Status::ok();
       bool skip = false;
-      if (st.isOk() && task.group) {
-        st = checkCollectiveInput(ctx, executor_.get(), options_.nanCheck, task.input, &skip);
+      if (st.isOk() && call.group) {
+        st = checkCollectiveInput(ctx, executor_.get(), options_.nanCheck, *call.input, &skip);
       }
-      if (st.isOk() && !skip) st = task.run(ctx);
+      if (st.isOk() && !skip) st = call.run(ctx, executor_.get());
       if (st.isOk() && fence) st = fence->afterCollective();
     } catch (const std::bad_alloc&) {
-      st = Status(StatusCode::kInternal, std::string(task.name) + " seq " + std::to_string(seq) +
+      st = Status(StatusCode::kInternal, std::string(call.name) + " seq " + std::to_string(seq) +
                                              " on rank " + std::to_string(rank_) + ": out of memory");
     } catch (const std::exception& e) {
-      st = Status(StatusCode::kInternal, std::string(task.name) + " seq " + std::to_string(seq) +
+      st = Status(StatusCode::kInternal, std::string(call.name) + " seq " + std::to_string(seq) +
                                              " on rank " + std::to_string(rank_) + ": " + e.what());
     }
   }
@@ -605,9 +743,9 @@ void Communicator::Impl::runTask(Task& task) {
     // peers fail fast with this cause instead of timing out.
     if (st.code() != StatusCode::kPeerError && st.code() != StatusCode::kFingerprintMismatch &&
         st.code() != StatusCode::kCorruption) {
-      broadcastError(transport_.get(), st, task.group ? seq : kNoCollective);
+      broadcastError(transport_.get(), st, call.group ? seq : kNoCollective);
     }
-    logError(Subsys::kRuntime, "rank {}: {} seq {} failed: {}", rank_, task.name, seq, st.toString());
+    logError(Subsys::kRuntime, "rank {}: {} seq {} failed: {}", rank_, call.name, seq, st.toString());
     if (trace::on()) span.event().detail = trace::intern(st.toString());
   }
   const uint64_t ns = uint64_t(
@@ -615,23 +753,23 @@ void Communicator::Impl::runTask(Task& task) {
           .count());
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    CollectiveStats& kind = byKind_[task.name];
+    CollectiveStats& kind = byKind_[call.name];
     kind.calls++;
     kind.failed += st.isOk() ? 0 : 1;
-    kind.bytes += task.bytes;
+    kind.bytes += call.bytes;
     kind.ns += ns;
     counters_ += delta;
     if (st.isOk()) {
-      if (!task.rejected) counters_.collectives++;
+      if (!call.rejected) counters_.collectives++;
     } else {
       if (firstError_.isOk()) firstError_ = st;
       if (!transport_->broken()) transport_->markBroken();
     }
   }
-  // On the timeline before the Work completes: a caller that waited for it and then reads the timeline
-  // (ringguard.timeline(), a test) must find the span, as it finds the counters above.
+  // On the timeline before the caller learns the result: a caller that waited for it and then reads the
+  // timeline (ringguard.timeline(), a test) must find the span, as it finds the counters above.
   span.end();
-  task.work->impl_->complete(st);
+  return st;
 }
 
 }  // namespace ringguard

@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "algorithms/agreement.h"
+#include "algorithms/collectives.h"
 #include "core/fault_injector.h"
+#include "core/function_ref.h"
 #include "executor/executor.h"
 #include "ringguard/runtime/communicator.h"
 #include "runtime/direct_path.h"
@@ -46,12 +48,36 @@ class Communicator::Impl {
   // Hands the collectives `direct` accepts to it (makeCommunicator, before the first call).
   void setDirectPath(std::unique_ptr<DirectPath> direct);
 
+  // How Communicator's collectives are issued (communicator.cc describes each once for both forms).
+  using RunRef = FunctionRef<Status(const CollectiveContext&, Executor*)>;
+  using NumberRef = FunctionRef<uint64_t()>;
+  // The Async forms' way in: `checked` is the collective's argument check; an error in it completes the
+  // Work with kInvalidArgument ("<name> on rank r: ...") after telling the peers. Without `number` the task
+  // is a collective of every rank, numbered by nextSeq_; with it a point-to-point exchange, which `number`
+  // numbers (its own message number: the ranks not involved never see it) when it runs.
+  // `rejected`: rejectedAsync's task.
+  std::shared_ptr<Work> submit(const char* name, uint64_t bytes, Status checked, void* stream,
+                               std::function<Status(const CollectiveContext&, Executor*)> run,
+                               std::function<uint64_t()> number = nullptr, CollectiveInput input = {},
+                               bool rejected = false);
+  // The synchronous forms' way in, as submit then Work::wait, but run at once on the calling thread when
+  // that is safe (runOnCaller): no Task, no Work, no queue. `run` and `number` are called before this
+  // returns.
+  Status callAndWait(const char* name, uint64_t bytes, Status checked, void* stream, RunRef run,
+                     CollectiveInput input, NumberRef number);
+  // Whether a synchronous call may run on its caller: host memory (no fence to order against a stream,
+  // no device to bind) and no direct path (whose collectives the Async forms route).
+  bool callerRuns() const { return callerRuns_; }
+  CollectiveShape shape() const;
+  // A send/recv's message numbers, on its runner (sendSeq_, recvSeq_): the number it goes by.
+  uint64_t numberExchange(PeerExchange* x);
+
  private:
-  // Communicator's collectives submit through it and read its shape; the rest of the state is the runner's.
+  // Communicator reads the direct path and forwards to the rest; the state is the runner's.
   friend class Communicator;
 
   struct Task {
-    std::function<Status(const CollectiveContext&)> run;
+    std::function<Status(const CollectiveContext&, Executor*)> run;
     std::shared_ptr<Work> work;
     Status invalid;  // set when the caller's arguments were rejected
     const char* name;
@@ -62,23 +88,40 @@ class Communicator::Impl {
     uint32_t lane = 0;                 // the issuing thread's issue lane, read when it was enqueued
     bool rejected = false;             // rejectedAsync: not a collective of the counters when it agrees
   };
-  // The one way in: `checked` is the collective's argument check; an error in it completes the Work with
-  // kInvalidArgument ("<name> on rank r: ...") after telling the peers. Without `number` the task is a
-  // collective of every rank, numbered by nextSeq_; with it a point-to-point exchange, which `number`
-  // numbers (its own message number: the ranks not involved never see it) when it runs.
-  // `rejected`: rejectedAsync's task.
-  std::shared_ptr<Work> submit(const char* name, uint64_t bytes, Status checked, void* stream,
-                               std::function<Status(const CollectiveContext&, Executor*)> run,
-                               std::function<uint64_t()> number = nullptr, CollectiveInput input = {},
-                               bool rejected = false);
+  // One collective as its runner takes it: a Task of the queue, or a synchronous call on its caller.
+  struct Call {
+    const char* name = "";
+    uint64_t bytes = 0;
+    Status invalid;  // Task::invalid
+    bool group = true;
+    bool rejected = false;
+    uint32_t lane = 0;
+    const CollectiveInput* input = nullptr;
+    RunRef run;
+    NumberRef number;                  // point-to-point (Task::number); null for a collective of every rank
+    Executor::Fence* fence = nullptr;  // null for host memory
+  };
   std::shared_ptr<Work> enqueue(Task task, std::unique_ptr<Executor::Fence> fence);
-  CollectiveShape shape() const;
   // The direct path's launch: the communicator's first error (or the path's, which poisons it) first.
   std::shared_ptr<Work> launchDirect(const char* name, uint64_t bytes, const std::function<Status()>& launch);
   void progressLoop();
   // A waiting caller runs queued host tasks itself while no one else runs one (Work::wait).
   void helpWhileWaiting(const Work* waited);
-  void runTask(Task& task);
+  // A queued task: its status (the communicator's first error when it failed before the task's turn).
+  Status runTask(Task& task);
+  // Releases the runner, then completes the task's Work with `status`.
+  void finishTask(Task& task, Status status);
+  // The synchronous call `call` at once on its caller (caller_run.cc): true, with its status in *out, when
+  // no runner holds the transport and nothing is queued (or the communicator failed: its first error);
+  // false, with nothing done, otherwise.
+  bool runOnCaller(const Call& call, Status* out);
+  // One collective on the thread that holds the transport (busy_), the queue's or its caller: numbering,
+  // the NaN check, the collective, its error announced, the counters and statistics, its timeline span
+  // (ended before this returns, so before the caller learns the result). `injector` was read when the run
+  // was claimed.
+  Status runCollective(const Call& call, const FaultInjector* injector);
+  // "<name> on rank r: <why>": a call's error before it ran (its arguments, its fence).
+  Status callError(const char* name, const Status& why) const;
   void finishRun();
   // What the public methods of the same names forward to.
   void abort(const std::string& why);
@@ -107,6 +150,7 @@ class Communicator::Impl {
   std::shared_ptr<const FaultInjector> injector_;  // guarded by mutex_; replaced, never edited
   std::unique_ptr<Executor> executor_;
   std::shared_ptr<DirectPath> direct_;  // device kernels with no host work (peer windows); may be null
+  bool callerRuns_ = false;             // see callerRuns(); set in the constructor and setDirectPath
   std::shared_ptr<void> resources_;
   const int rank_;
   const int size_;

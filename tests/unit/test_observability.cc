@@ -329,5 +329,40 @@ TEST(Timeline, TelemetrySamplesAreCounterTracks) {
   EXPECT_TRUE(found);
 }
 
+// Every call has its enqueue instant, which says whether its caller ran it at once without the queue
+// (direct 1: a synchronous call on an idle communicator, src/runtime/caller_run.cc) or queued it (direct 0:
+// an Async call).
+TEST(Timeline, AnEnqueueSaysWhetherTheCallerRanItDirectly) {
+  observability::startTimeline(size_t(1) << 20);
+  constexpr int kRanks = 2;
+  LoopbackGroup g(kRanks, Options{});
+  g.run([&](int rank, Communicator& c) {
+    std::vector<int32_t> a(6, rank + 1), b(6 * kRanks), one(1, rank);
+    // Async then waited for: once it returns the runner is free, so the synchronous calls below run direct.
+    ASSERT_TRUE(
+        c.allreduceAsync(a.data(), a.data(), a.size(), DataType::kInt32, ReduceOp::kSum)->wait().isOk());
+    ASSERT_TRUE(c.allreduce(a.data(), a.data(), a.size(), DataType::kInt32, ReduceOp::kSum).isOk());
+    ASSERT_TRUE(c.reduceScatter(b.data(), a.data(), 6, DataType::kInt32, ReduceOp::kSum).isOk());
+    ASSERT_TRUE(c.allgather(a.data(), b.data(), 6, DataType::kInt32).isOk());
+    ASSERT_TRUE(c.broadcast(a.data(), a.data(), a.size(), DataType::kInt32, 0).isOk());
+    ASSERT_TRUE(c.alltoall(b.data(), b.data() + kRanks, 1, DataType::kInt32).isOk());
+    const int peer = 1 - rank;
+    ASSERT_TRUE(c.sendRecv(a.data(), 1, peer, one.data(), 1, peer, DataType::kInt32).isOk());
+  });
+  const json timeline = json::parse(observability::timelineJson());
+  const std::vector<std::string> kinds = {"allreduce", "allreduce", "reduce_scatter", "allgather",
+                                          "broadcast", "alltoall",  "sendrecv"};
+  for (int r = 0; r < kRanks; ++r) {
+    const TrackEvents t = eventsOfTrack(timeline, g.comm(r).summary().track, r);
+    ASSERT_EQ(t.enqueues.size(), kinds.size()) << "rank " << r;
+    ASSERT_EQ(t.collectives.size(), kinds.size()) << "rank " << r;
+    for (size_t i = 0; i < kinds.size(); ++i) {
+      EXPECT_EQ(t.enqueues[i].at("name"), kinds[i]) << "rank " << r;
+      EXPECT_EQ(t.enqueues[i].at("args").at("direct"), i == 0 ? 0 : 1) << "rank " << r << " " << kinds[i];
+      EXPECT_EQ(t.collectives[i].at("name"), kinds[i]) << "rank " << r;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ringguard
