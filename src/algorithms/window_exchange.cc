@@ -20,9 +20,12 @@ namespace {
 constexpr int kInlinePolls = 64;
 
 // Waits for `ready()`: polls the flag alone for as long as the transport's waits poll before they sleep
-// (pollBeforeBlocking: 50 us under mpirun, where each rank owns its core; a few polls under torch), then
-// through pollUntil (its deadline, peers' errors, abort, the doorbell). The flag alone is a load of a line
-// the peer writes; pollUntil's rounds also move the transport's rings under its lock and read the clock,
+// (pollBeforeBlocking: 50 us under mpirun, where each rank owns its core; a few polls under torch), yielding
+// the core between rounds of polls (ranks that share cores, as 3 under mpirun on 2 do, would otherwise spin
+// out their time slice while the peer they wait for waits for the core: 4 KiB all-reduce at 3 ranks on 2
+// cores 120-130 us against 13 us yielding, docs/PERFORMANCE.md; with a core each the yield returns at once),
+// then through pollUntil (its deadline, peers' errors, abort, the doorbell). The flag alone is a load of a
+// line the peer writes; pollUntil's rounds also move the transport's rings under its lock and read the clock,
 // which cost more than a small collective's data (docs/PERFORMANCE.md, issue 45). `slow` (optional) is
 // asked on every round of pollUntil: an error from it ends the wait.
 // No `slow` question (the default of waitUntil).
@@ -45,6 +48,7 @@ Status waitUntil(const CollectiveContext& ctx, const Ready& ready, const What& w
     for (int i = 0; i < kInlinePolls; ++i) {
       if (ready()) return Status::ok();
     }
+    std::this_thread::yield();
   }
   return pollUntil(
       ctx,
