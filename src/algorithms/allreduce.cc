@@ -111,7 +111,7 @@ Status allreduce(const CollectiveContext& ctx, Executor* exec, const void* send,
   const Fingerprint fp = makeAllreduceFingerprint(op, dtype, count, issueOrder(ctx));
   const size_t bytes = count * dataTypeSize(dtype);
   const SmallRoute route = smallRoute(ctx, *exec, bytes, bytes);
-  if (route == SmallRoute::kWindow && windowAllreduceTwoShot(bytes))
+  if (route == SmallRoute::kWindow && windowAllreduceTwoShot(ctx.transport->size(), bytes))
     return allreduceTwoShot(ctx, fp, send, recv, count, dtype, op);
   if (route != SmallRoute::kPipeline) return allreduceSmall(route, ctx, fp, send, recv, count, dtype, op);
   RINGGUARD_RETURN_IF_ERROR(exchangeFingerprints(ctx, fp));

@@ -57,12 +57,17 @@ Status windowExchange(const CollectiveContext& ctx, const Fingerprint& mine,
                       std::vector<std::vector<uint8_t>>* in, const WindowReads& reads = {},
                       bool offered = true, bool* taken = nullptr);
 
-// Whether an all-reduce of `bytes` that runs on the windows takes the two-shot (each rank reduces a column
-// and publishes it: allreduce.cc) rather than the one-shot (each rank reduces everything): from the size
-// where halving the data each rank reduces pays for the second exchange (docs/PERFORMANCE.md, issue 45).
-// The size is in the fingerprint, so every rank of a collective chooses alike.
-inline constexpr size_t kWindowTwoShotBytes = size_t(32) << 10;
-inline bool windowAllreduceTwoShot(size_t bytes) { return bytes >= kWindowTwoShotBytes; }
+// Whether an all-reduce of `bytes` over `ranks` that runs on the windows takes the two-shot (each rank
+// reduces a column and publishes it: allreduce.cc) rather than the one-shot (each rank reduces everything
+// from every peer): where reading 2 (N - 1) / N of the payload from peers instead of N - 1 pays for the
+// second exchange. At 2 ranks both read one payload's worth, and the two-shot measured level at 32-64 KiB
+// and slower at 128 KiB; at 3 ranks it won from 64 KiB (docs/PERFORMANCE.md, issue 45). The size is in the
+// fingerprint and the group's size is agreed, so every rank of a collective chooses alike.
+inline constexpr size_t kWindowTwoShotBytes = size_t(64) << 10;
+inline constexpr int kWindowTwoShotRanks = 3;
+inline bool windowAllreduceTwoShot(int ranks, size_t bytes) {
+  return ranks >= kWindowTwoShotRanks && bytes >= kWindowTwoShotBytes;
+}
 
 // How a small collective's payloads travel: through the windows, in the fingerprint frames (eager), or not
 // as a small collective at all (the pipeline).

@@ -299,19 +299,20 @@ void allreduceAndCheck(LoopbackGroup& g, DataType t, ReduceOp op, size_t count, 
   });
 }
 
-// A count of `t` whose payload takes the two-shot on the test windows (at least kWindowTwoShotBytes, within
-// a half for up to 8 ranks), not divisible by the ranks.
+// A count of `t` whose payload takes the two-shot on the test windows from 3 ranks (kWindowTwoShotBytes,
+// within a half for up to 8 ranks), not divisible by the ranks.
 size_t twoShotCount(DataType t) { return (kWindowTwoShotBytes + 1000) / dataTypeSize(t) + 1; }
 
-TEST_P(LoopbackCollectives, AllreduceOneShotAndTwoShotEveryDtypeAndOp) {
-  if (std::get<1>(GetParam()) != testing::Wire::kWindows || ranks() == 1)
-    GTEST_SKIP() << "the windows' forms (the ring: test_loopback_allreduce.cc)";
+// Ranks 2..8 over the windows (the ring's all-reduce: test_loopback_allreduce.cc).
+class LoopbackWindowsAllreduce : public ::testing::TestWithParam<int> {};
+
+TEST_P(LoopbackWindowsAllreduce, OneShotAndTwoShotEveryDtypeAndOp) {
   static_assert(kWindowTwoShotBytes + 1000 + 8 * 64 <= testing::kTestWindowBytes, "two-shot sizes fit");
-  LoopbackGroup g = group(smallSlices());
+  LoopbackGroup g(GetParam(), smallSlices(), testing::Wire::kWindows);
   for (DataType t : kAllDataTypes) {
     for (ReduceOp op : kAllReduceOps) {
       if (!reduceSupported(t, op)) continue;
-      for (size_t count : {size_t(0), size_t(1), size_t(ranks()) + 1, size_t(301), twoShotCount(t)}) {
+      for (size_t count : {size_t(0), size_t(1), size_t(GetParam()) + 1, size_t(301), twoShotCount(t)}) {
         allreduceAndCheck(g, t, op, count, false);
         if (count % 2 == 1) allreduceAndCheck(g, t, op, count, true);
       }
@@ -321,6 +322,11 @@ TEST_P(LoopbackCollectives, AllreduceOneShotAndTwoShotEveryDtypeAndOp) {
   EXPECT_EQ(c.detected, 0u);
   EXPECT_EQ(c.controlFrames, 0u) << "every call on the windows";
 }
+
+INSTANTIATE_TEST_SUITE_P(Ranks, LoopbackWindowsAllreduce, ::testing::Range(2, 9),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return "np" + std::to_string(i.param);
+                         });
 
 // ---- faults: every collective, every mode -----------------------------------------------------------
 
@@ -349,7 +355,7 @@ TEST_P(LoopbackCollectiveFaults, EveryCollectiveBitIdenticalAndEveryInjectionDet
         broadcastAndCheck(g, t, 1500, n - 1, false);
         alltoallAndCheck(g, t, false);
         allreduceAndCheck(g, t, ReduceOp::kSum, 901, false);             // windows: one-shot
-        allreduceAndCheck(g, t, ReduceOp::kMax, twoShotCount(t), true);  // windows: two-shot
+        allreduceAndCheck(g, t, ReduceOp::kMax, twoShotCount(t), true);  // windows: two-shot from 3 ranks
       }
       const Counters c = g.totalCounters();
       EXPECT_EQ(c.escaped, 0u) << "np" << n;

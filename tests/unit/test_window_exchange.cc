@@ -120,7 +120,7 @@ TEST(WindowExchange, RanksOnDifferentPathsFailNamingBoth) {
   std::vector<Status> results(2);
   const auto start = std::chrono::steady_clock::now();
   g.run([&](int rank, Communicator& c) {
-    const size_t count = rank == 0 ? 100 : 20000;  // 80000 bytes do not fit the window
+    const size_t count = rank == 0 ? 100 : 30000;  // 120000 bytes do not fit the window
     std::vector<int32_t> x = ramp(rank, count);
     results[size_t(rank)] = c.allreduce(x.data(), x.data(), count, DataType::kInt32, ReduceOp::kSum);
   });
@@ -129,7 +129,7 @@ TEST(WindowExchange, RanksOnDifferentPathsFailNamingBoth) {
   EXPECT_FALSE(results[1].isOk());
   for (const Status& st : results) {
     EXPECT_NE(st.message().find("count=100 "), std::string::npos) << st.toString();
-    EXPECT_NE(st.message().find("count=20000 "), std::string::npos) << st.toString();
+    EXPECT_NE(st.message().find("count=30000 "), std::string::npos) << st.toString();
   }
 }
 
@@ -280,27 +280,30 @@ TEST(WindowExchange, ReadOnceVerifiesAPeersPayloadWhereItLies) {
   EXPECT_EQ(counters[1].injected, 0u);
 }
 
-// The two-shot all-reduce (from kWindowTwoShotBytes) publishes the reduced columns in a second exchange, step
-// 1: an injection keyed there hits it (from each of the N - 1 publishers), detected and re-read, the result
-// exact; a one-shot size has no step 1.
+// The two-shot all-reduce (from kWindowTwoShotRanks ranks and kWindowTwoShotBytes) publishes the reduced
+// columns in a second exchange, step 1: an injection keyed there hits it (from each of the N - 1
+// publishers), detected and re-read, the result exact; a one-shot (a smaller size, or 2 ranks) has no step 1.
 TEST(WindowExchange, TwoShotSecondExchangeIsStepOne) {
-  for (size_t count : {kWindowTwoShotBytes / 4 + 1001, kWindowTwoShotBytes / 4 - 1}) {
-    Options o = testing::quietOptions();
-    o.fault.mode = FaultMode::kBitFlip;
-    o.fault.schedule = {{1, 1, 0, 0}};  // collective 1, step 1, chunk 0, read by rank 0
-    LoopbackGroup g(3, o, Wire::kWindows);
-    for (int i = 0; i < 2; ++i) {
-      g.run([&](int rank, Communicator& c) {
-        std::vector<int32_t> x = ramp(rank, count);
-        ASSERT_TRUE(c.allreduce(x.data(), x.data(), count, DataType::kInt32, ReduceOp::kSum).isOk());
-        EXPECT_EQ(x, rampSum(3, count));
-      });
+  for (int n : {2, 3}) {
+    for (size_t count : {kWindowTwoShotBytes / 4 + 1001, kWindowTwoShotBytes / 4 - 1}) {
+      Options o = testing::quietOptions();
+      o.fault.mode = FaultMode::kBitFlip;
+      o.fault.schedule = {{1, 1, 0, 0}};  // collective 1, step 1, chunk 0, read by rank 0
+      LoopbackGroup g(n, o, Wire::kWindows);
+      for (int i = 0; i < 2; ++i) {
+        g.run([&](int rank, Communicator& c) {
+          std::vector<int32_t> x = ramp(rank, count);
+          ASSERT_TRUE(c.allreduce(x.data(), x.data(), count, DataType::kInt32, ReduceOp::kSum).isOk());
+          EXPECT_EQ(x, rampSum(n, count));
+        });
+      }
+      const Counters c = g.totalCounters();
+      const bool twoShot = windowAllreduceTwoShot(n, count * 4);
+      EXPECT_EQ(twoShot, n >= 3 && count * 4 >= kWindowTwoShotBytes);
+      EXPECT_EQ(c.injected, twoShot ? uint64_t(n - 1) : 0u) << "np" << n << " count " << count;
+      EXPECT_EQ(c.detected, c.injected) << "np" << n << " count " << count;
+      EXPECT_EQ(c.controlFrames, 0u) << "np" << n << " count " << count;
     }
-    const Counters c = g.totalCounters();
-    const uint64_t hits = count * 4 >= kWindowTwoShotBytes ? 2 : 0;
-    EXPECT_EQ(c.injected, hits) << "count " << count;
-    EXPECT_EQ(c.detected, hits) << "count " << count;
-    EXPECT_EQ(c.controlFrames, 0u) << "count " << count;
   }
 }
 
