@@ -303,7 +303,8 @@ void allreduceAndCheck(LoopbackGroup& g, DataType t, ReduceOp op, size_t count, 
 // within a half for up to 8 ranks), not divisible by the ranks.
 size_t twoShotCount(DataType t) { return (kWindowTwoShotBytes + 1000) / dataTypeSize(t) + 1; }
 
-// Ranks 2..8 over the windows (the ring's all-reduce: test_loopback_allreduce.cc).
+// 2, 3, 5 and 8 ranks over the windows (the ring's all-reduce: test_loopback_allreduce.cc); the two-shot in
+// place: the fault suite below and WindowExchange.AllreduceOnTheWindowsGivesTheRingsBits.
 class LoopbackWindowsAllreduce : public ::testing::TestWithParam<int> {};
 
 TEST_P(LoopbackWindowsAllreduce, OneShotAndTwoShotEveryDtypeAndOp) {
@@ -314,7 +315,7 @@ TEST_P(LoopbackWindowsAllreduce, OneShotAndTwoShotEveryDtypeAndOp) {
       if (!reduceSupported(t, op)) continue;
       for (size_t count : {size_t(0), size_t(1), size_t(GetParam()) + 1, size_t(301), twoShotCount(t)}) {
         allreduceAndCheck(g, t, op, count, false);
-        if (count % 2 == 1) allreduceAndCheck(g, t, op, count, true);
+        if (count % 2 == 1 && count < 1000) allreduceAndCheck(g, t, op, count, true);
       }
     }
   }
@@ -323,7 +324,7 @@ TEST_P(LoopbackWindowsAllreduce, OneShotAndTwoShotEveryDtypeAndOp) {
   EXPECT_EQ(c.controlFrames, 0u) << "every call on the windows";
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, LoopbackWindowsAllreduce, ::testing::Range(2, 9),
+INSTANTIATE_TEST_SUITE_P(Ranks, LoopbackWindowsAllreduce, ::testing::Values(2, 3, 5, 8),
                          [](const ::testing::TestParamInfo<int>& i) {
                            return "np" + std::to_string(i.param);
                          });
