@@ -36,7 +36,7 @@ Status allgather(const CollectiveContext& ctx, Executor* exec, const void* send,
     std::vector<uint8_t*> into(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) into[size_t(r)] = output + size_t(r) * bytes;
     std::vector<std::vector<uint8_t>> in;
-    RINGGUARD_RETURN_IF_ERROR(smallExchangeAll(route, ctx, fp, send, bytes, &in, &into));
+    RINGGUARD_RETURN_IF_ERROR(smallExchangeAll(route, ctx, fp, send, bytes, &in, WindowReads{&into}));
     for (int r = 0; r < n && bytes > 0; ++r) {
       const void* block = r == me ? send : in[size_t(r)].empty() ? nullptr : in[size_t(r)].data();
       if (block != nullptr && into[size_t(r)] != block) std::memcpy(into[size_t(r)], block, bytes);

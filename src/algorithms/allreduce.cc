@@ -23,21 +23,24 @@ Status checkAllreduceArgs(const CollectiveShape& c, const void* send, const void
 
 namespace {
 
-// Small: every rank gives every peer its whole input (in its window, or in its fingerprint frame), then
-// reduces each ring column in the ring's order with the arguments the ring's hops use, so the bits are the
-// pipeline's.
+// Small (one-shot): every rank gives every peer its whole input (in its window, or in its fingerprint frame),
+// then reduces each ring column in the ring's order with the arguments the ring's hops use, so the bits are
+// the pipeline's. A peer's input is reduced where the exchange verified it (in the peer's window: read
+// once).
 Status allreduceSmall(SmallRoute route, const CollectiveContext& ctx, const Fingerprint& fp, const void* send,
                       void* recv, size_t count, DataType dtype, ReduceOp op) {
   const int n = ctx.transport->size(), me = ctx.transport->rank();
   const size_t esize = dataTypeSize(dtype), bytes = count * esize;
   std::vector<std::vector<uint8_t>> in;
-  RINGGUARD_RETURN_IF_ERROR(smallExchangeAll(route, ctx, fp, send, bytes, &in));
+  std::vector<const uint8_t*> at;
+  RINGGUARD_RETURN_IF_ERROR(smallExchangeAll(route, ctx, fp, send, bytes, &in, WindowReads{nullptr, &at}));
   // In place, the result overwrites this rank's input before the ring order is done with it: a copy.
-  if (send == recv)
+  at[size_t(me)] = static_cast<const uint8_t*>(send);
+  if (send == recv) {
     in[size_t(me)].assign(static_cast<const uint8_t*>(send), static_cast<const uint8_t*>(send) + bytes);
-  auto input = [&](int r) {
-    return r == me && send != recv ? static_cast<const uint8_t*>(send) : in[size_t(r)].data();
-  };
+    at[size_t(me)] = in[size_t(me)].data();
+  }
+  auto input = [&](int r) { return at[size_t(r)]; };
   const RingSchedule sched(n, count, esize, ctx.options->sliceBytes);
   for (int j = 0; j < n; ++j) {
     const ElementRange c = sched.column(j);
@@ -54,6 +57,53 @@ Status allreduceSmall(SmallRoute route, const CollectiveContext& ctx, const Fing
   return Status::ok();
 }
 
+// Two-shot, over the windows (docs/design/protocol.md, "Two-shot all-reduce on the windows"): rank r owns
+// ring column r. A first exchange gives every owner its column of every peer's input (a reduce-scatter: each
+// rank publishes N - 1 columns, one part per reader); the owner reduces it in the ring's order (the column
+// starts at its own rank, the ring's hops in turn), reading each peer's column once where it lies, straight
+// into its output; a second exchange (step 1) publishes the reduced column to every peer, which reads it
+// into place (an all-gather). Every column is reduced by the same hops in the same order as the one-shot and
+// the ring reduce it, whichever rank does it, so the bits are theirs.
+Status allreduceTwoShot(const CollectiveContext& ctx, const Fingerprint& fp, const void* send, void* recv,
+                        size_t count, DataType dtype, ReduceOp op) {
+  const int n = ctx.transport->size(), me = ctx.transport->rank();
+  const size_t esize = dataTypeSize(dtype);
+  const RingSchedule sched(n, count, esize, ctx.options->sliceBytes);
+  const auto* input = static_cast<const uint8_t*>(send);
+  auto* output = static_cast<uint8_t*>(recv);
+  auto offsetOf = [&](int j) { return sched.column(j).offset * esize; };
+  auto bytesOf = [&](int j) { return sched.column(j).count * esize; };
+
+  std::vector<EagerPayload> out(static_cast<size_t>(n));
+  std::vector<size_t> inBytes(size_t(n), 0);
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    out[size_t(p)] = EagerPayload{input + offsetOf(p), bytesOf(p)};
+    inBytes[size_t(p)] = bytesOf(me);
+  }
+  std::vector<std::vector<uint8_t>> in;
+  std::vector<const uint8_t*> at;
+  RINGGUARD_RETURN_IF_ERROR(windowExchange(ctx, fp, out, inBytes, &in, WindowReads{nullptr, &at}));
+  // In place, this rank's column of its input is read only by the first hop, as the accumulator it
+  // overwrites element by element (reduceHost allows dst to alias b).
+  at[size_t(me)] = input + offsetOf(me);
+  uint8_t* mine = output + offsetOf(me);
+  for (int t = 0; t + 1 < n; ++t) {
+    const uint8_t* incoming = t == 0 ? at[size_t(me)] : mine;
+    reduceHost(dtype, op, mine, at[size_t((me + t + 1) % n)], incoming, sched.column(me).count, t == n - 2, n,
+               t == 0);
+  }
+
+  std::vector<uint8_t*> into(static_cast<size_t>(n), nullptr);
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    out[size_t(p)] = EagerPayload{mine, bytesOf(me)};  // one part, shared by every reader
+    inBytes[size_t(p)] = bytesOf(p);
+    into[size_t(p)] = output + offsetOf(p);
+  }
+  return windowExchange(ctx, fp, out, inBytes, &in, WindowReads{&into, nullptr, 1});
+}
+
 }  // namespace
 
 Status allreduce(const CollectiveContext& ctx, Executor* exec, const void* send, void* recv, size_t count,
@@ -61,6 +111,8 @@ Status allreduce(const CollectiveContext& ctx, Executor* exec, const void* send,
   const Fingerprint fp = makeAllreduceFingerprint(op, dtype, count, issueOrder(ctx));
   const size_t bytes = count * dataTypeSize(dtype);
   const SmallRoute route = smallRoute(ctx, *exec, bytes, bytes);
+  if (route == SmallRoute::kWindow && windowAllreduceTwoShot(ctx.transport->size(), bytes))
+    return allreduceTwoShot(ctx, fp, send, recv, count, dtype, op);
   if (route != SmallRoute::kPipeline) return allreduceSmall(route, ctx, fp, send, recv, count, dtype, op);
   RINGGUARD_RETURN_IF_ERROR(exchangeFingerprints(ctx, fp));
   if (ctx.transport->size() == 1 || count == 0) {

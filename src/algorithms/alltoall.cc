@@ -63,7 +63,8 @@ Status alltoallWindowed(const CollectiveContext& ctx, const Executor& exec, cons
   std::vector<uint8_t*> into(n);  // each block read straight into place
   for (size_t p = 0; p < n; ++p) into[p] = static_cast<uint8_t*>(recv) + l.recvDispls[p] * esize;
   std::vector<std::vector<uint8_t>> in;
-  return windowExchange(ctx, fp, out, inBytes, &in, &into, runsOneSided(ctx, exec, publish), taken);
+  return windowExchange(ctx, fp, out, inBytes, &in, WindowReads{&into}, runsOneSided(ctx, exec, publish),
+                        taken);
 }
 
 }  // namespace

@@ -121,7 +121,7 @@ Status broadcast(const CollectiveContext& ctx, Executor* exec, const void* send,
     // Read from a window straight into place; a frame's payload is copied there from `in`.
     std::vector<uint8_t*> into(static_cast<size_t>(n), nullptr);
     into[size_t(root)] = static_cast<uint8_t*>(recv);
-    RINGGUARD_RETURN_IF_ERROR(smallExchange(route, ctx, fp, out, inBytes, &in, &into));
+    RINGGUARD_RETURN_IF_ERROR(smallExchange(route, ctx, fp, out, inBytes, &in, WindowReads{&into}));
     const void* value = me == root ? send : in[size_t(root)].empty() ? nullptr : in[size_t(root)].data();
     if (value != nullptr && value != recv && bytes > 0) std::memcpy(recv, value, bytes);
     return Status::ok();

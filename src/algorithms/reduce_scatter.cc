@@ -27,7 +27,8 @@ namespace {
 
 // Small: every rank gives each peer that peer's block (in its window or its fingerprint frame), then reduces
 // its own block in the order the ring does (block b rides column b + 1, which starts at rank b + 1), with the
-// arguments the ring's hops use, so the bits are the pipeline's.
+// arguments the ring's hops use, so the bits are the pipeline's. A peer's block is reduced where the exchange
+// verified it (in the peer's window: read once).
 Status reduceScatterSmall(SmallRoute route, const CollectiveContext& ctx, const Fingerprint& fp,
                           const void* send, void* recv, size_t recvCount, DataType dtype, ReduceOp op) {
   const int n = ctx.transport->size(), me = ctx.transport->rank();
@@ -38,12 +39,17 @@ Status reduceScatterSmall(SmallRoute route, const CollectiveContext& ctx, const 
   std::vector<size_t> inBytes(size_t(n), bytes);
   inBytes[size_t(me)] = 0;
   std::vector<std::vector<uint8_t>> in;
-  RINGGUARD_RETURN_IF_ERROR(smallExchange(route, ctx, fp, out, inBytes, &in));
+  std::vector<const uint8_t*> at;
+  RINGGUARD_RETURN_IF_ERROR(smallExchange(route, ctx, fp, out, inBytes, &in, WindowReads{nullptr, &at}));
   // In place, recv is this rank's block of send, which the first hops overwrite before the last reads it:
   // a copy.
   const uint8_t* own = input + size_t(me) * bytes;
-  if (own == recv) in[size_t(me)].assign(own, own + bytes);
-  auto block = [&](int r) { return r == me && own != recv ? own : in[size_t(r)].data(); };
+  at[size_t(me)] = own;
+  if (own == recv) {
+    in[size_t(me)].assign(own, own + bytes);
+    at[size_t(me)] = in[size_t(me)].data();
+  }
+  auto block = [&](int r) { return at[size_t(r)]; };
   auto* dst = static_cast<uint8_t*>(recv);
   const int start = (me + 1) % n;
   for (int t = 0; t + 1 < n; ++t) {

@@ -20,9 +20,12 @@ namespace {
 constexpr int kInlinePolls = 64;
 
 // Waits for `ready()`: polls the flag alone for as long as the transport's waits poll before they sleep
-// (pollBeforeBlocking: 50 us under mpirun, where each rank owns its core; a few polls under torch), then
-// through pollUntil (its deadline, peers' errors, abort, the doorbell). The flag alone is a load of a line
-// the peer writes; pollUntil's rounds also move the transport's rings under its lock and read the clock,
+// (pollBeforeBlocking: 50 us under mpirun, where each rank owns its core; a few polls under torch), yielding
+// the core between rounds of polls (ranks that share cores, as 3 under mpirun on 2 do, would otherwise spin
+// out their time slice while the peer they wait for waits for the core: 4 KiB all-reduce at 3 ranks on 2
+// cores 120-130 us against 13 us yielding, docs/PERFORMANCE.md; with a core each the yield returns at once),
+// then through pollUntil (its deadline, peers' errors, abort, the doorbell). The flag alone is a load of a
+// line the peer writes; pollUntil's rounds also move the transport's rings under its lock and read the clock,
 // which cost more than a small collective's data (docs/PERFORMANCE.md, issue 45). `slow` (optional) is
 // asked on every round of pollUntil: an error from it ends the wait.
 // No `slow` question (the default of waitUntil).
@@ -45,6 +48,7 @@ Status waitUntil(const CollectiveContext& ctx, const Ready& ready, const What& w
     for (int i = 0; i < kInlinePolls; ++i) {
       if (ready()) return Status::ok();
     }
+    std::this_thread::yield();
   }
   return pollUntil(
       ctx,
@@ -63,8 +67,8 @@ std::string where(const CollectiveContext& ctx) {
 // This rank's publication of epoch `e`: the part table (one entry per reader; payloads that are the same
 // bytes for several readers share one part), the fingerprint, then the chunks, each visible to readers as
 // soon as its epoch is stored.
-void publish(const CollectiveContext& ctx, const Windows& w, uint64_t e, const Fingerprint& mine,
-             const std::vector<EagerPayload>& out, bool offered) {
+void publish(const CollectiveContext& ctx, const Windows& w, uint64_t e, uint32_t step,
+             const Fingerprint& mine, const std::vector<EagerPayload>& out, bool offered) {
   const int n = w.size(), me = w.rank();
   const WindowLayout& layout = w.layout();
   std::vector<int> ownerOf(size_t(n), -1);  // the reader whose part a reader's payload shares
@@ -109,7 +113,7 @@ void publish(const CollectiveContext& ctx, const Windows& w, uint64_t e, const F
       if (ctx.injector != nullptr && ctx.injector->enabled()) {
         int delay = 0;
         for (int p = 0; p < n; ++p) {
-          if (p != me) delay = std::max(delay, ctx.injector->delayMs(ctx.seq, 0, int(slice), p, 0));
+          if (p != me) delay = std::max(delay, ctx.injector->delayMs(ctx.seq, int(step), int(slice), p, 0));
         }
         if (delay > 0) {
           ctx.counters->delayed++;
@@ -120,7 +124,7 @@ void publish(const CollectiveContext& ctx, const Windows& w, uint64_t e, const F
       const uint32_t crc = crc32(src + at, len);
       std::memcpy(data + part.offset + at, src + at, len);
       ChunkEntry& c = w.chunk(me, e, size_t(part.firstChunk + k));
-      c.trailer = makeTrailer(SliceId{ctx.seq, 0, slice, uint32_t(me), uint32_t(len), 0}, crc, 0);
+      c.trailer = makeTrailer(SliceId{ctx.seq, step, slice, uint32_t(me), uint32_t(len), 0}, crc, 0);
       c.epoch.store(e, std::memory_order_release);
       ctx.counters->slicesSent++;
       ctx.counters->bytesSent += len;
@@ -194,11 +198,17 @@ Status readSeal(const CollectiveContext& ctx, const Windows& w, uint64_t e, cons
                                              std::to_string(reads) + " reads");
 }
 
-// Peer p's part for this rank, into `dst` (`bytes`, what the agreed arguments say): the part table entry
-// bounds-checked, then chunk by chunk as each is published, verified, re-read on a failure. A failure of the
-// data (a chunk corrupt on every re-read, a part of another size) goes to *failure, for the settle; the
-// return value is a wait's error (timeout, a peer's error, abort).
-Status readPart(const CollectiveContext& ctx, const Windows& w, uint64_t e, int p, size_t bytes, uint8_t* dst,
+// Peer p's part for this rank (`bytes`, what the agreed arguments say): the part table entry bounds-checked,
+// then chunk by chunk as each is published, verified, re-read on a failure. Copied into `dst`, or, where
+// `at` is given, verified where it lies and not copied: *at then points at it in p's window, which p leaves
+// untouched until this rank's next collective on the windows (docs/design/protocol.md, "Read once"). A read
+// that data-mode fault injection damages is a copy in `spill` (the window is the peer's, and other readers
+// read it); when such a damaged read passes its check (an escape), the part is used as read: every chunk is
+// copied into `spill` and *at points there. A failure of the data (a chunk corrupt on every re-read, a part
+// of another size) goes to *failure, for the settle; the return value is a wait's error (timeout, a peer's
+// error, abort).
+Status readPart(const CollectiveContext& ctx, const Windows& w, uint64_t e, uint32_t step, int p,
+                size_t bytes, uint8_t* dst, const uint8_t** at, std::vector<uint8_t>* spill,
                 Status* failure) {
   const int me = w.rank();
   const WindowLayout& layout = w.layout();
@@ -223,10 +233,12 @@ Status readPart(const CollectiveContext& ctx, const Windows& w, uint64_t e, int 
     return Status::ok();
   }
   const uint8_t* data = w.data(p, e) + part.offset;
+  const bool inPlace = at != nullptr;
+  if (inPlace) *at = data;
   const int reads = std::max(1, ctx.options->maxRetries + 1);
   for (uint64_t k = 0; k < layout.chunksOf(bytes); ++k) {
-    const size_t at = size_t(k) * kWindowChunkBytes;
-    const size_t len = std::min(kWindowChunkBytes, bytes - at);
+    const size_t off = size_t(k) * kWindowChunkBytes;
+    const size_t len = std::min(kWindowChunkBytes, bytes - off);
     const uint32_t slice = uint32_t(part.firstChunk + k);
     const ChunkEntry& c = w.chunk(p, e, size_t(part.firstChunk + k));
     RINGGUARD_RETURN_IF_ERROR(waitUntil(
@@ -235,14 +247,27 @@ Status readPart(const CollectiveContext& ctx, const Windows& w, uint64_t e, int 
           return "chunk " + std::to_string(slice) + " in rank " + std::to_string(p) + "'s window";
         },
         p));
-    const SliceId expected{ctx.seq, 0, slice, uint32_t(p), uint32_t(len), 0};
+    const SliceId expected{ctx.seq, step, slice, uint32_t(p), uint32_t(len), 0};
     SliceCheck check = SliceCheck::kOk;
+    bool copied = false;  // whether the read checked last is a copy (not the window's bytes)
     for (int attempt = 0; attempt < reads; ++attempt) {
-      std::memcpy(dst + at, data + at, len);
       EagerView view;
-      view.payload = dst + at;
       view.bytes = len;
-      view.trailer = c.trailer;
+      view.trailer = c.trailer;  // read once: the check below and the verdict use this copy
+      copied = dst != nullptr || (ctx.injector != nullptr &&
+                                  ctx.injector->corrupts(ctx.seq, int(step), int(slice), me, attempt));
+      if (copied) {
+        uint8_t* to = dst;
+        if (to == nullptr) {
+          spill->resize(bytes);
+          to = spill->data();
+        }
+        std::memcpy(to + off, data + off, len);
+        view.payload = to + off;
+      } else {
+        // Checked in place: no injection applies to this read (above), so nothing writes through it.
+        view.payload = const_cast<uint8_t*>(data + off);
+      }
       if (attempt > 0) ctx.counters->retransmitted++;  // re-read from the publication the peer retains
       check = verifyEagerPayload(ctx, expected, view, ctx.counters, attempt);
       if (!isLinkFailure(check)) break;
@@ -250,9 +275,17 @@ Status readPart(const CollectiveContext& ctx, const Windows& w, uint64_t e, int 
     if (isLinkFailure(check)) {
       *failure = Status(StatusCode::kCorruption,
                         where(ctx) + ": chunk " + std::to_string(slice) + " of rank " + std::to_string(p) +
-                            "'s window failed verification on all " + std::to_string(reads) + " reads (" +
+                            "'s window" + (step > 0 ? " (step " + std::to_string(step) + ")" : "") +
+                            " failed verification on all " + std::to_string(reads) + " reads (" +
                             sliceCheckName(check) + ")");
       return Status::ok();
+    }
+    if (copied && inPlace && dst == nullptr) {
+      // An injected damage that passed: what was read is what is used, as on every path. The chunks
+      // before it were verified in place; from here on the part is read into the spill.
+      std::memcpy(spill->data(), data, off);
+      dst = spill->data();
+      *at = dst;
     }
   }
   return Status::ok();
@@ -317,14 +350,14 @@ bool runsOneSided(const CollectiveContext& ctx, const Executor& exec, size_t pub
 
 Status windowExchange(const CollectiveContext& ctx, const Fingerprint& mine,
                       const std::vector<EagerPayload>& out, const std::vector<size_t>& inBytes,
-                      std::vector<std::vector<uint8_t>>* in, const std::vector<uint8_t*>* into, bool offered,
+                      std::vector<std::vector<uint8_t>>* in, const WindowReads& reads, bool offered,
                       bool* taken) {
   Windows& w = *ctx.transport->windows();
   const int n = w.size(), me = w.rank();
   const uint64_t e = w.nextEpoch();
   // Half e & 1 is free: every peer finished reading this rank's epoch e - 1 (and e - 2) before the settle
   // of e - 1 let this rank return, or, where the payloads did not travel, before it published e - 1.
-  publish(ctx, w, e, mine, out, offered);
+  publish(ctx, w, e, reads.step, mine, out, offered);
 
   std::vector<HalfSeal> all(static_cast<size_t>(n));
   all[size_t(me)].fingerprint = mine;
@@ -345,15 +378,19 @@ Status windowExchange(const CollectiveContext& ctx, const Fingerprint& mine,
   if (!everyone) return Status::ok();  // a payload too large for a window: the caller takes the ring
 
   in->assign(size_t(n), {});
+  if (reads.at != nullptr) reads.at->assign(size_t(n), nullptr);
   Status failure;
   for (int p = 0; p < n && failure.isOk(); ++p) {
     if (p == me) continue;
-    uint8_t* dst = into != nullptr ? (*into)[size_t(p)] : nullptr;
-    if (dst == nullptr) {
-      (*in)[size_t(p)].resize(inBytes[size_t(p)]);
-      dst = (*in)[size_t(p)].data();
+    std::vector<uint8_t>& own = (*in)[size_t(p)];
+    uint8_t* dst = reads.into != nullptr && reads.at == nullptr ? (*reads.into)[size_t(p)] : nullptr;
+    if (dst == nullptr && reads.at == nullptr) {
+      own.resize(inBytes[size_t(p)]);
+      dst = own.data();
     }
-    RINGGUARD_RETURN_IF_ERROR(readPart(ctx, w, e, p, inBytes[size_t(p)], dst, &failure));
+    const uint8_t** at = reads.at != nullptr ? &(*reads.at)[size_t(p)] : nullptr;
+    RINGGUARD_RETURN_IF_ERROR(
+        readPart(ctx, w, e, reads.step, p, inBytes[size_t(p)], dst, at, &own, &failure));
   }
   // A peer that wrote nonsense is not one to settle with: this rank's error goes out as an error frame
   // from the communicator, as a transport error does on every path.
@@ -369,20 +406,25 @@ SmallRoute smallRoute(const CollectiveContext& ctx, const Executor& exec, size_t
 
 Status smallExchange(SmallRoute route, const CollectiveContext& ctx, const Fingerprint& mine,
                      const std::vector<EagerPayload>& out, const std::vector<size_t>& inBytes,
-                     std::vector<std::vector<uint8_t>>* in, const std::vector<uint8_t*>* into) {
-  return route == SmallRoute::kWindow ? windowExchange(ctx, mine, out, inBytes, in, into)
-                                      : eagerExchange(ctx, mine, out, inBytes, in);
+                     std::vector<std::vector<uint8_t>>* in, const WindowReads& reads) {
+  if (route == SmallRoute::kWindow) return windowExchange(ctx, mine, out, inBytes, in, reads);
+  RINGGUARD_RETURN_IF_ERROR(eagerExchange(ctx, mine, out, inBytes, in));
+  if (reads.at != nullptr) {
+    reads.at->assign(in->size(), nullptr);
+    for (size_t p = 0; p < in->size(); ++p) (*reads.at)[p] = (*in)[p].data();
+  }
+  return Status::ok();
 }
 
 Status smallExchangeAll(SmallRoute route, const CollectiveContext& ctx, const Fingerprint& mine,
                         const void* data, size_t bytes, std::vector<std::vector<uint8_t>>* in,
-                        const std::vector<uint8_t*>* into) {
+                        const WindowReads& reads) {
   const size_t n = size_t(ctx.transport->size()), me = size_t(ctx.transport->rank());
   std::vector<EagerPayload> out(n, EagerPayload{data, bytes});
   std::vector<size_t> inBytes(n, bytes);
   out[me] = EagerPayload{};
   inBytes[me] = 0;
-  return smallExchange(route, ctx, mine, out, inBytes, in, into);
+  return smallExchange(route, ctx, mine, out, inBytes, in, reads);
 }
 
 }  // namespace ringguard

@@ -108,7 +108,8 @@ inline CollectiveContext contextFor(Transport* transport, const Options* options
 // larger ones the two-sided ring).
 enum class Wire { kLoopback, kSharedMemory, kWindows };
 inline constexpr size_t kTestRingBytes = 1024;
-inline constexpr size_t kTestWindowBytes = size_t(40) << 10;
+// Room for a two-shot all-reduce (window_exchange.h, kWindowTwoShotBytes) at up to 8 ranks.
+inline constexpr size_t kTestWindowBytes = size_t(96) << 10;
 inline const char* wireName(Wire w) {
   return w == Wire::kLoopback ? "loopback" : w == Wire::kSharedMemory ? "shm" : "windows";
 }

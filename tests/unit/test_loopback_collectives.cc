@@ -1,7 +1,8 @@
-// Every collective besides allreduce in one process (ranks 1..8 over the loopback transport): exact
-// results against closed forms for every dtype (and op where it reduces), counts {0, 1, odd, fewer than N,
-// not divisible, many slices}, in and out of place; every fault mode with detected == injected and
-// escaped == 0; persistent faults and bad arguments giving the same clear error on every rank.
+// Every collective besides allreduce (test_loopback_allreduce.cc; here only its faults over every wire, and
+// its one-shot and two-shot forms over the windows) in one process (ranks 1..8 over the loopback transport):
+// exact results against closed forms for every dtype (and op where it reduces), counts {0, 1, odd, fewer than
+// N, not divisible, many slices}, in and out of place; every fault mode with detected == injected and escaped
+// == 0; persistent faults and bad arguments giving the same clear error on every rank.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -9,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "algorithms/window_exchange.h"
 #include "loopback_util.h"
 
 namespace ringguard {
@@ -281,6 +283,52 @@ INSTANTIATE_TEST_SUITE_P(Ranks, LoopbackCollectives,
                                   testing::wireName(std::get<1>(i.param));
                          });
 
+// ---- all-reduce over the windows: one-shot and two-shot -------------------------------------------------
+
+void allreduceAndCheck(LoopbackGroup& g, DataType t, ReduceOp op, size_t count, bool inPlace) {
+  const int n = g.size();
+  const std::vector<uint8_t> expected = expectedResult(t, op, n, count);
+  g.run([&](int rank, Communicator& c) {
+    std::vector<uint8_t> in = makeInput(t, op, rank, count), out(in.size() + 1, 0xAB);
+    Status st = c.allreduce(in.data(), inPlace ? in.data() : out.data(), count, t, op);
+    ASSERT_TRUE(st.isOk()) << where("allreduce", t, count, rank) << ": " << st.toString();
+    const uint8_t* got = inPlace ? in.data() : out.data();
+    EXPECT_TRUE(sameBytes(got, expected.data(), expected.size()))
+        << where("allreduce", t, count, rank) << " op " << reduceOpName(op) << (inPlace ? " in place" : "");
+    if (!inPlace) EXPECT_EQ(out[expected.size()], 0xAB) << "wrote past the result";
+  });
+}
+
+// A count of `t` whose payload takes the two-shot on the test windows from 3 ranks (kWindowTwoShotBytes,
+// within a half for up to 8 ranks), not divisible by the ranks.
+size_t twoShotCount(DataType t) { return (kWindowTwoShotBytes + 1000) / dataTypeSize(t) + 1; }
+
+// 2, 3, 5 and 8 ranks over the windows (the ring's all-reduce: test_loopback_allreduce.cc); the two-shot in
+// place: the fault suite below and WindowExchange.AllreduceOnTheWindowsGivesTheRingsBits.
+class LoopbackWindowsAllreduce : public ::testing::TestWithParam<int> {};
+
+TEST_P(LoopbackWindowsAllreduce, OneShotAndTwoShotEveryDtypeAndOp) {
+  static_assert(kWindowTwoShotBytes + 1000 + 8 * 64 <= testing::kTestWindowBytes, "two-shot sizes fit");
+  LoopbackGroup g(GetParam(), smallSlices(), testing::Wire::kWindows);
+  for (DataType t : kAllDataTypes) {
+    for (ReduceOp op : kAllReduceOps) {
+      if (!reduceSupported(t, op)) continue;
+      for (size_t count : {size_t(0), size_t(1), size_t(GetParam()) + 1, size_t(301), twoShotCount(t)}) {
+        allreduceAndCheck(g, t, op, count, false);
+        if (count % 2 == 1 && count < 1000) allreduceAndCheck(g, t, op, count, true);
+      }
+    }
+  }
+  const Counters c = g.totalCounters();
+  EXPECT_EQ(c.detected, 0u);
+  EXPECT_EQ(c.controlFrames, 0u) << "every call on the windows";
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, LoopbackWindowsAllreduce, ::testing::Values(2, 3, 5, 8),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return "np" + std::to_string(i.param);
+                         });
+
 // ---- faults: every collective, every mode -----------------------------------------------------------
 
 struct FaultCase {
@@ -307,6 +355,8 @@ TEST_P(LoopbackCollectiveFaults, EveryCollectiveBitIdenticalAndEveryInjectionDet
         allgatherAndCheck(g, t, 901, false);
         broadcastAndCheck(g, t, 1500, n - 1, false);
         alltoallAndCheck(g, t, false);
+        allreduceAndCheck(g, t, ReduceOp::kSum, 901, false);             // windows: one-shot
+        allreduceAndCheck(g, t, ReduceOp::kMax, twoShotCount(t), true);  // windows: two-shot from 3 ranks
       }
       const Counters c = g.totalCounters();
       EXPECT_EQ(c.escaped, 0u) << "np" << n;

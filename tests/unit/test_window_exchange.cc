@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "algorithms/window_exchange.h"
@@ -119,7 +120,7 @@ TEST(WindowExchange, RanksOnDifferentPathsFailNamingBoth) {
   std::vector<Status> results(2);
   const auto start = std::chrono::steady_clock::now();
   g.run([&](int rank, Communicator& c) {
-    const size_t count = rank == 0 ? 100 : 20000;  // 80000 bytes do not fit the window
+    const size_t count = rank == 0 ? 100 : 30000;  // 120000 bytes do not fit the window
     std::vector<int32_t> x = ramp(rank, count);
     results[size_t(rank)] = c.allreduce(x.data(), x.data(), count, DataType::kInt32, ReduceOp::kSum);
   });
@@ -128,7 +129,7 @@ TEST(WindowExchange, RanksOnDifferentPathsFailNamingBoth) {
   EXPECT_FALSE(results[1].isOk());
   for (const Status& st : results) {
     EXPECT_NE(st.message().find("count=100 "), std::string::npos) << st.toString();
-    EXPECT_NE(st.message().find("count=20000 "), std::string::npos) << st.toString();
+    EXPECT_NE(st.message().find("count=30000 "), std::string::npos) << st.toString();
   }
 }
 
@@ -232,6 +233,157 @@ TEST(WindowExchange, AlltoallSplitsAndBlocksTooLargeForTheWindow) {
     }
   });
   EXPECT_GT(h.totalCounters().since(before).controlFrames, 0u);  // the ring ran
+}
+
+// Read once: a reducing collective's reads are verified where the peer published them and not copied; a read
+// that injection damaged is a private copy (the window is the peer's, and other readers read it), and the
+// clean re-read is in place again.
+TEST(WindowExchange, ReadOnceVerifiesAPeersPayloadWhereItLies) {
+  std::shared_ptr<LoopbackFabric> fabric;
+  std::vector<std::unique_ptr<Transport>> t = makeLoopbackTransports(2, &fabric);
+  testing::wrapInSharedMemory(&t, testing::kTestRingBytes, testing::kTestWindowBytes);
+  const Options o = testing::quietOptions();
+  FaultOptions f;
+  f.mode = FaultMode::kBitFlip;
+  f.schedule = {{0, 0, 1, 0}};  // collective 0, chunk 1, read by rank 0
+  const FaultInjector injector(f);
+  const size_t count = 5000, bytes = count * 4;  // chunks 0 and 1
+  const std::vector<std::vector<int32_t>> x = {ramp(0, count), ramp(1, count)};
+  const Fingerprint fp = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kInt32, count, IssueOrder{});
+  std::vector<std::vector<const uint8_t*>> at(2);
+  std::vector<std::vector<std::vector<uint8_t>>> in(2);
+  std::vector<Counters> counters(2);
+  std::vector<Status> st(2);
+  testing::runRanks(2, [&](int r) {
+    CollectiveContext ctx = testing::contextFor(t[size_t(r)].get(), &o, &counters[size_t(r)], 0, &injector);
+    std::vector<EagerPayload> out(2);
+    out[size_t(1 - r)] = EagerPayload{x[size_t(r)].data(), bytes};
+    std::vector<size_t> inBytes(2, 0);
+    inBytes[size_t(1 - r)] = bytes;
+    st[size_t(r)] =
+        windowExchange(ctx, fp, out, inBytes, &in[size_t(r)], WindowReads{nullptr, &at[size_t(r)]});
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(st[size_t(r)].isOk()) << st[size_t(r)].toString();
+    const int p = 1 - r;
+    const Windows& w = *t[size_t(r)]->windows();
+    const uint8_t* data = w.data(p, 1);  // epoch 1
+    const uint8_t* got = at[size_t(r)][size_t(p)];
+    EXPECT_TRUE(got >= data && got + bytes <= data + w.layout().capacity)
+        << "rank " << r << " reads in place";
+    EXPECT_EQ(std::memcmp(got, x[size_t(p)].data(), bytes), 0) << "rank " << r;
+  }
+  EXPECT_TRUE(in[1][0].empty()) << "nothing copied";
+  EXPECT_EQ(counters[0].injected, 1u);
+  EXPECT_EQ(counters[0].detected, 1u);
+  EXPECT_EQ(counters[0].retransmitted, 1u);
+  EXPECT_EQ(counters[1].injected, 0u);
+}
+
+// The two-shot all-reduce (from kWindowTwoShotRanks ranks and kWindowTwoShotBytes) publishes the reduced
+// columns in a second exchange, step 1: an injection keyed there hits it (from each of the N - 1
+// publishers), detected and re-read, the result exact; a one-shot (a smaller size, or 2 ranks) has no step 1.
+TEST(WindowExchange, TwoShotSecondExchangeIsStepOne) {
+  for (int n : {2, 3}) {
+    for (size_t count : {kWindowTwoShotBytes / 4 + 1001, kWindowTwoShotBytes / 4 - 1}) {
+      Options o = testing::quietOptions();
+      o.fault.mode = FaultMode::kBitFlip;
+      o.fault.schedule = {{1, 1, 0, 0}};  // collective 1, step 1, chunk 0, read by rank 0
+      LoopbackGroup g(n, o, Wire::kWindows);
+      for (int i = 0; i < 2; ++i) {
+        g.run([&](int rank, Communicator& c) {
+          std::vector<int32_t> x = ramp(rank, count);
+          ASSERT_TRUE(c.allreduce(x.data(), x.data(), count, DataType::kInt32, ReduceOp::kSum).isOk());
+          EXPECT_EQ(x, rampSum(n, count));
+        });
+      }
+      const Counters c = g.totalCounters();
+      const bool twoShot = windowAllreduceTwoShot(n, count * 4);
+      EXPECT_EQ(twoShot, n >= 3 && count * 4 >= kWindowTwoShotBytes);
+      EXPECT_EQ(c.injected, twoShot ? uint64_t(n - 1) : 0u) << "np" << n << " count " << count;
+      EXPECT_EQ(c.detected, c.injected) << "np" << n << " count " << count;
+      EXPECT_EQ(c.controlFrames, 0u) << "np" << n << " count " << count;
+    }
+  }
+}
+
+// A reduced column corrupt on every read: every rank returns the reader's kCorruption, word for word, naming
+// the column's publisher and the exchange.
+TEST(WindowExchange, TwoShotPersistentCorruptionIsTheSameErrorOnEveryRank) {
+  Options o = testing::quietOptions();
+  o.maxRetries = 2;
+  o.fault.schedule = {{0, 1, 0, 2}};  // collective 0, step 1, chunk 0, read by rank 2
+  o.fault.repeat = 10;
+  LoopbackGroup g(3, o, Wire::kWindows);
+  std::vector<Status> results(3);
+  const size_t count = kWindowTwoShotBytes / 4 + 7;
+  g.run([&](int rank, Communicator& c) {
+    std::vector<int32_t> x = ramp(rank, count);
+    results[size_t(rank)] = c.allreduce(x.data(), x.data(), count, DataType::kInt32, ReduceOp::kSum);
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(results[size_t(r)].code(), StatusCode::kCorruption) << results[size_t(r)].toString();
+    EXPECT_EQ(results[size_t(r)].message(), results[0].message()) << "rank " << r;
+  }
+  EXPECT_NE(results[0].message().find("allreduce seq 0 on rank 2: chunk 0 of rank 0's window (step 1)"),
+            std::string::npos)
+      << results[0].message();
+}
+
+// Non-integer values, so the order of the reductions shows in the bits: the one-shot and the two-shot over
+// the windows give the ring's bits (the same hops in the same order for every column).
+TEST(WindowExchange, AllreduceOnTheWindowsGivesTheRingsBits) {
+  ReduceOp premul = ReduceOp::kSum;
+  ASSERT_TRUE(makePremulSum(0.3, &premul).isOk());
+  struct Case {
+    DataType t;
+    ReduceOp op;
+    size_t count;
+  };
+  const Case cases[] = {{DataType::kFloat32, ReduceOp::kSum, 3001},
+                        {DataType::kFloat32, ReduceOp::kSum, kWindowTwoShotBytes / 4 + 1001},
+                        {DataType::kFloat32, ReduceOp::kAvg, kWindowTwoShotBytes / 4 + 3},
+                        {DataType::kFloat32, premul, kWindowTwoShotBytes / 4 + 555},
+                        {DataType::kFloat64, ReduceOp::kProd, kWindowTwoShotBytes / 8 + 99},
+                        {DataType::kBFloat16, ReduceOp::kSum, kWindowTwoShotBytes / 2 + 17}};
+  for (int n : {2, 3, 5}) {
+    LoopbackGroup ring(n, testing::quietOptions(), Wire::kLoopback);
+    LoopbackGroup windows(n, testing::quietOptions(), Wire::kWindows);
+    for (const Case& k : cases) {
+      const size_t bytes = k.count * dataTypeSize(k.t);
+      auto input = [&](int rank) {  // values in [0.5, 1.5) with all their mantissa bits
+        std::mt19937 rng(uint32_t(rank * 7919 + int(k.count)));
+        std::uniform_real_distribution<double> u(0.5, 1.5);
+        std::vector<uint8_t> v(bytes);
+        for (size_t i = 0; i < k.count; ++i) {
+          const double d = u(rng);
+          const float fl = float(d);
+          uint32_t bits = 0;
+          std::memcpy(&bits, &fl, 4);
+          const uint16_t b16 = uint16_t(bits >> 16);
+          if (k.t == DataType::kFloat64) std::memcpy(v.data() + i * 8, &d, 8);
+          if (k.t == DataType::kFloat32) std::memcpy(v.data() + i * 4, &fl, 4);
+          if (k.t == DataType::kBFloat16) std::memcpy(v.data() + i * 2, &b16, 2);
+        }
+        return v;
+      };
+      std::vector<std::vector<uint8_t>> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+      for (auto* g : {&ring, &windows}) {
+        auto& result = g == &ring ? want : got;
+        g->run([&](int rank, Communicator& c) {
+          std::vector<uint8_t> x = input(rank);
+          ASSERT_TRUE(c.allreduce(x.data(), x.data(), k.count, k.t, k.op).isOk());
+          result[size_t(rank)] = x;
+        });
+      }
+      for (int r = 0; r < n; ++r) {
+        EXPECT_EQ(got[size_t(r)], want[size_t(r)])
+            << "np" << n << " " << dataTypeName(k.t) << " " << reduceOpName(k.op) << " count " << k.count
+            << " rank " << r;
+        EXPECT_EQ(got[size_t(r)], got[0]) << "every rank agrees";
+      }
+    }
+  }
 }
 
 // The window size must be the same on every rank; a transport without windows keeps the two-sided path.
