@@ -68,36 +68,14 @@ __host__ __device__ constexpr CrcConstants makeCrcConstants() {
 __device__ const SliceTables kSliceTables = makeSliceTables();
 __constant__ CrcConstants kCrcConstants = makeCrcConstants();
 
-// The block's copy of the tables. The lookups are data-dependent gathers (32 lanes, 32 unrelated bytes):
-// from L1 (__ldg) a warp's gather is served a few lines at a time, and the CRC bounded every kernel
-// (16 MiB one-shot allreduce, 2 ranks on the H200: 195 us against 69 us for PyTorch SymmetricMemory's,
-// 2026-12-05); from shared memory it costs the bank conflicts of 32 random bytes (a few ways).
-__device__ __forceinline__ SliceTables& blockSliceTables() {
-  __shared__ SliceTables tables;
-  return tables;
-}
-
-// Every thread of the block calls it once, before any CRC; the caller's next __syncthreads publishes the
-// copy (loadCrcTables itself ends with one, for kernels that have none).
-__device__ __forceinline__ void copySliceTables() {
-  uint32_t* to = &blockSliceTables().t[0][0];
-  const uint32_t* from = &kSliceTables.t[0][0];
-  for (uint32_t i = threadIdx.x; i < 16 * 256; i += blockDim.x) to[i] = __ldg(from + i);
-}
-__device__ __forceinline__ void loadCrcTables() {
-  copySliceTables();
-  __syncthreads();
-}
-
-// The zero-initial CRC register of one 16-byte piece: 16 independent lookups in the block's tables.
+// The zero-initial CRC register of one 16-byte piece: 16 independent cached lookups.
 __device__ __forceinline__ uint32_t pieceRegister(uint4 v) {
-  const SliceTables& tables = blockSliceTables();
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
   uint32_t c = 0;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
 #pragma unroll
-    for (int b = 0; b < 4; ++b) c ^= tables.t[15 - (4 * k + b)][(w[k] >> (8 * b)) & 0xffu];
+    for (int b = 0; b < 4; ++b) c ^= __ldg(&kSliceTables.t[15 - (4 * k + b)][(w[k] >> (8 * b)) & 0xffu]);
   }
   return c;
 }
@@ -292,7 +270,6 @@ __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, u
   Collective k;
   k.a = &a;
   laneShifts(k.shift);
-  copySliceTables();  // published by the __syncthreads below
   if (threadIdx.x == 0) {
     epochShared = *at<uint32_t>(a.windows[a.rank], kSeqOffset) + 1;
     okShared = 1;
@@ -339,10 +316,8 @@ __device__ __forceinline__ void publishChunks(Collective& k, bool result, uint32
   if (!k.ok) return;
   ChunkEntry* table = k.table(k.a->rank, result);
   char* data = k.data(k.a->rank);
-  bool published = false;  // uniform over the warp: want(c) and the loop are
   for (uint32_t c = k.firstOf(begin); c < end; c += k.warps) {
     if (!want(c)) continue;
-    published = true;
     uint4 vec[kLaneVectors];
     load(c, vec);
 #pragma unroll
@@ -354,9 +329,6 @@ __device__ __forceinline__ void publishChunks(Collective& k, bool result, uint32
       table[c].fingerprint = k.fpCrc;
     }
   }
-  // A warp that stored nothing has nothing to order (a system-scope fence in each of the grid's threads
-  // was measurable at small sizes, where most warps publish no chunk).
-  if (!published) return;
   __threadfence_system();
   __syncwarp();
   // The lanes share the epoch stores: lane l takes the warp's chunks l, l + 32, ...

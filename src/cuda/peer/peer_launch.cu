@@ -87,7 +87,6 @@ namespace {
 
 __global__ void __launch_bounds__(kBlockThreads)
     chunkCrcKernel(const uint4* data, size_t chunks, uint32_t* out) {
-  loadCrcTables();
   uint32_t shift[kLaneVectors];
   laneShifts(shift);
   const uint32_t lane = threadIdx.x & 31u;
