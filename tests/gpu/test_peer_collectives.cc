@@ -149,8 +149,7 @@ TEST_F(PeerCollectives, TwoShotEqualsOneShotAndTheHostForEveryDtypeAndOp) {
         for (int p = 0; p < size(); ++p) inputs.push_back(randomInput(t, count, p, uint32_t(baseOp(op))));
         const std::vector<uint8_t> want = rankOrderReduce(t, op, inputs, 0, count);
         DeviceBuffer in(bytes), one(bytes), two(bytes);
-        ASSERT_EQ(upload(in.get(), inputs[size_t(rank())].data(), bytes),
-                  cudaSuccess);
+        ASSERT_EQ(upload(in.get(), inputs[size_t(rank())].data(), bytes), cudaSuccess);
         ASSERT_TRUE(allreduce(in.get(), one.get(), count, t, op, PeerAlgorithm::kAllreduceOneShot).isOk());
         ASSERT_TRUE(allreduce(in.get(), two.get(), count, t, op, PeerAlgorithm::kAllreduceTwoShot).isOk());
         const std::string what =
@@ -255,8 +254,7 @@ TEST_F(PeerCollectives, BroadcastExactFromEveryRoot) {
         const size_t bytes = count * dataTypeSize(t);
         const std::vector<uint8_t> want = randomInput(t, count, root, 9);
         DeviceBuffer in(bytes), out(bytes);
-        if (rank() == root)
-          ASSERT_EQ(upload(in.get(), want.data(), bytes), cudaSuccess);
+        if (rank() == root) ASSERT_EQ(upload(in.get(), want.data(), bytes), cudaSuccess);
         ASSERT_EQ(fill(out.get(), 0xff, bytes + 64), cudaSuccess);
         ASSERT_TRUE(broadcast(in.get(), out.get() + 1, count, t, root).isOk());  // output unaligned
         const std::string what = "broadcast root " + std::to_string(root) + " " + dataTypeName(t) +
@@ -277,8 +275,7 @@ TEST_F(PeerCollectives, BroadcastExactFromEveryRoot) {
   const std::vector<float> want = integerFloats(root, count);
   DeviceBuffer buf(bytes);
   ASSERT_EQ(fill(buf.get(), 0, bytes), cudaSuccess);
-  if (rank() == root)
-    ASSERT_EQ(upload(buf.get(), want.data(), bytes), cudaSuccess);
+  if (rank() == root) ASSERT_EQ(upload(buf.get(), want.data(), bytes), cudaSuccess);
   ASSERT_TRUE(broadcast(buf.get(), buf.get(), count, DataType::kFloat32, root).isOk());
   expectClean("broadcast 64 MiB");
   const std::vector<uint8_t> got = toHost(buf.get(), bytes);
@@ -320,8 +317,7 @@ TEST_F(PeerCollectives, ReduceScatterEqualsTheHostForEveryDtypeAndOp) {
           inputs.push_back(randomInput(t, total, p, 40u + uint32_t(baseOp(op))));
         const std::vector<uint8_t> want = rankOrderReduce(t, op, inputs, size_t(rank()) * count, count);
         DeviceBuffer in(total * e), out(count * e);
-        ASSERT_EQ(upload(in.get(), inputs[size_t(rank())].data(), total * e),
-                  cudaSuccess);
+        ASSERT_EQ(upload(in.get(), inputs[size_t(rank())].data(), total * e), cudaSuccess);
         ASSERT_EQ(fill(out.get(), 0xff, count * e + 64), cudaSuccess);
         ASSERT_TRUE(reduceScatter(in.get(), out.get(), count, t, op).isOk());
         const std::string what = std::string("reduce_scatter ") + dataTypeName(t) + " " + reduceOpName(op) +

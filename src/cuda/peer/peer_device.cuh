@@ -286,8 +286,9 @@ __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, u
   k.injected = 0;
   if (threadIdx.x < unsigned(a.size) && k.epoch > 2) {
     const int p = int(threadIdx.x);
-    if (!k.waitFor(at<uint32_t>(a.windows[p], kDoneOffset), p, ~0u,
-                   [&](uint32_t v) { return v + 2 >= k.epoch; }, /*nameAbsent=*/false)) {
+    if (!k.waitFor(
+            at<uint32_t>(a.windows[p], kDoneOffset), p, ~0u, [&](uint32_t v) { return v + 2 >= k.epoch; },
+            /*nameAbsent=*/false)) {
       okShared = 0;
     }
   }
