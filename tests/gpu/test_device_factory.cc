@@ -158,6 +158,30 @@ TEST(DeviceFactory, RanksAskingForDifferentTransportsAllFailNamingBoth) {
   }
 }
 
+// Threads of one process asking for the peer path all fail naming two of them: their spinning kernels would
+// wait on each other behind one rank's device-wide synchronisation (RanksSharingAGpuAgreeOnStagedAndReduce
+// deadlocked so in auto mode until auto stopped taking the path for them).
+TEST(DeviceFactory, RanksInOneProcessAskingForThePeerPathAllFailNamingTwo) {
+  SKIP_WITHOUT_GPU();
+  Board board(2);
+  std::vector<Status> made(2);
+  runRanks(2, [&](int rank) {
+    MemoryBootstrap b(&board, rank);
+    cuda::DeviceOptions d;
+    d.device = 0;
+    d.transport = cuda::DeviceTransportKind::kPeer;
+    std::unique_ptr<Communicator> c;
+    made[size_t(rank)] = cuda::createDeviceCommunicator(b, Options(), d, &c);
+    EXPECT_EQ(c, nullptr) << "rank " << rank;
+  });
+  for (const Status& st : made) {
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+    EXPECT_NE(st.message().find("needs one process per rank: ranks 0 and 1 are threads of one process"),
+              std::string::npos)
+        << st.message();
+  }
+}
+
 // NCCL with world size 1: rank 0's unique id travels over the in-memory bootstrap, not MPI. A build without
 // NCCL refuses the request instead (no skip: a skipped test would mark the whole gpu entry skipped).
 TEST(DeviceFactory, NcclIdOverANonMpiBootstrap) {

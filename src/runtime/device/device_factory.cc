@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/env.h"
@@ -88,6 +89,24 @@ bool mpsLikelyRunning() {
   return access(control.c_str(), F_OK) == 0;
 }
 
+// The first two ranks that are threads of one process (an in-process bootstrap), or {-1, -1}. Every rank
+// gets the same answer. Collective over `bootstrap`.
+Status ranksOfOneProcess(Bootstrap& bootstrap, std::pair<int, int>* pair) {
+  const std::string mine = std::to_string(getpid());
+  std::vector<std::vector<uint8_t>> all;
+  RINGGUARD_RETURN_IF_ERROR(bootstrap.allgather(std::vector<uint8_t>(mine.begin(), mine.end()), &all));
+  *pair = {-1, -1};
+  for (size_t r = 0; r < all.size(); ++r) {
+    for (size_t q = 0; q < r; ++q) {
+      if (all[q] == all[r]) {
+        *pair = {int(q), int(r)};
+        return Status::ok();
+      }
+    }
+  }
+  return Status::ok();
+}
+
 // The peer-window path when asked for (kPeer: its failure is the factory's) or allowed (kAuto, every rank
 // on one host: its failure is a warning naming the reason, the same on every rank since the windows'
 // creation agrees on every step).
@@ -103,6 +122,19 @@ Status makePeerPath(Bootstrap& bootstrap, const DeviceOptions& device, int gpu, 
   if (device.transport != DeviceTransportKind::kPeer &&
       (device.transport != DeviceTransportKind::kAuto || !oneHost || bootstrap.size() < 2)) {
     return Status::ok();
+  }
+  // Ranks that are threads of one process share its CUDA context: one rank's device-wide synchronisation
+  // (cudaDeviceSynchronize, cudaFree) waits for another's spinning peer kernel, which waits for the first
+  // rank to launch its own: a deadlock until the deadline (seen on the H200, 2026-12-05, three in-process
+  // ranks of tests/gpu/test_device_factory.cc). The path is for one process per rank, as NCCL's is.
+  std::pair<int, int> shared;
+  RINGGUARD_RETURN_IF_ERROR(ranksOfOneProcess(bootstrap, &shared));
+  if (shared.first >= 0) {
+    if (device.transport != DeviceTransportKind::kPeer) return Status::ok();
+    return Status(StatusCode::kInvalidArgument,
+                  "RINGGUARD_DEVICE_TRANSPORT=peer needs one process per rank: ranks " +
+                      std::to_string(shared.first) + " and " + std::to_string(shared.second) +
+                      " are threads of one process (their spinning kernels would wait on each other)");
   }
   PeerPathOptions peer;
   peer.capacity = size_t(device.peerBytes);
