@@ -163,17 +163,9 @@ TEST(DeviceFactory, RanksAskingForDifferentTransportsAllFailNamingBoth) {
 // deadlocked so in auto mode until auto stopped taking the path for them).
 TEST(DeviceFactory, RanksInOneProcessAskingForThePeerPathAllFailNamingTwo) {
   SKIP_WITHOUT_GPU();
-  Board board(2);
-  std::vector<Status> made(2);
-  runRanks(2, [&](int rank) {
-    MemoryBootstrap b(&board, rank);
-    cuda::DeviceOptions d;
-    d.device = 0;
-    d.transport = cuda::DeviceTransportKind::kPeer;
-    std::unique_ptr<Communicator> c;
-    made[size_t(rank)] = cuda::createDeviceCommunicator(b, Options(), d, &c);
-    EXPECT_EQ(c, nullptr) << "rank " << rank;
-  });
+  std::vector<Status> made;
+  auto comms = makeOnGpu0(2, cuda::DeviceTransportKind::kPeer, &made);
+  for (auto& c : comms) EXPECT_EQ(c, nullptr);
   for (const Status& st : made) {
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
     EXPECT_NE(st.message().find("needs one process per rank: ranks 0 and 1 are threads of one process"),
