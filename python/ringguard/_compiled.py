@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 from torch.utils import _pytree as pytree
 
-from .guard import GuardCompileError
+from ._guard_compile_error import GuardCompileError
 
 _BASIC = (torch.Tensor, int, float, bool, str, list, tuple, dict, torch.dtype, torch.device)
 _ops = itertools.count()

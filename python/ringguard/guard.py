@@ -32,6 +32,7 @@ import torch
 
 from . import _ext
 from ._checks import I32_MAX, I64_MAX, U64_MAX, integer
+from ._guard_compile_error import GuardCompileError  # noqa: F401  raised by _compiled.py, exported here
 
 __all__ = ["Guard", "GuardCompileError", "GuardError", "guard"]
 
@@ -39,13 +40,6 @@ __all__ = ["Guard", "GuardCompileError", "GuardError", "guard"]
 class GuardError(RuntimeError):
     """Raised when the policy ends in ``raise``: names op, call, tensor, first bad index and value, the
     count of bad values and the replays tried. The extension raises this class (guard_bindings.cc)."""
-
-
-class GuardCompileError(BaseException):
-    """Raised when a decorated function cannot become one op under torch.compile(fullgraph=True)
-    (_compiled.py): names the op and the way out (g.custom_op with a fake). A BaseException on purpose:
-    Dynamo replaces every Exception raised while it traces with its own error and drops the text; catch it
-    by name."""
 
 
 def _tensors(obj) -> List[torch.Tensor]:
