@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,8 +68,10 @@ TEST(NoGpuDeviceFactory, ARankWithInvalidOptionsFailsEveryRank) {
 
 // Makes one device communicator per rank of an in-memory bootstrap, every rank on GPU 0 (creation is
 // collective over the bootstrap, so the ranks make theirs at once). A rank that fails leaves null.
-std::vector<std::unique_ptr<Communicator>> makeOnGpu0(int n, cuda::DeviceTransportKind kind,
-                                                      std::vector<Status>* made) {
+// `tweak` changes a rank's device options (settings that differ between ranks).
+std::vector<std::unique_ptr<Communicator>> makeOnGpu0(
+    int n, cuda::DeviceTransportKind kind, std::vector<Status>* made,
+    const std::function<void(int, cuda::DeviceOptions*)>& tweak = nullptr) {
   Board board(n);
   std::vector<std::unique_ptr<Communicator>> comms(static_cast<size_t>(n));
   made->assign(size_t(n), Status::ok());
@@ -77,6 +80,7 @@ std::vector<std::unique_ptr<Communicator>> makeOnGpu0(int n, cuda::DeviceTranspo
     cuda::DeviceOptions d;
     d.transport = kind;
     d.device = 0;
+    if (tweak) tweak(rank, &d);
     Options o;
     o.sliceBytes = 4096;  // many slices per rank at the largest count below
     (*made)[size_t(rank)] = cuda::createDeviceCommunicator(b, o, d, &comms[size_t(rank)]);
@@ -136,17 +140,11 @@ TEST(DeviceFactory, RanksSharingAGpuAgreeOnStagedAndReduce) {
 // rank alone in the NCCL-or-staged exchange used to wait for the others there).
 TEST(DeviceFactory, RanksAskingForDifferentTransportsAllFailNamingBoth) {
   SKIP_WITHOUT_GPU();
-  Board board(2);
-  std::vector<Status> made(2);
-  runRanks(2, [&](int rank) {
-    MemoryBootstrap b(&board, rank);
-    cuda::DeviceOptions d;
-    d.device = 0;
-    d.transport = rank == 0 ? cuda::DeviceTransportKind::kAuto : cuda::DeviceTransportKind::kStaged;
-    std::unique_ptr<Communicator> c;
-    made[size_t(rank)] = cuda::createDeviceCommunicator(b, Options(), d, &c);
-    EXPECT_EQ(c, nullptr) << "rank " << rank;
+  std::vector<Status> made;
+  auto comms = makeOnGpu0(2, cuda::DeviceTransportKind::kAuto, &made, [](int rank, cuda::DeviceOptions* d) {
+    if (rank == 1) d->transport = cuda::DeviceTransportKind::kStaged;
   });
+  for (auto& c : comms) EXPECT_EQ(c, nullptr);
   for (int rank = 0; rank < 2; ++rank) {
     EXPECT_EQ(made[size_t(rank)].code(), StatusCode::kInvalidArgument) << made[size_t(rank)].toString();
     EXPECT_NE(made[size_t(rank)].message().find("RINGGUARD_DEVICE_TRANSPORT differs between ranks"),
@@ -170,6 +168,25 @@ TEST(DeviceFactory, RanksInOneProcessAskingForThePeerPathAllFailNamingTwo) {
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
     EXPECT_NE(st.message().find("needs one process per rank: ranks 0 and 1 are threads of one process"),
               std::string::npos)
+        << st.message();
+  }
+}
+
+// Ranks whose RINGGUARD_PEER_TWO_SHOT_BYTES differ would run different allreduce kernels for one call: they
+// all fail when the communicator is made, naming two of them.
+TEST(DeviceFactory, RanksWithDifferentTwoShotThresholdsAllFailNamingTwo) {
+  SKIP_WITHOUT_GPU();
+  std::vector<Status> made;
+  auto comms = makeOnGpu0(2, cuda::DeviceTransportKind::kAuto, &made, [](int rank, cuda::DeviceOptions* d) {
+    d->peerTwoShotBytes = rank == 0 ? 1048576 : 65536;
+  });
+  for (auto& c : comms) EXPECT_EQ(c, nullptr);
+  for (const Status& st : made) {
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+    EXPECT_NE(
+        st.message().find("RINGGUARD_PEER_TWO_SHOT_BYTES differs between ranks: rank 0 has 1048576, rank 1 "
+                          "has 65536"),
+        std::string::npos)
         << st.message();
   }
 }

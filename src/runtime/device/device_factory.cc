@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/env.h"
+#include "core/excerpt.h"
 #include "core/logging.h"
 #include "cuda/cuda_check.h"
 #include "cuda/memory_pool.h"
@@ -89,16 +90,33 @@ bool mpsLikelyRunning() {
   return access(control.c_str(), F_OK) == 0;
 }
 
-// The first two ranks that are threads of one process (an in-process bootstrap), or {-1, -1}. Every rank
-// gets the same answer. Collective over `bootstrap`.
-Status ranksOfOneProcess(Bootstrap& bootstrap, std::pair<int, int>* pair) {
-  const std::string mine = std::to_string(getpid());
+// What the ranks of a peer path must agree on before their windows exist: RINGGUARD_PEER_TWO_SHOT_BYTES
+// (ranks that differ would run different kernels for one call: every rank fails here naming two, instead of
+// at its first collective with a fingerprint mismatch), and `*pair`, the first two ranks that are threads of
+// one process (an in-process bootstrap), or {-1, -1}. Every rank gets the same answer. Collective over
+// `bootstrap`.
+Status agreeOnPeerPath(Bootstrap& bootstrap, uint64_t twoShotBytes, std::pair<int, int>* pair) {
+  const std::string mine = std::to_string(twoShotBytes) + " " + std::to_string(getpid());
   std::vector<std::vector<uint8_t>> all;
   RINGGUARD_RETURN_IF_ERROR(bootstrap.allgather(std::vector<uint8_t>(mine.begin(), mine.end()), &all));
+  std::vector<std::pair<std::string, std::string>> records;  // {two-shot bytes, pid} of each rank
+  for (const std::vector<uint8_t>& bytes : all) {
+    const std::string text(bytes.begin(), bytes.end());
+    const size_t space = text.find(' ');
+    records.emplace_back(text.substr(0, space), space == std::string::npos ? "" : text.substr(space + 1));
+  }
+  for (size_t r = 1; r < records.size(); ++r) {
+    if (records[r].first != records[0].first) {
+      return Status(StatusCode::kInvalidArgument,
+                    "RINGGUARD_PEER_TWO_SHOT_BYTES differs between ranks: rank 0 has " +
+                        excerpt(records[0].first) + ", rank " + std::to_string(r) + " has " +
+                        excerpt(records[r].first) + " (every rank must set the same)");
+    }
+  }
   *pair = {-1, -1};
-  for (size_t r = 0; r < all.size(); ++r) {
+  for (size_t r = 0; r < records.size(); ++r) {
     for (size_t q = 0; q < r; ++q) {
-      if (all[q] == all[r]) {
+      if (records[q].second == records[r].second) {
         *pair = {int(q), int(r)};
         return Status::ok();
       }
@@ -128,7 +146,7 @@ Status makePeerPath(Bootstrap& bootstrap, const DeviceOptions& device, int gpu, 
   // rank to launch its own: a deadlock until the deadline (seen on the H200, 2026-12-05, three in-process
   // ranks of tests/gpu/test_device_factory.cc). The path is for one process per rank, as NCCL's is.
   std::pair<int, int> shared;
-  RINGGUARD_RETURN_IF_ERROR(ranksOfOneProcess(bootstrap, &shared));
+  RINGGUARD_RETURN_IF_ERROR(agreeOnPeerPath(bootstrap, device.peerTwoShotBytes, &shared));
   if (shared.first >= 0) {
     if (device.transport != DeviceTransportKind::kPeer) return Status::ok();
     return Status(StatusCode::kInvalidArgument,
