@@ -216,7 +216,8 @@ namespace {
 // The two-sided path: fingerprint frames (with the payload where it is small) and verdict frames. On a
 // transport with windows the receive, once this call's frames went out, takes its message whichever way it
 // came (takeMessage): a message in a slot is read there, and only the send remains two-sided.
-Status twoSidedSendRecv(const CollectiveContext& ctx, Executor* exec, const PeerExchange& given, DataType dtype) {
+Status twoSidedSendRecv(const CollectiveContext& ctx, Executor* exec, const PeerExchange& given,
+                        DataType dtype) {
   const int n = ctx.transport->size(), me = ctx.transport->rank();
   const size_t esize = dataTypeSize(dtype);
   PeerExchange x = given;

@@ -167,8 +167,8 @@ Status takeMessage(const CollectiveContext& ctx, int src, uint64_t seq, bool rep
         }
         int from = -1;
         ControlChannel* control = ctx.transport->control();
-        return repairable ? control->probeRepairable(src, ControlTag::kFingerprint, frame, &from, done, damaged,
-                                                     ctx.injector, ctx.counters)
+        return repairable ? control->probeRepairable(src, ControlTag::kFingerprint, frame, &from, done,
+                                                     damaged, ctx.injector, ctx.counters)
                           : control->probe(src, ControlTag::kFingerprint, frame, &from, done, ctx.injector,
                                            ctx.counters);
       },

@@ -109,9 +109,9 @@ struct WindowLayout {
   size_t halfBytes = 0;
   size_t bytes = 0;                 // the whole window
   size_t chunksAt = 0, dataAt = 0;  // offsets in a half
-  size_t slotCapacity = 0;           // payload bytes of a send/recv slot
-  size_t slotBytes = 0;              // one slot: SlotHeader and its data
-  size_t slotsAt = 0, acksAt = 0;    // offsets in the window
+  size_t slotCapacity = 0;          // payload bytes of a send/recv slot
+  size_t slotBytes = 0;             // one slot: SlotHeader and its data
+  size_t slotsAt = 0, acksAt = 0;   // offsets in the window
 
   static WindowLayout of(size_t capacity, int size);
   size_t chunksOf(size_t partBytes) const { return (partBytes + kWindowChunkBytes - 1) / kWindowChunkBytes; }

@@ -390,11 +390,14 @@ TEST(LoopbackWindowsSendRecv, SlotMessagesSendNoControlFrameAndLargerOnesTheFram
       const Counters before = g.totalCounters();
       for (int round = 0; round < 2; ++round) {
         g.run([&](int rank, Communicator& c) {
-          std::vector<uint8_t> in = pattern(DataType::kFloat32, rank + round, count), out(count * 4 + 1, 0xAB);
+          std::vector<uint8_t> in = pattern(DataType::kFloat32, rank + round, count),
+                               out(count * 4 + 1, 0xAB);
           const int right = (rank + 1) % n, left = (rank + n - 1) % n;
-          Status st = c.sendRecvAsync(in.data(), count, right, out.data(), count, left, DataType::kFloat32)->wait();
+          Status st =
+              c.sendRecvAsync(in.data(), count, right, out.data(), count, left, DataType::kFloat32)->wait();
           ASSERT_TRUE(st.isOk()) << "rank " << rank << " count " << count << ": " << st.toString();
-          EXPECT_TRUE(sameBytes(out.data(), pattern(DataType::kFloat32, left + round, count).data(), count * 4))
+          EXPECT_TRUE(
+              sameBytes(out.data(), pattern(DataType::kFloat32, left + round, count).data(), count * 4))
               << "rank " << rank << " count " << count;
           EXPECT_EQ(out[count * 4], 0xAB);
         });

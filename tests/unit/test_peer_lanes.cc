@@ -161,8 +161,10 @@ TEST(PeerLanes, CountMismatchFailsBothSides) {
   for (testing::Wire wire : kWires) expectMismatchFailsBothSides(wire, 5, 0, 4, 0, "count=5", "count=4");
   // In the windows: a slot's message where a larger one is expected, and the reverse.
   const size_t large = testing::kTestWindowBytes / 4;
-  expectMismatchFailsBothSides(testing::Wire::kWindows, 5, 0, large, 0, "count=5", "count=" + std::to_string(large));
-  expectMismatchFailsBothSides(testing::Wire::kWindows, large, 0, 5, 0, "count=" + std::to_string(large), "count=5");
+  expectMismatchFailsBothSides(testing::Wire::kWindows, 5, 0, large, 0, "count=5",
+                               "count=" + std::to_string(large));
+  expectMismatchFailsBothSides(testing::Wire::kWindows, large, 0, 5, 0, "count=" + std::to_string(large),
+                               "count=5");
 }
 
 TEST(PeerLanes, TagMismatchFailsBothSides) {
@@ -218,31 +220,31 @@ TEST(PeerLanes, HandshakeNamesAVersionSkewOnBothSides) {
 // Corrupted slices are detected and resent; the payload arrives bit-identical.
 TEST(PeerLanes, FaultsAreRepairedBitIdentically) {
   for (testing::Wire wire : kWires) {
-  SCOPED_TRACE(testing::wireName(wire));
-  Options o = laneOptions(1024);
-  o.fault.probability = 0.3;
-  o.fault.seed = 11;
-  auto lanes = makeLanes(2, o, wire);
-  const size_t bytes = 64 * 1024;
-  runRanks(2, [&](int r) {
-    const int peer = 1 - r;
-    for (int m = 0; m < 4; ++m) {
-      std::vector<uint8_t> out = payload(r, peer, m, bytes), in(bytes, 0);
-      Pending recv, send;
-      lanes[size_t(r)]->recv(peer, 0, in.data(), bytes, DataType::kUint8, recv.done());
-      lanes[size_t(r)]->send(peer, 0, out.data(), bytes, DataType::kUint8, send.done());
-      Status rs = recv.wait(), ss = send.wait();
-      ASSERT_TRUE(rs.isOk()) << rs.toString();
-      ASSERT_TRUE(ss.isOk()) << ss.toString();
-      ASSERT_EQ(in, payload(peer, r, m, bytes));
-    }
-  });
-  Counters total = lanes[0]->counters();
-  total += lanes[1]->counters();
-  EXPECT_GT(total.injected, 0u);
-  EXPECT_EQ(total.detected, total.injected);
-  EXPECT_EQ(total.retransmitted, total.injected);
-  EXPECT_EQ(total.escaped, 0u);
+    SCOPED_TRACE(testing::wireName(wire));
+    Options o = laneOptions(1024);
+    o.fault.probability = 0.3;
+    o.fault.seed = 11;
+    auto lanes = makeLanes(2, o, wire);
+    const size_t bytes = 64 * 1024;
+    runRanks(2, [&](int r) {
+      const int peer = 1 - r;
+      for (int m = 0; m < 4; ++m) {
+        std::vector<uint8_t> out = payload(r, peer, m, bytes), in(bytes, 0);
+        Pending recv, send;
+        lanes[size_t(r)]->recv(peer, 0, in.data(), bytes, DataType::kUint8, recv.done());
+        lanes[size_t(r)]->send(peer, 0, out.data(), bytes, DataType::kUint8, send.done());
+        Status rs = recv.wait(), ss = send.wait();
+        ASSERT_TRUE(rs.isOk()) << rs.toString();
+        ASSERT_TRUE(ss.isOk()) << ss.toString();
+        ASSERT_EQ(in, payload(peer, r, m, bytes));
+      }
+    });
+    Counters total = lanes[0]->counters();
+    total += lanes[1]->counters();
+    EXPECT_GT(total.injected, 0u);
+    EXPECT_EQ(total.detected, total.injected);
+    EXPECT_EQ(total.retransmitted, total.injected);
+    EXPECT_EQ(total.escaped, 0u);
   }
 }
 
@@ -356,73 +358,73 @@ INSTANTIATE_TEST_SUITE_P(RanksAndBytes, PeerLanesAnySource,
 // peers whose messages are waiting, the lowest rank's is taken first, then the next.
 TEST(PeerLanes, AnySourceMatchesInIssueOrderThenLowestRank) {
   for (testing::Wire wire : kWires) {
-  SCOPED_TRACE(testing::wireName(wire));
-  const int n = 4;
-  auto lanes = makeLanes(n, laneOptions(), wire);
-  // The pairs' settings checks first (a named message each), so that later messages go out at once.
-  runRanks(n, [&](int r) {
-    uint8_t b = 0;
-    Pending p;
-    if (r == 0) {
-      for (int s = 1; s < n; ++s) {
-        Pending q;
-        lanes[0]->recv(s, 0, &b, 1, DataType::kUint8, q.done());
-        ASSERT_TRUE(q.wait().isOk());
+    SCOPED_TRACE(testing::wireName(wire));
+    const int n = 4;
+    auto lanes = makeLanes(n, laneOptions(), wire);
+    // The pairs' settings checks first (a named message each), so that later messages go out at once.
+    runRanks(n, [&](int r) {
+      uint8_t b = 0;
+      Pending p;
+      if (r == 0) {
+        for (int s = 1; s < n; ++s) {
+          Pending q;
+          lanes[0]->recv(s, 0, &b, 1, DataType::kUint8, q.done());
+          ASSERT_TRUE(q.wait().isOk());
+        }
+      } else {
+        lanes[size_t(r)]->send(0, 0, &b, 1, DataType::kUint8, p.done());
+        ASSERT_TRUE(p.wait().isOk());
       }
-    } else {
-      lanes[size_t(r)]->send(0, 0, &b, 1, DataType::kUint8, p.done());
-      ASSERT_TRUE(p.wait().isOk());
+    });
+    // Ranks 3, 2, 1 each send one message (rank 3 two), in that order; all are waiting when rank 0 receives.
+    std::vector<std::vector<uint8_t>> out;
+    std::vector<std::unique_ptr<Pending>> sends;
+    for (int s : {3, 3, 2, 1}) {
+      out.push_back(payload(s, 0, int(out.size()), 40));
+      sends.push_back(std::make_unique<Pending>());
+      lanes[size_t(s)]->send(0, 0, out.back().data(), 40, DataType::kUint8, sends.back()->done());
     }
-  });
-  // Ranks 3, 2, 1 each send one message (rank 3 two), in that order; all are waiting when rank 0 receives.
-  std::vector<std::vector<uint8_t>> out;
-  std::vector<std::unique_ptr<Pending>> sends;
-  for (int s : {3, 3, 2, 1}) {
-    out.push_back(payload(s, 0, int(out.size()), 40));
-    sends.push_back(std::make_unique<Pending>());
-    lanes[size_t(s)]->send(0, 0, out.back().data(), 40, DataType::kUint8, sends.back()->done());
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  std::vector<std::vector<uint8_t>> in(4, std::vector<uint8_t>(40, 0));
-  Pending named;
-  lanes[0]->recv(3, 0, in[0].data(), 40, DataType::kUint8, named.done());  // issued first: rank 3's first
-  std::vector<int> sources;
-  for (int k = 1; k < 4; ++k) {
-    PendingFrom any;
-    lanes[0]->recvAny(0, in[size_t(k)].data(), 40, DataType::kUint8, any.done());
-    auto [st, source] = any.wait();
-    ASSERT_TRUE(st.isOk()) << st.toString();
-    sources.push_back(source);
-  }
-  ASSERT_TRUE(named.wait().isOk());
-  EXPECT_EQ(sources, (std::vector<int>{1, 2, 3}));
-  EXPECT_EQ(in[0], out[0]);  // rank 3's first message
-  EXPECT_EQ(in[1], out[3]);  // rank 1's
-  EXPECT_EQ(in[2], out[2]);  // rank 2's
-  EXPECT_EQ(in[3], out[1]);  // rank 3's second
-  for (auto& p : sends) EXPECT_TRUE(p->wait().isOk());
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::vector<std::vector<uint8_t>> in(4, std::vector<uint8_t>(40, 0));
+    Pending named;
+    lanes[0]->recv(3, 0, in[0].data(), 40, DataType::kUint8, named.done());  // issued first: rank 3's first
+    std::vector<int> sources;
+    for (int k = 1; k < 4; ++k) {
+      PendingFrom any;
+      lanes[0]->recvAny(0, in[size_t(k)].data(), 40, DataType::kUint8, any.done());
+      auto [st, source] = any.wait();
+      ASSERT_TRUE(st.isOk()) << st.toString();
+      sources.push_back(source);
+    }
+    ASSERT_TRUE(named.wait().isOk());
+    EXPECT_EQ(sources, (std::vector<int>{1, 2, 3}));
+    EXPECT_EQ(in[0], out[0]);  // rank 3's first message
+    EXPECT_EQ(in[1], out[3]);  // rank 1's
+    EXPECT_EQ(in[2], out[2]);  // rank 2's
+    EXPECT_EQ(in[3], out[1]);  // rank 3's second
+    for (auto& p : sends) EXPECT_TRUE(p->wait().isOk());
   }
 }
 
 // A count that differs from the sender's fails both sides at once naming both, as a named receive does.
 TEST(PeerLanes, AnySourceCountMismatchFailsBothSides) {
   for (testing::Wire wire : kWires) {
-  SCOPED_TRACE(testing::wireName(wire));
-  auto lanes = makeLanes(3, laneOptions(), wire);
-  std::vector<float> out(5, 1.0f), in(4, 0.0f);
-  Pending send;
-  PendingFrom recv;
-  const auto start = std::chrono::steady_clock::now();
-  lanes[2]->send(0, 0, out.data(), out.size(), DataType::kFloat32, send.done());
-  lanes[0]->recvAny(0, in.data(), in.size(), DataType::kFloat32, recv.done());
-  auto [rs, source] = recv.wait();
-  Status ss = send.wait();
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
-  EXPECT_EQ(source, -1);
-  EXPECT_EQ(rs.code(), StatusCode::kInvalidArgument) << rs.toString();
-  EXPECT_NE(rs.message().find("count=5"), std::string::npos) << rs.toString();
-  EXPECT_NE(rs.message().find("count=4"), std::string::npos) << rs.toString();
-  EXPECT_EQ(ss.code(), StatusCode::kPeerError) << ss.toString();
+    SCOPED_TRACE(testing::wireName(wire));
+    auto lanes = makeLanes(3, laneOptions(), wire);
+    std::vector<float> out(5, 1.0f), in(4, 0.0f);
+    Pending send;
+    PendingFrom recv;
+    const auto start = std::chrono::steady_clock::now();
+    lanes[2]->send(0, 0, out.data(), out.size(), DataType::kFloat32, send.done());
+    lanes[0]->recvAny(0, in.data(), in.size(), DataType::kFloat32, recv.done());
+    auto [rs, source] = recv.wait();
+    Status ss = send.wait();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+    EXPECT_EQ(source, -1);
+    EXPECT_EQ(rs.code(), StatusCode::kInvalidArgument) << rs.toString();
+    EXPECT_NE(rs.message().find("count=5"), std::string::npos) << rs.toString();
+    EXPECT_NE(rs.message().find("count=4"), std::string::npos) << rs.toString();
+    EXPECT_EQ(ss.code(), StatusCode::kPeerError) << ss.toString();
   }
 }
 
