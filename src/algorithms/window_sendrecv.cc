@@ -78,7 +78,7 @@ Status readPayload(const CollectiveContext& ctx, const Windows& w, int src, uint
   SliceCheck check = SliceCheck::kOk;
   for (int attempt = 0; attempt < reads; ++attempt) {
     if (attempt > 0) ctx.counters->retransmitted++;  // re-read from the slot the sender retains
-    if (bytes > 0) std::memcpy(dst, data, bytes);  // an empty message may have no buffer
+    if (bytes > 0) std::memcpy(dst, data, bytes);    // an empty message may have no buffer
     EagerView view;
     view.payload = dst;
     view.bytes = bytes;
