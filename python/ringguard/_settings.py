@@ -140,7 +140,8 @@ SETTINGS: Tuple[Setting, ...] = (
             "Payload bytes of each half of a rank's shared-memory window (two halves, in its segment under "
             "/dev/shm): a collective of host memory whose bytes one rank publishes fit it runs the one-sided "
             "protocol (no control frame when nothing fails); a larger one, or every one with 0, the two-sided "
-            "ring. Every rank of a group must set the same. In [0, 1073741824]."),
+            "ring. Send/recv messages up to 64 KiB (or the half, if smaller) travel in a slot per peer after "
+            "the halves. Every rank of a group must set the same. In [0, 1073741824]."),
     Setting("RINGGUARD_POOL_RELEASE_BYTES", "pool_release_bytes", "unsigned", "268435456", 0, 281474976710656,
             (),
             "[0, 281474976710656]",
@@ -349,8 +350,9 @@ class Fields:
     """``RINGGUARD_SHM_WINDOW_BYTES``, default ``262144``. Payload bytes of each half of a rank's
     shared-memory window (two halves, in its segment under /dev/shm): a collective of host memory whose
     bytes one rank publishes fit it runs the one-sided protocol (no control frame when nothing fails); a
-    larger one, or every one with 0, the two-sided ring. Every rank of a group must set the same. In [0,
-    1073741824]."""
+    larger one, or every one with 0, the two-sided ring. Send/recv messages up to 64 KiB (or the half,
+    if smaller) travel in a slot per peer after the halves. Every rank of a group must set the same. In
+    [0, 1073741824]."""
 
     pool_release_bytes: Optional[int] = None
     """``RINGGUARD_POOL_RELEASE_BYTES``, default ``268435456``. Release threshold of the device memory

@@ -14,6 +14,7 @@
 #include "algorithms/eager.h"
 #include "algorithms/flow_plan.h"
 #include "algorithms/peer_messages.h"
+#include "algorithms/window_sendrecv.h"
 #include "core/trace_events.h"
 
 namespace ringguard {
@@ -210,26 +211,45 @@ Status checkSendRecvArgs(const CollectiveShape& c, const PeerExchange& x, DataTy
   return Status::ok();
 }
 
-Status sendRecv(const CollectiveContext& group, Executor* exec, const PeerExchange& x, DataType dtype) {
-  // Errors name the exchange by its own message number (the one it receives, else the one it sends), not
-  // by the group's collective number, which point-to-point traffic does not advance.
-  CollectiveContext ctx = group;
-  ctx.seq = x.src >= 0 ? x.recvSeq : x.sendSeq;
+namespace {
+
+// The two-sided path: fingerprint frames (with the payload where it is small) and verdict frames. On a
+// transport with windows the receive, once this call's frames went out, takes its message whichever way it
+// came (takeMessage): a message in a slot is read there, and only the send remains two-sided.
+Status twoSidedSendRecv(const CollectiveContext& ctx, Executor* exec, const PeerExchange& given,
+                        DataType dtype) {
   const int n = ctx.transport->size(), me = ctx.transport->rank();
   const size_t esize = dataTypeSize(dtype);
-  if (x.dst == me) return exec->copy(x.recv, x.send, x.sendCount * esize);  // nothing crosses a link
-
+  PeerExchange x = given;
+  std::vector<uint8_t> frame;
   // Before any payload: the receiver checks what the sender will send. A direction whose payload fits the
   // eager limit sends it with its fingerprint; both ends choose alike from the count they agreed on.
   const bool sendEager = x.dst >= 0 && fitsEager(ctx, *exec, x.sendCount * esize);
-  const bool recvEager = x.src >= 0 && fitsEager(ctx, *exec, x.recvCount * esize);
-  EagerFlows eager(ctx, x, dtype, sendEager, recvEager);
+  bool recvEager = x.src >= 0 && fitsEager(ctx, *exec, x.recvCount * esize);
   if (sendEager) {
-    RINGGUARD_RETURN_IF_ERROR(eager.send(0));
+    RINGGUARD_RETURN_IF_ERROR(EagerFlows(ctx, x, dtype, true, false).send(0));
   } else if (x.dst >= 0) {
     const Fingerprint f = flowFingerprint(ctx, dtype, x.sendCount, x.tag, x.sendSeq);
     RINGGUARD_RETURN_IF_ERROR(sendToPeer(ctx, x.dst, ControlTag::kFingerprint, &f, sizeof(f)));
   }
+  if (x.src >= 0 && x.takenFingerprint == nullptr && ctx.transport->windows() != nullptr &&
+      exec->memory() == MemoryKind::kHost) {
+    const size_t recvBytes = x.recvCount * esize;
+    bool inSlot = false, damaged = false;
+    RINGGUARD_RETURN_IF_ERROR(takeMessage(ctx, x.src, x.recvSeq, recvEager, runsInSlot(ctx, *exec, recvBytes),
+                                          &inSlot, &frame, &damaged));
+    if (inSlot) {
+      RINGGUARD_RETURN_IF_ERROR(readSlot(ctx, x.src, x.recvSeq,
+                                         flowFingerprint(ctx, dtype, x.recvCount, x.tag, x.recvSeq), x.recv,
+                                         recvBytes));
+      x.src = -1;
+      recvEager = false;
+    } else {
+      x.takenFingerprint = &frame;
+      x.takenDamaged = damaged;
+    }
+  }
+  EagerFlows eager(ctx, x, dtype, sendEager, recvEager);
   if (recvEager) {
     RINGGUARD_RETURN_IF_ERROR(eager.receive(0));
   } else if (x.src >= 0 && x.takenFingerprint != nullptr) {
@@ -287,6 +307,39 @@ Status sendRecv(const CollectiveContext& group, Executor* exec, const PeerExchan
     return Status::ok();
   };
   return runPipeline(ctx, exec, plan, exchange);
+}
+
+}  // namespace
+
+Status sendRecv(const CollectiveContext& group, Executor* exec, const PeerExchange& x, DataType dtype) {
+  // Errors name the exchange by its own message number (the one it receives, else the one it sends), not
+  // by the group's collective number, which point-to-point traffic does not advance.
+  CollectiveContext ctx = group;
+  ctx.seq = x.src >= 0 ? x.recvSeq : x.sendSeq;
+  const int me = ctx.transport->rank();
+  const size_t esize = dataTypeSize(dtype);
+  if (x.dst == me) return exec->copy(x.recv, x.send, x.sendCount * esize);  // nothing crosses a link
+  const bool windows = ctx.transport->windows() != nullptr && exec->memory() == MemoryKind::kHost;
+  if (!windows) return twoSidedSendRecv(ctx, exec, x, dtype);
+
+  // On the windows (window_sendrecv.h): a message that fits its slot is published first, as a two-sided
+  // send's frames go out before its receive waits, so no rank's receive waits on anything a peer does after
+  // its own receive. A larger message takes the two-sided path, whose receive takes either kind.
+  const size_t sendBytes = x.sendCount * esize;
+  const bool sendSlot = x.dst >= 0 && runsInSlot(ctx, *exec, sendBytes);
+  if (sendSlot) {
+    CollectiveContext sendCtx = ctx;
+    sendCtx.seq = x.sendSeq;
+    publishSlot(sendCtx, x.dst, x.sendSeq, flowFingerprint(ctx, dtype, x.sendCount, x.tag, x.sendSeq), x.send,
+                sendBytes);
+  }
+  PeerExchange rest = x;
+  if (sendSlot) rest.dst = -1;
+  if (rest.dst >= 0 || rest.src >= 0) RINGGUARD_RETURN_IF_ERROR(twoSidedSendRecv(ctx, exec, rest, dtype));
+  if (!sendSlot) return Status::ok();
+  CollectiveContext sendCtx = ctx;
+  sendCtx.seq = x.sendSeq;
+  return awaitSlotAck(sendCtx, x.dst, x.sendSeq);
 }
 
 }  // namespace ringguard

@@ -230,7 +230,8 @@ std::vector<Setting> declarations() {
           "Payload bytes of each half of a rank's shared-memory window (two halves, in its segment "
           "under /dev/shm): a collective of host memory whose bytes one rank publishes fit it "
           "runs the one-sided protocol (no control frame when nothing fails); a larger one, or "
-          "every one with 0, the two-sided ring. Every rank of a group must set the same.")
+          "every one with 0, the two-sided ring. Send/recv messages up to 64 KiB (or the half, if "
+          "smaller) travel in a slot per peer after the halves. Every rank of a group must set the same.")
           .group("shm_window_bytes"),
       unsignedSetting("RINGGUARD_POOL_RELEASE_BYTES", "268435456", 0, uint64_t(1) << 48,
                       "Release threshold of the device memory pool: freed memory it may keep cached across "

@@ -6,6 +6,7 @@
 
 #include "algorithms/agreement.h"
 #include "algorithms/collectives.h"
+#include "algorithms/window_sendrecv.h"
 #include "core/keep_alive.h"
 #include "core/logging.h"
 #include "core/thread_name.h"
@@ -260,7 +261,8 @@ Status PeerLanes::runAny(const Message& m, uint64_t ordinal, int* source, Counte
   const std::string what =
       "a message from any rank (recv without a source, tag " + std::to_string(m.tag) + ")";
   std::vector<uint8_t> frame;
-  bool damaged = false;
+  bool damaged = false, inSlot = false;
+  const Windows* windows = transport_->windows();
   // Peers whose channel failed (kTransportError: a peer that left, its group destroyed, sends nothing more)
   // are passed over; the receive fails with the first such error only when every peer has.
   std::vector<bool> gone(size_t(size_), false);
@@ -284,6 +286,7 @@ Status PeerLanes::runAny(const Message& m, uint64_t ordinal, int* source, Counte
         }
         for (int p = 0; p < size_; ++p) {  // ascending rank order: the matching rule (peer_lanes.h)
           if (p == rank_ || gone[size_t(p)]) continue;
+          uint64_t next = 0;  // p's next message to this rank: the lane's next message number
           {
             std::lock_guard<std::mutex> lock(mutex_);
             auto it = lanes_.find({p, false});
@@ -292,6 +295,7 @@ Status PeerLanes::runAny(const Message& m, uint64_t ordinal, int* source, Counte
             if (lane != nullptr &&
                 (lane->running || (!lane->queue.empty() && lane->queue.front().anyBefore <= ordinal)))
               continue;
+            if (lane != nullptr) next = lane->messages;
           }
           bool checked = false;
           Status st = tryCheckPeer(p, &checked);
@@ -300,6 +304,13 @@ Status PeerLanes::runAny(const Message& m, uint64_t ordinal, int* source, Counte
             continue;
           }
           if (!checked) continue;
+          // A message published in p's slot (window_sendrecv.h) is there as a frame would be.
+          if (windows != nullptr && slotPublished(*windows, p, next)) {
+            *source = p;
+            inSlot = true;
+            *done = true;
+            return Status::ok();
+          }
           bool got = false;
           int from = -1;
           st = transport_->control()->probeRepairable(p, ControlTag::kFingerprint, &frame, &from, &got,
@@ -328,7 +339,8 @@ Status PeerLanes::runAny(const Message& m, uint64_t ordinal, int* source, Counte
   x.recv = m.recv;
   x.recvCount = m.count;
   x.recvSeq = lane->messages++;  // the lane's thread starts nothing before this receive ends (anyBefore)
-  x.takenFingerprint = &frame;
+  // Taken from a slot: sendRecv finds it there.
+  x.takenFingerprint = inSlot ? nullptr : &frame;
   x.takenDamaged = damaged;
   if (!lane->exec) lane->exec = std::make_unique<HostExecutor>();
   return sendRecv(ctx, lane->exec.get(), x, m.dtype);

@@ -5,14 +5,20 @@
 // which publish into their own window and read their peers'. Layout of one rank's window:
 //
 //   WindowHeader | half 0: HalfHeader, PartEntry[size], ChunkEntry[maxChunks], data[capacity] | half 1
+//   | Slot[size]: SlotHeader, data[slotCapacity] | SlotAck[size]
 //
 // A publication is up to `size` parts (byte ranges of the data, each split into chunks); the part table
 // says, for every reading rank, which part is its own: one part shared by every reader (all-reduce,
 // all-gather, broadcast) or one per reader (reduce-scatter, all-to-all).
 // A collective with epoch e (the window's own count of one-sided collectives, from 1) uses half e & 1.
+// Send/recv (algorithms/window_sendrecv.h) use the slots: slot d of rank s's window holds s's message to
+// rank d (one at a time: the send returns once d acknowledged it), SlotAck s of rank d's window says which
+// of s's messages d took (or failed to). Slots and acknowledgements count by the pair's message number, not
+// by the collectives' epoch.
 // Everything a peer wrote is read as untrusted: epochs are compared for equality, chunk entries are
 // trailers checked like ring slices, the fingerprint carries its CRC, a part table entry is bounds-checked
 // (partReadable) before any byte it names is read, and a peer's error text is read within its bounds.
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -65,6 +71,34 @@ struct alignas(64) ChunkEntry {
   Trailer trailer;              // the chunk as a ring slice: seq, step 0, slice = chunk, column = owner
 };
 
+// The largest message a slot holds (a larger one keeps the two-sided path), unless the window is smaller.
+inline constexpr size_t kWindowSlotBytes = size_t(64) << 10;
+
+// What a slot says of its message, sealed by a CRC (a reader that finds it damaged reads it again). The
+// payload's length is not in it: a reader reads the size its own arguments give (once the fingerprint, which
+// carries count and dtype, matched), never one a peer wrote.
+struct SlotSeal {
+  Fingerprint fingerprint;
+  uint32_t pad;
+  uint32_t crc;  // crc32 of the bytes before it
+};
+
+struct alignas(64) SlotHeader {
+  std::atomic<uint64_t> message;  // the message number + 1, stored (release) once seal, trailer, data are in
+  SlotSeal seal;
+  Trailer trailer;  // the payload as a ring slice: seq = message number, step 0, slice 0, column = sender
+};
+
+// In the receiver's window, one per sender: the last of the sender's messages it took intact (`message`,
+// number + 1), or the one it failed (`failed`, stored once code and why hold the error, which the sender
+// returns as its own: both ends of a failed message return the same error).
+struct alignas(64) SlotAck {
+  std::atomic<uint64_t> message;
+  std::atomic<uint64_t> failed;
+  uint32_t code;  // StatusCode
+  char why[kWindowWhyBytes];
+};
+
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "windows need lock-free 64-bit atomics");
 
 // Where things are in a window of `capacity` payload bytes per half for a group of `size` ranks.
@@ -75,6 +109,9 @@ struct WindowLayout {
   size_t halfBytes = 0;
   size_t bytes = 0;                 // the whole window
   size_t chunksAt = 0, dataAt = 0;  // offsets in a half
+  size_t slotCapacity = 0;          // payload bytes of a send/recv slot
+  size_t slotBytes = 0;             // one slot: SlotHeader and its data
+  size_t slotsAt = 0, acksAt = 0;   // offsets in the window
 
   static WindowLayout of(size_t capacity, int size);
   size_t chunksOf(size_t partBytes) const { return (partBytes + kWindowChunkBytes - 1) / kWindowChunkBytes; }
@@ -87,6 +124,11 @@ inline bool partReadable(const WindowLayout& l, const PartEntry& p, size_t bytes
   return p.bytes == bytes && p.offset <= l.capacity && p.bytes <= l.capacity - p.offset &&
          p.firstChunk <= l.maxChunks && l.chunksOf(bytes) <= l.maxChunks - p.firstChunk;
 }
+
+// Whether a message of `bytes` (what this rank's own arguments say) fits a slot. The one bound between a
+// slot and this rank's reads: nothing read from the slot sizes them (tests/fuzz/fuzz_window_part.cc checks
+// the layout around it).
+inline bool slotFits(const WindowLayout& l, size_t bytes) { return bytes <= l.slotCapacity; }
 
 // Every rank's window of one group, mapped in this process.
 class Windows {
@@ -110,11 +152,22 @@ class Windows {
     return reinterpret_cast<ChunkEntry*>(halfBase(r, epoch) + layout_.chunksAt)[k];
   }
   uint8_t* data(int r, uint64_t epoch) const { return halfBase(r, epoch) + layout_.dataAt; }
+  // Rank r's slot for its messages to rank `to`, and its data.
+  SlotHeader& slot(int r, int to) const { return *reinterpret_cast<SlotHeader*>(slotBase(r, to)); }
+  uint8_t* slotData(int r, int to) const { return slotBase(r, to) + sizeof(SlotHeader); }
+  // Rank r's acknowledgements of the messages from rank `from`.
+  SlotAck& ack(int r, int from) const {
+    return reinterpret_cast<SlotAck*>(base_[size_t(r)] + layout_.acksAt)[from];
+  }
   void wake(int r) const { wake_(r); }
 
  private:
   uint8_t* halfBase(int r, uint64_t epoch) const {
     return base_[size_t(r)] + sizeof(WindowHeader) + size_t(epoch & 1) * layout_.halfBytes;
+  }
+
+  uint8_t* slotBase(int r, int to) const {
+    return base_[size_t(r)] + layout_.slotsAt + size_t(to) * layout_.slotBytes;
   }
 
   const int rank_;
@@ -132,7 +185,11 @@ inline WindowLayout WindowLayout::of(size_t capacity, int size) {
   l.chunksAt = (sizeof(HalfHeader) + size_t(size) * sizeof(PartEntry) + 63) / 64 * 64;
   l.dataAt = l.chunksAt + l.maxChunks * sizeof(ChunkEntry);
   l.halfBytes = l.dataAt + l.capacity;
-  l.bytes = sizeof(WindowHeader) + 2 * l.halfBytes;
+  l.slotCapacity = std::min(kWindowSlotBytes, l.capacity);
+  l.slotBytes = sizeof(SlotHeader) + (l.slotCapacity + 63) / 64 * 64;
+  l.slotsAt = sizeof(WindowHeader) + 2 * l.halfBytes;
+  l.acksAt = l.slotsAt + size_t(size) * l.slotBytes;
+  l.bytes = l.acksAt + size_t(size) * sizeof(SlotAck);
   return l;
 }
 

@@ -97,17 +97,35 @@ TEST(EagerSendRecv, SmallAndLargeDirectionsInOneCall) {
 
 class EagerSendRecvFaults : public ::testing::TestWithParam<FaultMode> {};
 
+// In the fingerprint frames, and in the windows' slots (window_sendrecv.h: a failed read is re-read from
+// the slot, no repair round).
 TEST_P(EagerSendRecvFaults, EveryModeRepairedBitIdentical) {
-  for (int n : {2, 3}) {
-    Options o = defaults();
-    o.maxRetries = 4;
-    o.fault.mode = GetParam();
-    o.fault.probability = 0.3;
-    o.fault.seed = 7;
-    o.fault.delayMs = 1;
-    LoopbackGroup g(n, o);
-    for (int i = 0; i < 12; ++i) ringShift(g, std::vector<size_t>(size_t(n), size_t(333 + i)));
-    testing::expectEveryInjectionRepaired(g.totalCounters(), GetParam(), "np" + std::to_string(n));
+  for (testing::Wire wire : {testing::Wire::kLoopback, testing::Wire::kWindows}) {
+    for (int n : {2, 3}) {
+      Options o = defaults();
+      o.maxRetries = 4;
+      o.fault.mode = GetParam();
+      o.fault.probability = 0.3;
+      o.fault.seed = 7;
+      o.fault.delayMs = 1;
+      LoopbackGroup g(n, o, wire);
+      for (int i = 0; i < 12; ++i) ringShift(g, std::vector<size_t>(size_t(n), size_t(333 + i)));
+      const std::string where = std::string(testing::wireName(wire)) + " np" + std::to_string(n);
+      const Counters c = g.totalCounters();
+      if (wire == testing::Wire::kLoopback) {
+        testing::expectEveryInjectionRepaired(c, GetParam(), where);
+        continue;
+      }
+      EXPECT_EQ(c.escaped, 0u) << where;
+      EXPECT_EQ(c.controlFrames, 0u) << where;
+      if (GetParam() == FaultMode::kDelay) {
+        EXPECT_GT(c.delayed, 0u) << where;
+        continue;
+      }
+      EXPECT_GT(c.injected, 0u) << where;
+      EXPECT_EQ(c.detected, c.injected) << where;
+      EXPECT_EQ(c.retransmitted, c.injected) << where;
+    }
   }
 }
 
@@ -115,47 +133,61 @@ INSTANTIATE_TEST_SUITE_P(Modes, EagerSendRecvFaults, testing::payloadFaultModes(
                          testing::faultModeParamName);
 
 // The message is a control frame: damage to it (the control fault mode) is a link failure, repaired.
+// In the windows the same damage hits the slot's sealed fingerprint, which is read again.
 TEST(EagerSendRecvFaults, ADamagedMessageIsRepaired) {
-  Options o = defaults();
-  o.fault.mode = FaultMode::kControl;
-  o.fault.schedule = {{1, int(ControlTag::kFingerprint), 0, 1}};  // the second message 0 -> 1
-  LoopbackGroup g(2, o);
-  for (int i = 0; i < 3; ++i) ringShift(g, {200, 300});
-  const Counters c = g.totalCounters();
-  EXPECT_EQ(c.injected, 1u);
-  EXPECT_EQ(c.detected, 1u);
-  EXPECT_EQ(c.retransmitted, 1u);
-  EXPECT_EQ(c.repairRounds, 2u);  // both ends of the flow
+  for (testing::Wire wire : {testing::Wire::kLoopback, testing::Wire::kWindows}) {
+    Options o = defaults();
+    o.fault.mode = FaultMode::kControl;
+    o.fault.schedule = {{1, int(ControlTag::kFingerprint), 0, 1}};  // the second message 0 -> 1
+    LoopbackGroup g(2, o, wire);
+    for (int i = 0; i < 3; ++i) ringShift(g, {200, 300});
+    const Counters c = g.totalCounters();
+    EXPECT_EQ(c.injected, 1u) << testing::wireName(wire);
+    EXPECT_EQ(c.detected, 1u) << testing::wireName(wire);
+    EXPECT_EQ(c.retransmitted, 1u) << testing::wireName(wire);
+    // Both ends of the flow in a repair round; none in the windows.
+    EXPECT_EQ(c.repairRounds, wire == testing::Wire::kWindows ? 0u : 2u) << testing::wireName(wire);
+  }
 }
 
 // Damage on every attempt: both ends return the same kCorruption naming the link.
+// In the windows too: the receiver's failed read is in its acknowledgement, which the sender returns.
 TEST(EagerSendRecvFaults, PersistentDamageIsTheSameErrorOnBothEnds) {
-  Options o = defaults();
-  o.maxRetries = 2;
-  o.fault.schedule = {FaultScheduleEntry{0, 0, 0, 1}};  // message 0, step 0, slice 0, into rank 1
-  o.fault.repeat = 10;
-  LoopbackGroup g(2, o);
-  std::vector<Status> results(2);
-  g.run([&](int rank, Communicator& c) {
-    std::vector<uint8_t> buf(64, uint8_t(rank));
-    results[size_t(rank)] =
-        rank == 0 ? c.sendRecvAsync(buf.data(), 64, 1, nullptr, 0, -1, DataType::kUint8)->wait()
-                  : c.sendRecvAsync(nullptr, 0, -1, buf.data(), 64, 0, DataType::kUint8)->wait();
-  });
-  for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(results[size_t(r)].code(), StatusCode::kCorruption) << results[size_t(r)].toString();
-    EXPECT_EQ(results[size_t(r)].message(),
-              "sendrecv seq 0: slice still failing verification after 2 retransmission(s): link 0 -> 1, step "
-              "0, slice 0, column 0: payload CRC mismatch")
-        << "rank " << r;
+  for (testing::Wire wire : {testing::Wire::kLoopback, testing::Wire::kWindows}) {
+    Options o = defaults();
+    o.maxRetries = 2;
+    o.logLevel = "off";
+    o.fault.schedule = {FaultScheduleEntry{0, 0, 0, 1}};  // message 0, step 0, slice 0, into rank 1
+    o.fault.repeat = 10;
+    LoopbackGroup g(2, o, wire);
+    std::vector<Status> results(2);
+    g.run([&](int rank, Communicator& c) {
+      std::vector<uint8_t> buf(64, uint8_t(rank));
+      results[size_t(rank)] =
+          rank == 0 ? c.sendRecvAsync(buf.data(), 64, 1, nullptr, 0, -1, DataType::kUint8)->wait()
+                    : c.sendRecvAsync(nullptr, 0, -1, buf.data(), 64, 0, DataType::kUint8)->wait();
+    });
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(results[size_t(r)].code(), StatusCode::kCorruption) << results[size_t(r)].toString();
+      EXPECT_EQ(results[size_t(r)].message(),
+                "sendrecv seq 0: slice still failing verification after 2 retransmission(s): link 0 -> 1, "
+                "step 0, slice 0, column 0: payload CRC mismatch")
+          << testing::wireName(wire) << " rank " << r;
+    }
   }
 }
 
 // A small count on one end (one message) and a large one on the other (the pipeline): the receiver reads
 // the fingerprint first and names both counts; the sender hears of it.
+// In the windows the small end's message is in its slot (window_sendrecv.h) and the large end's in frames:
+// the receive takes either, so the two still meet.
 TEST(EagerSendRecvErrors, ASmallAndALargeCountAreAMismatchNamingBoth) {
-  for (bool smallSender : {true, false}) {
-    LoopbackGroup g(2, defaults());
+  for (auto [wire, smallSender] :
+       {std::pair{testing::Wire::kLoopback, true}, std::pair{testing::Wire::kLoopback, false},
+        std::pair{testing::Wire::kWindows, true}, std::pair{testing::Wire::kWindows, false}}) {
+    Options o = defaults();
+    o.logLevel = "off";
+    LoopbackGroup g(2, o, wire);
     std::vector<Status> results(2);
     const size_t sendCount = smallSender ? 10 : 100000, recvCount = smallSender ? 100000 : 10;
     g.run([&](int rank, Communicator& c) {

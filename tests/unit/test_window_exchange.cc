@@ -3,11 +3,14 @@
 // end the same way on every rank in the same collective; a peer's window is read as untrusted.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "algorithms/collectives.h"
 #include "algorithms/window_exchange.h"
 #include "executor/host_executor.h"
 #include "loopback_util.h"
@@ -397,6 +400,63 @@ TEST(WindowExchange, NoWindowsNoOneSidedRoute) {
   CollectiveContext ctx = testing::contextFor(t[0].get(), &o, &counters);
   HostExecutor exec;
   EXPECT_FALSE(runsOneSided(ctx, exec, 64));
+}
+
+// ---- send/recv on the windows (algorithms/window_sendrecv.h) ------------------------------------------
+
+// A peer that never comes: a send waits for its acknowledgement, a receive for the message, each ending at
+// the timeout naming the peer (the waits are pollUntil's).
+TEST(WindowSendRecv, AnAbsentPeerIsATimeoutNamingIt) {
+  Options o = testing::quietOptions();
+  o.timeout = std::chrono::milliseconds(300);
+  for (bool sending : {true, false}) {
+    LoopbackGroup g(2, o, Wire::kWindows);
+    std::vector<float> buf(100, 1.0f);
+    const auto t0 = std::chrono::steady_clock::now();
+    const Status st =
+        sending ? g.comm(0).sendRecvAsync(buf.data(), 100, 1, nullptr, 0, -1, DataType::kFloat32)->wait()
+                : g.comm(0).sendRecvAsync(nullptr, 0, -1, buf.data(), 100, 1, DataType::kFloat32)->wait();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+    EXPECT_EQ(st.code(), StatusCode::kTimeout) << st.toString();
+    const std::string want =
+        sending ? "rank 1 to take the sendrecv message from its slot" : "the sendrecv message from rank 1";
+    EXPECT_NE(st.message().find(want), std::string::npos) << st.message();
+  }
+}
+
+// Nothing in a slot sizes a read: a sender whose (sealed, matching) fingerprint names more than a slot holds
+// is not believed, and nothing past the slot is read.
+TEST(WindowSendRecv, AFingerprintLargerThanTheSlotIsAnErrorNamingTheSender) {
+  std::shared_ptr<LoopbackFabric> fabric;
+  std::vector<std::unique_ptr<Transport>> t = makeLoopbackTransports(2, &fabric);
+  testing::wrapInSharedMemory(&t, testing::kTestRingBytes, testing::kTestWindowBytes);
+  Windows& w = *t[1]->windows();
+  const size_t count = w.layout().slotCapacity / 4 + 1;
+  // Rank 0's "message" 0 to rank 1: the fingerprint sendRecv expects for `count` floats, in its slot.
+  SlotHeader& h = w.slot(0, 1);
+  SlotSeal seal;
+  std::memset(static_cast<void*>(&seal), 0, sizeof seal);
+  seal.fingerprint = makeFingerprint(CollectiveKind::kSendRecv, ReduceOp::kSum, DataType::kFloat32, count, 0,
+                                     IssueOrder{0, 0, 0});
+  seal.crc = crc32(&seal, offsetof(SlotSeal, crc));
+  std::memcpy(static_cast<void*>(&h.seal), &seal, sizeof seal);
+  h.message.store(1, std::memory_order_release);
+
+  const Options o = testing::quietOptions();
+  Counters counters;
+  CollectiveContext ctx = testing::contextFor(t[1].get(), &o, &counters);
+  HostExecutor exec;
+  std::vector<float> in(count, 0.0f);
+  PeerExchange x;
+  x.src = 0;
+  x.recv = in.data();
+  x.recvCount = count;
+  const Status st = sendRecv(ctx, &exec, x, DataType::kFloat32);
+  EXPECT_EQ(st.code(), StatusCode::kTransportError) << st.toString();
+  EXPECT_NE(st.message().find("rank 0 published " + std::to_string(count * 4) + " bytes in a slot of " +
+                              std::to_string(w.layout().slotCapacity)),
+            std::string::npos)
+      << st.message();
 }
 
 }  // namespace
