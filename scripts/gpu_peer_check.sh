@@ -57,10 +57,4 @@ fi
 # Time-sliced (no MPS): correctness only, the small shapes.
 [[ "${PEER_SKIP_TIMESLICED:-0}" == "1" ]] || run_step peer_tests_np2_timesliced "${mpi[@]}" -np 2 "$tests" \
   --gtest_filter=*ChunkCrc*:*Graph*:*DifferentCounts*:*DifferentAllreduceKernels*:*DisagreeOnTheRoot*
-print_summary "gpu_peer"
-status=$?
-if [[ -n "${OUT:-}" ]]; then
-  tar czf "$OUT/gpu_peer_logs.tgz" -C "$(dirname "$out_dir")" "$(basename "$out_dir")" --exclude mps 2>/dev/null
-  cp "$out_dir/summary.log" "$OUT/gpu_peer_summary.log"
-fi
-exit $status
+finish_run "gpu_peer"

@@ -46,10 +46,4 @@ if start_mps; then
 else
   record mps FAIL "nvidia-cuda-mps-control -d did not start"
 fi
-print_summary "gpu_peer_torch"
-status=$?
-if [[ -n "${OUT:-}" ]]; then
-  tar czf "$OUT/gpu_peer_torch_logs.tgz" -C "$(dirname "$out_dir")" "$(basename "$out_dir")" --exclude mps 2>/dev/null
-  cp "$out_dir/summary.log" "$OUT/gpu_peer_torch_summary.log"
-fi
-exit $status
+finish_run "gpu_peer_torch"

@@ -7,6 +7,7 @@
 #   fail_last <note>               turns the last row into a FAIL (e.g. tests that were skipped)
 #   write_environment              date, commit, nvidia-smi, nvcc, cmake, gcc to $out_dir/environment.log
 #   print_summary <title>          the table (also $out_dir/summary.log); returns 1 if any row failed
+#   finish_run <name>              print_summary, then the logs and summary into $OUT (device machine)
 #   start_mps / stop_mps           the CUDA MPS daemon (one GPU context shared by the rank processes; pipes
 #                                  and logs under $out_dir/mps); start_mps returns 1 if it cannot start
 
@@ -83,4 +84,17 @@ stop_mps() {
   echo quit | nvidia-cuda-mps-control >/dev/null 2>&1 || true
   sleep 1
   unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+}
+
+# The closing table, then (on the device machine, where $OUT is set) the logs packed into $OUT/<name>_logs.tgz
+# and the summary copied to $OUT/<name>_summary.log (the machine hands back few files). Returns print_summary's
+# status.
+finish_run() {
+  local name="$1" status=0
+  print_summary "$name" || status=1
+  if [[ -n "${OUT:-}" ]]; then
+    tar czf "$OUT/${name}_logs.tgz" -C "$(dirname "$out_dir")" "$(basename "$out_dir")" --exclude mps 2>/dev/null
+    cp "$out_dir/summary.log" "$OUT/${name}_summary.log"
+  fi
+  return "$status"
 }

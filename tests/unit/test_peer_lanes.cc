@@ -309,16 +309,10 @@ struct PendingFrom {
   }
 };
 
-class PeerLanesAnySource : public ::testing::TestWithParam<std::tuple<int, size_t, testing::Wire>> {};
-
-// Every other rank sends rank 0 several messages, each waiting for the last; rank 0 receives them all
-// without naming a source. Each receive names its sender, and each sender's messages arrive whole and in
-// order. Sizes: empty, one frame, several slices (the pipeline).
-TEST_P(PeerLanesAnySource, LearnsTheSenderAndKeepsEachSendersOrder) {
-  const int n = std::get<0>(GetParam());
-  const size_t bytes = std::get<1>(GetParam());
-  const int messages = 3;
-  auto lanes = makeLanes(n, laneOptions(1024), std::get<2>(GetParam()));
+// Every rank but 0 sends `messages` messages of `bytes` (payload(r, 0, m, bytes)) to rank 0, which receives
+// them from any source: each sender's arrive whole, in the order it sent them.
+void expectEveryMessageReceivedFromAnySource(std::vector<std::unique_ptr<PeerLanes>>& lanes, int n,
+                                             size_t bytes, int messages) {
   std::vector<std::vector<std::vector<uint8_t>>> got(static_cast<size_t>(n));  // by sender, in arrival order
   runRanks(n, [&](int r) {
     if (r != 0) {
@@ -344,8 +338,21 @@ TEST_P(PeerLanesAnySource, LearnsTheSenderAndKeepsEachSendersOrder) {
   for (int s = 1; s < n; ++s) {
     ASSERT_EQ(got[size_t(s)].size(), size_t(messages)) << "sender " << s;
     for (int m = 0; m < messages; ++m)
-      EXPECT_EQ(got[size_t(s)][size_t(m)], payload(s, 0, m, bytes)) << s << m;
+      EXPECT_EQ(got[size_t(s)][size_t(m)], payload(s, 0, m, bytes)) << s << " message " << m;
   }
+}
+
+class PeerLanesAnySource : public ::testing::TestWithParam<std::tuple<int, size_t, testing::Wire>> {};
+
+// Every other rank sends rank 0 several messages, each waiting for the last; rank 0 receives them all
+// without naming a source. Each receive names its sender, and each sender's messages arrive whole and in
+// order. Sizes: empty, one frame, several slices (the pipeline).
+TEST_P(PeerLanesAnySource, LearnsTheSenderAndKeepsEachSendersOrder) {
+  const int n = std::get<0>(GetParam());
+  const size_t bytes = std::get<1>(GetParam());
+  const int messages = 3;
+  auto lanes = makeLanes(n, laneOptions(1024), std::get<2>(GetParam()));
+  expectEveryMessageReceivedFromAnySource(lanes, n, bytes, messages);
   EXPECT_EQ(lanes[0]->counters().collectives, uint64_t(messages * (n - 1)));
 }
 
@@ -440,31 +447,7 @@ TEST(PeerLanes, AnySourceFaultsAreRepairedBitIdentically) {
     const int messages = wire == testing::Wire::kWindows ? 8 : 1;
     auto lanes = makeLanes(n, o, wire);
     const size_t bytes = 16 * 1024;
-    std::vector<std::vector<std::vector<uint8_t>>> got(static_cast<size_t>(n));
-    runRanks(n, [&](int r) {
-      if (r != 0) {
-        for (int m = 0; m < messages; ++m) {
-          std::vector<uint8_t> out = payload(r, 0, m, bytes);
-          Pending send;
-          lanes[size_t(r)]->send(0, 0, out.data(), bytes, DataType::kUint8, send.done());
-          Status st = send.wait();
-          ASSERT_TRUE(st.isOk()) << st.toString();
-        }
-        return;
-      }
-      for (int k = 0; k < messages * (n - 1); ++k) {
-        std::vector<uint8_t> in(bytes, 0);
-        PendingFrom recv;
-        lanes[0]->recvAny(0, in.data(), bytes, DataType::kUint8, recv.done());
-        auto [st, source] = recv.wait();
-        ASSERT_TRUE(st.isOk()) << st.toString();
-        got[size_t(source)].push_back(in);
-      }
-    });
-    for (int s = 1; s < n; ++s) {
-      ASSERT_EQ(got[size_t(s)].size(), size_t(messages)) << s;
-      for (int m = 0; m < messages; ++m) EXPECT_EQ(got[size_t(s)][size_t(m)], payload(s, 0, m, bytes)) << s;
-    }
+    expectEveryMessageReceivedFromAnySource(lanes, n, bytes, messages);
     Counters total;
     for (auto& l : lanes) total += l->counters();
     EXPECT_GT(total.injected, 0u);
