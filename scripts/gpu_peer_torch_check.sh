@@ -29,7 +29,7 @@ write_environment
   --no-deps -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 .
 torchrun=(timeout 300 python3 -m torch.distributed.run --nproc-per-node=2)
 if start_mps; then
-  modules="${PEER_TORCH_PYTEST:-test_collectives.py test_ddp.py test_fsdp.py test_replicas.py test_killed_rank.py}"
+  modules="${PEER_TORCH_PYTEST:-test_collectives.py test_ddp.py test_fsdp.py test_replicas.py test_replicas_hsdp.py test_killed_rank.py}"
   run_step pytest_peer env RINGGUARD_DEVICE_TRANSPORT=peer RINGGUARD_TEST_DEVICE=cuda timeout 420 \
     python3 -m pytest $(printf 'tests/python/%s ' $modules) -q -rs -p no:cacheprovider
   if [[ "${PEER_TORCH_SKIP_BENCH:-0}" != "1" ]]; then
