@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "algorithms/error_frames.h"
+#include "algorithms/window_seal.h"
 #include "algorithms/window_wait.h"
 #include "core/fault_injector.h"
 #include "ringguard/core/crc32.h"
@@ -134,23 +135,8 @@ Status readSeal(const CollectiveContext& ctx, const Windows& w, uint64_t e, cons
       ctx, [&h, e] { return h.epoch.load(std::memory_order_acquire) == e; },
       [p] { return "rank " + std::to_string(p) + "'s fingerprint in its window"; }, p,
       [&ctx, &mine, p] { return twoSidedPeer(ctx, mine, p); }));
-  const int reads = std::max(1, ctx.options->maxRetries + 1);
-  for (int attempt = 0; attempt < reads; ++attempt) {
-    if (attempt > 0) ctx.counters->retransmitted++;  // re-read from the seal the peer retains
-    HalfSeal copy;
-    std::memcpy(&copy, &h.seal, sizeof copy);
-    if (attempt == 0 && ctx.injector != nullptr &&
-        ctx.injector->corruptsControl(ctx.seq, int(ControlTag::kFingerprint), p, me) &&
-        ctx.injector->corruptControl(ctx.seq, int(ControlTag::kFingerprint), p, me,
-                                     reinterpret_cast<uint8_t*>(&copy), sizeof copy)) {
-      ctx.counters->injected++;
-    }
-    if (crc32(&copy, offsetof(HalfSeal, crc)) == copy.crc) {
-      *out = copy;
-      return Status::ok();
-    }
-    ctx.counters->detected++;
-  }
+  int reads = 0;
+  if (readSealCopy(ctx, h.seal, p, me, out, &reads)) return Status::ok();
   return Status(StatusCode::kCorruption, where(ctx) + ": rank " + std::to_string(p) +
                                              "'s fingerprint in its window failed its CRC on all " +
                                              std::to_string(reads) + " reads");

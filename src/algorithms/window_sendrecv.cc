@@ -8,6 +8,7 @@
 
 #include "algorithms/eager.h"
 #include "algorithms/peer_messages.h"
+#include "algorithms/window_seal.h"
 #include "algorithms/window_wait.h"
 #include "core/fault_injector.h"
 #include "core/repair.h"
@@ -45,23 +46,8 @@ void acknowledge(const Windows& w, int src, uint64_t seq, const Status& outcome)
 Status readSeal(const CollectiveContext& ctx, const Windows& w, int src, SlotSeal* out) {
   const int me = w.rank();
   const SlotHeader& h = w.slot(src, me);
-  const int reads = std::max(1, ctx.options->maxRetries + 1);
-  for (int attempt = 0; attempt < reads; ++attempt) {
-    if (attempt > 0) ctx.counters->retransmitted++;  // re-read from the seal the sender retains
-    SlotSeal copy;
-    std::memcpy(&copy, &h.seal, sizeof copy);
-    if (attempt == 0 && ctx.injector != nullptr &&
-        ctx.injector->corruptsControl(ctx.seq, int(ControlTag::kFingerprint), src, me) &&
-        ctx.injector->corruptControl(ctx.seq, int(ControlTag::kFingerprint), src, me,
-                                     reinterpret_cast<uint8_t*>(&copy), sizeof copy)) {
-      ctx.counters->injected++;
-    }
-    if (crc32(&copy, offsetof(SlotSeal, crc)) == copy.crc) {
-      *out = copy;
-      return Status::ok();
-    }
-    ctx.counters->detected++;
-  }
+  int reads = 0;
+  if (readSealCopy(ctx, h.seal, src, me, out, &reads)) return Status::ok();
   return Status(StatusCode::kCorruption, prefix(ctx.seq) + "the fingerprint in rank " + std::to_string(src) +
                                              "'s slot failed its CRC on all " + std::to_string(reads) +
                                              " reads");
