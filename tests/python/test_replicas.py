@@ -412,6 +412,38 @@ def _(ctx):
     return {}
 
 
+def hsdp_train(ctx, mesh, on_mismatch, fault=None):
+    """`STEPS` Adam steps of Net under fully_shard on `mesh` (replicate x shard) with a ReplicaCheck of
+    `on_mismatch` (and `fault`): the step a ReplicaMismatchError stopped at (or None) and its message, the
+    hash of the rank's checked state, the counters, the report of the check at FAULT_STEP, the replica
+    group's ranks and the size of fc1.weight's local shard (test_replicas_hsdp.py repairs with it)."""
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(1234)
+    model = Net().to(ctx.device)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    rc = ringguard.ReplicaCheck(model, opt, on_mismatch=on_mismatch)
+    if fault:
+        rc.inject(**fault)
+    failed, message, report = None, "", None
+    for step in range(STEPS):
+        x, y = _batch(ctx, step)
+        opt.zero_grad(set_to_none=True)
+        F.mse_loss(model(x), y).backward()
+        try:
+            opt.step()
+        except ringguard.ReplicaMismatchError as e:
+            failed, message = step, str(e)
+            break
+        if step == FAULT_STEP:
+            report = rc.last_report()
+    out = {"failed": failed, "message": message, "hash": _hash(rc.tensors()), "counters": rc.counters(),
+           "report": report, "ranks": rc._ranks, "shard_elements": dict(rc.tensors())["param:fc1.weight"].numel()}
+    rc.remove()
+    return out
+
+
 @CASES.case("hsdp-compares-each-shard-across-the-replicate-dimension")
 def _(ctx):
     """HSDP on 2 x 2 ranks (fully_shard on a 2-D mesh: replicate x shard): each rank's shard is compared with
@@ -423,33 +455,12 @@ def _(ctx):
     from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh(torch.device(ctx.device).type, (2, 2), mesh_dim_names=("replicate", "shard"))
-
-    def run(fault=None):
-        torch.manual_seed(1234)
-        model = Net().to(ctx.device)
-        fully_shard(model, mesh=mesh)
-        opt = torch.optim.Adam(model.parameters(), lr=0.01)
-        rc = ringguard.ReplicaCheck(model, opt, on_mismatch="raise")
-        if fault:
-            rc.inject(**fault)
-        for step in range(STEPS):
-            x, y = _batch(ctx, step)
-            opt.zero_grad(set_to_none=True)
-            F.mse_loss(model(x), y).backward()
-            try:
-                opt.step()
-            except ringguard.ReplicaMismatchError as e:
-                rc.remove()
-                return step, str(e), rc
-        rc.remove()
-        return None, "", rc
-
-    failed, _, rc = run()
-    assert failed is None and rc.counters()["checks"] == STEPS, rc.counters()
-    tensors = dict(rc.tensors())
-    assert rc._size == 2 and rc._ranks == [ctx.rank % 2, ctx.rank % 2 + 2], rc._ranks  # the replicate group
-    assert tensors["param:fc1.weight"].numel() == 16 * 12 // 2, tensors["param:fc1.weight"].shape  # the shard
-    failed, message, _ = run(dict(rank=1, step=FAULT_STEP, tensor="param:fc1.weight", element=3, bit=22))
+    r = hsdp_train(ctx, mesh, "raise")
+    assert r["failed"] is None and r["counters"]["checks"] == STEPS, r["counters"]
+    assert r["ranks"] == [ctx.rank % 2, ctx.rank % 2 + 2], r["ranks"]  # the replicate group
+    assert r["shard_elements"] == 16 * 12 // 2, r["shard_elements"]  # fc1.weight's local shard
+    r = hsdp_train(ctx, mesh, "raise", dict(rank=1, step=FAULT_STEP, tensor="param:fc1.weight", element=3, bit=22))
+    failed, message = r["failed"], r["message"]
     assert failed == FAULT_STEP, (failed, message)
     assert message.startswith(f"replica check: step {FAULT_STEP}: ranks 0, 1 of 2 replicas disagree and no majority "
                               "names the odd one in 1 tensor: 'param:fc1.weight'; first differing element: "

@@ -7,36 +7,11 @@ the replica check runs at 2, 3 and 4 (test_replicas.py, which has the 2 x 2 rais
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import harness
-import ringguard
-from test_replicas import FAULT_STEP, STEPS, Net, _batch, _hash, _init
+from test_replicas import FAULT_STEP, STEPS, _init, hsdp_train
 
 CASES = harness.Cases()
-
-
-def _train(ctx, mesh, fault=None):
-    from torch.distributed.fsdp import fully_shard
-
-    torch.manual_seed(1234)
-    model = Net().to(ctx.device)
-    fully_shard(model, mesh=mesh)
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    rc = ringguard.ReplicaCheck(model, opt, on_mismatch="repair")
-    if fault:
-        rc.inject(**fault)
-    report = None  # the check of the fault's step
-    for step in range(STEPS):
-        x, y = _batch(ctx, step)
-        opt.zero_grad(set_to_none=True)
-        F.mse_loss(model(x), y).backward()
-        opt.step()
-        if step == FAULT_STEP:
-            report = rc.last_report()
-    out = {"hash": _hash(rc.tensors()), "counters": rc.counters(), "report": report, "ranks": rc._ranks}
-    rc.remove()
-    return out
 
 
 @CASES.case("hsdp-repair-bit-identical")
@@ -44,10 +19,10 @@ def _(ctx):
     from torch.distributed.device_mesh import init_device_mesh
 
     mesh = init_device_mesh(torch.device(ctx.device).type, (3, 2), mesh_dim_names=("replicate", "shard"))
-    reference = _train(ctx, mesh)
+    reference = hsdp_train(ctx, mesh, "repair")
     assert reference["counters"]["mismatches"] == 0, reference["counters"]
     assert reference["ranks"] == [ctx.rank % 2, ctx.rank % 2 + 2, ctx.rank % 2 + 4], reference["ranks"]
-    r = _train(ctx, mesh, dict(rank=2, step=FAULT_STEP, tensor="param:fc1.weight", element=3, bit=22))
+    r = hsdp_train(ctx, mesh, "repair", dict(rank=2, step=FAULT_STEP, tensor="param:fc1.weight", element=3, bit=22))
     c = r["counters"]
     assert c["mismatches"] == 1 and c["repairs"] == 1 and c["repaired_tensors"] == 1, c
     assert c["checks"] == STEPS + 1, c  # the check after the repair
