@@ -15,8 +15,8 @@
 
 #include <cstdint>
 
+#include "core/chunk_crc.h"
 #include "core/corruption_plan.h"
-#include "core/crc32_combine.h"
 #include "core/peer_plan.h"
 #include "core/peer_window_layout.h"
 #include "cuda/peer/peer_collectives.h"
@@ -27,77 +27,31 @@ namespace {  // each kernel file gets its own copy of the tables (whole-program 
 
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
-constexpr int kPieces = 32 * kLaneVectors;
+constexpr int kPieces = chunk_crc::kPieces;
 constexpr uint32_t kSpinCheckEvery = 256;
 
-// t[j][b]: the CRC register (zero initial value) after byte b followed by j zero bytes, so a 16-byte piece's
-// register is the XOR of 16 independent lookups (slicing-by-16): no chain of dependent loads.
-struct SliceTables {
-  uint32_t t[16][256];
-};
-struct CrcConstants {
-  uint32_t pieceShift[kPieces];  // x^(128 * (kPieces - 1 - i)): moves piece i's register to the chunk's end
-  uint32_t init;                 // 0xFFFFFFFF advanced over a whole chunk (the CRC's initial value)
-};
+// core/chunk_crc.h's tables (slicing-by-16 and the fixed shifts), read through the read-only cache.
+__device__ const chunk_crc::Tables kChunkCrcTables = chunk_crc::makeTables();
 
-__host__ __device__ constexpr SliceTables makeSliceTables() {
-  SliceTables s{};
-  for (uint32_t b = 0; b < 256; ++b) s.t[0][b] = crc32TableEntry(b);
-  for (int j = 1; j < 16; ++j) {
-    for (uint32_t b = 0; b < 256; ++b) s.t[j][b] = (s.t[j - 1][b] >> 8) ^ s.t[0][s.t[j - 1][b] & 0xffu];
+// CRC-32 of the chunk whose vector v of lane l is vec[v] (piece v * 32 + l), identical on every lane:
+// core/chunk_crc.h's lane Horner and warp tree.
+__device__ __forceinline__ uint32_t warpChunkCrc(const uint4 (&vec)[kLaneVectors]) {
+  const chunk_crc::Tables& t = kChunkCrcTables;
+  const auto load = [](const uint32_t* p) { return __ldg(p); };
+  uint32_t h = 0;
+#pragma unroll
+  for (int v = 0; v < kLaneVectors; ++v) {
+    const uint32_t w[4] = {vec[v].x, vec[v].y, vec[v].z, vec[v].w};
+    const uint32_t piece = chunk_crc::pieceRegister(t, w, load);
+    h = v == 0 ? piece : chunk_crc::laneStep(t, h, piece, load);
   }
-  return s;
-}
-
-__host__ __device__ constexpr CrcConstants makeCrcConstants() {
-  CrcConstants t{};
-  // x^128 mod P: x^8 (bit 31 is x^0, bit 30 is x^1) squared four times.
-  uint32_t x8 = 1u << 31;
-  for (int i = 0; i < 8; ++i) x8 = crc32Multiply(x8, 1u << 30);
-  uint32_t x128 = x8;
-  for (int i = 0; i < 4; ++i) x128 = crc32Multiply(x128, x128);
-  uint32_t shift = 1u << 31;
-  for (int i = kPieces - 1; i >= 0; --i) {
-    t.pieceShift[i] = shift;
-    shift = crc32Multiply(shift, x128);
+#pragma unroll
+  for (int level = 0; level < chunk_crc::kTreeLevels; ++level) {
+    // Lane l + 2^level's value (lanes past 31 get their own, which no lane that matters reads).
+    const uint32_t upper = __shfl_down_sync(0xffffffffu, h, 1u << level);
+    h = chunk_crc::treeStep(t, level, h, upper, load);
   }
-  t.init = crc32Multiply(shift, 0xFFFFFFFFu);  // shift == x^(128 * kPieces) == x^(8 * kChunkBytes)
-  return t;
-}
-
-__device__ const SliceTables kSliceTables = makeSliceTables();
-__constant__ CrcConstants kCrcConstants = makeCrcConstants();
-
-// The zero-initial CRC register of one 16-byte piece: 16 independent cached lookups.
-__device__ __forceinline__ uint32_t pieceRegister(uint4 v) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-  uint32_t c = 0;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-#pragma unroll
-    for (int b = 0; b < 4; ++b) c ^= __ldg(&kSliceTables.t[15 - (4 * k + b)][(w[k] >> (8 * b)) & 0xffu]);
-  }
-  return c;
-}
-
-using ChunkVectors = uint4[kLaneVectors];
-
-// CRC-32 of the chunk whose vector v of lane l is vec[v] (piece v * 32 + l), identical on every lane.
-__device__ __forceinline__ uint32_t warpChunkCrc(const uint4 (&vec)[kLaneVectors],
-                                                 const uint32_t (&shift)[kLaneVectors]) {
-  uint32_t r = 0;
-#pragma unroll
-  for (int v = 0; v < kLaneVectors; ++v) r ^= crc32Multiply(shift[v], pieceRegister(vec[v]));
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) r ^= __shfl_xor_sync(0xffffffffu, r, o);
-  return ~(kCrcConstants.init ^ r);
-}
-
-// This lane's piece multipliers (loaded once per kernel; a per-lane index into constant memory serialises).
-__device__ __forceinline__ void laneShifts(uint32_t (&shift)[kLaneVectors]) {
-  const uint32_t lane = threadIdx.x & 31u;
-#pragma unroll
-  for (int v = 0; v < kLaneVectors; ++v) shift[v] = kCrcConstants.pieceShift[v * 32 + lane];
+  return chunk_crc::finish(t, __shfl_sync(0xffffffffu, h, 0));
 }
 
 __device__ __forceinline__ uint64_t globalTimer() {
@@ -185,7 +139,6 @@ struct Collective {
   uint32_t half;
   uint64_t deadline;
   uint32_t fpCrc;  // the fingerprint's CRC every chunk carries (the algorithm folded in)
-  uint32_t shift[kLaneVectors];
   uint32_t lane;
   uint32_t warp;   // this warp's index over the grid
   uint32_t warps;  // warps in the grid
@@ -269,7 +222,6 @@ __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, u
   __shared__ int okShared;
   Collective k;
   k.a = &a;
-  laneShifts(k.shift);
   if (threadIdx.x == 0) {
     epochShared = *at<uint32_t>(a.windows[a.rank], kSeqOffset) + 1;
     okShared = 1;
@@ -324,7 +276,7 @@ __device__ __forceinline__ void publishChunks(Collective& k, bool result, uint32
 #pragma unroll
     for (int v = 0; v < kLaneVectors; ++v)
       *reinterpret_cast<uint4*>(data + vectorOffset(c, v, k.lane)) = vec[v];
-    const uint32_t crc = warpChunkCrc(vec, k.shift);
+    const uint32_t crc = warpChunkCrc(vec);
     if (k.lane == 0) {
       table[c].crc = crc;
       table[c].fingerprint = k.fpCrc;
@@ -376,7 +328,7 @@ __device__ __forceinline__ bool readChunk(Collective& k, int p, bool result, uin
         ++k.injected;
       }
     }
-    const uint32_t got = warpChunkCrc(vec, k.shift);
+    const uint32_t got = warpChunkCrc(vec);
     if (got == crc) return true;
     ++k.detected;
     if (attempt == a.maxRereads && k.lane == 0) k.fail(PeerError::kCorrupt, p, c, crc, got);

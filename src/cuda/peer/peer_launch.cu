@@ -87,15 +87,13 @@ namespace {
 
 __global__ void __launch_bounds__(kBlockThreads)
     chunkCrcKernel(const uint4* data, size_t chunks, uint32_t* out) {
-  uint32_t shift[kLaneVectors];
-  laneShifts(shift);
   const uint32_t lane = threadIdx.x & 31u;
   const size_t warp = blockIdx.x * kWarps + threadIdx.x / 32;
   if (warp >= chunks) return;
   uint4 vec[kLaneVectors];
 #pragma unroll
   for (int v = 0; v < kLaneVectors; ++v) vec[v] = data[warp * kPieces + v * 32 + lane];
-  const uint32_t crc = warpChunkCrc(vec, shift);
+  const uint32_t crc = warpChunkCrc(vec);
   if (lane == 0) out[warp] = crc;
 }
 
