@@ -67,6 +67,9 @@ __device__ __forceinline__ uint32_t loadAcquire(const uint32_t* p) {
 __device__ __forceinline__ void storeRelease(uint32_t* p, uint32_t v) {
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
+__device__ __forceinline__ void storeRelaxed(uint32_t* p, uint32_t v) {
+  asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
 __device__ __forceinline__ uint32_t loadVolatile(const uint32_t* p) {
   return *reinterpret_cast<const volatile uint32_t*>(p);
 }
@@ -261,7 +264,7 @@ __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, u
 
 // Publishes chunks [begin, end) that `want(c)` selects, of those this warp handles, into `result ? result
 // table : chunk table` of this rank's window: load(c, vec) gives the bytes; they are stored with their CRC
-// and the fingerprint, then, after one fence, every chunk's epoch with release order, so a reader that sees
+// and the fingerprint, then, after one fence, every chunk's epoch (release order), so a reader that sees
 // an epoch sees what it covers.
 template <typename Want, typename Load>
 __device__ __forceinline__ void publishChunks(Collective& k, bool result, uint32_t begin, uint32_t end,
@@ -282,12 +285,14 @@ __device__ __forceinline__ void publishChunks(Collective& k, bool result, uint32
       table[c].fingerprint = k.fpCrc;
     }
   }
-  __threadfence_system();
+  // The warp barrier first: every lane's bytes and entries happen before each lane's fence, and a fence
+  // followed by a relaxed store is a release of them, so the epoch stores need not be releases that fence
+  // again (one per chunk). The lanes share them: lane l takes the warp's chunks l, l + 32, ..., so 32
+  // chunks' epochs are one store instruction.
   __syncwarp();
-  // The lanes share the epoch stores: lane l takes the warp's chunks l, l + 32, ...
-  uint32_t i = 0;
-  for (uint32_t c = k.firstOf(begin); c < end; c += k.warps, ++i) {
-    if (i % 32 == k.lane && want(c)) storeRelease(&table[c].epoch, k.epoch);
+  __threadfence_system();
+  for (uint32_t c = k.firstOf(begin) + k.lane * k.warps; c < end; c += 32 * k.warps) {
+    if (want(c)) storeRelaxed(&table[c].epoch, k.epoch);
   }
 }
 
@@ -299,27 +304,34 @@ __device__ __forceinline__ bool readChunk(Collective& k, int p, bool result, uin
                                           uint4 (&vec)[kLaneVectors]) {
   const PeerWindowArgs& a = *k.a;
   ChunkEntry* entry = k.table(p, result) + c;
-  uint32_t waited = 1, crc = 0, fp = 0;
-  if (k.lane == 0) {
+  uint32_t waited = 1;
+  if (k.lane == 0)
     waited = k.waitFor(&entry->epoch, p, c, [&](uint32_t v) { return v == k.epoch; }) ? 1u : 0u;
-    if (waited) {
-      crc = loadVolatile(&entry->crc);
-      fp = loadVolatile(&entry->fingerprint);
-    }
-  }
   waited = __shfl_sync(0xffffffffu, waited, 0);
+  if (!waited) return false;
+  // The entry and the first read of the bytes are in flight together (one round trip, not two): the bytes
+  // are used only once the fingerprint matched.
+  const char* theirs = k.data(p);
+  uint32_t crc = 0, fp = 0;
+  if (k.lane == 0) {
+    crc = loadVolatile(&entry->crc);
+    fp = loadVolatile(&entry->fingerprint);
+  }
+#pragma unroll
+  for (int v = 0; v < kLaneVectors; ++v)
+    vec[v] = loadPeer(reinterpret_cast<const uint4*>(theirs + vectorOffset(c, v, k.lane)));
   crc = __shfl_sync(0xffffffffu, crc, 0);
   fp = __shfl_sync(0xffffffffu, fp, 0);
-  if (!waited) return false;
   if (fp != k.fpCrc) {
     if (k.lane == 0) k.fail(PeerError::kFingerprintMismatch, p, c, k.fpCrc, fp);
     return false;
   }
-  const char* theirs = k.data(p);
   for (int attempt = 0; attempt <= a.maxRereads; ++attempt) {
+    if (attempt > 0) {
 #pragma unroll
-    for (int v = 0; v < kLaneVectors; ++v)
-      vec[v] = loadPeer(reinterpret_cast<const uint4*>(theirs + vectorOffset(c, v, k.lane)));
+      for (int v = 0; v < kLaneVectors; ++v)
+        vec[v] = loadPeer(reinterpret_cast<const uint4*>(theirs + vectorOffset(c, v, k.lane)));
+    }
     if (attempt == 0 && a.faultProb > 0) {
       const uint64_t h =
           corruptionGarbageWord(a.faultSeed, (uint64_t(k.epoch) << 32) ^ (uint64_t(c) << 4) ^ uint64_t(p));
