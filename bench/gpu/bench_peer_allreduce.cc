@@ -72,6 +72,7 @@ void fillWindowArgs(const PeerWindows& w, size_t count, CollectiveKind kind, dou
   for (int r = 0; r < a->size; ++r) a->windows[r] = w.window(r);
   a->layout = w.layout();
   a->record = w.errorRecordDevice();
+  a->oneDevice = w.oneDevice();
   a->fingerprint[0] = uint32_t(kind);
   a->fingerprint[3] = uint32_t(count);
   a->timeoutNs = 10ull * 1000 * 1000 * 1000;

@@ -97,6 +97,9 @@ class PeerWindowTest : public ::testing::Test {
     MPI_Barrier(MPI_COMM_WORLD);
   }
 
+  // Order at system scope even where every window is on one GPU (the path of GPUs of one host).
+  bool systemScope_ = false;
+
   int rank() const { return windows_->rank(); }
   int size() const { return windows_->size(); }
 
@@ -110,6 +113,7 @@ class PeerWindowTest : public ::testing::Test {
     for (int r = 0; r < a.size; ++r) a.windows[r] = windows_->window(r);
     a.layout = windows_->layout();
     a.record = windows_->errorRecordDevice();
+    a.oneDevice = windows_->oneDevice() && !systemScope_;
     a.fingerprint[0] = uint32_t(kind);
     a.fingerprint[1] = uint32_t(dtype);
     a.fingerprint[2] = uint32_t(baseOp(op));

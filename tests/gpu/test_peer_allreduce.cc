@@ -66,6 +66,7 @@ class PeerAllreduce : public PeerWindowTest {
     for (int r = 0; r < a.size; ++r) a.windows[r] = windows_->window(r);
     a.layout = windows_->layout();
     a.record = windows_->errorRecordDevice();
+    a.oneDevice = windows_->oneDevice();
     a.fingerprint[0] = 0;  // allreduce
     a.fingerprint[3] = uint32_t(count);
     a.fingerprint[4] = uint32_t(uint64_t(count) >> 32);

@@ -125,6 +125,21 @@ class PeerCollectives : public PeerWindowTest {
   }
 };
 
+// ---- memory-order scope ---------------------------------------------------------------------------------
+
+// Every rank of this suite maps its window on device 0, so the kernels order at GPU scope; the system-scope
+// path (GPUs of one host) runs here too and gives the same bits, with faults re-read.
+TEST_F(PeerCollectives, GpuScopeOnOneDeviceAndSystemScopeAreBothExact) {
+  ASSERT_TRUE(windows_->oneDevice());
+  for (bool system : {false, true}) {
+    systemScope_ = system;
+    for (PeerAlgorithm algorithm : {PeerAlgorithm::kAllreduceOneShot, PeerAlgorithm::kAllreduceTwoShot}) {
+      allreduceExact(size_t(1) << 18, 0, false, algorithm, 0.001);
+      allreduceExact(1000, 4, true, algorithm);
+    }
+  }
+}
+
 // ---- two-shot allreduce -------------------------------------------------------------------------------
 
 TEST_F(PeerCollectives, TwoShotExactForEveryShape) {

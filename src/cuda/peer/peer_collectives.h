@@ -26,7 +26,10 @@ struct PeerWindowArgs {
   int size = 0;
   void* windows[kMaxRanks] = {};  // every rank's window as this process maps it
   WindowLayout layout;
-  ErrorRecord* record = nullptr;                 // device pointer of this rank's record
+  ErrorRecord* record = nullptr;  // device pointer of this rank's record
+  // Every window is on this rank's GPU (PeerWindows::oneDevice): flags, fences and acknowledgements then
+  // order at GPU scope, which every process on the device shares; otherwise at system scope.
+  bool oneDevice = false;
   uint32_t fingerprint[kFingerprintWords] = {};  // kind, dtype, op, count (low, high), root, lane, factor
   uint64_t timeoutNs = 0;
   int maxRereads = 3;

@@ -59,16 +59,37 @@ __device__ __forceinline__ uint64_t globalTimer() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
-__device__ __forceinline__ uint32_t loadAcquire(const uint32_t* p) {
+// The window flags' memory order, at GPU scope when every window is on this GPU (PeerWindowArgs::oneDevice:
+// processes sharing one device, as under MPS) and at system scope otherwise (GPUs of one host).
+__device__ __forceinline__ uint32_t loadAcquire(const uint32_t* p, bool gpu) {
   uint32_t v;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  if (gpu) {
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  } else {
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  }
   return v;
 }
-__device__ __forceinline__ void storeRelease(uint32_t* p, uint32_t v) {
-  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+__device__ __forceinline__ void storeRelease(uint32_t* p, uint32_t v, bool gpu) {
+  if (gpu) {
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+  } else {
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+  }
 }
-__device__ __forceinline__ void storeRelaxed(uint32_t* p, uint32_t v) {
-  asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+__device__ __forceinline__ void storeRelaxed(uint32_t* p, uint32_t v, bool gpu) {
+  if (gpu) {
+    asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+  } else {
+    asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+  }
+}
+__device__ __forceinline__ void fence(bool gpu) {
+  if (gpu) {
+    __threadfence();
+  } else {
+    __threadfence_system();
+  }
 }
 __device__ __forceinline__ uint32_t loadVolatile(const uint32_t* p) {
   return *reinterpret_cast<const volatile uint32_t*>(p);
@@ -187,9 +208,9 @@ struct Collective {
   template <typename Ready>
   __device__ bool waitFor(const uint32_t* word, int peer, uint32_t chunk, Ready ready,
                           bool nameAbsent = true) const {
-    if (ready(loadAcquire(word))) return true;  // the common case: published already
+    if (ready(loadAcquire(word, a->oneDevice))) return true;  // the common case: published already
     for (uint32_t i = 0;; ++i) {
-      const uint32_t v = loadAcquire(word);
+      const uint32_t v = loadAcquire(word, a->oneDevice);
       if (ready(v)) return true;
       if (loadVolatile(errorWord(a->rank)) != 0) return false;  // this rank already failed
       const uint32_t theirs = loadVolatile(errorWord(peer));
@@ -254,8 +275,8 @@ __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, u
     if (threadIdx.x == 0) {
       uint32_t* slot = at<uint32_t>(k.mine(), kArrivalOffset + 64 * k.half);
       slot[1] = fpCrc;
-      __threadfence_system();
-      storeRelease(&slot[0], k.epoch);
+      fence(a.oneDevice);
+      storeRelease(&slot[0], k.epoch, a.oneDevice);
     }
   }
   k.ok = okShared != 0;
@@ -290,9 +311,9 @@ __device__ __forceinline__ void publishChunks(Collective& k, bool result, uint32
   // again (one per chunk). The lanes share them: lane l takes the warp's chunks l, l + 32, ..., so 32
   // chunks' epochs are one store instruction.
   __syncwarp();
-  __threadfence_system();
+  fence(k.a->oneDevice);
   for (uint32_t c = k.firstOf(begin) + k.lane * k.warps; c < end; c += 32 * k.warps) {
-    if (want(c)) storeRelaxed(&table[c].epoch, k.epoch);
+    if (want(c)) storeRelaxed(&table[c].epoch, k.epoch, k.a->oneDevice);
   }
 }
 
@@ -402,7 +423,7 @@ __device__ __forceinline__ void finishCollective(Collective& k) {
         news = true;
       }
       if (news) __threadfence_system();
-      storeRelease(at<uint32_t>(mine, kDoneOffset), k.epoch);
+      storeRelease(at<uint32_t>(mine, kDoneOffset), k.epoch, a.oneDevice);
     }
   }
 }

@@ -171,6 +171,7 @@ class PeerPath final : public DirectPath {
     for (int r = 0; r < a->size; ++r) a->windows[r] = windows_->window(r);
     a->layout = windows_->layout();
     a->record = windows_->errorRecordDevice();
+    a->oneDevice = windows_->oneDevice();
     a->fingerprint[0] = uint32_t(kind);
     a->fingerprint[1] = uint32_t(dtype);
     a->fingerprint[2] = uint32_t(baseOp(op));

@@ -84,6 +84,7 @@ struct Exported {
   int32_t pid;
   int32_t fd;
   uint64_t bytes;
+  unsigned char device[16];  // the window's GPU (its UUID)
 };
 
 }  // namespace
@@ -151,13 +152,18 @@ Status PeerWindows::create(Bootstrap& bootstrap, int device, size_t capacity,
   // 2. Every rank's (pid, descriptor): each takes the others' descriptors with pidfd_getfd, imports and
   // maps them. Only the ranks of this bootstrap learn the numbers; the kernel checks that the caller may
   // trace the exporter (same user), so no other process can take them.
-  Exported mine{int32_t(getpid()), fd, uint64_t(w->allocated_)};
+  Exported mine{int32_t(getpid()), fd, uint64_t(w->allocated_), {}};
+  cudaDeviceProp props{};
+  if (cudaGetDeviceProperties(&props, device) == cudaSuccess) std::memcpy(mine.device, &props.uuid, 16);
+  const unsigned char unknown[16] = {};  // no UUID: take the windows as on different GPUs (system scope)
+  const bool known = std::memcmp(mine.device, unknown, 16) != 0;
   std::vector<uint8_t> bytes(sizeof mine);
   std::memcpy(bytes.data(), &mine, sizeof mine);
   std::vector<std::vector<uint8_t>> all;
   Status st = bootstrap.allgather(bytes, &all);
   auto mapAll = [&]() -> Status {
     RINGGUARD_RETURN_IF_ERROR(st);
+    w->oneDevice_ = known;
     for (int r = 0; r < n; ++r) {
       Exported e;
       if (all[size_t(r)].size() != sizeof e) {
@@ -171,6 +177,7 @@ Status PeerWindows::create(Bootstrap& bootstrap, int device, size_t capacity,
                                                         std::to_string(w->allocated_) +
                                                         ": every rank must ask the same capacity");
       }
+      if (std::memcmp(e.device, mine.device, 16) != 0) w->oneDevice_ = false;
       Mapping& m = w->mappings_[size_t(r)];
       if (r != w->rank_) {
         const int pidfd = int(syscall(SYS_pidfd_open, pid_t(e.pid), 0));

@@ -37,6 +37,9 @@ class PeerWindows {
   void* window(int r) const { return bases_[size_t(r)]; }
   // Every rank's window, in rank order (what the kernels take).
   const std::vector<void*>& windows() const { return bases_; }
+  // Every rank's window is on one GPU (several processes on one device, as under MPS): the kernels then order
+  // their window accesses at GPU scope, not system scope (PeerWindowArgs::oneDevice).
+  bool oneDevice() const { return oneDevice_; }
   // This rank's error record: pinned host memory the kernels write through its device mapping.
   ErrorRecord* errorRecord() const { return record_; }
   ErrorRecord* errorRecordDevice() const { return recordDevice_; }
@@ -53,6 +56,7 @@ class PeerWindows {
 
   int rank_ = 0;
   int device_ = 0;
+  bool oneDevice_ = false;
   WindowLayout layout_;
   size_t allocated_ = 0;
   std::vector<Mapping> mappings_;
