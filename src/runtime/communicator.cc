@@ -71,6 +71,20 @@ void Communicator::Impl::setDirectPath(std::unique_ptr<DirectPath> direct) {
   direct->setFault(options_.fault.probability, uint32_t(options_.fault.seed));  // as setFault() does
   direct_ = std::move(direct);
   callerRuns_ = false;
+  watchdog_ = std::make_unique<DirectWatchdog>([path = direct_] { return path->poll(); },
+                                               [this](const Status& st) { onDirectError(st); },
+                                               DirectWatchdog::kInterval);
+}
+
+void Communicator::Impl::onDirectError(const Status& st) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!firstError_.isOk()) return;  // already failed: a call or a wait saw it first, and reported it
+    firstError_ = st;
+  }
+  logError(Subsys::kRuntime, "rank {}: {} (seen by the watchdog: the communicator is aborted)", rank_,
+           st.toString());
+  abort(st.message());  // keeps firstError_; announces it to the host transport's peers
 }
 
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -141,6 +155,7 @@ Communicator::Impl::Impl(std::unique_ptr<Transport> transport, const Options& op
 }
 
 Communicator::Impl::~Impl() {
+  watchdog_.reset();  // before anything its onError touches
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;

@@ -22,6 +22,7 @@
 #include "executor/executor.h"
 #include "ringguard/runtime/communicator.h"
 #include "runtime/direct_path.h"
+#include "runtime/direct_watchdog.h"
 #include "runtime/nan_check.h"
 #include "transport/transport.h"
 
@@ -125,6 +126,8 @@ class Communicator::Impl {
   void finishRun();
   // What the public methods of the same names forward to.
   void abort(const std::string& why);
+  // The direct path's watchdog saw a kernel's error: logged, the communicator poisoned with it and aborted.
+  void onDirectError(const Status& st);
   void leave(bool peersMayBeGone) {
     {
       // After abort() the runner announces it (the progress thread between collectives, the aborted
@@ -172,6 +175,7 @@ class Communicator::Impl {
   // Point-to-point message numbers per peer (runner only): only the two ends count them.
   std::vector<uint64_t> sendSeq_, recvSeq_;
   std::thread progress_;
+  std::unique_ptr<DirectWatchdog> watchdog_;  // with direct_; stopped first in the destructor
 };
 
 }  // namespace ringguard
