@@ -27,18 +27,22 @@ inline constexpr int kMaxRanks = 8;
 inline constexpr size_t kHeaderBytes = 4096;
 inline constexpr size_t kLine = 128;
 // Header word offsets (bytes).
+// Epochs are 64-bit words (u64): they never wrap, so a zeroed entry (epoch 0) is never taken for a published
+// one and `done >= e - 2` needs no modular arithmetic.
 inline constexpr size_t kSeqOffset = 0 * kLine;          // owner only: last epoch this rank completed
 inline constexpr size_t kArriveOffset = 1 * kLine;       // owner only: blocks of the running kernel done
 inline constexpr size_t kDoneOffset = 2 * kLine;         // peers read: epoch whose reads this rank finished
 inline constexpr size_t kErrorOffset = 3 * kLine;        // peers read word 0: nonzero once this rank failed;
-                                                         // then peer, chunk, epoch, expected, seen
+                                                         // then peer, chunk, epoch (low), expected, seen,
+                                                         // epoch (high): u32 words
 inline constexpr size_t kFingerprintOffset = 4 * kLine;  // peers read: the running collective's fingerprint
 inline constexpr size_t kCountersOffset = 5 * kLine;     // owner only: detected, injected, and the values
                                                          // last copied to the host record (u64 each)
-// Peers read: per half h, at kArrivalOffset + 64 h, {epoch, fingerprint crc} of the collective that runs on h
-// (epoch last, release). Every rank checks every peer's, so ranks that ran different collectives fail even
-// when one of them reads nothing.
+// Peers read: per half h, at kArrivalOffset + 64 h, {epoch (u64), fingerprint crc (u32, at +8)} of the
+// collective that runs on h (epoch last, release). Every rank checks every peer's, so ranks that ran
+// different collectives fail even when one of them reads nothing.
 inline constexpr size_t kArrivalOffset = 6 * kLine;
+inline constexpr size_t kArrivalFingerprint = 8;
 inline constexpr int kFingerprintWords = 8;
 
 // A chunk is what one warp publishes and verifies: 32 lanes x kLaneVectors 16-byte vectors.
@@ -46,10 +50,9 @@ inline constexpr int kLaneVectors = 2;
 inline constexpr size_t kChunkBytes = 32 * 16 * kLaneVectors;
 
 struct ChunkEntry {
-  uint32_t epoch;        // written last (release): the chunk's bytes, crc and fingerprint are visible
+  uint64_t epoch;        // written last (release): the chunk's bytes, crc and fingerprint are visible
   uint32_t crc;          // CRC-32 (ISO-HDLC, as core/crc32.h) of the chunk's kChunkBytes, zero padded
   uint32_t fingerprint;  // CRC-32 of the collective's fingerprint words: readers compare it with their own
-  uint32_t reserved;
 };
 static_assert(sizeof(ChunkEntry) == 16, "one 16-byte entry per chunk");
 
@@ -95,11 +98,10 @@ struct ErrorRecord {
   uint32_t code;  // PeerError
   int32_t peer;   // the rank the error names (-1: none)
   uint32_t chunk;
-  uint32_t epoch;
-  uint32_t expected;        // crc or fingerprint this rank expected
-  uint32_t seen;            // what the peer published (or what the bytes hashed to)
-  uint32_t abortRequested;  // written by the host: every spin stops with kAborted
-  uint32_t reserved;
+  uint32_t expected;            // crc or fingerprint this rank expected
+  uint32_t seen;                // what the peer published (or what the bytes hashed to)
+  uint32_t abortRequested;      // written by the host: every spin stops with kAborted
+  uint64_t epoch;               // the collective (the window's sequence number)
   unsigned long long detected;  // chunk reads that failed their CRC check (each is re-read)
   unsigned long long injected;  // chunk reads corrupted by fault injection (detected must equal it)
 };

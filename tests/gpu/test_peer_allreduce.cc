@@ -130,6 +130,25 @@ TEST_F(PeerAllreduce, ChunkCrcIsTheHostCrc) {
   cudaFree(d);
 }
 
+// Epochs are 64-bit: a window whose sequence stands just below 2^32 (set on every rank, with `done` to match,
+// as after four billion collectives) runs collectives across it, exact, with faults re-read; a 32-bit epoch
+// would have come back to 0, the value of every entry never published.
+TEST_F(PeerAllreduce, EpochsGoOnPast2To32) {
+  const uint64_t start = (uint64_t(1) << 32) - 3;
+  for (size_t offset : {kSeqOffset, kDoneOffset}) {
+    ASSERT_EQ(upload(static_cast<char*>(windows_->window(windows_->rank())) + offset, &start, sizeof start),
+              cudaSuccess);
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int i = 0; i < 6; ++i) runExact(size_t(1) << 16, 0, false, 0.01);
+  uint64_t seq = 0;
+  ASSERT_EQ(cudaMemcpy(&seq, static_cast<char*>(windows_->window(windows_->rank())) + kSeqOffset, sizeof seq,
+                       cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(seq, start + 6);
+}
+
 TEST_F(PeerAllreduce, ExactForEveryShape) {
   for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(255), size_t(1000), size_t(256 * 3 + 1),
                        size_t(1) << 20, size_t(16) << 20}) {

@@ -202,7 +202,10 @@ TEST(NoGpuPeerWindows, LayoutKeepsHeaderTablesAndHalvesApart) {
   EXPECT_EQ(l.dataOffset[1], l.dataOffset[0] + l.capacity);
   EXPECT_EQ(l.bytes, l.dataOffset[1] + l.capacity);
   EXPECT_LT(peer::kCountersOffset + 4 * sizeof(unsigned long long), peer::kArrivalOffset);
-  EXPECT_LE(peer::kArrivalOffset + 64 + 2 * sizeof(uint32_t), peer::kHeaderBytes);  // two halves' slots
+  // Two halves' slots, each {u64 epoch, u32 fingerprint CRC}.
+  EXPECT_LE(peer::kArrivalOffset + 64 + peer::kArrivalFingerprint + sizeof(uint32_t), peer::kHeaderBytes);
+  EXPECT_EQ(offsetof(peer::ChunkEntry, epoch) % 8, 0u);
+  EXPECT_EQ(offsetof(peer::ErrorRecord, epoch) % 8, 0u);
 }
 
 // More ranks than a kernel's window table holds: every rank fails with the same reason, none waits.

@@ -84,6 +84,29 @@ __device__ __forceinline__ void storeRelaxed(uint32_t* p, uint32_t v, bool gpu) 
     asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
   }
 }
+__device__ __forceinline__ uint64_t loadAcquire(const uint64_t* p, bool gpu) {
+  uint64_t v;
+  if (gpu) {
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  } else {
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  }
+  return v;
+}
+__device__ __forceinline__ void storeRelease(uint64_t* p, uint64_t v, bool gpu) {
+  if (gpu) {
+    asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+  } else {
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+  }
+}
+__device__ __forceinline__ void storeRelaxed(uint64_t* p, uint64_t v, bool gpu) {
+  if (gpu) {
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+  } else {
+    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+  }
+}
 __device__ __forceinline__ void fence(bool gpu) {
   if (gpu) {
     __threadfence();
@@ -93,6 +116,9 @@ __device__ __forceinline__ void fence(bool gpu) {
 }
 __device__ __forceinline__ uint32_t loadVolatile(const uint32_t* p) {
   return *reinterpret_cast<const volatile uint32_t*>(p);
+}
+__device__ __forceinline__ uint64_t loadVolatile(const uint64_t* p) {
+  return *reinterpret_cast<const volatile uint64_t*>(p);
 }
 // A peer's bytes, never from a stale L1 line.
 __device__ __forceinline__ uint4 loadPeer(const uint4* p) {
@@ -159,7 +185,7 @@ __device__ __forceinline__ void storeOutputChunk(void* out, uint32_t c, size_t l
 // One kernel's view of the running collective: its epoch, deadline and what it counted.
 struct Collective {
   const PeerWindowArgs* a;
-  uint32_t epoch;
+  uint64_t epoch;  // 64 bits: never wraps (at one collective a microsecond, 2^32 would in 72 minutes)
   uint32_t half;
   uint64_t deadline;
   uint32_t fpCrc;  // the fingerprint's CRC every chunk carries (the algorithm folded in)
@@ -183,9 +209,10 @@ struct Collective {
     if (atomicCAS(e, 0u, uint32_t(code)) == 0u) {
       e[1] = uint32_t(peer);
       e[2] = chunk;
-      e[3] = epoch;
+      e[3] = uint32_t(epoch);
       e[4] = expected;
       e[5] = seen;
+      e[6] = uint32_t(epoch >> 32);
       __threadfence_system();
     }
   }
@@ -196,7 +223,7 @@ struct Collective {
   __device__ int absentPeer(int waited) const {
     for (int r = 0; r < a->size; ++r) {
       if (r == a->rank) continue;
-      if (loadVolatile(at<uint32_t>(window(r), kArrivalOffset + 64 * half)) != epoch) return r;
+      if (loadVolatile(at<uint64_t>(window(r), kArrivalOffset + 64 * half)) != epoch) return r;
     }
     return waited;
   }
@@ -205,12 +232,12 @@ struct Collective {
   // when it ended for any other reason; a timeout names absentPeer(peer), or `peer` itself when
   // `nameAbsent` is false (the acknowledgement wait, before any rank's arrival). Lane-level: call from one
   // thread.
-  template <typename Ready>
-  __device__ bool waitFor(const uint32_t* word, int peer, uint32_t chunk, Ready ready,
+  template <typename Word, typename Ready>
+  __device__ bool waitFor(const Word* word, int peer, uint32_t chunk, Ready ready,
                           bool nameAbsent = true) const {
     if (ready(loadAcquire(word, a->oneDevice))) return true;  // the common case: published already
     for (uint32_t i = 0;; ++i) {
-      const uint32_t v = loadAcquire(word, a->oneDevice);
+      const Word v = loadAcquire(word, a->oneDevice);
       if (ready(v)) return true;
       if (loadVolatile(errorWord(a->rank)) != 0) return false;  // this rank already failed
       const uint32_t theirs = loadVolatile(errorWord(peer));
@@ -224,7 +251,7 @@ struct Collective {
           return false;
         }
         if (globalTimer() > deadline) {
-          fail(PeerError::kTimeout, nameAbsent ? absentPeer(peer) : peer, chunk, 0, v);
+          fail(PeerError::kTimeout, nameAbsent ? absentPeer(peer) : peer, chunk, 0, uint32_t(v));
           return false;
         }
       }
@@ -242,17 +269,17 @@ struct Collective {
 // one), the acknowledgements (every peer finished reading half e & 1 at epoch e - 2 before this rank
 // overwrites it), then this rank's fingerprint words and its arrival slot {epoch, fpCrc} for the half.
 __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, uint32_t fpCrc) {
-  __shared__ uint32_t epochShared;
+  __shared__ uint64_t epochShared;
   __shared__ int okShared;
   Collective k;
   k.a = &a;
   if (threadIdx.x == 0) {
-    epochShared = *at<uint32_t>(a.windows[a.rank], kSeqOffset) + 1;
+    epochShared = *at<uint64_t>(a.windows[a.rank], kSeqOffset) + 1;
     okShared = 1;
   }
   __syncthreads();
   k.epoch = epochShared;
-  k.half = epochShared & 1u;
+  k.half = uint32_t(epochShared & 1u);
   k.deadline = globalTimer() + a.timeoutNs;
   k.fpCrc = fpCrc;
   k.lane = threadIdx.x & 31u;
@@ -263,7 +290,7 @@ __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, u
   if (threadIdx.x < unsigned(a.size) && k.epoch > 2) {
     const int p = int(threadIdx.x);
     if (!k.waitFor(
-            at<uint32_t>(a.windows[p], kDoneOffset), p, ~0u, [&](uint32_t v) { return v + 2 >= k.epoch; },
+            at<uint64_t>(a.windows[p], kDoneOffset), p, ~0u, [&](uint64_t v) { return v + 2 >= k.epoch; },
             /*nameAbsent=*/false)) {
       okShared = 0;
     }
@@ -273,10 +300,10 @@ __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, u
     if (threadIdx.x < kFingerprintWords)
       at<uint32_t>(k.mine(), kFingerprintOffset)[threadIdx.x] = a.fingerprint[threadIdx.x];
     if (threadIdx.x == 0) {
-      uint32_t* slot = at<uint32_t>(k.mine(), kArrivalOffset + 64 * k.half);
-      slot[1] = fpCrc;
+      const size_t slot = kArrivalOffset + 64 * k.half;
+      *at<uint32_t>(k.mine(), slot + kArrivalFingerprint) = fpCrc;
       fence(a.oneDevice);
-      storeRelease(&slot[0], k.epoch, a.oneDevice);
+      storeRelease(at<uint64_t>(k.mine(), slot), k.epoch, a.oneDevice);
     }
   }
   k.ok = okShared != 0;
@@ -327,7 +354,7 @@ __device__ __forceinline__ bool readChunk(Collective& k, int p, bool result, uin
   ChunkEntry* entry = k.table(p, result) + c;
   uint32_t waited = 1;
   if (k.lane == 0)
-    waited = k.waitFor(&entry->epoch, p, c, [&](uint32_t v) { return v == k.epoch; }) ? 1u : 0u;
+    waited = k.waitFor(&entry->epoch, p, c, [&](uint64_t v) { return v == k.epoch; }) ? 1u : 0u;
   waited = __shfl_sync(0xffffffffu, waited, 0);
   if (!waited) return false;
   // The entry and the first read of the bytes are in flight together (one round trip, not two): the bytes
@@ -385,9 +412,9 @@ __device__ __forceinline__ void finishCollective(Collective& k) {
     const int p = int(threadIdx.x);
     // A peer can be at most one epoch ahead (it waits for this rank's done >= its epoch - 2), so slot h
     // still holds this epoch's arrival or an older one: equality is the test.
-    uint32_t* slot = at<uint32_t>(a.windows[p], kArrivalOffset + 64 * k.half);
-    if (k.waitFor(&slot[0], p, ~0u, [&](uint32_t v) { return v == k.epoch; })) {
-      const uint32_t theirs = loadVolatile(&slot[1]);
+    const size_t slot = kArrivalOffset + 64 * k.half;
+    if (k.waitFor(at<uint64_t>(a.windows[p], slot), p, ~0u, [&](uint64_t v) { return v == k.epoch; })) {
+      const uint32_t theirs = loadVolatile(at<uint32_t>(a.windows[p], slot + kArrivalFingerprint));
       if (theirs != k.fpCrc) k.fail(PeerError::kFingerprintMismatch, p, ~0u, k.fpCrc, theirs);
     }
   }
@@ -397,7 +424,7 @@ __device__ __forceinline__ void finishCollective(Collective& k) {
     uint32_t* arrive = at<uint32_t>(mine, kArriveOffset);
     if (atomicAdd(arrive, 1u) == gridDim.x - 1) {
       *arrive = 0;
-      *at<uint32_t>(mine, kSeqOffset) = k.epoch;
+      *at<uint64_t>(mine, kSeqOffset) = k.epoch;
       // The host record (mapped pinned memory, a PCIe write away) is written only when there is news:
       // the fault-free path touches no host memory. counters[2..3] hold what was last reported.
       const uint32_t* e = at<uint32_t>(mine, kErrorOffset);
@@ -415,7 +442,7 @@ __device__ __forceinline__ void finishCollective(Collective& k) {
       if (code != 0 && r->code == 0) {
         r->peer = int32_t(e[1]);
         r->chunk = e[2];
-        r->epoch = e[3];
+        r->epoch = uint64_t(e[6]) << 32 | e[3];
         r->expected = e[4];
         r->seen = e[5];
         __threadfence_system();
@@ -423,7 +450,7 @@ __device__ __forceinline__ void finishCollective(Collective& k) {
         news = true;
       }
       if (news) __threadfence_system();
-      storeRelease(at<uint32_t>(mine, kDoneOffset), k.epoch, a.oneDevice);
+      storeRelease(at<uint64_t>(mine, kDoneOffset), k.epoch, a.oneDevice);
     }
   }
 }
