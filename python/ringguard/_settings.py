@@ -161,6 +161,13 @@ SETTINGS: Tuple[Setting, ...] = (
             "reduces a share, then reads the others' results) instead of the one-shot (every rank reads every "
             "rank's whole input); the bits are the same. Used only with RINGGUARD_DEVICE_TRANSPORT=peer for "
             "now (auto keeps the one-shot) and every rank must set the same. In [0, 17179869184]."),
+    Setting("RINGGUARD_PEER_HANDLES", "peer_handles", "choice", "auto", None, None,
+            ("auto", "vmm", "ipc"),
+            "one of auto, vmm, ipc",
+            "How the peer-window path shares its device windows between the ranks' processes: vmm (CUDA VMM "
+            "allocations whose file descriptors move with pidfd_getfd, which needs the same user and ptrace "
+            "access), ipc (the legacy CUDA IPC handles), or auto (vmm, and ipc on every rank, with a warning, "
+            "when any rank cannot). Every rank must set the same. One of: auto, vmm, ipc."),
     Setting("RINGGUARD_NCCL_LANES", "nccl_lanes", "unsigned", "4", 1, 8,
             (),
             "[1, 8]",
@@ -370,6 +377,13 @@ class Fields:
     instead of the one-shot (every rank reads every rank's whole input); the bits are the same. Used
     only with RINGGUARD_DEVICE_TRANSPORT=peer for now (auto keeps the one-shot) and every rank must set
     the same. In [0, 17179869184]."""
+
+    peer_handles: Optional[str] = None
+    """``RINGGUARD_PEER_HANDLES``, default ``auto``. How the peer-window path shares its device windows
+    between the ranks' processes: vmm (CUDA VMM allocations whose file descriptors move with
+    pidfd_getfd, which needs the same user and ptrace access), ipc (the legacy CUDA IPC handles), or
+    auto (vmm, and ipc on every rank, with a warning, when any rank cannot). Every rank must set the
+    same. One of: auto, vmm, ipc."""
 
     nccl_lanes: Optional[int] = None
     """``RINGGUARD_NCCL_LANES``, default ``4``. NCCL communicators (each with a stream of its own) that

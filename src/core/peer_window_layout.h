@@ -43,6 +43,10 @@ inline constexpr size_t kCountersOffset = 5 * kLine;     // owner only: detected
 // different collectives fail even when one of them reads nothing.
 inline constexpr size_t kArrivalOffset = 6 * kLine;
 inline constexpr size_t kArrivalFingerprint = 8;
+// Legacy CUDA IPC windows only (transport/peer/peer_window.h): u32 word r is set by rank r when it has closed
+// its mapping of this window, so the owner frees it only after every importer did (freeing an exported
+// allocation still open elsewhere is undefined behaviour).
+inline constexpr size_t kClosedOffset = 8 * kLine;
 inline constexpr int kFingerprintWords = 8;
 
 // A chunk is what one warp publishes and verifies: 32 lanes x kLaneVectors 16-byte vectors.

@@ -249,6 +249,12 @@ std::vector<Setting> declarations() {
                       "RINGGUARD_DEVICE_TRANSPORT=peer for now (auto keeps the one-shot) and every rank must "
                       "set the same.")
           .group("peer_two_shot_bytes"),
+      choiceSetting("RINGGUARD_PEER_HANDLES", "auto", {{"auto", nullptr}, {"vmm", nullptr}, {"ipc", nullptr}},
+                    "How the peer-window path shares its device windows between the ranks' processes: vmm "
+                    "(CUDA VMM allocations whose file descriptors move with pidfd_getfd, which needs the "
+                    "same user and ptrace access), ipc (the legacy CUDA IPC handles), or auto (vmm, and ipc "
+                    "on every rank, with a warning, when any rank cannot). Every rank must set the same.")
+          .group("peer_handles"),
       unsignedSetting("RINGGUARD_NCCL_LANES", "4", 1, 8,
                       "NCCL communicators (each with a stream of its own) that consecutive slices to a peer "
                       "alternate over, so their groups overlap on the GPU.")

@@ -149,6 +149,23 @@ TEST_F(PeerAllreduce, EpochsGoOnPast2To32) {
   EXPECT_EQ(seq, start + 6);
 }
 
+// The legacy CUDA IPC handles (RINGGUARD_PEER_HANDLES=ipc: where pidfd_getfd is refused) map the same
+// windows: the same collectives, exact, with faults; the windows close without leaving one allocated.
+TEST_F(PeerAllreduce, LegacyIpcHandlesMapTheSameWindows) {
+  windows_.reset();
+  Status st = PeerWindows::create(*bootstrap_, 0, 1 << 22, PeerHandles::kIpc, &windows_);
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  EXPECT_EQ(windows_->handles(), PeerHandles::kIpc);
+  EXPECT_TRUE(windows_->oneDevice());
+  for (size_t count : {size_t(1), size_t(1000), size_t(1) << 20}) runExact(count, 0, false, 0.01);
+  size_t freeBefore = 0, freeAfter = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&freeBefore, &total), cudaSuccess);
+  windows_.reset();  // every rank at once: each waits for its peers' close flags before freeing its own
+  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_EQ(cudaMemGetInfo(&freeAfter, &total), cudaSuccess);
+  EXPECT_GT(freeAfter, freeBefore) << "this rank's window was not freed";
+}
+
 TEST_F(PeerAllreduce, ExactForEveryShape) {
   for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(255), size_t(1000), size_t(256 * 3 + 1),
                        size_t(1) << 20, size_t(16) << 20}) {

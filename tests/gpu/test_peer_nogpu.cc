@@ -226,6 +226,29 @@ TEST(NoGpuPeerWindows, TooManyRanksFailEveryRankAlike) {
   }
 }
 
+// Ranks that ask for different ways of sharing the windows (RINGGUARD_PEER_HANDLES) all fail naming both
+// kinds, before any allocation (so also without a GPU).
+TEST(NoGpuPeerWindows, RanksAskingForDifferentHandlesAllFailNamingBoth) {
+  Board board(3);
+  std::vector<Status> made(3);
+  runRanks(3, [&](int rank) {
+    MemoryBootstrap b(&board, rank);
+    std::unique_ptr<peer::PeerWindows> w;
+    made[size_t(rank)] = peer::PeerWindows::create(
+        b, 0, 1 << 20, rank == 1 ? peer::PeerHandles::kIpc : peer::PeerHandles::kVmm, &w);
+    EXPECT_EQ(w, nullptr);
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(made[size_t(r)].code(), StatusCode::kInvalidArgument) << made[size_t(r)].toString();
+    EXPECT_NE(made[size_t(r)].message().find("RINGGUARD_PEER_HANDLES differs between ranks"),
+              std::string::npos)
+        << made[size_t(r)].message();
+    const bool both = made[size_t(r)].message().find("vmm") != std::string::npos &&
+                      made[size_t(r)].message().find("ipc") != std::string::npos;
+    EXPECT_TRUE(both) << made[size_t(r)].message();
+  }
+}
+
 // Without a usable GPU (CI), the windows cannot be made: every rank returns an error naming why, after the
 // same agreement (nothing hangs). On a GPU machine two ranks of one process map each other's windows.
 TEST(NoGpuPeerWindows, WithoutAGpuEveryRankFailsWithAReason) {

@@ -159,6 +159,9 @@ Status makePeerPath(Bootstrap& bootstrap, const DeviceOptions& device, int gpu, 
   // Asked for by name: the collectives that have not passed on a GPU yet come along (docs/GPU.md).
   peer.extended = device.transport == DeviceTransportKind::kPeer;
   peer.twoShotBytes = size_t(device.peerTwoShotBytes);
+  peer.handles = device.peerHandles == DeviceOptions::PeerHandles::kVmm   ? peer::PeerHandles::kVmm
+                 : device.peerHandles == DeviceOptions::PeerHandles::kIpc ? peer::PeerHandles::kIpc
+                                                                          : peer::PeerHandles::kAuto;
   Status st = createPeerPath(bootstrap, gpu, peer, options, out);
   if (st.isOk() || device.transport == DeviceTransportKind::kPeer) return st;
   if (bootstrap.rank() == 0) {
@@ -188,6 +191,9 @@ Status DeviceOptions::fromLookup(const std::function<const char*(const char*)>& 
                                                  : DeviceTransportKind::kAuto;
   o.peerBytes = settings.peerBytes;
   o.peerTwoShotBytes = settings.peerTwoShotBytes;
+  o.peerHandles = settings.peerHandles == "vmm"   ? DeviceOptions::PeerHandles::kVmm
+                  : settings.peerHandles == "ipc" ? DeviceOptions::PeerHandles::kIpc
+                                                  : DeviceOptions::PeerHandles::kAuto;
   o.poolReleaseThreshold = settings.poolReleaseBytes;
   o.ncclLanes = settings.ncclLanes;
   *out = o;

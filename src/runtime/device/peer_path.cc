@@ -199,7 +199,8 @@ class PeerPath final : public DirectPath {
 Status createPeerPath(Bootstrap& bootstrap, int device, const PeerPathOptions& peer, const Options& options,
                       std::unique_ptr<DirectPath>* out) {
   std::unique_ptr<peer::PeerWindows> windows;
-  RINGGUARD_RETURN_IF_ERROR(peer::PeerWindows::create(bootstrap, device, peer.capacity, &windows));
+  RINGGUARD_RETURN_IF_ERROR(
+      peer::PeerWindows::create(bootstrap, device, peer.capacity, peer.handles, &windows));
   *out = std::make_unique<PeerPath>(std::move(windows), peer, options);
   return Status::ok();
 }

@@ -6,6 +6,7 @@
 #include "ringguard/bootstrap/bootstrap.h"
 #include "ringguard/core/options.h"
 #include "runtime/direct_path.h"
+#include "transport/peer/peer_window.h"
 
 namespace ringguard {
 namespace cuda {
@@ -15,7 +16,8 @@ struct PeerPathOptions {
   // The collectives that have not passed on a GPU yet: the two-shot allreduce from `twoShotBytes` on,
   // all-gather, broadcast and reduce-scatter (RINGGUARD_DEVICE_TRANSPORT=peer; docs/GPU.md).
   bool extended = false;
-  size_t twoShotBytes = 1u << 20;  // RINGGUARD_PEER_TWO_SHOT_BYTES
+  size_t twoShotBytes = 1u << 20;                        // RINGGUARD_PEER_TWO_SHOT_BYTES
+  peer::PeerHandles handles = peer::PeerHandles::kAuto;  // RINGGUARD_PEER_HANDLES
 };
 
 // Collective over `bootstrap` (every rank on one host, each with `device` current). Fails on every rank with

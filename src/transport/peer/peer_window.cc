@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/logging.h"
 #include "cuda/cuda_check.h"
 
 namespace ringguard {
@@ -84,35 +85,122 @@ struct Exported {
   int32_t pid;
   int32_t fd;
   uint64_t bytes;
-  unsigned char device[16];  // the window's GPU (its UUID)
 };
 
 }  // namespace
 
-Status PeerWindows::create(Bootstrap& bootstrap, int device, size_t capacity,
+const char* peerHandlesName(PeerHandles h) {
+  switch (h) {
+    case PeerHandles::kAuto:
+      return "auto";
+    case PeerHandles::kVmm:
+      return "vmm";
+    case PeerHandles::kIpc:
+      return "ipc";
+  }
+  return "?";
+}
+
+Status PeerWindows::create(Bootstrap& bootstrap, int device, size_t capacity, PeerHandles handles,
                            std::unique_ptr<PeerWindows>* out) {
   const int n = bootstrap.size();
   int localRank = 0, localSize = 0;
   RINGGUARD_RETURN_IF_ERROR(nodeLocalRank(bootstrap, &localRank, &localSize));
-  Status local;
-  if (localSize != n) {
-    local = Status(StatusCode::kInvalidArgument,
-                   "peer windows need every rank on one host: " + std::to_string(n - localSize) + " of " +
-                       std::to_string(n) + " ranks are on other hosts");
-  } else if (n > kMaxRanks) {
-    local = Status(StatusCode::kInvalidArgument, "peer windows map at most " + std::to_string(kMaxRanks) +
-                                                     " ranks, not " + std::to_string(n));
-  } else if (capacity == 0) {
-    local = Status(StatusCode::kInvalidArgument, "peer window capacity must be positive");
-  } else {
-    local = driver().status;
-  }
+  // Every rank's handle kind, so ranks that ask differently all fail naming both (never half the ranks on
+  // one kind waiting for records of the other).
+  std::vector<std::vector<uint8_t>> kinds;
+  RINGGUARD_RETURN_IF_ERROR(bootstrap.allgather({uint8_t(handles)}, &kinds));
+  auto check = [&]() -> Status {
+    for (int r = 0; r < n; ++r) {
+      if (kinds[size_t(r)].size() == 1 && kinds[size_t(r)][0] == uint8_t(handles)) continue;
+      const int theirs = kinds[size_t(r)].empty() ? -1 : kinds[size_t(r)][0];
+      return Status(StatusCode::kInvalidArgument,
+                    std::string("RINGGUARD_PEER_HANDLES differs between ranks: rank ") +
+                        std::to_string(bootstrap.rank()) + " has " + peerHandlesName(handles) + ", rank " +
+                        std::to_string(r) + " has " +
+                        (theirs >= 0 && theirs <= 2 ? peerHandlesName(PeerHandles(theirs)) : "?"));
+    }
+    if (localSize != n) {
+      return Status(StatusCode::kInvalidArgument,
+                    "peer windows need every rank on one host: " + std::to_string(n - localSize) + " of " +
+                        std::to_string(n) + " ranks are on other hosts");
+    }
+    if (n > kMaxRanks) {
+      return Status(StatusCode::kInvalidArgument, "peer windows map at most " + std::to_string(kMaxRanks) +
+                                                      " ranks, not " + std::to_string(n));
+    }
+    if (capacity == 0) return Status(StatusCode::kInvalidArgument, "peer window capacity must be positive");
+    return Status::ok();
+  };
+  const Status local = check();
   std::unique_ptr<PeerWindows> w(new PeerWindows());
   w->rank_ = bootstrap.rank();
   w->device_ = device;
   w->layout_ = makeWindowLayout(capacity);
   w->mappings_.resize(size_t(n));
   w->bases_.assign(size_t(n), nullptr);
+  RINGGUARD_RETURN_IF_ERROR(agreeToProceed(bootstrap, local));
+  RINGGUARD_RETURN_IF_ERROR(w->learnDevices(bootstrap));
+
+  // Every step below is agreed, so every rank takes the same branch.
+  Status mapped;
+  if (handles == PeerHandles::kIpc) {
+    mapped = w->mapIpc(bootstrap);
+  } else {
+    mapped = w->mapVmm(bootstrap);
+    if (!mapped.isOk() && handles == PeerHandles::kAuto) {
+      w->releaseMappings();
+      const Status ipc = w->mapIpc(bootstrap);
+      if (ipc.isOk() && bootstrap.rank() == 0) {
+        logWarn(Subsys::kTransport,
+                "peer windows: VMM handles could not be shared ({}); using the legacy CUDA IPC handles "
+                "(RINGGUARD_PEER_HANDLES=ipc silences this)",
+                mapped.message());
+      }
+      mapped = ipc.isOk() ? ipc
+                          : Status(ipc.code(), "peer windows: VMM handles failed (" + mapped.message() +
+                                                   "); the legacy CUDA IPC handles failed too (" +
+                                                   ipc.message() + ")");
+    }
+  }
+  RINGGUARD_RETURN_IF_ERROR(mapped);
+  // The error record (mapped pinned memory), whichever way the windows are shared.
+  auto record = [&]() -> Status {
+    RINGGUARD_CUDA_CHECK(
+        cudaHostAlloc(reinterpret_cast<void**>(&w->record_), sizeof(ErrorRecord), cudaHostAllocMapped));
+    std::memset(w->record_, 0, sizeof(ErrorRecord));
+    w->record_->peer = -1;
+    RINGGUARD_CUDA_CHECK(
+        cudaHostGetDevicePointer(reinterpret_cast<void**>(&w->recordDevice_), w->record_, 0));
+    return Status::ok();
+  };
+  RINGGUARD_RETURN_IF_ERROR(agreeToProceed(bootstrap, record()));
+  *out = std::move(w);
+  return Status::ok();
+}
+
+Status PeerWindows::learnDevices(Bootstrap& bootstrap) {
+  unsigned char mine[16] = {};
+  cudaDeviceProp props{};
+  if (cudaGetDeviceProperties(&props, device_) == cudaSuccess) std::memcpy(mine, &props.uuid, 16);
+  const unsigned char unknown[16] = {};  // no UUID: take the windows as on different GPUs (system scope)
+  std::vector<std::vector<uint8_t>> all;
+  RINGGUARD_RETURN_IF_ERROR(bootstrap.allgather(std::vector<uint8_t>(mine, mine + 16), &all));
+  oneDevice_ = std::memcmp(mine, unknown, 16) != 0;
+  for (const std::vector<uint8_t>& theirs : all) {
+    if (theirs.size() != 16 || std::memcmp(theirs.data(), mine, 16) != 0) oneDevice_ = false;
+  }
+  return Status::ok();
+}
+
+// Each rank allocates with cuMemCreate and exports a descriptor; the others take it with pidfd_getfd,
+// import and map it.
+Status PeerWindows::mapVmm(Bootstrap& bootstrap) {
+  const int n = int(mappings_.size());
+  const int device = device_;
+  PeerWindows* w = this;
+  handles_ = PeerHandles::kVmm;
+  Status local = driver().status;
 
   // 1. This rank's allocation, exported as a descriptor.
   CUmemAllocationProp prop = {};
@@ -134,12 +222,6 @@ Status PeerWindows::create(Bootstrap& bootstrap, int device, size_t capacity,
     m.bytes = w->allocated_;
     RINGGUARD_CU_CHECK(driver().exportHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
                        "cuMemExportToShareableHandle");
-    RINGGUARD_CUDA_CHECK(
-        cudaHostAlloc(reinterpret_cast<void**>(&w->record_), sizeof(ErrorRecord), cudaHostAllocMapped));
-    std::memset(w->record_, 0, sizeof(ErrorRecord));
-    w->record_->peer = -1;
-    RINGGUARD_CUDA_CHECK(
-        cudaHostGetDevicePointer(reinterpret_cast<void**>(&w->recordDevice_), w->record_, 0));
     return Status::ok();
   };
   if (local.isOk()) local = allocate();
@@ -152,18 +234,13 @@ Status PeerWindows::create(Bootstrap& bootstrap, int device, size_t capacity,
   // 2. Every rank's (pid, descriptor): each takes the others' descriptors with pidfd_getfd, imports and
   // maps them. Only the ranks of this bootstrap learn the numbers; the kernel checks that the caller may
   // trace the exporter (same user), so no other process can take them.
-  Exported mine{int32_t(getpid()), fd, uint64_t(w->allocated_), {}};
-  cudaDeviceProp props{};
-  if (cudaGetDeviceProperties(&props, device) == cudaSuccess) std::memcpy(mine.device, &props.uuid, 16);
-  const unsigned char unknown[16] = {};  // no UUID: take the windows as on different GPUs (system scope)
-  const bool known = std::memcmp(mine.device, unknown, 16) != 0;
+  Exported mine{int32_t(getpid()), fd, uint64_t(w->allocated_)};
   std::vector<uint8_t> bytes(sizeof mine);
   std::memcpy(bytes.data(), &mine, sizeof mine);
   std::vector<std::vector<uint8_t>> all;
   Status st = bootstrap.allgather(bytes, &all);
   auto mapAll = [&]() -> Status {
     RINGGUARD_RETURN_IF_ERROR(st);
-    w->oneDevice_ = known;
     for (int r = 0; r < n; ++r) {
       Exported e;
       if (all[size_t(r)].size() != sizeof e) {
@@ -177,7 +254,6 @@ Status PeerWindows::create(Bootstrap& bootstrap, int device, size_t capacity,
                                                         std::to_string(w->allocated_) +
                                                         ": every rank must ask the same capacity");
       }
-      if (std::memcmp(e.device, mine.device, 16) != 0) w->oneDevice_ = false;
       Mapping& m = w->mappings_[size_t(r)];
       if (r != w->rank_) {
         const int pidfd = int(syscall(SYS_pidfd_open, pid_t(e.pid), 0));
@@ -226,21 +302,26 @@ Status PeerWindows::create(Bootstrap& bootstrap, int device, size_t capacity,
   // Every rank has its peers' descriptors (or failed): the exported one can go.
   agreed = agreeToProceed(bootstrap, mapped);
   close(fd);
-  if (!agreed.isOk()) return agreed;
-  *out = std::move(w);
-  return Status::ok();
+  return agreed;
 }
 
-void PeerWindows::release() {
+void PeerWindows::releaseMappings() {
   if (mappings_.empty()) return;
   cudaSetDevice(device_);
   cudaDeviceSynchronize();
+  releaseIpc();
   for (Mapping& m : mappings_) {
     if (m.mapped) driver().unmap(CUdeviceptr(m.address), m.bytes);
     if (m.address != 0) driver().addressFree(CUdeviceptr(m.address), m.bytes);
     if (m.handle != 0) driver().releaseHandle(CUmemGenericAllocationHandle(m.handle));
     m = Mapping{};
   }
+  bases_.assign(bases_.size(), nullptr);
+}
+
+void PeerWindows::release() {
+  if (mappings_.empty()) return;
+  releaseMappings();
   mappings_.clear();
   if (record_ != nullptr) cudaFreeHost(record_);
   record_ = nullptr;
