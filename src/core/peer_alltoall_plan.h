@@ -123,8 +123,8 @@ RINGGUARD_HOST_DEVICE inline AlltoallVerdict checkAlltoallSender(const AlltoallT
 
 // Every sender's, in rank order: every rank holds the same tables (each one CRC-checked), so every rank finds
 // the same first bad pair, and all of them fail naming it.
-RINGGUARD_HOST_DEVICE inline AlltoallVerdict checkAlltoallTables(const AlltoallTables& t, int size, size_t esize,
-                                                                 uint64_t maxChunks) {
+RINGGUARD_HOST_DEVICE inline AlltoallVerdict checkAlltoallTables(const AlltoallTables& t, int size,
+                                                                 size_t esize, uint64_t maxChunks) {
   for (int p = 0; p < size && p < kMaxRanks; ++p) {
     const AlltoallVerdict v = checkAlltoallSender(t, p, size, esize, maxChunks);
     if (v.code != PeerError::kNone) return v;

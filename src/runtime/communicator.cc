@@ -461,8 +461,8 @@ Status Communicator::sendRecv(const void* send, size_t sendCount, int dst, void*
 }
 
 // The split form (vectors) and the equal form (one count) are told apart by the call, not by the counts: the
-// peer path's two forms have different fingerprints, and a split layout whose counts happen to be equal on one
-// rank need not be on another, so only the call's form is the same on every rank.
+// peer path's two forms have different fingerprints, and a split layout whose counts happen to be equal on
+// one rank need not be on another, so only the call's form is the same on every rank.
 std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, const std::vector<size_t>& sendCounts,
                                                   const std::vector<size_t>& sendDispls, void* recv,
                                                   const std::vector<size_t>& recvCounts,

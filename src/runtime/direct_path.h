@@ -44,8 +44,9 @@ class DirectPath {
     return Status(StatusCode::kInvalidArgument, std::string(name()) + " path: no reduce_scatter");
   }
   // All-to-all (Communicator::alltoallAsync's layout, vectors of size() entries). `splits` false is the equal
-  // form (alltoallAsync with one count: `count` to and from every rank, which acceptsAlltoall reads), true the
-  // split form (the vectors; `count` unused): every rank makes the same call, so every rank routes it alike.
+  // form (alltoallAsync with one count: `count` to and from every rank, which acceptsAlltoall reads), true
+  // the split form (the vectors; `count` unused): every rank makes the same call, so every rank routes it
+  // alike.
   virtual bool acceptsAlltoall(size_t count, DataType dtype, bool splits) const { return false; }
   virtual Status alltoall(const void* send, void* recv, const AlltoallLayout& layout, DataType dtype,
                           bool splits, uint32_t lane, void* stream) {

@@ -24,14 +24,18 @@ constexpr int kBlockThreads = 512;
 static_assert(kBlockThreads == kThreads, "the block size of peer_device.cuh");
 static_assert(kWarps >= kMaxRanks, "one warp of every block reads each peer's block table");
 
-__device__ __forceinline__ uint4 toVector(const uint32_t (&w)[4]) { return make_uint4(w[0], w[1], w[2], w[3]); }
+__device__ __forceinline__ uint4 toVector(const uint32_t (&w)[4]) {
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
 __device__ __forceinline__ void toWords(uint4 v, uint32_t (&w)[4]) {
   w[0] = v.x;
   w[1] = v.y;
   w[2] = v.z;
   w[3] = v.w;
 }
-__device__ __forceinline__ uint32_t low32(uint64_t v) { return v > 0xffffffffull ? 0xffffffffu : uint32_t(v); }
+__device__ __forceinline__ uint32_t low32(uint64_t v) {
+  return v > 0xffffffffull ? 0xffffffffu : uint32_t(v);
+}
 
 __global__ void __launch_bounds__(kBlockThreads, 1)
     alltoallKernel(PeerAlltoallArgs a, uint32_t fpCrc, size_t esize) {
@@ -129,8 +133,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
       const char* in = send + a.sendDispls[me] * esize;
       loadInputChunk(in, uint32_t(j), bytes, aligned16(in), vec);
     } else {
-      const uint64_t first = a.splits ? uint64_t(tables.first[p][me])
-                                      : alltoallEqualFirst(chunkCount64(bytes), p, me);
+      const uint64_t first =
+          a.splits ? uint64_t(tables.first[p][me]) : alltoallEqualFirst(chunkCount64(bytes), p, me);
       ok = readChunk(k, p, /*result=*/false, uint32_t(first + j), vec);
       if (!ok) break;
     }
@@ -176,22 +180,24 @@ Status launchPeerAlltoall(const PeerAlltoallArgs& args, void* stream) {
   // table is checked here and the kernel checks every rank's blocks on every rank (kBlockTable).
   const uint64_t publishedChunks = chunkCount64(uint64_t(args.sendCounts[0]) * esize) * uint64_t(n - 1);
   const size_t published = args.splits ? kChunkBytes
-                           : publishedChunks > ~size_t(0) / kChunkBytes ? ~size_t(0)
-                                                                         : size_t(publishedChunks) * kChunkBytes;
+                           : publishedChunks > ~size_t(0) / kChunkBytes
+                               ? ~size_t(0)
+                               : size_t(publishedChunks) * kChunkBytes;
   RINGGUARD_RETURN_IF_ERROR(checkWindowArgs(args, "alltoall", published));
   const int me = args.rank;
   if (args.sendCounts[me] != args.recvCounts[me]) {
-    return Status(StatusCode::kInvalidArgument,
-                  name + "rank " + std::to_string(me) + " sends " + std::to_string(args.sendCounts[me]) +
-                      " elements to itself (sendCounts) but receives " + std::to_string(args.recvCounts[me]) +
-                      " (recvCounts)");
+    return Status(StatusCode::kInvalidArgument, name + "rank " + std::to_string(me) + " sends " +
+                                                    std::to_string(args.sendCounts[me]) +
+                                                    " elements to itself (sendCounts) but receives " +
+                                                    std::to_string(args.recvCounts[me]) + " (recvCounts)");
   }
   if (sends && args.send == nullptr) return Status(StatusCode::kInvalidArgument, name + "null send buffer");
-  if (receives && args.recv == nullptr) return Status(StatusCode::kInvalidArgument, name + "null recv buffer");
+  if (receives && args.recv == nullptr)
+    return Status(StatusCode::kInvalidArgument, name + "null recv buffer");
   const uintptr_t s = reinterpret_cast<uintptr_t>(args.send), r = reinterpret_cast<uintptr_t>(args.recv);
   if (sendEnd != 0 && recvEnd != 0 && s < r + recvEnd && r < s + sendEnd) {
-    return Status(StatusCode::kInvalidArgument, name + "send (" + std::to_string(sendEnd) + " bytes) and recv (" +
-                                                    std::to_string(recvEnd) +
+    return Status(StatusCode::kInvalidArgument, name + "send (" + std::to_string(sendEnd) +
+                                                    " bytes) and recv (" + std::to_string(recvEnd) +
                                                     " bytes) overlap: the all-to-all is not in place");
   }
   // Enough warps for what this rank publishes and reads (ranks may differ: each rank's warps are its own).

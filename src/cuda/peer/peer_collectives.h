@@ -77,12 +77,12 @@ struct PeerReduceScatterArgs : PeerWindowArgs {
 };
 
 // Block p of `send` (sendCounts[p] elements at sendDispls[p]) goes to rank p; rank p's block for this rank
-// lands at recvDispls[p] (recvCounts[p] elements): MPI_Alltoallv, as Communicator::alltoallAsync. Not in place
-// (send and recv share no byte). `splits` false is the equal form: every count one value, which every rank
-// folds into the fingerprint; true is the split form: each rank publishes a block table that every reader
-// checks against every rank's counts (core/peer_alltoall_plan.h), so ranks whose splits disagree all fail
-// naming the pair (kSplitMismatch). Every rank must call the same form. In the split form a rank's blocks
-// must fit its window (every rank fails naming it otherwise: kBlockTable).
+// lands at recvDispls[p] (recvCounts[p] elements): MPI_Alltoallv, as Communicator::alltoallAsync. Not in
+// place (send and recv share no byte). `splits` false is the equal form: every count one value, which every
+// rank folds into the fingerprint; true is the split form: each rank publishes a block table that every
+// reader checks against every rank's counts (core/peer_alltoall_plan.h), so ranks whose splits disagree all
+// fail naming the pair (kSplitMismatch). Every rank must call the same form. In the split form a rank's
+// blocks must fit its window (every rank fails naming it otherwise: kBlockTable).
 struct PeerAlltoallArgs : PeerWindowArgs {
   const void* send = nullptr;
   void* recv = nullptr;

@@ -133,11 +133,12 @@ class PeerPath final : public DirectPath {
     return peer::launchPeerReduceScatter(a, stream);
   }
 
-  // The equal form publishes N - 1 blocks of `count`; the split form its table (its blocks differ per rank and
-  // are checked against the window by every rank's kernel, kBlockTable).
+  // The equal form publishes N - 1 blocks of `count`; the split form its table (its blocks differ per rank
+  // and are checked against the window by every rank's kernel, kBlockTable).
   bool acceptsAlltoall(size_t count, DataType dtype, bool splits) const override {
-    const uint64_t blocks = peer::chunkCount64(uint64_t(count) * dataTypeSize(dtype)) * uint64_t(windows_->size() - 1);
-    const size_t published = splits ? peer::kChunkBytes
+    const uint64_t blocks =
+        peer::chunkCount64(uint64_t(count) * dataTypeSize(dtype)) * uint64_t(windows_->size() - 1);
+    const size_t published = splits                                  ? peer::kChunkBytes
                              : blocks > windows_->layout().maxChunks ? windows_->layout().capacity + 1
                                                                      : size_t(blocks) * peer::kChunkBytes;
     return takes(CollectiveKind::kAlltoall, published);
@@ -148,8 +149,8 @@ class PeerPath final : public DirectPath {
     const size_t n = size_t(windows_->size());
     if (layout.sendCounts.size() != n || layout.sendDispls.size() != n || layout.recvCounts.size() != n ||
         layout.recvDispls.size() != n) {
-      return Status(StatusCode::kInvalidArgument, "peer alltoall: split vectors need " + std::to_string(n) +
-                                                      " entries");
+      return Status(StatusCode::kInvalidArgument,
+                    "peer alltoall: split vectors need " + std::to_string(n) + " entries");
     }
     peer::PeerAlltoallArgs a;
     // The equal form fingerprints its count; the split form's counts differ per rank, so its fingerprint
@@ -182,9 +183,9 @@ class PeerPath final : public DirectPath {
     }
     if (PeerError(code) == PeerError::kBlockTable) {
       return Status(statusCode(code), msg + ": rank " + std::to_string(r->peer) + "'s block for rank " +
-                                          std::to_string(r->chunk) + " ends at chunk " + std::to_string(r->seen) +
-                                          ", its window holds " + std::to_string(r->expected) +
-                                          " (RINGGUARD_PEER_BYTES)");
+                                          std::to_string(r->chunk) + " ends at chunk " +
+                                          std::to_string(r->seen) + ", its window holds " +
+                                          std::to_string(r->expected) + " (RINGGUARD_PEER_BYTES)");
     }
     if (r->peer >= 0) {
       // No chunk: the wait for the peer's acknowledgement or arrival slot (docs/design/protocol.md).
