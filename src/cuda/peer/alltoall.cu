@@ -37,6 +37,14 @@ __device__ __forceinline__ uint32_t low32(uint64_t v) {
   return v > 0xffffffffull ? 0xffffffffu : uint32_t(v);
 }
 
+// a[i] without indexing the array by a register (which would put it in local memory).
+__device__ __forceinline__ uint32_t pick(const uint32_t (&a)[kMaxRanks], int i) {
+  uint32_t v = 0;
+#pragma unroll
+  for (int j = 0; j < kMaxRanks; ++j) v = j == i ? a[j] : v;
+  return v;
+}
+
 __global__ void __launch_bounds__(kBlockThreads, 1)
     alltoallKernel(PeerAlltoallArgs a, uint32_t fpCrc, size_t esize) {
   __shared__ AlltoallTables tables;
@@ -58,7 +66,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
           vec[0] = vec[1] = make_uint4(0, 0, 0, 0);
           if (k.lane < uint32_t(n)) {
             uint32_t sw[4], rw[4];
-            alltoallTableEntry(mine.first[k.lane], a.sendCounts[k.lane], a.recvCounts[k.lane], sw, rw);
+            alltoallTableEntry(pick(mine.first, int(k.lane)), a.sendCounts[k.lane], a.recvCounts[k.lane], sw,
+                               rw);
             vec[0] = toVector(sw);
             vec[1] = toVector(rw);
           }
@@ -66,11 +75,16 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
         }
         // The destination whose block holds chunk c (blocks are contiguous, in destination order).
         int q = 0;
-        for (int d = 0; d < n; ++d) {
-          if (d != me && a.sendCounts[d] != 0 && c >= mine.first[d]) q = d;
+        uint32_t first = 0;
+#pragma unroll
+        for (int d = 0; d < kMaxRanks; ++d) {
+          if (d < n && d != me && a.sendCounts[d] != 0 && c >= mine.first[d]) {
+            q = d;
+            first = mine.first[d];
+          }
         }
         const char* base = send + a.sendDispls[q] * esize;
-        loadInputChunk(base, c - mine.first[q], a.sendCounts[q] * esize, aligned16(base), vec);
+        loadInputChunk(base, c - first, a.sendCounts[q] * esize, aligned16(base), vec);
       });
 
   bool ok = k.ok;
@@ -79,7 +93,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
     if (threadIdx.x == 0) tablesOk = k.ok ? 1 : 0;
     if (threadIdx.x < unsigned(n)) {  // this rank's own row: what it published
       const int q = int(threadIdx.x);
-      tables.first[me][q] = mine.first[q];
+      tables.first[me][q] = pick(mine.first, q);
       tables.send[me][q] = a.sendCounts[q];
       tables.recv[me][q] = a.recvCounts[q];
     }
