@@ -25,6 +25,8 @@ enum class PeerAlgorithm : uint32_t {
   kAllgather = 2,
   kBroadcast = 3,
   kReduceScatter = 4,
+  kAlltoall = 5,        // one count for every pair: every reader computes where its block is
+  kAlltoallSplits = 6,  // counts per pair: every rank publishes a block table (core/peer_alltoall_plan.h)
 };
 
 struct ChunkRange {
@@ -87,10 +89,11 @@ RINGGUARD_HOST_DEVICE inline PeerAlgorithm chooseAllreduce(size_t bytes, int siz
 }
 
 // Does the peer path take a collective of `kind` whose every rank publishes `publishedBytes` (the allreduce's
-// and reduce-scatter's whole input, the all-gather's and broadcast's count) on `size` ranks with windows of
-// `capacity` bytes? The one-shot allreduce always; the rest only when `extended` (RINGGUARD_DEVICE_TRANSPORT
-// =peer asked by name: they have not passed on a GPU yet). Arguments every rank has alike, so every rank
-// routes a call alike.
+// and reduce-scatter's whole input, the all-gather's and broadcast's count, the equal all-to-all's chunked
+// blocks, the split all-to-all's block table alone: its blocks differ per rank, so no rank can route by them)
+// on `size` ranks with windows of `capacity` bytes? The one-shot allreduce always; the rest only when
+// `extended` (RINGGUARD_DEVICE_TRANSPORT=peer asked by name: they have not passed on a GPU yet). Arguments
+// every rank has alike, so every rank routes a call alike.
 inline bool peerPathTakes(CollectiveKind kind, size_t publishedBytes, int size, size_t capacity,
                           bool extended) {
   if (size < 2 || publishedBytes > capacity) return false;
@@ -100,6 +103,7 @@ inline bool peerPathTakes(CollectiveKind kind, size_t publishedBytes, int size, 
     case CollectiveKind::kAllgather:
     case CollectiveKind::kBroadcast:
     case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kAlltoall:
       return extended;
     default:
       return false;

@@ -95,17 +95,22 @@ enum class PeerError : uint32_t {
   kCorrupt = 3,              // a chunk failed its CRC on every re-read
   kPeerFailed = 4,           // a peer's error word is set: it failed first
   kAborted = 5,              // the host asked every spinning kernel to stop
+  // All-to-all with splits (core/peer_alltoall_plan.h); peer = the sending rank, chunk = the receiving rank:
+  kSplitMismatch = 6,  // the sender's count for the receiver is not the count the receiver expects
+  kBlockTable = 7,     // the sender's block for the receiver lies outside its window (or before its table)
 };
 
 // What a kernel reports to its host (mapped pinned memory; the first error wins, counters accumulate).
 struct ErrorRecord {
-  uint32_t code;  // PeerError
-  int32_t peer;   // the rank the error names (-1: none)
-  uint32_t chunk;
-  uint32_t expected;            // crc or fingerprint this rank expected
-  uint32_t seen;                // what the peer published (or what the bytes hashed to)
-  uint32_t abortRequested;      // written by the host: every spin stops with kAborted
-  uint64_t epoch;               // the collective (the window's sequence number)
+  uint32_t code;   // PeerError
+  int32_t peer;    // the rank the error names (-1: none)
+  uint32_t chunk;  // kSplitMismatch, kBlockTable: the receiving rank
+  uint32_t expected;        // crc or fingerprint this rank expected (kSplitMismatch: the receiver's count,
+                            // kBlockTable: the window's chunks; low 32 bits)
+  uint32_t seen;            // what the peer published (or what the bytes hashed to; kSplitMismatch: the
+                            // sender's count, kBlockTable: one past the block's last chunk)
+  uint32_t abortRequested;  // written by the host: every spin stops with kAborted
+  uint64_t epoch;           // the collective (the window's sequence number)
   unsigned long long detected;  // chunk reads that failed their CRC check (each is re-read)
   unsigned long long injected;  // chunk reads corrupted by fault injection (detected must equal it)
 };

@@ -300,9 +300,8 @@ auto issueSendRecv(const Issue& issue, Communicator::Impl& impl, const void* sen
 }
 
 template <typename Issue>
-auto issueAlltoall(const Issue& issue, Communicator::Impl& impl, const void* send, void* recv,
-                   AlltoallLayout layout, DataType dtype) {
-  Status checked = checkAlltoallArgs(impl.shape(), send, recv, layout, dtype);
+auto issueAlltoall(const Issue& issue, Status checked, const void* send, void* recv, AlltoallLayout layout,
+                   DataType dtype) {
   CollectiveInput input{send, {}, dtype};
   if (checked.isOk()) {
     for (size_t p = 0; p < layout.sendCounts.size(); ++p) {
@@ -476,25 +475,49 @@ Status Communicator::sendRecv(const void* send, size_t sendCount, int dst, void*
                        dtype);
 }
 
+// The split form (vectors) and the equal form (one count) are told apart by the call, not by the counts: the
+// peer path's two forms have different fingerprints, and a split layout whose counts happen to be equal on
+// one rank need not be on another, so only the call's form is the same on every rank.
 std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, const std::vector<size_t>& sendCounts,
                                                   const std::vector<size_t>& sendDispls, void* recv,
                                                   const std::vector<size_t>& recvCounts,
                                                   const std::vector<size_t>& recvDispls, DataType dtype,
                                                   void* stream) {
-  return issueAlltoall(Submit{*impl_, stream}, *impl_, send, recv,
-                       AlltoallLayout{sendCounts, sendDispls, recvCounts, recvDispls}, dtype);
+  AlltoallLayout layout{sendCounts, sendDispls, recvCounts, recvDispls};
+  Status checked = checkAlltoallArgs(impl_->shape(), send, recv, layout, dtype);
+  DirectPath* direct = impl_->direct_.get();
+  if (checked.isOk() && direct != nullptr && direct->acceptsAlltoall(0, dtype, /*splits=*/true)) {
+    const uint32_t lane = currentIssueLane();
+    size_t bytes = 0;
+    for (size_t c : sendCounts) bytes += c * dataTypeSize(dtype);
+    return impl_->launchDirect("alltoall", bytes, [=] {
+      return direct->alltoall(send, recv, layout, dtype, /*splits=*/true, lane, stream);
+    });
+  }
+  return issueAlltoall(Submit{*impl_, stream}, std::move(checked), send, recv, std::move(layout), dtype);
 }
 
 std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, void* recv, size_t count, DataType dtype,
                                                   void* stream) {
-  return issueAlltoall(Submit{*impl_, stream}, *impl_, send, recv, equalLayout(size(), count), dtype);
+  AlltoallLayout layout = equalLayout(size(), count);
+  Status checked = checkAlltoallArgs(impl_->shape(), send, recv, layout, dtype);
+  DirectPath* direct = impl_->direct_.get();
+  if (checked.isOk() && direct != nullptr && direct->acceptsAlltoall(count, dtype, /*splits=*/false)) {
+    const uint32_t lane = currentIssueLane();
+    return impl_->launchDirect("alltoall", count * size_t(size()) * dataTypeSize(dtype), [=] {
+      return direct->alltoall(send, recv, layout, dtype, /*splits=*/false, lane, stream);
+    });
+  }
+  return issueAlltoall(Submit{*impl_, stream}, std::move(checked), send, recv, std::move(layout), dtype);
 }
 
 Status Communicator::alltoall(const void* send, void* recv, size_t count, DataType dtype, void* stream) {
   if (!impl_->callerRuns()) {
     return enqueueAndWait([&] { return alltoallAsync(send, recv, count, dtype, stream); });
   }
-  return issueAlltoall(CallAndWait{*impl_, stream}, *impl_, send, recv, equalLayout(size(), count), dtype);
+  AlltoallLayout layout = equalLayout(size(), count);
+  Status checked = checkAlltoallArgs(impl_->shape(), send, recv, layout, dtype);
+  return issueAlltoall(CallAndWait{*impl_, stream}, std::move(checked), send, recv, std::move(layout), dtype);
 }
 
 std::shared_ptr<Work> Communicator::rejectedAsync(CollectiveKind kind, void* stream) {

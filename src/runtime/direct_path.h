@@ -17,6 +17,8 @@
 
 namespace ringguard {
 
+struct AlltoallLayout;  // algorithms/collectives.h
+
 class DirectPath {
  public:
   virtual ~DirectPath() = default;
@@ -40,6 +42,15 @@ class DirectPath {
   virtual Status reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype, ReduceOp op,
                                uint32_t lane, void* stream) {
     return Status(StatusCode::kInvalidArgument, std::string(name()) + " path: no reduce_scatter");
+  }
+  // All-to-all (Communicator::alltoallAsync's layout, vectors of size() entries). `splits` false is the equal
+  // form (alltoallAsync with one count: `count` to and from every rank, which acceptsAlltoall reads), true
+  // the split form (the vectors; `count` unused): every rank makes the same call, so every rank routes it
+  // alike.
+  virtual bool acceptsAlltoall(size_t count, DataType dtype, bool splits) const { return false; }
+  virtual Status alltoall(const void* send, void* recv, const AlltoallLayout& layout, DataType dtype,
+                          bool splits, uint32_t lane, void* stream) {
+    return Status(StatusCode::kInvalidArgument, std::string(name()) + " path: no alltoall");
   }
   // The first error the kernels reported so far (non-blocking), OK when none.
   virtual Status poll() = 0;

@@ -5,8 +5,10 @@
 // odd, not divisible by N and 64 MiB, unaligned buffers, in place; with injected read faults (detected ==
 // injected, result exact), inside a CUDA graph replayed with faults; and the failures: ranks that disagree on
 // the kernel or the root, and a stopped peer (timeout naming it).
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -47,6 +49,48 @@ std::vector<uint8_t> rankOrderReduce(DataType t, ReduceOp op, const std::vector<
   }
   if (size == 1 && baseOp(op) == ReduceOp::kAvg) divideHost(t, want.data(), count, 1);
   return want;
+}
+
+// ---- all-to-all helpers ---------------------------------------------------------------------------------
+
+// counts[p][q]: elements rank p sends rank q, the same matrix on every rank.
+using Splits = std::vector<std::vector<size_t>>;
+
+Splits equalSplits(int size, size_t count) {
+  return Splits(size_t(size), std::vector<size_t>(size_t(size), count));
+}
+
+// Random counts up to `most`, a quarter of them zero (blocks of nothing), from `seed` (alike on every rank).
+Splits randomSplits(int size, uint32_t seed, size_t most) {
+  std::mt19937 gen(seed);
+  Splits m = equalSplits(size, 0);
+  for (auto& row : m)
+    for (size_t& c : row) c = gen() % 4 == 0 ? 0 : gen() % (most + 1);
+  return m;
+}
+
+// Rank r's arguments for `m`: its row as sendCounts, its column as recvCounts, blocks in rank order `gap`
+// elements apart (displacements need not be packed).
+struct AlltoallBuffers {
+  std::vector<size_t> sendCounts, sendDispls, recvCounts, recvDispls;
+  size_t sendTotal = 0, recvTotal = 0;  // elements the buffers hold
+};
+AlltoallBuffers layoutOf(const Splits& m, int r, size_t gap) {
+  AlltoallBuffers l;
+  for (size_t p = 0; p < m.size(); ++p) {
+    l.sendCounts.push_back(m[size_t(r)][p]);
+    l.sendDispls.push_back(l.sendTotal);
+    l.sendTotal += m[size_t(r)][p] + gap;
+    l.recvCounts.push_back(m[p][size_t(r)]);
+    l.recvDispls.push_back(l.recvTotal);
+    l.recvTotal += m[p][size_t(r)] + gap;
+  }
+  return l;
+}
+
+// The block rank p sends rank q: random bits of `t`, different for every pair.
+std::vector<uint8_t> blockOf(DataType t, size_t count, int p, int q) {
+  return randomInput(t, count, p, 7919u * uint32_t(q) + 3u);
 }
 
 class PeerCollectives : public PeerWindowTest {
@@ -96,6 +140,64 @@ class PeerCollectives : public PeerWindowTest {
     a.faultProb = faultProb;
     a.faultSeed = 31 + uint32_t(rank());
     return launchPeerReduceScatter(a, stream_);
+  }
+
+  Status alltoall(const void* send, void* recv, const AlltoallBuffers& l, DataType t, bool splits,
+                  double faultProb = 0, uint64_t timeoutNs = 0) {
+    auto a = windowArgs<PeerAlltoallArgs>(CollectiveKind::kAlltoall, t, ReduceOp::kSum,
+                                          splits ? 0 : l.sendCounts[0]);
+    a.send = send;
+    a.recv = recv;
+    for (size_t p = 0; p < l.sendCounts.size(); ++p) {
+      a.sendCounts[p] = l.sendCounts[p];
+      a.sendDispls[p] = l.sendDispls[p];
+      a.recvCounts[p] = l.recvCounts[p];
+      a.recvDispls[p] = l.recvDispls[p];
+    }
+    a.dtype = t;
+    a.splits = splits;
+    a.faultProb = faultProb;
+    a.faultSeed = 37 + uint32_t(rank());
+    if (timeoutNs != 0) a.timeoutNs = timeoutNs;
+    return launchPeerAlltoall(a, stream_);
+  }
+
+  // This rank's input for `m` (block q at sendDispls[q]) and the output it must get (block from p at
+  // recvDispls[p]; the gaps between blocks keep the poison 0xff).
+  void alltoallData(const Splits& m, DataType t, const AlltoallBuffers& l, std::vector<uint8_t>* in,
+                    std::vector<uint8_t>* want) const {
+    const size_t e = dataTypeSize(t);
+    in->assign(l.sendTotal * e, 0);
+    want->assign(l.recvTotal * e, 0xff);
+    for (int q = 0; q < size(); ++q) {
+      const std::vector<uint8_t> b = blockOf(t, l.sendCounts[size_t(q)], rank(), q);
+      std::copy(b.begin(), b.end(), in->begin() + long(l.sendDispls[size_t(q)] * e));
+    }
+    for (int p = 0; p < size(); ++p) {
+      const std::vector<uint8_t> b = blockOf(t, l.recvCounts[size_t(p)], p, rank());
+      std::copy(b.begin(), b.end(), want->begin() + long(l.recvDispls[size_t(p)] * e));
+    }
+  }
+
+  // An all-to-all of `m` in either form, `offset` bytes into fresh buffers (unaligned when not a multiple of
+  // 16), blocks `gap` elements apart, checked byte for byte, gaps included; faults at `faultProb`.
+  void alltoallExact(const Splits& m, DataType t, bool splits, size_t gap, size_t offset,
+                     double faultProb = 0) {
+    const AlltoallBuffers l = layoutOf(m, rank(), gap);
+    std::vector<uint8_t> in, want;
+    alltoallData(m, t, l, &in, &want);
+    DeviceBuffer din(in.size() + offset), dout(want.size() + offset);
+    ASSERT_EQ(upload(din.get() + offset, in.data(), in.size()), cudaSuccess);
+    ASSERT_EQ(fill(dout.get(), 0xff, want.size() + offset + 64), cudaSuccess);
+    Status st = alltoall(din.get() + offset, dout.get() + offset, l, t, splits, faultProb);
+    ASSERT_TRUE(st.isOk()) << st.toString();
+    const std::string what = std::string("alltoall ") + (splits ? "splits " : "equal ") + dataTypeName(t) +
+                             " gap " + std::to_string(gap) + " offset " + std::to_string(offset) +
+                             " blocks from rank 0 " + std::to_string(l.recvCounts[0]);
+    expectClean(what.c_str());
+    const std::vector<uint8_t> got = toHost(dout.get() + offset, want.size());
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_TRUE(got == want) << what;
   }
 
   // An fp32 allreduce of integer-valued floats `offset` bytes into fresh buffers (16-byte aligned or not, in
@@ -537,6 +639,174 @@ TEST_F(PeerCollectives, AStoppedPeerIsNamedAtTheDeadlineByEveryCollective) {
   }
 }
 
+// ---- all-to-all -----------------------------------------------------------------------------------
+
+TEST_F(PeerCollectives, AlltoallEqualExactForEveryDtypeAndShape) {
+  for (DataType t : kAllDataTypes) {
+    for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(333), size_t(4099)}) {
+      alltoallExact(equalSplits(size(), count), t, /*splits=*/false, 0, 0);
+    }
+  }
+  // Unaligned, blocks apart, and the same counts through the split form give the same bytes.
+  for (size_t count : {size_t(255), size_t(1) << 18, (size_t(1) << 20) + 3}) {
+    alltoallExact(equalSplits(size(), count), DataType::kFloat32, false, 0, 4);
+    alltoallExact(equalSplits(size(), count), DataType::kFloat32, false, 3, 0);
+    alltoallExact(equalSplits(size(), count), DataType::kFloat32, true, 0, 0);
+  }
+  // Large: 16 MiB + 4 bytes a block, (N - 1) of them in the 64 MiB window up to 4 ranks.
+  const size_t large = (size_t(4) << 20) + 1;
+  if ((size_t(size()) - 1) * ((large * 4 + kChunkBytes - 1) / kChunkBytes) * kChunkBytes <= kCapacity)
+    alltoallExact(equalSplits(size(), large), DataType::kFloat32, false, 0, 0);
+}
+
+TEST_F(PeerCollectives, AlltoallSplitsExactIncludingZeroBlocks) {
+  for (DataType t : kAllDataTypes) {
+    for (uint32_t seed = 1; seed <= 3; ++seed) {
+      alltoallExact(randomSplits(size(), seed, 3000), t, /*splits=*/true, 0, 0);
+      alltoallExact(randomSplits(size(), seed + 10, 70), t, true, 5, 2);  // unaligned, blocks apart
+    }
+  }
+  // Nothing at all; one pair alone; a rank that sends nothing; one large block among tiny ones.
+  alltoallExact(equalSplits(size(), 0), DataType::kFloat32, true, 0, 0);
+  Splits one = equalSplits(size(), 0);
+  one[size_t(size() - 1)][0] = 1000;
+  alltoallExact(one, DataType::kFloat32, true, 0, 0);
+  Splits silent = randomSplits(size(), 99, 5000);
+  for (size_t& c : silent[0]) c = 0;
+  alltoallExact(silent, DataType::kUint8, true, 1, 1);
+  Splits large = randomSplits(size(), 7, 10);
+  large[0][size_t(size() - 1)] = (size_t(3) << 20) / 4 + 1;  // 3 MiB + 4 bytes
+  alltoallExact(large, DataType::kFloat32, true, 0, 0);
+}
+
+TEST_F(PeerCollectives, AlltoallReadFaultsAreDetectedAndResultsExact) {
+  const unsigned long long before = windows_->errorRecord()->injected;
+  for (int round = 0; round < 3; ++round) {
+    alltoallExact(equalSplits(size(), size_t(1) << 16), DataType::kFloat32, false, 0, 0, 0.02);
+    alltoallExact(randomSplits(size(), 50u + uint32_t(round), 100000), DataType::kFloat32, true, 0, 0, 0.02);
+  }
+  const ErrorRecord* rec = windows_->errorRecord();
+  EXPECT_GT(rec->injected, before);
+  EXPECT_EQ(rec->detected, rec->injected);
+}
+
+// Both forms in one graph, replayed with faults: fresh epochs on the device, exact results, detected ==
+// injected (the split form's table reads included).
+TEST_F(PeerCollectives, AlltoallCapturedInAGraphAndReplayedWithFaults) {
+  const Splits equal = equalSplits(size(), 5000), splits = randomSplits(size(), 77, 20000);
+  const AlltoallBuffers le = layoutOf(equal, rank(), 0), ls = layoutOf(splits, rank(), 2);
+  std::vector<uint8_t> inE, wantE, inS, wantS;
+  alltoallData(equal, DataType::kFloat32, le, &inE, &wantE);
+  alltoallData(splits, DataType::kFloat32, ls, &inS, &wantS);
+  DeviceBuffer dinE(inE.size()), doutE(wantE.size()), dinS(inS.size()), doutS(wantS.size());
+  ASSERT_EQ(upload(dinE.get(), inE.data(), inE.size()), cudaSuccess);
+  ASSERT_EQ(upload(dinS.get(), inS.data(), inS.size()), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_TRUE(alltoall(dinE.get(), doutE.get(), le, DataType::kFloat32, false, 0.02).isOk());
+  ASSERT_TRUE(alltoall(dinS.get(), doutS.get(), ls, DataType::kFloat32, true, 0.02).isOk());
+  ASSERT_EQ(cudaStreamEndCapture(stream_, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int replay = 0; replay < 10; ++replay) {
+    ASSERT_EQ(cudaMemsetAsync(doutE.p, 0xff, wantE.size(), stream_), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(doutS.p, 0xff, wantS.size(), stream_), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream_), cudaSuccess);
+    expectClean("alltoall graph replay");
+    ASSERT_TRUE(toHost(doutE.get(), wantE.size()) == wantE) << "equal form, replay " << replay;
+    ASSERT_TRUE(toHost(doutS.get(), wantS.size()) == wantS) << "split form, replay " << replay;
+  }
+  EXPECT_GT(windows_->errorRecord()->injected, 0u);
+  EXPECT_EQ(windows_->errorRecord()->detected, windows_->errorRecord()->injected);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+// Rank 1 expects one element more from rank 0 than rank 0 sends it: every rank holds every table, so every
+// rank fails with the same pair and both counts, none returns.
+TEST_F(PeerCollectives, RanksThatDisagreeOnSplitsAllFailNamingThePair) {
+  const Splits agreed = randomSplits(size(), 5, 2000);
+  Splits mine = agreed;
+  if (rank() == 1) ++mine[0][1];
+  const AlltoallBuffers l = layoutOf(mine, rank(), 0);
+  DeviceBuffer in(l.sendTotal * 4), out(l.recvTotal * 4);
+  ASSERT_TRUE(
+      alltoall(in.get(), out.get(), l, DataType::kFloat32, true, 0, 5ull * 1000 * 1000 * 1000).isOk());
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  const ErrorRecord* rec = windows_->errorRecord();
+  EXPECT_EQ(rec->code, uint32_t(PeerError::kSplitMismatch)) << "code " << rec->code << " peer " << rec->peer;
+  EXPECT_EQ(rec->peer, 0);    // the sender
+  EXPECT_EQ(rec->chunk, 1u);  // the receiver
+  EXPECT_EQ(rec->seen, uint32_t(agreed[0][1]));
+  EXPECT_EQ(rec->expected, uint32_t(agreed[0][1] + 1));
+}
+
+// One rank calls the equal form, the others the split form, with the same counts: the shapes' fingerprints
+// differ, so every rank fails (a mismatch on one at least), none returns.
+TEST_F(PeerCollectives, RanksCallingDifferentAlltoallFormsAllFail) {
+  const AlltoallBuffers l = layoutOf(equalSplits(size(), 1000), rank(), 0);
+  DeviceBuffer in(l.sendTotal * 4), out(l.recvTotal * 4);
+  ASSERT_TRUE(
+      alltoall(in.get(), out.get(), l, DataType::kFloat32, rank() != 0, 0, 5ull * 1000 * 1000 * 1000).isOk());
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  const ErrorRecord* rec = windows_->errorRecord();
+  EXPECT_TRUE(rec->code == uint32_t(PeerError::kFingerprintMismatch) ||
+              rec->code == uint32_t(PeerError::kPeerFailed))
+      << "code " << rec->code << " peer " << rec->peer;
+  EXPECT_NE(rec->peer, rank());
+  int mismatch = rec->code == uint32_t(PeerError::kFingerprintMismatch) ? 1 : 0, any = 0;
+  MPI_Allreduce(&mismatch, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT_EQ(any, 1);
+}
+
+// Rank 0's blocks do not fit its window (a block of the window's whole capacity, after the table): it
+// publishes its table alone, and every rank fails naming rank 0's block for rank 1 and the window's size.
+TEST_F(PeerCollectives, AlltoallBlocksTooLargeForTheWindowFailEveryRankNamingTheRank) {
+  Splits m = randomSplits(size(), 3, 100);
+  m[0][1] = kCapacity / 4;
+  const AlltoallBuffers l = layoutOf(m, rank(), 0);
+  DeviceBuffer in(l.sendTotal * 4), out(l.recvTotal * 4);
+  ASSERT_TRUE(
+      alltoall(in.get(), out.get(), l, DataType::kFloat32, true, 0, 5ull * 1000 * 1000 * 1000).isOk());
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  const ErrorRecord* rec = windows_->errorRecord();
+  EXPECT_EQ(rec->code, uint32_t(PeerError::kBlockTable)) << "code " << rec->code << " peer " << rec->peer;
+  EXPECT_EQ(rec->peer, 0);
+  EXPECT_EQ(rec->chunk, 1u);
+  EXPECT_EQ(rec->expected, uint32_t(kCapacity / kChunkBytes));
+  EXPECT_EQ(rec->seen, uint32_t(kCapacity / kChunkBytes + 1));
+}
+
+TEST_F(PeerCollectives, AStoppedPeerIsNamedAtTheDeadlineByTheAlltoall) {
+  const int stopped = size() - 1;
+  for (bool splits : {false, true}) {
+    windows_.reset();
+    Status made = PeerWindows::create(*bootstrap_, 0, 1 << 20, &windows_);
+    ASSERT_TRUE(made.isOk()) << made.toString();
+    const AlltoallBuffers l = layoutOf(equalSplits(size(), 4096), rank(), 0);
+    DeviceBuffer in(l.sendTotal * 4), out(l.recvTotal * 4);
+    if (rank() != stopped) {
+      ASSERT_TRUE(
+          alltoall(in.get(), out.get(), l, DataType::kFloat32, splits, 0, 300ull * 1000 * 1000).isOk());
+      const auto t0 = std::chrono::steady_clock::now();
+      ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const ErrorRecord* rec = windows_->errorRecord();
+      EXPECT_TRUE(rec->code == uint32_t(PeerError::kTimeout) || rec->code == uint32_t(PeerError::kPeerFailed))
+          << (splits ? "splits" : "equal") << ": code " << rec->code;
+      if (rec->code == uint32_t(PeerError::kTimeout)) EXPECT_EQ(rec->peer, stopped);
+      EXPECT_LT(ms, 5000.0);
+    }
+    const ErrorRecord* rec = windows_->errorRecord();
+    int named =
+        rank() != stopped && rec->code == uint32_t(PeerError::kTimeout) && rec->peer == stopped ? 1 : 0;
+    int any = 0;
+    MPI_Allreduce(&named, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    EXPECT_EQ(any, 1) << "no rank named the stopped rank " << stopped << (splits ? " (splits)" : " (equal)");
+  }
+}
+
 }  // namespace
 }  // namespace peer
 
@@ -601,6 +871,104 @@ TEST(PeerCommunicatorCollectives, ExplicitPeerTakesEveryCollectiveExactly) {
   EXPECT_GT(k.injected, 0u);
   EXPECT_EQ(k.detected, k.injected);
   EXPECT_EQ(k.escaped, 0u);
+  cudaStreamDestroy(s);
+}
+
+// The all-to-all as users reach it: the equal form (Communicator::alltoall, c10d's all_to_all_single without
+// splits) and the split form (the vectors, with splits) go to the peer path with RINGGUARD_DEVICE_TRANSPORT=
+// peer, exact with faults; both can be captured in a CUDA graph (a host-driven collective is refused there,
+// so this shows the peer path took them); and ranks whose splits disagree all end with the error naming the
+// pair.
+TEST(PeerCommunicatorCollectives, ExplicitPeerTakesTheAlltoallExactlyAndInAGraph) {
+  int n = 0, mine = 0, all = 0;
+  mine = (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) ? 1 : 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!all) GTEST_SKIP() << "no CUDA device on some rank";
+  std::unique_ptr<Bootstrap> bootstrap;
+  ASSERT_TRUE(mpi::createBootstrap(MPI_COMM_WORLD, &bootstrap).isOk());
+  Options o;
+  o.fault.probability = 0.02;
+  o.fault.seed = 5;
+  cuda::DeviceOptions d;
+  d.transport = cuda::DeviceTransportKind::kPeer;
+  d.peerBytes = 16u << 20;
+  std::unique_ptr<Communicator> c;
+  Status st = cuda::createDeviceCommunicator(*bootstrap, o, d, &c);
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  const int rank = c->rank(), size = c->size();
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  const DataType t = DataType::kFloat32;
+
+  // Equal form: `count` floats to and from every rank.
+  const size_t count = 3001;
+  const peer::AlltoallBuffers le = peer::layoutOf(peer::equalSplits(size, count), rank, 0);
+  std::vector<uint8_t> inE(le.sendTotal * 4), wantE(le.recvTotal * 4);
+  for (int q = 0; q < size; ++q) {
+    const std::vector<uint8_t> b = peer::blockOf(t, count, rank, q);
+    std::copy(b.begin(), b.end(), inE.begin() + long(size_t(q) * count * 4));
+    const std::vector<uint8_t> w = peer::blockOf(t, count, q, rank);
+    std::copy(w.begin(), w.end(), wantE.begin() + long(size_t(q) * count * 4));
+  }
+  // Split form, zero blocks among them, displacements apart.
+  const peer::Splits m = peer::randomSplits(size, 21, 5000);
+  const peer::AlltoallBuffers ls = peer::layoutOf(m, rank, 3);
+  std::vector<uint8_t> inS(ls.sendTotal * 4, 0), wantS(ls.recvTotal * 4, 0);
+  for (int q = 0; q < size; ++q) {
+    const std::vector<uint8_t> b = peer::blockOf(t, ls.sendCounts[size_t(q)], rank, q);
+    std::copy(b.begin(), b.end(), inS.begin() + long(ls.sendDispls[size_t(q)] * 4));
+    const std::vector<uint8_t> w = peer::blockOf(t, ls.recvCounts[size_t(q)], q, rank);
+    std::copy(w.begin(), w.end(), wantS.begin() + long(ls.recvDispls[size_t(q)] * 4));
+  }
+  peer::DeviceBuffer dinE(inE.size()), doutE(wantE.size()), dinS(inS.size()), doutS(wantS.size());
+  ASSERT_EQ(peer::upload(dinE.get(), inE.data(), inE.size()), cudaSuccess);
+  ASSERT_EQ(peer::upload(dinS.get(), inS.data(), inS.size()), cudaSuccess);
+  auto run = [&] {
+    ASSERT_EQ(cudaMemsetAsync(doutE.p, 0, wantE.size(), s), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(doutS.p, 0, wantS.size(), s), cudaSuccess);  // the gaps stay 0
+    Status r = c->alltoall(dinE.get(), doutE.get(), count, t, s);
+    ASSERT_TRUE(r.isOk()) << r.toString();
+    r = c->alltoallAsync(dinS.get(), ls.sendCounts, ls.sendDispls, doutS.get(), ls.recvCounts, ls.recvDispls,
+                         t, s)
+            ->wait();
+    ASSERT_TRUE(r.isOk()) << r.toString();
+  };
+  auto check = [&](const char* what) {
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    EXPECT_TRUE(peer::toHost(doutE.get(), wantE.size()) == wantE) << "equal form, " << what;
+    EXPECT_TRUE(peer::toHost(doutS.get(), wantS.size()) == wantS) << "split form, " << what;
+  };
+  run();
+  check("eager");
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  run();
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int replay = 0; replay < 3; ++replay) {
+    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    check("graph replay");
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  Counters k = c->counters();
+  EXPECT_GT(k.injected, 0u);
+  EXPECT_EQ(k.detected, k.injected);
+
+  // Rank 1 expects one element more from rank 0: every rank's call ends with the pair named.
+  peer::Splits wrong = m;
+  if (rank == 1) ++wrong[0][1];
+  const peer::AlltoallBuffers lw = peer::layoutOf(wrong, rank, 0);
+  peer::DeviceBuffer win(lw.sendTotal * 4), wout(lw.recvTotal * 4);
+  std::shared_ptr<Work> w = c->alltoallAsync(win.get(), lw.sendCounts, lw.sendDispls, wout.get(),
+                                             lw.recvCounts, lw.recvDispls, t, s);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  st = w->wait();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+  const std::string named = "rank 0 sends " + std::to_string(m[0][1]) +
+                            " elements to rank 1, which expects " + std::to_string(m[0][1] + 1);
+  EXPECT_NE(st.message().find(named), std::string::npos) << st.message();
   cudaStreamDestroy(s);
 }
 

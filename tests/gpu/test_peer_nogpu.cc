@@ -173,6 +173,76 @@ TEST(NoGpuPeerCollectives, RefuseArgumentsNamingTheCollectiveAndWhatIsWrong) {
       << st.message();
 }
 
+// The all-to-all's launcher: the common checks and its own, each naming the argument (no CUDA call is made
+// before them, so they run without a GPU).
+TEST(NoGpuPeerAlltoall, RefusesArgumentsNamingWhatIsWrong) {
+  static float send[16], recv[16];
+  static char window[1];
+  const auto valid = [](bool splits) {
+    peer::PeerAlltoallArgs a;
+    a.send = send;
+    a.recv = recv;
+    a.rank = 0;
+    a.size = 2;
+    a.windows[0] = a.windows[1] = window;
+    a.layout = peer::makeWindowLayout(1 << 20);
+    a.record = reinterpret_cast<peer::ErrorRecord*>(window);
+    a.splits = splits;
+    for (int p = 0; p < 2; ++p) {
+      a.sendCounts[p] = a.recvCounts[p] = 4;
+      a.sendDispls[p] = a.recvDispls[p] = size_t(p) * 4;
+    }
+    return a;
+  };
+  auto refused = [](const peer::PeerAlltoallArgs& a, const std::string& text) {
+    const Status st = peer::launchPeerAlltoall(a, nullptr);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+    EXPECT_NE(st.message().find("peer alltoall: " + text), std::string::npos) << st.message();
+  };
+  for (bool splits : {false, true}) {
+    peer::PeerAlltoallArgs a = valid(splits);
+    a.rank = 2;
+    refused(a, "rank 2 of size 2 is out of range");
+    a = valid(splits);
+    a.windows[1] = nullptr;
+    refused(a, "no window for rank 1");
+    a = valid(splits);
+    a.record = nullptr;
+    refused(a, "no error record");
+    a = valid(splits);
+    a.send = nullptr;
+    refused(a, "null send buffer");
+    a = valid(splits);
+    a.recv = nullptr;
+    refused(a, "null recv buffer");
+    a = valid(splits);
+    a.recv = send + 6;  // recv's 32 bytes start inside send's
+    refused(a, "send (32 bytes) and recv (32 bytes) overlap: the all-to-all is not in place");
+    a = valid(splits);
+    a.sendCounts[0] = 3;
+    a.sendCounts[1] = 3;
+    refused(a, splits ? "rank 0 sends 3 elements to itself (sendCounts) but receives 4 (recvCounts)"
+                      : "the equal form has one count: recvCounts[0] is 4, sendCounts[0] is 3");
+    a = valid(splits);
+    a.recvDispls[1] = ~size_t(0) / 4;
+    refused(a, "recvCounts[1] 4 at displacement " + std::to_string(~size_t(0) / 4) +
+                   " overflows the address space");
+  }
+  // The equal form has one count; the split form may differ per pair.
+  peer::PeerAlltoallArgs a = valid(false);
+  a.recvCounts[1] = 3;
+  refused(a, "the equal form has one count: recvCounts[1] is 3, sendCounts[0] is 4");
+  // The equal form's N - 1 blocks, whole chunks each, must fit the window: 2 ranks x 1 MiB + 4 bytes each is
+  // one block of 1025 chunks; the split form checks only its table here (its blocks on the device).
+  a = valid(false);
+  for (int p = 0; p < 2; ++p) a.sendCounts[p] = a.recvCounts[p] = (1 << 20) / 4 + 1;
+  a.recvDispls[1] = a.sendDispls[1] = (1 << 20) / 4 + 1;
+  refused(a, "1049600 bytes exceed the window's 1048576 bytes");
+  a = valid(true);
+  a.layout = peer::makeWindowLayout(0);
+  refused(a, "1024 bytes exceed the window's 0 bytes");
+}
+
 // Every kernel shape folds itself into the fingerprint its chunks carry (the one-shot's is the words' CRC,
 // as before), so ranks that run different shapes for one call fail with a fingerprint mismatch.
 TEST(NoGpuPeerCollectives, EveryKernelShapeHasItsOwnFingerprint) {
@@ -181,9 +251,10 @@ TEST(NoGpuPeerCollectives, EveryKernelShapeHasItsOwnFingerprint) {
   EXPECT_EQ(peer::peerFingerprintCrc(a, peer::PeerAlgorithm::kAllreduceOneShot),
             crc32(a.fingerprint, sizeof a.fingerprint));
   std::vector<uint32_t> seen;
-  for (auto k : {peer::PeerAlgorithm::kAllreduceOneShot, peer::PeerAlgorithm::kAllreduceTwoShot,
-                 peer::PeerAlgorithm::kAllgather, peer::PeerAlgorithm::kBroadcast,
-                 peer::PeerAlgorithm::kReduceScatter}) {
+  for (auto k :
+       {peer::PeerAlgorithm::kAllreduceOneShot, peer::PeerAlgorithm::kAllreduceTwoShot,
+        peer::PeerAlgorithm::kAllgather, peer::PeerAlgorithm::kBroadcast, peer::PeerAlgorithm::kReduceScatter,
+        peer::PeerAlgorithm::kAlltoall, peer::PeerAlgorithm::kAlltoallSplits}) {
     const uint32_t crc = peer::peerFingerprintCrc(a, k);
     for (uint32_t other : seen) EXPECT_NE(crc, other) << uint32_t(k);
     seen.push_back(crc);

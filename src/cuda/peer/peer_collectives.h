@@ -76,12 +76,31 @@ struct PeerReduceScatterArgs : PeerWindowArgs {
   ReduceOp op = ReduceOp::kSum;
 };
 
+// Block p of `send` (sendCounts[p] elements at sendDispls[p]) goes to rank p; rank p's block for this rank
+// lands at recvDispls[p] (recvCounts[p] elements): MPI_Alltoallv, as Communicator::alltoallAsync. Not in
+// place (send and recv share no byte). `splits` false is the equal form: every count one value, which every
+// rank folds into the fingerprint; true is the split form: each rank publishes a block table that every
+// reader checks against every rank's counts (core/peer_alltoall_plan.h), so ranks whose splits disagree all
+// fail naming the pair (kSplitMismatch). Every rank must call the same form. In the split form a rank's
+// blocks must fit its window (every rank fails naming it otherwise: kBlockTable).
+struct PeerAlltoallArgs : PeerWindowArgs {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t sendCounts[kMaxRanks] = {};
+  size_t sendDispls[kMaxRanks] = {};
+  size_t recvCounts[kMaxRanks] = {};
+  size_t recvDispls[kMaxRanks] = {};
+  DataType dtype = DataType::kFloat32;
+  bool splits = false;
+};
+
 // Each checks its arguments (kInvalidArgument naming the collective and the one at fault) and enqueues the
 // kernel on `stream` (a cudaStream_t). What the kernel finds is read later from the ErrorRecord.
 Status launchPeerAllreduce(const PeerAllreduceArgs& args, void* stream);
 Status launchPeerAllgather(const PeerAllgatherArgs& args, void* stream);
 Status launchPeerBroadcast(const PeerBroadcastArgs& args, void* stream);
 Status launchPeerReduceScatter(const PeerReduceScatterArgs& args, void* stream);
+Status launchPeerAlltoall(const PeerAlltoallArgs& args, void* stream);
 
 // The CRC-32 the kernels publish for `bytes` (a multiple of kChunkBytes) bytes at device address `data`, one
 // per chunk, computed by the kernels' own warp code: what the tests compare with the host CRC (core/crc32.h).

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <string>
 
+#include "algorithms/collectives.h"
+#include "core/peer_alltoall_plan.h"
 #include "cuda/peer/peer_collectives.h"
 #include "transport/peer/peer_window.h"
 
@@ -28,6 +30,10 @@ const char* errorName(uint32_t code) {
       return "a peer failed";
     case PeerError::kAborted:
       return "aborted";
+    case PeerError::kSplitMismatch:
+      return "all-to-all splits disagree";
+    case PeerError::kBlockTable:
+      return "all-to-all block outside its window";
     default:
       return "unknown error";
   }
@@ -45,6 +51,10 @@ StatusCode statusCode(uint32_t code) {
       return StatusCode::kPeerError;
     case PeerError::kAborted:
       return StatusCode::kAborted;
+    // As the host ring's "alltoall split mismatch": the callers' arguments, found on every rank.
+    case PeerError::kSplitMismatch:
+    case PeerError::kBlockTable:
+      return StatusCode::kInvalidArgument;
     default:
       return StatusCode::kInternal;
   }
@@ -123,12 +133,60 @@ class PeerPath final : public DirectPath {
     return peer::launchPeerReduceScatter(a, stream);
   }
 
+  // The equal form publishes N - 1 blocks of `count`; the split form its table (its blocks differ per rank
+  // and are checked against the window by every rank's kernel, kBlockTable).
+  bool acceptsAlltoall(size_t count, DataType dtype, bool splits) const override {
+    const uint64_t blocks =
+        peer::chunkCount64(uint64_t(count) * dataTypeSize(dtype)) * uint64_t(windows_->size() - 1);
+    const size_t published = splits                                  ? peer::kChunkBytes
+                             : blocks > windows_->layout().maxChunks ? windows_->layout().capacity + 1
+                                                                     : size_t(blocks) * peer::kChunkBytes;
+    return takes(CollectiveKind::kAlltoall, published);
+  }
+
+  Status alltoall(const void* send, void* recv, const AlltoallLayout& layout, DataType dtype, bool splits,
+                  uint32_t lane, void* stream) override {
+    const size_t n = size_t(windows_->size());
+    if (layout.sendCounts.size() != n || layout.sendDispls.size() != n || layout.recvCounts.size() != n ||
+        layout.recvDispls.size() != n) {
+      return Status(StatusCode::kInvalidArgument,
+                    "peer alltoall: split vectors need " + std::to_string(n) + " entries");
+    }
+    peer::PeerAlltoallArgs a;
+    // The equal form fingerprints its count; the split form's counts differ per rank, so its fingerprint
+    // carries none and the block tables check them (docs/design/protocol.md, "All-to-all").
+    fill(&a, CollectiveKind::kAlltoall, splits ? 0 : layout.sendCounts[0], dtype, ReduceOp::kSum, 0, lane);
+    a.send = send;
+    a.recv = recv;
+    for (size_t p = 0; p < n; ++p) {
+      a.sendCounts[p] = layout.sendCounts[p];
+      a.sendDispls[p] = layout.sendDispls[p];
+      a.recvCounts[p] = layout.recvCounts[p];
+      a.recvDispls[p] = layout.recvDispls[p];
+    }
+    a.dtype = dtype;
+    a.splits = splits;
+    return peer::launchPeerAlltoall(a, stream);
+  }
+
   Status poll() override {
     const volatile ErrorRecord* r = windows_->errorRecord();
     const uint32_t code = r->code;
     if (code == 0) return Status::ok();
     std::string msg = "rank " + std::to_string(windows_->rank()) + ": peer-window collective #" +
                       std::to_string(r->epoch) + " " + errorName(code);
+    if (PeerError(code) == PeerError::kSplitMismatch) {
+      return Status(statusCode(code), msg + ": rank " + std::to_string(r->peer) + " sends " +
+                                          std::to_string(r->seen) + " elements to rank " +
+                                          std::to_string(r->chunk) + ", which expects " +
+                                          std::to_string(r->expected));
+    }
+    if (PeerError(code) == PeerError::kBlockTable) {
+      return Status(statusCode(code), msg + ": rank " + std::to_string(r->peer) + "'s block for rank " +
+                                          std::to_string(r->chunk) + " ends at chunk " +
+                                          std::to_string(r->seen) + ", its window holds " +
+                                          std::to_string(r->expected) + " (RINGGUARD_PEER_BYTES)");
+    }
     if (r->peer >= 0) {
       // No chunk: the wait for the peer's acknowledgement or arrival slot (docs/design/protocol.md).
       msg += " (rank " + std::to_string(r->peer) +
