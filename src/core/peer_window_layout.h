@@ -102,9 +102,9 @@ enum class PeerError : uint32_t {
 
 // What a kernel reports to its host (mapped pinned memory; the first error wins, counters accumulate).
 struct ErrorRecord {
-  uint32_t code;   // PeerError
-  int32_t peer;    // the rank the error names (-1: none)
-  uint32_t chunk;  // kSplitMismatch, kBlockTable: the receiving rank
+  uint32_t code;            // PeerError
+  int32_t peer;             // the rank the error names (-1: none)
+  uint32_t chunk;           // kSplitMismatch, kBlockTable: the receiving rank
   uint32_t expected;        // crc or fingerprint this rank expected (kSplitMismatch: the receiver's count,
                             // kBlockTable: the window's chunks; low 32 bits)
   uint32_t seen;            // what the peer published (or what the bytes hashed to; kSplitMismatch: the

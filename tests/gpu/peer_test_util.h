@@ -14,10 +14,30 @@
 #include "bootstrap/mpi_bootstrap.h"
 #include "core/float16.h"
 #include "cuda/peer/peer_collectives.h"
+#include "ringguard/runtime/communicator.h"
+#include "ringguard/runtime/device_factory.h"
 #include "transport/peer/peer_window.h"
 
 namespace ringguard {
 namespace peer {
+
+// Every rank of MPI_COMM_WORLD sees a CUDA device (the communicator-level tests skip otherwise, alike).
+inline bool everyRankHasAGpu() {
+  int n = 0, all = 0;
+  int mine = (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) ? 1 : 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all != 0;
+}
+
+// A device communicator over MPI_COMM_WORLD with the peer path asked for by name
+// (RINGGUARD_DEVICE_TRANSPORT=peer) and the caller's options; `bootstrap` must outlive it.
+inline void makePeerCommunicator(const Options& o, cuda::DeviceOptions d,
+                                 std::unique_ptr<Bootstrap>* bootstrap, std::unique_ptr<Communicator>* c) {
+  ASSERT_TRUE(mpi::createBootstrap(MPI_COMM_WORLD, bootstrap).isOk());
+  d.transport = cuda::DeviceTransportKind::kPeer;
+  const Status st = cuda::createDeviceCommunicator(**bootstrap, o, d, c);
+  ASSERT_TRUE(st.isOk()) << st.toString();
+}
 
 // `count` elements of `t` for rank r (seeded by `salt`): integers and bools from random bits; floating types
 // from small random multiples of 1/4 (no NaN: an IEEE op on two NaNs may return either payload, on the host

@@ -325,10 +325,7 @@ namespace {
 class PeerCommunicator : public ::testing::Test {
  protected:
   void SetUp() override {
-    int n = 0, mine = 0, all = 0;
-    mine = (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) ? 1 : 0;
-    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (!all) GTEST_SKIP() << "no CUDA device on some rank";
+    if (!peer::everyRankHasAGpu()) GTEST_SKIP() << "no CUDA device on some rank";
     ASSERT_TRUE(mpi::createBootstrap(MPI_COMM_WORLD, &bootstrap_).isOk());
   }
   std::unique_ptr<Communicator> make(const Options& o) {

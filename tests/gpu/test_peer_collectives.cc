@@ -816,22 +816,17 @@ namespace {
 // (DeviceTransportKind::kPeer) hands the two-shot allreduce, the all-gather, the broadcast and the
 // reduce-scatter to the peer path; faults from Options; results exact; detected == injected.
 TEST(PeerCommunicatorCollectives, ExplicitPeerTakesEveryCollectiveExactly) {
-  int n = 0, mine = 0, all = 0;
-  mine = (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) ? 1 : 0;
-  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (!all) GTEST_SKIP() << "no CUDA device on some rank";
-  std::unique_ptr<Bootstrap> bootstrap;
-  ASSERT_TRUE(mpi::createBootstrap(MPI_COMM_WORLD, &bootstrap).isOk());
+  if (!peer::everyRankHasAGpu()) GTEST_SKIP() << "no CUDA device on some rank";
   Options o;
   o.fault.probability = 0.02;
   o.fault.seed = 3;
   cuda::DeviceOptions d;
-  d.transport = cuda::DeviceTransportKind::kPeer;
   d.peerBytes = 16u << 20;
   d.peerTwoShotBytes = 64u << 10;
+  std::unique_ptr<Bootstrap> bootstrap;
   std::unique_ptr<Communicator> c;
-  Status st = cuda::createDeviceCommunicator(*bootstrap, o, d, &c);
-  ASSERT_TRUE(st.isOk()) << st.toString();
+  ASSERT_NO_FATAL_FAILURE(peer::makePeerCommunicator(o, d, &bootstrap, &c));
+  Status st;
   const int rank = c->rank(), size = c->size();
   cudaStream_t s = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
@@ -880,21 +875,16 @@ TEST(PeerCommunicatorCollectives, ExplicitPeerTakesEveryCollectiveExactly) {
 // so this shows the peer path took them); and ranks whose splits disagree all end with the error naming the
 // pair.
 TEST(PeerCommunicatorCollectives, ExplicitPeerTakesTheAlltoallExactlyAndInAGraph) {
-  int n = 0, mine = 0, all = 0;
-  mine = (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) ? 1 : 0;
-  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (!all) GTEST_SKIP() << "no CUDA device on some rank";
-  std::unique_ptr<Bootstrap> bootstrap;
-  ASSERT_TRUE(mpi::createBootstrap(MPI_COMM_WORLD, &bootstrap).isOk());
+  if (!peer::everyRankHasAGpu()) GTEST_SKIP() << "no CUDA device on some rank";
   Options o;
   o.fault.probability = 0.02;
   o.fault.seed = 5;
   cuda::DeviceOptions d;
-  d.transport = cuda::DeviceTransportKind::kPeer;
   d.peerBytes = 16u << 20;
+  std::unique_ptr<Bootstrap> bootstrap;
   std::unique_ptr<Communicator> c;
-  Status st = cuda::createDeviceCommunicator(*bootstrap, o, d, &c);
-  ASSERT_TRUE(st.isOk()) << st.toString();
+  ASSERT_NO_FATAL_FAILURE(peer::makePeerCommunicator(o, d, &bootstrap, &c));
+  Status st;
   const int rank = c->rank(), size = c->size();
   cudaStream_t s = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);

@@ -7,8 +7,6 @@
 #include <thread>
 
 #include "peer_test_util.h"
-#include "ringguard/runtime/communicator.h"
-#include "ringguard/runtime/device_factory.h"
 
 namespace ringguard {
 namespace {
@@ -16,20 +14,15 @@ namespace {
 using namespace std::chrono_literals;
 
 TEST(PeerWatchdog, AbortsTheCommunicatorAfterAnErrorNoOneWaitedFor) {
-  int n = 0, mine = 0, all = 0;
-  mine = (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) ? 1 : 0;
-  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (!all) GTEST_SKIP() << "no CUDA device on some rank";
-  std::unique_ptr<Bootstrap> bootstrap;
-  ASSERT_TRUE(mpi::createBootstrap(MPI_COMM_WORLD, &bootstrap).isOk());
+  if (!peer::everyRankHasAGpu()) GTEST_SKIP() << "no CUDA device on some rank";
   Options o;
   o.timeout = std::chrono::milliseconds(1000);
   cuda::DeviceOptions d;
-  d.transport = cuda::DeviceTransportKind::kPeer;
   d.peerBytes = 1u << 20;
+  std::unique_ptr<Bootstrap> bootstrap;
   std::unique_ptr<Communicator> c;
-  Status st = cuda::createDeviceCommunicator(*bootstrap, o, d, &c);
-  ASSERT_TRUE(st.isOk()) << st.toString();
+  ASSERT_NO_FATAL_FAILURE(peer::makePeerCommunicator(o, d, &bootstrap, &c));
+  Status st;
   const int stopped = c->size() - 1;
   cudaStream_t s = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);

@@ -59,31 +59,9 @@ __device__ __forceinline__ uint64_t globalTimer() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
-// The window flags' memory order, at GPU scope when every window is on this GPU (PeerWindowArgs::oneDevice:
-// processes sharing one device, as under MPS) and at system scope otherwise (GPUs of one host).
-__device__ __forceinline__ uint32_t loadAcquire(const uint32_t* p, bool gpu) {
-  uint32_t v;
-  if (gpu) {
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  } else {
-    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  }
-  return v;
-}
-__device__ __forceinline__ void storeRelease(uint32_t* p, uint32_t v, bool gpu) {
-  if (gpu) {
-    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-  } else {
-    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-  }
-}
-__device__ __forceinline__ void storeRelaxed(uint32_t* p, uint32_t v, bool gpu) {
-  if (gpu) {
-    asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-  } else {
-    asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-  }
-}
+// The window flags' memory order (every flag is a 64-bit epoch), at GPU scope when every window is on this GPU
+// (PeerWindowArgs::oneDevice: processes sharing one device, as under MPS) and at system scope otherwise (GPUs
+// of one host).
 __device__ __forceinline__ uint64_t loadAcquire(const uint64_t* p, bool gpu) {
   uint64_t v;
   if (gpu) {
