@@ -18,6 +18,10 @@
 // Everything a peer wrote is read as untrusted: epochs are compared for equality, chunk entries are
 // trailers checked like ring slices, the fingerprint carries its CRC, a part table entry is bounds-checked
 // (partReadable) before any byte it names is read, and a peer's error text is read within its bounds.
+// Single-copy reads (docs/design/protocol.md, "Single-copy read"): where the transport can read a peer's
+// process memory (Windows::crossRead), a publisher may leave a large part's bytes in its own buffer and
+// publish their address instead (PartEntry::address, SlotHeader::address); readers copy them straight into
+// their output with the length their own arguments give, and check each chunk's CRC as for window bytes.
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
@@ -27,6 +31,7 @@
 
 #include "core/fingerprint.h"
 #include "core/trailer.h"
+#include "ringguard/core/status.h"
 
 namespace ringguard {
 
@@ -64,6 +69,9 @@ struct PartEntry {
   uint64_t offset;  // in the half's data
   uint64_t bytes;
   uint64_t firstChunk;  // its chunks are firstChunk .. firstChunk + chunksOf(bytes) - 1
+  // 0: the bytes are in the window at `offset`; else where they lie in the publisher's process (a
+  // single-copy read: the publisher's buffer, valid until every reader settled)
+  uint64_t address;
 };
 
 struct alignas(64) ChunkEntry {
@@ -87,6 +95,9 @@ struct alignas(64) SlotHeader {
   std::atomic<uint64_t> message;  // the message number + 1, stored (release) once seal, trailer, data are in
   SlotSeal seal;
   Trailer trailer;  // the payload as a ring slice: seq = message number, step 0, slice 0, column = sender
+  // 0: the payload is in the slot's data; else where it lies in the sender's process (single-copy read:
+  // the sender's buffer, valid until the receiver acknowledged)
+  uint64_t address;
 };
 
 // In the receiver's window, one per sender: the last of the sender's messages it took intact (`message`,
@@ -130,12 +141,32 @@ inline bool partReadable(const WindowLayout& l, const PartEntry& p, size_t bytes
 // the layout around it).
 inline bool slotFits(const WindowLayout& l, size_t bytes) { return bytes <= l.slotCapacity; }
 
+// Whether `bytes` at `address`, published by a peer as where its payload lies in its process, can be asked
+// of the kernel: a non-null address whose range does not wrap. Whether the range is mapped in that process
+// is the kernel's to say (a read of a bad range fails, it never touches this process's memory); the length
+// is always this rank's own (tests/fuzz/fuzz_window_part.cc).
+inline bool sourceReadable(uint64_t address, size_t bytes) {
+  return address != 0 && uint64_t(bytes) <= UINT64_MAX - address;
+}
+
+// A single-copy read: `bytes` at `address` in rank r's process into `dst` (this process's), or a
+// kTransportError naming r.
+using CrossRead = std::function<Status(int r, uint64_t address, void* dst, size_t bytes)>;
+
 // Every rank's window of one group, mapped in this process.
 class Windows {
  public:
   // base[r]: rank r's window (this rank's own at base[rank]); `wake(r)` rings rank r's doorbell.
-  Windows(int rank, const WindowLayout& layout, std::vector<uint8_t*> base, std::function<void(int)> wake)
-      : rank_(rank), layout_(layout), base_(std::move(base)), wake_(std::move(wake)) {}
+  // `crossRead` (may be empty: none) reads a peer's process memory; this rank publishes parts of at least
+  // `singleCopyBytes` (> 0) by address instead of copying them into its window.
+  Windows(int rank, const WindowLayout& layout, std::vector<uint8_t*> base, std::function<void(int)> wake,
+          CrossRead crossRead = nullptr, size_t singleCopyBytes = 0)
+      : rank_(rank),
+        layout_(layout),
+        base_(std::move(base)),
+        wake_(std::move(wake)),
+        crossRead_(std::move(crossRead)),
+        singleCopyBytes_(crossRead_ ? singleCopyBytes : 0) {}
 
   int rank() const { return rank_; }
   int size() const { return int(base_.size()); }
@@ -161,6 +192,14 @@ class Windows {
   }
   void wake(int r) const { wake_(r); }
 
+  // Whether peers' memory can be read (every rank of the group agreed at setup), and whether this rank
+  // publishes a part of `bytes` by address (the readers copy it into their output: not read in place).
+  bool crossReadable() const { return bool(crossRead_); }
+  bool publishesByAddress(size_t bytes) const { return singleCopyBytes_ > 0 && bytes >= singleCopyBytes_; }
+  Status crossRead(int r, uint64_t address, void* dst, size_t bytes) const {
+    return crossRead_(r, address, dst, bytes);
+  }
+
  private:
   uint8_t* halfBase(int r, uint64_t epoch) const {
     return base_[size_t(r)] + sizeof(WindowHeader) + size_t(epoch & 1) * layout_.halfBytes;
@@ -174,6 +213,8 @@ class Windows {
   const WindowLayout layout_;
   const std::vector<uint8_t*> base_;
   const std::function<void(int)> wake_;
+  const CrossRead crossRead_;
+  const size_t singleCopyBytes_;
   uint64_t epoch_ = 0;
 };
 
