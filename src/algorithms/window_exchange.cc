@@ -28,7 +28,7 @@ std::string where(const CollectiveContext& ctx) {
 // bytes for several readers share one part), the fingerprint, then the chunks, each visible to readers as
 // soon as its epoch is stored.
 // A part of `readersCopy` (the readers copy it into their output, not read it in place) and as large as
-// Windows::publishesByAddress says is published by address: its bytes stay in the caller's buffer, which
+// Windows::publishesPartByAddress says is published by address: its bytes stay in the caller's buffer, which
 // the readers copy straight into theirs (docs/design/protocol.md, "Single-copy read"); its chunks' CRCs and
 // epochs are published as for bytes in the window.
 void publish(const CollectiveContext& ctx, const Windows& w, uint64_t e, uint32_t step,
@@ -54,7 +54,7 @@ void publish(const CollectiveContext& ctx, const Windows& w, uint64_t e, uint32_
       part = w.part(me, e, ownerOf[size_t(r)]);
       continue;
     }
-    if (readersCopy && w.publishesByAddress(o.bytes)) {
+    if (readersCopy && w.publishesPartByAddress(o.bytes)) {
       part = PartEntry{0, o.bytes, chunk, uint64_t(uintptr_t(o.data))};
     } else {
       part = PartEntry{offset, o.bytes, chunk, 0};
@@ -151,10 +151,11 @@ Status readSeal(const CollectiveContext& ctx, const Windows& w, uint64_t e, cons
                                              std::to_string(reads) + " reads");
 }
 
-// Peer p's part published by address (partReadable already held): once every chunk's CRC is published,
-// one single-copy read of the whole part from p's buffer into `dst` (or `spill`, where the caller reads in
-// place: *at then points there), then each chunk checked as a ring slice where it landed and re-read from
-// p's buffer when it fails. p's buffer stays valid until this rank settled (p returns only then). A read the
+// Peer p's part published by address (partReadable already held): as its chunks' CRCs are published, the
+// run of chunks published so far is read in one single-copy read from p's buffer into `dst` (or `spill`,
+// where the caller reads in place: *at then points there), so the reads overlap p's CRCs as window reads
+// overlap p's copies; then each chunk is checked as a ring slice where it landed and re-read from p's
+// buffer when it fails. p's buffer stays valid until this rank settled (p returns only then). A read the
 // kernel refuses (an address p's process does not map, a process gone) is a kTransportError naming p in
 // *failure; a chunk corrupt on every read a kCorruption, as for bytes in the window.
 Status readPartByAddress(const CollectiveContext& ctx, const Windows& w, uint64_t e, uint32_t step, int p,
@@ -171,17 +172,6 @@ Status readPartByAddress(const CollectiveContext& ctx, const Windows& w, uint64_
                                                "reads in this group)"));
     return Status::ok();
   }
-  const size_t chunks = layout.chunksOf(bytes);
-  for (size_t k = 0; k < chunks; ++k) {
-    const uint32_t slice = uint32_t(part.firstChunk + k);
-    const ChunkEntry& c = w.chunk(p, e, size_t(slice));
-    RINGGUARD_RETURN_IF_ERROR(waitUntil(
-        ctx, [&c, e] { return c.epoch.load(std::memory_order_acquire) == e; },
-        [p, slice] {
-          return "chunk " + std::to_string(slice) + " in rank " + std::to_string(p) + "'s window";
-        },
-        p));
-  }
   if (dst == nullptr) {
     spill->resize(bytes);
     dst = spill->data();
@@ -193,33 +183,49 @@ Status readPartByAddress(const CollectiveContext& ctx, const Windows& w, uint64_
     if (!st.isOk()) *failure = Status(st.code(), where(ctx) + ": " + st.message());
     return st.isOk();
   };
-  if (!crossRead(0, bytes)) return Status::ok();
+  const auto published = [&w, p, e, &part](size_t k) {
+    return w.chunk(p, e, size_t(part.firstChunk + k)).epoch.load(std::memory_order_acquire) == e;
+  };
+  const size_t chunks = layout.chunksOf(bytes);
   const int reads = std::max(1, ctx.options->maxRetries + 1);
-  for (size_t k = 0; k < chunks; ++k) {
-    const size_t off = k * kWindowChunkBytes;
-    const size_t len = std::min(kWindowChunkBytes, bytes - off);
-    const uint32_t slice = uint32_t(part.firstChunk + k);
-    const SliceId expected{ctx.seq, step, slice, uint32_t(p), uint32_t(len), 0};
-    SliceCheck check = SliceCheck::kOk;
-    for (int attempt = 0; attempt < reads; ++attempt) {
-      if (attempt > 0) {
-        ctx.counters->retransmitted++;  // re-read from the buffer the peer keeps until the settle
-        if (!crossRead(off, len)) return Status::ok();
+  for (size_t k = 0; k < chunks;) {
+    const uint32_t first = uint32_t(part.firstChunk + k);
+    RINGGUARD_RETURN_IF_ERROR(waitUntil(
+        ctx, [&published, k] { return published(k); },
+        [p, first] {
+          return "chunk " + std::to_string(first) + " in rank " + std::to_string(p) + "'s window";
+        },
+        p));
+    size_t end = k + 1;
+    while (end < chunks && published(end)) ++end;
+    const size_t runAt = k * kWindowChunkBytes;
+    if (!crossRead(runAt, std::min(bytes, end * kWindowChunkBytes) - runAt)) return Status::ok();
+    for (; k < end; ++k) {
+      const size_t off = k * kWindowChunkBytes;
+      const size_t len = std::min(kWindowChunkBytes, bytes - off);
+      const uint32_t slice = uint32_t(part.firstChunk + k);
+      const SliceId expected{ctx.seq, step, slice, uint32_t(p), uint32_t(len), 0};
+      SliceCheck check = SliceCheck::kOk;
+      for (int attempt = 0; attempt < reads; ++attempt) {
+        if (attempt > 0) {
+          ctx.counters->retransmitted++;  // re-read from the buffer the peer keeps until the settle
+          if (!crossRead(off, len)) return Status::ok();
+        }
+        EagerView view;
+        view.payload = dst + off;
+        view.bytes = len;
+        view.trailer = w.chunk(p, e, size_t(slice)).trailer;  // read once: the check and the verdict use it
+        check = verifyEagerPayload(ctx, expected, view, ctx.counters, attempt);
+        if (!isLinkFailure(check)) break;
       }
-      EagerView view;
-      view.payload = dst + off;
-      view.bytes = len;
-      view.trailer = w.chunk(p, e, size_t(slice)).trailer;  // read once: the check and the verdict use it
-      check = verifyEagerPayload(ctx, expected, view, ctx.counters, attempt);
-      if (!isLinkFailure(check)) break;
-    }
-    if (isLinkFailure(check)) {
-      *failure = Status(StatusCode::kCorruption,
-                        where(ctx) + ": chunk " + std::to_string(slice) + " of rank " + std::to_string(p) +
-                            "'s window" + (step > 0 ? " (step " + std::to_string(step) + ")" : "") +
-                            " failed verification on all " + std::to_string(reads) + " reads (" +
-                            sliceCheckName(check) + ")");
-      return Status::ok();
+      if (isLinkFailure(check)) {
+        *failure = Status(StatusCode::kCorruption,
+                          where(ctx) + ": chunk " + std::to_string(slice) + " of rank " + std::to_string(p) +
+                              "'s window" + (step > 0 ? " (step " + std::to_string(step) + ")" : "") +
+                              " failed verification on all " + std::to_string(reads) + " reads (" +
+                              sliceCheckName(check) + ")");
+        return Status::ok();
+      }
     }
   }
   return Status::ok();

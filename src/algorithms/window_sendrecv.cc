@@ -11,8 +11,8 @@
 #include "algorithms/window_seal.h"
 #include "algorithms/window_wait.h"
 #include "core/fault_injector.h"
-#include "core/stream_copy.h"
 #include "core/repair.h"
+#include "core/stream_copy.h"
 #include "ringguard/core/crc32.h"
 
 namespace ringguard {
@@ -131,7 +131,7 @@ void publishSlot(const CollectiveContext& ctx, int dst, uint64_t seq, const Fing
   const uint32_t crc = crc32(data, bytes);
   // A large message stays in the caller's buffer, which the receiver reads straight into its own
   // (docs/design/protocol.md, "Single-copy read"): the caller's send waits for the acknowledgement anyway.
-  const bool byAddress = bytes > 0 && w.publishesByAddress(bytes);
+  const bool byAddress = bytes > 0 && w.publishesMessageByAddress(bytes);
   h.address = byAddress ? uint64_t(uintptr_t(data)) : 0;
   if (bytes > 0 && !byAddress) streamCopy(w.slotData(me, dst), data, bytes);
   h.trailer = makeTrailer(SliceId{seq, 0, 0, uint32_t(me), uint32_t(bytes), 0}, crc, 0);

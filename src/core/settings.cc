@@ -235,11 +235,13 @@ std::vector<Setting> declarations() {
           .group("shm_window_bytes"),
       unsignedSetting(
           "RINGGUARD_SHM_SINGLE_COPY_BYTES", "65536", 0, uint64_t(1) << 40,
-          "One-sided parts (all-gather, broadcast, all-to-all blocks) and send/recv messages of at least this "
-          "many bytes are read single-copy: the reader copies them straight from the publisher's buffer "
-          "(Linux process_vm_readv) and checks their CRC, instead of the publisher copying them into its "
-          "window first. Used only where every rank of the group can read every other's memory (checked at "
-          "setup; otherwise, or with 0, every payload is copied through the windows).")
+          "Send/recv messages of at least this many bytes, and one-sided collective blocks (all-gather, "
+          "broadcast, all-to-all) of at least twice it, are read single-copy: the reader copies them "
+          "straight "
+          "from the publisher's buffer (Linux process_vm_readv) and checks their CRC, instead of the "
+          "publisher copying them into its shared-memory window first. Used only where every rank of the "
+          "group can read every other's memory (checked at setup); otherwise, or with 0, every payload is "
+          "copied through the windows.")
           .group("shm_single_copy_bytes"),
       unsignedSetting("RINGGUARD_POOL_RELEASE_BYTES", "268435456", 0, uint64_t(1) << 48,
                       "Release threshold of the device memory pool: freed memory it may keep cached across "

@@ -157,8 +157,8 @@ using CrossRead = std::function<Status(int r, uint64_t address, void* dst, size_
 class Windows {
  public:
   // base[r]: rank r's window (this rank's own at base[rank]); `wake(r)` rings rank r's doorbell.
-  // `crossRead` (may be empty: none) reads a peer's process memory; this rank publishes parts of at least
-  // `singleCopyBytes` (> 0) by address instead of copying them into its window.
+  // `crossRead` (may be empty: none) reads a peer's process memory; this rank publishes large payloads by
+  // address instead of copying them into its window, from `singleCopyBytes` (> 0; 0: never) on.
   Windows(int rank, const WindowLayout& layout, std::vector<uint8_t*> base, std::function<void(int)> wake,
           CrossRead crossRead = nullptr, size_t singleCopyBytes = 0)
       : rank_(rank),
@@ -192,10 +192,20 @@ class Windows {
   }
   void wake(int r) const { wake_(r); }
 
-  // Whether peers' memory can be read (every rank of the group agreed at setup), and whether this rank
-  // publishes a part of `bytes` by address (the readers copy it into their output: not read in place).
+  // Whether peers' memory can be read (every rank of the group agreed at setup).
   bool crossReadable() const { return bool(crossRead_); }
-  bool publishesByAddress(size_t bytes) const { return singleCopyBytes_ > 0 && bytes >= singleCopyBytes_; }
+  // Whether this rank publishes a send/recv message of `bytes` by address: from singleCopyBytes. A
+  // collective's part (one its readers copy into their output, not read in place) only from twice that: its
+  // chunks are read while later ones are copied into the window, which hides most of the copy a single-copy
+  // read saves, and the kernel's read costs more than a copy (docs/PERFORMANCE.md, issue 45: a 64 KiB
+  // broadcast at 2 ranks took 0.74x MPI through the window, 0.64x single-copy; a 64 KiB send/recv, whose
+  // message is published whole, 0.58x and 0.73x).
+  bool publishesMessageByAddress(size_t bytes) const {
+    return singleCopyBytes_ > 0 && bytes >= singleCopyBytes_;
+  }
+  bool publishesPartByAddress(size_t bytes) const {
+    return singleCopyBytes_ > 0 && bytes / 2 >= singleCopyBytes_;
+  }
   Status crossRead(int r, uint64_t address, void* dst, size_t bytes) const {
     return crossRead_(r, address, dst, bytes);
   }

@@ -108,8 +108,9 @@ inline CollectiveContext contextFor(Transport* transport, const Options* options
 // windows of kTestWindowBytes (collectives that fit take the one-sided protocol, in several chunks, and
 // larger ones the two-sided ring).
 // kSingleCopy: the windows with single-copy reads (the ranks are threads of this process, which reads its
-// own memory with process_vm_readv as it would a peer process's): parts and send/recv messages from
-// kTestSingleCopyBytes on are read straight from the publisher's buffer, smaller ones through the windows.
+// own memory with process_vm_readv as it would a peer process's): send/recv messages from
+// kTestSingleCopyBytes on, and collectives' parts from twice it, are read straight from the publisher's
+// buffer, smaller ones through the windows.
 enum class Wire { kLoopback, kSharedMemory, kWindows, kSingleCopy };
 inline constexpr size_t kTestSingleCopyBytes = 256;
 inline constexpr size_t kTestRingBytes = 1024;
@@ -149,9 +150,9 @@ inline void wrapInSharedMemory(std::vector<std::unique_ptr<Transport>>* transpor
     (*transports)[size_t(r)] = makeShmTransport(
         std::move((*transports)[size_t(r)]), std::move(own[size_t(r)]), std::move(peers[size_t(r)]),
         std::chrono::milliseconds(20000), std::chrono::microseconds(0), windowCapacity,
-        SingleCopy{singleCopyBytes > 0 ? std::vector<int64_t>(size_t(n), int64_t(getpid()))
-                                       : std::vector<int64_t>{},
-                   singleCopyBytes});
+        SingleCopy{
+            singleCopyBytes > 0 ? std::vector<int64_t>(size_t(n), int64_t(getpid())) : std::vector<int64_t>{},
+            singleCopyBytes});
   }
 }
 

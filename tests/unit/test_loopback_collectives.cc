@@ -73,7 +73,8 @@ class LoopbackCollectives : public ::testing::TestWithParam<std::tuple<int, test
   LoopbackGroup group(const Options& o) const { return LoopbackGroup(ranks(), o, std::get<1>(GetParam())); }
   // Whether the one-sided protocol carries what fits the windows (with single-copy reads or without).
   bool windowed() const {
-    return std::get<1>(GetParam()) == testing::Wire::kWindows || std::get<1>(GetParam()) == testing::Wire::kSingleCopy;
+    return std::get<1>(GetParam()) == testing::Wire::kWindows ||
+           std::get<1>(GetParam()) == testing::Wire::kSingleCopy;
   }
 };
 
@@ -396,46 +397,46 @@ INSTANTIATE_TEST_SUITE_P(
 // differ) both arrive. Ring shifts at 2 and 3 ranks, exact bytes.
 TEST(LoopbackWindowsSendRecv, SlotMessagesSendNoControlFrameAndLargerOnesTheFrames) {
   for (testing::Wire wire : {testing::Wire::kWindows, testing::Wire::kSingleCopy})
-  for (int n : {2, 3}) {
-    SCOPED_TRACE(testing::wireName(wire));
-    LoopbackGroup g(n, smallSlices(), wire);
-    const size_t slotCount = kWindowSlotBytes / 4, largeCount = slotCount + 1;
-    for (size_t count : {size_t(1), size_t(1000), slotCount, largeCount}) {
-      const Counters before = g.totalCounters();
-      for (int round = 0; round < 2; ++round) {
+    for (int n : {2, 3}) {
+      SCOPED_TRACE(testing::wireName(wire));
+      LoopbackGroup g(n, smallSlices(), wire);
+      const size_t slotCount = kWindowSlotBytes / 4, largeCount = slotCount + 1;
+      for (size_t count : {size_t(1), size_t(1000), slotCount, largeCount}) {
+        const Counters before = g.totalCounters();
+        for (int round = 0; round < 2; ++round) {
+          g.run([&](int rank, Communicator& c) {
+            std::vector<uint8_t> in = pattern(DataType::kFloat32, rank + round, count),
+                                 out(count * 4 + 1, 0xAB);
+            const int right = (rank + 1) % n, left = (rank + n - 1) % n;
+            Status st =
+                c.sendRecvAsync(in.data(), count, right, out.data(), count, left, DataType::kFloat32)->wait();
+            ASSERT_TRUE(st.isOk()) << "rank " << rank << " count " << count << ": " << st.toString();
+            EXPECT_TRUE(
+                sameBytes(out.data(), pattern(DataType::kFloat32, left + round, count).data(), count * 4))
+                << "rank " << rank << " count " << count;
+            EXPECT_EQ(out[count * 4], 0xAB);
+          });
+        }
+        const Counters d = g.totalCounters().since(before);
+        if (count <= slotCount) {
+          EXPECT_EQ(d.controlFrames, 0u) << "np" << n << " count " << count;
+        } else {
+          EXPECT_GT(d.controlFrames, 0u) << "np" << n << " count " << count;
+        }
+      }
+      // Rank 0 sends a slot's worth and receives a larger message in one call, and the reverse at rank 1.
+      if (n == 2) {
         g.run([&](int rank, Communicator& c) {
-          std::vector<uint8_t> in = pattern(DataType::kFloat32, rank + round, count),
-                               out(count * 4 + 1, 0xAB);
-          const int right = (rank + 1) % n, left = (rank + n - 1) % n;
-          Status st =
-              c.sendRecvAsync(in.data(), count, right, out.data(), count, left, DataType::kFloat32)->wait();
-          ASSERT_TRUE(st.isOk()) << "rank " << rank << " count " << count << ": " << st.toString();
-          EXPECT_TRUE(
-              sameBytes(out.data(), pattern(DataType::kFloat32, left + round, count).data(), count * 4))
-              << "rank " << rank << " count " << count;
-          EXPECT_EQ(out[count * 4], 0xAB);
+          const size_t sendCount = rank == 0 ? 100 : largeCount, recvCount = rank == 0 ? largeCount : 100;
+          std::vector<uint8_t> in = pattern(DataType::kFloat32, rank, sendCount), out(recvCount * 4);
+          Status st = c.sendRecvAsync(in.data(), sendCount, 1 - rank, out.data(), recvCount, 1 - rank,
+                                      DataType::kFloat32)
+                          ->wait();
+          ASSERT_TRUE(st.isOk()) << "rank " << rank << ": " << st.toString();
+          EXPECT_EQ(out, pattern(DataType::kFloat32, 1 - rank, recvCount)) << "rank " << rank;
         });
       }
-      const Counters d = g.totalCounters().since(before);
-      if (count <= slotCount) {
-        EXPECT_EQ(d.controlFrames, 0u) << "np" << n << " count " << count;
-      } else {
-        EXPECT_GT(d.controlFrames, 0u) << "np" << n << " count " << count;
-      }
     }
-    // Rank 0 sends a slot's worth and receives a larger message in one call, and the reverse at rank 1.
-    if (n == 2) {
-      g.run([&](int rank, Communicator& c) {
-        const size_t sendCount = rank == 0 ? 100 : largeCount, recvCount = rank == 0 ? largeCount : 100;
-        std::vector<uint8_t> in = pattern(DataType::kFloat32, rank, sendCount), out(recvCount * 4);
-        Status st = c.sendRecvAsync(in.data(), sendCount, 1 - rank, out.data(), recvCount, 1 - rank,
-                                    DataType::kFloat32)
-                        ->wait();
-        ASSERT_TRUE(st.isOk()) << "rank " << rank << ": " << st.toString();
-        EXPECT_EQ(out, pattern(DataType::kFloat32, 1 - rank, recvCount)) << "rank " << rank;
-      });
-    }
-  }
 }
 
 TEST(LoopbackCollectiveFaults, SendRecvCorruptionIsRetransmitted) {

@@ -236,7 +236,8 @@ TEST(ShmTransport, CrossMemoryReadsOnlyWhatThePeerPublished) {
       << unmapped.message();
   std::vector<uint8_t> src(100000), got(100000);
   for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t(i * 7);
-  ASSERT_TRUE(shm::readCrossMemory(getpid(), 0, uint64_t(uintptr_t(src.data())), got.data(), got.size()).isOk());
+  ASSERT_TRUE(
+      shm::readCrossMemory(getpid(), 0, uint64_t(uintptr_t(src.data())), got.data(), got.size()).isOk());
   EXPECT_EQ(got, src);
 }
 

@@ -440,7 +440,8 @@ TEST(SingleCopy, ReadersCopyStraightFromThePublishersBuffer) {
     const int p = 1 - r;
     EXPECT_EQ(got[size_t(r)], x[size_t(p)]) << "rank " << r;
     const PartEntry part = t[size_t(r)]->windows()->part(p, 1, r);  // epoch 1
-    EXPECT_EQ(part.address, uint64_t(uintptr_t(x[size_t(p)].data()))) << "rank " << p << " published by address";
+    EXPECT_EQ(part.address, uint64_t(uintptr_t(x[size_t(p)].data())))
+        << "rank " << p << " published by address";
   }
   EXPECT_EQ(counters[0].injected, 1u);
   EXPECT_EQ(counters[0].detected, 1u);
@@ -552,20 +553,20 @@ TEST(WindowSendRecv, AnAbsentPeerIsATimeoutNamingIt) {
   Options o = testing::quietOptions();
   o.timeout = std::chrono::milliseconds(300);
   for (Wire wire : {Wire::kWindows, Wire::kSingleCopy})
-  for (bool sending : {true, false}) {
-    SCOPED_TRACE(testing::wireName(wire));
-    LoopbackGroup g(2, o, wire);  // 400 bytes: single-copy over kSingleCopy
-    std::vector<float> buf(100, 1.0f);
-    const auto t0 = std::chrono::steady_clock::now();
-    const Status st =
-        sending ? g.comm(0).sendRecvAsync(buf.data(), 100, 1, nullptr, 0, -1, DataType::kFloat32)->wait()
-                : g.comm(0).sendRecvAsync(nullptr, 0, -1, buf.data(), 100, 1, DataType::kFloat32)->wait();
-    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
-    EXPECT_EQ(st.code(), StatusCode::kTimeout) << st.toString();
-    const std::string want =
-        sending ? "rank 1 to take the sendrecv message from its slot" : "the sendrecv message from rank 1";
-    EXPECT_NE(st.message().find(want), std::string::npos) << st.message();
-  }
+    for (bool sending : {true, false}) {
+      SCOPED_TRACE(testing::wireName(wire));
+      LoopbackGroup g(2, o, wire);  // 400 bytes: single-copy over kSingleCopy
+      std::vector<float> buf(100, 1.0f);
+      const auto t0 = std::chrono::steady_clock::now();
+      const Status st =
+          sending ? g.comm(0).sendRecvAsync(buf.data(), 100, 1, nullptr, 0, -1, DataType::kFloat32)->wait()
+                  : g.comm(0).sendRecvAsync(nullptr, 0, -1, buf.data(), 100, 1, DataType::kFloat32)->wait();
+      EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+      EXPECT_EQ(st.code(), StatusCode::kTimeout) << st.toString();
+      const std::string want =
+          sending ? "rank 1 to take the sendrecv message from its slot" : "the sendrecv message from rank 1";
+      EXPECT_NE(st.message().find(want), std::string::npos) << st.message();
+    }
 }
 
 // Nothing in a slot sizes a read: a sender whose (sealed, matching) fingerprint names more than a slot holds

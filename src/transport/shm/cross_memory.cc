@@ -34,10 +34,10 @@ Status readCrossMemory(int64_t pid, int peer, uint64_t address, void* dst, size_
     if (got < 0 && errno == EINTR) continue;
     // A partial read stops at the first page it cannot read; 0 bytes read means that one.
     const std::string why = got < 0 ? std::strerror(errno) : "nothing readable there";
-    return Status(StatusCode::kTransportError, "single-copy read of " + std::to_string(bytes) + " bytes at " +
-                                                   hex(address) + " in rank " + std::to_string(peer) +
-                                                   "'s process (pid " + std::to_string(pid) + ") failed after " +
-                                                   std::to_string(done) + " bytes: " + why);
+    return Status(StatusCode::kTransportError,
+                  "single-copy read of " + std::to_string(bytes) + " bytes at " + hex(address) + " in rank " +
+                      std::to_string(peer) + "'s process (pid " + std::to_string(pid) + ") failed after " +
+                      std::to_string(done) + " bytes: " + why);
   }
   return Status::ok();
 }

@@ -1,8 +1,8 @@
 // connectSharedMemory: the two exchanges that turn a group's host transport into a shared-memory one
 // (docs/design/protocol.md, "Shared-memory transport").
-#include <nlohmann/json.hpp>
-
 #include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include "core/logging.h"
 #include "transport/shm/cross_memory.h"
@@ -51,8 +51,9 @@ int firstFailed(const std::vector<json>& all) {
 // published its pid and where its nonce lies, and a read there gives the nonce of the segment this rank
 // opened. Empty with every rank's pid in *pids, else why not (no window, the setting 0 somewhere, a kernel
 // that refuses: no ptrace right, Yama, another pid namespace).
-std::string probeSingleCopy(const std::vector<json>& all, const std::vector<std::unique_ptr<shm::Segment>>& peers,
-                            int rank, std::vector<int64_t>* pids) {
+std::string probeSingleCopy(const std::vector<json>& all,
+                            const std::vector<std::unique_ptr<shm::Segment>>& peers, int rank,
+                            std::vector<int64_t>* pids) {
   pids->assign(all.size(), 0);
   for (size_t r = 0; r < all.size(); ++r) {
     const json& rec = all[r];
@@ -63,7 +64,8 @@ std::string probeSingleCopy(const std::vector<json>& all, const std::vector<std:
     }
     (*pids)[r] = rec["pid"].get<int64_t>();
     if (int(r) == rank || !peers[r]) continue;
-    const Status st = shm::probeCrossMemory((*pids)[r], int(r), rec["probe"].get<uint64_t>(), peers[r]->nonce());
+    const Status st =
+        shm::probeCrossMemory((*pids)[r], int(r), rec["probe"].get<uint64_t>(), peers[r]->nonce());
     if (!st.isOk()) {
       pids->clear();
       return "rank " + std::to_string(rank) + " cannot read rank " + std::to_string(r) +
@@ -224,14 +226,16 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
   std::string why = noSingleCopy;
   for (int r = 0; r < size && why.empty(); ++r) {
     const json& rec = all[size_t(r)];
-    why = rec.contains("single_copy") && rec["single_copy"].is_string() ? rec["single_copy"].get<std::string>()
-                                                                         : "rank " + std::to_string(r) +
-                                                                               " sent no single-copy verdict";
+    why = rec.contains("single_copy") && rec["single_copy"].is_string()
+              ? rec["single_copy"].get<std::string>()
+              : "rank " + std::to_string(r) + " sent no single-copy verdict";
   }
   if (!why.empty()) {
     if (!singleCopy.pids.empty() || choice.singleCopyBytes > 0) {
-      logInfo(Subsys::kTransport, "shared memory without single-copy reads (payloads copied through the "
-                                  "windows): {}", why);
+      logInfo(Subsys::kTransport,
+              "shared memory without single-copy reads (payloads copied through the "
+              "windows): {}",
+              why);
     }
     singleCopy.pids.clear();
   }

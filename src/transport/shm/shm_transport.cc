@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "transport/shm/shm_core.h"
 #include "transport/shm/cross_memory.h"
+#include "transport/shm/shm_core.h"
 #include "transport/window.h"
 
 namespace ringguard {
@@ -78,9 +78,9 @@ class ShmTransport final : public Transport {
           return shm::readCrossMemory(pids[size_t(r)], r, address, dst, bytes);
         };
       }
-      windows_ = std::make_unique<Windows>(rank(), WindowLayout::of(windowCapacity, size()), std::move(base),
-                                           [c](int r) { c->segment(r).raise(); }, std::move(cross),
-                                           singleCopy.fromBytes);
+      windows_ = std::make_unique<Windows>(
+          rank(), WindowLayout::of(windowCapacity, size()), std::move(base),
+          [c](int r) { c->segment(r).raise(); }, std::move(cross), singleCopy.fromBytes);
     }
   }
   ~ShmTransport() override {
