@@ -11,7 +11,6 @@
 #include "algorithms/window_seal.h"
 #include "algorithms/window_wait.h"
 #include "core/fault_injector.h"
-#include "core/stream_copy.h"
 #include "ringguard/core/crc32.h"
 #include "transport/window.h"
 
@@ -90,7 +89,7 @@ void publish(const CollectiveContext& ctx, const Windows& w, uint64_t e, uint32_
       }
       // The CRC of the source, so a copy damaged on its way into the window fails the readers' check.
       const uint32_t crc = crc32(src + at, len);
-      if (part.address == 0) streamCopy(data + part.offset + at, src + at, len);
+      if (part.address == 0) w.copyIn(data + part.offset + at, src + at, len);
       ChunkEntry& c = w.chunk(me, e, size_t(part.firstChunk + k));
       c.trailer = makeTrailer(SliceId{ctx.seq, step, slice, uint32_t(me), uint32_t(len), 0}, crc, 0);
       c.epoch.store(e, std::memory_order_release);

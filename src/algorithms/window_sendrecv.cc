@@ -12,7 +12,6 @@
 #include "algorithms/window_wait.h"
 #include "core/fault_injector.h"
 #include "core/repair.h"
-#include "core/stream_copy.h"
 #include "ringguard/core/crc32.h"
 
 namespace ringguard {
@@ -133,7 +132,7 @@ void publishSlot(const CollectiveContext& ctx, int dst, uint64_t seq, const Fing
   // (docs/design/protocol.md, "Single-copy read"): the caller's send waits for the acknowledgement anyway.
   const bool byAddress = bytes > 0 && w.publishesMessageByAddress(bytes);
   h.address = byAddress ? uint64_t(uintptr_t(data)) : 0;
-  if (bytes > 0 && !byAddress) streamCopy(w.slotData(me, dst), data, bytes);
+  if (bytes > 0 && !byAddress) w.copyIn(w.slotData(me, dst), data, bytes);
   h.trailer = makeTrailer(SliceId{seq, 0, 0, uint32_t(me), uint32_t(bytes), 0}, crc, 0);
   h.message.store(seq + 1, std::memory_order_release);
   ctx.counters->slicesSent++;

@@ -26,10 +26,12 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <vector>
 
 #include "core/fingerprint.h"
+#include "core/stream_copy.h"
 #include "core/trailer.h"
 #include "ringguard/core/status.h"
 
@@ -159,14 +161,18 @@ class Windows {
   // base[r]: rank r's window (this rank's own at base[rank]); `wake(r)` rings rank r's doorbell.
   // `crossRead` (may be empty: none) reads a peer's process memory; this rank publishes large payloads by
   // address instead of copying them into its window, from `singleCopyBytes` (> 0; 0: never) on.
+  // `streamCopies`: copies into this rank's window use non-temporal stores (core/stream_copy.h), which pay
+  // where every rank has a core of its own (the reader is on another core); where ranks share cores, the
+  // reader often runs on the writer's core next and finds the bytes in its cache instead.
   Windows(int rank, const WindowLayout& layout, std::vector<uint8_t*> base, std::function<void(int)> wake,
-          CrossRead crossRead = nullptr, size_t singleCopyBytes = 0)
+          CrossRead crossRead = nullptr, size_t singleCopyBytes = 0, bool streamCopies = false)
       : rank_(rank),
         layout_(layout),
         base_(std::move(base)),
         wake_(std::move(wake)),
         crossRead_(std::move(crossRead)),
-        singleCopyBytes_(crossRead_ ? singleCopyBytes : 0) {}
+        singleCopyBytes_(crossRead_ ? singleCopyBytes : 0),
+        streamCopies_(streamCopies) {}
 
   int rank() const { return rank_; }
   int size() const { return int(base_.size()); }
@@ -191,6 +197,14 @@ class Windows {
     return reinterpret_cast<SlotAck*>(base_[size_t(r)] + layout_.acksAt)[from];
   }
   void wake(int r) const { wake_(r); }
+  // Copies `bytes` of this rank's payload into its own window (or slot), where peers read them next.
+  void copyIn(void* dst, const void* src, size_t bytes) const {
+    if (streamCopies_) {
+      streamCopy(dst, src, bytes);
+    } else {
+      std::memcpy(dst, src, bytes);
+    }
+  }
 
   // Whether peers' memory can be read (every rank of the group agreed at setup).
   bool crossReadable() const { return bool(crossRead_); }
@@ -225,6 +239,7 @@ class Windows {
   const std::function<void(int)> wake_;
   const CrossRead crossRead_;
   const size_t singleCopyBytes_;
+  const bool streamCopies_;
   uint64_t epoch_ = 0;
 };
 

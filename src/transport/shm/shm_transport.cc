@@ -1,5 +1,7 @@
 #include "transport/shm/shm_transport.h"
 
+#include <sched.h>
+
 #include <algorithm>
 
 #include "transport/shm/cross_memory.h"
@@ -78,9 +80,12 @@ class ShmTransport final : public Transport {
           return shm::readCrossMemory(pids[size_t(r)], r, address, dst, bytes);
         };
       }
+      // Every rank of the group is on this host: a core each when there are at least as many as ranks.
+      cpu_set_t cpus;
+      const bool coreEach = sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) >= size();
       windows_ = std::make_unique<Windows>(
           rank(), WindowLayout::of(windowCapacity, size()), std::move(base),
-          [c](int r) { c->segment(r).raise(); }, std::move(cross), singleCopy.fromBytes);
+          [c](int r) { c->segment(r).raise(); }, std::move(cross), singleCopy.fromBytes, coreEach);
     }
   }
   ~ShmTransport() override {
