@@ -18,9 +18,6 @@ namespace ringguard {
 
 namespace {
 
-// How much of a part a reader asks for at once when it finds the part's table entry.
-constexpr size_t kPrefetchBytes = size_t(4) << 10;
-
 std::string where(const CollectiveContext& ctx) {
   return std::string(ctx.name) + " seq " + std::to_string(ctx.seq) + " on rank " +
          std::to_string(ctx.transport->rank());
@@ -269,10 +266,6 @@ Status readPart(const CollectiveContext& ctx, const Windows& w, uint64_t e, uint
   }
   if (part.address != 0) return readPartByAddress(ctx, w, e, step, p, part, dst, at, spill, failure);
   const uint8_t* data = w.data(p, e) + part.offset;
-  // The first chunk's entry and bytes, fetched together rather than one miss after the other (a small
-  // collective's time is mostly such misses between the cores).
-  __builtin_prefetch(&w.chunk(p, e, size_t(part.firstChunk)));
-  for (size_t at = 0; at < std::min(bytes, kPrefetchBytes); at += 64) __builtin_prefetch(data + at);
   const bool inPlace = at != nullptr;
   if (inPlace) *at = data;
   const int reads = std::max(1, ctx.options->maxRetries + 1);
@@ -406,8 +399,6 @@ Status windowExchange(const CollectiveContext& ctx, const Fingerprint& mine,
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
     RINGGUARD_RETURN_IF_ERROR(readSeal(ctx, w, e, mine, p, &all[size_t(p)]));
-    // The part table is final once the seal is published: its line travels while the other seals are read.
-    __builtin_prefetch(&w.part(p, e, me));
     everyone = everyone && all[size_t(p)].declined == 0;
   }
   // The same error on every rank: the lowest rank against the lowest rank that differs from it.
