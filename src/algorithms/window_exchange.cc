@@ -150,6 +150,16 @@ Status readSeal(const CollectiveContext& ctx, const Windows& w, uint64_t e, cons
                                              std::to_string(reads) + " reads");
 }
 
+// A chunk of peer p's publication that failed every read: the error every rank returns (the settle).
+Status chunkCorrupt(const CollectiveContext& ctx, int p, uint32_t step, uint32_t slice, int reads,
+                    SliceCheck check) {
+  return Status(StatusCode::kCorruption, where(ctx) + ": chunk " + std::to_string(slice) + " of rank " +
+                                             std::to_string(p) + "'s window" +
+                                             (step > 0 ? " (step " + std::to_string(step) + ")" : "") +
+                                             " failed verification on all " + std::to_string(reads) +
+                                             " reads (" + sliceCheckName(check) + ")");
+}
+
 // Peer p's part published by address (partReadable already held): as its chunks' CRCs are published, the
 // run of chunks published so far is read in one single-copy read from p's buffer into `dst` (or `spill`,
 // where the caller reads in place: *at then points there), so the reads overlap p's CRCs as window reads
@@ -218,11 +228,7 @@ Status readPartByAddress(const CollectiveContext& ctx, const Windows& w, uint64_
         if (!isLinkFailure(check)) break;
       }
       if (isLinkFailure(check)) {
-        *failure = Status(StatusCode::kCorruption,
-                          where(ctx) + ": chunk " + std::to_string(slice) + " of rank " + std::to_string(p) +
-                              "'s window" + (step > 0 ? " (step " + std::to_string(step) + ")" : "") +
-                              " failed verification on all " + std::to_string(reads) + " reads (" +
-                              sliceCheckName(check) + ")");
+        *failure = chunkCorrupt(ctx, p, step, slice, reads, check);
         return Status::ok();
       }
     }
@@ -306,11 +312,7 @@ Status readPart(const CollectiveContext& ctx, const Windows& w, uint64_t e, uint
       if (!isLinkFailure(check)) break;
     }
     if (isLinkFailure(check)) {
-      *failure = Status(StatusCode::kCorruption,
-                        where(ctx) + ": chunk " + std::to_string(slice) + " of rank " + std::to_string(p) +
-                            "'s window" + (step > 0 ? " (step " + std::to_string(step) + ")" : "") +
-                            " failed verification on all " + std::to_string(reads) + " reads (" +
-                            sliceCheckName(check) + ")");
+      *failure = chunkCorrupt(ctx, p, step, slice, reads, check);
       return Status::ok();
     }
     if (copied && inPlace && dst == nullptr) {
