@@ -150,7 +150,9 @@ SETTINGS: Tuple[Setting, ...] = (
             "straight from the publisher's buffer (Linux process_vm_readv) and checks their CRC, instead of "
             "the publisher copying them into its shared-memory window first. Used only where every rank of "
             "the group can read every other's memory (checked at setup); otherwise, or with 0, every payload "
-            "is copied through the windows. In [0, 1099511627776]."),
+            "is copied through the windows. Unset, the default holds only where every rank of the group can "
+            "have a core of its own (where ranks share cores, copying through the windows is faster). In [0, "
+            "1099511627776]."),
     Setting("RINGGUARD_POOL_RELEASE_BYTES", "pool_release_bytes", "unsigned", "268435456", 0, 281474976710656,
             (),
             "[0, 281474976710656]",
@@ -369,7 +371,9 @@ class Fields:
     read single-copy: the reader copies them straight from the publisher's buffer (Linux
     process_vm_readv) and checks their CRC, instead of the publisher copying them into its shared-memory
     window first. Used only where every rank of the group can read every other's memory (checked at
-    setup); otherwise, or with 0, every payload is copied through the windows. In [0, 1099511627776]."""
+    setup); otherwise, or with 0, every payload is copied through the windows. Unset, the default holds
+    only where every rank of the group can have a core of its own (where ranks share cores, copying
+    through the windows is faster). In [0, 1099511627776]."""
 
     pool_release_bytes: Optional[int] = None
     """``RINGGUARD_POOL_RELEASE_BYTES``, default ``268435456``. Release threshold of the device memory

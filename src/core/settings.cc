@@ -241,7 +241,8 @@ std::vector<Setting> declarations() {
           "from the publisher's buffer (Linux process_vm_readv) and checks their CRC, instead of the "
           "publisher copying them into its shared-memory window first. Used only where every rank of the "
           "group can read every other's memory (checked at setup); otherwise, or with 0, every payload is "
-          "copied through the windows.")
+          "copied through the windows. Unset, the default holds only where every rank of the group can have "
+          "a core of its own (where ranks share cores, copying through the windows is faster).")
           .group("shm_single_copy_bytes"),
       unsignedSetting("RINGGUARD_POOL_RELEASE_BYTES", "268435456", 0, uint64_t(1) << 48,
                       "Release threshold of the device memory pool: freed memory it may keep cached across "

@@ -44,16 +44,21 @@ struct Connected {
   std::vector<std::chrono::microseconds> poll;  // each transport's pollBeforeBlocking
   std::vector<bool> windows;                    // whether each transport offers windows
   std::vector<bool> crossReadable;              // whether they read peers' memory (single-copy reads)
+  std::vector<bool> publishes64K;               // whether they publish a 64 KiB send/recv message so
 };
 // windows[r]: rank r's RINGGUARD_SHM_WINDOW_BYTES (none given: 0 on every rank); singleCopy[r] its
-// RINGGUARD_SHM_SINGLE_COPY_BYTES (none given: 0).
+// RINGGUARD_SHM_SINGLE_COPY_BYTES (none given: 0), set explicitly where `setSingleCopy`.
 Connected connectAll(const std::vector<std::string>& modes, const std::vector<size_t>& rings,
                      std::chrono::microseconds spin = std::chrono::microseconds(0),
-                     const std::vector<size_t>& windows = {}, const std::vector<size_t>& singleCopy = {}) {
+                     const std::vector<size_t>& windows = {}, const std::vector<size_t>& singleCopy = {},
+                     bool setSingleCopy = false) {
   const int n = int(modes.size());
   testing::Board board(n);
-  Connected out{std::vector<Status>(size_t(n)), std::vector<std::string>(size_t(n)),
-                std::vector<std::chrono::microseconds>(size_t(n)), std::vector<bool>(size_t(n)),
+  Connected out{std::vector<Status>(size_t(n)),
+                std::vector<std::string>(size_t(n)),
+                std::vector<std::chrono::microseconds>(size_t(n)),
+                std::vector<bool>(size_t(n)),
+                std::vector<bool>(size_t(n)),
                 std::vector<bool>(size_t(n))};
   testing::runRanks(n, [&](int r) {
     testing::MemoryBootstrap b(&board, r);
@@ -67,6 +72,7 @@ Connected connectAll(const std::vector<std::string>& modes, const std::vector<si
     c.ringBytes = rings[size_t(r)];
     c.windowBytes = windows.empty() ? 0 : windows[size_t(r)];
     c.singleCopyBytes = singleCopy.empty() ? 0 : singleCopy[size_t(r)];
+    c.singleCopySet = setSingleCopy;
     c.timeout = std::chrono::milliseconds(20000);
     c.spin = spin;
     // A value the caller could not use (mpiSharedMemory, cpuSharedMemory): the text stands for itself.
@@ -77,6 +83,8 @@ Connected connectAll(const std::vector<std::string>& modes, const std::vector<si
     out.poll[size_t(r)] = t ? t->pollBeforeBlocking() : std::chrono::microseconds(-1);
     out.windows[size_t(r)] = t && t->windows() != nullptr;
     out.crossReadable[size_t(r)] = t && t->windows() != nullptr && t->windows()->crossReadable();
+    out.publishes64K[size_t(r)] =
+        t && t->windows() != nullptr && t->windows()->publishesMessageByAddress(size_t(64) << 10);
   });
   return out;
 }
@@ -213,6 +221,15 @@ TEST(ShmTransport, SingleCopyReadsOnlyWhereEveryRankHasThem) {
     EXPECT_FALSE(one.crossReadable[size_t(r)]) << "rank " << r << ": rank 1 has them off";
   }
   for (int r = 0; r < 2; ++r) EXPECT_FALSE(none.crossReadable[size_t(r)]) << "rank " << r;
+  // The default publishes by address only where every rank can have a core of its own; a value set is
+  // used as given.
+  const Connected set =
+      connectAll({"auto", "auto", "auto"}, {4096, 4096, 4096}, {}, {w, w, w}, {on, on, on}, true);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(all.publishes64K[size_t(r)], coreForEachRank(3)) << "rank " << r;
+    EXPECT_TRUE(set.publishes64K[size_t(r)]) << "rank " << r;
+    EXPECT_FALSE(one.publishes64K[size_t(r)]) << "rank " << r;
+  }
 }
 
 // The probe and the read: a pid that is not the process that published (another pid namespace shows another

@@ -80,12 +80,10 @@ class ShmTransport final : public Transport {
           return shm::readCrossMemory(pids[size_t(r)], r, address, dst, bytes);
         };
       }
-      // Every rank of the group is on this host: a core each when there are at least as many as ranks.
-      cpu_set_t cpus;
-      const bool coreEach = sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) >= size();
       windows_ = std::make_unique<Windows>(
           rank(), WindowLayout::of(windowCapacity, size()), std::move(base),
-          [c](int r) { c->segment(r).raise(); }, std::move(cross), singleCopy.fromBytes, coreEach);
+          [c](int r) { c->segment(r).raise(); }, std::move(cross), singleCopy.fromBytes,
+          coreForEachRank(size()));
     }
   }
   ~ShmTransport() override {
@@ -157,6 +155,11 @@ std::unique_ptr<Transport> makeShmTransport(std::unique_ptr<Transport> host,
                                             SingleCopy singleCopy) {
   return std::make_unique<ShmTransport>(std::move(host), std::move(own), std::move(peers), sendTimeout, spin,
                                         windowCapacity, std::move(singleCopy));
+}
+
+bool coreForEachRank(int ranks) {
+  cpu_set_t cpus;
+  return sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) >= ranks;
 }
 
 size_t shmWindowBytes(size_t windowCapacity, int size) {

@@ -47,6 +47,9 @@ struct SharedMemoryChoice {
   // the publisher's buffer, where every rank can read every other's process memory
   // (RINGGUARD_SHM_SINGLE_COPY_BYTES; 0: never, every rank keeps copying through its window).
   size_t singleCopyBytes = 0;
+  // Whether RINGGUARD_SHM_SINGLE_COPY_BYTES was set: the default holds only where every rank has a core of
+  // its own (coreForEachRank), a value set is used as given.
+  bool singleCopySet = false;
   // Why this rank's settings cannot be used (a value out of range, a choice the bootstrap refuses), or OK.
   // connectSharedMemory publishes it in its first exchange, so every rank fails with it instead of waiting
   // for a rank that stopped before the exchange.
@@ -92,6 +95,12 @@ std::unique_ptr<Transport> makeShmTransport(std::unique_ptr<Transport> host,
                                             std::chrono::milliseconds sendTimeout,
                                             std::chrono::microseconds spin = std::chrono::microseconds(0),
                                             size_t windowCapacity = 0, SingleCopy singleCopy = {});
+
+// Whether this process may run on at least `ranks` cores (every rank of a shared-memory group is on this
+// host): then each rank can have a core of its own, and a peer reads what this rank wrote from another
+// core's cache, which streaming stores and single-copy reads pay off for. Where ranks share cores, a reader
+// often runs next on the writer's core and finds the bytes in its cache (docs/PERFORMANCE.md, issue 45).
+bool coreForEachRank(int ranks);
 
 // Bytes of a segment's window for `windowCapacity` payload bytes per half (0: none).
 size_t shmWindowBytes(size_t windowCapacity, int size);
