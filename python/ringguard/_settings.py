@@ -142,6 +142,17 @@ SETTINGS: Tuple[Setting, ...] = (
             "protocol (no control frame when nothing fails); a larger one, or every one with 0, the two-sided "
             "ring. Send/recv messages up to 64 KiB (or the half, if smaller) travel in a slot per peer after "
             "the halves. Every rank of a group must set the same. In [0, 1073741824]."),
+    Setting("RINGGUARD_SHM_SINGLE_COPY_BYTES", "shm_single_copy_bytes", "unsigned", "65536", 0, 1099511627776,
+            (),
+            "[0, 1099511627776]",
+            "Send/recv messages of at least this many bytes, and one-sided collective blocks (all-gather, "
+            "broadcast, all-to-all) of at least twice it, are read single-copy: the reader copies them "
+            "straight from the publisher's buffer (Linux process_vm_readv) and checks their CRC, instead of "
+            "the publisher copying them into its shared-memory window first. Used only where every rank of "
+            "the group can read every other's memory (checked at setup); otherwise, or with 0, every payload "
+            "is copied through the windows. Unset, the default holds only where every rank of the group can "
+            "have a core of its own (where ranks share cores, copying through the windows is faster). In [0, "
+            "1099511627776]."),
     Setting("RINGGUARD_POOL_RELEASE_BYTES", "pool_release_bytes", "unsigned", "268435456", 0, 281474976710656,
             (),
             "[0, 281474976710656]",
@@ -360,6 +371,16 @@ class Fields:
     larger one, or every one with 0, the two-sided ring. Send/recv messages up to 64 KiB (or the half,
     if smaller) travel in a slot per peer after the halves. Every rank of a group must set the same. In
     [0, 1073741824]."""
+
+    shm_single_copy_bytes: Optional[int] = None
+    """``RINGGUARD_SHM_SINGLE_COPY_BYTES``, default ``65536``. Send/recv messages of at least this many
+    bytes, and one-sided collective blocks (all-gather, broadcast, all-to-all) of at least twice it, are
+    read single-copy: the reader copies them straight from the publisher's buffer (Linux
+    process_vm_readv) and checks their CRC, instead of the publisher copying them into its shared-memory
+    window first. Used only where every rank of the group can read every other's memory (checked at
+    setup); otherwise, or with 0, every payload is copied through the windows. Unset, the default holds
+    only where every rank of the group can have a core of its own (where ranks share cores, copying
+    through the windows is faster). In [0, 1099511627776]."""
 
     pool_release_bytes: Optional[int] = None
     """``RINGGUARD_POOL_RELEASE_BYTES``, default ``268435456``. Release threshold of the device memory

@@ -26,8 +26,12 @@ std::string where(const CollectiveContext& ctx) {
 // This rank's publication of epoch `e`: the part table (one entry per reader; payloads that are the same
 // bytes for several readers share one part), the fingerprint, then the chunks, each visible to readers as
 // soon as its epoch is stored.
+// A part of `readersCopy` (the readers copy it into their output, not read it in place) and as large as
+// Windows::publishesPartByAddress says is published by address: its bytes stay in the caller's buffer, which
+// the readers copy straight into theirs (docs/design/protocol.md, "Single-copy read"); its chunks' CRCs and
+// epochs are published as for bytes in the window.
 void publish(const CollectiveContext& ctx, const Windows& w, uint64_t e, uint32_t step,
-             const Fingerprint& mine, const std::vector<EagerPayload>& out, bool offered) {
+             const Fingerprint& mine, const std::vector<EagerPayload>& out, bool offered, bool readersCopy) {
   const int n = w.size(), me = w.rank();
   const WindowLayout& layout = w.layout();
   std::vector<int> ownerOf(size_t(n), -1);  // the reader whose part a reader's payload shares
@@ -36,7 +40,7 @@ void publish(const CollectiveContext& ctx, const Windows& w, uint64_t e, uint32_
     PartEntry& part = w.part(me, e, r);
     const EagerPayload& o = out[size_t(r)];
     if (r == me || o.bytes == 0 || !offered) {
-      part = PartEntry{0, 0, 0};
+      part = PartEntry{0, 0, 0, 0};
       continue;
     }
     for (int q = 0; q < r; ++q) {
@@ -49,8 +53,12 @@ void publish(const CollectiveContext& ctx, const Windows& w, uint64_t e, uint32_
       part = w.part(me, e, ownerOf[size_t(r)]);
       continue;
     }
-    part = PartEntry{offset, o.bytes, chunk};
-    offset += (o.bytes + 63) / 64 * 64;
+    if (readersCopy && w.publishesPartByAddress(o.bytes)) {
+      part = PartEntry{0, o.bytes, chunk, uint64_t(uintptr_t(o.data))};
+    } else {
+      part = PartEntry{offset, o.bytes, chunk, 0};
+      offset += (o.bytes + 63) / 64 * 64;
+    }
     chunk += layout.chunksOf(o.bytes);
   }
   HalfHeader& h = w.half(me, e);
@@ -81,7 +89,7 @@ void publish(const CollectiveContext& ctx, const Windows& w, uint64_t e, uint32_
       }
       // The CRC of the source, so a copy damaged on its way into the window fails the readers' check.
       const uint32_t crc = crc32(src + at, len);
-      std::memcpy(data + part.offset + at, src + at, len);
+      if (part.address == 0) w.copyIn(data + part.offset + at, src + at, len);
       ChunkEntry& c = w.chunk(me, e, size_t(part.firstChunk + k));
       c.trailer = makeTrailer(SliceId{ctx.seq, step, slice, uint32_t(me), uint32_t(len), 0}, crc, 0);
       c.epoch.store(e, std::memory_order_release);
@@ -142,6 +150,92 @@ Status readSeal(const CollectiveContext& ctx, const Windows& w, uint64_t e, cons
                                              std::to_string(reads) + " reads");
 }
 
+// A chunk of peer p's publication that failed every read: the error every rank returns (the settle).
+Status chunkCorrupt(const CollectiveContext& ctx, int p, uint32_t step, uint32_t slice, int reads,
+                    SliceCheck check) {
+  return Status(StatusCode::kCorruption, where(ctx) + ": chunk " + std::to_string(slice) + " of rank " +
+                                             std::to_string(p) + "'s window" +
+                                             (step > 0 ? " (step " + std::to_string(step) + ")" : "") +
+                                             " failed verification on all " + std::to_string(reads) +
+                                             " reads (" + sliceCheckName(check) + ")");
+}
+
+// Peer p's part published by address (partReadable already held): as its chunks' CRCs are published, the
+// run of chunks published so far is read in one single-copy read from p's buffer into `dst` (or `spill`,
+// where the caller reads in place: *at then points there), so the reads overlap p's CRCs as window reads
+// overlap p's copies; then each chunk is checked as a ring slice where it landed and re-read from p's
+// buffer when it fails. p's buffer stays valid until this rank settled (p returns only then). A read the
+// kernel refuses (an address p's process does not map, a process gone) is a kTransportError naming p in
+// *failure; a chunk corrupt on every read a kCorruption, as for bytes in the window.
+Status readPartByAddress(const CollectiveContext& ctx, const Windows& w, uint64_t e, uint32_t step, int p,
+                         const PartEntry& part, uint8_t* dst, const uint8_t** at, std::vector<uint8_t>* spill,
+                         Status* failure) {
+  const WindowLayout& layout = w.layout();
+  const size_t bytes = size_t(part.bytes);
+  if (!w.crossReadable() || !sourceReadable(part.address, bytes)) {
+    *failure = Status(StatusCode::kTransportError,
+                      where(ctx) + ": rank " + std::to_string(p) + "'s window gives this rank " +
+                          std::to_string(bytes) + " bytes at address " + std::to_string(part.address) +
+                          (w.crossReadable() ? ", a range that wraps"
+                                             : " in its process, which this rank cannot read (no single-copy "
+                                               "reads in this group)"));
+    return Status::ok();
+  }
+  if (dst == nullptr) {
+    spill->resize(bytes);
+    dst = spill->data();
+  }
+  if (at != nullptr) *at = dst;
+  // The kernel's refusal, named in this collective's words.
+  const auto crossRead = [&](size_t off, size_t len) {
+    const Status st = w.crossRead(p, part.address + off, dst + off, len);
+    if (!st.isOk()) *failure = Status(st.code(), where(ctx) + ": " + st.message());
+    return st.isOk();
+  };
+  const auto published = [&w, p, e, &part](size_t k) {
+    return w.chunk(p, e, size_t(part.firstChunk + k)).epoch.load(std::memory_order_acquire) == e;
+  };
+  const size_t chunks = layout.chunksOf(bytes);
+  const int reads = std::max(1, ctx.options->maxRetries + 1);
+  for (size_t k = 0; k < chunks;) {
+    const uint32_t first = uint32_t(part.firstChunk + k);
+    RINGGUARD_RETURN_IF_ERROR(waitUntil(
+        ctx, [&published, k] { return published(k); },
+        [p, first] {
+          return "chunk " + std::to_string(first) + " in rank " + std::to_string(p) + "'s window";
+        },
+        p));
+    size_t end = k + 1;
+    while (end < chunks && published(end)) ++end;
+    const size_t runAt = k * kWindowChunkBytes;
+    if (!crossRead(runAt, std::min(bytes, end * kWindowChunkBytes) - runAt)) return Status::ok();
+    for (; k < end; ++k) {
+      const size_t off = k * kWindowChunkBytes;
+      const size_t len = std::min(kWindowChunkBytes, bytes - off);
+      const uint32_t slice = uint32_t(part.firstChunk + k);
+      const SliceId expected{ctx.seq, step, slice, uint32_t(p), uint32_t(len), 0};
+      SliceCheck check = SliceCheck::kOk;
+      for (int attempt = 0; attempt < reads; ++attempt) {
+        if (attempt > 0) {
+          ctx.counters->retransmitted++;  // re-read from the buffer the peer keeps until the settle
+          if (!crossRead(off, len)) return Status::ok();
+        }
+        EagerView view;
+        view.payload = dst + off;
+        view.bytes = len;
+        view.trailer = w.chunk(p, e, size_t(slice)).trailer;  // read once: the check and the verdict use it
+        check = verifyEagerPayload(ctx, expected, view, ctx.counters, attempt);
+        if (!isLinkFailure(check)) break;
+      }
+      if (isLinkFailure(check)) {
+        *failure = chunkCorrupt(ctx, p, step, slice, reads, check);
+        return Status::ok();
+      }
+    }
+  }
+  return Status::ok();
+}
+
 // Peer p's part for this rank (`bytes`, what the agreed arguments say): the part table entry bounds-checked,
 // then chunk by chunk as each is published, verified, re-read on a failure. Copied into `dst`, or, where
 // `at` is given, verified where it lies and not copied: *at then points at it in p's window, which p leaves
@@ -176,6 +270,7 @@ Status readPart(const CollectiveContext& ctx, const Windows& w, uint64_t e, uint
                                 std::to_string(layout.maxChunks) + " chunks");
     return Status::ok();
   }
+  if (part.address != 0) return readPartByAddress(ctx, w, e, step, p, part, dst, at, spill, failure);
   const uint8_t* data = w.data(p, e) + part.offset;
   const bool inPlace = at != nullptr;
   if (inPlace) *at = data;
@@ -217,11 +312,7 @@ Status readPart(const CollectiveContext& ctx, const Windows& w, uint64_t e, uint
       if (!isLinkFailure(check)) break;
     }
     if (isLinkFailure(check)) {
-      *failure = Status(StatusCode::kCorruption,
-                        where(ctx) + ": chunk " + std::to_string(slice) + " of rank " + std::to_string(p) +
-                            "'s window" + (step > 0 ? " (step " + std::to_string(step) + ")" : "") +
-                            " failed verification on all " + std::to_string(reads) + " reads (" +
-                            sliceCheckName(check) + ")");
+      *failure = chunkCorrupt(ctx, p, step, slice, reads, check);
       return Status::ok();
     }
     if (copied && inPlace && dst == nullptr) {
@@ -301,7 +392,7 @@ Status windowExchange(const CollectiveContext& ctx, const Fingerprint& mine,
   const uint64_t e = w.nextEpoch();
   // Half e & 1 is free: every peer finished reading this rank's epoch e - 1 (and e - 2) before the settle
   // of e - 1 let this rank return, or, where the payloads did not travel, before it published e - 1.
-  publish(ctx, w, e, reads.step, mine, out, offered);
+  publish(ctx, w, e, reads.step, mine, out, offered, /*readersCopy=*/reads.at == nullptr);
 
   std::vector<HalfSeal> all(static_cast<size_t>(n));
   all[size_t(me)].fingerprint = mine;

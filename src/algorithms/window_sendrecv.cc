@@ -59,12 +59,27 @@ Status readPayload(const CollectiveContext& ctx, const Windows& w, int src, uint
   const int me = w.rank();
   const SlotHeader& h = w.slot(src, me);
   const uint8_t* data = w.slotData(src, me);
+  // Published by address (single-copy read): read once, and only where this rank can read the sender's
+  // memory; the length is this rank's own.
+  const uint64_t address = h.address;
+  if (address != 0 && (!w.crossReadable() || !sourceReadable(address, bytes))) {
+    return Status(StatusCode::kTransportError,
+                  prefix(seq) + "rank " + std::to_string(src) + "'s slot gives its payload at address " +
+                      std::to_string(address) + " in its process, which this rank cannot read " +
+                      (w.crossReadable() ? "as " + std::to_string(bytes) + " bytes (a range that wraps)"
+                                         : "(no single-copy reads in this group)"));
+  }
   const SliceId expected{seq, 0, 0, uint32_t(src), uint32_t(bytes), 0};
   const int reads = std::max(1, ctx.options->maxRetries + 1);
   SliceCheck check = SliceCheck::kOk;
   for (int attempt = 0; attempt < reads; ++attempt) {
-    if (attempt > 0) ctx.counters->retransmitted++;  // re-read from the slot the sender retains
-    if (bytes > 0) std::memcpy(dst, data, bytes);    // an empty message may have no buffer
+    // Re-read from the slot, or the buffer, that the sender retains until this rank acknowledged.
+    if (attempt > 0) ctx.counters->retransmitted++;
+    if (address != 0 && bytes > 0) {
+      RINGGUARD_RETURN_IF_ERROR(w.crossRead(src, address, dst, bytes));
+    } else if (bytes > 0) {
+      std::memcpy(dst, data, bytes);  // an empty message may have no buffer
+    }
     EagerView view;
     view.payload = dst;
     view.bytes = bytes;
@@ -113,7 +128,11 @@ void publishSlot(const CollectiveContext& ctx, int dst, uint64_t seq, const Fing
   std::memcpy(&h.seal, &seal, sizeof seal);
   // The CRC of the source, so a copy damaged on its way into the slot fails the receiver's check.
   const uint32_t crc = crc32(data, bytes);
-  if (bytes > 0) std::memcpy(w.slotData(me, dst), data, bytes);
+  // A large message stays in the caller's buffer, which the receiver reads straight into its own
+  // (docs/design/protocol.md, "Single-copy read"): the caller's send waits for the acknowledgement anyway.
+  const bool byAddress = bytes > 0 && w.publishesMessageByAddress(bytes);
+  h.address = byAddress ? uint64_t(uintptr_t(data)) : 0;
+  if (bytes > 0 && !byAddress) w.copyIn(w.slotData(me, dst), data, bytes);
   h.trailer = makeTrailer(SliceId{seq, 0, 0, uint32_t(me), uint32_t(bytes), 0}, crc, 0);
   h.message.store(seq + 1, std::memory_order_release);
   ctx.counters->slicesSent++;

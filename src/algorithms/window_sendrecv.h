@@ -22,7 +22,9 @@ namespace ringguard {
 bool runsInSlot(const CollectiveContext& ctx, const Executor& exec, size_t bytes);
 
 // Publishes message number `seq` (fingerprint `f`, `bytes` at `data`) in this rank's slot for `dst`, and
-// rings dst. The slot is free: the previous message in it was acknowledged before its send returned.
+// rings dst. The slot is free: the previous message in it was acknowledged before its send returned. A
+// message Windows::publishesMessageByAddress takes stays at `data`, which the receiver reads single-copy:
+// `data` must stay unchanged until awaitSlotAck returned.
 void publishSlot(const CollectiveContext& ctx, int dst, uint64_t seq, const Fingerprint& f, const void* data,
                  size_t bytes);
 

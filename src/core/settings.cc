@@ -233,6 +233,17 @@ std::vector<Setting> declarations() {
           "every one with 0, the two-sided ring. Send/recv messages up to 64 KiB (or the half, if "
           "smaller) travel in a slot per peer after the halves. Every rank of a group must set the same.")
           .group("shm_window_bytes"),
+      unsignedSetting(
+          "RINGGUARD_SHM_SINGLE_COPY_BYTES", "65536", 0, uint64_t(1) << 40,
+          "Send/recv messages of at least this many bytes, and one-sided collective blocks (all-gather, "
+          "broadcast, all-to-all) of at least twice it, are read single-copy: the reader copies them "
+          "straight "
+          "from the publisher's buffer (Linux process_vm_readv) and checks their CRC, instead of the "
+          "publisher copying them into its shared-memory window first. Used only where every rank of the "
+          "group can read every other's memory (checked at setup); otherwise, or with 0, every payload is "
+          "copied through the windows. Unset, the default holds only where every rank of the group can have "
+          "a core of its own (where ranks share cores, copying through the windows is faster).")
+          .group("shm_single_copy_bytes"),
       unsignedSetting("RINGGUARD_POOL_RELEASE_BYTES", "268435456", 0, uint64_t(1) << 48,
                       "Release threshold of the device memory pool: freed memory it may keep cached across "
                       "synchronisations; the rest goes back to the driver (and so to PyTorch's allocator).")

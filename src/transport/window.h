@@ -18,15 +18,22 @@
 // Everything a peer wrote is read as untrusted: epochs are compared for equality, chunk entries are
 // trailers checked like ring slices, the fingerprint carries its CRC, a part table entry is bounds-checked
 // (partReadable) before any byte it names is read, and a peer's error text is read within its bounds.
+// Single-copy reads (docs/design/protocol.md, "Single-copy read"): where the transport can read a peer's
+// process memory (Windows::crossRead), a publisher may leave a large part's bytes in its own buffer and
+// publish their address instead (PartEntry::address, SlotHeader::address); readers copy them straight into
+// their output with the length their own arguments give, and check each chunk's CRC as for window bytes.
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <vector>
 
 #include "core/fingerprint.h"
+#include "core/stream_copy.h"
 #include "core/trailer.h"
+#include "ringguard/core/status.h"
 
 namespace ringguard {
 
@@ -64,6 +71,9 @@ struct PartEntry {
   uint64_t offset;  // in the half's data
   uint64_t bytes;
   uint64_t firstChunk;  // its chunks are firstChunk .. firstChunk + chunksOf(bytes) - 1
+  // 0: the bytes are in the window at `offset`; else where they lie in the publisher's process (a
+  // single-copy read: the publisher's buffer, valid until every reader settled)
+  uint64_t address;
 };
 
 struct alignas(64) ChunkEntry {
@@ -87,6 +97,9 @@ struct alignas(64) SlotHeader {
   std::atomic<uint64_t> message;  // the message number + 1, stored (release) once seal, trailer, data are in
   SlotSeal seal;
   Trailer trailer;  // the payload as a ring slice: seq = message number, step 0, slice 0, column = sender
+  // 0: the payload is in the slot's data; else where it lies in the sender's process (single-copy read:
+  // the sender's buffer, valid until the receiver acknowledged)
+  uint64_t address;
 };
 
 // In the receiver's window, one per sender: the last of the sender's messages it took intact (`message`,
@@ -130,12 +143,36 @@ inline bool partReadable(const WindowLayout& l, const PartEntry& p, size_t bytes
 // the layout around it).
 inline bool slotFits(const WindowLayout& l, size_t bytes) { return bytes <= l.slotCapacity; }
 
+// Whether `bytes` at `address`, published by a peer as where its payload lies in its process, can be asked
+// of the kernel: a non-null address whose range does not wrap. Whether the range is mapped in that process
+// is the kernel's to say (a read of a bad range fails, it never touches this process's memory); the length
+// is always this rank's own (tests/fuzz/fuzz_window_part.cc).
+inline bool sourceReadable(uint64_t address, size_t bytes) {
+  return address != 0 && uint64_t(bytes) <= UINT64_MAX - address;
+}
+
+// A single-copy read: `bytes` at `address` in rank r's process into `dst` (this process's), or a
+// kTransportError naming r.
+using CrossRead = std::function<Status(int r, uint64_t address, void* dst, size_t bytes)>;
+
 // Every rank's window of one group, mapped in this process.
 class Windows {
  public:
   // base[r]: rank r's window (this rank's own at base[rank]); `wake(r)` rings rank r's doorbell.
-  Windows(int rank, const WindowLayout& layout, std::vector<uint8_t*> base, std::function<void(int)> wake)
-      : rank_(rank), layout_(layout), base_(std::move(base)), wake_(std::move(wake)) {}
+  // `crossRead` (may be empty: none) reads a peer's process memory; this rank publishes large payloads by
+  // address instead of copying them into its window, from `singleCopyBytes` (> 0; 0: never) on.
+  // `streamCopies`: copies into this rank's window use non-temporal stores (core/stream_copy.h), which pay
+  // where every rank has a core of its own (the reader is on another core); where ranks share cores, the
+  // reader often runs on the writer's core next and finds the bytes in its cache instead.
+  Windows(int rank, const WindowLayout& layout, std::vector<uint8_t*> base, std::function<void(int)> wake,
+          CrossRead crossRead = nullptr, size_t singleCopyBytes = 0, bool streamCopies = false)
+      : rank_(rank),
+        layout_(layout),
+        base_(std::move(base)),
+        wake_(std::move(wake)),
+        crossRead_(std::move(crossRead)),
+        singleCopyBytes_(crossRead_ ? singleCopyBytes : 0),
+        streamCopies_(streamCopies) {}
 
   int rank() const { return rank_; }
   int size() const { return int(base_.size()); }
@@ -160,6 +197,32 @@ class Windows {
     return reinterpret_cast<SlotAck*>(base_[size_t(r)] + layout_.acksAt)[from];
   }
   void wake(int r) const { wake_(r); }
+  // Copies `bytes` of this rank's payload into its own window (or slot), where peers read them next.
+  void copyIn(void* dst, const void* src, size_t bytes) const {
+    if (streamCopies_) {
+      streamCopy(dst, src, bytes);
+    } else {
+      std::memcpy(dst, src, bytes);
+    }
+  }
+
+  // Whether peers' memory can be read (every rank of the group agreed at setup).
+  bool crossReadable() const { return bool(crossRead_); }
+  // Whether this rank publishes a send/recv message of `bytes` by address: from singleCopyBytes. A
+  // collective's part (one its readers copy into their output, not read in place) only from twice that: its
+  // chunks are read while later ones are copied into the window, which hides most of the copy a single-copy
+  // read saves, and the kernel's read costs more than a copy (docs/PERFORMANCE.md, issue 45: a 64 KiB
+  // broadcast at 2 ranks took 0.74x MPI through the window, 0.64x single-copy; a 64 KiB send/recv, whose
+  // message is published whole, 0.58x and 0.73x).
+  bool publishesMessageByAddress(size_t bytes) const {
+    return singleCopyBytes_ > 0 && bytes >= singleCopyBytes_;
+  }
+  bool publishesPartByAddress(size_t bytes) const {
+    return singleCopyBytes_ > 0 && bytes / 2 >= singleCopyBytes_;
+  }
+  Status crossRead(int r, uint64_t address, void* dst, size_t bytes) const {
+    return crossRead_(r, address, dst, bytes);
+  }
 
  private:
   uint8_t* halfBase(int r, uint64_t epoch) const {
@@ -174,6 +237,9 @@ class Windows {
   const WindowLayout layout_;
   const std::vector<uint8_t*> base_;
   const std::function<void(int)> wake_;
+  const CrossRead crossRead_;
+  const size_t singleCopyBytes_;
+  const bool streamCopies_;
   uint64_t epoch_ = 0;
 };
 

@@ -1,7 +1,9 @@
 // A peer's window part table entry (transport/window.h, partReadable): any entry, for any window size and
 // group size, against any expected part size. Input: capacity (uint32), ranks (uint8), expected bytes
-// (uint64), then the entry {offset, bytes, firstChunk} (uint64 each). An accepted entry must name bytes and
-// chunks that lie inside the window, whatever the values (no overflow lets one through). The same input
+// (uint64), then the entry {offset, bytes, firstChunk, address} (uint64 each). An accepted entry must name
+// bytes and chunks that lie inside the window, whatever the values (no overflow lets one through); an
+// address (a single-copy read's source in the publisher's process) is asked of the kernel only as a range
+// that does not wrap. The same input
 // checks the send/recv slots (window_sendrecv.h): a message size slotFits accepts lies inside its slot, and
 // every slot and acknowledgement inside the window.
 #include <cstdint>
@@ -21,6 +23,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   p.offset = in.take<uint64_t>();
   p.bytes = in.take<uint64_t>();
   p.firstChunk = in.take<uint64_t>();
+  p.address = in.take<uint64_t>();
   const WindowLayout l = WindowLayout::of(capacity, ranks);
   RINGGUARD_FUZZ_CHECK(l.dataAt % 64 == 0 && l.halfBytes % 64 == 0 && l.capacity >= capacity);
   RINGGUARD_FUZZ_CHECK(l.slotCapacity <= l.capacity && l.slotCapacity <= kWindowSlotBytes);
@@ -29,6 +32,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   RINGGUARD_FUZZ_CHECK(l.acksAt == l.slotsAt + size_t(ranks) * l.slotBytes);
   RINGGUARD_FUZZ_CHECK(l.bytes == l.acksAt + size_t(ranks) * sizeof(SlotAck));
   if (slotFits(l, size_t(expected))) RINGGUARD_FUZZ_CHECK(expected <= l.slotBytes - sizeof(SlotHeader));
+  if (sourceReadable(p.address, size_t(expected))) {
+    RINGGUARD_FUZZ_CHECK(p.address != 0 && p.address + expected >= p.address);
+  }
   if (!partReadable(l, p, size_t(expected))) return 0;
   RINGGUARD_FUZZ_CHECK(p.bytes == expected);
   // The last byte and the last chunk the reader touches are inside the half.

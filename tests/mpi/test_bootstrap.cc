@@ -157,20 +157,21 @@ TEST(MpiSubCommunicator, AHandleNamingNoCommunicatorIsRefused) {
 // otherwise, and restored after.
 class CpuTransportSetting {
  public:
-  explicit CpuTransportSetting(const char* value) {
-    if (const char* v = std::getenv(kName)) saved_ = v;
-    setenv(kName, value, 1);
+  explicit CpuTransportSetting(const char* value, const char* name = "RINGGUARD_CPU_TRANSPORT")
+      : name_(name) {
+    if (const char* v = std::getenv(name_)) saved_ = v;
+    setenv(name_, value, 1);
   }
   ~CpuTransportSetting() {
     if (saved_.empty()) {
-      unsetenv(kName);
+      unsetenv(name_);
     } else {
-      setenv(kName, saved_.c_str(), 1);
+      setenv(name_, saved_.c_str(), 1);
     }
   }
 
  private:
-  static constexpr const char* kName = "RINGGUARD_CPU_TRANSPORT";
+  const char* name_;
   std::string saved_;
 };
 
@@ -237,6 +238,47 @@ TEST(MpiSharedMemory, RanksThatDisagreeAllFailNamingBoth) {
   EXPECT_NE(st.message().find(worldRank() == 0 ? "rank 1 has auto" : "rank 0 has mpi"), std::string::npos)
       << st.message();
   EXPECT_EQ(comm, nullptr);
+}
+
+// Single-copy reads between the processes of this mpirun (docs/design/protocol.md, "Single-copy read"): an
+// all-gather of 160 KB blocks and a ring of 64 KiB send/recv messages, read with process_vm_readv straight
+// from the publisher's buffer, with damaged reads re-read (detected == injected); and the same where rank 1
+// turns them off (RINGGUARD_SHM_SINGLE_COPY_BYTES=0), which makes every rank copy through the windows.
+// Exact results either way.
+TEST(MpiSharedMemory, SingleCopyReadsAndTheirFallback) {
+  const int n = worldSize(), me = worldRank();
+  for (const char* off : {"65536", "0"}) {
+    CpuTransportSetting setting(me == 1 ? off : "65536", "RINGGUARD_SHM_SINGLE_COPY_BYTES");
+    Options o;
+    o.fault.mode = FaultMode::kBitFlip;
+    o.fault.probability = 0.2;
+    o.fault.seed = 11;
+    o.maxRetries = 5;
+    std::unique_ptr<Communicator> comm;
+    ASSERT_TRUE(mpi::createCommunicator(o, &comm).isOk());
+    const size_t block = 40000, message = 16384;
+    for (int round = 0; round < 4; ++round) {
+      std::vector<float> mine(block), all(block * size_t(n));
+      for (size_t i = 0; i < block; ++i) mine[i] = float(me * 100000 + round + int(i % 1000));
+      ASSERT_TRUE(comm->allgather(mine.data(), all.data(), block, DataType::kFloat32).isOk()) << off;
+      for (int r = 0; r < n; ++r) {
+        for (size_t i = 0; i < block; i += 997) {
+          ASSERT_EQ(all[size_t(r) * block + i], float(r * 100000 + round + int(i % 1000))) << off << " " << r;
+        }
+      }
+      std::vector<float> out(message, -1.0f), in(message);
+      for (size_t i = 0; i < message; ++i) in[i] = float(me * 7 + round + int(i));
+      const int right = (me + 1) % n, left = (me + n - 1) % n;
+      ASSERT_TRUE(
+          comm->sendRecv(in.data(), message, right, out.data(), message, left, DataType::kFloat32).isOk())
+          << off;
+      for (size_t i = 0; i < message; ++i) ASSERT_EQ(out[i], float(left * 7 + round + int(i))) << off;
+    }
+    const Counters c = comm->counters();
+    EXPECT_EQ(c.detected, c.injected) << off;
+    EXPECT_GT(c.injected, 0u) << off;
+    EXPECT_EQ(c.escaped, 0u) << off;
+  }
 }
 
 }  // namespace

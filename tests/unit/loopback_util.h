@@ -10,6 +10,7 @@
 // For tests below the Communicator (exchanges, the control channel), runRanks(n, fn) runs fn(rank) on n
 // threads over transports from makeLoopbackTransports(n), and contextFor() makes a CollectiveContext.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -106,19 +107,27 @@ inline CollectiveContext contextFor(Transport* transport, const Options* options
 // wrap around and longer ones stream through), without windows (every collective two-sided) or with
 // windows of kTestWindowBytes (collectives that fit take the one-sided protocol, in several chunks, and
 // larger ones the two-sided ring).
-enum class Wire { kLoopback, kSharedMemory, kWindows };
+// kSingleCopy: the windows with single-copy reads (the ranks are threads of this process, which reads its
+// own memory with process_vm_readv as it would a peer process's): send/recv messages from
+// kTestSingleCopyBytes on, and collectives' parts from twice it, are read straight from the publisher's
+// buffer, smaller ones through the windows.
+enum class Wire { kLoopback, kSharedMemory, kWindows, kSingleCopy };
+inline constexpr size_t kTestSingleCopyBytes = 256;
 inline constexpr size_t kTestRingBytes = 1024;
 // Room for a two-shot all-reduce (window_exchange.h, kWindowTwoShotBytes) at up to 8 ranks.
 inline constexpr size_t kTestWindowBytes = size_t(96) << 10;
 inline const char* wireName(Wire w) {
-  return w == Wire::kLoopback ? "loopback" : w == Wire::kSharedMemory ? "shm" : "windows";
+  return w == Wire::kLoopback       ? "loopback"
+         : w == Wire::kSharedMemory ? "shm"
+         : w == Wire::kWindows      ? "windows"
+                                    : "single_copy";
 }
 
 // Wraps each of the group's transports (rank r at index r) in a shared-memory transport over segments
 // made and opened here (what connectSharedMemory does through a Bootstrap); `windowCapacity` > 0 gives
 // each segment a window of that many payload bytes per half.
 inline void wrapInSharedMemory(std::vector<std::unique_ptr<Transport>>* transports, size_t ringBytes,
-                               size_t windowCapacity = 0) {
+                               size_t windowCapacity = 0, size_t singleCopyBytes = 0) {
   const int n = int(transports->size());
   std::vector<std::unique_ptr<shm::Segment>> own(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
@@ -140,7 +149,10 @@ inline void wrapInSharedMemory(std::vector<std::unique_ptr<Transport>>* transpor
   for (int r = 0; r < n; ++r) {
     (*transports)[size_t(r)] = makeShmTransport(
         std::move((*transports)[size_t(r)]), std::move(own[size_t(r)]), std::move(peers[size_t(r)]),
-        std::chrono::milliseconds(20000), std::chrono::microseconds(0), windowCapacity);
+        std::chrono::milliseconds(20000), std::chrono::microseconds(0), windowCapacity,
+        SingleCopy{
+            singleCopyBytes > 0 ? std::vector<int64_t>(size_t(n), int64_t(getpid())) : std::vector<int64_t>{},
+            singleCopyBytes});
   }
 }
 
@@ -155,6 +167,9 @@ class LoopbackGroup {
         makeLoopbackTransports(int(perRank.size()), &fabric_);
     if (wire == Wire::kSharedMemory) wrapInSharedMemory(&transports, kTestRingBytes);
     if (wire == Wire::kWindows) wrapInSharedMemory(&transports, kTestRingBytes, kTestWindowBytes);
+    if (wire == Wire::kSingleCopy) {
+      wrapInSharedMemory(&transports, kTestRingBytes, kTestWindowBytes, kTestSingleCopyBytes);
+    }
     for (size_t r = 0; r < perRank.size(); ++r) {
       comms_.push_back(makeCommunicator(std::move(transports[r]), perRank[r]));
     }

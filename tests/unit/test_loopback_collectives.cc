@@ -71,6 +71,11 @@ class LoopbackCollectives : public ::testing::TestWithParam<std::tuple<int, test
  protected:
   int ranks() const { return std::get<0>(GetParam()); }
   LoopbackGroup group(const Options& o) const { return LoopbackGroup(ranks(), o, std::get<1>(GetParam())); }
+  // Whether the one-sided protocol carries what fits the windows (with single-copy reads or without).
+  bool windowed() const {
+    return std::get<1>(GetParam()) == testing::Wire::kWindows ||
+           std::get<1>(GetParam()) == testing::Wire::kSingleCopy;
+  }
 };
 
 TEST_P(LoopbackCollectives, ReduceScatterEveryDtypeOpAndCount) {
@@ -144,8 +149,7 @@ TEST_P(LoopbackCollectives, AllgatherEveryDtypeAndCount) {
   for (size_t count : {size_t(1000), size_t(100000)}) {
     const Counters before = g.totalCounters();
     allgatherAndCheck(g, DataType::kFloat32, count, false);
-    const bool published =
-        std::get<1>(GetParam()) == testing::Wire::kWindows && count * 4 < testing::kTestWindowBytes;
+    const bool published = windowed() && count * 4 < testing::kTestWindowBytes;
     const uint64_t copies = n == 1 ? 0 : published ? 1 : uint64_t(n - 1);
     EXPECT_EQ(g.totalCounters().since(before).bytesSent, uint64_t(n) * copies * count * 4u)
         << "count " << count;
@@ -183,7 +187,7 @@ TEST_P(LoopbackCollectives, BroadcastFromEveryRoot) {
   // reader.
   const Counters before = g.totalCounters();
   broadcastAndCheck(g, DataType::kFloat32, 1000, n - 1, false);
-  const bool published = std::get<1>(GetParam()) == testing::Wire::kWindows && n > 1;
+  const bool published = windowed() && n > 1;
   EXPECT_EQ(g.totalCounters().since(before).bytesSent, uint64_t(published ? 1 : n - 1) * 4000u);
 }
 
@@ -283,6 +287,14 @@ INSTANTIATE_TEST_SUITE_P(Ranks, LoopbackCollectives,
                            return "np" + std::to_string(std::get<0>(i.param)) + "_" +
                                   testing::wireName(std::get<1>(i.param));
                          });
+// Single-copy reads change only how the copying collectives' parts travel: 2, 3 and 5 ranks of the matrix.
+INSTANTIATE_TEST_SUITE_P(SingleCopy, LoopbackCollectives,
+                         ::testing::Combine(::testing::Values(2, 3, 5),
+                                            ::testing::Values(testing::Wire::kSingleCopy)),
+                         [](const ::testing::TestParamInfo<std::tuple<int, testing::Wire>>& i) {
+                           return "np" + std::to_string(std::get<0>(i.param)) + "_" +
+                                  testing::wireName(std::get<1>(i.param));
+                         });
 
 // ---- all-reduce over the windows: one-shot and two-shot -------------------------------------------------
 
@@ -340,7 +352,8 @@ struct FaultCase {
 class LoopbackCollectiveFaults : public ::testing::TestWithParam<FaultCase> {};
 
 TEST_P(LoopbackCollectiveFaults, EveryCollectiveBitIdenticalAndEveryInjectionDetected) {
-  for (testing::Wire wire : {testing::Wire::kLoopback, testing::Wire::kSharedMemory, testing::Wire::kWindows})
+  for (testing::Wire wire : {testing::Wire::kLoopback, testing::Wire::kSharedMemory, testing::Wire::kWindows,
+                             testing::Wire::kSingleCopy})
     for (int n : {2, 3, 5}) {
       SCOPED_TRACE(testing::wireName(wire));
       Options o = smallSlices(256);
@@ -383,45 +396,47 @@ INSTANTIATE_TEST_SUITE_P(
 // one keeps the two-sided path; a slot message and a frame message in one call (the two directions' sizes
 // differ) both arrive. Ring shifts at 2 and 3 ranks, exact bytes.
 TEST(LoopbackWindowsSendRecv, SlotMessagesSendNoControlFrameAndLargerOnesTheFrames) {
-  for (int n : {2, 3}) {
-    LoopbackGroup g(n, smallSlices(), testing::Wire::kWindows);
-    const size_t slotCount = kWindowSlotBytes / 4, largeCount = slotCount + 1;
-    for (size_t count : {size_t(1), size_t(1000), slotCount, largeCount}) {
-      const Counters before = g.totalCounters();
-      for (int round = 0; round < 2; ++round) {
+  for (testing::Wire wire : {testing::Wire::kWindows, testing::Wire::kSingleCopy})
+    for (int n : {2, 3}) {
+      SCOPED_TRACE(testing::wireName(wire));
+      LoopbackGroup g(n, smallSlices(), wire);
+      const size_t slotCount = kWindowSlotBytes / 4, largeCount = slotCount + 1;
+      for (size_t count : {size_t(1), size_t(1000), slotCount, largeCount}) {
+        const Counters before = g.totalCounters();
+        for (int round = 0; round < 2; ++round) {
+          g.run([&](int rank, Communicator& c) {
+            std::vector<uint8_t> in = pattern(DataType::kFloat32, rank + round, count),
+                                 out(count * 4 + 1, 0xAB);
+            const int right = (rank + 1) % n, left = (rank + n - 1) % n;
+            Status st =
+                c.sendRecvAsync(in.data(), count, right, out.data(), count, left, DataType::kFloat32)->wait();
+            ASSERT_TRUE(st.isOk()) << "rank " << rank << " count " << count << ": " << st.toString();
+            EXPECT_TRUE(
+                sameBytes(out.data(), pattern(DataType::kFloat32, left + round, count).data(), count * 4))
+                << "rank " << rank << " count " << count;
+            EXPECT_EQ(out[count * 4], 0xAB);
+          });
+        }
+        const Counters d = g.totalCounters().since(before);
+        if (count <= slotCount) {
+          EXPECT_EQ(d.controlFrames, 0u) << "np" << n << " count " << count;
+        } else {
+          EXPECT_GT(d.controlFrames, 0u) << "np" << n << " count " << count;
+        }
+      }
+      // Rank 0 sends a slot's worth and receives a larger message in one call, and the reverse at rank 1.
+      if (n == 2) {
         g.run([&](int rank, Communicator& c) {
-          std::vector<uint8_t> in = pattern(DataType::kFloat32, rank + round, count),
-                               out(count * 4 + 1, 0xAB);
-          const int right = (rank + 1) % n, left = (rank + n - 1) % n;
-          Status st =
-              c.sendRecvAsync(in.data(), count, right, out.data(), count, left, DataType::kFloat32)->wait();
-          ASSERT_TRUE(st.isOk()) << "rank " << rank << " count " << count << ": " << st.toString();
-          EXPECT_TRUE(
-              sameBytes(out.data(), pattern(DataType::kFloat32, left + round, count).data(), count * 4))
-              << "rank " << rank << " count " << count;
-          EXPECT_EQ(out[count * 4], 0xAB);
+          const size_t sendCount = rank == 0 ? 100 : largeCount, recvCount = rank == 0 ? largeCount : 100;
+          std::vector<uint8_t> in = pattern(DataType::kFloat32, rank, sendCount), out(recvCount * 4);
+          Status st = c.sendRecvAsync(in.data(), sendCount, 1 - rank, out.data(), recvCount, 1 - rank,
+                                      DataType::kFloat32)
+                          ->wait();
+          ASSERT_TRUE(st.isOk()) << "rank " << rank << ": " << st.toString();
+          EXPECT_EQ(out, pattern(DataType::kFloat32, 1 - rank, recvCount)) << "rank " << rank;
         });
       }
-      const Counters d = g.totalCounters().since(before);
-      if (count <= slotCount) {
-        EXPECT_EQ(d.controlFrames, 0u) << "np" << n << " count " << count;
-      } else {
-        EXPECT_GT(d.controlFrames, 0u) << "np" << n << " count " << count;
-      }
     }
-    // Rank 0 sends a slot's worth and receives a larger message in one call, and the reverse at rank 1.
-    if (n == 2) {
-      g.run([&](int rank, Communicator& c) {
-        const size_t sendCount = rank == 0 ? 100 : largeCount, recvCount = rank == 0 ? largeCount : 100;
-        std::vector<uint8_t> in = pattern(DataType::kFloat32, rank, sendCount), out(recvCount * 4);
-        Status st = c.sendRecvAsync(in.data(), sendCount, 1 - rank, out.data(), recvCount, 1 - rank,
-                                    DataType::kFloat32)
-                        ->wait();
-        ASSERT_TRUE(st.isOk()) << "rank " << rank << ": " << st.toString();
-        EXPECT_EQ(out, pattern(DataType::kFloat32, 1 - rank, recvCount)) << "rank " << rank;
-      });
-    }
-  }
 }
 
 TEST(LoopbackCollectiveFaults, SendRecvCorruptionIsRetransmitted) {

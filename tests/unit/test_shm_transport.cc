@@ -17,6 +17,8 @@
 
 #include "loopback_util.h"
 #include "memory_bootstrap.h"
+#include "transport/shm/cross_memory.h"
+#include "transport/window.h"
 
 namespace ringguard {
 namespace {
@@ -41,15 +43,23 @@ struct Connected {
   std::vector<std::string> name;
   std::vector<std::chrono::microseconds> poll;  // each transport's pollBeforeBlocking
   std::vector<bool> windows;                    // whether each transport offers windows
+  std::vector<bool> crossReadable;              // whether they read peers' memory (single-copy reads)
+  std::vector<bool> publishes64K;               // whether they publish a 64 KiB send/recv message so
 };
-// windows[r]: rank r's RINGGUARD_SHM_WINDOW_BYTES (none given: 0 on every rank).
+// windows[r]: rank r's RINGGUARD_SHM_WINDOW_BYTES (none given: 0 on every rank); singleCopy[r] its
+// RINGGUARD_SHM_SINGLE_COPY_BYTES (none given: 0), set explicitly where `setSingleCopy`.
 Connected connectAll(const std::vector<std::string>& modes, const std::vector<size_t>& rings,
                      std::chrono::microseconds spin = std::chrono::microseconds(0),
-                     const std::vector<size_t>& windows = {}) {
+                     const std::vector<size_t>& windows = {}, const std::vector<size_t>& singleCopy = {},
+                     bool setSingleCopy = false) {
   const int n = int(modes.size());
   testing::Board board(n);
-  Connected out{std::vector<Status>(size_t(n)), std::vector<std::string>(size_t(n)),
-                std::vector<std::chrono::microseconds>(size_t(n)), std::vector<bool>(size_t(n))};
+  Connected out{std::vector<Status>(size_t(n)),
+                std::vector<std::string>(size_t(n)),
+                std::vector<std::chrono::microseconds>(size_t(n)),
+                std::vector<bool>(size_t(n)),
+                std::vector<bool>(size_t(n)),
+                std::vector<bool>(size_t(n))};
   testing::runRanks(n, [&](int r) {
     testing::MemoryBootstrap b(&board, r);
     std::unique_ptr<Transport> t;
@@ -61,6 +71,8 @@ Connected connectAll(const std::vector<std::string>& modes, const std::vector<si
     c.offSetting = "gloo";
     c.ringBytes = rings[size_t(r)];
     c.windowBytes = windows.empty() ? 0 : windows[size_t(r)];
+    c.singleCopyBytes = singleCopy.empty() ? 0 : singleCopy[size_t(r)];
+    c.singleCopySet = setSingleCopy;
     c.timeout = std::chrono::milliseconds(20000);
     c.spin = spin;
     // A value the caller could not use (mpiSharedMemory, cpuSharedMemory): the text stands for itself.
@@ -70,6 +82,9 @@ Connected connectAll(const std::vector<std::string>& modes, const std::vector<si
     out.name[size_t(r)] = t ? t->name() : "";
     out.poll[size_t(r)] = t ? t->pollBeforeBlocking() : std::chrono::microseconds(-1);
     out.windows[size_t(r)] = t && t->windows() != nullptr;
+    out.crossReadable[size_t(r)] = t && t->windows() != nullptr && t->windows()->crossReadable();
+    out.publishes64K[size_t(r)] =
+        t && t->windows() != nullptr && t->windows()->publishesMessageByAddress(size_t(64) << 10);
   });
   return out;
 }
@@ -189,6 +204,59 @@ class ForgingBootstrap final : public Bootstrap {
   testing::MemoryBootstrap inner_;
   std::string forged_;
 };
+
+// Single-copy reads (docs/design/protocol.md, "Single-copy read") where every rank can read every other's
+// memory (threads of this process: it reads itself) and wants them; a rank with
+// RINGGUARD_SHM_SINGLE_COPY_BYTES=0, or without windows, makes every rank copy through the windows.
+TEST(ShmTransport, SingleCopyReadsOnlyWhereEveryRankHasThem) {
+  const size_t w = 4096, on = 65536;
+  const Connected all = connectAll({"auto", "auto", "auto"}, {4096, 4096, 4096}, {}, {w, w, w}, {on, on, on});
+  const Connected one = connectAll({"auto", "auto", "auto"}, {4096, 4096, 4096}, {}, {w, w, w}, {on, 0, on});
+  const Connected none = connectAll({"auto", "auto"}, {4096, 4096}, {}, {w, w}, {0, 0});
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(all.status[size_t(r)].isOk()) << all.status[size_t(r)].toString();
+    ASSERT_TRUE(one.status[size_t(r)].isOk()) << one.status[size_t(r)].toString();
+    EXPECT_TRUE(all.windows[size_t(r)] && all.crossReadable[size_t(r)]) << "rank " << r;
+    EXPECT_TRUE(one.windows[size_t(r)]) << "rank " << r;
+    EXPECT_FALSE(one.crossReadable[size_t(r)]) << "rank " << r << ": rank 1 has them off";
+  }
+  for (int r = 0; r < 2; ++r) EXPECT_FALSE(none.crossReadable[size_t(r)]) << "rank " << r;
+  // The default publishes by address only where every rank can have a core of its own; a value set is
+  // used as given.
+  const Connected set =
+      connectAll({"auto", "auto", "auto"}, {4096, 4096, 4096}, {}, {w, w, w}, {on, on, on}, true);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(all.publishes64K[size_t(r)], coreForEachRank(3)) << "rank " << r;
+    EXPECT_TRUE(set.publishes64K[size_t(r)]) << "rank " << r;
+    EXPECT_FALSE(one.publishes64K[size_t(r)]) << "rank " << r;
+  }
+}
+
+// The probe and the read: a pid that is not the process that published (another pid namespace shows another
+// process under it), a process that does not exist, an address not mapped there: each an error naming the
+// rank, never a read of this process's memory.
+TEST(ShmTransport, CrossMemoryReadsOnlyWhatThePeerPublished) {
+  const uint64_t nonce = 0x1234567890abcdefULL, other = 42;
+  const auto at = [](const uint64_t& v) { return uint64_t(uintptr_t(&v)); };
+  EXPECT_TRUE(shm::probeCrossMemory(getpid(), 1, at(nonce), nonce).isOk());
+  const Status wrong = shm::probeCrossMemory(getpid(), 1, at(other), nonce);
+  EXPECT_EQ(wrong.code(), StatusCode::kTransportError);
+  EXPECT_NE(wrong.message().find("rank 1's pid"), std::string::npos) << wrong.message();
+  const Status gone = shm::probeCrossMemory(int64_t(1) << 30, 2, at(nonce), nonce);  // beyond pid_max
+  EXPECT_EQ(gone.code(), StatusCode::kTransportError);
+  EXPECT_NE(gone.message().find("in rank 2's process"), std::string::npos) << gone.message();
+  char dst[64];
+  const Status unmapped = shm::readCrossMemory(getpid(), 3, 16, dst, sizeof dst);
+  EXPECT_EQ(unmapped.code(), StatusCode::kTransportError);
+  EXPECT_NE(unmapped.message().find("single-copy read of 64 bytes at 0x10 in rank 3's process"),
+            std::string::npos)
+      << unmapped.message();
+  std::vector<uint8_t> src(100000), got(100000);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t(i * 7);
+  ASSERT_TRUE(
+      shm::readCrossMemory(getpid(), 0, uint64_t(uintptr_t(src.data())), got.data(), got.size()).isOk());
+  EXPECT_EQ(got, src);
+}
 
 TEST(ShmTransport, ARecordOfAnotherShapeFailsEveryRankNamingItsSender) {
   for (const char* forged : {R"({"mode": "auto", "ok": "yes", "why": 1})", "not json", R"({"mode": 7})"}) {

@@ -402,6 +402,149 @@ TEST(WindowExchange, NoWindowsNoOneSidedRoute) {
   EXPECT_FALSE(runsOneSided(ctx, exec, 64));
 }
 
+// ---- single-copy reads (docs/design/protocol.md, "Single-copy read") ------------------------------------
+
+// Rank r's all-gather block, published by address: the part table names the publisher's buffer (nothing
+// copied into its window), each reader copies it straight into its output and checks it there; a read that
+// injection damages is counted, re-read from the publisher's buffer, and the result exact.
+TEST(SingleCopy, ReadersCopyStraightFromThePublishersBuffer) {
+  std::shared_ptr<LoopbackFabric> fabric;
+  std::vector<std::unique_ptr<Transport>> t = makeLoopbackTransports(2, &fabric);
+  testing::wrapInSharedMemory(&t, testing::kTestRingBytes, testing::kTestWindowBytes,
+                              testing::kTestSingleCopyBytes);
+  const Options o = testing::quietOptions();
+  FaultOptions f;
+  f.mode = FaultMode::kBitFlip;
+  f.schedule = {{0, 0, 1, 0}};  // collective 0, chunk 1, read by rank 0
+  const FaultInjector injector(f);
+  const size_t count = 5000, bytes = count * 4;  // chunks 0 and 1
+  const std::vector<std::vector<int32_t>> x = {ramp(0, count), ramp(1, count)};
+  const Fingerprint fp = makeFingerprint(CollectiveKind::kAllgather, ReduceOp::kSum, DataType::kInt32, count,
+                                         kNoRoot, IssueOrder{});
+  std::vector<std::vector<int32_t>> got(2, std::vector<int32_t>(count, -1));
+  std::vector<Counters> counters(2);
+  std::vector<Status> st(2);
+  testing::runRanks(2, [&](int r) {
+    CollectiveContext ctx = testing::contextFor(t[size_t(r)].get(), &o, &counters[size_t(r)], 0, &injector);
+    std::vector<EagerPayload> out(2);
+    out[size_t(1 - r)] = EagerPayload{x[size_t(r)].data(), bytes};
+    std::vector<size_t> inBytes(2, 0);
+    inBytes[size_t(1 - r)] = bytes;
+    std::vector<uint8_t*> into(2, nullptr);
+    into[size_t(1 - r)] = reinterpret_cast<uint8_t*>(got[size_t(r)].data());
+    std::vector<std::vector<uint8_t>> in;
+    st[size_t(r)] = windowExchange(ctx, fp, out, inBytes, &in, WindowReads{&into});
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(st[size_t(r)].isOk()) << st[size_t(r)].toString();
+    const int p = 1 - r;
+    EXPECT_EQ(got[size_t(r)], x[size_t(p)]) << "rank " << r;
+    const PartEntry part = t[size_t(r)]->windows()->part(p, 1, r);  // epoch 1
+    EXPECT_EQ(part.address, uint64_t(uintptr_t(x[size_t(p)].data())))
+        << "rank " << p << " published by address";
+  }
+  EXPECT_EQ(counters[0].injected, 1u);
+  EXPECT_EQ(counters[0].detected, 1u);
+  EXPECT_EQ(counters[0].retransmitted, 1u);
+  EXPECT_EQ(counters[1].injected, 0u);
+  EXPECT_EQ(counters[1].slicesVerified, 2u);
+}
+
+// Below the size from which a rank publishes by address, parts go through the window as before; the same
+// collective can hold both (all-to-all blocks of different sizes).
+TEST(SingleCopy, SmallPartsStillGoThroughTheWindow) {
+  LoopbackGroup g(3, testing::quietOptions(), Wire::kSingleCopy);
+  const Counters before = g.totalCounters();
+  g.run([&](int rank, Communicator& c) {
+    // Rank r sends 10 elements (40 bytes: through the window) to its left, 1000 (by address) to its right.
+    std::vector<size_t> sc(3, 0), rc(3, 0), sd(3, 0), rd(3, 0);
+    const int right = (rank + 1) % 3, left = (rank + 2) % 3;
+    sc[size_t(left)] = 10;
+    sc[size_t(right)] = 1000;
+    rc[size_t(right)] = 10;
+    rc[size_t(left)] = 1000;
+    size_t s = 0, r = 0;
+    for (int p = 0; p < 3; ++p) {
+      sd[size_t(p)] = s;
+      rd[size_t(p)] = r;
+      s += sc[size_t(p)];
+      r += rc[size_t(p)];
+    }
+    std::vector<int32_t> in(s), out(r, -1);
+    for (size_t i = 0; i < s; ++i) in[i] = int32_t(rank * 100000 + int(i));
+    ASSERT_TRUE(c.alltoallAsync(in.data(), sc, sd, out.data(), rc, rd, DataType::kInt32)->wait().isOk());
+    for (int p : {left, right}) {
+      for (size_t i = 0; i < rc[size_t(p)]; ++i) {
+        // p's block for this rank starts at p's displacement for it: the sum of p's blocks for lower ranks.
+        size_t from = 0;
+        for (int q = 0; q < rank; ++q) from += q == (p + 2) % 3 ? 10 : q == (p + 1) % 3 ? 1000 : 0;
+        ASSERT_EQ(out[rd[size_t(p)] + i], int32_t(p * 100000 + int(from + i))) << rank << " from " << p;
+      }
+    }
+  });
+  EXPECT_EQ(g.totalCounters().since(before).controlFrames, 0u);
+}
+
+// A chunk corrupt on every single-copy read: every rank returns the reader's kCorruption, word for word.
+TEST(SingleCopy, PersistentCorruptionIsTheSameErrorOnEveryRank) {
+  Options o = testing::quietOptions();
+  o.maxRetries = 2;
+  o.fault.schedule = {FaultScheduleEntry{0, 0, 0, 1}};  // collective 0, chunk 0, read by rank 1
+  o.fault.repeat = 10;
+  LoopbackGroup g(3, o, Wire::kSingleCopy);
+  std::vector<Status> results(3);
+  g.run([&](int rank, Communicator& c) {
+    const std::vector<int32_t> x = ramp(rank, 1000);
+    std::vector<int32_t> all(3000);
+    results[size_t(rank)] = c.allgather(x.data(), all.data(), 1000, DataType::kInt32);
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(results[size_t(r)].code(), StatusCode::kCorruption) << results[size_t(r)].toString();
+    EXPECT_EQ(results[size_t(r)].message(), results[0].message()) << "rank " << r;
+  }
+  EXPECT_NE(results[0].message().find("allgather seq 0 on rank 1: chunk 0 of rank 0's window"),
+            std::string::npos)
+      << results[0].message();
+}
+
+// Nothing a peer publishes is believed: an address its process does not map is a kTransportError naming it
+// (the kernel refuses the read, this process's memory is never touched), and a part by address where this
+// rank cannot read peers' memory (no single-copy reads in the group) is one too.
+TEST(SingleCopy, AnAddressThatCannotBeReadIsAnErrorNamingThePeer) {
+  for (bool crossReadable : {true, false}) {
+    std::shared_ptr<LoopbackFabric> fabric;
+    std::vector<std::unique_ptr<Transport>> t = makeLoopbackTransports(2, &fabric);
+    testing::wrapInSharedMemory(&t, testing::kTestRingBytes, testing::kTestWindowBytes,
+                                crossReadable ? testing::kTestSingleCopyBytes : 0);
+    Windows& w = *t[1]->windows();
+    ASSERT_EQ(w.crossReadable(), crossReadable);
+    const Options o = testing::quietOptions();
+    const Fingerprint fp = makeFingerprint(CollectiveKind::kAllgather, ReduceOp::kSum, DataType::kInt32, 256,
+                                           kNoRoot, IssueOrder{});
+    HalfHeader& h = w.half(0, 1);
+    h.seal.fingerprint = fp;
+    h.seal.declined = 0;
+    h.seal.crc = crc32(&h.seal, offsetof(HalfSeal, crc));
+    w.part(0, 1, 1) = PartEntry{0, 1024, 0, 4096};  // the first page: never mapped
+    w.chunk(0, 1, 0).epoch.store(1, std::memory_order_release);
+    h.epoch.store(1, std::memory_order_release);
+
+    Counters counters;
+    CollectiveContext ctx = testing::contextFor(t[1].get(), &o, &counters);
+    ctx.name = "allgather";
+    std::vector<int32_t> x(256, 1), got(256, -1);
+    std::vector<EagerPayload> out{EagerPayload{x.data(), 1024}, EagerPayload{}};
+    std::vector<uint8_t*> into{reinterpret_cast<uint8_t*>(got.data()), nullptr};
+    std::vector<std::vector<uint8_t>> in;
+    const Status st = windowExchange(ctx, fp, out, {1024, 0}, &in, WindowReads{&into});
+    EXPECT_EQ(st.code(), StatusCode::kTransportError) << st.toString();
+    const std::string want = crossReadable ? "single-copy read of 1024 bytes at 0x1000 in rank 0's process"
+                                           : "rank 0's window gives this rank 1024 bytes at address 4096";
+    EXPECT_NE(st.message().find(want), std::string::npos) << st.message();
+    EXPECT_EQ(got, std::vector<int32_t>(256, -1)) << "nothing landed";
+  }
+}
+
 // ---- send/recv on the windows (algorithms/window_sendrecv.h) ------------------------------------------
 
 // A peer that never comes: a send waits for its acknowledgement, a receive for the message, each ending at
@@ -409,19 +552,21 @@ TEST(WindowExchange, NoWindowsNoOneSidedRoute) {
 TEST(WindowSendRecv, AnAbsentPeerIsATimeoutNamingIt) {
   Options o = testing::quietOptions();
   o.timeout = std::chrono::milliseconds(300);
-  for (bool sending : {true, false}) {
-    LoopbackGroup g(2, o, Wire::kWindows);
-    std::vector<float> buf(100, 1.0f);
-    const auto t0 = std::chrono::steady_clock::now();
-    const Status st =
-        sending ? g.comm(0).sendRecvAsync(buf.data(), 100, 1, nullptr, 0, -1, DataType::kFloat32)->wait()
-                : g.comm(0).sendRecvAsync(nullptr, 0, -1, buf.data(), 100, 1, DataType::kFloat32)->wait();
-    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
-    EXPECT_EQ(st.code(), StatusCode::kTimeout) << st.toString();
-    const std::string want =
-        sending ? "rank 1 to take the sendrecv message from its slot" : "the sendrecv message from rank 1";
-    EXPECT_NE(st.message().find(want), std::string::npos) << st.message();
-  }
+  for (Wire wire : {Wire::kWindows, Wire::kSingleCopy})
+    for (bool sending : {true, false}) {
+      SCOPED_TRACE(testing::wireName(wire));
+      LoopbackGroup g(2, o, wire);  // 400 bytes: single-copy over kSingleCopy
+      std::vector<float> buf(100, 1.0f);
+      const auto t0 = std::chrono::steady_clock::now();
+      const Status st =
+          sending ? g.comm(0).sendRecvAsync(buf.data(), 100, 1, nullptr, 0, -1, DataType::kFloat32)->wait()
+                  : g.comm(0).sendRecvAsync(nullptr, 0, -1, buf.data(), 100, 1, DataType::kFloat32)->wait();
+      EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+      EXPECT_EQ(st.code(), StatusCode::kTimeout) << st.toString();
+      const std::string want =
+          sending ? "rank 1 to take the sendrecv message from its slot" : "the sendrecv message from rank 1";
+      EXPECT_NE(st.message().find(want), std::string::npos) << st.message();
+    }
 }
 
 // Nothing in a slot sizes a read: a sender whose (sealed, matching) fingerprint names more than a slot holds

@@ -75,6 +75,9 @@ class Segment {
 
   const std::string& name() const { return name_; }
   uint64_t nonce() const { return header()->nonce; }
+  // Where the nonce lies in this process: a peer that reads the same 8 bytes there with a single-copy read
+  // knows it can read this process's memory (cross_memory.h, probeCrossMemory).
+  uint64_t nonceAddress() const { return uint64_t(uintptr_t(&header()->nonce)); }
   size_t ringBytes() const { return ringBytes_; }
   // The rings `sender` (a peer of the owner, never the owner) writes.
   RingIndices& ring(int sender) const { return rings_[slot(sender)]; }

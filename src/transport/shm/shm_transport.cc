@@ -1,7 +1,10 @@
 #include "transport/shm/shm_transport.h"
 
+#include <sched.h>
+
 #include <algorithm>
 
+#include "transport/shm/cross_memory.h"
 #include "transport/shm/shm_core.h"
 #include "transport/window.h"
 
@@ -57,7 +60,7 @@ class ShmTransport final : public Transport {
  public:
   ShmTransport(std::unique_ptr<Transport> host, std::unique_ptr<shm::Segment> own,
                std::vector<std::unique_ptr<shm::Segment>> peers, std::chrono::milliseconds sendTimeout,
-               std::chrono::microseconds spin, size_t windowCapacity)
+               std::chrono::microseconds spin, size_t windowCapacity, SingleCopy singleCopy)
       : Transport(host->rank(), host->size()),
         spin_(spin),
         host_(std::move(host)),
@@ -71,8 +74,16 @@ class ShmTransport final : public Transport {
       std::vector<uint8_t*> base(static_cast<size_t>(size()));
       for (int r = 0; r < size(); ++r) base[size_t(r)] = core_->segment(r).window();
       ShmCore* c = core_.get();  // the windows live in the core's segments and die with this transport
-      windows_ = std::make_unique<Windows>(rank(), WindowLayout::of(windowCapacity, size()), std::move(base),
-                                           [c](int r) { c->segment(r).raise(); });
+      CrossRead cross;
+      if (singleCopy.pids.size() == size_t(size())) {
+        cross = [pids = std::move(singleCopy.pids)](int r, uint64_t address, void* dst, size_t bytes) {
+          return shm::readCrossMemory(pids[size_t(r)], r, address, dst, bytes);
+        };
+      }
+      windows_ = std::make_unique<Windows>(
+          rank(), WindowLayout::of(windowCapacity, size()), std::move(base),
+          [c](int r) { c->segment(r).raise(); }, std::move(cross), singleCopy.fromBytes,
+          coreForEachRank(size()));
     }
   }
   ~ShmTransport() override {
@@ -140,9 +151,15 @@ std::unique_ptr<Transport> makeShmTransport(std::unique_ptr<Transport> host,
                                             std::unique_ptr<shm::Segment> own,
                                             std::vector<std::unique_ptr<shm::Segment>> peers,
                                             std::chrono::milliseconds sendTimeout,
-                                            std::chrono::microseconds spin, size_t windowCapacity) {
+                                            std::chrono::microseconds spin, size_t windowCapacity,
+                                            SingleCopy singleCopy) {
   return std::make_unique<ShmTransport>(std::move(host), std::move(own), std::move(peers), sendTimeout, spin,
-                                        windowCapacity);
+                                        windowCapacity, std::move(singleCopy));
+}
+
+bool coreForEachRank(int ranks) {
+  cpu_set_t cpus;
+  return sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) >= ranks;
 }
 
 size_t shmWindowBytes(size_t windowCapacity, int size) {

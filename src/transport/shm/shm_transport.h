@@ -43,6 +43,13 @@ struct SharedMemoryChoice {
   // share cores with threads that complete their waits (torch's); under mpirun every rank owns its core and
   // MPI itself polls, and a sleep costs each hop of a chain the futex's wake-up.
   std::chrono::microseconds spin{0};
+  // One-sided parts and send/recv messages of at least this many bytes are read single-copy, straight from
+  // the publisher's buffer, where every rank can read every other's process memory
+  // (RINGGUARD_SHM_SINGLE_COPY_BYTES; 0: never, every rank keeps copying through its window).
+  size_t singleCopyBytes = 0;
+  // Whether RINGGUARD_SHM_SINGLE_COPY_BYTES was set: the default holds only where every rank has a core of
+  // its own (coreForEachRank), a value set is used as given.
+  bool singleCopySet = false;
   // Why this rank's settings cannot be used (a value out of range, a choice the bootstrap refuses), or OK.
   // connectSharedMemory publishes it in its first exchange, so every rank fails with it instead of waiting
   // for a rank that stopped before the exchange.
@@ -70,15 +77,30 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
 // peer has stopped reading.
 inline constexpr size_t kControlRingBytes = size_t(256) << 10;
 
+// Single-copy reads of the windows (docs/design/protocol.md, "Single-copy read"): every rank's process id
+// (pids[r]; empty: none, every payload is copied through the windows), and the part size from which this
+// rank publishes by address.
+struct SingleCopy {
+  std::vector<int64_t> pids;
+  size_t fromBytes = 0;
+};
+
 // The transport itself, over segments already mapped (what connectSharedMemory does): `own` is this rank's,
 // peers[p] peer p's (null at this rank). `windowCapacity` > 0: every segment holds a window of
-// WindowLayout::of(windowCapacity, size).bytes (shmWindowBytes), which the transport offers as windows().
+// WindowLayout::of(windowCapacity, size).bytes (shmWindowBytes), which the transport offers as windows(),
+// with single-copy reads where `singleCopy` has the pids.
 std::unique_ptr<Transport> makeShmTransport(std::unique_ptr<Transport> host,
                                             std::unique_ptr<shm::Segment> own,
                                             std::vector<std::unique_ptr<shm::Segment>> peers,
                                             std::chrono::milliseconds sendTimeout,
                                             std::chrono::microseconds spin = std::chrono::microseconds(0),
-                                            size_t windowCapacity = 0);
+                                            size_t windowCapacity = 0, SingleCopy singleCopy = {});
+
+// Whether this process may run on at least `ranks` cores (every rank of a shared-memory group is on this
+// host): then each rank can have a core of its own, and a peer reads what this rank wrote from another
+// core's cache, which streaming stores and single-copy reads pay off for. Where ranks share cores, a reader
+// often runs next on the writer's core and finds the bytes in its cache (docs/PERFORMANCE.md, issue 45).
+bool coreForEachRank(int ranks);
 
 // Bytes of a segment's window for `windowCapacity` payload bytes per half (0: none).
 size_t shmWindowBytes(size_t windowCapacity, int size);
