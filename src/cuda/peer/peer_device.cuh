@@ -59,9 +59,9 @@ __device__ __forceinline__ uint64_t globalTimer() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
-// The window flags' memory order (every flag is a 64-bit epoch), at GPU scope when every window is on this GPU
-// (PeerWindowArgs::oneDevice: processes sharing one device, as under MPS) and at system scope otherwise (GPUs
-// of one host).
+// The window flags' memory order (every flag is a 64-bit epoch), at GPU scope when every window is on this
+// GPU (PeerWindowArgs::oneDevice: processes sharing one device, as under MPS) and at system scope otherwise
+// (GPUs of one host).
 __device__ __forceinline__ uint64_t loadAcquire(const uint64_t* p, bool gpu) {
   uint64_t v;
   if (gpu) {
