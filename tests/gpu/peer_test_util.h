@@ -144,6 +144,21 @@ class PeerWindowTest : public ::testing::Test {
     return a;
   }
 
+  // After a collective whose ranks disagree: this rank's record holds a fingerprint mismatch or a failed peer
+  // (never itself) and, with `checkSomeRankSawIt`, some rank saw the mismatch itself (a collective over MPI).
+  void expectEveryRankFailedOnAMismatch(bool checkSomeRankSawIt = true) {
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    const ErrorRecord* rec = windows_->errorRecord();
+    EXPECT_TRUE(rec->code == uint32_t(PeerError::kFingerprintMismatch) ||
+                rec->code == uint32_t(PeerError::kPeerFailed))
+        << "code " << rec->code << " peer " << rec->peer;
+    EXPECT_NE(rec->peer, windows_->rank());
+    if (!checkSomeRankSawIt) return;
+    int mismatch = rec->code == uint32_t(PeerError::kFingerprintMismatch) ? 1 : 0, any = 0;
+    MPI_Allreduce(&mismatch, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    EXPECT_EQ(any, 1);
+  }
+
   // Waits for the stream; the record must show no error (its fields named when it does).
   void expectClean(const char* what) {
     ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess) << what;
