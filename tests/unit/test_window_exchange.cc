@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -28,6 +29,19 @@ std::vector<int32_t> ramp(int rank, size_t count) {
   std::vector<int32_t> v(count);
   for (size_t i = 0; i < count; ++i) v[i] = int32_t(rank * 1000 + int(i % 997));
   return v;
+}
+
+// Every rank's result is the same error (code and message, word for word), naming each of `needles`.
+void expectTheSameErrorOnEveryRank(const std::vector<Status>& results, StatusCode code,
+                                   std::initializer_list<const char*> needles) {
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_EQ(results[r].code(), code) << "rank " << r << ": " << results[r].toString();
+    EXPECT_EQ(results[r].message(), results[0].message()) << "rank " << r;
+  }
+  for (const char* needle : needles) {
+    EXPECT_NE(results[0].message().find(needle), std::string::npos)
+        << needle << " in " << results[0].message();
+  }
 }
 
 std::vector<int32_t> rampSum(int n, size_t count) {
@@ -84,15 +98,8 @@ TEST(WindowExchange, PersistentCorruptionIsTheSameErrorOnEveryRank) {
         c.allreduce(x.data(), x.data(), 100, DataType::kInt32, ReduceOp::kSum).isOk());  // collective 0
     results[size_t(rank)] = c.allreduce(x.data(), x.data(), 100, DataType::kInt32, ReduceOp::kSum);
   });
-  for (int r = 0; r < 3; ++r) {
-    EXPECT_EQ(results[size_t(r)].code(), StatusCode::kCorruption)
-        << "rank " << r << ": " << results[size_t(r)].toString();
-    EXPECT_EQ(results[size_t(r)].message(), results[0].message()) << "rank " << r;
-  }
-  EXPECT_NE(results[0].message().find("allreduce seq 1 on rank 1: chunk 0 of rank 0's window"),
-            std::string::npos)
-      << results[0].message();
-  EXPECT_NE(results[0].message().find("all 3 reads"), std::string::npos) << results[0].message();
+  expectTheSameErrorOnEveryRank(results, StatusCode::kCorruption,
+                                {"allreduce seq 1 on rank 1: chunk 0 of rank 0's window", "all 3 reads"});
 }
 
 // Ranks that call different collectives all fail with the same mismatch, naming both, before any payload
@@ -105,12 +112,7 @@ TEST(WindowExchange, FingerprintMismatchIsTheSameErrorOnEveryRank) {
     results[size_t(rank)] =
         c.allreduce(x.data(), x.data(), rank == 2 ? 63 : 64, DataType::kInt32, ReduceOp::kSum);
   });
-  for (int r = 0; r < 3; ++r) {
-    EXPECT_EQ(results[size_t(r)].code(), StatusCode::kFingerprintMismatch) << results[size_t(r)].toString();
-    EXPECT_EQ(results[size_t(r)].message(), results[0].message());
-  }
-  EXPECT_NE(results[0].message().find("count=64"), std::string::npos) << results[0].message();
-  EXPECT_NE(results[0].message().find("count=63"), std::string::npos) << results[0].message();
+  expectTheSameErrorOnEveryRank(results, StatusCode::kFingerprintMismatch, {"count=64", "count=63"});
 }
 
 // A call that fits the window against one that does not: one rank publishes, the other sends a fingerprint
@@ -324,13 +326,8 @@ TEST(WindowExchange, TwoShotPersistentCorruptionIsTheSameErrorOnEveryRank) {
     std::vector<int32_t> x = ramp(rank, count);
     results[size_t(rank)] = c.allreduce(x.data(), x.data(), count, DataType::kInt32, ReduceOp::kSum);
   });
-  for (int r = 0; r < 3; ++r) {
-    EXPECT_EQ(results[size_t(r)].code(), StatusCode::kCorruption) << results[size_t(r)].toString();
-    EXPECT_EQ(results[size_t(r)].message(), results[0].message()) << "rank " << r;
-  }
-  EXPECT_NE(results[0].message().find("allreduce seq 0 on rank 2: chunk 0 of rank 0's window (step 1)"),
-            std::string::npos)
-      << results[0].message();
+  expectTheSameErrorOnEveryRank(results, StatusCode::kCorruption,
+                                {"allreduce seq 0 on rank 2: chunk 0 of rank 0's window (step 1)"});
 }
 
 // Non-integer values, so the order of the reductions shows in the bits: the one-shot and the two-shot over
@@ -498,13 +495,8 @@ TEST(SingleCopy, PersistentCorruptionIsTheSameErrorOnEveryRank) {
     std::vector<int32_t> all(3000);
     results[size_t(rank)] = c.allgather(x.data(), all.data(), 1000, DataType::kInt32);
   });
-  for (int r = 0; r < 3; ++r) {
-    EXPECT_EQ(results[size_t(r)].code(), StatusCode::kCorruption) << results[size_t(r)].toString();
-    EXPECT_EQ(results[size_t(r)].message(), results[0].message()) << "rank " << r;
-  }
-  EXPECT_NE(results[0].message().find("allgather seq 0 on rank 1: chunk 0 of rank 0's window"),
-            std::string::npos)
-      << results[0].message();
+  expectTheSameErrorOnEveryRank(results, StatusCode::kCorruption,
+                                {"allgather seq 0 on rank 1: chunk 0 of rank 0's window"});
 }
 
 // Nothing a peer publishes is believed: an address its process does not map is a kTransportError naming it
