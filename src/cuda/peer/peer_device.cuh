@@ -354,22 +354,24 @@ __device__ __forceinline__ void injectReadFault(const PeerFault& f, uint64_t h, 
     }
     return;
   }
+  // Word by word of this lane (each word's mask from every flipped bit that falls in it), so only one mask is
+  // live and nothing indexes vec at run time (either put it in local memory: spills, regcheck refuses).
   const int n = f.span(h);
-  for (int j = 0; j < n; ++j) {
-    if (!f.flipped(h, j)) continue;
-    const uint32_t bit = f.position(h, j), byte = bit >> 3, piece = byte >> 4;
-    if ((piece & 31u) != lane) continue;
-    const uint32_t mask = 1u << (((byte & 3u) << 3) | (bit & 7u));
-    const uint32_t word = (byte & 15u) >> 2;
-#pragma unroll
-    for (int v = 0; v < kLaneVectors; ++v) {
-      if (uint32_t(v) != piece >> 5) continue;
-      // Component by component: a pointer into vec would put it in local memory.
-      vec[v].x ^= word == 0 ? mask : 0u;
-      vec[v].y ^= word == 1 ? mask : 0u;
-      vec[v].z ^= word == 2 ? mask : 0u;
-      vec[v].w ^= word == 3 ? mask : 0u;
+  const auto maskOf = [&](uint32_t firstBit) {
+    uint32_t mask = 0;
+    for (int j = 0; j < n; ++j) {
+      const uint32_t bit = f.position(h, j);
+      if (bit >= firstBit && bit < firstBit + 32 && f.flipped(h, j)) mask |= 1u << (bit - firstBit);
     }
+    return mask;
+  };
+#pragma unroll
+  for (int v = 0; v < kLaneVectors; ++v) {
+    const uint32_t first = (uint32_t(v) * 32 + lane) * 128;  // the chunk bit of vec[v].x's bit 0
+    vec[v].x ^= maskOf(first);
+    vec[v].y ^= maskOf(first + 32);
+    vec[v].z ^= maskOf(first + 64);
+    vec[v].w ^= maskOf(first + 96);
   }
 }
 
