@@ -168,9 +168,9 @@ struct Collective {
   uint64_t deadline;
   uint32_t fpCrc;  // the fingerprint's CRC every chunk carries (the algorithm folded in)
   uint32_t lane;
-  uint32_t warp;   // this warp's index over the grid
-  uint32_t warps;  // warps in the grid
-  bool ok;         // this block's acknowledgements arrived (false: nothing is published or read)
+  uint32_t warp;      // this warp's index over the grid
+  uint32_t warps;     // warps in the grid
+  bool ok;            // this block's acknowledgements arrived (false: nothing is published or read)
   uint32_t detected;  // this warp's reads (a 32-bit count: the window's counters are 64-bit)
   uint32_t injected;
 
@@ -330,6 +330,18 @@ __device__ __forceinline__ void publishChunks(Collective& k, bool result, uint32
   }
 }
 
+// The flipped bits of a hit (hash h, n = f.span(h)) that fall in the 32 chunk bits from firstBit, as a word's
+// XOR mask. Not inlined: it runs only on an injected read, and its loop inlined eight times into every
+// reading loop pushed the reducing kernels past their registers.
+__device__ __noinline__ uint32_t flipMask(const PeerFault& f, uint64_t h, int n, uint32_t firstBit) {
+  uint32_t mask = 0;
+  for (int j = 0; j < n; ++j) {
+    const uint32_t bit = f.position(h, j);
+    if (bit >= firstBit && bit < firstBit + 32 && f.flipped(h, j)) mask |= 1u << (bit - firstBit);
+  }
+  return mask;
+}
+
 // Damages one read of a chunk in registers as `f.mode` says (core/peer_fault.h): bits of the bytes (the lane
 // that holds each flips it), the whole chunk (garbage), one bit of the CRC (trailer) or of the fingerprint
 // (control) the read is compared with. Warp-level: every lane calls it with the same h.
@@ -357,14 +369,7 @@ __device__ __forceinline__ void injectReadFault(const PeerFault& f, uint64_t h, 
   // Word by word of this lane (each word's mask from every flipped bit that falls in it), so only one mask is
   // live and nothing indexes vec at run time (either put it in local memory: spills, regcheck refuses).
   const int n = f.span(h);
-  const auto maskOf = [&](uint32_t firstBit) {
-    uint32_t mask = 0;
-    for (int j = 0; j < n; ++j) {
-      const uint32_t bit = f.position(h, j);
-      if (bit >= firstBit && bit < firstBit + 32 && f.flipped(h, j)) mask |= 1u << (bit - firstBit);
-    }
-    return mask;
-  };
+  const auto maskOf = [&](uint32_t firstBit) { return flipMask(f, h, n, firstBit); };
 #pragma unroll
   for (int v = 0; v < kLaneVectors; ++v) {
     const uint32_t first = (uint32_t(v) * 32 + lane) * 128;  // the chunk bit of vec[v].x's bit 0
