@@ -76,8 +76,8 @@ void fillWindowArgs(const PeerWindows& w, size_t count, CollectiveKind kind, dou
   a->fingerprint[0] = uint32_t(kind);
   a->fingerprint[3] = uint32_t(count);
   a->timeoutNs = 10ull * 1000 * 1000 * 1000;
-  a->faultProb = faultProb;
-  a->faultSeed = uint32_t(w.rank());
+  a->fault.probability = faultProb;
+  a->fault.seed = uint32_t(w.rank());
 }
 
 // Eager and graph microseconds per call of `launch`.

@@ -68,7 +68,7 @@ std::unique_ptr<Communicator> makeCommunicator(std::unique_ptr<Transport> transp
 }
 
 void Communicator::Impl::setDirectPath(std::unique_ptr<DirectPath> direct) {
-  direct->setFault(options_.fault.probability, uint32_t(options_.fault.seed));  // as setFault() does
+  direct->setFault(options_.fault);  // as setFault() does
   direct_ = std::move(direct);
   callerRuns_ = false;
   watchdog_ = std::make_unique<DirectWatchdog>([path = direct_] { return path->poll(); },
@@ -590,7 +590,7 @@ Status Communicator::Impl::setFault(const FaultOptions& fault) {
   injector_ = std::move(injector);
   // The direct path corrupts chunk reads with the same probability (a read is its unit, as a slice
   // transfer is the pipeline's).
-  if (direct_) direct_->setFault(fault.probability, uint32_t(fault.seed));
+  if (direct_) direct_->setFault(fault);
   return Status::ok();
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "ringguard/core/options.h"
 #include "ringguard/core/status.h"
 #include "ringguard/core/types.h"
 
@@ -58,8 +59,9 @@ class DirectPath {
   virtual void faultCounts(uint64_t* detected, uint64_t* injected) = 0;
   // Releases every kernel spinning in this path (they end with kAborted).
   virtual void abort() = 0;
-  // Fault injection of the reads of later collectives: probability per chunk read, seed.
-  virtual void setFault(double probability, uint32_t seed) = 0;
+  // Fault injection of later collectives (the communicator's FaultOptions: probability per chunk read, seed,
+  // mode and its parameters; the schedule of exact injections is the host path's only).
+  virtual void setFault(const FaultOptions& fault) = 0;
 };
 
 }  // namespace ringguard

@@ -119,6 +119,9 @@ class PeerWindowTest : public ::testing::Test {
 
   // Order at system scope even where every window is on one GPU (the path of GPUs of one host).
   bool systemScope_ = false;
+  // The fault mode and its parameters every collective's arguments start from (probability and seed are
+  // each call's).
+  PeerFault fault_;
 
   int rank() const { return windows_->rank(); }
   int size() const { return windows_->size(); }
@@ -134,6 +137,7 @@ class PeerWindowTest : public ::testing::Test {
     a.layout = windows_->layout();
     a.record = windows_->errorRecordDevice();
     a.oneDevice = windows_->oneDevice() && !systemScope_;
+    a.fault = fault_;
     a.fingerprint[0] = uint32_t(kind);
     a.fingerprint[1] = uint32_t(dtype);
     a.fingerprint[2] = uint32_t(baseOp(op));

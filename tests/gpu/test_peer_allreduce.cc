@@ -101,8 +101,8 @@ class PeerAllreduce : public PeerWindowTest {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     void* out = inPlace ? dIn + offset : dOut + offset;
     PeerAllreduceArgs a = args(dIn + offset, out, count);
-    a.faultProb = faultProb;
-    a.faultSeed = 7 + uint32_t(windows_->rank());
+    a.fault.probability = faultProb;
+    a.fault.seed = 7 + uint32_t(windows_->rank());
     Status st = launchPeerAllreduce(a, stream_);
     ASSERT_TRUE(st.isOk()) << st.toString();
     ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
@@ -230,8 +230,8 @@ TEST_F(PeerAllreduce, CapturedInAGraphAndReplayed) {
   DeviceBuffers b(count);
   float *dIn = b.in, *dOut = b.out;
   PeerAllreduceArgs a = args(dIn, dOut, count);
-  a.faultProb = 0.02;
-  a.faultSeed = 11;
+  a.fault.probability = 0.02;
+  a.fault.seed = 11;
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), cudaSuccess);

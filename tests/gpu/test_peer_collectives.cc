@@ -104,8 +104,8 @@ class PeerCollectives : public PeerWindowTest {
     a.dtype = t;
     a.op = op;
     a.algorithm = algorithm;
-    a.faultProb = faultProb;
-    a.faultSeed = 17 + uint32_t(rank());
+    a.fault.probability = faultProb;
+    a.fault.seed = 17 + uint32_t(rank());
     return launchPeerAllreduce(a, stream_);
   }
   Status allgather(const void* send, void* recv, size_t count, DataType t, double faultProb = 0) {
@@ -114,8 +114,8 @@ class PeerCollectives : public PeerWindowTest {
     a.recv = recv;
     a.count = count;
     a.dtype = t;
-    a.faultProb = faultProb;
-    a.faultSeed = 23 + uint32_t(rank());
+    a.fault.probability = faultProb;
+    a.fault.seed = 23 + uint32_t(rank());
     return launchPeerAllgather(a, stream_);
   }
   Status broadcast(const void* send, void* recv, size_t count, DataType t, int root, double faultProb = 0) {
@@ -125,8 +125,8 @@ class PeerCollectives : public PeerWindowTest {
     a.count = count;
     a.dtype = t;
     a.root = root;
-    a.faultProb = faultProb;
-    a.faultSeed = 29 + uint32_t(rank());
+    a.fault.probability = faultProb;
+    a.fault.seed = 29 + uint32_t(rank());
     return launchPeerBroadcast(a, stream_);
   }
   Status reduceScatter(const void* send, void* recv, size_t count, DataType t, ReduceOp op,
@@ -137,8 +137,8 @@ class PeerCollectives : public PeerWindowTest {
     a.count = count;
     a.dtype = t;
     a.op = op;
-    a.faultProb = faultProb;
-    a.faultSeed = 31 + uint32_t(rank());
+    a.fault.probability = faultProb;
+    a.fault.seed = 31 + uint32_t(rank());
     return launchPeerReduceScatter(a, stream_);
   }
 
@@ -156,8 +156,8 @@ class PeerCollectives : public PeerWindowTest {
     }
     a.dtype = t;
     a.splits = splits;
-    a.faultProb = faultProb;
-    a.faultSeed = 37 + uint32_t(rank());
+    a.fault.probability = faultProb;
+    a.fault.seed = 37 + uint32_t(rank());
     if (timeoutNs != 0) a.timeoutNs = timeoutNs;
     return launchPeerAlltoall(a, stream_);
   }
@@ -502,6 +502,52 @@ TEST_F(PeerCollectives, ReadFaultsOfEveryCollectiveAreDetectedAndResultsExact) {
   const ErrorRecord* rec = windows_->errorRecord();
   EXPECT_GT(rec->injected, before);
   EXPECT_EQ(rec->detected, rec->injected);
+}
+
+// Every RINGGUARD_FAULT_MODE on the device path (core/peer_fault.h): damaged bits, bursts, garbage, the CRC
+// or the fingerprint compared against, a corruption repeated on the re-read: each damaged read is caught and
+// re-read (detected == injected), the results stay exact. delay: a producer publishes late, nothing is
+// damaged or counted. A corruption that lasts past every re-read fails every collective naming a peer.
+TEST_F(PeerCollectives, EveryFaultModeIsCaughtAndResultsStayExact) {
+  const uint8_t modes[] = {PeerFault::kBitFlip, PeerFault::kMultiBit, PeerFault::kBurst,
+                           PeerFault::kGarbage, PeerFault::kTrailer,  PeerFault::kRetransmit,
+                           PeerFault::kControl};
+  for (uint8_t mode : modes) {
+    fault_ = PeerFault{};
+    fault_.mode = mode;
+    fault_.bits = 5;
+    fault_.burstBits = 12;
+    const unsigned long long before = windows_->errorRecord()->injected;
+    for (PeerAlgorithm algorithm : {PeerAlgorithm::kAllreduceOneShot, PeerAlgorithm::kAllreduceTwoShot}) {
+      allreduceExact(size_t(1) << 16, 0, false, algorithm, 0.05);
+    }
+    const ErrorRecord* rec = windows_->errorRecord();
+    EXPECT_GT(rec->injected, before) << "mode " << int(mode);
+    EXPECT_EQ(rec->detected, rec->injected) << "mode " << int(mode);
+  }
+  // A late producer: exact, nothing counted.
+  fault_ = PeerFault{};
+  fault_.mode = PeerFault::kDelay;
+  fault_.delayNs = 2000000;  // 2 ms, well inside the 20 s deadline
+  const unsigned long long injected = windows_->errorRecord()->injected;
+  allreduceExact(size_t(1) << 16, 0, false, PeerAlgorithm::kAllreduceOneShot, 0.05);
+  EXPECT_EQ(windows_->errorRecord()->injected, injected);
+  // Persistent: every read of a hit chunk damaged (repeat 4 > maxRereads 3): the collective fails with
+  // kCorrupt naming the peer, or kPeerFailed where a peer failed first; never a result.
+  fault_ = PeerFault{};
+  fault_.repeat = 4;
+  const size_t count = size_t(1) << 16;
+  DeviceBuffer in(count * 4), out(count * 4);
+  ASSERT_TRUE(allreduce(in.get(), out.get(), count, DataType::kFloat32, ReduceOp::kSum,
+                        PeerAlgorithm::kAllreduceOneShot, 0.05)
+                  .isOk());
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  const ErrorRecord* rec = windows_->errorRecord();
+  EXPECT_TRUE(rec->code == uint32_t(PeerError::kCorrupt) || rec->code == uint32_t(PeerError::kPeerFailed))
+      << "code " << rec->code;
+  EXPECT_GE(rec->peer, 0);
+  EXPECT_NE(rec->peer, rank());
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 // One graph holding a two-shot allreduce, an all-gather, a broadcast and a reduce-scatter, replayed with

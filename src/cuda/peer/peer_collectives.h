@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/peer_fault.h"
 #include "core/peer_plan.h"
 #include "core/peer_window_layout.h"
 #include "ringguard/core/status.h"
@@ -33,10 +34,9 @@ struct PeerWindowArgs {
   uint32_t fingerprint[kFingerprintWords] = {};  // kind, dtype, op, count (low, high), root, lane, factor
   uint64_t timeoutNs = 0;
   int maxRereads = 3;
-  // Fault injection: a read of chunk c from peer p at epoch e is corrupted in registers (transit) when
-  // hash(seed, e, c, p) < faultProb * 2^32; the re-read is clean. Every rank may inject on its own reads.
-  double faultProb = 0;
-  uint32_t faultSeed = 0;
+  // Fault injection (core/peer_fault.h): a read of chunk c from peer p at epoch e is damaged in registers
+  // when hash(seed, e, c, p) < probability * 2^32, as the mode says; every rank injects on its own reads.
+  PeerFault fault;
 };
 
 struct PeerAllreduceArgs : PeerWindowArgs {

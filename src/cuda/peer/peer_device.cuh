@@ -168,11 +168,11 @@ struct Collective {
   uint64_t deadline;
   uint32_t fpCrc;  // the fingerprint's CRC every chunk carries (the algorithm folded in)
   uint32_t lane;
-  uint32_t warp;   // this warp's index over the grid
-  uint32_t warps;  // warps in the grid
-  bool ok;         // this block's acknowledgements arrived (false: nothing is published or read)
-  unsigned long long detected;
-  unsigned long long injected;
+  uint32_t warp;      // this warp's index over the grid
+  uint32_t warps;     // warps in the grid
+  bool ok;            // this block's acknowledgements arrived (false: nothing is published or read)
+  uint32_t detected;  // this warp's reads (a 32-bit count: the window's counters are 64-bit)
+  uint32_t injected;
 
   __device__ void* window(int r) const { return a->windows[r]; }
   __device__ void* mine() const { return a->windows[a->rank]; }
@@ -317,14 +317,72 @@ __device__ __forceinline__ void publishChunks(Collective& k, bool result, uint32
   // chunks' epochs are one store instruction.
   __syncwarp();
   fence(k.a->oneDevice);
+  const PeerFault& f = k.a->fault;
+  if (f.on() && f.mode == PeerFault::kDelay && f.hits(f.hash(k.epoch, k.warp, k.a->rank))) {
+    // A late peer (RINGGUARD_FAULT_MODE=delay): this warp's epochs go out delayNs late; nothing is damaged,
+    // the readers wait (within their deadline) and nothing is counted.
+    const uint64_t until = globalTimer() + f.delayNs;
+    while (globalTimer() < until) {
+    }
+  }
   for (uint32_t c = k.firstOf(begin) + k.lane * k.warps; c < end; c += 32 * k.warps) {
     if (want(c)) storeRelaxed(&table[c].epoch, k.epoch, k.a->oneDevice);
   }
 }
 
+// The flipped bits of a hit (hash h, n = f.span(h)) that fall in the 32 chunk bits from firstBit, as a word's
+// XOR mask. Not inlined: it runs only on an injected read, and its loop inlined eight times into every
+// reading loop pushed the reducing kernels past their registers.
+__device__ __noinline__ uint32_t flipMask(const PeerFault& f, uint64_t h, int n, uint32_t firstBit) {
+  uint32_t mask = 0;
+  for (int j = 0; j < n; ++j) {
+    const uint32_t bit = f.position(h, j);
+    if (bit >= firstBit && bit < firstBit + 32 && f.flipped(h, j)) mask |= 1u << (bit - firstBit);
+  }
+  return mask;
+}
+
+// Damages one read of a chunk in registers as `f.mode` says (core/peer_fault.h): bits of the bytes (the lane
+// that holds each flips it), the whole chunk (garbage), one bit of the CRC (trailer) or of the fingerprint
+// (control) the read is compared with. Warp-level: every lane calls it with the same h.
+__device__ __forceinline__ void injectReadFault(const PeerFault& f, uint64_t h, uint32_t lane,
+                                                uint4 (&vec)[kLaneVectors], uint32_t* crc, uint32_t* fp) {
+  if (f.mode == PeerFault::kTrailer) {
+    *crc ^= 1u << ((h >> 40) & 31u);
+    return;
+  }
+  if (f.mode == PeerFault::kControl) {
+    *fp ^= 1u << ((h >> 40) & 31u);
+    return;
+  }
+  if (f.mode == PeerFault::kGarbage) {
+#pragma unroll
+    for (int v = 0; v < kLaneVectors; ++v) {
+      const uint32_t first = uint32_t(v * 32 + int(lane)) * 4;  // the chunk's word index of vec[v].x
+      vec[v].x = PeerFault::garbageWord(h, first, vec[v].x);
+      vec[v].y = PeerFault::garbageWord(h, first + 1, vec[v].y);
+      vec[v].z = PeerFault::garbageWord(h, first + 2, vec[v].z);
+      vec[v].w = PeerFault::garbageWord(h, first + 3, vec[v].w);
+    }
+    return;
+  }
+  // Word by word of this lane (each word's mask from every flipped bit that falls in it), so only one mask is
+  // live and nothing indexes vec at run time (either put it in local memory: spills, regcheck refuses).
+  const int n = f.span(h);
+  const auto maskOf = [&](uint32_t firstBit) { return flipMask(f, h, n, firstBit); };
+#pragma unroll
+  for (int v = 0; v < kLaneVectors; ++v) {
+    const uint32_t first = (uint32_t(v) * 32 + lane) * 128;  // the chunk bit of vec[v].x's bit 0
+    vec[v].x ^= maskOf(first);
+    vec[v].y ^= maskOf(first + 32);
+    vec[v].z ^= maskOf(first + 64);
+    vec[v].w ^= maskOf(first + 96);
+  }
+}
+
 // Reads chunk c of rank p's window (`result` table or the chunk table) into vec once p published it at this
 // epoch: the fingerprint compared, the CRC recomputed and compared, re-read up to maxRereads times on a
-// mismatch (each counted), with fault injection on the first read. False (the error recorded) when the chunk
+// mismatch (each counted), with fault injection (injectReadFault). False (the error recorded) when the chunk
 // cannot be had. Warp-level: every lane calls it.
 __device__ __forceinline__ bool readChunk(Collective& k, int p, bool result, uint32_t c,
                                           uint4 (&vec)[kLaneVectors]) {
@@ -336,35 +394,32 @@ __device__ __forceinline__ bool readChunk(Collective& k, int p, bool result, uin
   waited = __shfl_sync(0xffffffffu, waited, 0);
   if (!waited) return false;
   // The entry and the first read of the bytes are in flight together (one round trip, not two): the bytes
-  // are used only once the fingerprint matched.
+  // are used only once the fingerprint matched. Every attempt reads both again: a fingerprint or a CRC that
+  // differs once is a transit corruption (re-read, counted); one that differs on every read is not.
   const char* theirs = k.data(p);
-  uint32_t crc = 0, fp = 0;
-  if (k.lane == 0) {
-    crc = loadVolatile(&entry->crc);
-    fp = loadVolatile(&entry->fingerprint);
-  }
-#pragma unroll
-  for (int v = 0; v < kLaneVectors; ++v)
-    vec[v] = loadPeer(reinterpret_cast<const uint4*>(theirs + vectorOffset(c, v, k.lane)));
-  crc = __shfl_sync(0xffffffffu, crc, 0);
-  fp = __shfl_sync(0xffffffffu, fp, 0);
-  if (fp != k.fpCrc) {
-    if (k.lane == 0) k.fail(PeerError::kFingerprintMismatch, p, c, k.fpCrc, fp);
-    return false;
-  }
+  const PeerFault& f = a.fault;
   for (int attempt = 0; attempt <= a.maxRereads; ++attempt) {
-    if (attempt > 0) {
-#pragma unroll
-      for (int v = 0; v < kLaneVectors; ++v)
-        vec[v] = loadPeer(reinterpret_cast<const uint4*>(theirs + vectorOffset(c, v, k.lane)));
+    uint32_t crc = 0, fp = 0;
+    if (k.lane == 0) {
+      crc = loadVolatile(&entry->crc);
+      fp = loadVolatile(&entry->fingerprint);
     }
-    if (attempt == 0 && a.faultProb > 0) {
-      const uint64_t h =
-          corruptionGarbageWord(a.faultSeed, (uint64_t(k.epoch) << 32) ^ (uint64_t(c) << 4) ^ uint64_t(p));
-      if (double(uint32_t(h)) < a.faultProb * 4294967296.0) {
-        if (k.lane == ((h >> 32) & 31u)) vec[0].x ^= 1u << ((h >> 40) & 31u);
+#pragma unroll
+    for (int v = 0; v < kLaneVectors; ++v)
+      vec[v] = loadPeer(reinterpret_cast<const uint4*>(theirs + vectorOffset(c, v, k.lane)));
+    crc = __shfl_sync(0xffffffffu, crc, 0);
+    fp = __shfl_sync(0xffffffffu, fp, 0);
+    if (f.damagesReads() && attempt < f.attempts()) {
+      const uint64_t h = f.hash(k.epoch, c, p);  // recomputed, not kept live across the loop (registers)
+      if (f.hits(h)) {
+        injectReadFault(f, h, k.lane, vec, &crc, &fp);
         ++k.injected;
       }
+    }
+    if (fp != k.fpCrc) {
+      ++k.detected;
+      if (attempt == a.maxRereads && k.lane == 0) k.fail(PeerError::kFingerprintMismatch, p, c, k.fpCrc, fp);
+      continue;
     }
     const uint32_t got = warpChunkCrc(vec);
     if (got == crc) return true;
@@ -383,8 +438,8 @@ __device__ __forceinline__ void finishCollective(Collective& k) {
   void* mine = k.mine();
   if (k.lane == 0 && (k.detected != 0 || k.injected != 0)) {
     unsigned long long* counters = at<unsigned long long>(mine, kCountersOffset);
-    atomicAdd(&counters[0], k.detected);
-    atomicAdd(&counters[1], k.injected);
+    atomicAdd(&counters[0], static_cast<unsigned long long>(k.detected));
+    atomicAdd(&counters[1], static_cast<unsigned long long>(k.injected));
   }
   if (blockIdx.x == 0 && k.ok && threadIdx.x < unsigned(a.size) && int(threadIdx.x) != a.rank) {
     const int p = int(threadIdx.x);

@@ -2,8 +2,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include "algorithms/collectives.h"
@@ -210,9 +212,26 @@ class PeerPath final : public DirectPath {
     *reinterpret_cast<volatile uint32_t*>(&windows_->errorRecord()->abortRequested) = 1;
   }
 
-  void setFault(double probability, uint32_t seed) override {
-    faultProb_.store(probability);
-    faultSeed_.store(seed);
+  static_assert(uint8_t(FaultMode::kBitFlip) == peer::PeerFault::kBitFlip &&
+                    uint8_t(FaultMode::kMultiBit) == peer::PeerFault::kMultiBit &&
+                    uint8_t(FaultMode::kBurst) == peer::PeerFault::kBurst &&
+                    uint8_t(FaultMode::kGarbage) == peer::PeerFault::kGarbage &&
+                    uint8_t(FaultMode::kTrailer) == peer::PeerFault::kTrailer &&
+                    uint8_t(FaultMode::kRetransmit) == peer::PeerFault::kRetransmit &&
+                    uint8_t(FaultMode::kDelay) == peer::PeerFault::kDelay &&
+                    uint8_t(FaultMode::kControl) == peer::PeerFault::kControl,
+                "core/peer_fault.h's modes are FaultMode's");
+  void setFault(const FaultOptions& fault) override {
+    peer::PeerFault f;
+    f.probability = fault.probability;
+    f.seed = uint32_t(fault.seed);
+    f.mode = uint8_t(fault.mode);
+    f.bits = uint8_t(std::clamp(fault.bits, 1, peer::PeerFault::kMaxFlips));
+    f.burstBits = uint8_t(std::clamp(fault.burstBits, 2, 32));
+    f.repeat = uint8_t(std::clamp(fault.repeat, 1, 255));
+    f.delayNs = uint64_t(std::max(fault.delayMs, 0)) * 1000000ull;
+    std::lock_guard<std::mutex> lock(faultMutex_);
+    fault_ = f;
   }
 
  private:
@@ -241,15 +260,15 @@ class PeerPath final : public DirectPath {
     std::memcpy(&a->fingerprint[7], &factor, sizeof factor);
     a->timeoutNs = uint64_t(options_.timeout.count()) * 1000000ull;
     a->maxRereads = options_.maxRetries;
-    a->faultProb = faultProb_.load();
-    a->faultSeed = faultSeed_.load();
+    std::lock_guard<std::mutex> lock(faultMutex_);
+    a->fault = fault_;
   }
 
   std::unique_ptr<peer::PeerWindows> windows_;
   PeerPathOptions peer_;
   Options options_;
-  std::atomic<double> faultProb_{0};
-  std::atomic<uint32_t> faultSeed_{0};
+  mutable std::mutex faultMutex_;  // setFault (any thread) against the launches' copies
+  peer::PeerFault fault_;
 };
 
 }  // namespace
