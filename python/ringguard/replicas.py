@@ -68,6 +68,15 @@ def _per_replica_buffers(model: torch.nn.Module) -> set:
     return names
 
 
+def _has_cpu_backend(group: Any) -> bool:
+    """Whether `group` takes collectives of CPU tensors (a backend registered for "cpu")."""
+    try:
+        group._get_backend(torch.device("cpu"))
+        return True
+    except Exception:  # no backend for the device type (RuntimeError), or a torch without _get_backend
+        return False
+
+
 class _DeviceGather:
     """A deferred check's gathered words in pinned host memory, written by the stream (sync=False on CUDA)."""
 
@@ -129,6 +138,10 @@ class ReplicaCheck:
         cuda = next((_local(t).device for t in [p for _, p in params] + buffers if _local(t).is_cuda), None)
         self.sync = sync
         self._device = cuda if cuda is not None else torch.device("cpu")
+        # Where the sync=True all-gather runs: the message is host words (the device CRCs were already read
+        # back), so on the host whenever the group has a CPU backend ("ringguard" and gloo have one): the
+        # group's host collective, not a copy to the device, a device collective and a copy back.
+        self._gather_device = torch.device("cpu") if _has_cpu_backend(self.group) else self._device
         self._names = {id(p): name for name, p in params}
         self._by_name: Dict[str, torch.Tensor] = {}
         self._step = 0
@@ -194,11 +207,16 @@ class ReplicaCheck:
 
     # ---- the group's collectives (called by the C++ checker) -------------------------------------
 
+    def gathers_on_host(self) -> bool:
+        """Whether the fingerprints of a sync=True check are all-gathered as CPU tensors (the group has a CPU
+        backend), rather than copied to the device and gathered there (a group of "nccl" alone)."""
+        return self._gather_device.type == "cpu"
+
     def _all_gather(self, mine: torch.Tensor) -> torch.Tensor:
         import torch.distributed as dist
 
-        t = mine.to(self._device)
-        out = torch.empty(self._size * t.numel(), dtype=t.dtype, device=self._device)
+        t = mine.to(self._gather_device)
+        out = torch.empty(self._size * t.numel(), dtype=t.dtype, device=self._gather_device)
         dist.all_gather_into_tensor(out, t, group=self.group)
         return out.cpu()
 

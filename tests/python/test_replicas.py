@@ -147,6 +147,31 @@ def _(ctx):
     return {}
 
 
+@CASES.case("sync-true-gathers-host-words-on-the-host-where-the-group-can")
+def _(ctx):
+    # The message is host words: a group with a CPU backend gathers it as CPU tensors (on CUDA no copy to the
+    # device and back, no device collective); a group of a CUDA backend alone gathers on the device.
+    model = DDP(Net().to(ctx.device))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    check = ringguard.ReplicaCheck(model, opt)
+    assert check.gathers_on_host(), "the default group of 'ringguard' has a CPU backend"
+    check.remove()
+    gloo = ringguard.ReplicaCheck(model, opt, group=ctx.ref)
+    assert gloo.gathers_on_host(), "a gloo group gathers on the host"
+    words = torch.arange(5, dtype=torch.int32) + 100 * ctx.rank
+    got = gloo._all_gather(words)
+    assert got.device.type == "cpu" and got.tolist() == [100 * r + i for r in range(ctx.size) for i in range(5)], got
+    gloo.remove()
+    if ctx.device == "cuda":
+        cuda_only = dist.new_group(backend="cuda:ringguard")
+        dev = ringguard.ReplicaCheck(model, opt, group=cuda_only)
+        assert not dev.gathers_on_host(), "a group of a CUDA backend alone gathers on the device"
+        got = dev._all_gather(words)
+        assert got.tolist() == [100 * r + i for r in range(ctx.size) for i in range(5)], got
+        dev.remove()
+    return {}
+
+
 @CASES.case("a-module-of-buffers-alone-is-checked-on-its-device")
 def _(ctx):
     # No parameter says where the state lives: the buffers do (on the GPU, the device backend; a check that
