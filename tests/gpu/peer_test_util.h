@@ -151,7 +151,7 @@ class PeerWindowTest : public ::testing::Test {
   // After a collective whose ranks disagree: this rank's record holds a fingerprint mismatch or a failed peer
   // (never itself) and, with `checkSomeRankSawIt`, some rank saw the mismatch itself (a collective over MPI).
   void expectEveryRankFailedOnAMismatch(bool checkSomeRankSawIt = true) {
-    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
     const ErrorRecord* rec = windows_->errorRecord();
     EXPECT_TRUE(rec->code == uint32_t(PeerError::kFingerprintMismatch) ||
                 rec->code == uint32_t(PeerError::kPeerFailed))

@@ -332,7 +332,9 @@ class PeerCommunicator : public ::testing::Test {
   std::unique_ptr<Bootstrap> bootstrap_;
 };
 
-TEST_F(PeerCommunicator, Float32SumsTakeThePeerPathAndOtherDtypesTheRing) {
+// Within the window (8 MiB here) an allreduce of any dtype the engine reduces takes the peer path (no slice
+// goes through the transport); above it, the ring (slices sent). Both exact, with faults on both.
+TEST_F(PeerCommunicator, AllreducesWithinTheWindowTakeThePeerPathAndLargerOnesTheRing) {
   Options o;
   o.fault.probability = 0.02;
   o.fault.seed = 5;
@@ -341,7 +343,8 @@ TEST_F(PeerCommunicator, Float32SumsTakeThePeerPathAndOtherDtypesTheRing) {
   const int rank = c->rank(), size = c->size();
   cudaStream_t s = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
-  for (size_t count : {size_t(1), size_t(1000), size_t(1) << 20}) {
+  for (size_t count : {size_t(1), size_t(1000), size_t(1) << 20, size_t(3) << 20}) {
+    const uint64_t slicesBefore = c->counters().slicesSent;
     std::vector<float> in(count), want(count, 0.f);
     std::vector<int32_t> inI(count), wantI(count, 0);
     for (size_t i = 0; i < count; ++i) {
@@ -369,6 +372,12 @@ TEST_F(PeerCommunicator, Float32SumsTakeThePeerPathAndOtherDtypesTheRing) {
     ASSERT_EQ(cudaMemcpy(gotI.data(), dI, count * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     EXPECT_EQ(std::memcmp(got.data(), want.data(), count * 4), 0) << count;
     EXPECT_EQ(gotI, wantI) << count;
+    // 12 MiB is past the 8 MiB window: the ring's slices; the rest none.
+    if (count * 4 > (size_t(8) << 20)) {
+      EXPECT_GT(c->counters().slicesSent, slicesBefore) << count;
+    } else {
+      EXPECT_EQ(c->counters().slicesSent, slicesBefore) << count;
+    }
     cudaFree(d);
     cudaFree(dI);
   }
@@ -376,8 +385,53 @@ TEST_F(PeerCommunicator, Float32SumsTakeThePeerPathAndOtherDtypesTheRing) {
   EXPECT_GT(k.injected, 0u);
   EXPECT_EQ(k.detected, k.injected);
   EXPECT_EQ(k.escaped, 0u);
-  EXPECT_EQ(c->summary().byKind.at("allreduce").calls, 6u);
+  EXPECT_EQ(c->summary().byKind.at("allreduce").calls, 8u);
   cudaStreamDestroy(s);
+}
+
+// Calls issued on two streams alternately: each kernel takes its epoch from the window when it runs, so two
+// of them running at once would share one; the path orders them in issue order
+// (runtime/device/stream_chain.h). Every result exact, with faults.
+TEST_F(PeerCommunicator, CallsOnTwoStreamsRunInIssueOrder) {
+  Options o;
+  o.fault.probability = 0.02;
+  o.fault.seed = 11;
+  std::unique_ptr<Communicator> c = make(o);
+  ASSERT_TRUE(c);
+  const int rank = c->rank(), size = c->size();
+  cudaStream_t s[2] = {nullptr, nullptr};
+  for (cudaStream_t& x : s) ASSERT_EQ(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking), cudaSuccess);
+  constexpr int kCalls = 40;
+  const size_t count = size_t(1) << 16;
+  std::vector<float*> d(kCalls, nullptr);
+  std::vector<std::shared_ptr<Work>> works;
+  for (int i = 0; i < kCalls; ++i) {
+    std::vector<float> in(count);
+    for (size_t j = 0; j < count; ++j) in[j] = float((rank + 1) * (i + 1) + int(j % 7));
+    EXPECT_EQ(cudaMalloc(&d[i], count * 4), cudaSuccess);
+    EXPECT_EQ(peer::upload(d[i], in.data(), count * 4), cudaSuccess);
+  }
+  for (int i = 0; i < kCalls; ++i) {
+    works.push_back(c->allreduceAsync(d[i], d[i], count, DataType::kFloat32, ReduceOp::kSum, s[i % 2]));
+  }
+  for (cudaStream_t x : s) EXPECT_EQ(cudaStreamSynchronize(x), cudaSuccess);
+  for (auto& w : works) {
+    const Status st = w->wait();
+    EXPECT_TRUE(st.isOk()) << st.toString();
+  }
+  const int ranks = size * (size + 1) / 2;  // sum of rank + 1
+  for (int i = 0; i < kCalls; ++i) {
+    std::vector<float> got(count);
+    EXPECT_EQ(cudaMemcpy(got.data(), d[i], count * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    size_t wrong = 0;
+    for (size_t j = 0; j < count; ++j) wrong += got[j] != float(ranks * (i + 1) + size * int(j % 7));
+    EXPECT_EQ(wrong, 0u) << "call " << i << " on stream " << i % 2;
+    cudaFree(d[i]);
+  }
+  const Counters k = c->counters();
+  EXPECT_GT(k.injected, 0u);
+  EXPECT_EQ(k.detected, k.injected);
+  for (cudaStream_t x : s) cudaStreamDestroy(x);
 }
 
 TEST_F(PeerCommunicator, AStoppedPeerFailsTheNextCallNamingIt) {

@@ -538,10 +538,10 @@ TEST_F(PeerCollectives, EveryFaultModeIsCaughtAndResultsStayExact) {
   fault_.repeat = 4;
   const size_t count = size_t(1) << 16;
   DeviceBuffer in(count * 4), out(count * 4);
-  ASSERT_TRUE(allreduce(in.get(), out.get(), count, DataType::kFloat32, ReduceOp::kSum,
+  EXPECT_TRUE(allreduce(in.get(), out.get(), count, DataType::kFloat32, ReduceOp::kSum,
                         PeerAlgorithm::kAllreduceOneShot, 0.05)
                   .isOk());
-  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
   const ErrorRecord* rec = windows_->errorRecord();
   EXPECT_TRUE(rec->code == uint32_t(PeerError::kCorrupt) || rec->code == uint32_t(PeerError::kPeerFailed))
       << "code " << rec->code;
@@ -650,9 +650,9 @@ TEST_F(PeerCollectives, AStoppedPeerIsNamedAtTheDeadlineByEveryCollective) {
         a.timeoutNs = deadline;
         st = launchPeerReduceScatter(a, stream_);
       }
-      ASSERT_TRUE(st.isOk()) << st.toString();
+      EXPECT_TRUE(st.isOk()) << st.toString();
       const auto t0 = std::chrono::steady_clock::now();
-      ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+      EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       const ErrorRecord* rec = windows_->errorRecord();
@@ -811,10 +811,10 @@ TEST_F(PeerCollectives, AStoppedPeerIsNamedAtTheDeadlineByTheAlltoall) {
     const AlltoallBuffers l = layoutOf(equalSplits(size(), 4096), rank(), 0);
     DeviceBuffer in(l.sendTotal * 4), out(l.recvTotal * 4);
     if (rank() != stopped) {
-      ASSERT_TRUE(
+      EXPECT_TRUE(
           alltoall(in.get(), out.get(), l, DataType::kFloat32, splits, 0, 300ull * 1000 * 1000).isOk());
       const auto t0 = std::chrono::steady_clock::now();
-      ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+      EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       const ErrorRecord* rec = windows_->errorRecord();

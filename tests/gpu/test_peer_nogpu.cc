@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -348,6 +349,34 @@ TEST(NoGpuPeerWindows, WithoutAGpuEveryRankFailsWithAReason) {
                        st.message().find("cuMem") != std::string::npos;
     EXPECT_TRUE(named) << st.toString();
   }
+}
+
+// Legacy IPC handles between threads of one process: CUDA opens a handle only in another process, so every
+// open fails and every rank fails naming it; and at once: no rank waits for a peer to close a window that
+// peer never opened (before, each waited 5 s for a close flag from a live peer). Without a GPU every rank
+// fails earlier, at the allocation, as fast.
+TEST(NoGpuPeerWindows, IpcOpensThatFailEndEveryRankAtOnce) {
+  int devices = 0;
+  const bool gpu = cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+  (void)cudaGetLastError();
+  Board board(2);
+  std::vector<Status> made(2);
+  const auto t0 = std::chrono::steady_clock::now();
+  runRanks(2, [&](int rank) {
+    MemoryBootstrap b(&board, rank);
+    std::unique_ptr<peer::PeerWindows> w;
+    made[size_t(rank)] = peer::PeerWindows::create(b, 0, 1 << 20, peer::PeerHandles::kIpc, &w);
+    EXPECT_EQ(w, nullptr);
+  });
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const Status& st : made) {
+    EXPECT_FALSE(st.isOk());
+    if (gpu) {
+      EXPECT_NE(st.message().find("legacy CUDA IPC handles open only in another process"), std::string::npos)
+          << st.toString();
+    }
+  }
+  EXPECT_LT(s, 4.0) << "a release waited for a close flag from a peer that never opened the window";
 }
 
 }  // namespace

@@ -32,14 +32,14 @@ TEST(PeerWatchdog, AbortsTheCommunicatorAfterAnErrorNoOneWaitedFor) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   if (c->rank() != stopped) {
     st = c->allreduce(buf.get(), buf.get(), count, DataType::kFloat32, ReduceOp::kSum, s);
-    ASSERT_TRUE(st.isOk()) << st.toString();  // launched; the kernel waits for the stopped rank
+    EXPECT_TRUE(st.isOk()) << st.toString();  // launched; the kernel waits for the stopped rank
     const auto start = std::chrono::steady_clock::now();
     Status seen;
     while ((seen = c->firstError()).isOk() && std::chrono::steady_clock::now() - start < 20s) {
       std::this_thread::sleep_for(10ms);
     }
     const double s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    ASSERT_FALSE(seen.isOk()) << "no error after " << s_ << " s";
+    EXPECT_FALSE(seen.isOk()) << "no error after " << s_ << " s";
     // The timeout (1 s) and a few 100 ms intervals, not the 20 s bound.
     EXPECT_LT(s_, 5.0) << seen.toString();
     // A timeout naming the stopped rank, or a peer that failed first (3 and 4 ranks).
@@ -48,7 +48,7 @@ TEST(PeerWatchdog, AbortsTheCommunicatorAfterAnErrorNoOneWaitedFor) {
     // Poisoned: the next call returns the error without launching.
     st = c->allreduce(buf.get(), buf.get(), count, DataType::kFloat32, ReduceOp::kSum, s);
     EXPECT_FALSE(st.isOk());
-    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);  // the kernel ended at its deadline: nothing spins
+    EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);  // the kernel ended at its deadline: nothing spins
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (c->rank() == stopped) c->abort("the test's stopped rank is done");

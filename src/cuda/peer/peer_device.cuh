@@ -321,8 +321,9 @@ __device__ __forceinline__ void publishChunks(Collective& k, bool result, uint32
   if (f.on() && f.mode == PeerFault::kDelay && f.hits(f.hash(k.epoch, k.warp, k.a->rank))) {
     // A late peer (RINGGUARD_FAULT_MODE=delay): this warp's epochs go out delayNs late; nothing is damaged,
     // the readers wait (within their deadline) and nothing is counted.
+    // An abort ends the delay too (the readers' waits see it and stop): RINGGUARD_FAULT_DELAY_MS may be long.
     const uint64_t until = globalTimer() + f.delayNs;
-    while (globalTimer() < until) {
+    while (globalTimer() < until && loadVolatile(&k.a->record->abortRequested) == 0) {
     }
   }
   for (uint32_t c = k.firstOf(begin) + k.lane * k.warps; c < end; c += 32 * k.warps) {
@@ -393,6 +394,10 @@ __device__ __forceinline__ bool readChunk(Collective& k, int p, bool result, uin
     waited = k.waitFor(&entry->epoch, p, c, [&](uint64_t v) { return v == k.epoch; }) ? 1u : 0u;
   waited = __shfl_sync(0xffffffffu, waited, 0);
   if (!waited) return false;
+  // A shuffle orders no memory: the warp barrier makes lane 0's acquire of the epoch happen before every
+  // lane's loads of the entry and the bytes below (PTX memory model; ld.volatile reaching L2 made it hold
+  // in practice on one GPU, not in the model).
+  __syncwarp();
   // The entry and the first read of the bytes are in flight together (one round trip, not two): the bytes
   // are used only once the fingerprint matched. Every attempt reads both again: a fingerprint or a CRC that
   // differs once is a transit corruption (re-read, counted); one that differs on every read is not.

@@ -9,8 +9,10 @@
 #include <string>
 
 #include "algorithms/collectives.h"
+#include "core/function_ref.h"
 #include "core/peer_alltoall_plan.h"
 #include "cuda/peer/peer_collectives.h"
+#include "runtime/device/stream_chain.h"
 #include "transport/peer/peer_window.h"
 
 namespace ringguard {
@@ -84,7 +86,7 @@ class PeerPath final : public DirectPath {
     a.op = op;
     a.algorithm =
         peer::chooseAllreduce(count * dataTypeSize(dtype), a.size, peer_.extended, peer_.twoShotBytes);
-    return peer::launchPeerAllreduce(a, stream);
+    return ordered(stream, [&] { return peer::launchPeerAllreduce(a, stream); });
   }
 
   bool acceptsAllgather(size_t sendCount, DataType dtype) const override {
@@ -99,7 +101,7 @@ class PeerPath final : public DirectPath {
     a.recv = recv;
     a.count = sendCount;
     a.dtype = dtype;
-    return peer::launchPeerAllgather(a, stream);
+    return ordered(stream, [&] { return peer::launchPeerAllgather(a, stream); });
   }
 
   bool acceptsBroadcast(size_t count, DataType dtype) const override {
@@ -115,7 +117,7 @@ class PeerPath final : public DirectPath {
     a.count = count;
     a.dtype = dtype;
     a.root = root;
-    return peer::launchPeerBroadcast(a, stream);
+    return ordered(stream, [&] { return peer::launchPeerBroadcast(a, stream); });
   }
 
   bool acceptsReduceScatter(size_t recvCount, DataType dtype, ReduceOp op) const override {
@@ -132,7 +134,7 @@ class PeerPath final : public DirectPath {
     a.count = recvCount;
     a.dtype = dtype;
     a.op = op;
-    return peer::launchPeerReduceScatter(a, stream);
+    return ordered(stream, [&] { return peer::launchPeerReduceScatter(a, stream); });
   }
 
   // The equal form publishes N - 1 blocks of `count`; the split form its table (its blocks differ per rank
@@ -168,7 +170,7 @@ class PeerPath final : public DirectPath {
     }
     a.dtype = dtype;
     a.splits = splits;
-    return peer::launchPeerAlltoall(a, stream);
+    return ordered(stream, [&] { return peer::launchPeerAlltoall(a, stream); });
   }
 
   Status poll() override {
@@ -264,7 +266,13 @@ class PeerPath final : public DirectPath {
     a->fault = fault_;
   }
 
+  // A kernel launched after every earlier one of this path, whatever their streams (stream_chain.h).
+  Status ordered(void* stream, FunctionRef<Status()> launch) {
+    return chain_.run(static_cast<cudaStream_t>(stream), launch);
+  }
+
   std::unique_ptr<peer::PeerWindows> windows_;
+  StreamChain chain_;
   PeerPathOptions peer_;
   Options options_;
   mutable std::mutex faultMutex_;  // setFault (any thread) against the launches' copies

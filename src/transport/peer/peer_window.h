@@ -66,8 +66,9 @@ class PeerWindows {
     unsigned long long address = 0;  // CUdeviceptr (vmm)
     size_t bytes = 0;
     bool mapped = false;
-    void* ipc = nullptr;  // cudaMalloc'd (this rank) or cudaIpcOpenMemHandle'd (a peer) base (ipc)
-    int pid = 0;          // the rank's process (ipc): a process that is gone has closed its mappings
+    void* ipc = nullptr;      // cudaMalloc'd (this rank) or cudaIpcOpenMemHandle'd (a peer) base (ipc)
+    int pid = 0;              // the rank's process (ipc): a process that is gone has closed its mappings
+    bool openedMine = false;  // the rank opened this rank's window (ipc): only those are waited for
   };
   // The two ways (peer_window_vmm.cc, peer_window_ipc.cc): map every rank's window into bases_, agreed.
   Status mapVmm(Bootstrap& bootstrap);

@@ -97,7 +97,21 @@ Status PeerWindows::mapIpc(Bootstrap& bootstrap) {
     std::memcpy(&e, all[size_t(r)].data(), sizeof e);
     mappings_[size_t(r)].pid = e.pid;
   }
-  return agreeToProceed(bootstrap, openAll());
+  const Status opened = openAll();
+  // Which windows each rank opened, so a release waits only for the peers that did: where an open failed
+  // (and so every rank fails below), the others would otherwise wait the full 5 s for a close flag that
+  // never comes from a peer that is still alive. An exchange that fails leaves every peer counted as
+  // having opened (the wait is bounded, the memory kept only if the peer still runs).
+  std::vector<uint8_t> mask(size_t(n), 0);
+  for (int r = 0; r < n; ++r) mask[size_t(r)] = mappings_[size_t(r)].ipc != nullptr && r != rank_ ? 1 : 0;
+  std::vector<std::vector<uint8_t>> masks;
+  const bool known = bootstrap.allgather(mask, &masks).isOk();  // every rank calls it, whatever st is
+  for (int r = 0; r < n; ++r) {
+    if (r == rank_) continue;
+    mappings_[size_t(r)].openedMine =
+        !known || (masks[size_t(r)].size() == size_t(n) && masks[size_t(r)][size_t(rank_)] != 0);
+  }
+  return agreeToProceed(bootstrap, opened);
 }
 
 void PeerWindows::releaseIpc() {
@@ -122,7 +136,8 @@ void PeerWindows::releaseIpc() {
     for (int r = 0; r < int(mappings_.size()); ++r) {
       const int pid = mappings_[size_t(r)].pid;
       const bool gone = pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH);
-      if (r != rank_ && flags[r] == 0 && !gone) open += (open.empty() ? "" : ", ") + std::to_string(r);
+      if (r != rank_ && mappings_[size_t(r)].openedMine && flags[r] == 0 && !gone)
+        open += (open.empty() ? "" : ", ") + std::to_string(r);
     }
     if (open.empty() || std::chrono::steady_clock::now() > deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
