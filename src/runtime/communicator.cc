@@ -159,6 +159,9 @@ Communicator::Impl::~Impl() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
+    // A failed communicator's direct-path kernels may still spin on a peer that is gone: released now, so
+    // the windows' release (whenever the last Work lets go of them) does not wait out their deadline.
+    if (direct_ && (!firstError_.isOk() || !direct_->poll().isOk())) direct_->abort();
   }
   cv_.notify_all();
   progress_.join();
