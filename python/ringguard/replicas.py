@@ -41,12 +41,19 @@ def set_default_fault(spec: Optional[str]) -> None:
     _default_fault = spec
 
 
-def _is_dtensor(t: torch.Tensor) -> bool:
+def _dtensor_class() -> Optional[type]:
     try:
         from torch.distributed.tensor import DTensor
     except ImportError:  # pragma: no cover - torch without DTensor
-        return False
-    return isinstance(t, DTensor)
+        return None
+    return DTensor
+
+
+_DTENSOR = _dtensor_class()  # looked up once: tensors() asks for every tensor of every check
+
+
+def _is_dtensor(t: torch.Tensor) -> bool:
+    return _DTENSOR is not None and isinstance(t, _DTENSOR)
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
