@@ -107,7 +107,7 @@ class PeerWindowTest : public ::testing::Test {
     MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (!all) GTEST_SKIP() << "no CUDA device on some rank";
     ASSERT_TRUE(mpi::createBootstrap(MPI_COMM_WORLD, &bootstrap_).isOk());
-    Status st = PeerWindows::create(*bootstrap_, 0, kCapacity, &windows_);
+    Status st = PeerWindows::create(*bootstrap_, 0, kCapacity, p2pBytes_, PeerHandles::kAuto, &windows_);
     ASSERT_TRUE(st.isOk()) << st.toString();
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
   }
@@ -119,6 +119,8 @@ class PeerWindowTest : public ::testing::Test {
 
   // Order at system scope even where every window is on one GPU (the path of GPUs of one host).
   bool systemScope_ = false;
+  // Payload bytes per send/recv slot of the windows SetUp makes (0: no channels); set in a constructor.
+  size_t p2pBytes_ = 0;
   // The fault mode and its parameters every collective's arguments start from (probability and seed are
   // each call's).
   PeerFault fault_;

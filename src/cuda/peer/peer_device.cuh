@@ -224,6 +224,11 @@ struct Collective {
       if (loadVolatile(errorWord(a->rank)) != 0) return false;  // this rank already failed
       const uint32_t theirs = loadVolatile(errorWord(peer));
       if (theirs != 0) {
+        // One last look (after a fence, the error word's acquire): the peer may have published what this
+        // wait is for before it failed, as both ends of a send/recv do their rendezvous entries before the
+        // check that fails, so each end reports the mismatch itself.
+        fence(a->oneDevice);
+        if (ready(loadAcquire(word, a->oneDevice))) return true;
         fail(PeerError::kPeerFailed, peer, chunk, 0, theirs);
         return false;
       }

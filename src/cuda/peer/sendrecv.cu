@@ -46,6 +46,8 @@ __device__ __forceinline__ bool meet(const Collective& k, const MessageEntry* th
   if (!k.waitFor(&theirs->number, peer, ~0u, [&](uint64_t v) { return v == number; }, false)) return false;
   const uint64_t c = loadVolatile(&theirs->count);
   const uint32_t f = loadVolatile(&theirs->fingerprint);
+  // A fence before the error word: a peer that sees it also sees this end's entry (waitFor's last look).
+  if (c != count || f != k.fpCrc) fence(k.a->oneDevice);
   if (c != count) {
     k.fail(PeerError::kMessageMismatch, peer, sending ? 0u : 1u, saturated32(count), saturated32(c));
     return false;
