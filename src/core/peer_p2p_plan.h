@@ -56,8 +56,8 @@ RINGGUARD_HOST_DEVICE inline uint32_t p2pReadingWarps(uint32_t warps, uint32_t c
 // a receive splits them in proportion to the chunks of each side's first round, at least one warp each; a
 // call with one side gives it every warp. (Each side's warps are its own: the ends of a pair need not split
 // alike.)
-RINGGUARD_HOST_DEVICE inline uint32_t p2pSendWarps(uint32_t warps, bool sends, bool receives, uint64_t sendChunks,
-                                                   uint64_t recvChunks) {
+RINGGUARD_HOST_DEVICE inline uint32_t p2pSendWarps(uint32_t warps, bool sends, bool receives,
+                                                   uint64_t sendChunks, uint64_t recvChunks) {
   if (!sends) return 0;
   if (!receives) return warps;
   if (warps < 2) return 1;  // never: a block has 16 warps
@@ -69,11 +69,12 @@ RINGGUARD_HOST_DEVICE inline uint32_t p2pSendWarps(uint32_t warps, bool sends, b
 }
 
 // Does the peer path take a sendRecv of rank `rank` (of `size`) to `dst` and from `src` (-1: none)? Only
-// with channels (`p2pBytes` > 0, agreed when the windows were made) and `extended` (RINGGUARD_DEVICE_TRANSPORT=
-// peer asked by name: send/recv has not passed on a GPU yet), and not a message to this rank itself (a local
-// copy the pipeline makes). Any size of message takes the channel (in rounds), so both ends of a message decide
-// alike from what they have alike. (A receive from any source never comes here: it stays on the host
-// pipeline, PeerLanes::recvAny; so do peers on other hosts, which have no windows.)
+// with channels (`p2pBytes` > 0, agreed when the windows were made) and `extended`
+// (RINGGUARD_DEVICE_TRANSPORT= peer asked by name: send/recv has not passed on a GPU yet), and not a message
+// to this rank itself (a local copy the pipeline makes). Any size of message takes the channel (in rounds),
+// so both ends of a message decide alike from what they have alike. (A receive from any source never comes
+// here: it stays on the host pipeline, PeerLanes::recvAny; so do peers on other hosts, which have no
+// windows.)
 inline bool peerPathTakesSendRecv(int size, int rank, int dst, int src, size_t p2pBytes, bool extended) {
   if (!extended || p2pBytes == 0 || size < 2) return false;
   if (dst < 0 && src < 0) return false;

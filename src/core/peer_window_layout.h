@@ -113,7 +113,8 @@ struct WindowLayout {
 RINGGUARD_HOST_DEVICE inline size_t roundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
 // `ranks` and `p2pBytes`: the send/recv channels (none for 0 bytes or one rank).
-RINGGUARD_HOST_DEVICE inline WindowLayout makeWindowLayout(size_t capacity, size_t p2pBytes = 0, int ranks = 1) {
+RINGGUARD_HOST_DEVICE inline WindowLayout makeWindowLayout(size_t capacity, size_t p2pBytes = 0,
+                                                           int ranks = 1) {
   WindowLayout l;
   l.capacity = roundUp(capacity, kChunkBytes);
   l.maxChunks = l.capacity / kChunkBytes;

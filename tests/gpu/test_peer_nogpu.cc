@@ -396,10 +396,12 @@ TEST(NoGpuPeerWindows, RanksAskingForDifferentLayoutsAllFailNamingBoth) {
       EXPECT_NE(m.find("peer window layouts differ between ranks"), std::string::npos) << m;
       EXPECT_NE(m.find("RINGGUARD_PEER_P2P_BYTES"), std::string::npos) << m;
       // Each names its own layout and the first rank's that differs.
-      const std::string odd = slots ? "1048576 bytes per collective and 4096" : "1049600 bytes per collective and 65536";
+      const std::string odd =
+          slots ? "1048576 bytes per collective and 4096" : "1049600 bytes per collective and 65536";
       const std::string named =
           r == 2 ? "rank 2 has " + odd + " per send/recv slot, rank 0 has 1048576 and 65536"
-                 : "rank " + std::to_string(r) + " has 1048576 bytes per collective and 65536 per send/recv slot, rank 2 has " +
+                 : "rank " + std::to_string(r) +
+                       " has 1048576 bytes per collective and 65536 per send/recv slot, rank 2 has " +
                        (slots ? "1048576 and 4096" : "1049600 and 65536");
       EXPECT_NE(m.find(named), std::string::npos) << m;
     }

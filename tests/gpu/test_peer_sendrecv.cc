@@ -1,11 +1,11 @@
 // Send/recv over peer windows (src/cuda/peer/sendrecv.cu; docs/design/protocol.md, "Send/recv"), under
 // mpirun with every rank on the one GPU (run under MPS: scripts/gpu_peer_check.sh). Every result is checked
 // bit for bit: every dtype, the counts 0, 1, odd and larger than a slot (several rounds through the two
-// slots), unaligned buffers, a ring shift with sendRecv (each rank sends and receives in one kernel), send-only
-// and receive-only calls in a row; with injected read faults of every mode (detected == injected, result
-// exact); inside a CUDA graph replayed (fresh message numbers on the device) beside a collective; and the
-// failures: counts or dtypes that differ (both ends fail naming the other), a missing receiver or sender (a
-// timeout naming it).
+// slots), unaligned buffers, a ring shift with sendRecv (each rank sends and receives in one kernel),
+// send-only and receive-only calls in a row; with injected read faults of every mode (detected == injected,
+// result exact); inside a CUDA graph replayed (fresh message numbers on the device) beside a collective; and
+// the failures: counts or dtypes that differ (both ends fail naming the other), a missing receiver or sender
+// (a timeout naming it).
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -27,8 +27,9 @@ class PeerSendRecv : public PeerWindowTest {
  protected:
   PeerSendRecv() { p2pBytes_ = kSlot; }
 
-  Status sendRecv(const void* send, size_t sendCount, int dst, void* recv, size_t recvCount, int src, DataType t,
-                  double faultProb = 0, uint64_t timeoutNs = 0, DataType recvType = DataType(255)) {
+  Status sendRecv(const void* send, size_t sendCount, int dst, void* recv, size_t recvCount, int src,
+                  DataType t, double faultProb = 0, uint64_t timeoutNs = 0,
+                  DataType recvType = DataType(255)) {
     auto a = windowArgs<PeerSendRecvArgs>(CollectiveKind::kSendRecv, t, ReduceOp::kSum, 0);
     a.send = send;
     a.sendCount = sendCount;
@@ -50,7 +51,8 @@ class PeerSendRecv : public PeerWindowTest {
   // Fresh windows (a failed rank's error word stays set: later calls on the same windows end at once).
   void remakeWindows() {
     windows_.reset();
-    const Status made = PeerWindows::create(*bootstrap_, 0, 1 << 20, p2pBytes_, PeerHandles::kAuto, &windows_);
+    const Status made =
+        PeerWindows::create(*bootstrap_, 0, 1 << 20, p2pBytes_, PeerHandles::kAuto, &windows_);
     ASSERT_TRUE(made.isOk()) << made.toString();
   }
 
@@ -126,8 +128,9 @@ TEST_F(PeerSendRecv, SendOnlyAndReceiveOnlyCallsInARow) {
 }
 
 TEST_F(PeerSendRecv, ReadFaultsOfEveryModeAreDetectedAndResultsExact) {
-  const uint8_t modes[] = {PeerFault::kBitFlip, PeerFault::kMultiBit,   PeerFault::kBurst,  PeerFault::kGarbage,
-                           PeerFault::kTrailer, PeerFault::kRetransmit, PeerFault::kControl};
+  const uint8_t modes[] = {PeerFault::kBitFlip, PeerFault::kMultiBit, PeerFault::kBurst,
+                           PeerFault::kGarbage, PeerFault::kTrailer,  PeerFault::kRetransmit,
+                           PeerFault::kControl};
   for (uint8_t mode : modes) {
     fault_ = PeerFault{};
     fault_.mode = mode;
@@ -164,7 +167,8 @@ TEST_F(PeerSendRecv, CapturedInAGraphBesideACollectiveAndReplayed) {
   DeviceBuffer din(bytes), dout(bytes), arIn(arCount * 4), arOut(arCount * 4);
   ASSERT_EQ(upload(din.get(), in.data(), bytes), cudaSuccess);
   ASSERT_EQ(upload(arIn.get(), mine.data(), arCount * 4), cudaSuccess);
-  auto ar = windowArgs<PeerAllreduceArgs>(CollectiveKind::kAllreduce, DataType::kFloat32, ReduceOp::kSum, arCount);
+  auto ar =
+      windowArgs<PeerAllreduceArgs>(CollectiveKind::kAllreduce, DataType::kFloat32, ReduceOp::kSum, arCount);
   ar.send = arIn.get();
   ar.recv = arOut.get();
   ar.count = arCount;
@@ -203,8 +207,9 @@ TEST_F(PeerSendRecv, EndsThatDisagreeBothFailNamingEachOther) {
     ASSERT_NO_FATAL_FAILURE(remakeWindows());
     DeviceBuffer buf(std::max(c.sent, c.expected) * 4);
     if (rank() == 0) {
-      ASSERT_TRUE(sendRecv(buf.get(), c.sent, 1, nullptr, 0, -1, DataType::kFloat32, 0, 5ull * 1000 * 1000 * 1000)
-                      .isOk());
+      ASSERT_TRUE(
+          sendRecv(buf.get(), c.sent, 1, nullptr, 0, -1, DataType::kFloat32, 0, 5ull * 1000 * 1000 * 1000)
+              .isOk());
       ASSERT_NO_FATAL_FAILURE(expectFailed(PeerError::kMessageMismatch, 1));
       const ErrorRecord* rec = windows_->errorRecord();
       EXPECT_EQ(rec->chunk, 0u) << "the sender";
@@ -228,7 +233,8 @@ TEST_F(PeerSendRecv, EndsThatDisagreeBothFailNamingEachOther) {
     ASSERT_TRUE(sendRecv(buf.get(), 1000, 1, nullptr, 0, -1, DataType::kFloat32).isOk());
     ASSERT_NO_FATAL_FAILURE(expectFailed(PeerError::kFingerprintMismatch, 1));
   } else if (rank() == 1) {
-    ASSERT_TRUE(sendRecv(nullptr, 0, -1, buf.get(), 1000, 0, DataType::kFloat32, 0, 0, DataType::kInt32).isOk());
+    ASSERT_TRUE(
+        sendRecv(nullptr, 0, -1, buf.get(), 1000, 0, DataType::kFloat32, 0, 0, DataType::kInt32).isOk());
     ASSERT_NO_FATAL_FAILURE(expectFailed(PeerError::kFingerprintMismatch, 0));
   }
   MPI_Barrier(MPI_COMM_WORLD);
@@ -243,10 +249,10 @@ TEST_F(PeerSendRecv, AMissingEndTimesOutNamingIt) {
       DeviceBuffer buf(count * 4);
       const int waiting = senderWaits ? 0 : 1, missing = 1 - waiting;
       if (rank() == waiting) {
-        const Status st =
-            senderWaits
-                ? sendRecv(buf.get(), count, missing, nullptr, 0, -1, DataType::kFloat32, 0, kShortDeadlineNs)
-                : sendRecv(nullptr, 0, -1, buf.get(), count, missing, DataType::kFloat32, 0, kShortDeadlineNs);
+        const Status st = senderWaits ? sendRecv(buf.get(), count, missing, nullptr, 0, -1,
+                                                 DataType::kFloat32, 0, kShortDeadlineNs)
+                                      : sendRecv(nullptr, 0, -1, buf.get(), count, missing,
+                                                 DataType::kFloat32, 0, kShortDeadlineNs);
         ASSERT_TRUE(st.isOk()) << st.toString();
         const auto t0 = std::chrono::steady_clock::now();
         ASSERT_NO_FATAL_FAILURE(expectFailed(PeerError::kTimeout, missing));
@@ -299,7 +305,8 @@ TEST(PeerCommunicatorSendRecv, ExplicitPeerTakesSendRecvExactlyAndInAGraph) {
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
   const DataType t = DataType::kFloat32;
   const size_t count = 50000;  // three rounds of 64 KiB
-  const std::vector<uint8_t> in = peer::randomInput(t, count, rank, 1), want = peer::randomInput(t, count, src, 1);
+  const std::vector<uint8_t> in = peer::randomInput(t, count, rank, 1),
+                             want = peer::randomInput(t, count, src, 1);
   peer::DeviceBuffer din(count * 4), dout(count * 4);
   ASSERT_EQ(peer::upload(din.get(), in.data(), count * 4), cudaSuccess);
   auto check = [&](const char* what) {

@@ -19,8 +19,8 @@ const uint64_t kSlots[] = {kChunkBytes, 3 * kChunkBytes, uint64_t(1) << 20};
 
 TEST(PeerP2pPlan, RoundsCoverEveryByteOnceASlotAtATime) {
   for (uint64_t slot : kSlots) {
-    for (uint64_t bytes : {uint64_t(0), uint64_t(1), uint64_t(7), uint64_t(kChunkBytes), slot - 1, slot, slot + 1,
-                           2 * slot, 2 * slot + 5, 5 * slot + kChunkBytes + 3}) {
+    for (uint64_t bytes : {uint64_t(0), uint64_t(1), uint64_t(7), uint64_t(kChunkBytes), slot - 1, slot,
+                           slot + 1, 2 * slot, 2 * slot + 5, 5 * slot + kChunkBytes + 3}) {
       const uint64_t rounds = p2pRounds(bytes, slot);
       EXPECT_EQ(rounds, bytes == 0 ? 1u : (bytes + slot - 1) / slot) << bytes << " bytes, slot " << slot;
       uint64_t next = 0;
@@ -70,8 +70,8 @@ TEST(PeerP2pPlan, WarpsSplitBetweenSendingAndReceivingInProportion) {
   EXPECT_EQ(p2pSendWarps(16, false, true, 0, 5), 0u);
   EXPECT_EQ(p2pSendWarps(16, true, false, 5, 0), 16u);
   EXPECT_EQ(p2pSendWarps(16, true, false, 0, 0), 16u);
-  EXPECT_EQ(p2pSendWarps(16, true, true, 0, 0), 8u);    // two empty messages: half each
-  EXPECT_EQ(p2pSendWarps(16, true, true, 10, 10), 8u);  // equal
+  EXPECT_EQ(p2pSendWarps(16, true, true, 0, 0), 8u);      // two empty messages: half each
+  EXPECT_EQ(p2pSendWarps(16, true, true, 10, 10), 8u);    // equal
   EXPECT_EQ(p2pSendWarps(32, true, true, 1024, 0), 31u);  // a side with nothing keeps a warp
   EXPECT_EQ(p2pSendWarps(32, true, true, 0, 1024), 1u);
   EXPECT_EQ(p2pSendWarps(32, true, true, 3, 1), 24u);
@@ -162,8 +162,10 @@ TEST(PeerP2pPlan, ChannelWordsSitApartInTheHeader) {
   };
   for (int p = 0; p < kMaxRanks; ++p) {
     for (uint64_t m : {uint64_t(1), uint64_t(2)}) {
-      words.push_back({messageEntryOffset(kPostedOffset, p, m), messageEntryOffset(kPostedOffset, p, m) + 32});
-      words.push_back({messageEntryOffset(kOfferedOffset, p, m), messageEntryOffset(kOfferedOffset, p, m) + 32});
+      words.push_back(
+          {messageEntryOffset(kPostedOffset, p, m), messageEntryOffset(kPostedOffset, p, m) + 32});
+      words.push_back(
+          {messageEntryOffset(kOfferedOffset, p, m), messageEntryOffset(kOfferedOffset, p, m) + 32});
     }
   }
   EXPECT_EQ(messageEntryOffset(kPostedOffset, 3, 5), messageEntryOffset(kPostedOffset, 3, 7)) << "by parity";

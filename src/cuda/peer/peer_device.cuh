@@ -395,9 +395,9 @@ __device__ __forceinline__ void injectReadFault(const PeerFault& f, uint64_t h, 
 }
 
 // Reads chunk c of rank p's window (`table`, `theirs`: a chunk table and its data there) into vec once p
-// published it at this epoch: the fingerprint compared, the CRC recomputed and compared, re-read up to maxRereads times on a
-// mismatch (each counted), with fault injection (injectReadFault). False (the error recorded) when the chunk
-// cannot be had. Warp-level: every lane calls it.
+// published it at this epoch: the fingerprint compared, the CRC recomputed and compared, re-read up to
+// maxRereads times on a mismatch (each counted), with fault injection (injectReadFault). False (the error
+// recorded) when the chunk cannot be had. Warp-level: every lane calls it.
 __device__ __forceinline__ bool readChunkAt(Collective& k, int p, ChunkEntry* table, const char* theirs,
                                             uint32_t c, uint4 (&vec)[kLaneVectors]) {
   const PeerWindowArgs& a = *k.a;

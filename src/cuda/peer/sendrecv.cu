@@ -30,7 +30,8 @@ __device__ __forceinline__ uint32_t saturated32(uint64_t v) {
 
 // This end's rendezvous entry for message `number` (count and fingerprint, then the number with release
 // order). Lane-level.
-__device__ __forceinline__ void postEntry(const Collective& k, MessageEntry* e, uint64_t number, uint64_t count) {
+__device__ __forceinline__ void postEntry(const Collective& k, MessageEntry* e, uint64_t number,
+                                          uint64_t count) {
   e->count = count;
   e->fingerprint = k.fpCrc;
   storeRelease(&e->number, number, k.a->oneDevice);
@@ -41,9 +42,11 @@ __device__ __forceinline__ void postEntry(const Collective& k, MessageEntry* e, 
 // writes that one only after its call for message number + 1, which waits for this end's entry of it, which
 // this end writes only after this call. So equality is the test. `sending`: this rank is the sender (the
 // error's chunk field says which end it is). Lane-level; false once the error is recorded.
-__device__ __forceinline__ bool meet(const Collective& k, const MessageEntry* theirs, int peer, uint64_t number,
-                                  uint64_t count, bool sending) {
-  if (!k.waitFor(&theirs->number, peer, ~0u, [&](uint64_t v) { return v == number; }, false)) return false;
+__device__ __forceinline__ bool meet(const Collective& k, const MessageEntry* theirs, int peer,
+                                     uint64_t number, uint64_t count, bool sending) {
+  if (!k.waitFor(
+          &theirs->number, peer, ~0u, [&](uint64_t v) { return v == number; }, false))
+    return false;
   const uint64_t c = loadVolatile(&theirs->count);
   const uint32_t f = loadVolatile(&theirs->fingerprint);
   // A fence before the error word: a peer that sees it also sees this end's entry (waitFor's last look).
@@ -59,7 +62,8 @@ __device__ __forceinline__ bool meet(const Collective& k, const MessageEntry* th
   return true;
 }
 
-// The sending warps (k.warp of k.warps): message `message` to a.dst, its rounds numbered from roundsBefore + 1.
+// The sending warps (k.warp of k.warps): message `message` to a.dst, its rounds numbered from roundsBefore
+// + 1.
 __device__ __forceinline__ void sendMessage(Collective& k, const PeerSendRecvArgs& a, uint64_t message,
                                             uint64_t roundsBefore, size_t esize) {
   const int dst = a.dst;
@@ -67,7 +71,8 @@ __device__ __forceinline__ void sendMessage(Collective& k, const PeerSendRecvArg
   const uint64_t rounds = p2pRounds(bytes, slotBytes);
   void* mine = k.mine();
   if (k.ok && k.warp == 0 && k.lane == 0)
-    postEntry(k, at<MessageEntry>(mine, messageEntryOffset(kOfferedOffset, dst, message)), message, a.sendCount);
+    postEntry(k, at<MessageEntry>(mine, messageEntryOffset(kOfferedOffset, dst, message)), message,
+              a.sendCount);
   const MessageEntry* posted =
       at<MessageEntry>(a.windows[dst], messageEntryOffset(kPostedOffset, a.rank, message));
   const uint64_t* ack = at<uint64_t>(a.windows[dst], kAckOffset) + a.rank;
@@ -88,14 +93,18 @@ __device__ __forceinline__ void sendMessage(Collective& k, const PeerSendRecvArg
         met = true;
       }
       if (ok && k.epoch > 2)
-        ok = k.waitFor(ack, dst, ~0u, [&](uint64_t v) { return v + 2 >= k.epoch; }, false) ? 1u : 0u;
+        ok = k.waitFor(
+                 ack, dst, ~0u, [&](uint64_t v) { return v + 2 >= k.epoch; }, false)
+                 ? 1u
+                 : 0u;
     }
     k.ok = __shfl_sync(0xffffffffu, ok, 0) != 0;
     const char* base = in + round.offset;
     const bool aligned = aligned16(base);
     publishChunksTo(
         k, at<ChunkEntry>(mine, p2pTableOffset(a.layout, channel, slot)),
-        at<char>(mine, p2pDataOffset(a.layout, channel, slot)), 0, round.chunks, [](uint32_t) { return true; },
+        at<char>(mine, p2pDataOffset(a.layout, channel, slot)), 0, round.chunks,
+        [](uint32_t) { return true; },
         [&](uint32_t c, uint4(&vec)[kLaneVectors]) { loadInputChunk(base, c, round.bytes, aligned, vec); });
   }
   // The rendezvous: the send ends once its receive is posted and agrees (the rounds are in the slots, so the
@@ -111,14 +120,16 @@ __device__ __forceinline__ void receiveMessage(Collective& k, const PeerSendRecv
   const uint64_t rounds = p2pRounds(bytes, slotBytes);
   void* mine = k.mine();
   if (k.ok && k.warp == 0 && k.lane == 0)
-    postEntry(k, at<MessageEntry>(mine, messageEntryOffset(kPostedOffset, src, message)), message, a.recvCount);
+    postEntry(k, at<MessageEntry>(mine, messageEntryOffset(kPostedOffset, src, message)), message,
+              a.recvCount);
   // Only the first round's readers take part (a later round's are among them). Each meets the offer before
   // it reads a chunk, so ends that disagree fail on the mismatch on both sides, before any byte is read.
   if (k.warp >= p2pReadingWarps(k.warps, p2pRound(bytes, slotBytes, 0).chunks)) return;
   void* theirs = a.windows[src];
   uint32_t ok = 1;
   if (k.ok && k.lane == 0) {
-    const MessageEntry* offered = at<MessageEntry>(theirs, messageEntryOffset(kOfferedOffset, a.rank, message));
+    const MessageEntry* offered =
+        at<MessageEntry>(theirs, messageEntryOffset(kOfferedOffset, a.rank, message));
     ok = meet(k, offered, src, message, a.recvCount, false) ? 1u : 0u;
   }
   k.ok = k.ok && __shfl_sync(0xffffffffu, ok, 0) != 0;
@@ -155,7 +166,10 @@ __device__ __forceinline__ void receiveMessage(Collective& k, const PeerSendRecv
       fence(a.oneDevice);  // this warp's reads of the slot happen before it counts itself
       if (atomicAdd(&finished[slot], 1u) == readers - 1) {
         finished[slot] = 0;
-        ok = k.waitFor(ack, a.rank, ~0u, [&](uint64_t v) { return v + 1 >= k.epoch; }, false) ? 1u : 0u;
+        ok = k.waitFor(
+                 ack, a.rank, ~0u, [&](uint64_t v) { return v + 1 >= k.epoch; }, false)
+                 ? 1u
+                 : 0u;
         if (ok) {
           fence(a.oneDevice);
           storeRelease(ack, k.epoch, a.oneDevice);
@@ -215,7 +229,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
       }
       if (a.src >= 0) {
         counters[kP2pMessagesReceived + a.src] = before[2] + 1;
-        counters[kP2pRoundsReceived + a.src] = before[3] + p2pRounds(uint64_t(a.recvCount) * esize, slotBytes);
+        counters[kP2pRoundsReceived + a.src] =
+            before[3] + p2pRounds(uint64_t(a.recvCount) * esize, slotBytes);
       }
       reportToHost(a, mine);
     }
@@ -238,7 +253,9 @@ uint32_t messageFingerprintCrc(const PeerWindowArgs& a, size_t count, int src, i
 
 Status launchPeerSendRecv(const PeerSendRecvArgs& args, void* stream) {
   const std::string name = "peer send/recv: ";
-  const auto invalid = [&](const std::string& why) { return Status(StatusCode::kInvalidArgument, name + why); };
+  const auto invalid = [&](const std::string& why) {
+    return Status(StatusCode::kInvalidArgument, name + why);
+  };
   const size_t esize = dataTypeSize(args.dtype);
   if (esize == 0) return invalid("dtype has no element size");
   RINGGUARD_RETURN_IF_ERROR(checkWindowArgs(args, "send/recv", 0));
@@ -254,14 +271,16 @@ Status launchPeerSendRecv(const PeerSendRecvArgs& args, void* stream) {
     if (p >= args.size) return invalid(end + " of size " + std::to_string(args.size) + " is out of range");
     if (p == args.rank) return invalid(end + " is this rank: a message to itself has no channel");
     if (count > ~size_t(0) / esize) {
-      return invalid(std::string(buffer) + " count " + std::to_string(count) + " overflows the address space");
+      return invalid(std::string(buffer) + " count " + std::to_string(count) +
+                     " overflows the address space");
     }
     if (count != 0 && data == nullptr) return invalid(std::string("null ") + buffer + " buffer");
     return Status::ok();
   };
   if (sends) RINGGUARD_RETURN_IF_ERROR(checkEnd("destination", args.dst, "send", args.send, args.sendCount));
   if (receives) RINGGUARD_RETURN_IF_ERROR(checkEnd("source", args.src, "recv", args.recv, args.recvCount));
-  const size_t sendBytes = sends ? args.sendCount * esize : 0, recvBytes = receives ? args.recvCount * esize : 0;
+  const size_t sendBytes = sends ? args.sendCount * esize : 0,
+               recvBytes = receives ? args.recvCount * esize : 0;
   const uintptr_t s = reinterpret_cast<uintptr_t>(args.send), r = reinterpret_cast<uintptr_t>(args.recv);
   if (sendBytes != 0 && recvBytes != 0 && s < r + recvBytes && r < s + sendBytes) {
     return invalid("send (" + std::to_string(sendBytes) + " bytes) and recv (" + std::to_string(recvBytes) +

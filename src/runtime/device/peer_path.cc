@@ -176,8 +176,8 @@ class PeerPath final : public DirectPath {
   }
 
   bool acceptsSendRecv(size_t sendCount, int dst, size_t recvCount, int src, DataType dtype) const override {
-    return peer::peerPathTakesSendRecv(windows_->size(), windows_->rank(), dst, src, windows_->layout().p2pBytes,
-                                       peer_.extended);
+    return peer::peerPathTakesSendRecv(windows_->size(), windows_->rank(), dst, src,
+                                       windows_->layout().p2pBytes, peer_.extended);
   }
 
   Status sendRecv(const void* send, size_t sendCount, int dst, void* recv, size_t recvCount, int src,
@@ -217,11 +217,10 @@ class PeerPath final : public DirectPath {
       // chunk 0: this rank sent; expected is this rank's count, seen the other end's.
       const bool sent = r->chunk == 0;
       const int me = windows_->rank();
-      return Status(statusCode(code),
-                    msg + ": rank " + std::to_string(sent ? me : r->peer) + " sends " +
-                        std::to_string(sent ? r->expected : r->seen) + " elements to rank " +
-                        std::to_string(sent ? r->peer : me) + ", which expects " +
-                        std::to_string(sent ? r->seen : r->expected));
+      return Status(statusCode(code), msg + ": rank " + std::to_string(sent ? me : r->peer) + " sends " +
+                                          std::to_string(sent ? r->expected : r->seen) +
+                                          " elements to rank " + std::to_string(sent ? r->peer : me) +
+                                          ", which expects " + std::to_string(sent ? r->seen : r->expected));
     }
     if (r->peer >= 0) {
       // No chunk: the wait for the peer's acknowledgement or arrival slot (docs/design/protocol.md).

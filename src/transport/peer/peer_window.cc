@@ -126,9 +126,10 @@ Status PeerWindows::create(Bootstrap& bootstrap, int device, size_t capacity, si
     for (int r = 0; r < n; ++r) {
       Asked theirs{};
       if (kinds[size_t(r)].size() != sizeof theirs) {
-        return Status(StatusCode::kTransportError, "peer windows: rank " + std::to_string(r) + "'s request is " +
-                                                       std::to_string(kinds[size_t(r)].size()) + " bytes, not " +
-                                                       std::to_string(sizeof theirs));
+        return Status(StatusCode::kTransportError, "peer windows: rank " + std::to_string(r) +
+                                                       "'s request is " +
+                                                       std::to_string(kinds[size_t(r)].size()) +
+                                                       " bytes, not " + std::to_string(sizeof theirs));
       }
       std::memcpy(&theirs, kinds[size_t(r)].data(), sizeof theirs);
       if (theirs.handles != asked.handles) {
@@ -143,7 +144,8 @@ Status PeerWindows::create(Bootstrap& bootstrap, int device, size_t capacity, si
                       "peer window layouts differ between ranks: rank " + std::to_string(bootstrap.rank()) +
                           " has " + std::to_string(asked.capacity) + " bytes per collective and " +
                           std::to_string(asked.p2pBytes) + " per send/recv slot, rank " + std::to_string(r) +
-                          " has " + std::to_string(theirs.capacity) + " and " + std::to_string(theirs.p2pBytes) +
+                          " has " + std::to_string(theirs.capacity) + " and " +
+                          std::to_string(theirs.p2pBytes) +
                           " (RINGGUARD_PEER_BYTES, RINGGUARD_PEER_P2P_BYTES: every rank must set the same)");
       }
     }

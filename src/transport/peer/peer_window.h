@@ -36,8 +36,8 @@ class PeerWindows {
   // per half (rounded up to whole chunks); `p2pBytes` the payload bytes per slot of each send/recv channel
   // (0: no channels; docs/design/protocol.md, "Send/recv"). Every rank must ask the same layout (ranks that
   // differ all fail naming both). The windows come zeroed.
-  static Status create(Bootstrap& bootstrap, int device, size_t capacity, size_t p2pBytes, PeerHandles handles,
-                       std::unique_ptr<PeerWindows>* out);
+  static Status create(Bootstrap& bootstrap, int device, size_t capacity, size_t p2pBytes,
+                       PeerHandles handles, std::unique_ptr<PeerWindows>* out);
   static Status create(Bootstrap& bootstrap, int device, size_t capacity, PeerHandles handles,
                        std::unique_ptr<PeerWindows>* out) {
     return create(bootstrap, device, capacity, 0, handles, out);
