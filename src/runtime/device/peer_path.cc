@@ -223,9 +223,10 @@ class PeerPath final : public DirectPath {
                                           ", which expects " + std::to_string(sent ? r->seen : r->expected));
     }
     if (r->peer >= 0) {
-      // No chunk: the wait for the peer's acknowledgement or arrival slot (docs/design/protocol.md).
+      // No chunk: the wait for the peer's acknowledgement or arrival slot, or a send/recv's rendezvous entry
+      // (docs/design/protocol.md).
       msg += " (rank " + std::to_string(r->peer) +
-             (r->chunk == ~0u ? std::string(", its acknowledgement or arrival")
+             (r->chunk == ~0u ? std::string(", its acknowledgement, arrival or send/recv rendezvous")
                               : ", chunk " + std::to_string(r->chunk)) +
              ")";
     }
