@@ -70,6 +70,7 @@ __device__ __forceinline__ void sendMessage(Collective& k, const PeerSendRecvArg
   const uint64_t bytes = uint64_t(a.sendCount) * esize, slotBytes = a.layout.p2pBytes;
   const uint64_t rounds = p2pRounds(bytes, slotBytes);
   void* mine = k.mine();
+  k.epoch = roundsBefore + 1;  // what an error names until a round is under way: the message's first
   if (k.ok && k.warp == 0 && k.lane == 0)
     postEntry(k, at<MessageEntry>(mine, messageEntryOffset(kOfferedOffset, dst, message)), message,
               a.sendCount);
@@ -119,6 +120,7 @@ __device__ __forceinline__ void receiveMessage(Collective& k, const PeerSendRecv
   const uint64_t bytes = uint64_t(a.recvCount) * esize, slotBytes = a.layout.p2pBytes;
   const uint64_t rounds = p2pRounds(bytes, slotBytes);
   void* mine = k.mine();
+  k.epoch = roundsBefore + 1;
   if (k.ok && k.warp == 0 && k.lane == 0)
     postEntry(k, at<MessageEntry>(mine, messageEntryOffset(kPostedOffset, src, message)), message,
               a.recvCount);
