@@ -5,8 +5,10 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/peer/peer_collectives.h"
@@ -264,38 +266,29 @@ TEST(NoGpuPeerSendRecv, RefusesArgumentsNamingWhatIsWrong) {
     a.src = 1;
     return a;
   };
-  const auto refused = [](const peer::PeerSendRecvArgs& a, const std::string& what) {
+  using Change = std::function<void(peer::PeerSendRecvArgs*)>;
+  const std::vector<std::pair<Change, std::string>> cases = {
+      {[](peer::PeerSendRecvArgs* a) { a->layout = peer::makeWindowLayout(1 << 20); },
+       "peer send/recv: the windows have no send/recv channels for 2 ranks"},
+      {[](peer::PeerSendRecvArgs* a) { a->layout = peer::makeWindowLayout(1 << 20, 65536, 3); },
+       "no send/recv channels for 2 ranks"},
+      {[](peer::PeerSendRecvArgs* a) { a->dst = 0; }, "destination rank 0 is this rank"},
+      {[](peer::PeerSendRecvArgs* a) { a->src = 2; }, "source rank 2 of size 2 is out of range"},
+      {[](peer::PeerSendRecvArgs* a) { a->send = nullptr; }, "null send buffer"},
+      {[](peer::PeerSendRecvArgs* a) { a->recv = nullptr; }, "null recv buffer"},
+      {[](peer::PeerSendRecvArgs* a) { a->recv = buffer + 4; },
+       "send (32 bytes) and recv (32 bytes) overlap"},
+      {[](peer::PeerSendRecvArgs* a) { a->dst = a->src = -1; }, "neither a destination nor a source rank"},
+      {[](peer::PeerSendRecvArgs* a) { a->recvCount = ~size_t(0) / 2; },
+       "recv count " + std::to_string(~size_t(0) / 2) + " overflows the address space"},
+  };
+  for (const auto& [change, what] : cases) {
+    peer::PeerSendRecvArgs a = valid();
+    change(&a);
     const Status st = peer::launchPeerSendRecv(a, nullptr);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
     EXPECT_NE(st.message().find(what), std::string::npos) << st.message();
-  };
-  peer::PeerSendRecvArgs a = valid();
-  a.layout = peer::makeWindowLayout(1 << 20);
-  refused(a, "peer send/recv: the windows have no send/recv channels for 2 ranks");
-  a = valid();
-  a.layout = peer::makeWindowLayout(1 << 20, 65536, 3);
-  refused(a, "no send/recv channels for 2 ranks");
-  a = valid();
-  a.dst = 0;
-  refused(a, "destination rank 0 is this rank");
-  a = valid();
-  a.src = 2;
-  refused(a, "source rank 2 of size 2 is out of range");
-  a = valid();
-  a.send = nullptr;
-  refused(a, "null send buffer");
-  a = valid();
-  a.recv = nullptr;
-  refused(a, "null recv buffer");
-  a = valid();
-  a.recv = buffer + 4;
-  refused(a, "send (32 bytes) and recv (32 bytes) overlap");
-  a = valid();
-  a.dst = a.src = -1;
-  refused(a, "neither a destination nor a source rank");
-  a = valid();
-  a.recvCount = ~size_t(0) / 2;
-  refused(a, "recv count " + std::to_string(~size_t(0) / 2) + " overflows the address space");
+  }
 }
 
 // Every kernel shape folds itself into the fingerprint its chunks carry (the one-shot's is the words' CRC,

@@ -6,6 +6,7 @@
 // result exact); inside a CUDA graph replayed (fresh message numbers on the device) beside a collective; and
 // the failures: counts or dtypes that differ (both ends fail naming the other), a missing receiver or sender
 // (a timeout naming it).
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -81,6 +82,14 @@ class PeerSendRecv : public PeerWindowTest {
     const ErrorRecord* rec = windows_->errorRecord();
     EXPECT_EQ(rec->code, uint32_t(code)) << "peer " << rec->peer << " chunk " << rec->chunk;
     EXPECT_EQ(rec->peer, peer);
+  }
+  // A count mismatch found by this end (`sending` or receiving) with `peer`: both counts recorded.
+  void expectCountMismatch(int peer, bool sending, size_t mine, size_t theirs) {
+    ASSERT_NO_FATAL_FAILURE(expectFailed(PeerError::kMessageMismatch, peer));
+    const ErrorRecord* rec = windows_->errorRecord();
+    EXPECT_EQ(rec->chunk, sending ? 0u : 1u) << "which end";
+    EXPECT_EQ(rec->expected, uint32_t(mine));
+    EXPECT_EQ(rec->seen, uint32_t(theirs));
   }
 };
 
@@ -206,24 +215,13 @@ TEST_F(PeerSendRecv, EndsThatDisagreeBothFailNamingEachOther) {
   for (const Case c : {Case{100, 101}, Case{0, 1}, Case{3 * kSlot, 1}, Case{1, 3 * kSlot}}) {
     ASSERT_NO_FATAL_FAILURE(remakeWindows());
     DeviceBuffer buf(std::max(c.sent, c.expected) * 4);
+    const uint64_t deadline = 5ull * 1000 * 1000 * 1000;
     if (rank() == 0) {
-      ASSERT_TRUE(
-          sendRecv(buf.get(), c.sent, 1, nullptr, 0, -1, DataType::kFloat32, 0, 5ull * 1000 * 1000 * 1000)
-              .isOk());
-      ASSERT_NO_FATAL_FAILURE(expectFailed(PeerError::kMessageMismatch, 1));
-      const ErrorRecord* rec = windows_->errorRecord();
-      EXPECT_EQ(rec->chunk, 0u) << "the sender";
-      EXPECT_EQ(rec->expected, uint32_t(c.sent));
-      EXPECT_EQ(rec->seen, uint32_t(c.expected));
+      ASSERT_TRUE(sendRecv(buf.get(), c.sent, 1, nullptr, 0, -1, DataType::kFloat32, 0, deadline).isOk());
+      expectCountMismatch(1, /*sending=*/true, c.sent, c.expected);
     } else if (rank() == 1) {
-      ASSERT_TRUE(
-          sendRecv(nullptr, 0, -1, buf.get(), c.expected, 0, DataType::kFloat32, 0, 5ull * 1000 * 1000 * 1000)
-              .isOk());
-      ASSERT_NO_FATAL_FAILURE(expectFailed(PeerError::kMessageMismatch, 0));
-      const ErrorRecord* rec = windows_->errorRecord();
-      EXPECT_EQ(rec->chunk, 1u) << "the receiver";
-      EXPECT_EQ(rec->expected, uint32_t(c.expected));
-      EXPECT_EQ(rec->seen, uint32_t(c.sent));
+      ASSERT_TRUE(sendRecv(nullptr, 0, -1, buf.get(), c.expected, 0, DataType::kFloat32, 0, deadline).isOk());
+      expectCountMismatch(0, /*sending=*/false, c.expected, c.sent);
     }
   }
   // The same count of another dtype: the fingerprints differ, on both ends.
@@ -291,18 +289,14 @@ namespace {
 // it), and ends that disagree on the count both end with the error naming both counts.
 TEST(PeerCommunicatorSendRecv, ExplicitPeerTakesSendRecvExactlyAndInAGraph) {
   if (!peer::everyRankHasAGpu()) GTEST_SKIP() << "no CUDA device on some rank";
-  Options o;
-  o.fault.probability = 0.02;
-  o.fault.seed = 9;
   cuda::DeviceOptions d;
   d.peerBytes = 4u << 20;
   d.peerP2pBytes = 64u << 10;
-  std::unique_ptr<Bootstrap> bootstrap;
-  std::unique_ptr<Communicator> c;
-  ASSERT_NO_FATAL_FAILURE(peer::makePeerCommunicator(o, d, &bootstrap, &c));
+  peer::FaultyPeerCommunicator fc;
+  ASSERT_NO_FATAL_FAILURE(peer::makeFaultyPeerCommunicator(9, d, &fc));
+  Communicator* c = fc.c.get();
+  cudaStream_t s = fc.stream;
   const int rank = c->rank(), size = c->size(), dst = (rank + 1) % size, src = (rank + size - 1) % size;
-  cudaStream_t s = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
   const DataType t = DataType::kFloat32;
   const size_t count = 50000;  // three rounds of 64 KiB
   const std::vector<uint8_t> in = peer::randomInput(t, count, rank, 1),
@@ -355,7 +349,6 @@ TEST(PeerCommunicatorSendRecv, ExplicitPeerTakesSendRecvExactlyAndInAGraph) {
     EXPECT_NE(st.message().find("rank 0 sends 100 elements to rank 1, which expects 101"), std::string::npos)
         << st.message();
   }
-  cudaStreamDestroy(s);
   MPI_Barrier(MPI_COMM_WORLD);
 }
 

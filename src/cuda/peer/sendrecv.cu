@@ -37,6 +37,22 @@ __device__ __forceinline__ void postEntry(const Collective& k, MessageEntry* e, 
   storeRelease(&e->number, number, k.a->oneDevice);
 }
 
+// Either end's start: the number an error names until a round is under way (the message's first round), and
+// this end's rendezvous entry for `peer` (`entries`: kOfferedOffset of the sender, kPostedOffset of the
+// receiver), which the other end checks. Returns the message's bytes and rounds.
+struct MessageSize {
+  uint64_t bytes;
+  uint64_t rounds;
+};
+__device__ __forceinline__ MessageSize startMessage(Collective& k, size_t entries, int peer, uint64_t message,
+                                                    uint64_t count, size_t esize, uint64_t roundsBefore) {
+  k.epoch = roundsBefore + 1;
+  if (k.ok && k.warp == 0 && k.lane == 0)
+    postEntry(k, at<MessageEntry>(k.mine(), messageEntryOffset(entries, peer, message)), message, count);
+  const uint64_t bytes = count * esize;
+  return MessageSize{bytes, p2pRounds(bytes, k.a->layout.p2pBytes)};
+}
+
 // The other end's entry for message `number`, once it is there, against this end's count and fingerprint.
 // The entry cannot be overwritten (by message number + 2) before this end has checked it: the other end
 // writes that one only after its call for message number + 1, which waits for this end's entry of it, which
@@ -67,13 +83,10 @@ __device__ __forceinline__ bool meet(const Collective& k, const MessageEntry* th
 __device__ __forceinline__ void sendMessage(Collective& k, const PeerSendRecvArgs& a, uint64_t message,
                                             uint64_t roundsBefore, size_t esize) {
   const int dst = a.dst;
-  const uint64_t bytes = uint64_t(a.sendCount) * esize, slotBytes = a.layout.p2pBytes;
-  const uint64_t rounds = p2pRounds(bytes, slotBytes);
+  const uint64_t slotBytes = a.layout.p2pBytes;
+  const MessageSize size = startMessage(k, kOfferedOffset, dst, message, a.sendCount, esize, roundsBefore);
+  const uint64_t bytes = size.bytes, rounds = size.rounds;
   void* mine = k.mine();
-  k.epoch = roundsBefore + 1;  // what an error names until a round is under way: the message's first
-  if (k.ok && k.warp == 0 && k.lane == 0)
-    postEntry(k, at<MessageEntry>(mine, messageEntryOffset(kOfferedOffset, dst, message)), message,
-              a.sendCount);
   const MessageEntry* posted =
       at<MessageEntry>(a.windows[dst], messageEntryOffset(kPostedOffset, a.rank, message));
   const uint64_t* ack = at<uint64_t>(a.windows[dst], kAckOffset) + a.rank;
@@ -117,13 +130,10 @@ __device__ __forceinline__ void sendMessage(Collective& k, const PeerSendRecvArg
 __device__ __forceinline__ void receiveMessage(Collective& k, const PeerSendRecvArgs& a, uint64_t message,
                                                uint64_t roundsBefore, size_t esize) {
   const int src = a.src;
-  const uint64_t bytes = uint64_t(a.recvCount) * esize, slotBytes = a.layout.p2pBytes;
-  const uint64_t rounds = p2pRounds(bytes, slotBytes);
+  const uint64_t slotBytes = a.layout.p2pBytes;
+  const MessageSize size = startMessage(k, kPostedOffset, src, message, a.recvCount, esize, roundsBefore);
+  const uint64_t bytes = size.bytes, rounds = size.rounds;
   void* mine = k.mine();
-  k.epoch = roundsBefore + 1;
-  if (k.ok && k.warp == 0 && k.lane == 0)
-    postEntry(k, at<MessageEntry>(mine, messageEntryOffset(kPostedOffset, src, message)), message,
-              a.recvCount);
   // Only the first round's readers take part (a later round's are among them). Each meets the offer before
   // it reads a chunk, so ends that disagree fail on the mismatch on both sides, before any byte is read.
   if (k.warp >= p2pReadingWarps(k.warps, p2pRound(bytes, slotBytes, 0).chunks)) return;
