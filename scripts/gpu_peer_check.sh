@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The GPU machine's check of the one-sided path (issue 42): the peer windows, the one-shot and two-shot
-# verified allreduce, all-gather, broadcast and reduce-scatter at 2, 3 and 4 ranks on the one GPU under MPS
-# (tests/gpu/test_peer_allreduce.cc, test_peer_collectives.cc: exact results, faults, CUDA graph, mismatch,
+# verified allreduce, all-gather, broadcast, reduce-scatter, all-to-all and send/recv at 2, 3 and 4 ranks on the
+# one GPU under MPS (tests/gpu/test_peer_allreduce.cc, test_peer_collectives.cc, test_peer_sendrecv.cc: exact
+# results, faults, CUDA graph, mismatch,
 # stopped peer, abort), once time-sliced without MPS at 2 ranks (correctness only), then the benchmark
 # against a D2D copy (bench_peer_allreduce, eager and graph, 2 and 4 ranks: one-shot vs two-shot 1 KiB to
-# 256 MiB, clean and with 1 chunk read in a thousand corrupted; all-gather 1 KiB to 64 MiB per rank) and
+# 256 MiB, clean and with 1 chunk read in a thousand corrupted; all-gather 1 KiB to 64 MiB per rank; send/recv
+# as a ring shift 1 KiB to 64 MiB) and
 # PyTorch SymmetricMemory's one-shot/two-shot all-reduce in the same session.
 # Logs under /tmp/gpu_peer/ ($PEER_LOG_DIR), packed into $OUT/gpu_peer_logs.tgz with the summary in
 # $OUT/gpu_peer_summary.log (the device machine hands back few files); exit 0 only if every step passed.
@@ -46,6 +48,7 @@ if start_mps; then
       run_step "bench_peer_np$np" "${mpi[@]}" -np "$np" "$bench" -b 1K -e 256M
       run_step "bench_peer_faults_np$np" "${mpi[@]}" -np "$np" "$bench" -b 4K -e 64M --fault-prob 0.001
       run_step "bench_peer_allgather_np$np" "${mpi[@]}" -np "$np" "$bench" -c allgather -b 1K -e 64M
+      run_step "bench_peer_sendrecv_np$np" "${mpi[@]}" -np "$np" "$bench" -c sendrecv -b 1K -e 64M
       [[ "${PEER_SKIP_SYMM:-0}" == "1" ]] || run_step "bench_symm_mem_np$np" timeout 300 python3 -m torch.distributed.run --nproc-per-node="$np" \
         "$repo_root/bench/torch/bench_symm_mem.py" --max-bytes 256M
     done

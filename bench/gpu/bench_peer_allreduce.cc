@@ -4,10 +4,12 @@
 // and MPS started (scripts/gpu_peer_check.sh):
 //   mpirun -np 2 build/bench/gpu/bench_peer_allreduce -b 1K -e 64M                  one-shot vs two-shot
 //   mpirun -np 4 build/bench/gpu/bench_peer_allreduce -c allgather -b 1K -e 64M    (bytes per rank)
+//   mpirun -np 2 build/bench/gpu/bench_peer_allreduce -c sendrecv -b 1K -e 64M     (a ring shift)
 // Rank 0 prints one line per size: bytes, microseconds per call (median of --reps timed batches) of each
 // kernel eager and in a graph, the copy, and ratios. allreduce: the one-shot and the two-shot side by side
 // (the two-shot's threshold, RINGGUARD_PEER_TWO_SHOT_BYTES, is where its column wins); allgather, broadcast
-// (root 0), reduce_scatter (bytes = each rank's result): one kernel. fp32 sums throughout.
+// (root 0), reduce_scatter (bytes = each rank's result), sendrecv (every rank sends `bytes` to the next and
+// receives from the previous in one call, through --p2p-bytes slots): one kernel. fp32 sums throughout.
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 
@@ -115,13 +117,14 @@ int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   CLI::App app{"bench_peer_allreduce"};
-  std::string minS = "1K", maxS = "64M", collective = "allreduce";
+  std::string minS = "1K", maxS = "64M", collective = "allreduce", p2pS = "1M";
   int iters = 100, reps = 7;
   double faultProb = 0;
   app.add_option("-b,--min-bytes", minS);
   app.add_option("-e,--max-bytes", maxS);
   app.add_option("-c,--collective", collective)
-      ->check(CLI::IsMember({"allreduce", "allgather", "broadcast", "reduce_scatter"}));
+      ->check(CLI::IsMember({"allreduce", "allgather", "broadcast", "reduce_scatter", "sendrecv"}));
+  app.add_option("--p2p-bytes", p2pS, "sendrecv: payload bytes per slot (RINGGUARD_PEER_P2P_BYTES)");
   app.add_option("-n,--iters", iters)->check(CLI::Range(1, 100000));
   app.add_option("-r,--reps", reps)->check(CLI::Range(1, 1000));
   app.add_option("--fault-prob", faultProb, "chunk reads corrupted (transient), e.g. 0.001")
@@ -134,9 +137,14 @@ int main(int argc, char** argv) {
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   // What one rank publishes at the largest size: the reduce-scatter's whole input is size x its result.
-  const size_t published = collective == "reduce_scatter" ? maxBytes * size_t(size) : maxBytes;
+  // (send/recv publishes into its channels' slots only.)
+  const bool sendrecv = collective == "sendrecv";
+  const size_t published = collective == "reduce_scatter" ? maxBytes * size_t(size)
+                           : sendrecv                     ? kChunkBytes
+                                                          : maxBytes;
   std::unique_ptr<PeerWindows> w;
-  if (st.isOk()) st = PeerWindows::create(*bs, 0, published, &w);
+  if (st.isOk())
+    st = PeerWindows::create(*bs, 0, published, sendrecv ? parseSize(p2pS) : 0, PeerHandles::kAuto, &w);
   if (!st.isOk()) {
     fprintf(stderr, "bench_peer_allreduce: %s\n", st.toString().c_str());
     MPI_Abort(MPI_COMM_WORLD, 1);
@@ -191,6 +199,7 @@ int main(int argc, char** argv) {
       PeerAllgatherArgs g;
       PeerBroadcastArgs c;
       PeerReduceScatterArgs r;
+      PeerSendRecvArgs p;
       if (collective == "allgather") {
         fillWindowArgs(*w, count, CollectiveKind::kAllgather, faultProb, &g);
         g.send = in;
@@ -203,6 +212,15 @@ int main(int argc, char** argv) {
         c.recv = out;
         c.count = count;
         launch = [&] { return launchPeerBroadcast(c, s); };
+      } else if (sendrecv) {
+        fillWindowArgs(*w, 0, CollectiveKind::kSendRecv, faultProb, &p);
+        p.send = in;
+        p.sendCount = count;
+        p.dst = (w->rank() + 1) % w->size();
+        p.recv = out;
+        p.recvCount = count;
+        p.src = (w->rank() + w->size() - 1) % w->size();
+        launch = [&] { return launchPeerSendRecv(p, s); };
       } else {
         fillWindowArgs(*w, count, CollectiveKind::kReduceScatter, faultProb, &r);
         r.send = in;

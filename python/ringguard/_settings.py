@@ -172,6 +172,13 @@ SETTINGS: Tuple[Setting, ...] = (
             "reduces a share, then reads the others' results) instead of the one-shot (every rank reads every "
             "rank's whole input); the bits are the same. Used only with RINGGUARD_DEVICE_TRANSPORT=peer for "
             "now (auto keeps the one-shot) and every rank must set the same. In [0, 17179869184]."),
+    Setting("RINGGUARD_PEER_P2P_BYTES", "peer_p2p_bytes", "unsigned", "1048576", 0, 17179869184,
+            (),
+            "[0, 17179869184]",
+            "Payload bytes per slot of the peer-window path's send/recv channels: each rank maps two slots "
+            "per destination (rounded up to whole KiB), and a larger message streams through them in rounds. "
+            "0 leaves send/recv on the host-driven path. Used only with RINGGUARD_DEVICE_TRANSPORT=peer for "
+            "now (auto maps no channels), and every rank must set the same. In [0, 17179869184]."),
     Setting("RINGGUARD_PEER_HANDLES", "peer_handles", "choice", "auto", None, None,
             ("auto", "vmm", "ipc"),
             "one of auto, vmm, ipc",
@@ -398,6 +405,13 @@ class Fields:
     instead of the one-shot (every rank reads every rank's whole input); the bits are the same. Used
     only with RINGGUARD_DEVICE_TRANSPORT=peer for now (auto keeps the one-shot) and every rank must set
     the same. In [0, 17179869184]."""
+
+    peer_p2p_bytes: Optional[int] = None
+    """``RINGGUARD_PEER_P2P_BYTES``, default ``1048576``. Payload bytes per slot of the peer-window path's
+    send/recv channels: each rank maps two slots per destination (rounded up to whole KiB), and a larger
+    message streams through them in rounds. 0 leaves send/recv on the host-driven path. Used only with
+    RINGGUARD_DEVICE_TRANSPORT=peer for now (auto maps no channels), and every rank must set the same.
+    In [0, 17179869184]."""
 
     peer_handles: Optional[str] = None
     """``RINGGUARD_PEER_HANDLES``, default ``auto``. How the peer-window path shares its device windows

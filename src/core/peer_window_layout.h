@@ -11,6 +11,9 @@
 //   result table, 2 halves            the same for chunks a rank publishes a second time in one collective
 //                                     (the two-shot allreduce's reduced share, over its own input's bytes)
 //   data, 2 halves                    the published bytes, chunk after chunk
+//   send/recv channels                (size - 1) outgoing channels, one per destination, each two slots of
+//                                     {chunk table, p2pBytes of data} (docs/design/protocol.md, "Send/recv");
+//                                     none when p2pBytes is 0
 //
 // Collective e uses half e & 1. Before a rank overwrites half h at epoch e, every peer must have finished
 // reading it at epoch e - 2: each rank's `done` word says which epoch it finished, so the producer waits
@@ -49,6 +52,35 @@ inline constexpr size_t kArrivalFingerprint = 8;
 inline constexpr size_t kClosedOffset = 8 * kLine;
 inline constexpr int kFingerprintWords = 8;
 
+// Send/recv (docs/design/protocol.md, "Send/recv"): words of the channels, which only the two ends of a pair
+// touch and no collective does. Owner only: u32 at +0, blocks of the running send/recv kernel done; u32 at
+// +8 + 4 s, receiving warps done with the round in slot s.
+inline constexpr size_t kP2pStateOffset = 9 * kLine;
+// Owner only, u64 each, indexed by the peer: messages sent to it, rounds sent to it, messages received from
+// it, rounds received from it (device-kept, so a replayed graph numbers its messages afresh).
+inline constexpr size_t kP2pCountersOffset = 10 * kLine;  // two lines
+inline constexpr int kP2pMessagesSent = 0, kP2pRoundsSent = kMaxRanks, kP2pMessagesReceived = 2 * kMaxRanks,
+                     kP2pRoundsReceived = 3 * kMaxRanks;
+// Peers read: u64 per source, the last round this rank finished reading from it (the acknowledgement of
+// the sender's slot), in round order.
+inline constexpr size_t kAckOffset = 12 * kLine;
+// The rendezvous: entry [peer][message & 1] of {number (last, release), count, fingerprint crc}.
+// `posted`: the receiver's, per source, written when its receive starts; `offered`: the sender's, per
+// destination, written when its send starts. Each end checks the other's entry of the same message.
+struct MessageEntry {
+  uint64_t number;  // the message's number on its channel (1, 2, ...), written last with release order
+  uint64_t count;   // elements
+  uint32_t fingerprint;
+  uint32_t reserved[3];
+};
+static_assert(sizeof(MessageEntry) == 32, "two entries per peer in a 64-byte pair");
+inline constexpr size_t kPostedOffset = 13 * kLine;   // four lines
+inline constexpr size_t kOfferedOffset = 17 * kLine;  // four lines
+RINGGUARD_HOST_DEVICE inline constexpr size_t messageEntryOffset(size_t base, int peer, uint64_t message) {
+  return base + (size_t(peer) * 2 + size_t(message & 1u)) * sizeof(MessageEntry);
+}
+static_assert(kOfferedOffset + 2 * kMaxRanks * sizeof(MessageEntry) <= kHeaderBytes, "the header holds them");
+
 // A chunk is what one warp publishes and verifies: 32 lanes x kLaneVectors 16-byte vectors.
 inline constexpr int kLaneVectors = 2;
 inline constexpr size_t kChunkBytes = 32 * 16 * kLaneVectors;
@@ -67,12 +99,22 @@ struct WindowLayout {
   size_t tableOffset[2] = {0, 0};
   size_t resultTableOffset[2] = {0, 0};
   size_t dataOffset[2] = {0, 0};
-  size_t bytes = 0;  // the whole window, before rounding to the allocation granularity
+  // Send/recv channels: p2pChannels (size - 1, or 0 when p2pBytes is 0) outgoing channels of two slots, each
+  // a chunk table of p2pChunks entries (p2pTableBytes, whole lines) and p2pBytes of data.
+  size_t p2pBytes = 0;  // payload bytes per slot (a multiple of kChunkBytes)
+  size_t p2pChunks = 0;
+  int p2pChannels = 0;
+  size_t p2pOffset = 0;
+  size_t p2pTableBytes = 0;
+  size_t p2pSlotStride = 0;  // table + data
+  size_t bytes = 0;          // the whole window, before rounding to the allocation granularity
 };
 
 RINGGUARD_HOST_DEVICE inline size_t roundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
-RINGGUARD_HOST_DEVICE inline WindowLayout makeWindowLayout(size_t capacity) {
+// `ranks` and `p2pBytes`: the send/recv channels (none for 0 bytes or one rank).
+RINGGUARD_HOST_DEVICE inline WindowLayout makeWindowLayout(size_t capacity, size_t p2pBytes = 0,
+                                                           int ranks = 1) {
   WindowLayout l;
   l.capacity = roundUp(capacity, kChunkBytes);
   l.maxChunks = l.capacity / kChunkBytes;
@@ -83,8 +125,26 @@ RINGGUARD_HOST_DEVICE inline WindowLayout makeWindowLayout(size_t capacity) {
   l.resultTableOffset[1] = kHeaderBytes + 3 * table;
   l.dataOffset[0] = kHeaderBytes + 4 * table;
   l.dataOffset[1] = l.dataOffset[0] + l.capacity;
-  l.bytes = l.dataOffset[1] + l.capacity;
+  l.p2pOffset = l.dataOffset[1] + l.capacity;
+  if (p2pBytes != 0 && ranks > 1) {
+    l.p2pBytes = roundUp(p2pBytes, kChunkBytes);
+    l.p2pChunks = l.p2pBytes / kChunkBytes;
+    l.p2pChannels = ranks - 1;
+    l.p2pTableBytes = roundUp(l.p2pChunks * sizeof(ChunkEntry), kLine);
+    l.p2pSlotStride = l.p2pTableBytes + l.p2pBytes;
+  }
+  l.bytes = l.p2pOffset + size_t(l.p2pChannels) * 2 * l.p2pSlotStride;
   return l;
+}
+
+// Rank `owner`'s outgoing channel to `dst` (dst != owner): its index among the owner's size - 1 channels.
+RINGGUARD_HOST_DEVICE inline int p2pChannel(int owner, int dst) { return dst < owner ? dst : dst - 1; }
+// Where slot s (0, 1) of a channel's chunk table and data start in the owner's window.
+RINGGUARD_HOST_DEVICE inline size_t p2pTableOffset(const WindowLayout& l, int channel, uint32_t slot) {
+  return l.p2pOffset + (size_t(channel) * 2 + slot) * l.p2pSlotStride;
+}
+RINGGUARD_HOST_DEVICE inline size_t p2pDataOffset(const WindowLayout& l, int channel, uint32_t slot) {
+  return p2pTableOffset(l, channel, slot) + l.p2pTableBytes;
 }
 
 // Error codes a kernel leaves in its rank's error record (and, nonzero, in its window's error word).
@@ -98,6 +158,9 @@ enum class PeerError : uint32_t {
   // All-to-all with splits (core/peer_alltoall_plan.h); peer = the sending rank, chunk = the receiving rank:
   kSplitMismatch = 6,  // the sender's count for the receiver is not the count the receiver expects
   kBlockTable = 7,     // the sender's block for the receiver lies outside its window (or before its table)
+  // Send/recv: the two ends of a message give different counts; peer = the other end, chunk = 0 when this
+  // rank sends, 1 when it receives, expected = this rank's count, seen = the other end's (low 32 bits).
+  kMessageMismatch = 8,
 };
 
 // What a kernel reports to its host (mapped pinned memory; the first error wins, counters accumulate).

@@ -260,6 +260,14 @@ std::vector<Setting> declarations() {
                       "RINGGUARD_DEVICE_TRANSPORT=peer for now (auto keeps the one-shot) and every rank must "
                       "set the same.")
           .group("peer_two_shot_bytes"),
+      unsignedSetting(
+          "RINGGUARD_PEER_P2P_BYTES", "1048576", 0, uint64_t(1) << 34,
+          "Payload bytes per slot of the peer-window path's send/recv channels: each rank maps two "
+          "slots per destination (rounded up to whole KiB), and a larger message streams through "
+          "them in rounds. 0 leaves send/recv on the host-driven path. Used only with "
+          "RINGGUARD_DEVICE_TRANSPORT=peer for now (auto maps no channels), and every rank must "
+          "set the same.")
+          .group("peer_p2p_bytes"),
       choiceSetting("RINGGUARD_PEER_HANDLES", "auto", {{"auto", nullptr}, {"vmm", nullptr}, {"ipc", nullptr}},
                     "How the peer-window path shares its device windows between the ranks' processes: vmm "
                     "(CUDA VMM allocations whose file descriptors move with pidfd_getfd, which needs the "

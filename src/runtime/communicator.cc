@@ -465,6 +465,25 @@ Status Communicator::broadcast(const void* send, void* recv, size_t count, DataT
 
 std::shared_ptr<Work> Communicator::sendRecvAsync(const void* send, size_t sendCount, int dst, void* recv,
                                                   size_t recvCount, int src, DataType dtype, void* stream) {
+  // The direct path numbers its messages on the device: both ends of a message route it alike (the path's
+  // decision reads only what both have alike), so the pipeline's numbers count the pipeline's messages alone.
+  DirectPath* direct = impl_->direct_.get();
+  if (direct != nullptr && direct->acceptsSendRecv(sendCount, dst, recvCount, src, dtype)) {
+    PeerExchange x;
+    x.send = send;
+    x.sendCount = sendCount;
+    x.dst = dst;
+    x.recv = recv;
+    x.recvCount = recvCount;
+    x.src = src;
+    if (checkSendRecvArgs(impl_->shape(), x, dtype).isOk()) {
+      const uint32_t lane = currentIssueLane();
+      const size_t esize = dataTypeSize(dtype);
+      return impl_->launchDirect(
+          "sendrecv", (dst >= 0 ? sendCount : 0) * esize + (src >= 0 ? recvCount : 0) * esize,
+          [=] { return direct->sendRecv(send, sendCount, dst, recv, recvCount, src, dtype, lane, stream); });
+    }
+  }
   return issueSendRecv(Submit{*impl_, stream}, *impl_, send, sendCount, dst, recv, recvCount, src, dtype);
 }
 

@@ -53,6 +53,16 @@ class DirectPath {
                           bool splits, uint32_t lane, void* stream) {
     return Status(StatusCode::kInvalidArgument, std::string(name()) + " path: no alltoall");
   }
+  // One message each way (Communicator::sendRecvAsync's arguments, checked already; dst or src -1: none):
+  // both ends of a message route it alike from what they have alike (the path's settings and whether the
+  // other end is this rank), and message numbers of a pair count only the messages this path takes.
+  virtual bool acceptsSendRecv(size_t sendCount, int dst, size_t recvCount, int src, DataType dtype) const {
+    return false;
+  }
+  virtual Status sendRecv(const void* send, size_t sendCount, int dst, void* recv, size_t recvCount, int src,
+                          DataType dtype, uint32_t lane, void* stream) {
+    return Status(StatusCode::kInvalidArgument, std::string(name()) + " path: no send/recv");
+  }
   // The first error the kernels reported so far (non-blocking), OK when none.
   virtual Status poll() = 0;
   // Chunk reads that failed their CRC and were re-read, and reads corrupted by fault injection, so far.

@@ -39,6 +39,29 @@ inline void makePeerCommunicator(const Options& o, cuda::DeviceOptions d,
   ASSERT_TRUE(st.isOk()) << st.toString();
 }
 
+// A communicator-level test's start: a peer communicator (makePeerCommunicator) whose Options inject read
+// faults (2 % of chunk reads, from `seed`: every one must be detected) and a non-blocking stream of its own,
+// destroyed with it.
+struct FaultyPeerCommunicator {
+  std::unique_ptr<Bootstrap> bootstrap;
+  std::unique_ptr<Communicator> c;
+  cudaStream_t stream = nullptr;
+  FaultyPeerCommunicator() = default;
+  FaultyPeerCommunicator(const FaultyPeerCommunicator&) = delete;
+  FaultyPeerCommunicator& operator=(const FaultyPeerCommunicator&) = delete;
+  ~FaultyPeerCommunicator() {
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+inline void makeFaultyPeerCommunicator(uint32_t seed, const cuda::DeviceOptions& d,
+                                       FaultyPeerCommunicator* out) {
+  Options o;
+  o.fault.probability = 0.02;
+  o.fault.seed = seed;
+  ASSERT_NO_FATAL_FAILURE(makePeerCommunicator(o, d, &out->bootstrap, &out->c));
+  ASSERT_EQ(cudaStreamCreateWithFlags(&out->stream, cudaStreamNonBlocking), cudaSuccess);
+}
+
 // `count` elements of `t` for rank r (seeded by `salt`): integers and bools from random bits; floating types
 // from small random multiples of 1/4 (no NaN: an IEEE op on two NaNs may return either payload, on the host
 // as on the device).
@@ -107,7 +130,7 @@ class PeerWindowTest : public ::testing::Test {
     MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (!all) GTEST_SKIP() << "no CUDA device on some rank";
     ASSERT_TRUE(mpi::createBootstrap(MPI_COMM_WORLD, &bootstrap_).isOk());
-    Status st = PeerWindows::create(*bootstrap_, 0, kCapacity, &windows_);
+    Status st = PeerWindows::create(*bootstrap_, 0, kCapacity, p2pBytes_, PeerHandles::kAuto, &windows_);
     ASSERT_TRUE(st.isOk()) << st.toString();
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
   }
@@ -119,6 +142,8 @@ class PeerWindowTest : public ::testing::Test {
 
   // Order at system scope even where every window is on one GPU (the path of GPUs of one host).
   bool systemScope_ = false;
+  // Payload bytes per send/recv slot of the windows SetUp makes (0: no channels); set in a constructor.
+  size_t p2pBytes_ = 0;
   // The fault mode and its parameters every collective's arguments start from (probability and seed are
   // each call's).
   PeerFault fault_;

@@ -842,19 +842,15 @@ namespace {
 // reduce-scatter to the peer path; faults from Options; results exact; detected == injected.
 TEST(PeerCommunicatorCollectives, ExplicitPeerTakesEveryCollectiveExactly) {
   if (!peer::everyRankHasAGpu()) GTEST_SKIP() << "no CUDA device on some rank";
-  Options o;
-  o.fault.probability = 0.02;
-  o.fault.seed = 3;
   cuda::DeviceOptions d;
   d.peerBytes = 16u << 20;
   d.peerTwoShotBytes = 64u << 10;
-  std::unique_ptr<Bootstrap> bootstrap;
-  std::unique_ptr<Communicator> c;
-  ASSERT_NO_FATAL_FAILURE(peer::makePeerCommunicator(o, d, &bootstrap, &c));
+  peer::FaultyPeerCommunicator fc;
+  ASSERT_NO_FATAL_FAILURE(peer::makeFaultyPeerCommunicator(3, d, &fc));
+  Communicator* c = fc.c.get();
+  cudaStream_t s = fc.stream;
   Status st;
   const int rank = c->rank(), size = c->size();
-  cudaStream_t s = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
   for (size_t count : {size_t(1), size_t(1000), size_t(1) << 18}) {  // one-shot, one-shot, two-shot
     const size_t bytes = count * 4, total = bytes * size_t(size);
     peer::DeviceBuffer in(total), out(total);
@@ -891,7 +887,6 @@ TEST(PeerCommunicatorCollectives, ExplicitPeerTakesEveryCollectiveExactly) {
   EXPECT_GT(k.injected, 0u);
   EXPECT_EQ(k.detected, k.injected);
   EXPECT_EQ(k.escaped, 0u);
-  cudaStreamDestroy(s);
 }
 
 // The all-to-all as users reach it: the equal form (Communicator::alltoall, c10d's all_to_all_single without
@@ -901,18 +896,14 @@ TEST(PeerCommunicatorCollectives, ExplicitPeerTakesEveryCollectiveExactly) {
 // pair.
 TEST(PeerCommunicatorCollectives, ExplicitPeerTakesTheAlltoallExactlyAndInAGraph) {
   if (!peer::everyRankHasAGpu()) GTEST_SKIP() << "no CUDA device on some rank";
-  Options o;
-  o.fault.probability = 0.02;
-  o.fault.seed = 5;
   cuda::DeviceOptions d;
   d.peerBytes = 16u << 20;
-  std::unique_ptr<Bootstrap> bootstrap;
-  std::unique_ptr<Communicator> c;
-  ASSERT_NO_FATAL_FAILURE(peer::makePeerCommunicator(o, d, &bootstrap, &c));
+  peer::FaultyPeerCommunicator fc;
+  ASSERT_NO_FATAL_FAILURE(peer::makeFaultyPeerCommunicator(5, d, &fc));
+  Communicator* c = fc.c.get();
+  cudaStream_t s = fc.stream;
   Status st;
   const int rank = c->rank(), size = c->size();
-  cudaStream_t s = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
   const DataType t = DataType::kFloat32;
 
   // Equal form: `count` floats to and from every rank.
@@ -984,7 +975,6 @@ TEST(PeerCommunicatorCollectives, ExplicitPeerTakesTheAlltoallExactlyAndInAGraph
   const std::string named = "rank 0 sends " + std::to_string(m[0][1]) +
                             " elements to rank 1, which expects " + std::to_string(m[0][1] + 1);
   EXPECT_NE(st.message().find(named), std::string::npos) << st.message();
-  cudaStreamDestroy(s);
 }
 
 }  // namespace

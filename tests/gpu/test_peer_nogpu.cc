@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/peer/peer_collectives.h"
@@ -244,6 +246,52 @@ TEST(NoGpuPeerAlltoall, RefusesArgumentsNamingWhatIsWrong) {
   refused(a, "1024 bytes exceed the window's 0 bytes");
 }
 
+// Send/recv's launcher refuses, before any CUDA call, what has no channel: windows made without send/recv
+// slots (or for another number of ranks), a message to this rank itself, a rank out of range, a null buffer
+// with elements, send and recv that overlap, a call with neither end.
+TEST(NoGpuPeerSendRecv, RefusesArgumentsNamingWhatIsWrong) {
+  static float buffer[64];
+  static char window[1];
+  const auto valid = [] {
+    peer::PeerSendRecvArgs a;
+    a.rank = 0;
+    a.size = 2;
+    a.windows[0] = a.windows[1] = window;
+    a.layout = peer::makeWindowLayout(1 << 20, 65536, 2);
+    a.record = reinterpret_cast<peer::ErrorRecord*>(window);
+    a.send = buffer;
+    a.sendCount = 8;
+    a.dst = 1;
+    a.recv = buffer + 32;
+    a.recvCount = 8;
+    a.src = 1;
+    return a;
+  };
+  using Change = std::function<void(peer::PeerSendRecvArgs*)>;
+  const std::vector<std::pair<Change, std::string>> cases = {
+      {[](peer::PeerSendRecvArgs* a) { a->layout = peer::makeWindowLayout(1 << 20); },
+       "peer send/recv: the windows have no send/recv channels for 2 ranks"},
+      {[](peer::PeerSendRecvArgs* a) { a->layout = peer::makeWindowLayout(1 << 20, 65536, 3); },
+       "no send/recv channels for 2 ranks"},
+      {[](peer::PeerSendRecvArgs* a) { a->dst = 0; }, "destination rank 0 is this rank"},
+      {[](peer::PeerSendRecvArgs* a) { a->src = 2; }, "source rank 2 of size 2 is out of range"},
+      {[](peer::PeerSendRecvArgs* a) { a->send = nullptr; }, "null send buffer"},
+      {[](peer::PeerSendRecvArgs* a) { a->recv = nullptr; }, "null recv buffer"},
+      {[](peer::PeerSendRecvArgs* a) { a->recv = buffer + 4; },
+       "send (32 bytes) and recv (32 bytes) overlap"},
+      {[](peer::PeerSendRecvArgs* a) { a->dst = a->src = -1; }, "neither a destination nor a source rank"},
+      {[](peer::PeerSendRecvArgs* a) { a->recvCount = ~size_t(0) / 2; },
+       "recv count " + std::to_string(~size_t(0) / 2) + " overflows the address space"},
+  };
+  for (const auto& [change, what] : cases) {
+    peer::PeerSendRecvArgs a = valid();
+    change(&a);
+    const Status st = peer::launchPeerSendRecv(a, nullptr);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+    EXPECT_NE(st.message().find(what), std::string::npos) << st.message();
+  }
+}
+
 // Every kernel shape folds itself into the fingerprint its chunks carry (the one-shot's is the words' CRC,
 // as before), so ranks that run different shapes for one call fail with a fingerprint mismatch.
 TEST(NoGpuPeerCollectives, EveryKernelShapeHasItsOwnFingerprint) {
@@ -318,6 +366,39 @@ TEST(NoGpuPeerWindows, RanksAskingForDifferentHandlesAllFailNamingBoth) {
     const bool both = made[size_t(r)].message().find("vmm") != std::string::npos &&
                       made[size_t(r)].message().find("ipc") != std::string::npos;
     EXPECT_TRUE(both) << made[size_t(r)].message();
+  }
+}
+
+// Ranks whose windows would have different layouts (RINGGUARD_PEER_BYTES, RINGGUARD_PEER_P2P_BYTES) all fail
+// naming both, before any allocation: equal allocations (rounded to the driver's granularity) need not be
+// equal layouts, and a kernel must never read a peer's window at offsets of another layout.
+TEST(NoGpuPeerWindows, RanksAskingForDifferentLayoutsAllFailNamingBoth) {
+  for (bool slots : {true, false}) {
+    Board board(3);
+    std::vector<Status> made(3);
+    runRanks(3, [&](int rank) {
+      MemoryBootstrap b(&board, rank);
+      std::unique_ptr<peer::PeerWindows> w;
+      const size_t capacity = !slots && rank == 2 ? (1 << 20) + 1024 : 1 << 20;
+      const size_t p2p = slots && rank == 2 ? 4096 : 65536;
+      made[size_t(rank)] = peer::PeerWindows::create(b, 0, capacity, p2p, peer::PeerHandles::kAuto, &w);
+      EXPECT_EQ(w, nullptr);
+    });
+    for (int r = 0; r < 3; ++r) {
+      const std::string& m = made[size_t(r)].message();
+      EXPECT_EQ(made[size_t(r)].code(), StatusCode::kInvalidArgument) << made[size_t(r)].toString();
+      EXPECT_NE(m.find("peer window layouts differ between ranks"), std::string::npos) << m;
+      EXPECT_NE(m.find("RINGGUARD_PEER_P2P_BYTES"), std::string::npos) << m;
+      // Each names its own layout and the first rank's that differs.
+      const std::string odd =
+          slots ? "1048576 bytes per collective and 4096" : "1049600 bytes per collective and 65536";
+      const std::string named =
+          r == 2 ? "rank 2 has " + odd + " per send/recv slot, rank 0 has 1048576 and 65536"
+                 : "rank " + std::to_string(r) +
+                       " has 1048576 bytes per collective and 65536 per send/recv slot, rank 2 has " +
+                       (slots ? "1048576 and 4096" : "1049600 and 65536");
+      EXPECT_NE(m.find(named), std::string::npos) << m;
+    }
   }
 }
 

@@ -392,7 +392,7 @@ TEST(EnvRegistryTest, NamesAreUniqueAndDocumented) {
     EXPECT_EQ(std::string(v.description).rfind(v.summary, 0), 0u) << v.name;
     EXPECT_NE(md.find(std::string("| `") + v.name + "` |"), std::string::npos) << v.name;
   }
-  EXPECT_EQ(envRegistry().size(), 36u);
+  EXPECT_EQ(envRegistry().size(), 37u);
   EXPECT_EQ(md.rfind("# ", 0), 0u);  // starts with a title
 }
 
@@ -431,7 +431,7 @@ TEST(SettingsTest, DeclarationsAreWellFormed) {
     }
     EXPECT_FALSE(s.zeroMeansDefault && s.kind != SettingKind::kUnsigned);
   }
-  EXPECT_EQ(fields.size(), 24u);  // python/ringguard's Options fields (tests/python/test_options.py)
+  EXPECT_EQ(fields.size(), 25u);  // python/ringguard's Options fields (tests/python/test_options.py)
   // The process-wide settings have no Options field.
   for (const char* name :
        {"RINGGUARD_KERNEL_SMS", "RINGGUARD_LOG_SUBSYS", "RINGGUARD_TIMELINE", "RINGGUARD_SUMMARY",

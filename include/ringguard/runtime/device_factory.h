@@ -31,13 +31,16 @@ struct DeviceOptions {
   // which also hands the path's all-gather, broadcast and reduce-scatter to it (kAuto: the one-shot
   // allreduce only, until the others have passed on the GPU).
   uint64_t peerTwoShotBytes = 1ull << 20;
+  // Payload bytes per slot of the peer-window path's send/recv channels (two per destination); only with
+  // kPeer, which hands it the device send/recv between ranks of one host (0: they stay on the pipeline).
+  uint64_t peerP2pBytes = 1ull << 20;
   // How the peer-window path shares its windows: VMM descriptors (pidfd_getfd), the legacy CUDA IPC handles,
   // or auto (VMM, else IPC on every rank with a warning). Every rank must ask for the same.
   enum class PeerHandles { kAuto, kVmm, kIpc };
   PeerHandles peerHandles = PeerHandles::kAuto;
 
   // Defaults overridden by RINGGUARD_DEVICE_TRANSPORT, RINGGUARD_POOL_RELEASE_BYTES, RINGGUARD_NCCL_LANES,
-  // RINGGUARD_PEER_BYTES, RINGGUARD_PEER_TWO_SHOT_BYTES and RINGGUARD_PEER_HANDLES.
+  // RINGGUARD_PEER_BYTES, RINGGUARD_PEER_TWO_SHOT_BYTES, RINGGUARD_PEER_P2P_BYTES and RINGGUARD_PEER_HANDLES.
   static Status fromEnv(DeviceOptions* out);
   // Same through `lookup` (see Options::fromLookup).
   static Status fromLookup(const std::function<const char*(const char*)>& lookup, DeviceOptions* out);

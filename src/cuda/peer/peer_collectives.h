@@ -94,6 +94,25 @@ struct PeerAlltoallArgs : PeerWindowArgs {
   bool splits = false;
 };
 
+// One message each way on the channels of ordered pairs (docs/design/protocol.md, "Send/recv"): `sendCount`
+// elements of `send` to rank `dst` and `recvCount` elements from rank `src` into `recv` (-1: no send, no
+// receive; never this rank itself), in one kernel whose first warps send and the rest receive, so two ranks
+// exchanging with each other both progress. Messages of one ordered pair match in call order, numbered on the
+// device (a replayed graph numbers them afresh); both ends must give the same count, dtype and lane (both
+// fail naming the other and both counts, kMessageMismatch, or the fingerprints, kFingerprintMismatch). A
+// send ends once its rounds are published and its receive is posted (NCCL's send does not complete before
+// its receive is posted either). Needs windows made with send/recv slots (layout.p2pBytes > 0). send and
+// recv share no byte.
+struct PeerSendRecvArgs : PeerWindowArgs {
+  const void* send = nullptr;
+  size_t sendCount = 0;
+  int dst = -1;
+  void* recv = nullptr;
+  size_t recvCount = 0;
+  int src = -1;
+  DataType dtype = DataType::kFloat32;
+};
+
 // Each checks its arguments (kInvalidArgument naming the collective and the one at fault) and enqueues the
 // kernel on `stream` (a cudaStream_t). What the kernel finds is read later from the ErrorRecord.
 Status launchPeerAllreduce(const PeerAllreduceArgs& args, void* stream);
@@ -101,6 +120,7 @@ Status launchPeerAllgather(const PeerAllgatherArgs& args, void* stream);
 Status launchPeerBroadcast(const PeerBroadcastArgs& args, void* stream);
 Status launchPeerReduceScatter(const PeerReduceScatterArgs& args, void* stream);
 Status launchPeerAlltoall(const PeerAlltoallArgs& args, void* stream);
+Status launchPeerSendRecv(const PeerSendRecvArgs& args, void* stream);
 
 // The CRC-32 the kernels publish for `bytes` (a multiple of kChunkBytes) bytes at device address `data`, one
 // per chunk, computed by the kernels' own warp code: what the tests compare with the host CRC (core/crc32.h).

@@ -8,6 +8,9 @@
 //                                         verified (CRC, fingerprint, re-reads, injected faults)
 //   finishCollective(k)                   fault counters, arrival check of every peer, seq, host record, done
 //
+// Send/recv (sendrecv.cu) takes the middle step on its channels' slots (publishChunksTo / readChunkAt) and
+// begins and ends on words of its own (no epoch, acknowledgement or arrival slot of the collectives).
+//
 // One warp owns a chunk: 32 lanes x kLaneVectors 16-byte vectors = kChunkBytes. Chunk c is always handled
 // by warp c % warps in every phase of a kernel, so a chunk of an in-place call is read before it is written
 // by program order within one warp.
@@ -171,6 +174,7 @@ struct Collective {
   uint32_t warp;      // this warp's index over the grid
   uint32_t warps;     // warps in the grid
   bool ok;            // this block's acknowledgements arrived (false: nothing is published or read)
+  bool onePeer;       // send/recv: a timeout names the peer waited for (no arrival slots to look at)
   uint32_t detected;  // this warp's reads (a 32-bit count: the window's counters are 64-bit)
   uint32_t injected;
 
@@ -220,6 +224,11 @@ struct Collective {
       if (loadVolatile(errorWord(a->rank)) != 0) return false;  // this rank already failed
       const uint32_t theirs = loadVolatile(errorWord(peer));
       if (theirs != 0) {
+        // One last look (after a fence, the error word's acquire): the peer may have published what this
+        // wait is for before it failed, as both ends of a send/recv do their rendezvous entries before the
+        // check that fails, so each end reports the mismatch itself.
+        fence(a->oneDevice);
+        if (ready(loadAcquire(word, a->oneDevice))) return true;
         fail(PeerError::kPeerFailed, peer, chunk, 0, theirs);
         return false;
       }
@@ -229,7 +238,7 @@ struct Collective {
           return false;
         }
         if (globalTimer() > deadline) {
-          fail(PeerError::kTimeout, nameAbsent ? absentPeer(peer) : peer, chunk, 0, uint32_t(v));
+          fail(PeerError::kTimeout, nameAbsent && !onePeer ? absentPeer(peer) : peer, chunk, 0, uint32_t(v));
           return false;
         }
       }
@@ -265,6 +274,7 @@ __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, u
   k.warps = gridDim.x * kWarps;
   k.detected = 0;
   k.injected = 0;
+  k.onePeer = false;
   if (threadIdx.x < unsigned(a.size) && k.epoch > 2) {
     const int p = int(threadIdx.x);
     if (!k.waitFor(
@@ -288,16 +298,14 @@ __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, u
   return k;
 }
 
-// Publishes chunks [begin, end) that `want(c)` selects, of those this warp handles, into `result ? result
-// table : chunk table` of this rank's window: load(c, vec) gives the bytes; they are stored with their CRC
+// Publishes chunks [begin, end) that `want(c)` selects, of those this warp handles, into `table` and `data`
+// of this rank's window: load(c, vec) gives the bytes; they are stored with their CRC
 // and the fingerprint, then, after one fence, every chunk's epoch (release order), so a reader that sees
 // an epoch sees what it covers.
 template <typename Want, typename Load>
-__device__ __forceinline__ void publishChunks(Collective& k, bool result, uint32_t begin, uint32_t end,
-                                              Want want, Load load) {
+__device__ __forceinline__ void publishChunksTo(Collective& k, ChunkEntry* table, char* data, uint32_t begin,
+                                                uint32_t end, Want want, Load load) {
   if (!k.ok) return;
-  ChunkEntry* table = k.table(k.a->rank, result);
-  char* data = k.data(k.a->rank);
   for (uint32_t c = k.firstOf(begin); c < end; c += k.warps) {
     if (!want(c)) continue;
     uint4 vec[kLaneVectors];
@@ -329,6 +337,12 @@ __device__ __forceinline__ void publishChunks(Collective& k, bool result, uint32
   for (uint32_t c = k.firstOf(begin) + k.lane * k.warps; c < end; c += 32 * k.warps) {
     if (want(c)) storeRelaxed(&table[c].epoch, k.epoch, k.a->oneDevice);
   }
+}
+// The collectives' form: into this rank's chunk table (or result table) and data of the collective's half.
+template <typename Want, typename Load>
+__device__ __forceinline__ void publishChunks(Collective& k, bool result, uint32_t begin, uint32_t end,
+                                              Want want, Load load) {
+  publishChunksTo(k, k.table(k.a->rank, result), k.data(k.a->rank), begin, end, want, load);
 }
 
 // The flipped bits of a hit (hash h, n = f.span(h)) that fall in the 32 chunk bits from firstBit, as a word's
@@ -381,14 +395,14 @@ __device__ __forceinline__ void injectReadFault(const PeerFault& f, uint64_t h, 
   }
 }
 
-// Reads chunk c of rank p's window (`result` table or the chunk table) into vec once p published it at this
-// epoch: the fingerprint compared, the CRC recomputed and compared, re-read up to maxRereads times on a
-// mismatch (each counted), with fault injection (injectReadFault). False (the error recorded) when the chunk
-// cannot be had. Warp-level: every lane calls it.
-__device__ __forceinline__ bool readChunk(Collective& k, int p, bool result, uint32_t c,
-                                          uint4 (&vec)[kLaneVectors]) {
+// Reads chunk c of rank p's window (`table`, `theirs`: a chunk table and its data there) into vec once p
+// published it at this epoch: the fingerprint compared, the CRC recomputed and compared, re-read up to
+// maxRereads times on a mismatch (each counted), with fault injection (injectReadFault). False (the error
+// recorded) when the chunk cannot be had. Warp-level: every lane calls it.
+__device__ __forceinline__ bool readChunkAt(Collective& k, int p, ChunkEntry* table, const char* theirs,
+                                            uint32_t c, uint4 (&vec)[kLaneVectors]) {
   const PeerWindowArgs& a = *k.a;
-  ChunkEntry* entry = k.table(p, result) + c;
+  ChunkEntry* entry = table + c;
   uint32_t waited = 1;
   if (k.lane == 0)
     waited = k.waitFor(&entry->epoch, p, c, [&](uint64_t v) { return v == k.epoch; }) ? 1u : 0u;
@@ -401,7 +415,6 @@ __device__ __forceinline__ bool readChunk(Collective& k, int p, bool result, uin
   // The entry and the first read of the bytes are in flight together (one round trip, not two): the bytes
   // are used only once the fingerprint matched. Every attempt reads both again: a fingerprint or a CRC that
   // differs once is a transit corruption (re-read, counted); one that differs on every read is not.
-  const char* theirs = k.data(p);
   const PeerFault& f = a.fault;
   for (int attempt = 0; attempt <= a.maxRereads; ++attempt) {
     uint32_t crc = 0, fp = 0;
@@ -433,19 +446,58 @@ __device__ __forceinline__ bool readChunk(Collective& k, int p, bool result, uin
   }
   return false;
 }
+// The collectives' form: chunk c of rank p's chunk table (or result table) and data of the collective's half.
+__device__ __forceinline__ bool readChunk(Collective& k, int p, bool result, uint32_t c,
+                                          uint4 (&vec)[kLaneVectors]) {
+  return readChunkAt(k, p, k.table(p, result), k.data(p), c, vec);
+}
 
 // Ends the collective in every block (every thread calls it): the warp's counters into the window, then block
 // 0 checks every peer's arrival slot for this half (same epoch, same fingerprint: ranks that ran different
 // collectives fail here even when one of them read nothing), and the last block to finish writes seq = e,
 // reports news to the host record and publishes done = e (the acknowledgement) with release order.
-__device__ __forceinline__ void finishCollective(Collective& k) {
-  const PeerWindowArgs& a = *k.a;
-  void* mine = k.mine();
+// The warp's fault counters into this rank's window (lane 0).
+__device__ __forceinline__ void addFaultCounts(const Collective& k) {
   if (k.lane == 0 && (k.detected != 0 || k.injected != 0)) {
-    unsigned long long* counters = at<unsigned long long>(mine, kCountersOffset);
+    unsigned long long* counters = at<unsigned long long>(k.mine(), kCountersOffset);
     atomicAdd(&counters[0], static_cast<unsigned long long>(k.detected));
     atomicAdd(&counters[1], static_cast<unsigned long long>(k.injected));
   }
+}
+
+// The last block of a kernel: the window's counters and first error into the host record, when there is
+// news. The host record (mapped pinned memory, a PCIe write away) is written only then: the fault-free path
+// touches no host memory. counters[2..3] hold what was last reported.
+__device__ __forceinline__ void reportToHost(const PeerWindowArgs& a, void* mine) {
+  const uint32_t* e = at<uint32_t>(mine, kErrorOffset);
+  unsigned long long* counters = at<unsigned long long>(mine, kCountersOffset);
+  ErrorRecord* r = a.record;
+  const unsigned long long detected = *reinterpret_cast<const volatile unsigned long long*>(&counters[0]);
+  const unsigned long long injected = *reinterpret_cast<const volatile unsigned long long*>(&counters[1]);
+  bool news = false;
+  if (detected != counters[2] || injected != counters[3]) {
+    r->detected = counters[2] = detected;
+    r->injected = counters[3] = injected;
+    news = true;
+  }
+  const uint32_t code = loadVolatile(e);
+  if (code != 0 && r->code == 0) {
+    r->peer = int32_t(e[1]);
+    r->chunk = e[2];
+    r->epoch = uint64_t(e[6]) << 32 | e[3];
+    r->expected = e[4];
+    r->seen = e[5];
+    __threadfence_system();
+    r->code = code;
+    news = true;
+  }
+  if (news) __threadfence_system();
+}
+
+__device__ __forceinline__ void finishCollective(Collective& k) {
+  const PeerWindowArgs& a = *k.a;
+  void* mine = k.mine();
+  addFaultCounts(k);
   if (blockIdx.x == 0 && k.ok && threadIdx.x < unsigned(a.size) && int(threadIdx.x) != a.rank) {
     const int p = int(threadIdx.x);
     // A peer can be at most one epoch ahead (it waits for this rank's done >= its epoch - 2), so slot h
@@ -463,31 +515,7 @@ __device__ __forceinline__ void finishCollective(Collective& k) {
     if (atomicAdd(arrive, 1u) == gridDim.x - 1) {
       *arrive = 0;
       *at<uint64_t>(mine, kSeqOffset) = k.epoch;
-      // The host record (mapped pinned memory, a PCIe write away) is written only when there is news:
-      // the fault-free path touches no host memory. counters[2..3] hold what was last reported.
-      const uint32_t* e = at<uint32_t>(mine, kErrorOffset);
-      unsigned long long* counters = at<unsigned long long>(mine, kCountersOffset);
-      ErrorRecord* r = a.record;
-      const unsigned long long detected = *reinterpret_cast<const volatile unsigned long long*>(&counters[0]);
-      const unsigned long long injected = *reinterpret_cast<const volatile unsigned long long*>(&counters[1]);
-      bool news = false;
-      if (detected != counters[2] || injected != counters[3]) {
-        r->detected = counters[2] = detected;
-        r->injected = counters[3] = injected;
-        news = true;
-      }
-      const uint32_t code = loadVolatile(e);
-      if (code != 0 && r->code == 0) {
-        r->peer = int32_t(e[1]);
-        r->chunk = e[2];
-        r->epoch = uint64_t(e[6]) << 32 | e[3];
-        r->expected = e[4];
-        r->seen = e[5];
-        __threadfence_system();
-        r->code = code;
-        news = true;
-      }
-      if (news) __threadfence_system();
+      reportToHost(a, mine);
       storeRelease(at<uint64_t>(mine, kDoneOffset), k.epoch, a.oneDevice);
     }
   }

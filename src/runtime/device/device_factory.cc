@@ -159,6 +159,7 @@ Status makePeerPath(Bootstrap& bootstrap, const DeviceOptions& device, int gpu, 
   // Asked for by name: the collectives that have not passed on a GPU yet come along (docs/GPU.md).
   peer.extended = device.transport == DeviceTransportKind::kPeer;
   peer.twoShotBytes = size_t(device.peerTwoShotBytes);
+  peer.p2pBytes = size_t(device.peerP2pBytes);
   peer.handles = device.peerHandles == DeviceOptions::PeerHandles::kVmm   ? peer::PeerHandles::kVmm
                  : device.peerHandles == DeviceOptions::PeerHandles::kIpc ? peer::PeerHandles::kIpc
                                                                           : peer::PeerHandles::kAuto;
@@ -191,6 +192,7 @@ Status DeviceOptions::fromLookup(const std::function<const char*(const char*)>& 
                                                  : DeviceTransportKind::kAuto;
   o.peerBytes = settings.peerBytes;
   o.peerTwoShotBytes = settings.peerTwoShotBytes;
+  o.peerP2pBytes = settings.peerP2pBytes;
   o.peerHandles = settings.peerHandles == "vmm"   ? DeviceOptions::PeerHandles::kVmm
                   : settings.peerHandles == "ipc" ? DeviceOptions::PeerHandles::kIpc
                                                   : DeviceOptions::PeerHandles::kAuto;

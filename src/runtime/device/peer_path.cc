@@ -11,6 +11,7 @@
 #include "algorithms/collectives.h"
 #include "core/function_ref.h"
 #include "core/peer_alltoall_plan.h"
+#include "core/peer_p2p_plan.h"
 #include "cuda/peer/peer_collectives.h"
 #include "runtime/device/stream_chain.h"
 #include "transport/peer/peer_window.h"
@@ -38,6 +39,8 @@ const char* errorName(uint32_t code) {
       return "all-to-all splits disagree";
     case PeerError::kBlockTable:
       return "all-to-all block outside its window";
+    case PeerError::kMessageMismatch:
+      return "send/recv counts disagree";
     default:
       return "unknown error";
   }
@@ -48,6 +51,7 @@ StatusCode statusCode(uint32_t code) {
     case PeerError::kTimeout:
       return StatusCode::kTimeout;
     case PeerError::kFingerprintMismatch:
+    case PeerError::kMessageMismatch:  // as the host path's send/recv, whose fingerprint carries the count
       return StatusCode::kFingerprintMismatch;
     case PeerError::kCorrupt:
       return StatusCode::kCorruption;
@@ -173,6 +177,26 @@ class PeerPath final : public DirectPath {
     return ordered(stream, [&] { return peer::launchPeerAlltoall(a, stream); });
   }
 
+  bool acceptsSendRecv(size_t sendCount, int dst, size_t recvCount, int src, DataType dtype) const override {
+    return peer::peerPathTakesSendRecv(windows_->size(), windows_->rank(), dst, src,
+                                       windows_->layout().p2pBytes, peer_.extended);
+  }
+
+  Status sendRecv(const void* send, size_t sendCount, int dst, void* recv, size_t recvCount, int src,
+                  DataType dtype, uint32_t lane, void* stream) override {
+    peer::PeerSendRecvArgs a;
+    // The count and both ends go into each direction's fingerprint in the launcher.
+    fill(&a, CollectiveKind::kSendRecv, 0, dtype, ReduceOp::kSum, 0, lane);
+    a.send = send;
+    a.sendCount = dst >= 0 ? sendCount : 0;
+    a.dst = dst;
+    a.recv = recv;
+    a.recvCount = src >= 0 ? recvCount : 0;
+    a.src = src;
+    a.dtype = dtype;
+    return ordered(stream, [&] { return peer::launchPeerSendRecv(a, stream); });
+  }
+
   Status poll() override {
     const volatile ErrorRecord* r = windows_->errorRecord();
     const uint32_t code = r->code;
@@ -191,10 +215,20 @@ class PeerPath final : public DirectPath {
                                           std::to_string(r->seen) + ", its window holds " +
                                           std::to_string(r->expected) + " (RINGGUARD_PEER_BYTES)");
     }
+    if (PeerError(code) == PeerError::kMessageMismatch) {
+      // chunk 0: this rank sent; expected is this rank's count, seen the other end's.
+      const bool sent = r->chunk == 0;
+      const int me = windows_->rank();
+      return Status(statusCode(code), msg + ": rank " + std::to_string(sent ? me : r->peer) + " sends " +
+                                          std::to_string(sent ? r->expected : r->seen) +
+                                          " elements to rank " + std::to_string(sent ? r->peer : me) +
+                                          ", which expects " + std::to_string(sent ? r->seen : r->expected));
+    }
     if (r->peer >= 0) {
-      // No chunk: the wait for the peer's acknowledgement or arrival slot (docs/design/protocol.md).
+      // No chunk: the wait for the peer's acknowledgement or arrival slot, or a send/recv's rendezvous entry
+      // (docs/design/protocol.md).
       msg += " (rank " + std::to_string(r->peer) +
-             (r->chunk == ~0u ? std::string(", its acknowledgement or arrival")
+             (r->chunk == ~0u ? std::string(", its acknowledgement, arrival or send/recv rendezvous")
                               : ", chunk " + std::to_string(r->chunk)) +
              ")";
     }
@@ -284,8 +318,10 @@ class PeerPath final : public DirectPath {
 Status createPeerPath(Bootstrap& bootstrap, int device, const PeerPathOptions& peer, const Options& options,
                       std::unique_ptr<DirectPath>* out) {
   std::unique_ptr<peer::PeerWindows> windows;
+  // Send/recv channels only where send/recv may take them (they cost 2 (N - 1) slots per rank).
+  const size_t p2pBytes = peer.extended ? peer.p2pBytes : 0;
   RINGGUARD_RETURN_IF_ERROR(
-      peer::PeerWindows::create(bootstrap, device, peer.capacity, peer.handles, &windows));
+      peer::PeerWindows::create(bootstrap, device, peer.capacity, p2pBytes, peer.handles, &windows));
   *out = std::make_unique<PeerPath>(std::move(windows), peer, options);
   return Status::ok();
 }

@@ -101,24 +101,53 @@ const char* peerHandlesName(PeerHandles h) {
   return "?";
 }
 
-Status PeerWindows::create(Bootstrap& bootstrap, int device, size_t capacity, PeerHandles handles,
-                           std::unique_ptr<PeerWindows>* out) {
+Status PeerWindows::create(Bootstrap& bootstrap, int device, size_t capacity, size_t p2pBytes,
+                           PeerHandles handles, std::unique_ptr<PeerWindows>* out) {
   const int n = bootstrap.size();
   int localRank = 0, localSize = 0;
   RINGGUARD_RETURN_IF_ERROR(nodeLocalRank(bootstrap, &localRank, &localSize));
-  // Every rank's handle kind, so ranks that ask differently all fail naming both (never half the ranks on
-  // one kind waiting for records of the other).
+  // Every rank's handle kind and layout (payload bytes per half and per send/recv slot, whole chunks), so
+  // ranks that ask differently all fail naming both (never half the ranks on one kind waiting for records of
+  // the other, nor a kernel reading a peer's window at offsets of another layout: equal allocation sizes do
+  // not make equal layouts).
+  const WindowLayout layout = makeWindowLayout(capacity, p2pBytes, n);
+  struct Asked {
+    uint8_t handles;
+    uint8_t reserved[7];
+    uint64_t capacity;
+    uint64_t p2pBytes;
+  };
+  const Asked asked{uint8_t(handles), {}, uint64_t(layout.capacity), uint64_t(layout.p2pBytes)};
+  std::vector<uint8_t> askedBytes(sizeof asked);
+  std::memcpy(askedBytes.data(), &asked, sizeof asked);
   std::vector<std::vector<uint8_t>> kinds;
-  RINGGUARD_RETURN_IF_ERROR(bootstrap.allgather({uint8_t(handles)}, &kinds));
+  RINGGUARD_RETURN_IF_ERROR(bootstrap.allgather(askedBytes, &kinds));
   auto check = [&]() -> Status {
     for (int r = 0; r < n; ++r) {
-      if (kinds[size_t(r)].size() == 1 && kinds[size_t(r)][0] == uint8_t(handles)) continue;
-      const int theirs = kinds[size_t(r)].empty() ? -1 : kinds[size_t(r)][0];
-      return Status(StatusCode::kInvalidArgument,
-                    std::string("RINGGUARD_PEER_HANDLES differs between ranks: rank ") +
-                        std::to_string(bootstrap.rank()) + " has " + peerHandlesName(handles) + ", rank " +
-                        std::to_string(r) + " has " +
-                        (theirs >= 0 && theirs <= 2 ? peerHandlesName(PeerHandles(theirs)) : "?"));
+      Asked theirs{};
+      if (kinds[size_t(r)].size() != sizeof theirs) {
+        return Status(StatusCode::kTransportError, "peer windows: rank " + std::to_string(r) +
+                                                       "'s request is " +
+                                                       std::to_string(kinds[size_t(r)].size()) +
+                                                       " bytes, not " + std::to_string(sizeof theirs));
+      }
+      std::memcpy(&theirs, kinds[size_t(r)].data(), sizeof theirs);
+      if (theirs.handles != asked.handles) {
+        return Status(StatusCode::kInvalidArgument,
+                      std::string("RINGGUARD_PEER_HANDLES differs between ranks: rank ") +
+                          std::to_string(bootstrap.rank()) + " has " + peerHandlesName(handles) + ", rank " +
+                          std::to_string(r) + " has " +
+                          (theirs.handles <= 2 ? peerHandlesName(PeerHandles(theirs.handles)) : "?"));
+      }
+      if (theirs.capacity != asked.capacity || theirs.p2pBytes != asked.p2pBytes) {
+        return Status(StatusCode::kInvalidArgument,
+                      "peer window layouts differ between ranks: rank " + std::to_string(bootstrap.rank()) +
+                          " has " + std::to_string(asked.capacity) + " bytes per collective and " +
+                          std::to_string(asked.p2pBytes) + " per send/recv slot, rank " + std::to_string(r) +
+                          " has " + std::to_string(theirs.capacity) + " and " +
+                          std::to_string(theirs.p2pBytes) +
+                          " (RINGGUARD_PEER_BYTES, RINGGUARD_PEER_P2P_BYTES: every rank must set the same)");
+      }
     }
     if (localSize != n) {
       return Status(StatusCode::kInvalidArgument,
@@ -136,7 +165,7 @@ Status PeerWindows::create(Bootstrap& bootstrap, int device, size_t capacity, Pe
   std::unique_ptr<PeerWindows> w(new PeerWindows());
   w->rank_ = bootstrap.rank();
   w->device_ = device;
-  w->layout_ = makeWindowLayout(capacity);
+  w->layout_ = layout;
   w->mappings_.resize(size_t(n));
   w->bases_.assign(size_t(n), nullptr);
   RINGGUARD_RETURN_IF_ERROR(agreeToProceed(bootstrap, local));

@@ -33,11 +33,17 @@ class PeerWindows {
  public:
   // Collective over every rank of `bootstrap`, all on this host (kInvalidArgument naming the ranks that are
   // not) and at most kMaxRanks of them. `device` is this rank's CUDA device; `capacity` the payload bytes
-  // per half (rounded up to whole chunks). The windows come zeroed.
+  // per half (rounded up to whole chunks); `p2pBytes` the payload bytes per slot of each send/recv channel
+  // (0: no channels; docs/design/protocol.md, "Send/recv"). Every rank must ask the same layout (ranks that
+  // differ all fail naming both). The windows come zeroed.
+  static Status create(Bootstrap& bootstrap, int device, size_t capacity, size_t p2pBytes,
+                       PeerHandles handles, std::unique_ptr<PeerWindows>* out);
   static Status create(Bootstrap& bootstrap, int device, size_t capacity, PeerHandles handles,
-                       std::unique_ptr<PeerWindows>* out);
+                       std::unique_ptr<PeerWindows>* out) {
+    return create(bootstrap, device, capacity, 0, handles, out);
+  }
   static Status create(Bootstrap& bootstrap, int device, size_t capacity, std::unique_ptr<PeerWindows>* out) {
-    return create(bootstrap, device, capacity, PeerHandles::kAuto, out);
+    return create(bootstrap, device, capacity, 0, PeerHandles::kAuto, out);
   }
   ~PeerWindows();
   PeerWindows(const PeerWindows&) = delete;
