@@ -417,11 +417,19 @@ __device__ __forceinline__ bool readChunkAt(Collective& k, int p, ChunkEntry* ta
   // differs once is a transit corruption (re-read, counted); one that differs on every read is not.
   const PeerFault& f = a.fault;
   for (int attempt = 0; attempt <= a.maxRereads; ++attempt) {
-    uint32_t crc = 0, fp = 0;
+    uint32_t crc = 0, fp = 0, same = 1;
     if (k.lane == 0) {
+      // A re-read must still find this epoch's chunk: a producer that had overwritten it (a slot reused
+      // before every reader acknowledged it) would hand the re-read the next epoch's bytes with their own
+      // valid CRC. Checked on re-reads only, off the fault-free path.
+      if (attempt > 0 && loadVolatile(&entry->epoch) != k.epoch) {
+        same = 0;
+        k.fail(PeerError::kCorrupt, p, c, uint32_t(k.epoch), uint32_t(loadVolatile(&entry->epoch)));
+      }
       crc = loadVolatile(&entry->crc);
       fp = loadVolatile(&entry->fingerprint);
     }
+    if (__shfl_sync(0xffffffffu, same, 0) == 0) return false;
 #pragma unroll
     for (int v = 0; v < kLaneVectors; ++v)
       vec[v] = loadPeer(reinterpret_cast<const uint4*>(theirs + vectorOffset(c, v, k.lane)));

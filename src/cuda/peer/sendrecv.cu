@@ -28,27 +28,26 @@ __device__ __forceinline__ uint32_t saturated32(uint64_t v) {
   return v > 0xffffffffull ? 0xffffffffu : uint32_t(v);
 }
 
-// This end's rendezvous entry for message `number` (count and fingerprint, then the number with release
-// order). Lane-level.
-__device__ __forceinline__ void postEntry(const Collective& k, MessageEntry* e, uint64_t number,
-                                          uint64_t count) {
+// This end's rendezvous entry for message `number` with `peer` (`entries`: kOfferedOffset of the sender,
+// kPostedOffset of the receiver), which the other end checks: count and fingerprint, then the number with
+// release order. Thread-level.
+__device__ __forceinline__ void postEntry(const PeerSendRecvArgs& a, size_t entries, int peer,
+                                          uint64_t number, uint64_t count, uint32_t fpCrc) {
+  MessageEntry* e = at<MessageEntry>(a.windows[a.rank], messageEntryOffset(entries, peer, number));
   e->count = count;
-  e->fingerprint = k.fpCrc;
-  storeRelease(&e->number, number, k.a->oneDevice);
+  e->fingerprint = fpCrc;
+  storeRelease(&e->number, number, a.oneDevice);
 }
 
-// Either end's start: the number an error names until a round is under way (the message's first round), and
-// this end's rendezvous entry for `peer` (`entries`: kOfferedOffset of the sender, kPostedOffset of the
-// receiver), which the other end checks. Returns the message's bytes and rounds.
+// Either end's start: the number an error names until a round is under way (the message's first round).
+// Returns the message's bytes and rounds.
 struct MessageSize {
   uint64_t bytes;
   uint64_t rounds;
 };
-__device__ __forceinline__ MessageSize startMessage(Collective& k, size_t entries, int peer, uint64_t message,
-                                                    uint64_t count, size_t esize, uint64_t roundsBefore) {
+__device__ __forceinline__ MessageSize startMessage(Collective& k, uint64_t count, size_t esize,
+                                                    uint64_t roundsBefore) {
   k.epoch = roundsBefore + 1;
-  if (k.ok && k.warp == 0 && k.lane == 0)
-    postEntry(k, at<MessageEntry>(k.mine(), messageEntryOffset(entries, peer, message)), message, count);
   const uint64_t bytes = count * esize;
   return MessageSize{bytes, p2pRounds(bytes, k.a->layout.p2pBytes)};
 }
@@ -84,7 +83,7 @@ __device__ __forceinline__ void sendMessage(Collective& k, const PeerSendRecvArg
                                             uint64_t roundsBefore, size_t esize) {
   const int dst = a.dst;
   const uint64_t slotBytes = a.layout.p2pBytes;
-  const MessageSize size = startMessage(k, kOfferedOffset, dst, message, a.sendCount, esize, roundsBefore);
+  const MessageSize size = startMessage(k, a.sendCount, esize, roundsBefore);
   const uint64_t bytes = size.bytes, rounds = size.rounds;
   void* mine = k.mine();
   const MessageEntry* posted =
@@ -113,6 +112,7 @@ __device__ __forceinline__ void sendMessage(Collective& k, const PeerSendRecvArg
                  : 0u;
     }
     k.ok = __shfl_sync(0xffffffffu, ok, 0) != 0;
+    __syncwarp();  // lane 0's acquire of the acknowledgement before every lane's stores into the slot
     const char* base = in + round.offset;
     const bool aligned = aligned16(base);
     publishChunksTo(
@@ -131,7 +131,7 @@ __device__ __forceinline__ void receiveMessage(Collective& k, const PeerSendRecv
                                                uint64_t roundsBefore, size_t esize) {
   const int src = a.src;
   const uint64_t slotBytes = a.layout.p2pBytes;
-  const MessageSize size = startMessage(k, kPostedOffset, src, message, a.recvCount, esize, roundsBefore);
+  const MessageSize size = startMessage(k, a.recvCount, esize, roundsBefore);
   const uint64_t bytes = size.bytes, rounds = size.rounds;
   void* mine = k.mine();
   // Only the first round's readers take part (a later round's are among them). Each meets the offer before
@@ -214,7 +214,19 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
   k.injected = 0;
   k.onePeer = true;
   // A rank that failed stays failed (its error word poisons every later call): nothing is posted or offered.
-  k.ok = loadVolatile(k.errorWord(a.rank)) == 0;
+  // Otherwise thread 0 of every block posts this call's rendezvous entries (the same values from each block)
+  // before any warp of the block reads or fails: a warp that fails on a mismatch then has the entries behind
+  // it, so the other end, finding this rank's error word, still finds this end's entry (waitFor's last look)
+  // and names the mismatch itself, whichever warp failed first. k.ok is read once per block, so it is alike
+  // in every warp of it.
+  __shared__ uint32_t okShared;
+  if (threadIdx.x == 0) {
+    okShared = loadVolatile(k.errorWord(a.rank)) == 0 ? 1u : 0u;
+    if (okShared != 0 && a.dst >= 0) postEntry(a, kOfferedOffset, a.dst, before[0] + 1, a.sendCount, sendFp);
+    if (okShared != 0 && a.src >= 0) postEntry(a, kPostedOffset, a.src, before[2] + 1, a.recvCount, recvFp);
+  }
+  __syncthreads();
+  k.ok = okShared != 0;
   const uint32_t warp = blockIdx.x * kWarps + threadIdx.x / 32, warps = gridDim.x * kWarps;
   if (warp < sendWarps) {
     k.warp = warp;

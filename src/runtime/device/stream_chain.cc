@@ -26,7 +26,10 @@ Status StreamChain::run(cudaStream_t stream, FunctionRef<Status()> launch) {
     cudaGetLastError();  // the failed query's error is not the launch's
     return launch();
   }
-  if (recorded_ && stream != lastStream_) {
+  // The wait is skipped only for the same created stream: the default stream's handles (0, legacy,
+  // per-thread) may name a different stream on each thread (per-thread default streams), so they always wait.
+  const bool defaultStream = stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
+  if (recorded_ && (stream != lastStream_ || defaultStream)) {
     const cudaError_t e = cudaStreamWaitEvent(stream, last_, 0);
     if (e != cudaSuccess) return cudaFailure("ordering after the previous launch (cudaStreamWaitEvent)", e);
   }

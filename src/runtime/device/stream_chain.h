@@ -6,7 +6,8 @@
 // same epoch and publish into the same chunk table: wrong bits, or a deadline. NCCL orders a communicator's
 // launches across user streams; this does the same: every launch records an event, and a launch on another
 // stream than the last one first waits for it, so the kernels run in the order the host issued them (which
-// is the same on every rank). On one stream, stream order already does it and the wait is skipped.
+// is the same on every rank). On one created stream, stream order already does it and the wait is skipped
+// (a default stream's handle may be a different stream on another thread: those always wait).
 //
 // Inside a CUDA graph capture nothing is waited for or recorded: a graph's kernels are ordered by the graph
 // and by the stream it is launched on, and a graph replayed on one stream while eager calls of the same
