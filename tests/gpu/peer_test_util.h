@@ -21,6 +21,11 @@
 namespace ringguard {
 namespace peer {
 
+// The fault modes that damage a read (every one but delay), for the tests that run each.
+inline constexpr uint8_t kDamagingFaultModes[] = {
+    PeerFault::kBitFlip, PeerFault::kMultiBit,   PeerFault::kBurst,  PeerFault::kGarbage,
+    PeerFault::kTrailer, PeerFault::kRetransmit, PeerFault::kControl};
+
 // Every rank of MPI_COMM_WORLD sees a CUDA device (the communicator-level tests skip otherwise, alike).
 inline bool everyRankHasAGpu() {
   int n = 0, all = 0;

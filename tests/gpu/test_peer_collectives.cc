@@ -509,10 +509,7 @@ TEST_F(PeerCollectives, ReadFaultsOfEveryCollectiveAreDetectedAndResultsExact) {
 // re-read (detected == injected), the results stay exact. delay: a producer publishes late, nothing is
 // damaged or counted. A corruption that lasts past every re-read fails every collective naming a peer.
 TEST_F(PeerCollectives, EveryFaultModeIsCaughtAndResultsStayExact) {
-  const uint8_t modes[] = {PeerFault::kBitFlip, PeerFault::kMultiBit, PeerFault::kBurst,
-                           PeerFault::kGarbage, PeerFault::kTrailer,  PeerFault::kRetransmit,
-                           PeerFault::kControl};
-  for (uint8_t mode : modes) {
+  for (uint8_t mode : kDamagingFaultModes) {
     fault_ = PeerFault{};
     fault_.mode = mode;
     fault_.bits = 5;

@@ -140,10 +140,7 @@ TEST_F(PeerSendRecv, SendOnlyAndReceiveOnlyCallsInARow) {
 }
 
 TEST_F(PeerSendRecv, ReadFaultsOfEveryModeAreDetectedAndResultsExact) {
-  const uint8_t modes[] = {PeerFault::kBitFlip, PeerFault::kMultiBit, PeerFault::kBurst,
-                           PeerFault::kGarbage, PeerFault::kTrailer,  PeerFault::kRetransmit,
-                           PeerFault::kControl};
-  for (uint8_t mode : modes) {
+  for (uint8_t mode : kDamagingFaultModes) {
     fault_ = PeerFault{};
     fault_.mode = mode;
     fault_.bits = 3;
