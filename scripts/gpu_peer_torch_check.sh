@@ -8,7 +8,8 @@
 #      RINGGUARD_DEVICE_TRANSPORT=peer: collectives, DDP, FSDP2, replicas, the killed rank;
 #   3. DDP and FSDP2 on the small GPT, the staged path and the peer path each against gloo in the same
 #      session (bench_ddp.py / bench_fsdp.py print ringguard_vs_gloo);
-#   4. the replica check's figures (bench_replica_check.py, the small GPT and the 1 GB and 8 GB sets).
+#   4. the replica check's figures (bench_replica_check.py, the small GPT and the 1 GB and 8 GB sets; its
+#      --profile tables in the step's log, the traces left in /tmp/replica_profile: too large to hand back).
 # Logs under /tmp/gpu_peer_torch, packed into $OUT/gpu_peer_torch_logs.tgz with the summary in
 # $OUT/gpu_peer_torch_summary.log; exit 0 only if every step passed.
 #   PEER_TORCH_SKIP_INSTALL=1 reuses the installed package; PEER_TORCH_PYTEST="test_ddp.py ..." narrows step 2;
@@ -40,6 +41,7 @@ if start_mps; then
         --device cuda
     done
     run_step bench_replica_check "${torchrun[@]}" bench/torch/bench_replica_check.py --model gpt --device cuda \
+      --profile /tmp/replica_profile \
       --set-gb 1 --set-gb 8
   fi
   stop_mps

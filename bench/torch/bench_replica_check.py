@@ -6,6 +6,7 @@ shapes) fingerprinted alone, against a device copy of the same bytes (bandwidth 
     torchrun --nproc-per-node=2 bench/torch/bench_replica_check.py --model gpt --device cuda
     torchrun --nproc-per-node=2 bench/torch/bench_replica_check.py --model gpt --device cuda --set-gb 1 --set-gb 8
     torchrun --nproc-per-node=2 bench/torch/bench_replica_check.py            # CPU, the small MLP
+    torchrun --nproc-per-node=2 bench/torch/bench_replica_check.py --model gpt --device cuda --profile $OUT/prof
 
 Rank 0 prints one JSON line per measurement and ``check_vs_step=<check ms / unchecked step ms>`` (goal:
 <= 0.01 for the small GPT on the GPU), and the same for ``sync=False`` (``deferred_vs_step``, with its
@@ -44,6 +45,9 @@ def parse_args():
     p.add_argument("--steps", type=int, default=20, help="timed steps per variant and round")
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--set-gb", type=float, action="append", default=[], help="parameter set size to fingerprint")
+    p.add_argument("--profile", metavar="DIR",
+                   help="also profile 3 steps of each variant (torch.profiler): a Chrome trace per rank and variant "
+                        "in DIR, and rank 0 prints each variant's ops by self CPU and device time")
     args = p.parse_args()
     if args.model == "gpt":
         args.hidden, args.layers, args.batch = args.hidden or 512, args.layers or 6, args.batch or 8
@@ -69,6 +73,33 @@ def timed(fn, device, n):
 def emit(rank, **rec):
     if rank == 0:
         print(json.dumps(rec), flush=True)
+
+
+def profile(out_dir, rank, device, step, opt, hooks):
+    """Where a step's time goes with and without each check: 3 profiled steps per variant after one warm one."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    os.makedirs(out_dir, exist_ok=True)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    for variant in ("plain", "checked", "deferred"):
+        handle = opt.register_step_post_hook(hooks[variant]) if variant in hooks else None
+        step()
+        sync(device)
+        with torch_profile(activities=activities) as prof:
+            for _ in range(3):
+                step()
+            sync(device)
+        if handle is not None:
+            handle.remove()
+        prof.export_chrome_trace(os.path.join(out_dir, f"replica_check_{variant}_rank{rank}.json"))
+        if rank == 0:
+            print(f"# {variant}: 3 steps, by self CPU time", flush=True)
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15), flush=True)
+            if sort != "self_cpu_time_total":
+                print(f"# {variant}: 3 steps, by self device time", flush=True)
+                print(prof.key_averages().table(sort_by=sort, row_limit=15), flush=True)
 
 
 def main():
@@ -107,6 +138,9 @@ def main():
             if handle is not None:
                 handle.remove()
     deferred.flush()
+    if args.profile:
+        profile(args.profile, rank, device, step, opt, hooks)
+        deferred.flush()
     plain, checked = times["plain"], times["checked"]
     tensors = check.tensors()
     nbytes = sum(t.numel() * t.element_size() for _, t in tensors)
@@ -128,7 +162,7 @@ def main():
     deferred_ms = statistics.median(times["deferred"])
     emit(rank, check_vs_step=(checked_ms - step_ms) / step_ms, check_alone_vs_step=alone / step_ms,
          deferred_step_ms=deferred_ms, deferred_vs_step=(deferred_ms - step_ms) / step_ms,
-         deferred_counters=deferred.counters())
+         deferred_counters=deferred.counters(), gathers_on_host=check.gathers_on_host())
 
     for gb in args.set_gb:
         # Transformer-shaped tensors (d x 4d, 4d x d, d x d, d) until the set holds `gb` GiB of f32/bf16.
