@@ -146,7 +146,8 @@ Status PeerWindows::create(Bootstrap& bootstrap, int device, size_t capacity, si
                           std::to_string(asked.p2pBytes) + " per send/recv slot, rank " + std::to_string(r) +
                           " has " + std::to_string(theirs.capacity) + " and " +
                           std::to_string(theirs.p2pBytes) +
-                          " (RINGGUARD_PEER_BYTES, RINGGUARD_PEER_P2P_BYTES: every rank must set the same)");
+                          " (RINGGUARD_PEER_BYTES, RINGGUARD_PEER_P2P_BYTES and RINGGUARD_DEVICE_TRANSPORT, "
+                          "whose send/recv slots exist only with 'peer': every rank must set the same)");
       }
     }
     if (localSize != n) {
