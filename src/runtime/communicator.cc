@@ -791,7 +791,11 @@ Status Communicator::Impl::runCollective(const Call& call, const FaultInjector* 
           .count());
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    CollectiveStats& kind = byKind_[call.name];
+    if (call.name != lastKindName_) {
+      lastKind_ = &byKind_[call.name];
+      lastKindName_ = call.name;
+    }
+    CollectiveStats& kind = *lastKind_;
     kind.calls++;
     kind.failed += st.isOk() ? 0 : 1;
     kind.bytes += call.bytes;
