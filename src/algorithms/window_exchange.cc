@@ -36,7 +36,7 @@ void publish(const CollectiveContext& ctx, const Windows& w, uint64_t e, uint32_
   const WindowLayout& layout = w.layout();
   thread_local std::vector<int> ownerOf;  // the reader whose part a reader's payload shares (per thread)
   ownerOf.assign(size_t(n), -1);
-  uint64_t offset = 0, chunk = 0, parts = 0;
+  uint64_t offset = 0, chunk = 0;
   for (int r = 0; r < n; ++r) {
     PartEntry& part = w.part(me, e, r);
     const EagerPayload& o = out[size_t(r)];
@@ -61,22 +61,12 @@ void publish(const CollectiveContext& ctx, const Windows& w, uint64_t e, uint32_
       offset += (o.bytes + 63) / 64 * 64;
     }
     chunk += layout.chunksOf(o.bytes);
-    ++parts;
   }
-  // Publishes the seal: the fingerprint and `declined`, then the half's epoch (release).
-  const auto seal = [&w, e, me, &mine, offered] {
-    HalfHeader& h = w.half(me, e);
-    h.seal.fingerprint = mine;
-    h.seal.declined = offered ? 0 : 1;
-    h.seal.crc = crc32(&h.seal, offsetof(HalfSeal, crc));
-    h.epoch.store(e, std::memory_order_release);
-  };
-  // A publication of one chunk per part is sealed after its chunks: a reader that sees the seal finds every
-  // chunk there, so its one wait is for the seal (a wait on a chunk's line while the publisher stores into
-  // it costs both cores a hand-off more). A longer one is sealed first, so readers start on chunk 0 while
-  // later chunks are written.
-  const bool sealLast = offered && chunk <= parts;
-  if (!sealLast) seal();
+  HalfHeader& h = w.half(me, e);
+  h.seal.fingerprint = mine;
+  h.seal.declined = offered ? 0 : 1;
+  h.seal.crc = crc32(&h.seal, offsetof(HalfSeal, crc));
+  h.epoch.store(e, std::memory_order_release);
   if (!offered) return;
 
   uint8_t* data = w.data(me, e);
@@ -108,7 +98,6 @@ void publish(const CollectiveContext& ctx, const Windows& w, uint64_t e, uint32_
       ctx.counters->bytesSent += len;
     }
   }
-  if (sealLast) seal();
   for (int p = 0; p < n; ++p) {
     if (p != me) w.wake(p);
   }
