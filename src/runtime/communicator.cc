@@ -242,7 +242,7 @@ auto issueAllreduce(const Issue& issue, Status checked, const void* send, void* 
       [=](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::allreduce(ctx, exec, send, recv, count, dtype, op);
       },
-      CollectiveInput{send, {{send, count}}, dtype}, nullptr);
+      CollectiveInput::of(send, count, dtype), nullptr);
 }
 
 template <typename Issue>
@@ -253,7 +253,7 @@ auto issueReduceScatter(const Issue& issue, Status checked, int size, const void
       [=](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::reduceScatter(ctx, exec, send, recv, recvCount, dtype, op);
       },
-      CollectiveInput{send, {{send, recvCount * size_t(size)}}, dtype}, nullptr);
+      CollectiveInput::of(send, recvCount * size_t(size), dtype), nullptr);
 }
 
 template <typename Issue>
@@ -264,7 +264,7 @@ auto issueAllgather(const Issue& issue, Status checked, int size, const void* se
       [=](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::allgather(ctx, exec, send, recv, sendCount, dtype);
       },
-      CollectiveInput{send, {{send, sendCount}}, dtype}, nullptr);
+      CollectiveInput::of(send, sendCount, dtype), nullptr);
 }
 
 template <typename Issue>
@@ -276,7 +276,7 @@ auto issueBroadcast(const Issue& issue, Status checked, int rank, const void* se
         return ringguard::broadcast(ctx, exec, send, recv, count, dtype, root);
       },
       // Only the root's input travels.
-      rank == root ? CollectiveInput{send, {{send, count}}, dtype} : CollectiveInput{}, nullptr);
+      rank == root ? CollectiveInput::of(send, count, dtype) : CollectiveInput{}, nullptr);
 }
 
 template <typename Issue>
