@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <new>
 #include <sstream>
 
@@ -303,7 +304,15 @@ template <typename Issue>
 auto issueAlltoall(const Issue& issue, Status checked, const void* send, void* recv, AlltoallLayout layout,
                    DataType dtype) {
   CollectiveInput input{send, {}, dtype};
-  if (checked.isOk()) {
+  // Blocks that tile the input in rank order (every equal-split all-to-all) are one span: the same elements
+  // and indices, and no span list to allocate per call.
+  size_t tiled = 0;
+  for (size_t p = 0; p < layout.sendCounts.size() && tiled != SIZE_MAX; ++p) {
+    tiled = layout.sendDispls[p] == tiled ? tiled + layout.sendCounts[p] : SIZE_MAX;
+  }
+  if (checked.isOk() && tiled != SIZE_MAX) {
+    input = CollectiveInput::of(send, tiled, dtype);
+  } else if (checked.isOk()) {
     for (size_t p = 0; p < layout.sendCounts.size(); ++p) {
       input.spans.push_back({static_cast<const char*>(send) + layout.sendDispls[p] * dataTypeSize(dtype),
                              layout.sendCounts[p]});
@@ -321,10 +330,13 @@ auto issueAlltoall(const Issue& issue, Status checked, const void* send, void* r
 
 // The same count to and from every rank, blocks in rank order.
 AlltoallLayout equalLayout(int size, size_t count) {
-  std::vector<size_t> counts(size_t(size), count);
-  std::vector<size_t> displs(counts.size(), 0);
-  for (size_t p = 0; p < displs.size(); ++p) displs[p] = p * count;
-  return AlltoallLayout{counts, displs, counts, displs};
+  AlltoallLayout l;
+  l.sendCounts.assign(size_t(size), count);
+  l.sendDispls.resize(size_t(size));
+  for (size_t p = 0; p < l.sendDispls.size(); ++p) l.sendDispls[p] = p * count;
+  l.recvCounts = l.sendCounts;
+  l.recvDispls = l.sendDispls;
+  return l;
 }
 
 // Set while a synchronous form enqueues (one that could not run on its caller at once): its caller waits at
