@@ -33,9 +33,11 @@ Status allgather(const CollectiveContext& ctx, Executor* exec, const void* send,
     // Small: every rank's block goes to every peer in its window or its fingerprint frame.
     // Read from a window straight into place; a frame's payload is copied there from `in`.
     auto* output = static_cast<uint8_t*>(recv);
-    std::vector<uint8_t*> into(static_cast<size_t>(n));
+    // Per thread (eager.h): no allocation per call.
+    thread_local std::vector<uint8_t*> into;
+    into.resize(size_t(n));
     for (int r = 0; r < n; ++r) into[size_t(r)] = output + size_t(r) * bytes;
-    std::vector<std::vector<uint8_t>> in;
+    thread_local std::vector<std::vector<uint8_t>> in;
     RINGGUARD_RETURN_IF_ERROR(smallExchangeAll(route, ctx, fp, send, bytes, &in, WindowReads{&into}));
     for (int r = 0; r < n && bytes > 0; ++r) {
       const void* block = r == me ? send : in[size_t(r)].empty() ? nullptr : in[size_t(r)].data();

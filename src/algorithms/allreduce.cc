@@ -31,8 +31,8 @@ Status allreduceSmall(SmallRoute route, const CollectiveContext& ctx, const Fing
                       void* recv, size_t count, DataType dtype, ReduceOp op) {
   const int n = ctx.transport->size(), me = ctx.transport->rank();
   const size_t esize = dataTypeSize(dtype), bytes = count * esize;
-  std::vector<std::vector<uint8_t>> in;
-  std::vector<const uint8_t*> at;
+  thread_local std::vector<std::vector<uint8_t>> in;  // per thread (eager.h): no allocation per call
+  thread_local std::vector<const uint8_t*> at;
   RINGGUARD_RETURN_IF_ERROR(smallExchangeAll(route, ctx, fp, send, bytes, &in, WindowReads{nullptr, &at}));
   // In place, the result overwrites this rank's input before the ring order is done with it: a copy.
   at[size_t(me)] = static_cast<const uint8_t*>(send);
@@ -74,15 +74,19 @@ Status allreduceTwoShot(const CollectiveContext& ctx, const Fingerprint& fp, con
   auto offsetOf = [&](int j) { return sched.column(j).offset * esize; };
   auto bytesOf = [&](int j) { return sched.column(j).count * esize; };
 
-  std::vector<EagerPayload> out(static_cast<size_t>(n));
-  std::vector<size_t> inBytes(size_t(n), 0);
+  // Per thread (eager.h): no allocation per call.
+  thread_local std::vector<EagerPayload> out;
+  thread_local std::vector<size_t> inBytes;
+  thread_local std::vector<std::vector<uint8_t>> in;
+  thread_local std::vector<const uint8_t*> at;
+  thread_local std::vector<uint8_t*> into;
+  out.assign(size_t(n), EagerPayload{});
+  inBytes.assign(size_t(n), 0);
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
     out[size_t(p)] = EagerPayload{input + offsetOf(p), bytesOf(p)};
     inBytes[size_t(p)] = bytesOf(me);
   }
-  std::vector<std::vector<uint8_t>> in;
-  std::vector<const uint8_t*> at;
   RINGGUARD_RETURN_IF_ERROR(windowExchange(ctx, fp, out, inBytes, &in, WindowReads{nullptr, &at}));
   // In place, this rank's column of its input is read only by the first hop, as the accumulator it
   // overwrites element by element (reduceHost allows dst to alias b).
@@ -94,7 +98,7 @@ Status allreduceTwoShot(const CollectiveContext& ctx, const Fingerprint& fp, con
                t == 0);
   }
 
-  std::vector<uint8_t*> into(static_cast<size_t>(n), nullptr);
+  into.assign(size_t(n), nullptr);
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
     out[size_t(p)] = EagerPayload{mine, bytesOf(me)};  // one part, shared by every reader

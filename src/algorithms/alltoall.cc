@@ -50,8 +50,13 @@ Status alltoallWindowed(const CollectiveContext& ctx, const Executor& exec, cons
                         const void* send, void* recv, const AlltoallLayout& l, DataType dtype, bool* taken) {
   const size_t n = size_t(ctx.transport->size()), me = size_t(ctx.transport->rank()),
                esize = dataTypeSize(dtype);
-  std::vector<EagerPayload> out(n);
-  std::vector<size_t> inBytes(n, 0);
+  // Per thread (eager.h): no allocation per call.
+  thread_local std::vector<EagerPayload> out;
+  thread_local std::vector<size_t> inBytes;
+  thread_local std::vector<uint8_t*> into;  // each block read straight into place
+  thread_local std::vector<std::vector<uint8_t>> in;
+  out.assign(n, EagerPayload{});
+  inBytes.assign(n, 0);
   size_t publish = 0;
   for (size_t p = 0; p < n; ++p) {
     if (p == me) continue;
@@ -60,9 +65,8 @@ Status alltoallWindowed(const CollectiveContext& ctx, const Executor& exec, cons
     inBytes[p] = l.recvCounts[p] * esize;
     publish += out[p].bytes;
   }
-  std::vector<uint8_t*> into(n);  // each block read straight into place
+  into.resize(n);
   for (size_t p = 0; p < n; ++p) into[p] = static_cast<uint8_t*>(recv) + l.recvDispls[p] * esize;
-  std::vector<std::vector<uint8_t>> in;
   return windowExchange(ctx, fp, out, inBytes, &in, WindowReads{&into}, runsOneSided(ctx, exec, publish),
                         taken);
 }
@@ -82,10 +86,13 @@ Status alltoall(const CollectiveContext& ctx, Executor* exec, const void* send, 
   } else {
     RINGGUARD_RETURN_IF_ERROR(exchangeFingerprints(ctx, fp));
   }
-  const size_t esize = dataTypeSize(dtype);
-  RINGGUARD_RETURN_IF_ERROR(exec->copy(static_cast<uint8_t*>(recv) + l.recvDispls[me] * esize,
-                                       static_cast<const uint8_t*>(send) + l.sendDispls[me] * esize,
-                                       l.sendCounts[me] * esize));
+  const size_t esize = dataTypeSize(dtype), own = l.sendCounts[me] * esize;
+  uint8_t* const ownOut = static_cast<uint8_t*>(recv) + l.recvDispls[me] * esize;
+  const uint8_t* const ownIn = static_cast<const uint8_t*>(send) + l.sendDispls[me] * esize;
+  // A block of several slices is not in the cache, and nothing here reads it again: stored past the cache,
+  // as the pipeline's origin copies are.
+  RINGGUARD_RETURN_IF_ERROR(own > ctx.options->sliceBytes ? exec->copyCold(ownOut, ownIn, own)
+                                                          : exec->copy(ownOut, ownIn, own));
   if (n == 1 || windowed) return Status::ok();
 
   // The split check: one message to and from every peer (the collective itself is N - 1 exchanges).

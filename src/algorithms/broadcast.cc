@@ -111,15 +111,19 @@ Status broadcast(const CollectiveContext& ctx, Executor* exec, const void* send,
   const SmallRoute route = smallRoute(ctx, *exec, bytes, bytes);
   if (route != SmallRoute::kPipeline) {
     // Small: the root's input travels in its window or its fingerprint frames; the other ranks give none.
-    std::vector<EagerPayload> out(static_cast<size_t>(n));
-    std::vector<size_t> inBytes(size_t(n), 0);
+    // Per thread (eager.h): no allocation per call.
+    thread_local std::vector<EagerPayload> out;
+    thread_local std::vector<size_t> inBytes;
+    thread_local std::vector<std::vector<uint8_t>> in;
+    thread_local std::vector<uint8_t*> into;
+    out.assign(size_t(n), EagerPayload{});
+    inBytes.assign(size_t(n), 0);
     for (int p = 0; p < n; ++p) {
       if (me == root && p != me) out[size_t(p)] = EagerPayload{send, bytes};
     }
     if (me != root) inBytes[size_t(root)] = bytes;
-    std::vector<std::vector<uint8_t>> in;
     // Read from a window straight into place; a frame's payload is copied there from `in`.
-    std::vector<uint8_t*> into(static_cast<size_t>(n), nullptr);
+    into.assign(size_t(n), nullptr);
     into[size_t(root)] = static_cast<uint8_t*>(recv);
     RINGGUARD_RETURN_IF_ERROR(smallExchange(route, ctx, fp, out, inBytes, &in, WindowReads{&into}));
     const void* value = me == root ? send : in[size_t(root)].empty() ? nullptr : in[size_t(root)].data();

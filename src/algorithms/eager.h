@@ -71,6 +71,12 @@ struct EagerPayload {
   size_t bytes = 0;
 };
 
+// The small collectives keep the vectors they pass to these exchanges (and the window exchange its own) per
+// thread, each use site its own function-local thread_local, assigned afresh on every call: a collective
+// never runs inside another on one thread, and once a thread made one of a group's size, a call allocates
+// nothing. Those vectors were six to eight allocations and frees per call, about a sixth of a 4 KiB
+// all-gather's instructions on the one-sided path (docs/PERFORMANCE.md, "Thirtieth session").
+
 // Sends out[p] to every peer p in this rank's fingerprint frame (`mine`) and takes every peer's frame,
 // expecting inBytes[p] payload bytes from peer p; compares every rank's fingerprint (a kFingerprintMismatch
 // naming both sides, as exchangeFingerprints); checks each payload as a ring slice (step 0, slice 0, column

@@ -81,6 +81,7 @@ class Pipeline {
     uint8_t* dst;
     const uint8_t* src;
     size_t bytes;
+    bool cold;  // copyCold: the collective does not read dst again
   };
   std::vector<DeferredCopy> deferredCopies_;  // origin copies to make once the posted sends are flushed
   Counters local_;
@@ -101,7 +102,8 @@ Status Pipeline::postSend(int step, int slice, int attempt, bool retransmit) {
     trace::instant(trace::Kind::kRetransmit, "retransmit", ctx_.track, ctx_.seq, peer, step, slice, attempt);
   } else if (origin) {
     uint8_t* copy = plan_.originCopy(column, r);
-    if (copy != nullptr && copy != ptr && plan_.numSlices() > 1) {
+    const bool streams = plan_.numSlices() > 1;
+    if (copy != nullptr && copy != ptr && streams && exec_->memory() != MemoryKind::kHost) {
       // A column of several slices streams through the cache: the copy first, so the seal and the send
       // read the more recently used bytes.
       RINGGUARD_RETURN_IF_ERROR(exec_->copy(copy, ptr, bytes));
@@ -109,8 +111,11 @@ Status Pipeline::postSend(int step, int slice, int attempt, bool retransmit) {
     } else if (copy != nullptr && copy != ptr) {
       // A column of one slice stays cached from call to call: it is sealed and sent from the input, and
       // copied once the send is posted (pass()), off the peer's path. Sending from the copy made the next
-      // call's copy wait for the invalidation of the lines the peer read.
-      deferredCopies_.push_back(DeferredCopy{copy, ptr, bytes});
+      // call's copy wait for the invalidation of the lines the peer read. In host memory a column of
+      // several slices goes the same way, its copy stored past the cache (copyCold): the seal read the
+      // input slice into the cache, the send and the copy read it there, and the output's lines are
+      // written without being read first (a pass over the slice less than copying first).
+      deferredCopies_.push_back(DeferredCopy{copy, ptr, bytes, streams});
     }
     RINGGUARD_RETURN_IF_ERROR(exec_->sealFirst(idx, ptr, idOf(column, step, slice, bytes, attempt)));
   }
@@ -136,7 +141,10 @@ Status Pipeline::postRecv(int step, int slice, int slotIndex) {
 }
 
 Status Pipeline::copyDeferred() {
-  for (const DeferredCopy& c : deferredCopies_) RINGGUARD_RETURN_IF_ERROR(exec_->copy(c.dst, c.src, c.bytes));
+  for (const DeferredCopy& c : deferredCopies_) {
+    RINGGUARD_RETURN_IF_ERROR(c.cold ? exec_->copyCold(c.dst, c.src, c.bytes)
+                                     : exec_->copy(c.dst, c.src, c.bytes));
+  }
   deferredCopies_.clear();
   return Status::ok();
 }

@@ -34,12 +34,15 @@ Status reduceScatterSmall(SmallRoute route, const CollectiveContext& ctx, const 
   const int n = ctx.transport->size(), me = ctx.transport->rank();
   const size_t bytes = recvCount * dataTypeSize(dtype);
   const auto* input = static_cast<const uint8_t*>(send);
-  std::vector<EagerPayload> out(static_cast<size_t>(n));
+  // Per thread (eager.h): no allocation per call.
+  thread_local std::vector<EagerPayload> out;
+  thread_local std::vector<size_t> inBytes;
+  thread_local std::vector<std::vector<uint8_t>> in;
+  thread_local std::vector<const uint8_t*> at;
+  out.resize(size_t(n));
   for (int p = 0; p < n; ++p) out[size_t(p)] = EagerPayload{input + size_t(p) * bytes, p == me ? 0 : bytes};
-  std::vector<size_t> inBytes(size_t(n), bytes);
+  inBytes.assign(size_t(n), bytes);
   inBytes[size_t(me)] = 0;
-  std::vector<std::vector<uint8_t>> in;
-  std::vector<const uint8_t*> at;
   RINGGUARD_RETURN_IF_ERROR(smallExchange(route, ctx, fp, out, inBytes, &in, WindowReads{nullptr, &at}));
   // In place, recv is this rank's block of send, which the first hops overwrite before the last reads it:
   // a copy.

@@ -34,7 +34,8 @@ void publish(const CollectiveContext& ctx, const Windows& w, uint64_t e, uint32_
              const Fingerprint& mine, const std::vector<EagerPayload>& out, bool offered, bool readersCopy) {
   const int n = w.size(), me = w.rank();
   const WindowLayout& layout = w.layout();
-  std::vector<int> ownerOf(size_t(n), -1);  // the reader whose part a reader's payload shares
+  thread_local std::vector<int> ownerOf;  // the reader whose part a reader's payload shares (per thread)
+  ownerOf.assign(size_t(n), -1);
   uint64_t offset = 0, chunk = 0;
   for (int r = 0; r < n; ++r) {
     PartEntry& part = w.part(me, e, r);
@@ -394,7 +395,8 @@ Status windowExchange(const CollectiveContext& ctx, const Fingerprint& mine,
   // of e - 1 let this rank return, or, where the payloads did not travel, before it published e - 1.
   publish(ctx, w, e, reads.step, mine, out, offered, /*readersCopy=*/reads.at == nullptr);
 
-  std::vector<HalfSeal> all(static_cast<size_t>(n));
+  thread_local std::vector<HalfSeal> all;  // per thread (eager.h): no allocation per call
+  all.resize(size_t(n));
   all[size_t(me)].fingerprint = mine;
   all[size_t(me)].declined = offered ? 0 : 1;
   bool everyone = offered;
@@ -455,8 +457,10 @@ Status smallExchangeAll(SmallRoute route, const CollectiveContext& ctx, const Fi
                         const void* data, size_t bytes, std::vector<std::vector<uint8_t>>* in,
                         const WindowReads& reads) {
   const size_t n = size_t(ctx.transport->size()), me = size_t(ctx.transport->rank());
-  std::vector<EagerPayload> out(n, EagerPayload{data, bytes});
-  std::vector<size_t> inBytes(n, bytes);
+  thread_local std::vector<EagerPayload> out;  // per thread (eager.h): no allocation per call
+  thread_local std::vector<size_t> inBytes;
+  out.assign(n, EagerPayload{data, bytes});
+  inBytes.assign(n, bytes);
   out[me] = EagerPayload{};
   inBytes[me] = 0;
   return smallExchange(route, ctx, mine, out, inBytes, in, reads);

@@ -72,6 +72,11 @@ class Executor {
 
   // Copies `bytes` between two buffers of the collective (single rank, out of place).
   virtual Status copy(void* dst, const void* src, size_t bytes) = 0;
+  // copy(), where this rank does not read `dst` again during the collective (a large column's origin copy
+  // into the output, sealed and sent from the input): a host executor stores it past the cache, saving the
+  // read of every destination line an ordinary store makes first (docs/PERFORMANCE.md, "Thirtieth
+  // session").
+  virtual Status copyCold(void* dst, const void* src, size_t bytes) { return copy(dst, src, bytes); }
 
   // Memory of the executor's kind (host or device) for partial results a collective does not keep
   // (reduce-scatter's intermediate accumulators): at least `bytes`, valid until the next prepare() or

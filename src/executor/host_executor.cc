@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/reduce.h"
+#include "core/stream_copy.h"
 #include "ringguard/core/crc32.h"
 
 namespace ringguard {
@@ -54,6 +55,11 @@ Status HostExecutor::retag(size_t item, uint16_t attempt) {
 
 Status HostExecutor::copy(void* dst, const void* src, size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);
+  return Status::ok();
+}
+
+Status HostExecutor::copyCold(void* dst, const void* src, size_t bytes) {
+  streamCopy(dst, src, bytes);
   return Status::ok();
 }
 

@@ -22,6 +22,7 @@ class HostExecutor final : public Executor {
   Status corruptReceived(int index, void* payload, size_t bytes, const CorruptionPlan& plan) override;
   Status verifyAndApply(const ApplyTask& task, int index, size_t item, size_t nextItem) override;
   Status copy(void* dst, const void* src, size_t bytes) override;
+  Status copyCold(void* dst, const void* src, size_t bytes) override;
   Status scratch(size_t bytes, void** out) override;
   Status syncTest(bool* done) override {
     *done = true;

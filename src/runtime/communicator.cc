@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <new>
 #include <sstream>
 
@@ -245,7 +246,7 @@ auto issueAllreduce(const Issue& issue, Status checked, const void* send, void* 
       [=](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::allreduce(ctx, exec, send, recv, count, dtype, op);
       },
-      CollectiveInput{send, {{send, count}}, dtype}, nullptr);
+      CollectiveInput::of(send, count, dtype), nullptr);
 }
 
 template <typename Issue>
@@ -256,7 +257,7 @@ auto issueReduceScatter(const Issue& issue, Status checked, int size, const void
       [=](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::reduceScatter(ctx, exec, send, recv, recvCount, dtype, op);
       },
-      CollectiveInput{send, {{send, recvCount * size_t(size)}}, dtype}, nullptr);
+      CollectiveInput::of(send, recvCount * size_t(size), dtype), nullptr);
 }
 
 template <typename Issue>
@@ -267,7 +268,7 @@ auto issueAllgather(const Issue& issue, Status checked, int size, const void* se
       [=](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::allgather(ctx, exec, send, recv, sendCount, dtype);
       },
-      CollectiveInput{send, {{send, sendCount}}, dtype}, nullptr);
+      CollectiveInput::of(send, sendCount, dtype), nullptr);
 }
 
 template <typename Issue>
@@ -279,7 +280,7 @@ auto issueBroadcast(const Issue& issue, Status checked, int rank, const void* se
         return ringguard::broadcast(ctx, exec, send, recv, count, dtype, root);
       },
       // Only the root's input travels.
-      rank == root ? CollectiveInput{send, {{send, count}}, dtype} : CollectiveInput{}, nullptr);
+      rank == root ? CollectiveInput::of(send, count, dtype) : CollectiveInput{}, nullptr);
 }
 
 template <typename Issue>
@@ -306,7 +307,15 @@ template <typename Issue>
 auto issueAlltoall(const Issue& issue, Status checked, const void* send, void* recv, AlltoallLayout layout,
                    DataType dtype) {
   CollectiveInput input{send, {}, dtype};
-  if (checked.isOk()) {
+  // Blocks that tile the input in rank order (every equal-split all-to-all) are one span: the same elements
+  // and indices, and no span list to allocate per call.
+  size_t tiled = 0;
+  for (size_t p = 0; p < layout.sendCounts.size() && tiled != SIZE_MAX; ++p) {
+    tiled = layout.sendDispls[p] == tiled ? tiled + layout.sendCounts[p] : SIZE_MAX;
+  }
+  if (checked.isOk() && tiled != SIZE_MAX) {
+    input = CollectiveInput::of(send, tiled, dtype);
+  } else if (checked.isOk()) {
     for (size_t p = 0; p < layout.sendCounts.size(); ++p) {
       input.spans.push_back({static_cast<const char*>(send) + layout.sendDispls[p] * dataTypeSize(dtype),
                              layout.sendCounts[p]});
@@ -324,10 +333,13 @@ auto issueAlltoall(const Issue& issue, Status checked, const void* send, void* r
 
 // The same count to and from every rank, blocks in rank order.
 AlltoallLayout equalLayout(int size, size_t count) {
-  std::vector<size_t> counts(size_t(size), count);
-  std::vector<size_t> displs(counts.size(), 0);
-  for (size_t p = 0; p < displs.size(); ++p) displs[p] = p * count;
-  return AlltoallLayout{counts, displs, counts, displs};
+  AlltoallLayout l;
+  l.sendCounts.assign(size_t(size), count);
+  l.sendDispls.resize(size_t(size));
+  for (size_t p = 0; p < l.sendDispls.size(); ++p) l.sendDispls[p] = p * count;
+  l.recvCounts = l.sendCounts;
+  l.recvDispls = l.sendDispls;
+  return l;
 }
 
 // Set while a synchronous form enqueues (one that could not run on its caller at once): its caller waits at
@@ -813,7 +825,11 @@ Status Communicator::Impl::runCollective(const Call& call, const FaultInjector* 
           .count());
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    CollectiveStats& kind = byKind_[call.name];
+    if (call.name != lastKindName_) {
+      lastKind_ = &byKind_[call.name];
+      lastKindName_ = call.name;
+    }
+    CollectiveStats& kind = *lastKind_;
     kind.calls++;
     kind.failed += st.isOk() ? 0 : 1;
     kind.bytes += call.bytes;

@@ -167,6 +167,10 @@ class Communicator::Impl {
   Status firstError_;
   mutable Counters counters_;  // mutable: counters() takes in the direct path's counts
   std::map<std::string, CollectiveStats> byKind_;
+  // byKind_'s entry of the last name runCollective counted (names are string literals, and a map's entries
+  // stay where they are): a run of one kind finds its entry without making and comparing a std::string.
+  const char* lastKindName_ = nullptr;
+  CollectiveStats* lastKind_ = nullptr;
   uint32_t track_ = 0;    // timeline track (set in the constructor, before the progress thread starts)
   uint64_t nextSeq_ = 0;  // touched by the runner only
   std::map<uint32_t, uint32_t> laneSeq_;  // runner only: each issue lane's next collective number

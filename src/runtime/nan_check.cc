@@ -19,18 +19,18 @@ struct Finding {
 
 Status scanInput(const CollectiveContext& ctx, Executor* exec, const CollectiveInput& input, Finding* out) {
   *out = Finding{};
-  if (input.spans.empty() || !holdsNonFinite(input.dtype)) return Status::ok();
-  RINGGUARD_RETURN_IF_ERROR(exec->scanNonFinite(input.spans, input.dtype));
+  const std::vector<Executor::ScanSpan> spans = input.all();
+  if (spans.empty() || !holdsNonFinite(input.dtype)) return Status::ok();
+  RINGGUARD_RETURN_IF_ERROR(exec->scanNonFinite(spans, input.dtype));
   RINGGUARD_RETURN_IF_ERROR(pollUntil(
       ctx, [exec](bool* done) { return exec->syncTest(done); },
       [] { return std::string("the NaN check's scan of the input"); }));
   const std::vector<NonFiniteCount> counts = exec->nonFiniteCounts();
   const size_t esize = dataTypeSize(input.dtype);
-  for (size_t i = 0; i < counts.size() && i < input.spans.size(); ++i) {
+  for (size_t i = 0; i < counts.size() && i < spans.size(); ++i) {
     if (counts[i].clean()) continue;
     const uint64_t offset =
-        uint64_t(static_cast<const char*>(input.spans[i].data) - static_cast<const char*>(input.base)) /
-        esize;
+        uint64_t(static_cast<const char*>(spans[i].data) - static_cast<const char*>(input.base)) / esize;
     out->firstIndex = std::min(out->firstIndex, offset + counts[i].firstIndex);
     out->count += counts[i].count;
   }

@@ -16,6 +16,22 @@ struct CollectiveInput {
   const void* base = nullptr;
   std::vector<Executor::ScanSpan> spans;
   DataType dtype = DataType::kFloat32;
+  // An input of one buffer is this span rather than an entry of `spans`: a call builds no vector (a heap
+  // allocation on every collective), the NaN check builds one when it runs (all()).
+  Executor::ScanSpan one{nullptr, 0};
+
+  static CollectiveInput of(const void* data, size_t count, DataType dtype) {
+    CollectiveInput in;
+    in.base = data;
+    in.dtype = dtype;
+    in.one = Executor::ScanSpan{data, count};
+    return in;
+  }
+  std::vector<Executor::ScanSpan> all() const {
+    std::vector<Executor::ScanSpan> v = spans;
+    if (one.data != nullptr) v.insert(v.begin(), one);
+    return v;
+  }
 };
 
 // off: nothing. warn: a warning naming this rank, the collective and the first index, then the collective

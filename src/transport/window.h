@@ -197,6 +197,9 @@ class Windows {
     return reinterpret_cast<SlotAck*>(base_[size_t(r)] + layout_.acksAt)[from];
   }
   void wake(int r) const { wake_(r); }
+  // Whether every rank of the group has a core of its own (what `streamCopies` says): a wait then polls a
+  // few microseconds before it first yields its core (algorithms/window_wait.h).
+  bool coreForEachRank() const { return streamCopies_; }
   // Copies `bytes` of this rank's payload into its own window (or slot), where peers read them next.
   void copyIn(void* dst, const void* src, size_t bytes) const {
     if (streamCopies_) {
