@@ -162,6 +162,20 @@ class PeerCollectives : public PeerWindowTest {
     return launchPeerAlltoall(a, stream_);
   }
 
+  // A split all-to-all of `l` that every rank must fail with `code` about rank 0's block for rank 1 (the
+  // sender, the receiver): launched with a 5 s deadline, waited for; the record, for the fields that differ.
+  const ErrorRecord* splitAlltoallFailing(const AlltoallBuffers& l, PeerError code) {
+    DeviceBuffer in(l.sendTotal * 4), out(l.recvTotal * 4);
+    EXPECT_TRUE(
+        alltoall(in.get(), out.get(), l, DataType::kFloat32, true, 0, 5ull * 1000 * 1000 * 1000).isOk());
+    EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    const ErrorRecord* rec = windows_->errorRecord();
+    EXPECT_EQ(rec->code, uint32_t(code)) << "code " << rec->code << " peer " << rec->peer;
+    EXPECT_EQ(rec->peer, 0);    // the sender
+    EXPECT_EQ(rec->chunk, 1u);  // the receiver
+    return rec;
+  }
+
   // This rank's input for `m` (block q at sendDispls[q]) and the output it must get (block from p at
   // recvDispls[p]; the gaps between blocks keep the poison 0xff).
   void alltoallData(const Splits& m, DataType t, const AlltoallBuffers& l, std::vector<uint8_t>* in,
@@ -758,15 +772,7 @@ TEST_F(PeerCollectives, RanksThatDisagreeOnSplitsAllFailNamingThePair) {
   const Splits agreed = randomSplits(size(), 5, 2000);
   Splits mine = agreed;
   if (rank() == 1) ++mine[0][1];
-  const AlltoallBuffers l = layoutOf(mine, rank(), 0);
-  DeviceBuffer in(l.sendTotal * 4), out(l.recvTotal * 4);
-  ASSERT_TRUE(
-      alltoall(in.get(), out.get(), l, DataType::kFloat32, true, 0, 5ull * 1000 * 1000 * 1000).isOk());
-  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
-  const ErrorRecord* rec = windows_->errorRecord();
-  EXPECT_EQ(rec->code, uint32_t(PeerError::kSplitMismatch)) << "code " << rec->code << " peer " << rec->peer;
-  EXPECT_EQ(rec->peer, 0);    // the sender
-  EXPECT_EQ(rec->chunk, 1u);  // the receiver
+  const ErrorRecord* rec = splitAlltoallFailing(layoutOf(mine, rank(), 0), PeerError::kSplitMismatch);
   EXPECT_EQ(rec->seen, uint32_t(agreed[0][1]));
   EXPECT_EQ(rec->expected, uint32_t(agreed[0][1] + 1));
 }
@@ -786,15 +792,7 @@ TEST_F(PeerCollectives, RanksCallingDifferentAlltoallFormsAllFail) {
 TEST_F(PeerCollectives, AlltoallBlocksTooLargeForTheWindowFailEveryRankNamingTheRank) {
   Splits m = randomSplits(size(), 3, 100);
   m[0][1] = kCapacity / 4;
-  const AlltoallBuffers l = layoutOf(m, rank(), 0);
-  DeviceBuffer in(l.sendTotal * 4), out(l.recvTotal * 4);
-  ASSERT_TRUE(
-      alltoall(in.get(), out.get(), l, DataType::kFloat32, true, 0, 5ull * 1000 * 1000 * 1000).isOk());
-  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
-  const ErrorRecord* rec = windows_->errorRecord();
-  EXPECT_EQ(rec->code, uint32_t(PeerError::kBlockTable)) << "code " << rec->code << " peer " << rec->peer;
-  EXPECT_EQ(rec->peer, 0);
-  EXPECT_EQ(rec->chunk, 1u);
+  const ErrorRecord* rec = splitAlltoallFailing(layoutOf(m, rank(), 0), PeerError::kBlockTable);
   EXPECT_EQ(rec->expected, uint32_t(kCapacity / kChunkBytes));
   EXPECT_EQ(rec->seen, uint32_t(kCapacity / kChunkBytes + 1));
 }
