@@ -104,6 +104,7 @@ void ProcessGroupRingguard::startCoalescing() {
   std::lock_guard<std::mutex> lock(coalescingMutex_);
   // A block that ended in an exception never reached endCoalescing (as with NCCL): start afresh.
   coalesced_.clear();
+  deviceP2p_.clear();
   coalescing_ = true;
 }
 
@@ -112,12 +113,17 @@ void ProcessGroupRingguard::startCoalescing() {
 // nothing waits on a thread of its own.
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::endCoalescing() {
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::vector<std::pair<P2pOp, std::shared_ptr<PendingCollective>>> deviceOps;
   {
     std::lock_guard<std::mutex> lock(coalescingMutex_);
     TORCH_CHECK(coalescing_, "ringguard: endCoalescing without startCoalescing");
     coalescing_ = false;
     works.swap(coalesced_);
+    deviceOps.swap(deviceP2p_);
   }
+  // The block's send/recv on the peer windows: one grouped call, which cannot deadlock whatever order each
+  // rank issued them in (their Works are among `works`).
+  if (!deviceOps.empty()) issueDeviceP2p(std::move(deviceOps), deviceP2pDevice_);
   if (works.empty()) return nullptr;
   std::vector<at::Tensor> outputs;
   std::vector<c10::Device> devices;
