@@ -26,26 +26,31 @@
 
 namespace ringguard {
 
-Communicator* ProcessGroupRingguard::peerSendRecvCommunicator(const at::Tensor& t, const char* op) {
+bool ProcessGroupRingguard::peerSendRecv(const at::Tensor& t, const char* op, bool make,
+                                         Communicator** comm) {
+  *comm = nullptr;
 #if RINGGUARD_TORCH_CUDA
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (cuda_) {
-      if (!cuda_->sendRecvOnPeerWindows()) return nullptr;
+      if (!cuda_->sendRecvOnPeerWindows()) return false;
     } else {
       // Only a device transport named "peer" can run send/recv on the windows (docs/GPU.md): the others keep
       // the lanes without making a CUDA communicator for it.
       cuda::DeviceOptions dev;
       if (!cuda::DeviceOptions::fromLookup([this](const char* name) { return option(name); }, &dev).isOk() ||
-          dev.transport != cuda::DeviceTransportKind::kPeer) {
-        return nullptr;
+          dev.transport != cuda::DeviceTransportKind::kPeer || dev.peerP2pBytes == 0) {
+        return false;
       }
+      if (!make) return true;
     }
   }
-  Communicator* comm = communicatorFor(t, op);
-  return comm->sendRecvOnPeerWindows() ? comm : nullptr;
+  Communicator* c = communicatorFor(t, op);
+  if (!c->sendRecvOnPeerWindows()) return false;
+  *comm = c;
+  return true;
 #else
-  return nullptr;
+  return false;
 #endif
 }
 
@@ -90,8 +95,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::deviceP2p(const char* op, 
   return rg;
 }
 
-void ProcessGroupRingguard::issueDeviceP2p(std::vector<std::pair<P2pOp, std::shared_ptr<PendingCollective>>> ops,
-                                           int device) {
+void ProcessGroupRingguard::issueDeviceP2p(
+    std::vector<std::pair<P2pOp, std::shared_ptr<PendingCollective>>> ops, int device) {
 #if RINGGUARD_TORCH_CUDA
   Communicator* comm = nullptr;
   {

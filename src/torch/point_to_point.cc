@@ -41,14 +41,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::p2p(const char* op, at::Te
   }
 #if RINGGUARD_TORCH_CUDA
   if (t.is_cuda()) {
-    if (Communicator* comm = peerSendRecvCommunicator(t, op)) {
-      TORCH_CHECK(!any, "ringguard: recv without a source of a CUDA tensor on rank ", rank_,
-                  ": send/recv of CUDA tensors runs on the device's peer windows "
-                  "(RINGGUARD_DEVICE_TRANSPORT=peer), where every receive names its source (as NCCL's); "
-                  "name the source rank, receive into a CPU tensor, or choose another "
-                  "RINGGUARD_DEVICE_TRANSPORT");
-      return deviceP2p(op, t, peer, isSend, comm);
-    }
+    // A receive from any source only asks (making the CUDA communicator is collective, and this rank's peers
+    // are not in this call): its sender's send would take the windows, where nothing receives without one.
+    Communicator* comm = nullptr;
+    const bool windows = peerSendRecv(t, op, /*make=*/!any, &comm);
+    TORCH_CHECK(
+        !(any && windows), "ringguard: recv without a source of a CUDA tensor on rank ", rank_,
+        ": send/recv of CUDA tensors runs on the device's peer windows (RINGGUARD_DEVICE_TRANSPORT=peer), "
+        "where every receive names its source (as NCCL's); name the source rank, receive into a CPU "
+        "tensor, or choose another RINGGUARD_DEVICE_TRANSPORT");
+    if (windows) return deviceP2p(op, t, peer, isSend, comm);
   }
 #endif
   std::vector<c10::Device> devices;

@@ -230,11 +230,13 @@ class ProcessGroupRingguard : public c10d::Backend {
   // peer kAnySource (a receive only): recvAnysource.
   static constexpr int kAnySource = -1;
   c10::intrusive_ptr<c10d::Work> p2p(const char* op, at::Tensor& t, int peer, int tag, bool isSend);
-  // The group's CUDA communicator when the send/recv of CUDA tensors run on its peer windows
-  // (Communicator::sendRecvOnPeerWindows), else null (they take the lanes through host memory). Made here
-  // when RINGGUARD_DEVICE_TRANSPORT=peer names it and no CUDA collective made it yet: then, as with NCCL, the
-  // group's first CUDA operation must involve every rank.
-  Communicator* peerSendRecvCommunicator(const at::Tensor& t, const char* op);
+  // Whether the send/recv of CUDA tensors run on the peer windows of the group's CUDA communicator
+  // (Communicator::sendRecvOnPeerWindows, agreed on every rank), then in *comm; else they take the lanes
+  // through host memory. With `make`, the communicator is made here when RINGGUARD_DEVICE_TRANSPORT=peer
+  // names the windows and no CUDA collective made it yet: then, as with NCCL, the group's first CUDA
+  // operation must involve every rank. Without it (a receive from any source) a named peer transport
+  // answers true, *comm null.
+  bool peerSendRecv(const at::Tensor& t, const char* op, bool make, Communicator** comm);
   // send/recv of a CUDA tensor on the peer windows of `comm` (device_point_to_point.cc): one op of the
   // coalescing block's group, or a group of its own outside a block. Tags are not used (as NCCL's).
   c10::intrusive_ptr<c10d::Work> deviceP2p(const char* op, at::Tensor& t, int peer, bool isSend,
