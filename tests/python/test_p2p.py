@@ -428,6 +428,24 @@ def _(ctx):
     return {}
 
 
+@CASES.case("cuda-batch-mixing-cpu-and-cuda-tensors")
+def _(ctx):
+    # One batch around the ring with a CPU and a CUDA message each way: the CPU ones take the lanes, the CUDA
+    # ones the grouped call at endCoalescing; the batch's one Work covers both.
+    dev = torch.device("cuda", torch.cuda.current_device())
+    right, left = (ctx.rank + 1) % ctx.size, (ctx.rank - 1) % ctx.size
+    msg = lambda r, d: (torch.arange(300, dtype=torch.int64) * 3 + r).to(d)  # noqa: E731
+    got_cpu, got_cuda = torch.zeros(300, dtype=torch.int64), torch.zeros(300, dtype=torch.int64, device=dev)
+    ops = [dist.P2POp(dist.isend, msg(ctx.rank, dev), right), dist.P2POp(dist.isend, msg(ctx.rank, "cpu"), right),
+           dist.P2POp(dist.irecv, got_cpu, left), dist.P2POp(dist.irecv, got_cuda, left)]
+    works = dist.batch_isend_irecv(ops)
+    assert len(works) == 1, len(works)
+    works[0].wait()
+    assert torch.equal(got_cpu, msg(left, "cpu")), got_cpu[:4]
+    assert torch.equal(got_cuda, msg(left, dev)), got_cuda[:4]
+    return {}
+
+
 @CASES.case("cuda-recv-any-source-is-refused")
 def _(ctx):
     # A receive without a source cannot run on the windows: refused at once, naming why and the fixes; the
