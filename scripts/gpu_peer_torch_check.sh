@@ -5,7 +5,8 @@
 # MPS:
 #   1. the package (pip install, sm_90 only: half the CUDA build of the default 80;90);
 #   2. the pytest modules that run on CUDA tensors (RINGGUARD_TEST_DEVICE=cuda) with
-#      RINGGUARD_DEVICE_TRANSPORT=peer: collectives, DDP, FSDP2, replicas, the killed rank;
+#      RINGGUARD_DEVICE_TRANSPORT=peer: collectives, send/recv (test_p2p.py's cuda- cases: on the peer windows),
+#      DDP, FSDP2, replicas, the killed rank;
 #   3. DDP and FSDP2 on the small GPT, the staged path and the peer path each against gloo in the same
 #      session (bench_ddp.py / bench_fsdp.py print ringguard_vs_gloo);
 #   4. the replica check's figures (bench_replica_check.py, the small GPT and the 1 GB and 8 GB sets; its
@@ -30,7 +31,7 @@ write_environment
   --no-deps -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 .
 torchrun=(timeout 300 python3 -m torch.distributed.run --nproc-per-node=2)
 if start_mps; then
-  modules="${PEER_TORCH_PYTEST:-test_collectives.py test_ddp.py test_fsdp.py test_replicas.py test_replicas_hsdp.py test_killed_rank.py}"
+  modules="${PEER_TORCH_PYTEST:-test_collectives.py test_p2p.py test_ddp.py test_fsdp.py test_replicas.py test_replicas_hsdp.py test_killed_rank.py}"
   run_step pytest_peer env RINGGUARD_DEVICE_TRANSPORT=peer RINGGUARD_TEST_DEVICE=cuda timeout 420 \
     python3 -m pytest $(printf 'tests/python/%s ' $modules) -q -rs -p no:cacheprovider
   if [[ "${PEER_TORCH_SKIP_BENCH:-0}" != "1" ]]; then

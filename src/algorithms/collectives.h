@@ -76,6 +76,13 @@ struct PeerExchange {
   // failed (ControlChannel::probeRepairable). Null: sendRecv takes it itself.
   const std::vector<uint8_t>* takenFingerprint = nullptr;
   bool takenDamaged = false;
+  // A grouped call's round that sends one dtype and receives another (Communicator::sendRecvGroupAsync)
+  // runs in bytes: the call's dtype is kUint8 and both counts are bytes, while each direction's fingerprint
+  // carries its own dtype and element count (below), so ends that disagree on either still fail on both
+  // sides before any payload. The slices of a message are the same in bytes as in any dtype
+  // (RingSchedule::sliceElementsFor), so such a message meets a receive of its real dtype.
+  bool inBytes = false;
+  DataType sendDtype = DataType::kUint8, recvDtype = DataType::kUint8;
 };
 Status checkSendRecvArgs(const CollectiveShape& c, const PeerExchange& x, DataType dtype);
 Status sendRecv(const CollectiveContext& ctx, Executor* exec, const PeerExchange& x, DataType dtype);

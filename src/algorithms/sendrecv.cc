@@ -30,6 +30,20 @@ Fingerprint flowFingerprint(const CollectiveContext& ctx, DataType dtype, size_t
                          IssueOrder{seq, ctx.lane, 0});
 }
 
+// Each direction's fingerprint: the call's dtype and count, or, for a call in bytes, the direction's own.
+Fingerprint sendFingerprint(const CollectiveContext& ctx, const PeerExchange& x, DataType dtype) {
+  if (x.inBytes) {
+    return flowFingerprint(ctx, x.sendDtype, x.sendCount / dataTypeSize(x.sendDtype), x.tag, x.sendSeq);
+  }
+  return flowFingerprint(ctx, dtype, x.sendCount, x.tag, x.sendSeq);
+}
+Fingerprint recvFingerprint(const CollectiveContext& ctx, const PeerExchange& x, DataType dtype) {
+  if (x.inBytes) {
+    return flowFingerprint(ctx, x.recvDtype, x.recvCount / dataTypeSize(x.recvDtype), x.tag, x.recvSeq);
+  }
+  return flowFingerprint(ctx, dtype, x.recvCount, x.tag, x.recvSeq);
+}
+
 // The small directions of one send/recv: the payload follows the fingerprint in one message (the
 // fingerprint, then the eager extension: EagerHeader, the payload's trailer as slice 0 of step 0 in the
 // sender's column, the payload), and only the receiver's verdicts follow. A message that fails its check,
@@ -68,7 +82,7 @@ class EagerFlows {
 };
 
 Status EagerFlows::send(int attempt) {
-  const Fingerprint f = flowFingerprint(ctx_, dtype_, x_.sendCount, x_.tag, x_.sendSeq);
+  const Fingerprint f = sendFingerprint(ctx_, x_, dtype_);
   const auto* fingerprint = reinterpret_cast<const uint8_t*>(&f);
   std::vector<uint8_t> body(fingerprint, fingerprint + sizeof(f));
   const SliceId id{x_.sendSeq, 0, 0, uint32_t(me_), uint32_t(sendBytes_), uint16_t(attempt)};
@@ -110,8 +124,8 @@ Status EagerFlows::receive(int attempt) {
     fail(SliceCheck::kCorrupt);
     return Status::ok();
   }
-  RINGGUARD_RETURN_IF_ERROR(checkPeerFingerprint(
-      ctx_, src, message_, flowFingerprint(ctx_, dtype_, x_.recvCount, x_.tag, x_.recvSeq), "sendrecv"));
+  RINGGUARD_RETURN_IF_ERROR(
+      checkPeerFingerprint(ctx_, src, message_, recvFingerprint(ctx_, x_, dtype_), "sendrecv"));
   if (!parseEagerExtension(&message_, sizeof(Fingerprint), &payload_) || payload_.bytes != recvBytes_) {
     std::ostringstream os;
     os << prefix(x_.recvSeq) << "malformed message from rank " << src << " (" << message_.size()
@@ -229,7 +243,7 @@ Status twoSidedSendRecv(const CollectiveContext& ctx, Executor* exec, const Peer
   if (sendEager) {
     RINGGUARD_RETURN_IF_ERROR(EagerFlows(ctx, x, dtype, true, false).send(0));
   } else if (x.dst >= 0) {
-    const Fingerprint f = flowFingerprint(ctx, dtype, x.sendCount, x.tag, x.sendSeq);
+    const Fingerprint f = sendFingerprint(ctx, x, dtype);
     RINGGUARD_RETURN_IF_ERROR(sendToPeer(ctx, x.dst, ControlTag::kFingerprint, &f, sizeof(f)));
   }
   if (x.src >= 0 && x.takenFingerprint == nullptr && ctx.transport->windows() != nullptr &&
@@ -239,9 +253,8 @@ Status twoSidedSendRecv(const CollectiveContext& ctx, Executor* exec, const Peer
     RINGGUARD_RETURN_IF_ERROR(takeMessage(ctx, x.src, x.recvSeq, recvEager, runsInSlot(ctx, *exec, recvBytes),
                                           &inSlot, &frame, &damaged));
     if (inSlot) {
-      RINGGUARD_RETURN_IF_ERROR(readSlot(ctx, x.src, x.recvSeq,
-                                         flowFingerprint(ctx, dtype, x.recvCount, x.tag, x.recvSeq), x.recv,
-                                         recvBytes));
+      RINGGUARD_RETURN_IF_ERROR(
+          readSlot(ctx, x.src, x.recvSeq, recvFingerprint(ctx, x, dtype), x.recv, recvBytes));
       x.src = -1;
       recvEager = false;
     } else {
@@ -258,12 +271,10 @@ Status twoSidedSendRecv(const CollectiveContext& ctx, Executor* exec, const Peer
                                                      ": the fingerprint frame from rank " +
                                                      std::to_string(x.src) + " failed its CRC");
     }
-    RINGGUARD_RETURN_IF_ERROR(
-        checkPeerFingerprintMessage(ctx, x.src, *x.takenFingerprint,
-                                    flowFingerprint(ctx, dtype, x.recvCount, x.tag, x.recvSeq), "sendrecv"));
+    RINGGUARD_RETURN_IF_ERROR(checkPeerFingerprintMessage(ctx, x.src, *x.takenFingerprint,
+                                                          recvFingerprint(ctx, x, dtype), "sendrecv"));
   } else if (x.src >= 0) {
-    RINGGUARD_RETURN_IF_ERROR(receivePeerFingerprint(
-        ctx, x.src, flowFingerprint(ctx, dtype, x.recvCount, x.tag, x.recvSeq), "sendrecv"));
+    RINGGUARD_RETURN_IF_ERROR(receivePeerFingerprint(ctx, x.src, recvFingerprint(ctx, x, dtype), "sendrecv"));
   }
   // The small directions settle first: their waits are only on other small directions' messages and
   // verdicts, which every rank sends before it runs a pipeline, so no rank waits on a pipeline for them.
@@ -330,8 +341,7 @@ Status sendRecv(const CollectiveContext& group, Executor* exec, const PeerExchan
   if (sendSlot) {
     CollectiveContext sendCtx = ctx;
     sendCtx.seq = x.sendSeq;
-    publishSlot(sendCtx, x.dst, x.sendSeq, flowFingerprint(ctx, dtype, x.sendCount, x.tag, x.sendSeq), x.send,
-                sendBytes);
+    publishSlot(sendCtx, x.dst, x.sendSeq, sendFingerprint(ctx, x, dtype), x.send, sendBytes);
   }
   PeerExchange rest = x;
   if (sendSlot) rest.dst = -1;

@@ -26,6 +26,14 @@ Work::~Work() = default;
 
 Status Work::wait() {
   Impl& w = *impl_;
+  if (!w.parts_.empty()) {
+    Status first;
+    for (const std::shared_ptr<Work>& part : w.parts_) {
+      Status st = part->wait();
+      if (first.isOk() && !st.isOk()) first = std::move(st);
+    }
+    return first;
+  }
   // A synchronous form's host collective still queued runs on this thread rather than waking the progress
   // thread and sleeping until it is done (two thread hand-offs, most of a small collective's latency).
   if (w.help_ && !isCompleted()) w.help_(this);
@@ -39,6 +47,12 @@ Status Work::wait() {
 }
 
 bool Work::isCompleted() const {
+  if (!impl_->parts_.empty()) {
+    for (const std::shared_ptr<Work>& part : impl_->parts_) {
+      if (!part->isCompleted()) return false;
+    }
+    return true;
+  }
   std::lock_guard<std::mutex> lock(impl_->mutex_);
   return impl_->done_;
 }
@@ -283,19 +297,40 @@ auto issueBroadcast(const Issue& issue, Status checked, int rank, const void* se
       rank == root ? CollectiveInput::of(send, count, dtype) : CollectiveInput{}, nullptr);
 }
 
+// The exchange of one send/recv and the dtype its pipeline runs in: the call's own, or, where the two
+// directions' dtypes differ (a grouped call's round), bytes with each direction's dtype in its fingerprint
+// (PeerExchange::inBytes).
+PeerExchange makeExchange(const void* send, size_t sendCount, DataType sendDtype, int dst, void* recv,
+                          size_t recvCount, DataType recvDtype, int src, DataType* runDtype) {
+  PeerExchange x;
+  x.send = send;
+  x.sendCount = sendCount;
+  x.dst = dst;
+  x.recv = recv;
+  x.recvCount = recvCount;
+  x.src = src;
+  if (dst < 0) sendDtype = recvDtype;
+  if (src < 0) recvDtype = sendDtype;
+  *runDtype = sendDtype;
+  if (sendDtype != recvDtype) {
+    x.inBytes = true;
+    x.sendDtype = sendDtype;
+    x.recvDtype = recvDtype;
+    x.sendCount = sendCount * dataTypeSize(sendDtype);
+    x.recvCount = recvCount * dataTypeSize(recvDtype);
+    *runDtype = DataType::kUint8;
+  }
+  return x;
+}
+
 template <typename Issue>
-auto issueSendRecv(const Issue& issue, Communicator::Impl& impl, const void* send, size_t sendCount, int dst,
-                   void* recv, size_t recvCount, int src, DataType dtype) {
-  auto x = std::make_shared<PeerExchange>();
-  x->send = send;
-  x->sendCount = sendCount;
-  x->dst = dst;
-  x->recv = recv;
-  x->recvCount = recvCount;
-  x->src = src;
+auto issueSendRecv(const Issue& issue, Communicator::Impl& impl, const PeerExchange& exchange,
+                   DataType dtype) {
+  auto x = std::make_shared<PeerExchange>(exchange);
   return issue(
       "sendrecv",
-      (dst >= 0 ? sendCount : 0) * dataTypeSize(dtype) + (src >= 0 ? recvCount : 0) * dataTypeSize(dtype),
+      (x->dst >= 0 ? x->sendCount : 0) * dataTypeSize(dtype) +
+          (x->src >= 0 ? x->recvCount : 0) * dataTypeSize(dtype),
       checkSendRecvArgs(impl.shape(), *x, dtype),
       [x, dtype](const CollectiveContext& ctx, Executor* exec) {
         return ringguard::sendRecv(ctx, exec, *x, dtype);
@@ -477,26 +512,28 @@ Status Communicator::broadcast(const void* send, void* recv, size_t count, DataT
 
 std::shared_ptr<Work> Communicator::sendRecvAsync(const void* send, size_t sendCount, int dst, void* recv,
                                                   size_t recvCount, int src, DataType dtype, void* stream) {
+  return sendRecvRoundAsync(send, sendCount, dtype, dst, recv, recvCount, dtype, src, stream);
+}
+
+std::shared_ptr<Work> Communicator::sendRecvRoundAsync(const void* send, size_t sendCount, DataType sendDtype,
+                                                       int dst, void* recv, size_t recvCount,
+                                                       DataType recvDtype, int src, void* stream) {
+  DataType runDtype = sendDtype;
+  const PeerExchange x =
+      makeExchange(send, sendCount, sendDtype, dst, recv, recvCount, recvDtype, src, &runDtype);
   // The direct path numbers its messages on the device: both ends of a message route it alike (the path's
   // decision reads only what both have alike), so the pipeline's numbers count the pipeline's messages alone.
   DirectPath* direct = impl_->direct_.get();
-  if (direct != nullptr && direct->acceptsSendRecv(sendCount, dst, recvCount, src, dtype)) {
-    PeerExchange x;
-    x.send = send;
-    x.sendCount = sendCount;
-    x.dst = dst;
-    x.recv = recv;
-    x.recvCount = recvCount;
-    x.src = src;
-    if (checkSendRecvArgs(impl_->shape(), x, dtype).isOk()) {
-      const uint32_t lane = currentIssueLane();
-      const size_t esize = dataTypeSize(dtype);
-      return impl_->launchDirect(
-          "sendrecv", (dst >= 0 ? sendCount : 0) * esize + (src >= 0 ? recvCount : 0) * esize,
-          [=] { return direct->sendRecv(send, sendCount, dst, recv, recvCount, src, dtype, lane, stream); });
-    }
+  if (direct != nullptr && direct->acceptsSendRecv(sendCount, dst, recvCount, src, sendDtype) &&
+      checkSendRecvArgs(impl_->shape(), x, runDtype).isOk()) {
+    const uint32_t lane = currentIssueLane();
+    const uint64_t bytes = (dst >= 0 ? sendCount * dataTypeSize(sendDtype) : 0) +
+                           (src >= 0 ? recvCount * dataTypeSize(recvDtype) : 0);
+    return impl_->launchDirect("sendrecv", bytes, [=] {
+      return direct->sendRecv(send, sendCount, dst, recv, recvCount, src, sendDtype, recvDtype, lane, stream);
+    });
   }
-  return issueSendRecv(Submit{*impl_, stream}, *impl_, send, sendCount, dst, recv, recvCount, src, dtype);
+  return issueSendRecv(Submit{*impl_, stream}, *impl_, x, runDtype);
 }
 
 Status Communicator::sendRecv(const void* send, size_t sendCount, int dst, void* recv, size_t recvCount,
@@ -505,8 +542,10 @@ Status Communicator::sendRecv(const void* send, size_t sendCount, int dst, void*
     return enqueueAndWait(
         [&] { return sendRecvAsync(send, sendCount, dst, recv, recvCount, src, dtype, stream); });
   }
-  return issueSendRecv(CallAndWait{*impl_, stream}, *impl_, send, sendCount, dst, recv, recvCount, src,
-                       dtype);
+  DataType runDtype = dtype;
+  return issueSendRecv(CallAndWait{*impl_, stream}, *impl_,
+                       makeExchange(send, sendCount, dtype, dst, recv, recvCount, dtype, src, &runDtype),
+                       runDtype);
 }
 
 // The split form (vectors) and the equal form (one count) are told apart by the call, not by the counts: the

@@ -38,6 +38,8 @@ struct Work::Impl {
   std::unique_ptr<Executor::Fence> fence_;
   std::function<void(const Work*)> help_;  // runs queued host collectives on the waiting thread
   std::function<Status()> poll_;           // a direct-path collective: its path's first error so far
+  // A grouped call's Work (sendRecvGroupAsync): done when every round's is, with the first error.
+  std::vector<std::shared_ptr<Work>> parts_;
 };
 
 class Communicator::Impl {

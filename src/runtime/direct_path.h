@@ -55,12 +55,17 @@ class DirectPath {
   }
   // One message each way (Communicator::sendRecvAsync's arguments, checked already; dst or src -1: none):
   // both ends of a message route it alike from what they have alike (the path's settings and whether the
-  // other end is this rank), and message numbers of a pair count only the messages this path takes.
+  // other end is this rank), and message numbers of a pair count only the messages this path takes. Each
+  // direction has its dtype (a grouped call's round may send one and receive another).
   virtual bool acceptsSendRecv(size_t sendCount, int dst, size_t recvCount, int src, DataType dtype) const {
     return false;
   }
+  // Whether this path takes every send/recv between two other ranks of the communicator (the answer of
+  // acceptsSendRecv for any such call; the same on every rank): the c10d backend routes CUDA tensors'
+  // point-to-point by it.
+  virtual bool takesPeerSendRecv() const { return false; }
   virtual Status sendRecv(const void* send, size_t sendCount, int dst, void* recv, size_t recvCount, int src,
-                          DataType dtype, uint32_t lane, void* stream) {
+                          DataType sendDtype, DataType recvDtype, uint32_t lane, void* stream) {
     return Status(StatusCode::kInvalidArgument, std::string(name()) + " path: no send/recv");
   }
   // The first error the kernels reported so far (non-blocking), OK when none.

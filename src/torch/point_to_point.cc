@@ -25,7 +25,8 @@
 namespace ringguard {
 
 // send/recv: the engine's verified point-to-point (ringguard/runtime/point_to_point.h), the tensor as its
-// dtype (bytes where the engine has none). CUDA tensors are staged through host memory.
+// dtype (bytes where the engine has none). CUDA tensors are staged through host memory, unless the group's
+// CUDA communicator runs send/recv on its peer windows (device_point_to_point.cc).
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::p2p(const char* op, at::Tensor& t, int peer, int tag,
                                                           bool isSend) {
   const bool any = peer == kAnySource && !isSend;
@@ -38,6 +39,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::p2p(const char* op, at::Te
     std::lock_guard<std::mutex> lock(mutex_);
     TORCH_CHECK(!stopped_, "ringguard: ", op, " after ", stoppedBy_);
   }
+#if RINGGUARD_TORCH_CUDA
+  if (t.is_cuda()) {
+    // A receive from any source only asks (making the CUDA communicator is collective, and this rank's peers
+    // are not in this call): its sender's send would take the windows, where nothing receives without one.
+    Communicator* comm = nullptr;
+    const bool windows = peerSendRecv(t, op, /*make=*/!any, &comm);
+    TORCH_CHECK(
+        !(any && windows), "ringguard: recv without a source of a CUDA tensor on rank ", rank_,
+        ": send/recv of CUDA tensors runs on the device's peer windows (RINGGUARD_DEVICE_TRANSPORT=peer), "
+        "where every receive names its source (as NCCL's); name the source rank, receive into a CPU "
+        "tensor, or choose another RINGGUARD_DEVICE_TRANSPORT");
+    if (windows) return deviceP2p(op, t, peer, isSend, comm);
+  }
+#endif
   std::vector<c10::Device> devices;
   int device = -1;
   void* stream = nullptr;

@@ -102,8 +102,16 @@ void ProcessGroupRingguard::coalesce(const c10::intrusive_ptr<c10d::Work>& work)
 
 void ProcessGroupRingguard::startCoalescing() {
   std::lock_guard<std::mutex> lock(coalescingMutex_);
-  // A block that ended in an exception never reached endCoalescing (as with NCCL): start afresh.
+  // A block that ended in an exception never reached endCoalescing (as with NCCL): start afresh. Its
+  // send/recv on the peer windows were never issued: their Works fail rather than wait forever.
   coalesced_.clear();
+  for (auto& op : deviceP2p_) {
+    const std::exception_ptr error = toException(
+        Status(StatusCode::kAborted, "send/recv of a coalescing block that never reached endCoalescing"));
+    op.second->future->setError(error);
+    op.second->c10dWork->complete(error);
+  }
+  deviceP2p_.clear();
   coalescing_ = true;
 }
 
@@ -112,12 +120,19 @@ void ProcessGroupRingguard::startCoalescing() {
 // nothing waits on a thread of its own.
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::endCoalescing() {
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::vector<std::pair<P2pOp, std::shared_ptr<PendingCollective>>> deviceOps;
+  int device = -1;
   {
     std::lock_guard<std::mutex> lock(coalescingMutex_);
     TORCH_CHECK(coalescing_, "ringguard: endCoalescing without startCoalescing");
     coalescing_ = false;
     works.swap(coalesced_);
+    deviceOps.swap(deviceP2p_);
+    device = deviceP2pDevice_;
   }
+  // The block's send/recv on the peer windows: one grouped call, which cannot deadlock whatever order each
+  // rank issued them in (their Works are among `works`).
+  if (!deviceOps.empty()) issueDeviceP2p(std::move(deviceOps), device);
   if (works.empty()) return nullptr;
   std::vector<at::Tensor> outputs;
   std::vector<c10::Device> devices;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,11 +39,9 @@ class PeerSendRecv : public PeerWindowTest {
     a.recv = recv;
     a.recvCount = recvCount;
     a.src = src;
-    a.dtype = t;
-    if (recvType != DataType(255)) {  // a receiver that disagrees on the dtype (no send in such a call)
-      a.dtype = recvType;
-      a.fingerprint[1] = uint32_t(recvType);
-    }
+    a.sendDtype = a.recvDtype = t;
+    // A receiver that disagrees on the dtype: the launcher folds each direction's dtype into its CRC.
+    if (recvType != DataType(255)) a.recvDtype = recvType;
     a.fault.probability = faultProb;
     a.fault.seed = 41 + uint32_t(rank());
     if (timeoutNs != 0) a.timeoutNs = timeoutNs;
@@ -83,7 +82,8 @@ class PeerSendRecv : public PeerWindowTest {
     EXPECT_EQ(rec->code, uint32_t(code)) << "peer " << rec->peer << " chunk " << rec->chunk;
     EXPECT_EQ(rec->peer, peer);
   }
-  // A count mismatch found by this end (`sending` or receiving) with `peer`: both counts recorded.
+  // A count mismatch found by this end (`sending` or receiving) with `peer`: both sizes recorded, in bytes
+  // (the kernel's counts: the launcher hands it bytes, each direction's dtype in its fingerprint CRC).
   void expectCountMismatch(int peer, bool sending, size_t mine, size_t theirs) {
     ASSERT_NO_FATAL_FAILURE(expectFailed(PeerError::kMessageMismatch, peer));
     const ErrorRecord* rec = windows_->errorRecord();
@@ -218,10 +218,10 @@ TEST_F(PeerSendRecv, EndsThatDisagreeBothFailNamingEachOther) {
     const uint64_t deadline = 5ull * 1000 * 1000 * 1000;
     if (rank() == 0) {
       EXPECT_TRUE(sendRecv(buf.get(), c.sent, 1, nullptr, 0, -1, DataType::kFloat32, 0, deadline).isOk());
-      expectCountMismatch(1, /*sending=*/true, c.sent, c.expected);
+      expectCountMismatch(1, /*sending=*/true, c.sent * 4, c.expected * 4);
     } else if (rank() == 1) {
       EXPECT_TRUE(sendRecv(nullptr, 0, -1, buf.get(), c.expected, 0, DataType::kFloat32, 0, deadline).isOk());
-      expectCountMismatch(0, /*sending=*/false, c.expected, c.sent);
+      expectCountMismatch(0, /*sending=*/false, c.expected * 4, c.sent * 4);
     }
   }
   // The same count of another dtype: the fingerprints differ, on both ends.
@@ -352,8 +352,99 @@ TEST(PeerCommunicatorSendRecv, ExplicitPeerTakesSendRecvExactlyAndInAGraph) {
     ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
     st = w->wait();
     EXPECT_EQ(st.code(), StatusCode::kFingerprintMismatch) << st.toString();
-    EXPECT_NE(st.message().find("rank 0 sends 100 elements to rank 1, which expects 101"), std::string::npos)
+    EXPECT_NE(st.message().find("rank 0 sends 400 bytes to rank 1, which expects 404 bytes"),
+              std::string::npos)
         << st.message();
+  }
+}
+
+// Grouped send/recv (Communicator::sendRecvGroupAsync) on the windows: a ring both ways whose ranks list
+// their ops in different orders (each op issued alone in such an order would deadlock: every send waits for
+// its receive), each direction in its own dtype; an all-to-all listed in rank order on even ranks and
+// reversed on odd ones; exact with read faults (detected == injected); and a dtype of the same bytes that
+// differs failing both ends.
+TEST(PeerCommunicatorSendRecv, GroupedRoundsDoNotDeadlockAndCarryADtypePerDirection) {
+  if (!peer::everyRankHasAGpu()) GTEST_SKIP() << "no CUDA device on some rank";
+  cuda::DeviceOptions d;
+  d.peerBytes = 4u << 20;
+  d.peerP2pBytes = 64u << 10;
+  peer::FaultyPeerCommunicator fc;
+  ASSERT_NO_FATAL_FAILURE(peer::makeFaultyPeerCommunicator(9, d, &fc));
+  struct BarrierAtExit {
+    ~BarrierAtExit() { MPI_Barrier(MPI_COMM_WORLD); }
+  } barrierAtExit;
+  Communicator* c = fc.c.get();
+  cudaStream_t s = fc.stream;
+  ASSERT_TRUE(c->sendRecvOnPeerWindows());
+  const int rank = c->rank(), n = c->size(), right = (rank + 1) % n, left = (rank + n - 1) % n;
+  const DataType types[] = {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64};
+  const auto typeOf = [&](int r) { return types[r % 3]; };
+  const size_t count = 30001;  // several rounds of 64 KiB in every dtype
+  const auto input = [&](int from, int to, DataType t) {
+    return peer::randomInput(t, count, from * 16 + to, uint32_t(count));
+  };
+  std::vector<std::unique_ptr<peer::DeviceBuffer>> bufs;
+  const auto device = [&](const std::vector<uint8_t>& host) {
+    bufs.push_back(std::make_unique<peer::DeviceBuffer>(host.size() + 16));
+    EXPECT_EQ(peer::upload(bufs.back()->get(), host.data(), host.size()), cudaSuccess);
+    return bufs.back()->get();
+  };
+  for (int pass = 0; pass < 2; ++pass) {
+    bufs.clear();
+    // Both ways around the ring, each rank sending in its dtype.
+    std::vector<P2pOp> ops = {
+        P2pOp{P2pOp::Kind::kSend, right, device(input(rank, right, typeOf(rank))), count, typeOf(rank)},
+        P2pOp{P2pOp::Kind::kSend, left, device(input(rank, left, typeOf(rank))), count, typeOf(rank)},
+        P2pOp{P2pOp::Kind::kRecv, left, device(std::vector<uint8_t>(count * dataTypeSize(typeOf(left)))),
+              count, typeOf(left)},
+        P2pOp{P2pOp::Kind::kRecv, right, device(std::vector<uint8_t>(count * dataTypeSize(typeOf(right)))),
+              count, typeOf(right)}};
+    if (rank % 2 == 1) std::reverse(ops.begin(), ops.end());
+    const Status st = c->sendRecvGroupAsync(ops, s)->wait();
+    ASSERT_TRUE(st.isOk()) << st.toString();
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    for (const P2pOp& op : ops) {
+      if (op.kind != P2pOp::Kind::kRecv) continue;
+      // The neighbour's message to this rank (at np2 both of the one neighbour's messages hold the same
+      // bytes).
+      const std::vector<uint8_t> got =
+          peer::toHost(static_cast<char*>(op.buffer), count * dataTypeSize(op.dtype));
+      EXPECT_TRUE(got == input(op.peer, rank, op.dtype))
+          << "pass " << pass << " rank " << rank << " from " << op.peer;
+    }
+    // All-to-all in one dtype, in rank order on even ranks, reversed on odd ones.
+    bufs.clear();
+    std::vector<P2pOp> all;
+    for (int p = 0; p < n; ++p) {
+      all.push_back(
+          P2pOp{P2pOp::Kind::kSend, p, device(input(rank, p, DataType::kInt32)), count, DataType::kInt32});
+      all.push_back(
+          P2pOp{P2pOp::Kind::kRecv, p, device(std::vector<uint8_t>(count * 4)), count, DataType::kInt32});
+    }
+    if (rank % 2 == 1) std::reverse(all.begin(), all.end());
+    const Status st2 = c->sendRecvGroupAsync(all, s)->wait();
+    ASSERT_TRUE(st2.isOk()) << st2.toString();
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    for (const P2pOp& op : all) {
+      if (op.kind != P2pOp::Kind::kRecv) continue;
+      EXPECT_TRUE(peer::toHost(static_cast<char*>(op.buffer), count * 4) ==
+                  input(op.peer, rank, DataType::kInt32))
+          << "alltoall pass " << pass << " rank " << rank << " from " << op.peer;
+    }
+  }
+  const Counters k = c->counters();
+  EXPECT_GT(k.injected, 0u);
+  EXPECT_EQ(k.detected, k.injected);
+
+  // 16 f32 sent, 16 i32 expected (the same bytes): both ends fail on the fingerprint.
+  if (rank <= 1) {
+    peer::DeviceBuffer buf(64);
+    const P2pOp op = rank == 0 ? P2pOp{P2pOp::Kind::kSend, 1, buf.get(), 16, DataType::kFloat32}
+                               : P2pOp{P2pOp::Kind::kRecv, 0, buf.get(), 16, DataType::kInt32};
+    std::shared_ptr<Work> w = c->sendRecvGroupAsync({op}, s);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    const Status st = w->wait();
+    EXPECT_EQ(st.code(), StatusCode::kFingerprintMismatch) << st.toString();
   }
 }
 

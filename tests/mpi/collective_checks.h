@@ -92,6 +92,25 @@ inline void everyCollective(Communicator& comm, Memory& mem, DataType t, size_t 
     ASSERT_TRUE(st.isOk()) << st.toString();
     ASSERT_EQ(mem.read(out, bytes), pattern(t, left, count)) << "sendrecv";
   }
+  {  // grouped send/recv (sendRecvGroupAsync): both ways around the ring, to the right in `t` and to the left
+     // in i64 (a dtype per direction), the receives listed first on odd ranks and last on even ones
+    const int right = (me + 1) % n, left = (me + n - 1) % n;
+    const size_t wide = count + 1;
+    void* toRight = mem.make(bytes, pattern(t, me, count));
+    void* toLeft = mem.make(wide * 8, pattern(DataType::kInt64, me, wide));
+    void* fromLeft = mem.make(bytes, {});
+    void* fromRight = mem.make(wide * 8, {});
+    std::vector<P2pOp> ops = {P2pOp{P2pOp::Kind::kSend, right, toRight, count, t},
+                              P2pOp{P2pOp::Kind::kSend, left, toLeft, wide, DataType::kInt64}};
+    const std::vector<P2pOp> recvs = {P2pOp{P2pOp::Kind::kRecv, left, fromLeft, count, t},
+                                      P2pOp{P2pOp::Kind::kRecv, right, fromRight, wide, DataType::kInt64}};
+    ops.insert(me % 2 == 1 ? ops.begin() : ops.end(), recvs.begin(), recvs.end());
+    Status st = comm.sendRecvGroupAsync(ops, stream)->wait();
+    ASSERT_TRUE(st.isOk()) << st.toString();
+    ASSERT_EQ(mem.read(fromLeft, bytes), pattern(t, left, count)) << "grouped sendrecv from the left";
+    ASSERT_EQ(mem.read(fromRight, wide * 8), pattern(DataType::kInt64, right, wide))
+        << "grouped sendrecv from the right";
+  }
   {  // all-to-all, unequal splits (rank r sends (count + r + p) % 5 + count / 3 elements to rank p)
     std::vector<size_t> sc(n), sd(n), rc(n), rd(n);
     size_t s = 0, r = 0;

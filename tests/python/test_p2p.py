@@ -10,6 +10,10 @@ the results must be the same bytes, every injection detected (detected == inject
 ``dist.recv(t)`` without ``src`` receives from whichever rank sends (the receiver learns the source): messages
 of one sender match in order, receives match in issue order, and among the senders whose message is waiting
 the lowest rank's is taken; a count that differs fails both sides at once.
+
+The ``cuda-`` cases run on CUDA tensors with RINGGUARD_DEVICE_TRANSPORT=peer (skipped without a GPU; on the
+GPU machine under MPS: scripts/gpu_peer_torch_check.sh): send/recv then run on the device's peer windows, a
+batch as one grouped call (Communicator::sendRecvGroupAsync) and a lone isend/irecv as a group of one.
 """
 
 import os
@@ -32,34 +36,34 @@ def _count(src: int, to_right: bool, k: int) -> int:
     return 0 if (src, to_right, k) == (0, False, 4) else 257 + 131 * src + (64 if to_right else 0) + 37 * k
 
 
-def _payload(src: int, to_right: bool, k: int, dtype) -> torch.Tensor:
+def _payload(src: int, to_right: bool, k: int, dtype, device="cpu") -> torch.Tensor:
     n = _count(src, to_right, k)
     base = torch.arange(n, dtype=torch.int64) % 251 + (7 if to_right else 3) * src + k
-    return base.to(dtype)
+    return base.to(dtype).to(device)
 
 
-def _ring_ops(ctx, group):
+def _ring_ops(ctx, group, device="cpu"):
     """The batch: to both neighbours, every dtype; returns (ops, [(received tensor, expected)])."""
     right, left = (ctx.rank + 1) % ctx.size, (ctx.rank - 1) % ctx.size
     ops, checks = [], []
     for k, dt in enumerate(DTYPES):
-        ops.append(dist.P2POp(dist.isend, _payload(ctx.rank, True, k, dt), right, group))
-        ops.append(dist.P2POp(dist.isend, _payload(ctx.rank, False, k, dt), left, group))
+        ops.append(dist.P2POp(dist.isend, _payload(ctx.rank, True, k, dt, device), right, group))
+        ops.append(dist.P2POp(dist.isend, _payload(ctx.rank, False, k, dt, device), left, group))
     for k, dt in enumerate(DTYPES):
         # From the left neighbour its to-the-right message, from the right one its to-the-left one. At 2
         # ranks both neighbours are the same rank: messages per (peer, direction) match in issue order,
         # and the sender issues to-right before to-left as the receiver issues from-left before from-right.
-        from_left = torch.full((_count(left, True, k),), 99, dtype=dt)
-        from_right = torch.full((_count(right, False, k),), 99, dtype=dt)
+        from_left = torch.full((_count(left, True, k),), 99, dtype=dt, device=device)
+        from_right = torch.full((_count(right, False, k),), 99, dtype=dt, device=device)
         ops.append(dist.P2POp(dist.irecv, from_left, left, group))
         ops.append(dist.P2POp(dist.irecv, from_right, right, group))
-        checks.append((from_left, _payload(left, True, k, dt)))
-        checks.append((from_right, _payload(right, False, k, dt)))
+        checks.append((from_left, _payload(left, True, k, dt, device)))
+        checks.append((from_right, _payload(right, False, k, dt, device)))
     return ops, checks
 
 
-def _run_ring(ctx, group):
-    ops, checks = _ring_ops(ctx, group)
+def _run_ring(ctx, group, device="cpu"):
+    ops, checks = _ring_ops(ctx, group, device)
     works = dist.batch_isend_irecv(ops)
     # Coalesced: one Work for the whole batch (without coalescing torch returns one per op).
     assert len(works) == 1, f"{len(works)} works for a batch of {len(ops)} ops"
@@ -339,6 +343,145 @@ def _(ctx):
     return {"error": error[:300], "seconds": round(seconds, 3)}
 
 
+# --- CUDA tensors on the peer windows (RINGGUARD_DEVICE_TRANSPORT=peer) ------------------------------
+
+def _device_sendrecvs() -> int:
+    """send/recv calls of this process's device communicators so far (the lanes count on none of them)."""
+    import ringguard
+
+    return sum(c["collectives"].get("sendrecv", {}).get("calls", 0)
+               for c in ringguard.summary()["communicators"] if c["transport"] in ("staged", "nccl"))
+
+
+@CASES.case("cuda-batch_isend_irecv-ring-on-the-windows")
+def _(ctx):
+    # The ring batch above on CUDA tensors, in every dtype: one grouped call on the device communicator (a
+    # round per (shift, occurrence): 2 x len(DTYPES) at np2, whose neighbours are one rank; len(DTYPES) x 2
+    # at np3, sends right and receives left, then the reverse).
+    import ringguard
+
+    dev = torch.device("cuda", torch.cuda.current_device())
+    before = _device_sendrecvs()
+    n = _run_ring(ctx, None, dev) + _run_ring(ctx, None, dev)
+    rounds = _device_sendrecvs() - before
+    assert rounds == 2 * 2 * len(DTYPES), f"{rounds} device send/recv rounds for two batches of {n // 2} ops"
+    assert ringguard.transport("cuda") in ("staged", "nccl"), ringguard.transport("cuda")
+    return {"ops": n, "rounds": rounds}
+
+
+@CASES.case("cuda-pipeline-one-sided-ends")
+def _(ctx):
+    # Forward activations 0 -> 1 -> ... -> last (the first stage only sends, the last only receives), then the
+    # gradients back, each stage's batch listing its receive first (as a stage does).
+    dev = torch.device("cuda", torch.cuda.current_device())
+    act = lambda r: (torch.arange(1000, dtype=torch.float32) + 1000 * r).to(dev)  # noqa: E731
+    grad = lambda r: (torch.arange(77, dtype=torch.float64) - 10 * r).to(dev)  # noqa: E731
+    inbox = torch.zeros(1000, device=dev)
+    ops = []
+    if ctx.rank > 0:
+        ops.append(dist.P2POp(dist.irecv, inbox, ctx.rank - 1))
+    if ctx.rank + 1 < ctx.size:
+        ops.append(dist.P2POp(dist.isend, act(ctx.rank), ctx.rank + 1))
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    if ctx.rank > 0:
+        assert torch.equal(inbox, act(ctx.rank - 1)), inbox[:4]
+    back = torch.zeros(77, dtype=torch.float64, device=dev)
+    ops = []
+    if ctx.rank + 1 < ctx.size:
+        ops.append(dist.P2POp(dist.irecv, back, ctx.rank + 1))
+    if ctx.rank > 0:
+        ops.append(dist.P2POp(dist.isend, grad(ctx.rank), ctx.rank - 1))
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    if ctx.rank + 1 < ctx.size:
+        assert torch.equal(back, grad(ctx.rank + 1)), back[:4]
+    return {}
+
+
+@CASES.case("cuda-lone-isend-irecv-pairs")
+def _(ctx):
+    # Outside a batch each op is a group of one; the two ends issue in the same order (as NCCL's lone ops
+    # need): even ranks send to the odd rank above, then receive its answer; a non-contiguous tensor each way.
+    dev = torch.device("cuda", torch.cuda.current_device())
+    peer = ctx.rank + 1 if ctx.rank % 2 == 0 else ctx.rank - 1
+    if peer >= ctx.size:
+        return {"idle": True}
+    mine = (torch.arange(24, dtype=torch.int32) + 100 * ctx.rank).to(dev).view(4, 6)
+    theirs = (torch.arange(24, dtype=torch.int32) + 100 * peer).to(dev).view(4, 6)
+    got = torch.zeros(6, 4, dtype=torch.int32, device=dev).t()  # non-contiguous (a transposed view)
+    if ctx.rank % 2 == 0:
+        dist.isend(mine.t().contiguous().t(), peer).wait()
+        dist.irecv(got, peer).wait()
+        dist.send(mine[:, ::2], peer)
+        half = torch.zeros(4, 3, dtype=torch.int32, device=dev)
+        dist.recv(half, peer)
+    else:
+        work = dist.irecv(got, peer)
+        work.wait()
+        dist.isend(mine, peer).wait()
+        half = torch.zeros(4, 3, dtype=torch.int32, device=dev)
+        dist.recv(half, peer)
+        dist.send(mine[:, ::2], peer)
+    assert torch.equal(got, theirs), got
+    assert torch.equal(half, theirs[:, ::2]), half
+    return {}
+
+
+@CASES.case("cuda-batch-mixing-cpu-and-cuda-tensors")
+def _(ctx):
+    # One batch around the ring with a CPU and a CUDA message each way: the CPU ones take the lanes, the CUDA
+    # ones the grouped call at endCoalescing; the batch's one Work covers both.
+    dev = torch.device("cuda", torch.cuda.current_device())
+    right, left = (ctx.rank + 1) % ctx.size, (ctx.rank - 1) % ctx.size
+    msg = lambda r, d: (torch.arange(300, dtype=torch.int64) * 3 + r).to(d)  # noqa: E731
+    got_cpu, got_cuda = torch.zeros(300, dtype=torch.int64), torch.zeros(300, dtype=torch.int64, device=dev)
+    ops = [dist.P2POp(dist.isend, msg(ctx.rank, dev), right), dist.P2POp(dist.isend, msg(ctx.rank, "cpu"), right),
+           dist.P2POp(dist.irecv, got_cpu, left), dist.P2POp(dist.irecv, got_cuda, left)]
+    works = dist.batch_isend_irecv(ops)
+    assert len(works) == 1, len(works)
+    works[0].wait()
+    assert torch.equal(got_cpu, msg(left, "cpu")), got_cpu[:4]
+    assert torch.equal(got_cuda, msg(left, dev)), got_cuda[:4]
+    return {}
+
+
+@CASES.case("cuda-recv-any-source-is-refused")
+def _(ctx):
+    # A receive without a source cannot run on the windows: refused at once, naming why and the fixes; the
+    # group stays usable.
+    dev = torch.device("cuda", torch.cuda.current_device())
+    error = ""
+    if ctx.rank == 0:
+        try:
+            dist.recv(torch.zeros(3, device=dev))
+        except RuntimeError as err:
+            error = str(err)
+        assert "recv without a source of a CUDA tensor on rank 0" in error, error
+        assert "RINGGUARD_DEVICE_TRANSPORT" in error and "CPU tensor" in error, error
+    s = torch.ones(4, device=dev)
+    dist.all_reduce(s)
+    assert torch.equal(s.cpu(), torch.full((4,), float(ctx.size))), s
+    return {"error": error[:300]}
+
+
+@CASES.case("cuda-batch_isend_irecv-ring-with-faults", check=_check_faults)
+def _(ctx):
+    # Corrupted chunk reads on the windows (every message several chunks): re-read, exact, every injection
+    # detected.
+    import ringguard
+
+    dev = torch.device("cuda", torch.cuda.current_device())
+    g = dist.new_group(backend="ringguard", pg_options=ringguard.Options(
+        fault_mode="bitflip", fault_prob=0.2, fault_seed=9))
+    before = ringguard.counters(g)
+    for _ in range(3):
+        _run_ring(ctx, g, dev)
+    after = ringguard.counters(g)
+    dist.destroy_process_group(g)
+    return {k: after[k] - before[k] for k in ("injected", "detected", "escaped", "retransmitted")}
+
+
 def _init():
     dist.init_process_group("ringguard", timeout=timedelta(seconds=120))
 
@@ -350,7 +493,7 @@ def run(request):
     return harness.launch(__file__, request.param)
 
 
-@pytest.mark.parametrize("name", CASES.names)
+@pytest.mark.parametrize("name", [n for n in CASES.names if not n.startswith("cuda-")])
 def test_case(run, name):
     harness.check_case(CASES, run, name)
 
@@ -359,5 +502,25 @@ def test_launch(run):
     harness.check_launch(run)
 
 
+CUDA_CASES = [n for n in CASES.names if n.startswith("cuda-")]
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=lambda n: f"np{n}")
+def cuda_run(request):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU: ranks on one GPU under MPS with RINGGUARD_DEVICE_TRANSPORT=peer "
+                    "(scripts/gpu_peer_torch_check.sh)")
+    return harness.launch(__file__, request.param, env={"RINGGUARD_TEST_DEVICE": "cuda",
+                                                        "RINGGUARD_DEVICE_TRANSPORT": "peer",
+                                                        "RINGGUARD_TEST_ONLY": ",".join(CUDA_CASES)})
+
+
+@pytest.mark.parametrize("name", CUDA_CASES)
+def test_cuda_peer(cuda_run, name):
+    harness.check_case(CASES, cuda_run, name)
+
+
 if __name__ == "__main__":
+    if os.environ.get("RINGGUARD_TEST_DEVICE") == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
     harness.run_worker(CASES, _init)

@@ -42,6 +42,18 @@ class Work {
   std::unique_ptr<Impl> impl_;
 };
 
+// One operation of a grouped point-to-point call (Communicator::sendRecvGroupAsync): a send of `count`
+// elements of `dtype` from `buffer` to rank `peer`, or a receive of them from `peer` into `buffer` (a send
+// only reads it).
+struct P2pOp {
+  enum class Kind : uint8_t { kSend, kRecv };
+  Kind kind = Kind::kSend;
+  int peer = -1;
+  void* buffer = nullptr;
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+};
+
 // Threads: every public call is thread-safe, but collectives are matched across ranks by the order in
 // which each rank issued them (the sequence number in every fingerprint), not by the thread that issued
 // them. Two threads that issue collectives of the same shape (collective, op, dtype, count, root; for
@@ -120,6 +132,24 @@ class Communicator {
   // count that differs from this rank's is an error on both sides naming both counts.
   std::shared_ptr<Work> sendRecvAsync(const void* send, size_t sendCount, int dst, void* recv,
                                       size_t recvCount, int src, DataType dtype, void* stream = nullptr);
+  // A group of sends and receives issued as one (ncclGroupStart ... ncclGroupEnd; torch's
+  // batch_isend_irecv): they cannot deadlock whatever order each rank lists them in, and each (peer,
+  // direction)'s messages still match in list order. The ops are planned into rounds
+  // (src/core/p2p_group_plan.h; docs/design/protocol.md, "Grouped send/recv"): round (s, k) is one
+  // sendRecvAsync of this rank's k-th send to rank + s and its k-th receive from rank - s (s = 0: a message
+  // to itself, whose send and receive must both be in the group), and every rank issues its rounds in
+  // ascending (s, k). The two ops of a round may have different dtypes: each direction's fingerprint carries
+  // its own, so a peer that disagrees on the dtype or the count fails on both sides as with sendRecvAsync.
+  // One Work for the group: it completes when every round did, with the first round's error. An op whose peer
+  // is out of range, whose dtype is not one, or whose bytes overflow fails the whole group on this rank
+  // before anything is issued (kInvalidArgument naming the op); the peers of its messages then wait until
+  // their timeout. The lone ops of NCCL are one-op groups: a rank's send still waits where its receiver has
+  // not posted the receive (the peer path's rendezvous), so lone ops need the same order on both ends.
+  std::shared_ptr<Work> sendRecvGroupAsync(const std::vector<P2pOp>& ops, void* stream = nullptr);
+  // Whether sendRecv between two different ranks of this communicator runs on the device's peer windows (a
+  // device communicator of RINGGUARD_DEVICE_TRANSPORT=peer with send/recv channels;
+  // docs/design/protocol.md, "Send/recv on the windows"): agreed on every rank when the windows were made.
+  bool sendRecvOnPeerWindows() const;
   // alltoall: block p of `send` (sendCounts[p] elements at sendDispls[p]) goes to rank p, and rank p's
   // block for this rank lands at recvDispls[p] (recvCounts[p] elements); vectors of size() entries
   // (MPI_Alltoallv). Each rank's sendCounts[p] must equal rank p's recvCounts[rank()]. Not in place.
@@ -173,6 +203,11 @@ class Communicator {
   FaultOptions fault() const;
 
  private:
+  // sendRecvAsync with a dtype per direction: one round of sendRecvGroupAsync.
+  std::shared_ptr<Work> sendRecvRoundAsync(const void* send, size_t sendCount, DataType sendDtype, int dst,
+                                           void* recv, size_t recvCount, DataType recvDtype, int src,
+                                           void* stream);
+
   std::unique_ptr<Impl> impl_;
 };
 

@@ -51,6 +51,7 @@ namespace ringguard {
 class PointToPoint;  // ringguard/runtime/point_to_point.h
 class C10dWork;
 class CompletionLane;
+struct PendingCollective;
 
 class ProcessGroupRingguard : public c10d::Backend {
  public:
@@ -169,7 +170,9 @@ class ProcessGroupRingguard : public c10d::Backend {
 
   // Coalescing (torch.distributed.batch_isend_irecv, _coalescing_manager(device=...)): between
   // startCoalescing and endCoalescing every operation issued on this group starts at once as usual (the lanes
-  // already keep sends and receives from waiting for each other); endCoalescing returns one Work that
+  // already keep sends and receives from waiting for each other), except the send/recv of CUDA tensors on
+  // the device's peer windows (p2p), which are collected and issued at endCoalescing as one grouped call
+  // (Communicator::sendRecvGroupAsync) on the caller's current stream; endCoalescing returns one Work that
   // completes when all of them have (the first error, if any), or null when nothing was issued.
   bool supportsCoalescing() const override { return true; }
   void startCoalescing() override;
@@ -227,6 +230,19 @@ class ProcessGroupRingguard : public c10d::Backend {
   // peer kAnySource (a receive only): recvAnysource.
   static constexpr int kAnySource = -1;
   c10::intrusive_ptr<c10d::Work> p2p(const char* op, at::Tensor& t, int peer, int tag, bool isSend);
+  // Whether the send/recv of CUDA tensors run on the peer windows of the group's CUDA communicator
+  // (Communicator::sendRecvOnPeerWindows, agreed on every rank), then in *comm; else they take the lanes
+  // through host memory. With `make`, the communicator is made here when RINGGUARD_DEVICE_TRANSPORT=peer
+  // names the windows and no CUDA collective made it yet: then, as with NCCL, the group's first CUDA
+  // operation must involve every rank. Without it (a receive from any source) a named peer transport
+  // answers true, *comm null.
+  bool peerSendRecv(const at::Tensor& t, const char* op, bool make, Communicator** comm);
+  // send/recv of a CUDA tensor on the peer windows of `comm` (device_point_to_point.cc): one op of the
+  // coalescing block's group, or a group of its own outside a block. Tags are not used (as NCCL's).
+  c10::intrusive_ptr<c10d::Work> deviceP2p(const char* op, at::Tensor& t, int peer, bool isSend,
+                                           Communicator* comm);
+  // Issues `ops` as one grouped call on the current stream of `device` and queues each op's completion.
+  void issueDeviceP2p(std::vector<std::pair<P2pOp, std::shared_ptr<PendingCollective>>> ops, int device);
   // Whether a collective of `family` ("all_gather", "all_reduce") on `t` runs as the staged_chunked
   // variant: a CUDA tensor while the process's downgrade engine (ringguard/policy/process_engine.h) has
   // selected it, read when the collective is issued.
@@ -287,6 +303,9 @@ class ProcessGroupRingguard : public c10d::Backend {
   std::mutex coalescingMutex_;            // guards the two below
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
+  // The block's send/recv of CUDA tensors on the peer windows, issued at endCoalescing (guarded as above).
+  std::vector<std::pair<P2pOp, std::shared_ptr<PendingCollective>>> deviceP2p_;
+  int deviceP2pDevice_ = -1;
 };
 
 }  // namespace ringguard

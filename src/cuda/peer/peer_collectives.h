@@ -110,7 +110,12 @@ struct PeerSendRecvArgs : PeerWindowArgs {
   void* recv = nullptr;
   size_t recvCount = 0;
   int src = -1;
-  DataType dtype = DataType::kFloat32;
+  // Each direction's dtype (a grouped call's round may send one and receive another: sendRecvGroupAsync).
+  // Counts are in elements of their own direction's dtype; the launcher hands the kernel bytes (element
+  // size 1) and folds each direction's dtype and count into that direction's fingerprint CRC, so ends that
+  // disagree on either still fail on both sides.
+  DataType sendDtype = DataType::kFloat32;
+  DataType recvDtype = DataType::kFloat32;
 };
 
 // Each checks its arguments (kInvalidArgument naming the collective and the one at fault) and enqueues the

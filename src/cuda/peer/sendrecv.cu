@@ -261,11 +261,14 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
   }
 }
 
-// The CRC of a message's fingerprint: the path's words (kind, dtype, lane) with the count and both ends, the
-// shape kSendRecv folded in as every collective's is. Both ends of a message compute the same.
-uint32_t messageFingerprintCrc(const PeerWindowArgs& a, size_t count, int src, int dst) {
+// The CRC of a message's fingerprint: the path's words (kind, lane) with the direction's dtype, its count in
+// elements and both ends, the shape kSendRecv folded in as every collective's is. Both ends of a message
+// compute the same; the kernel compares bytes (the rendezvous entries' counts), so a dtype of the same size
+// that differs fails here, on both ends.
+uint32_t messageFingerprintCrc(const PeerWindowArgs& a, DataType dtype, size_t count, int src, int dst) {
   uint32_t words[kFingerprintWords + 1];
   std::copy(std::begin(a.fingerprint), std::end(a.fingerprint), words);
+  words[1] = uint32_t(dtype);
   words[3] = uint32_t(count);
   words[4] = uint32_t(uint64_t(count) >> 32);
   words[5] = uint32_t(src) | uint32_t(dst) << 16;
@@ -280,17 +283,17 @@ Status launchPeerSendRecv(const PeerSendRecvArgs& args, void* stream) {
   const auto invalid = [&](const std::string& why) {
     return Status(StatusCode::kInvalidArgument, name + why);
   };
-  const size_t esize = dataTypeSize(args.dtype);
-  if (esize == 0) return invalid("dtype has no element size");
+  const bool sends = args.dst >= 0, receives = args.src >= 0;
+  const size_t sendEsize = dataTypeSize(args.sendDtype), recvEsize = dataTypeSize(args.recvDtype);
+  if ((sends && sendEsize == 0) || (receives && recvEsize == 0)) return invalid("dtype has no element size");
   RINGGUARD_RETURN_IF_ERROR(checkWindowArgs(args, "send/recv", 0));
   if (args.layout.p2pBytes == 0 || args.layout.p2pChannels != args.size - 1) {
     return invalid("the windows have no send/recv channels for " + std::to_string(args.size) +
                    " ranks (made with RINGGUARD_PEER_P2P_BYTES=0, or for another number of ranks)");
   }
-  const bool sends = args.dst >= 0, receives = args.src >= 0;
   if (!sends && !receives) return invalid("neither a destination nor a source rank");
-  const auto checkEnd = [&](const char* what, int p, const char* buffer, const void* data,
-                            size_t count) -> Status {
+  const auto checkEnd = [&](const char* what, int p, const char* buffer, const void* data, size_t count,
+                            size_t esize) -> Status {
     const std::string end = std::string(what) + " rank " + std::to_string(p);
     if (p >= args.size) return invalid(end + " of size " + std::to_string(args.size) + " is out of range");
     if (p == args.rank) return invalid(end + " is this rank: a message to itself has no channel");
@@ -301,10 +304,15 @@ Status launchPeerSendRecv(const PeerSendRecvArgs& args, void* stream) {
     if (count != 0 && data == nullptr) return invalid(std::string("null ") + buffer + " buffer");
     return Status::ok();
   };
-  if (sends) RINGGUARD_RETURN_IF_ERROR(checkEnd("destination", args.dst, "send", args.send, args.sendCount));
-  if (receives) RINGGUARD_RETURN_IF_ERROR(checkEnd("source", args.src, "recv", args.recv, args.recvCount));
-  const size_t sendBytes = sends ? args.sendCount * esize : 0,
-               recvBytes = receives ? args.recvCount * esize : 0;
+  if (sends) {
+    RINGGUARD_RETURN_IF_ERROR(
+        checkEnd("destination", args.dst, "send", args.send, args.sendCount, sendEsize));
+  }
+  if (receives) {
+    RINGGUARD_RETURN_IF_ERROR(checkEnd("source", args.src, "recv", args.recv, args.recvCount, recvEsize));
+  }
+  const size_t sendBytes = sends ? args.sendCount * sendEsize : 0,
+               recvBytes = receives ? args.recvCount * recvEsize : 0;
   const uintptr_t s = reinterpret_cast<uintptr_t>(args.send), r = reinterpret_cast<uintptr_t>(args.recv);
   if (sendBytes != 0 && recvBytes != 0 && s < r + recvBytes && r < s + sendBytes) {
     return invalid("send (" + std::to_string(sendBytes) + " bytes) and recv (" + std::to_string(recvBytes) +
@@ -319,9 +327,15 @@ Status launchPeerSendRecv(const PeerSendRecvArgs& args, void* stream) {
   // Both sides need a warp at least: the grid's 16 warps a block are always enough.
   const uint32_t warps = uint32_t(blocks) * kWarps;
   const uint32_t sendWarps = p2pSendWarps(warps, sends, receives, sendChunks, recvChunks);
+  // The kernel moves bytes: its counts (which the rendezvous compares) are each direction's bytes, its
+  // element size 1; the dtypes and element counts travel in the two CRCs.
+  PeerSendRecvArgs bytes = args;
+  bytes.sendCount = sendBytes;
+  bytes.recvCount = recvBytes;
   sendRecvKernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      args, sends ? messageFingerprintCrc(args, args.sendCount, args.rank, args.dst) : 0u,
-      receives ? messageFingerprintCrc(args, args.recvCount, args.src, args.rank) : 0u, sendWarps, esize);
+      bytes, sends ? messageFingerprintCrc(args, args.sendDtype, args.sendCount, args.rank, args.dst) : 0u,
+      receives ? messageFingerprintCrc(args, args.recvDtype, args.recvCount, args.src, args.rank) : 0u,
+      sendWarps, size_t(1));
   RINGGUARD_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }

@@ -182,18 +182,24 @@ class PeerPath final : public DirectPath {
                                        windows_->layout().p2pBytes, peer_.extended);
   }
 
+  bool takesPeerSendRecv() const override {
+    const int n = windows_->size();
+    return n > 1 && acceptsSendRecv(0, (windows_->rank() + 1) % n, 0, -1, DataType::kUint8);
+  }
+
   Status sendRecv(const void* send, size_t sendCount, int dst, void* recv, size_t recvCount, int src,
-                  DataType dtype, uint32_t lane, void* stream) override {
+                  DataType sendDtype, DataType recvDtype, uint32_t lane, void* stream) override {
     peer::PeerSendRecvArgs a;
-    // The count and both ends go into each direction's fingerprint in the launcher.
-    fill(&a, CollectiveKind::kSendRecv, 0, dtype, ReduceOp::kSum, 0, lane);
+    // The dtype, the count and both ends go into each direction's fingerprint in the launcher.
+    fill(&a, CollectiveKind::kSendRecv, 0, sendDtype, ReduceOp::kSum, 0, lane);
     a.send = send;
     a.sendCount = dst >= 0 ? sendCount : 0;
     a.dst = dst;
     a.recv = recv;
     a.recvCount = src >= 0 ? recvCount : 0;
     a.src = src;
-    a.dtype = dtype;
+    a.sendDtype = sendDtype;
+    a.recvDtype = recvDtype;
     return ordered(stream, [&] { return peer::launchPeerSendRecv(a, stream); });
   }
 
@@ -216,13 +222,14 @@ class PeerPath final : public DirectPath {
                                           std::to_string(r->expected) + " (RINGGUARD_PEER_BYTES)");
     }
     if (PeerError(code) == PeerError::kMessageMismatch) {
-      // chunk 0: this rank sent; expected is this rank's count, seen the other end's.
+      // chunk 0: this rank sent; expected is this rank's size, seen the other end's (bytes: the two ends of a
+      // grouped call's message may name it in different dtypes, and the kernel compares what moves).
       const bool sent = r->chunk == 0;
       const int me = windows_->rank();
       return Status(statusCode(code), msg + ": rank " + std::to_string(sent ? me : r->peer) + " sends " +
-                                          std::to_string(sent ? r->expected : r->seen) +
-                                          " elements to rank " + std::to_string(sent ? r->peer : me) +
-                                          ", which expects " + std::to_string(sent ? r->seen : r->expected));
+                                          std::to_string(sent ? r->expected : r->seen) + " bytes to rank " +
+                                          std::to_string(sent ? r->peer : me) + ", which expects " +
+                                          std::to_string(sent ? r->seen : r->expected) + " bytes");
     }
     if (r->peer >= 0) {
       // No chunk: the wait for the peer's acknowledgement or arrival slot, or a send/recv's rendezvous entry
