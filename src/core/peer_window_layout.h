@@ -161,6 +161,9 @@ enum class PeerError : uint32_t {
   // Send/recv: the two ends of a message give different counts; peer = the other end, chunk = 0 when this
   // rank sends, 1 when it receives, expected = this rank's count, seen = the other end's (low 32 bits).
   kMessageMismatch = 8,
+  // A wait on a peer whose process has exited (the host's watchdog saw it: ErrorRecord::exitedPeers); peer =
+  // that rank. What the peer stored before it exited still counts: the wait looks once more first.
+  kPeerExited = 9,
 };
 
 // What a kernel reports to its host (mapped pinned memory; the first error wins, counters accumulate).
@@ -173,9 +176,15 @@ struct ErrorRecord {
   uint32_t seen;            // what the peer published (or what the bytes hashed to; kSplitMismatch: the
                             // sender's count, kBlockTable: one past the block's last chunk)
   uint32_t abortRequested;  // written by the host: every spin stops with kAborted
+  uint32_t exitedPeers;     // written by the host (bit r: rank r's process exited): a wait on r ends, kPeerExited
   uint64_t epoch;           // the collective (the window's sequence number)
   unsigned long long detected;  // chunk reads that failed their CRC check (each is re-read)
   unsigned long long injected;  // chunk reads corrupted by fault injection (detected must equal it)
+  // kFingerprintMismatch of a collective: this rank's fingerprint words and the peer's (PeerWindowArgs::
+  // fingerprint, as each published them in its window header), so that the host names both collectives.
+  // fingerprintsKnown is 1 when they were copied.
+  uint32_t fingerprintsKnown;
+  uint32_t fingerprints[2][kFingerprintWords];
 };
 
 }  // namespace peer

@@ -86,7 +86,11 @@ void Communicator::Impl::setDirectPath(std::unique_ptr<DirectPath> direct) {
   direct->setFault(options_.fault);  // as setFault() does
   direct_ = std::move(direct);
   callerRuns_ = false;
-  watchdog_ = std::make_unique<DirectWatchdog>([path = direct_] { return path->poll(); },
+  watchdog_ = std::make_unique<DirectWatchdog>(
+      [path = direct_] {
+        path->watch();
+        return path->poll();
+      },
                                                [this](const Status& st) { onDirectError(st); },
                                                DirectWatchdog::kInterval);
 }

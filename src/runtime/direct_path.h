@@ -72,6 +72,9 @@ class DirectPath {
   virtual Status poll() = 0;
   // Chunk reads that failed their CRC and were re-read, and reads corrupted by fault injection, so far.
   virtual void faultCounts(uint64_t* detected, uint64_t* injected) = 0;
+  // The watchdog's round (direct_watchdog.h, every interval): what the path watches besides its kernels'
+  // errors (the peer path: whether a peer's process exited, so that its kernels stop waiting for it).
+  virtual void watch() {}
   // Releases every kernel spinning in this path (they end with kAborted).
   virtual void abort() = 0;
   // Fault injection of later collectives (the communicator's FaultOptions: probability per chunk read, seed,

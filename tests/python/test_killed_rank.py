@@ -5,7 +5,8 @@ Three ranks under torchrun. After one good allreduce the last rank leaves with `
 disappears. The survivors' next allreduce must raise, well before the group's timeout, and
 ``destroy_process_group`` must return. The launch's wall-clock limit is what proves "no hang".
 On CPU tensors the ranks talk through ringguard's Gloo-backed transport; with a GPU the same run goes over
-CUDA tensors (NCCL when every rank has its own GPU, host-staged otherwise).
+CUDA tensors (NCCL when every rank has its own GPU, host-staged otherwise; with
+RINGGUARD_DEVICE_TRANSPORT=peer the one-sided path, whose error comes at the call after the failed one).
 """
 
 import os
@@ -44,6 +45,12 @@ def worker():
         dist.all_reduce(t)
         if device == "cuda":
             torch.cuda.synchronize()
+            if os.environ.get("RINGGUARD_DEVICE_TRANSPORT") == "peer":
+                # The one-sided path's kernel is one launch with no host round trip: its error (the watchdog
+                # saw the victim's process exit, and the kernel stopped waiting for it) reaches the host
+                # asynchronously, as NCCL's does, and the next call raises it.
+                dist.all_reduce(t)
+                torch.cuda.synchronize()
         rep.write("survivor", "fail", error="allreduce with a dead rank returned", seconds=time.monotonic() - t0)
     except Exception as err:  # noqa: BLE001 - the error is the result
         rep.write("survivor", "ok", result={"error": f"{type(err).__name__}: {err}"},

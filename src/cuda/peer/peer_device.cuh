@@ -237,6 +237,14 @@ struct Collective {
           fail(PeerError::kAborted, -1, chunk, 0, 0);
           return false;
         }
+        if ((loadVolatile(&a->record->exitedPeers) >> peer) & 1u) {
+          // The peer's process is gone (the host's watchdog saw it): what it stored before it exited is
+          // still there, so one last look, then nothing more will come.
+          fence(a->oneDevice);
+          if (ready(loadAcquire(word, a->oneDevice))) return true;
+          fail(PeerError::kPeerExited, peer, chunk, 0, 0);
+          return false;
+        }
         if (globalTimer() > deadline) {
           fail(PeerError::kTimeout, nameAbsent && !onePeer ? absentPeer(peer) : peer, chunk, 0, uint32_t(v));
           return false;
@@ -495,6 +503,16 @@ __device__ __forceinline__ void reportToHost(const PeerWindowArgs& a, void* mine
     r->epoch = uint64_t(e[6]) << 32 | e[3];
     r->expected = e[4];
     r->seen = e[5];
+    // A collective's fingerprint mismatch: both collectives' words for the host's message (a send/recv's
+    // header holds no message's words: its own error names both counts).
+    if (code == uint32_t(PeerError::kFingerprintMismatch) && e[1] < uint32_t(a.size) &&
+        a.fingerprint[0] != uint32_t(CollectiveKind::kSendRecv)) {
+      for (int i = 0; i < kFingerprintWords; ++i) {
+        r->fingerprints[0][i] = a.fingerprint[i];
+        r->fingerprints[1][i] = loadVolatile(at<uint32_t>(a.windows[e[1]], kFingerprintOffset) + i);
+      }
+      r->fingerprintsKnown = 1;
+    }
     __threadfence_system();
     r->code = code;
     news = true;

@@ -13,7 +13,9 @@
 #include "core/peer_alltoall_plan.h"
 #include "core/peer_p2p_plan.h"
 #include "cuda/peer/peer_collectives.h"
+#include "core/fingerprint.h"
 #include "runtime/device/stream_chain.h"
+#include "transport/peer/peer_liveness.h"
 #include "transport/peer/peer_window.h"
 
 namespace ringguard {
@@ -41,6 +43,8 @@ const char* errorName(uint32_t code) {
       return "all-to-all block outside its window";
     case PeerError::kMessageMismatch:
       return "send/recv counts disagree";
+    case PeerError::kPeerExited:
+      return "waited for a rank whose process exited";
     default:
       return "unknown error";
   }
@@ -56,6 +60,7 @@ StatusCode statusCode(uint32_t code) {
     case PeerError::kCorrupt:
       return StatusCode::kCorruption;
     case PeerError::kPeerFailed:
+    case PeerError::kPeerExited:
       return StatusCode::kPeerError;
     case PeerError::kAborted:
       return StatusCode::kAborted;
@@ -71,7 +76,7 @@ StatusCode statusCode(uint32_t code) {
 class PeerPath final : public DirectPath {
  public:
   PeerPath(std::unique_ptr<peer::PeerWindows> windows, const PeerPathOptions& peer, const Options& options)
-      : windows_(std::move(windows)), peer_(peer), options_(options) {}
+      : windows_(std::move(windows)), liveness_(windows_->pids()), peer_(peer), options_(options) {}
 
   const char* name() const override { return "peer"; }
 
@@ -231,6 +236,29 @@ class PeerPath final : public DirectPath {
                                           std::to_string(sent ? r->peer : me) + ", which expects " +
                                           std::to_string(sent ? r->seen : r->expected) + " bytes");
     }
+    if (PeerError(code) == PeerError::kPeerExited) {
+      return Status(statusCode(code), msg + ": rank " + std::to_string(r->peer) +
+                                          "'s process is gone (it exited or was killed before it reached "
+                                          "this collective or finished it)");
+    }
+    if (PeerError(code) == PeerError::kFingerprintMismatch && r->fingerprintsKnown != 0 && r->peer >= 0) {
+      // Both collectives, as the host path names them (core/fingerprint.h), the words of PeerPath::fill.
+      const auto decode = [&](int side) {
+        Fingerprint f;
+        const volatile uint32_t* w = r->fingerprints[side];
+        f.collective = uint8_t(w[0]);
+        f.dtype = uint8_t(w[1]);
+        f.op = uint8_t(w[2]);
+        f.count = uint64_t(w[3]) | uint64_t(w[4]) << 32;
+        if (CollectiveKind(f.collective) == CollectiveKind::kBroadcast) f.root = int32_t(w[5]);
+        f.lane = w[6];
+        f.opScalar = w[7];
+        f.seq = r->epoch;
+        return f;
+      };
+      const Status both = compareFingerprints(windows_->rank(), decode(0), r->peer, decode(1));
+      if (!both.isOk()) return Status(statusCode(code), msg + ": " + both.message());
+    }
     if (r->peer >= 0) {
       // No chunk: the wait for the peer's acknowledgement or arrival slot, or a send/recv's rendezvous entry
       // (docs/design/protocol.md).
@@ -249,6 +277,13 @@ class PeerPath final : public DirectPath {
     const volatile ErrorRecord* r = windows_->errorRecord();
     *detected = r->detected;
     *injected = r->injected;
+  }
+
+  // The watchdog's round: the ranks whose process exited, where the kernels see them (a wait on one ends
+  // with kPeerExited instead of at its deadline).
+  void watch() override {
+    const uint32_t gone = liveness_.exited();
+    if (gone != 0) *reinterpret_cast<volatile uint32_t*>(&windows_->errorRecord()->exitedPeers) = gone;
   }
 
   void abort() override {
@@ -313,6 +348,7 @@ class PeerPath final : public DirectPath {
   }
 
   std::unique_ptr<peer::PeerWindows> windows_;
+  peer::PeerLiveness liveness_;  // the peers' processes, for watch()
   StreamChain chain_;
   PeerPathOptions peer_;
   Options options_;

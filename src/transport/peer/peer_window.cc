@@ -285,6 +285,7 @@ Status PeerWindows::mapVmm(Bootstrap& bootstrap) {
                                                         ": every rank must ask the same capacity");
       }
       Mapping& m = w->mappings_[size_t(r)];
+      m.pid = e.pid;
       if (r != w->rank_) {
         const int pidfd = int(syscall(SYS_pidfd_open, pid_t(e.pid), 0));
         if (pidfd < 0) {

@@ -61,6 +61,13 @@ class PeerWindows {
   bool oneDevice() const { return oneDevice_; }
   // How they were shared: kVmm or kIpc.
   PeerHandles handles() const { return handles_; }
+  // Every rank's process id (this rank's own included), for the watchdog's liveness check
+  // (transport/peer/peer_liveness.h).
+  std::vector<int> pids() const {
+    std::vector<int> out;
+    for (const Mapping& m : mappings_) out.push_back(m.pid);
+    return out;
+  }
   // This rank's error record: pinned host memory the kernels write through its device mapping.
   ErrorRecord* errorRecord() const { return record_; }
   ErrorRecord* errorRecordDevice() const { return recordDevice_; }
@@ -73,7 +80,8 @@ class PeerWindows {
     size_t bytes = 0;
     bool mapped = false;
     void* ipc = nullptr;      // cudaMalloc'd (this rank) or cudaIpcOpenMemHandle'd (a peer) base (ipc)
-    int pid = 0;              // the rank's process (ipc): a process that is gone has closed its mappings
+    int pid = 0;              // the rank's process: gone, it has closed its mappings (ipc) and the
+                              // kernels stop waiting for it (peer_liveness.h)
     bool openedMine = false;  // the rank opened this rank's window (ipc): only those are waited for
   };
   // The two ways (peer_window_vmm.cc, peer_window_ipc.cc): map every rank's window into bases_, agreed.
