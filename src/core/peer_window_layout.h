@@ -176,8 +176,9 @@ struct ErrorRecord {
   uint32_t seen;            // what the peer published (or what the bytes hashed to; kSplitMismatch: the
                             // sender's count, kBlockTable: one past the block's last chunk)
   uint32_t abortRequested;  // written by the host: every spin stops with kAborted
-  uint32_t exitedPeers;     // written by the host (bit r: rank r's process exited): a wait on r ends, kPeerExited
-  uint64_t epoch;           // the collective (the window's sequence number)
+  uint32_t
+      exitedPeers;  // written by the host (bit r: rank r's process exited): a wait on r ends, kPeerExited
+  uint64_t epoch;   // the collective (the window's sequence number)
   unsigned long long detected;  // chunk reads that failed their CRC check (each is re-read)
   unsigned long long injected;  // chunk reads corrupted by fault injection (detected must equal it)
   // kFingerprintMismatch of a collective: this rank's fingerprint words and the peer's (PeerWindowArgs::

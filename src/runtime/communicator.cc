@@ -91,8 +91,7 @@ void Communicator::Impl::setDirectPath(std::unique_ptr<DirectPath> direct) {
         path->watch();
         return path->poll();
       },
-                                               [this](const Status& st) { onDirectError(st); },
-                                               DirectWatchdog::kInterval);
+      [this](const Status& st) { onDirectError(st); }, DirectWatchdog::kInterval);
 }
 
 void Communicator::Impl::onDirectError(const Status& st) {

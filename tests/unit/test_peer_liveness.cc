@@ -1,8 +1,6 @@
 // PeerLiveness (transport/peer/peer_liveness.h): the watchdog's view of which peers' processes exited, which
 // ends a device wait on a dead rank at once instead of at its deadline. Real processes: forked children,
 // killed or exiting on their own, and this process's own pid (never watched).
-#include "transport/peer/peer_liveness.h"
-
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -10,6 +8,8 @@
 
 #include <chrono>
 #include <thread>
+
+#include "transport/peer/peer_liveness.h"
 
 namespace ringguard {
 namespace peer {

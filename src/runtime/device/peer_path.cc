@@ -9,11 +9,11 @@
 #include <string>
 
 #include "algorithms/collectives.h"
+#include "core/fingerprint.h"
 #include "core/function_ref.h"
 #include "core/peer_alltoall_plan.h"
 #include "core/peer_p2p_plan.h"
 #include "cuda/peer/peer_collectives.h"
-#include "core/fingerprint.h"
 #include "runtime/device/stream_chain.h"
 #include "transport/peer/peer_liveness.h"
 #include "transport/peer/peer_window.h"
