@@ -140,8 +140,10 @@ def fault(group=None) -> Dict[str, str]:
 
 
 def transport(device="cpu", group=None) -> str:
-    """The transport of `group` for a device type: "shm", "gloo", "mpi", "staged", "nccl", or "" while that device
-    type has no communicator (the CPU one is made with the group, the CUDA one at its first collective)."""
+    """The transport of `group` for a device type: "shm", "gloo", "mpi", "staged", "nccl", "peer" (CUDA tensors on
+    the one-sided path over peer windows, with the staged pipeline beneath it for what the windows do not take),
+    or "" while that device type has no communicator (the CPU one is made with the group, the CUDA one at its
+    first collective)."""
     device_type = device.type if isinstance(device, torch.device) else torch.device(device).type
     return backend(group).transport(device_type)
 

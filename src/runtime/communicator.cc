@@ -111,7 +111,7 @@ Communicator::~Communicator() = default;
 int Communicator::rank() const { return impl_->rank_; }
 int Communicator::size() const { return impl_->size_; }
 const Options& Communicator::options() const { return impl_->options_; }
-const char* Communicator::transportName() const { return impl_->transport_->name(); }
+const char* Communicator::transportName() const { return impl_->transportName(); }
 MemoryKind Communicator::memory() const { return impl_->executor_->memory(); }
 void Communicator::abort(const std::string& why) { impl_->abort(why); }
 void Communicator::leave(bool peersMayBeGone) { impl_->leave(peersMayBeGone); }
@@ -651,7 +651,7 @@ CommunicatorSummary Communicator::Impl::summary() const {
   s.track = track_;
   s.rank = rank_;
   s.size = size_;
-  s.transport = transport_->name();
+  s.transport = transportName();
   std::lock_guard<std::mutex> lock(mutex_);
   s.byKind = byKind_;
   s.counters = counters_;

@@ -170,13 +170,14 @@ def _(ctx):
 
     kind = ctx.device
     # CPU tensors travel through shared memory (the ranks share a host; RINGGUARD_CPU_TRANSPORT=auto); CUDA
-    # ones (RINGGUARD_DEVICE_TRANSPORT=auto) over NCCL unless two local ranks share a GPU, then staged.
+    # ones (RINGGUARD_DEVICE_TRANSPORT=auto) over NCCL unless two local ranks share a GPU, then the peer
+    # windows (every rank of one host; the staged pipeline beneath them).
     want = "shm"
     if kind == "cuda":
         want = os.environ.get("RINGGUARD_DEVICE_TRANSPORT", "auto")
         if want == "auto":
             shared = torch.cuda.device_count() < int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-            want = "staged" if shared else "nccl"
+            want = "peer" if shared else "nccl"
     want = os.environ.get("RINGGUARD_TEST_EXPECT_TRANSPORT", want)
     got = ringguard.transport(kind)
     assert got == want, f"transport({kind!r}) = {got!r}, want {want!r}"

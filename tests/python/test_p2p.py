@@ -350,7 +350,7 @@ def _device_sendrecvs() -> int:
     import ringguard
 
     return sum(c["collectives"].get("sendrecv", {}).get("calls", 0)
-               for c in ringguard.summary()["communicators"] if c["transport"] in ("staged", "nccl"))
+               for c in ringguard.summary()["communicators"] if c["transport"] in ("peer", "staged", "nccl"))
 
 
 @CASES.case("cuda-batch_isend_irecv-ring-on-the-windows")
@@ -365,7 +365,7 @@ def _(ctx):
     n = _run_ring(ctx, None, dev) + _run_ring(ctx, None, dev)
     rounds = _device_sendrecvs() - before
     assert rounds == 2 * 2 * len(DTYPES), f"{rounds} device send/recv rounds for two batches of {n // 2} ops"
-    assert ringguard.transport("cuda") in ("staged", "nccl"), ringguard.transport("cuda")
+    assert ringguard.transport("cuda") == "peer", ringguard.transport("cuda")
     return {"ops": n, "rounds": rounds}
 
 

@@ -83,7 +83,9 @@ class Communicator {
   int rank() const;
   int size() const;
   const Options& options() const;
-  // The transport's name: "mpi", "nccl" or "staged".
+  // The transport's name: "mpi", "shm", "gloo", "nccl", "staged", or "peer" for a device communicator with
+  // the one-sided path over peer windows (docs/GPU.md), whose collectives above the window (or that the path
+  // does not take) go through the host-driven staged pipeline beneath it.
   const char* transportName() const;
   // What memory the buffers of its collectives are: kDevice for a device communicator.
   MemoryKind memory() const;
