@@ -165,13 +165,15 @@ SETTINGS: Tuple[Setting, ...] = (
             "Payload bytes per collective of the peer-window path (device communicators of the ranks of one "
             "host); each rank maps two halves of it per communicator, and larger collectives take the "
             "host-driven path. In [1024, 17179869184]."),
-    Setting("RINGGUARD_PEER_TWO_SHOT_BYTES", "peer_two_shot_bytes", "unsigned", "1048576", 0, 17179869184,
+    Setting("RINGGUARD_PEER_TWO_SHOT_BYTES", "peer_two_shot_bytes", "unsigned", "4194304", 0, 17179869184,
             (),
             "[0, 17179869184]",
             "Allreduces of the peer-window path from this many bytes on take the two-shot kernel (each rank "
             "reduces a share, then reads the others' results) instead of the one-shot (every rank reads every "
             "rank's whole input); the bits are the same. Used only with RINGGUARD_DEVICE_TRANSPORT=peer for "
-            "now (auto keeps the one-shot) and every rank must set the same. In [0, 17179869184]."),
+            "now (auto keeps the one-shot) and every rank must set the same. The default is where the "
+            "two-shot began to win on an H100 (2 processes level at 4 MiB, 4 processes 0.72x the one-shot's "
+            "time; at 1 MiB the one-shot was faster at both). In [0, 17179869184]."),
     Setting("RINGGUARD_PEER_P2P_BYTES", "peer_p2p_bytes", "unsigned", "1048576", 0, 17179869184,
             (),
             "[0, 17179869184]",
@@ -400,11 +402,12 @@ class Fields:
     and larger collectives take the host-driven path. In [1024, 17179869184]."""
 
     peer_two_shot_bytes: Optional[int] = None
-    """``RINGGUARD_PEER_TWO_SHOT_BYTES``, default ``1048576``. Allreduces of the peer-window path from this
+    """``RINGGUARD_PEER_TWO_SHOT_BYTES``, default ``4194304``. Allreduces of the peer-window path from this
     many bytes on take the two-shot kernel (each rank reduces a share, then reads the others' results)
     instead of the one-shot (every rank reads every rank's whole input); the bits are the same. Used
     only with RINGGUARD_DEVICE_TRANSPORT=peer for now (auto keeps the one-shot) and every rank must set
-    the same. In [0, 17179869184]."""
+    the same. The default is where the two-shot began to win on an H100 (2 processes level at 4 MiB, 4
+    processes 0.72x the one-shot's time; at 1 MiB the one-shot was faster at both). In [0, 17179869184]."""
 
     peer_p2p_bytes: Optional[int] = None
     """``RINGGUARD_PEER_P2P_BYTES``, default ``1048576``. Payload bytes per slot of the peer-window path's

@@ -30,7 +30,7 @@ struct DeviceOptions {
   // Allreduces of the peer-window path from this many bytes on take the two-shot kernel; only with kPeer,
   // which also hands the path's all-gather, broadcast and reduce-scatter to it (kAuto: the one-shot
   // allreduce only, until the others have passed on the GPU).
-  uint64_t peerTwoShotBytes = 1ull << 20;
+  uint64_t peerTwoShotBytes = 4ull << 20;
   // Payload bytes per slot of the peer-window path's send/recv channels (two per destination); only with
   // kPeer, which hands it the device send/recv between ranks of one host (0: they stay on the pipeline).
   uint64_t peerP2pBytes = 1ull << 20;
