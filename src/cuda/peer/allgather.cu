@@ -16,7 +16,7 @@ constexpr int kBlockThreads = 512;
 static_assert(kBlockThreads == kThreads, "the block size of peer_device.cuh");
 
 __global__ void __launch_bounds__(kBlockThreads, 1)
-    allgatherKernel(PeerAllgatherArgs a, uint32_t fpCrc, size_t bytes) {
+    allgatherKernel(const __grid_constant__ PeerAllgatherArgs a, uint32_t fpCrc, size_t bytes) {
   Collective k = beginCollective(a, fpCrc);
   const uint32_t chunks = chunkCount(bytes);
   const bool sendAligned = aligned16(a.send);

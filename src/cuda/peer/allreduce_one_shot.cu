@@ -24,7 +24,8 @@ static_assert(kBlockThreads == kThreads, "the block size of peer_device.cuh");
 // spilled, which regcheck refuses).
 template <typename Final>
 __global__ void __launch_bounds__(kBlockThreads, 1)
-    allreduceOneShotKernel(PeerAllreduceArgs a, uint32_t fpCrc, size_t totalBytes, element_ops::OpArg arg) {
+    allreduceOneShotKernel(const __grid_constant__ PeerAllreduceArgs a, uint32_t fpCrc, size_t totalBytes,
+                           element_ops::OpArg arg) {
   Collective k = beginCollective(a, fpCrc);
   const uint32_t chunks = chunkCount(totalBytes);
   const bool sendAligned = aligned16(a.send), recvAligned = aligned16(a.recv);

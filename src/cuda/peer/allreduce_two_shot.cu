@@ -23,7 +23,8 @@ static_assert(kBlockThreads == kThreads, "the block size of peer_device.cuh");
 
 template <typename Final>
 __global__ void __launch_bounds__(kBlockThreads, 1)
-    allreduceTwoShotKernel(PeerAllreduceArgs a, uint32_t fpCrc, size_t totalBytes, element_ops::OpArg arg) {
+    allreduceTwoShotKernel(const __grid_constant__ PeerAllreduceArgs a, uint32_t fpCrc, size_t totalBytes,
+                           element_ops::OpArg arg) {
   Collective k = beginCollective(a, fpCrc);
   const uint32_t chunks = chunkCount(totalBytes);
   const ChunkRange share = twoShotShare(chunks, a.size, a.rank);

@@ -46,7 +46,7 @@ __device__ __forceinline__ uint32_t pick(const uint32_t (&a)[kMaxRanks], int i) 
 }
 
 __global__ void __launch_bounds__(kBlockThreads, 1)
-    alltoallKernel(PeerAlltoallArgs a, uint32_t fpCrc, size_t esize) {
+    alltoallKernel(const __grid_constant__ PeerAlltoallArgs a, uint32_t fpCrc, size_t esize) {
   __shared__ AlltoallTables tables;
   __shared__ int tablesOk;
   Collective k = beginCollective(a, fpCrc);

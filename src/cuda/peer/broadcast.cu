@@ -17,7 +17,7 @@ constexpr int kBlockThreads = 512;
 static_assert(kBlockThreads == kThreads, "the block size of peer_device.cuh");
 
 __global__ void __launch_bounds__(kBlockThreads, 1)
-    broadcastKernel(PeerBroadcastArgs a, uint32_t fpCrc, size_t bytes) {
+    broadcastKernel(const __grid_constant__ PeerBroadcastArgs a, uint32_t fpCrc, size_t bytes) {
   Collective k = beginCollective(a, fpCrc);
   const uint32_t chunks = chunkCount(bytes);
   const bool recvAligned = aligned16(a.recv);

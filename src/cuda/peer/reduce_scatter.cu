@@ -22,7 +22,8 @@ static_assert(kBlockThreads == kThreads, "the block size of peer_device.cuh");
 
 template <typename Final>
 __global__ void __launch_bounds__(kBlockThreads, 1)
-    reduceScatterKernel(PeerReduceScatterArgs a, uint32_t fpCrc, size_t shareBytes, element_ops::OpArg arg) {
+    reduceScatterKernel(const __grid_constant__ PeerReduceScatterArgs a, uint32_t fpCrc, size_t shareBytes,
+                        element_ops::OpArg arg) {
   Collective k = beginCollective(a, fpCrc);
   const size_t totalBytes = shareBytes * size_t(a.size);
   const uint32_t chunks = chunkCount(totalBytes);

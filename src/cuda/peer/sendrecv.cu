@@ -193,7 +193,8 @@ __device__ __forceinline__ void receiveMessage(Collective& k, const PeerSendRecv
 }
 
 __global__ void __launch_bounds__(kBlockThreads, 1)
-    sendRecvKernel(PeerSendRecvArgs a, uint32_t sendFp, uint32_t recvFp, uint32_t sendWarps, size_t esize) {
+    sendRecvKernel(const __grid_constant__ PeerSendRecvArgs a, uint32_t sendFp, uint32_t recvFp,
+                   uint32_t sendWarps, size_t esize) {
   // The channels' numbers before this call: messages and rounds sent to dst, received from src
   // (kP2pCountersOffset: word i * kMaxRanks + peer), kept on the device so a replayed graph gets fresh ones.
   __shared__ uint64_t before[4];
