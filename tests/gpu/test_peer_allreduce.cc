@@ -7,10 +7,13 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -432,6 +435,103 @@ TEST_F(PeerCommunicator, CallsOnTwoStreamsRunInIssueOrder) {
   EXPECT_GT(k.injected, 0u);
   EXPECT_EQ(k.detected, k.injected);
   for (cudaStream_t x : s) cudaStreamDestroy(x);
+}
+
+// Issue 42's "0 host synchronisations per collective", counted by construction: the caller's stream is held
+// by a host function that returns only when the test opens its gate, after the last call. A call that
+// synchronised the stream, an event recorded on it or the device would wait for the gate (bounded: the host
+// function gives up after 20 s, so that shows as a failure, not a hang). Every collective of the path, then,
+// must return while its stream has not even started it; none may send a slice through the transport (the
+// host-driven pipeline would return at once too, its progress thread doing the waiting); and all must be
+// exact once the gate opens.
+TEST_F(PeerCommunicator, NoCollectiveWaitsOnTheHost) {
+  std::unique_ptr<Communicator> c = make(Options());
+  ASSERT_TRUE(c);
+  const int rank = c->rank(), size = c->size();
+  const int sum = size * (size + 1) / 2;  // of rank + 1 over the ranks
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  const size_t n = 1024, big = size_t(1) << 20;  // 4 KiB blocks; 4 MiB: the two-shot (its default threshold)
+  std::vector<float*> bufs;
+  const auto device = [&](const std::vector<float>& host) {
+    float* d = nullptr;
+    EXPECT_EQ(cudaMalloc(&d, std::max<size_t>(host.size(), 1) * 4), cudaSuccess);
+    EXPECT_EQ(peer::upload(d, host.data(), host.size() * 4), cudaSuccess);
+    bufs.push_back(d);
+    return d;
+  };
+  const auto filled = [](size_t count, auto value) {
+    std::vector<float> v(count);
+    for (size_t i = 0; i < count; ++i) v[i] = float(value(i));
+    return v;
+  };
+  const int right = (rank + 1) % size, left = (rank + size - 1) % size, root = size - 1;
+  float* small = device(filled(n, [&](size_t i) { return (rank + 1) * int(i % 13); }));
+  float* large = device(filled(big, [&](size_t i) { return (rank + 1) * int(i % 11); }));
+  float* gatherIn = device(filled(n, [&](size_t i) { return rank * 1000 + int(i % 17); }));
+  float* gatherOut = device(std::vector<float>(n * size, -1.f));
+  float* bcast = device(filled(n, [&](size_t i) { return rank == root ? 7 + int(i % 19) : -1; }));
+  float* scatterIn = device(filled(n * size, [&](size_t i) { return (rank + 1) * int(i % 23); }));
+  float* scatterOut = device(std::vector<float>(n, -1.f));
+  float* allIn =
+      device(filled(n * size, [&](size_t i) { return rank * 100000 + int(i / n) * 1000 + int(i % n % 29); }));
+  float* allOut = device(std::vector<float>(n * size, -1.f));
+  float* sendBuf = device(filled(n, [&](size_t i) { return rank * 1000 + int(i % 31); }));
+  float* recvBuf = device(std::vector<float>(n, -1.f));
+  // Set-up that happens once per communicator is done before the stream is held.
+  float* warm = device(std::vector<float>(n, 1.f));
+  EXPECT_TRUE(c->allreduce(warm, warm, n, DataType::kFloat32, ReduceOp::kSum, s).isOk());
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+
+  std::atomic<bool> gate{false};
+  const auto hold = [](void* p) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!static_cast<std::atomic<bool>*>(p)->load() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  ASSERT_EQ(cudaLaunchHostFunc(s, hold, &gate), cudaSuccess);
+  const uint64_t slicesBefore = c->counters().slicesSent;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::pair<std::string, std::shared_ptr<Work>>> works;
+  const auto issued = [&](const char* what, std::shared_ptr<Work> w) {
+    EXPECT_EQ(cudaStreamQuery(s), cudaErrorNotReady) << what << " returned only after its stream ran";
+    works.emplace_back(what, std::move(w));
+  };
+  issued("allreduce (one-shot)", c->allreduceAsync(small, small, n, DataType::kFloat32, ReduceOp::kSum, s));
+  issued("allreduce (two-shot)", c->allreduceAsync(large, large, big, DataType::kFloat32, ReduceOp::kSum, s));
+  issued("allgather", c->allgatherAsync(gatherIn, gatherOut, n, DataType::kFloat32, s));
+  issued("broadcast", c->broadcastAsync(bcast, bcast, n, DataType::kFloat32, root, s));
+  issued("reduce_scatter",
+         c->reduceScatterAsync(scatterIn, scatterOut, n, DataType::kFloat32, ReduceOp::kSum, s));
+  issued("alltoall", c->alltoallAsync(allIn, allOut, n, DataType::kFloat32, s));
+  issued("sendrecv", c->sendRecvAsync(sendBuf, n, right, recvBuf, n, left, DataType::kFloat32, s));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  gate.store(true);
+  EXPECT_LT(took, 10.0) << "the calls waited for their held stream";
+  EXPECT_EQ(c->counters().slicesSent, slicesBefore) << "a collective took the host-driven pipeline";
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  for (auto& [what, w] : works) {
+    const Status st = w->wait();
+    EXPECT_TRUE(st.isOk()) << what << ": " << st.toString();
+  }
+  const auto expectAll = [&](const char* what, const float* d, size_t count, auto want) {
+    std::vector<float> got(count);
+    EXPECT_EQ(cudaMemcpy(got.data(), d, count * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; ++i) wrong += got[i] != float(want(i));
+    EXPECT_EQ(wrong, 0u) << what;
+  };
+  expectAll("allreduce (one-shot)", small, n, [&](size_t i) { return sum * int(i % 13); });
+  expectAll("allreduce (two-shot)", large, big, [&](size_t i) { return sum * int(i % 11); });
+  expectAll("allgather", gatherOut, n * size, [&](size_t i) { return int(i / n) * 1000 + int(i % n % 17); });
+  expectAll("broadcast", bcast, n, [&](size_t i) { return 7 + int(i % 19); });
+  expectAll("reduce_scatter", scatterOut, n, [&](size_t i) { return sum * int((rank * n + i) % 23); });
+  expectAll("alltoall", allOut, n * size,
+            [&](size_t i) { return int(i / n) * 100000 + rank * 1000 + int(i % n % 29); });
+  expectAll("sendrecv", recvBuf, n, [&](size_t i) { return left * 1000 + int(i % 31); });
+  for (float* d : bufs) cudaFree(d);
+  cudaStreamDestroy(s);
 }
 
 TEST_F(PeerCommunicator, AStoppedPeerFailsTheNextCallNamingIt) {
