@@ -67,6 +67,24 @@ inline void makeFaultyPeerCommunicator(uint32_t seed, const cuda::DeviceOptions&
   ASSERT_EQ(cudaStreamCreateWithFlags(&out->stream, cudaStreamNonBlocking), cudaSuccess);
 }
 
+// Every rank's closing barrier at the end of a test's scope, however the test returns (an ASSERT on one rank
+// must not leave the others a barrier short: the next test's MPI calls would pair with the wrong ones).
+struct BarrierAtExit {
+  BarrierAtExit() = default;
+  BarrierAtExit(const BarrierAtExit&) = delete;
+  BarrierAtExit& operator=(const BarrierAtExit&) = delete;
+  ~BarrierAtExit() { MPI_Barrier(MPI_COMM_WORLD); }
+};
+
+// The send/recv tests' communicator (makeFaultyPeerCommunicator): a 4 MiB window and send/recv slots of
+// 64 KiB, so that a message of a few hundred KiB takes several rounds.
+inline void makeSendRecvPeerCommunicator(uint32_t seed, FaultyPeerCommunicator* out) {
+  cuda::DeviceOptions d;
+  d.peerBytes = 4u << 20;
+  d.peerP2pBytes = 64u << 10;
+  makeFaultyPeerCommunicator(seed, d, out);
+}
+
 // `count` elements of `t` for rank r (seeded by `salt`): integers and bools from random bits; floating types
 // from small random multiples of 1/4 (no NaN: an IEEE op on two NaNs may return either payload, on the host
 // as on the device).

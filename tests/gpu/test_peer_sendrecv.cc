@@ -289,17 +289,9 @@ namespace {
 // it), and ends that disagree on the count both end with the error naming both counts.
 TEST(PeerCommunicatorSendRecv, ExplicitPeerTakesSendRecvExactlyAndInAGraph) {
   if (!peer::everyRankHasAGpu()) GTEST_SKIP() << "no CUDA device on some rank";
-  cuda::DeviceOptions d;
-  d.peerBytes = 4u << 20;
-  d.peerP2pBytes = 64u << 10;
   peer::FaultyPeerCommunicator fc;
-  ASSERT_NO_FATAL_FAILURE(peer::makeFaultyPeerCommunicator(9, d, &fc));
-  // Every rank's closing barrier, before the communicator goes, however the test returns (an ASSERT on one
-  // rank must not leave the others a barrier short: the next test's MPI calls would pair with the wrong
-  // ones).
-  struct BarrierAtExit {
-    ~BarrierAtExit() { MPI_Barrier(MPI_COMM_WORLD); }
-  } barrierAtExit;
+  ASSERT_NO_FATAL_FAILURE(peer::makeSendRecvPeerCommunicator(9, &fc));
+  const peer::BarrierAtExit barrierAtExit;  // before the communicator goes
   Communicator* c = fc.c.get();
   cudaStream_t s = fc.stream;
   const int rank = c->rank(), size = c->size(), dst = (rank + 1) % size, src = (rank + size - 1) % size;
@@ -365,14 +357,9 @@ TEST(PeerCommunicatorSendRecv, ExplicitPeerTakesSendRecvExactlyAndInAGraph) {
 // differs failing both ends.
 TEST(PeerCommunicatorSendRecv, GroupedRoundsDoNotDeadlockAndCarryADtypePerDirection) {
   if (!peer::everyRankHasAGpu()) GTEST_SKIP() << "no CUDA device on some rank";
-  cuda::DeviceOptions d;
-  d.peerBytes = 4u << 20;
-  d.peerP2pBytes = 64u << 10;
   peer::FaultyPeerCommunicator fc;
-  ASSERT_NO_FATAL_FAILURE(peer::makeFaultyPeerCommunicator(9, d, &fc));
-  struct BarrierAtExit {
-    ~BarrierAtExit() { MPI_Barrier(MPI_COMM_WORLD); }
-  } barrierAtExit;
+  ASSERT_NO_FATAL_FAILURE(peer::makeSendRecvPeerCommunicator(9, &fc));
+  const peer::BarrierAtExit barrierAtExit;
   Communicator* c = fc.c.get();
   cudaStream_t s = fc.stream;
   ASSERT_TRUE(c->sendRecvOnPeerWindows());
