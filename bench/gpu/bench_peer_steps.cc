@@ -123,7 +123,8 @@ StepStats analyze(const std::vector<StepRow>& rows, double cyclesPerNs) {
       }
       prev = i;
     }
-    if (r.timer[kStepLastDone] != 0) totals.push_back(double(int64_t(r.timer[kStepLastDone] - r.timer[kStepEntry])));
+    if (r.timer[kStepLastDone] != 0)
+      totals.push_back(double(int64_t(r.timer[kStepLastDone] - r.timer[kStepEntry])));
   }
   for (int i = 0; i < kStepCount; ++i) {
     st.delta[size_t(i)] = median(d[size_t(i)]);
@@ -171,7 +172,8 @@ int main(int argc, char** argv) {
   int calls = 1000, graphCalls = 100;
   app.add_option("-s,--sizes", sizeArgs, "message sizes (fp32 sum)")->delimiter(',');
   app.add_option("--algorithm", algorithm)->check(CLI::IsMember({"one", "two"}));
-  app.add_option("-n,--calls", calls, "calls traced per size and mode")->check(CLI::Range(1, kStepRingRows - 64));
+  app.add_option("-n,--calls", calls, "calls traced per size and mode")
+      ->check(CLI::Range(1, kStepRingRows - 64));
   app.add_option("-g,--graph-calls", graphCalls, "launches captured in the graph (calls is a multiple)")
       ->check(CLI::Range(1, 10000));
   std::vector<size_t> sizes;
@@ -197,7 +199,7 @@ int main(int argc, char** argv) {
   // The trace ring, named in this rank's window header (cuda/peer/step_clock.h).
   StepRow* ring = nullptr;
   const size_t ringBytes = sizeof(StepRow) * kStepRingRows;
-  check(rank, cudaMalloc(&ring, ringBytes), "cudaMalloc(ring)");
+  check(rank, cudaMalloc(reinterpret_cast<void**>(&ring), ringBytes), "cudaMalloc(ring)");
   check(rank,
         cudaMemcpy(static_cast<char*>(w->window(rank)) + kStepTraceOffset, &ring, sizeof ring,
                    cudaMemcpyHostToDevice),
@@ -212,11 +214,13 @@ int main(int argc, char** argv) {
   check(rank, cudaMalloc(&out, maxBytes), "cudaMalloc");
   cudaMemset(in, 0, maxBytes);
   if (rank == 0) {
-    printf("# ringguard bench_peer_steps: %s-shot allreduce, %d ranks, fp32 sum, %d calls per size and mode\n",
-           algorithm.c_str(), size, calls);
-    printf("# SM clock %.4f cycles/ns (against %%globaltimer over 20 ms); one marker: %.1f ns (%.0f cycles), "
-           "included in every delta\n",
-           cyclesPerNs, markerNs, markerNs * cyclesPerNs);
+    printf(
+        "# ringguard bench_peer_steps: %s-shot allreduce, %d ranks, fp32 sum, %d calls per size and mode\n",
+        algorithm.c_str(), size, calls);
+    printf(
+        "# SM clock %.4f cycles/ns (against %%globaltimer over 20 ms); one marker: %.1f ns (%.0f cycles), "
+        "included in every delta\n",
+        cyclesPerNs, markerNs, markerNs * cyclesPerNs);
   }
 
   std::vector<StepRow> rows(kStepRingRows), all(size_t(kStepRingRows) * size_t(size));
@@ -256,9 +260,9 @@ int main(int argc, char** argv) {
 
     for (const bool graph : {false, true}) {
       Column col;
-      col.name = (bytes >= (1u << 20) ? std::to_string(bytes >> 20) + "M"
-                                      : std::to_string(bytes >> 10) + "K") +
-                 (graph ? "/graph" : "/eager");
+      col.name =
+          (bytes >= (1u << 20) ? std::to_string(bytes >> 20) + "M" : std::to_string(bytes >> 10) + "K") +
+          (graph ? "/graph" : "/eager");
       const auto run = [&] {
         if (graph) {
           for (int r = 0; r < replays; ++r) cudaGraphLaunch(ge, s);
@@ -282,16 +286,19 @@ int main(int argc, char** argv) {
       check(rank, cudaStreamSynchronize(s), "traced run");
       const ErrorRecord* rec = w->errorRecord();
       if (rec->code != 0) {
-        die(rank, "allreduce failed: code " + std::to_string(rec->code) + " peer " + std::to_string(rec->peer) +
-                      " chunk " + std::to_string(rec->chunk));
+        die(rank, "allreduce failed: code " + std::to_string(rec->code) + " peer " +
+                      std::to_string(rec->peer) + " chunk " + std::to_string(rec->chunk));
       }
       cudaMemcpy(rows.data(), ring, ringBytes, cudaMemcpyDeviceToHost);
-      const long traced = std::count_if(rows.begin(), rows.end(), [](const StepRow& r) { return r.epoch != 0; });
+      const long traced =
+          std::count_if(rows.begin(), rows.end(), [](const StepRow& r) { return r.epoch != 0; });
       if (traced < calls) {
         die(rank, std::to_string(traced) + " of " + std::to_string(calls) +
-                      " calls wrote a trace row: are the kernels the instrumented ones (RINGGUARD_PEER_STEP_CLOCKS)?");
+                      " calls wrote a trace row: are the kernels the instrumented ones "
+                      "(RINGGUARD_PEER_STEP_CLOCKS)?");
       }
-      MPI_Gather(rows.data(), int(ringBytes), MPI_BYTE, all.data(), int(ringBytes), MPI_BYTE, 0, MPI_COMM_WORLD);
+      MPI_Gather(rows.data(), int(ringBytes), MPI_BYTE, all.data(), int(ringBytes), MPI_BYTE, 0,
+                 MPI_COMM_WORLD);
       if (rank != 0) continue;
       const auto rowsOf = [&](int r) {
         return std::vector<StepRow>(all.begin() + ptrdiff_t(r) * kStepRingRows,
@@ -299,8 +306,8 @@ int main(int argc, char** argv) {
       };
       col.first = analyze(rowsOf(0), cyclesPerNs);
       col.last = analyze(rowsOf(size - 1), cyclesPerNs);
-      // Across ranks (%globaltimer, one GPU): the last rank's entry after rank 0's, and rank 0 seeing the last
-      // rank's chunk epoch after it stored it (negative: it was there before rank 0 looked).
+      // Across ranks (%globaltimer, one GPU): the last rank's entry after rank 0's, and rank 0 seeing the
+      // last rank's chunk epoch after it stored it (negative: it was there before rank 0 looked).
       std::vector<double> skew, flag;
       const StepRow* last = all.data() + ptrdiff_t(size - 1) * kStepRingRows;
       const int seen = kStepPeer + kPeerSteps * (size - 1) + kStepPeerEpochSeen;
@@ -315,12 +322,15 @@ int main(int argc, char** argv) {
       col.skewNs = median(skew);
       col.flagNs = median(flag);
 
-      printf("\n# %zu B %s: grid %d blocks; %.2f us per call by events (instrumented), graph floor %.2f us "
-             "(empty kernel, same grid and parameters%s)\n",
-             bytes, graph ? "graph" : "eager", blocks, col.eventsUs, col.floorUs, graph ? "" : ", eager");
-      printf("# entry to done published %.0f ns (rank 0), %.0f ns (rank %d); rank %d enters %.0f ns after rank 0; "
-             "rank 0 sees its epochs %.0f ns after it stored them (%%globaltimer)\n",
-             col.first.total, col.last.total, size - 1, size - 1, col.skewNs, col.flagNs);
+      printf(
+          "\n# %zu B %s: grid %d blocks; %.2f us per call by events (instrumented), graph floor %.2f us "
+          "(empty kernel, same grid and parameters%s)\n",
+          bytes, graph ? "graph" : "eager", blocks, col.eventsUs, col.floorUs, graph ? "" : ", eager");
+      printf(
+          "# entry to done published %.0f ns (rank 0), %.0f ns (rank %d); rank %d enters %.0f ns after rank "
+          "0; "
+          "rank 0 sees its epochs %.0f ns after it stored them (%%globaltimer)\n",
+          col.first.total, col.last.total, size - 1, size - 1, col.skewNs, col.flagNs);
       printf("%-30s %10s %10s %10s %10s\n", "step (ns, median)", "r0 delta", "r0 cum", "rN delta", "rN cum");
       for (int i = 0; i < kStepCount; ++i) {
         if (col.first.hits[size_t(i)] == 0 && col.last.hits[size_t(i)] == 0) continue;
@@ -340,8 +350,9 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     // The summary: one column per size and mode, rank 0's delta per step, then the last rank's.
     for (int which = 0; which < 2; ++which) {
-      printf("\n# summary: rank %d, ns since the previous step (median of %d calls; 'own' = rank %d's input)\n",
-             which == 0 ? 0 : size - 1, calls, which == 0 ? 0 : size - 1);
+      printf(
+          "\n# summary: rank %d, ns since the previous step (median of %d calls; 'own' = rank %d's input)\n",
+          which == 0 ? 0 : size - 1, calls, which == 0 ? 0 : size - 1);
       printf("%-30s", "step");
       for (const Column& c : columns) printf(" %11s", c.name.c_str());
       printf("\n");
@@ -369,7 +380,8 @@ int main(int argc, char** argv) {
   }
   // The window outlives no trace: the header's line cleared before the ring goes.
   const StepRow* none = nullptr;
-  cudaMemcpy(static_cast<char*>(w->window(rank)) + kStepTraceOffset, &none, sizeof none, cudaMemcpyHostToDevice);
+  cudaMemcpy(static_cast<char*>(w->window(rank)) + kStepTraceOffset, &none, sizeof none,
+             cudaMemcpyHostToDevice);
   cudaFree(ring);
   cudaFree(in);
   cudaFree(out);

@@ -1,7 +1,5 @@
 // bench_peer_steps's own kernels (peer_steps_kernels.h). Built with RINGGUARD_PEER_STEP_CLOCKS, as the
 // allreduce kernels of that bench are, so the marker measured here is theirs.
-#include "peer_steps_kernels.h"
-
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -9,6 +7,7 @@
 
 #include "core/element_ops.h"
 #include "cuda/peer/step_clock.cuh"
+#include "peer_steps_kernels.h"
 
 namespace ringguard {
 namespace peer {

@@ -104,17 +104,17 @@ __device__ __forceinline__ void stepFlush(void* mine, uint64_t epoch, bool last)
 }  // namespace ringguard
 
 // Block 0's thread 0 (every thread may pass through).
-#define RINGGUARD_STEP(step)                                             \
-  do {                                                                   \
+#define RINGGUARD_STEP(step)                                                    \
+  do {                                                                          \
     if (::ringguard::peer::stepRecorder()) ::ringguard::peer::stepRecord(step); \
   } while (0)
 // The same, once `value` (a u32 or the lane's vectors) is in registers.
-#define RINGGUARD_STEP_AFTER(step, value)                                                         \
-  do {                                                                                            \
-    if (::ringguard::peer::stepRecorder()) {                                                      \
-      ::ringguard::peer::stepWaitFor(::ringguard::peer::stepFold(value));                         \
-      ::ringguard::peer::stepRecord(step);                                                        \
-    }                                                                                             \
+#define RINGGUARD_STEP_AFTER(step, value)                                 \
+  do {                                                                    \
+    if (::ringguard::peer::stepRecorder()) {                              \
+      ::ringguard::peer::stepWaitFor(::ringguard::peer::stepFold(value)); \
+      ::ringguard::peer::stepRecord(step);                                \
+    }                                                                     \
   } while (0)
 // A tail step: called only by the last block's thread 0.
 #define RINGGUARD_STEP_TAIL(step) ::ringguard::peer::stepRecord(step)
