@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
   app.add_option("-n,--calls", calls, "calls traced per size and mode")
       ->check(CLI::Range(1, kStepRingRows - 64));
   app.add_option("-g,--graph-calls", graphCalls, "launches captured in the graph (calls is a multiple)")
-      ->check(CLI::Range(1, 10000));
+      ->check(CLI::Range(1, kStepRingRows - 64));
   std::vector<size_t> sizes;
   try {
     app.parse(argc, argv);
