@@ -16,6 +16,13 @@
 #   PEER_TEST_TIMEOUT (s, default 420) bounds each test run; PEER_NPS (default "2 3 4") the rank counts
 #   of the tests, PEER_BENCH_NPS (default "2 4") of the benchmarks (empty: none); PEER_SKIP_TIMESLICED=1 skips the run
 #   without MPS; PEER_SKIP_BUILD=1 reuses the build directory as it is.
+#   PEER_STEPS=1 adds the per-step clocks of the one-shot (bench_peer_steps, built with
+#   RINGGUARD_PEER_STEP_CLOCKS; docs/PERFORMANCE.md, "Per-step clocks of the peer kernels") at each of
+#   PEER_STEPS_NPS (default "2 4") ranks, beside the product's bench_peer_allreduce 1 KiB to 1 MiB, and prints
+#   their summaries last (also $OUT/gpu_peer_steps_table.log). Alone:
+#     PEER_SKIP_BUILD=0 PEER_NPS="" PEER_BENCH_NPS="" PEER_STEPS=1 bash scripts/gpu_peer_check.sh
+#   (with PEER_STEPS=1 and no PEER_NPS the tests are not built and the time-sliced run is skipped unless
+#   PEER_SKIP_TIMESLICED=0).
 set -uo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,12 +37,24 @@ export TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1
 source "$repo_root/scripts/gpu_steps.sh"
 write_environment
 
+steps="${PEER_STEPS:-0}"
+skip_timesliced="${PEER_SKIP_TIMESLICED:-0}"
+build_targets=(ringguard_gpu_peer_tests bench_peer_allreduce)
+if [[ "$steps" == "1" ]]; then
+  if [[ -z "${PEER_NPS-2 3 4}" ]]; then
+    skip_timesliced="${PEER_SKIP_TIMESLICED:-1}"
+    [[ "$skip_timesliced" == "1" ]] && build_targets=(bench_peer_allreduce)
+  fi
+  build_targets+=(bench_peer_steps)
+fi
+
 [[ "${PEER_SKIP_BUILD:-0}" == "1" ]] || run_step configure cmake -S "$repo_root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DRINGGUARD_WITH_CUDA=ON -DRINGGUARD_WITH_MPI=ON -DRINGGUARD_WITH_TORCH=OFF
-[[ "${PEER_SKIP_BUILD:-0}" == "1" ]] || run_step build cmake --build "$build_dir" --parallel 16 --target ringguard_gpu_peer_tests bench_peer_allreduce \
+[[ "${PEER_SKIP_BUILD:-0}" == "1" ]] || run_step build cmake --build "$build_dir" --parallel 16 --target "${build_targets[@]}" \
   ${EXTRA_TARGETS:-}
 tests="$build_dir/tests/gpu/ringguard_gpu_peer_tests"
 bench="$build_dir/bench/gpu/bench_peer_allreduce"
+steps_bench="$build_dir/bench/gpu/bench_peer_steps"
 mpi=(mpirun --oversubscribe --bind-to none --timeout 240)
 mpi_tests=(mpirun --oversubscribe --bind-to none --timeout "${PEER_TEST_TIMEOUT:-420}")
 
@@ -53,11 +72,29 @@ if start_mps; then
         "$repo_root/bench/torch/bench_symm_mem.py" --max-bytes 256M
     done
   fi
+  if [[ "$steps" == "1" ]]; then
+    for np in ${PEER_STEPS_NPS-2 4}; do
+      run_step "bench_peer_product_np$np" "${mpi[@]}" -np "$np" "$bench" -b 1K -e 1M
+      run_step "bench_peer_steps_np$np" "${mpi[@]}" -np "$np" "$steps_bench" -s 1K,64K,1M
+    done
+  fi
   stop_mps
 else
   record mps FAIL "nvidia-cuda-mps-control -d did not start"
 fi
 # Time-sliced (no MPS): correctness only, the small shapes.
-[[ "${PEER_SKIP_TIMESLICED:-0}" == "1" ]] || run_step peer_tests_np2_timesliced "${mpi[@]}" -np 2 "$tests" \
+[[ "$skip_timesliced" == "1" ]] || run_step peer_tests_np2_timesliced "${mpi[@]}" -np 2 "$tests" \
   --gtest_filter=*ChunkCrc*:*Graph*:*DifferentCounts*:*DifferentAllreduceKernels*:*DisagreeOnTheRoot*-*Alltoall*
-finish_run "gpu_peer"
+status=0
+finish_run "gpu_peer" || status=1
+if [[ "$steps" == "1" ]]; then
+  # The compact tables last: per step, ns since the previous step, one column per size and mode.
+  for np in ${PEER_STEPS_NPS-2 4}; do
+    echo
+    echo "=== per-step clocks, $np ranks (bench_peer_steps, instrumented); the product's us per call:"
+    grep -E '^ *[0-9]+ ' "$out_dir/bench_peer_product_np$np.log" 2>/dev/null | awk '{print "  " $1 " B: one-shot eager " $2 ", graph " $3}'
+    sed -n '/^# summary/,$p' "$out_dir/bench_peer_steps_np$np.log" 2>/dev/null
+  done | tee "$out_dir/steps_table.log"
+  [[ -z "${OUT:-}" ]] || cp "$out_dir/steps_table.log" "$OUT/gpu_peer_steps_table.log"
+fi
+exit "$status"

@@ -41,11 +41,13 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
         [&](int p, uint4(&vec)[kLaneVectors]) {
           if (p != a.rank) return readChunk(k, p, /*result=*/false, c, vec);
           loadInputChunk(a.send, c, totalBytes, sendAligned, vec);
+          RINGGUARD_STEP_AFTER(kStepPeer + kPeerSteps * p + kStepPeerLoaded, vec);
           return true;
         },
         acc);
     if (!read) break;
     storeOutputChunk(a.recv, c, 0, totalBytes, recvAligned, acc);
+    RINGGUARD_STEP(kStepReduced);
   }
   finishCollective(k);
 }

@@ -53,6 +53,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
             acc);
         if (ok) storeOutputChunk(a.recv, c, 0, totalBytes, recvAligned, acc);
       });
+  RINGGUARD_STEP(kStepReduced);
 
   // 3. Every other share's result, verified, from its owner.
   for (uint32_t c = k.firstOf(0); ok && c < chunks; c += k.warps) {
@@ -61,6 +62,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
     if (!readChunk(k, twoShotOwner(chunks, a.size, c), /*result=*/true, c, vec)) break;
     storeOutputChunk(a.recv, c, 0, totalBytes, recvAligned, vec);
   }
+  RINGGUARD_STEP(kStepResultsRead);
   finishCollective(k);
 }
 

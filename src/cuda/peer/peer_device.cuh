@@ -23,6 +23,7 @@
 #include "core/peer_plan.h"
 #include "core/peer_window_layout.h"
 #include "cuda/peer/peer_collectives.h"
+#include "cuda/peer/step_clock.cuh"
 
 namespace ringguard {
 namespace peer {
@@ -266,11 +267,13 @@ struct Collective {
 __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, uint32_t fpCrc) {
   __shared__ uint64_t epochShared;
   __shared__ int okShared;
+  RINGGUARD_STEP_ENTRY();
   Collective k;
   k.a = &a;
   if (threadIdx.x == 0) {
     epochShared = *at<uint64_t>(a.windows[a.rank], kSeqOffset) + 1;
     okShared = 1;
+    RINGGUARD_STEP(kStepSeqRead);
   }
   __syncthreads();
   k.epoch = epochShared;
@@ -292,6 +295,7 @@ __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, u
     }
   }
   __syncthreads();
+  RINGGUARD_STEP(kStepAcked);
   if (blockIdx.x == 0 && okShared) {
     if (threadIdx.x < kFingerprintWords)
       at<uint32_t>(k.mine(), kFingerprintOffset)[threadIdx.x] = a.fingerprint[threadIdx.x];
@@ -299,7 +303,9 @@ __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, u
       const size_t slot = kArrivalOffset + 64 * k.half;
       *at<uint32_t>(k.mine(), slot + kArrivalFingerprint) = fpCrc;
       fence(a.oneDevice);
+      RINGGUARD_STEP(kStepArrivalFence);
       storeRelease(at<uint64_t>(k.mine(), slot), k.epoch, a.oneDevice);
+      RINGGUARD_STEP(kStepArrivalPublished);
     }
   }
   k.ok = okShared != 0;
@@ -318,6 +324,7 @@ __device__ __forceinline__ void publishChunksTo(Collective& k, ChunkEntry* table
     if (!want(c)) continue;
     uint4 vec[kLaneVectors];
     load(c, vec);
+    RINGGUARD_STEP_AFTER(kStepInputLoaded, vec);
 #pragma unroll
     for (int v = 0; v < kLaneVectors; ++v)
       *reinterpret_cast<uint4*>(data + vectorOffset(c, v, k.lane)) = vec[v];
@@ -326,6 +333,7 @@ __device__ __forceinline__ void publishChunksTo(Collective& k, ChunkEntry* table
       table[c].crc = crc;
       table[c].fingerprint = k.fpCrc;
     }
+    RINGGUARD_STEP(kStepPublishCrc);
   }
   // The warp barrier first: every lane's bytes and entries happen before each lane's fence, and a fence
   // followed by a relaxed store is a release of them, so the epoch stores need not be releases that fence
@@ -333,6 +341,7 @@ __device__ __forceinline__ void publishChunksTo(Collective& k, ChunkEntry* table
   // chunks' epochs are one store instruction.
   __syncwarp();
   fence(k.a->oneDevice);
+  RINGGUARD_STEP(kStepPublishFence);
   const PeerFault& f = k.a->fault;
   if (f.on() && f.mode == PeerFault::kDelay && f.hits(f.hash(k.epoch, k.warp, k.a->rank))) {
     // A late peer (RINGGUARD_FAULT_MODE=delay): this warp's epochs go out delayNs late; nothing is damaged,
@@ -345,6 +354,7 @@ __device__ __forceinline__ void publishChunksTo(Collective& k, ChunkEntry* table
   for (uint32_t c = k.firstOf(begin) + k.lane * k.warps; c < end; c += 32 * k.warps) {
     if (want(c)) storeRelaxed(&table[c].epoch, k.epoch, k.a->oneDevice);
   }
+  RINGGUARD_STEP(kStepEpochsStored);
 }
 // The collectives' form: into this rank's chunk table (or result table) and data of the collective's half.
 template <typename Want, typename Load>
@@ -414,6 +424,7 @@ __device__ __forceinline__ bool readChunkAt(Collective& k, int p, ChunkEntry* ta
   uint32_t waited = 1;
   if (k.lane == 0)
     waited = k.waitFor(&entry->epoch, p, c, [&](uint64_t v) { return v == k.epoch; }) ? 1u : 0u;
+  RINGGUARD_STEP_AFTER(kStepPeer + kPeerSteps * p + kStepPeerEpochSeen, waited);
   waited = __shfl_sync(0xffffffffu, waited, 0);
   if (!waited) return false;
   // A shuffle orders no memory: the warp barrier makes lane 0's acquire of the epoch happen before every
@@ -443,6 +454,7 @@ __device__ __forceinline__ bool readChunkAt(Collective& k, int p, ChunkEntry* ta
       vec[v] = loadPeer(reinterpret_cast<const uint4*>(theirs + vectorOffset(c, v, k.lane)));
     crc = __shfl_sync(0xffffffffu, crc, 0);
     fp = __shfl_sync(0xffffffffu, fp, 0);
+    RINGGUARD_STEP_AFTER(kStepPeer + kPeerSteps * p + kStepPeerLoaded, vec);
     if (f.damagesReads() && attempt < f.attempts()) {
       const uint64_t h = f.hash(k.epoch, c, p);  // recomputed, not kept live across the loop (registers)
       if (f.hits(h)) {
@@ -456,7 +468,10 @@ __device__ __forceinline__ bool readChunkAt(Collective& k, int p, ChunkEntry* ta
       continue;
     }
     const uint32_t got = warpChunkCrc(vec);
-    if (got == crc) return true;
+    if (got == crc) {
+      RINGGUARD_STEP(kStepPeer + kPeerSteps * p + kStepPeerVerified);
+      return true;
+    }
     ++k.detected;
     if (attempt == a.maxRereads && k.lane == 0) k.fail(PeerError::kCorrupt, p, c, crc, got);
   }
@@ -535,15 +550,23 @@ __device__ __forceinline__ void finishCollective(Collective& k) {
     }
   }
   __syncthreads();
+  RINGGUARD_STEP(kStepArrivalChecked);
   if (threadIdx.x == 0) {
     __threadfence();
+    RINGGUARD_STEP(kStepGridFence);
     uint32_t* arrive = at<uint32_t>(mine, kArriveOffset);
-    if (atomicAdd(arrive, 1u) == gridDim.x - 1) {
+    const bool last = atomicAdd(arrive, 1u) == gridDim.x - 1;
+    RINGGUARD_STEP_AFTER(kStepArriveCounted, uint32_t(last));
+    if (last) {
+      RINGGUARD_STEP_TAIL(kStepLastArrive);
       *arrive = 0;
       *at<uint64_t>(mine, kSeqOffset) = k.epoch;
       reportToHost(a, mine);
+      RINGGUARD_STEP_TAIL(kStepLastReported);
       storeRelease(at<uint64_t>(mine, kDoneOffset), k.epoch, a.oneDevice);
+      RINGGUARD_STEP_TAIL(kStepLastDone);
     }
+    RINGGUARD_STEP_FLUSH(mine, k.epoch, last);
   }
 }
 
