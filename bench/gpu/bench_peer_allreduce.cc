@@ -23,6 +23,7 @@
 
 #include "bootstrap/mpi_bootstrap.h"
 #include "cuda/peer/peer_collectives.h"
+#include "gpu/peer_bench_timing.h"
 #include "transport/peer/peer_window.h"
 
 using namespace ringguard;
@@ -37,28 +38,6 @@ size_t parseSize(const std::string& s) {
   if (u == 'M' || u == 'm') v <<= 20;
   if (u == 'G' || u == 'g') v <<= 30;
   return v;
-}
-
-template <typename Fn>
-double timeUs(cudaStream_t s, int iters, int reps, Fn fn) {
-  std::vector<double> us;
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  for (int r = 0; r < reps; ++r) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    cudaEventRecord(a, s);
-    fn(iters);
-    cudaEventRecord(b, s);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    us.push_back(1000.0 * ms / iters);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
 }
 
 void fail(const PeerWindows& w, const char* what, const Status& st) {
@@ -91,14 +70,14 @@ std::pair<double, double> timeKernel(const PeerWindows& w, cudaStream_t s, int n
     for (int i = 0; i < k; ++i) (void)launch();
   };
   eager(2);
-  const double eagerUs = timeUs(s, n, reps, eager);
+  const double eagerUs = bench::medianUsPerCall(s, n, reps, [&] { eager(n); });
   cudaGraph_t g;
   cudaGraphExec_t ge;
   cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
   for (int i = 0; i < n; ++i) (void)launch();
   cudaStreamEndCapture(s, &g);
   cudaGraphInstantiate(&ge, g, 0);
-  const double graphUs = timeUs(s, n, reps, [&](int) { cudaGraphLaunch(ge, s); });
+  const double graphUs = bench::medianUsPerCall(s, n, reps, [&] { cudaGraphLaunch(ge, s); });
   cudaGraphExecDestroy(ge);
   cudaGraphDestroy(g);
   cudaStreamSynchronize(s);
@@ -174,8 +153,8 @@ int main(int argc, char** argv) {
     const int n = bytes >= (16u << 20) ? std::max(1, iters / 10) : iters;
     // The copy moves what one rank receives: the result's bytes (the all-gather's: every rank's block).
     const size_t copyBytes = collective == "allgather" ? bytes * size_t(w->size()) : bytes;
-    const double copyUs = timeUs(s, n, reps, [&](int k) {
-      for (int i = 0; i < k; ++i) cudaMemcpyAsync(out, in, copyBytes, cudaMemcpyDeviceToDevice, s);
+    const double copyUs = bench::medianUsPerCall(s, n, reps, [&] {
+      for (int i = 0; i < n; ++i) cudaMemcpyAsync(out, in, copyBytes, cudaMemcpyDeviceToDevice, s);
     });
     if (allreduce) {
       PeerAllreduceArgs a;

@@ -31,6 +31,7 @@
 #include "cuda/peer/peer_collectives.h"
 #include "cuda/peer/peer_launch.h"
 #include "cuda/peer/step_clock.h"
+#include "gpu/peer_bench_timing.h"
 #include "peer_steps_kernels.h"
 #include "transport/peer/peer_window.h"
 
@@ -132,27 +133,6 @@ StepStats analyze(const std::vector<StepRow>& rows, double cyclesPerNs) {
   }
   st.total = median(totals);
   return st;
-}
-
-template <typename Fn>
-double timeUs(cudaStream_t s, int calls, int reps, Fn fn) {
-  std::vector<double> us;
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  for (int r = 0; r < reps; ++r) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    cudaEventRecord(a, s);
-    fn();
-    cudaEventRecord(b, s);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    us.push_back(1000.0 * ms / calls);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return median(us);
 }
 
 struct Column {
@@ -272,9 +252,9 @@ int main(int argc, char** argv) {
       };
       run();  // warm
       check(rank, cudaStreamSynchronize(s), "warm-up");
-      col.eventsUs = timeUs(s, calls, 5, run);
-      col.floorUs = graph ? timeUs(s, graphCalls, 5, [&] { cudaGraphLaunch(floorExec, s); })
-                          : timeUs(s, graphCalls, 5, [&] {
+      col.eventsUs = bench::medianUsPerCall(s, calls, 5, run);
+      col.floorUs = graph ? bench::medianUsPerCall(s, graphCalls, 5, [&] { cudaGraphLaunch(floorExec, s); })
+                          : bench::medianUsPerCall(s, graphCalls, 5, [&] {
                               for (int i = 0; i < graphCalls; ++i) steps::launchEmptyPeerKernel(a, blocks, s);
                             });
       // The traced calls: the ring cleared, every rank lined up, then one run.
