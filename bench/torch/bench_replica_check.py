@@ -62,6 +62,7 @@ def sync(device):
 
 
 def timed(fn, device, n):
+    fn()  # a warm-up call (first-use allocations, kernel loading): the 2026-12-05 H100 run's 1 GB set had none
     sync(device)
     t0 = time.perf_counter()
     for _ in range(n):
