@@ -639,7 +639,7 @@ TEST(SettingsTest, DeviceSettingsTakeThePeerPath) {
   EXPECT_EQ(d.peerBytes, 4096u);
   EXPECT_EQ(DeviceSettings().peerBytes, 32u << 20);  // the declared default
   EXPECT_EQ(d.peerTwoShotBytes, 0u);                 // 0: the two-shot from the first byte
-  EXPECT_EQ(DeviceSettings().peerTwoShotBytes, 1u << 20);
+  EXPECT_EQ(DeviceSettings().peerTwoShotBytes, 4u << 20);
 }
 
 // Tool names are documented (RINGGUARD_AUTOLOAD among them) and never warned about.

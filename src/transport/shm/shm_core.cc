@@ -17,12 +17,15 @@ struct MessageHeader {
 constexpr uint32_t kMessageMagic = 0x4d534752;  // "RGSM"
 
 // Copies n bytes into / out of a ring of `cap` bytes at stream position `pos` (wrapping at the end).
+// Nothing for n == 0 (an empty message's buffer may be null, which memcpy may not take even for 0 bytes).
 void copyIn(uint8_t* ring, size_t cap, uint64_t pos, const uint8_t* src, size_t n) {
+  if (n == 0) return;
   const size_t off = size_t(pos % cap), first = std::min(n, cap - off);
   std::memcpy(ring + off, src, first);
   std::memcpy(ring, src + first, n - first);
 }
 void copyOut(const uint8_t* ring, size_t cap, uint64_t pos, uint8_t* dst, size_t n) {
+  if (n == 0) return;
   const size_t off = size_t(pos % cap), first = std::min(n, cap - off);
   std::memcpy(dst, ring + off, first);
   std::memcpy(dst + first, ring, n - first);
