@@ -16,6 +16,7 @@
 #include "ringguard/torch/convert.h"
 #include "ringguard/torch/process_group.h"
 #include "torch/completion.h"
+#include "torch/copy_view.h"
 #include "torch/strided.h"
 #if RINGGUARD_TORCH_CUDA
 #include <c10/cuda/CUDAGuard.h>
@@ -63,13 +64,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::deviceP2p(const char* op, 
   const bool copied = !t.is_contiguous();
   at::Tensor buffer = !copied ? t : isSend ? t.contiguous() : at::empty(t.sizes(), t.options());
   // As its dtype where the engine has one (the fingerprint compares dtypes as well as sizes), else bytes.
-  DataType dt = DataType::kUint8;
-  size_t count = size_t(buffer.numel()) * buffer.element_size();
-  if (toDataType(buffer.scalar_type(), &dt)) {
-    count = size_t(buffer.numel());
-  } else {
-    dt = DataType::kUint8;
-  }
+  const CopyView elements = copyViewOf(buffer);  // contiguous already: a view, no copy
   auto future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
                                                          std::vector<c10::Device>{t.device()});
   auto rg = c10::make_intrusive<RgWork>(rank_, isSend ? c10d::OpType::SEND : c10d::OpType::RECV, op,
@@ -81,7 +76,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::deviceP2p(const char* op, 
   p->keep = {t, buffer};
   p->device = t.device().index();
   if (!isSend && copied) p->after = [t, buffer]() mutable { t.copy_(buffer); };
-  const P2pOp message{isSend ? P2pOp::Kind::kSend : P2pOp::Kind::kRecv, peer, buffer.data_ptr(), count, dt};
+  const P2pOp message{isSend ? P2pOp::Kind::kSend : P2pOp::Kind::kRecv, peer, buffer.data_ptr(),
+                      elements.count, elements.dtype};
   {
     std::lock_guard<std::mutex> lock(coalescingMutex_);
     if (coalescing_) {

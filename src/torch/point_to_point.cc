@@ -15,6 +15,7 @@
 #include "ringguard/torch/convert.h"
 #include "ringguard/torch/process_group.h"
 #include "torch/completion.h"
+#include "torch/copy_view.h"
 #include "torch/strided.h"
 #if RINGGUARD_TORCH_CUDA
 #include <c10/cuda/CUDAGuard.h>
@@ -108,19 +109,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::p2p(const char* op, at::Te
   };
   // As its dtype where the engine has one, so that the fingerprint compares dtypes as well as sizes (a
   // receive of another dtype of the same bytes fails both sides); else as bytes.
-  DataType dt = DataType::kUint8;
-  size_t count = size_t(host.numel()) * host.element_size();
-  if (toDataType(host.scalar_type(), &dt)) {
-    count = size_t(host.numel());
-  } else {
-    dt = DataType::kUint8;
-  }
+  const CopyView elements = copyViewOf(host);  // contiguous already: a view, no copy
   if (any) {
-    p2p_->recvAny(tag, host.data_ptr(), count, dt, std::move(done));
+    p2p_->recvAny(tag, host.data_ptr(), elements.count, elements.dtype, std::move(done));
   } else if (isSend) {
-    p2p_->send(peer, tag, host.data_ptr(), count, dt, [done](const Status& st) mutable { done(st, -1); });
+    p2p_->send(peer, tag, host.data_ptr(), elements.count, elements.dtype,
+               [done](const Status& st) mutable { done(st, -1); });
   } else {
-    p2p_->recv(peer, tag, host.data_ptr(), count, dt,
+    p2p_->recv(peer, tag, host.data_ptr(), elements.count, elements.dtype,
                [done, peer](const Status& st) mutable { done(st, peer); });
   }
   coalesce(rg);
