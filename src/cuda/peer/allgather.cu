@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.h"
+#include "cuda/peer/kernel_preload.h"
 #include "cuda/peer/peer_device.cuh"
 #include "cuda/peer/peer_launch.h"
 
@@ -56,6 +57,8 @@ Status launchPeerAllgather(const PeerAllgatherArgs& args, void* stream) {
   RINGGUARD_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }
+
+Status preloadPeerAllgather() { return preloadKernel(allgatherKernel); }
 
 }  // namespace peer
 }  // namespace ringguard

@@ -7,6 +7,7 @@
 #include "core/reduce.h"
 #include "core/reduce_dispatch.h"
 #include "cuda/cuda_check.h"
+#include "cuda/peer/kernel_preload.h"
 #include "cuda/peer/peer_device.cuh"
 #include "cuda/peer/peer_launch.h"
 #include "cuda/peer/reduce_steps.cuh"
@@ -68,6 +69,11 @@ Status launchAllreduceOneShot(const PeerAllreduceArgs& args, void* stream) {
         RINGGUARD_CUDA_CHECK_LAUNCH();
         return Status::ok();
       });
+}
+
+Status preloadAllreduceOneShot() {
+  return forEachFinalReduce(
+      [](auto tag) { return preloadKernel(allreduceOneShotKernel<typename decltype(tag)::type>); });
 }
 
 }  // namespace peer

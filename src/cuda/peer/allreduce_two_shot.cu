@@ -9,6 +9,7 @@
 #include "core/reduce.h"
 #include "core/reduce_dispatch.h"
 #include "cuda/cuda_check.h"
+#include "cuda/peer/kernel_preload.h"
 #include "cuda/peer/peer_device.cuh"
 #include "cuda/peer/peer_launch.h"
 #include "cuda/peer/reduce_steps.cuh"
@@ -82,6 +83,11 @@ Status launchAllreduceTwoShot(const PeerAllreduceArgs& args, void* stream) {
         RINGGUARD_CUDA_CHECK_LAUNCH();
         return Status::ok();
       });
+}
+
+Status preloadAllreduceTwoShot() {
+  return forEachFinalReduce(
+      [](auto tag) { return preloadKernel(allreduceTwoShotKernel<typename decltype(tag)::type>); });
 }
 
 }  // namespace peer

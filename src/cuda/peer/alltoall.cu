@@ -12,6 +12,7 @@
 
 #include "core/peer_alltoall_plan.h"
 #include "cuda/cuda_check.h"
+#include "cuda/peer/kernel_preload.h"
 #include "cuda/peer/peer_device.cuh"
 #include "cuda/peer/peer_launch.h"
 
@@ -227,6 +228,8 @@ Status launchPeerAlltoall(const PeerAlltoallArgs& args, void* stream) {
   RINGGUARD_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }
+
+Status preloadPeerAlltoall() { return preloadKernel(alltoallKernel); }
 
 }  // namespace peer
 }  // namespace ringguard

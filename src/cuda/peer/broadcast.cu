@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.h"
+#include "cuda/peer/kernel_preload.h"
 #include "cuda/peer/peer_device.cuh"
 #include "cuda/peer/peer_launch.h"
 
@@ -59,6 +60,8 @@ Status launchPeerBroadcast(const PeerBroadcastArgs& args, void* stream) {
   RINGGUARD_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }
+
+Status preloadPeerBroadcast() { return preloadKernel(broadcastKernel); }
 
 }  // namespace peer
 }  // namespace ringguard

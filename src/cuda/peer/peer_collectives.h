@@ -127,6 +127,11 @@ Status launchPeerReduceScatter(const PeerReduceScatterArgs& args, void* stream);
 Status launchPeerAlltoall(const PeerAlltoallArgs& args, void* stream);
 Status launchPeerSendRecv(const PeerSendRecvArgs& args, void* stream);
 
+// Loads every kernel the launchers above may launch, on the current device (kernel_preload.h says why: a
+// kernel loaded at its first launch may wait on the host for the spinning kernels already running). The
+// path calls it once when it is made.
+Status preloadPeerKernels();
+
 // The CRC-32 the kernels publish for `bytes` (a multiple of kChunkBytes) bytes at device address `data`, one
 // per chunk, computed by the kernels' own warp code: what the tests compare with the host CRC (core/crc32.h).
 Status peerChunkCrcForTest(const void* data, size_t bytes, uint32_t* crcOut);

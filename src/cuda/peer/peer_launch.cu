@@ -44,6 +44,16 @@ Status checkWindowArgs(const PeerWindowArgs& args, const char* what, size_t publ
   return Status::ok();
 }
 
+Status preloadPeerKernels() {
+  RINGGUARD_RETURN_IF_ERROR(preloadAllreduceOneShot());
+  RINGGUARD_RETURN_IF_ERROR(preloadAllreduceTwoShot());
+  RINGGUARD_RETURN_IF_ERROR(preloadPeerAllgather());
+  RINGGUARD_RETURN_IF_ERROR(preloadPeerBroadcast());
+  RINGGUARD_RETURN_IF_ERROR(preloadPeerReduceScatter());
+  RINGGUARD_RETURN_IF_ERROR(preloadPeerAlltoall());
+  return preloadPeerSendRecv();
+}
+
 Status peerGrid(size_t chunks, int size, int* blocks) {
   int device = 0, sms = 0;
   RINGGUARD_CUDA_CHECK(cudaGetDevice(&device));

@@ -28,5 +28,15 @@ uint32_t peerFingerprintCrc(const PeerWindowArgs& args, PeerAlgorithm algorithm)
 Status launchAllreduceOneShot(const PeerAllreduceArgs& args, void* stream);
 Status launchAllreduceTwoShot(const PeerAllreduceArgs& args, void* stream);
 
+// Each launcher file's kernels loaded now (kernel_preload.h), every instantiation; preloadPeerKernels calls
+// them all.
+Status preloadAllreduceOneShot();
+Status preloadAllreduceTwoShot();
+Status preloadPeerAllgather();
+Status preloadPeerBroadcast();
+Status preloadPeerReduceScatter();
+Status preloadPeerAlltoall();
+Status preloadPeerSendRecv();
+
 }  // namespace peer
 }  // namespace ringguard

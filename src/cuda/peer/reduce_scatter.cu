@@ -8,6 +8,7 @@
 #include "core/reduce.h"
 #include "core/reduce_dispatch.h"
 #include "cuda/cuda_check.h"
+#include "cuda/peer/kernel_preload.h"
 #include "cuda/peer/peer_device.cuh"
 #include "cuda/peer/peer_launch.h"
 #include "cuda/peer/reduce_steps.cuh"
@@ -78,6 +79,11 @@ Status launchPeerReduceScatter(const PeerReduceScatterArgs& args, void* stream) 
         RINGGUARD_CUDA_CHECK_LAUNCH();
         return Status::ok();
       });
+}
+
+Status preloadPeerReduceScatter() {
+  return forEachFinalReduce(
+      [](auto tag) { return preloadKernel(reduceScatterKernel<typename decltype(tag)::type>); });
 }
 
 }  // namespace peer

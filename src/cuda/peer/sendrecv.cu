@@ -12,6 +12,7 @@
 
 #include "core/peer_p2p_plan.h"
 #include "cuda/cuda_check.h"
+#include "cuda/peer/kernel_preload.h"
 #include "cuda/peer/peer_device.cuh"
 #include "cuda/peer/peer_launch.h"
 #include "ringguard/core/crc32.h"
@@ -340,6 +341,8 @@ Status launchPeerSendRecv(const PeerSendRecvArgs& args, void* stream) {
   RINGGUARD_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }
+
+Status preloadPeerSendRecv() { return preloadKernel(sendRecvKernel); }
 
 }  // namespace peer
 }  // namespace ringguard

@@ -360,6 +360,9 @@ class PeerPath final : public DirectPath {
 
 Status createPeerPath(Bootstrap& bootstrap, int device, const PeerPathOptions& peer, const Options& options,
                       std::unique_ptr<DirectPath>* out) {
+  // Before any kernel of the path can run (cuda/peer/kernel_preload.h). A failure is this rank's alone:
+  // agreed, so that no rank goes on into the windows' steps without the others.
+  RINGGUARD_RETURN_IF_ERROR(agreeToProceed(bootstrap, peer::preloadPeerKernels()));
   std::unique_ptr<peer::PeerWindows> windows;
   // Send/recv channels only where send/recv may take them (they cost 2 (N - 1) slots per rank).
   const size_t p2pBytes = peer.extended ? peer.p2pBytes : 0;
