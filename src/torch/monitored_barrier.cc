@@ -15,6 +15,7 @@ namespace ringguard {
 // Every rank sets its key; rank 0 waits for each in turn (then only checks, once the time is up) and
 // publishes a verdict that the others wait for (twice the timeout: rank 0 may itself arrive late).
 void ProcessGroupRingguard::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
+  releaseHeldP2p();
   c10::intrusive_ptr<c10d::Store> store;
   uint64_t number = 0;
   {

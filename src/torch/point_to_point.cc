@@ -54,6 +54,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::p2p(const char* op, at::Te
     if (windows) return deviceP2p(op, t, peer, isSend, comm);
   }
 #endif
+  releaseHeldP2p();  // held lone send/recv of CUDA tensors go first
   std::vector<c10::Device> devices;
   int device = -1;
   void* stream = nullptr;

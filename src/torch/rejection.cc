@@ -27,6 +27,7 @@ void ProcessGroupRingguard::rejected(CollectiveKind kind, const at::Tensor& t) {
   // running, so this one was the outermost.
   if (overrideDepth == 0 && !overrideStarted) {
     try {
+      releaseHeldP2p();  // as a collective's launch() would have
       const bool cuda = t.defined() && t.is_cuda();
       // The staged variants of CUDA all-reduces and all-gathers run on the CPU communicator.
       const bool staged = cuda && ((kind == CollectiveKind::kAllreduce && stagedSelected("all_reduce", t)) ||

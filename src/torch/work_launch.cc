@@ -36,6 +36,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::launch(const char* op, con
                                                              Start start, std::vector<at::Tensor> outputs,
                                                              std::function<void()> after, bool nestedOutputs,
                                                              std::vector<at::Tensor> keep) {
+  releaseHeldP2p();  // held lone send/recv go first, in the order the rank called them
   Communicator* comm = communicatorFor(buffer, op);
   auto p = std::make_shared<PendingCollective>();
   std::vector<c10::Device> devices;
@@ -101,6 +102,7 @@ void ProcessGroupRingguard::coalesce(const c10::intrusive_ptr<c10d::Work>& work)
 }
 
 void ProcessGroupRingguard::startCoalescing() {
+  releaseHeldP2p();
   std::lock_guard<std::mutex> lock(coalescingMutex_);
   // A block that ended in an exception never reached endCoalescing (as with NCCL): start afresh. Its
   // send/recv on the peer windows were never issued: their Works fail rather than wait forever.
@@ -132,7 +134,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::endCoalescing() {
   }
   // The block's send/recv on the peer windows: one grouped call, which cannot deadlock whatever order each
   // rank issued them in (their Works are among `works`).
-  if (!deviceOps.empty()) issueDeviceP2p(std::move(deviceOps), device);
+  if (!deviceOps.empty()) {
+    void* stream = nullptr;
+#if RINGGUARD_TORCH_CUDA
+    stream = c10::cuda::getCurrentCUDAStream(device).stream();
+#endif
+    issueDeviceP2p(std::move(deviceOps), device, stream);
+  }
   if (works.empty()) return nullptr;
   std::vector<at::Tensor> outputs;
   std::vector<c10::Device> devices;

@@ -401,8 +401,8 @@ def _(ctx):
 
 @CASES.case("cuda-lone-isend-irecv-pairs")
 def _(ctx):
-    # Outside a batch each op is a group of one; the two ends issue in the same order (as NCCL's lone ops
-    # need): even ranks send to the odd rank above, then receive its answer; a non-contiguous tensor each way.
+    # Outside a batch, ops waited on at once (each its own group): even ranks send to the odd rank above, then
+    # receive its answer; a non-contiguous tensor each way.
     dev = torch.device("cuda", torch.cuda.current_device())
     peer = ctx.rank + 1 if ctx.rank % 2 == 0 else ctx.rank - 1
     if peer >= ctx.size:
@@ -425,6 +425,35 @@ def _(ctx):
         dist.send(mine[:, ::2], peer)
     assert torch.equal(got, theirs), got
     assert torch.equal(half, theirs[:, ::2]), half
+    return {}
+
+
+@CASES.case("cuda-lone-ring-exchange-is-held-until-a-wait")
+def _(ctx):
+    # Every rank receives from the left, then sends to the right, each a lone op, then waits: issued one at a
+    # time each rank's receive would hold its stream until the left rank's send, queued behind that rank's own
+    # receive (a deadlock). They are held and issued together at the first wait: one grouped call, one round
+    # (the same shift both ways). Then again with a collective between the calls and the waits, which issues
+    # the held pair before itself.
+    dev = torch.device("cuda", torch.cuda.current_device())
+    right, left = (ctx.rank + 1) % ctx.size, (ctx.rank - 1) % ctx.size
+    msg = lambda r, k: ((torch.arange(1000, dtype=torch.float32) + 1000 * r) * k).to(dev)  # noqa: E731
+    before = _device_sendrecvs()
+    got = torch.zeros(1000, device=dev)
+    works = [dist.irecv(got, left), dist.isend(msg(ctx.rank, 1), right)]
+    works[1].wait()
+    works[0].wait()
+    assert torch.equal(got, msg(left, 1)), got[:4]
+    assert _device_sendrecvs() - before == 1, f"{_device_sendrecvs() - before} rounds for the held pair"
+    got = torch.zeros(1000, device=dev)
+    works = [dist.irecv(got, left), dist.isend(msg(ctx.rank, 2), right)]
+    total = torch.ones(4, device=dev)
+    dist.all_reduce(total)
+    for w in works:
+        w.wait()
+    assert torch.equal(got, msg(left, 2)), got[:4]
+    assert torch.equal(total, torch.full((4,), float(ctx.size), device=dev)), total
+    assert _device_sendrecvs() - before == 2, f"{_device_sendrecvs() - before} rounds for two held pairs"
     return {}
 
 

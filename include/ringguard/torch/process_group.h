@@ -241,8 +241,17 @@ class ProcessGroupRingguard : public c10d::Backend {
   // coalescing block's group, or a group of its own outside a block. Tags are not used (as NCCL's).
   c10::intrusive_ptr<c10d::Work> deviceP2p(const char* op, at::Tensor& t, int peer, bool isSend,
                                            Communicator* comm);
-  // Issues `ops` as one grouped call on the current stream of `device` and queues each op's completion.
-  void issueDeviceP2p(std::vector<std::pair<P2pOp, std::shared_ptr<PendingCollective>>> ops, int device);
+  // Issues `ops` as one grouped call on `stream` (a cudaStream_t) of `device` and queues each op's
+  // completion.
+  void issueDeviceP2p(std::vector<std::pair<P2pOp, std::shared_ptr<PendingCollective>>> ops, int device,
+                      void* stream);
+  // The lone send/recv of CUDA tensors on the peer windows that are held (device_point_to_point.cc), and
+  // their release: issued together as one grouped call when the rank waits on one of them or calls anything
+  // else on the group. Called first by every other operation of the group; nothing when none is held.
+  struct HeldDeviceP2p;
+  void releaseHeldP2p();
+  // At stop(): the held ones issued (shutdown) or failed (abort); none is held after.
+  void endHeldP2p(bool abort);
   // Whether a collective of `family` ("all_gather", "all_reduce") on `t` runs as the staged_chunked
   // variant: a CUDA tensor while the process's downgrade engine (ringguard/policy/process_engine.h) has
   // selected it, read when the collective is issued.
@@ -306,6 +315,8 @@ class ProcessGroupRingguard : public c10d::Backend {
   // The block's send/recv of CUDA tensors on the peer windows, issued at endCoalescing (guarded as above).
   std::vector<std::pair<P2pOp, std::shared_ptr<PendingCollective>>> deviceP2p_;
   int deviceP2pDevice_ = -1;
+  // Shared with the held ops' Works, whose wait() releases them (made with the group; outlives it in them).
+  std::shared_ptr<HeldDeviceP2p> heldP2p_;
 };
 
 }  // namespace ringguard
