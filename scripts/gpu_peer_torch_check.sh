@@ -13,8 +13,10 @@
 #      --profile tables in the step's log, the traces left in /tmp/replica_profile: too large to hand back).
 # Logs under /tmp/gpu_peer_torch, packed into $OUT/gpu_peer_torch_logs.tgz with the summary in
 # $OUT/gpu_peer_torch_summary.log; exit 0 only if every step passed.
-#   PEER_TORCH_SKIP_INSTALL=1 reuses the installed package; PEER_TORCH_PYTEST="test_ddp.py ..." narrows step 2;
-#   PEER_TORCH_SKIP_BENCH=1 skips steps 3 and 4.
+#   PEER_TORCH_SKIP_INSTALL=1 reuses the installed package; PEER_TORCH_PYTEST="test_ddp.py ..." narrows step 2
+#   (a step per module, each torchrun launch cut at PEER_TORCH_LAUNCH_TIMEOUT s, default 150);
+#   PEER_TORCH_SKIP_BENCH=1 skips steps 3 and 4; GPU_DEADLINE_S (scripts/gpu_steps.sh) bounds the whole run
+#   (the pip install alone took 228 s on the H100, 2026-12-05: set it under the call's limit, e.g. 560).
 set -uo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,8 +34,13 @@ write_environment
 torchrun=(timeout 300 python3 -m torch.distributed.run --nproc-per-node=2)
 if start_mps; then
   modules="${PEER_TORCH_PYTEST:-test_collectives.py test_p2p.py test_ddp.py test_fsdp.py test_replicas.py test_replicas_hsdp.py test_killed_rank.py}"
-  run_step pytest_peer env RINGGUARD_DEVICE_TRANSPORT=peer RINGGUARD_TEST_DEVICE=cuda timeout 420 \
-    python3 -m pytest $(printf 'tests/python/%s ' $modules) -q -rs -p no:cacheprovider
+  # A step per module, each torchrun launch bounded (RINGGUARD_TEST_LAUNCH_TIMEOUT): a launch that hangs
+  # costs its module, not the run.
+  for m in $modules; do
+    run_step "pytest_peer_${m%.py}" env RINGGUARD_DEVICE_TRANSPORT=peer RINGGUARD_TEST_DEVICE=cuda \
+      RINGGUARD_TEST_LAUNCH_TIMEOUT="${PEER_TORCH_LAUNCH_TIMEOUT:-150}" timeout 420 \
+      python3 -m pytest "tests/python/$m" -q -rfs -p no:cacheprovider
+  done
   if [[ "${PEER_TORCH_SKIP_BENCH:-0}" != "1" ]]; then
     for path in staged peer; do
       run_step "bench_ddp_gpt_$path" env RINGGUARD_DEVICE_TRANSPORT=$path "${torchrun[@]}" bench/torch/bench_ddp.py \

@@ -2,7 +2,10 @@
 # Each step's output is tee'd to $out_dir/<name>.log, a failing step does not stop the later ones, and
 # print_summary closes the run with a PASS/FAIL/SKIP table. The caller sets out_dir (and creates it).
 #
-#   run_step <name> <command...>   runs the command; its exit status decides PASS or FAIL
+#   run_step <name> <command...>   runs the command; its exit status decides PASS or FAIL. With
+#                                  GPU_DEADLINE_S set (seconds since the script started), a step runs under
+#                                  `timeout` of the time left, and one with under 15 s left is a SKIP row: the
+#                                  script always reaches its summary inside the device machine's call limit
 #   record <name> <PASS|FAIL|SKIP> <note>   a row that is not a command of its own
 #   fail_last <note>               turns the last row into a FAIL (e.g. tests that were skipped)
 #   write_environment              date, commit, nvidia-smi, nvcc, cmake, gcc to $out_dir/environment.log
@@ -19,9 +22,19 @@ run_step() {
   local name="$1"
   shift
   local log="$out_dir/$name.log"
+  local limit=()
+  if [[ -n "${GPU_DEADLINE_S:-}" ]]; then
+    local left=$((GPU_DEADLINE_S - SECONDS))
+    if ((left < 15)); then
+      echo "=== [$name] skipped: ${left}s left of GPU_DEADLINE_S=${GPU_DEADLINE_S}" | tee "$log"
+      record "$name" SKIP "deadline (GPU_DEADLINE_S=${GPU_DEADLINE_S})"
+      return 1
+    fi
+    limit=(timeout -k 10 "$left")
+  fi
   echo "=== [$name] $*" | tee "$log"
   local start=$SECONDS
-  "$@" 2>&1 | tee -a "$log"
+  "${limit[@]}" "$@" 2>&1 | tee -a "$log"
   local rc=${PIPESTATUS[0]}
   local secs=$((SECONDS - start))
   echo "=== [$name] exit $rc after ${secs}s" | tee -a "$log"
