@@ -1,19 +1,27 @@
 // send / recv of CUDA tensors on the device's peer windows (docs/TORCH.md, "Point-to-point"): when the
 // group's CUDA communicator runs send/recv there (Communicator::sendRecvOnPeerWindows, agreed on every rank),
-// a CUDA tensor's send or receive is an op of a grouped call (Communicator::sendRecvGroupAsync, which cannot
-// deadlock whatever order each rank lists its ops in). A coalescing block's ops (batch_isend_irecv) are
-// issued together at endCoalescing on the caller's current stream. Lone isend/irecv are held, and issued
-// together as one grouped call when the rank waits on one of them (wait, is_completed, get_future,
-// synchronize) or calls anything else on the group (a collective, a CPU send/recv, a block, destroy), or
-// holds one for another stream or device. Issued one at a time, a ring exchange (every rank: irecv from the
-// left, isend to the right, then wait) would deadlock: each rank's receive would hold its stream until the
-// left rank's send, queued on that rank's stream behind its own receive (ProcessGroupNCCL avoids it with a
-// stream per peer pair; the peer path runs its kernels in issue order on one chain, stream_chain.h). Each
-// op's Work completes with its group's. Tags are not used (messages of a pair match in issue order, as
-// NCCL's); a receive from any source is refused in p2p().
+// a CUDA tensor's send or receive is an op of a grouped call (Communicator::sendRecvGroupAsync: rounds every
+// rank runs in the same order, so a group cannot deadlock whatever order each rank lists its ops in, when
+// both ends group the same ops). A coalescing block's ops (batch_isend_irecv) are issued together at
+// endCoalescing on the caller's current stream.
+//
+// Lone ops. A send is issued at once, as a group of one, unless a receive is held. A receive is held, and
+// so is every op after it, until the rank waits on one of them (wait, is_completed, get_future), calls
+// anything on any ringguard group (a collective, a CPU send/recv, a block, destroy; abort fails them), holds
+// one for another stream or device, or issues inside a CUDA graph capture; then the held ops are issued
+// together as one grouped call. Issued one at a time, a ring exchange (every rank: irecv from the left,
+// isend to the right, then wait) would deadlock: each rank's receive would hold its stream until the left
+// rank's send, queued on that rank's stream behind its own receive (ProcessGroupNCCL avoids it with a stream
+// per peer pair; the peer path runs its kernels in issue order on one chain, stream_chain.h). Sends ahead of
+// every receive stay in program order, alone, so a peer that takes them one at a time (recv; recv; send)
+// still matches a rank that sends twice before it receives. Each op's Work completes with its group's. Tags
+// are not used (messages of a pair match in issue order, as NCCL's); a receive from any source is refused in
+// p2p().
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -32,83 +40,98 @@
 
 namespace ringguard {
 
-// The held lone ops (see the top of this file). `mutex` also serialises the releases, so groups are issued
-// in the order their ops were held.
-struct ProcessGroupRingguard::HeldDeviceP2p {
+using HeldOps = std::vector<std::pair<P2pOp, std::shared_ptr<PendingCollective>>>;
+
+// One group's held lone ops (see the top of this file). `mutex` guards the fields and serialises the
+// issues, so ops go out in the order the rank called them.
+struct HeldDeviceP2p {
   std::mutex mutex;
   ProcessGroupRingguard* group = nullptr;  // null once the group stopped
-  std::vector<std::pair<P2pOp, std::shared_ptr<PendingCollective>>> ops;
+  HeldOps ops;
   int device = -1;
   void* stream = nullptr;  // the caller's current stream when the ops were held (one for all)
 
-  // Issues what is held as one grouped call. An error before the call is issued fails the held ops'
-  // Works (their wait() raises it): no Work is left that nothing will complete. Caller holds mutex.
-  void releaseLocked() {
-    if (ops.empty()) return;
-    std::vector<std::pair<P2pOp, std::shared_ptr<PendingCollective>>> taken;
-    taken.swap(ops);
-    if (group == nullptr) {
-      failAll(taken, Status(StatusCode::kAborted, "send/recv held when its process group stopped"));
-      return;
-    }
+  // Issues `ops` as one grouped call on the group; the Status a failure before the call leaves them with
+  // (failOps, by the caller, after the lock). Caller holds mutex.
+  Status issueLocked(const HeldOps& issued, int onDevice, void* onStream) {
+    if (group == nullptr)
+      return Status(StatusCode::kAborted, "send/recv held when its process group stopped");
     try {
-      group->issueDeviceP2p(taken, device, stream);  // a copy: `taken` is what an exception fails
+      group->issueDeviceP2p(issued, onDevice, onStream);
     } catch (const std::exception& e) {
-      failAll(taken, Status(StatusCode::kInternal, e.what()));
+      return Status(StatusCode::kInternal, e.what());
     }
-  }
-
-  static void failAll(std::vector<std::pair<P2pOp, std::shared_ptr<PendingCollective>>>& failed,
-                      const Status& why) {
-    const std::exception_ptr error = toException(why);
-    for (auto& op : failed) {
-      op.second->future->setError(error);
-      op.second->c10dWork->complete(error);
-    }
-    failed.clear();
+    return Status::ok();
   }
 };
 
 namespace {
 
-// A held op's Work: whatever asks after it releases the held ops first.
+// Every group's held ops: any ringguard operation releases them all, so a rank that blocks in another
+// group's collective does not keep a receive its peer's send waits on.
+std::mutex gHeldMutex;
+std::vector<std::weak_ptr<HeldDeviceP2p>> gHeld;
+
+// Fails `ops` that nothing completed yet. Called without any held mutex: a Future's callbacks run here and
+// may issue on the group.
+void failOps(HeldOps& ops, const Status& why) {
+  const std::exception_ptr error = toException(why);
+  for (auto& op : ops) {
+    if (op.second->future->completed()) continue;  // handed to the lane before a later step threw
+    op.second->future->setError(error);
+    op.second->c10dWork->complete(error);
+  }
+}
+
+// Issues what `held` holds. Nothing is completed or let go under the lock (a Future's callbacks may issue on
+// the group, and the last reference to a tensor Python owns takes the GIL): `taken` goes after it.
+void release(HeldDeviceP2p& held) {
+  HeldOps taken;
+  Status st;
+  {
+    std::lock_guard<std::mutex> lock(held.mutex);
+    if (held.ops.empty()) return;
+    taken.swap(held.ops);
+    st = held.issueLocked(taken, held.device, held.stream);
+  }
+  if (!st.isOk()) failOps(taken, st);
+}
+
+// A held op's Work: waiting on it, asking whether it is done or for its Future releases its group's held
+// ops first.
 class HeldP2pWork final : public C10dWork {
  public:
   HeldP2pWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
-              c10::intrusive_ptr<c10::ivalue::Future> future, std::function<void()> release)
-      : C10dWork(rank, type, title, std::move(outputs), std::move(future)), release_(std::move(release)) {}
+              c10::intrusive_ptr<c10::ivalue::Future> future, std::shared_ptr<HeldDeviceP2p> held)
+      : C10dWork(rank, type, title, std::move(outputs), std::move(future)), held_(std::move(held)) {}
   bool wait(std::chrono::milliseconds timeout) override {
-    release_();
+    release(*held_);
     return C10dWork::wait(timeout);
   }
   bool isCompleted() override {
-    release_();
+    release(*held_);
     return C10dWork::isCompleted();
   }
-  void synchronize() override {
-    release_();
-    C10dWork::synchronize();
-  }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
-    release_();
+    release(*held_);
     return C10dWork::getFuture();
   }
 
  private:
-  const std::function<void()> release_;
+  const std::shared_ptr<HeldDeviceP2p> held_;
 };
 
 }  // namespace
 
 void ProcessGroupRingguard::releaseHeldP2p() {
-  std::shared_ptr<HeldDeviceP2p> held;
+  std::vector<std::shared_ptr<HeldDeviceP2p>> all;
   {
-    std::lock_guard<std::mutex> lock(coalescingMutex_);
-    held = heldP2p_;
+    std::lock_guard<std::mutex> lock(gHeldMutex);
+    for (const auto& w : gHeld) {
+      if (auto h = w.lock()) all.push_back(std::move(h));
+    }
   }
-  if (!held) return;
-  std::lock_guard<std::mutex> lock(held->mutex);
-  held->releaseLocked();
+  for (const auto& h : all) release(*h);
 }
 
 void ProcessGroupRingguard::endHeldP2p(bool abort) {
@@ -118,14 +141,19 @@ void ProcessGroupRingguard::endHeldP2p(bool abort) {
     held = heldP2p_;
   }
   if (!held) return;
-  std::lock_guard<std::mutex> lock(held->mutex);
-  if (abort) {
-    HeldDeviceP2p::failAll(held->ops,
-                           Status(StatusCode::kAborted, "send/recv held when its process group was aborted"));
-  } else {
-    held->releaseLocked();  // destroy_process_group: what the rank called is issued, as NCCL's would be
+  HeldOps taken;
+  Status st;
+  {
+    std::lock_guard<std::mutex> lock(held->mutex);
+    taken.swap(held->ops);
+    if (abort) {
+      st = Status(StatusCode::kAborted, "send/recv held when its process group was aborted");
+    } else if (!taken.empty()) {
+      st = held->issueLocked(taken, held->device, held->stream);  // destroy: issued, as NCCL's would be
+    }
+    held->group = nullptr;
   }
-  held->group = nullptr;
+  if (!st.isOk()) failOps(taken, st);
 }
 
 bool ProcessGroupRingguard::peerSendRecv(const at::Tensor& t, const char* op, bool make,
@@ -174,16 +202,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::deviceP2p(const char* op, 
     if (!heldP2p_) {
       heldP2p_ = std::make_shared<HeldDeviceP2p>();
       heldP2p_->group = this;
+      std::lock_guard<std::mutex> registry(gHeldMutex);
+      gHeld.erase(std::remove_if(gHeld.begin(), gHeld.end(), [](const auto& w) { return w.expired(); }),
+                  gHeld.end());
+      gHeld.push_back(heldP2p_);
     }
     held = heldP2p_;
   }
-  // In a block the op is issued at endCoalescing, and releasing the held ones (none: startCoalescing
-  // released them) does nothing.
+  // In a block the op is issued at endCoalescing; its Work's release finds nothing held (startCoalescing
+  // released it).
   auto rg = c10::make_intrusive<HeldP2pWork>(rank_, isSend ? c10d::OpType::SEND : c10d::OpType::RECV, op,
-                                             std::vector<at::Tensor>{t}, future, [held] {
-                                               std::lock_guard<std::mutex> lock(held->mutex);
-                                               held->releaseLocked();
-                                             });
+                                             std::vector<at::Tensor>{t}, future, held);
   auto p = std::make_shared<PendingCollective>();
   p->c10dWork = rg;
   p->future = future;
@@ -205,11 +234,31 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::deviceP2p(const char* op, 
 #if RINGGUARD_TORCH_CUDA
   const int device = t.device().index();
   void* stream = c10::cuda::getCurrentCUDAStream(device).stream();
-  std::lock_guard<std::mutex> lock(held->mutex);
-  if (!held->ops.empty() && (held->device != device || held->stream != stream)) held->releaseLocked();
-  held->ops.emplace_back(message, std::move(p));
-  held->device = device;
-  held->stream = stream;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  // A capture takes its ops when they are called: nothing is held across it (a query that fails counts).
+  const bool capturing = cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture) != cudaSuccess ||
+                         capture != cudaStreamCaptureStatusNone;
+  if (capturing) (void)cudaGetLastError();
+  HeldOps before, now;
+  Status beforeSt, nowSt;
+  {
+    std::lock_guard<std::mutex> lock(held->mutex);
+    // Ops held for another stream or device, or before a capture, go first, as their own group.
+    if (!held->ops.empty() && (held->device != device || held->stream != stream || capturing)) {
+      before.swap(held->ops);
+      beforeSt = held->issueLocked(before, held->device, held->stream);
+    }
+    if (held->ops.empty() && (isSend || capturing)) {
+      now.emplace_back(message, std::move(p));  // nothing held before it: out at once, in program order
+      nowSt = held->issueLocked(now, device, stream);
+    } else {
+      held->ops.emplace_back(message, std::move(p));
+      held->device = device;
+      held->stream = stream;
+    }
+  }
+  if (!beforeSt.isOk()) failOps(before, beforeSt);
+  if (!nowSt.isOk()) failOps(now, nowSt);
 #else
   TORCH_CHECK(false, "ringguard: send/recv of CUDA tensors in a build without CUDA");
 #endif
@@ -217,7 +266,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::deviceP2p(const char* op, 
 }
 
 void ProcessGroupRingguard::issueDeviceP2p(
-    std::vector<std::pair<P2pOp, std::shared_ptr<PendingCollective>>> ops, int device, void* stream) {
+    const std::vector<std::pair<P2pOp, std::shared_ptr<PendingCollective>>>& ops, int device, void* stream) {
 #if RINGGUARD_TORCH_CUDA
   Communicator* comm = nullptr;
   {
@@ -230,10 +279,10 @@ void ProcessGroupRingguard::issueDeviceP2p(
   list.reserve(ops.size());
   for (const auto& op : ops) list.push_back(op.first);
   std::shared_ptr<ringguard::Work> group = comm->sendRecvGroupAsync(list, stream);
-  for (auto& op : ops) {
+  for (const auto& op : ops) {
     op.second->work = group;
     op.second->stream = stream;
-    cudaLane_->push(std::move(op.second));
+    cudaLane_->push(op.second);
   }
 #else
   (void)stream;

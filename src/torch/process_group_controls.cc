@@ -21,6 +21,7 @@ Counters ProcessGroupRingguard::counters() const {
 }
 
 void ProcessGroupRingguard::setFault(const std::map<std::string, std::string>& fault) {
+  releaseHeldP2p();  // send/recv called before it run with the faults they were called with
   if (Status nul = checkSettingMap(fault); !nul.isOk())
     throw std::invalid_argument("ringguard: set_fault: " + nul.message());
   for (const auto& kv : fault) {

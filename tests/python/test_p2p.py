@@ -432,28 +432,66 @@ def _(ctx):
 def _(ctx):
     # Every rank receives from the left, then sends to the right, each a lone op, then waits: issued one at a
     # time each rank's receive would hold its stream until the left rank's send, queued behind that rank's own
-    # receive (a deadlock). They are held and issued together at the first wait: one grouped call, one round
-    # (the same shift both ways). Then again with a collective between the calls and the waits, which issues
-    # the held pair before itself.
+    # receive (a deadlock). The receive is held, the send after it too, and both go at the first wait as one
+    # grouped call, one round (the same shift both ways). Then released by is_completed() polling, and by a
+    # collective between the calls and the waits (which issues the held pair before itself).
+    import time
+
     dev = torch.device("cuda", torch.cuda.current_device())
     right, left = (ctx.rank + 1) % ctx.size, (ctx.rank - 1) % ctx.size
     msg = lambda r, k: ((torch.arange(1000, dtype=torch.float32) + 1000 * r) * k).to(dev)  # noqa: E731
     before = _device_sendrecvs()
     got = torch.zeros(1000, device=dev)
     works = [dist.irecv(got, left), dist.isend(msg(ctx.rank, 1), right)]
+    assert _device_sendrecvs() == before, "a lone receive, or a send after it, went out before any wait"
     works[1].wait()
     works[0].wait()
     assert torch.equal(got, msg(left, 1)), got[:4]
     assert _device_sendrecvs() - before == 1, f"{_device_sendrecvs() - before} rounds for the held pair"
     got = torch.zeros(1000, device=dev)
     works = [dist.irecv(got, left), dist.isend(msg(ctx.rank, 2), right)]
+    deadline = time.monotonic() + 60
+    while not all(w.is_completed() for w in works):
+        assert time.monotonic() < deadline, "is_completed() never saw the held pair done"
+        time.sleep(0.001)
+    assert torch.equal(got, msg(left, 2)), got[:4]
+    got = torch.zeros(1000, device=dev)
+    works = [dist.irecv(got, left), dist.isend(msg(ctx.rank, 3), right)]
     total = torch.ones(4, device=dev)
     dist.all_reduce(total)
     for w in works:
         w.wait()
-    assert torch.equal(got, msg(left, 2)), got[:4]
+    assert torch.equal(got, msg(left, 3)), got[:4]
     assert torch.equal(total, torch.full((4,), float(ctx.size), device=dev)), total
-    assert _device_sendrecvs() - before == 2, f"{_device_sendrecvs() - before} rounds for two held pairs"
+    assert _device_sendrecvs() - before == 3, f"{_device_sendrecvs() - before} rounds for three held pairs"
+    return {}
+
+
+@CASES.case("cuda-lone-sends-before-a-receive-match-a-peer-taking-them-one-at-a-time")
+def _(ctx):
+    # Even ranks send twice, then receive, all lone, then wait; the odd rank above takes them one at a time
+    # (recv, recv, send). The sends go out at once, in order (nothing is held before them): grouped with the
+    # receive, the second send would wait behind it, which the peer answers only after that send (a deadlock).
+    dev = torch.device("cuda", torch.cuda.current_device())
+    peer = ctx.rank + 1 if ctx.rank % 2 == 0 else ctx.rank - 1
+    if peer >= ctx.size:
+        return {"idle": True}
+    block = lambda r, k: (torch.arange(300, dtype=torch.int64) * (k + 1) + 10000 * r).to(dev)  # noqa: E731
+    if ctx.rank % 2 == 0:
+        before = _device_sendrecvs()
+        answer = torch.zeros(300, dtype=torch.int64, device=dev)
+        works = [dist.isend(block(ctx.rank, 0), peer), dist.isend(block(ctx.rank, 1), peer)]
+        assert _device_sendrecvs() - before == 2, "a send with nothing held before it was held"
+        works.append(dist.irecv(answer, peer))
+        for w in works:
+            w.wait()
+        assert torch.equal(answer, block(peer, 2)), answer[:4]
+    else:
+        first, second = (torch.zeros(300, dtype=torch.int64, device=dev) for _ in range(2))
+        dist.recv(first, peer)
+        dist.recv(second, peer)
+        dist.send(block(ctx.rank, 2), peer)
+        assert torch.equal(first, block(peer, 0)) and torch.equal(second, block(peer, 1)), (first[:4], second[:4])
     return {}
 
 

@@ -52,6 +52,7 @@ class PointToPoint;  // ringguard/runtime/point_to_point.h
 class C10dWork;
 class CompletionLane;
 struct PendingCollective;
+struct HeldDeviceP2p;  // device_point_to_point.cc
 
 class ProcessGroupRingguard : public c10d::Backend {
  public:
@@ -243,13 +244,14 @@ class ProcessGroupRingguard : public c10d::Backend {
                                            Communicator* comm);
   // Issues `ops` as one grouped call on `stream` (a cudaStream_t) of `device` and queues each op's
   // completion.
-  void issueDeviceP2p(std::vector<std::pair<P2pOp, std::shared_ptr<PendingCollective>>> ops, int device,
-                      void* stream);
+  void issueDeviceP2p(const std::vector<std::pair<P2pOp, std::shared_ptr<PendingCollective>>>& ops,
+                      int device, void* stream);
   // The lone send/recv of CUDA tensors on the peer windows that are held (device_point_to_point.cc), and
   // their release: issued together as one grouped call when the rank waits on one of them or calls anything
-  // else on the group. Called first by every other operation of the group; nothing when none is held.
-  struct HeldDeviceP2p;
-  void releaseHeldP2p();
+  // on a ringguard group. Called first by every other operation of the group: releases every group's held
+  // ops; nothing when none is held.
+  static void releaseHeldP2p();
+  friend struct HeldDeviceP2p;  // issues through issueDeviceP2p
   // At stop(): the held ones issued (shutdown) or failed (abort); none is held after.
   void endHeldP2p(bool abort);
   // Whether a collective of `family` ("all_gather", "all_reduce") on `t` runs as the staged_chunked

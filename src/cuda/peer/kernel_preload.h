@@ -10,8 +10,9 @@
 // ncclInitKernelsForDevice). Used by the launcher files (cuda/peer/*.cu).
 #include <cuda_runtime.h>
 
+#include <string>
+
 #include "core/reduce_dispatch.h"
-#include "cuda/cuda_check.h"
 #include "ringguard/core/status.h"
 #include "ringguard/core/types.h"
 
@@ -22,18 +23,20 @@ namespace peer {
 template <typename Kernel>
 Status preloadKernel(Kernel* kernel) {
   cudaFuncAttributes attributes{};
-  RINGGUARD_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-  return Status::ok();
+  const cudaError_t e = cudaFuncGetAttributes(&attributes, kernel);
+  if (e == cudaSuccess) return Status::ok();
+  cudaGetLastError();  // not left for an unrelated launch's check on this thread (auto falls back)
+  return Status(StatusCode::kInternal,
+                std::string("peer path: loading a kernel (cudaFuncGetAttributes): ") + cudaGetErrorString(e));
 }
 
 // Calls fn(tag) with every element operation a reducing peer kernel may be instantiated for: the final step
-// (as every peer kernel reduces, core/reduce_dispatch.h) of every (dtype, op) pair the engine reduces, one
-// premul_sum factor standing for all (they share an operation). Pairs that share an operation call fn again
-// for it, which loads nothing new.
+// (as every peer kernel reduces, core/reduce_dispatch.h) of every (dtype, op) pair the engine reduces, and
+// premul_sum's (one operation for every factor: the bare kind stands for them, so no factor slot is taken;
+// its dtypes are reduceSupported's for premul_sum). Pairs that share an operation call fn again for it,
+// which loads nothing new.
 template <typename Fn>
 Status forEachFinalReduce(Fn&& fn) {
-  ReduceOp premul = ReduceOp::kSum;
-  RINGGUARD_RETURN_IF_ERROR(makePremulSum(2.0, &premul));
   for (DataType dtype : kAllDataTypes) {
     for (ReduceOp op : kAllReduceOps) {
       if (reduceSupported(dtype, op)) {
@@ -41,8 +44,8 @@ Status forEachFinalReduce(Fn&& fn) {
             element_ops::dispatchReduce(dtype, op, /*finalStep=*/true, /*firstStep=*/false, fn));
       }
     }
-    if (reduceSupported(dtype, premul)) {
-      RINGGUARD_RETURN_IF_ERROR(element_ops::dispatchReduce(dtype, premul, true, false, fn));
+    if (isFloatingType(dtype) || isComplexType(dtype)) {
+      RINGGUARD_RETURN_IF_ERROR(element_ops::dispatchReduce(dtype, ReduceOp::kPremulSum, true, false, fn));
     }
   }
   return Status::ok();
