@@ -353,6 +353,13 @@ def _device_sendrecvs() -> int:
                for c in ringguard.summary()["communicators"] if c["transport"] in ("peer", "staged", "nccl"))
 
 
+def _cuda_partner(ctx):
+    """The current CUDA device and this rank's partner (even ranks pair with the odd rank above), or None for
+    a last rank of an odd size, which has none."""
+    peer = ctx.rank + 1 if ctx.rank % 2 == 0 else ctx.rank - 1
+    return torch.device("cuda", torch.cuda.current_device()), (peer if peer < ctx.size else None)
+
+
 @CASES.case("cuda-batch_isend_irecv-ring-on-the-windows")
 def _(ctx):
     # The ring batch above on CUDA tensors, in every dtype: one grouped call on the device communicator (a
@@ -403,9 +410,8 @@ def _(ctx):
 def _(ctx):
     # Outside a batch, ops waited on at once (each its own group): even ranks send to the odd rank above, then
     # receive its answer; a non-contiguous tensor each way.
-    dev = torch.device("cuda", torch.cuda.current_device())
-    peer = ctx.rank + 1 if ctx.rank % 2 == 0 else ctx.rank - 1
-    if peer >= ctx.size:
+    dev, peer = _cuda_partner(ctx)
+    if peer is None:
         return {"idle": True}
     mine = (torch.arange(24, dtype=torch.int32) + 100 * ctx.rank).to(dev).view(4, 6)
     theirs = (torch.arange(24, dtype=torch.int32) + 100 * peer).to(dev).view(4, 6)
@@ -472,9 +478,8 @@ def _(ctx):
     # Even ranks send twice, then receive, all lone, then wait; the odd rank above takes them one at a time
     # (recv, recv, send). The sends go out at once, in order (nothing is held before them): grouped with the
     # receive, the second send would wait behind it, which the peer answers only after that send (a deadlock).
-    dev = torch.device("cuda", torch.cuda.current_device())
-    peer = ctx.rank + 1 if ctx.rank % 2 == 0 else ctx.rank - 1
-    if peer >= ctx.size:
+    dev, peer = _cuda_partner(ctx)
+    if peer is None:
         return {"idle": True}
     block = lambda r, k: (torch.arange(300, dtype=torch.int64) * (k + 1) + 10000 * r).to(dev)  # noqa: E731
     if ctx.rank % 2 == 0:
