@@ -5,24 +5,24 @@
 // both ends group the same ops). A coalescing block's ops (batch_isend_irecv) are issued together at
 // endCoalescing on the caller's current stream.
 //
-// Lone ops. A send is issued at once, as a group of one, unless a receive is held. A receive is held, and
-// so is every op after it, until the rank waits on one of them (wait, is_completed, get_future), calls
-// anything on any ringguard group (a collective, a CPU send/recv, a block, destroy; abort fails them), holds
-// one for another stream or device, or issues inside a CUDA graph capture; then the held ops are issued
-// together as one grouped call. Issued one at a time, a ring exchange (every rank: irecv from the left,
-// isend to the right, then wait) would deadlock: each rank's receive would hold its stream until the left
-// rank's send, queued on that rank's stream behind its own receive (ProcessGroupNCCL avoids it with a stream
-// per peer pair; the peer path runs its kernels in issue order on one chain, stream_chain.h). Sends ahead of
-// every receive stay in program order, alone, so a peer that takes them one at a time (recv; recv; send)
-// still matches a rank that sends twice before it receives. Each op's Work completes with its group's. Tags
-// are not used (messages of a pair match in issue order, as NCCL's); a receive from any source is refused in
-// p2p().
+// Lone ops are held, and issued together as one grouped call when released: by a wait on one of them
+// (wait, is_completed, get_future), or by any other ringguard call of the thread that held them (a
+// collective, a CPU send/recv, set_fault, destroy; a block takes them in; abort fails them), or by an op
+// for another stream or device. Inside a CUDA graph capture an op is issued at once. Issued one at a time,
+// a ring exchange (every rank: irecv from the left, isend to the right, then wait) and a send-first exchange
+// (isend, then recv) would deadlock: each rank's first kernel would hold its stream until the peer's
+// matching op, queued behind the peer's own first kernel (a send's kernel ends only once its receive is
+// posted; ProcessGroupNCCL avoids it with a stream per peer pair; the peer path runs its kernels in issue
+// order on one chain, stream_chain.h). Each op's Work completes with its group's. Tags are not used
+// (messages of a pair match in issue order, as NCCL's); a receive from any source is refused in p2p().
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -40,20 +40,20 @@
 
 namespace ringguard {
 
-using HeldOps = std::vector<std::pair<P2pOp, std::shared_ptr<PendingCollective>>>;
-
 // One group's held lone ops (see the top of this file). `mutex` guards the fields and serialises the
 // issues, so ops go out in the order the rank called them.
 struct HeldDeviceP2p {
   std::mutex mutex;
   ProcessGroupRingguard* group = nullptr;  // null once the group stopped
-  HeldOps ops;
+  DeviceP2pOps ops;
   int device = -1;
   void* stream = nullptr;  // the caller's current stream when the ops were held (one for all)
+  std::thread::id holder;  // the thread that held the first of `ops`
+  uint64_t firstHeld = 0;  // when (a process-wide count): sets release in the order they were held
 
-  // Issues `ops` as one grouped call on the group; the Status a failure before the call leaves them with
-  // (failOps, by the caller, after the lock). Caller holds mutex.
-  Status issueLocked(const HeldOps& issued, int onDevice, void* onStream) {
+  // Issues `issued` as one grouped call on the group; the Status a failure leaves them with (failed by the
+  // caller, after the lock). Caller holds mutex.
+  Status issueLocked(const DeviceP2pOps& issued, int onDevice, void* onStream) {
     if (group == nullptr)
       return Status(StatusCode::kAborted, "send/recv held when its process group stopped");
     try {
@@ -63,30 +63,30 @@ struct HeldDeviceP2p {
     }
     return Status::ok();
   }
+  static void fail(DeviceP2pOps& failed, const Status& why) {
+    ProcessGroupRingguard::failDeviceP2p(failed, why);
+  }
 };
 
 namespace {
 
-// Every group's held ops: any ringguard operation releases them all, so a rank that blocks in another
-// group's collective does not keep a receive its peer's send waits on.
-std::mutex gHeldMutex;
-std::vector<std::weak_ptr<HeldDeviceP2p>> gHeld;
-
-// Fails `ops` that nothing completed yet. Called without any held mutex: a Future's callbacks run here and
-// may issue on the group.
-void failOps(HeldOps& ops, const Status& why) {
-  const std::exception_ptr error = toException(why);
-  for (auto& op : ops) {
-    if (op.second->future->completed()) continue;  // handed to the lane before a later step threw
-    op.second->future->setError(error);
-    op.second->c10dWork->complete(error);
-  }
+// Every group's held ops, so that a thread's ringguard call releases what it holds on any group (it may
+// block in that call, and a peer's send may wait on a receive it holds). Never destroyed: a late thread
+// (a Future's callback at exit) may still reach it.
+struct HeldRegistry {
+  std::mutex mutex;
+  std::vector<std::weak_ptr<HeldDeviceP2p>> sets;
+  std::atomic<uint64_t> holds{0};
+};
+HeldRegistry& registry() {
+  static HeldRegistry* r = new HeldRegistry;
+  return *r;
 }
 
 // Issues what `held` holds. Nothing is completed or let go under the lock (a Future's callbacks may issue on
 // the group, and the last reference to a tensor Python owns takes the GIL): `taken` goes after it.
 void release(HeldDeviceP2p& held) {
-  HeldOps taken;
+  DeviceP2pOps taken;
   Status st;
   {
     std::lock_guard<std::mutex> lock(held.mutex);
@@ -94,26 +94,45 @@ void release(HeldDeviceP2p& held) {
     taken.swap(held.ops);
     st = held.issueLocked(taken, held.device, held.stream);
   }
-  if (!st.isOk()) failOps(taken, st);
+  if (!st.isOk()) HeldDeviceP2p::fail(taken, st);
+}
+
+// Releases the sets the calling thread holds, and `also` whoever holds it, in the order they were held.
+void releaseHeld(HeldDeviceP2p* also) {
+  std::vector<std::shared_ptr<HeldDeviceP2p>> sets;
+  {
+    std::lock_guard<std::mutex> lock(registry().mutex);
+    for (const auto& w : registry().sets) {
+      if (auto h = w.lock()) sets.push_back(std::move(h));
+    }
+  }
+  const std::thread::id me = std::this_thread::get_id();
+  std::vector<std::pair<uint64_t, HeldDeviceP2p*>> mine;
+  for (const auto& h : sets) {
+    std::lock_guard<std::mutex> lock(h->mutex);
+    if (!h->ops.empty() && (h->holder == me || h.get() == also)) mine.emplace_back(h->firstHeld, h.get());
+  }
+  std::sort(mine.begin(), mine.end());
+  for (const auto& m : mine) release(*m.second);
 }
 
 // A held op's Work: waiting on it, asking whether it is done or for its Future releases its group's held
-// ops first.
+// ops, and what the waiting thread holds elsewhere, first.
 class HeldP2pWork final : public C10dWork {
  public:
   HeldP2pWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
               c10::intrusive_ptr<c10::ivalue::Future> future, std::shared_ptr<HeldDeviceP2p> held)
       : C10dWork(rank, type, title, std::move(outputs), std::move(future)), held_(std::move(held)) {}
   bool wait(std::chrono::milliseconds timeout) override {
-    release(*held_);
+    releaseHeld(held_.get());
     return C10dWork::wait(timeout);
   }
   bool isCompleted() override {
-    release(*held_);
+    releaseHeld(held_.get());
     return C10dWork::isCompleted();
   }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
-    release(*held_);
+    releaseHeld(held_.get());
     return C10dWork::getFuture();
   }
 
@@ -123,25 +142,52 @@ class HeldP2pWork final : public C10dWork {
 
 }  // namespace
 
-void ProcessGroupRingguard::releaseHeldP2p() {
-  std::vector<std::shared_ptr<HeldDeviceP2p>> all;
-  {
-    std::lock_guard<std::mutex> lock(gHeldMutex);
-    for (const auto& w : gHeld) {
-      if (auto h = w.lock()) all.push_back(std::move(h));
-    }
+void ProcessGroupRingguard::failDeviceP2p(DeviceP2pOps& ops, const Status& why) {
+  const std::exception_ptr error = toException(why);
+  for (auto& op : ops) {
+    if (op.second->work) continue;  // handed to the lane, which completes it
+    op.second->future->setError(error);
+    op.second->c10dWork->complete(error);
   }
-  for (const auto& h : all) release(*h);
 }
 
-void ProcessGroupRingguard::endHeldP2p(bool abort) {
+void ProcessGroupRingguard::releaseHeldP2p() { releaseHeld(nullptr); }
+
+DeviceP2pOps ProcessGroupRingguard::takeHeldForBlock(int* device) {
   std::shared_ptr<HeldDeviceP2p> held;
   {
     std::lock_guard<std::mutex> lock(coalescingMutex_);
     held = heldP2p_;
   }
+  DeviceP2pOps taken;
+#if RINGGUARD_TORCH_CUDA
+  if (!held) return taken;
+  std::lock_guard<std::mutex> lock(held->mutex);
+  if (held->ops.empty() || held->holder != std::this_thread::get_id() ||
+      held->stream != c10::cuda::getCurrentCUDAStream(held->device).stream()) {
+    return taken;
+  }
+  taken.swap(held->ops);
+  *device = held->device;
+#else
+  (void)device;
+#endif
+  return taken;
+}
+
+void ProcessGroupRingguard::endDeviceP2p(bool abort) {
+  std::shared_ptr<HeldDeviceP2p> held;
+  DeviceP2pOps block;
+  {
+    std::lock_guard<std::mutex> lock(coalescingMutex_);
+    held = heldP2p_;
+    block.swap(deviceP2p_);
+  }
+  failDeviceP2p(block, Status(StatusCode::kAborted,
+                              std::string("send/recv of a coalescing block that never ") +
+                                  "reached endCoalescing, at " + (abort ? "abort()" : "shutdown()")));
   if (!held) return;
-  HeldOps taken;
+  DeviceP2pOps taken;
   Status st;
   {
     std::lock_guard<std::mutex> lock(held->mutex);
@@ -153,7 +199,7 @@ void ProcessGroupRingguard::endHeldP2p(bool abort) {
     }
     held->group = nullptr;
   }
-  if (!st.isOk()) failOps(taken, st);
+  if (!st.isOk()) failDeviceP2p(taken, st);
 }
 
 bool ProcessGroupRingguard::peerSendRecv(const at::Tensor& t, const char* op, bool make,
@@ -202,15 +248,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::deviceP2p(const char* op, 
     if (!heldP2p_) {
       heldP2p_ = std::make_shared<HeldDeviceP2p>();
       heldP2p_->group = this;
-      std::lock_guard<std::mutex> registry(gHeldMutex);
-      gHeld.erase(std::remove_if(gHeld.begin(), gHeld.end(), [](const auto& w) { return w.expired(); }),
-                  gHeld.end());
-      gHeld.push_back(heldP2p_);
+      std::lock_guard<std::mutex> entry(registry().mutex);
+      auto& sets = registry().sets;
+      sets.erase(std::remove_if(sets.begin(), sets.end(), [](const auto& w) { return w.expired(); }),
+                 sets.end());
+      sets.push_back(heldP2p_);
     }
     held = heldP2p_;
   }
-  // In a block the op is issued at endCoalescing; its Work's release finds nothing held (startCoalescing
-  // released it).
+  // In a block the op is issued at endCoalescing; its Work's release finds nothing of the group held
+  // (startCoalescing took that into the block).
   auto rg = c10::make_intrusive<HeldP2pWork>(rank_, isSend ? c10d::OpType::SEND : c10d::OpType::RECV, op,
                                              std::vector<at::Tensor>{t}, future, held);
   auto p = std::make_shared<PendingCollective>();
@@ -239,7 +286,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::deviceP2p(const char* op, 
   const bool capturing = cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture) != cudaSuccess ||
                          capture != cudaStreamCaptureStatusNone;
   if (capturing) (void)cudaGetLastError();
-  HeldOps before, now;
+  DeviceP2pOps before, now;
   Status beforeSt, nowSt;
   {
     std::lock_guard<std::mutex> lock(held->mutex);
@@ -248,25 +295,28 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::deviceP2p(const char* op, 
       before.swap(held->ops);
       beforeSt = held->issueLocked(before, held->device, held->stream);
     }
-    if (held->ops.empty() && (isSend || capturing)) {
-      now.emplace_back(message, std::move(p));  // nothing held before it: out at once, in program order
+    if (capturing) {
+      now.emplace_back(message, std::move(p));
       nowSt = held->issueLocked(now, device, stream);
     } else {
+      if (held->ops.empty()) {
+        held->holder = std::this_thread::get_id();
+        held->firstHeld = ++registry().holds;
+      }
       held->ops.emplace_back(message, std::move(p));
       held->device = device;
       held->stream = stream;
     }
   }
-  if (!beforeSt.isOk()) failOps(before, beforeSt);
-  if (!nowSt.isOk()) failOps(now, nowSt);
+  if (!beforeSt.isOk()) failDeviceP2p(before, beforeSt);
+  if (!nowSt.isOk()) failDeviceP2p(now, nowSt);
 #else
   TORCH_CHECK(false, "ringguard: send/recv of CUDA tensors in a build without CUDA");
 #endif
   return rg;
 }
 
-void ProcessGroupRingguard::issueDeviceP2p(
-    const std::vector<std::pair<P2pOp, std::shared_ptr<PendingCollective>>>& ops, int device, void* stream) {
+void ProcessGroupRingguard::issueDeviceP2p(const DeviceP2pOps& ops, int device, void* stream) {
 #if RINGGUARD_TORCH_CUDA
   Communicator* comm = nullptr;
   {
@@ -282,7 +332,12 @@ void ProcessGroupRingguard::issueDeviceP2p(
   for (const auto& op : ops) {
     op.second->work = group;
     op.second->stream = stream;
-    cudaLane_->push(op.second);
+    try {
+      cudaLane_->push(op.second);
+    } catch (...) {
+      op.second->work.reset();  // not handed over: failDeviceP2p fails it
+      throw;
+    }
   }
 #else
   (void)stream;

@@ -161,7 +161,7 @@ Communicator* ProcessGroupRingguard::communicatorFor(const at::Tensor& t, const 
 }
 
 void ProcessGroupRingguard::stop(bool abort) {
-  endHeldP2p(abort);  // while the group still issues
+  endDeviceP2p(abort);  // while the group still issues
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopped_) return;

@@ -102,19 +102,24 @@ void ProcessGroupRingguard::coalesce(const c10::intrusive_ptr<c10d::Work>& work)
 }
 
 void ProcessGroupRingguard::startCoalescing() {
+  // What this thread holds on this group for the current stream joins the block; the rest goes first.
+  int heldDevice = -1;
+  DeviceP2pOps joining = takeHeldForBlock(&heldDevice);
   releaseHeldP2p();
-  std::lock_guard<std::mutex> lock(coalescingMutex_);
-  // A block that ended in an exception never reached endCoalescing (as with NCCL): start afresh. Its
-  // send/recv on the peer windows were never issued: their Works fail rather than wait forever.
-  coalesced_.clear();
-  for (auto& op : deviceP2p_) {
-    const std::exception_ptr error = toException(
-        Status(StatusCode::kAborted, "send/recv of a coalescing block that never reached endCoalescing"));
-    op.second->future->setError(error);
-    op.second->c10dWork->complete(error);
+  DeviceP2pOps abandoned;
+  {
+    std::lock_guard<std::mutex> lock(coalescingMutex_);
+    // A block that ended in an exception never reached endCoalescing (as with NCCL): start afresh. Its
+    // send/recv on the peer windows were never issued: their Works fail (below, unlocked) rather than wait
+    // forever.
+    coalesced_.clear();
+    abandoned.swap(deviceP2p_);
+    deviceP2p_ = std::move(joining);
+    if (!deviceP2p_.empty()) deviceP2pDevice_ = heldDevice;
+    coalescing_ = true;
   }
-  deviceP2p_.clear();
-  coalescing_ = true;
+  failDeviceP2p(abandoned, Status(StatusCode::kAborted,
+                                  "send/recv of a coalescing block that never reached endCoalescing"));
 }
 
 // One Work over the block's operations: its Future completes (with every output) once each of theirs has,
@@ -122,7 +127,7 @@ void ProcessGroupRingguard::startCoalescing() {
 // nothing waits on a thread of its own.
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::endCoalescing() {
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  std::vector<std::pair<P2pOp, std::shared_ptr<PendingCollective>>> deviceOps;
+  DeviceP2pOps deviceOps;
   int device = -1;
   {
     std::lock_guard<std::mutex> lock(coalescingMutex_);
@@ -139,7 +144,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::endCoalescing() {
 #if RINGGUARD_TORCH_CUDA
     stream = c10::cuda::getCurrentCUDAStream(device).stream();
 #endif
-    issueDeviceP2p(std::move(deviceOps), device, stream);
+    try {
+      issueDeviceP2p(deviceOps, device, stream);
+    } catch (const std::exception& e) {
+      failDeviceP2p(deviceOps, Status(StatusCode::kInternal, e.what()));  // none left that nothing completes
+      throw;
+    }
   }
   if (works.empty()) return nullptr;
   std::vector<at::Tensor> outputs;

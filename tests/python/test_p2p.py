@@ -13,7 +13,8 @@ the lowest rank's is taken; a count that differs fails both sides at once.
 
 The ``cuda-`` cases run on CUDA tensors with RINGGUARD_DEVICE_TRANSPORT=peer (skipped without a GPU; on the
 GPU machine under MPS: scripts/gpu_peer_torch_check.sh): send/recv then run on the device's peer windows, a
-batch as one grouped call (Communicator::sendRecvGroupAsync) and a lone isend/irecv as a group of one.
+batch as one grouped call (Communicator::sendRecvGroupAsync), and lone isend/irecv held until a wait (or another
+call) releases them as one grouped call.
 """
 
 import os
@@ -353,13 +354,6 @@ def _device_sendrecvs() -> int:
                for c in ringguard.summary()["communicators"] if c["transport"] in ("peer", "staged", "nccl"))
 
 
-def _cuda_partner(ctx):
-    """The current CUDA device and this rank's partner (even ranks pair with the odd rank above), or None for
-    a last rank of an odd size, which has none."""
-    peer = ctx.rank + 1 if ctx.rank % 2 == 0 else ctx.rank - 1
-    return torch.device("cuda", torch.cuda.current_device()), (peer if peer < ctx.size else None)
-
-
 @CASES.case("cuda-batch_isend_irecv-ring-on-the-windows")
 def _(ctx):
     # The ring batch above on CUDA tensors, in every dtype: one grouped call on the device communicator (a
@@ -410,8 +404,9 @@ def _(ctx):
 def _(ctx):
     # Outside a batch, ops waited on at once (each its own group): even ranks send to the odd rank above, then
     # receive its answer; a non-contiguous tensor each way.
-    dev, peer = _cuda_partner(ctx)
-    if peer is None:
+    dev = torch.device("cuda", torch.cuda.current_device())
+    peer = ctx.rank + 1 if ctx.rank % 2 == 0 else ctx.rank - 1
+    if peer >= ctx.size:
         return {"idle": True}
     mine = (torch.arange(24, dtype=torch.int32) + 100 * ctx.rank).to(dev).view(4, 6)
     theirs = (torch.arange(24, dtype=torch.int32) + 100 * peer).to(dev).view(4, 6)
@@ -438,9 +433,9 @@ def _(ctx):
 def _(ctx):
     # Every rank receives from the left, then sends to the right, each a lone op, then waits: issued one at a
     # time each rank's receive would hold its stream until the left rank's send, queued behind that rank's own
-    # receive (a deadlock). The receive is held, the send after it too, and both go at the first wait as one
-    # grouped call, one round (the same shift both ways). Then released by is_completed() polling, and by a
-    # collective between the calls and the waits (which issues the held pair before itself).
+    # receive (a deadlock). Both are held and go at the first wait as one grouped call, one round (the same
+    # shift both ways). Then released by is_completed() polling, by a collective between the calls and the
+    # waits (which issues the held pair before itself), and by a batch that takes the held receive in.
     import time
 
     dev = torch.device("cuda", torch.cuda.current_device())
@@ -449,7 +444,7 @@ def _(ctx):
     before = _device_sendrecvs()
     got = torch.zeros(1000, device=dev)
     works = [dist.irecv(got, left), dist.isend(msg(ctx.rank, 1), right)]
-    assert _device_sendrecvs() == before, "a lone receive, or a send after it, went out before any wait"
+    assert _device_sendrecvs() == before, "a lone op went out before any wait"
     works[1].wait()
     works[0].wait()
     assert torch.equal(got, msg(left, 1)), got[:4]
@@ -469,34 +464,33 @@ def _(ctx):
         w.wait()
     assert torch.equal(got, msg(left, 3)), got[:4]
     assert torch.equal(total, torch.full((4,), float(ctx.size), device=dev)), total
-    assert _device_sendrecvs() - before == 3, f"{_device_sendrecvs() - before} rounds for three held pairs"
+    got = torch.zeros(1000, device=dev)
+    held = dist.irecv(got, left)
+    for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, msg(ctx.rank, 4), right)]):
+        w.wait()
+    held.wait()
+    assert torch.equal(got, msg(left, 4)), got[:4]
+    assert _device_sendrecvs() - before == 4, f"{_device_sendrecvs() - before} rounds for four held pairs"
     return {}
 
 
-@CASES.case("cuda-lone-sends-before-a-receive-match-a-peer-taking-them-one-at-a-time")
+@CASES.case("cuda-lone-send-first-exchange")
 def _(ctx):
-    # Even ranks send twice, then receive, all lone, then wait; the odd rank above takes them one at a time
-    # (recv, recv, send). The sends go out at once, in order (nothing is held before them): grouped with the
-    # receive, the second send would wait behind it, which the peer answers only after that send (a deadlock).
-    dev, peer = _cuda_partner(ctx)
-    if peer is None:
-        return {"idle": True}
-    block = lambda r, k: (torch.arange(300, dtype=torch.int64) * (k + 1) + 10000 * r).to(dev)  # noqa: E731
-    if ctx.rank % 2 == 0:
-        before = _device_sendrecvs()
-        answer = torch.zeros(300, dtype=torch.int64, device=dev)
-        works = [dist.isend(block(ctx.rank, 0), peer), dist.isend(block(ctx.rank, 1), peer)]
-        assert _device_sendrecvs() - before == 2, "a send with nothing held before it was held"
-        works.append(dist.irecv(answer, peer))
-        for w in works:
-            w.wait()
-        assert torch.equal(answer, block(peer, 2)), answer[:4]
-    else:
-        first, second = (torch.zeros(300, dtype=torch.int64, device=dev) for _ in range(2))
-        dist.recv(first, peer)
-        dist.recv(second, peer)
-        dist.send(block(ctx.rank, 2), peer)
-        assert torch.equal(first, block(peer, 0)) and torch.equal(second, block(peer, 1)), (first[:4], second[:4])
+    # PyTorch's tutorial ring, send first: isend to the right, a blocking recv from the left, then wait on the
+    # send. A send's kernel ends only once its receive is posted, so issued at once every rank's send would
+    # hold its stream until the right rank's receive, queued behind that rank's own send; held, the send goes
+    # with the receive at the recv's wait, one round.
+    dev = torch.device("cuda", torch.cuda.current_device())
+    right, left = (ctx.rank + 1) % ctx.size, (ctx.rank - 1) % ctx.size
+    mine = (torch.arange(513, dtype=torch.float64) - 7 * ctx.rank).to(dev)
+    got = torch.zeros(513, dtype=torch.float64, device=dev)
+    before = _device_sendrecvs()
+    req = dist.isend(mine, right)
+    assert _device_sendrecvs() == before, "a lone send went out before any wait"
+    dist.recv(got, left)
+    req.wait()
+    assert torch.equal(got, (torch.arange(513, dtype=torch.float64) - 7 * left).to(dev)), got[:4]
+    assert _device_sendrecvs() - before == 1, f"{_device_sendrecvs() - before} rounds for the exchange"
     return {}
 
 

@@ -53,6 +53,8 @@ class C10dWork;
 class CompletionLane;
 struct PendingCollective;
 struct HeldDeviceP2p;  // device_point_to_point.cc
+// Send/recv ops of CUDA tensors on the peer windows, each with its pending completion.
+using DeviceP2pOps = std::vector<std::pair<P2pOp, std::shared_ptr<PendingCollective>>>;
 
 class ProcessGroupRingguard : public c10d::Backend {
  public:
@@ -244,16 +246,23 @@ class ProcessGroupRingguard : public c10d::Backend {
                                            Communicator* comm);
   // Issues `ops` as one grouped call on `stream` (a cudaStream_t) of `device` and queues each op's
   // completion.
-  void issueDeviceP2p(const std::vector<std::pair<P2pOp, std::shared_ptr<PendingCollective>>>& ops,
-                      int device, void* stream);
-  // The lone send/recv of CUDA tensors on the peer windows that are held (device_point_to_point.cc), and
-  // their release: issued together as one grouped call when the rank waits on one of them or calls anything
-  // on a ringguard group. Called first by every other operation of the group: releases every group's held
-  // ops; nothing when none is held.
+  // An op whose issue threw is not handed to the lane (its `work` stays null): failDeviceP2p fails it.
+  void issueDeviceP2p(const DeviceP2pOps& ops, int device, void* stream);
+  // Fails the ops of `ops` that were not handed to the lane (their Futures, then their Works). Called with
+  // no lock held: a Future's callbacks run here and may issue on the group.
+  static void failDeviceP2p(DeviceP2pOps& ops, const Status& why);
+  // The lone send/recv of CUDA tensors on the peer windows are held (device_point_to_point.cc) and issued
+  // together as one grouped call when released: by a wait on one of them, or by any other ringguard call of
+  // the thread that held them. releaseHeldP2p releases what the calling thread holds on every group, in the
+  // order it held it; nothing when none is held. Called first by every other operation of the group.
   static void releaseHeldP2p();
   friend struct HeldDeviceP2p;  // issues through issueDeviceP2p
-  // At stop(): the held ones issued (shutdown) or failed (abort); none is held after.
-  void endHeldP2p(bool abort);
+  // startCoalescing: the ops this thread holds on this group for the current stream, taken to join the block
+  // (`irecv` then a batch with the matching `isend`, on every rank, is one exchange); *device their device.
+  DeviceP2pOps takeHeldForBlock(int* device);
+  // At stop(): the held ops issued (shutdown) or failed (abort), and a block's ops that never reached
+  // endCoalescing failed; none is left after.
+  void endDeviceP2p(bool abort);
   // Whether a collective of `family` ("all_gather", "all_reduce") on `t` runs as the staged_chunked
   // variant: a CUDA tensor while the process's downgrade engine (ringguard/policy/process_engine.h) has
   // selected it, read when the collective is issued.
@@ -315,9 +324,10 @@ class ProcessGroupRingguard : public c10d::Backend {
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
   // The block's send/recv of CUDA tensors on the peer windows, issued at endCoalescing (guarded as above).
-  std::vector<std::pair<P2pOp, std::shared_ptr<PendingCollective>>> deviceP2p_;
+  DeviceP2pOps deviceP2p_;
   int deviceP2pDevice_ = -1;
-  // Shared with the held ops' Works, whose wait() releases them (made with the group; outlives it in them).
+  // Shared with the held ops' Works, whose wait() releases them (made at the group's first lone op on the
+  // windows; outlives the group in them).
   std::shared_ptr<HeldDeviceP2p> heldP2p_;
 };
 
