@@ -35,10 +35,12 @@ torchrun=(timeout 300 python3 -m torch.distributed.run --nproc-per-node=2)
 if start_mps; then
   modules="${PEER_TORCH_PYTEST:-test_collectives.py test_p2p.py test_ddp.py test_fsdp.py test_replicas.py test_replicas_hsdp.py test_killed_rank.py}"
   # A step per module, each torchrun launch bounded (RINGGUARD_TEST_LAUNCH_TIMEOUT): a launch that hangs
-  # costs its module, not the run.
+  # costs its module, not the run; RINGGUARD_TIMEOUT_MS=30000 ends a kernel left waiting on a group made
+  # without a timeout (torch's 30 minutes) well inside it.
   for m in $modules; do
     run_step "pytest_peer_${m%.py}" env RINGGUARD_DEVICE_TRANSPORT=peer RINGGUARD_TEST_DEVICE=cuda \
-      RINGGUARD_TEST_LAUNCH_TIMEOUT="${PEER_TORCH_LAUNCH_TIMEOUT:-150}" timeout 420 \
+      RINGGUARD_TEST_LAUNCH_TIMEOUT="${PEER_TORCH_LAUNCH_TIMEOUT:-150}" \
+      RINGGUARD_TIMEOUT_MS="${PEER_TORCH_TIMEOUT_MS:-30000}" timeout 420 \
       python3 -m pytest "tests/python/$m" -q -rfs -p no:cacheprovider
   done
   if [[ "${PEER_TORCH_SKIP_BENCH:-0}" != "1" ]]; then

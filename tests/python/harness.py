@@ -171,7 +171,10 @@ def run_worker(cases: Cases, init: Callable[[], None], teardown: bool = True) ->
             rep.write(case.name, "skip", error=str(err), seconds=time.monotonic() - t0)
         except XFail as err:
             rep.write(case.name, "xfail", error=str(err), seconds=time.monotonic() - t0)
-        except Exception as err:  # noqa: BLE001 - a failing case must not stop the others
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as err:  # noqa: BLE001 - a failing case (pytest.raises' "DID NOT RAISE" too,
+            # a BaseException) must not stop the others or the rank's launch
             rep.write(case.name, "fail", error=_error_text(err), seconds=time.monotonic() - t0)
         if dist.is_initialized():
             dist.barrier(group=ctx.ref)  # gloo: lockstep between cases, whatever ringguard did

@@ -130,6 +130,9 @@ Status agreeOnPeerPath(Bootstrap& bootstrap, uint64_t twoShotBytes, std::pair<in
 // creation agrees on every step).
 Status makePeerPath(Bootstrap& bootstrap, const DeviceOptions& device, int gpu, int localSize,
                     const Options& options, std::unique_ptr<DirectPath>* out) {
+  // One rank has no peer to map: no path, whatever was asked, so a one-rank communicator is named by its
+  // own transport ("nccl", "staged"), as before the path existed (test_ddp.py's cuda-np1-nccl-transport).
+  if (bootstrap.size() < 2) return Status::ok();
   const bool oneHost = localSize == bootstrap.size();
   if (device.transport == DeviceTransportKind::kPeer && !oneHost) {
     return Status(StatusCode::kInvalidArgument,
@@ -138,7 +141,7 @@ Status makePeerPath(Bootstrap& bootstrap, const DeviceOptions& device, int gpu, 
                       std::to_string(bootstrap.size()) + " ranks are on other hosts");
   }
   if (device.transport != DeviceTransportKind::kPeer &&
-      (device.transport != DeviceTransportKind::kAuto || !oneHost || bootstrap.size() < 2)) {
+      (device.transport != DeviceTransportKind::kAuto || !oneHost)) {
     return Status::ok();
   }
   // Ranks that are threads of one process share its CUDA context: one rank's device-wide synchronisation
