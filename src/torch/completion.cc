@@ -70,6 +70,16 @@ std::exception_ptr toException(const Status& st) {
   }
 }
 
+void failNotHandedOver(std::vector<std::pair<P2pOp, std::shared_ptr<PendingCollective>>>& ops,
+                       const Status& why) {
+  const std::exception_ptr error = toException(why);
+  for (auto& op : ops) {
+    if (op.second->work) continue;
+    op.second->future->setError(error);
+    op.second->c10dWork->complete(error);
+  }
+}
+
 CompletionLane::CompletionLane(std::string threadName) : threadName_(std::move(threadName)) {}
 
 CompletionLane::~CompletionLane() { drain(); }

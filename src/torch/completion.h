@@ -104,6 +104,12 @@ struct PendingCollective {
   void* stream = nullptr;        // the caller's stream (CUDA)
 };
 
+// Fails the send/recv ops of `ops` that were never handed to a completion lane (their `work` is null: not
+// issued, or their issue threw): their Futures, then their Works. Called with no lock held: a Future's
+// callbacks run here and may issue on the group. Those handed over are the lane's to complete.
+void failNotHandedOver(std::vector<std::pair<P2pOp, std::shared_ptr<PendingCollective>>>& ops,
+                       const Status& why);
+
 // Completes the collectives of one communicator in issue order (one lane per communicator, so a CPU
 // collective never waits behind an earlier CUDA one). At most one thread of a lane waits on collectives
 // at a time (the leader); it hands the role on before it runs Future callbacks (see the top of this file).

@@ -63,9 +63,6 @@ struct HeldDeviceP2p {
     }
     return Status::ok();
   }
-  static void fail(DeviceP2pOps& failed, const Status& why) {
-    ProcessGroupRingguard::failDeviceP2p(failed, why);
-  }
 };
 
 namespace {
@@ -94,7 +91,7 @@ void release(HeldDeviceP2p& held) {
     taken.swap(held.ops);
     st = held.issueLocked(taken, held.device, held.stream);
   }
-  if (!st.isOk()) HeldDeviceP2p::fail(taken, st);
+  if (!st.isOk()) failNotHandedOver(taken, st);
 }
 
 // Releases the sets the calling thread holds, and `also` whoever holds it, in the order they were held.
@@ -142,15 +139,6 @@ class HeldP2pWork final : public C10dWork {
 
 }  // namespace
 
-void ProcessGroupRingguard::failDeviceP2p(DeviceP2pOps& ops, const Status& why) {
-  const std::exception_ptr error = toException(why);
-  for (auto& op : ops) {
-    if (op.second->work) continue;  // handed to the lane, which completes it
-    op.second->future->setError(error);
-    op.second->c10dWork->complete(error);
-  }
-}
-
 void ProcessGroupRingguard::releaseHeldP2p() { releaseHeld(nullptr); }
 
 DeviceP2pOps ProcessGroupRingguard::takeHeldForBlock(int* device) {
@@ -183,9 +171,9 @@ void ProcessGroupRingguard::endDeviceP2p(bool abort) {
     held = heldP2p_;
     block.swap(deviceP2p_);
   }
-  failDeviceP2p(block, Status(StatusCode::kAborted,
-                              std::string("send/recv of a coalescing block that never ") +
-                                  "reached endCoalescing, at " + (abort ? "abort()" : "shutdown()")));
+  failNotHandedOver(block, Status(StatusCode::kAborted,
+                                  std::string("send/recv of a coalescing block that never ") +
+                                      "reached endCoalescing, at " + (abort ? "abort()" : "shutdown()")));
   if (!held) return;
   DeviceP2pOps taken;
   Status st;
@@ -199,7 +187,7 @@ void ProcessGroupRingguard::endDeviceP2p(bool abort) {
     }
     held->group = nullptr;
   }
-  if (!st.isOk()) failDeviceP2p(taken, st);
+  if (!st.isOk()) failNotHandedOver(taken, st);
 }
 
 bool ProcessGroupRingguard::peerSendRecv(const at::Tensor& t, const char* op, bool make,
@@ -308,8 +296,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::deviceP2p(const char* op, 
       held->stream = stream;
     }
   }
-  if (!beforeSt.isOk()) failDeviceP2p(before, beforeSt);
-  if (!nowSt.isOk()) failDeviceP2p(now, nowSt);
+  if (!beforeSt.isOk()) failNotHandedOver(before, beforeSt);
+  if (!nowSt.isOk()) failNotHandedOver(now, nowSt);
 #else
   TORCH_CHECK(false, "ringguard: send/recv of CUDA tensors in a build without CUDA");
 #endif
@@ -335,7 +323,7 @@ void ProcessGroupRingguard::issueDeviceP2p(const DeviceP2pOps& ops, int device, 
     try {
       cudaLane_->push(op.second);
     } catch (...) {
-      op.second->work.reset();  // not handed over: failDeviceP2p fails it
+      op.second->work.reset();  // not handed over: failNotHandedOver fails it
       throw;
     }
   }

@@ -118,8 +118,8 @@ void ProcessGroupRingguard::startCoalescing() {
     if (!deviceP2p_.empty()) deviceP2pDevice_ = heldDevice;
     coalescing_ = true;
   }
-  failDeviceP2p(abandoned, Status(StatusCode::kAborted,
-                                  "send/recv of a coalescing block that never reached endCoalescing"));
+  failNotHandedOver(abandoned, Status(StatusCode::kAborted,
+                                      "send/recv of a coalescing block that never reached endCoalescing"));
 }
 
 // One Work over the block's operations: its Future completes (with every output) once each of theirs has,
@@ -147,7 +147,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::endCoalescing() {
     try {
       issueDeviceP2p(deviceOps, device, stream);
     } catch (const std::exception& e) {
-      failDeviceP2p(deviceOps, Status(StatusCode::kInternal, e.what()));  // none left that nothing completes
+      failNotHandedOver(deviceOps,
+                        Status(StatusCode::kInternal, e.what()));  // none left that nothing completes
       throw;
     }
   }

@@ -246,11 +246,9 @@ class ProcessGroupRingguard : public c10d::Backend {
                                            Communicator* comm);
   // Issues `ops` as one grouped call on `stream` (a cudaStream_t) of `device` and queues each op's
   // completion.
-  // An op whose issue threw is not handed to the lane (its `work` stays null): failDeviceP2p fails it.
+  // An op whose issue threw is not handed to the lane (its `work` stays null): failNotHandedOver
+  // (torch/completion.h) fails it.
   void issueDeviceP2p(const DeviceP2pOps& ops, int device, void* stream);
-  // Fails the ops of `ops` that were not handed to the lane (their Futures, then their Works). Called with
-  // no lock held: a Future's callbacks run here and may issue on the group.
-  static void failDeviceP2p(DeviceP2pOps& ops, const Status& why);
   // The lone send/recv of CUDA tensors on the peer windows are held (device_point_to_point.cc) and issued
   // together as one grouped call when released: by a wait on one of them, or by any other ringguard call of
   // the thread that held them. releaseHeldP2p releases what the calling thread holds on every group, in the
