@@ -15,6 +15,7 @@
 # $OUT/gpu_peer_torch_summary.log; exit 0 only if every step passed.
 #   PEER_TORCH_SKIP_INSTALL=1 reuses the installed package; PEER_TORCH_PYTEST="test_ddp.py ..." narrows step 2
 #   (a step per module, each torchrun launch cut at PEER_TORCH_LAUNCH_TIMEOUT s, default 150);
+#   PEER_TORCH_TRANSPORT=auto runs step 2 with the default transport instead of peer asked by name;
 #   PEER_TORCH_SKIP_BENCH=1 skips steps 3 and 4; GPU_DEADLINE_S (scripts/gpu_steps.sh) bounds the whole run
 #   (the pip install alone took 228 s on the H100, 2026-12-05: set it under the call's limit, e.g. 560).
 set -uo pipefail
@@ -33,12 +34,13 @@ write_environment
   --no-deps -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 .
 torchrun=(timeout 300 python3 -m torch.distributed.run --nproc-per-node=2)
 if start_mps; then
+  transport="${PEER_TORCH_TRANSPORT:-peer}"
   modules="${PEER_TORCH_PYTEST:-test_collectives.py test_p2p.py test_ddp.py test_fsdp.py test_replicas.py test_replicas_hsdp.py test_killed_rank.py}"
   # A step per module, each torchrun launch bounded (RINGGUARD_TEST_LAUNCH_TIMEOUT): a launch that hangs
   # costs its module, not the run; RINGGUARD_TIMEOUT_MS=30000 ends a kernel left waiting on a group made
   # without a timeout (torch's 30 minutes) well inside it.
   for m in $modules; do
-    run_step "pytest_peer_${m%.py}" env RINGGUARD_DEVICE_TRANSPORT=peer RINGGUARD_TEST_DEVICE=cuda \
+    run_step "pytest_${transport}_${m%.py}" env RINGGUARD_DEVICE_TRANSPORT="$transport" RINGGUARD_TEST_DEVICE=cuda \
       RINGGUARD_TEST_LAUNCH_TIMEOUT="${PEER_TORCH_LAUNCH_TIMEOUT:-150}" \
       RINGGUARD_TIMEOUT_MS="${PEER_TORCH_TIMEOUT_MS:-30000}" timeout 420 \
       python3 -m pytest "tests/python/$m" -q -rfs -p no:cacheprovider

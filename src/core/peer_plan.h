@@ -80,32 +80,26 @@ RINGGUARD_HOST_DEVICE inline bool reduceScatterChunkReadByPeer(size_t shareBytes
   return false;
 }
 
-// Which allreduce kernel runs: the one-shot up to `twoShotBytes` (exclusive) or without the two-shot allowed,
-// the two-shot from there on. A pure function of arguments every rank has alike, so every rank picks the
+// Which allreduce kernel runs: the one-shot up to `twoShotBytes` (exclusive), the two-shot from there on. A pure function of arguments every rank has alike, so every rank picks the
 // same.
-RINGGUARD_HOST_DEVICE inline PeerAlgorithm chooseAllreduce(size_t bytes, int size, bool twoShotAllowed,
-                                                           size_t twoShotBytes) {
-  return twoShotAllowed && size >= 2 && bytes >= twoShotBytes ? PeerAlgorithm::kAllreduceTwoShot
-                                                              : PeerAlgorithm::kAllreduceOneShot;
+RINGGUARD_HOST_DEVICE inline PeerAlgorithm chooseAllreduce(size_t bytes, int size, size_t twoShotBytes) {
+  return size >= 2 && bytes >= twoShotBytes ? PeerAlgorithm::kAllreduceTwoShot : PeerAlgorithm::kAllreduceOneShot;
 }
 
 // Does the peer path take a collective of `kind` whose every rank publishes `publishedBytes` (the allreduce's
 // and reduce-scatter's whole input, the all-gather's and broadcast's count, the equal all-to-all's chunked
 // blocks, the split all-to-all's block table alone: its blocks differ per rank, so no rank can route by them)
-// on `size` ranks with windows of `capacity` bytes? The one-shot allreduce always; the rest only when
-// `extended` (RINGGUARD_DEVICE_TRANSPORT=peer asked by name: they have not passed on a GPU yet). Arguments
-// every rank has alike, so every rank routes a call alike.
-inline bool peerPathTakes(CollectiveKind kind, size_t publishedBytes, int size, size_t capacity,
-                          bool extended) {
+// on `size` ranks with windows of `capacity` bytes? Every collective but send/recv (its channels decide,
+// peer_p2p_plan.h) when it fits. Arguments every rank has alike, so every rank routes a call alike.
+inline bool peerPathTakes(CollectiveKind kind, size_t publishedBytes, int size, size_t capacity) {
   if (size < 2 || publishedBytes > capacity) return false;
   switch (kind) {
     case CollectiveKind::kAllreduce:
-      return true;
     case CollectiveKind::kAllgather:
     case CollectiveKind::kBroadcast:
     case CollectiveKind::kReduceScatter:
     case CollectiveKind::kAlltoall:
-      return extended;
+      return true;
     default:
       return false;
   }

@@ -903,7 +903,7 @@ def _check_faults(results, nproc):
 def _one_sided_device(ctx) -> bool:
     # CUDA tensors on the peer windows (docs/GPU.md, "The one-sided path"): errors surface asynchronously
     # there, as NCCL's do, at the next call once the kernel has ended, and faults are re-read, not resent.
-    return ctx.device == "cuda" and os.environ.get("RINGGUARD_DEVICE_TRANSPORT") == "peer"
+    return ctx.device == "cuda" and harness.device_transport(ctx.size) == "peer"
 
 
 @CASES.case("faults-options-and-set_fault", check=_check_faults)
@@ -998,7 +998,7 @@ def _(ctx):
     t = torch.ones(1001, device="cuda")
     dist.all_reduce(t)
     assert torch.equal(t.cpu(), torch.full((1001,), float(ctx.size)))
-    want = os.environ.get("RINGGUARD_DEVICE_TRANSPORT", "nccl")
+    want = harness.device_transport(ctx.size)
     assert ringguard.transport("cuda") == want, f"transport {ringguard.transport('cuda')!r}, want {want!r}"
     return {"transport": ringguard.transport("cuda")}
 

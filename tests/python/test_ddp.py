@@ -170,14 +170,11 @@ def _(ctx):
 
     kind = ctx.device
     # CPU tensors travel through shared memory (the ranks share a host; RINGGUARD_CPU_TRANSPORT=auto); CUDA
-    # ones (RINGGUARD_DEVICE_TRANSPORT=auto) over NCCL unless two local ranks share a GPU, then the peer
-    # windows (every rank of one host; the staged pipeline beneath them).
+    # ones (RINGGUARD_DEVICE_TRANSPORT=auto) through the peer windows of the ranks of one host (the staged or
+    # NCCL pipeline beneath them), NCCL for one rank.
     want = "shm"
     if kind == "cuda":
-        want = os.environ.get("RINGGUARD_DEVICE_TRANSPORT", "auto")
-        if want == "auto":
-            shared = torch.cuda.device_count() < int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-            want = "peer" if shared else "nccl"
+        want = harness.device_transport(ctx.size)
     want = os.environ.get("RINGGUARD_TEST_EXPECT_TRANSPORT", want)
     got = ringguard.transport(kind)
     assert got == want, f"transport({kind!r}) = {got!r}, want {want!r}"

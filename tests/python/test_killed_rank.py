@@ -5,8 +5,8 @@ Three ranks under torchrun. After one good allreduce the last rank leaves with `
 disappears. The survivors' next allreduce must raise, well before the group's timeout, and
 ``destroy_process_group`` must return. The launch's wall-clock limit is what proves "no hang".
 On CPU tensors the ranks talk through ringguard's Gloo-backed transport; with a GPU the same run goes over
-CUDA tensors (NCCL when every rank has its own GPU, host-staged otherwise; with
-RINGGUARD_DEVICE_TRANSPORT=peer the one-sided path, whose error comes at the call after the failed one).
+CUDA tensors (by default the one-sided path of the ranks of one host, whose error comes at the call after the
+failed one; RINGGUARD_DEVICE_TRANSPORT=nccl or staged the host-driven pipeline).
 """
 
 import os
@@ -45,7 +45,7 @@ def worker():
         dist.all_reduce(t)
         if device == "cuda":
             torch.cuda.synchronize()
-            if os.environ.get("RINGGUARD_DEVICE_TRANSPORT") == "peer":
+            if harness.device_transport(NPROC) == "peer":
                 # The one-sided path's kernel is one launch with no host round trip: its error (the watchdog
                 # saw the victim's process exit, and the kernel stopped waiting for it) reaches the host
                 # asynchronously, as NCCL's does, and the next call raises it.

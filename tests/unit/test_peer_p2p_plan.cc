@@ -178,19 +178,17 @@ TEST(PeerP2pPlan, ChannelWordsSitApartInTheHeader) {
 }
 
 // Both ends of a message decide from what they have alike: every (sender, receiver) pair routes the same on
-// both sides, and only with channels, the explicit peer transport and another rank at the other end.
+// both sides, and only with channels and another rank at the other end.
 TEST(PeerP2pPlan, BothEndsOfAMessageRouteItAlike) {
   const size_t slot = size_t(1) << 20;
   for (int size = 1; size <= kMaxRanks; ++size) {
     for (int s = 0; s < size; ++s) {
       for (int d = 0; d < size; ++d) {
-        for (bool extended : {false, true}) {
-          for (size_t bytes : {size_t(0), slot}) {
-            const bool sender = peerPathTakesSendRecv(size, s, d, -1, bytes, extended);
-            const bool receiver = peerPathTakesSendRecv(size, d, -1, s, bytes, extended);
-            EXPECT_EQ(sender, receiver) << s << " -> " << d;
-            EXPECT_EQ(sender, extended && bytes != 0 && size >= 2 && s != d) << s << " -> " << d;
-          }
+        for (size_t bytes : {size_t(0), slot}) {
+          const bool sender = peerPathTakesSendRecv(size, s, d, -1, bytes);
+          const bool receiver = peerPathTakesSendRecv(size, d, -1, s, bytes);
+          EXPECT_EQ(sender, receiver) << s << " -> " << d;
+          EXPECT_EQ(sender, bytes != 0 && size >= 2 && s != d) << s << " -> " << d;
         }
       }
     }
@@ -198,10 +196,10 @@ TEST(PeerP2pPlan, BothEndsOfAMessageRouteItAlike) {
   // A ring shift: each rank sends to the next and receives from the previous, in one call.
   for (int size = 2; size <= kMaxRanks; ++size) {
     for (int r = 0; r < size; ++r)
-      EXPECT_TRUE(peerPathTakesSendRecv(size, r, (r + 1) % size, (r + size - 1) % size, slot, true));
+      EXPECT_TRUE(peerPathTakesSendRecv(size, r, (r + 1) % size, (r + size - 1) % size, slot));
   }
-  EXPECT_FALSE(peerPathTakesSendRecv(4, 1, -1, -1, slot, true)) << "nothing to move";
-  EXPECT_FALSE(peerPathTakesSendRecv(4, 1, 1, 1, slot, true)) << "a message to itself: the pipeline's copy";
+  EXPECT_FALSE(peerPathTakesSendRecv(4, 1, -1, -1, slot)) << "nothing to move";
+  EXPECT_FALSE(peerPathTakesSendRecv(4, 1, 1, 1, slot)) << "a message to itself: the pipeline's copy";
 }
 
 }  // namespace

@@ -75,29 +75,24 @@ TEST(PeerPlan, ReduceScatterReadsTheChunksItsShareOverlapsAndPublishesWhatOthers
 
 TEST(PeerPlan, AllreduceKernelFromTheSizeAlone) {
   const size_t mib = size_t(1) << 20;
-  EXPECT_EQ(chooseAllreduce(mib - 1, 4, true, mib), PeerAlgorithm::kAllreduceOneShot);
-  EXPECT_EQ(chooseAllreduce(mib, 4, true, mib), PeerAlgorithm::kAllreduceTwoShot);
-  EXPECT_EQ(chooseAllreduce(64 * mib, 4, false, mib), PeerAlgorithm::kAllreduceOneShot);  // not allowed
-  EXPECT_EQ(chooseAllreduce(64 * mib, 1, true, mib), PeerAlgorithm::kAllreduceOneShot);   // one rank
-  EXPECT_EQ(chooseAllreduce(0, 2, true, 0), PeerAlgorithm::kAllreduceTwoShot);  // threshold 0: always
+  EXPECT_EQ(chooseAllreduce(mib - 1, 4, mib), PeerAlgorithm::kAllreduceOneShot);
+  EXPECT_EQ(chooseAllreduce(mib, 4, mib), PeerAlgorithm::kAllreduceTwoShot);
+  EXPECT_EQ(chooseAllreduce(64 * mib, 1, mib), PeerAlgorithm::kAllreduceOneShot);  // one rank
+  EXPECT_EQ(chooseAllreduce(0, 2, 0), PeerAlgorithm::kAllreduceTwoShot);          // threshold 0: always
 }
 
-// RINGGUARD_DEVICE_TRANSPORT=auto keeps today's routing (the one-shot allreduce alone); =peer adds the
-// collectives not yet run on a GPU (the all-to-all among them); nothing larger than the window, nothing on
-// one rank.
+// Every collective that fits the window (send/recv by its channels, peer_p2p_plan.h); nothing larger than
+// the window, nothing on one rank.
 TEST(PeerPlan, WhatThePeerPathTakes) {
   const size_t cap = size_t(1) << 20;
-  for (bool extended : {false, true}) {
-    EXPECT_TRUE(peerPathTakes(CollectiveKind::kAllreduce, cap, 2, cap, extended));
-    EXPECT_FALSE(peerPathTakes(CollectiveKind::kAllreduce, cap + 1, 2, cap, extended));
-    EXPECT_FALSE(peerPathTakes(CollectiveKind::kAllreduce, 4, 1, cap, extended));
-    for (CollectiveKind k : {CollectiveKind::kAllgather, CollectiveKind::kBroadcast,
-                             CollectiveKind::kReduceScatter, CollectiveKind::kAlltoall}) {
-      EXPECT_EQ(peerPathTakes(k, 4, 4, cap, extended), extended) << int(k);
-      EXPECT_FALSE(peerPathTakes(k, cap + 1, 4, cap, extended)) << int(k);
-    }
-    EXPECT_FALSE(peerPathTakes(CollectiveKind::kSendRecv, 4, 4, cap, extended));
+  for (CollectiveKind k : {CollectiveKind::kAllreduce, CollectiveKind::kAllgather, CollectiveKind::kBroadcast,
+                           CollectiveKind::kReduceScatter, CollectiveKind::kAlltoall}) {
+    EXPECT_TRUE(peerPathTakes(k, cap, 2, cap)) << int(k);
+    EXPECT_TRUE(peerPathTakes(k, 0, 4, cap)) << int(k);
+    EXPECT_FALSE(peerPathTakes(k, cap + 1, 4, cap)) << int(k);
+    EXPECT_FALSE(peerPathTakes(k, 4, 1, cap)) << int(k);
   }
+  EXPECT_FALSE(peerPathTakes(CollectiveKind::kSendRecv, 4, 4, cap));
 }
 
 // The two-shot as its kernel plans it, run on the host: every rank reduces the chunks of its share over

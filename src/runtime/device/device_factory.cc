@@ -159,8 +159,6 @@ Status makePeerPath(Bootstrap& bootstrap, const DeviceOptions& device, int gpu, 
   }
   PeerPathOptions peer;
   peer.capacity = size_t(device.peerBytes);
-  // Asked for by name: the collectives that have not passed on a GPU yet come along (docs/GPU.md).
-  peer.extended = device.transport == DeviceTransportKind::kPeer;
   peer.twoShotBytes = size_t(device.peerTwoShotBytes);
   peer.p2pBytes = size_t(device.peerP2pBytes);
   peer.handles = device.peerHandles == DeviceOptions::PeerHandles::kVmm   ? peer::PeerHandles::kVmm

@@ -94,7 +94,7 @@ class PeerPath final : public DirectPath {
     a.dtype = dtype;
     a.op = op;
     a.algorithm =
-        peer::chooseAllreduce(count * dataTypeSize(dtype), a.size, peer_.extended, peer_.twoShotBytes);
+        peer::chooseAllreduce(count * dataTypeSize(dtype), a.size, peer_.twoShotBytes);
     return ordered(stream, [&] { return peer::launchPeerAllreduce(a, stream); });
   }
 
@@ -184,7 +184,7 @@ class PeerPath final : public DirectPath {
 
   bool acceptsSendRecv(size_t sendCount, int dst, size_t recvCount, int src, DataType dtype) const override {
     return peer::peerPathTakesSendRecv(windows_->size(), windows_->rank(), dst, src,
-                                       windows_->layout().p2pBytes, peer_.extended);
+                                       windows_->layout().p2pBytes);
   }
 
   bool takesPeerSendRecv() const override {
@@ -314,8 +314,7 @@ class PeerPath final : public DirectPath {
 
  private:
   bool takes(CollectiveKind kind, size_t publishedBytes) const {
-    return peer::peerPathTakes(kind, publishedBytes, windows_->size(), windows_->layout().capacity,
-                               peer_.extended);
+    return peer::peerPathTakes(kind, publishedBytes, windows_->size(), windows_->layout().capacity);
   }
 
   // The windows, the record, the settings and the fingerprint every collective's arguments carry.
@@ -364,10 +363,9 @@ Status createPeerPath(Bootstrap& bootstrap, int device, const PeerPathOptions& p
   // agreed, so that no rank goes on into the windows' steps without the others.
   RINGGUARD_RETURN_IF_ERROR(agreeToProceed(bootstrap, peer::preloadPeerKernels()));
   std::unique_ptr<peer::PeerWindows> windows;
-  // Send/recv channels only where send/recv may take them (they cost 2 (N - 1) slots per rank).
-  const size_t p2pBytes = peer.extended ? peer.p2pBytes : 0;
+  // The send/recv channels cost 2 (N - 1) slots of `p2pBytes` per rank (0: none).
   RINGGUARD_RETURN_IF_ERROR(
-      peer::PeerWindows::create(bootstrap, device, peer.capacity, p2pBytes, peer.handles, &windows));
+      peer::PeerWindows::create(bootstrap, device, peer.capacity, peer.p2pBytes, peer.handles, &windows));
   *out = std::make_unique<PeerPath>(std::move(windows), peer, options);
   return Status::ok();
 }

@@ -13,13 +13,9 @@ namespace cuda {
 
 struct PeerPathOptions {
   size_t capacity = 32u << 20;  // payload bytes per collective (RINGGUARD_PEER_BYTES)
-  // The collectives that have not passed on a GPU yet: the two-shot allreduce from `twoShotBytes` on,
-  // all-gather, broadcast, reduce-scatter, all-to-all and send/recv (RINGGUARD_DEVICE_TRANSPORT=peer;
-  // docs/GPU.md).
-  bool extended = false;
   size_t twoShotBytes = 4u << 20;  // RINGGUARD_PEER_TWO_SHOT_BYTES
   // Payload bytes per slot of each send/recv channel (RINGGUARD_PEER_P2P_BYTES; 0: send/recv stays on the
-  // pipeline). The channels are mapped only with `extended` (send/recv has not passed on a GPU yet).
+  // pipeline).
   size_t p2pBytes = 1u << 20;
   peer::PeerHandles handles = peer::PeerHandles::kAuto;  // RINGGUARD_PEER_HANDLES
 };
