@@ -17,8 +17,7 @@
 #   of the tests, PEER_BENCH_NPS (default "2 4") of the benchmarks (empty: none); PEER_SKIP_TIMESLICED=1 skips the run
 #   without MPS; PEER_SKIP_BUILD=1 reuses the build directory as it is.
 #   PEER_STEPS=1 adds the per-step clocks of the one-shot (bench_peer_steps, built with
-#   RINGGUARD_PEER_STEP_CLOCKS; docs/PERFORMANCE.md, "Per-step clocks of the peer kernels"; and
-#   bench_peer_steps_noprefetch, the same without the CRC tables' L1 prefetch) at each of
+#   RINGGUARD_PEER_STEP_CLOCKS; docs/PERFORMANCE.md, "Per-step clocks of the peer kernels") at each of
 #   PEER_STEPS_NPS (default "2 4") ranks, beside the product's bench_peer_allreduce 1 KiB to 1 MiB, and prints
 #   their summaries last (also $OUT/gpu_peer_steps_table.log). Alone:
 #     PEER_SKIP_BUILD=0 PEER_NPS="" PEER_BENCH_NPS="" PEER_STEPS=1 bash scripts/gpu_peer_check.sh
@@ -46,7 +45,7 @@ if [[ "$steps" == "1" ]]; then
     skip_timesliced="${PEER_SKIP_TIMESLICED:-1}"
     [[ "$skip_timesliced" == "1" ]] && build_targets=(bench_peer_allreduce)
   fi
-  build_targets+=(bench_peer_steps bench_peer_steps_noprefetch)
+  build_targets+=(bench_peer_steps)
 fi
 
 [[ "${PEER_SKIP_BUILD:-0}" == "1" ]] || run_step configure cmake -S "$repo_root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
@@ -56,7 +55,6 @@ fi
 tests="$build_dir/tests/gpu/ringguard_gpu_peer_tests"
 bench="$build_dir/bench/gpu/bench_peer_allreduce"
 steps_bench="$build_dir/bench/gpu/bench_peer_steps"
-steps_bench_noprefetch="$build_dir/bench/gpu/bench_peer_steps_noprefetch"
 mpi=(mpirun --oversubscribe --bind-to none --timeout 240)
 mpi_tests=(mpirun --oversubscribe --bind-to none --timeout "${PEER_TEST_TIMEOUT:-420}")
 
@@ -78,7 +76,6 @@ if start_mps; then
     for np in ${PEER_STEPS_NPS-2 4}; do
       run_step "bench_peer_product_np$np" "${mpi[@]}" -np "$np" "$bench" -b 1K -e 1M
       run_step "bench_peer_steps_np$np" "${mpi[@]}" -np "$np" "$steps_bench" -s 1K,64K,1M
-      run_step "bench_peer_steps_noprefetch_np$np" "${mpi[@]}" -np "$np" "$steps_bench_noprefetch" -s 1K,64K,1M
     done
   fi
   stop_mps
@@ -97,9 +94,6 @@ if [[ "$steps" == "1" ]]; then
     echo "=== per-step clocks, $np ranks (bench_peer_steps, instrumented); the product's us per call:"
     grep -E '^ *[0-9]+ ' "$out_dir/bench_peer_product_np$np.log" 2>/dev/null | awk '{print "  " $1 " B: one-shot eager " $2 ", graph " $3}'
     sed -n '/^# summary/,$p' "$out_dir/bench_peer_steps_np$np.log" 2>/dev/null
-    echo
-    echo "=== the same without the CRC tables' L1 prefetch (bench_peer_steps_noprefetch), $np ranks:"
-    sed -n '/^# summary/,$p' "$out_dir/bench_peer_steps_noprefetch_np$np.log" 2>/dev/null
   done | tee "$out_dir/steps_table.log"
   [[ -z "${OUT:-}" ]] || cp "$out_dir/steps_table.log" "$OUT/gpu_peer_steps_table.log"
 fi

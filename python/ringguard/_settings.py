@@ -170,17 +170,15 @@ SETTINGS: Tuple[Setting, ...] = (
             "[0, 17179869184]",
             "Allreduces of the peer-window path from this many bytes on take the two-shot kernel (each rank "
             "reduces a share, then reads the others' results) instead of the one-shot (every rank reads every "
-            "rank's whole input); the bits are the same. Used only with RINGGUARD_DEVICE_TRANSPORT=peer for "
-            "now (auto keeps the one-shot) and every rank must set the same. The default is where the "
-            "two-shot began to win on an H100 (2 processes level at 4 MiB, 4 processes 0.72x the one-shot's "
-            "time; at 1 MiB the one-shot was faster at both). In [0, 17179869184]."),
+            "rank's whole input); the bits are the same. Every rank must set the same. The default is where "
+            "the two-shot began to win on an H100 (2 processes level at 4 MiB, 4 processes 0.72x the "
+            "one-shot's time; at 1 MiB the one-shot was faster at both). In [0, 17179869184]."),
     Setting("RINGGUARD_PEER_P2P_BYTES", "peer_p2p_bytes", "unsigned", "1048576", 0, 17179869184,
             (),
             "[0, 17179869184]",
             "Payload bytes per slot of the peer-window path's send/recv channels: each rank maps two slots "
             "per destination (rounded up to whole KiB), and a larger message streams through them in rounds. "
-            "0 leaves send/recv on the host-driven path. Used only with RINGGUARD_DEVICE_TRANSPORT=peer for "
-            "now (auto maps no channels), and every rank must set the same. In [0, 17179869184]."),
+            "0 leaves send/recv on the host-driven path. Every rank must set the same. In [0, 17179869184]."),
     Setting("RINGGUARD_PEER_HANDLES", "peer_handles", "choice", "auto", None, None,
             ("auto", "vmm", "ipc"),
             "one of auto, vmm, ipc",
@@ -404,17 +402,16 @@ class Fields:
     peer_two_shot_bytes: Optional[int] = None
     """``RINGGUARD_PEER_TWO_SHOT_BYTES``, default ``4194304``. Allreduces of the peer-window path from this
     many bytes on take the two-shot kernel (each rank reduces a share, then reads the others' results)
-    instead of the one-shot (every rank reads every rank's whole input); the bits are the same. Used
-    only with RINGGUARD_DEVICE_TRANSPORT=peer for now (auto keeps the one-shot) and every rank must set
-    the same. The default is where the two-shot began to win on an H100 (2 processes level at 4 MiB, 4
-    processes 0.72x the one-shot's time; at 1 MiB the one-shot was faster at both). In [0, 17179869184]."""
+    instead of the one-shot (every rank reads every rank's whole input); the bits are the same. Every
+    rank must set the same. The default is where the two-shot began to win on an H100 (2 processes level
+    at 4 MiB, 4 processes 0.72x the one-shot's time; at 1 MiB the one-shot was faster at both). In [0,
+    17179869184]."""
 
     peer_p2p_bytes: Optional[int] = None
     """``RINGGUARD_PEER_P2P_BYTES``, default ``1048576``. Payload bytes per slot of the peer-window path's
     send/recv channels: each rank maps two slots per destination (rounded up to whole KiB), and a larger
-    message streams through them in rounds. 0 leaves send/recv on the host-driven path. Used only with
-    RINGGUARD_DEVICE_TRANSPORT=peer for now (auto maps no channels), and every rank must set the same.
-    In [0, 17179869184]."""
+    message streams through them in rounds. 0 leaves send/recv on the host-driven path. Every rank must
+    set the same. In [0, 17179869184]."""
 
     peer_handles: Optional[str] = None
     """``RINGGUARD_PEER_HANDLES``, default ``auto``. How the peer-window path shares its device windows

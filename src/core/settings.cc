@@ -256,9 +256,8 @@ std::vector<Setting> declarations() {
       unsignedSetting("RINGGUARD_PEER_TWO_SHOT_BYTES", "4194304", 0, uint64_t(1) << 34,
                       "Allreduces of the peer-window path from this many bytes on take the two-shot kernel "
                       "(each rank reduces a share, then reads the others' results) instead of the one-shot "
-                      "(every rank reads every rank's whole input); the bits are the same. Used only with "
-                      "RINGGUARD_DEVICE_TRANSPORT=peer for now (auto keeps the one-shot) and every rank must "
-                      "set the same. The default is where the two-shot began to win on an H100 (2 processes "
+                      "(every rank reads every rank's whole input); the bits are the same. Every rank must set "
+                      "the same. The default is where the two-shot began to win on an H100 (2 processes "
                       "level at 4 MiB, 4 processes 0.72x the one-shot's time; at 1 MiB the one-shot was "
                       "faster at both).")
           .group("peer_two_shot_bytes"),
@@ -266,9 +265,8 @@ std::vector<Setting> declarations() {
           "RINGGUARD_PEER_P2P_BYTES", "1048576", 0, uint64_t(1) << 34,
           "Payload bytes per slot of the peer-window path's send/recv channels: each rank maps two "
           "slots per destination (rounded up to whole KiB), and a larger message streams through "
-          "them in rounds. 0 leaves send/recv on the host-driven path. Used only with "
-          "RINGGUARD_DEVICE_TRANSPORT=peer for now (auto maps no channels), and every rank must "
-          "set the same.")
+          "them in rounds. 0 leaves send/recv on the host-driven path. Every rank must set the "
+          "same.")
           .group("peer_p2p_bytes"),
       choiceSetting("RINGGUARD_PEER_HANDLES", "auto", {{"auto", nullptr}, {"vmm", nullptr}, {"ipc", nullptr}},
                     "How the peer-window path shares its device windows between the ranks' processes: vmm "

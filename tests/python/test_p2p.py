@@ -494,6 +494,44 @@ def _(ctx):
     return {}
 
 
+@CASES.case("device-send-recv-under-auto-takes-the-windows-after-a-collective")
+def _(ctx):
+    # The default RINGGUARD_DEVICE_TRANSPORT=auto (docs/TORCH.md, "Point-to-point"): on a new group, a CUDA
+    # send/recv before any CUDA collective keeps the lanes and makes no device communicator (so a receive from
+    # any source still works there); once a collective has made the communicator on the peer windows, the
+    # same exchange takes them (one grouped round) and a receive from any source is refused.
+    import ringguard
+
+    if ctx.device != "cuda" or os.environ.get("RINGGUARD_DEVICE_TRANSPORT", "auto") != "auto":
+        raise harness.Skip("CUDA tensors under RINGGUARD_DEVICE_TRANSPORT=auto only")
+    dev = torch.device("cuda", torch.cuda.current_device())
+    g = dist.new_group(backend="ringguard", timeout=timedelta(seconds=60))
+    right, left = (ctx.rank + 1) % ctx.size, (ctx.rank - 1) % ctx.size
+
+    def exchange(k):
+        got = torch.zeros(300 + k, dtype=torch.int32, device=dev)
+        mine = (torch.arange(300 + k, dtype=torch.int32) * (k + 1) + ctx.rank).to(dev)
+        for w in (dist.irecv(got, left, group=g), dist.isend(mine, right, group=g)):
+            w.wait()
+        want = torch.arange(300 + k, dtype=torch.int32) * (k + 1) + left
+        assert torch.equal(got.cpu(), want), (k, got[:4])
+
+    before = _device_sendrecvs()
+    exchange(0)
+    assert _device_sendrecvs() == before, "a send/recv before any collective went to a device communicator"
+    assert ringguard.transport("cuda", g) == "", ringguard.transport("cuda", g)
+    s = torch.ones(4, device=dev)
+    dist.all_reduce(s, group=g)
+    assert torch.equal(s.cpu(), torch.full((4,), float(ctx.size))), s
+    want = harness.device_transport(ctx.size)
+    assert ringguard.transport("cuda", g) == want, (ringguard.transport("cuda", g), want)
+    exchange(1)
+    rounds = _device_sendrecvs() - before
+    assert rounds == (1 if want == "peer" else 0), f"{rounds} device send/recv rounds after the collective"
+    dist.destroy_process_group(g)
+    return {"rounds": rounds, "transport": want}
+
+
 @CASES.case("cuda-batch-mixing-cpu-and-cuda-tensors")
 def _(ctx):
     # One batch around the ring with a CPU and a CUDA message each way: the CPU ones take the lanes, the CUDA

@@ -37,23 +37,6 @@ constexpr uint32_t kSpinCheckEvery = 256;
 // core/chunk_crc.h's tables (slicing-by-16 and the fixed shifts), read through the read-only cache.
 __device__ const chunk_crc::Tables kChunkCrcTables = chunk_crc::makeTables();
 
-// Asks for the CRC tables in this SM's L1 while the block waits on its first words (the sequence number, the
-// acknowledgements, the arrival: ~2 us before the first CRC). L1 starts cold in every kernel, and a chunk CRC
-// whose table reads miss it waits on L2 for each of its ~8 dependent steps: bench_peer_steps on the H100
-// (2026-12-05, docs/PERFORMANCE.md) put "publish: CRC + entry" at 1.5 us for a 1 KiB one-shot, 0.58 us at
-// 64 KiB, where other warps had warmed the lines. One 128-byte line per thread, a hint that costs no wait.
-// RINGGUARD_PEER_NO_TABLE_PREFETCH (a benchmark build only, bench/gpu/CMakeLists.txt) leaves it out, to
-// measure it in the same run.
-__device__ __forceinline__ void prefetchChunkCrcTables() {
-#ifndef RINGGUARD_PEER_NO_TABLE_PREFETCH
-  constexpr unsigned kLines = unsigned((sizeof(chunk_crc::Tables) + 127) / 128);
-  const char* base = reinterpret_cast<const char*>(&kChunkCrcTables);
-  for (unsigned line = threadIdx.x; line < kLines; line += blockDim.x) {
-    asm volatile("prefetch.L1 [%0];" ::"l"(base + size_t(line) * 128));
-  }
-#endif
-}
-
 // CRC-32 of the chunk whose vector v of lane l is vec[v] (piece v * 32 + l), identical on every lane:
 // core/chunk_crc.h's lane Horner and warp tree.
 __device__ __forceinline__ uint32_t warpChunkCrc(const uint4 (&vec)[kLaneVectors]) {
@@ -285,7 +268,6 @@ __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, u
   __shared__ uint64_t epochShared;
   __shared__ int okShared;
   RINGGUARD_STEP_ENTRY();
-  prefetchChunkCrcTables();
   Collective k;
   k.a = &a;
   if (threadIdx.x == 0) {

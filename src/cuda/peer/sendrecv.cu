@@ -199,7 +199,6 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
   // The channels' numbers before this call: messages and rounds sent to dst, received from src
   // (kP2pCountersOffset: word i * kMaxRanks + peer), kept on the device so a replayed graph gets fresh ones.
   __shared__ uint64_t before[4];
-  prefetchChunkCrcTables();
   void* mine = a.windows[a.rank];
   uint64_t* counters = at<uint64_t>(mine, kP2pCountersOffset);
   if (threadIdx.x < 4) {
