@@ -260,7 +260,9 @@ int main(int argc, char** argv) {
         "transport=%s peer=%s path=%s\n",
         opName.c_str(), size, dataTypeName(dtype), counted.options().sliceBytes, counted.options().slots,
         iters, warmup, device ? "device" : "host", counted.transportName(), peer,
-        host ? ("staged_chunked chunk=" + std::to_string(chunkBytes)).c_str() : "ring");
+        host ? ("staged_chunked chunk=" + std::to_string(chunkBytes)).c_str()
+        : std::string(counted.transportName()) == "peer" ? "peer_windows(ring above RINGGUARD_PEER_BYTES)"
+                                                         : "ring");
     printf(
         "# busbw = algbw * (nccl-tests factor %.3f). ratio = peer time / ringguard time (> 1: ringguard "
         "faster). ctl/coll: control frames sent per collective (rank 0)\n",

@@ -12,7 +12,8 @@
 // --on-outlier skip also drops that optimizer step on every rank).
 //
 // --device cuda puts the model on GPU (OMPI_COMM_WORLD_LOCAL_RANK modulo the visible GPUs) and aggregates
-// over the device communicator (RINGGUARD_DEVICE_TRANSPORT: NCCL, or host-staged when ranks share a GPU).
+// over the device communicator (RINGGUARD_DEVICE_TRANSPORT: NCCL, or host-staged when ranks share a GPU;
+// the peer windows' kernels for the ranks of one host).
 #include <mpi.h>
 #include <torch/torch.h>
 

@@ -45,8 +45,9 @@ step ddp_example_cuda_np2 python3 -m torch.distributed.run --nproc-per-node=2 ex
 step bench_ddp_cuda_np2 python3 -m torch.distributed.run --nproc-per-node=2 bench/torch/bench_ddp.py --device cuda
 if [[ "$quick" != 1 ]]; then
   step bench_ddp_cuda_np4 python3 -m torch.distributed.run --nproc-per-node=4 bench/torch/bench_ddp.py --device cuda
-  # Several ranks on one GPU: ringguard's CUDA tensors go host-staged.
-  step bench_ddp_staged_1gpu_np2 env CUDA_VISIBLE_DEVICES=0 python3 -m torch.distributed.run --nproc-per-node=2 \
+  # Several ranks on one GPU, host-staged (named: auto would take the peer windows).
+  step bench_ddp_staged_1gpu_np2 env CUDA_VISIBLE_DEVICES=0 RINGGUARD_DEVICE_TRANSPORT=staged \
+    python3 -m torch.distributed.run --nproc-per-node=2 \
     bench/torch/bench_ddp.py --device cuda
 fi
 # One GPU per rank (2+ GPUs): DDP over ringguard's NCCL transport against DDP over NCCL itself.

@@ -4,10 +4,12 @@
     torchrun --nproc-per-node=3 bench/torch/bench_fsdp.py --rounds 3
     torchrun --nproc-per-node=2 bench/torch/bench_fsdp.py --fault          # ringguard with injected corruptions
     torchrun --nproc-per-node=2 bench/torch/bench_fsdp.py --layers 1 --dim 32 --seq 8 --batch 2 --steps 2 --rounds 1
-    torchrun --nproc-per-node=2 bench/torch/bench_fsdp.py --device cuda   # every rank on GPU 0 (staged)
+    torchrun --nproc-per-node=2 bench/torch/bench_fsdp.py --device cuda   # every rank on GPU 0 (peer windows)
 
 ``--device cuda``: the models, data and FSDP2's collectives are on GPU 0, shared by every rank (ringguard's
-CUDA communicator then stages through pinned host memory; gloo moves CUDA tensors by copying them to host
+CUDA communicator then runs its all-gathers and reduce-scatters on the peer windows, run the ranks under MPS;
+RINGGUARD_DEVICE_TRANSPORT=staged stages them through pinned host memory instead; the per-step slice, frame
+and byte counts cover only what the host-driven path carries; gloo moves CUDA tensors by copying them to host
 and back, and reduce-scatters through its all-reduce). TF32 is off, so the GPU's fp32 matmuls round as
 torch's default does.
 

@@ -63,7 +63,9 @@ SETTINGS: Tuple[Setting, ...] = (
             "rank skips the collective and leaves its output as it was; one O(log N) agreement round per "
             "collective), error (the collective fails on every rank, naming the rank and the first index). "
             "Never ends the CUDA context. Every rank must use the same mode (checked when the communicator is "
-            "made). docs/GUARD.md. One of: off, warn, skip, error."),
+            "made). The scan is a host step: on a device communicator anything but off keeps every collective "
+            "off the peer windows (auto) or refuses RINGGUARD_DEVICE_TRANSPORT=peer. docs/GUARD.md. One of: "
+            "off, warn, skip, error."),
     Setting("RINGGUARD_FAULT_MODE", "fault_mode", "choice", "bitflip", None, None,
             ("bitflip", "multibit", "burst", "garbage", "trailer", "retransmit", "delay", "control"),
             "one of bitflip, multibit, burst, garbage, trailer, retransmit, delay, control",
@@ -178,7 +180,9 @@ SETTINGS: Tuple[Setting, ...] = (
             "[0, 17179869184]",
             "Payload bytes per slot of the peer-window path's send/recv channels: each rank maps two slots "
             "per destination (rounded up to whole KiB), and a larger message streams through them in rounds. "
-            "0 leaves send/recv on the host-driven path. Every rank must set the same. In [0, 17179869184]."),
+            "0 leaves send/recv on the host-driven path. Used only with RINGGUARD_DEVICE_TRANSPORT=peer (auto "
+            "leaves send/recv to the host-driven path), and every rank must set the same. In [0, "
+            "17179869184]."),
     Setting("RINGGUARD_PEER_HANDLES", "peer_handles", "choice", "auto", None, None,
             ("auto", "vmm", "ipc"),
             "one of auto, vmm, ipc",
@@ -304,7 +308,9 @@ class Fields:
     index, then run), skip (every rank skips the collective and leaves its output as it was; one O(log
     N) agreement round per collective), error (the collective fails on every rank, naming the rank and
     the first index). Never ends the CUDA context. Every rank must use the same mode (checked when the
-    communicator is made). docs/GUARD.md. One of: off, warn, skip, error."""
+    communicator is made). The scan is a host step: on a device communicator anything but off keeps
+    every collective off the peer windows (auto) or refuses RINGGUARD_DEVICE_TRANSPORT=peer.
+    docs/GUARD.md. One of: off, warn, skip, error."""
 
     fault_mode: Optional[str] = None
     """``RINGGUARD_FAULT_MODE``, default ``bitflip``. How an injected fault damages a slice in transit: one
@@ -410,7 +416,8 @@ class Fields:
     peer_p2p_bytes: Optional[int] = None
     """``RINGGUARD_PEER_P2P_BYTES``, default ``1048576``. Payload bytes per slot of the peer-window path's
     send/recv channels: each rank maps two slots per destination (rounded up to whole KiB), and a larger
-    message streams through them in rounds. 0 leaves send/recv on the host-driven path. Every rank must
+    message streams through them in rounds. 0 leaves send/recv on the host-driven path. Used only with
+    RINGGUARD_DEVICE_TRANSPORT=peer (auto leaves send/recv to the host-driven path), and every rank must
     set the same. In [0, 17179869184]."""
 
     peer_handles: Optional[str] = None

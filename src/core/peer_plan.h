@@ -80,10 +80,11 @@ RINGGUARD_HOST_DEVICE inline bool reduceScatterChunkReadByPeer(size_t shareBytes
   return false;
 }
 
-// Which allreduce kernel runs: the one-shot up to `twoShotBytes` (exclusive), the two-shot from there on. A pure function of arguments every rank has alike, so every rank picks the
-// same.
+// Which allreduce kernel runs: the one-shot up to `twoShotBytes` (exclusive), the two-shot from there on. A
+// pure function of arguments every rank has alike, so every rank picks the same.
 RINGGUARD_HOST_DEVICE inline PeerAlgorithm chooseAllreduce(size_t bytes, int size, size_t twoShotBytes) {
-  return size >= 2 && bytes >= twoShotBytes ? PeerAlgorithm::kAllreduceTwoShot : PeerAlgorithm::kAllreduceOneShot;
+  return size >= 2 && bytes >= twoShotBytes ? PeerAlgorithm::kAllreduceTwoShot
+                                            : PeerAlgorithm::kAllreduceOneShot;
 }
 
 // Does the peer path take a collective of `kind` whose every rank publishes `publishedBytes` (the allreduce's

@@ -163,7 +163,8 @@ std::vector<Setting> declarations() {
           "rank skips the collective and leaves its output as it was; one O(log N) agreement round per "
           "collective), error (the collective fails on every rank, naming the rank and the first index). "
           "Never ends the CUDA context. Every rank must use the same mode (checked when the communicator is "
-          "made). docs/GUARD.md.")
+          "made). The scan is a host step: on a device communicator anything but off keeps every collective "
+          "off the peer windows (auto) or refuses RINGGUARD_DEVICE_TRANSPORT=peer. docs/GUARD.md.")
           .group("nan_check"),
       choiceSetting("RINGGUARD_FAULT_MODE", "bitflip", enumChoices(faultModeName, 8),
                     "How an injected fault damages a slice in transit: one bit (bitflip), "
@@ -253,20 +254,22 @@ std::vector<Setting> declarations() {
                       "ranks of one host); each rank maps two halves of it per communicator, and larger "
                       "collectives take the host-driven path.")
           .group("peer_bytes"),
-      unsignedSetting("RINGGUARD_PEER_TWO_SHOT_BYTES", "4194304", 0, uint64_t(1) << 34,
-                      "Allreduces of the peer-window path from this many bytes on take the two-shot kernel "
-                      "(each rank reduces a share, then reads the others' results) instead of the one-shot "
-                      "(every rank reads every rank's whole input); the bits are the same. Every rank must set "
-                      "the same. The default is where the two-shot began to win on an H100 (2 processes "
-                      "level at 4 MiB, 4 processes 0.72x the one-shot's time; at 1 MiB the one-shot was "
-                      "faster at both).")
+      unsignedSetting(
+          "RINGGUARD_PEER_TWO_SHOT_BYTES", "4194304", 0, uint64_t(1) << 34,
+          "Allreduces of the peer-window path from this many bytes on take the two-shot kernel "
+          "(each rank reduces a share, then reads the others' results) instead of the one-shot "
+          "(every rank reads every rank's whole input); the bits are the same. Every rank must set "
+          "the same. The default is where the two-shot began to win on an H100 (2 processes "
+          "level at 4 MiB, 4 processes 0.72x the one-shot's time; at 1 MiB the one-shot was "
+          "faster at both).")
           .group("peer_two_shot_bytes"),
       unsignedSetting(
           "RINGGUARD_PEER_P2P_BYTES", "1048576", 0, uint64_t(1) << 34,
           "Payload bytes per slot of the peer-window path's send/recv channels: each rank maps two "
           "slots per destination (rounded up to whole KiB), and a larger message streams through "
-          "them in rounds. 0 leaves send/recv on the host-driven path. Every rank must set the "
-          "same.")
+          "them in rounds. 0 leaves send/recv on the host-driven path. Used only with "
+          "RINGGUARD_DEVICE_TRANSPORT=peer (auto leaves send/recv to the host-driven path), and every rank "
+          "must set the same.")
           .group("peer_p2p_bytes"),
       choiceSetting("RINGGUARD_PEER_HANDLES", "auto", {{"auto", nullptr}, {"vmm", nullptr}, {"ipc", nullptr}},
                     "How the peer-window path shares its device windows between the ranks' processes: vmm "

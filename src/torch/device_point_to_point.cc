@@ -199,11 +199,8 @@ bool ProcessGroupRingguard::peerSendRecv(const at::Tensor& t, const char* op, bo
     if (cuda_) {
       if (!cuda_->sendRecvOnPeerWindows()) return false;
     } else {
-      // Before the group's first CUDA collective, only a device transport named "peer" makes the CUDA
-      // communicator for a send/recv and runs it on the windows (docs/GPU.md). "auto" keeps the lanes until
-      // a collective has made the communicator (then its path decides, alike on both ends: a collective is
-      // made by every rank before its later send/recv), so that a receive from any source, which only the
-      // lanes can serve, stays valid where no window was made; the others always keep the lanes.
+      // Only a device transport named "peer" can run send/recv on the windows (docs/GPU.md): the others keep
+      // the lanes without making a CUDA communicator for it.
       cuda::DeviceOptions dev;
       if (!cuda::DeviceOptions::fromLookup([this](const char* name) { return option(name); }, &dev).isOk() ||
           dev.transport != cuda::DeviceTransportKind::kPeer || dev.peerP2pBytes == 0) {

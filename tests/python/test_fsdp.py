@@ -1,5 +1,6 @@
 """FSDP2 (`torch.distributed.fsdp.fully_shard`) over the "ringguard" backend, on CPU, and with
-RINGGUARD_TEST_DEVICE=cuda on the GPU (every rank on the one GPU: the staged transport).
+RINGGUARD_TEST_DEVICE=cuda on the GPU (every rank on the one GPU: the peer windows by default, the staged
+transport beneath them).
 
 A small MLP, each Linear and the whole model sharded, trained for 6 SGD steps with the same seed and
 per-rank data over "ringguard" and over gloo in the same job. FSDP2 all-gathers the parameters

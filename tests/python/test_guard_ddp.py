@@ -2,7 +2,7 @@
 every rank replay (or skip) the same step, through the guard's step agreement (one MAX allreduce of an
 int64 per step attempt over the default ringguard group), so the parameters stay bit-identical across
 ranks and equal a fault-free run. With RINGGUARD_TEST_DEVICE=cuda the model, data and gradients are CUDA
-tensors on the one GPU every rank shares (DDP's allreduces over the staged transport, the guard's snapshots
+tensors on the one GPU every rank shares (DDP's allreduces over the peer windows by default, the guard's snapshots
 and scans on the device).
 """
 
@@ -107,7 +107,7 @@ def _(ctx):
 
 def _init():
     if os.environ.get("RINGGUARD_TEST_DEVICE") == "cuda":
-        torch.cuda.set_device(0)  # every rank on the one GPU: the staged transport
+        torch.cuda.set_device(0)  # every rank on the one GPU: the peer windows (staged beneath them)
     dist.init_process_group("ringguard", timeout=timedelta(seconds=120))
 
 

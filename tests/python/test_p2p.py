@@ -494,12 +494,11 @@ def _(ctx):
     return {}
 
 
-@CASES.case("device-send-recv-under-auto-takes-the-windows-after-a-collective")
+@CASES.case("device-send-recv-under-auto-keeps-the-lanes")
 def _(ctx):
-    # The default RINGGUARD_DEVICE_TRANSPORT=auto (docs/TORCH.md, "Point-to-point"): on a new group, a CUDA
-    # send/recv before any CUDA collective keeps the lanes and makes no device communicator (so a receive from
-    # any source still works there); once a collective has made the communicator on the peer windows, the
-    # same exchange takes them (one grouped round) and a receive from any source is refused.
+    # The default RINGGUARD_DEVICE_TRANSPORT=auto (docs/TORCH.md, "Point-to-point"): its CUDA collectives take
+    # the peer windows, its send/recv keeps the lanes, before and after a collective made the device
+    # communicator: no device send/recv round, and a receive from any source works.
     import ringguard
 
     if ctx.device != "cuda" or os.environ.get("RINGGUARD_DEVICE_TRANSPORT", "auto") != "auto":
@@ -518,18 +517,23 @@ def _(ctx):
 
     before = _device_sendrecvs()
     exchange(0)
-    assert _device_sendrecvs() == before, "a send/recv before any collective went to a device communicator"
-    assert ringguard.transport("cuda", g) == "", ringguard.transport("cuda", g)
     s = torch.ones(4, device=dev)
     dist.all_reduce(s, group=g)
     assert torch.equal(s.cpu(), torch.full((4,), float(ctx.size))), s
-    want = harness.device_transport(ctx.size)
-    assert ringguard.transport("cuda", g) == want, (ringguard.transport("cuda", g), want)
+    transport = ringguard.transport("cuda", g)
+    assert transport == harness.device_transport(ctx.size), transport
     exchange(1)
+    source = -1
+    if ctx.rank == 0:
+        got = torch.zeros(5, device=dev)
+        source = dist.recv(got, group=g)  # from any source: rank size - 1
+        assert source == ctx.size - 1 and torch.equal(got.cpu(), torch.full((5,), 7.0)), (source, got)
+    elif ctx.rank == ctx.size - 1:
+        dist.send(torch.full((5,), 7.0, device=dev), 0, group=g)
     rounds = _device_sendrecvs() - before
-    assert rounds == (1 if want == "peer" else 0), f"{rounds} device send/recv rounds after the collective"
+    assert rounds == 0, f"{rounds} device send/recv rounds under auto"
     dist.destroy_process_group(g)
-    return {"rounds": rounds, "transport": want}
+    return {"transport": transport, "source": source}
 
 
 @CASES.case("cuda-batch-mixing-cpu-and-cuda-tensors")
@@ -594,7 +598,9 @@ def _init():
 
 @pytest.fixture(scope="module", params=[2, 3], ids=lambda n: f"np{n}")
 def run(request):
-    return harness.launch(__file__, request.param)
+    # The cuda- cases run in launches of their own (below), with the transport they test.
+    return harness.launch(__file__, request.param,
+                          env={"RINGGUARD_TEST_ONLY": ",".join(n for n in CASES.names if not n.startswith("cuda-"))})
 
 
 @pytest.mark.parametrize("name", [n for n in CASES.names if not n.startswith("cuda-")])

@@ -509,7 +509,7 @@ def _(ctx):
 
 def _init():
     if os.environ.get("RINGGUARD_TEST_DEVICE") == "cuda":
-        torch.cuda.set_device(0)  # every rank on the one GPU: the staged transport
+        torch.cuda.set_device(0)  # every rank on the one GPU: the peer windows (staged beneath them)
     dist.init_process_group("ringguard", timeout=timedelta(seconds=120))
 
 

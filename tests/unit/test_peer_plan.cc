@@ -78,7 +78,7 @@ TEST(PeerPlan, AllreduceKernelFromTheSizeAlone) {
   EXPECT_EQ(chooseAllreduce(mib - 1, 4, mib), PeerAlgorithm::kAllreduceOneShot);
   EXPECT_EQ(chooseAllreduce(mib, 4, mib), PeerAlgorithm::kAllreduceTwoShot);
   EXPECT_EQ(chooseAllreduce(64 * mib, 1, mib), PeerAlgorithm::kAllreduceOneShot);  // one rank
-  EXPECT_EQ(chooseAllreduce(0, 2, 0), PeerAlgorithm::kAllreduceTwoShot);          // threshold 0: always
+  EXPECT_EQ(chooseAllreduce(0, 2, 0), PeerAlgorithm::kAllreduceTwoShot);           // threshold 0: always
 }
 
 // Every collective that fits the window (send/recv by its channels, peer_p2p_plan.h); nothing larger than

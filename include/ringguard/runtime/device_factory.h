@@ -27,9 +27,8 @@ struct DeviceOptions {
   uint64_t poolReleaseThreshold = 256ull << 20;  // bytes the device pool may keep cached
   int ncclLanes = 4;  // NCCL communicators consecutive slices to a peer alternate over, in [1, 8]
   uint64_t peerBytes = 32ull << 20;  // payload bytes per collective of the peer-window path
-  // Allreduces of the peer-window path from this many bytes on take the two-shot kernel; only with kPeer,
-  // which also hands the path's all-gather, broadcast and reduce-scatter to it (kAuto: the one-shot
-  // allreduce only, until the others have passed on the GPU).
+  // Allreduces of the peer-window path from this many bytes on take the two-shot kernel (kAuto and kPeer
+  // alike; every rank must set the same).
   uint64_t peerTwoShotBytes = 4ull << 20;
   // Payload bytes per slot of the peer-window path's send/recv channels (two per destination); only with
   // kPeer, which hands it the device send/recv between ranks of one host (0: they stay on the pipeline).

@@ -92,31 +92,40 @@ bool mpsLikelyRunning() {
 
 // What the ranks of a peer path must agree on before their windows exist: RINGGUARD_PEER_TWO_SHOT_BYTES
 // (ranks that differ would run different kernels for one call: every rank fails here naming two, instead of
-// at its first collective with a fingerprint mismatch), and `*pair`, the first two ranks that are threads of
-// one process (an in-process bootstrap), or {-1, -1}. Every rank gets the same answer. Collective over
-// `bootstrap`.
-Status agreeOnPeerPath(Bootstrap& bootstrap, uint64_t twoShotBytes, std::pair<int, int>* pair) {
-  const std::string mine = std::to_string(twoShotBytes) + " " + std::to_string(getpid());
+// at its first collective with a fingerprint mismatch), RINGGUARD_NAN_CHECK (whether the path is made at all
+// depends on it: ranks that differ fail here together, instead of some making windows the others never
+// join), and `*pair`, the first two ranks that are threads of one process (an in-process bootstrap), or
+// {-1, -1}. Every rank gets the same answer. Collective over `bootstrap`.
+Status agreeOnPeerPath(Bootstrap& bootstrap, uint64_t twoShotBytes, NanCheck nanCheck,
+                       std::pair<int, int>* pair) {
+  const std::string mine =
+      std::to_string(twoShotBytes) + " " + nanCheckName(nanCheck) + " " + std::to_string(getpid());
   std::vector<std::vector<uint8_t>> all;
   RINGGUARD_RETURN_IF_ERROR(bootstrap.allgather(std::vector<uint8_t>(mine.begin(), mine.end()), &all));
-  std::vector<std::pair<std::string, std::string>> records;  // {two-shot bytes, pid} of each rank
+  struct Record {
+    std::string twoShot, nanCheck, pid;
+  };
+  std::vector<Record> records;
   for (const std::vector<uint8_t>& bytes : all) {
     const std::string text(bytes.begin(), bytes.end());
-    const size_t space = text.find(' ');
-    records.emplace_back(text.substr(0, space), space == std::string::npos ? "" : text.substr(space + 1));
+    const size_t a = text.find(' '), b = a == std::string::npos ? a : text.find(' ', a + 1);
+    records.push_back(Record{text.substr(0, a), a == std::string::npos ? "" : text.substr(a + 1, b - a - 1),
+                             b == std::string::npos ? "" : text.substr(b + 1)});
   }
   for (size_t r = 1; r < records.size(); ++r) {
-    if (records[r].first != records[0].first) {
-      return Status(StatusCode::kInvalidArgument,
-                    "RINGGUARD_PEER_TWO_SHOT_BYTES differs between ranks: rank 0 has " +
-                        excerpt(records[0].first) + ", rank " + std::to_string(r) + " has " +
-                        excerpt(records[r].first) + " (every rank must set the same)");
-    }
+    const bool twoShot = records[r].twoShot != records[0].twoShot;
+    if (!twoShot && records[r].nanCheck == records[0].nanCheck) continue;
+    std::string Record::*field = twoShot ? &Record::twoShot : &Record::nanCheck;
+    return Status(StatusCode::kInvalidArgument,
+                  std::string(twoShot ? "RINGGUARD_PEER_TWO_SHOT_BYTES" : "RINGGUARD_NAN_CHECK") +
+                      " differs between ranks: rank 0 has " + excerpt(records[0].*field) + ", rank " +
+                      std::to_string(r) + " has " + excerpt(records[r].*field) +
+                      " (every rank must set the same)");
   }
   *pair = {-1, -1};
   for (size_t r = 0; r < records.size(); ++r) {
     for (size_t q = 0; q < r; ++q) {
-      if (records[q].second == records[r].second) {
+      if (records[q].pid == records[r].pid) {
         *pair = {int(q), int(r)};
         return Status::ok();
       }
@@ -149,7 +158,7 @@ Status makePeerPath(Bootstrap& bootstrap, const DeviceOptions& device, int gpu, 
   // rank to launch its own: a deadlock until the deadline (seen on the H200, 2026-12-05, three in-process
   // ranks of tests/gpu/test_device_factory.cc). The path is for one process per rank, as NCCL's is.
   std::pair<int, int> shared;
-  RINGGUARD_RETURN_IF_ERROR(agreeOnPeerPath(bootstrap, device.peerTwoShotBytes, &shared));
+  RINGGUARD_RETURN_IF_ERROR(agreeOnPeerPath(bootstrap, device.peerTwoShotBytes, options.nanCheck, &shared));
   if (shared.first >= 0) {
     if (device.transport != DeviceTransportKind::kPeer) return Status::ok();
     return Status(StatusCode::kInvalidArgument,
@@ -157,10 +166,37 @@ Status makePeerPath(Bootstrap& bootstrap, const DeviceOptions& device, int gpu, 
                       std::to_string(shared.first) + " and " + std::to_string(shared.second) +
                       " are threads of one process (their spinning kernels would wait on each other)");
   }
+  // The NaN/Inf scan of RINGGUARD_NAN_CHECK is a step of the host-driven path (runCollective); the path's
+  // collectives are kernels with no host step, so they would run unscanned. auto leaves every collective
+  // to the host-driven path; peer asked by name cannot keep its promise and says so.
+  if (options.nanCheck != NanCheck::kOff) {
+    if (device.transport != DeviceTransportKind::kPeer) {
+      if (bootstrap.rank() == 0) {
+        logInfo(
+            Subsys::kRuntime,
+            "device communicator: RINGGUARD_NAN_CHECK={} scans every collective's input on the host-driven "
+            "path; the peer windows are not used",
+            nanCheckName(options.nanCheck));
+      }
+      return Status::ok();
+    }
+    return Status(
+        StatusCode::kInvalidArgument,
+        std::string("RINGGUARD_DEVICE_TRANSPORT=peer runs no NaN/Inf scan (RINGGUARD_NAN_CHECK=") +
+            nanCheckName(options.nanCheck) +
+            "): its collectives are kernels with no host step; use RINGGUARD_DEVICE_TRANSPORT=auto, "
+            "staged or nccl, or RINGGUARD_NAN_CHECK=off");
+  }
   PeerPathOptions peer;
   peer.capacity = size_t(device.peerBytes);
   peer.twoShotBytes = size_t(device.peerTwoShotBytes);
-  peer.p2pBytes = size_t(device.peerP2pBytes);
+  // What can fail on the windows where the host-driven path succeeds comes only with peer asked by name:
+  // send/recv (orders of lone ops the windows cannot serve and a pipeline or NCCL's stream per pair does,
+  // docs/TORCH.md "Point-to-point"; a receive from any source) and the split all-to-all (a rank's blocks
+  // above the window fail every rank, kBlockTable, where the pipeline carries any size).
+  const bool byName = device.transport == DeviceTransportKind::kPeer;
+  peer.p2pBytes = byName ? size_t(device.peerP2pBytes) : 0;
+  peer.splitAlltoall = byName;
   peer.handles = device.peerHandles == DeviceOptions::PeerHandles::kVmm   ? peer::PeerHandles::kVmm
                  : device.peerHandles == DeviceOptions::PeerHandles::kIpc ? peer::PeerHandles::kIpc
                                                                           : peer::PeerHandles::kAuto;

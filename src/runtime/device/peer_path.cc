@@ -93,8 +93,7 @@ class PeerPath final : public DirectPath {
     a.count = count;
     a.dtype = dtype;
     a.op = op;
-    a.algorithm =
-        peer::chooseAllreduce(count * dataTypeSize(dtype), a.size, peer_.twoShotBytes);
+    a.algorithm = peer::chooseAllreduce(count * dataTypeSize(dtype), a.size, peer_.twoShotBytes);
     return ordered(stream, [&] { return peer::launchPeerAllreduce(a, stream); });
   }
 
@@ -149,6 +148,7 @@ class PeerPath final : public DirectPath {
   // The equal form publishes N - 1 blocks of `count`; the split form its table (its blocks differ per rank
   // and are checked against the window by every rank's kernel, kBlockTable).
   bool acceptsAlltoall(size_t count, DataType dtype, bool splits) const override {
+    if (splits && !peer_.splitAlltoall) return false;
     const uint64_t blocks =
         peer::chunkCount64(uint64_t(count) * dataTypeSize(dtype)) * uint64_t(windows_->size() - 1);
     const size_t published = splits                                  ? peer::kChunkBytes

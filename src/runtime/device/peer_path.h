@@ -12,11 +12,14 @@ namespace ringguard {
 namespace cuda {
 
 struct PeerPathOptions {
-  size_t capacity = 32u << 20;  // payload bytes per collective (RINGGUARD_PEER_BYTES)
+  size_t capacity = 32u << 20;     // payload bytes per collective (RINGGUARD_PEER_BYTES)
   size_t twoShotBytes = 4u << 20;  // RINGGUARD_PEER_TWO_SHOT_BYTES
   // Payload bytes per slot of each send/recv channel (RINGGUARD_PEER_P2P_BYTES; 0: send/recv stays on the
-  // pipeline).
+  // pipeline). The factory maps channels only for RINGGUARD_DEVICE_TRANSPORT=peer (device_factory.cc).
   size_t p2pBytes = 1u << 20;
+  // Whether the split all-to-all takes the path (its blocks are checked by the kernel: a rank's above the
+  // window fail every rank): only for RINGGUARD_DEVICE_TRANSPORT=peer. The equal form routes by its size.
+  bool splitAlltoall = true;
   peer::PeerHandles handles = peer::PeerHandles::kAuto;  // RINGGUARD_PEER_HANDLES
 };
 

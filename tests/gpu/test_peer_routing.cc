@@ -1,0 +1,133 @@
+// What RINGGUARD_DEVICE_TRANSPORT=auto and =peer give the peer windows, under mpirun with every rank on the
+// one GPU (docs/GPU.md, "The one-sided path"): a NaN check keeps every collective on the host-driven path
+// under auto (its scan is a host step the kernels do not have), refuses peer asked by name, and must be the
+// same on every rank; auto leaves the split all-to-all (blocks of any size) and send/recv to the pipeline.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "peer_test_util.h"
+
+namespace ringguard {
+namespace {
+
+Status makeDevice(const Options& o, cuda::DeviceTransportKind kind, std::unique_ptr<Bootstrap>* bootstrap,
+                  std::unique_ptr<Communicator>* c) {
+  EXPECT_TRUE(mpi::createBootstrap(MPI_COMM_WORLD, bootstrap).isOk());
+  cuda::DeviceOptions d;
+  d.transport = kind;
+  d.peerBytes = 1u << 20;
+  return cuda::createDeviceCommunicator(**bootstrap, o, d, c);
+}
+
+TEST(PeerRouting, NanCheckRefusesThePeerPathAskedByName) {
+  if (!peer::everyRankHasAGpu()) GTEST_SKIP() << "no CUDA device on some rank";
+  peer::BarrierAtExit barrier;
+  Options o;
+  o.nanCheck = NanCheck::kError;
+  std::unique_ptr<Bootstrap> b;
+  std::unique_ptr<Communicator> c;
+  const Status st = makeDevice(o, cuda::DeviceTransportKind::kPeer, &b, &c);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+  EXPECT_NE(
+      st.message().find("RINGGUARD_DEVICE_TRANSPORT=peer runs no NaN/Inf scan (RINGGUARD_NAN_CHECK=error)"),
+      std::string::npos)
+      << st.toString();
+}
+
+// Under auto the check runs: the rank whose input holds the NaN fails naming it, the others with a peer error
+// naming it too, and the communicator has no peer path. A communicator per collective (an error fails it).
+TEST(PeerRouting, NanCheckUnderAutoScansEveryCollective) {
+  if (!peer::everyRankHasAGpu()) GTEST_SKIP() << "no CUDA device on some rank";
+  peer::BarrierAtExit barrier;
+  Options o;
+  o.nanCheck = NanCheck::kError;
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const int bad = size - 1;
+  const size_t count = 1000, at = 7;
+  std::vector<float> host(count, float(rank + 1));
+  if (rank == bad) host[at] = std::numeric_limits<float>::quiet_NaN();
+  peer::DeviceBuffer in(count * 4), out(count * 4 * size_t(size));
+  ASSERT_EQ(peer::upload(in.get(), host.data(), count * 4), cudaSuccess);
+  for (const char* what : {"allreduce", "allgather"}) {
+    SCOPED_TRACE(what);
+    std::unique_ptr<Bootstrap> b;
+    std::unique_ptr<Communicator> c;
+    const Status made = makeDevice(o, cuda::DeviceTransportKind::kAuto, &b, &c);
+    ASSERT_TRUE(made.isOk()) << made.toString();
+    EXPECT_STRNE(c->transportName(), "peer");
+    const Status st =
+        std::string(what) == "allreduce"
+            ? c->allreduce(in.get(), out.get(), count, DataType::kFloat32, ReduceOp::kSum, nullptr)
+            : c->allgather(in.get(), out.get(), count, DataType::kFloat32, nullptr);
+    EXPECT_EQ(st.code(), rank == bad ? StatusCode::kInvalidArgument : StatusCode::kPeerError)
+        << st.toString();
+    EXPECT_NE(st.message().find("on rank " + std::to_string(bad) +
+                                " holds 1 non-finite value (NaN or +-Inf; first at element 7)"),
+              std::string::npos)
+        << st.toString();
+  }
+}
+
+TEST(PeerRouting, RanksThatDifferOnTheNanCheckAllFailNamingBoth) {
+  if (!peer::everyRankHasAGpu()) GTEST_SKIP() << "no CUDA device on some rank";
+  peer::BarrierAtExit barrier;
+  std::unique_ptr<Bootstrap> b;
+  std::unique_ptr<Communicator> c;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  Options o;
+  o.nanCheck = rank == 0 ? NanCheck::kOff : NanCheck::kWarn;
+  const Status st = makeDevice(o, cuda::DeviceTransportKind::kAuto, &b, &c);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+  EXPECT_NE(st.message().find("RINGGUARD_NAN_CHECK differs between ranks: rank 0 has off, rank 1 has warn"),
+            std::string::npos)
+      << st.toString();
+}
+
+// A split all-to-all whose blocks exceed the window (1 MiB here) fails every rank on the windows
+// (kBlockTable, test_peer_collectives.cc); under auto it takes the pipeline and is exact. Send/recv stays
+// there too.
+TEST(PeerRouting, AutoLeavesTheSplitAlltoallAndSendRecvToThePipeline) {
+  if (!peer::everyRankHasAGpu()) GTEST_SKIP() << "no CUDA device on some rank";
+  peer::BarrierAtExit barrier;
+  std::unique_ptr<Bootstrap> b;
+  std::unique_ptr<Communicator> c;
+  const Status made = makeDevice(Options{}, cuda::DeviceTransportKind::kAuto, &b, &c);
+  ASSERT_TRUE(made.isOk()) << made.toString();
+  EXPECT_STREQ(c->transportName(), "peer");
+  EXPECT_FALSE(c->sendRecvOnPeerWindows());
+  const int rank = c->rank(), size = c->size();
+  const size_t block = 300000;  // 1.2 MB of floats per block: above the window
+  std::vector<size_t> counts(size_t(size), block), displs(size_t(size), 0);
+  for (int q = 0; q < size; ++q) displs[size_t(q)] = size_t(q) * block;
+  // Element i of the block from p to q: integers that name p, q and i (exact in float).
+  auto value = [](int p, int q, size_t i) { return float(p * 1000000 + q * 100000 + int(i % 99991)); };
+  std::vector<float> send(block * size_t(size)), want(block * size_t(size));
+  for (int q = 0; q < size; ++q) {
+    for (size_t i = 0; i < block; ++i) {
+      send[size_t(q) * block + i] = value(rank, q, i);
+      want[size_t(q) * block + i] = value(q, rank, i);
+    }
+  }
+  peer::DeviceBuffer in(send.size() * 4), out(want.size() * 4);
+  ASSERT_EQ(peer::upload(in.get(), send.data(), send.size() * 4), cudaSuccess);
+  const Status st =
+      c->alltoallAsync(in.get(), counts, displs, out.get(), counts, displs, DataType::kFloat32, nullptr)
+          ->wait();
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint8_t> got = peer::toHost(out.get(), want.size() * 4);
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0);
+}
+
+}  // namespace
+}  // namespace ringguard
