@@ -116,9 +116,11 @@ SETTINGS: Tuple[Setting, ...] = (
             "one of auto, nccl, staged, peer",
             "Transport of a device communicator: auto (NCCL when built with it and no two local ranks share a "
             "GPU, staged otherwise; and when every rank is on one host, the peer-window path for what it "
-            "takes, or a warning naming why the windows could not be mapped), nccl, staged (device <-> pinned "
-            "host <-> MPI), or peer (as auto, but an error where the windows cannot be mapped). One of: auto, "
-            "nccl, staged, peer."),
+            "takes (not with RINGGUARD_NAN_CHECK on), or a warning naming why the windows could not be "
+            "mapped), nccl, staged (device <-> pinned host <-> MPI), or peer (as auto, but an error where the "
+            "windows cannot be mapped or a NaN check is on, and send/recv and the split all-to-all, which can "
+            "fail on the windows where the pipeline succeeds, take the windows too; docs/GPU.md). One of: "
+            "auto, nccl, staged, peer."),
     Setting("RINGGUARD_CPU_TRANSPORT", "cpu_transport", "choice", "auto", None, None,
             ("auto", "mpi", "shm", "gloo"),
             "one of auto, mpi, shm, gloo",
@@ -357,9 +359,11 @@ class Fields:
     device_transport: Optional[str] = None
     """``RINGGUARD_DEVICE_TRANSPORT``, default ``auto``. Transport of a device communicator: auto (NCCL
     when built with it and no two local ranks share a GPU, staged otherwise; and when every rank is on
-    one host, the peer-window path for what it takes, or a warning naming why the windows could not be
-    mapped), nccl, staged (device <-> pinned host <-> MPI), or peer (as auto, but an error where the
-    windows cannot be mapped). One of: auto, nccl, staged, peer."""
+    one host, the peer-window path for what it takes (not with RINGGUARD_NAN_CHECK on), or a warning
+    naming why the windows could not be mapped), nccl, staged (device <-> pinned host <-> MPI), or peer
+    (as auto, but an error where the windows cannot be mapped or a NaN check is on, and send/recv and
+    the split all-to-all, which can fail on the windows where the pipeline succeeds, take the windows
+    too; docs/GPU.md). One of: auto, nccl, staged, peer."""
 
     cpu_transport: Optional[str] = None
     """``RINGGUARD_CPU_TRANSPORT``, default ``auto``. Transport of host memory between ranks. auto: shared

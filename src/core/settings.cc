@@ -207,8 +207,10 @@ std::vector<Setting> declarations() {
           {{"auto", nullptr}, {"nccl", nullptr}, {"staged", nullptr}, {"peer", nullptr}},
           "Transport of a device communicator: auto (NCCL when built with it and no two local ranks "
           "share a GPU, staged otherwise; and when every rank is on one host, the peer-window path for "
-          "what it takes, or a warning naming why the windows could not be mapped), nccl, staged (device "
-          "<-> pinned host <-> MPI), or peer (as auto, but an error where the windows cannot be mapped).")
+          "what it takes (not with RINGGUARD_NAN_CHECK on), or a warning naming why the windows could not be "
+          "mapped), nccl, staged (device <-> pinned host <-> MPI), or peer (as auto, but an error where the "
+          "windows cannot be mapped or a NaN check is on, and send/recv and the split all-to-all, which can "
+          "fail on the windows where the pipeline succeeds, take the windows too; docs/GPU.md).")
           .group("device_transport"),
       choiceSetting(
           "RINGGUARD_CPU_TRANSPORT", "auto",

@@ -20,7 +20,9 @@ struct DeviceOptions {
   // transport otherwise, decided alike on every rank over the bootstrap; and when every rank is on one host,
   // the peer-window path besides (the collectives it takes run as device kernels with no host work:
   // docs/design/protocol.md, "The one-sided protocol"), or a warning naming why the windows could not be
-  // mapped. kPeer: the same, but an error where the windows cannot be mapped. Every rank must ask for the
+  // mapped (no windows while Options::nanCheck is on: its scan is a host step). kPeer: the same, but an error
+  // where the windows cannot be mapped or a NaN check is on, and send/recv and the split all-to-all take the
+  // windows too (they can fail there where the pipeline succeeds; docs/GPU.md). Every rank must ask for the
   // same kind: ranks that differ all fail naming both.
   DeviceTransportKind transport = DeviceTransportKind::kAuto;
   int device = -1;                               // -1: node-local rank modulo the number of visible GPUs
