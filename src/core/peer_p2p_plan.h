@@ -70,9 +70,9 @@ RINGGUARD_HOST_DEVICE inline uint32_t p2pSendWarps(uint32_t warps, bool sends, b
 
 // Does the peer path take a sendRecv of rank `rank` (of `size`) to `dst` and from `src` (-1: none)? Only
 // with channels (`p2pBytes` > 0, agreed when the windows were made; mapped only for
-// RINGGUARD_DEVICE_TRANSPORT=peer), and not a message to this rank itself (a
-// local copy the pipeline makes). Any size of message takes the channel (in rounds), so both ends of a
-// message decide alike from what they have alike. (A receive from any source never comes here: it stays on
+// RINGGUARD_DEVICE_TRANSPORT=peer), and not a message to this rank itself (a local copy the pipeline makes).
+// Any size of message takes the channel (in rounds), so both ends of a message decide alike from what they
+// have alike. (A receive from any source never comes here: it stays on
 // the host pipeline, PeerLanes::recvAny; so do peers on other hosts, which have no windows.)
 inline bool peerPathTakesSendRecv(int size, int rank, int dst, int src, size_t p2pBytes) {
   if (p2pBytes == 0 || size < 2) return false;
