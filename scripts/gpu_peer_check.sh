@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The GPU machine's check of the one-sided path (issue 42): the peer windows, the one-shot and two-shot
 # verified allreduce, all-gather, broadcast, reduce-scatter, all-to-all and send/recv at 2, 3 and 4 ranks on the
-# one GPU under MPS (tests/gpu/test_peer_allreduce.cc, test_peer_collectives.cc, test_peer_sendrecv.cc: exact
-# results, faults, CUDA graph, mismatch,
-# stopped peer, abort), once time-sliced without MPS at 2 ranks (correctness only), then the benchmark
+# one GPU under MPS (tests/gpu/test_peer_allreduce.cc, test_peer_collectives.cc, test_peer_sendrecv.cc,
+# test_peer_watchdog.cc, test_peer_routing.cc: exact results, faults, CUDA graph, mismatch, stopped peer,
+# abort, what auto and peer route), once time-sliced without MPS at 2 ranks (correctness only), then the benchmark
 # against a D2D copy (bench_peer_allreduce, eager and graph, 2 and 4 ranks: one-shot vs two-shot 1 KiB to
 # 256 MiB, clean and with 1 chunk read in a thousand corrupted; all-gather 1 KiB to 64 MiB per rank; send/recv
 # as a ring shift 1 KiB to 64 MiB) and
