@@ -382,8 +382,8 @@ def names_word(message: str, aliases) -> bool:
 def device_transport(size: int) -> str:
     """The transport ringguard.transport("cuda") names once a CUDA collective ran on `size` ranks launched by
     this harness (every rank on one host): RINGGUARD_DEVICE_TRANSPORT as asked, where "auto" (the default)
-    maps the peer windows for two ranks or more (docs/GPU.md, "The one-sided path") and leaves one rank on
-    NCCL."""
+    maps the peer windows for two ranks or more (docs/GPU.md, "The one-sided path"; none of the callers sets
+    RINGGUARD_NAN_CHECK, which keeps them off the windows) and leaves one rank on NCCL."""
     want = os.environ.get("RINGGUARD_DEVICE_TRANSPORT", "auto")
     if want == "auto":
         want = "peer" if size > 1 else "nccl"

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <set>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -98,34 +99,33 @@ bool mpsLikelyRunning() {
 // {-1, -1}. Every rank gets the same answer. Collective over `bootstrap`.
 Status agreeOnPeerPath(Bootstrap& bootstrap, uint64_t twoShotBytes, NanCheck nanCheck,
                        std::pair<int, int>* pair) {
+  // Each rank's record: the agreed settings' values, then its pid (fields without spaces).
+  static const char* const kSettings[] = {"RINGGUARD_PEER_TWO_SHOT_BYTES", "RINGGUARD_NAN_CHECK"};
+  constexpr size_t kPid = 2;
   const std::string mine =
       std::to_string(twoShotBytes) + " " + nanCheckName(nanCheck) + " " + std::to_string(getpid());
   std::vector<std::vector<uint8_t>> all;
   RINGGUARD_RETURN_IF_ERROR(bootstrap.allgather(std::vector<uint8_t>(mine.begin(), mine.end()), &all));
-  struct Record {
-    std::string twoShot, nanCheck, pid;
-  };
-  std::vector<Record> records;
+  std::vector<std::vector<std::string>> records;  // kPid + 1 fields each (missing ones empty)
   for (const std::vector<uint8_t>& bytes : all) {
-    const std::string text(bytes.begin(), bytes.end());
-    const size_t a = text.find(' '), b = a == std::string::npos ? a : text.find(' ', a + 1);
-    records.push_back(Record{text.substr(0, a), a == std::string::npos ? "" : text.substr(a + 1, b - a - 1),
-                             b == std::string::npos ? "" : text.substr(b + 1)});
+    std::istringstream text(std::string(bytes.begin(), bytes.end()));
+    std::vector<std::string> fields(kPid + 1);
+    for (std::string& f : fields) text >> f;
+    records.push_back(std::move(fields));
   }
   for (size_t r = 1; r < records.size(); ++r) {
-    const bool twoShot = records[r].twoShot != records[0].twoShot;
-    if (!twoShot && records[r].nanCheck == records[0].nanCheck) continue;
-    std::string Record::*field = twoShot ? &Record::twoShot : &Record::nanCheck;
-    return Status(StatusCode::kInvalidArgument,
-                  std::string(twoShot ? "RINGGUARD_PEER_TWO_SHOT_BYTES" : "RINGGUARD_NAN_CHECK") +
-                      " differs between ranks: rank 0 has " + excerpt(records[0].*field) + ", rank " +
-                      std::to_string(r) + " has " + excerpt(records[r].*field) +
-                      " (every rank must set the same)");
+    for (size_t f = 0; f < kPid; ++f) {
+      if (records[r][f] == records[0][f]) continue;
+      return Status(StatusCode::kInvalidArgument,
+                    std::string(kSettings[f]) + " differs between ranks: rank 0 has " +
+                        excerpt(records[0][f]) + ", rank " + std::to_string(r) + " has " +
+                        excerpt(records[r][f]) + " (every rank must set the same)");
+    }
   }
   *pair = {-1, -1};
   for (size_t r = 0; r < records.size(); ++r) {
     for (size_t q = 0; q < r; ++q) {
-      if (records[q].pid == records[r].pid) {
+      if (records[q][kPid] == records[r][kPid]) {
         *pair = {int(q), int(r)};
         return Status::ok();
       }
