@@ -55,8 +55,6 @@ std::string stepName(int i, int own) {
       {kStepEntry, "entry"},
       {kStepSeqRead, "seq read"},
       {kStepAcked, "acknowledgements"},
-      {kStepArrivalFence, "arrival fence"},
-      {kStepArrivalPublished, "arrival published"},
       {kStepInputLoaded, "publish: input loaded"},
       {kStepPublishCrc, "publish: CRC + entry"},
       {kStepPublishFence, "publish: fence"},

@@ -31,7 +31,9 @@ struct ShiftTable {
   uint32_t byte[4][256];
 };
 
-struct Tables {
+// 16-byte aligned and a whole number of 16-byte vectors: a kernel copies them into shared memory 16 bytes at
+// a time (cuda/peer/peer_device.cuh, stageCrcTables).
+struct alignas(16) Tables {
   uint32_t slice[16][256];       // slice[j][b]: register after byte b followed by j zero bytes
   ShiftTable lanePieces;         // past 32 pieces (a lane's next piece is 32 pieces later)
   ShiftTable tree[kTreeLevels];  // level t: past 2^t pieces

@@ -36,12 +36,16 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
         loadInputChunk(a.send, c, totalBytes, sendAligned, vec);
       });
   for (uint32_t c = k.firstOf(0); k.ok && c < chunks; c += k.warps) {
+    // This rank's own bytes, loaded before the lower ranks' reads: their latency hides under those waits.
+    uint4 own[kLaneVectors];
+    loadInputChunk(a.send, c, totalBytes, sendAligned, own);
     uint4 acc[kLaneVectors];
     const bool read = reduceChunk<Final>(
         a.size, arg,
         [&](int p, uint4(&vec)[kLaneVectors]) {
           if (p != a.rank) return readChunk(k, p, /*result=*/false, c, vec);
-          loadInputChunk(a.send, c, totalBytes, sendAligned, vec);
+#pragma unroll
+          for (int v = 0; v < kLaneVectors; ++v) vec[v] = own[v];
           RINGGUARD_STEP_AFTER(kStepPeer + kPeerSteps * p + kStepPeerLoaded, vec);
           return true;
         },

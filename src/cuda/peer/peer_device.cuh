@@ -14,6 +14,7 @@
 // One warp owns a chunk: 32 lanes x kLaneVectors 16-byte vectors = kChunkBytes. Chunk c is always handled
 // by warp c % warps in every phase of a kernel, so a chunk of an in-place call is read before it is written
 // by program order within one warp.
+#include <cuda_pipeline_primitives.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -34,14 +35,40 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kPieces = chunk_crc::kPieces;
 constexpr uint32_t kSpinCheckEvery = 256;
 
-// core/chunk_crc.h's tables (slicing-by-16 and the fixed shifts), read through the read-only cache.
+// core/chunk_crc.h's tables (slicing-by-16 and the fixed shifts): the source each block copies into its
+// shared memory at entry (stageCrcTables).
 __device__ const chunk_crc::Tables kChunkCrcTables = chunk_crc::makeTables();
+static_assert(sizeof(chunk_crc::Tables) % 16 == 0, "copied 16 bytes at a time");
+
+// The block's copy of the CRC tables (one object per block: a function's static shared variable; its
+// address is a constant, so no register holds it).
+__device__ __forceinline__ chunk_crc::Tables& crcTables() {
+  __shared__ chunk_crc::Tables tables;
+  return tables;
+}
+// Starts the copy of the CRC tables into crcTables() (cp.async: no thread waits for it here);
+// crcTablesArrived() then a block barrier must come before the first warpChunkCrc.
+// Shared memory, not the read-only cache: every GPU-scope fence and acquire load of the protocol invalidates
+// the SM's L1 (CCTL.IVALL in the SASS), so tables read through L1 came from L2 at each of the chunk CRC's ~7
+// dependent lookup steps, ~1.4 us for a lone chunk (docs/PERFORMANCE.md, "Per-step clocks"), where shared
+// memory keeps them across the fences. 40 KiB a block; the copy overlaps the kernel's first waits. Not
+// inlined: inlined, its copy loop pushed the two-shot kernels 8 bytes past their 128 registers (spills).
+__device__ __noinline__ void stageCrcTables() {
+  constexpr unsigned kVectors = sizeof(chunk_crc::Tables) / 16;
+  const char* from = reinterpret_cast<const char*>(&kChunkCrcTables);
+  char* to = reinterpret_cast<char*>(&crcTables());
+  for (unsigned i = threadIdx.x; i < kVectors; i += blockDim.x)
+    __pipeline_memcpy_async(to + 16 * i, from + 16 * i, 16);
+  __pipeline_commit();
+}
+// This thread's part of the copy has landed (a block barrier after it: every thread's has).
+__device__ __forceinline__ void crcTablesArrived() { __pipeline_wait_prior(0); }
 
 // CRC-32 of the chunk whose vector v of lane l is vec[v] (piece v * 32 + l), identical on every lane:
-// core/chunk_crc.h's lane Horner and warp tree.
+// core/chunk_crc.h's lane Horner and warp tree over the block's shared copy of the tables.
 __device__ __forceinline__ uint32_t warpChunkCrc(const uint4 (&vec)[kLaneVectors]) {
-  const chunk_crc::Tables& t = kChunkCrcTables;
-  const auto load = [](const uint32_t* p) { return __ldg(p); };
+  const chunk_crc::Tables& t = crcTables();
+  const auto load = [](const uint32_t* p) { return *p; };
   uint32_t h = 0;
 #pragma unroll
   for (int v = 0; v < kLaneVectors; ++v) {
@@ -164,12 +191,25 @@ __device__ __forceinline__ void storeOutputChunk(void* out, uint32_t c, size_t l
     storeRange(static_cast<char*>(out), vectorOffset(c, v, lane), lo, hi, aligned, vec[v]);
 }
 
-// One kernel's view of the running collective: its epoch, deadline and what it counted.
+// Set when a thread of this block records an error (Collective::fail): the host record then has news
+// (finishCollective). Zeroed by beginCollective before the block's first barrier.
+__device__ __forceinline__ int& blockFailed() {
+  __shared__ int failed;
+  return failed;
+}
+
+// The block's deadline for every wait (%globaltimer ns): set by thread 0 before the block's first barrier
+// (beginCollective, the send/recv kernel), read only once a wait has spun a while. In shared memory, not in
+// Collective: two registers the reducing kernels do not have to spare.
+__device__ __forceinline__ uint64_t& blockDeadline() {
+  __shared__ uint64_t deadline;
+  return deadline;
+}
+
+// One kernel's view of the running collective: its epoch and what it counted.
 struct Collective {
   const PeerWindowArgs* a;
   uint64_t epoch;  // 64 bits: never wraps (at one collective a microsecond, 2^32 would in 72 minutes)
-  uint32_t half;
-  uint64_t deadline;
   uint32_t fpCrc;  // the fingerprint's CRC every chunk carries (the algorithm folded in)
   uint32_t lane;
   uint32_t warp;      // this warp's index over the grid
@@ -179,6 +219,7 @@ struct Collective {
   uint32_t detected;  // this warp's reads (a 32-bit count: the window's counters are 64-bit)
   uint32_t injected;
 
+  __device__ uint32_t half() const { return uint32_t(epoch & 1u); }  // the window half this epoch uses
   __device__ void* window(int r) const { return a->windows[r]; }
   __device__ void* mine() const { return a->windows[a->rank]; }
   __device__ uint32_t* errorWord(int r) const { return at<uint32_t>(window(r), kErrorOffset); }
@@ -189,6 +230,7 @@ struct Collective {
   // The first error of this rank wins; its window's error word tells the peers to stop.
   __device__ void fail(PeerError code, int peer, uint32_t chunk, uint32_t expected, uint32_t seen) const {
     uint32_t* e = errorWord(a->rank);
+    blockFailed() = 1;
     if (atomicCAS(e, 0u, uint32_t(code)) == 0u) {
       e[1] = uint32_t(peer);
       e[2] = chunk;
@@ -206,7 +248,7 @@ struct Collective {
   __device__ int absentPeer(int waited) const {
     for (int r = 0; r < a->size; ++r) {
       if (r == a->rank) continue;
-      if (loadVolatile(at<uint64_t>(window(r), kArrivalOffset + 64 * half)) != epoch) return r;
+      if (loadVolatile(at<uint64_t>(window(r), kArrivalOffset + 64 * half())) != epoch) return r;
     }
     return waited;
   }
@@ -246,7 +288,7 @@ struct Collective {
           fail(PeerError::kPeerExited, peer, chunk, 0, 0);
           return false;
         }
-        if (globalTimer() > deadline) {
+        if (globalTimer() > blockDeadline()) {
           fail(PeerError::kTimeout, nameAbsent && !onePeer ? absentPeer(peer) : peer, chunk, 0, uint32_t(v));
           return false;
         }
@@ -256,29 +298,33 @@ struct Collective {
 
   __device__ ChunkEntry* table(int r, bool result) const {
     return at<ChunkEntry>(window(r),
-                          result ? a->layout.resultTableOffset[half] : a->layout.tableOffset[half]);
+                          result ? a->layout.resultTableOffset[half()] : a->layout.tableOffset[half()]);
   }
-  __device__ char* data(int r) const { return at<char>(window(r), a->layout.dataOffset[half]); }
+  __device__ char* data(int r) const { return at<char>(window(r), a->layout.dataOffset[half()]); }
 };
 
 // Starts a collective in every block: the epoch (seq + 1, kept on the device so a replayed graph gets a fresh
 // one), the acknowledgements (every peer finished reading half e & 1 at epoch e - 2 before this rank
-// overwrites it), then this rank's fingerprint words and its arrival slot {epoch, fpCrc} for the half.
+// overwrites it), then this rank's fingerprint words and its arrival slot {epoch, fpCrc} for the half. The
+// arrival is block 0's last warp's (kArrivalWarp): its release store, a fence, is off the path of warp 0,
+// which holds chunk 0, a small call's only chunk.
+constexpr unsigned kArrivalWarp = kWarps - 1;
 __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, uint32_t fpCrc) {
   __shared__ uint64_t epochShared;
   __shared__ int okShared;
   RINGGUARD_STEP_ENTRY();
+  stageCrcTables();
   Collective k;
   k.a = &a;
   if (threadIdx.x == 0) {
     epochShared = *at<uint64_t>(a.windows[a.rank], kSeqOffset) + 1;
     okShared = 1;
+    blockFailed() = 0;
+    blockDeadline() = globalTimer() + a.timeoutNs;
     RINGGUARD_STEP(kStepSeqRead);
   }
   __syncthreads();
   k.epoch = epochShared;
-  k.half = uint32_t(epochShared & 1u);
-  k.deadline = globalTimer() + a.timeoutNs;
   k.fpCrc = fpCrc;
   k.lane = threadIdx.x & 31u;
   k.warp = blockIdx.x * kWarps + threadIdx.x / 32;
@@ -294,19 +340,17 @@ __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, u
       okShared = 0;
     }
   }
+  crcTablesArrived();
   __syncthreads();
   RINGGUARD_STEP(kStepAcked);
-  if (blockIdx.x == 0 && okShared) {
-    if (threadIdx.x < kFingerprintWords)
-      at<uint32_t>(k.mine(), kFingerprintOffset)[threadIdx.x] = a.fingerprint[threadIdx.x];
-    if (threadIdx.x == 0) {
-      const size_t slot = kArrivalOffset + 64 * k.half;
-      *at<uint32_t>(k.mine(), slot + kArrivalFingerprint) = fpCrc;
-      fence(a.oneDevice);
-      RINGGUARD_STEP(kStepArrivalFence);
-      storeRelease(at<uint64_t>(k.mine(), slot), k.epoch, a.oneDevice);
-      RINGGUARD_STEP(kStepArrivalPublished);
-    }
+  if (blockIdx.x == 0 && okShared && threadIdx.x == 32 * kArrivalWarp) {
+    // One thread stores the words and the slot's fingerprint, then the epoch with release order, so a peer
+    // that sees the epoch sees both (the words name this collective in a peer's mismatch error).
+    uint32_t* words = at<uint32_t>(k.mine(), kFingerprintOffset);
+    for (int i = 0; i < kFingerprintWords; ++i) words[i] = a.fingerprint[i];
+    const size_t slot = kArrivalOffset + 64 * k.half();
+    *at<uint32_t>(k.mine(), slot + kArrivalFingerprint) = fpCrc;
+    storeRelease(at<uint64_t>(k.mine(), slot), k.epoch, a.oneDevice);
   }
   k.ok = okShared != 0;
   return k;
@@ -483,10 +527,6 @@ __device__ __forceinline__ bool readChunk(Collective& k, int p, bool result, uin
   return readChunkAt(k, p, k.table(p, result), k.data(p), c, vec);
 }
 
-// Ends the collective in every block (every thread calls it): the warp's counters into the window, then block
-// 0 checks every peer's arrival slot for this half (same epoch, same fingerprint: ranks that ran different
-// collectives fail here even when one of them read nothing), and the last block to finish writes seq = e,
-// reports news to the host record and publishes done = e (the acknowledgement) with release order.
 // The warp's fault counters into this rank's window (lane 0).
 __device__ __forceinline__ void addFaultCounts(const Collective& k) {
   if (k.lane == 0 && (k.detected != 0 || k.injected != 0)) {
@@ -535,33 +575,49 @@ __device__ __forceinline__ void reportToHost(const PeerWindowArgs& a, void* mine
   if (news) __threadfence_system();
 }
 
+// Ends the collective in every block (every thread calls it): the warp's counters into the window, then block
+// 0's arrival warp checks every peer's arrival slot for this half (same epoch, same fingerprint: ranks that
+// ran different collectives fail here even when one of them read nothing; off warp 0's path, so a small
+// call's idle warp checks while warp 0 works), and the last block to finish (the only one of a one-block
+// grid: no grid barrier then) writes seq = e, reports news to the host record and publishes done = e (the
+// acknowledgement) with release order. The host record is read only when a block counted a fault or failed
+// (its bit in the arrival count): a fault-free call makes no load of its own window's counters.
+constexpr uint32_t kArriveNews = 1u << 16;  // added to the arrival count by a block with news (grids < 2^16)
 __device__ __forceinline__ void finishCollective(Collective& k) {
   const PeerWindowArgs& a = *k.a;
   void* mine = k.mine();
   addFaultCounts(k);
-  if (blockIdx.x == 0 && k.ok && threadIdx.x < unsigned(a.size) && int(threadIdx.x) != a.rank) {
-    const int p = int(threadIdx.x);
+  const unsigned p = threadIdx.x - 32 * kArrivalWarp;
+  if (blockIdx.x == 0 && k.ok && threadIdx.x >= 32 * kArrivalWarp && p < unsigned(a.size) &&
+      int(p) != a.rank) {
     // A peer can be at most one epoch ahead (it waits for this rank's done >= its epoch - 2), so slot h
     // still holds this epoch's arrival or an older one: equality is the test.
-    const size_t slot = kArrivalOffset + 64 * k.half;
-    if (k.waitFor(at<uint64_t>(a.windows[p], slot), p, ~0u, [&](uint64_t v) { return v == k.epoch; })) {
+    const size_t slot = kArrivalOffset + 64 * k.half();
+    if (k.waitFor(at<uint64_t>(a.windows[p], slot), int(p), ~0u, [&](uint64_t v) { return v == k.epoch; })) {
       const uint32_t theirs = loadVolatile(at<uint32_t>(a.windows[p], slot + kArrivalFingerprint));
-      if (theirs != k.fpCrc) k.fail(PeerError::kFingerprintMismatch, p, ~0u, k.fpCrc, theirs);
+      if (theirs != k.fpCrc) k.fail(PeerError::kFingerprintMismatch, int(p), ~0u, k.fpCrc, theirs);
     }
   }
-  __syncthreads();
+  const bool news = __syncthreads_or(k.detected != 0 || k.injected != 0) != 0 || blockFailed() != 0;
   RINGGUARD_STEP(kStepArrivalChecked);
   if (threadIdx.x == 0) {
-    __threadfence();
-    RINGGUARD_STEP(kStepGridFence);
-    uint32_t* arrive = at<uint32_t>(mine, kArriveOffset);
-    const bool last = atomicAdd(arrive, 1u) == gridDim.x - 1;
-    RINGGUARD_STEP_AFTER(kStepArriveCounted, uint32_t(last));
+    bool last = true, anyNews = news;
+    if (gridDim.x > 1) {
+      // The grid's barrier: this block's writes (the block barrier above, then this fence) happen before its
+      // count, and the last block's release of `done` after every count.
+      __threadfence();
+      RINGGUARD_STEP(kStepGridFence);
+      uint32_t* arrive = at<uint32_t>(mine, kArriveOffset);
+      const uint32_t before = atomicAdd(arrive, 1u + (news ? kArriveNews : 0u));
+      last = (before & (kArriveNews - 1)) == gridDim.x - 1;
+      anyNews = news || before >= kArriveNews;
+      RINGGUARD_STEP_AFTER(kStepArriveCounted, uint32_t(last));
+      if (last) *arrive = 0;
+    }
     if (last) {
       RINGGUARD_STEP_TAIL(kStepLastArrive);
-      *arrive = 0;
       *at<uint64_t>(mine, kSeqOffset) = k.epoch;
-      reportToHost(a, mine);
+      if (anyNews) reportToHost(a, mine);
       RINGGUARD_STEP_TAIL(kStepLastReported);
       storeRelease(at<uint64_t>(mine, kDoneOffset), k.epoch, a.oneDevice);
       RINGGUARD_STEP_TAIL(kStepLastDone);

@@ -97,6 +97,9 @@ namespace {
 
 __global__ void __launch_bounds__(kBlockThreads)
     chunkCrcKernel(const uint4* data, size_t chunks, uint32_t* out) {
+  stageCrcTables();
+  crcTablesArrived();
+  __syncthreads();
   const uint32_t lane = threadIdx.x & 31u;
   const size_t warp = blockIdx.x * kWarps + threadIdx.x / 32;
   if (warp >= chunks) return;

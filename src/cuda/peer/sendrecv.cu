@@ -199,8 +199,10 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
   // The channels' numbers before this call: messages and rounds sent to dst, received from src
   // (kP2pCountersOffset: word i * kMaxRanks + peer), kept on the device so a replayed graph gets fresh ones.
   __shared__ uint64_t before[4];
+  stageCrcTables();
   void* mine = a.windows[a.rank];
   uint64_t* counters = at<uint64_t>(mine, kP2pCountersOffset);
+  if (threadIdx.x == 0) blockDeadline() = globalTimer() + a.timeoutNs;
   if (threadIdx.x < 4) {
     const int peer = threadIdx.x < 2 ? a.dst : a.src;
     before[threadIdx.x] = peer >= 0 ? counters[threadIdx.x * kMaxRanks + unsigned(peer)] : 0;
@@ -209,8 +211,6 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
   Collective k;
   k.a = &a;
   k.epoch = 0;
-  k.half = 0;
-  k.deadline = globalTimer() + a.timeoutNs;
   k.lane = threadIdx.x & 31u;
   k.detected = 0;
   k.injected = 0;
@@ -227,6 +227,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
     if (okShared != 0 && a.dst >= 0) postEntry(a, kOfferedOffset, a.dst, before[0] + 1, a.sendCount, sendFp);
     if (okShared != 0 && a.src >= 0) postEntry(a, kPostedOffset, a.src, before[2] + 1, a.recvCount, recvFp);
   }
+  crcTablesArrived();
   __syncthreads();
   k.ok = okShared != 0;
   const uint32_t warp = blockIdx.x * kWarps + threadIdx.x / 32, warps = gridDim.x * kWarps;

@@ -24,22 +24,20 @@ static_assert(kStepTraceOffset >= kOfferedOffset + 2 * kMaxRanks * sizeof(Messag
 // Steps in the order the one-shot reaches them. Per peer p: kPeerSteps words from kStepPeer + kPeerSteps * p
 // (this rank's own: only kStepPeerLoaded, from its input).
 enum StepId : int {
-  kStepEntry = 0,         // kernel entry
-  kStepSeqRead,           // the seq word read (epoch known)
-  kStepAcked,             // every peer's done >= epoch - 2 (threads < size wait), block barrier passed
-  kStepArrivalFence,      // block 0: the fence before the arrival slot
-  kStepArrivalPublished,  // block 0: the arrival slot's release store issued
-  kStepInputLoaded,       // publish: the warp's input vectors of its (last) chunk in registers
-  kStepPublishCrc,        // publish: the chunk's CRC computed and its table entry stored
-  kStepPublishFence,      // publish: warp barrier and the fence before the epochs
-  kStepEpochsStored,      // publish: the warp's chunk epochs stored
-  kStepPeer,              // per peer, kPeerSteps each:
+  kStepEntry = 0,     // kernel entry
+  kStepSeqRead,       // the seq word read (epoch known)
+  kStepAcked,         // every peer's done >= epoch - 2 (threads < size wait), block barrier passed
+  kStepInputLoaded,   // publish: the warp's input vectors of its (last) chunk in registers
+  kStepPublishCrc,    // publish: the chunk's CRC computed and its table entry stored
+  kStepPublishFence,  // publish: warp barrier and the fence before the epochs
+  kStepEpochsStored,  // publish: the warp's chunk epochs stored
+  kStepPeer,          // per peer, kPeerSteps each:
   kStepPeerLast = kStepPeer + 3 * kMaxRanks - 1,
   kStepReduced,         // one-shot: the warp's reduced chunks stored; two-shot: its share published
   kStepResultsRead,     // two-shot: the other shares' results read and stored
-  kStepArrivalChecked,  // every peer's arrival slot seen (threads < size wait), block barrier passed
-  kStepGridFence,       // the fence before the block's arrival count
-  kStepArriveCounted,   // the block's atomicAdd on the arrival count returned
+  kStepArrivalChecked,  // every peer's arrival slot seen (block 0's last warp waits), block barrier passed
+  kStepGridFence,       // the fence before the block's arrival count (grids of several blocks)
+  kStepArriveCounted,   // the block's atomicAdd on the arrival count returned (grids of several blocks)
   kStepExit,            // block 0 leaves (before writing this row)
   kStepLastArrive,      // the last block: its atomicAdd returned (the grid's barrier)
   kStepLastReported,    // the last block: seq stored, reportToHost done
