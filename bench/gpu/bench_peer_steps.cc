@@ -119,6 +119,9 @@ StepStats analyze(const std::vector<StepRow>& rows, double cyclesPerNs) {
       } else if (i == kStepFirstTail && r.clock[kStepArriveCounted] != 0) {
         d[size_t(i)].push_back(sameBlock ? ns(r.clock[i] - r.clock[kStepArriveCounted])
                                          : double(int64_t(r.timer[i] - r.timer[kStepArriveCounted])));
+      } else if (i == kStepFirstTail && sameBlock && r.clock[kStepArrivalChecked] != 0) {
+        // A one-block grid counts no arrival: its tail follows the block barrier.
+        d[size_t(i)].push_back(ns(r.clock[i] - r.clock[kStepArrivalChecked]));
       }
       prev = i;
     }

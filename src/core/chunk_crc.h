@@ -71,7 +71,7 @@ RINGGUARD_HOST_DEVICE constexpr Tables makeTables() {
   return t;
 }
 
-// `Load` reads a table word: on the device a cached global load, on the host a plain one.
+// `Load` reads a table word: on the device from the block's shared copy, on the host a plain load.
 template <typename Load>
 RINGGUARD_HOST_DEVICE inline uint32_t shift(const ShiftTable& s, uint32_t r, Load load) {
   return load(&s.byte[0][r & 0xffu]) ^ load(&s.byte[1][(r >> 8) & 0xffu]) ^

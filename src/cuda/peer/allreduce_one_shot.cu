@@ -46,6 +46,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
           if (p != a.rank) return readChunk(k, p, /*result=*/false, c, vec);
 #pragma unroll
           for (int v = 0; v < kLaneVectors; ++v) vec[v] = own[v];
+          // (Since the load moved above, this step marks the copy, not the load.)
           RINGGUARD_STEP_AFTER(kStepPeer + kPeerSteps * p + kStepPeerLoaded, vec);
           return true;
         },

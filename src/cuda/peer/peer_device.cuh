@@ -51,7 +51,8 @@ __device__ __forceinline__ chunk_crc::Tables& crcTables() {
 // Shared memory, not the read-only cache: every GPU-scope fence and acquire load of the protocol invalidates
 // the SM's L1 (CCTL.IVALL in the SASS), so tables read through L1 came from L2 at each of the chunk CRC's ~7
 // dependent lookup steps, ~1.4 us for a lone chunk (docs/PERFORMANCE.md, "Per-step clocks"), where shared
-// memory keeps them across the fences. 40 KiB a block; the copy overlaps the kernel's first waits. Not
+// memory keeps them across the fences. 40 KiB a block; the copy runs under the seq read and the
+// acknowledgement wait, and what is left of it delays the block's first publish. Not
 // inlined: inlined, its copy loop pushed the two-shot kernels 8 bytes past their 128 registers (spills).
 __device__ __noinline__ void stageCrcTables() {
   constexpr unsigned kVectors = sizeof(chunk_crc::Tables) / 16;
@@ -192,7 +193,8 @@ __device__ __forceinline__ void storeOutputChunk(void* out, uint32_t c, size_t l
 }
 
 // Set when a thread of this block records an error (Collective::fail): the host record then has news
-// (finishCollective). Zeroed by beginCollective before the block's first barrier.
+// (finishCollective, its only reader). Zeroed by beginCollective before the block's first barrier; the
+// send/recv kernel, which reports unconditionally, only writes it.
 __device__ __forceinline__ int& blockFailed() {
   __shared__ int failed;
   return failed;
@@ -581,7 +583,8 @@ __device__ __forceinline__ void reportToHost(const PeerWindowArgs& a, void* mine
 // call's idle warp checks while warp 0 works), and the last block to finish (the only one of a one-block
 // grid: no grid barrier then) writes seq = e, reports news to the host record and publishes done = e (the
 // acknowledgement) with release order. The host record is read only when a block counted a fault or failed
-// (its bit in the arrival count): a fault-free call makes no load of its own window's counters.
+// (it added kArriveNews to the arrival count; the last block sees the sum above the low 16 bits): a
+// fault-free call makes no load of its own window's counters.
 constexpr uint32_t kArriveNews = 1u << 16;  // added to the arrival count by a block with news (grids < 2^16)
 __device__ __forceinline__ void finishCollective(Collective& k) {
   const PeerWindowArgs& a = *k.a;
@@ -612,7 +615,12 @@ __device__ __forceinline__ void finishCollective(Collective& k) {
       last = (before & (kArriveNews - 1)) == gridDim.x - 1;
       anyNews = news || before >= kArriveNews;
       RINGGUARD_STEP_AFTER(kStepArriveCounted, uint32_t(last));
-      if (last) *arrive = 0;
+      if (last) {
+        // The acquire side of the grid barrier: the other blocks' counts (each after its fence) happen
+        // before this block's loads of the counters and error word and its release of `done`.
+        __threadfence();
+        *arrive = 0;
+      }
     }
     if (last) {
       RINGGUARD_STEP_TAIL(kStepLastArrive);

@@ -26,7 +26,8 @@ static_assert(kStepTraceOffset >= kOfferedOffset + 2 * kMaxRanks * sizeof(Messag
 enum StepId : int {
   kStepEntry = 0,     // kernel entry
   kStepSeqRead,       // the seq word read (epoch known)
-  kStepAcked,         // every peer's done >= epoch - 2 (threads < size wait), block barrier passed
+  kStepAcked,         // every peer's done >= epoch - 2 (threads < size wait) and the CRC tables' copy into
+                      // shared memory landed, block barrier passed (since 2026-12-05, thirty-fourth session)
   kStepInputLoaded,   // publish: the warp's input vectors of its (last) chunk in registers
   kStepPublishCrc,    // publish: the chunk's CRC computed and its table entry stored
   kStepPublishFence,  // publish: warp barrier and the fence before the epochs
