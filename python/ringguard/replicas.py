@@ -257,7 +257,10 @@ class ReplicaCheck:
         # A named range, so a torch.profiler trace shows what the check costs a step (bench_replica_check.py
         # --profile); a few microseconds when nothing profiles.
         with torch.profiler.record_function("ringguard::replica_check"):
-            self._impl.after_step(step, self.tensors(), self._stream())
+            # Listing the tensors walks the model (about 1 ms for a small GPT's 309 tensors): only on the
+            # steps that read them (a check, a fault rule's step); the others only count the step.
+            named = self.tensors() if self._impl.needs_tensors(step) else []
+            self._impl.after_step(step, named, self._stream())
 
     def check_now(self) -> None:
         """Checks now, outside the step hook (every rank of the group must call it)."""

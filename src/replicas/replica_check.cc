@@ -212,13 +212,17 @@ void ReplicaChecker::finish(ReplicaReport report) {
   last_ = std::move(report);
 }
 
+bool ReplicaChecker::needsTensors(uint64_t step) const {
+  return (step + 1) % options_.every == 0 || (faultOn_ && fault_.hits(fault_.rank, step));
+}
+
 Status ReplicaChecker::afterStep(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++counters_.steps;
   }
   RINGGUARD_RETURN_IF_ERROR(injectFault(step, tensors, stream));
-  if ((step + 1) % options_.every != 0) return Status::ok();
+  if ((step + 1) % options_.every != 0) return Status::ok();  // needsTensors() agrees
   return checkNow(step, tensors, stream);
 }
 

@@ -272,7 +272,9 @@ std::vector<RankRun> train(int ranks, ReplicaCheckOptions options, const std::st
     RankRun& r = out[rank];
     for (int step = 0; step < kSteps; ++step) {
       rep.update(step);
-      r.status = check.afterStep(step, rep.tensors());
+      // As the Python hook does: the tensors only on the steps that read them.
+      r.status =
+          check.afterStep(step, check.needsTensors(step) ? rep.tensors() : std::vector<ReplicaTensor>{});
       if (!r.status.isOk()) {
         r.failedStep = step;
         break;
@@ -373,6 +375,30 @@ TEST(ReplicaChecker, WarnContinuesAndEveryCatchesAtTheNextCheck) {
     EXPECT_TRUE(r.report.mismatch);
     EXPECT_EQ(r.report.tensors, std::vector<std::string>{"param:w"});
   }
+}
+
+TEST(ReplicaChecker, NeedsTensorsOnChecksAndFaultStepsOnly) {
+  testing::LoopbackGroup g(1, testing::quietOptions());
+  g.run([&](int, Communicator& comm) {
+    ReplicaChecker check(opts(ReplicaAction::kRaise, 4), makeCommunicatorExchange(&comm),
+                         makeHostReplicaBackend(), nullptr);
+    ReplicaFault f;
+    bool on = false;
+    ASSERT_TRUE(parseReplicaFault("rank=0,step=5,tensor=param:w,repeat=2", &f, &on).isOk());
+    std::vector<uint64_t> needed;
+    for (uint64_t step = 0; step < 12; ++step) {
+      if (check.needsTensors(step)) needed.push_back(step);
+    }
+    EXPECT_EQ(needed, (std::vector<uint64_t>{3, 7, 11}));
+    ASSERT_TRUE(check.setFault(f).isOk());
+    needed.clear();
+    for (uint64_t step = 0; step < 12; ++step) {
+      if (check.needsTensors(step)) needed.push_back(step);
+    }
+    EXPECT_EQ(needed, (std::vector<uint64_t>{3, 5, 6, 7, 11}));
+    // A step whose fault finds no tensor is an error, not a silent skip: the caller must pass them.
+    EXPECT_FALSE(check.afterStep(5, {}).isOk());
+  });
 }
 
 TEST(ReplicaChecker, RepairWithTwoReplicasEscalates) {

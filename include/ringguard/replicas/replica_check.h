@@ -117,6 +117,9 @@ class ReplicaChecker {
   // cannot be made or did not converge), or a repair (broadcast of the differing tensors from the
   // majority, then a second check), or a warning (logged). Returns ok otherwise.
   Status afterStep(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream = nullptr);
+  // Whether afterStep(step) reads `tensors`: a check step, or a step a fault rule flips bits at. On other
+  // steps a caller may pass no tensors (the Python hook skips listing a model's every tensor then).
+  bool needsTensors(uint64_t step) const;
   // Checks now, whatever the step (`step` is only reported). sync=False: the pending verdict is read first.
   Status checkNow(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream = nullptr);
   // sync=False: reads the pending verdict now (after the last step of a run) and acts on it; `step` is the

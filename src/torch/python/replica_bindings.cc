@@ -282,6 +282,9 @@ void ringguardRegisterReplicaBindings(py::module_& m) {
            py::arg("start_gather") = py::none())
       .def("after_step", &PyReplicaCheck::afterStep, py::arg("step"), py::arg("tensors"),
            py::arg("stream") = 0)
+      .def(
+          "needs_tensors", [](PyReplicaCheck& c, uint64_t step) { return c.check().needsTensors(step); },
+          py::arg("step"))
       .def("check_now", &PyReplicaCheck::checkNow, py::arg("step"), py::arg("tensors"), py::arg("stream") = 0)
       .def("flush", &PyReplicaCheck::flush, py::arg("step"), py::arg("tensors"), py::arg("stream") = 0)
       .def("set_fault", &PyReplicaCheck::setFault, py::arg("spec"))
