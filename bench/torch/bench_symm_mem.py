@@ -5,7 +5,9 @@ peer of bench/gpu/bench_peer_allreduce; docs/PERFORMANCE.md). Under torchrun wit
         torchrun --nproc-per-node=2 bench/torch/bench_symm_mem.py --max-bytes 64M
 
 Rank 0 prints bytes and microseconds per call (median of --reps batches of --iters calls), eager and inside
-a CUDA graph, for one_shot_all_reduce and two_shot_all_reduce_.
+a CUDA graph, for one_shot_all_reduce and two_shot_all_reduce_, and the two-shot of an ordinary tensor
+(two_shot_copied_us: the tensor copied into the symmetric buffer, reduced in place there, copied back; what a
+caller whose tensor is not allocated in the buffer pays, and what ringguard's all-reduce of any tensor does).
 """
 import argparse
 import os
@@ -51,13 +53,14 @@ def main() -> None:
     name = dist.group.WORLD.group_name
     if rank == 0:
         print(f"# torch {torch.__version__} SymmetricMemory, {world} ranks on one GPU, fp32, us per call")
-        print(f"{'bytes':>12} {'one_shot_us':>12} {'one_shot_graph_us':>18} {'two_shot_us':>12}")
+        print(f"{'bytes':>12} {'one_shot_us':>12} {'one_shot_graph_us':>18} {'two_shot_us':>12} {'two_shot_copied_us':>19}")
     nbytes = parse_size(args.min_bytes)
     stream = torch.cuda.Stream()
     while nbytes <= max_bytes:
         n = nbytes // 4
         x = buf[:n]
         x.fill_(1.0)
+        user = torch.ones(n, device="cuda", dtype=torch.float32)  # an ordinary tensor, not in the buffer
         iters = args.iters if nbytes < (16 << 20) else max(1, args.iters // 10)
 
         def one_shot(k):
@@ -67,6 +70,12 @@ def main() -> None:
         def two_shot(k):
             for _ in range(k):
                 torch.ops.symm_mem.two_shot_all_reduce_(x, "sum", name)
+
+        def two_shot_copied(k):
+            for _ in range(k):
+                x.copy_(user)
+                torch.ops.symm_mem.two_shot_all_reduce_(x, "sum", name)
+                user.copy_(x)
 
         one_shot(3)
         one = time_us(one_shot, iters, args.reps)
@@ -80,10 +89,12 @@ def main() -> None:
         try:
             two_shot(1)
             two = time_us(two_shot, iters, args.reps)
+            two_shot_copied(1)
+            copied = time_us(two_shot_copied, iters, args.reps)
         except RuntimeError:  # not every size/world is supported by the two-shot kernel
-            two = float("nan")
+            two = copied = float("nan")
         if rank == 0:
-            print(f"{nbytes:>12} {one:>12.2f} {one_graph:>18.2f} {two:>12.2f}", flush=True)
+            print(f"{nbytes:>12} {one:>12.2f} {one_graph:>18.2f} {two:>12.2f} {copied:>19.2f}", flush=True)
         nbytes *= 4
     dist.barrier()
     dist.destroy_process_group()
