@@ -51,8 +51,8 @@ __device__ __forceinline__ chunk_crc::Tables& crcTables() {
 // Shared memory, not the read-only cache: every GPU-scope fence and acquire load of the protocol invalidates
 // the SM's L1 (CCTL.IVALL in the SASS), so tables read through L1 came from L2 at each of the chunk CRC's ~7
 // dependent lookup steps, ~1.4 us for a lone chunk (docs/PERFORMANCE.md, "Per-step clocks"), where shared
-// memory keeps them across the fences. 40 KiB a block; the copy runs under the acknowledgement wait,
-// and what is left of it delays the block's first publish. Not
+// memory keeps them across the fences. 40 KiB a block; the copy runs under the seq read and the
+// acknowledgement wait, and what is left of it delays the block's first publish. Not
 // inlined: inlined, its copy loop pushed the two-shot kernels 8 bytes past their 128 registers (spills).
 __device__ __noinline__ void stageCrcTables() {
   constexpr unsigned kVectors = sizeof(chunk_crc::Tables) / 16;
@@ -315,6 +315,7 @@ __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, u
   __shared__ uint64_t epochShared;
   __shared__ int okShared;
   RINGGUARD_STEP_ENTRY();
+  stageCrcTables();
   Collective k;
   k.a = &a;
   if (threadIdx.x == 0) {
@@ -325,9 +326,6 @@ __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, u
     RINGGUARD_STEP(kStepSeqRead);
   }
   __syncthreads();
-  // After the seq read, not before it: issued first, the block's 40 KiB copy queued that read behind it
-  // (~0.5 us at 1 KiB in the clocks); here it runs under the acknowledgement wait.
-  stageCrcTables();
   k.epoch = epochShared;
   k.fpCrc = fpCrc;
   k.lane = threadIdx.x & 31u;
