@@ -39,8 +39,9 @@ inline constexpr size_t kErrorOffset = 3 * kLine;        // peers read word 0: n
                                                          // then peer, chunk, epoch (low), expected, seen,
                                                          // epoch (high): u32 words
 inline constexpr size_t kFingerprintOffset = 4 * kLine;  // peers read: the running collective's fingerprint
-inline constexpr size_t kCountersOffset = 5 * kLine;     // owner only: detected, injected, and the values
-                                                         // last copied to the host record (u64 each)
+inline constexpr size_t kCountersOffset = 5 * kLine;     // owner only: detected, injected, the values
+                                                         // last copied to the host record, and 1 once the
+                                                         // error was copied there (u64 each)
 // Peers read: per half h, at kArrivalOffset + 64 h, {epoch (u64), fingerprint crc (u32, at +8)} of the
 // collective that runs on h (epoch last, release). Every rank checks every peer's, so ranks that ran
 // different collectives fail even when one of them reads nothing.

@@ -51,8 +51,8 @@ __device__ __forceinline__ chunk_crc::Tables& crcTables() {
 // Shared memory, not the read-only cache: every GPU-scope fence and acquire load of the protocol invalidates
 // the SM's L1 (CCTL.IVALL in the SASS), so tables read through L1 came from L2 at each of the chunk CRC's ~7
 // dependent lookup steps, ~1.4 us for a lone chunk (docs/PERFORMANCE.md, "Per-step clocks"), where shared
-// memory keeps them across the fences. 40 KiB a block; the copy runs under the seq read and the
-// acknowledgement wait, and what is left of it delays the block's first publish. Not
+// memory keeps them across the fences. 40 KiB a block; the copy runs under the acknowledgement wait,
+// and what is left of it delays the block's first publish. Not
 // inlined: inlined, its copy loop pushed the two-shot kernels 8 bytes past their 128 registers (spills).
 __device__ __noinline__ void stageCrcTables() {
   constexpr unsigned kVectors = sizeof(chunk_crc::Tables) / 16;
@@ -315,7 +315,6 @@ __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, u
   __shared__ uint64_t epochShared;
   __shared__ int okShared;
   RINGGUARD_STEP_ENTRY();
-  stageCrcTables();
   Collective k;
   k.a = &a;
   if (threadIdx.x == 0) {
@@ -326,6 +325,9 @@ __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, u
     RINGGUARD_STEP(kStepSeqRead);
   }
   __syncthreads();
+  // After the seq read, not before it: issued first, the block's 40 KiB copy queued that read behind it
+  // (~0.5 us at 1 KiB in the clocks); here it runs under the acknowledgement wait.
+  stageCrcTables();
   k.epoch = epochShared;
   k.fpCrc = fpCrc;
   k.lane = threadIdx.x & 31u;
@@ -540,21 +542,24 @@ __device__ __forceinline__ void addFaultCounts(const Collective& k) {
 
 // The last block of a kernel: the window's counters and first error into the host record, when there is
 // news. The host record (mapped pinned memory, a PCIe write away) is written only then: the fault-free path
-// touches no host memory. counters[2..3] hold what was last reported.
+// touches no host memory. counters[2..3] hold what was last reported and counters[4] whether the error was:
+// the record is written only here and read only by the host, so nothing here reads it back (a read of mapped
+// memory is a PCIe round trip). The system fences order the error's fields before its code for the host's
+// watchdog, which reads the record while kernels run; the counts need none: the host reads them after the
+// stream has passed the kernel, whose completion makes its writes visible.
 __device__ __forceinline__ void reportToHost(const PeerWindowArgs& a, void* mine) {
   const uint32_t* e = at<uint32_t>(mine, kErrorOffset);
   unsigned long long* counters = at<unsigned long long>(mine, kCountersOffset);
   ErrorRecord* r = a.record;
   const unsigned long long detected = *reinterpret_cast<const volatile unsigned long long*>(&counters[0]);
   const unsigned long long injected = *reinterpret_cast<const volatile unsigned long long*>(&counters[1]);
-  bool news = false;
   if (detected != counters[2] || injected != counters[3]) {
     r->detected = counters[2] = detected;
     r->injected = counters[3] = injected;
-    news = true;
   }
   const uint32_t code = loadVolatile(e);
-  if (code != 0 && r->code == 0) {
+  if (code != 0 && counters[4] == 0) {
+    counters[4] = 1;
     r->peer = int32_t(e[1]);
     r->chunk = e[2];
     r->epoch = uint64_t(e[6]) << 32 | e[3];
@@ -572,9 +577,8 @@ __device__ __forceinline__ void reportToHost(const PeerWindowArgs& a, void* mine
     }
     __threadfence_system();
     r->code = code;
-    news = true;
+    __threadfence_system();
   }
-  if (news) __threadfence_system();
 }
 
 // Ends the collective in every block (every thread calls it): the warp's counters into the window, then block
