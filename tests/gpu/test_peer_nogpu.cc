@@ -321,7 +321,7 @@ TEST(NoGpuPeerWindows, LayoutKeepsHeaderTablesAndHalvesApart) {
   EXPECT_GE(l.dataOffset[0], l.resultTableOffset[1] + l.maxChunks * sizeof(peer::ChunkEntry));
   EXPECT_EQ(l.dataOffset[1], l.dataOffset[0] + l.capacity);
   EXPECT_EQ(l.bytes, l.dataOffset[1] + l.capacity);
-  EXPECT_LT(peer::kCountersOffset + 4 * sizeof(unsigned long long), peer::kArrivalOffset);
+  EXPECT_LT(peer::kCountersOffset + 5 * sizeof(unsigned long long), peer::kArrivalOffset);
   // Two halves' slots, each {u64 epoch, u32 fingerprint CRC}.
   EXPECT_LE(peer::kArrivalOffset + 64 + peer::kArrivalFingerprint + sizeof(uint32_t), peer::kHeaderBytes);
   EXPECT_EQ(offsetof(peer::ChunkEntry, epoch) % 8, 0u);

@@ -153,7 +153,7 @@ TEST(PeerP2pPlan, ChannelWordsSitApartInTheHeader) {
       {kDoneOffset, kDoneOffset + 8},
       {kErrorOffset, kErrorOffset + 28},
       {kFingerprintOffset, kFingerprintOffset + 4 * kFingerprintWords},
-      {kCountersOffset, kCountersOffset + 32},
+      {kCountersOffset, kCountersOffset + 40},
       {kArrivalOffset, kArrivalOffset + 64 + 12},
       {kClosedOffset, kClosedOffset + 4 * kMaxRanks},
       {kP2pStateOffset, kP2pStateOffset + 16},

@@ -543,10 +543,11 @@ __device__ __forceinline__ void addFaultCounts(const Collective& k) {
 // The last block of a kernel: the window's counters and first error into the host record, when there is
 // news. The host record (mapped pinned memory, a PCIe write away) is written only then: the fault-free path
 // touches no host memory. counters[2..3] hold what was last reported and counters[4] whether the error was:
-// the record is written only here and read only by the host, so nothing here reads it back (a read of mapped
-// memory is a PCIe round trip). The system fences order the error's fields before its code for the host's
-// watchdog, which reads the record while kernels run; the counts need none: the host reads them after the
-// stream has passed the kernel, whose completion makes its writes visible.
+// the fields written here are written by nothing else and read only by the host, so nothing here reads them
+// back (a read of mapped memory is a PCIe round trip). The system fences order the error's fields before its
+// code for the host's watchdog, which reads the record while kernels run. The counts need none: the host
+// reads them as "so far" (at each launch and in counters()), a late value is picked up by a later read, and
+// a read after a stream synchronisation sees every finished kernel's writes.
 __device__ __forceinline__ void reportToHost(const PeerWindowArgs& a, void* mine) {
   const uint32_t* e = at<uint32_t>(mine, kErrorOffset);
   unsigned long long* counters = at<unsigned long long>(mine, kCountersOffset);
@@ -586,9 +587,9 @@ __device__ __forceinline__ void reportToHost(const PeerWindowArgs& a, void* mine
 // ran different collectives fail here even when one of them read nothing; off warp 0's path, so a small
 // call's idle warp checks while warp 0 works), and the last block to finish (the only one of a one-block
 // grid: no grid barrier then) writes seq = e, reports news to the host record and publishes done = e (the
-// acknowledgement) with release order. The host record is read only when a block counted a fault or failed
-// (it added kArriveNews to the arrival count; the last block sees the sum above the low 16 bits): a
-// fault-free call makes no load of its own window's counters.
+// acknowledgement) with release order. The window's counters and error word are read, and the host record
+// written, only when a block counted a fault or failed (it added kArriveNews to the arrival count; the last
+// block sees the sum above the low 16 bits): a fault-free call makes no load of its own window's counters.
 constexpr uint32_t kArriveNews = 1u << 16;  // added to the arrival count by a block with news (grids < 2^16)
 __device__ __forceinline__ void finishCollective(Collective& k) {
   const PeerWindowArgs& a = *k.a;

@@ -248,6 +248,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
     __threadfence();
     uint32_t* arrive = at<uint32_t>(mine, kP2pStateOffset);
     if (atomicAdd(arrive, 1u) == gridDim.x - 1) {
+      __threadfence();  // the acquire side: the other blocks' counts and errors before the reads below
       *arrive = 0;
       const uint64_t slotBytes = a.layout.p2pBytes;
       if (a.dst >= 0) {
