@@ -118,7 +118,7 @@ ReplicaBackend* ReplicaChecker::backendFor(MemoryKind kind) {
 Status ReplicaChecker::injectFault(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream) {
   // Located on every rank, so a fault naming no tensor is an error everywhere, not on one rank while the
   // others wait in the all-gather.
-  if (!faultOn_ || !fault_.hits(fault_.rank, step)) return Status::ok();
+  if (!faultAt(step)) return Status::ok();
   size_t index = 0, offset = 0;
   uint8_t mask = 0;
   RINGGUARD_RETURN_IF_ERROR(locateReplicaFault(fault_, tensors, &index, &offset, &mask));
@@ -212,9 +212,7 @@ void ReplicaChecker::finish(ReplicaReport report) {
   last_ = std::move(report);
 }
 
-bool ReplicaChecker::needsTensors(uint64_t step) const {
-  return (step + 1) % options_.every == 0 || (faultOn_ && fault_.hits(fault_.rank, step));
-}
+bool ReplicaChecker::needsTensors(uint64_t step) const { return checksAt(step) || faultAt(step); }
 
 Status ReplicaChecker::afterStep(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream) {
   {
@@ -222,7 +220,7 @@ Status ReplicaChecker::afterStep(uint64_t step, const std::vector<ReplicaTensor>
     ++counters_.steps;
   }
   RINGGUARD_RETURN_IF_ERROR(injectFault(step, tensors, stream));
-  if ((step + 1) % options_.every != 0) return Status::ok();  // needsTensors() agrees
+  if (!checksAt(step)) return Status::ok();
   return checkNow(step, tensors, stream);
 }
 

@@ -385,17 +385,16 @@ TEST(ReplicaChecker, NeedsTensorsOnChecksAndFaultStepsOnly) {
     ReplicaFault f;
     bool on = false;
     ASSERT_TRUE(parseReplicaFault("rank=0,step=5,tensor=param:w,repeat=2", &f, &on).isOk());
-    std::vector<uint64_t> needed;
-    for (uint64_t step = 0; step < 12; ++step) {
-      if (check.needsTensors(step)) needed.push_back(step);
-    }
-    EXPECT_EQ(needed, (std::vector<uint64_t>{3, 7, 11}));
+    auto needed = [&check] {
+      std::vector<uint64_t> steps;
+      for (uint64_t step = 0; step < 12; ++step) {
+        if (check.needsTensors(step)) steps.push_back(step);
+      }
+      return steps;
+    };
+    EXPECT_EQ(needed(), (std::vector<uint64_t>{3, 7, 11}));
     ASSERT_TRUE(check.setFault(f).isOk());
-    needed.clear();
-    for (uint64_t step = 0; step < 12; ++step) {
-      if (check.needsTensors(step)) needed.push_back(step);
-    }
-    EXPECT_EQ(needed, (std::vector<uint64_t>{3, 5, 6, 7, 11}));
+    EXPECT_EQ(needed(), (std::vector<uint64_t>{3, 5, 6, 7, 11}));
     // A step whose fault finds no tensor is an error, not a silent skip: the caller must pass them.
     EXPECT_FALSE(check.afterStep(5, {}).isOk());
   });

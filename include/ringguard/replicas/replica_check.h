@@ -150,6 +150,8 @@ class ReplicaChecker {
   Status fingerprint(const std::vector<ReplicaTensor>& tensors, void* stream, std::vector<uint32_t>* crcs,
                      std::vector<size_t>* deviceLeft = nullptr);
   Status injectFault(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream);
+  bool checksAt(uint64_t step) const { return (step + 1) % options_.every == 0; }
+  bool faultAt(uint64_t step) const { return faultOn_ && fault_.hits(fault_.rank, step); }
   ReplicaBackend* backendFor(MemoryKind kind);
   void finish(ReplicaReport report);
 
