@@ -591,6 +591,24 @@ __device__ __forceinline__ void reportToHost(const PeerWindowArgs& a, void* mine
 // written, only when a block counted a fault or failed (it added kArriveNews to the arrival count; the last
 // block sees the sum above the low 16 bits): a fault-free call makes no load of its own window's counters.
 constexpr uint32_t kArriveNews = 1u << 16;  // added to the arrival count by a block with news (grids < 2^16)
+
+// The grid's barrier, called by thread 0 of every block after a block barrier: the block's writes (that
+// barrier, then the release fence here) happen before its count of `add` on `arrive`. The last block to count
+// (the low 16 bits reach gridDim.x - 1) resets the count, and after its acquire fence sees every other block's
+// writes. Returns whether this block is last; `before` gets the count it found (kArriveNews bits included).
+__device__ __forceinline__ bool lastBlockOfGrid(uint32_t* arrive, uint32_t add, uint32_t& before) {
+  __threadfence();
+  RINGGUARD_STEP(kStepGridFence);
+  before = atomicAdd(arrive, add);
+  const bool last = (before & (kArriveNews - 1)) == gridDim.x - 1;
+  RINGGUARD_STEP_AFTER(kStepArriveCounted, uint32_t(last));
+  if (last) {
+    __threadfence();
+    *arrive = 0;
+  }
+  return last;
+}
+
 __device__ __forceinline__ void finishCollective(Collective& k) {
   const PeerWindowArgs& a = *k.a;
   void* mine = k.mine();
@@ -611,21 +629,10 @@ __device__ __forceinline__ void finishCollective(Collective& k) {
   if (threadIdx.x == 0) {
     bool last = true, anyNews = news;
     if (gridDim.x > 1) {
-      // The grid's barrier: this block's writes (the block barrier above, then this fence) happen before its
-      // count, and the last block's release of `done` after every count.
-      __threadfence();
-      RINGGUARD_STEP(kStepGridFence);
-      uint32_t* arrive = at<uint32_t>(mine, kArriveOffset);
-      const uint32_t before = atomicAdd(arrive, 1u + (news ? kArriveNews : 0u));
-      last = (before & (kArriveNews - 1)) == gridDim.x - 1;
+      // The last block's release of `done` comes after every block's count.
+      uint32_t before = 0;
+      last = lastBlockOfGrid(at<uint32_t>(mine, kArriveOffset), 1u + (news ? kArriveNews : 0u), before);
       anyNews = news || before >= kArriveNews;
-      RINGGUARD_STEP_AFTER(kStepArriveCounted, uint32_t(last));
-      if (last) {
-        // The acquire side of the grid barrier: the other blocks' counts (each after its fence) happen
-        // before this block's loads of the counters and error word and its release of `done`.
-        __threadfence();
-        *arrive = 0;
-      }
     }
     if (last) {
       RINGGUARD_STEP_TAIL(kStepLastArrive);

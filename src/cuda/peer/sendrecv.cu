@@ -245,11 +245,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
   addFaultCounts(k);
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence();
-    uint32_t* arrive = at<uint32_t>(mine, kP2pStateOffset);
-    if (atomicAdd(arrive, 1u) == gridDim.x - 1) {
-      __threadfence();  // the acquire side: the other blocks' counts and errors before the reads below
-      *arrive = 0;
+    uint32_t counted = 0;
+    if (lastBlockOfGrid(at<uint32_t>(mine, kP2pStateOffset), 1u, counted)) {
       const uint64_t slotBytes = a.layout.p2pBytes;
       if (a.dst >= 0) {
         counters[kP2pMessagesSent + a.dst] = before[0] + 1;
