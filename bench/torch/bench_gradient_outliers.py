@@ -3,10 +3,13 @@ with ``ringguard.GradientOutliers(on_outlier="warn")`` for a few hundred clean s
 batches of a learnable synthetic language (each next token a fixed function of the last, with noise). Reports
 the outliers the configured factor reported (every one a false positive: nothing is injected) and, from the
 gathered norms, the largest ratio any rank's bucket norm reached against the median of the other ranks' (the
-factor below which the run would have raised a false alarm).
+factor below which the run would have raised a false alarm). With ``--replica-check`` the same run also checks the
+replicas after every step with ``ringguard.ReplicaCheck(on_mismatch="raise")`` (a false alarm ends the run) and
+reports its checks and mismatches: the issue's clean run, both signals at once.
 
     torchrun --nproc-per-node=3 bench/torch/bench_gradient_outliers.py --steps 300           # CPU
     torchrun --nproc-per-node=4 bench/torch/bench_gradient_outliers.py --device cuda --hidden 512 --layers 6
+    torchrun --nproc-per-node=3 bench/torch/bench_gradient_outliers.py --device cuda --steps 1000 --replica-check
 
 Rank 0 prints one JSON line.
 """
@@ -40,6 +43,7 @@ def parse_args():
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--factor", type=float, default=8.0)
     p.add_argument("--bucket-mb", type=float, default=0.25, help="DDP bucket_cap_mb (several buckets)")
+    p.add_argument("--replica-check", action="store_true", help="also check the replicas after every step (raise)")
     args = p.parse_args()
     args.model = "gpt"
     return args
@@ -85,6 +89,7 @@ def main():
     ddp = DDP(bench_ddp.model(args, device), bucket_cap_mb=args.bucket_mb)
     opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
     outliers = Recording(ddp, opt, factor=args.factor, on_outlier="warn")
+    check = ringguard.ReplicaCheck(ddp, opt, on_mismatch="raise") if args.replica_check else None
     t0 = time.perf_counter()
     first_loss = loss = None
     for step in range(args.steps):
@@ -97,8 +102,13 @@ def main():
         opt.step()
         first_loss = loss.item() if first_loss is None else first_loss
     c = outliers.counters()
+    replicas = {}
+    if check is not None:
+        check.flush()
+        r = check.counters()
+        replicas = {"replica_checks": r["checks"], "replica_mismatches": r["mismatches"]}
     if rank == 0:
-        print(json.dumps({"ranks": size, "steps": args.steps, "factor": args.factor,
+        print(json.dumps({**replicas, "ranks": size, "steps": args.steps, "factor": args.factor,
                           "bucket_verdicts": c["buckets"], "buckets_per_step": c["buckets"] // max(c["steps"], 1),
                           "false_positives": c["outliers"], "max_ratio": round(outliers.max_ratio, 3),
                           "loss_first": round(first_loss, 3), "loss_last": round(loss.item(), 3),
