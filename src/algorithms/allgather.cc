@@ -6,6 +6,7 @@
 #include "algorithms/eager.h"
 #include "algorithms/ring_plan.h"
 #include "algorithms/window_exchange.h"
+#include "core/copy_bytes.h"
 
 namespace ringguard {
 
@@ -41,7 +42,7 @@ Status allgather(const CollectiveContext& ctx, Executor* exec, const void* send,
     RINGGUARD_RETURN_IF_ERROR(smallExchangeAll(route, ctx, fp, send, bytes, &in, WindowReads{&into}));
     for (int r = 0; r < n && bytes > 0; ++r) {
       const void* block = r == me ? send : in[size_t(r)].empty() ? nullptr : in[size_t(r)].data();
-      if (block != nullptr && into[size_t(r)] != block) std::memcpy(into[size_t(r)], block, bytes);
+      if (block != nullptr && into[size_t(r)] != block) copyBytes(into[size_t(r)], block, bytes);
     }
     return Status::ok();
   }

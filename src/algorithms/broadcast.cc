@@ -9,6 +9,7 @@
 #include "algorithms/eager.h"
 #include "algorithms/pipeline.h"
 #include "algorithms/window_exchange.h"
+#include "core/copy_bytes.h"
 #include "core/ring_schedule.h"
 
 namespace ringguard {
@@ -127,7 +128,7 @@ Status broadcast(const CollectiveContext& ctx, Executor* exec, const void* send,
     into[size_t(root)] = static_cast<uint8_t*>(recv);
     RINGGUARD_RETURN_IF_ERROR(smallExchange(route, ctx, fp, out, inBytes, &in, WindowReads{&into}));
     const void* value = me == root ? send : in[size_t(root)].empty() ? nullptr : in[size_t(root)].data();
-    if (value != nullptr && value != recv && bytes > 0) std::memcpy(recv, value, bytes);
+    if (value != nullptr && value != recv && bytes > 0) copyBytes(recv, value, bytes);
     return Status::ok();
   }
   RINGGUARD_RETURN_IF_ERROR(exchangeFingerprints(ctx, fp));

@@ -15,6 +15,7 @@
 #include "algorithms/flow_plan.h"
 #include "algorithms/peer_messages.h"
 #include "algorithms/window_sendrecv.h"
+#include "core/copy_bytes.h"
 #include "core/trace_events.h"
 
 namespace ringguard {
@@ -187,7 +188,7 @@ Status EagerFlows::settle() {
       if (receiving_) {
         RINGGUARD_RETURN_IF_ERROR(receive(round + 1));
       } else {
-        std::memcpy(x_.recv, payload_.payload, recvBytes_);
+        copyBytes(x_.recv, payload_.payload, recvBytes_);
       }
     }
   }

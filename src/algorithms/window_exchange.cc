@@ -10,6 +10,7 @@
 #include "algorithms/error_frames.h"
 #include "algorithms/window_seal.h"
 #include "algorithms/window_wait.h"
+#include "core/copy_bytes.h"
 #include "core/fault_injector.h"
 #include "ringguard/core/crc32.h"
 #include "transport/window.h"
@@ -302,7 +303,7 @@ Status readPart(const CollectiveContext& ctx, const Windows& w, uint64_t e, uint
           spill->resize(bytes);
           to = spill->data();
         }
-        std::memcpy(to + off, data + off, len);
+        copyBytes(to + off, data + off, len);
         view.payload = to + off;
       } else {
         // Checked in place: no injection applies to this read (above), so nothing writes through it.
@@ -319,7 +320,7 @@ Status readPart(const CollectiveContext& ctx, const Windows& w, uint64_t e, uint
     if (copied && inPlace && dst == nullptr) {
       // An injected damage that passed: what was read is what is used, as on every path. The chunks
       // before it were verified in place; from here on the part is read into the spill.
-      std::memcpy(spill->data(), data, off);
+      copyBytes(spill->data(), data, off);
       dst = spill->data();
       *at = dst;
     }

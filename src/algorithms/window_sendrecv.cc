@@ -10,6 +10,7 @@
 #include "algorithms/peer_messages.h"
 #include "algorithms/window_seal.h"
 #include "algorithms/window_wait.h"
+#include "core/copy_bytes.h"
 #include "core/fault_injector.h"
 #include "core/repair.h"
 #include "ringguard/core/crc32.h"
@@ -78,7 +79,7 @@ Status readPayload(const CollectiveContext& ctx, const Windows& w, int src, uint
     if (address != 0 && bytes > 0) {
       RINGGUARD_RETURN_IF_ERROR(w.crossRead(src, address, dst, bytes));
     } else if (bytes > 0) {
-      std::memcpy(dst, data, bytes);  // an empty message may have no buffer
+      copyBytes(dst, data, bytes);  // an empty message may have no buffer
     }
     EagerView view;
     view.payload = dst;

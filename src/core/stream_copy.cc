@@ -7,6 +7,8 @@
 #include <emmintrin.h>
 #endif
 
+#include "core/copy_bytes.h"
+
 namespace ringguard {
 
 void streamCopy(void* dst, const void* src, size_t bytes) {
@@ -36,7 +38,7 @@ void streamCopy(void* dst, const void* src, size_t bytes) {
     return;
   }
 #endif
-  std::memcpy(dst, src, bytes);
+  copyBytes(dst, src, bytes);
 }
 
 }  // namespace ringguard

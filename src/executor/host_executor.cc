@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/copy_bytes.h"
 #include "core/reduce.h"
 #include "core/stream_copy.h"
 #include "ringguard/core/crc32.h"
@@ -54,7 +55,7 @@ Status HostExecutor::retag(size_t item, uint16_t attempt) {
 }
 
 Status HostExecutor::copy(void* dst, const void* src, size_t bytes) {
-  if (bytes) std::memcpy(dst, src, bytes);
+  copyBytes(dst, src, bytes);
   return Status::ok();
 }
 
@@ -106,7 +107,7 @@ Status HostExecutor::verifyAndApply(const ApplyTask& task, int index, size_t ite
     return Status::ok();
   }
   if (!task.reduce) {
-    if (bytes && !task.inPlace) std::memcpy(dst, slot, bytes);
+    if (!task.inPlace) copyBytes(dst, slot, bytes);
     outCrc = trailer.payloadCrc;  // the bytes just verified, unchanged
   } else {
     const size_t blockElems = std::max<size_t>(1, kBlockBytes / esize);

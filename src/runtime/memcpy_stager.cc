@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "core/copy_bytes.h"
 #include "ringguard/runtime/host_stager.h"
 
 namespace ringguard {
@@ -24,11 +25,11 @@ class MemcpyStager final : public HostStager {
     return Status::ok();
   }
   Status toHost(void* dst, const void* src, size_t bytes, int) override {
-    std::memcpy(dst, src, bytes);
+    copyBytes(dst, src, bytes);
     return Status::ok();
   }
   Status fromHost(void* dst, const void* src, size_t bytes, int) override {
-    std::memcpy(dst, src, bytes);
+    copyBytes(dst, src, bytes);
     return Status::ok();
   }
   Status waitToHost(int) override { return Status::ok(); }

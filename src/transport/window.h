@@ -30,6 +30,7 @@
 #include <functional>
 #include <vector>
 
+#include "core/copy_bytes.h"
 #include "core/fingerprint.h"
 #include "core/stream_copy.h"
 #include "core/trailer.h"
@@ -205,7 +206,7 @@ class Windows {
     if (streamCopies_) {
       streamCopy(dst, src, bytes);
     } else {
-      std::memcpy(dst, src, bytes);
+      copyBytes(dst, src, bytes);
     }
   }
 

@@ -594,8 +594,9 @@ constexpr uint32_t kArriveNews = 1u << 16;  // added to the arrival count by a b
 
 // The grid's barrier, called by thread 0 of every block after a block barrier: the block's writes (that
 // barrier, then the release fence here) happen before its count of `add` on `arrive`. The last block to count
-// (the low 16 bits reach gridDim.x - 1) resets the count, and after its acquire fence sees every other block's
-// writes. Returns whether this block is last; `before` gets the count it found (kArriveNews bits included).
+// (the low 16 bits reach gridDim.x - 1) resets the count, and after its acquire fence sees every other
+// block's writes. Returns whether this block is last; `before` gets the count it found (kArriveNews bits
+// included).
 __device__ __forceinline__ bool lastBlockOfGrid(uint32_t* arrive, uint32_t add, uint32_t& before) {
   __threadfence();
   RINGGUARD_STEP(kStepGridFence);

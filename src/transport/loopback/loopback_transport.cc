@@ -5,6 +5,8 @@
 #include <sstream>
 #include <string>
 
+#include "core/copy_bytes.h"
+
 namespace ringguard {
 
 struct LoopbackFabric::Op {
@@ -128,7 +130,7 @@ void LoopbackFabric::match(Link& l, int channel) {
          << s->src << " does not fit the receive of " << r->bytes << " bytes posted by rank " << r->dst;
       s->error = r->error = os.str();
     } else if (s->bytes) {
-      std::memcpy(r->recvData, s->sendData, s->bytes);
+      copyBytes(r->recvData, s->sendData, s->bytes);
     }
     s->done = r->done = true;
   }

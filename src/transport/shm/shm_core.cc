@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include "core/copy_bytes.h"
+
 namespace ringguard {
 
 namespace {
@@ -21,14 +23,14 @@ constexpr uint32_t kMessageMagic = 0x4d534752;  // "RGSM"
 void copyIn(uint8_t* ring, size_t cap, uint64_t pos, const uint8_t* src, size_t n) {
   if (n == 0) return;
   const size_t off = size_t(pos % cap), first = std::min(n, cap - off);
-  std::memcpy(ring + off, src, first);
-  std::memcpy(ring, src + first, n - first);
+  copyBytes(ring + off, src, first);
+  copyBytes(ring, src + first, n - first);
 }
 void copyOut(const uint8_t* ring, size_t cap, uint64_t pos, uint8_t* dst, size_t n) {
   if (n == 0) return;
   const size_t off = size_t(pos % cap), first = std::min(n, cap - off);
-  std::memcpy(dst, ring + off, first);
-  std::memcpy(dst + first, ring, n - first);
+  copyBytes(dst, ring + off, first);
+  copyBytes(dst + first, ring, n - first);
 }
 
 const char* channelName(uint32_t channel) { return channel == 0 ? "payload" : "trailer"; }
