@@ -671,8 +671,18 @@ Status Communicator::Impl::setFault(const FaultOptions& fault) {
   std::lock_guard<std::mutex> lock(mutex_);
   injector_ = std::move(injector);
   // The direct path corrupts chunk reads with the same probability (a read is its unit, as a slice
-  // transfer is the pipeline's).
-  if (direct_) direct_->setFault(fault);
+  // transfer is the pipeline's). A schedule names the pipeline's steps and slices: the path's collectives
+  // do not apply it (at creation, a schedule keeps auto off the path: device_factory.cc).
+  if (direct_) {
+    direct_->setFault(fault);
+    if (!fault.schedule.empty()) {
+      logWarn(
+          Subsys::kRuntime,
+          "rank {}: a fault schedule of {} entries applies to the host-driven path's collectives only; the "
+          "peer windows' collectives take its probability and mode",
+          rank_, fault.schedule.size());
+    }
+  }
   return Status::ok();
 }
 

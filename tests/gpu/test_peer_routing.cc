@@ -1,7 +1,8 @@
 // What RINGGUARD_DEVICE_TRANSPORT=auto and =peer give the peer windows, under mpirun with every rank on the
 // one GPU (docs/GPU.md, "The one-sided path"): a NaN check keeps every collective on the host-driven path
 // under auto (its scan is a host step the kernels do not have), refuses peer asked by name, and must be the
-// same on every rank; auto leaves the split all-to-all (blocks of any size) and send/recv to the pipeline.
+// same on every rank; a fault schedule (applied by the host-driven path only) does the same, from any one
+// rank; auto leaves the split all-to-all (blocks of any size) and send/recv to the pipeline.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -91,6 +92,64 @@ TEST(PeerRouting, RanksThatDifferOnTheNanCheckAllFailNamingBoth) {
   EXPECT_NE(st.message().find("RINGGUARD_NAN_CHECK differs between ranks: rank 0 has off, rank 1 has warn"),
             std::string::npos)
       << st.toString();
+}
+
+// A fault schedule names the pipeline's steps and slices, which the kernels do not have: peer asked by name
+// refuses it naming the rank; under auto a schedule on one rank only keeps every rank off the windows (the
+// ranks would route differently otherwise), and the scheduled injection is made, caught and re-sent.
+TEST(PeerRouting, FaultScheduleRefusesThePeerPathAskedByName) {
+  if (!peer::everyRankHasAGpu()) GTEST_SKIP() << "no CUDA device on some rank";
+  peer::BarrierAtExit barrier;
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  Options o;
+  if (rank == size - 1) o.fault.schedule = {{0, 0, 0, 0}};
+  std::unique_ptr<Bootstrap> b;
+  std::unique_ptr<Communicator> c;
+  const Status st = makeDevice(o, cuda::DeviceTransportKind::kPeer, &b, &c);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+  EXPECT_NE(st.message().find("RINGGUARD_DEVICE_TRANSPORT=peer applies no fault schedule (rank " +
+                              std::to_string(size - 1) + " has RINGGUARD_FAULT_SCHEDULE"),
+            std::string::npos)
+      << st.toString();
+}
+
+TEST(PeerRouting, FaultScheduleOnOneRankKeepsAutoOnThePipeline) {
+  if (!peer::everyRankHasAGpu()) GTEST_SKIP() << "no CUDA device on some rank";
+  peer::BarrierAtExit barrier;
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  Options o;
+  o.sliceBytes = 256;
+  // Collective 0, step 0, slice 0, into rank 1: set on rank 1 only (the rank whose receive it damages).
+  if (rank == 1) o.fault.schedule = {{0, 0, 0, 1}};
+  std::unique_ptr<Bootstrap> b;
+  std::unique_ptr<Communicator> c;
+  const Status made = makeDevice(o, cuda::DeviceTransportKind::kAuto, &b, &c);
+  ASSERT_TRUE(made.isOk()) << made.toString();
+  EXPECT_STRNE(c->transportName(), "peer");
+  const size_t count = 4096;
+  std::vector<float> host(count);
+  for (size_t i = 0; i < count; ++i) host[i] = float(int(i % 1000) * (rank + 1));  // exact sums
+  peer::DeviceBuffer in(count * 4), out(count * 4);
+  ASSERT_EQ(peer::upload(in.get(), host.data(), count * 4), cudaSuccess);
+  const Status st = c->allreduce(in.get(), out.get(), count, DataType::kFloat32, ReduceOp::kSum, nullptr);
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint8_t> got = peer::toHost(out.get(), count * 4);
+  const float ranks = float(size * (size + 1) / 2);
+  for (size_t i = 0; i < count; ++i) {
+    float v = 0;
+    std::memcpy(&v, got.data() + i * 4, 4);
+    ASSERT_EQ(v, float(int(i % 1000)) * ranks) << "element " << i;
+  }
+  const uint64_t mine[2] = {c->counters().injected, c->counters().detected};
+  uint64_t total[2] = {0, 0};
+  MPI_Allreduce(mine, total, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_GE(total[0], 1u);
+  EXPECT_EQ(total[1], total[0]);
 }
 
 // A split all-to-all whose blocks exceed the window (1 MiB here) fails every rank on the windows

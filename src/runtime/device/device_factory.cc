@@ -97,19 +97,20 @@ bool mpsLikelyRunning() {
 // depends on it: ranks that differ fail here together, instead of some making windows the others never
 // join), and `*pair`, the first two ranks that are threads of one process (an in-process bootstrap), or
 // {-1, -1}. Every rank gets the same answer. Collective over `bootstrap`.
-Status agreeOnPeerPath(Bootstrap& bootstrap, uint64_t twoShotBytes, NanCheck nanCheck,
-                       std::pair<int, int>* pair) {
-  // Each rank's record: the agreed settings' values, then its pid (fields without spaces).
+Status agreeOnPeerPath(Bootstrap& bootstrap, uint64_t twoShotBytes, NanCheck nanCheck, size_t scheduled,
+                       std::pair<int, int>* pair, int* scheduleRank) {
+  // Each rank's record: the agreed settings' values, then its pid and its fault schedule's entry count
+  // (fields without spaces).
   static const char* const kSettings[] = {"RINGGUARD_PEER_TWO_SHOT_BYTES", "RINGGUARD_NAN_CHECK"};
-  constexpr size_t kPid = 2;
-  const std::string mine =
-      std::to_string(twoShotBytes) + " " + nanCheckName(nanCheck) + " " + std::to_string(getpid());
+  constexpr size_t kPid = 2, kScheduled = 3;
+  const std::string mine = std::to_string(twoShotBytes) + " " + nanCheckName(nanCheck) + " " +
+                           std::to_string(getpid()) + " " + std::to_string(scheduled);
   std::vector<std::vector<uint8_t>> all;
   RINGGUARD_RETURN_IF_ERROR(bootstrap.allgather(std::vector<uint8_t>(mine.begin(), mine.end()), &all));
-  std::vector<std::vector<std::string>> records;  // kPid + 1 fields each (missing ones empty)
+  std::vector<std::vector<std::string>> records;  // kScheduled + 1 fields each (missing ones empty)
   for (const std::vector<uint8_t>& bytes : all) {
     std::istringstream text(std::string(bytes.begin(), bytes.end()));
-    std::vector<std::string> fields(kPid + 1);
+    std::vector<std::string> fields(kScheduled + 1);
     for (std::string& f : fields) text >> f;
     records.push_back(std::move(fields));
   }
@@ -121,6 +122,11 @@ Status agreeOnPeerPath(Bootstrap& bootstrap, uint64_t twoShotBytes, NanCheck nan
                         excerpt(records[0][f]) + ", rank " + std::to_string(r) + " has " +
                         excerpt(records[r][f]) + " (every rank must set the same)");
     }
+  }
+  // The first rank with a fault schedule (the ranks may differ: an entry names its receiving rank).
+  *scheduleRank = -1;
+  for (size_t r = 0; r < records.size() && *scheduleRank < 0; ++r) {
+    if (!records[r][kScheduled].empty() && records[r][kScheduled] != "0") *scheduleRank = int(r);
   }
   *pair = {-1, -1};
   for (size_t r = 0; r < records.size(); ++r) {
@@ -158,7 +164,9 @@ Status makePeerPath(Bootstrap& bootstrap, const DeviceOptions& device, int gpu, 
   // rank to launch its own: a deadlock until the deadline (seen on the H200, 2026-12-05, three in-process
   // ranks of tests/gpu/test_device_factory.cc). The path is for one process per rank, as NCCL's is.
   std::pair<int, int> shared;
-  RINGGUARD_RETURN_IF_ERROR(agreeOnPeerPath(bootstrap, device.peerTwoShotBytes, options.nanCheck, &shared));
+  int scheduleRank = -1;
+  RINGGUARD_RETURN_IF_ERROR(agreeOnPeerPath(bootstrap, device.peerTwoShotBytes, options.nanCheck,
+                                            options.fault.schedule.size(), &shared, &scheduleRank));
   if (shared.first >= 0) {
     if (device.transport != DeviceTransportKind::kPeer) return Status::ok();
     return Status(StatusCode::kInvalidArgument,
@@ -186,6 +194,27 @@ Status makePeerPath(Bootstrap& bootstrap, const DeviceOptions& device, int gpu, 
             nanCheckName(options.nanCheck) +
             "): its collectives are kernels with no host step; use RINGGUARD_DEVICE_TRANSPORT=auto, "
             "staged or nccl, or RINGGUARD_NAN_CHECK=off");
+  }
+  // A fault schedule (exact injections by collective, step, slice and rank) is applied by the host-driven
+  // path, whose steps and slices it names; the path's kernels take the fault probability and mode only. So
+  // that a schedule is never silently ignored, auto leaves every collective to the host-driven path while
+  // any rank has one; peer asked by name says so.
+  if (scheduleRank >= 0) {
+    if (device.transport != DeviceTransportKind::kPeer) {
+      if (bootstrap.rank() == 0) {
+        logInfo(Subsys::kRuntime,
+                "device communicator: rank {} has a fault schedule, which the host-driven path applies; the "
+                "peer windows are not used",
+                scheduleRank);
+      }
+      return Status::ok();
+    }
+    return Status(
+        StatusCode::kInvalidArgument,
+        "RINGGUARD_DEVICE_TRANSPORT=peer applies no fault schedule (rank " + std::to_string(scheduleRank) +
+            " has RINGGUARD_FAULT_SCHEDULE or Options::fault.schedule): its kernels take the fault "
+            "probability and mode only; use RINGGUARD_DEVICE_TRANSPORT=auto, staged or nccl for exact "
+            "injections, or RINGGUARD_FAULT_PROB");
   }
   PeerPathOptions peer;
   peer.capacity = size_t(device.peerBytes);
