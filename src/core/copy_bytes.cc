@@ -1,5 +1,7 @@
 #include "core/copy_bytes.h"
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstring>
 
@@ -9,10 +11,18 @@
 
 namespace ringguard {
 
+size_t copyBytesLoopLimit() {
+  static const size_t limit = [] {
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return l2 > 0 ? size_t(l2) : size_t(512) << 10;
+  }();
+  return limit;
+}
+
 bool copyBytesAvoidsMemcpy(const void* dst, const void* src, size_t bytes) {
 #if defined(__x86_64__)
   const uintptr_t ahead = (reinterpret_cast<uintptr_t>(dst) - reinterpret_cast<uintptr_t>(src)) & 4095;
-  return bytes >= 2048 && ahead != 0 && ahead < 64;
+  return bytes >= 2048 && bytes < copyBytesLoopLimit() && ahead != 0 && ahead < 64;
 #else
   (void)dst, (void)src, (void)bytes;
   return false;
