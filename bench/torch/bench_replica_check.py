@@ -8,7 +8,8 @@ shapes) fingerprinted alone, against a device copy of the same bytes (bandwidth 
     torchrun --nproc-per-node=2 bench/torch/bench_replica_check.py            # CPU, the small MLP
     torchrun --nproc-per-node=2 bench/torch/bench_replica_check.py --model gpt --device cuda --profile $OUT/prof
 
-Rank 0 prints one JSON line per measurement and ``check_vs_step=<check ms / unchecked step ms>`` (goal:
+Rank 0 prints one JSON line per measurement (``listing_ms``: the host's listing of the checked tensors a
+check makes; ``tensors_ms``: the public ``tensors()``, detached copies of the list) and ``check_vs_step=<check ms / unchecked step ms>`` (goal:
 <= 0.01 for the small GPT on the GPU), and the same for ``sync=False`` (``deferred_vs_step``, with its
 counters: ``host_waits`` 0, ``deferred_waits`` the verdicts that were not ready when read).
 """
@@ -159,7 +160,9 @@ def main():
     step_ms, checked_ms = statistics.median(plain), statistics.median(checked)
     emit(rank, model=args.model, device=args.device, tensors=len(tensors), bytes=nbytes, step_ms=step_ms,
          checked_step_ms=checked_ms, check_alone_ms=alone, sha1_cpu_ms=timed(sha1, device, 2),
-         sum_per_tensor_ms=timed(sums, device, args.steps), counters=check.counters())
+         sum_per_tensor_ms=timed(sums, device, args.steps),
+         listing_ms=timed(check._listing, torch.device("cpu"), 50),  # what a check lists (host only)
+         tensors_ms=timed(check.tensors, torch.device("cpu"), 50), counters=check.counters())
     deferred_ms = statistics.median(times["deferred"])
     emit(rank, check_vs_step=(checked_ms - step_ms) / step_ms, check_alone_vs_step=alone / step_ms,
          deferred_step_ms=deferred_ms, deferred_vs_step=(deferred_ms - step_ms) / step_ms,
