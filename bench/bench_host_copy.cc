@@ -55,7 +55,8 @@ int main(int argc, char** argv) {
 
   size_t largest = 0;
   for (size_t s : sizes) largest = std::max(largest, s);
-  const size_t span = largest + 2 * 4096;
+  const size_t span =
+      (largest + 2 * 4096 + 4095) / 4096 * 4096;  // aligned_alloc: a multiple of the alignment
   std::unique_ptr<uint8_t, decltype(&std::free)> a(static_cast<uint8_t*>(std::aligned_alloc(4096, span)),
                                                    &std::free);
   std::unique_ptr<uint8_t, decltype(&std::free)> b(static_cast<uint8_t*>(std::aligned_alloc(4096, span)),

@@ -22,7 +22,7 @@ size_t copyBytesLoopLimit() {
 bool copyBytesAvoidsMemcpy(const void* dst, const void* src, size_t bytes) {
 #if defined(__x86_64__)
   const uintptr_t ahead = (reinterpret_cast<uintptr_t>(dst) - reinterpret_cast<uintptr_t>(src)) & 4095;
-  return bytes >= 2048 && bytes < copyBytesLoopLimit() && ahead != 0 && ahead < 64;
+  return bytes > kCopyBytesFrom && bytes < copyBytesLoopLimit() && ahead != 0 && ahead < 32;
 #else
   (void)dst, (void)src, (void)bytes;
   return false;

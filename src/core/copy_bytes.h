@@ -5,14 +5,17 @@
 // 1.8-2.9 GB/s against 30-45 GB/s for other distances (bench/bench_host_copy.cc; docs/PERFORMANCE.md,
 // issue 45). Two buffers from malloc commonly sit 16 bytes apart modulo a page (its chunk header), and a
 // large buffer from malloc starts 16 bytes into a page, so a page-aligned window copied into it is such a
-// copy. Those copies (1-63 bytes ahead, from 2 KiB to the L2's size) take a 16-byte vector loop instead;
-// the rest is memcpy.
+// copy. Those copies (1-31 bytes ahead, above 2112 bytes and below the L2's size) take a 16-byte vector loop
+// instead; the rest is memcpy (at other distances as fast as the loop or faster).
 #include <cstddef>
 
 namespace ringguard {
 
 // The bytes of memcpy(dst, src, bytes) (non-overlapping; a null pointer only with bytes == 0).
 void copyBytes(void* dst, const void* src, size_t bytes);
+
+// glibc's x86_rep_movsb_threshold on the dev/CI machine: memcpy uses `rep movsb` above it.
+inline constexpr size_t kCopyBytesFrom = 2112;
 
 // Whether copyBytes takes its own loop for these ends and size (the aliased case above).
 bool copyBytesAvoidsMemcpy(const void* dst, const void* src, size_t bytes);
