@@ -88,8 +88,9 @@ SETTINGS: Tuple[Setting, ...] = (
             "collective:step:slice:rank (non-negative integers), entries separated by ','",
             "Exact injections, in addition to RINGGUARD_FAULT_PROB: the transfer of slice `slice` at ring "
             "step `step` of collective number `collective` (the communicator's sequence number, from 0) into "
-            "receiving rank `rank`. In Python also a list of 4-tuples. Comma-separated "
-            "collective:step:slice:rank entries (non-negative integers)."),
+            "receiving rank `rank`. In Python also a list of 4-tuples. The peer windows' kernels do not apply "
+            "it: a schedule on any rank keeps RINGGUARD_DEVICE_TRANSPORT=auto on the host-driven path, and "
+            "peer refuses it. Comma-separated collective:step:slice:rank entries (non-negative integers)."),
     Setting("RINGGUARD_FAULT_SEED", "fault_seed", "unsigned", "1", 0, 18446744073709551615,
             (),
             "[0, 18446744073709551615]",
@@ -333,7 +334,9 @@ class Fields:
     """``RINGGUARD_FAULT_SCHEDULE``, default empty. Exact injections, in addition to RINGGUARD_FAULT_PROB:
     the transfer of slice `slice` at ring step `step` of collective number `collective` (the
     communicator's sequence number, from 0) into receiving rank `rank`. In Python also a list of
-    4-tuples. Comma-separated collective:step:slice:rank entries (non-negative integers)."""
+    4-tuples. The peer windows' kernels do not apply it: a schedule on any rank keeps
+    RINGGUARD_DEVICE_TRANSPORT=auto on the host-driven path, and peer refuses it. Comma-separated
+    collective:step:slice:rank entries (non-negative integers)."""
 
     fault_seed: Optional[int] = None
     """``RINGGUARD_FAULT_SEED``, default ``1``. Seed of the fault injector's random choices. In [0,

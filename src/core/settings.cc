@@ -184,7 +184,9 @@ std::vector<Setting> declarations() {
       declare("RINGGUARD_FAULT_SCHEDULE", SettingKind::kSchedule, "",
               "Exact injections, in addition to RINGGUARD_FAULT_PROB: the transfer of slice `slice` at ring "
               "step `step` of collective number `collective` (the communicator's sequence number, from 0) "
-              "into receiving rank `rank`. In Python also a list of 4-tuples.")
+              "into receiving rank `rank`. In Python also a list of 4-tuples. The peer windows' kernels do "
+              "not apply it: a schedule on any rank keeps RINGGUARD_DEVICE_TRANSPORT=auto on the host-driven "
+              "path, and peer refuses it.")
           .group("fault_schedule"),
       unsignedSetting("RINGGUARD_FAULT_SEED", "1", 0, UINT64_MAX,
                       "Seed of the fault injector's random choices.")
