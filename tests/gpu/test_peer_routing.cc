@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "peer_test_util.h"
@@ -27,6 +28,19 @@ Status makeDevice(const Options& o, cuda::DeviceTransportKind kind, std::unique_
   return cuda::createDeviceCommunicator(**bootstrap, o, d, c);
 }
 
+// A communicator refused when it is made: kInvalidArgument, with `text` in its message.
+void expectRefused(const Status& st, const std::string& text) {
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+  EXPECT_NE(st.message().find(text), std::string::npos) << st.toString();
+}
+
+// This process's rank and the number of ranks in MPI_COMM_WORLD.
+std::pair<int, int> worldRankAndSize() {
+  const std::pair<int, int> world = worldRankAndSize();
+  const int rank = world.first, size = world.second;
+  return {rank, size};
+}
+
 TEST(PeerRouting, NanCheckRefusesThePeerPathAskedByName) {
   if (!peer::everyRankHasAGpu()) GTEST_SKIP() << "no CUDA device on some rank";
   peer::BarrierAtExit barrier;
@@ -35,11 +49,7 @@ TEST(PeerRouting, NanCheckRefusesThePeerPathAskedByName) {
   std::unique_ptr<Bootstrap> b;
   std::unique_ptr<Communicator> c;
   const Status st = makeDevice(o, cuda::DeviceTransportKind::kPeer, &b, &c);
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
-  EXPECT_NE(
-      st.message().find("RINGGUARD_DEVICE_TRANSPORT=peer runs no NaN/Inf scan (RINGGUARD_NAN_CHECK=error)"),
-      std::string::npos)
-      << st.toString();
+  expectRefused(st, "RINGGUARD_DEVICE_TRANSPORT=peer runs no NaN/Inf scan (RINGGUARD_NAN_CHECK=error)");
 }
 
 // Under auto the check runs: the rank whose input holds the NaN fails naming it, the others with a peer error
@@ -49,9 +59,8 @@ TEST(PeerRouting, NanCheckUnderAutoScansEveryCollective) {
   peer::BarrierAtExit barrier;
   Options o;
   o.nanCheck = NanCheck::kError;
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const std::pair<int, int> world = worldRankAndSize();
+  const int rank = world.first, size = world.second;
   const int bad = size - 1;
   const size_t count = 1000, at = 7;
   std::vector<float> host(count, float(rank + 1));
@@ -83,15 +92,11 @@ TEST(PeerRouting, RanksThatDifferOnTheNanCheckAllFailNamingBoth) {
   peer::BarrierAtExit barrier;
   std::unique_ptr<Bootstrap> b;
   std::unique_ptr<Communicator> c;
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const int rank = worldRankAndSize().first;
   Options o;
   o.nanCheck = rank == 0 ? NanCheck::kOff : NanCheck::kWarn;
   const Status st = makeDevice(o, cuda::DeviceTransportKind::kAuto, &b, &c);
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
-  EXPECT_NE(st.message().find("RINGGUARD_NAN_CHECK differs between ranks: rank 0 has off, rank 1 has warn"),
-            std::string::npos)
-      << st.toString();
+  expectRefused(st, "RINGGUARD_NAN_CHECK differs between ranks: rank 0 has off, rank 1 has warn");
 }
 
 // A fault schedule names the pipeline's steps and slices, which the kernels do not have: peer asked by name
@@ -100,27 +105,22 @@ TEST(PeerRouting, RanksThatDifferOnTheNanCheckAllFailNamingBoth) {
 TEST(PeerRouting, FaultScheduleRefusesThePeerPathAskedByName) {
   if (!peer::everyRankHasAGpu()) GTEST_SKIP() << "no CUDA device on some rank";
   peer::BarrierAtExit barrier;
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const std::pair<int, int> world = worldRankAndSize();
+  const int rank = world.first, size = world.second;
   Options o;
   if (rank == size - 1) o.fault.schedule = {{0, 0, 0, 0}};
   std::unique_ptr<Bootstrap> b;
   std::unique_ptr<Communicator> c;
   const Status st = makeDevice(o, cuda::DeviceTransportKind::kPeer, &b, &c);
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
-  EXPECT_NE(st.message().find("RINGGUARD_DEVICE_TRANSPORT=peer applies no fault schedule (rank " +
-                              std::to_string(size - 1) + " has RINGGUARD_FAULT_SCHEDULE"),
-            std::string::npos)
-      << st.toString();
+  expectRefused(st, "RINGGUARD_DEVICE_TRANSPORT=peer applies no fault schedule (rank " +
+                        std::to_string(size - 1) + " has RINGGUARD_FAULT_SCHEDULE");
 }
 
 TEST(PeerRouting, FaultScheduleOnOneRankKeepsAutoOnThePipeline) {
   if (!peer::everyRankHasAGpu()) GTEST_SKIP() << "no CUDA device on some rank";
   peer::BarrierAtExit barrier;
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const std::pair<int, int> world = worldRankAndSize();
+  const int rank = world.first, size = world.second;
   Options o;
   o.sliceBytes = 256;
   // Collective 0, step 0, slice 0, into rank 1: set on rank 1 only (the rank whose receive it damages).
