@@ -3,21 +3,21 @@
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <set>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/env.h"
-#include "core/excerpt.h"
 #include "core/logging.h"
 #include "cuda/cuda_check.h"
 #include "cuda/memory_pool.h"
 #include "executor/device/device_executor.h"
 #include "runtime/device/peer_path.h"
 #include "runtime/make_communicator.h"
+#include "runtime/peer_path_agreement.h"
 #include "transport/staged/staged_transport.h"
 #if RINGGUARD_HAVE_NCCL
 #include "transport/nccl/nccl_transport.h"
@@ -91,53 +91,19 @@ bool mpsLikelyRunning() {
   return access(control.c_str(), F_OK) == 0;
 }
 
-// What the ranks of a peer path must agree on before their windows exist: RINGGUARD_PEER_TWO_SHOT_BYTES
-// (ranks that differ would run different kernels for one call: every rank fails here naming two, instead of
-// at its first collective with a fingerprint mismatch), RINGGUARD_NAN_CHECK (whether the path is made at all
-// depends on it: ranks that differ fail here together, instead of some making windows the others never
-// join), and `*pair`, the first two ranks that are threads of one process (an in-process bootstrap), or
-// {-1, -1}. Every rank gets the same answer. Collective over `bootstrap`.
+// What the ranks of a peer path must agree on before their windows exist (runtime/peer_path_agreement.h):
+// RINGGUARD_PEER_TWO_SHOT_BYTES (ranks that differ would run different kernels for one call: every rank fails
+// here naming two, instead of at its first collective with a fingerprint mismatch), RINGGUARD_NAN_CHECK
+// (whether the path is made at all depends on it: ranks that differ fail here together, instead of some
+// making windows the others never join), the first two ranks that are threads of one process (an in-process
+// bootstrap), and the first rank with a fault schedule. Every rank gets the same answer. Collective over
+// `bootstrap`.
 Status agreeOnPeerPath(Bootstrap& bootstrap, uint64_t twoShotBytes, NanCheck nanCheck, size_t scheduled,
-                       std::pair<int, int>* pair, int* scheduleRank) {
-  // Each rank's record: the agreed settings' values, then its pid and its fault schedule's entry count
-  // (fields without spaces).
-  static const char* const kSettings[] = {"RINGGUARD_PEER_TWO_SHOT_BYTES", "RINGGUARD_NAN_CHECK"};
-  constexpr size_t kPid = 2, kScheduled = 3;
-  const std::string mine = std::to_string(twoShotBytes) + " " + nanCheckName(nanCheck) + " " +
-                           std::to_string(getpid()) + " " + std::to_string(scheduled);
+                       PeerPathAgreement* out) {
   std::vector<std::vector<uint8_t>> all;
-  RINGGUARD_RETURN_IF_ERROR(bootstrap.allgather(std::vector<uint8_t>(mine.begin(), mine.end()), &all));
-  std::vector<std::vector<std::string>> records;  // kScheduled + 1 fields each (missing ones empty)
-  for (const std::vector<uint8_t>& bytes : all) {
-    std::istringstream text(std::string(bytes.begin(), bytes.end()));
-    std::vector<std::string> fields(kScheduled + 1);
-    for (std::string& f : fields) text >> f;
-    records.push_back(std::move(fields));
-  }
-  for (size_t r = 1; r < records.size(); ++r) {
-    for (size_t f = 0; f < kPid; ++f) {
-      if (records[r][f] == records[0][f]) continue;
-      return Status(StatusCode::kInvalidArgument,
-                    std::string(kSettings[f]) + " differs between ranks: rank 0 has " +
-                        excerpt(records[0][f]) + ", rank " + std::to_string(r) + " has " +
-                        excerpt(records[r][f]) + " (every rank must set the same)");
-    }
-  }
-  // The first rank with a fault schedule (the ranks may differ: an entry names its receiving rank).
-  *scheduleRank = -1;
-  for (size_t r = 0; r < records.size() && *scheduleRank < 0; ++r) {
-    if (!records[r][kScheduled].empty() && records[r][kScheduled] != "0") *scheduleRank = int(r);
-  }
-  *pair = {-1, -1};
-  for (size_t r = 0; r < records.size(); ++r) {
-    for (size_t q = 0; q < r; ++q) {
-      if (records[q][kPid] == records[r][kPid]) {
-        *pair = {int(q), int(r)};
-        return Status::ok();
-      }
-    }
-  }
-  return Status::ok();
+  RINGGUARD_RETURN_IF_ERROR(
+      bootstrap.allgather(peerPathRecord(twoShotBytes, nanCheck, long(getpid()), scheduled), &all));
+  return decidePeerPath(all, out);
 }
 
 // The peer-window path when asked for (kPeer: its failure is the factory's) or allowed (kAuto, every rank
@@ -163,10 +129,11 @@ Status makePeerPath(Bootstrap& bootstrap, const DeviceOptions& device, int gpu, 
   // (cudaDeviceSynchronize, cudaFree) waits for another's spinning peer kernel, which waits for the first
   // rank to launch its own: a deadlock until the deadline (seen on the H200, 2026-12-05, three in-process
   // ranks of tests/gpu/test_device_factory.cc). The path is for one process per rank, as NCCL's is.
-  std::pair<int, int> shared;
-  int scheduleRank = -1;
+  PeerPathAgreement agreed;
   RINGGUARD_RETURN_IF_ERROR(agreeOnPeerPath(bootstrap, device.peerTwoShotBytes, options.nanCheck,
-                                            options.fault.schedule.size(), &shared, &scheduleRank));
+                                            options.fault.schedule.size(), &agreed));
+  const std::pair<int, int> shared = agreed.sameProcess;
+  const int scheduleRank = agreed.scheduleRank;
   if (shared.first >= 0) {
     if (device.transport != DeviceTransportKind::kPeer) return Status::ok();
     return Status(StatusCode::kInvalidArgument,
@@ -280,8 +247,9 @@ static Status agreeOnNccl(Bootstrap& bootstrap, DeviceTransportKind kind, const 
            : k == uint8_t(DeviceTransportKind::kPeer)   ? std::string("peer")
                                                         : "an unknown kind " + std::to_string(k);
   };
-  std::vector<uint8_t> mine(1, uint8_t(kind));
-  mine.insert(mine.end(), identity.begin(), identity.end());
+  std::vector<uint8_t> mine(1 + identity.size());  // the kind, then the identity's bytes
+  mine[0] = uint8_t(kind);
+  std::copy(identity.begin(), identity.end(), mine.begin() + 1);
   std::vector<std::vector<uint8_t>> all;
   RINGGUARD_RETURN_IF_ERROR(bootstrap.allgather(mine, &all));
   std::set<std::vector<uint8_t>> seen;
