@@ -293,10 +293,10 @@ void appendEagerPayload(std::vector<uint8_t>* body, const SliceId& id, const voi
                         Counters* counters) {
   appendBytes(body, EagerHeader{kEagerMagic, uint32_t(bytes)});
   appendBytes(body, makeTrailer(id, crc32(data, bytes), 0));
+  // Not insert: its memmove would take memcpy's slow case (core/copy_bytes.h).
   const size_t at = body->size();
   body->resize(at + bytes);
-  copyBytes(body->data() + at, data,
-            bytes);  // not insert: its memmove is memcpy's slow case (core/copy_bytes.h)
+  copyBytes(body->data() + at, data, bytes);
   counters->slicesSent++;
   counters->bytesSent += bytes;
 }
