@@ -2,9 +2,10 @@
 // modulo 4096 (issue 45). On the dev/CI machine's AMD EPYC, glibc 2.36's memcpy (`rep movsb` from 2112
 // bytes) runs a copy whose destination lies 1-63 bytes past its source modulo a page at ~1.7 GB/s; copyBytes
 // takes a vector loop there (core/copy_bytes.h). One process, buffers in cache (warm: the same pair copied
-// `--iters` times); GB/s = bytes / time per copy.
+// `--iters` times); GB/s = bytes / time per copy. `--crc` adds the host CRC-32 (core/crc32.h: ISA-L here) of
+// the same sizes, the other per-byte cost of a verified copy: the bound of issue 45's 64 KiB figures.
 //
-//   build/bench/bench_host_copy --sizes 4096,32768,262144 --ahead 0,16,48,64
+//   build/bench/bench_host_copy --sizes 4096,32768,262144 --ahead 0,16,48,64 [--crc]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "core/copy_bytes.h"
+#include "ringguard/core/crc32.h"
 
 namespace {
 
@@ -40,6 +42,7 @@ int main(int argc, char** argv) {
   std::vector<size_t> aheads{0, 16, 48, 64};
   size_t from = 16;
   long iters = 0;
+  bool crc = false;
   CLI::App app{"bench_host_copy: memcpy against copyBytes by the destination's distance past the source"};
   app.add_option("--sizes", sizes, "bytes per copy")
       ->delimiter(',')
@@ -51,6 +54,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(size_t(0), size_t(4095)));
   app.add_option("--iters", iters, "copies per measurement (0: 2e8 bytes' worth)")
       ->check(CLI::Range(0L, 1L << 40));
+  app.add_flag("--crc", crc, "also time the host CRC-32 of each size");
   CLI11_PARSE(app, argc, argv);
 
   size_t largest = 0;
@@ -80,6 +84,17 @@ int main(int argc, char** argv) {
       const double m = nsPerCopy(libc, dst, src, bytes, n), c = nsPerCopy(ours, dst, src, bytes, n);
       std::printf("%10zu %6zu | %10.0f %8.1f | %10.0f %8.1f | %s\n", bytes, ahead, m, double(bytes) / m, c,
                   double(bytes) / c, ringguard::copyBytesAvoidsMemcpy(dst, src, bytes) ? "yes" : "no");
+    }
+  }
+  if (crc) {
+    std::printf("# host CRC-32 (%s) of the source, warm\n%10s | %10s %8s\n", ringguard::crc32Backend(), "bytes",
+                "crc_ns", "GB/s");
+    volatile uint32_t sink = 0;
+    auto checksum = [&sink](uint8_t*, const uint8_t* s, size_t n) { sink = ringguard::crc32(s, n); };
+    for (size_t bytes : sizes) {
+      const long n = iters > 0 ? iters : std::max(100L, long(200000000 / (bytes + 256)));
+      const double c = nsPerCopy(checksum, nullptr, a.get() + from, bytes, n);
+      std::printf("%10zu | %10.0f %8.1f\n", bytes, c, double(bytes) / c);
     }
   }
   return 0;
