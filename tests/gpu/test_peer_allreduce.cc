@@ -31,17 +31,6 @@ namespace ringguard {
 namespace peer {
 namespace {
 
-int worldRank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int worldSize() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-
 // An input and an output buffer of `count` floats on the device, freed at scope exit.
 struct DeviceBuffers {
   explicit DeviceBuffers(size_t count) {

@@ -377,7 +377,9 @@ TEST_F(PeerCollectives, BroadcastExactFromEveryRoot) {
         const size_t bytes = count * dataTypeSize(t);
         const std::vector<uint8_t> want = randomInput(t, count, root, 9);
         DeviceBuffer in(bytes), out(bytes);
-        if (rank() == root) ASSERT_EQ(upload(in.get(), want.data(), bytes), cudaSuccess);
+        if (rank() == root) {
+          ASSERT_EQ(upload(in.get(), want.data(), bytes), cudaSuccess);
+        }
         ASSERT_EQ(fill(out.get(), 0xff, bytes + 64), cudaSuccess);
         ASSERT_TRUE(broadcast(in.get(), out.get() + 1, count, t, root).isOk());  // output unaligned
         const std::string what = "broadcast root " + std::to_string(root) + " " + dataTypeName(t) +
@@ -398,7 +400,9 @@ TEST_F(PeerCollectives, BroadcastExactFromEveryRoot) {
   const std::vector<float> want = integerFloats(root, count);
   DeviceBuffer buf(bytes);
   ASSERT_EQ(fill(buf.get(), 0, bytes), cudaSuccess);
-  if (rank() == root) ASSERT_EQ(upload(buf.get(), want.data(), bytes), cudaSuccess);
+  if (rank() == root) {
+    ASSERT_EQ(upload(buf.get(), want.data(), bytes), cudaSuccess);
+  }
   ASSERT_TRUE(broadcast(buf.get(), buf.get(), count, DataType::kFloat32, root).isOk());
   expectClean("broadcast 64 MiB");
   const std::vector<uint8_t> got = toHost(buf.get(), bytes);
@@ -671,7 +675,9 @@ TEST_F(PeerCollectives, AStoppedPeerIsNamedAtTheDeadlineByEveryCollective) {
       // first: a timeout naming the stopped rank, or a failed peer.
       EXPECT_TRUE(rec->code == uint32_t(PeerError::kTimeout) || rec->code == uint32_t(PeerError::kPeerFailed))
           << "collective " << which << ": code " << rec->code;
-      if (rec->code == uint32_t(PeerError::kTimeout)) EXPECT_EQ(rec->peer, stopped) << "collective " << which;
+      if (rec->code == uint32_t(PeerError::kTimeout)) {
+        EXPECT_EQ(rec->peer, stopped) << "collective " << which;
+      }
       EXPECT_LT(ms, 5000.0) << "collective " << which;
     }
     const ErrorRecord* rec = windows_->errorRecord();
@@ -815,7 +821,9 @@ TEST_F(PeerCollectives, AStoppedPeerIsNamedAtTheDeadlineByTheAlltoall) {
       const ErrorRecord* rec = windows_->errorRecord();
       EXPECT_TRUE(rec->code == uint32_t(PeerError::kTimeout) || rec->code == uint32_t(PeerError::kPeerFailed))
           << (splits ? "splits" : "equal") << ": code " << rec->code;
-      if (rec->code == uint32_t(PeerError::kTimeout)) EXPECT_EQ(rec->peer, stopped);
+      if (rec->code == uint32_t(PeerError::kTimeout)) {
+        EXPECT_EQ(rec->peer, stopped);
+      }
       EXPECT_LT(ms, 5000.0);
     }
     const ErrorRecord* rec = windows_->errorRecord();

@@ -36,8 +36,9 @@ void expectRefused(const Status& st, const std::string& text) {
 
 // This process's rank and the number of ranks in MPI_COMM_WORLD.
 std::pair<int, int> worldRankAndSize() {
-  const std::pair<int, int> world = worldRankAndSize();
-  const int rank = world.first, size = world.second;
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
   return {rank, size};
 }
 
