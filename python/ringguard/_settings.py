@@ -90,7 +90,9 @@ SETTINGS: Tuple[Setting, ...] = (
             "step `step` of collective number `collective` (the communicator's sequence number, from 0) into "
             "receiving rank `rank`. In Python also a list of 4-tuples. The peer windows' kernels do not apply "
             "it: a schedule on any rank keeps RINGGUARD_DEVICE_TRANSPORT=auto on the host-driven path, and "
-            "peer refuses it. Comma-separated collective:step:slice:rank entries (non-negative integers)."),
+            "peer refuses it. Compare such a run against a fault-free run of that path "
+            "(RINGGUARD_DEVICE_TRANSPORT=staged): at 3 ranks and more the windows add in another order. "
+            "Comma-separated collective:step:slice:rank entries (non-negative integers)."),
     Setting("RINGGUARD_FAULT_SEED", "fault_seed", "unsigned", "1", 0, 18446744073709551615,
             (),
             "[0, 18446744073709551615]",
@@ -335,8 +337,10 @@ class Fields:
     the transfer of slice `slice` at ring step `step` of collective number `collective` (the
     communicator's sequence number, from 0) into receiving rank `rank`. In Python also a list of
     4-tuples. The peer windows' kernels do not apply it: a schedule on any rank keeps
-    RINGGUARD_DEVICE_TRANSPORT=auto on the host-driven path, and peer refuses it. Comma-separated
-    collective:step:slice:rank entries (non-negative integers)."""
+    RINGGUARD_DEVICE_TRANSPORT=auto on the host-driven path, and peer refuses it. Compare such a run
+    against a fault-free run of that path (RINGGUARD_DEVICE_TRANSPORT=staged): at 3 ranks and more the
+    windows add in another order. Comma-separated collective:step:slice:rank entries (non-negative
+    integers)."""
 
     fault_seed: Optional[int] = None
     """``RINGGUARD_FAULT_SEED``, default ``1``. Seed of the fault injector's random choices. In [0,
