@@ -150,6 +150,13 @@ class ReplicaCheck:
         # group's host collective, not a copy to the device, a device collective and a copy back.
         self._gather_device = torch.device("cpu") if _has_cpu_backend(self.group) else self._device
         self._names = {id(p): name for name, p in params}
+        # Where each parameter and checked buffer is registered, (name, module, key): a check reads
+        # module._parameters[key] (the tensor registered there now: a replaced parameter, a DTensor shard
+        # FSDP2 put back, a reassigned buffer) without walking the module tree, most of _listing's time. The
+        # structure is the model's at construction, as DDP's: a module added later is not checked.
+        self._param_slots = self._slots(model, "_parameters", set())
+        skipped = _per_replica_buffers(model) if include_buffers == "auto" else set()
+        self._buffer_slots = self._slots(model, "_buffers", skipped) if include_buffers else []
         self._by_name: Dict[str, torch.Tensor] = {}
         self._state_labels: Dict[Tuple[str, tuple], List[Tuple[Any, str]]] = {}  # _listing's names
         self._step = 0
@@ -186,6 +193,22 @@ class ReplicaCheck:
 
     # ---- the tensors ----------------------------------------------------------------------------
 
+    @staticmethod
+    def _slots(model: torch.nn.Module, table: str, skipped: set) -> List[Tuple[str, Any, str]]:
+        """(name, module, key) of every tensor in the modules' `table` ("_parameters" or "_buffers"), in
+        named_parameters() / named_buffers() order: a tensor registered twice (tied weights) once, under its
+        first name; names in `skipped` left out."""
+        seen, out = set(), []
+        for mname, m in model.named_modules():
+            for key, t in getattr(m, table).items():
+                if t is None or id(t) in seen:
+                    continue
+                seen.add(id(t))
+                name = f"{mname}.{key}" if mname else key
+                if name not in skipped:
+                    out.append((name, m, key))
+        return out
+
     def tensors(self) -> List[Tuple[str, torch.Tensor]]:
         """(name, tensor) of everything checked, in the order compared: "param:<name>",
         "optim:<param name>.<state key>", "buffer:<name>"."""
@@ -193,10 +216,15 @@ class ReplicaCheck:
 
     def _listing(self) -> List[Tuple[str, torch.Tensor]]:
         """tensors() without the detach: what the C++ checker reads (pointers, sizes, dtypes), listed every
-        check. A detach per tensor and the state's names formatted per step were most of the ~1 ms a small
-        GPT's 309 tensors took; the names of a parameter's state are kept per (parameter name, state keys).
-        A repair detaches the tensor it broadcasts into (_broadcast)."""
-        out = [("param:" + n, _local(p)) for n, p in self.model.named_parameters()]
+        check. A detach per tensor, the state's names formatted per step and the walks of the module tree were
+        most of the ~1 ms a small GPT's 309 tensors took: the names of a parameter's state are kept per
+        (parameter name, state keys), the parameters and buffers read from their slots (_slots). A repair
+        detaches the tensor it broadcasts into (_broadcast)."""
+        out = []
+        for name, m, key in self._param_slots:
+            p = m._parameters.get(key)
+            if p is not None:
+                out.append(("param:" + name, _local(p)))
         if self.include_optimizer_state:
             state = self.optimizer.state
             for group in self.optimizer.param_groups:
@@ -214,9 +242,10 @@ class ReplicaCheck:
                         v = st[k]
                         if isinstance(v, torch.Tensor):
                             out.append((label, _local(v)))
-        if self.include_buffers:
-            skipped = _per_replica_buffers(self.model) if self.include_buffers == "auto" else set()
-            out.extend(("buffer:" + n, _local(b)) for n, b in self.model.named_buffers() if n not in skipped)
+        for name, m, key in self._buffer_slots:
+            b = m._buffers.get(key)
+            if b is not None:
+                out.append(("buffer:" + name, _local(b)))
         self._by_name = dict(out)
         return out
 
@@ -270,8 +299,7 @@ class ReplicaCheck:
         # A named range, so a torch.profiler trace shows what the check costs a step (bench_replica_check.py
         # --profile); a few microseconds when nothing profiles.
         with torch.profiler.record_function("ringguard::replica_check"):
-            # Listing the tensors walks the model (_listing: ~0.3 ms for a small GPT's 309 tensors on the dev
-            # machine's CPU): only on the steps that read them (a check, a fault rule's step).
+            # Listing the tensors (_listing) only on the steps that read them (a check, a fault rule's step).
             named = self._listing() if self._impl.needs_tensors(step) else []
             self._impl.after_step(step, named, self._stream())
 
