@@ -87,8 +87,8 @@ int main(int argc, char** argv) {
     }
   }
   if (crc) {
-    std::printf("# host CRC-32 (%s) of the source, warm\n%10s | %10s %8s\n", ringguard::crc32Backend(), "bytes",
-                "crc_ns", "GB/s");
+    std::printf("# host CRC-32 (%s) of the source, warm\n%10s | %10s %8s\n", ringguard::crc32Backend(),
+                "bytes", "crc_ns", "GB/s");
     volatile uint32_t sink = 0;
     auto checksum = [&sink](uint8_t*, const uint8_t* s, size_t n) { sink = ringguard::crc32(s, n); };
     for (size_t bytes : sizes) {
