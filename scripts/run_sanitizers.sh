@@ -4,8 +4,8 @@
 #   1. ASan + UBSan (any UB is fatal): the unit suite (which holds the loopback suites) and every mpirun
 #      suite (ctest labels unit and mpi), torch and CUDA off;
 #   2. TSan: the loopback suites, the communicator and what runs on its threads (handshake, control
-#      channel, factories, peer lanes, the progress thread's error paths) in the unit binary; the dtype and
-#      count sweeps at 1-4 and 8 ranks only.
+#      channel, factories, peer lanes, the progress thread's error paths) in the unit binary; the four
+#      dtype-and-count sweeps of the Ranks/ instantiations at 1-4 and 8 ranks only.
 # Usage: scripts/run_sanitizers.sh [asan|tsan|all]   (default all). Build directories:
 # $RINGGUARD_SANITIZER_DIR/{asan,tsan} (default <repo>/build-sanitizers). Exits non-zero on any failure;
 # prints how long each part took.

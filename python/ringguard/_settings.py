@@ -91,8 +91,9 @@ SETTINGS: Tuple[Setting, ...] = (
             "receiving rank `rank`. In Python also a list of 4-tuples. The peer windows' kernels do not apply "
             "it: a schedule on any rank keeps RINGGUARD_DEVICE_TRANSPORT=auto on the host-driven path, and "
             "peer refuses it. Compare such a run against a fault-free run of that path "
-            "(RINGGUARD_DEVICE_TRANSPORT=staged): at 3 ranks and more the windows add in another order. "
-            "Comma-separated collective:step:slice:rank entries (non-negative integers)."),
+            "(RINGGUARD_DEVICE_TRANSPORT=staged, or nccl where auto picks NCCL): at 3 ranks and more the "
+            "windows add in another order. Comma-separated collective:step:slice:rank entries (non-negative "
+            "integers)."),
     Setting("RINGGUARD_FAULT_SEED", "fault_seed", "unsigned", "1", 0, 18446744073709551615,
             (),
             "[0, 18446744073709551615]",
@@ -338,9 +339,9 @@ class Fields:
     communicator's sequence number, from 0) into receiving rank `rank`. In Python also a list of
     4-tuples. The peer windows' kernels do not apply it: a schedule on any rank keeps
     RINGGUARD_DEVICE_TRANSPORT=auto on the host-driven path, and peer refuses it. Compare such a run
-    against a fault-free run of that path (RINGGUARD_DEVICE_TRANSPORT=staged): at 3 ranks and more the
-    windows add in another order. Comma-separated collective:step:slice:rank entries (non-negative
-    integers)."""
+    against a fault-free run of that path (RINGGUARD_DEVICE_TRANSPORT=staged, or nccl where auto picks
+    NCCL): at 3 ranks and more the windows add in another order. Comma-separated
+    collective:step:slice:rank entries (non-negative integers)."""
 
     fault_seed: Optional[int] = None
     """``RINGGUARD_FAULT_SEED``, default ``1``. Seed of the fault injector's random choices. In [0,

@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import torch
 
 from . import _ext
+from ._registrations import Registrations
 
 __all__ = ["ReplicaCheck", "ReplicaMismatchError"]
 
@@ -150,13 +151,9 @@ class ReplicaCheck:
         # group's host collective, not a copy to the device, a device collective and a copy back.
         self._gather_device = torch.device("cpu") if _has_cpu_backend(self.group) else self._device
         self._names = {id(p): name for name, p in params}
-        # Where each parameter and checked buffer is registered, (name, module, key): a check reads
-        # module._parameters[key] (the tensor registered there now: a replaced parameter, a DTensor shard
-        # FSDP2 put back, a reassigned buffer) without walking the module tree, most of _listing's time. The
-        # structure is the model's at construction, as DDP's: a module added later is not checked.
-        self._param_slots = self._slots(model, "_parameters", set())
-        skipped = _per_replica_buffers(model) if include_buffers == "auto" else set()
-        self._buffer_slots = self._slots(model, "_buffers", skipped) if include_buffers else []
+        # The parameters and buffers as registered at each check, without a walk of the module tree unless
+        # the model's structure changed (_registrations.py).
+        self._registrations = Registrations(model, _per_replica_buffers)
         self._by_name: Dict[str, torch.Tensor] = {}
         self._state_labels: Dict[Tuple[str, tuple], List[Tuple[Any, str]]] = {}  # _listing's names
         self._step = 0
@@ -193,22 +190,6 @@ class ReplicaCheck:
 
     # ---- the tensors ----------------------------------------------------------------------------
 
-    @staticmethod
-    def _slots(model: torch.nn.Module, table: str, skipped: set) -> List[Tuple[str, Any, str]]:
-        """(name, module, key) of every tensor in the modules' `table` ("_parameters" or "_buffers"), in
-        named_parameters() / named_buffers() order: a tensor registered twice (tied weights) once, under its
-        first name; names in `skipped` left out."""
-        seen, out = set(), []
-        for mname, m in model.named_modules():
-            for key, t in getattr(m, table).items():
-                if t is None or id(t) in seen:
-                    continue
-                seen.add(id(t))
-                name = f"{mname}.{key}" if mname else key
-                if name not in skipped:
-                    out.append((name, m, key))
-        return out
-
     def tensors(self) -> List[Tuple[str, torch.Tensor]]:
         """(name, tensor) of everything checked, in the order compared: "param:<name>",
         "optim:<param name>.<state key>", "buffer:<name>"."""
@@ -218,13 +199,10 @@ class ReplicaCheck:
         """tensors() without the detach: what the C++ checker reads (pointers, sizes, dtypes), listed every
         check. A detach per tensor, the state's names formatted per step and the walks of the module tree were
         most of the ~1 ms a small GPT's 309 tensors took: the names of a parameter's state are kept per
-        (parameter name, state keys), the parameters and buffers read from their slots (_slots). A repair
-        detaches the tensor it broadcasts into (_broadcast)."""
-        out = []
-        for name, m, key in self._param_slots:
-            p = m._parameters.get(key)
-            if p is not None:
-                out.append(("param:" + name, _local(p)))
+        (parameter name, state keys), the parameters and buffers read where they are registered
+        (_registrations.py). A repair detaches the tensor it broadcasts into (_broadcast)."""
+        params, buffers = self._registrations.read()
+        out = [("param:" + name, _local(p)) for name, p in params]
         if self.include_optimizer_state:
             state = self.optimizer.state
             for group in self.optimizer.param_groups:
@@ -242,10 +220,9 @@ class ReplicaCheck:
                         v = st[k]
                         if isinstance(v, torch.Tensor):
                             out.append((label, _local(v)))
-        for name, m, key in self._buffer_slots:
-            b = m._buffers.get(key)
-            if b is not None:
-                out.append(("buffer:" + name, _local(b)))
+        if self.include_buffers:
+            auto = self.include_buffers == "auto"
+            out.extend(("buffer:" + name, _local(b)) for name, b, per_replica in buffers if not (auto and per_replica))
         self._by_name = dict(out)
         return out
 

@@ -187,7 +187,8 @@ std::vector<Setting> declarations() {
               "into receiving rank `rank`. In Python also a list of 4-tuples. The peer windows' kernels do "
               "not apply it: a schedule on any rank keeps RINGGUARD_DEVICE_TRANSPORT=auto on the host-driven "
               "path, and peer refuses it. Compare such a run against a fault-free run of that path "
-              "(RINGGUARD_DEVICE_TRANSPORT=staged): at 3 ranks and more the windows add in another order.")
+              "(RINGGUARD_DEVICE_TRANSPORT=staged, or nccl where auto picks NCCL): at 3 ranks and more the "
+              "windows add in another order.")
           .group("fault_schedule"),
       unsignedSetting("RINGGUARD_FAULT_SEED", "1", 0, UINT64_MAX,
                       "Seed of the fault injector's random choices.")

@@ -147,6 +147,26 @@ def _(ctx):
     return {}
 
 
+@CASES.case("a-module-replaced-after-the-check-was-made-is-checked")
+def _(ctx):
+    """The check reads the parameters where they are registered now (ringguard/_registrations.py): a layer
+    swapped in after the check was made, different on one rank, is found and named."""
+    torch.manual_seed(1)
+    model = Net().to(ctx.device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rc = ringguard.ReplicaCheck(model, opt, on_mismatch="raise")
+    rc.check_now()
+    torch.manual_seed(2 + int(ctx.rank == _odd(ctx)))
+    model.fc2 = nn.Linear(16, 3).to(ctx.device)
+    with pytest.raises(ringguard.ReplicaMismatchError) as e:
+        rc.check_now()
+    assert _expected_names(ctx) in str(e.value) and "'param:fc2.weight'" in str(e.value), str(e.value)
+    assert [n for n, _ in rc.tensors()][:4] == ["param:fc1.weight", "param:fc1.bias", "param:fc2.weight",
+                                                "param:fc2.bias"]
+    rc.remove()
+    return {}
+
+
 @CASES.case("sync-true-gathers-host-words-on-the-host-where-the-group-can")
 def _(ctx):
     # The message is host words: a group with a CPU backend gathers it as CPU tensors (on CUDA no copy to the
@@ -529,6 +549,52 @@ def test_case(run, name):
 
 def test_launch(run):
     harness.check_launch(run)
+
+
+def test_registrations_follow_the_model():
+    """What the check lists (ringguard/_registrations.py) equals named_parameters() and named_buffers(), the
+    same tensors, after every kind of change to the model: tied and shared, replaced, reassigned, added,
+    deleted, untied, a key replaced by another with the counts unchanged. In this process, no group."""
+    from ringguard._registrations import Registrations
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.head = nn.Embedding(10, 4), nn.Linear(4, 10, bias=False)
+            self.head.weight = self.emb.weight
+            self.lin = nn.Linear(4, 4)
+            self.shared = self.lin
+            self.bn = nn.BatchNorm1d(4)
+            self.register_buffer("buf", torch.zeros(2))
+            self.register_parameter("nothing", None)
+
+    m = M()
+    reg = Registrations(m, lambda model: {"bn.running_mean"})
+
+    def expect_walk(what):
+        params, buffers = reg.read()
+        assert [(n, id(t)) for n, t in params] == [(n, id(t)) for n, t in m.named_parameters()], what
+        assert [(n, id(t)) for n, t, _ in buffers] == [(n, id(t)) for n, t in m.named_buffers()], what
+        assert [n for n, _, marked in buffers if marked] == (["bn.running_mean"] if hasattr(m, "bn") else []), what
+
+    expect_walk("as made")
+    changes = [
+        ("a parameter replaced", lambda: setattr(m.lin, "weight", nn.Parameter(torch.zeros(4, 4)))),
+        ("a buffer reassigned", lambda: setattr(m, "buf", torch.ones(2))),
+        ("a submodule replaced", lambda: setattr(m, "lin", nn.Linear(4, 4))),
+        ("a submodule added", lambda: setattr(m, "extra", nn.Linear(2, 2))),
+        ("a buffer registered later", lambda: m.lin.register_buffer("cache", torch.zeros(1))),
+        ("a None parameter set", lambda: setattr(m, "nothing", nn.Parameter(torch.ones(1)))),
+        ("untied", lambda: setattr(m.head, "weight", nn.Parameter(m.emb.weight.detach().clone()))),
+        ("tied again", lambda: setattr(m.head, "weight", m.emb.weight)),
+        ("a key replaced, same count", lambda: (delattr(m.lin, "bias"),
+                                                m.lin.register_parameter("bias2", nn.Parameter(torch.ones(4))))),
+        ("a submodule deleted", lambda: delattr(m, "bn")),
+        ("a parameter set to None", lambda: setattr(m.lin, "weight", None)),
+    ]
+    for what, change in changes:
+        change()
+        expect_walk(what)
 
 
 if __name__ == "__main__":
