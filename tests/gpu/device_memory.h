@@ -23,9 +23,10 @@ class DeviceMemory final : public testing::Memory {
     void* p = nullptr;
     EXPECT_EQ(cudaMalloc(&p, bytes + 1), cudaSuccess);
     EXPECT_EQ(cudaMemset(p, 0xAB, bytes + 1), cudaSuccess);
-    if (!init.empty())
+    if (!init.empty()) {
       EXPECT_EQ(cudaMemcpy(p, init.data(), std::min(bytes, init.size()), cudaMemcpyHostToDevice),
                 cudaSuccess);
+    }
     // cudaMemset (and a pageable cudaMemcpy) may still be in flight on the legacy stream, which the
     // non-blocking streams of the test and the collective do not wait for.
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);

@@ -52,7 +52,9 @@ TEST(DeviceCollectives, FaultsDetectedAndRepaired) {
     const Counters c = comm->counters();
     EXPECT_EQ(sumOverRanks(c.escaped), 0u);
     EXPECT_EQ(sumOverRanks(c.detected), sumOverRanks(c.injected));
-    if (testing::worldSize() > 1) EXPECT_GT(sumOverRanks(c.injected), 0u);
+    if (testing::worldSize() > 1) {
+      EXPECT_GT(sumOverRanks(c.injected), 0u);
+    }
   }
 }
 
@@ -77,7 +79,9 @@ TEST(DeviceCollectives, NanCheckOnDeviceInputs) {
     auto comm = makeDeviceComm(o);
     auto* in = static_cast<float*>(mem.make(count * 4, init));
     auto* out = static_cast<float*>(mem.make(count * 4, {}));
-    if (me == bad) ASSERT_EQ(cudaMemcpyAsync(in + at, &nan, 4, cudaMemcpyHostToDevice, stream), cudaSuccess);
+    if (me == bad) {
+      ASSERT_EQ(cudaMemcpyAsync(in + at, &nan, 4, cudaMemcpyHostToDevice, stream), cudaSuccess);
+    }
     Status st = comm->allreduce(in, out, count, DataType::kFloat32, ReduceOp::kSum, stream);
     std::vector<uint8_t> got = mem.read(out, count * 4);
     std::vector<float> res(count);

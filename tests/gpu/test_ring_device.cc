@@ -152,7 +152,9 @@ TEST_P(DeviceRingFaults, BitIdenticalToFaultFreeRunAndEveryInjectionDetected) {
   }
   EXPECT_EQ(escaped, 0u);
   EXPECT_EQ(injected, detected);
-  if (mode != FaultMode::kDelay) EXPECT_GE(injected, 2u);
+  if (mode != FaultMode::kDelay) {
+    EXPECT_GE(injected, 2u);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModes, DeviceRingFaults,
@@ -187,7 +189,9 @@ TEST_F(DeviceRing, StalledRankEndsInErrorsWithinTheTimeoutNoHang) {
   const std::string culprit = "rank " + std::to_string(n - 1) + " stopped making progress";
   EXPECT_NE(st.message().find(culprit), std::string::npos) << st.message();
   // Within the timeout (plus slack) on the ranks that did not stall, before the stall ends at 3.5 s.
-  if (me != n - 1) EXPECT_LT(seconds, 3.4) << st.toString();
+  if (me != n - 1) {
+    EXPECT_LT(seconds, 3.4) << st.toString();
+  }
   EXPECT_FALSE(comm->allreduce(buf, buf, count, DataType::kFloat32, ReduceOp::kSum, nullptr).isOk())
       << "a failed communicator stays failed";
   comm.reset();  // joins the progress thread, tears the transport down, synchronises its streams

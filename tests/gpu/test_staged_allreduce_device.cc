@@ -39,7 +39,9 @@ void compareWithRing(Fixture& f, DataType t, ReduceOp op, size_t count, size_t c
   st = stagedAllreduce(*f.host, *f.stager, send, stagedOut, count, t, op, chunkBytes, &stats);
   ASSERT_TRUE(st.isOk()) << "staged " << where << ": " << st.toString();
   testing::expectSameAsRing(f, ringOut, stagedOut, expected, stats, t, count, chunkBytes, where);
-  if (!inPlace) EXPECT_EQ(f.mem.read(in, bytes), input) << where << ": modified the input";
+  if (!inPlace) {
+    EXPECT_EQ(f.mem.read(in, bytes), input) << where << ": modified the input";
+  }
   f.mem.releaseAll();
 }
 
