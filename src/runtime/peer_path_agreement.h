@@ -23,9 +23,12 @@ struct PeerPathAgreement {
 };
 
 // From every rank's record, in rank order: kInvalidArgument naming the setting and two ranks where
-// RINGGUARD_PEER_TWO_SHOT_BYTES or RINGGUARD_NAN_CHECK differ (records are a peer's bytes: a missing or
-// malformed field is a value that differs, quoted as an excerpt; a missing schedule field reads as none);
-// otherwise the agreement, the same on every rank.
+// RINGGUARD_PEER_TWO_SHOT_BYTES differs (ranks that differ would run different kernels for one call: every
+// rank fails here naming two, instead of at its first collective with a fingerprint mismatch) or
+// RINGGUARD_NAN_CHECK does (whether the path is made at all depends on it: ranks that differ fail here
+// together, instead of some making windows the others never join). Records are a peer's bytes: a missing or
+// malformed field is a value that differs, quoted as an excerpt; a missing schedule field reads as none.
+// Otherwise the agreement, the same on every rank.
 Status decidePeerPath(const std::vector<std::vector<uint8_t>>& records, PeerPathAgreement* out);
 
 }  // namespace ringguard

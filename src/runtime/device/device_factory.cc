@@ -91,13 +91,8 @@ bool mpsLikelyRunning() {
   return access(control.c_str(), F_OK) == 0;
 }
 
-// What the ranks of a peer path must agree on before their windows exist (runtime/peer_path_agreement.h):
-// RINGGUARD_PEER_TWO_SHOT_BYTES (ranks that differ would run different kernels for one call: every rank fails
-// here naming two, instead of at its first collective with a fingerprint mismatch), RINGGUARD_NAN_CHECK
-// (whether the path is made at all depends on it: ranks that differ fail here together, instead of some
-// making windows the others never join), the first two ranks that are threads of one process (an in-process
-// bootstrap), and the first rank with a fault schedule. Every rank gets the same answer. Collective over
-// `bootstrap`.
+// Every rank's record gathered and decided (what is agreed and why: runtime/peer_path_agreement.h); every
+// rank gets the same answer. Collective over `bootstrap`.
 Status agreeOnPeerPath(Bootstrap& bootstrap, uint64_t twoShotBytes, NanCheck nanCheck, size_t scheduled,
                        PeerPathAgreement* out) {
   std::vector<std::vector<uint8_t>> all;
