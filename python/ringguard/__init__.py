@@ -21,7 +21,7 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from . import _autoload, _ext
+from . import _autoload, _backend, _ext
 from .options import Options
 from .guard import Guard, GuardCompileError, GuardError, guard  # noqa: E402,F401  NaN/Inf rollback (docs/GUARD.md)
 from .graph_guard import graph_guard  # noqa: E402,F401  the guard as one CUDA graph (docs/GUARD.md)
@@ -68,13 +68,9 @@ def backend(group=None):
                         f"got {type(group).__name__}")
     found = []
     for device in ("cpu", "cuda"):  # "cpu:gloo,cuda:ringguard" has ringguard for CUDA tensors only
-        try:
-            b = group._get_backend(torch.device(device))
-        except RuntimeError:
+        b = _backend.of_group(group, device)
+        if b is None:
             continue  # no backend for this device type
-        wrapped = getattr(b, "wrapped_pg", None)  # TORCH_DISTRIBUTED_DEBUG=DETAIL wraps the backend
-        if not isinstance(b, C.ProcessGroupRingguard) and wrapped is not None:
-            b = wrapped
         if isinstance(b, C.ProcessGroupRingguard):
             return b
         found.append(f"{device}: {type(b).__name__}")

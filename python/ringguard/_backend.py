@@ -42,3 +42,20 @@ def create(dist_backend_opts, pg_options):
     # World ranks of the group's members: under mpirun its CPU tensors ride MPI over exactly these ranks.
     global_ranks = [int(r) for r in (getattr(dist_backend_opts, "global_ranks_in_group", None) or [])]
     return C.ProcessGroupRingguard(store, rank, size, timeout, options, gloo, global_ranks)
+
+
+def of_group(group, device: str):
+    """The backend that runs `group`'s collectives of `device` ("cpu", "cuda") tensors, unwrapped from
+    TORCH_DISTRIBUTED_DEBUG=DETAIL's wrapper when it wraps a ``ProcessGroupRingguard``; None when the group
+    has no backend for that device type."""
+    import torch
+
+    C = _ext.load()
+    try:
+        b = group._get_backend(torch.device(device))
+    except (RuntimeError, AttributeError):  # no backend for the device type, or a torch without _get_backend
+        return None
+    wrapped = getattr(b, "wrapped_pg", None)
+    if not isinstance(b, C.ProcessGroupRingguard) and wrapped is not None:
+        b = wrapped
+    return b

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 
-from . import _ext
+from . import _backend, _ext
 from ._registrations import Registrations
 
 __all__ = ["ReplicaCheck", "ReplicaMismatchError"]
@@ -74,15 +74,6 @@ def _per_replica_buffers(model: torch.nn.Module) -> set:
             for bname, _ in m.named_buffers(recurse=False):
                 names.add(f"{mname}.{bname}" if mname else bname)
     return names
-
-
-def _has_cpu_backend(group: Any) -> bool:
-    """Whether `group` takes collectives of CPU tensors (a backend registered for "cpu")."""
-    try:
-        group._get_backend(torch.device("cpu"))
-        return True
-    except Exception:  # no backend for the device type (RuntimeError), or a torch without _get_backend
-        return False
 
 
 class _DeviceGather:
@@ -149,7 +140,12 @@ class ReplicaCheck:
         # Where the sync=True all-gather runs: the message is host words (the device CRCs were already read
         # back), so on the host whenever the group has a CPU backend ("ringguard" and gloo have one): the
         # group's host collective, not a copy to the device, a device collective and a copy back.
-        self._gather_device = torch.device("cpu") if _has_cpu_backend(self.group) else self._device
+        host = _backend.of_group(self.group, "cpu")
+        self._gather_device = torch.device("cpu") if host is not None else self._device
+        C = _ext.load()
+        # A ringguard CPU backend gathers the words itself, on this thread, in the group's order of collectives
+        # (ProcessGroupRingguard::allgatherHostWords): no c10d Work, Future or hand-off between threads.
+        self._host_group = host if isinstance(host, C.ProcessGroupRingguard) else None
         self._names = {id(p): name for name, p in params}
         # The parameters and buffers as registered at each check, without a walk of the module tree unless
         # the model's structure changed (_registrations.py).
@@ -157,10 +153,10 @@ class ReplicaCheck:
         self._by_name: Dict[str, torch.Tensor] = {}
         self._state_labels: Dict[Tuple[str, tuple], List[Tuple[Any, str]]] = {}  # _listing's names
         self._step = 0
-        C = _ext.load()
         self._impl = C.ReplicaCheck(on_mismatch, every, self._rank, self._size, self._all_gather,
                                     self._broadcast, cuda.index if cuda is not None else -1, sync,
-                                    self._start_gather if cuda is not None and not sync else None)
+                                    self._start_gather if cuda is not None and not sync else None,
+                                    self._host_group)
         fault = _default_fault if _default_fault is not None else os.environ.get(_FAULT_SETTING, "")
         if fault:
             self._impl.set_fault(fault)
@@ -237,6 +233,12 @@ class ReplicaCheck:
         """Whether the fingerprints of a sync=True check are all-gathered as CPU tensors (the group has a CPU
         backend), rather than copied to the device and gathered there (a group of "nccl" alone)."""
         return self._gather_device.type == "cpu"
+
+    def gathers_directly(self) -> bool:
+        """Whether those host words are gathered by the group's ringguard CPU communicator itself, on the
+        calling thread (a group whose CPU backend is ringguard's), rather than through
+        ``dist.all_gather_into_tensor`` (gloo, or a CUDA backend alone)."""
+        return self._host_group is not None
 
     def _all_gather(self, mine: torch.Tensor) -> torch.Tensor:
         import torch.distributed as dist

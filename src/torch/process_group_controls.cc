@@ -1,9 +1,11 @@
 // What Python reads and sets on a group beyond c10d's interface (ringguard.counters, set_fault, fault,
 // transport): integrity counters summed over the group's communicators and lanes, fault injection, and the
-// name of each device type's transport.
+// name of each device type's transport; and the replica check's all-gather of host words.
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "core/env.h"
 #include "ringguard/runtime/point_to_point.h"
@@ -72,6 +74,22 @@ std::map<std::string, std::string> ProcessGroupRingguard::fault() const {
   m["RINGGUARD_FAULT_DELAY_MS"] = std::to_string(fault_.delayMs);
   m["RINGGUARD_FAULT_REPEAT"] = std::to_string(fault_.repeat);
   return m;
+}
+
+Status ProcessGroupRingguard::allgatherHostWords(const std::vector<uint32_t>& mine,
+                                                 std::vector<uint32_t>* all) {
+  releaseHeldP2p();  // as every other operation of the group
+  Communicator* comm = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopped_) {
+      return Status(StatusCode::kAborted,
+                    std::string("ringguard: the replica check's all-gather after ") + stoppedBy_);
+    }
+    comm = cpu_.get();
+  }
+  all->assign(mine.size() * static_cast<size_t>(size_), 0);
+  return comm->allgather(mine.data(), all->data(), mine.size(), DataType::kInt32);
 }
 
 std::string ProcessGroupRingguard::transport(const std::string& deviceType) const {

@@ -175,9 +175,11 @@ def _(ctx):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     check = ringguard.ReplicaCheck(model, opt)
     assert check.gathers_on_host(), "the default group of 'ringguard' has a CPU backend"
+    assert check.gathers_directly(), "the default group's ringguard CPU communicator gathers the words itself"
     check.remove()
     gloo = ringguard.ReplicaCheck(model, opt, group=ctx.ref)
     assert gloo.gathers_on_host(), "a gloo group gathers on the host"
+    assert not gloo.gathers_directly(), "a gloo group gathers through dist.all_gather_into_tensor"
     words = torch.arange(5, dtype=torch.int32) + 100 * ctx.rank
     got = gloo._all_gather(words)
     assert got.device.type == "cpu" and got.tolist() == [100 * r + i for r in range(ctx.size) for i in range(5)], got
@@ -189,6 +191,25 @@ def _(ctx):
         got = dev._all_gather(words)
         assert got.tolist() == [100 * r + i for r in range(ctx.size) for i in range(5)], got
         dev.remove()
+    return {}
+
+
+@CASES.case("a-check-on-a-destroyed-group-raises-naming-it")
+def _(ctx):
+    # The words are gathered by the group's communicator directly: once the group is destroyed (its backend
+    # shut down, though the check still holds it) a check raises on every rank, never waits or crashes.
+    group = dist.new_group(backend="ringguard")
+    model = DDP(Net().to(ctx.device))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    check = ringguard.ReplicaCheck(model, opt, group=group)
+    assert check.gathers_directly()
+    check.check_now()
+    assert check.counters()["checks"] == 1 and check.last_report()["mismatch"] is False
+    dist.destroy_process_group(group)
+    with pytest.raises(RuntimeError) as e:
+        check.check_now()
+    assert "replica check: the all-gather failed" in str(e.value) and "after shutdown()" in str(e.value), str(e.value)
+    check.remove()
     return {}
 
 

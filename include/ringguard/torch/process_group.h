@@ -197,6 +197,12 @@ class ProcessGroupRingguard : public c10d::Backend {
   std::map<std::string, std::string> fault() const;
   // "mpi", "gloo", "staged" or "nccl" for a device type ("cpu", "cuda") whose communicator exists, else "".
   std::string transport(const std::string& deviceType) const;
+  // The replica check's all-gather of a few host words (python/ringguard/replicas.py): `mine` from every
+  // rank into *all in rank order, by the group's CPU communicator's synchronous all-gather on the calling
+  // thread. It is one collective of the group like any other (queued after everything the group issued
+  // before it, held send/recv released first), without a c10d Work, Future or completion lane: through
+  // c10d, 64 bytes took ~110 us at one rank on the 2-core dev machine, almost all of it hand-offs.
+  Status allgatherHostWords(const std::vector<uint32_t>& mine, std::vector<uint32_t>* all);
   // All-gathers of CUDA tensors (allgather, all_gather_into_tensor) that ran as the all_gather family's
   // staged_chunked variant (docs/DOWNGRADE.md) and succeeded.
   uint64_t stagedAllgathers() const { return stagedAllgathers_.load(); }

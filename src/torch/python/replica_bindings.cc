@@ -14,6 +14,7 @@
 
 #include "ringguard/replicas/gradient_outliers.h"
 #include "ringguard/replicas/replica_check.h"
+#include "ringguard/torch/process_group.h"
 #include "torch/guard/tensor_buffer.h"
 #if RINGGUARD_GUARD_CUDA
 #include "ringguard/cuda/crc32_many.h"
@@ -62,16 +63,21 @@ class PyPending final : public ReplicaPending {
 // broadcast(name, root) broadcasts the named tensor from group rank `root`; start_gather(words, crcs, index)
 // (sync=False on CUDA, else None): copies the host words to the device, puts the device CRCs `crcs` at
 // message words `index`, all-gathers on the stream and returns a handle with ready() and take().
+// hostGroup: the group's CPU backend when it is ringguard's (else None): the host words are then gathered by
+// its communicator directly (ProcessGroupRingguard::allgatherHostWords), not through all_gather.
 class PyReplicaExchange final : public ReplicaExchange {
  public:
   PyReplicaExchange(int rank, int size, py::function allGather, py::function broadcast,
-                    py::object startGather, int cudaDevice)
+                    py::object startGather, int cudaDevice, py::object hostGroup)
       : rank_(rank),
         size_(size),
         cudaDevice_(cudaDevice),
         allGather_(std::move(allGather)),
         broadcast_(std::move(broadcast)),
-        startGather_(std::move(startGather)) {}
+        startGather_(std::move(startGather)),
+        hostGroupObject_(std::move(hostGroup)) {
+    if (!hostGroupObject_.is_none()) hostGroup_ = py::cast<ProcessGroupRingguard*>(hostGroupObject_);
+  }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   bool fingerprintsOnDevice() const override { return !startGather_.is_none(); }
@@ -120,6 +126,15 @@ class PyReplicaExchange final : public ReplicaExchange {
   }
 
   Status allGather(const std::vector<uint32_t>& mine, std::vector<uint32_t>* all) override {
+    if (hostGroup_ != nullptr) {
+      Status st;
+      {
+        py::gil_scoped_release release;  // the peers' checks may need this process's other threads
+        st = hostGroup_->allgatherHostWords(mine, all);
+      }
+      if (st.isOk()) return st;
+      return Status(st.code(), "replica check: the all-gather failed: " + st.message());
+    }
     try {
       at::Tensor t = at::empty({static_cast<int64_t>(mine.size())}, at::kInt);
       std::memcpy(t.data_ptr(), mine.data(), mine.size() * sizeof(uint32_t));
@@ -150,6 +165,8 @@ class PyReplicaExchange final : public ReplicaExchange {
   int rank_, size_, cudaDevice_;
   py::function allGather_, broadcast_;
   py::object startGather_;
+  py::object hostGroupObject_;  // keeps hostGroup_ alive
+  ProcessGroupRingguard* hostGroup_ = nullptr;
 };
 
 std::vector<ReplicaTensor> replicaTensors(const std::vector<std::pair<std::string, at::Tensor>>& named) {
@@ -209,7 +226,8 @@ py::object reportDict(const ReplicaReport& r) {
 class PyReplicaCheck {
  public:
   PyReplicaCheck(const std::string& onMismatch, int64_t every, int rank, int size, py::function allGather,
-                 py::function broadcast, int cudaDevice, bool sync, py::object startGather) {
+                 py::function broadcast, int cudaDevice, bool sync, py::object startGather,
+                 py::object hostGroup) {
     ReplicaCheckOptions o;
     if (!parseReplicaPolicy(onMismatch, &o.onMismatch)) {
       throw py::value_error("ReplicaCheck: on_mismatch='" + onMismatch +
@@ -232,7 +250,7 @@ class PyReplicaCheck {
     check_ = std::make_unique<ReplicaChecker>(
         o,
         std::make_unique<PyReplicaExchange>(rank, size, std::move(allGather), std::move(broadcast),
-                                            std::move(startGather), cudaDevice),
+                                            std::move(startGather), cudaDevice, std::move(hostGroup)),
         makeHostReplicaBackend(), std::move(device));
   }
 
@@ -275,11 +293,11 @@ class PyReplicaCheck {
 void ringguardRegisterReplicaBindings(py::module_& m) {
   using ringguard::PyReplicaCheck;
   py::class_<PyReplicaCheck>(m, "ReplicaCheck")
-      .def(py::init<const std::string&, int64_t, int, int, py::function, py::function, int, bool,
+      .def(py::init<const std::string&, int64_t, int, int, py::function, py::function, int, bool, py::object,
                     py::object>(),
            py::arg("on_mismatch"), py::arg("every"), py::arg("rank"), py::arg("size"), py::arg("all_gather"),
            py::arg("broadcast"), py::arg("cuda_device") = -1, py::arg("sync") = true,
-           py::arg("start_gather") = py::none())
+           py::arg("start_gather") = py::none(), py::arg("host_group") = py::none())
       .def("after_step", &PyReplicaCheck::afterStep, py::arg("step"), py::arg("tensors"),
            py::arg("stream") = 0)
       .def(
