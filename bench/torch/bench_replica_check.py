@@ -164,9 +164,14 @@ def main():
          listing_ms=timed(check._listing, torch.device("cpu"), 50),  # what a check lists (host only)
          tensors_ms=timed(check.tensors, torch.device("cpu"), 50), counters=check.counters())
     deferred_ms = statistics.median(times["deferred"])
-    emit(rank, check_vs_step=(checked_ms - step_ms) / step_ms, check_alone_vs_step=alone / step_ms,
+    # Each round times the three variants back to back: the median of the rounds' own differences is less
+    # exposed than the difference of the medians to the step's drift between rounds (two ranks share a GPU).
+    paired = statistics.median((c - p) / p for c, p in zip(checked, plain))
+    emit(rank, check_vs_step=(checked_ms - step_ms) / step_ms, check_vs_step_paired=paired,
+         rounds_plain_ms=plain, rounds_checked_ms=checked, check_alone_vs_step=alone / step_ms,
          deferred_step_ms=deferred_ms, deferred_vs_step=(deferred_ms - step_ms) / step_ms,
-         deferred_counters=deferred.counters(), gathers_on_host=check.gathers_on_host())
+         deferred_counters=deferred.counters(), gathers_on_host=check.gathers_on_host(),
+         gathers_directly=check.gathers_directly())
 
     for gb in args.set_gb:
         # Transformer-shaped tensors (d x 4d, 4d x d, d x d, d) until the set holds `gb` GiB of f32/bf16.
