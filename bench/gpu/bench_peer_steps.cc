@@ -6,6 +6,7 @@
 // rank on the one GPU and MPS started (scripts/gpu_peer_check.sh, PEER_STEPS=1):
 //   mpirun -np 2 build/bench/gpu/bench_peer_steps                 1 KiB, 64 KiB, 1 MiB; eager and graph
 //   mpirun -np 4 build/bench/gpu/bench_peer_steps --algorithm two -s 1M
+//   mpirun -np 2 build/bench/gpu/bench_peer_steps -s 1M --fault-prob 0.01  a fault in (nearly) every call
 // For each size and mode, --calls calls (the graph: --graph-calls captured launches, replayed), then per step
 // the median over the calls of its time since the previous step reached in the same block (clock64,
 // converted with the SM clock measured against %globaltimer) and since entry, on rank 0 and on the last
@@ -151,12 +152,16 @@ int main(int argc, char** argv) {
   std::vector<std::string> sizeArgs = {"1K", "64K", "1M"};
   std::string algorithm = "one";
   int calls = 1000, graphCalls = 100;
+  double faultProb = 0;
   app.add_option("-s,--sizes", sizeArgs, "message sizes (fp32 sum)")->delimiter(',');
   app.add_option("--algorithm", algorithm)->check(CLI::IsMember({"one", "two"}));
   app.add_option("-n,--calls", calls, "calls traced per size and mode")
       ->check(CLI::Range(1, kStepRingRows - 64));
   app.add_option("-g,--graph-calls", graphCalls, "launches captured in the graph (calls is a multiple)")
       ->check(CLI::Range(1, kStepRingRows - 64));
+  app.add_option("--fault-prob", faultProb,
+                 "chunk reads corrupted (transient, bitflip): where a call with a fault spends its time")
+      ->check(CLI::Range(0.0, 1.0));
   std::vector<size_t> sizes;
   try {
     app.parse(argc, argv);
@@ -196,8 +201,9 @@ int main(int argc, char** argv) {
   cudaMemset(in, 0, maxBytes);
   if (rank == 0) {
     printf(
-        "# ringguard bench_peer_steps: %s-shot allreduce, %d ranks, fp32 sum, %d calls per size and mode\n",
-        algorithm.c_str(), size, calls);
+        "# ringguard bench_peer_steps: %s-shot allreduce, %d ranks, fp32 sum, %d calls per size and mode, "
+        "fault prob %g\n",
+        algorithm.c_str(), size, calls, faultProb);
     printf(
         "# SM clock %.4f cycles/ns (against %%globaltimer over 20 ms); one marker: %.1f ns (%.0f cycles), "
         "included in every delta\n",
@@ -217,6 +223,8 @@ int main(int argc, char** argv) {
     a.fingerprint[0] = uint32_t(CollectiveKind::kAllreduce);
     a.fingerprint[3] = uint32_t(bytes / 4);
     a.timeoutNs = 10ull * 1000 * 1000 * 1000;
+    a.fault.probability = faultProb;
+    a.fault.seed = uint32_t(rank);
     a.send = in;
     a.recv = out;
     a.count = bytes / 4;

@@ -28,6 +28,7 @@ enum class PeerAlgorithm : uint32_t {
   kAlltoall = 5,        // one count for every pair: every reader computes where its block is
   kAlltoallSplits = 6,  // counts per pair: every rank publishes a block table (core/peer_alltoall_plan.h)
   kSendRecv = 7,        // a message on the channel of one ordered pair (core/peer_p2p_plan.h)
+  kDecline = 8,         // a call this rank's checks rejected: its arrival alone (cuda/peer/decline.cu)
 };
 
 struct ChunkRange {

@@ -432,7 +432,9 @@ std::shared_ptr<Work> Communicator::allreduceAsync(const void* send, void* recv,
                                                    ReduceOp op, void* stream) {
   Status checked = checkAllreduceArgs(impl_->shape(), send, recv, count, dtype, op);
   DirectPath* direct = impl_->direct_.get();
-  if (checked.isOk() && direct != nullptr && direct->acceptsAllreduce(count, dtype, op)) {
+  if (direct != nullptr && direct->acceptsAllreduce(count, dtype, op)) {
+    if (!checked.isOk())
+      return impl_->declineDirect("allreduce", CollectiveKind::kAllreduce, checked, stream);
     const uint32_t lane = currentIssueLane();
     return impl_->launchDirect("allreduce", count * dataTypeSize(dtype),
                                [=] { return direct->allreduce(send, recv, count, dtype, op, lane, stream); });
@@ -454,7 +456,10 @@ std::shared_ptr<Work> Communicator::reduceScatterAsync(const void* send, void* r
                                                        DataType dtype, ReduceOp op, void* stream) {
   Status checked = checkReduceScatterArgs(impl_->shape(), send, recv, recvCount, dtype, op);
   DirectPath* direct = impl_->direct_.get();
-  if (checked.isOk() && direct != nullptr && direct->acceptsReduceScatter(recvCount, dtype, op)) {
+  if (direct != nullptr && direct->acceptsReduceScatter(recvCount, dtype, op)) {
+    if (!checked.isOk()) {
+      return impl_->declineDirect("reduce_scatter", CollectiveKind::kReduceScatter, checked, stream);
+    }
     const uint32_t lane = currentIssueLane();
     return impl_->launchDirect("reduce_scatter", recvCount * size_t(size()) * dataTypeSize(dtype), [=] {
       return direct->reduceScatter(send, recv, recvCount, dtype, op, lane, stream);
@@ -478,7 +483,9 @@ std::shared_ptr<Work> Communicator::allgatherAsync(const void* send, void* recv,
                                                    DataType dtype, void* stream) {
   Status checked = checkAllgatherArgs(impl_->shape(), send, recv, sendCount, dtype);
   DirectPath* direct = impl_->direct_.get();
-  if (checked.isOk() && direct != nullptr && direct->acceptsAllgather(sendCount, dtype)) {
+  if (direct != nullptr && direct->acceptsAllgather(sendCount, dtype)) {
+    if (!checked.isOk())
+      return impl_->declineDirect("allgather", CollectiveKind::kAllgather, checked, stream);
     const uint32_t lane = currentIssueLane();
     return impl_->launchDirect("allgather", sendCount * size_t(size()) * dataTypeSize(dtype),
                                [=] { return direct->allgather(send, recv, sendCount, dtype, lane, stream); });
@@ -499,7 +506,9 @@ std::shared_ptr<Work> Communicator::broadcastAsync(const void* send, void* recv,
                                                    int root, void* stream) {
   Status checked = checkBroadcastArgs(impl_->shape(), send, recv, count, dtype, root);
   DirectPath* direct = impl_->direct_.get();
-  if (checked.isOk() && direct != nullptr && direct->acceptsBroadcast(count, dtype)) {
+  if (direct != nullptr && direct->acceptsBroadcast(count, dtype)) {
+    if (!checked.isOk())
+      return impl_->declineDirect("broadcast", CollectiveKind::kBroadcast, checked, stream);
     const uint32_t lane = currentIssueLane();
     return impl_->launchDirect("broadcast", count * dataTypeSize(dtype), [=] {
       return direct->broadcast(send, recv, count, dtype, root, lane, stream);
@@ -568,7 +577,8 @@ std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, const std::v
       std::make_shared<const AlltoallLayout>(AlltoallLayout{sendCounts, sendDispls, recvCounts, recvDispls});
   Status checked = checkAlltoallArgs(impl_->shape(), send, recv, *layout, dtype);
   DirectPath* direct = impl_->direct_.get();
-  if (checked.isOk() && direct != nullptr && direct->acceptsAlltoall(0, dtype, /*splits=*/true)) {
+  if (direct != nullptr && direct->acceptsAlltoall(0, dtype, /*splits=*/true)) {
+    if (!checked.isOk()) return impl_->declineDirect("alltoall", CollectiveKind::kAlltoall, checked, stream);
     const uint32_t lane = currentIssueLane();
     size_t bytes = 0;
     for (size_t c : sendCounts) bytes += c * dataTypeSize(dtype);
@@ -584,7 +594,8 @@ std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, void* recv, 
   std::shared_ptr<const AlltoallLayout> layout = equalLayout(size(), count);
   Status checked = checkAlltoallArgs(impl_->shape(), send, recv, *layout, dtype);
   DirectPath* direct = impl_->direct_.get();
-  if (checked.isOk() && direct != nullptr && direct->acceptsAlltoall(count, dtype, /*splits=*/false)) {
+  if (direct != nullptr && direct->acceptsAlltoall(count, dtype, /*splits=*/false)) {
+    if (!checked.isOk()) return impl_->declineDirect("alltoall", CollectiveKind::kAlltoall, checked, stream);
     const uint32_t lane = currentIssueLane();
     return impl_->launchDirect("alltoall", count * size_t(size()) * dataTypeSize(dtype), [=] {
       return direct->alltoall(send, recv, *layout, dtype, /*splits=*/false, lane, stream);
@@ -602,7 +613,12 @@ Status Communicator::alltoall(const void* send, void* recv, size_t count, DataTy
   return issueAlltoall(CallAndWait{*impl_, stream}, std::move(checked), send, recv, std::move(layout), dtype);
 }
 
-std::shared_ptr<Work> Communicator::rejectedAsync(CollectiveKind kind, void* stream) {
+std::shared_ptr<Work> Communicator::rejectedAsync(CollectiveKind kind, void* stream, size_t bytes) {
+  DirectPath* direct = impl_->direct_.get();
+  if (bytes != 0 && direct != nullptr && direct->declines(kind, bytes)) {
+    return impl_->declineDirect(collectiveKindName(kind), kind,
+                                Status(StatusCode::kInvalidArgument, "its arguments were rejected"), stream);
+  }
   return impl_->submit(
       "rejected", 0, Status::ok(), stream,
       [kind](const CollectiveContext& ctx, Executor*) { return exchangeRejected(ctx, kind); }, nullptr, {},
@@ -716,6 +732,25 @@ std::shared_ptr<Work> Communicator::Impl::launchDirect(const char* name, uint64_
   std::shared_ptr<DirectPath> path = direct_;
   work->impl_->poll_ = [path] { return path->poll(); };
   return work;
+}
+
+std::shared_ptr<Work> Communicator::Impl::declineDirect(const char* name, CollectiveKind kind,
+                                                        const Status& checked, void* stream) {
+  const uint32_t lane = currentIssueLane();
+  Status st;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    st = firstError_;
+  }
+  if (st.isOk()) st = direct_->poll();
+  if (st.isOk()) st = direct_->decline(kind, lane, stream);
+  std::lock_guard<std::mutex> lock(mutex_);
+  absorbDirectCounts();
+  if (!st.isOk() && firstError_.isOk()) firstError_ = st;
+  CollectiveStats& k = byKind_[name];
+  ++k.calls;
+  ++k.failed;
+  return Work::completed(callError(name, Status(StatusCode::kInvalidArgument, checked.message())));
 }
 
 Status Communicator::Impl::firstError() const {

@@ -107,6 +107,12 @@ class Communicator::Impl {
   std::shared_ptr<Work> enqueue(Task task, std::unique_ptr<Executor::Fence> fence);
   // The direct path's launch: the communicator's first error (or the path's, which poisons it) first.
   std::shared_ptr<Work> launchDirect(const char* name, uint64_t bytes, const std::function<Status()>& launch);
+  // A call whose arguments failed this rank's checks (`checked`) where the direct path would have taken it:
+  // the path declines it on `stream` (DirectPath::decline), so the ranks whose kernels took the call fail at
+  // once naming this one; the Work fails with this rank's own error. A failed decline poisons the
+  // communicator as a failed launch does.
+  std::shared_ptr<Work> declineDirect(const char* name, CollectiveKind kind, const Status& checked,
+                                      void* stream);
   void progressLoop();
   // A waiting caller runs queued host tasks itself while no one else runs one (Work::wait).
   void helpWhileWaiting(const Work* waited);

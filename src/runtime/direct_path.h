@@ -68,6 +68,17 @@ class DirectPath {
                           DataType sendDtype, DataType recvDtype, uint32_t lane, void* stream) {
     return Status(StatusCode::kInvalidArgument, std::string(name()) + " path: no send/recv");
   }
+  // A call of `kind` whose arguments failed this rank's checks, where the path would have taken it
+  // (acceptsX of what the call named): enqueued on `stream` in the path's order so that the other ranks'
+  // kernels, which did take the call, fail at once naming this rank instead of waiting for it until their
+  // deadline (docs/design/protocol.md, "A call rejected on one rank"). Not for send/recv.
+  // Whether a call of `kind` publishing about `bytes` takes this path whatever its other arguments (every
+  // form of the kind at that size): where Communicator::rejectedAsync, which knows only the kind and a
+  // size, declines it.
+  virtual bool declines(CollectiveKind kind, size_t bytes) const { return false; }
+  virtual Status decline(CollectiveKind kind, uint32_t lane, void* stream) {
+    return Status(StatusCode::kInvalidArgument, std::string(name()) + " path: no decline");
+  }
   // The first error the kernels reported so far (non-blocking), OK when none.
   virtual Status poll() = 0;
   // Chunk reads that failed their CRC and were re-read, and reads corrupted by fault injection, so far.

@@ -41,7 +41,11 @@ void ProcessGroupRingguard::rejected(CollectiveKind kind, const at::Tensor& t) {
 #if RINGGUARD_TORCH_CUDA
       if (cuda && !staged) stream = c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
 #endif
-      if (comm != nullptr) comm->rejectedAsync(kind, stream);
+      // The size `t` tells routes it as the other ranks' calls went (the peer windows or the host path):
+      // exact for the tensor the collective publishes, within a factor of the group's size for the others (an
+      // all-gather's output, a reduce-scatter's), which matters only for calls near the windows' capacity.
+      const size_t bytes = t.defined() ? size_t(t.numel()) * t.element_size() : 0;
+      if (comm != nullptr) comm->rejectedAsync(kind, stream, bytes);
     } catch (...) {
       // The caller gets the rejection's own error.
     }

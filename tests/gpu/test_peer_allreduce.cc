@@ -548,5 +548,54 @@ TEST_F(PeerCommunicator, AStoppedPeerFailsTheNextCallNamingIt) {
   cudaFree(d);
 }
 
+// A call whose arguments fail one rank's own checks (rank 1: no output buffer) is declined on the windows
+// (DirectPath::decline): the other ranks' kernels fail at once with the mismatch naming rank 1's rejected
+// call, not at their deadline (60 s here); rank 1 gets its own kInvalidArgument. A call every rank rejects
+// alike leaves the communicator usable (docs/design/protocol.md, "A call rejected on one rank").
+TEST_F(PeerCommunicator, ACallRejectedOnOneRankFailsTheOthersAtOnceNamingIt) {
+  Options o;
+  o.timeout = std::chrono::milliseconds(60000);
+  std::unique_ptr<Communicator> c = make(o);
+  ASSERT_TRUE(c);
+  ASSERT_STREQ(c->transportName(), "peer");
+  const int rank = c->rank(), rejecting = 1;
+  const size_t n = 4096;
+  float* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, n * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemset(d, 0, n * 4), cudaSuccess);
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  // No ASSERT until the barrier below: a rank that returned early would leave the others waiting in it.
+  Status st = c->allreduceAsync(nullptr, nullptr, n, DataType::kFloat32, ReduceOp::kSum, s)->wait();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  st = c->allreduceAsync(d, d, n, DataType::kFloat32, ReduceOp::kSum, s)->wait();
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  if (st.isOk()) st = c->allreduceAsync(d, d, n, DataType::kFloat32, ReduceOp::kSum, s)->wait();
+  EXPECT_TRUE(st.isOk()) << "every rank rejected the same call: the communicator goes on: " << st.toString();
+
+  const auto t0 = std::chrono::steady_clock::now();
+  std::shared_ptr<Work> w =
+      c->allreduceAsync(d, rank == rejecting ? nullptr : d, n, DataType::kFloat32, ReduceOp::kSum, s);
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  st = w->wait();
+  EXPECT_LT(took, 10.0) << "the kernels waited for the declined call until their deadline";
+  if (rank == rejecting) {
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+    EXPECT_NE(st.message().find("allreduce on rank 1"), std::string::npos) << st.toString();
+  } else {
+    EXPECT_EQ(st.code(), StatusCode::kFingerprintMismatch) << st.toString();
+    EXPECT_NE(st.message().find("invalid-arguments"), std::string::npos) << st.toString();
+    EXPECT_NE(st.message().find("rank 1 rejected the arguments"), std::string::npos) << st.toString();
+  }
+  st = c->allreduce(d, d, n, DataType::kFloat32, ReduceOp::kSum, s);
+  EXPECT_FALSE(st.isOk()) << "the communicator stays poisoned after the mismatch";
+  c->abort("test over");
+  MPI_Barrier(MPI_COMM_WORLD);
+  cudaStreamDestroy(s);
+  cudaFree(d);
+}
+
 }  // namespace
 }  // namespace ringguard

@@ -1031,16 +1031,13 @@ def _(ctx):
 
 
 # A call rejected on one rank (rank 1's output one element too long) with CUDA tensors: it is entered on the
-# CUDA communicator, on the caller's stream, so rank 0 fails at once naming it rather than at its timeout.
+# CUDA communicator, on the caller's stream (declined on the peer windows, where the others' kernels took
+# it), so rank 0 fails at once naming it rather than at its timeout.
 # On a group of its own: the mismatch poisons it.
 @CASES.case("cuda-arguments-rejected-on-one-rank")
 def _(ctx):
     if ctx.device != "cuda":
         raise harness.Skip("CUDA runs only")
-    if _one_sided_device(ctx):
-        # The rejection is entered on the host pipeline only; the other ranks' peer kernels wait for this
-        # rank's until the group's timeout (docs/GPU.md, "The one-sided path": a known gap).
-        raise harness.Skip("peer windows: a call rejected on one rank fails the others at the timeout only")
     g = dist.new_group(backend="ringguard", timeout=timedelta(seconds=60))
     warm = torch.ones(8, device="cuda")
     dist.all_reduce(warm, group=g)  # the group's CUDA communicator exists
@@ -1049,6 +1046,9 @@ def _(ctx):
     with pytest.raises(RuntimeError) as info:
         dist.reduce_scatter_tensor(out, torch.ones(10 * ctx.size, device="cuda"), group=g)
         torch.cuda.synchronize()
+        # On the peer windows the call returns once its kernel is launched (NCCL's contract): the kernel's
+        # failure raises at the group's next call.
+        dist.all_reduce(warm, group=g)
     took = time.monotonic() - t0
     msg = str(info.value)
     if ctx.rank == 1:

@@ -290,8 +290,8 @@ class ProcessGroupRingguard : public c10d::Backend {
   // reached a communicator (its arguments were rejected), so it enters its place on the communicator the
   // call would have used (`t`'s device; Communicator::rejectedAsync, as `kind`, the engine collective the
   // override runs): ranks that entered that collective fail at once with the mismatch naming this call
-  // instead of waiting out their timeout, and if every rank rejected it the group stays usable. Then it
-  // rethrows. Only the outermost override of a call enters it (one override may call another).
+  // instead of waiting out their timeout (on the peer windows too: `t`'s size routes it), and if every rank
+  // rejected it the group stays usable. Then it rethrows. Only the outermost override of a call enters it (one override may call another).
   [[noreturn]] void rejected(CollectiveKind kind, const at::Tensor& t);
   // Records `work` while coalescing.
   void coalesce(const c10::intrusive_ptr<c10d::Work>& work);

@@ -126,6 +126,9 @@ Status launchPeerBroadcast(const PeerBroadcastArgs& args, void* stream);
 Status launchPeerReduceScatter(const PeerReduceScatterArgs& args, void* stream);
 Status launchPeerAlltoall(const PeerAlltoallArgs& args, void* stream);
 Status launchPeerSendRecv(const PeerSendRecvArgs& args, void* stream);
+// A call this rank's own checks rejected, in the collectives' order (decline.cu): the args' fingerprint is
+// the call's kind marked invalid-arguments; the other ranks' kernels fail at once naming this rank.
+Status launchPeerDecline(const PeerWindowArgs& args, void* stream);
 
 // Loads every kernel the launchers above may launch, on the current device (kernel_preload.h says why: a
 // kernel loaded at its first launch may wait on the host for the spinning kernels already running). The

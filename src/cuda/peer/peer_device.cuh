@@ -255,10 +255,26 @@ struct Collective {
     return waited;
   }
 
+  // Whether `peer` arrived at this epoch with another collective (its arrival slot for this half holds this
+  // epoch and another fingerprint CRC): then nothing this rank waits for from it will come, and the mismatch
+  // is recorded now rather than at the deadline. A rank whose call was rejected by its own checks arrives so
+  // (the decline kernel, decline.cu), as does a rank that ran another collective and published nothing this
+  // wait is for. The waits' slow branch only (every kSpinCheckEvery spins): nothing on the common path.
+  __device__ bool arrivedOtherwise(int peer, uint32_t chunk) const {
+    const size_t slot = kArrivalOffset + 64 * half();
+    if (unsigned(peer) >= unsigned(a->size) ||
+        loadAcquire(at<uint64_t>(window(peer), slot), a->oneDevice) != epoch)
+      return false;
+    const uint32_t theirs = loadVolatile(at<uint32_t>(window(peer), slot + kArrivalFingerprint));
+    if (theirs == fpCrc) return false;
+    fail(PeerError::kFingerprintMismatch, peer, chunk, fpCrc, theirs);
+    return true;
+  }
+
   // Spins until *word satisfies ready(v) or something ends the wait. Returns false (after recording why)
   // when it ended for any other reason; a timeout names absentPeer(peer), or `peer` itself when
-  // `nameAbsent` is false (the acknowledgement wait, before any rank's arrival). Lane-level: call from one
-  // thread.
+  // `nameAbsent` is false (the acknowledgement wait, before any rank's arrival, which also does not look at
+  // the peer's arrival: arrivedOtherwise). Lane-level: call from one thread.
   template <typename Word, typename Ready>
   __device__ bool waitFor(const Word* word, int peer, uint32_t chunk, Ready ready,
                           bool nameAbsent = true) const {
@@ -290,6 +306,7 @@ struct Collective {
           fail(PeerError::kPeerExited, peer, chunk, 0, 0);
           return false;
         }
+        if (nameAbsent && !onePeer && arrivedOtherwise(peer, chunk)) return false;
         if (globalTimer() > blockDeadline()) {
           fail(PeerError::kTimeout, nameAbsent && !onePeer ? absentPeer(peer) : peer, chunk, 0, uint32_t(v));
           return false;

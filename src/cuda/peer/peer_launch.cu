@@ -51,6 +51,7 @@ Status preloadPeerKernels() {
   RINGGUARD_RETURN_IF_ERROR(preloadPeerBroadcast());
   RINGGUARD_RETURN_IF_ERROR(preloadPeerReduceScatter());
   RINGGUARD_RETURN_IF_ERROR(preloadPeerAlltoall());
+  RINGGUARD_RETURN_IF_ERROR(preloadPeerDecline());
   return preloadPeerSendRecv();
 }
 

@@ -37,6 +37,7 @@ Status preloadPeerBroadcast();
 Status preloadPeerReduceScatter();
 Status preloadPeerAlltoall();
 Status preloadPeerSendRecv();
+Status preloadPeerDecline();
 
 }  // namespace peer
 }  // namespace ringguard

@@ -208,6 +208,20 @@ class PeerPath final : public DirectPath {
     return ordered(stream, [&] { return peer::launchPeerSendRecv(a, stream); });
   }
 
+  bool declines(CollectiveKind kind, size_t bytes) const override {
+    // The all-to-all's split form takes the windows only with `peer` asked by name.
+    return (kind != CollectiveKind::kAlltoall || peer_.splitAlltoall) && takes(kind, bytes);
+  }
+
+  Status decline(CollectiveKind kind, uint32_t lane, void* stream) override {
+    peer::PeerWindowArgs a;
+    // The call's kind marked invalid-arguments (word 0's second byte: the host's Fingerprint::flags), with
+    // the placeholders of the host path's rejected fingerprint: no real call has this fingerprint.
+    fill(&a, kind, 0, DataType::kUint8, ReduceOp::kSum, kNoRoot, lane);
+    a.fingerprint[0] |= uint32_t(kFingerprintInvalidInput) << 8;
+    return ordered(stream, [&] { return peer::launchPeerDecline(a, stream); });
+  }
+
   Status poll() override {
     const volatile ErrorRecord* r = windows_->errorRecord();
     const uint32_t code = r->code;
@@ -247,6 +261,7 @@ class PeerPath final : public DirectPath {
         Fingerprint f;
         const volatile uint32_t* w = r->fingerprints[side];
         f.collective = uint8_t(w[0]);
+        f.flags = uint8_t(w[0] >> 8);  // PeerPath::decline
         f.dtype = uint8_t(w[1]);
         f.op = uint8_t(w[2]);
         f.count = uint64_t(w[3]) | uint64_t(w[4]) << 32;
