@@ -18,7 +18,9 @@ namespace trace {
 enum class Kind : uint8_t {
   kCollective,   // span: one collective on its communicator (seq, value = bytes; detail: the error)
   kEnqueue,      // instant: a collective was handed in (value = bytes; a = direct: 1 when its caller ran it
-                 //          at once, without the queue, 0 when it was queued)
+                 //          at once, without the queue, 0 when it was queued, 2 when it was launched as a
+                 //          kernel on the caller's stream by the direct path: no span follows, its time is
+                 //          the stream's)
   kSlice,        // span: one received slice waited for, verified and applied (a = step, b = slice,
                  //       c = sender, d = repair attempt; value = bytes)
   kDetect,       // instant: a slice failed verification (a = sender, b = receiver, c = step, d = slice;

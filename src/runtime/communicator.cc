@@ -716,6 +716,7 @@ std::shared_ptr<Work> Communicator::Impl::launchDirect(const char* name, uint64_
   }
   if (st.isOk()) st = direct_->poll();
   if (st.isOk()) st = launch();
+  trace::instant(trace::Kind::kEnqueue, name, track_, 0, /*a (direct)=*/2, 0, 0, 0, nullptr, bytes);
   std::lock_guard<std::mutex> lock(mutex_);
   absorbDirectCounts();
   if (!st.isOk() && firstError_.isOk()) firstError_ = st;
@@ -744,6 +745,7 @@ std::shared_ptr<Work> Communicator::Impl::declineDirect(const char* name, Collec
   }
   if (st.isOk()) st = direct_->poll();
   if (st.isOk()) st = direct_->decline(kind, lane, stream);
+  trace::instant(trace::Kind::kEnqueue, name, track_, 0, /*a (direct)=*/2);
   std::lock_guard<std::mutex> lock(mutex_);
   absorbDirectCounts();
   if (!st.isOk() && firstError_.isOk()) firstError_ = st;

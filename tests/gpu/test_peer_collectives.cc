@@ -14,6 +14,7 @@
 
 #include "core/reduce.h"
 #include "peer_test_util.h"
+#include "ringguard/observability/observability.h"
 #include "ringguard/runtime/communicator.h"
 #include "ringguard/runtime/device_factory.h"
 
@@ -845,6 +846,7 @@ namespace {
 // reduce-scatter to the peer path; faults from Options; results exact; detected == injected.
 TEST(PeerCommunicatorCollectives, ExplicitPeerTakesEveryCollectiveExactly) {
   if (!peer::everyRankHasAGpu()) GTEST_SKIP() << "no CUDA device on some rank";
+  observability::startTimeline(size_t(1) << 16);  // each launch's enqueue instant says "direct": 2 (below)
   cuda::DeviceOptions d;
   d.peerBytes = 16u << 20;
   d.peerTwoShotBytes = 64u << 10;
@@ -890,6 +892,13 @@ TEST(PeerCommunicatorCollectives, ExplicitPeerTakesEveryCollectiveExactly) {
   EXPECT_GT(k.injected, 0u);
   EXPECT_EQ(k.detected, k.injected);
   EXPECT_EQ(k.escaped, 0u);
+  // On the timeline every launch is an enqueue instant with direct 2 (launched on the stream; no span).
+  const std::string timeline = observability::timelineJson();
+  size_t launched = 0;
+  for (size_t at = timeline.find("\"direct\":2"); at != std::string::npos;
+       at = timeline.find("\"direct\":2", at + 1))
+    ++launched;
+  EXPECT_GE(launched, 12u) << "4 collectives x 3 counts launched on the windows";
 }
 
 // The all-to-all as users reach it: the equal form (Communicator::alltoall, c10d's all_to_all_single without

@@ -290,6 +290,9 @@ struct Collective {
         // check that fails, so each end reports the mismatch itself.
         fence(a->oneDevice);
         if (ready(loadAcquire(word, a->oneDevice))) return true;
+        // A peer that arrived with another collective (a declined call among them) failed on this rank's
+        // arrival: the mismatch, with both collectives, says more than "a peer failed".
+        if (nameAbsent && !onePeer && arrivedOtherwise(peer, chunk)) return false;
         fail(PeerError::kPeerFailed, peer, chunk, 0, theirs);
         return false;
       }
