@@ -615,7 +615,7 @@ Status Communicator::alltoall(const void* send, void* recv, size_t count, DataTy
 
 std::shared_ptr<Work> Communicator::rejectedAsync(CollectiveKind kind, void* stream, size_t bytes) {
   DirectPath* direct = impl_->direct_.get();
-  if (bytes != 0 && direct != nullptr && direct->declines(kind, bytes)) {
+  if (bytes != kUnknownBytes && direct != nullptr && direct->declines(kind, bytes)) {
     return impl_->declineDirect(collectiveKindName(kind), kind,
                                 Status(StatusCode::kInvalidArgument, "its arguments were rejected"), stream);
   }
@@ -716,7 +716,8 @@ std::shared_ptr<Work> Communicator::Impl::launchDirect(const char* name, uint64_
   }
   if (st.isOk()) st = direct_->poll();
   if (st.isOk()) st = launch();
-  trace::instant(trace::Kind::kEnqueue, name, track_, 0, /*a (direct)=*/2, 0, 0, 0, nullptr, bytes);
+  if (st.isOk())
+    trace::instant(trace::Kind::kEnqueue, name, track_, 0, /*a (direct)=*/2, 0, 0, 0, nullptr, bytes);
   std::lock_guard<std::mutex> lock(mutex_);
   absorbDirectCounts();
   if (!st.isOk() && firstError_.isOk()) firstError_ = st;

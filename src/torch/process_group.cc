@@ -42,7 +42,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allreduce(std::vector<at::
     return launch("allreduce", t, stagedAllreduceStart({t}, {dt}, op), tensors, dense.after());
   return launchAllreduce("allreduce", t, size_t(t.numel()), dt, op, tensors, dense.after());
 } catch (...) {
-  rejected(CollectiveKind::kAllreduce, firstOf(tensors));
+  rejected(CollectiveKind::kAllreduce, firstOf(tensors), RejectedSize::kPublished);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::broadcast(std::vector<at::Tensor>& tensors,
@@ -65,7 +65,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::broadcast(std::vector<at::
       [=](Communicator* comm, void* stream) { return comm->broadcastAsync(data, data, n, dt, root, stream); },
       tensors, dense.after());
 } catch (...) {
-  rejected(CollectiveKind::kBroadcast, firstOf(tensors));
+  rejected(CollectiveKind::kBroadcast, firstOf(tensors), RejectedSize::kPublished);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -108,7 +108,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::allgather(std::vector<std:
                       };
   return launch("allgather", flat, std::move(start), outs, after, /*nestedOutputs=*/true, {mine});
 } catch (...) {
-  rejected(CollectiveKind::kAllgather, firstOf(inputs));
+  rejected(CollectiveKind::kAllgather, firstOf(inputs), RejectedSize::kPublished);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::_allgather_base(
@@ -140,7 +140,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::_allgather_base(
   return launch("all_gather_into_tensor", dst, std::move(start), {output}, dense.after(),
                 /*nestedOutputs=*/false, {mine});
 } catch (...) {
-  rejected(CollectiveKind::kAllgather, output);
+  rejected(CollectiveKind::kAllgather, output, RejectedSize::kGatheredOutput);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::barrier(const c10d::BarrierOptions& opts) {
@@ -182,7 +182,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::_reduce_scatter_base(
                 },
                 {output}, dense.after(), /*nestedOutputs=*/false, {in});
 } catch (...) {
-  rejected(CollectiveKind::kReduceScatter, output);
+  rejected(CollectiveKind::kReduceScatter, output, RejectedSize::kScatteredOutput);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce_scatter(
@@ -203,7 +203,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce_scatter(
   at::Tensor flat = at::cat(inputs[0]).reshape({-1});
   return _reduce_scatter_base(out, flat, opts);
 } catch (...) {
-  rejected(CollectiveKind::kReduceScatter, firstOf(outputs));
+  rejected(CollectiveKind::kReduceScatter, firstOf(outputs), RejectedSize::kScatteredOutput);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -537,7 +537,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::reduce(std::vector<at::Ten
   premulOnOneRank(buffer, &op, /*inPlace=*/true);  // one rank: the root
   return launchAllreduce("reduce", buffer, size_t(t.numel()), dt, op, tensors, dense.after());
 } catch (...) {
-  rejected(CollectiveKind::kAllreduce, firstOf(tensors));
+  rejected(CollectiveKind::kAllreduce, firstOf(tensors), RejectedSize::kPublished);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::gather(std::vector<std::vector<at::Tensor>>& outputs,

@@ -87,9 +87,15 @@ Status ProcessGroupRingguard::allgatherHostWords(const std::vector<uint32_t>& mi
                     std::string("ringguard: the replica check's all-gather after ") + stoppedBy_);
     }
     comm = cpu_.get();
+    ++hostWordsInFlight_;
   }
   all->assign(mine.size() * static_cast<size_t>(size_), 0);
-  return comm->allgather(mine.data(), all->data(), mine.size(), DataType::kInt32);
+  const Status st = comm->allgather(mine.data(), all->data(), mine.size(), DataType::kInt32);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (--hostWordsInFlight_ == 0) hostWordsDone_.notify_all();
+  }
+  return st;
 }
 
 std::string ProcessGroupRingguard::transport(const std::string& deviceType) const {

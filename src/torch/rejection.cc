@@ -22,7 +22,7 @@ RejectionScope::~RejectionScope() { --overrideDepth; }
 
 void markCollectiveStarted() { overrideStarted = true; }
 
-void ProcessGroupRingguard::rejected(CollectiveKind kind, const at::Tensor& t) {
+void ProcessGroupRingguard::rejected(CollectiveKind kind, const at::Tensor& t, RejectedSize what) {
   // In the handler the override's scope has ended: depth 0 means no override of this thread is still
   // running, so this one was the outermost.
   if (overrideDepth == 0 && !overrideStarted) {
@@ -41,10 +41,13 @@ void ProcessGroupRingguard::rejected(CollectiveKind kind, const at::Tensor& t) {
 #if RINGGUARD_TORCH_CUDA
       if (cuda && !staged) stream = c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
 #endif
-      // The size `t` tells routes it as the other ranks' calls went (the peer windows or the host path):
-      // exact for the tensor the collective publishes, within a factor of the group's size for the others (an
-      // all-gather's output, a reduce-scatter's), which matters only for calls near the windows' capacity.
-      const size_t bytes = t.defined() ? size_t(t.numel()) * t.element_size() : 0;
+      // What the call would have published: the other ranks' calls (the same shapes) were routed by it.
+      size_t bytes = Communicator::kUnknownBytes;
+      if (t.defined() && what != RejectedSize::kUnknown) {
+        bytes = size_t(t.numel()) * t.element_size();
+        if (what == RejectedSize::kGatheredOutput) bytes /= size_t(size_);
+        if (what == RejectedSize::kScatteredOutput) bytes *= size_t(size_);
+      }
       if (comm != nullptr) comm->rejectedAsync(kind, stream, bytes);
     } catch (...) {
       // The caller gets the rejection's own error.

@@ -1036,12 +1036,14 @@ def _(ctx):
 # On a group of its own: the mismatch poisons it.
 @CASES.case("cuda-arguments-rejected-on-one-rank")
 def _(ctx):
+    import ringguard
+
     if ctx.device != "cuda":
         raise harness.Skip("CUDA runs only")
     g = dist.new_group(backend="ringguard", timeout=timedelta(seconds=60))
     warm = torch.ones(8, device="cuda")
     dist.all_reduce(warm, group=g)  # the group's CUDA communicator exists
-    out = torch.zeros(10 if ctx.rank == 0 else 11, device="cuda")
+    out = torch.zeros(11 if ctx.rank == 1 else 10, device="cuda")  # rank 1 alone rejects the call
     t0 = time.monotonic()
     with pytest.raises(RuntimeError) as info:
         dist.reduce_scatter_tensor(out, torch.ones(10 * ctx.size, device="cuda"), group=g)
@@ -1056,8 +1058,9 @@ def _(ctx):
     else:
         assert "invalid-arguments" in msg and "rank 1 rejected the arguments" in msg, msg
     assert took < 20, f"raised only after {took:.1f} s: {msg}"
+    one_sided = _one_sided_device(ctx) and ringguard.transport("cuda", g) == "peer"
     dist.destroy_process_group(g)
-    return {"message": msg[:300], "seconds": round(took, 3)}
+    return {"message": msg[:300], "seconds": round(took, 3), "one_sided": one_sided}
 
 
 def _init():
@@ -1101,6 +1104,26 @@ CUDA_CASES = [n for n in CASES.names
 @pytest.mark.parametrize("name", CUDA_CASES)
 def test_cuda_staged(cuda_run, name):
     harness.check_case(CASES, cuda_run, name)
+
+
+# The cases whose CUDA tensors must also be run on the peer windows (RINGGUARD_DEVICE_TRANSPORT=auto, the
+# default for ranks of one host), where errors take another way (docs/GPU.md, "The one-sided path").
+PEER_CUDA_CASES = ["cuda-arguments-rejected-on-one-rank"]
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=lambda n: f"np{n}")
+def cuda_peer_run(request):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU: ranks on one GPU with RINGGUARD_DEVICE_TRANSPORT=auto (the peer windows)")
+    return harness.launch(__file__, request.param, env={"RINGGUARD_TEST_DEVICE": "cuda",
+                                                        "RINGGUARD_DEVICE_TRANSPORT": "auto",
+                                                        "RINGGUARD_TEST_ONLY": ",".join(PEER_CUDA_CASES)})
+
+
+@pytest.mark.parametrize("name", PEER_CUDA_CASES)
+def test_cuda_peer(cuda_peer_run, name):
+    results = harness.results(cuda_peer_run, name)
+    assert all(r["one_sided"] for r in results), f"the group's CUDA collectives did not take the windows: {results}"
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
@@ -290,9 +291,20 @@ class ProcessGroupRingguard : public c10d::Backend {
   // reached a communicator (its arguments were rejected), so it enters its place on the communicator the
   // call would have used (`t`'s device; Communicator::rejectedAsync, as `kind`, the engine collective the
   // override runs): ranks that entered that collective fail at once with the mismatch naming this call
-  // instead of waiting out their timeout (on the peer windows too: `t`'s size routes it), and if every rank
-  // rejected it the group stays usable. Then it rethrows. Only the outermost override of a call enters it (one override may call another).
-  [[noreturn]] void rejected(CollectiveKind kind, const at::Tensor& t);
+  // instead of waiting out their timeout, and if every rank rejected it the group stays usable. Then it
+  // rethrows. Only the outermost override of a call enters it (one override may call another). `what` says
+  // what `t`'s bytes are to the bytes the call would have published, which the peer windows route by: where
+  // known, a call the windows would have taken is declined there (the others' kernels took it); where not
+  // (the coalesced forms pack several tensors, an all-to-all's form is not known here), it is entered on the
+  // host-driven path, as every rejection was before.
+  enum class RejectedSize : uint8_t {
+    kUnknown,
+    kPublished,  // t is what the collective publishes (an allreduce's, a broadcast's, an all-gather input)
+    kGatheredOutput,   // t is an all-gather's output: size() x what it publishes
+    kScatteredOutput,  // t is a reduce-scatter's output: what it publishes / size()
+  };
+  [[noreturn]] void rejected(CollectiveKind kind, const at::Tensor& t,
+                             RejectedSize what = RejectedSize::kUnknown);
   // Records `work` while coalescing.
   void coalesce(const c10::intrusive_ptr<c10d::Work>& work);
   void stop(bool abort);
@@ -309,6 +321,10 @@ class ProcessGroupRingguard : public c10d::Backend {
   std::unique_ptr<Communicator> cpu_;
   std::unique_ptr<Communicator> cuda_;
   std::unique_ptr<PointToPoint> p2p_;
+  // allgatherHostWords calls still using cpu_ outside the lock: stop() waits for them to end (after its
+  // abort, at once) before it releases the communicators.
+  int hostWordsInFlight_ = 0;
+  std::condition_variable hostWordsDone_;
   int cudaDevice_ = -1;
   // One completion lane per communicator (src/torch/completion.h), so a CPU collective never waits behind
   // an earlier CUDA one.

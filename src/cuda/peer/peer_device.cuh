@@ -233,6 +233,10 @@ struct Collective {
   __device__ void fail(PeerError code, int peer, uint32_t chunk, uint32_t expected, uint32_t seen) const {
     uint32_t* e = errorWord(a->rank);
     blockFailed() = 1;
+    // What this thread stored, or saw stored (the arrival warp's lane 0 stores this rank's arrival; the
+    // lanes that check the peers' fail here), comes before the error word for a peer that sees the word,
+    // fences and then reads them (the wait's peer-failed branch reads this rank's arrival). Error path only.
+    __threadfence_system();
     if (atomicCAS(e, 0u, uint32_t(code)) == 0u) {
       e[1] = uint32_t(peer);
       e[2] = chunk;
@@ -270,6 +274,14 @@ struct Collective {
     fail(PeerError::kFingerprintMismatch, peer, chunk, fpCrc, theirs);
     return true;
   }
+  // arrivedOtherwise of every peer: a wait whose peer failed asks it of all of them, since that peer may have
+  // failed on a third rank's arrival (the two-shot's owner of a share reads every rank).
+  __device__ bool anyArrivedOtherwise(uint32_t chunk) const {
+    for (int r = 0; r < a->size; ++r) {
+      if (r != a->rank && arrivedOtherwise(r, chunk)) return true;
+    }
+    return false;
+  }
 
   // Spins until *word satisfies ready(v) or something ends the wait. Returns false (after recording why)
   // when it ended for any other reason; a timeout names absentPeer(peer), or `peer` itself when
@@ -290,9 +302,9 @@ struct Collective {
         // check that fails, so each end reports the mismatch itself.
         fence(a->oneDevice);
         if (ready(loadAcquire(word, a->oneDevice))) return true;
-        // A peer that arrived with another collective (a declined call among them) failed on this rank's
-        // arrival: the mismatch, with both collectives, says more than "a peer failed".
-        if (nameAbsent && !onePeer && arrivedOtherwise(peer, chunk)) return false;
+        // A rank that arrived with another collective (a declined call among them) is why the peer failed,
+        // or this rank will: the mismatch, with both collectives, says more than "a peer failed".
+        if (nameAbsent && !onePeer && anyArrivedOtherwise(chunk)) return false;
         fail(PeerError::kPeerFailed, peer, chunk, 0, theirs);
         return false;
       }
@@ -339,7 +351,10 @@ __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, u
   k.a = &a;
   if (threadIdx.x == 0) {
     epochShared = *at<uint64_t>(a.windows[a.rank], kSeqOffset) + 1;
-    okShared = 1;
+    // A rank that failed publishes and reads nothing more (its error word is never cleared; the host poisons
+    // the communicator at its next call): a kernel queued behind the one that failed, as a call made right
+    // after a declined one, must not overwrite the fingerprint words a peer reads to name that collective.
+    okShared = loadVolatile(at<uint32_t>(a.windows[a.rank], kErrorOffset)) == 0 ? 1 : 0;
     blockFailed() = 0;
     blockDeadline() = globalTimer() + a.timeoutNs;
     RINGGUARD_STEP(kStepSeqRead);
@@ -356,7 +371,7 @@ __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, u
   k.detected = 0;
   k.injected = 0;
   k.onePeer = false;
-  if (threadIdx.x < unsigned(a.size) && k.epoch > 2) {
+  if (okShared && threadIdx.x < unsigned(a.size) && k.epoch > 2) {
     const int p = int(threadIdx.x);
     if (!k.waitFor(
             at<uint64_t>(a.windows[p], kDoneOffset), p, ~0u, [&](uint64_t v) { return v + 2 >= k.epoch; },
@@ -634,6 +649,9 @@ __device__ __forceinline__ void finishCollective(Collective& k) {
   const PeerWindowArgs& a = *k.a;
   void* mine = k.mine();
   addFaultCounts(k);
+  // The arrival warp's lane 0 stored this rank's arrival (beginCollective); a lane below that fails on a
+  // peer's arrival must not make its error word visible before it (fail() fences after this barrier).
+  if (blockIdx.x == 0 && threadIdx.x / 32 == kArrivalWarp) __syncwarp();
   const unsigned p = threadIdx.x - 32 * kArrivalWarp;
   if (blockIdx.x == 0 && k.ok && threadIdx.x >= 32 * kArrivalWarp && p < unsigned(a.size) &&
       int(p) != a.rank) {

@@ -133,7 +133,9 @@ class PyReplicaExchange final : public ReplicaExchange {
         st = hostGroup_->allgatherHostWords(mine, all);
       }
       if (st.isOk()) return st;
-      return Status(st.code(), "replica check: the all-gather failed: " + st.message());
+      // kInternal, as the callback's failures: the communicator's own code would turn into the Python class
+      // of a replica mismatch (kCorruption) or of bad input (kInvalidArgument); its name stays in the text.
+      return Status(StatusCode::kInternal, "replica check: the all-gather failed: " + st.toString());
     }
     try {
       at::Tensor t = at::empty({static_cast<int64_t>(mine.size())}, at::kInt);
