@@ -707,8 +707,8 @@ FaultOptions Communicator::Impl::fault() const {
   return injector_->options();
 }
 
-std::shared_ptr<Work> Communicator::Impl::launchDirect(const char* name, uint64_t bytes,
-                                                       const std::function<Status()>& launch) {
+Status Communicator::Impl::onDirectPath(const char* name, uint64_t bytes, bool collective,
+                                        const std::function<Status()>& launch) {
   Status st;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -725,12 +725,17 @@ std::shared_ptr<Work> Communicator::Impl::launchDirect(const char* name, uint64_
   CollectiveStats& k = byKind_[name];
   ++k.calls;
   k.bytes += bytes;
-  if (st.isOk()) {
+  if (collective && st.isOk()) {
     ++counters_.collectives;
   } else {
     ++k.failed;
   }
-  auto work = Work::completed(st);
+  return st;
+}
+
+std::shared_ptr<Work> Communicator::Impl::launchDirect(const char* name, uint64_t bytes,
+                                                       const std::function<Status()>& launch) {
+  auto work = Work::completed(onDirectPath(name, bytes, /*collective=*/true, launch));
   std::shared_ptr<DirectPath> path = direct_;
   work->impl_->poll_ = [path] { return path->poll(); };
   return work;
@@ -739,20 +744,10 @@ std::shared_ptr<Work> Communicator::Impl::launchDirect(const char* name, uint64_
 std::shared_ptr<Work> Communicator::Impl::declineDirect(const char* name, CollectiveKind kind,
                                                         const Status& checked, void* stream) {
   const uint32_t lane = currentIssueLane();
-  Status st;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    st = firstError_;
-  }
-  if (st.isOk()) st = direct_->poll();
-  if (st.isOk()) st = direct_->decline(kind, lane, stream);
-  trace::instant(trace::Kind::kEnqueue, name, track_, 0, /*a (direct)=*/2);
-  std::lock_guard<std::mutex> lock(mutex_);
-  absorbDirectCounts();
-  if (!st.isOk() && firstError_.isOk()) firstError_ = st;
-  CollectiveStats& k = byKind_[name];
-  ++k.calls;
-  ++k.failed;
+  // A decline that failed has poisoned the communicator (the next call reports it); this call's caller gets
+  // its own error either way.
+  static_cast<void>(
+      onDirectPath(name, 0, /*collective=*/false, [&] { return direct_->decline(kind, lane, stream); }));
   return Work::completed(callError(name, Status(StatusCode::kInvalidArgument, checked.message())));
 }
 

@@ -107,6 +107,11 @@ class Communicator::Impl {
   std::shared_ptr<Work> enqueue(Task task, std::unique_ptr<Executor::Fence> fence);
   // The direct path's launch: the communicator's first error (or the path's, which poisons it) first.
   std::shared_ptr<Work> launchDirect(const char* name, uint64_t bytes, const std::function<Status()>& launch);
+  // What launchDirect and declineDirect share: the first errors, `launch`, its timeline instant, the path's
+  // counts absorbed, a failed launch poisoning the communicator, the call counted (as a collective when
+  // `collective` and launched, else as failed). Returns the launch's status.
+  Status onDirectPath(const char* name, uint64_t bytes, bool collective,
+                      const std::function<Status()>& launch);
   // A call whose arguments failed this rank's checks (`checked`) where the direct path would have taken it:
   // the path declines it on `stream` (DirectPath::decline), so the ranks whose kernels took the call fail at
   // once naming this one; the Work fails with this rank's own error. A failed decline poisons the
