@@ -5,6 +5,7 @@
     torchrun --nproc-per-node=2 bench/torch/bench_ddp.py --device cuda --baseline nccl   # one GPU per rank
     mpirun -np 2 python3 bench/torch/bench_ddp.py                        # CPU tensors over MPI
     torchrun --nproc-per-node=2 bench/torch/bench_ddp.py --model gpt --device cuda --baseline nccl
+    torchrun --nproc-per-node=2 bench/torch/bench_ddp.py --model gpt --device cuda --profile DIR  # + torch.profiler
 
 Models: ``mlp`` (default: layers x Linear(hidden, hidden) + ReLU, a classifier head) and ``gpt`` (a small
 decoder-only transformer on synthetic tokens: token + position embeddings, pre-norm causal self-attention
@@ -51,6 +52,9 @@ def parse_args():
     p.add_argument("--baseline", choices=["gloo", "nccl"], default="gloo",
                    help="backend to compare with (nccl: CUDA tensors, one GPU per rank)")
     p.add_argument("--json", help="also write the results to this file (rank 0)")
+    p.add_argument("--profile", metavar="DIR",
+                   help="also profile 3 steps of each backend (torch.profiler) after the timed rounds: a Chrome "
+                        "trace per rank and backend in DIR, and rank 0's tables")
     args = p.parse_args()
     defaults = {"mlp": (1024, 4, 32), "gpt": (512, 6, 8)}[args.model]
     for name, value in zip(("hidden", "layers", "batch"), defaults):
@@ -101,6 +105,26 @@ def batch(args, rank, device):
     return x.to(device), torch.randint(0, 10, (args.batch,), generator=data).to(device)
 
 
+def profile(out_dir, rank, device, runs, step, sync):
+    """Where a step's time goes on each backend: 3 profiled steps each, after the timed rounds."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    os.makedirs(out_dir, exist_ok=True)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    for name in runs:
+        sync()
+        with torch_profile(activities=activities) as prof:
+            for _ in range(3):
+                step(name)
+            sync()
+        prof.export_chrome_trace(os.path.join(out_dir, f"ddp_{name}_rank{rank}.json"))
+        if rank == 0:
+            print(f"# {name}: 3 steps, by {sort}", flush=True)
+            print(prof.key_averages().table(sort_by=sort, row_limit=20), flush=True)
+
+
 def main():
     args = parse_args()
     if args.device == "cuda":
@@ -148,6 +172,8 @@ def main():
                 if args.device == "cuda":
                     torch.cuda.synchronize()
                 times[name].append(time.perf_counter() - t0)
+    if args.profile:
+        profile(args.profile, rank, device, runs, step, sync)
     # The slowest rank's time of each step.
     for name in runs:
         t = torch.tensor(times[name], dtype=torch.float64)
