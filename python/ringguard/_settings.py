@@ -241,15 +241,6 @@ SETTINGS: Tuple[Setting, ...] = (
             "group's host communicator and copied back, while the copies of the next and previous chunks run. "
             "Pinned memory held: 2 x (ranks + 1) chunks (all-gather), 4 chunks (allreduce). In [16, "
             "1073741824]."),
-    Setting("RINGGUARD_CUDA_COLLECTIVE_STREAM", None, "choice", "own", None, None,
-            ("own", "caller"),
-            "one of own, caller",
-            "Stream on which the c10d backend runs a collective of CUDA tensors: own (a stream of the group's "
-            "per device, made to wait for the caller's current stream when the call is made; the caller's "
-            "stream waits for it at Work.wait() or through the Work's Future, so what the caller enqueues in "
-            "between, such as DDP's backward behind a bucket's all-reduce, runs beside it, as with NCCL) or "
-            "caller (the caller's current stream: the collective runs in line with everything on it). Read by "
-            "each group when it is made (pg_options first). One of: own, caller."),
     Setting("RINGGUARD_TELEMETRY_INTERVAL_MS", None, "unsigned", "20", 1, 60000,
             (),
             "[1, 60000]",

@@ -330,14 +330,6 @@ std::vector<Setting> declarations() {
           "down to whole elements: each chunk is copied to the host, all-gathered or allreduced by the "
           "group's host communicator and copied back, while the copies of the next and previous chunks "
           "run. Pinned memory held: 2 x (ranks + 1) chunks (all-gather), 4 chunks (allreduce)."),
-      choiceSetting(
-          "RINGGUARD_CUDA_COLLECTIVE_STREAM", "own", {{"own", nullptr}, {"caller", nullptr}},
-          "Stream on which the c10d backend runs a collective of CUDA tensors: own (a stream of the group's "
-          "per device, made to wait for the caller's current stream when the call is made; the caller's "
-          "stream waits for it at Work.wait() or through the Work's Future, so what the caller enqueues in "
-          "between, such as DDP's backward behind a bucket's all-reduce, runs beside it, as with NCCL) or "
-          "caller (the caller's current stream: the collective runs in line with everything on it). Read by "
-          "each group when it is made (pg_options first)."),
       unsignedSetting(
           "RINGGUARD_TELEMETRY_INTERVAL_MS", "20", 1, 60000,
           "Milliseconds between two samples of the telemetry sampler thread (docs/DOWNGRADE.md). "

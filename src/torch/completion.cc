@@ -164,26 +164,13 @@ void CompletionLane::threadMain() {
   drained_.notify_all();
 }
 
-void C10dWork::synchronize() {
-  // Future::wait on a completed Future does not block the host: it makes the current streams wait for the
-  // events markCompleted recorded (none for CPU tensors).
-  if (future_ && future_->completed() && !future_->hasError()) future_->wait();
-}
-
-bool C10dWork::wait(std::chrono::milliseconds timeout) {
-  const bool done = c10d::Work::wait(timeout);  // the host: completed, or its error thrown
-  synchronize();
-  return done;
-}
-
 void CompletionLane::completeOne(PendingCollective& p, const Status& st) {
   std::exception_ptr error;
   if (!st.isOk()) error = toException(st);
   try {
 #if RINGGUARD_TORCH_CUDA
-    // The copy-outs run on the collective's stream (the group's own or the caller's:
-    // torch/collective_stream.cc), and Future::markCompleted records an event on the current stream of each
-    // of its devices: that one, which Work.wait() and the Future's waiters then wait for.
+    // The copy-outs run on the caller's stream, and Future::markCompleted records an event on the current
+    // stream of each of its devices: the caller's.
     std::optional<c10::cuda::CUDAStreamGuard> guard;
     if (p.device >= 0) {
       guard.emplace(

@@ -77,10 +77,6 @@ class C10dWork : public c10d::Work {
       : c10d::Work(rank, type, title), outputs_(std::move(outputs)), future_(std::move(future)) {}
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-  // CUDA: the caller's current stream waits for the stream the collective ran on (the Future's events,
-  // recorded when it completed: torch/collective_stream.cc), as ProcessGroupNCCL's Work does; CPU: nothing.
-  void synchronize() override;
-  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   void complete(std::exception_ptr error) { finish(std::move(error)); }
   // A receive from any source: the rank it came from, set before complete().
   void setSourceRank(int rank) { source_.store(rank); }

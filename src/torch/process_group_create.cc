@@ -67,10 +67,6 @@ ProcessGroupRingguard::ProcessGroupRingguard(c10::intrusive_ptr<c10d::Store> sto
   st = parseSetting(
       "RINGGUARD_STAGED_CHUNK_BYTES", [this](const char* name) { return option(name); }, &stagedChunkBytes_);
   if (!st.isOk()) throw std::invalid_argument("ringguard: " + st.message());
-  int streamChoice = 0;
-  st = parseChoiceSetting("RINGGUARD_CUDA_COLLECTIVE_STREAM", lookup(), &streamChoice);
-  if (!st.isOk()) throw std::invalid_argument("ringguard: " + st.message());
-  ownCudaStream_ = streamChoice == 0;  // own, else caller
   createCpuCommunicator(globalRanks);
   // send/recv: the engine's verified point-to-point, one lane per (peer, direction), over a c10d transport
   // of their own on the same Gloo backend, through shared memory as the CPU communicator's when the ranks

@@ -45,7 +45,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::launch(const char* op, con
   if (buffer.is_cuda()) {
     devices.push_back(buffer.device());
     p->device = buffer.device().index();
-    stream = collectiveStream(p->device);  // the group's own, after the caller's, or the caller's
+    stream = c10::cuda::getCurrentCUDAStream(buffer.device().index()).stream();
   }
 #endif
   p->stream = stream;
@@ -67,7 +67,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingguard::launch(const char* op, con
   ++sequence_;
   markCollectiveStarted();  // an exception from here on is not a rejected call (rejected())
   p->work = start(comm, stream);
-  usedOnStream(p->keep, stream, p->device);
   c10::intrusive_ptr<c10d::Work> work = p->c10dWork;
   (buffer.is_cuda() ? cudaLane_ : cpuLane_)->push(std::move(p));
   coalesce(work);

@@ -227,14 +227,6 @@ class ProcessGroupRingguard : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> launch(const char* op, const at::Tensor& buffer, Start start,
                                         std::vector<at::Tensor> outputs, std::function<void()> after,
                                         bool nestedOutputs = false, std::vector<at::Tensor> keep = {});
-  // The stream a collective of CUDA tensors of `device` runs on (torch/collective_stream.cc; docs/TORCH.md,
-  // "Streams"): the group's own, after everything the caller's current stream holds now
-  // (RINGGUARD_CUDA_COLLECTIVE_STREAM=own), or the caller's current stream (caller).
-  void* collectiveStream(int device);
-  // Tensors a collective uses on `stream` of `device`: where that is not the caller's current stream, the
-  // caching allocator keeps their memory until what `stream` holds now has run (the Work may complete and
-  // the caller drop them before the kernels ran), as ProcessGroupNCCL's recordStream does.
-  void usedOnStream(const std::vector<at::Tensor>& tensors, void* stream, int device);
   // An allreduce of `buffer` in place.
   c10::intrusive_ptr<c10d::Work> launchAllreduce(const char* op, const at::Tensor& buffer, size_t count,
                                                  DataType dtype, ReduceOp rop,
@@ -344,11 +336,6 @@ class ProcessGroupRingguard : public c10d::Backend {
   std::atomic<uint64_t> stagedAllgathers_{0};
   std::atomic<uint64_t> stagedAllreduces_{0};
   std::unique_ptr<CompletionLane> cudaLane_;
-  // RINGGUARD_CUDA_COLLECTIVE_STREAM=own: the group's stream and the event that orders it after a caller's
-  // (made on first use; torch/collective_stream.cc).
-  bool ownCudaStream_ = true;
-  struct OwnStream;
-  std::shared_ptr<OwnStream> ownStream_;
   bool stopped_ = false;
   const char* stoppedBy_ = "shutdown()";  // what stopped the group, for the errors of later calls
   std::atomic<uint64_t> sequence_{0};     // collectives issued
