@@ -33,8 +33,10 @@ fi
 
 t0=$SECONDS
 mkdir -p "$dir"
-# Host layers only: the targets need core and the control channel. RelWithDebInfo for readable reports.
-cmake -S "$repo_root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$cxx" \
+# Host layers only: the targets need core and the control channel. RelWithDebInfo for readable reports, less
+# its -DNDEBUG: a fuzzed input that breaks an assert() is a finding (until 2026-12-06 they were compiled out).
+cmake -S "$repo_root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g" \
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g" -DCMAKE_CXX_COMPILER="$cxx" \
   -DCMAKE_C_COMPILER="$cc" -DRINGGUARD_FUZZ=ON -DRINGGUARD_WITH_CUDA=OFF -DRINGGUARD_WITH_TORCH=OFF \
   -DRINGGUARD_WITH_MPI=OFF -DRINGGUARD_BUILD_BENCH=OFF -DRINGGUARD_BUILD_EXAMPLES=OFF >"$dir/configure.log" 2>&1 ||
   { cat "$dir/configure.log" >&2; exit 1; }
