@@ -105,24 +105,32 @@ def batch(args, rank, device):
     return x.to(device), torch.randint(0, 10, (args.batch,), generator=data).to(device)
 
 
-def profile(out_dir, rank, device, runs, step, sync):
-    """Where a step's time goes on each backend: 3 profiled steps each, after the timed rounds."""
+def profile_steps(path, label, rank, device, step, sync):
+    """torch.profiler over 3 calls of `step` (then `sync`): a Chrome trace at `path`, and on rank 0 the
+    table by self CPU time, and by self device time on CUDA. Shared with bench_replica_check.py."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    os.makedirs(out_dir, exist_ok=True)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    with torch_profile(activities=activities) as prof:
+        for _ in range(3):
+            step()
+        sync()
+    prof.export_chrome_trace(path)
+    if rank == 0:
+        sorts = ["self_cpu_time_total"] + (["self_cuda_time_total"] if device.type == "cuda" else [])
+        for sort in sorts:
+            print(f"# {label}: 3 steps, by {sort}", flush=True)
+            print(prof.key_averages().table(sort_by=sort, row_limit=20), flush=True)
+
+
+def profile(out_dir, rank, device, runs, step, sync):
+    """Where a step's time goes on each backend: 3 profiled steps each, after the timed rounds."""
+    os.makedirs(out_dir, exist_ok=True)
     for name in runs:
         sync()
-        with torch_profile(activities=activities) as prof:
-            for _ in range(3):
-                step(name)
-            sync()
-        prof.export_chrome_trace(os.path.join(out_dir, f"ddp_{name}_rank{rank}.json"))
-        if rank == 0:
-            print(f"# {name}: 3 steps, by {sort}", flush=True)
-            print(prof.key_averages().table(sort_by=sort, row_limit=20), flush=True)
+        profile_steps(os.path.join(out_dir, f"ddp_{name}_rank{rank}.json"), name, rank, device,
+                      lambda: step(name), sync)
 
 
 def main():

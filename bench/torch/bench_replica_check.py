@@ -79,29 +79,15 @@ def emit(rank, **rec):
 
 def profile(out_dir, rank, device, step, opt, hooks):
     """Where a step's time goes with and without each check: 3 profiled steps per variant after one warm one."""
-    from torch.profiler import ProfilerActivity
-    from torch.profiler import profile as torch_profile
-
     os.makedirs(out_dir, exist_ok=True)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
     for variant in ("plain", "checked", "deferred"):
         handle = opt.register_step_post_hook(hooks[variant]) if variant in hooks else None
         step()
         sync(device)
-        with torch_profile(activities=activities) as prof:
-            for _ in range(3):
-                step()
-            sync(device)
+        bench_ddp.profile_steps(os.path.join(out_dir, f"replica_check_{variant}_rank{rank}.json"), variant, rank,
+                                device, step, lambda: sync(device))
         if handle is not None:
             handle.remove()
-        prof.export_chrome_trace(os.path.join(out_dir, f"replica_check_{variant}_rank{rank}.json"))
-        if rank == 0:
-            print(f"# {variant}: 3 steps, by self CPU time", flush=True)
-            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15), flush=True)
-            if sort != "self_cpu_time_total":
-                print(f"# {variant}: 3 steps, by self device time", flush=True)
-                print(prof.key_averages().table(sort_by=sort, row_limit=15), flush=True)
 
 
 def main():
