@@ -47,7 +47,7 @@ void fail(const PeerWindows& w, const char* what, const Status& st) {
 
 // Every launch's common arguments.
 void fillWindowArgs(const PeerWindows& w, size_t count, CollectiveKind kind, double faultProb,
-                    PeerWindowArgs* a) {
+                    bool arriveFirst, PeerWindowArgs* a) {
   a->rank = w.rank();
   a->size = w.size();
   for (int r = 0; r < a->size; ++r) a->windows[r] = w.window(r);
@@ -59,6 +59,7 @@ void fillWindowArgs(const PeerWindows& w, size_t count, CollectiveKind kind, dou
   a->timeoutNs = 10ull * 1000 * 1000 * 1000;
   a->fault.probability = faultProb;
   a->fault.seed = uint32_t(w.rank());
+  a->arriveFirst = arriveFirst;
 }
 
 // Eager and graph microseconds per call of `launch`.
@@ -99,6 +100,7 @@ int main(int argc, char** argv) {
   std::string minS = "1K", maxS = "64M", collective = "allreduce", p2pS = "1M";
   int iters = 100, reps = 7;
   double faultProb = 0;
+  bool arriveFirst = false;
   app.add_option("-b,--min-bytes", minS);
   app.add_option("-e,--max-bytes", maxS);
   app.add_option("-c,--collective", collective)
@@ -108,6 +110,8 @@ int main(int argc, char** argv) {
   app.add_option("-r,--reps", reps)->check(CLI::Range(1, 1000));
   app.add_option("--fault-prob", faultProb, "chunk reads corrupted (transient), e.g. 0.001")
       ->check(CLI::Range(0.0, 1.0));
+  app.add_flag("--arrive-first", arriveFirst,
+               "every call's grid behind the one-block arrival kernel (RINGGUARD_PEER_ARRIVAL_BYTES's form)");
   CLI11_PARSE(app, argc, argv);
   const size_t minBytes = parseSize(minS), maxBytes = parseSize(maxS);
 
@@ -158,7 +162,7 @@ int main(int argc, char** argv) {
     });
     if (allreduce) {
       PeerAllreduceArgs a;
-      fillWindowArgs(*w, count, CollectiveKind::kAllreduce, faultProb, &a);
+      fillWindowArgs(*w, count, CollectiveKind::kAllreduce, faultProb, arriveFirst, &a);
       a.send = in;
       a.recv = out;
       a.count = count;
@@ -180,19 +184,19 @@ int main(int argc, char** argv) {
       PeerReduceScatterArgs r;
       PeerSendRecvArgs p;
       if (collective == "allgather") {
-        fillWindowArgs(*w, count, CollectiveKind::kAllgather, faultProb, &g);
+        fillWindowArgs(*w, count, CollectiveKind::kAllgather, faultProb, arriveFirst, &g);
         g.send = in;
         g.recv = out;
         g.count = count;
         launch = [&] { return launchPeerAllgather(g, s); };
       } else if (collective == "broadcast") {
-        fillWindowArgs(*w, count, CollectiveKind::kBroadcast, faultProb, &c);
+        fillWindowArgs(*w, count, CollectiveKind::kBroadcast, faultProb, arriveFirst, &c);
         c.send = in;
         c.recv = out;
         c.count = count;
         launch = [&] { return launchPeerBroadcast(c, s); };
       } else if (sendrecv) {
-        fillWindowArgs(*w, 0, CollectiveKind::kSendRecv, faultProb, &p);
+        fillWindowArgs(*w, 0, CollectiveKind::kSendRecv, faultProb, arriveFirst, &p);
         p.send = in;
         p.sendCount = count;
         p.dst = (w->rank() + 1) % w->size();
@@ -201,7 +205,7 @@ int main(int argc, char** argv) {
         p.src = (w->rank() + w->size() - 1) % w->size();
         launch = [&] { return launchPeerSendRecv(p, s); };
       } else {
-        fillWindowArgs(*w, count, CollectiveKind::kReduceScatter, faultProb, &r);
+        fillWindowArgs(*w, count, CollectiveKind::kReduceScatter, faultProb, arriveFirst, &r);
         r.send = in;
         r.recv = out;
         r.count = count;

@@ -181,6 +181,15 @@ SETTINGS: Tuple[Setting, ...] = (
             "rank's whole input); the bits are the same. Every rank must set the same. The default is where "
             "the two-shot began to win on an H100 (2 processes level at 4 MiB, 4 processes 0.72x the "
             "one-shot's time; at 1 MiB the one-shot was faster at both). In [0, 17179869184]."),
+    Setting("RINGGUARD_PEER_ARRIVAL_BYTES", "peer_arrival_bytes", "unsigned", "1048576", 0, 17179869184,
+            (),
+            "[0, 17179869184]",
+            "Collectives of the peer-window path that move this many bytes or more per rank (an allreduce's "
+            "or broadcast's count, an all-gather's send, a reduce-scatter's or all-to-all's send) launch a "
+            "one-block kernel that waits for every rank's arrival before their grid, so a rank that comes "
+            "early holds one block, not a share of the GPU's SMs, while its peers still compute (ranks "
+            "sharing a GPU, as DDP under MPS). Costs one kernel launch per call. Ranks may differ. In [0, "
+            "17179869184]."),
     Setting("RINGGUARD_PEER_P2P_BYTES", "peer_p2p_bytes", "unsigned", "1048576", 0, 17179869184,
             (),
             "[0, 17179869184]",
@@ -424,6 +433,14 @@ class Fields:
     rank must set the same. The default is where the two-shot began to win on an H100 (2 processes level
     at 4 MiB, 4 processes 0.72x the one-shot's time; at 1 MiB the one-shot was faster at both). In [0,
     17179869184]."""
+
+    peer_arrival_bytes: Optional[int] = None
+    """``RINGGUARD_PEER_ARRIVAL_BYTES``, default ``1048576``. Collectives of the peer-window path that move
+    this many bytes or more per rank (an allreduce's or broadcast's count, an all-gather's send, a
+    reduce-scatter's or all-to-all's send) launch a one-block kernel that waits for every rank's arrival
+    before their grid, so a rank that comes early holds one block, not a share of the GPU's SMs, while
+    its peers still compute (ranks sharing a GPU, as DDP under MPS). Costs one kernel launch per call.
+    Ranks may differ. In [0, 17179869184]."""
 
     peer_p2p_bytes: Optional[int] = None
     """``RINGGUARD_PEER_P2P_BYTES``, default ``1048576``. Payload bytes per slot of the peer-window path's

@@ -166,6 +166,7 @@ Status DeviceSettings::fromLookup(const std::function<const char*(const char*)>&
   RINGGUARD_RETURN_IF_ERROR(readInteger(lookup, "RINGGUARD_NCCL_LANES", &o.ncclLanes));
   RINGGUARD_RETURN_IF_ERROR(parseSetting("RINGGUARD_PEER_BYTES", lookup, &o.peerBytes));
   RINGGUARD_RETURN_IF_ERROR(parseSetting("RINGGUARD_PEER_TWO_SHOT_BYTES", lookup, &o.peerTwoShotBytes));
+  RINGGUARD_RETURN_IF_ERROR(parseSetting("RINGGUARD_PEER_ARRIVAL_BYTES", lookup, &o.peerArrivalBytes));
   RINGGUARD_RETURN_IF_ERROR(parseSetting("RINGGUARD_PEER_P2P_BYTES", lookup, &o.peerP2pBytes));
   RINGGUARD_RETURN_IF_ERROR(parseSetting("RINGGUARD_PEER_HANDLES", lookup, &o.peerHandles));
   *out = std::move(o);

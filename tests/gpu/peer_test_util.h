@@ -170,6 +170,9 @@ class PeerWindowTest : public ::testing::Test {
   // The fault mode and its parameters every collective's arguments start from (probability and seed are
   // each call's).
   PeerFault fault_;
+  // Every collective's grid behind the arrival kernel (cuda/peer/arrival.cu), as RINGGUARD_PEER_ARRIVAL_BYTES
+  // sets it for calls of that size.
+  bool arriveFirst_ = false;
 
   int rank() const { return windows_->rank(); }
   int size() const { return windows_->size(); }
@@ -186,6 +189,7 @@ class PeerWindowTest : public ::testing::Test {
     a.record = windows_->errorRecordDevice();
     a.oneDevice = windows_->oneDevice() && !systemScope_;
     a.fault = fault_;
+    a.arriveFirst = arriveFirst_;
     a.fingerprint[0] = uint32_t(kind);
     a.fingerprint[1] = uint32_t(dtype);
     a.fingerprint[2] = uint32_t(baseOp(op));

@@ -4,12 +4,14 @@
 // against the host reduction in rank order 0..N-1 (the two-shot against the one-shot too), the counts 0, 1,
 // odd, not divisible by N and 64 MiB, unaligned buffers, in place; with injected read faults (detected ==
 // injected, result exact), inside a CUDA graph replayed with faults; and the failures: ranks that disagree on
-// the kernel or the root, and a stopped peer (timeout naming it).
+// the kernel or the root, and a stopped peer (timeout naming it). The arrival kernel (arrival.cu) before the
+// grids: the same results, and the same failures found there.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/reduce.h"
@@ -239,6 +241,46 @@ class PeerCollectives : public PeerWindowTest {
     }
     const std::vector<uint8_t> got = toHost(dst, bytes);
     ASSERT_EQ(std::memcmp(got.data(), want.data(), bytes), 0) << what;
+  }
+
+  // Four rounds of an all-gather, a broadcast (from each root in turn) and a reduce-scatter of 2^18 floats
+  // with 2 % of chunk reads damaged: every result checked, detected == injected.
+  void gatherBroadcastReduceScatterWithFaults() {
+    const size_t count = size_t(1) << 18, bytes = count * 4;
+    DeviceBuffer in(bytes * size_t(size())), out(bytes * size_t(size()));
+    std::vector<float> mine(count * size_t(size()));
+    for (size_t i = 0; i < mine.size(); ++i) mine[i] = float((rank() + 1) * int(i % 97));
+    ASSERT_EQ(upload(in.get(), mine.data(), mine.size() * 4), cudaSuccess);
+    const unsigned long long before = windows_->errorRecord()->injected;
+    for (int round = 0; round < 4; ++round) {
+      ASSERT_TRUE(allgather(in.get(), out.get(), count, DataType::kFloat32, 0.02).isOk());
+      expectClean("allgather with faults");
+      std::vector<float> got(count * size_t(size()));
+      ASSERT_EQ(cudaMemcpy(got.data(), out.get(), got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      for (int p = 0; p < size(); ++p)
+        for (size_t i = 0; i < count; i += 101)
+          ASSERT_EQ(got[size_t(p) * count + i], float((p + 1) * int(i % 97)))
+              << "allgather p " << p << " i " << i;
+
+      const int root = round % size();
+      ASSERT_TRUE(broadcast(in.get(), out.get(), count, DataType::kFloat32, root, 0.02).isOk());
+      expectClean("broadcast with faults");
+      ASSERT_EQ(cudaMemcpy(got.data(), out.get(), bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+      for (size_t i = 0; i < count; ++i)
+        ASSERT_EQ(got[i], float((root + 1) * int(i % 97))) << "broadcast " << i;
+
+      ASSERT_TRUE(reduceScatter(in.get(), out.get(), count, DataType::kFloat32, ReduceOp::kSum, 0.02).isOk());
+      expectClean("reduce_scatter with faults");
+      ASSERT_EQ(cudaMemcpy(got.data(), out.get(), bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+      const int sum = size() * (size() + 1) / 2;
+      for (size_t i = 0; i < count; ++i) {
+        const size_t j = size_t(rank()) * count + i;
+        ASSERT_EQ(got[i], float(sum * int(j % 97))) << "reduce_scatter " << i;
+      }
+    }
+    const ErrorRecord* rec = windows_->errorRecord();
+    EXPECT_GT(rec->injected, before);
+    EXPECT_EQ(rec->detected, rec->injected);
   }
 };
 
@@ -486,41 +528,117 @@ TEST_F(PeerCollectives, ReduceScatterExactForEveryShape) {
 // ---- faults and graphs for all of them ----------------------------------------------------------------
 
 TEST_F(PeerCollectives, ReadFaultsOfEveryCollectiveAreDetectedAndResultsExact) {
-  const size_t count = size_t(1) << 18, bytes = count * 4;
-  DeviceBuffer in(bytes * size_t(size())), out(bytes * size_t(size()));
-  std::vector<float> mine(count * size_t(size()));
-  for (size_t i = 0; i < mine.size(); ++i) mine[i] = float((rank() + 1) * int(i % 97));
-  ASSERT_EQ(upload(in.get(), mine.data(), mine.size() * 4), cudaSuccess);
-  const unsigned long long before = windows_->errorRecord()->injected;
-  for (int round = 0; round < 4; ++round) {
-    ASSERT_TRUE(allgather(in.get(), out.get(), count, DataType::kFloat32, 0.02).isOk());
-    expectClean("allgather with faults");
-    std::vector<float> got(count * size_t(size()));
-    ASSERT_EQ(cudaMemcpy(got.data(), out.get(), got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-    for (int p = 0; p < size(); ++p)
-      for (size_t i = 0; i < count; i += 101)
-        ASSERT_EQ(got[size_t(p) * count + i], float((p + 1) * int(i % 97)))
-            << "allgather p " << p << " i " << i;
+  gatherBroadcastReduceScatterWithFaults();
+}
 
-    const int root = round % size();
-    ASSERT_TRUE(broadcast(in.get(), out.get(), count, DataType::kFloat32, root, 0.02).isOk());
-    expectClean("broadcast with faults");
-    ASSERT_EQ(cudaMemcpy(got.data(), out.get(), bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-    for (size_t i = 0; i < count; ++i)
-      ASSERT_EQ(got[i], float((root + 1) * int(i % 97))) << "broadcast " << i;
-
-    ASSERT_TRUE(reduceScatter(in.get(), out.get(), count, DataType::kFloat32, ReduceOp::kSum, 0.02).isOk());
-    expectClean("reduce_scatter with faults");
-    ASSERT_EQ(cudaMemcpy(got.data(), out.get(), bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-    const int sum = size() * (size() + 1) / 2;
-    for (size_t i = 0; i < count; ++i) {
-      const size_t j = size_t(rank()) * count + i;
-      ASSERT_EQ(got[i], float(sum * int(j % 97))) << "reduce_scatter " << i;
-    }
+// The arrival kernel before every collective's grid (RINGGUARD_PEER_ARRIVAL_BYTES): the same exact results
+// with faults, in place, unaligned, count 0, both allreduce kernels, both all-to-all forms, inside a graph;
+// and ranks that differ (only rank 0 arrives first) still agree, since either way every grid finds every
+// peer's arrival.
+TEST_F(PeerCollectives, ArrivalKernelFirstEveryCollectiveExact) {
+  arriveFirst_ = true;
+  for (PeerAlgorithm algorithm : {PeerAlgorithm::kAllreduceOneShot, PeerAlgorithm::kAllreduceTwoShot}) {
+    allreduceExact(size_t(1) << 18, 0, false, algorithm, 0.01);
+    allreduceExact(1000, 4, true, algorithm);
+    allreduceExact(0, 0, false, algorithm);
   }
-  const ErrorRecord* rec = windows_->errorRecord();
-  EXPECT_GT(rec->injected, before);
-  EXPECT_EQ(rec->detected, rec->injected);
+  gatherBroadcastReduceScatterWithFaults();
+  alltoallExact(equalSplits(size(), 4099), DataType::kFloat32, /*splits=*/false, 0, 0, 0.01);
+  alltoallExact(randomSplits(size(), 5, 5000), DataType::kFloat32, /*splits=*/true, 3, 4, 0.01);
+
+  const size_t count = size_t(1) << 16, bytes = count * 4;
+  DeviceBuffer in(bytes), out(bytes);
+  const std::vector<float> mine = integerFloats(rank(), count);
+  std::vector<float> want(count, 0.f);
+  for (int r = 0; r < size(); ++r) {
+    const std::vector<float> x = integerFloats(r, count);
+    for (size_t i = 0; i < count; ++i) want[i] += x[i];
+  }
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_TRUE(allreduce(in.get(), out.get(), count, DataType::kFloat32, ReduceOp::kSum,
+                        PeerAlgorithm::kAllreduceTwoShot, 0.02)
+                  .isOk());
+  ASSERT_EQ(cudaStreamEndCapture(stream_, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int replay = 0; replay < 10; ++replay) {
+    ASSERT_EQ(cudaMemcpyAsync(in.get(), mine.data(), bytes, cudaMemcpyHostToDevice, stream_), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(out.get(), 0xff, bytes, stream_), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream_), cudaSuccess);
+    expectClean("graph replay behind the arrival kernel");
+    const std::vector<uint8_t> got = toHost(out.get(), bytes);
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), bytes), 0) << "replay " << replay;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+
+  arriveFirst_ = rank() == 0;
+  for (PeerAlgorithm algorithm : {PeerAlgorithm::kAllreduceOneShot, PeerAlgorithm::kAllreduceTwoShot})
+    allreduceExact(size_t(1) << 18, 0, false, algorithm, 0.01);
+  EXPECT_EQ(windows_->errorRecord()->detected, windows_->errorRecord()->injected);
+}
+
+// Ranks that make different calls fail in the arrival kernel (every rank, none waits for its deadline: 5 s
+// here, 60 s for the test), a stopped peer is named there at the deadline, and an abort releases it; the
+// grids behind it then end at once (the streams drain). Fresh windows for each: a failed rank's error word
+// stays set.
+TEST_F(PeerCollectives, TheArrivalKernelFailsRanksThatDisagreeNamesAStoppedPeerAndEndsOnAbort) {
+  arriveFirst_ = true;
+  const size_t count = 4096 + size_t(rank()) * 1024;
+  DeviceBuffer in(count * 4), out(count * 4);
+  ASSERT_EQ(fill(in.get(), 0, count * 4), cudaSuccess);
+  auto launch = [&](size_t n, uint64_t timeoutNs) {
+    auto a = windowArgs<PeerAllreduceArgs>(CollectiveKind::kAllreduce, DataType::kFloat32, ReduceOp::kSum, n);
+    a.send = in.get();
+    a.recv = out.get();
+    a.count = n;
+    a.algorithm = PeerAlgorithm::kAllreduceTwoShot;
+    a.timeoutNs = timeoutNs;
+    return launchPeerAllreduce(a, stream_);
+  };
+  const auto msSince = [](std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  // Different counts.
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(launch(count, 5ull * 1000 * 1000 * 1000).isOk());
+  expectEveryRankFailedOnAMismatch();
+  EXPECT_LT(msSince(t0), 4000.0) << "a mismatch waited for the deadline";
+
+  // A stopped peer.
+  const int stopped = size() - 1;
+  windows_.reset();
+  Status made = PeerWindows::create(*bootstrap_, 0, 1 << 20, &windows_);
+  ASSERT_TRUE(made.isOk()) << made.toString();
+  if (rank() != stopped) {
+    t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(launch(4096, 300ull * 1000 * 1000).isOk());
+    EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    const ErrorRecord* rec = windows_->errorRecord();
+    EXPECT_TRUE(rec->code == uint32_t(PeerError::kTimeout) || rec->code == uint32_t(PeerError::kPeerFailed))
+        << "code " << rec->code;
+    if (rec->code == uint32_t(PeerError::kTimeout)) {
+      EXPECT_EQ(rec->peer, stopped);
+    }
+    EXPECT_LT(msSince(t0), 5000.0);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  // An abort of a rank whose peers never come (20 s deadline: only the abort ends it sooner).
+  windows_.reset();
+  made = PeerWindows::create(*bootstrap_, 0, 1 << 20, &windows_);
+  ASSERT_TRUE(made.isOk()) << made.toString();
+  if (rank() == 0) {
+    ASSERT_TRUE(launch(4096, 20ull * 1000 * 1000 * 1000).isOk());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    t0 = std::chrono::steady_clock::now();
+    *reinterpret_cast<volatile uint32_t*>(&windows_->errorRecord()->abortRequested) = 1;
+    EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    EXPECT_EQ(windows_->errorRecord()->code, uint32_t(PeerError::kAborted));
+    EXPECT_LT(msSince(t0), 1000.0);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 // Every RINGGUARD_FAULT_MODE on the device path (core/peer_fault.h): damaged bits, bursts, garbage, the CRC

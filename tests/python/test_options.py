@@ -26,11 +26,11 @@ def test_to_dict_only_set_fields():
 
 def test_every_field_has_a_name():
     fields = [f for f in Options.__dataclass_fields__ if f != "extra"]
-    assert len(fields) == 25
+    assert len(fields) == 26
     values = {f: 1 for f in fields}
     values.update(timeout=timedelta(milliseconds=1), fault_schedule="1:1:1:1")
     d = Options(**values).to_dict()
-    assert len(d) == 25 and all(k.startswith("RINGGUARD_") for k in d)
+    assert len(d) == 26 and all(k.startswith("RINGGUARD_") for k in d)
 
 
 def test_fields_come_from_the_declarations():

@@ -431,7 +431,7 @@ TEST(SettingsTest, DeclarationsAreWellFormed) {
     }
     EXPECT_FALSE(s.zeroMeansDefault && s.kind != SettingKind::kUnsigned);
   }
-  EXPECT_EQ(fields.size(), 25u);  // python/ringguard's Options fields (tests/python/test_options.py)
+  EXPECT_EQ(fields.size(), 26u);  // python/ringguard's Options fields (tests/python/test_options.py)
   // The process-wide settings have no Options field.
   for (const char* name :
        {"RINGGUARD_KERNEL_SMS", "RINGGUARD_LOG_SUBSYS", "RINGGUARD_TIMELINE", "RINGGUARD_SUMMARY",
@@ -627,7 +627,8 @@ TEST(SettingsTest, DeviceSettingsTakeThePeerPath) {
   DeviceSettings d;
   const std::map<std::string, std::string> env{{"RINGGUARD_DEVICE_TRANSPORT", "peer"},
                                                {"RINGGUARD_PEER_BYTES", "4096"},
-                                               {"RINGGUARD_PEER_TWO_SHOT_BYTES", "0"}};
+                                               {"RINGGUARD_PEER_TWO_SHOT_BYTES", "0"},
+                                               {"RINGGUARD_PEER_ARRIVAL_BYTES", "65536"}};
   ASSERT_TRUE(DeviceSettings::fromLookup(
                   [&](const char* n) -> const char* {
                     auto it = env.find(n);
@@ -640,6 +641,8 @@ TEST(SettingsTest, DeviceSettingsTakeThePeerPath) {
   EXPECT_EQ(DeviceSettings().peerBytes, 32u << 20);  // the declared default
   EXPECT_EQ(d.peerTwoShotBytes, 0u);                 // 0: the two-shot from the first byte
   EXPECT_EQ(DeviceSettings().peerTwoShotBytes, 4u << 20);
+  EXPECT_EQ(d.peerArrivalBytes, 65536u);
+  EXPECT_EQ(DeviceSettings().peerArrivalBytes, 1u << 20);
 }
 
 // Tool names are documented (RINGGUARD_AUTOLOAD among them) and never warned about.

@@ -103,6 +103,7 @@ struct DeviceSettings {
   int ncclLanes = int(declaredUnsigned("RINGGUARD_NCCL_LANES"));
   uint64_t peerBytes = declaredUnsigned("RINGGUARD_PEER_BYTES");
   uint64_t peerTwoShotBytes = declaredUnsigned("RINGGUARD_PEER_TWO_SHOT_BYTES");
+  uint64_t peerArrivalBytes = declaredUnsigned("RINGGUARD_PEER_ARRIVAL_BYTES");
   uint64_t peerP2pBytes = declaredUnsigned("RINGGUARD_PEER_P2P_BYTES");
   std::string peerHandles = declaredText("RINGGUARD_PEER_HANDLES");  // auto, vmm or ipc
   static Status fromLookup(const std::function<const char*(const char*)>& lookup, DeviceSettings* out);

@@ -32,6 +32,9 @@ struct DeviceOptions {
   // Allreduces of the peer-window path from this many bytes on take the two-shot kernel (kAuto and kPeer
   // alike; every rank must set the same).
   uint64_t peerTwoShotBytes = 4ull << 20;
+  // Collectives of the peer-window path moving this many bytes or more per rank wait for every rank's
+  // arrival in a one-block kernel before their grid (ranks may differ).
+  uint64_t peerArrivalBytes = 1ull << 20;
   // Payload bytes per slot of the peer-window path's send/recv channels (two per destination); only with
   // kPeer, which hands it the device send/recv between ranks of one host (0: they stay on the pipeline).
   uint64_t peerP2pBytes = 1ull << 20;
@@ -41,7 +44,8 @@ struct DeviceOptions {
   PeerHandles peerHandles = PeerHandles::kAuto;
 
   // Defaults overridden by RINGGUARD_DEVICE_TRANSPORT, RINGGUARD_POOL_RELEASE_BYTES, RINGGUARD_NCCL_LANES,
-  // RINGGUARD_PEER_BYTES, RINGGUARD_PEER_TWO_SHOT_BYTES, RINGGUARD_PEER_P2P_BYTES and RINGGUARD_PEER_HANDLES.
+  // RINGGUARD_PEER_BYTES, RINGGUARD_PEER_TWO_SHOT_BYTES, RINGGUARD_PEER_ARRIVAL_BYTES,
+  // RINGGUARD_PEER_P2P_BYTES and RINGGUARD_PEER_HANDLES.
   static Status fromEnv(DeviceOptions* out);
   // Same through `lookup` (see Options::fromLookup).
   static Status fromLookup(const std::function<const char*(const char*)>& lookup, DeviceOptions* out);

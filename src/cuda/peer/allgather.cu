@@ -52,8 +52,9 @@ Status launchPeerAllgather(const PeerAllgatherArgs& args, void* stream) {
   }
   int blocks = 1;
   RINGGUARD_RETURN_IF_ERROR(peerGrid(chunkCount(bytes), args.size, &blocks));
-  allgatherKernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      args, peerFingerprintCrc(args, PeerAlgorithm::kAllgather), bytes);
+  const uint32_t fpCrc = peerFingerprintCrc(args, PeerAlgorithm::kAllgather);
+  RINGGUARD_RETURN_IF_ERROR(launchPeerArrival(args, fpCrc, stream));
+  allgatherKernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args, fpCrc, bytes);
   RINGGUARD_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }

@@ -223,8 +223,9 @@ Status launchPeerAlltoall(const PeerAlltoallArgs& args, void* stream) {
   int blocks = 1;
   RINGGUARD_RETURN_IF_ERROR(peerGrid(size_t(chunks), n, &blocks));
   const PeerAlgorithm algorithm = args.splits ? PeerAlgorithm::kAlltoallSplits : PeerAlgorithm::kAlltoall;
-  alltoallKernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      args, peerFingerprintCrc(args, algorithm), esize);
+  const uint32_t fpCrc = peerFingerprintCrc(args, algorithm);
+  RINGGUARD_RETURN_IF_ERROR(launchPeerArrival(args, fpCrc, stream));
+  alltoallKernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args, fpCrc, esize);
   RINGGUARD_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }

@@ -55,8 +55,9 @@ Status launchPeerBroadcast(const PeerBroadcastArgs& args, void* stream) {
   }
   int blocks = 1;
   RINGGUARD_RETURN_IF_ERROR(peerGrid(chunkCount(bytes), args.size, &blocks));
-  broadcastKernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      args, peerFingerprintCrc(args, PeerAlgorithm::kBroadcast), bytes);
+  const uint32_t fpCrc = peerFingerprintCrc(args, PeerAlgorithm::kBroadcast);
+  RINGGUARD_RETURN_IF_ERROR(launchPeerArrival(args, fpCrc, stream));
+  broadcastKernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args, fpCrc, bytes);
   RINGGUARD_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }

@@ -34,6 +34,10 @@ struct PeerWindowArgs {
   uint32_t fingerprint[kFingerprintWords] = {};  // kind, dtype, op, count (low, high), root, lane, factor
   uint64_t timeoutNs = 0;
   int maxRereads = 3;
+  // A wide collective's grid waits for its peers behind a one-block arrival kernel (arrival.cu): set where
+  // the call moves RINGGUARD_PEER_ARRIVAL_BYTES or more (PeerPath). Ranks may differ: either way every rank's
+  // grid finds every peer's arrival. The send/recv and decline launchers ignore it.
+  bool arriveFirst = false;
   // Fault injection (core/peer_fault.h): a read of chunk c from peer p at epoch e is damaged in registers
   // when hash(seed, e, c, p) < probability * 2^32, as the mode says; every rank injects on its own reads.
   PeerFault fault;

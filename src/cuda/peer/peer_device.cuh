@@ -8,6 +8,9 @@
 //                                         verified (CRC, fingerprint, re-reads, injected faults)
 //   finishCollective(k)                   fault counters, arrival check of every peer, seq, host record, done
 //
+// The arrival kernel (arrival.cu) takes the first step and finishCollective's arrival check (checkArrivals)
+// alone, in one block, before a wide grid is launched.
+//
 // Send/recv (sendrecv.cu) takes the middle step on its channels' slots (publishChunksTo / readChunkAt) and
 // begins and ends on words of its own (no epoch, acknowledgement or arrival slot of the collectives).
 //
@@ -645,10 +648,11 @@ __device__ __forceinline__ bool lastBlockOfGrid(uint32_t* arrive, uint32_t add, 
   return last;
 }
 
-__device__ __forceinline__ void finishCollective(Collective& k) {
+// Block 0's arrival warp waits for every peer's arrival slot for this half to hold this epoch and compares
+// its fingerprint CRC with this rank's (a mismatch fails naming the peer). Every thread of the block calls
+// it; the block barrier after it is the caller's. finishCollective and the arrival kernel (arrival.cu).
+__device__ __forceinline__ void checkArrivals(const Collective& k) {
   const PeerWindowArgs& a = *k.a;
-  void* mine = k.mine();
-  addFaultCounts(k);
   // The arrival warp's lane 0 stored this rank's arrival (beginCollective); a lane below that fails on a
   // peer's arrival must not make its error word visible before it (fail() fences after this barrier).
   if (blockIdx.x == 0 && threadIdx.x / 32 == kArrivalWarp) __syncwarp();
@@ -663,6 +667,13 @@ __device__ __forceinline__ void finishCollective(Collective& k) {
       if (theirs != k.fpCrc) k.fail(PeerError::kFingerprintMismatch, int(p), ~0u, k.fpCrc, theirs);
     }
   }
+}
+
+__device__ __forceinline__ void finishCollective(Collective& k) {
+  const PeerWindowArgs& a = *k.a;
+  void* mine = k.mine();
+  addFaultCounts(k);
+  checkArrivals(k);
   const bool news = __syncthreads_or(k.detected != 0 || k.injected != 0) != 0 || blockFailed() != 0;
   RINGGUARD_STEP(kStepArrivalChecked);
   if (threadIdx.x == 0) {

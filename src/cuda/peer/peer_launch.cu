@@ -52,6 +52,7 @@ Status preloadPeerKernels() {
   RINGGUARD_RETURN_IF_ERROR(preloadPeerReduceScatter());
   RINGGUARD_RETURN_IF_ERROR(preloadPeerAlltoall());
   RINGGUARD_RETURN_IF_ERROR(preloadPeerDecline());
+  RINGGUARD_RETURN_IF_ERROR(preloadPeerArrival());
   return preloadPeerSendRecv();
 }
 

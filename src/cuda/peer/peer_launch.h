@@ -24,6 +24,10 @@ Status peerGrid(size_t chunks, int size, int* blocks);
 // the CRC of the words alone).
 uint32_t peerFingerprintCrc(const PeerWindowArgs& args, PeerAlgorithm algorithm);
 
+// The arrival kernel (arrival.cu) on `stream` when args.arriveFirst is set, else nothing: each collective's
+// launcher calls it with the fingerprint CRC its grid publishes, after its checks, before its grid.
+Status launchPeerArrival(const PeerWindowArgs& args, uint32_t fpCrc, void* stream);
+
 // The allreduce's two kernels (allreduce_one_shot.cu, allreduce_two_shot.cu), arguments checked already.
 Status launchAllreduceOneShot(const PeerAllreduceArgs& args, void* stream);
 Status launchAllreduceTwoShot(const PeerAllreduceArgs& args, void* stream);
@@ -38,6 +42,7 @@ Status preloadPeerReduceScatter();
 Status preloadPeerAlltoall();
 Status preloadPeerSendRecv();
 Status preloadPeerDecline();
+Status preloadPeerArrival();
 
 }  // namespace peer
 }  // namespace ringguard

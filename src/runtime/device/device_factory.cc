@@ -181,6 +181,7 @@ Status makePeerPath(Bootstrap& bootstrap, const DeviceOptions& device, int gpu, 
   PeerPathOptions peer;
   peer.capacity = size_t(device.peerBytes);
   peer.twoShotBytes = size_t(device.peerTwoShotBytes);
+  peer.arrivalBytes = size_t(device.peerArrivalBytes);
   // What can fail on the windows where the host-driven path succeeds comes only with peer asked by name:
   // send/recv (orders of lone ops the windows cannot serve and a pipeline or NCCL's stream per pair does,
   // docs/TORCH.md "Point-to-point"; a receive from any source) and the split all-to-all (a rank's blocks
@@ -220,6 +221,7 @@ Status DeviceOptions::fromLookup(const std::function<const char*(const char*)>& 
                                                  : DeviceTransportKind::kAuto;
   o.peerBytes = settings.peerBytes;
   o.peerTwoShotBytes = settings.peerTwoShotBytes;
+  o.peerArrivalBytes = settings.peerArrivalBytes;
   o.peerP2pBytes = settings.peerP2pBytes;
   o.peerHandles = settings.peerHandles == "vmm"   ? DeviceOptions::PeerHandles::kVmm
                   : settings.peerHandles == "ipc" ? DeviceOptions::PeerHandles::kIpc

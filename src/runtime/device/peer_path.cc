@@ -94,6 +94,7 @@ class PeerPath final : public DirectPath {
     a.dtype = dtype;
     a.op = op;
     a.algorithm = peer::chooseAllreduce(count * dataTypeSize(dtype), a.size, peer_.twoShotBytes);
+    a.arriveFirst = arrivesFirst(count * dataTypeSize(dtype));
     return ordered(stream, [&] { return peer::launchPeerAllreduce(a, stream); });
   }
 
@@ -109,6 +110,7 @@ class PeerPath final : public DirectPath {
     a.recv = recv;
     a.count = sendCount;
     a.dtype = dtype;
+    a.arriveFirst = arrivesFirst(sendCount * dataTypeSize(dtype));
     return ordered(stream, [&] { return peer::launchPeerAllgather(a, stream); });
   }
 
@@ -125,6 +127,7 @@ class PeerPath final : public DirectPath {
     a.count = count;
     a.dtype = dtype;
     a.root = root;
+    a.arriveFirst = arrivesFirst(count * dataTypeSize(dtype));
     return ordered(stream, [&] { return peer::launchPeerBroadcast(a, stream); });
   }
 
@@ -136,12 +139,14 @@ class PeerPath final : public DirectPath {
   Status reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype, ReduceOp op,
                        uint32_t lane, void* stream) override {
     peer::PeerReduceScatterArgs a;
+    const size_t n = size_t(windows_->size());
     fill(&a, CollectiveKind::kReduceScatter, recvCount, dtype, op, 0, lane);
     a.send = send;
     a.recv = recv;
     a.count = recvCount;
     a.dtype = dtype;
     a.op = op;
+    a.arriveFirst = arrivesFirst(recvCount * dataTypeSize(dtype) * n);
     return ordered(stream, [&] { return peer::launchPeerReduceScatter(a, stream); });
   }
 
@@ -179,6 +184,9 @@ class PeerPath final : public DirectPath {
     }
     a.dtype = dtype;
     a.splits = splits;
+    size_t sent = 0;
+    for (size_t p = 0; p < n; ++p) sent += layout.sendCounts[p];
+    a.arriveFirst = arrivesFirst(sent * dataTypeSize(dtype));
     return ordered(stream, [&] { return peer::launchPeerAlltoall(a, stream); });
   }
 
@@ -328,6 +336,10 @@ class PeerPath final : public DirectPath {
   }
 
  private:
+  // Whether a call moving `bytes` per rank waits for its peers in the arrival kernel first
+  // (RINGGUARD_PEER_ARRIVAL_BYTES, cuda/peer/arrival.cu).
+  bool arrivesFirst(size_t bytes) const { return bytes >= peer_.arrivalBytes; }
+
   bool takes(CollectiveKind kind, size_t publishedBytes) const {
     return peer::peerPathTakes(kind, publishedBytes, windows_->size(), windows_->layout().capacity);
   }

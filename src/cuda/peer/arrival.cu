@@ -1,0 +1,44 @@
+// The arrival kernel (docs/design/protocol.md, "Arriving first"): one block, launched before a wide
+// collective's grid when PeerWindowArgs::arriveFirst is set. It takes the collective's first steps as the
+// grid will (the epoch, the acknowledgements, this rank's fingerprint words and arrival slot) and waits for
+// every peer's arrival at this epoch with the same fingerprint, so the grid launches only once every rank has
+// reached the call: a rank that comes early spins in one block while its peers still compute, instead of
+// holding SMs / ranks blocks that slow them (GPU.md, "DDP with several ranks on one GPU"). The grid then
+// takes the same steps again and finds them done. A failure (a deadline, a mismatch, a failed or exited peer,
+// an abort) is this kernel's to report: the grid finds the error word set, publishes and reads nothing, and
+// ends the collective (seq, done) as a failed one does.
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_check.h"
+#include "cuda/peer/kernel_preload.h"
+#include "cuda/peer/peer_device.cuh"
+#include "cuda/peer/peer_launch.h"
+
+namespace ringguard {
+namespace peer {
+namespace {
+
+// A literal, so scripts/regcheck.py reads the kernels' bounds from this file.
+constexpr int kBlockThreads = 512;
+static_assert(kBlockThreads == kThreads, "the block size of peer_device.cuh");
+
+__global__ void __launch_bounds__(kBlockThreads, 1)
+    arrivalKernel(const __grid_constant__ PeerWindowArgs a, uint32_t fpCrc) {
+  Collective k = beginCollective(a, fpCrc);
+  checkArrivals(k);
+  if (__syncthreads_or(blockFailed()) != 0 && threadIdx.x == 0) reportToHost(a, k.mine());
+}
+
+}  // namespace
+
+Status launchPeerArrival(const PeerWindowArgs& args, uint32_t fpCrc, void* stream) {
+  if (!args.arriveFirst) return Status::ok();
+  arrivalKernel<<<1, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args, fpCrc);
+  RINGGUARD_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status preloadPeerArrival() { return preloadKernel(arrivalKernel); }
+
+}  // namespace peer
+}  // namespace ringguard
