@@ -392,7 +392,7 @@ TEST(EnvRegistryTest, NamesAreUniqueAndDocumented) {
     EXPECT_EQ(std::string(v.description).rfind(v.summary, 0), 0u) << v.name;
     EXPECT_NE(md.find(std::string("| `") + v.name + "` |"), std::string::npos) << v.name;
   }
-  EXPECT_EQ(envRegistry().size(), 37u);
+  EXPECT_EQ(envRegistry().size(), 38u);
   EXPECT_EQ(md.rfind("# ", 0), 0u);  // starts with a title
 }
 

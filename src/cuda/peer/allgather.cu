@@ -3,7 +3,7 @@
 // and reads every peer's chunks, verified, into the peer's place in the output.
 #include <cuda_runtime.h>
 
-#include "cuda/cuda_check.h"
+#include "cuda/peer/grid_launch.cuh"
 #include "cuda/peer/kernel_preload.h"
 #include "cuda/peer/peer_device.cuh"
 #include "cuda/peer/peer_launch.h"
@@ -54,9 +54,7 @@ Status launchPeerAllgather(const PeerAllgatherArgs& args, void* stream) {
   RINGGUARD_RETURN_IF_ERROR(peerGrid(chunkCount(bytes), args.size, &blocks));
   const uint32_t fpCrc = peerFingerprintCrc(args, PeerAlgorithm::kAllgather);
   RINGGUARD_RETURN_IF_ERROR(launchPeerArrival(args, fpCrc, stream));
-  allgatherKernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args, fpCrc, bytes);
-  RINGGUARD_CUDA_CHECK_LAUNCH();
-  return Status::ok();
+  return launchPeerGrid(allgatherKernel, blocks, kThreads, stream, args.arriveFirst, args, fpCrc, bytes);
 }
 
 Status preloadPeerAllgather() { return preloadKernel(allgatherKernel); }

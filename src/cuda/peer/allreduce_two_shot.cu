@@ -8,7 +8,7 @@
 
 #include "core/reduce.h"
 #include "core/reduce_dispatch.h"
-#include "cuda/cuda_check.h"
+#include "cuda/peer/grid_launch.cuh"
 #include "cuda/peer/kernel_preload.h"
 #include "cuda/peer/peer_device.cuh"
 #include "cuda/peer/peer_launch.h"
@@ -79,10 +79,8 @@ Status launchAllreduceTwoShot(const PeerAllreduceArgs& args, void* stream) {
   return element_ops::dispatchReduce(
       args.dtype, args.op, /*finalStep=*/true, /*firstStep=*/false, [&](auto tag) {
         using Final = typename decltype(tag)::type;
-        allreduceTwoShotKernel<Final>
-            <<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args, fpCrc, totalBytes, arg);
-        RINGGUARD_CUDA_CHECK_LAUNCH();
-        return Status::ok();
+        return launchPeerGrid(allreduceTwoShotKernel<Final>, blocks, kThreads, stream, args.arriveFirst, args,
+                              fpCrc, totalBytes, arg);
       });
 }
 

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "core/peer_alltoall_plan.h"
-#include "cuda/cuda_check.h"
+#include "cuda/peer/grid_launch.cuh"
 #include "cuda/peer/kernel_preload.h"
 #include "cuda/peer/peer_device.cuh"
 #include "cuda/peer/peer_launch.h"
@@ -225,9 +225,7 @@ Status launchPeerAlltoall(const PeerAlltoallArgs& args, void* stream) {
   const PeerAlgorithm algorithm = args.splits ? PeerAlgorithm::kAlltoallSplits : PeerAlgorithm::kAlltoall;
   const uint32_t fpCrc = peerFingerprintCrc(args, algorithm);
   RINGGUARD_RETURN_IF_ERROR(launchPeerArrival(args, fpCrc, stream));
-  alltoallKernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args, fpCrc, esize);
-  RINGGUARD_CUDA_CHECK_LAUNCH();
-  return Status::ok();
+  return launchPeerGrid(alltoallKernel, blocks, kThreads, stream, args.arriveFirst, args, fpCrc, esize);
 }
 
 Status preloadPeerAlltoall() { return preloadKernel(alltoallKernel); }

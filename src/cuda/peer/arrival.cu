@@ -6,7 +6,9 @@
 // holding SMs / ranks blocks that slow them (GPU.md, "DDP with several ranks on one GPU"). The grid then
 // takes the same steps again and finds them done. A failure (a deadline, a mismatch, a failed or exited peer,
 // an abort) is this kernel's to report: the grid finds the error word set, publishes and reads nothing, and
-// ends the collective (seq, done) as a failed one does.
+// ends the collective (seq, done) as a failed one does. The grid is a programmatic dependent launch where the
+// device has one (grid_launch.cuh): launched as this kernel releases it, so its launch overlaps this one's
+// end.
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.h"
@@ -24,9 +26,10 @@ static_assert(kBlockThreads == kThreads, "the block size of peer_device.cuh");
 
 __global__ void __launch_bounds__(kBlockThreads, 1)
     arrivalKernel(const __grid_constant__ PeerWindowArgs a, uint32_t fpCrc) {
-  Collective k = beginCollective(a, fpCrc);
+  Collective k = beginCollective</*kTables=*/false>(a, fpCrc);
   checkArrivals(k);
   if (__syncthreads_or(blockFailed()) != 0 && threadIdx.x == 0) reportToHost(a, k.mine());
+  releaseGrid();
 }
 
 }  // namespace

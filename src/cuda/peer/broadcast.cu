@@ -4,7 +4,7 @@
 // (finishCollective), so ranks that disagree on the root fail instead of each returning its own bytes.
 #include <cuda_runtime.h>
 
-#include "cuda/cuda_check.h"
+#include "cuda/peer/grid_launch.cuh"
 #include "cuda/peer/kernel_preload.h"
 #include "cuda/peer/peer_device.cuh"
 #include "cuda/peer/peer_launch.h"
@@ -57,9 +57,7 @@ Status launchPeerBroadcast(const PeerBroadcastArgs& args, void* stream) {
   RINGGUARD_RETURN_IF_ERROR(peerGrid(chunkCount(bytes), args.size, &blocks));
   const uint32_t fpCrc = peerFingerprintCrc(args, PeerAlgorithm::kBroadcast);
   RINGGUARD_RETURN_IF_ERROR(launchPeerArrival(args, fpCrc, stream));
-  broadcastKernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args, fpCrc, bytes);
-  RINGGUARD_CUDA_CHECK_LAUNCH();
-  return Status::ok();
+  return launchPeerGrid(broadcastKernel, blocks, kThreads, stream, args.arriveFirst, args, fpCrc, bytes);
 }
 
 Status preloadPeerBroadcast() { return preloadKernel(broadcastKernel); }

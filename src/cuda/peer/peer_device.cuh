@@ -340,16 +340,36 @@ struct Collective {
   __device__ char* data(int r) const { return at<char>(window(r), a->layout.dataOffset[half()]); }
 };
 
+// The two ends of the programmatic dependent launch of a grid behind the arrival kernel (grid_launch.cuh):
+// the arrival kernel's blocks let the grid be launched (every thread calls releaseGrid), and the grid's
+// threads wait until the arrival kernel has finished and its writes are visible (awaitArrivalKernel; at once
+// when the grid was launched the ordinary way). Before compute capability 9.0 there is no such launch: the
+// host launches the grid after the arrival kernel as any kernel, and both are no-ops.
+__device__ __forceinline__ void releaseGrid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void awaitArrivalKernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Starts a collective in every block: the epoch (seq + 1, kept on the device so a replayed graph gets a fresh
 // one), the acknowledgements (every peer finished reading half e & 1 at epoch e - 2 before this rank
 // overwrites it), then this rank's fingerprint words and its arrival slot {epoch, fpCrc} for the half. The
 // arrival is block 0's last warp's (kArrivalWarp): its release store, a fence, is off the path of warp 0,
 // which holds chunk 0, a small call's only chunk.
+// kTables: the block copies the CRC tables into its shared memory (every kernel that reads or publishes a
+// chunk; the arrival kernel reads none). A grid behind the arrival kernel first waits for it to finish.
 constexpr unsigned kArrivalWarp = kWarps - 1;
+template <bool kTables = true>
 __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, uint32_t fpCrc) {
   __shared__ uint64_t epochShared;
   __shared__ int okShared;
   RINGGUARD_STEP_ENTRY();
+  if (a.arriveFirst && kTables) awaitArrivalKernel();
   Collective k;
   k.a = &a;
   if (threadIdx.x == 0) {
@@ -365,7 +385,7 @@ __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, u
   __syncthreads();
   // After the seq read, not before it: issued first, the block's 40 KiB copy queued that read behind it
   // (~0.5 us at 1 KiB in the clocks); here it runs under the acknowledgement wait.
-  stageCrcTables();
+  if (kTables) stageCrcTables();
   k.epoch = epochShared;
   k.fpCrc = fpCrc;
   k.lane = threadIdx.x & 31u;
@@ -382,7 +402,7 @@ __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, u
       okShared = 0;
     }
   }
-  crcTablesArrived();
+  if (kTables) crcTablesArrived();
   __syncthreads();
   RINGGUARD_STEP(kStepAcked);
   if (blockIdx.x == 0 && okShared && threadIdx.x == 32 * kArrivalWarp) {
