@@ -184,12 +184,13 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("RINGGUARD_PEER_ARRIVAL_BYTES", "peer_arrival_bytes", "unsigned", "1048576", 0, 17179869184,
             (),
             "[0, 17179869184]",
-            "Collectives of the peer-window path that move this many bytes or more per rank (an allreduce's "
+            "Collectives of the peer-window path that move more than this many bytes per rank (an allreduce's "
             "or broadcast's count, an all-gather's send, a reduce-scatter's or all-to-all's send) launch a "
             "one-block kernel that waits for every rank's arrival before their grid, so a rank that comes "
-            "early holds one block, not a share of the GPU's SMs, while its peers still compute (ranks "
-            "sharing a GPU, as DDP under MPS). Costs one kernel launch per call. Ranks may differ. In [0, "
-            "17179869184]."),
+            "early holds one block, not a share of the GPU's SMs, while its peers still compute (DDP's bucket "
+            "all-reduces, ranks sharing a GPU). It costs each such call a few microseconds (a second kernel), "
+            "so the default leaves calls of up to 1 MiB without it; a value at or above RINGGUARD_PEER_BYTES "
+            "turns it off. Ranks may differ. In [0, 17179869184]."),
     Setting("RINGGUARD_PEER_P2P_BYTES", "peer_p2p_bytes", "unsigned", "1048576", 0, 17179869184,
             (),
             "[0, 17179869184]",
@@ -436,11 +437,12 @@ class Fields:
 
     peer_arrival_bytes: Optional[int] = None
     """``RINGGUARD_PEER_ARRIVAL_BYTES``, default ``1048576``. Collectives of the peer-window path that move
-    this many bytes or more per rank (an allreduce's or broadcast's count, an all-gather's send, a
+    more than this many bytes per rank (an allreduce's or broadcast's count, an all-gather's send, a
     reduce-scatter's or all-to-all's send) launch a one-block kernel that waits for every rank's arrival
     before their grid, so a rank that comes early holds one block, not a share of the GPU's SMs, while
-    its peers still compute (ranks sharing a GPU, as DDP under MPS). Costs one kernel launch per call.
-    Ranks may differ. In [0, 17179869184]."""
+    its peers still compute (DDP's bucket all-reduces, ranks sharing a GPU). It costs each such call a
+    few microseconds (a second kernel), so the default leaves calls of up to 1 MiB without it; a value
+    at or above RINGGUARD_PEER_BYTES turns it off. Ranks may differ. In [0, 17179869184]."""
 
     peer_p2p_bytes: Optional[int] = None
     """``RINGGUARD_PEER_P2P_BYTES``, default ``1048576``. Payload bytes per slot of the peer-window path's

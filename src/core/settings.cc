@@ -271,13 +271,13 @@ std::vector<Setting> declarations() {
           .group("peer_two_shot_bytes"),
       unsignedSetting(
           "RINGGUARD_PEER_ARRIVAL_BYTES", "1048576", 0, uint64_t(1) << 34,
-          "Collectives of the peer-window path that move this many bytes or more per rank (an allreduce's or "
-          "broadcast's count, an all-gather's send, a reduce-scatter's or all-to-all's send) launch a "
-          "one-block "
-          "kernel that waits for every rank's arrival before their grid, so a rank that comes early holds "
-          "one "
-          "block, not a share of the GPU's SMs, while its peers still compute (ranks sharing a GPU, as DDP "
-          "under MPS). Costs one kernel launch per call. Ranks may differ.")
+          "Collectives of the peer-window path that move more than this many bytes per rank (an allreduce's "
+          "or broadcast's count, an all-gather's send, a reduce-scatter's or all-to-all's send) launch a "
+          "one-block kernel that waits for every rank's arrival before their grid, so a rank that comes "
+          "early holds one block, not a share of the GPU's SMs, while its peers still compute (DDP's bucket "
+          "all-reduces, ranks sharing a GPU). It costs each such call a few microseconds (a second kernel), "
+          "so the default leaves calls of up to 1 MiB without it; a value at or above RINGGUARD_PEER_BYTES "
+          "turns it off. Ranks may differ.")
           .group("peer_arrival_bytes"),
       unsignedSetting(
           "RINGGUARD_PEER_P2P_BYTES", "1048576", 0, uint64_t(1) << 34,

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/fingerprint.h"
 #include "core/reduce.h"
 #include "peer_test_util.h"
 #include "ringguard/observability/observability.h"
@@ -579,10 +580,10 @@ TEST_F(PeerCollectives, ArrivalKernelFirstEveryCollectiveExact) {
   EXPECT_EQ(windows_->errorRecord()->detected, windows_->errorRecord()->injected);
 }
 
-// Ranks that make different calls fail in the arrival kernel (every rank, none waits for its deadline: 5 s
-// here, 60 s for the test), a stopped peer is named there at the deadline, and an abort releases it; the
-// grids behind it then end at once (the streams drain). Fresh windows for each: a failed rank's error word
-// stays set.
+// Ranks that make different calls fail in the arrival kernel (every rank, none waits for its deadline), a
+// stopped peer is named there at the deadline, an abort releases it, and a call declined on one rank fails
+// the others there at once; the grids behind it then end at once (the streams drain) without publishing.
+// Fresh windows for each: a failed rank's error word stays set.
 TEST_F(PeerCollectives, TheArrivalKernelFailsRanksThatDisagreeNamesAStoppedPeerAndEndsOnAbort) {
   arriveFirst_ = true;
   const size_t count = 4096 + size_t(rank()) * 1024;
@@ -600,28 +601,46 @@ TEST_F(PeerCollectives, TheArrivalKernelFailsRanksThatDisagreeNamesAStoppedPeerA
   const auto msSince = [](std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
-  // Different counts.
+  // What says the arrival kernel, not the grid, found it: the error came from an arrival wait (no chunk) of
+  // the first collective on these windows, and this rank published no chunk of it (its grid, which publishes
+  // before it reads, never got to: every entry of both tables of half 1 still holds epoch 0).
+  const auto foundBeforeTheGrid = [&](size_t n, const char* what) {
+    const ErrorRecord* rec = windows_->errorRecord();
+    EXPECT_EQ(rec->chunk, ~0u) << what << ": chunk " << rec->chunk;
+    EXPECT_EQ(rec->epoch, 1u) << what;
+    const WindowLayout l = windows_->layout();
+    const size_t entries = chunkCount(n * 4);
+    for (size_t offset : {l.tableOffset[1], l.resultTableOffset[1]}) {
+      const std::vector<uint8_t> table =
+          toHost(static_cast<char*>(windows_->window(rank())) + offset, entries * sizeof(ChunkEntry));
+      for (size_t c = 0; c < entries; ++c) {
+        ChunkEntry e;
+        std::memcpy(&e, table.data() + c * sizeof e, sizeof e);
+        EXPECT_EQ(e.epoch, 0u) << what << ": chunk " << c << " published";
+      }
+    }
+  };
+  // Different counts: every rank fails at once (5 s deadline).
   auto t0 = std::chrono::steady_clock::now();
   ASSERT_TRUE(launch(count, 5ull * 1000 * 1000 * 1000).isOk());
   expectEveryRankFailedOnAMismatch();
   EXPECT_LT(msSince(t0), 4000.0) << "a mismatch waited for the deadline";
+  foundBeforeTheGrid(count, "mismatch");
 
-  // A stopped peer.
+  // A stopped peer: every other rank's arrival kernel waits for it alone, so a timeout naming it.
   const int stopped = size() - 1;
   windows_.reset();
   Status made = PeerWindows::create(*bootstrap_, 0, 1 << 20, &windows_);
   ASSERT_TRUE(made.isOk()) << made.toString();
-  if (rank() != stopped) {
+  if (rank() != stopped) {  // EXPECTs only from here to the barrier: every rank must reach it
     t0 = std::chrono::steady_clock::now();
-    ASSERT_TRUE(launch(4096, 300ull * 1000 * 1000).isOk());
+    EXPECT_TRUE(launch(4096, 300ull * 1000 * 1000).isOk());
     EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
     const ErrorRecord* rec = windows_->errorRecord();
-    EXPECT_TRUE(rec->code == uint32_t(PeerError::kTimeout) || rec->code == uint32_t(PeerError::kPeerFailed))
-        << "code " << rec->code;
-    if (rec->code == uint32_t(PeerError::kTimeout)) {
-      EXPECT_EQ(rec->peer, stopped);
-    }
+    EXPECT_EQ(rec->code, uint32_t(PeerError::kTimeout));
+    EXPECT_EQ(rec->peer, stopped);
     EXPECT_LT(msSince(t0), 5000.0);
+    foundBeforeTheGrid(4096, "stopped peer");
   }
   MPI_Barrier(MPI_COMM_WORLD);
 
@@ -629,15 +648,40 @@ TEST_F(PeerCollectives, TheArrivalKernelFailsRanksThatDisagreeNamesAStoppedPeerA
   windows_.reset();
   made = PeerWindows::create(*bootstrap_, 0, 1 << 20, &windows_);
   ASSERT_TRUE(made.isOk()) << made.toString();
-  if (rank() == 0) {
-    ASSERT_TRUE(launch(4096, 20ull * 1000 * 1000 * 1000).isOk());
+  if (rank() == 0) {  // EXPECTs only, as above
+    EXPECT_TRUE(launch(4096, 20ull * 1000 * 1000 * 1000).isOk());
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     t0 = std::chrono::steady_clock::now();
     *reinterpret_cast<volatile uint32_t*>(&windows_->errorRecord()->abortRequested) = 1;
     EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
     EXPECT_EQ(windows_->errorRecord()->code, uint32_t(PeerError::kAborted));
     EXPECT_LT(msSince(t0), 1000.0);
+    foundBeforeTheGrid(4096, "abort");
   }
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  // A call rank 0 declined (its own checks rejected it, decline.cu): the others' arrival kernels see its
+  // arrival with the declined fingerprint and fail at once naming it.
+  windows_.reset();
+  made = PeerWindows::create(*bootstrap_, 0, 1 << 20, &windows_);
+  ASSERT_TRUE(made.isOk()) << made.toString();
+  t0 = std::chrono::steady_clock::now();
+  if (rank() == 0) {
+    auto a =
+        windowArgs<PeerWindowArgs>(CollectiveKind::kAllreduce, DataType::kUint8, ReduceOp::kSum, 0, kNoRoot);
+    a.fingerprint[0] |= uint32_t(kFingerprintInvalidInput) << 8;
+    a.timeoutNs = 5ull * 1000 * 1000 * 1000;
+    EXPECT_TRUE(launchPeerDecline(a, stream_).isOk());
+  } else {
+    EXPECT_TRUE(launch(4096, 5ull * 1000 * 1000 * 1000).isOk());
+  }
+  EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  EXPECT_EQ(windows_->errorRecord()->code, uint32_t(PeerError::kFingerprintMismatch));
+  if (rank() != 0) {
+    EXPECT_EQ(windows_->errorRecord()->peer, 0);
+    foundBeforeTheGrid(4096, "declined on rank 0");
+  }
+  EXPECT_LT(msSince(t0), 4000.0) << "a declined call waited for the deadline";
   MPI_Barrier(MPI_COMM_WORLD);
 }
 

@@ -32,7 +32,7 @@ struct DeviceOptions {
   // Allreduces of the peer-window path from this many bytes on take the two-shot kernel (kAuto and kPeer
   // alike; every rank must set the same).
   uint64_t peerTwoShotBytes = 4ull << 20;
-  // Collectives of the peer-window path moving this many bytes or more per rank wait for every rank's
+  // Collectives of the peer-window path moving more than this many bytes per rank wait for every rank's
   // arrival in a one-block kernel before their grid (ranks may differ).
   uint64_t peerArrivalBytes = 1ull << 20;
   // Payload bytes per slot of the peer-window path's send/recv channels (two per destination); only with

@@ -35,8 +35,8 @@ struct PeerWindowArgs {
   uint64_t timeoutNs = 0;
   int maxRereads = 3;
   // A wide collective's grid waits for its peers behind a one-block arrival kernel (arrival.cu): set where
-  // the call moves RINGGUARD_PEER_ARRIVAL_BYTES or more (PeerPath). Ranks may differ: either way every rank's
-  // grid finds every peer's arrival. The send/recv and decline launchers ignore it.
+  // the call moves more than RINGGUARD_PEER_ARRIVAL_BYTES (PeerPath). Ranks may differ: either way every
+  // rank's grid finds every peer's arrival. The send/recv and decline launchers ignore it.
   bool arriveFirst = false;
   // Fault injection (core/peer_fault.h): a read of chunk c from peer p at epoch e is damaged in registers
   // when hash(seed, e, c, p) < probability * 2^32, as the mode says; every rank injects on its own reads.

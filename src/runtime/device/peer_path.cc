@@ -336,9 +336,9 @@ class PeerPath final : public DirectPath {
   }
 
  private:
-  // Whether a call moving `bytes` per rank waits for its peers in the arrival kernel first
-  // (RINGGUARD_PEER_ARRIVAL_BYTES, cuda/peer/arrival.cu).
-  bool arrivesFirst(size_t bytes) const { return bytes >= peer_.arrivalBytes; }
+  // Whether a call moving `bytes` per rank waits for its peers in the arrival kernel first: above
+  // RINGGUARD_PEER_ARRIVAL_BYTES (cuda/peer/arrival.cu).
+  bool arrivesFirst(size_t bytes) const { return bytes > peer_.arrivalBytes; }
 
   bool takes(CollectiveKind kind, size_t publishedBytes) const {
     return peer::peerPathTakes(kind, publishedBytes, windows_->size(), windows_->layout().capacity);

@@ -14,7 +14,7 @@ namespace cuda {
 struct PeerPathOptions {
   size_t capacity = 32u << 20;     // payload bytes per collective (RINGGUARD_PEER_BYTES)
   size_t twoShotBytes = 4u << 20;  // RINGGUARD_PEER_TWO_SHOT_BYTES
-  size_t arrivalBytes = 1u << 20;  // RINGGUARD_PEER_ARRIVAL_BYTES: PeerWindowArgs::arriveFirst from here on
+  size_t arrivalBytes = 1u << 20;  // RINGGUARD_PEER_ARRIVAL_BYTES: PeerWindowArgs::arriveFirst above it
   // Payload bytes per slot of each send/recv channel (RINGGUARD_PEER_P2P_BYTES; 0: send/recv stays on the
   // pipeline). The factory maps channels only for RINGGUARD_DEVICE_TRANSPORT=peer (device_factory.cc).
   size_t p2pBytes = 1u << 20;

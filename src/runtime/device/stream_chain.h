@@ -29,8 +29,8 @@ class StreamChain {
   StreamChain(const StreamChain&) = delete;
   StreamChain& operator=(const StreamChain&) = delete;
 
-  // Runs `launch` (which enqueues one kernel on `stream`) after every kernel launched through this chain
-  // before, on any stream. Serialised: the whole launch holds the chain's lock.
+  // Runs `launch` (which enqueues a collective's kernels on `stream`) after every kernel launched through
+  // this chain before, on any stream. Serialised: the whole launch holds the chain's lock.
   Status run(cudaStream_t stream, FunctionRef<Status()> launch);
 
  private:
