@@ -170,8 +170,8 @@ class PeerWindowTest : public ::testing::Test {
   // The fault mode and its parameters every collective's arguments start from (probability and seed are
   // each call's).
   PeerFault fault_;
-  // Every collective's grid behind the arrival kernel (cuda/peer/arrival.cu), as RINGGUARD_PEER_ARRIVAL_BYTES
-  // sets it for calls of that size.
+  // Every collective's grid behind the arrival kernel (cuda/peer/arrival.cu), as PeerPath sets it for calls
+  // above RINGGUARD_PEER_ARRIVAL_BYTES.
   bool arriveFirst_ = false;
 
   int rank() const { return windows_->rank(); }
