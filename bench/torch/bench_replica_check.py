@@ -11,7 +11,8 @@ shapes) fingerprinted alone, against a device copy of the same bytes (bandwidth 
 Rank 0 prints one JSON line per measurement (``listing_ms``: the host's listing of the checked tensors a
 check makes; ``tensors_ms``: the public ``tensors()``, detached copies of the list) and ``check_vs_step=<check ms / unchecked step ms>`` (goal:
 <= 0.01 for the small GPT on the GPU), and the same for ``sync=False`` (``deferred_vs_step``, with its
-counters: ``host_waits`` 0, ``deferred_waits`` the verdicts that were not ready when read).
+counters: ``host_waits`` 0, ``deferred_waits`` the verdicts that were not ready when read), and on CUDA for
+``gate=True`` (``gated_vs_step``: sync=True's guarantee through the gate, no host wait for the verdict).
 """
 
 import argparse
@@ -118,9 +119,16 @@ def main():
     deferred.remove()
     times = {"plain": [], "checked": [], "deferred": []}
     hooks = {"checked": check._after_step, "deferred": deferred._after_step}
+    gated = None
+    if device.type == "cuda":
+        # sync=True through the gate (docs/REPLICAS.md, "The gate"): no host wait for the verdict.
+        gated = ringguard.ReplicaCheck(ddp, opt, every=1, on_mismatch="raise", gate=True)
+        gated.remove()
+        times["gated"] = []
+        hooks["gated"] = gated._after_step
     order = list(times)
     for r in range(args.rounds):
-        for variant in order[r % 3:] + order[:r % 3]:
+        for variant in order[r % len(order):] + order[:r % len(order)]:
             handle = opt.register_step_post_hook(hooks[variant]) if variant in hooks else None
             times[variant].append(timed(step, device, args.steps))
             if handle is not None:
@@ -158,6 +166,11 @@ def main():
          deferred_step_ms=deferred_ms, deferred_vs_step=(deferred_ms - step_ms) / step_ms,
          deferred_counters=deferred.counters(), gathers_on_host=check.gathers_on_host(),
          gathers_directly=check.gathers_directly())
+    if gated is not None:
+        gated_ms = statistics.median(times["gated"])
+        emit(rank, gated_step_ms=gated_ms, gated_vs_step=(gated_ms - step_ms) / step_ms,
+             gated_vs_step_paired=statistics.median((g - p) / p for g, p in zip(times["gated"], plain)),
+             rounds_gated_ms=times["gated"], gated_counters=gated.counters())
 
     for gb in args.set_gb:
         # Transformer-shaped tensors (d x 4d, 4d x d, d x d, d) until the set holds `gb` GiB of f32/bf16.

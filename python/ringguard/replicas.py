@@ -108,6 +108,13 @@ class ReplicaCheck:
     gradients the odd replica contributed in between; ``flush()`` reads the last one).
     include_buffers: "auto" (default) every buffer but the running statistics of batch and instance norms
     (each replica updates them from its own batch; SyncBatchNorm's are checked), True every buffer, False none.
+    gate: sync=True without the host's wait for the verdict (docs/REPLICAS.md, "The gate"; CUDA tensors on a
+    group whose CUDA backend is ringguard's): the fingerprints are gathered on the device and a kernel holds
+    the stream while they differ, until a verdict thread of the check has decided (and repaired, over a group
+    of its own made here: every rank must make the check) and released it; a clean check waits for nothing.
+    A mismatch raised this way aborts the group (the collectives queued behind the gate fail with the verdict
+    in their message) and the next check, ``flush()`` or ``check_now()`` raises ReplicaMismatchError.
+    ``counters()`` and ``last_report()`` wait for the verdicts of the checks made so far.
 
     Steps are counted from 0 (the first ``optimizer.step()`` is step 0); with every=k the checks follow
     steps k-1, 2k-1, ...
@@ -115,11 +122,16 @@ class ReplicaCheck:
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, group: Any = None,
                  every: int = 1, on_mismatch: str = "raise", include_optimizer_state: bool = True,
-                 include_buffers: Union[bool, str] = "auto", sync: bool = True):
+                 include_buffers: Union[bool, str] = "auto", sync: bool = True, gate: bool = False):
         import torch.distributed as dist
 
         if not isinstance(sync, bool):
             raise ValueError(f"ReplicaCheck: sync={sync!r}: expected True or False")
+        if not isinstance(gate, bool):
+            raise ValueError(f"ReplicaCheck: gate={gate!r}: expected True or False")
+        if gate and not sync:
+            raise ValueError("ReplicaCheck: gate=True is sync=True's way to the verdict; sync=False reads it at the "
+                             "next check")
         if include_buffers not in (True, False, "auto"):
             raise ValueError(f"ReplicaCheck: include_buffers={include_buffers!r}: expected True, False or 'auto'")
         if not isinstance(every, int) or isinstance(every, bool) or every < 1:
@@ -159,12 +171,49 @@ class ReplicaCheck:
         self._step = 0
         self._impl = C.ReplicaCheck(on_mismatch, every, self._rank, self._size, self._all_gather,
                                     self._broadcast, cuda.index if cuda is not None else -1, sync,
-                                    self._start_gather if cuda is not None and not sync else None,
+                                    self._start_gather if cuda is not None and (gate or not sync) else None,
                                     self._host_group)
+        self._verdict_group = None
+        if gate:
+            self._use_gate(C, cuda)
         fault = _default_fault if _default_fault is not None else os.environ.get(_FAULT_SETTING, "")
         if fault:
             self._impl.set_fault(fault)
         self._handle = optimizer.register_step_post_hook(self._after_step)
+
+    def _use_gate(self, C, cuda) -> None:
+        """The gate's parts: the replica group's ringguard CUDA backend (aborted on a raised verdict), a group
+        of the check's own over the same ranks (the verdict thread's collectives, outside the training group's
+        order), and the verdict thread's stream."""
+        import torch.distributed as dist
+
+        if cuda is None:
+            raise ValueError("ReplicaCheck: gate=True needs the model's tensors on a GPU (the gate holds a CUDA "
+                             "stream); the model's are on the CPU")
+        training = _backend.of_group(self.group, "cuda")
+        if not isinstance(training, C.ProcessGroupRingguard):
+            raise ValueError(f"ReplicaCheck: gate=True needs a group whose CUDA backend is ringguard's; this "
+                             f"group's is {type(training).__name__ if training is not None else 'missing'}")
+        self._verdict_group = dist.new_group(self._ranks, backend=dist.get_backend(self.group))
+        verdict = _backend.of_group(self._verdict_group, "cuda")
+        if (not isinstance(verdict, C.ProcessGroupRingguard) or verdict is not _backend.of_group(
+                self._verdict_group, "cpu") or dist.get_process_group_ranks(self._verdict_group) != self._ranks):
+            raise ValueError("ReplicaCheck: gate=True: the check's own group is not one ringguard backend for CPU "
+                             "and CUDA over the replica group's ranks in their order; pass backend='ringguard' "
+                             "to init_process_group")
+        self._verdict_stream = torch.cuda.Stream(cuda)
+        # The verdict group's communicators made now, not in the first repair: while a gate holds the training
+        # stream (the legacy default stream, in most programs) a synchronous CUDA call of their setup (a
+        # memset, a free) would wait for that stream, and so for the repair it is part of.
+        with torch.cuda.stream(self._verdict_stream):
+            dist.broadcast(torch.zeros(1, device=cuda), src=self._ranks[0], group=self._verdict_group)
+        dist.broadcast(torch.zeros(1), src=self._ranks[0], group=self._verdict_group)
+        self._verdict_stream.synchronize()
+        self._impl.use_gate(training, verdict, self._verdict_stream.cuda_stream)
+
+    def gated(self) -> bool:
+        """Whether the checks go through the gate (gate=True)."""
+        return self._impl.gated()
 
     @staticmethod
     def _replica_group(params):
@@ -254,10 +303,12 @@ class ReplicaCheck:
         dist.all_gather_into_tensor(out, t, group=self.group)
         return out.cpu()
 
-    def _start_gather(self, words: torch.Tensor, crcs: torch.Tensor, index: torch.Tensor) -> "_DeviceGather":
+    def _start_gather(self, words: torch.Tensor, crcs: torch.Tensor, index: torch.Tensor,
+                      device_only: bool = False) -> Any:
         """sync=False on CUDA: the message to the device (the host words through pinned memory, the device
         CRCs put in place), all-gathered on the current stream, copied back into pinned memory on the stream;
-        an event after the copy says when the next check may read it. Nothing here waits on the host."""
+        an event after the copy says when the next check may read it. Nothing here waits on the host.
+        device_only (the gate): the gathered device tensor, which the gate copies and reads itself."""
         import torch.distributed as dist
 
         msg = words.pin_memory().to(self._device, non_blocking=True)
@@ -265,6 +316,8 @@ class ReplicaCheck:
             msg.index_copy_(0, index.pin_memory().to(self._device, non_blocking=True), crcs)
         gathered = torch.empty(self._size * msg.numel(), dtype=msg.dtype, device=self._device)
         dist.all_gather_into_tensor(gathered, msg, group=self.group)
+        if device_only:
+            return gathered
         host = torch.empty(gathered.shape, dtype=gathered.dtype, pin_memory=True)
         host.copy_(gathered, non_blocking=True)
         done = torch.cuda.Event()
@@ -310,7 +363,8 @@ class ReplicaCheck:
     def counters(self) -> Dict[str, int]:
         """steps, checks, mismatches, repairs, repaired_tensors, escalations, warnings, raised, injected,
         bytes_fingerprinted, host_waits, deferred_waits (sync=False verdicts not ready when read),
-        locate_rounds (all-gathers spent finding first differing elements)."""
+        locate_rounds (all-gathers spent finding first differing elements), gated_checks (checks whose
+        verdict a gate waited for, gate=True). Gated: waits for the verdicts of the checks made so far."""
         return dict(self._impl.counters())
 
     def last_report(self) -> Optional[Dict[str, Any]]:
@@ -321,5 +375,6 @@ class ReplicaCheck:
         return self._impl.last_report()
 
     def remove(self) -> None:
-        """Unregisters the step hook."""
+        """Unregisters the step hook (gated: after the verdicts of the checks made so far)."""
         self._handle.remove()
+        self._impl.await_verdicts()

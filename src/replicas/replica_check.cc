@@ -53,6 +53,12 @@ Status ReplicaExchange::startCheck(const std::vector<uint32_t>& mine, const std:
   return Status::ok();
 }
 
+Status ReplicaExchange::gatherOnDevice(const std::vector<uint32_t>&, const std::vector<ReplicaTensor>&,
+                                       const std::vector<size_t>&, void*, const uint32_t**) {
+  return Status(StatusCode::kInvalidArgument,
+                "replica check: this exchange cannot gather on the device, which the gate needs");
+}
+
 uint32_t replicaTrack() {
   static const uint32_t track = trace::newTrack("replicas");
   return track;
@@ -71,7 +77,7 @@ ReplicaChecker::ReplicaChecker(ReplicaCheckOptions options, std::unique_ptr<Repl
                     "ReplicaChecker needs an exchange and a host backend");
 }
 
-ReplicaChecker::~ReplicaChecker() = default;
+ReplicaChecker::~ReplicaChecker() { stopVerdicts(); }
 
 Status ReplicaChecker::validate(const ReplicaCheckOptions& o) {
   if (o.every == 0) return Status(StatusCode::kInvalidArgument, "replica check: every=0: expected >= 1");
@@ -219,12 +225,21 @@ Status ReplicaChecker::afterStep(uint64_t step, const std::vector<ReplicaTensor>
     std::lock_guard<std::mutex> lock(mu_);
     ++counters_.steps;
   }
+  // Gated: a fault's flip waits for the verdicts before it (it uses the device backend, as they may).
+  if (gate_ != nullptr && faultAt(step)) awaitVerdicts();
   RINGGUARD_RETURN_IF_ERROR(injectFault(step, tensors, stream));
   if (!checksAt(step)) return Status::ok();
+  if (gate_ != nullptr) return checkGated(step, tensors, stream);
   return checkNow(step, tensors, stream);
 }
 
 Status ReplicaChecker::checkNow(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream) {
+  if (gate_ != nullptr) {
+    // Outside the step hook: the checks before it settled first, then a check of the host's own, with its
+    // wait (its collectives go over the exchange as the verdict thread's do; that thread is idle now).
+    awaitVerdicts();
+    RINGGUARD_RETURN_IF_ERROR(gateFailure());
+  }
   if (!options_.sync) {
     RINGGUARD_RETURN_IF_ERROR(resolveDeferred(step, tensors, stream));
     return launchDeferred(step, tensors, stream);
@@ -235,6 +250,10 @@ Status ReplicaChecker::checkNow(uint64_t step, const std::vector<ReplicaTensor>&
 }
 
 Status ReplicaChecker::flush(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream) {
+  if (gate_ != nullptr) {
+    awaitVerdicts();
+    return gateFailure();
+  }
   return resolveDeferred(step, tensors, stream);
 }
 
@@ -379,6 +398,132 @@ Status ReplicaChecker::act(uint64_t checked, uint64_t now, ReplicaComparison c,
   Status st(StatusCode::kCorruption, rep.message);
   finish(std::move(rep));
   return st;
+}
+
+// ---- The gate (docs/REPLICAS.md, "The gate") --------------------------------------------------------------
+
+Status ReplicaChecker::useGate(std::unique_ptr<ReplicaGate> gate, void* verdictStream,
+                               std::function<void(const std::string&)> abortTraining) {
+  if (!options_.sync) {
+    return Status(StatusCode::kInvalidArgument,
+                  "replica check: the gate is sync=True's way to the verdict; sync=False reads it at the next check");
+  }
+  if (gate == nullptr || gate_ != nullptr) {
+    return Status(StatusCode::kInvalidArgument, "replica check: useGate needs a gate, once");
+  }
+  gate_ = std::move(gate);
+  verdictStream_ = verdictStream;
+  abortTraining_ = std::move(abortTraining);
+  verdictThread_ = std::thread([this] { verdictLoop(); });
+  return Status::ok();
+}
+
+Status ReplicaChecker::gateFailure() {
+  std::lock_guard<std::mutex> lock(verdictMu_);
+  return gateFailure_;
+}
+
+void ReplicaChecker::awaitVerdicts() {
+  if (gate_ == nullptr) return;
+  std::unique_lock<std::mutex> lock(verdictMu_);
+  verdictCv_.wait(lock, [this] { return (verdicts_.empty() && !settling_) || stopping_; });
+}
+
+void ReplicaChecker::stopVerdicts() {
+  if (!verdictThread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(verdictMu_);
+    stopping_ = true;
+  }
+  verdictCv_.notify_all();
+  verdictThread_.join();
+  std::deque<GatedCheck> dropped;
+  {
+    std::lock_guard<std::mutex> lock(verdictMu_);
+    dropped.swap(verdicts_);
+  }
+  gate_->release(ReplicaGate::kOpenAll);  // nothing will settle them now: no stream may wait on them
+  verdictCv_.notify_all();
+}
+
+Status ReplicaChecker::checkGated(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream) {
+  // A verdict thread's failure (a raise, an escalation, a gate out of time) is every later check's error:
+  // the training group is aborted and the replicas are not known to agree.
+  RINGGUARD_RETURN_IF_ERROR(gateFailure());
+  trace::Span span(trace::Kind::kReplica, "replica check", replicaTrack());
+  span.event().a = static_cast<int32_t>(step);
+  span.event().b = -1;  // the verdict comes from the verdict thread
+  span.event().value = totalBytes(tensors);
+  GatedCheck c;
+  std::vector<uint32_t> words;
+  std::vector<size_t> onDevice;
+  RINGGUARD_RETURN_IF_ERROR(encodeMine(step, tensors, stream, &words, &onDevice));
+  const uint32_t* gathered = nullptr;
+  RINGGUARD_RETURN_IF_ERROR(exchange_->gatherOnDevice(words, tensors, onDevice, stream, &gathered));
+  c.step = step;
+  c.epoch = ++epoch_;
+  c.wordsPerRank = words.size();
+  c.tensors = tensors;
+  RINGGUARD_RETURN_IF_ERROR(gate_->hold(gathered, words.size(), exchange_->size(), c.epoch, stream, &c.pending));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++counters_.gatedChecks;
+  }
+  {
+    std::lock_guard<std::mutex> lock(verdictMu_);
+    verdicts_.push_back(std::move(c));
+  }
+  verdictCv_.notify_all();
+  trace::tally(trace::Tally::kReplicaCheck);
+  return Status::ok();
+}
+
+void ReplicaChecker::verdictLoop() {
+  for (;;) {
+    GatedCheck c;
+    {
+      std::unique_lock<std::mutex> lock(verdictMu_);
+      verdictCv_.wait(lock, [this] { return stopping_ || !verdicts_.empty(); });
+      if (stopping_) return;
+      c = std::move(verdicts_.front());
+      verdicts_.pop_front();
+      settling_ = true;
+    }
+    Status st = settle(c);
+    // The gate ran out before this verdict (its thread stalled): what was queued behind it already ran on
+    // this rank's replica, checked or not. Raised as a failure of its own.
+    if (st.isOk() && gate_->expired() >= c.epoch) {
+      st = Status(StatusCode::kTimeout,
+                  "replica check: step " + std::to_string(c.step) +
+                      ": the gate's deadline (RINGGUARD_TIMEOUT_MS) passed before its verdict was settled; the "
+                      "steps queued behind it ran on this rank unchecked");
+    }
+    bool first = false;
+    if (!st.isOk()) {
+      std::lock_guard<std::mutex> lock(verdictMu_);
+      first = gateFailure_.isOk();
+      if (first) gateFailure_ = st;
+    }
+    // Abort first, then release: the kernels queued behind the gate see the abort at their entry.
+    if (first && abortTraining_) abortTraining_(st.message());
+    gate_->release(c.epoch);
+    {
+      std::lock_guard<std::mutex> lock(verdictMu_);
+      settling_ = false;
+    }
+    c.pending.reset();  // its slot back to the gate
+    verdictCv_.notify_all();
+  }
+}
+
+Status ReplicaChecker::settle(GatedCheck& c) {
+  std::vector<uint32_t> all;
+  RINGGUARD_RETURN_IF_ERROR(c.pending->take(&all));
+  ReplicaComparison cmp;
+  RINGGUARD_RETURN_IF_ERROR(compareGathered(all, c.wordsPerRank, &cmp));
+  // Locating, the repair and the check after it run here, on the verdict stream, over the exchange's
+  // collectives (the check's own communicator), while the training stream waits at the gate.
+  return act(c.step, c.step, std::move(cmp), c.tensors, verdictStream_);
 }
 
 }  // namespace ringguard

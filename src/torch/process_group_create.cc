@@ -160,6 +160,14 @@ Communicator* ProcessGroupRingguard::communicatorFor(const at::Tensor& t, const 
 #endif
 }
 
+void ProcessGroupRingguard::abortWith(const std::string& why) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (Communicator* c : {cpu_.get(), cuda_.get()}) {
+    if (c != nullptr) c->abort(why);
+  }
+  if (p2p_) p2p_->abort(why);
+}
+
 void ProcessGroupRingguard::stop(bool abort) {
   endDeviceP2p(abort);  // while the group still issues
   {

@@ -581,7 +581,8 @@ TEST_F(PeerCollectives, ArrivalKernelFirstEveryCollectiveExact) {
 }
 
 // Ranks that make different calls fail in the arrival kernel (every rank, none waits for its deadline), a
-// stopped peer is named there at the deadline, an abort releases it, and a call declined on one rank fails
+// stopped peer is named there at the deadline, an abort releases it (and one requested before the call ends
+// the first kernel at entry), and a call declined on one rank fails
 // the others there at once; the grids behind it then end at once (the streams drain) without publishing.
 // Fresh windows for each: a failed rank's error word stays set.
 TEST_F(PeerCollectives, TheArrivalKernelFailsRanksThatDisagreeNamesAStoppedPeerAndEndsOnAbort) {
@@ -597,6 +598,11 @@ TEST_F(PeerCollectives, TheArrivalKernelFailsRanksThatDisagreeNamesAStoppedPeerA
     a.algorithm = PeerAlgorithm::kAllreduceTwoShot;
     a.timeoutNs = timeoutNs;
     return launchPeerAllreduce(a, stream_);
+  };
+  const auto freshWindows = [&] {
+    windows_.reset();
+    const Status made = PeerWindows::create(*bootstrap_, 0, 1 << 20, &windows_);
+    ASSERT_TRUE(made.isOk()) << made.toString();
   };
   const auto msSince = [](std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -629,9 +635,7 @@ TEST_F(PeerCollectives, TheArrivalKernelFailsRanksThatDisagreeNamesAStoppedPeerA
 
   // A stopped peer: every other rank's arrival kernel waits for it alone, so a timeout naming it.
   const int stopped = size() - 1;
-  windows_.reset();
-  Status made = PeerWindows::create(*bootstrap_, 0, 1 << 20, &windows_);
-  ASSERT_TRUE(made.isOk()) << made.toString();
+  ASSERT_NO_FATAL_FAILURE(freshWindows());
   if (rank() != stopped) {  // EXPECTs only from here to the barrier: every rank must reach it
     t0 = std::chrono::steady_clock::now();
     EXPECT_TRUE(launch(4096, 300ull * 1000 * 1000).isOk());
@@ -645,9 +649,7 @@ TEST_F(PeerCollectives, TheArrivalKernelFailsRanksThatDisagreeNamesAStoppedPeerA
   MPI_Barrier(MPI_COMM_WORLD);
 
   // An abort of a rank whose peers never come (20 s deadline: only the abort ends it sooner).
-  windows_.reset();
-  made = PeerWindows::create(*bootstrap_, 0, 1 << 20, &windows_);
-  ASSERT_TRUE(made.isOk()) << made.toString();
+  ASSERT_NO_FATAL_FAILURE(freshWindows());
   if (rank() == 0) {  // EXPECTs only, as above
     EXPECT_TRUE(launch(4096, 20ull * 1000 * 1000 * 1000).isOk());
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -660,11 +662,27 @@ TEST_F(PeerCollectives, TheArrivalKernelFailsRanksThatDisagreeNamesAStoppedPeerA
   }
   MPI_Barrier(MPI_COMM_WORLD);
 
+  // An abort requested before the call (what a replica check's gate does before it lets the kernels queued
+  // behind it run: docs/REPLICAS.md): the first kernel, the arrival kernel or the grid itself, ends at entry
+  // with kAborted on every rank, at once, publishing nothing, though every peer comes.
+  for (const bool arrival : {true, false}) {
+    arriveFirst_ = arrival;
+    ASSERT_NO_FATAL_FAILURE(freshWindows());
+    *reinterpret_cast<volatile uint32_t*>(&windows_->errorRecord()->abortRequested) = 1;
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = std::chrono::steady_clock::now();
+    EXPECT_TRUE(launch(4096, 20ull * 1000 * 1000 * 1000).isOk());
+    EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    EXPECT_EQ(windows_->errorRecord()->code, uint32_t(PeerError::kAborted)) << "arrival kernel " << arrival;
+    EXPECT_LT(msSince(t0), 1000.0);
+    foundBeforeTheGrid(4096, arrival ? "aborted before the arrival kernel" : "aborted before the grid");
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  arriveFirst_ = true;
+
   // A call rank 0 declined (its own checks rejected it, decline.cu): the others' arrival kernels see its
   // arrival with the declined fingerprint and fail at once naming it.
-  windows_.reset();
-  made = PeerWindows::create(*bootstrap_, 0, 1 << 20, &windows_);
-  ASSERT_TRUE(made.isOk()) << made.toString();
+  ASSERT_NO_FATAL_FAILURE(freshWindows());
   t0 = std::chrono::steady_clock::now();
   if (rank() == 0) {
     auto a =

@@ -371,6 +371,92 @@ def _(ctx):
     return {"hash": final}
 
 
+def _gated_only(ctx):
+    if ctx.device != "cuda":
+        raise harness.Skip("the gate holds a CUDA stream (RINGGUARD_TEST_DEVICE=cuda)")
+
+
+@CASES.case("gate-is-refused-where-it-cannot-hold")
+def _(ctx):
+    model = DDP(Net().to(ctx.device))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="gate=True is sync=True's way to the verdict"):
+        ringguard.ReplicaCheck(model, opt, gate=True, sync=False)
+    with pytest.raises(ValueError, match=r"gate=1: expected True or False"):
+        ringguard.ReplicaCheck(model, opt, gate=1)
+    if ctx.device == "cpu":
+        with pytest.raises(ValueError, match="gate=True needs the model's tensors on a GPU"):
+            ringguard.ReplicaCheck(model, opt, gate=True)
+    plain = ringguard.ReplicaCheck(model, opt)
+    assert not plain.gated()
+    plain.remove()
+    return {}
+
+
+@CASES.case("gate-clean-run-waits-for-nothing-and-repair-leaves-no-trace", _same_everywhere)
+def _(ctx):
+    """gate=True (docs/REPLICAS.md, "The gate"): a clean run's checks are all gated and none waits on the host
+    (host_waits 0: the fingerprints are gathered on the device and the gate passes at once); a flipped bit is
+    repaired by the verdict thread while the gate holds the stream, before the next step's forward, so the run
+    ends bit-identical to the fault-free run, as with the host's wait."""
+    _gated_only(ctx)
+    clean = train(ctx, steps=20, on_mismatch="raise", gate=True)
+    c = clean["counters"]
+    assert clean["failed"] is None, clean
+    assert c["checks"] == 20 and c["gated_checks"] == 20 and c["mismatches"] == 0 and c["host_waits"] == 0, c
+    assert clean["report"]["step"] == 19 and clean["report"]["mismatch"] is False, clean["report"]
+    if ctx.size < 3:
+        return {"hash": "", "reference": ""}
+    reference = train(ctx)["hash"]
+    r = train(ctx, on_mismatch="repair", gate=True,
+              fault=dict(rank=_odd(ctx), step=FAULT_STEP, tensor="optim:module.fc1.weight.exp_avg", element=2,
+                         bit=12))
+    c = r["counters"]
+    assert r["failed"] is None, r
+    assert c["mismatches"] == 1 and c["repairs"] == 1 and c["repaired_tensors"] == 1, c
+    assert c["checks"] == STEPS + 1 and c["gated_checks"] == STEPS, c
+    return {"hash": r["hash"], "reference": reference}
+
+
+@CASES.case("gate-raise-aborts-the-group-on-every-rank-naming-the-rank")
+def _(ctx):
+    """gate=True, on_mismatch=raise: the verdict thread aborts the training group before it opens the gate,
+    so the collectives queued behind it fail (their message is the verdict) and no gradient of the odd
+    replica leaves it; the next check or flush() raises ReplicaMismatchError on every rank. A group of its
+    own: the abort ends it."""
+    _gated_only(ctx)
+    group = dist.new_group(backend="ringguard")
+    torch.manual_seed(1234)
+    ddp = DDP(Net().to(ctx.device), process_group=group)
+    opt = torch.optim.Adam(ddp.parameters(), lr=0.01)
+    rc = ringguard.ReplicaCheck(ddp, opt, group=group, on_mismatch="raise", gate=True)
+    assert rc.gated()
+    rc.inject(rank=_odd(ctx), step=FAULT_STEP, tensor="param:module.fc1.weight", element=5, bit=22)
+    expected = (f"replica check: step {FAULT_STEP}: {_expected_names(ctx)} in 1 tensor: 'param:module.fc1.weight'; "
+                "first differing element: 'param:module.fc1.weight'[5] (on_mismatch=raise)")
+    failed, message = None, ""
+    for step in range(STEPS):
+        try:
+            x, y = _batch(ctx, step)
+            opt.zero_grad(set_to_none=True)
+            F.mse_loss(ddp(x), y).backward()
+            opt.step()
+            torch.cuda.synchronize()  # a host wait on the gated stream: waits for the verdict, not a deadline
+        except Exception as e:  # noqa: BLE001 - an aborted collective or the next check's ReplicaMismatchError
+            failed, message = step, str(e)
+            break
+    assert failed is not None and FAULT_STEP < failed <= FAULT_STEP + 2, (failed, message)
+    assert expected in message, message
+    with pytest.raises(ringguard.ReplicaMismatchError) as e:
+        rc.flush()
+    assert str(e.value) == expected, str(e.value)
+    report = rc.last_report()
+    assert report["step"] == FAULT_STEP and report["action"] == "raise", report
+    assert rc.counters()["raised"] == 1, rc.counters()
+    rc.remove()
+    return {}
+
+
 @CASES.case("timeline-and-run-summary")
 def _(ctx):
     """Every check is a "replica check" span on the "replicas" track and is counted in the run summary;

@@ -3,8 +3,13 @@
 // checker end to end over loopback communicators (N ranks as threads, real verified collectives).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <limits>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -515,6 +520,198 @@ TEST(ReplicaChecker, OptionsAreChecked) {
   EXPECT_EQ(ReplicaChecker::validate(opts(ReplicaAction::kRaise, 0)).message(),
             "replica check: every=0: expected >= 1");
   EXPECT_FALSE(ReplicaChecker::validate(opts(ReplicaAction::kNone)).isOk());
+}
+
+
+// ---- The gate (docs/REPLICAS.md, "The gate"), its checker side on the CPU ---------------------------------
+// The device gate holds a CUDA stream (tests/python/test_replicas.py runs it on the GPU). Here a gate of host
+// memory stands for it: the training loop plays the stream, waiting at each closed gate for the release
+// before its next update, while the checker's verdict thread decides and repairs over a communicator of its
+// own (a second loopback group), as the Python check does over a group of its own.
+namespace {
+
+class HostPending final : public ReplicaPending {
+ public:
+  explicit HostPending(std::vector<uint32_t> all) : all_(std::move(all)) {}
+  bool ready() override { return true; }
+  Status take(std::vector<uint32_t>* all) override {
+    *all = all_;
+    return Status::ok();
+  }
+
+ private:
+  std::vector<uint32_t> all_;
+};
+
+class HostGate final : public ReplicaGate {
+ public:
+  Status hold(const uint32_t* words, size_t wordsPerRank, int ranks, uint64_t epoch, void*,
+              std::unique_ptr<ReplicaPending>* out) override {
+    std::vector<uint32_t> all(words, words + wordsPerRank * size_t(ranks));
+    bool differ = false;
+    for (size_t i = wordsPerRank; i < all.size(); ++i) differ |= all[i] != all[i % wordsPerRank];
+    std::lock_guard<std::mutex> lock(mu_);
+    if (differ) closed_.push_back(epoch);
+    *out = std::make_unique<HostPending>(std::move(all));
+    return Status::ok();
+  }
+  void release(uint64_t epoch) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      released_ = std::max(released_, epoch);
+    }
+    cv_.notify_all();
+  }
+  uint64_t expired() const override { return 0; }
+  // The stream at the gate of `epoch`: passes at once when that check was clean, else when released.
+  bool pass(uint64_t epoch) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (std::find(closed_.begin(), closed_.end(), epoch) == closed_.end()) return true;
+    return cv_.wait_for(lock, std::chrono::seconds(20), [&] { return released_ >= epoch; });
+  }
+  size_t closedGates() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return closed_.size();
+  }
+  uint64_t released() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return released_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<uint64_t> closed_;
+  uint64_t released_ = 0;
+};
+
+// gatherOnDevice over the training communicator (host words standing for device memory); the verdict
+// thread's collectives over the check's own.
+class GatedExchange final : public ReplicaExchange {
+ public:
+  GatedExchange(Communicator* training, Communicator* verdict)
+      : training_(makeCommunicatorExchange(training)), verdict_(makeCommunicatorExchange(verdict)) {}
+  int rank() const override { return verdict_->rank(); }
+  int size() const override { return verdict_->size(); }
+  Status allGather(const std::vector<uint32_t>& mine, std::vector<uint32_t>* all) override {
+    return verdict_->allGather(mine, all);
+  }
+  Status broadcast(const ReplicaTensor& t, int root, void* stream) override {
+    return verdict_->broadcast(t, root, stream);
+  }
+  Status gatherOnDevice(const std::vector<uint32_t>& mine, const std::vector<ReplicaTensor>&,
+                        const std::vector<size_t>&, void*, const uint32_t** words) override {
+    gathered_.emplace_back();
+    RINGGUARD_RETURN_IF_ERROR(training_->allGather(mine, &gathered_.back()));
+    *words = gathered_.back().data();
+    return Status::ok();
+  }
+
+ private:
+  std::unique_ptr<ReplicaExchange> training_, verdict_;
+  std::deque<std::vector<uint32_t>> gathered_;
+};
+
+struct GatedRun {
+  RankRun run;
+  std::string aborted;  // what the checker aborted the training group with
+  uint64_t releasedAtAbort = 0;  // the gate's released epoch when it did
+  size_t closedGates = 0;
+};
+
+std::vector<GatedRun> trainGated(int ranks, ReplicaAction policy, const std::string& fault) {
+  testing::LoopbackGroup training(ranks, testing::quietOptions()), verdict(ranks, testing::quietOptions());
+  std::vector<GatedRun> out(ranks);
+  testing::runRanks(ranks, [&](int rank) {
+    ReplicaChecker check(opts(policy),
+                         std::make_unique<GatedExchange>(&training.comm(rank), &verdict.comm(rank)),
+                         makeHostReplicaBackend(), nullptr);
+    auto gate = std::make_unique<HostGate>();
+    HostGate* g = gate.get();
+    GatedRun& o = out[rank];
+    ASSERT_TRUE(check
+                    .useGate(std::move(gate), nullptr,
+                             [&o, g](const std::string& why) {
+                               o.aborted = why;
+                               o.releasedAtAbort = g->released();
+                             })
+                    .isOk());
+    if (!fault.empty()) {
+      ReplicaFault f;
+      bool on = false;
+      ASSERT_TRUE(parseReplicaFault(fault, &f, &on).isOk());
+      ASSERT_TRUE(check.setFault(f).isOk());
+    }
+    Replica rep;
+    RankRun& r = o.run;
+    for (int step = 0; step < kSteps; ++step) {
+      rep.update(step);
+      r.status = check.afterStep(step, rep.tensors());
+      if (!r.status.isOk()) {
+        r.failedStep = step;
+        break;
+      }
+      ASSERT_TRUE(g->pass(uint64_t(step) + 1)) << "the gate of step " << step << " was never released";
+    }
+    if (r.status.isOk()) r.status = check.flush(kSteps - 1, rep.tensors());
+    if (!r.status.isOk() && r.failedStep == UINT64_MAX) r.failedStep = kSteps;
+    r.counters = check.counters();
+    r.report = check.lastReport();
+    r.finalCrc = crc32(rep.w.data(), rep.w.size() * 4, crc32(rep.m.data(), rep.m.size() * 4));
+    o.closedGates = g->closedGates();
+  });
+  return out;
+}
+
+}  // namespace
+
+TEST(ReplicaGate, CleanChecksPassAndARepairBeforeTheNextStepLeavesNoTrace) {
+  for (const GatedRun& r : trainGated(3, ReplicaAction::kRaise, "")) {
+    EXPECT_TRUE(r.run.status.isOk()) << r.run.status.toString();
+    EXPECT_EQ(r.run.counters.gatedChecks, uint64_t(kSteps));
+    EXPECT_EQ(r.run.counters.checks, uint64_t(kSteps));
+    EXPECT_EQ(r.closedGates, 0u);
+    EXPECT_TRUE(r.aborted.empty());
+  }
+  const auto reference = train(3, opts(ReplicaAction::kRaise), "");
+  for (const GatedRun& r :
+       trainGated(3, ReplicaAction::kRepair, "rank=2,step=3,tensor=optim:w.momentum,element=5,bit=20")) {
+    EXPECT_TRUE(r.run.status.isOk()) << r.run.status.toString();
+    EXPECT_EQ(r.run.finalCrc, reference[0].finalCrc);
+    EXPECT_EQ(r.run.counters.repairs, 1u);
+    EXPECT_EQ(r.run.counters.checks, uint64_t(kSteps) + 1);
+    EXPECT_EQ(r.closedGates, 1u);  // the gate of step 3 held the "stream" until the repair was checked
+    EXPECT_TRUE(r.aborted.empty());
+  }
+}
+
+TEST(ReplicaGate, ARaiseAbortsTheTrainingGroupBeforeTheReleaseAndTheNextCheckReturnsIt) {
+  const std::string expected =
+      "replica check: step 4: rank 1 of 3 replicas differs from the majority in 1 tensor: 'param:w'; first "
+      "differing element: 'param:w'[7] (on_mismatch=raise)";
+  for (const GatedRun& r :
+       trainGated(3, ReplicaAction::kRaise, "rank=1,step=4,tensor=param:w,element=7,bit=3")) {
+    EXPECT_EQ(r.aborted, expected);
+    EXPECT_LT(r.releasedAtAbort, 5u);  // step 4's check is epoch 5: aborted before its gate opened
+    EXPECT_EQ(r.run.failedStep, 5u);  // the check after the next step returns the verdict
+    EXPECT_EQ(r.run.status.code(), StatusCode::kCorruption);
+    EXPECT_EQ(r.run.status.message(), expected);
+    EXPECT_EQ(r.run.report.step, 4u);
+    EXPECT_EQ(r.run.counters.raised, 1u);
+  }
+  // A repair that cannot be made (2 replicas) escalates to the same abort and raise.
+  for (const GatedRun& r : trainGated(2, ReplicaAction::kRepair, "rank=1,step=1,tensor=param:w,bit=0")) {
+    EXPECT_NE(r.aborted.find("no majority to repair from (2 replicas"), std::string::npos) << r.aborted;
+    EXPECT_EQ(r.run.failedStep, 2u);
+  }
+  testing::LoopbackGroup one(1, testing::quietOptions());
+  one.run([](int, Communicator& comm) {
+    ReplicaChecker deferred(opts(ReplicaAction::kRaise, 1, false), makeCommunicatorExchange(&comm),
+                            makeHostReplicaBackend(), nullptr);
+    const Status st = deferred.useGate(std::make_unique<HostGate>(), nullptr, nullptr);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("sync=False"), std::string::npos) << st.toString();
+  });
 }
 
 }  // namespace

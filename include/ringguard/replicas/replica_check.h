@@ -10,11 +10,16 @@
 //   }
 //
 // Every rank of the group calls afterStep for the same steps with the same list of tensors (names, dtypes,
-// sizes: a difference is an error on every rank, not a wrong comparison). Used by one thread at a time.
+// sizes: a difference is an error on every rank, not a wrong comparison). Used by one thread at a time (a
+// gated checker's own verdict thread aside).
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ringguard/core/status.h"
@@ -22,6 +27,7 @@
 #include "ringguard/replicas/decision.h"
 #include "ringguard/replicas/fault.h"
 #include "ringguard/replicas/fingerprint.h"
+#include "ringguard/replicas/gate.h"
 
 namespace ringguard {
 
@@ -55,6 +61,13 @@ class ReplicaExchange {
   virtual Status startCheck(const std::vector<uint32_t>& mine, const std::vector<ReplicaTensor>& tensors,
                             const std::vector<size_t>& deviceIndices, void* stream,
                             std::unique_ptr<ReplicaPending>* out);
+  // The gated check (ReplicaChecker::useGate): as startCheck, the device tensors' CRCs computed on `stream`
+  // into the message, which is then all-gathered into device memory on `stream`; *words points at the
+  // size() x mine.size() gathered words, for the work queued on `stream` next (the gate) to read. Called on
+  // the training thread; the gated checker's other calls (allGather, broadcast) come from its verdict
+  // thread and go over a communicator of the check's own. kUnimplemented by default.
+  virtual Status gatherOnDevice(const std::vector<uint32_t>& mine, const std::vector<ReplicaTensor>& tensors,
+                                const std::vector<size_t>& deviceIndices, void* stream, const uint32_t** words);
 };
 
 struct ReplicaCheckOptions {
@@ -81,6 +94,7 @@ struct ReplicaCounters {
   uint64_t hostWaits = 0;           // host waits of the backends for fingerprints
   uint64_t deferredWaits = 0;       // sync=False: verdicts not ready when read, waited for
   uint64_t locateRounds = 0;        // all-gathers spent locating first differing elements
+  uint64_t gatedChecks = 0;         // checks whose verdict a gate waited for instead of the host
 };
 
 // The outcome of the last check.
@@ -126,6 +140,23 @@ class ReplicaChecker {
   // step whose state `tensors` hold (a repair is made in it). No-op when nothing is pending.
   Status flush(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream = nullptr);
 
+  // sync=True without the host's wait (docs/REPLICAS.md, "The gate"): from now on a check gathers its
+  // fingerprints on the device (ReplicaExchange::gatherOnDevice) and `gate` holds `stream` while they differ;
+  // a verdict thread of the checker takes the words, compares, decides and acts (locating, repair, the check
+  // after it: the exchange's allGather and broadcast, on `verdictStream`), then releases the gate. A check
+  // it raises for (a mismatch under raise, an escalation, a failure of its own) calls `abortTraining(why)`
+  // first, so the kernels queued behind the gate fail instead of spreading the odd replica, and the next
+  // check, flush() or checkNow() returns it. kInvalidArgument with sync=False or a gate already in use.
+  Status useGate(std::unique_ptr<ReplicaGate> gate, void* verdictStream,
+                 std::function<void(const std::string&)> abortTraining);
+  bool gated() const { return gate_ != nullptr; }
+  // Gated: waits until the verdict thread has settled every check made so far (counters() and lastReport()
+  // then describe them). No-op otherwise.
+  void awaitVerdicts();
+  // Gated: ends the verdict thread (the checks it has not settled are dropped, their gates released).
+  // Called by the destructor; a caller whose exchange needs its thread (Python's GIL) calls it first.
+  void stopVerdicts();
+
   Status setFault(const ReplicaFault& fault);  // replaces any earlier one
   void clearFault();
   ReplicaCounters counters() const;
@@ -154,6 +185,17 @@ class ReplicaChecker {
   bool faultAt(uint64_t step) const { return faultOn_ && fault_.hits(fault_.rank, step); }
   ReplicaBackend* backendFor(MemoryKind kind);
   void finish(ReplicaReport report);
+  // The gate (useGate): the check on the training thread, the verdict thread's loop and one check of it.
+  struct GatedCheck {
+    uint64_t step = 0, epoch = 0;
+    size_t wordsPerRank = 0;
+    std::unique_ptr<ReplicaPending> pending;
+    std::vector<ReplicaTensor> tensors;
+  };
+  Status checkGated(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream);
+  void verdictLoop();
+  Status settle(GatedCheck& check);
+  Status gateFailure();
 
   const ReplicaCheckOptions options_;
   std::unique_ptr<ReplicaExchange> exchange_;
@@ -168,6 +210,19 @@ class ReplicaChecker {
   mutable std::mutex mu_;
   ReplicaCounters counters_;  // guarded by mu_
   ReplicaReport last_;        // guarded by mu_
+  // The gate: the checks queued for the verdict thread, whether it is busy with one, the first failure it
+  // found (returned by every later check), all guarded by verdictMu_.
+  std::unique_ptr<ReplicaGate> gate_;
+  void* verdictStream_ = nullptr;
+  std::function<void(const std::string&)> abortTraining_;
+  uint64_t epoch_ = 0;
+  std::mutex verdictMu_;
+  std::condition_variable verdictCv_;
+  std::deque<GatedCheck> verdicts_;
+  bool settling_ = false;
+  bool stopping_ = false;
+  Status gateFailure_;
+  std::thread verdictThread_;  // last: joined before the members it uses go
 };
 
 }  // namespace ringguard

@@ -191,6 +191,14 @@ class ProcessGroupRingguard : public c10d::Backend {
   // Point-to-point operations in flight still end at their timeout.
   void abort() override;
 
+  // Aborts the group's communicators with `why` and leaves the rest to shutdown() or abort(): what is queued
+  // (kernels on a stream included: they end at their entry) and every later collective fail with kAborted,
+  // "rank R aborted: <why>", and the peers are told. The replica check's gate (docs/REPLICAS.md) on a
+  // verdict it raises. Thread-safe.
+  void abortWith(const std::string& why);
+  // The collectives' timeout (RINGGUARD_TIMEOUT_MS or the group's options).
+  std::chrono::milliseconds timeout() const { return options_.timeout; }
+
   // Integrity counters, summed over this group's communicators.
   Counters counters() const;
   // Fault injection for collectives issued from now on (RINGGUARD_FAULT_* names, as `options` above).

@@ -53,8 +53,7 @@ Status launchPeerAllgather(const PeerAllgatherArgs& args, void* stream) {
   int blocks = 1;
   RINGGUARD_RETURN_IF_ERROR(peerGrid(chunkCount(bytes), args.size, &blocks));
   const uint32_t fpCrc = peerFingerprintCrc(args, PeerAlgorithm::kAllgather);
-  RINGGUARD_RETURN_IF_ERROR(launchPeerArrival(args, fpCrc, stream));
-  return launchPeerGrid(allgatherKernel, blocks, kThreads, stream, args.arriveFirst, args, fpCrc, bytes);
+  return launchPeerGrid(allgatherKernel, blocks, kThreads, stream, args, fpCrc, bytes);
 }
 
 Status preloadPeerAllgather() { return preloadKernel(allgatherKernel); }

@@ -224,8 +224,7 @@ Status launchPeerAlltoall(const PeerAlltoallArgs& args, void* stream) {
   RINGGUARD_RETURN_IF_ERROR(peerGrid(size_t(chunks), n, &blocks));
   const PeerAlgorithm algorithm = args.splits ? PeerAlgorithm::kAlltoallSplits : PeerAlgorithm::kAlltoall;
   const uint32_t fpCrc = peerFingerprintCrc(args, algorithm);
-  RINGGUARD_RETURN_IF_ERROR(launchPeerArrival(args, fpCrc, stream));
-  return launchPeerGrid(alltoallKernel, blocks, kThreads, stream, args.arriveFirst, args, fpCrc, esize);
+  return launchPeerGrid(alltoallKernel, blocks, kThreads, stream, args, fpCrc, esize);
 }
 
 Status preloadPeerAlltoall() { return preloadKernel(alltoallKernel); }

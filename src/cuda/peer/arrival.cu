@@ -11,6 +11,8 @@
 // end.
 #include <cuda_runtime.h>
 
+#include <atomic>
+
 #include "cuda/cuda_check.h"
 #include "cuda/peer/kernel_preload.h"
 #include "cuda/peer/peer_device.cuh"
@@ -22,6 +24,7 @@ namespace {
 
 // A literal, so scripts/regcheck.py reads the kernels' bounds from this file.
 constexpr int kBlockThreads = 512;
+constexpr int kCachedDevices = 64;
 static_assert(kBlockThreads == kThreads, "the block size of peer_device.cuh");
 
 __global__ void __launch_bounds__(kBlockThreads, 1)
@@ -39,6 +42,28 @@ Status launchPeerArrival(const PeerWindowArgs& args, uint32_t fpCrc, void* strea
   arrivalKernel<<<1, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args, fpCrc);
   RINGGUARD_CUDA_CHECK_LAUNCH();
   return Status::ok();
+}
+
+bool programmaticGridLaunch() {
+  // Per device, found once: 0 not yet known, 1 available, -1 not. Devices past the table are asked each call.
+  static std::atomic<int> known[kCachedDevices];
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  if (device >= 0 && device < kCachedDevices) {
+    const int cached = known[device].load(std::memory_order_relaxed);
+    if (cached != 0) return cached > 0;
+  }
+  int major = 0;
+  cudaFuncAttributes attributes{};
+  const bool available =
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9 &&
+      cudaFuncGetAttributes(&attributes, arrivalKernel) == cudaSuccess && attributes.ptxVersion >= 90;
+  if (!available) cudaGetLastError();
+  if (device >= 0 && device < kCachedDevices) known[device].store(available ? 1 : -1, std::memory_order_relaxed);
+  return available;
 }
 
 Status preloadPeerArrival() { return preloadKernel(arrivalKernel); }

@@ -56,8 +56,7 @@ Status launchPeerBroadcast(const PeerBroadcastArgs& args, void* stream) {
   int blocks = 1;
   RINGGUARD_RETURN_IF_ERROR(peerGrid(chunkCount(bytes), args.size, &blocks));
   const uint32_t fpCrc = peerFingerprintCrc(args, PeerAlgorithm::kBroadcast);
-  RINGGUARD_RETURN_IF_ERROR(launchPeerArrival(args, fpCrc, stream));
-  return launchPeerGrid(broadcastKernel, blocks, kThreads, stream, args.arriveFirst, args, fpCrc, bytes);
+  return launchPeerGrid(broadcastKernel, blocks, kThreads, stream, args, fpCrc, bytes);
 }
 
 Status preloadPeerBroadcast() { return preloadKernel(broadcastKernel); }

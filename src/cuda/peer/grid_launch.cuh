@@ -8,50 +8,40 @@
 // programmatic edge.
 #include <cuda_runtime.h>
 
-#include <utility>
-
 #include "cuda/cuda_check.h"
+#include "cuda/peer/peer_launch.h"
 #include "ringguard/core/status.h"
 
 namespace ringguard {
 namespace peer {
 
-// Whether `kernel` on the current device can be a programmatic dependent launch: a device of compute
-// capability 9.0 or later running code compiled for it (a build for sm_80 only, run from its PTX on a Hopper,
-// has griddepcontrol compiled out: peer_device.cuh).
-template <typename Kernel>
-bool programmaticLaunchAvailable(Kernel* kernel) {
-  int device = 0, major = 0;
-  cudaFuncAttributes attributes{};
-  return cudaGetDevice(&device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-         major >= 9 && cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess &&
-         attributes.ptxVersion >= 90;
-}
-
-// Launches `kernel<<<blocks, threads, 0, stream>>>(args...)`; `afterArrival` (the collective's arriveFirst:
-// the arrival kernel was launched just before it on `stream`) makes it a programmatic dependent launch where
-// one is available. Should the launch with the attribute be refused, the grid is launched the ordinary way:
-// the arrival kernel is already queued and has published this rank's arrival, so the grid must follow it.
-template <typename... Params, typename... Args>
-Status launchPeerGrid(void (*kernel)(Params...), int blocks, int threads, void* stream, bool afterArrival,
-                      Args&&... args) {
+// Launches the collective's arrival kernel when args.arriveFirst is set (launchPeerArrival), then
+// `kernel<<<blocks, threads, 0, stream>>>(args, fpCrc, rest...)` behind it, as a programmatic dependent launch
+// where one is available (programmaticGridLaunch). The arrival kernel is launched here, by the launch that
+// has its grid in hand (inside dispatchReduce's choice of kernel), so a call that ends before its grid (an
+// unsupported type or op) never leaves an arrival kernel queued alone: it has published this rank's arrival,
+// and a grid must follow it. Should the launch with the attribute be refused, the grid is launched the
+// ordinary way for the same reason.
+template <typename... Params, typename WindowArgs, typename... Rest>
+Status launchPeerGrid(void (*kernel)(Params...), int blocks, int threads, void* stream, const WindowArgs& args,
+                      uint32_t fpCrc, Rest... rest) {
+  RINGGUARD_RETURN_IF_ERROR(launchPeerArrival(args, fpCrc, stream));
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(unsigned(blocks));
   config.blockDim = dim3(unsigned(threads));
   config.stream = static_cast<cudaStream_t>(stream);
   cudaLaunchAttribute attribute[1] = {};
-  if (afterArrival && programmaticLaunchAvailable(kernel)) {
+  if (args.arriveFirst && programmaticGridLaunch()) {
     attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attribute[0].val.programmaticStreamSerializationAllowed = 1;
     config.attrs = attribute;
     config.numAttrs = 1;
-    if (cudaLaunchKernelEx(&config, kernel, args...) == cudaSuccess) return Status::ok();
+    if (cudaLaunchKernelEx(&config, kernel, args, fpCrc, rest...) == cudaSuccess) return Status::ok();
     cudaGetLastError();  // cleared: the ordinary launch below decides
     config.attrs = nullptr;
     config.numAttrs = 0;
   }
-  RINGGUARD_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+  RINGGUARD_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args, fpCrc, rest...));
   return Status::ok();
 }
 

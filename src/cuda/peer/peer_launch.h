@@ -25,8 +25,14 @@ Status peerGrid(size_t chunks, int size, int* blocks);
 uint32_t peerFingerprintCrc(const PeerWindowArgs& args, PeerAlgorithm algorithm);
 
 // The arrival kernel (arrival.cu) on `stream` when args.arriveFirst is set, else nothing: each collective's
-// launcher calls it with the fingerprint CRC its grid publishes, after its checks, before its grid.
+// grid's launch (launchPeerGrid) calls it with the fingerprint CRC the grid publishes, just before the grid.
 Status launchPeerArrival(const PeerWindowArgs& args, uint32_t fpCrc, void* stream);
+
+// Whether the grid behind the arrival kernel can be a programmatic dependent launch (grid_launch.cuh) on the
+// current device: compute capability 9.0 or later, running code compiled for it (a build for sm_80 only, run
+// from its PTX on a Hopper, has griddepcontrol compiled out: peer_device.cuh). Read off the arrival kernel,
+// which every collective's kernel shares its build with; found once per device.
+bool programmaticGridLaunch();
 
 // The allreduce's two kernels (allreduce_one_shot.cu, allreduce_two_shot.cu), arguments checked already.
 Status launchAllreduceOneShot(const PeerAllreduceArgs& args, void* stream);

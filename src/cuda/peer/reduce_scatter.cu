@@ -70,12 +70,11 @@ Status launchPeerReduceScatter(const PeerReduceScatterArgs& args, void* stream) 
   int blocks = 1;
   RINGGUARD_RETURN_IF_ERROR(peerGrid(chunkCount(shareBytes * size_t(args.size)), args.size, &blocks));
   const uint32_t fpCrc = peerFingerprintCrc(args, PeerAlgorithm::kReduceScatter);
-  RINGGUARD_RETURN_IF_ERROR(launchPeerArrival(args, fpCrc, stream));
   const element_ops::OpArg arg{args.size, premulScalar(args.dtype, premulFactor(args.op))};
   return element_ops::dispatchReduce(
       args.dtype, args.op, /*finalStep=*/true, /*firstStep=*/false, [&](auto tag) {
         using Final = typename decltype(tag)::type;
-        return launchPeerGrid(reduceScatterKernel<Final>, blocks, kThreads, stream, args.arriveFirst, args,
+        return launchPeerGrid(reduceScatterKernel<Final>, blocks, kThreads, stream, args,
                               fpCrc, shareBytes, arg);
       });
 }

@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,8 +19,12 @@
 #include "ringguard/torch/process_group.h"
 #include "torch/guard/tensor_buffer.h"
 #if RINGGUARD_GUARD_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
 #include "ringguard/cuda/crc32_many.h"
 #include "ringguard/replicas/device_backend.h"
+#include "ringguard/replicas/gate.h"
 #endif
 
 namespace py = pybind11;
@@ -60,9 +66,10 @@ class PyPending final : public ReplicaPending {
 };
 
 // The group's collectives as Python callables: all_gather(int32 tensor) -> int32 tensor of size() blocks;
-// broadcast(name, root) broadcasts the named tensor from group rank `root`; start_gather(words, crcs, index)
-// (sync=False on CUDA, else None): copies the host words to the device, puts the device CRCs `crcs` at
-// message words `index`, all-gathers on the stream and returns a handle with ready() and take().
+// broadcast(name, root) broadcasts the named tensor from group rank `root`; start_gather(words, crcs, index,
+// device_only) (sync=False or the gate, on CUDA; else None): copies the host words to the device, puts the
+// device CRCs `crcs` at message words `index`, all-gathers on the stream and returns a handle with ready()
+// and take() (device_only: the gathered device tensor itself, for the gate).
 // hostGroup: the group's CPU backend when it is ringguard's (else None): the host words are then gathered by
 // its communicator directly (ProcessGroupRingguard::allgatherHostWords), not through all_gather.
 class PyReplicaExchange final : public ReplicaExchange {
@@ -89,6 +96,48 @@ class PyReplicaExchange final : public ReplicaExchange {
                     const std::vector<size_t>& deviceIndices, void* stream,
                     std::unique_ptr<ReplicaPending>* out) override {
     if (startGather_.is_none()) return ReplicaExchange::startCheck(mine, tensors, deviceIndices, stream, out);
+    py::object handle;
+    RINGGUARD_RETURN_IF_ERROR(startDeviceGather(mine, tensors, deviceIndices, stream, false, &handle));
+    *out = std::make_unique<PyPending>(std::move(handle));
+    return Status::ok();
+  }
+
+  // The gate's: start_gather(..., device_only=True) returns the gathered device tensor; it is kept for a few
+  // checks (the gate and the copy that read it are queued on the stream; torch's allocator would reuse it
+  // only for later work on that stream anyway).
+  Status gatherOnDevice(const std::vector<uint32_t>& mine, const std::vector<ReplicaTensor>& tensors,
+                        const std::vector<size_t>& deviceIndices, void* stream, const uint32_t** words) override {
+    if (startGather_.is_none()) return ReplicaExchange::gatherOnDevice(mine, tensors, deviceIndices, stream, words);
+    py::object handle;
+    RINGGUARD_RETURN_IF_ERROR(startDeviceGather(mine, tensors, deviceIndices, stream, true, &handle));
+    try {
+      at::Tensor gathered = py::cast<at::Tensor>(handle);
+      if (!gathered.is_cuda() || !gathered.is_contiguous() || gathered.scalar_type() != at::kInt ||
+          gathered.numel() != static_cast<int64_t>(mine.size()) * size_) {
+        return Status(StatusCode::kInternal, "replica check: the device all-gather returned " +
+                                                 std::to_string(gathered.numel()) + " words");
+      }
+      *words = reinterpret_cast<const uint32_t*>(gathered.data_ptr());
+      kept_.push_back(std::move(gathered));
+      if (kept_.size() > kKept) kept_.pop_front();
+      return Status::ok();
+    } catch (const std::exception& e) {
+      return Status(StatusCode::kInternal, std::string("replica check: the device all-gather failed: ") + e.what());
+    }
+  }
+
+  // Gated: the verdict thread's collectives go over `group` (the check's own, made over the same ranks),
+  // called here in C++ with no GIL, so a training thread that holds it (blocked in a launch behind the closed
+  // gate, say) cannot stall a repair; device tensors' broadcasts on `stream` (the verdict stream).
+  void useVerdictGroup(ProcessGroupRingguard* group, void* stream) {
+    verdictGroup_ = group;
+    verdictStream_ = stream;
+  }
+
+ private:
+  Status startDeviceGather(const std::vector<uint32_t>& mine, const std::vector<ReplicaTensor>& tensors,
+                           const std::vector<size_t>& deviceIndices, void* stream, bool deviceOnly,
+                           py::object* handle) {
     try {
       at::Tensor words = at::empty({static_cast<int64_t>(mine.size())}, at::kInt);
       std::memcpy(words.data_ptr(), mine.data(), mine.size() * sizeof(uint32_t));
@@ -117,20 +166,24 @@ class PyReplicaExchange final : public ReplicaExchange {
                       "replica check: this build of ringguard has no CUDA layer");
       }
 #endif
-      *out = std::make_unique<PyPending>(startGather_(words, crcs, index));
+      *handle = startGather_(words, crcs, index, deviceOnly);
       return Status::ok();
     } catch (const std::exception& e) {
       return Status(StatusCode::kInternal,
-                    std::string("replica check: starting the deferred check failed: ") + e.what());
+                    std::string("replica check: starting the device all-gather failed: ") + e.what());
     }
   }
 
+ public:
   Status allGather(const std::vector<uint32_t>& mine, std::vector<uint32_t>* all) override {
-    if (hostGroup_ != nullptr) {
+    if (verdictGroup_ != nullptr || hostGroup_ != nullptr) {
+      ProcessGroupRingguard* g = verdictGroup_ != nullptr ? verdictGroup_ : hostGroup_;
       Status st;
-      {
+      if (verdictGroup_ != nullptr) {
+        st = g->allgatherHostWords(mine, all);  // the verdict thread: no GIL held, none needed
+      } else {
         py::gil_scoped_release release;  // the peers' checks may need this process's other threads
-        st = hostGroup_->allgatherHostWords(mine, all);
+        st = g->allgatherHostWords(mine, all);
       }
       if (st.isOk()) return st;
       // kInternal, as the callback's failures: the communicator's own code would turn into the Python class
@@ -154,6 +207,9 @@ class PyReplicaExchange final : public ReplicaExchange {
   }
 
   Status broadcast(const ReplicaTensor& tensor, int root, void*) override {
+#if RINGGUARD_GUARD_CUDA
+    if (verdictGroup_ != nullptr) return broadcastDirect(tensor, root);
+#endif
     try {
       broadcast_(tensor.name, root);
       return Status::ok();
@@ -169,6 +225,36 @@ class PyReplicaExchange final : public ReplicaExchange {
   py::object startGather_;
   py::object hostGroupObject_;  // keeps hostGroup_ alive
   ProcessGroupRingguard* hostGroup_ = nullptr;
+  ProcessGroupRingguard* verdictGroup_ = nullptr;  // kept alive by PyReplicaCheck
+  void* verdictStream_ = nullptr;
+  static constexpr size_t kKept = 8;
+  std::deque<at::Tensor> kept_;
+
+#if RINGGUARD_GUARD_CUDA
+  // The verdict thread's broadcast: the tensor's bytes as a uint8 tensor over the verdict group, device
+  // tensors on the verdict stream, waited for here.
+  Status broadcastDirect(const ReplicaTensor& tensor, int root) {
+    try {
+      const bool device = tensor.kind == MemoryKind::kDevice;
+      const auto options = device ? at::TensorOptions().dtype(at::kByte).device(at::kCUDA, cudaDevice_)
+                                  : at::TensorOptions().dtype(at::kByte);
+      std::vector<at::Tensor> t{at::from_blob(tensor.data, {static_cast<int64_t>(tensor.bytes)}, options)};
+      c10d::BroadcastOptions o;
+      o.rootRank = root;
+      std::optional<c10::cuda::CUDAStreamGuard> onStream;
+      if (device) {
+        onStream.emplace(c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(verdictStream_),
+                                                          static_cast<c10::DeviceIndex>(cudaDevice_)));
+      }
+      auto work = verdictGroup_->broadcast(t, o);
+      work->wait();
+      return Status::ok();
+    } catch (const std::exception& e) {
+      return Status(StatusCode::kInternal,
+                    "replica repair: the broadcast of '" + tensor.name + "' failed: " + e.what());
+    }
+  }
+#endif
 };
 
 std::vector<ReplicaTensor> replicaTensors(const std::vector<std::pair<std::string, at::Tensor>>& named) {
@@ -204,6 +290,7 @@ py::dict countersDict(const ReplicaCounters& c) {
   d["host_waits"] = c.hostWaits;
   d["deferred_waits"] = c.deferredWaits;
   d["locate_rounds"] = c.locateRounds;
+  d["gated_checks"] = c.gatedChecks;
   return d;
 }
 
@@ -249,11 +336,11 @@ class PyReplicaCheck {
 #else
     if (cudaDevice >= 0) throw py::value_error("ReplicaCheck: this build of ringguard has no CUDA layer");
 #endif
-    check_ = std::make_unique<ReplicaChecker>(
-        o,
-        std::make_unique<PyReplicaExchange>(rank, size, std::move(allGather), std::move(broadcast),
-                                            std::move(startGather), cudaDevice, std::move(hostGroup)),
-        makeHostReplicaBackend(), std::move(device));
+    auto exchange = std::make_unique<PyReplicaExchange>(rank, size, std::move(allGather), std::move(broadcast),
+                                                        std::move(startGather), cudaDevice, std::move(hostGroup));
+    exchange_ = exchange.get();
+    cudaDevice_ = cudaDevice;
+    check_ = std::make_unique<ReplicaChecker>(o, std::move(exchange), makeHostReplicaBackend(), std::move(device));
   }
 
   void afterStep(uint64_t step, const std::vector<std::pair<std::string, at::Tensor>>& named,
@@ -273,6 +360,50 @@ class PyReplicaCheck {
     if (!st.isOk()) raiseReplica(st);
   }
 
+  // sync=True through the gate (docs/REPLICAS.md, "The gate"): `training` is the replica group's ringguard
+  // backend (aborted with the verdict when a check raises), `verdict` a ringguard group of the check's own
+  // over the same ranks (the verdict thread's collectives), `stream` the verdict thread's CUDA stream.
+  void useGate(py::object training, py::object verdict, uintptr_t stream) {
+#if RINGGUARD_GUARD_CUDA
+    auto* t = py::cast<ProcessGroupRingguard*>(training);
+    auto* v = py::cast<ProcessGroupRingguard*>(verdict);
+    if (cudaDevice_ < 0) throw py::value_error("ReplicaCheck: the gate needs the model's tensors on a GPU");
+    DeviceReplicaGateOptions o;
+    o.device = cudaDevice_;
+    o.timeoutNs = static_cast<uint64_t>(t->timeout().count()) * 1000 * 1000;
+    std::unique_ptr<ReplicaGate> gate;
+    Status st = makeDeviceReplicaGate(o, &gate);
+    if (st.isOk()) {
+      exchange_->useVerdictGroup(v, reinterpret_cast<void*>(stream));
+      st = check_->useGate(std::move(gate), reinterpret_cast<void*>(stream),
+                           [t](const std::string& why) { t->abortWith(why); });
+    }
+    if (!st.isOk()) raiseReplica(st);
+    trainingGroup_ = std::move(training);
+    verdictGroup_ = std::move(verdict);
+#else
+    (void)training;
+    (void)verdict;
+    (void)stream;
+    throw py::value_error("ReplicaCheck: this build of ringguard has no CUDA layer (the gate needs it)");
+#endif
+  }
+
+  // Gated: the verdicts of the checks made so far, settled (no GIL held while waiting).
+  void awaitVerdicts() {
+    py::gil_scoped_release release;
+    check_->awaitVerdicts();
+  }
+
+  ~PyReplicaCheck() {
+    if (check_ == nullptr) return;
+    {
+      py::gil_scoped_release release;  // the verdict thread may be ending a collective
+      check_->stopVerdicts();
+    }
+    check_.reset();  // the exchange's Python callables, with the GIL
+  }
+
   void setFault(const std::string& spec) {
     ReplicaFault f;
     bool on = false;
@@ -286,6 +417,9 @@ class PyReplicaCheck {
 
  private:
   std::unique_ptr<ReplicaChecker> check_;
+  PyReplicaExchange* exchange_ = nullptr;  // owned by check_
+  int cudaDevice_ = -1;
+  py::object trainingGroup_, verdictGroup_;  // the gate's groups, alive as long as the checker
 };
 
 }  // namespace
@@ -308,8 +442,19 @@ void ringguardRegisterReplicaBindings(py::module_& m) {
       .def("check_now", &PyReplicaCheck::checkNow, py::arg("step"), py::arg("tensors"), py::arg("stream") = 0)
       .def("flush", &PyReplicaCheck::flush, py::arg("step"), py::arg("tensors"), py::arg("stream") = 0)
       .def("set_fault", &PyReplicaCheck::setFault, py::arg("spec"))
-      .def("counters", [](PyReplicaCheck& c) { return ringguard::countersDict(c.check().counters()); })
-      .def("last_report", [](PyReplicaCheck& c) { return ringguard::reportDict(c.check().lastReport()); });
+      .def("use_gate", &PyReplicaCheck::useGate, py::arg("training_group"), py::arg("verdict_group"),
+           py::arg("stream"))
+      .def("gated", [](PyReplicaCheck& c) { return c.check().gated(); })
+      .def("await_verdicts", &PyReplicaCheck::awaitVerdicts)
+      .def("counters",
+           [](PyReplicaCheck& c) {
+             c.awaitVerdicts();
+             return ringguard::countersDict(c.check().counters());
+           })
+      .def("last_report", [](PyReplicaCheck& c) {
+        c.awaitVerdicts();
+        return ringguard::reportDict(c.check().lastReport());
+      });
   // The gradient-outlier verdict on one bucket's gathered norms (python/ringguard/replica_outliers.py):
   // (ranks, message); a report is counted in the run summary and put on the timeline.
   m.def(

@@ -1,0 +1,42 @@
+#pragma once
+// The replica check's gate (docs/REPLICAS.md, "The gate"): sync=True's guarantee (no step runs on a replica
+// the check found odd, a repair leaves no trace) without the host's wait for the verdict. After a check's
+// all-gather on the training stream, a kernel holds that stream while the gathered fingerprints differ, until
+// the checker's verdict thread has decided (and repaired) and releases the check's epoch; clean, it passes
+// at once. Implemented over the CUDA layer (src/replicas/device/replica_gate.cc, compiled into
+// ringguard::device); no CUDA type here.
+#include <cstdint>
+#include <memory>
+
+#include "ringguard/core/status.h"
+
+namespace ringguard {
+
+class ReplicaPending;  // ringguard/replicas/replica_check.h
+
+class ReplicaGate {
+ public:
+  static constexpr uint64_t kOpenAll = ~uint64_t(0);
+  virtual ~ReplicaGate() = default;
+  // Queues on `stream`, behind the all-gather that wrote `words` (device memory, `ranks` blocks of
+  // `wordsPerRank`): their copy into host memory, then the gate of check `epoch` (1, 2, ...). The pending's
+  // take() waits for that copy: the verdict thread's wait, never the caller's. Waits (on the host) only when
+  // kSlots earlier checks' words are still untaken.
+  virtual Status hold(const uint32_t* words, size_t wordsPerRank, int ranks, uint64_t epoch, void* stream,
+                      std::unique_ptr<ReplicaPending>* out) = 0;
+  // Opens the gates of every epoch <= `epoch` (kOpenAll: every gate, now and later). Thread-safe.
+  virtual void release(uint64_t epoch) = 0;
+  // The highest epoch whose gate passed its deadline before it was released (0: none). Thread-safe.
+  virtual uint64_t expired() const = 0;
+};
+
+struct DeviceReplicaGateOptions {
+  int device = 0;
+  uint64_t timeoutNs = 60ull * 1000 * 1000 * 1000;  // a closed gate's deadline (RINGGUARD_TIMEOUT_MS)
+};
+
+// The gate over the CUDA layer's kernel (cuda/replica_gate.cu): the release and deadline words in mapped
+// pinned memory, the gathered words copied into pinned slots with an event each.
+Status makeDeviceReplicaGate(const DeviceReplicaGateOptions& options, std::unique_ptr<ReplicaGate>* out);
+
+}  // namespace ringguard
