@@ -610,10 +610,7 @@ TEST_F(PeerCollectives, TheArrivalKernelFailsRanksThatDisagreeNamesAStoppedPeerA
   // What says the arrival kernel, not the grid, found it: the error came from an arrival wait (no chunk) of
   // the first collective on these windows, and this rank published no chunk of it (its grid, which publishes
   // before it reads, never got to: every entry of both tables of half 1 still holds epoch 0).
-  const auto foundBeforeTheGrid = [&](size_t n, const char* what) {
-    const ErrorRecord* rec = windows_->errorRecord();
-    EXPECT_EQ(rec->chunk, ~0u) << what << ": chunk " << rec->chunk;
-    EXPECT_EQ(rec->epoch, 1u) << what;
+  const auto publishedNothing = [&](size_t n, const char* what) {
     const WindowLayout l = windows_->layout();
     const size_t entries = chunkCount(n * 4);
     for (size_t offset : {l.tableOffset[1], l.resultTableOffset[1]}) {
@@ -625,6 +622,12 @@ TEST_F(PeerCollectives, TheArrivalKernelFailsRanksThatDisagreeNamesAStoppedPeerA
         EXPECT_EQ(e.epoch, 0u) << what << ": chunk " << c << " published";
       }
     }
+  };
+  const auto foundBeforeTheGrid = [&](size_t n, const char* what) {
+    const ErrorRecord* rec = windows_->errorRecord();
+    EXPECT_EQ(rec->chunk, ~0u) << what << ": chunk " << rec->chunk;
+    EXPECT_EQ(rec->epoch, 1u) << what;
+    publishedNothing(n, what);
   };
   // Different counts: every rank fails at once (5 s deadline).
   auto t0 = std::chrono::steady_clock::now();
@@ -662,20 +665,34 @@ TEST_F(PeerCollectives, TheArrivalKernelFailsRanksThatDisagreeNamesAStoppedPeerA
   }
   MPI_Barrier(MPI_COMM_WORLD);
 
-  // An abort requested before the call (what a replica check's gate does before it lets the kernels queued
-  // behind it run: docs/REPLICAS.md): the first kernel, the arrival kernel or the grid itself, ends at entry
-  // with kAborted on every rank, at once, publishing nothing, though every peer comes.
+  // An abort before the call (PeerPath::abort: the record's word, and the mark abort_mark.cu leaves in the
+  // rank's own error word; what the replica check's gate relies on: kernels queued behind it start after the
+  // abort): the aborted rank's first kernel, the arrival kernel or the grid itself, ends at its entry and
+  // publishes nothing; the others fail at once naming it.
   for (const bool arrival : {true, false}) {
     arriveFirst_ = arrival;
     ASSERT_NO_FATAL_FAILURE(freshWindows());
-    *reinterpret_cast<volatile uint32_t*>(&windows_->errorRecord()->abortRequested) = 1;
+    if (rank() == 0) {
+      *reinterpret_cast<volatile uint32_t*>(&windows_->errorRecord()->abortRequested) = 1;
+      ASSERT_TRUE(launchPeerAbortMark(windows_->window(0), stream_).isOk());
+      ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    }
     MPI_Barrier(MPI_COMM_WORLD);
     t0 = std::chrono::steady_clock::now();
     EXPECT_TRUE(launch(4096, 20ull * 1000 * 1000 * 1000).isOk());
     EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
-    EXPECT_EQ(windows_->errorRecord()->code, uint32_t(PeerError::kAborted)) << "arrival kernel " << arrival;
-    EXPECT_LT(msSince(t0), 1000.0);
-    foundBeforeTheGrid(4096, arrival ? "aborted before the arrival kernel" : "aborted before the grid");
+    EXPECT_LT(msSince(t0), 4000.0) << "arrival kernel " << arrival;
+    if (rank() == 0) {
+      uint32_t word = 0;
+      EXPECT_EQ(cudaMemcpy(&word, static_cast<char*>(windows_->window(0)) + kErrorOffset, sizeof word,
+                           cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      EXPECT_EQ(word, uint32_t(PeerError::kAborted));
+      publishedNothing(4096, arrival ? "aborted before the arrival kernel" : "aborted before the grid");
+    } else {
+      EXPECT_EQ(windows_->errorRecord()->code, uint32_t(PeerError::kPeerFailed)) << "arrival kernel " << arrival;
+      EXPECT_EQ(windows_->errorRecord()->peer, 0);
+    }
     MPI_Barrier(MPI_COMM_WORLD);
   }
   arriveFirst_ = true;

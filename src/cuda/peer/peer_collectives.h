@@ -133,6 +133,9 @@ Status launchPeerSendRecv(const PeerSendRecvArgs& args, void* stream);
 // A call this rank's own checks rejected, in the collectives' order (decline.cu): the args' fingerprint is
 // the call's kind marked invalid-arguments; the other ranks' kernels fail at once naming this rank.
 Status launchPeerDecline(const PeerWindowArgs& args, void* stream);
+// This rank's error word in its own window (`ownWindow`, device memory) set to kAborted, on `stream`: what an
+// abort leaves for the kernels that start after it (abort_mark.cu).
+Status launchPeerAbortMark(void* ownWindow, void* stream);
 
 // Loads every kernel the launchers above may launch, on the current device (kernel_preload.h says why: a
 // kernel loaded at its first launch may wait on the host for the spinning kernels already running). The

@@ -368,7 +368,6 @@ template <bool kTables = true>
 __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, uint32_t fpCrc) {
   __shared__ uint64_t epochShared;
   __shared__ int okShared;
-  __shared__ int abortShared;
   RINGGUARD_STEP_ENTRY();
   if (a.arriveFirst && kTables) awaitArrivalKernel();
   Collective k;
@@ -378,13 +377,8 @@ __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, u
     // A rank that failed publishes and reads nothing more (its error word is never cleared; the host poisons
     // the communicator at its next call): a kernel queued behind the one that failed, as a call made right
     // after a declined one, must not overwrite the fingerprint words a peer reads to name that collective.
+    // An abort sets it too (abort_mark.cu), so a kernel that starts after one ends here.
     okShared = loadVolatile(at<uint32_t>(a.windows[a.rank], kErrorOffset)) == 0 ? 1 : 0;
-    // An abort requested before this kernel ran (a kernel queued behind a replica check's gate when the
-    // check aborted the group: docs/REPLICAS.md) ends it here, before it publishes or reads anything: the
-    // spins see the abort word only every kSpinCheckEvery rounds, and a kernel whose peers all published
-    // already would never spin. abortShared: fail() below, once k can name the epoch.
-    abortShared = okShared && loadVolatile(&a.record->abortRequested) != 0 ? 1 : 0;
-    if (abortShared) okShared = 0;
     blockFailed() = 0;
     blockDeadline() = globalTimer() + a.timeoutNs;
     RINGGUARD_STEP(kStepSeqRead);
@@ -401,7 +395,6 @@ __device__ __forceinline__ Collective beginCollective(const PeerWindowArgs& a, u
   k.detected = 0;
   k.injected = 0;
   k.onePeer = false;
-  if (abortShared && threadIdx.x == 0) k.fail(PeerError::kAborted, -1, ~0u, 0, 0);
   if (okShared && threadIdx.x < unsigned(a.size) && k.epoch > 2) {
     const int p = int(threadIdx.x);
     if (!k.waitFor(

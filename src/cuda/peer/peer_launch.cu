@@ -53,6 +53,7 @@ Status preloadPeerKernels() {
   RINGGUARD_RETURN_IF_ERROR(preloadPeerAlltoall());
   RINGGUARD_RETURN_IF_ERROR(preloadPeerDecline());
   RINGGUARD_RETURN_IF_ERROR(preloadPeerArrival());
+  RINGGUARD_RETURN_IF_ERROR(preloadPeerAbortMark());
   return preloadPeerSendRecv();
 }
 

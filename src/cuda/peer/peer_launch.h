@@ -49,6 +49,7 @@ Status preloadPeerAlltoall();
 Status preloadPeerSendRecv();
 Status preloadPeerDecline();
 Status preloadPeerArrival();
+Status preloadPeerAbortMark();
 
 }  // namespace peer
 }  // namespace ringguard

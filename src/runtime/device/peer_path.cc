@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "algorithms/collectives.h"
 #include "core/fingerprint.h"
@@ -309,8 +311,31 @@ class PeerPath final : public DirectPath {
     if (gone != 0) *reinterpret_cast<volatile uint32_t*>(&windows_->errorRecord()->exitedPeers) = gone;
   }
 
+  // The record's word ends the kernels that spin now; the own error word, set on the device
+  // (abort_mark.cu), the kernels that start later (one queued behind the replica check's gate, say), which
+  // must not publish or read. That mark runs on a stream of its own and is waited for at most 1 s (an abort
+  // never hangs, even on a device that does not answer).
   void abort() override {
     *reinterpret_cast<volatile uint32_t*>(&windows_->errorRecord()->abortRequested) = 1;
+    int previous = 0;
+    if (cudaGetDevice(&previous) != cudaSuccess || cudaSetDevice(windows_->device()) != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
+    cudaStream_t s = nullptr;
+    cudaEvent_t done = nullptr;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess &&
+        peer::launchPeerAbortMark(windows_->window(windows_->rank()), s).isOk() &&
+        cudaEventCreateWithFlags(&done, cudaEventDisableTiming) == cudaSuccess &&
+        cudaEventRecord(done, s) == cudaSuccess) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      while (cudaEventQuery(done) == cudaErrorNotReady && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    cudaGetLastError();
+    if (done != nullptr) cudaEventDestroy(done);
+    if (s != nullptr) cudaStreamDestroy(s);
+    cudaSetDevice(previous);
   }
 
   static_assert(uint8_t(FaultMode::kBitFlip) == peer::PeerFault::kBitFlip &&

@@ -51,6 +51,7 @@ class PeerWindows {
 
   int rank() const { return rank_; }
   int size() const { return int(bases_.size()); }
+  int device() const { return device_; }
   const WindowLayout& layout() const { return layout_; }
   // Rank r's window as this process maps it (r == rank(): its own).
   void* window(int r) const { return bases_[size_t(r)]; }
