@@ -194,7 +194,9 @@ class ReplicaCheck:
         if not isinstance(training, C.ProcessGroupRingguard):
             raise ValueError(f"ReplicaCheck: gate=True needs a group whose CUDA backend is ringguard's; this "
                              f"group's is {type(training).__name__ if training is not None else 'missing'}")
-        self._verdict_group = dist.new_group(self._ranks, backend=dist.get_backend(self.group))
+        # Only this replica group's ranks take part: under HSDP each rank's replica group is another.
+        self._verdict_group = dist.new_group(self._ranks, backend=dist.get_backend(self.group),
+                                             use_local_synchronization=True)
         verdict = _backend.of_group(self._verdict_group, "cuda")
         if (not isinstance(verdict, C.ProcessGroupRingguard) or verdict is not _backend.of_group(
                 self._verdict_group, "cpu") or dist.get_process_group_ranks(self._verdict_group) != self._ranks):

@@ -17,10 +17,10 @@ struct ReplicaGateArgs {
   const uint32_t* words = nullptr;
   size_t wordsPerRank = 0;
   int ranks = 0;
-  uint64_t epoch = 0;                   // the check's number, from 1
-  const uint64_t* release = nullptr;    // the gate passes once *release >= epoch
-  uint64_t* expired = nullptr;          // the kernel stores epoch here when its deadline passed first
-  uint64_t timeoutNs = 0;               // the deadline, from the kernel's start (%globaltimer)
+  uint64_t epoch = 0;                 // the check's number, from 1
+  const uint64_t* release = nullptr;  // the gate passes once *release >= epoch
+  uint64_t* expired = nullptr;        // the kernel stores epoch here when its deadline passed first
+  uint64_t timeoutNs = 0;             // the deadline, from the kernel's start (%globaltimer)
 };
 
 // One block on `stream`: every rank's words equal the first rank's (the clean case), it ends at once;

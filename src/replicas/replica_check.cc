@@ -13,6 +13,8 @@ namespace ringguard {
 // Tensors per backend call: a model's device tensors in one launch and one wait (the work table grows with
 // it, a few bytes per tensor), with a bound on that table.
 constexpr size_t kTensorsPerCall = size_t(1) << 16;
+// The fingerprints a gated checker's device backend has room for before its first check (more grow it then).
+constexpr size_t kPreparedTensors = size_t(1) << 14;
 
 namespace {
 
@@ -298,7 +300,7 @@ Status ReplicaChecker::resolveDeferred(uint64_t step, const std::vector<ReplicaT
 }
 
 Status ReplicaChecker::act(uint64_t checked, uint64_t now, ReplicaComparison c,
-                           const std::vector<ReplicaTensor>& tensors, void* stream) {
+                           const std::vector<ReplicaTensor>& tensors, void* stream, bool repairHost) {
   ReplicaReport rep;
   rep.step = checked;
   rep.readAtStep = now;
@@ -340,6 +342,17 @@ Status ReplicaChecker::act(uint64_t checked, uint64_t now, ReplicaComparison c,
   }
   event(trace::Tally::kReplicaMismatch, "replica mismatch", checked, firstOdd, what);
   rep.decision = decider_.decide(cmp, checked);
+  if (rep.decision.action == ReplicaAction::kRepair && !repairHost) {
+    for (size_t t : cmp.tensors) {
+      if (tensors[t].kind != MemoryKind::kHost) continue;
+      rep.decision.action = ReplicaAction::kRaise;
+      rep.decision.escalated = true;
+      rep.decision.reason = "'" + tensors[t].name +
+                            "' is host memory, which the training thread has moved on since the gated check: "
+                            "not repairable";
+      break;
+    }
+  }
 
   switch (rep.decision.action) {
     case ReplicaAction::kNone:
@@ -403,14 +416,17 @@ Status ReplicaChecker::act(uint64_t checked, uint64_t now, ReplicaComparison c,
 // ---- The gate (docs/REPLICAS.md, "The gate") --------------------------------------------------------------
 
 Status ReplicaChecker::useGate(std::unique_ptr<ReplicaGate> gate, void* verdictStream,
-                               std::function<void(const std::string&)> abortTraining) {
+                               AbortTraining abortTraining) {
   if (!options_.sync) {
-    return Status(StatusCode::kInvalidArgument,
-                  "replica check: the gate is sync=True's way to the verdict; sync=False reads it at the next check");
+    return Status(
+        StatusCode::kInvalidArgument,
+        "replica check: the gate is sync=True's way to the verdict; sync=False reads it at the next check");
   }
   if (gate == nullptr || gate_ != nullptr) {
     return Status(StatusCode::kInvalidArgument, "replica check: useGate needs a gate, once");
   }
+  // What the verdict thread's first fingerprint would allocate, made now, before any gate holds a stream.
+  if (device_ != nullptr) RINGGUARD_RETURN_IF_ERROR(device_->prepare(kPreparedTensors));
   gate_ = std::move(gate);
   verdictStream_ = verdictStream;
   abortTraining_ = std::move(abortTraining);
@@ -450,6 +466,13 @@ Status ReplicaChecker::checkGated(uint64_t step, const std::vector<ReplicaTensor
   // A verdict thread's failure (a raise, an escalation, a gate out of time) is every later check's error:
   // the training group is aborted and the replicas are not known to agree.
   RINGGUARD_RETURN_IF_ERROR(gateFailure());
+  {
+    std::lock_guard<std::mutex> lock(verdictMu_);
+    if (stopping_) {
+      return Status(StatusCode::kInvalidArgument, "replica check: step " + std::to_string(step) +
+                                                      ": the checker's verdict thread was stopped");
+    }
+  }
   trace::Span span(trace::Kind::kReplica, "replica check", replicaTrack());
   span.event().a = static_cast<int32_t>(step);
   span.event().b = -1;  // the verdict comes from the verdict thread
@@ -464,7 +487,16 @@ Status ReplicaChecker::checkGated(uint64_t step, const std::vector<ReplicaTensor
   c.epoch = ++epoch_;
   c.wordsPerRank = words.size();
   c.tensors = tensors;
-  RINGGUARD_RETURN_IF_ERROR(gate_->hold(gathered, words.size(), exchange_->size(), c.epoch, stream, &c.pending));
+  // Host tensors (Adam's `step`) as they are now: the training thread changes them before the verdict thread
+  // locates or checks again (device tensors wait behind the gate).
+  for (ReplicaTensor& t : c.tensors) {
+    if (t.kind != MemoryKind::kHost || gate_->holdsHostTensors()) continue;
+    const auto* bytes = static_cast<const unsigned char*>(t.data);
+    c.hostCopies.emplace_back(bytes, bytes + t.bytes);
+    t.data = c.hostCopies.back().data();
+  }
+  RINGGUARD_RETURN_IF_ERROR(
+      gate_->hold(gathered, words.size(), exchange_->size(), c.epoch, stream, &c.pending));
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++counters_.gatedChecks;
@@ -479,6 +511,7 @@ Status ReplicaChecker::checkGated(uint64_t step, const std::vector<ReplicaTensor
 }
 
 void ReplicaChecker::verdictLoop() {
+  gate_->bindThread();
   for (;;) {
     GatedCheck c;
     {
@@ -489,14 +522,25 @@ void ReplicaChecker::verdictLoop() {
       verdicts_.pop_front();
       settling_ = true;
     }
-    Status st = settle(c);
+    // After a failure the checks queued behind it are not settled: the training group is aborted, so their
+    // gathers may hold anything, and a comparison of them could send the ranks into different collectives.
+    Status st = gateFailure();
+    if (st.isOk()) {
+      try {
+        st = settle(c);
+      } catch (const std::exception& e) {
+        st = Status(StatusCode::kInternal,
+                    std::string("replica check: the verdict thread failed: ") + e.what());
+      }
+    }
     // The gate ran out before this verdict (its thread stalled): what was queued behind it already ran on
     // this rank's replica, checked or not. Raised as a failure of its own.
     if (st.isOk() && gate_->expired() >= c.epoch) {
-      st = Status(StatusCode::kTimeout,
-                  "replica check: step " + std::to_string(c.step) +
-                      ": the gate's deadline (RINGGUARD_TIMEOUT_MS) passed before its verdict was settled; the "
-                      "steps queued behind it ran on this rank unchecked");
+      st = Status(
+          StatusCode::kTimeout,
+          "replica check: step " + std::to_string(c.step) +
+              ": the gate's deadline (RINGGUARD_TIMEOUT_MS) passed before its verdict was settled; the "
+              "steps queued behind it ran on this rank unchecked");
     }
     bool first = false;
     if (!st.isOk()) {
@@ -504,8 +548,9 @@ void ReplicaChecker::verdictLoop() {
       first = gateFailure_.isOk();
       if (first) gateFailure_ = st;
     }
+    // (A failure found here from an earlier one is not `first`: that one aborted already.)
     // Abort first, then release: the kernels queued behind the gate see the abort at their entry.
-    if (first && abortTraining_) abortTraining_(st.message());
+    if (first && abortTraining_) abortTraining_(st.message(), st.code() == StatusCode::kCorruption);
     gate_->release(c.epoch);
     {
       std::lock_guard<std::mutex> lock(verdictMu_);
@@ -522,8 +567,10 @@ Status ReplicaChecker::settle(GatedCheck& c) {
   ReplicaComparison cmp;
   RINGGUARD_RETURN_IF_ERROR(compareGathered(all, c.wordsPerRank, &cmp));
   // Locating, the repair and the check after it run here, on the verdict stream, over the exchange's
-  // collectives (the check's own communicator), while the training stream waits at the gate.
-  return act(c.step, c.step, std::move(cmp), c.tensors, verdictStream_);
+  // collectives (the check's own communicator), while the training stream waits at the gate; a difference
+  // in a host tensor is raised unless the gate holds those too (the training thread did not wait for the
+  // verdict to change them).
+  return act(c.step, c.step, std::move(cmp), c.tensors, verdictStream_, gate_->holdsHostTensors());
 }
 
 }  // namespace ringguard

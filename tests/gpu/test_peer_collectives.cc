@@ -672,10 +672,10 @@ TEST_F(PeerCollectives, TheArrivalKernelFailsRanksThatDisagreeNamesAStoppedPeerA
   for (const bool arrival : {true, false}) {
     arriveFirst_ = arrival;
     ASSERT_NO_FATAL_FAILURE(freshWindows());
-    if (rank() == 0) {
+    if (rank() == 0) {  // EXPECTs only before the barrier: every rank must reach it
       *reinterpret_cast<volatile uint32_t*>(&windows_->errorRecord()->abortRequested) = 1;
-      ASSERT_TRUE(launchPeerAbortMark(windows_->window(0), stream_).isOk());
-      ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+      EXPECT_TRUE(launchPeerAbortMark(windows_->window(0), stream_).isOk());
+      EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     t0 = std::chrono::steady_clock::now();
@@ -690,7 +690,8 @@ TEST_F(PeerCollectives, TheArrivalKernelFailsRanksThatDisagreeNamesAStoppedPeerA
       EXPECT_EQ(word, uint32_t(PeerError::kAborted));
       publishedNothing(4096, arrival ? "aborted before the arrival kernel" : "aborted before the grid");
     } else {
-      EXPECT_EQ(windows_->errorRecord()->code, uint32_t(PeerError::kPeerFailed)) << "arrival kernel " << arrival;
+      EXPECT_EQ(windows_->errorRecord()->code, uint32_t(PeerError::kPeerFailed))
+          << "arrival kernel " << arrival;
       EXPECT_EQ(windows_->errorRecord()->peer, 0);
     }
     MPI_Barrier(MPI_COMM_WORLD);

@@ -522,7 +522,6 @@ TEST(ReplicaChecker, OptionsAreChecked) {
   EXPECT_FALSE(ReplicaChecker::validate(opts(ReplicaAction::kNone)).isOk());
 }
 
-
 // ---- The gate (docs/REPLICAS.md, "The gate"), its checker side on the CPU ---------------------------------
 // The device gate holds a CUDA stream (tests/python/test_replicas.py runs it on the GPU). Here a gate of host
 // memory stands for it: the training loop plays the stream, waiting at each closed gate for the release
@@ -545,6 +544,10 @@ class HostPending final : public ReplicaPending {
 
 class HostGate final : public ReplicaGate {
  public:
+  // holdsHost: the training loop waits at the gate before it changes anything (the test's tensors are all
+  // host memory); false: as the device gate, it holds the "device" only, so host tensors are not repaired.
+  explicit HostGate(bool holdsHost = true) : holdsHost_(holdsHost) {}
+  bool holdsHostTensors() const override { return holdsHost_; }
   Status hold(const uint32_t* words, size_t wordsPerRank, int ranks, uint64_t epoch, void*,
               std::unique_ptr<ReplicaPending>* out) override {
     std::vector<uint32_t> all(words, words + wordsPerRank * size_t(ranks));
@@ -583,6 +586,7 @@ class HostGate final : public ReplicaGate {
   std::condition_variable cv_;
   std::vector<uint64_t> closed_;
   uint64_t released_ = 0;
+  bool holdsHost_;
 };
 
 // gatherOnDevice over the training communicator (host words standing for device memory); the verdict
@@ -614,24 +618,26 @@ class GatedExchange final : public ReplicaExchange {
 
 struct GatedRun {
   RankRun run;
-  std::string aborted;  // what the checker aborted the training group with
+  std::string aborted;           // what the checker aborted the training group with
   uint64_t releasedAtAbort = 0;  // the gate's released epoch when it did
   size_t closedGates = 0;
 };
 
-std::vector<GatedRun> trainGated(int ranks, ReplicaAction policy, const std::string& fault) {
+std::vector<GatedRun> trainGated(int ranks, ReplicaAction policy, const std::string& fault,
+                                 bool holdsHost = true) {
   testing::LoopbackGroup training(ranks, testing::quietOptions()), verdict(ranks, testing::quietOptions());
   std::vector<GatedRun> out(ranks);
   testing::runRanks(ranks, [&](int rank) {
     ReplicaChecker check(opts(policy),
                          std::make_unique<GatedExchange>(&training.comm(rank), &verdict.comm(rank)),
                          makeHostReplicaBackend(), nullptr);
-    auto gate = std::make_unique<HostGate>();
+    auto gate = std::make_unique<HostGate>(holdsHost);
     HostGate* g = gate.get();
     GatedRun& o = out[rank];
     ASSERT_TRUE(check
                     .useGate(std::move(gate), nullptr,
-                             [&o, g](const std::string& why) {
+                             [&o, g](const std::string& why, bool agreed) {
+                               EXPECT_TRUE(agreed) << why;
                                o.aborted = why;
                                o.releasedAtAbort = g->released();
                              })
@@ -693,11 +699,23 @@ TEST(ReplicaGate, ARaiseAbortsTheTrainingGroupBeforeTheReleaseAndTheNextCheckRet
        trainGated(3, ReplicaAction::kRaise, "rank=1,step=4,tensor=param:w,element=7,bit=3")) {
     EXPECT_EQ(r.aborted, expected);
     EXPECT_LT(r.releasedAtAbort, 5u);  // step 4's check is epoch 5: aborted before its gate opened
-    EXPECT_EQ(r.run.failedStep, 5u);  // the check after the next step returns the verdict
+    EXPECT_EQ(r.run.failedStep, 5u);   // the check after the next step returns the verdict
     EXPECT_EQ(r.run.status.code(), StatusCode::kCorruption);
     EXPECT_EQ(r.run.status.message(), expected);
     EXPECT_EQ(r.run.report.step, 4u);
     EXPECT_EQ(r.run.counters.raised, 1u);
+  }
+  // A gate that holds the device alone (as the CUDA one): a host tensor that differs is raised, not repaired
+  // (the training thread has changed host tensors since the check).
+  for (const GatedRun& r : trainGated(3, ReplicaAction::kRepair, "rank=2,step=3,tensor=param:b,bit=4",
+                                      /*holdsHost=*/false)) {
+    EXPECT_NE(
+        r.aborted.find("'param:b' is host memory, which the training thread has moved on since the gated "
+                       "check: not repairable (on_mismatch=repair, escalated to raise)"),
+        std::string::npos)
+        << r.aborted;
+    EXPECT_EQ(r.run.counters.repairs, 0u);
+    EXPECT_EQ(r.run.failedStep, 4u);
   }
   // A repair that cannot be made (2 replicas) escalates to the same abort and raise.
   for (const GatedRun& r : trainGated(2, ReplicaAction::kRepair, "rank=1,step=1,tensor=param:w,bit=0")) {

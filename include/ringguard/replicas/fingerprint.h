@@ -57,6 +57,13 @@ class ReplicaBackend {
   // XORs `mask` into byte `byteOffset` of `tensor` (fault injection), ordered on `stream`.
   virtual Status flipBits(const ReplicaTensor& tensor, size_t byteOffset, uint8_t mask, void* stream) = 0;
   virtual uint64_t hostWaits() const = 0;
+  // Makes now what fingerprinting up to `tensors` tensors per call would allocate at its first use (the
+  // device backend's pinned memory: a page-locked allocation waits for the device's legacy default stream,
+  // which the replica check's gate may hold when the verdict thread first fingerprints).
+  virtual Status prepare(size_t tensors) {
+    (void)tensors;
+    return Status::ok();
+  }
 };
 
 // The host backend: core's crc32 (ISA-L) inline on the calling thread.

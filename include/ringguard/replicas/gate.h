@@ -28,6 +28,13 @@ class ReplicaGate {
   virtual void release(uint64_t epoch) = 0;
   // The highest epoch whose gate passed its deadline before it was released (0: none). Thread-safe.
   virtual uint64_t expired() const = 0;
+  // Called once on the checker's verdict thread before its first use of the gate or of the backends (the
+  // device gate makes its device the thread's current one).
+  virtual void bindThread() {}
+  // Whether the training thread waits at the gate before it changes host tensors too. The device gate holds
+  // a stream only: the checker then keeps a copy of the host tensors (Adam's `step`) for the verdict thread,
+  // and raises a difference in one instead of repairing it (the training thread has moved it on).
+  virtual bool holdsHostTensors() const { return false; }
 };
 
 struct DeviceReplicaGateOptions {

@@ -65,9 +65,10 @@ class ReplicaExchange {
   // into the message, which is then all-gathered into device memory on `stream`; *words points at the
   // size() x mine.size() gathered words, for the work queued on `stream` next (the gate) to read. Called on
   // the training thread; the gated checker's other calls (allGather, broadcast) come from its verdict
-  // thread and go over a communicator of the check's own. kUnimplemented by default.
+  // thread and go over a communicator of the check's own. kInvalidArgument by default (no device gather).
   virtual Status gatherOnDevice(const std::vector<uint32_t>& mine, const std::vector<ReplicaTensor>& tensors,
-                                const std::vector<size_t>& deviceIndices, void* stream, const uint32_t** words);
+                                const std::vector<size_t>& deviceIndices, void* stream,
+                                const uint32_t** words);
 };
 
 struct ReplicaCheckOptions {
@@ -144,11 +145,13 @@ class ReplicaChecker {
   // fingerprints on the device (ReplicaExchange::gatherOnDevice) and `gate` holds `stream` while they differ;
   // a verdict thread of the checker takes the words, compares, decides and acts (locating, repair, the check
   // after it: the exchange's allGather and broadcast, on `verdictStream`), then releases the gate. A check
-  // it raises for (a mismatch under raise, an escalation, a failure of its own) calls `abortTraining(why)`
-  // first, so the kernels queued behind the gate fail instead of spreading the odd replica, and the next
-  // check, flush() or checkNow() returns it. kInvalidArgument with sync=False or a gate already in use.
-  Status useGate(std::unique_ptr<ReplicaGate> gate, void* verdictStream,
-                 std::function<void(const std::string&)> abortTraining);
+  // it raises for (a mismatch under raise, an escalation, a failure of its own) calls
+  // `abortTraining(why, agreed)` first, so the kernels queued behind the gate fail instead of spreading the
+  // odd replica, and the next check, flush() or checkNow() returns it. `agreed`: the verdict every rank
+  // reaches (kCorruption); false: a failure of this rank's (its peers may still wait for it in a collective
+  // of the exchange). kInvalidArgument with sync=False or a gate already in use.
+  using AbortTraining = std::function<void(const std::string& why, bool agreed)>;
+  Status useGate(std::unique_ptr<ReplicaGate> gate, void* verdictStream, AbortTraining abortTraining);
   bool gated() const { return gate_ != nullptr; }
   // Gated: waits until the verdict thread has settled every check made so far (counters() and lastReport()
   // then describe them). No-op otherwise.
@@ -175,8 +178,10 @@ class ReplicaChecker {
   Status resolveDeferred(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream);
   // Decides and acts on comparison `c` of the state after step `checked`, read at step `now` (whose state
   // `tensors` hold: a repair is made in it).
+  // `repairHost` false (the gate): a difference in a host tensor is raised, not repaired (the training
+  // thread has moved host tensors on since the check).
   Status act(uint64_t checked, uint64_t now, ReplicaComparison c, const std::vector<ReplicaTensor>& tensors,
-             void* stream);
+             void* stream, bool repairHost = true);
   // `deviceLeft` non-null: device tensors are not fingerprinted, their indices are listed there instead.
   Status fingerprint(const std::vector<ReplicaTensor>& tensors, void* stream, std::vector<uint32_t>* crcs,
                      std::vector<size_t>* deviceLeft = nullptr);
@@ -190,7 +195,8 @@ class ReplicaChecker {
     uint64_t step = 0, epoch = 0;
     size_t wordsPerRank = 0;
     std::unique_ptr<ReplicaPending> pending;
-    std::vector<ReplicaTensor> tensors;
+    std::vector<ReplicaTensor> tensors;  // host tensors point into `hostCopies`
+    std::vector<std::vector<unsigned char>> hostCopies;
   };
   Status checkGated(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream);
   void verdictLoop();
@@ -214,7 +220,7 @@ class ReplicaChecker {
   // found (returned by every later check), all guarded by verdictMu_.
   std::unique_ptr<ReplicaGate> gate_;
   void* verdictStream_ = nullptr;
-  std::function<void(const std::string&)> abortTraining_;
+  AbortTraining abortTraining_;
   uint64_t epoch_ = 0;
   std::mutex verdictMu_;
   std::condition_variable verdictCv_;

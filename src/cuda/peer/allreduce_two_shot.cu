@@ -75,12 +75,12 @@ Status launchAllreduceTwoShot(const PeerAllreduceArgs& args, void* stream) {
   RINGGUARD_RETURN_IF_ERROR(peerGrid(chunkCount(totalBytes), args.size, &blocks));
   const uint32_t fpCrc = peerFingerprintCrc(args, PeerAlgorithm::kAllreduceTwoShot);
   const element_ops::OpArg arg{args.size, premulScalar(args.dtype, premulFactor(args.op))};
-  return element_ops::dispatchReduce(
-      args.dtype, args.op, /*finalStep=*/true, /*firstStep=*/false, [&](auto tag) {
-        using Final = typename decltype(tag)::type;
-        return launchPeerGrid(allreduceTwoShotKernel<Final>, blocks, kThreads, stream, args,
-                              fpCrc, totalBytes, arg);
-      });
+  return element_ops::dispatchReduce(args.dtype, args.op, /*finalStep=*/true, /*firstStep=*/false,
+                                     [&](auto tag) {
+                                       using Final = typename decltype(tag)::type;
+                                       return launchPeerGrid(allreduceTwoShotKernel<Final>, blocks, kThreads,
+                                                             stream, args, fpCrc, totalBytes, arg);
+                                     });
 }
 
 Status preloadAllreduceTwoShot() {

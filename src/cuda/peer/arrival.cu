@@ -58,11 +58,12 @@ bool programmaticGridLaunch() {
   }
   int major = 0;
   cudaFuncAttributes attributes{};
-  const bool available =
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9 &&
-      cudaFuncGetAttributes(&attributes, arrivalKernel) == cudaSuccess && attributes.ptxVersion >= 90;
-  if (!available) cudaGetLastError();
-  if (device >= 0 && device < kCachedDevices) known[device].store(available ? 1 : -1, std::memory_order_relaxed);
+  bool failed = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess;
+  if (!failed && major >= 9) failed = cudaFuncGetAttributes(&attributes, arrivalKernel) != cudaSuccess;
+  if (failed) cudaGetLastError();  // that call's error only
+  const bool available = !failed && major >= 9 && attributes.ptxVersion >= 90;
+  if (device >= 0 && device < kCachedDevices)
+    known[device].store(available ? 1 : -1, std::memory_order_relaxed);
   return available;
 }
 

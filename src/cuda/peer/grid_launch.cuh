@@ -16,15 +16,15 @@ namespace ringguard {
 namespace peer {
 
 // Launches the collective's arrival kernel when args.arriveFirst is set (launchPeerArrival), then
-// `kernel<<<blocks, threads, 0, stream>>>(args, fpCrc, rest...)` behind it, as a programmatic dependent launch
-// where one is available (programmaticGridLaunch). The arrival kernel is launched here, by the launch that
-// has its grid in hand (inside dispatchReduce's choice of kernel), so a call that ends before its grid (an
-// unsupported type or op) never leaves an arrival kernel queued alone: it has published this rank's arrival,
-// and a grid must follow it. Should the launch with the attribute be refused, the grid is launched the
-// ordinary way for the same reason.
+// `kernel<<<blocks, threads, 0, stream>>>(args, fpCrc, rest...)` behind it, as a programmatic dependent
+// launch where one is available (programmaticGridLaunch). The arrival kernel is launched here, by the launch
+// that has its grid in hand (inside dispatchReduce's choice of kernel), so a call that ends before its grid
+// (an unsupported type or op) never leaves an arrival kernel queued alone: it has published this rank's
+// arrival, and a grid must follow it. Should the launch with the attribute be refused, the grid is launched
+// the ordinary way for the same reason.
 template <typename... Params, typename WindowArgs, typename... Rest>
-Status launchPeerGrid(void (*kernel)(Params...), int blocks, int threads, void* stream, const WindowArgs& args,
-                      uint32_t fpCrc, Rest... rest) {
+Status launchPeerGrid(void (*kernel)(Params...), int blocks, int threads, void* stream,
+                      const WindowArgs& args, uint32_t fpCrc, Rest... rest) {
   RINGGUARD_RETURN_IF_ERROR(launchPeerArrival(args, fpCrc, stream));
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(unsigned(blocks));

@@ -71,12 +71,12 @@ Status launchPeerReduceScatter(const PeerReduceScatterArgs& args, void* stream) 
   RINGGUARD_RETURN_IF_ERROR(peerGrid(chunkCount(shareBytes * size_t(args.size)), args.size, &blocks));
   const uint32_t fpCrc = peerFingerprintCrc(args, PeerAlgorithm::kReduceScatter);
   const element_ops::OpArg arg{args.size, premulScalar(args.dtype, premulFactor(args.op))};
-  return element_ops::dispatchReduce(
-      args.dtype, args.op, /*finalStep=*/true, /*firstStep=*/false, [&](auto tag) {
-        using Final = typename decltype(tag)::type;
-        return launchPeerGrid(reduceScatterKernel<Final>, blocks, kThreads, stream, args,
-                              fpCrc, shareBytes, arg);
-      });
+  return element_ops::dispatchReduce(args.dtype, args.op, /*finalStep=*/true, /*firstStep=*/false,
+                                     [&](auto tag) {
+                                       using Final = typename decltype(tag)::type;
+                                       return launchPeerGrid(reduceScatterKernel<Final>, blocks, kThreads,
+                                                             stream, args, fpCrc, shareBytes, arg);
+                                     });
 }
 
 Status preloadPeerReduceScatter() {

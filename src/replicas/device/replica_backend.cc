@@ -83,6 +83,12 @@ class DeviceReplicaBackend final : public ReplicaBackend {
 
   uint64_t hostWaits() const override { return hostWaits_; }
 
+  Status prepare(size_t tensors) override {
+    cuda_detail::DeviceGuard onDevice(device_);
+    RINGGUARD_CUDA_CHECK(onDevice.error());
+    return ensurePinned(tensors * sizeof(uint32_t));
+  }
+
  private:
   Status ensurePinned(size_t bytes) {
     if (bytes <= pinnedBytes_) return Status::ok();

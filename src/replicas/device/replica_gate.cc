@@ -1,6 +1,8 @@
 // The replica check's gate over the CUDA layer (docs/REPLICAS.md, "The gate"): the release and deadline
 // words live in mapped pinned memory (the host writes one, the kernel the other), each check's gathered
 // words are copied into one of kSlots pinned slots with an event, which the verdict thread waits for.
+#include "cuda/replica_gate.h"
+
 #include <cuda_runtime_api.h>
 
 #include <atomic>
@@ -11,7 +13,6 @@
 #include <vector>
 
 #include "cuda/cuda_check.h"
-#include "cuda/replica_gate.h"
 #include "ringguard/replicas/gate.h"
 #include "ringguard/replicas/replica_check.h"
 
@@ -47,24 +48,20 @@ class DeviceReplicaGate final : public ReplicaGate {
 
   ~DeviceReplicaGate() override {
     release(kOpenAll);  // no kernel may wait on words about to be freed
-    int previous = 0;
-    const bool restore = cudaGetDevice(&previous) == cudaSuccess;
-    (void)cudaSetDevice(device_);
+    cuda_detail::DeviceGuard onDevice(device_);
     (void)cudaDeviceSynchronize();  // the gates and copies still queued end before their memory goes
     for (Slot& s : slots_) {
       if (s.copied != nullptr) (void)cudaEventDestroy(s.copied);
       if (s.host != nullptr) (void)cudaFreeHost(s.host);
     }
     if (words_ != nullptr) (void)cudaFreeHost(words_);
-    if (restore) (void)cudaSetDevice(previous);
   }
 
   Status init(const DeviceReplicaGateOptions& o) {
     device_ = o.device;
     timeoutNs_ = o.timeoutNs;
-    int previous = 0;
-    RINGGUARD_CUDA_CHECK(cudaGetDevice(&previous));
-    RINGGUARD_CUDA_CHECK(cudaSetDevice(device_));
+    cuda_detail::DeviceGuard onDevice(device_);
+    RINGGUARD_CUDA_CHECK(onDevice.error());
     Status st = Status::ok();
     void* mapped = nullptr;
     if (cudaHostAlloc(&mapped, 2 * sizeof(uint64_t), cudaHostAllocMapped) != cudaSuccess) {
@@ -85,7 +82,6 @@ class DeviceReplicaGate final : public ReplicaGate {
         st = Status(StatusCode::kInternal, "replica gate: cudaEventCreate failed");
     }
     if (!st.isOk()) cudaGetLastError();
-    RINGGUARD_CUDA_CHECK(cudaSetDevice(previous));
     return st;
   }
 
@@ -165,18 +161,13 @@ class DeviceReplicaGate final : public ReplicaGate {
     return *e;
   }
 
+  // The verdict thread's device, for good: its fingerprints and broadcasts run on this device's streams.
+  void bindThread() override { (void)cudaSetDevice(device_); }
+
   bool ready(int slot) { return cudaEventQuery(slots_[slot].copied) == cudaSuccess; }
 
   Status take(int slot, size_t words, std::vector<uint32_t>* all) {
-    int previous = 0;
-    RINGGUARD_CUDA_CHECK(cudaGetDevice(&previous));
-    RINGGUARD_CUDA_CHECK(cudaSetDevice(device_));  // the verdict thread's current device may be another
-    const cudaError_t e = cudaEventSynchronize(slots_[slot].copied);
-    RINGGUARD_CUDA_CHECK(cudaSetDevice(previous));
-    if (e != cudaSuccess) {
-      return Status(StatusCode::kInternal,
-                    std::string("replica gate: waiting for the gathered words failed: ") + cudaGetErrorString(e));
-    }
+    RINGGUARD_CUDA_CHECK(cudaEventSynchronize(slots_[slot].copied));
     all->assign(slots_[slot].host, slots_[slot].host + words);
     return Status::ok();
   }

@@ -15,6 +15,7 @@
 #include "core/function_ref.h"
 #include "core/peer_alltoall_plan.h"
 #include "core/peer_p2p_plan.h"
+#include "cuda/cuda_check.h"
 #include "cuda/peer/peer_collectives.h"
 #include "runtime/device/stream_chain.h"
 #include "transport/peer/peer_liveness.h"
@@ -317,11 +318,8 @@ class PeerPath final : public DirectPath {
   // never hangs, even on a device that does not answer).
   void abort() override {
     *reinterpret_cast<volatile uint32_t*>(&windows_->errorRecord()->abortRequested) = 1;
-    int previous = 0;
-    if (cudaGetDevice(&previous) != cudaSuccess || cudaSetDevice(windows_->device()) != cudaSuccess) {
-      cudaGetLastError();
-      return;
-    }
+    cuda_detail::DeviceGuard onDevice(windows_->device());
+    if (onDevice.error() != cudaSuccess) return;
     cudaStream_t s = nullptr;
     cudaEvent_t done = nullptr;
     if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess &&
@@ -332,10 +330,8 @@ class PeerPath final : public DirectPath {
       while (cudaEventQuery(done) == cudaErrorNotReady && std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
-    cudaGetLastError();
-    if (done != nullptr) cudaEventDestroy(done);
-    if (s != nullptr) cudaStreamDestroy(s);
-    cudaSetDevice(previous);
+    if (done != nullptr) (void)cudaEventDestroy(done);
+    if (s != nullptr) (void)cudaStreamDestroy(s);
   }
 
   static_assert(uint8_t(FaultMode::kBitFlip) == peer::PeerFault::kBitFlip &&

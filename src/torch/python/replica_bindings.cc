@@ -106,8 +106,10 @@ class PyReplicaExchange final : public ReplicaExchange {
   // checks (the gate and the copy that read it are queued on the stream; torch's allocator would reuse it
   // only for later work on that stream anyway).
   Status gatherOnDevice(const std::vector<uint32_t>& mine, const std::vector<ReplicaTensor>& tensors,
-                        const std::vector<size_t>& deviceIndices, void* stream, const uint32_t** words) override {
-    if (startGather_.is_none()) return ReplicaExchange::gatherOnDevice(mine, tensors, deviceIndices, stream, words);
+                        const std::vector<size_t>& deviceIndices, void* stream,
+                        const uint32_t** words) override {
+    if (startGather_.is_none())
+      return ReplicaExchange::gatherOnDevice(mine, tensors, deviceIndices, stream, words);
     py::object handle;
     RINGGUARD_RETURN_IF_ERROR(startDeviceGather(mine, tensors, deviceIndices, stream, true, &handle));
     try {
@@ -122,17 +124,15 @@ class PyReplicaExchange final : public ReplicaExchange {
       if (kept_.size() > kKept) kept_.pop_front();
       return Status::ok();
     } catch (const std::exception& e) {
-      return Status(StatusCode::kInternal, std::string("replica check: the device all-gather failed: ") + e.what());
+      return Status(StatusCode::kInternal,
+                    std::string("replica check: the device all-gather failed: ") + e.what());
     }
   }
 
-  // Gated: the verdict thread's collectives go over `group` (the check's own, made over the same ranks),
-  // called here in C++ with no GIL, so a training thread that holds it (blocked in a launch behind the closed
-  // gate, say) cannot stall a repair; device tensors' broadcasts on `stream` (the verdict stream).
-  void useVerdictGroup(ProcessGroupRingguard* group, void* stream) {
-    verdictGroup_ = group;
-    verdictStream_ = stream;
-  }
+  // Gated: the checker's collectives after the gather (its verdict thread's) go over `group` (the check's
+  // own, made over the same ranks), called here in C++ with no GIL, so a training thread that holds it
+  // (blocked in a launch behind the closed gate, say) cannot stall a repair.
+  void useVerdictGroup(ProcessGroupRingguard* group) { verdictGroup_ = group; }
 
  private:
   Status startDeviceGather(const std::vector<uint32_t>& mine, const std::vector<ReplicaTensor>& tensors,
@@ -179,10 +179,10 @@ class PyReplicaExchange final : public ReplicaExchange {
     if (verdictGroup_ != nullptr || hostGroup_ != nullptr) {
       ProcessGroupRingguard* g = verdictGroup_ != nullptr ? verdictGroup_ : hostGroup_;
       Status st;
-      if (verdictGroup_ != nullptr) {
-        st = g->allgatherHostWords(mine, all);  // the verdict thread: no GIL held, none needed
-      } else {
-        py::gil_scoped_release release;  // the peers' checks may need this process's other threads
+      {
+        // The peers' checks may need this process's other threads. The verdict thread holds no GIL.
+        std::optional<py::gil_scoped_release> release;
+        if (PyGILState_Check()) release.emplace();
         st = g->allgatherHostWords(mine, all);
       }
       if (st.isOk()) return st;
@@ -206,9 +206,9 @@ class PyReplicaExchange final : public ReplicaExchange {
     }
   }
 
-  Status broadcast(const ReplicaTensor& tensor, int root, void*) override {
+  Status broadcast(const ReplicaTensor& tensor, int root, void* stream) override {
 #if RINGGUARD_GUARD_CUDA
-    if (verdictGroup_ != nullptr) return broadcastDirect(tensor, root);
+    if (verdictGroup_ != nullptr) return broadcastDirect(tensor, root, stream);
 #endif
     try {
       broadcast_(tensor.name, root);
@@ -226,14 +226,16 @@ class PyReplicaExchange final : public ReplicaExchange {
   py::object hostGroupObject_;  // keeps hostGroup_ alive
   ProcessGroupRingguard* hostGroup_ = nullptr;
   ProcessGroupRingguard* verdictGroup_ = nullptr;  // kept alive by PyReplicaCheck
-  void* verdictStream_ = nullptr;
   static constexpr size_t kKept = 8;
   std::deque<at::Tensor> kept_;
 
 #if RINGGUARD_GUARD_CUDA
-  // The verdict thread's broadcast: the tensor's bytes as a uint8 tensor over the verdict group, device
-  // tensors on the verdict stream, waited for here.
-  Status broadcastDirect(const ReplicaTensor& tensor, int root) {
+  // The gated checker's broadcast (its verdict thread's, or check_now()'s): the tensor's bytes as a uint8
+  // tensor over the verdict group, device tensors on `stream` (the verdict stream, or the caller's),
+  // waited for here.
+  Status broadcastDirect(const ReplicaTensor& tensor, int root, void* stream) {
+    std::optional<py::gil_scoped_release> release;
+    if (PyGILState_Check()) release.emplace();
     try {
       const bool device = tensor.kind == MemoryKind::kDevice;
       const auto options = device ? at::TensorOptions().dtype(at::kByte).device(at::kCUDA, cudaDevice_)
@@ -243,7 +245,7 @@ class PyReplicaExchange final : public ReplicaExchange {
       o.rootRank = root;
       std::optional<c10::cuda::CUDAStreamGuard> onStream;
       if (device) {
-        onStream.emplace(c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(verdictStream_),
+        onStream.emplace(c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(stream),
                                                           static_cast<c10::DeviceIndex>(cudaDevice_)));
       }
       auto work = verdictGroup_->broadcast(t, o);
@@ -336,11 +338,13 @@ class PyReplicaCheck {
 #else
     if (cudaDevice >= 0) throw py::value_error("ReplicaCheck: this build of ringguard has no CUDA layer");
 #endif
-    auto exchange = std::make_unique<PyReplicaExchange>(rank, size, std::move(allGather), std::move(broadcast),
-                                                        std::move(startGather), cudaDevice, std::move(hostGroup));
+    auto exchange =
+        std::make_unique<PyReplicaExchange>(rank, size, std::move(allGather), std::move(broadcast),
+                                            std::move(startGather), cudaDevice, std::move(hostGroup));
     exchange_ = exchange.get();
     cudaDevice_ = cudaDevice;
-    check_ = std::make_unique<ReplicaChecker>(o, std::move(exchange), makeHostReplicaBackend(), std::move(device));
+    check_ =
+        std::make_unique<ReplicaChecker>(o, std::move(exchange), makeHostReplicaBackend(), std::move(device));
   }
 
   void afterStep(uint64_t step, const std::vector<std::pair<std::string, at::Tensor>>& named,
@@ -368,15 +372,23 @@ class PyReplicaCheck {
     auto* t = py::cast<ProcessGroupRingguard*>(training);
     auto* v = py::cast<ProcessGroupRingguard*>(verdict);
     if (cudaDevice_ < 0) throw py::value_error("ReplicaCheck: the gate needs the model's tensors on a GPU");
+    if (check_->gated()) throw py::value_error("ReplicaCheck: the gate is in use already");
     DeviceReplicaGateOptions o;
     o.device = cudaDevice_;
     o.timeoutNs = static_cast<uint64_t>(t->timeout().count()) * 1000 * 1000;
     std::unique_ptr<ReplicaGate> gate;
     Status st = makeDeviceReplicaGate(o, &gate);
     if (st.isOk()) {
-      exchange_->useVerdictGroup(v, reinterpret_cast<void*>(stream));
+      exchange_->useVerdictGroup(v);
+      // A raise aborts the training group (its queued collectives end); a failure of this rank's own also
+      // the verdict group, so peers still in a verdict collective with it fail at once, not at their timeout
+      // (an agreed verdict leaves it: a peer may still be completing the collective this rank completed).
       st = check_->useGate(std::move(gate), reinterpret_cast<void*>(stream),
-                           [t](const std::string& why) { t->abortWith(why); });
+                           [t, v](const std::string& why, bool agreed) {
+                             t->abortWith(why);
+                             if (!agreed) v->abortWith(why);
+                           });
+      if (!st.isOk()) exchange_->useVerdictGroup(nullptr);
     }
     if (!st.isOk()) raiseReplica(st);
     trainingGroup_ = std::move(training);
