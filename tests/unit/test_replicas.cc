@@ -261,18 +261,31 @@ struct RankRun {
   uint32_t finalCrc = 0;
 };
 
+// `fault` (a RINGGUARD_REPLICA_FAULT spec; none when empty) set on `check`.
+void setFault(ReplicaChecker& check, const std::string& fault) {
+  if (fault.empty()) return;
+  ReplicaFault f;
+  bool on = false;
+  ASSERT_TRUE(parseReplicaFault(fault, &f, &on).isOk());
+  ASSERT_TRUE(check.setFault(f).isOk());
+}
+
+// The end of a run: the last verdict read (sync=False, the gate), the counters, the report, the final state.
+void finishRun(ReplicaChecker& check, Replica* rep, RankRun* r) {
+  if (r->status.isOk()) r->status = check.flush(kSteps - 1, rep->tensors());
+  if (!r->status.isOk() && r->failedStep == UINT64_MAX) r->failedStep = kSteps;
+  r->counters = check.counters();
+  r->report = check.lastReport();
+  r->finalCrc = crc32(rep->w.data(), rep->w.size() * 4, crc32(rep->m.data(), rep->m.size() * 4));
+}
+
 // Trains kSteps steps on every rank with a checker of `options`; `fault` (when set) on every rank.
 std::vector<RankRun> train(int ranks, ReplicaCheckOptions options, const std::string& fault) {
   testing::LoopbackGroup g(ranks, testing::quietOptions());
   std::vector<RankRun> out(ranks);
   g.run([&](int rank, Communicator& comm) {
     ReplicaChecker check(options, makeCommunicatorExchange(&comm), makeHostReplicaBackend(), nullptr);
-    if (!fault.empty()) {
-      ReplicaFault f;
-      bool on = false;
-      ASSERT_TRUE(parseReplicaFault(fault, &f, &on).isOk());
-      ASSERT_TRUE(check.setFault(f).isOk());
-    }
+    ASSERT_NO_FATAL_FAILURE(setFault(check, fault));
     Replica rep;
     RankRun& r = out[rank];
     for (int step = 0; step < kSteps; ++step) {
@@ -285,11 +298,7 @@ std::vector<RankRun> train(int ranks, ReplicaCheckOptions options, const std::st
         break;
       }
     }
-    if (r.status.isOk()) r.status = check.flush(kSteps - 1, rep.tensors());  // sync=False: the last verdict
-    if (!r.status.isOk() && r.failedStep == UINT64_MAX) r.failedStep = kSteps;
-    r.counters = check.counters();
-    r.report = check.lastReport();
-    r.finalCrc = crc32(rep.w.data(), rep.w.size() * 4, crc32(rep.m.data(), rep.m.size() * 4));
+    finishRun(check, &rep, &r);
   });
   return out;
 }
@@ -642,12 +651,7 @@ std::vector<GatedRun> trainGated(int ranks, ReplicaAction policy, const std::str
                                o.releasedAtAbort = g->released();
                              })
                     .isOk());
-    if (!fault.empty()) {
-      ReplicaFault f;
-      bool on = false;
-      ASSERT_TRUE(parseReplicaFault(fault, &f, &on).isOk());
-      ASSERT_TRUE(check.setFault(f).isOk());
-    }
+    ASSERT_NO_FATAL_FAILURE(setFault(check, fault));
     Replica rep;
     RankRun& r = o.run;
     for (int step = 0; step < kSteps; ++step) {
@@ -659,11 +663,7 @@ std::vector<GatedRun> trainGated(int ranks, ReplicaAction policy, const std::str
       }
       ASSERT_TRUE(g->pass(uint64_t(step) + 1)) << "the gate of step " << step << " was never released";
     }
-    if (r.status.isOk()) r.status = check.flush(kSteps - 1, rep.tensors());
-    if (!r.status.isOk() && r.failedStep == UINT64_MAX) r.failedStep = kSteps;
-    r.counters = check.counters();
-    r.report = check.lastReport();
-    r.finalCrc = crc32(rep.w.data(), rep.w.size() * 4, crc32(rep.m.data(), rep.m.size() * 4));
+    finishRun(check, &rep, &r);
     o.closedGates = g->closedGates();
   });
   return out;
