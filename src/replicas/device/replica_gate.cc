@@ -78,7 +78,10 @@ class DeviceReplicaGate final : public ReplicaGate {
       }
     }
     for (Slot& s : slots_) {
-      if (st.isOk() && cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming) != cudaSuccess)
+      // A blocking event: the verdict thread sleeps in take() instead of spinning on a core beside the
+      // training thread's.
+      if (st.isOk() &&
+          cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming | cudaEventBlockingSync) != cudaSuccess)
         st = Status(StatusCode::kInternal, "replica gate: cudaEventCreate failed");
     }
     if (!st.isOk()) cudaGetLastError();
