@@ -21,7 +21,7 @@ class ReplicaGate {
   // Queues on `stream`, behind the all-gather that wrote `words` (device memory, `ranks` blocks of
   // `wordsPerRank`): their copy into host memory, then the gate of check `epoch` (1, 2, ...). The pending's
   // take() waits for that copy: the verdict thread's wait, never the caller's. Waits (on the host) only when
-  // kSlots earlier checks' words are still untaken.
+  // 64 earlier checks' words are still untaken (the device gate's slots).
   virtual Status hold(const uint32_t* words, size_t wordsPerRank, int ranks, uint64_t epoch, void* stream,
                       std::unique_ptr<ReplicaPending>* out) = 0;
   // Opens the gates of every epoch <= `epoch` (kOpenAll: every gate, now and later). Thread-safe.

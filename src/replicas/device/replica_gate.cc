@@ -19,7 +19,9 @@
 namespace ringguard {
 namespace {
 
-constexpr int kSlots = 4;
+// Checks whose words the verdict thread has not taken yet, at most: hold() waits for a slot beyond that, so
+// it must be more than the steps the CPU runs ahead of the GPU (4 throttled the small GPT's training thread).
+constexpr int kSlots = 64;
 
 class DeviceReplicaGate;
 
@@ -109,19 +111,16 @@ class DeviceReplicaGate final : public ReplicaGate {
     Slot& sl = slots_[slot];
     Status st = Status::ok();
     if (sl.capacity < total) {
-      // A larger message than this slot held (the first check, or a model that grew): the slot is free, so
-      // no copy into it is in flight.
-      if (sl.host != nullptr) (void)cudaFreeHost(sl.host);
-      sl.host = nullptr;
-      sl.capacity = 0;
-      void* p = nullptr;
-      if (cudaHostAlloc(&p, total * sizeof(uint32_t), cudaHostAllocDefault) != cudaSuccess) {
-        cudaGetLastError();
-        st = Status(StatusCode::kInternal, "replica gate: cudaHostAlloc of " +
-                                               std::to_string(total * sizeof(uint32_t)) + " bytes failed");
-      } else {
-        sl.host = static_cast<uint32_t*>(p);
-        sl.capacity = total;
+      // A larger message than this slot held (the first check, or a model that grew): this slot and every
+      // other free one grown now, at once (a page-locked allocation waits for the device: once, not at each
+      // of the next kSlots checks). A free slot has no copy in flight, and only this thread takes slots.
+      for (int i = 0; i < kSlots && st.isOk(); ++i) {
+        bool free = i == slot;
+        if (!free) {
+          std::lock_guard<std::mutex> lock(mu_);
+          free = !slots_[i].busy;
+        }
+        if (free && slots_[i].capacity < total) st = grow(&slots_[i], total);
       }
     }
     if (st.isOk() &&
@@ -146,6 +145,22 @@ class DeviceReplicaGate final : public ReplicaGate {
       return st;
     }
     *out = std::make_unique<SlotPending>(this, slot, total);
+    return Status::ok();
+  }
+
+  // `slot` (free) with room for `words` words of pinned memory.
+  Status grow(Slot* slot, size_t words) {
+    if (slot->host != nullptr) (void)cudaFreeHost(slot->host);
+    slot->host = nullptr;
+    slot->capacity = 0;
+    void* p = nullptr;
+    if (cudaHostAlloc(&p, words * sizeof(uint32_t), cudaHostAllocDefault) != cudaSuccess) {
+      cudaGetLastError();
+      return Status(StatusCode::kInternal, "replica gate: cudaHostAlloc of " +
+                                               std::to_string(words * sizeof(uint32_t)) + " bytes failed");
+    }
+    slot->host = static_cast<uint32_t*>(p);
+    slot->capacity = words;
     return Status::ok();
   }
 
