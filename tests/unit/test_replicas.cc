@@ -555,7 +555,8 @@ class HostGate final : public ReplicaGate {
  public:
   // holdsHost: the training loop waits at the gate before it changes anything (the test's tensors are all
   // host memory); false: as the device gate, it holds the "device" only, so host tensors are not repaired.
-  explicit HostGate(bool holdsHost = true) : holdsHost_(holdsHost) {}
+  // expired: every gate passed its deadline (the verdict thread "stalled").
+  explicit HostGate(bool holdsHost = true, bool expired = false) : holdsHost_(holdsHost), expired_(expired) {}
   bool holdsHostTensors() const override { return holdsHost_; }
   Status hold(const uint32_t* words, size_t wordsPerRank, int ranks, uint64_t epoch, void*,
               std::unique_ptr<ReplicaPending>* out) override {
@@ -574,7 +575,7 @@ class HostGate final : public ReplicaGate {
     }
     cv_.notify_all();
   }
-  uint64_t expired() const override { return 0; }
+  uint64_t expired() const override { return expired_ ? kOpenAll : 0; }
   // The stream at the gate of `epoch`: passes at once when that check was clean, else when released.
   bool pass(uint64_t epoch) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -596,6 +597,7 @@ class HostGate final : public ReplicaGate {
   std::vector<uint64_t> closed_;
   uint64_t released_ = 0;
   bool holdsHost_;
+  bool expired_;
 };
 
 // gatherOnDevice over the training communicator (host words standing for device memory); the verdict
@@ -629,24 +631,26 @@ struct GatedRun {
   RankRun run;
   std::string aborted;           // what the checker aborted the training group with
   uint64_t releasedAtAbort = 0;  // the gate's released epoch when it did
+  bool abortAgreed = false;      // the abort was for a verdict every rank reached
   size_t closedGates = 0;
 };
 
 std::vector<GatedRun> trainGated(int ranks, ReplicaAction policy, const std::string& fault,
-                                 bool holdsHost = true) {
+                                 bool holdsHost = true, bool expired = false) {
   testing::LoopbackGroup training(ranks, testing::quietOptions()), verdict(ranks, testing::quietOptions());
   std::vector<GatedRun> out(ranks);
   testing::runRanks(ranks, [&](int rank) {
     ReplicaChecker check(opts(policy),
                          std::make_unique<GatedExchange>(&training.comm(rank), &verdict.comm(rank)),
                          makeHostReplicaBackend(), nullptr);
-    auto gate = std::make_unique<HostGate>(holdsHost);
+    auto gate = std::make_unique<HostGate>(holdsHost, expired);
     HostGate* g = gate.get();
     GatedRun& o = out[rank];
     ASSERT_TRUE(check
                     .useGate(std::move(gate), nullptr,
-                             [&o, g](const std::string& why, bool agreed) {
-                               EXPECT_TRUE(agreed) << why;
+                             [&o, g, &training, rank](const std::string& why, bool agreed) {
+                               training.comm(rank).abort(why);  // as the Python check aborts its group
+                               o.abortAgreed = agreed;
                                o.aborted = why;
                                o.releasedAtAbort = g->released();
                              })
@@ -699,7 +703,8 @@ TEST(ReplicaGate, ARaiseAbortsTheTrainingGroupBeforeTheReleaseAndTheNextCheckRet
        trainGated(3, ReplicaAction::kRaise, "rank=1,step=4,tensor=param:w,element=7,bit=3")) {
     EXPECT_EQ(r.aborted, expected);
     EXPECT_LT(r.releasedAtAbort, 5u);  // step 4's check is epoch 5: aborted before its gate opened
-    EXPECT_EQ(r.run.failedStep, 5u);   // the check after the next step returns the verdict
+    EXPECT_TRUE(r.abortAgreed);
+    EXPECT_EQ(r.run.failedStep, 5u);  // the check after the next step returns the verdict
     EXPECT_EQ(r.run.status.code(), StatusCode::kCorruption);
     EXPECT_EQ(r.run.status.message(), expected);
     EXPECT_EQ(r.run.report.step, 4u);
@@ -730,6 +735,23 @@ TEST(ReplicaGate, ARaiseAbortsTheTrainingGroupBeforeTheReleaseAndTheNextCheckRet
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(st.message().find("sync=False"), std::string::npos) << st.toString();
   });
+}
+
+// A gate whose deadline passed before its verdict (the verdict thread stalled): a failure of this rank alone
+// (not an agreed verdict), which aborts its training group, so no rank hangs: each ends at a later check, at
+// flush(), or in a training all-gather its peer aborted, whichever comes first.
+TEST(ReplicaGate, AGateThatRanOutOfTimeIsThisRanksFailureAndNoRankHangs) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const GatedRun& r : trainGated(2, ReplicaAction::kRaise, "", /*holdsHost=*/true, /*expired=*/true)) {
+    EXPECT_FALSE(r.run.status.isOk());
+    EXPECT_EQ(
+        r.aborted,
+        "replica check: step 0: the gate's deadline (RINGGUARD_TIMEOUT_MS) passed before its verdict was "
+        "settled; the steps queued behind it ran on this rank unchecked");
+    EXPECT_FALSE(r.abortAgreed);
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0)
+      << "a rank waited for a peer whose gate ran out";
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda/cuda_check.h"
+#include "cuda/memory_pool.h"
 #include "ringguard/replicas/gate.h"
 #include "ringguard/replicas/replica_check.h"
 
@@ -42,7 +43,7 @@ class SlotPending final : public ReplicaPending {
 class DeviceReplicaGate final : public ReplicaGate {
  public:
   struct Slot {
-    uint32_t* host = nullptr;  // pinned
+    uint32_t* host = nullptr;  // pinned, from pinned_
     size_t capacity = 0;       // words
     cudaEvent_t copied = nullptr;
     bool busy = false;
@@ -54,7 +55,6 @@ class DeviceReplicaGate final : public ReplicaGate {
     (void)cudaDeviceSynchronize();  // the gates and copies still queued end before their memory goes
     for (Slot& s : slots_) {
       if (s.copied != nullptr) (void)cudaEventDestroy(s.copied);
-      if (s.host != nullptr) (void)cudaFreeHost(s.host);
     }
     if (words_ != nullptr) (void)cudaFreeHost(words_);
   }
@@ -148,17 +148,13 @@ class DeviceReplicaGate final : public ReplicaGate {
     return Status::ok();
   }
 
-  // `slot` (free) with room for `words` words of pinned memory.
+  // `slot` (free) with room for `words` words of pinned memory, from the CUDA layer's pinned pool.
   Status grow(Slot* slot, size_t words) {
-    if (slot->host != nullptr) (void)cudaFreeHost(slot->host);
+    RINGGUARD_RETURN_IF_ERROR(pinned_.free(slot->host));
     slot->host = nullptr;
     slot->capacity = 0;
     void* p = nullptr;
-    if (cudaHostAlloc(&p, words * sizeof(uint32_t), cudaHostAllocDefault) != cudaSuccess) {
-      cudaGetLastError();
-      return Status(StatusCode::kInternal, "replica gate: cudaHostAlloc of " +
-                                               std::to_string(words * sizeof(uint32_t)) + " bytes failed");
-    }
+    RINGGUARD_RETURN_IF_ERROR(pinned_.allocate(words * sizeof(uint32_t), &p));
     slot->host = static_cast<uint32_t*>(p);
     slot->capacity = words;
     return Status::ok();
@@ -206,6 +202,7 @@ class DeviceReplicaGate final : public ReplicaGate {
   std::mutex releaseMu_;
   std::mutex mu_;
   std::condition_variable freed_;
+  PinnedHostPool pinned_;  // the slots' words (declared before them: it frees its blocks after they go)
   Slot slots_[kSlots];
 };
 
