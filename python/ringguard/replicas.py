@@ -112,8 +112,9 @@ class ReplicaCheck:
     group whose CUDA backend is ringguard's): the fingerprints are gathered on the device and a kernel holds
     the stream while they differ, until a verdict thread of the check has decided (and repaired, over a group
     of its own made here: every rank must make the check) and released it; a clean check waits for nothing.
-    A mismatch raised this way aborts the group (the collectives queued behind the gate fail with the verdict
-    in their message) and the next check, ``flush()`` or ``check_now()`` raises ReplicaMismatchError.
+    A mismatch raised this way aborts the group first (the collectives queued behind the gate end without
+    moving data, the group's next collective fails with the verdict in its message) and the next check,
+    ``flush()`` or ``check_now()`` raises ReplicaMismatchError.
     ``counters()`` and ``last_report()`` wait for the verdicts of the checks made so far.
 
     Steps are counted from 0 (the first ``optimizer.step()`` is step 0); with every=k the checks follow
