@@ -9,7 +9,9 @@ shapes) fingerprinted alone, against a device copy of the same bytes (bandwidth 
     torchrun --nproc-per-node=2 bench/torch/bench_replica_check.py --model gpt --device cuda --profile $OUT/prof
 
 Rank 0 prints one JSON line per measurement (``listing_ms``: the host's listing of the checked tensors a
-check makes; ``tensors_ms``: the public ``tensors()``, detached copies of the list) and ``check_vs_step=<check ms / unchecked step ms>`` (goal:
+check makes; ``tensors_ms``: the public ``tensors()``, detached copies of the list; ``hook_ms``: per variant,
+the host time a check's step hook took on the training thread, the host wait of sync=True included) and
+``check_vs_step=<check ms / unchecked step ms>`` (goal:
 <= 0.01 for the small GPT on the GPU), and the same for ``sync=False`` (``deferred_vs_step``, with its
 counters: ``host_waits`` 0, ``deferred_waits`` the verdicts that were not ready when read), and on CUDA for
 ``gate=True`` (``gated_vs_step``: sync=True's guarantee through the gate, no host wait for the verdict).
@@ -81,7 +83,9 @@ def emit(rank, **rec):
 def profile(out_dir, rank, device, step, opt, hooks):
     """Where a step's time goes with and without each check: 3 profiled steps per variant after one warm one."""
     os.makedirs(out_dir, exist_ok=True)
-    for variant in ("plain", "checked", "deferred"):
+    for variant in ("plain", "checked", "deferred", "gated"):
+        if variant != "plain" and variant not in hooks:
+            continue
         handle = opt.register_step_post_hook(hooks[variant]) if variant in hooks else None
         step()
         sync(device)
@@ -126,6 +130,20 @@ def main():
         gated.remove()
         times["gated"] = []
         hooks["gated"] = gated._after_step
+    # The host time each check's hook takes on the training thread, per variant: in a step bound by its
+    # launches (the small GPT at one rank) this is what the check adds to the step, measured without the
+    # rounds' drift.
+    hook_s = {v: [0.0, 0] for v in hooks}
+
+    def timing(variant, hook):
+        def run(*a):
+            t0 = time.perf_counter()
+            hook(*a)
+            hook_s[variant][0] += time.perf_counter() - t0
+            hook_s[variant][1] += 1
+        return run
+
+    hooks = {v: timing(v, h) for v, h in hooks.items()}
     order = list(times)
     for r in range(args.rounds):
         for variant in order[r % len(order):] + order[:r % len(order)]:
@@ -134,6 +152,7 @@ def main():
             if handle is not None:
                 handle.remove()
     deferred.flush()
+    hook_ms = {v: 1e3 * total / max(n, 1) for v, (total, n) in hook_s.items()}
     if args.profile:
         profile(args.profile, rank, device, step, opt, hooks)
         deferred.flush()
@@ -155,7 +174,8 @@ def main():
     emit(rank, model=args.model, device=args.device, tensors=len(tensors), bytes=nbytes, step_ms=step_ms,
          checked_step_ms=checked_ms, check_alone_ms=alone, sha1_cpu_ms=timed(sha1, device, 2),
          sum_per_tensor_ms=timed(sums, device, args.steps),
-         listing_ms=timed(check._listing, torch.device("cpu"), 50),  # what a check lists (host only)
+         listing_ms=timed(check._listing.read, torch.device("cpu"), 50),  # what a check lists (host only)
+         hook_ms=hook_ms,
          tensors_ms=timed(check.tensors, torch.device("cpu"), 50), counters=check.counters())
     deferred_ms = statistics.median(times["deferred"])
     # Each round times the three variants back to back: the median of the rounds' own differences is less

@@ -10,8 +10,8 @@
 After each ``optimizer.step()`` every rank computes the CRC-32 of every parameter, optimizer-state tensor and
 buffer (the host CRC for CPU tensors, one multi-tensor kernel for CUDA ones), the fingerprints are
 all-gathered over the group and compared. The comparison, the decision and the repair sequence are the
-C++ checker's (``ringguard._C.ReplicaCheck``, src/replicas/); this module lists the tensors and supplies
-the group's collectives.
+C++ checker's (``ringguard._C.ReplicaCheck``, src/replicas/), and so is the listing of the tensors
+(``ringguard._C.ReplicaListing``); this module sets them up and supplies the group's collectives.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import torch
 
 from . import _backend, _ext
-from ._registrations import Registrations
 
 __all__ = ["ReplicaCheck", "ReplicaMismatchError"]
 
@@ -54,7 +53,7 @@ def _dtensor_class() -> type:
     return DTensor
 
 
-_DTENSOR = _dtensor_class()  # looked up once: tensors() asks for every tensor of every check
+_DTENSOR = _dtensor_class()
 
 
 def _is_dtensor(t: torch.Tensor) -> bool:
@@ -78,20 +77,6 @@ def _per_replica_buffers(model: torch.nn.Module) -> set:
             for bname, _ in m.named_buffers(recurse=False):
                 names.add(f"{mname}.{bname}" if mname else bname)
     return names
-
-
-class _DeviceGather:
-    """A deferred check's gathered words in pinned host memory, written by the stream (sync=False on CUDA)."""
-
-    def __init__(self, done: Any, host: torch.Tensor, keep: Any):
-        self._done, self._host, self._keep = done, host, keep  # keep: device tensors the stream still uses
-
-    def ready(self) -> bool:
-        return self._done.query()
-
-    def take(self) -> torch.Tensor:
-        self._done.synchronize()  # no wait when ready() (the checker counts the waits it could not avoid)
-        return self._host
 
 
 class ReplicaCheck:
@@ -163,17 +148,20 @@ class ReplicaCheck:
         # A ringguard CPU backend gathers the words itself, on this thread, in the group's order of collectives
         # (ProcessGroupRingguard::allgatherHostWords): no c10d Work, Future or hand-off between threads.
         self._host_group = host if isinstance(host, C.ProcessGroupRingguard) else None
-        self._names = {id(p): name for name, p in params}
-        # The parameters and buffers as registered at each check, without a walk of the module tree unless
-        # the model's structure changed (_registrations.py).
-        self._registrations = Registrations(model, _per_replica_buffers)
-        self._by_name: Dict[str, torch.Tensor] = {}
-        self._state_labels: Dict[Tuple[str, tuple], List[Tuple[Any, str]]] = {}  # _listing's names
+        # What each check fingerprints, listed in C++ (src/torch/python/replica_listing.h): the parameters
+        # and buffers read where they are registered, without a walk of the module tree unless the model's
+        # structure changed, and the optimizer's state.
+        self._listing = C.ReplicaListing(model, optimizer, include_optimizer_state, include_buffers,
+                                         {id(p): name for name, p in params}, _per_replica_buffers, _DTENSOR)
         self._step = 0
+        # sync=False and the gate gather the message on the device (built in C++): through the group's
+        # ringguard CUDA backend directly when it has one, else through _device_all_gather.
+        on_device = cuda is not None and (gate or not sync)
+        device_group = _backend.of_group(self.group, "cuda") if on_device else None
         self._impl = C.ReplicaCheck(on_mismatch, every, self._rank, self._size, self._all_gather,
                                     self._broadcast, cuda.index if cuda is not None else -1, sync,
-                                    self._start_gather if cuda is not None and (gate or not sync) else None,
-                                    self._host_group)
+                                    self._device_all_gather if on_device else None, self._host_group,
+                                    device_group if isinstance(device_group, C.ProcessGroupRingguard) else None)
         self._verdict_group = None
         if gate:
             self._use_gate(C, cuda)
@@ -244,41 +232,8 @@ class ReplicaCheck:
 
     def tensors(self) -> List[Tuple[str, torch.Tensor]]:
         """(name, tensor) of everything checked, in the order compared: "param:<name>",
-        "optim:<param name>.<state key>", "buffer:<name>"."""
-        return [(name, t.detach()) for name, t in self._listing()]
-
-    def _listing(self) -> List[Tuple[str, torch.Tensor]]:
-        """tensors() without the detach: what the C++ checker reads (pointers, sizes, dtypes), listed every
-        check. A detach per tensor, the state's names formatted per step and the walks of the module tree were
-        most of the ~1 ms a small GPT's 309 tensors took: the names of a parameter's state are kept per
-        (parameter name, state keys), the parameters and buffers read where they are registered
-        (_registrations.py). A repair detaches the tensor it broadcasts into (_broadcast)."""
-        params, buffers = self._registrations.read()
-        dt = _DTENSOR  # _local inlined: two calls a tensor were a quarter of the listing (309 tensors)
-        out = [("param:" + name, p._local_tensor if isinstance(p, dt) else p) for name, p in params]
-        if self.include_optimizer_state:
-            state = self.optimizer.state
-            for group in self.optimizer.param_groups:
-                for p in group["params"]:
-                    st = state.get(p)
-                    if not st:
-                        continue
-                    pname = self._names.get(id(p), f"#{id(p)}")
-                    key = (pname, tuple(st))
-                    labels = self._state_labels.get(key)
-                    if labels is None:
-                        labels = [(k, f"optim:{pname}.{k}") for k in sorted(st, key=str)]
-                        self._state_labels[key] = labels
-                    for k, label in labels:
-                        v = st[k]
-                        if isinstance(v, torch.Tensor):
-                            out.append((label, v._local_tensor if isinstance(v, dt) else v))
-        if self.include_buffers:
-            auto = self.include_buffers == "auto"
-            out.extend(("buffer:" + name, b._local_tensor if isinstance(b, dt) else b)
-                       for name, b, per_replica in buffers if not (auto and per_replica))
-        self._by_name = dict(out)
-        return out
+        "optim:<param name>.<state key>" (keys sorted as str), "buffer:<name>"."""
+        return [(name, t.detach()) for name, t in self._listing.named()]
 
     def _stream(self) -> int:
         if self._device.type == "cuda":
@@ -306,31 +261,20 @@ class ReplicaCheck:
         dist.all_gather_into_tensor(out, t, group=self.group)
         return out.cpu()
 
-    def _start_gather(self, words: torch.Tensor, crcs: torch.Tensor, index: torch.Tensor,
-                      device_only: bool = False) -> Any:
-        """sync=False on CUDA: the message to the device (the host words through pinned memory, the device
-        CRCs put in place), all-gathered on the current stream, copied back into pinned memory on the stream;
-        an event after the copy says when the next check may read it. Nothing here waits on the host.
-        device_only (the gate): the gathered device tensor, which the gate copies and reads itself."""
+    def _device_all_gather(self, msg: torch.Tensor) -> torch.Tensor:
+        """sync=False and the gate on CUDA, when the group's CUDA backend is not ringguard's: every rank's
+        device message, all-gathered on the current stream (the C++ checker built the message and reads the
+        result on that stream; nothing here waits on the host)."""
         import torch.distributed as dist
 
-        msg = words.pin_memory().to(self._device, non_blocking=True)
-        if crcs.numel():
-            msg.index_copy_(0, index.pin_memory().to(self._device, non_blocking=True), crcs)
-        gathered = torch.empty(self._size * msg.numel(), dtype=msg.dtype, device=self._device)
+        gathered = torch.empty(self._size * msg.numel(), dtype=msg.dtype, device=msg.device)
         dist.all_gather_into_tensor(gathered, msg, group=self.group)
-        if device_only:
-            return gathered
-        host = torch.empty(gathered.shape, dtype=gathered.dtype, pin_memory=True)
-        host.copy_(gathered, non_blocking=True)
-        done = torch.cuda.Event()
-        done.record()
-        return _DeviceGather(done, host, (msg, gathered))
+        return gathered
 
     def _broadcast(self, name: str, root: int) -> None:
         import torch.distributed as dist
 
-        dist.broadcast(self._by_name[name].detach(), src=self._ranks[root], group=self.group)
+        dist.broadcast(self._listing.tensor(name).detach(), src=self._ranks[root], group=self.group)
 
     # ---- the hook and the API ---------------------------------------------------------------------
 
@@ -340,18 +284,16 @@ class ReplicaCheck:
         # A named range, so a torch.profiler trace shows what the check costs a step (bench_replica_check.py
         # --profile); a few microseconds when nothing profiles.
         with torch.profiler.record_function("ringguard::replica_check"):
-            # Listing the tensors (_listing) only on the steps that read them (a check, a fault rule's step).
-            named = self._listing() if self._impl.needs_tensors(step) else []
-            self._impl.after_step(step, named, self._stream())
+            self._impl.after_step(step, self._listing, self._stream())
 
     def check_now(self) -> None:
         """Checks now, outside the step hook (every rank of the group must call it)."""
-        self._impl.check_now(max(self._step - 1, 0), self._listing(), self._stream())
+        self._impl.check_now(max(self._step - 1, 0), self._listing, self._stream())
 
     def flush(self) -> None:
         """sync=False: reads the last check's pending verdict now and acts on it (call it on every rank after
         the last step, or the last check's verdict is never read). No-op with sync=True."""
-        self._impl.flush(max(self._step - 1, 0), self._listing(), self._stream())
+        self._impl.flush(max(self._step - 1, 0), self._listing, self._stream())
 
     def inject(self, rank: int, step: int, tensor: str, element: int = 0, bit: int = 0, repeat: int = 1) -> None:
         """Flips bit `bit` of element `element` of the checked tensor `tensor` (a name from ``tensors()``

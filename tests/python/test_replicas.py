@@ -149,7 +149,7 @@ def _(ctx):
 
 @CASES.case("a-module-replaced-after-the-check-was-made-is-checked")
 def _(ctx):
-    """The check reads the parameters where they are registered now (ringguard/_registrations.py): a layer
+    """The check reads the parameters where they are registered now (ringguard._C.ReplicaListing): a layer
     swapped in after the check was made, different on one rank, is found and named."""
     torch.manual_seed(1)
     model = Net().to(ctx.device)
@@ -659,10 +659,11 @@ def test_launch(run):
 
 
 def test_registrations_follow_the_model():
-    """What the check lists (ringguard/_registrations.py) equals named_parameters() and named_buffers(), the
-    same tensors, after every kind of change to the model: tied and shared, replaced, reassigned, added,
-    deleted, untied, a key replaced by another with the counts unchanged. In this process, no group."""
-    from ringguard._registrations import Registrations
+    """What the check lists (ringguard._C.ReplicaListing's registrations) equals named_parameters() and
+    named_buffers(), the same tensors, after every kind of change to the model: tied and shared, replaced,
+    reassigned, added, deleted, untied, a key replaced by another with the counts unchanged. In this process,
+    no group."""
+    from ringguard import _ext
 
     class M(nn.Module):
         def __init__(self):
@@ -676,10 +677,10 @@ def test_registrations_follow_the_model():
             self.register_parameter("nothing", None)
 
     m = M()
-    reg = Registrations(m, lambda model: {"bn.running_mean"})
+    reg = _ext.load().ReplicaListing(m, None, False, "auto", {}, lambda model: {"bn.running_mean"}, type(None))
 
     def expect_walk(what):
-        params, buffers = reg.read()
+        params, buffers = reg.registrations()
         assert [(n, id(t)) for n, t in params] == [(n, id(t)) for n, t in m.named_parameters()], what
         assert [(n, id(t)) for n, t, _ in buffers] == [(n, id(t)) for n, t in m.named_buffers()], what
         assert [n for n, _, marked in buffers if marked] == (["bn.running_mean"] if hasattr(m, "bn") else []), what
@@ -702,6 +703,44 @@ def test_registrations_follow_the_model():
     for what, change in changes:
         change()
         expect_walk(what)
+
+
+
+def test_listing_names_the_optimizer_state():
+    """The listing's optimizer state (ringguard._C.ReplicaListing): each parameter's tensors in the order of
+    their keys as str, labelled "optim:<parameter>.<key>", non-tensor values left out, a parameter without
+    state left out, one the names do not know as "#<id>"; keys added later, a value replaced and a state
+    replaced are what the next listing reads. In this process, no group."""
+    from ringguard import _ext
+
+    lin, extra = nn.Linear(2, 2), nn.Parameter(torch.ones(3))
+    opt = torch.optim.SGD(list(lin.parameters()) + [extra], lr=0.1)
+    names = {id(lin.weight): "weight", id(lin.bias): "bias"}
+    listing = _ext.load().ReplicaListing(lin, opt, True, False, names, lambda model: set(), type(None))
+
+    def labels():
+        return [(n, id(t)) for n, t in listing.named()]
+
+    params = [("param:weight", id(lin.weight)), ("param:bias", id(lin.bias))]
+    assert labels() == params
+    w = opt.state[lin.weight]
+    w.update({"b": torch.zeros(1), "a": torch.zeros(2), 10: torch.zeros(1), "note": "not a tensor"})
+    opt.state[extra] = {"m": torch.zeros(3)}
+    assert labels() == params + [("optim:weight.10", id(w[10])), ("optim:weight.a", id(w["a"])),
+                                 ("optim:weight.b", id(w["b"])), (f"optim:#{id(extra)}.m", id(opt.state[extra]["m"]))]
+    w["a"] = torch.ones(2)  # a value replaced
+    del w[10]
+    w["c"] = torch.zeros(1)  # a key removed and one added: the same count
+    opt.state[extra] = {}  # a state emptied
+    assert labels() == params + [("optim:weight.a", id(w["a"])), ("optim:weight.b", id(w["b"])),
+                                 ("optim:weight.c", id(w["c"]))]
+    assert listing.read() == 5
+    assert listing.tensor("optim:weight.c") is not None
+    with pytest.raises(KeyError, match="no checked tensor is named 'optim:weight.z'"):
+        listing.tensor("optim:weight.z")
+    opt.state[lin.bias] = "not a dict"
+    with pytest.raises(ValueError, match="the optimizer's state of 'bias' is not a dict but a str"):
+        listing.read()
 
 
 if __name__ == "__main__":

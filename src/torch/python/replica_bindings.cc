@@ -18,7 +18,9 @@
 #include "ringguard/replicas/replica_check.h"
 #include "ringguard/torch/process_group.h"
 #include "torch/guard/tensor_buffer.h"
+#include "torch/python/replica_listing.h"
 #if RINGGUARD_GUARD_CUDA
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -43,82 +45,101 @@ namespace {
   throw std::runtime_error(st.toString());
 }
 
-// sync=False on CUDA: the handle start_gather returned (python/ringguard/replicas.py, _DeviceGather): ready()
-// is an event query, take() the gathered words in pinned host memory.
-class PyPending final : public ReplicaPending {
+#if RINGGUARD_GUARD_CUDA
+// sync=False on CUDA: the gathered words copied into pinned host memory on the stream, and an event after the
+// copy that says when the next check may read them (ready()); take() waits only for a check not ready yet.
+class DevicePending final : public ReplicaPending {
  public:
-  explicit PyPending(py::object handle) : handle_(std::move(handle)) {}
-  bool ready() override { return handle_.attr("ready")().cast<bool>(); }
+  DevicePending(at::Tensor host, std::unique_ptr<at::cuda::CUDAEvent> done, std::vector<at::Tensor> keep)
+      : host_(std::move(host)), done_(std::move(done)), keep_(std::move(keep)) {}
+  bool ready() override { return done_->query(); }
   Status take(std::vector<uint32_t>* all) override {
-    try {
-      at::Tensor got = py::cast<at::Tensor>(handle_.attr("take")()).contiguous();
-      all->resize(static_cast<size_t>(got.numel()));
-      std::memcpy(all->data(), got.data_ptr(), all->size() * sizeof(uint32_t));
-      return Status::ok();
-    } catch (const std::exception& e) {
-      return Status(StatusCode::kInternal,
-                    std::string("replica check: the deferred all-gather failed: ") + e.what());
+    {
+      std::optional<py::gil_scoped_release> release;
+      if (PyGILState_Check()) release.emplace();
+      done_->synchronize();
     }
+    all->resize(static_cast<size_t>(host_.numel()));
+    std::memcpy(all->data(), host_.data_ptr(), all->size() * sizeof(uint32_t));
+    return Status::ok();
   }
 
  private:
-  py::object handle_;
+  at::Tensor host_;
+  std::unique_ptr<at::cuda::CUDAEvent> done_;
+  std::vector<at::Tensor> keep_;  // the device tensors the stream still uses
 };
+#endif
 
-// The group's collectives as Python callables: all_gather(int32 tensor) -> int32 tensor of size() blocks;
-// broadcast(name, root) broadcasts the named tensor from group rank `root`; start_gather(words, crcs, index,
-// device_only) (sync=False or the gate, on CUDA; else None): copies the host words to the device, puts the
-// device CRCs `crcs` at message words `index`, all-gathers on the stream and returns a handle with ready()
-// and take() (device_only: the gathered device tensor itself, for the gate).
+// The group's collectives: all_gather(int32 tensor) -> int32 tensor of size() blocks, on the host words;
+// broadcast(name, root) broadcasts the named tensor from group rank `root`.
+// deviceAllGather (sync=False or the gate, on CUDA; else None): all_gather_into_tensor of a device message on
+// the current stream -> the gathered device tensor; not called when the group's CUDA backend is ringguard's
+// (deviceGroup): its all-gather is then called here, in C++, on the training thread in the group's order, as
+// the Python call would. The message itself is built here (deviceMessage), on the stream.
 // hostGroup: the group's CPU backend when it is ringguard's (else None): the host words are then gathered by
 // its communicator directly (ProcessGroupRingguard::allgatherHostWords), not through all_gather.
 class PyReplicaExchange final : public ReplicaExchange {
  public:
   PyReplicaExchange(int rank, int size, py::function allGather, py::function broadcast,
-                    py::object startGather, int cudaDevice, py::object hostGroup)
+                    py::object deviceAllGather, int cudaDevice, py::object hostGroup, py::object deviceGroup)
       : rank_(rank),
         size_(size),
         cudaDevice_(cudaDevice),
         allGather_(std::move(allGather)),
         broadcast_(std::move(broadcast)),
-        startGather_(std::move(startGather)),
-        hostGroupObject_(std::move(hostGroup)) {
+        deviceAllGather_(std::move(deviceAllGather)),
+        hostGroupObject_(std::move(hostGroup)),
+        deviceGroupObject_(std::move(deviceGroup)) {
     if (!hostGroupObject_.is_none()) hostGroup_ = py::cast<ProcessGroupRingguard*>(hostGroupObject_);
+    if (!deviceGroupObject_.is_none()) deviceGroup_ = py::cast<ProcessGroupRingguard*>(deviceGroupObject_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  bool fingerprintsOnDevice() const override { return !startGather_.is_none(); }
+  bool fingerprintsOnDevice() const override { return !deviceAllGather_.is_none(); }
 
-  // The device CRCs by crc32ManyDevice on `stream` into a device tensor (torch's allocator, in the stream's
-  // order: scratch freed here is reused only by later work on the same stream), then the message is put
-  // together and gathered on the device by start_gather: no host wait anywhere.
+  // The device CRCs by crc32ManyDevice on `stream`, the message put together and gathered on the device, the
+  // gathered words copied back into pinned memory: no host wait anywhere.
   Status startCheck(const std::vector<uint32_t>& mine, const std::vector<ReplicaTensor>& tensors,
                     const std::vector<size_t>& deviceIndices, void* stream,
                     std::unique_ptr<ReplicaPending>* out) override {
-    if (startGather_.is_none()) return ReplicaExchange::startCheck(mine, tensors, deviceIndices, stream, out);
-    py::object handle;
-    RINGGUARD_RETURN_IF_ERROR(startDeviceGather(mine, tensors, deviceIndices, stream, false, &handle));
-    *out = std::make_unique<PyPending>(std::move(handle));
-    return Status::ok();
+    if (deviceAllGather_.is_none())
+      return ReplicaExchange::startCheck(mine, tensors, deviceIndices, stream, out);
+#if RINGGUARD_GUARD_CUDA
+    try {
+      const c10::cuda::CUDAStreamGuard onStream(streamOf(stream));
+      at::Tensor msg, gathered;
+      RINGGUARD_RETURN_IF_ERROR(deviceMessage(mine, tensors, deviceIndices, stream, &msg));
+      RINGGUARD_RETURN_IF_ERROR(deviceGather(msg, &gathered));
+      at::Tensor host = at::empty(gathered.sizes(), at::TensorOptions().dtype(at::kInt).pinned_memory(true));
+      host.copy_(gathered, /*non_blocking=*/true);
+      auto done = std::make_unique<at::cuda::CUDAEvent>();
+      done->record(streamOf(stream));
+      *out = std::make_unique<DevicePending>(std::move(host), std::move(done),
+                                             std::vector<at::Tensor>{std::move(msg), std::move(gathered)});
+      return Status::ok();
+    } catch (const std::exception& e) {
+      return Status(StatusCode::kInternal,
+                    std::string("replica check: the deferred all-gather failed: ") + e.what());
+    }
+#else
+    return Status(StatusCode::kInvalidArgument, "replica check: this build of ringguard has no CUDA layer");
+#endif
   }
 
-  // The gate's: start_gather(..., device_only=True) returns the gathered device tensor; it is kept for a few
-  // checks (the gate and the copy that read it are queued on the stream; torch's allocator would reuse it
-  // only for later work on that stream anyway).
+  // The gate's: the gathered device tensor is kept for a few checks (the gate and the copy that read it are
+  // queued on the stream; torch's allocator would reuse it only for later work on that stream anyway).
   Status gatherOnDevice(const std::vector<uint32_t>& mine, const std::vector<ReplicaTensor>& tensors,
                         const std::vector<size_t>& deviceIndices, void* stream,
                         const uint32_t** words) override {
-    if (startGather_.is_none())
+    if (deviceAllGather_.is_none())
       return ReplicaExchange::gatherOnDevice(mine, tensors, deviceIndices, stream, words);
-    py::object handle;
-    RINGGUARD_RETURN_IF_ERROR(startDeviceGather(mine, tensors, deviceIndices, stream, true, &handle));
+#if RINGGUARD_GUARD_CUDA
     try {
-      at::Tensor gathered = py::cast<at::Tensor>(handle);
-      if (!gathered.is_cuda() || !gathered.is_contiguous() || gathered.scalar_type() != at::kInt ||
-          gathered.numel() != static_cast<int64_t>(mine.size()) * size_) {
-        return Status(StatusCode::kInternal, "replica check: the device all-gather returned " +
-                                                 std::to_string(gathered.numel()) + " words");
-      }
+      const c10::cuda::CUDAStreamGuard onStream(streamOf(stream));
+      at::Tensor msg, gathered;
+      RINGGUARD_RETURN_IF_ERROR(deviceMessage(mine, tensors, deviceIndices, stream, &msg));
+      RINGGUARD_RETURN_IF_ERROR(deviceGather(msg, &gathered));
       *words = reinterpret_cast<const uint32_t*>(gathered.data_ptr());
       kept_.push_back(std::move(gathered));
       if (kept_.size() > kKept) kept_.pop_front();
@@ -127,6 +148,9 @@ class PyReplicaExchange final : public ReplicaExchange {
       return Status(StatusCode::kInternal,
                     std::string("replica check: the device all-gather failed: ") + e.what());
     }
+#else
+    return Status(StatusCode::kInvalidArgument, "replica check: this build of ringguard has no CUDA layer");
+#endif
   }
 
   // Gated: the checker's collectives after the gather (its verdict thread's) go over `group` (the check's
@@ -135,44 +159,63 @@ class PyReplicaExchange final : public ReplicaExchange {
   void useVerdictGroup(ProcessGroupRingguard* group) { verdictGroup_ = group; }
 
  private:
-  Status startDeviceGather(const std::vector<uint32_t>& mine, const std::vector<ReplicaTensor>& tensors,
-                           const std::vector<size_t>& deviceIndices, void* stream, bool deviceOnly,
-                           py::object* handle) {
-    try {
-      at::Tensor words = at::empty({static_cast<int64_t>(mine.size())}, at::kInt);
-      std::memcpy(words.data_ptr(), mine.data(), mine.size() * sizeof(uint32_t));
-      const int64_t n = static_cast<int64_t>(deviceIndices.size());
-      at::Tensor index = at::empty({n}, at::kLong);
-      for (int64_t i = 0; i < n; ++i)
-        index.data_ptr<int64_t>()[i] = static_cast<int64_t>(ReplicaMessage::kHeaderWords + deviceIndices[i]);
-      at::Tensor crcs = at::empty({0}, at::kInt);
 #if RINGGUARD_GUARD_CUDA
-      if (n > 0) {
-        std::vector<Crc32Span> spans(static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i)
-          spans[i] = Crc32Span{tensors[deviceIndices[i]].data, tensors[deviceIndices[i]].bytes};
-        const size_t scratchBytes = crc32ManyDeviceScratchBytes(spans.data(), spans.size());
-        const auto onDevice = at::TensorOptions().device(at::kCUDA, cudaDevice_);
-        at::Tensor scratch =
-            at::empty({static_cast<int64_t>(std::max<size_t>(scratchBytes, 16))}, onDevice.dtype(at::kByte));
-        crcs = at::empty({n}, onDevice.dtype(at::kInt));
-        RINGGUARD_RETURN_IF_ERROR(
-            crc32ManyDevice(spans.data(), spans.size(), reinterpret_cast<uint32_t*>(crcs.data_ptr()),
-                            scratch.data_ptr(), scratchBytes, static_cast<cudaStream_t>(stream)));
-      }
-#else
-      if (n > 0) {
-        return Status(StatusCode::kInvalidArgument,
-                      "replica check: this build of ringguard has no CUDA layer");
-      }
-#endif
-      *handle = startGather_(words, crcs, index, deviceOnly);
-      return Status::ok();
-    } catch (const std::exception& e) {
-      return Status(StatusCode::kInternal,
-                    std::string("replica check: starting the device all-gather failed: ") + e.what());
-    }
+  c10::cuda::CUDAStream streamOf(void* stream) const {
+    return c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(stream),
+                                            static_cast<c10::DeviceIndex>(cudaDevice_));
   }
+
+  // This rank's message on the device, on the current stream (the check's): the host words (header, host
+  // tensors' CRCs) through pinned memory (torch's host allocator keeps each block until the copy that reads
+  // it is done), the device tensors' CRCs computed into place at words kHeaderWords + index.
+  Status deviceMessage(const std::vector<uint32_t>& mine, const std::vector<ReplicaTensor>& tensors,
+                       const std::vector<size_t>& deviceIndices, void* stream, at::Tensor* msg) {
+    const auto pinned = at::TensorOptions().pinned_memory(true);
+    const auto onDevice = at::TensorOptions().device(at::kCUDA, cudaDevice_);
+    at::Tensor words = at::empty({static_cast<int64_t>(mine.size())}, pinned.dtype(at::kInt));
+    std::memcpy(words.data_ptr(), mine.data(), mine.size() * sizeof(uint32_t));
+    *msg = words.to(onDevice, /*non_blocking=*/true);
+    const int64_t n = static_cast<int64_t>(deviceIndices.size());
+    if (n == 0) return Status::ok();
+    at::Tensor index = at::empty({n}, pinned.dtype(at::kLong));
+    std::vector<Crc32Span> spans(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      index.data_ptr<int64_t>()[i] = static_cast<int64_t>(ReplicaMessage::kHeaderWords + deviceIndices[i]);
+      spans[i] = Crc32Span{tensors[deviceIndices[i]].data, tensors[deviceIndices[i]].bytes};
+    }
+    const size_t scratchBytes = crc32ManyDeviceScratchBytes(spans.data(), spans.size());
+    at::Tensor scratch =
+        at::empty({static_cast<int64_t>(std::max<size_t>(scratchBytes, 16))}, onDevice.dtype(at::kByte));
+    at::Tensor crcs = at::empty({n}, onDevice.dtype(at::kInt));
+    RINGGUARD_RETURN_IF_ERROR(
+        crc32ManyDevice(spans.data(), spans.size(), reinterpret_cast<uint32_t*>(crcs.data_ptr()),
+                        scratch.data_ptr(), scratchBytes, static_cast<cudaStream_t>(stream)));
+    msg->index_copy_(0, index.to(onDevice, /*non_blocking=*/true), crcs);
+    return Status::ok();
+  }
+
+  // Every rank's message, rank-major, on the current stream: the group's ringguard CUDA backend called
+  // directly (and waited for as dist.all_gather_into_tensor waits: the stream, not the host), else the
+  // Python collective.
+  Status deviceGather(const at::Tensor& msg, at::Tensor* gathered) {
+    if (deviceGroup_ == nullptr) {
+      *gathered = py::cast<at::Tensor>(deviceAllGather_(msg));
+      if (!gathered->is_cuda() || !gathered->is_contiguous() || gathered->scalar_type() != at::kInt ||
+          gathered->numel() != msg.numel() * size_) {
+        return Status(StatusCode::kInternal, "replica check: the device all-gather returned " +
+                                                 std::to_string(gathered->numel()) + " words");
+      }
+      return Status::ok();
+    }
+    *gathered = at::empty({msg.numel() * size_}, msg.options());
+    at::Tensor in = msg;
+    // Without the GIL, as torch's binding of the collective calls it: the group's lanes may need it.
+    std::optional<py::gil_scoped_release> release;
+    if (PyGILState_Check()) release.emplace();
+    deviceGroup_->_allgather_base(*gathered, in, c10d::AllgatherOptions())->wait();
+    return Status::ok();
+  }
+#endif
 
  public:
   Status allGather(const std::vector<uint32_t>& mine, std::vector<uint32_t>* all) override {
@@ -222,9 +265,10 @@ class PyReplicaExchange final : public ReplicaExchange {
  private:
   int rank_, size_, cudaDevice_;
   py::function allGather_, broadcast_;
-  py::object startGather_;
-  py::object hostGroupObject_;  // keeps hostGroup_ alive
+  py::object deviceAllGather_;
+  py::object hostGroupObject_, deviceGroupObject_;  // keep hostGroup_ and deviceGroup_ alive
   ProcessGroupRingguard* hostGroup_ = nullptr;
+  ProcessGroupRingguard* deviceGroup_ = nullptr;
   ProcessGroupRingguard* verdictGroup_ = nullptr;  // kept alive by PyReplicaCheck
   static constexpr size_t kKept = 8;
   std::deque<at::Tensor> kept_;
@@ -258,24 +302,6 @@ class PyReplicaExchange final : public ReplicaExchange {
   }
 #endif
 };
-
-std::vector<ReplicaTensor> replicaTensors(const std::vector<std::pair<std::string, at::Tensor>>& named) {
-  std::vector<ReplicaTensor> out;
-  out.reserve(named.size());
-  for (const auto& [name, t] : named) {
-    GuardBuffer b;
-    const Status st = tensorBuffer(t, name, &b);
-    if (!st.isOk()) raiseReplica(st);
-    ReplicaTensor r;
-    r.name = name;
-    r.data = b.data;
-    r.bytes = b.bytes;
-    r.dtype = b.dtype;
-    r.kind = b.kind;
-    out.push_back(std::move(r));
-  }
-  return out;
-}
 
 py::dict countersDict(const ReplicaCounters& c) {
   py::dict d;
@@ -317,8 +343,8 @@ py::object reportDict(const ReplicaReport& r) {
 class PyReplicaCheck {
  public:
   PyReplicaCheck(const std::string& onMismatch, int64_t every, int rank, int size, py::function allGather,
-                 py::function broadcast, int cudaDevice, bool sync, py::object startGather,
-                 py::object hostGroup) {
+                 py::function broadcast, int cudaDevice, bool sync, py::object deviceAllGather,
+                 py::object hostGroup, py::object deviceGroup) {
     ReplicaCheckOptions o;
     if (!parseReplicaPolicy(onMismatch, &o.onMismatch)) {
       throw py::value_error("ReplicaCheck: on_mismatch='" + onMismatch +
@@ -338,29 +364,36 @@ class PyReplicaCheck {
 #else
     if (cudaDevice >= 0) throw py::value_error("ReplicaCheck: this build of ringguard has no CUDA layer");
 #endif
-    auto exchange =
-        std::make_unique<PyReplicaExchange>(rank, size, std::move(allGather), std::move(broadcast),
-                                            std::move(startGather), cudaDevice, std::move(hostGroup));
+    auto exchange = std::make_unique<PyReplicaExchange>(
+        rank, size, std::move(allGather), std::move(broadcast), std::move(deviceAllGather), cudaDevice,
+        std::move(hostGroup), std::move(deviceGroup));
     exchange_ = exchange.get();
     cudaDevice_ = cudaDevice;
     check_ =
         std::make_unique<ReplicaChecker>(o, std::move(exchange), makeHostReplicaBackend(), std::move(device));
   }
 
-  void afterStep(uint64_t step, const std::vector<std::pair<std::string, at::Tensor>>& named,
-                 uintptr_t stream) {
-    const Status st = check_->afterStep(step, replicaTensors(named), reinterpret_cast<void*>(stream));
+  // The step hook's call: the tensors listed (in C++) only on the steps that read them (a check, a fault
+  // rule's step).
+  void afterStep(uint64_t step, ReplicaListing& listing, uintptr_t stream) {
+    static const std::vector<ReplicaTensor> kNone;
+    const std::vector<ReplicaTensor>* tensors = &kNone;
+    if (check_->needsTensors(step)) list(listing, &tensors);
+    const Status st = check_->afterStep(step, *tensors, reinterpret_cast<void*>(stream));
     if (!st.isOk()) raiseReplica(st);
   }
 
-  void checkNow(uint64_t step, const std::vector<std::pair<std::string, at::Tensor>>& named,
-                uintptr_t stream) {
-    const Status st = check_->checkNow(step, replicaTensors(named), reinterpret_cast<void*>(stream));
+  void checkNow(uint64_t step, ReplicaListing& listing, uintptr_t stream) {
+    const std::vector<ReplicaTensor>* tensors = nullptr;
+    list(listing, &tensors);
+    const Status st = check_->checkNow(step, *tensors, reinterpret_cast<void*>(stream));
     if (!st.isOk()) raiseReplica(st);
   }
 
-  void flush(uint64_t step, const std::vector<std::pair<std::string, at::Tensor>>& named, uintptr_t stream) {
-    const Status st = check_->flush(step, replicaTensors(named), reinterpret_cast<void*>(stream));
+  void flush(uint64_t step, ReplicaListing& listing, uintptr_t stream) {
+    const std::vector<ReplicaTensor>* tensors = nullptr;
+    list(listing, &tensors);
+    const Status st = check_->flush(step, *tensors, reinterpret_cast<void*>(stream));
     if (!st.isOk()) raiseReplica(st);
   }
 
@@ -428,6 +461,11 @@ class PyReplicaCheck {
   ReplicaChecker& check() { return *check_; }
 
  private:
+  static void list(ReplicaListing& listing, const std::vector<ReplicaTensor>** tensors) {
+    const Status st = listing.read(tensors);
+    if (!st.isOk()) raiseReplica(st);
+  }
+
   std::unique_ptr<ReplicaChecker> check_;
   PyReplicaExchange* exchange_ = nullptr;  // owned by check_
   int cudaDevice_ = -1;
@@ -440,19 +478,42 @@ class PyReplicaCheck {
 // Called from module.cc's PYBIND11_MODULE.
 void ringguardRegisterReplicaBindings(py::module_& m) {
   using ringguard::PyReplicaCheck;
+  using ringguard::ReplicaListing;
+  // What a check fingerprints (replica_listing.h); python/ringguard/replicas.py makes one per check.
+  py::class_<ReplicaListing>(m, "ReplicaListing")
+      .def(py::init<py::object, py::object, bool, py::object, py::dict, py::function, py::object>(),
+           py::arg("model"), py::arg("optimizer"), py::arg("include_state"), py::arg("include_buffers"),
+           py::arg("names"), py::arg("marked"), py::arg("dtensor"))
+      .def("named",
+           [](ReplicaListing& l) {
+             const std::vector<ringguard::ReplicaTensor>* tensors = nullptr;
+             const ringguard::Status st = l.read(&tensors);
+             if (!st.isOk()) ringguard::raiseReplica(st);
+             return l.named();
+           })
+      .def("read",  // lists without handing the tensors to Python: the number listed (what a check costs)
+           [](ReplicaListing& l) {
+             const std::vector<ringguard::ReplicaTensor>* tensors = nullptr;
+             const ringguard::Status st = l.read(&tensors);
+             if (!st.isOk()) ringguard::raiseReplica(st);
+             return tensors->size();
+           })
+      .def("tensor", &ReplicaListing::tensor, py::arg("name"))
+      .def("registrations", &ReplicaListing::registrations);
   py::class_<PyReplicaCheck>(m, "ReplicaCheck")
       .def(py::init<const std::string&, int64_t, int, int, py::function, py::function, int, bool, py::object,
-                    py::object>(),
+                    py::object, py::object>(),
            py::arg("on_mismatch"), py::arg("every"), py::arg("rank"), py::arg("size"), py::arg("all_gather"),
            py::arg("broadcast"), py::arg("cuda_device") = -1, py::arg("sync") = true,
-           py::arg("start_gather") = py::none(), py::arg("host_group") = py::none())
-      .def("after_step", &PyReplicaCheck::afterStep, py::arg("step"), py::arg("tensors"),
+           py::arg("device_all_gather") = py::none(), py::arg("host_group") = py::none(),
+           py::arg("device_group") = py::none())
+      .def("after_step", &PyReplicaCheck::afterStep, py::arg("step"), py::arg("listing"),
            py::arg("stream") = 0)
       .def(
           "needs_tensors", [](PyReplicaCheck& c, uint64_t step) { return c.check().needsTensors(step); },
           py::arg("step"))
-      .def("check_now", &PyReplicaCheck::checkNow, py::arg("step"), py::arg("tensors"), py::arg("stream") = 0)
-      .def("flush", &PyReplicaCheck::flush, py::arg("step"), py::arg("tensors"), py::arg("stream") = 0)
+      .def("check_now", &PyReplicaCheck::checkNow, py::arg("step"), py::arg("listing"), py::arg("stream") = 0)
+      .def("flush", &PyReplicaCheck::flush, py::arg("step"), py::arg("listing"), py::arg("stream") = 0)
       .def("set_fault", &PyReplicaCheck::setFault, py::arg("spec"))
       .def("use_gate", &PyReplicaCheck::useGate, py::arg("training_group"), py::arg("verdict_group"),
            py::arg("stream"))
