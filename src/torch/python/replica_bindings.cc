@@ -109,8 +109,7 @@ class PyReplicaExchange final : public ReplicaExchange {
     try {
       const c10::cuda::CUDAStreamGuard onStream(streamOf(stream));
       at::Tensor msg, gathered;
-      RINGGUARD_RETURN_IF_ERROR(deviceMessage(mine, tensors, deviceIndices, stream, &msg));
-      RINGGUARD_RETURN_IF_ERROR(deviceGather(msg, &gathered));
+      RINGGUARD_RETURN_IF_ERROR(gatherMessage(mine, tensors, deviceIndices, stream, &msg, &gathered));
       at::Tensor host = at::empty(gathered.sizes(), at::TensorOptions().dtype(at::kInt).pinned_memory(true));
       host.copy_(gathered, /*non_blocking=*/true);
       auto done = std::make_unique<at::cuda::CUDAEvent>();
@@ -138,8 +137,7 @@ class PyReplicaExchange final : public ReplicaExchange {
     try {
       const c10::cuda::CUDAStreamGuard onStream(streamOf(stream));
       at::Tensor msg, gathered;
-      RINGGUARD_RETURN_IF_ERROR(deviceMessage(mine, tensors, deviceIndices, stream, &msg));
-      RINGGUARD_RETURN_IF_ERROR(deviceGather(msg, &gathered));
+      RINGGUARD_RETURN_IF_ERROR(gatherMessage(mine, tensors, deviceIndices, stream, &msg, &gathered));
       *words = reinterpret_cast<const uint32_t*>(gathered.data_ptr());
       kept_.push_back(std::move(gathered));
       if (kept_.size() > kKept) kept_.pop_front();
@@ -192,6 +190,14 @@ class PyReplicaExchange final : public ReplicaExchange {
                         scratch.data_ptr(), scratchBytes, static_cast<cudaStream_t>(stream)));
     msg->index_copy_(0, index.to(onDevice, /*non_blocking=*/true), crcs);
     return Status::ok();
+  }
+
+  // This rank's message built and every rank's gathered (deviceMessage, deviceGather), on the current stream.
+  Status gatherMessage(const std::vector<uint32_t>& mine, const std::vector<ReplicaTensor>& tensors,
+                       const std::vector<size_t>& deviceIndices, void* stream, at::Tensor* msg,
+                       at::Tensor* gathered) {
+    RINGGUARD_RETURN_IF_ERROR(deviceMessage(mine, tensors, deviceIndices, stream, msg));
+    return deviceGather(*msg, gathered);
   }
 
   // Every rank's message, rank-major, on the current stream: the group's ringguard CUDA backend called
