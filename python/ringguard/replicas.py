@@ -124,12 +124,11 @@ class ReplicaCheck:
             raise ValueError(f"ReplicaCheck: every={every!r}: expected an int >= 1")
         if not dist.is_initialized():
             raise RuntimeError("ReplicaCheck: torch.distributed is not initialized; call init_process_group first")
-        self.model = model
-        self.optimizer = optimizer
+        # Fixed for the check's life (read-only properties below): the C++ listing is made with them.
+        self._model, self._optimizer = model, optimizer
+        self._include_optimizer_state, self._include_buffers = bool(include_optimizer_state), include_buffers
         params = list(model.named_parameters())
         self.group = group if group is not None else self._replica_group(params)
-        self.include_optimizer_state = include_optimizer_state
-        self.include_buffers = include_buffers
         self._ranks = dist.get_process_group_ranks(self.group)
         self._rank = dist.get_rank(self.group)
         self._size = dist.get_world_size(self.group)
@@ -151,7 +150,7 @@ class ReplicaCheck:
         # What each check fingerprints, listed in C++ (src/torch/python/replica_listing.h): the parameters
         # and buffers read where they are registered, without a walk of the module tree unless the model's
         # structure changed, and the optimizer's state.
-        self._listing = C.ReplicaListing(model, optimizer, include_optimizer_state, include_buffers,
+        self._listing = C.ReplicaListing(model, optimizer, self._include_optimizer_state, include_buffers,
                                          {id(p): name for name, p in params}, _per_replica_buffers, _DTENSOR)
         self._step = 0
         # sync=False and the gate gather the message on the device (built in C++): through the group's
@@ -201,6 +200,22 @@ class ReplicaCheck:
         dist.broadcast(torch.zeros(1), src=self._ranks[0], group=self._verdict_group)
         self._verdict_stream.synchronize()
         self._impl.use_gate(training, verdict, self._verdict_stream.cuda_stream)
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self._model
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self._optimizer
+
+    @property
+    def include_optimizer_state(self) -> bool:
+        return self._include_optimizer_state
+
+    @property
+    def include_buffers(self) -> Union[bool, str]:
+        return self._include_buffers
 
     def gated(self) -> bool:
         """Whether the checks go through the gate (gate=True)."""

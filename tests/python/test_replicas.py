@@ -735,12 +735,34 @@ def test_listing_names_the_optimizer_state():
     assert labels() == params + [("optim:weight.a", id(w["a"])), ("optim:weight.b", id(w["b"])),
                                  ("optim:weight.c", id(w["c"]))]
     assert listing.read() == 5
-    assert listing.tensor("optim:weight.c") is not None
+    assert listing.tensor("optim:weight.c") is w["c"]
     with pytest.raises(KeyError, match="no checked tensor is named 'optim:weight.z'"):
         listing.tensor("optim:weight.z")
     opt.state[lin.bias] = "not a dict"
     with pytest.raises(ValueError, match="the optimizer's state of 'bias' is not a dict but a str"):
         listing.read()
+    opt.load_state_dict(torch.optim.SGD(list(lin.parameters()) + [extra], lr=0.1).state_dict())  # a new state
+    assert labels() == params
+
+
+def test_listing_leaves_out_per_replica_statistics_only_in_auto():
+    """include_buffers "auto" leaves out the running statistics of batch norms (each replica updates its
+    own) and keeps the other buffers; True keeps them all; False none. In this process, no group."""
+    from ringguard import _ext
+    from ringguard.replicas import _per_replica_buffers
+
+    m = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
+    m.register_buffer("kept", torch.zeros(1))
+
+    def names(include):
+        listing = _ext.load().ReplicaListing(m, None, False, include, {}, _per_replica_buffers, type(None))
+        return [n for n, _ in listing.named()]
+
+    params = ["param:0.weight", "param:0.bias", "param:1.weight", "param:1.bias"]
+    assert names("auto") == params + ["buffer:kept"]
+    assert names(True) == params + ["buffer:kept", "buffer:1.running_mean", "buffer:1.running_var",
+                                    "buffer:1.num_batches_tracked"]
+    assert names(False) == params
 
 
 if __name__ == "__main__":

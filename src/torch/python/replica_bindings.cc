@@ -1,6 +1,7 @@
 // ringguard._C.ReplicaCheck: the C++ replica checker (src/replicas) driven from Python. The sequence, the
-// comparison and the decision stay in C++; Python hands over the tensors (parameters, optimizer state,
-// buffers) and the group's collectives as callables (python/ringguard/replicas.py is the layer on top).
+// comparison and the decision stay in C++; the tensors (parameters, optimizer state, buffers) are listed by
+// ReplicaListing (replica_listing.h), and Python supplies the group's collectives as callables where the
+// group's ringguard backends are not called directly (python/ringguard/replicas.py is the layer on top).
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
@@ -54,10 +55,13 @@ class DevicePending final : public ReplicaPending {
       : host_(std::move(host)), done_(std::move(done)), keep_(std::move(keep)) {}
   bool ready() override { return done_->query(); }
   Status take(std::vector<uint32_t>* all) override {
-    {
+    try {
       std::optional<py::gil_scoped_release> release;
       if (PyGILState_Check()) release.emplace();
       done_->synchronize();
+    } catch (const std::exception& e) {
+      return Status(StatusCode::kInternal,
+                    std::string("replica check: the deferred all-gather failed: ") + e.what());
     }
     all->resize(static_cast<size_t>(host_.numel()));
     std::memcpy(all->data(), host_.data_ptr(), all->size() * sizeof(uint32_t));
@@ -218,7 +222,9 @@ class PyReplicaExchange final : public ReplicaExchange {
     // Without the GIL, as torch's binding of the collective calls it: the group's lanes may need it.
     std::optional<py::gil_scoped_release> release;
     if (PyGILState_Check()) release.emplace();
-    deviceGroup_->_allgather_base(*gathered, in, c10d::AllgatherOptions())->wait();
+    c10d::AllgatherOptions o;
+    o.asyncOp = false;  // as dist.all_gather_into_tensor(async_op=False) passes it
+    deviceGroup_->_allgather_base(*gathered, in, o)->wait();
     return Status::ok();
   }
 #endif
@@ -492,12 +498,12 @@ void ringguardRegisterReplicaBindings(py::module_& m) {
            py::arg("names"), py::arg("marked"), py::arg("dtensor"))
       .def("named",
            [](ReplicaListing& l) {
-             const std::vector<ringguard::ReplicaTensor>* tensors = nullptr;
-             const ringguard::Status st = l.read(&tensors);
+             std::vector<std::pair<std::string, at::Tensor>> named;
+             const ringguard::Status st = l.named(&named);
              if (!st.isOk()) ringguard::raiseReplica(st);
-             return l.named();
+             return named;
            })
-      .def("read",  // lists without handing the tensors to Python: the number listed (what a check costs)
+      .def("read",  // lists as a check does, without handing the tensors to Python: the number listed
            [](ReplicaListing& l) {
              const std::vector<ringguard::ReplicaTensor>* tensors = nullptr;
              const ringguard::Status st = l.read(&tensors);

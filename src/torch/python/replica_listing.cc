@@ -59,18 +59,25 @@ ReplicaListing::ReplicaListing(py::object model, py::object optimizer, bool incl
 }
 
 void ReplicaListing::walk() {
+  // Built aside and swapped in whole: a walk that fails part way (a Python error in the model) leaves the
+  // last complete one, which the next read finds changed and walks again.
   const py::object marked = marked_(model_);
-  shapes_.clear();
-  params_.clear();
-  buffers_.clear();
+  std::vector<Shape> shapes;
+  std::vector<Slot> paramSlots, bufferSlots;
   for (const py::handle item : model_.attr("named_modules")()) {
     const auto pair = item.cast<py::tuple>();
     const std::string mname = pair[0].cast<std::string>();
     const py::object m = pair[1];
     const py::object params = dictOf(m, parametersName_), buffers = dictOf(m, buffersName_),
                      modules = dictOf(m, modulesName_);
-    Shape shape{
-        m, PyDict_Size(params.ptr()), PyDict_Size(buffers.ptr()), {}, params_.size(), 0, buffers_.size(), 0};
+    Shape shape{m,
+                PyDict_Size(params.ptr()),
+                PyDict_Size(buffers.ptr()),
+                {},
+                paramSlots.size(),
+                0,
+                bufferSlots.size(),
+                0};
     PyObject *k = nullptr, *v = nullptr;
     for (Py_ssize_t pos = 0; PyDict_Next(modules.ptr(), &pos, &k, &v);) {
       shape.children.emplace_back(py::reinterpret_borrow<py::object>(k),
@@ -78,18 +85,21 @@ void ReplicaListing::walk() {
     }
     const std::string prefix = mname.empty() ? std::string() : mname + ".";
     for (const py::handle key : params) {
-      params_.push_back(
+      paramSlots.push_back(
           Slot{prefix + py::str(key).cast<std::string>(), py::reinterpret_borrow<py::object>(key), false});
     }
     for (const py::handle key : buffers) {
       std::string name = prefix + py::str(key).cast<std::string>();
       const bool isMarked = marked.contains(py::str(name));
-      buffers_.push_back(Slot{std::move(name), py::reinterpret_borrow<py::object>(key), isMarked});
+      bufferSlots.push_back(Slot{std::move(name), py::reinterpret_borrow<py::object>(key), isMarked});
     }
-    shape.paramsEnd = params_.size();
-    shape.buffersEnd = buffers_.size();
-    shapes_.push_back(std::move(shape));
+    shape.paramsEnd = paramSlots.size();
+    shape.buffersEnd = bufferSlots.size();
+    shapes.push_back(std::move(shape));
   }
+  shapes_.swap(shapes);
+  params_.swap(paramSlots);
+  buffers_.swap(bufferSlots);
 }
 
 bool ReplicaListing::readWalked(std::vector<Read>* params, std::vector<Read>* buffers) const {
@@ -144,22 +154,25 @@ const ReplicaListing::StateLabels& ReplicaListing::labelsFor(PyObject* param, Py
     same = eq == 1;
   }
   if (same) return l;
-  l.parameter = parameter;
-  l.keys.clear();
-  l.labels.clear();
+  // Made aside and stored whole (a key whose str() fails leaves the cache as it was).
+  StateLabels made;
+  made.parameter = parameter;
+  std::vector<std::pair<std::string, size_t>> order;  // (str(key), insertion index)
   for (Py_ssize_t pos = 0; PyDict_Next(state, &pos, &k, &v);) {
     const auto key = py::reinterpret_borrow<py::object>(k);
-    l.keys.push_back(key);
-    l.labels.emplace_back(key, "optim:" + parameter + "." + py::str(key).cast<std::string>());
+    order.emplace_back(py::str(key).cast<std::string>(), made.keys.size());
+    made.keys.push_back(key);
   }
   // sorted(st, key=str): by the key's str, stable.
-  std::stable_sort(l.labels.begin(), l.labels.end(), [](const auto& a, const auto& b) {
-    return py::str(a.first).cast<std::string>() < py::str(b.first).cast<std::string>();
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [text, i] : order)
+    made.labels.emplace_back(made.keys[i], "optim:" + parameter + "." + text);
+  l = std::move(made);
   return l;
 }
 
-Status ReplicaListing::add(size_t index, const std::string& name, PyObject* tensor) {
+Status ReplicaListing::add(Listed* into, size_t index, const std::string& name, PyObject* tensor) {
   PyObject* obj = tensor;
   py::object local;
   // A DTensor (a subclass, so no __instancecheck__ is asked): its local shard.
@@ -173,21 +186,21 @@ Status ReplicaListing::add(size_t index, const std::string& name, PyObject* tens
   at::Tensor t = THPVariable_Unpack(obj);
   GuardBuffer b;
   RINGGUARD_RETURN_IF_ERROR(tensorBuffer(t, name, &b));
-  if (index == tensors_.size()) {
-    tensors_.emplace_back();
-    held_.emplace_back();
+  if (index == into->tensors.size()) {
+    into->tensors.emplace_back();
+    into->held.emplace_back();
   }
-  ReplicaTensor& r = tensors_[index];
+  ReplicaTensor& r = into->tensors[index];
   if (r.name != name) r.name = name;
   r.data = b.data;
   r.bytes = b.bytes;
   r.dtype = b.dtype;
   r.kind = b.kind;
-  held_[index] = std::move(t);
+  into->held[index] = std::move(t);
   return Status::ok();
 }
 
-Status ReplicaListing::read(const std::vector<ReplicaTensor>** out) {
+Status ReplicaListing::list(Listed* into) {
   std::vector<Read> params, buffers;
   if (!readRegistrations(&params, &buffers)) {
     return Status(StatusCode::kInternal, "replica check: the model's registrations changed while listed");
@@ -196,7 +209,7 @@ Status ReplicaListing::read(const std::vector<ReplicaTensor>** out) {
   std::string label;
   for (const auto& [slot, t] : params) {
     label.assign("param:").append(slot->name);
-    RINGGUARD_RETURN_IF_ERROR(add(n++, label, t.ptr()));
+    RINGGUARD_RETURN_IF_ERROR(add(into, n++, label, t.ptr()));
   }
   if (includeState_) {
     const py::object state = dictOf(optimizer_, stateName_);
@@ -216,7 +229,7 @@ Status ReplicaListing::read(const std::vector<ReplicaTensor>** out) {
         if (PyDict_Size(st.ptr()) == 0) continue;  // no state yet
         for (const auto& [key, lab] : labelsFor(p.ptr(), st.ptr(), parameter).labels) {
           const py::object v = lookup(st.ptr(), key.ptr());
-          if (v && THPVariable_Check(v.ptr())) RINGGUARD_RETURN_IF_ERROR(add(n++, lab, v.ptr()));
+          if (v && THPVariable_Check(v.ptr())) RINGGUARD_RETURN_IF_ERROR(add(into, n++, lab, v.ptr()));
         }
       }
     }
@@ -225,25 +238,34 @@ Status ReplicaListing::read(const std::vector<ReplicaTensor>** out) {
     for (const auto& [slot, t] : buffers) {
       if (autoBuffers_ && slot->marked) continue;
       label.assign("buffer:").append(slot->name);
-      RINGGUARD_RETURN_IF_ERROR(add(n++, label, t.ptr()));
+      RINGGUARD_RETURN_IF_ERROR(add(into, n++, label, t.ptr()));
     }
   }
-  tensors_.resize(n);
-  held_.resize(n);
-  *out = &tensors_;
+  into->tensors.resize(n);
+  into->held.resize(n);
   return Status::ok();
 }
 
-std::vector<std::pair<std::string, at::Tensor>> ReplicaListing::named() const {
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  out.reserve(tensors_.size());
-  for (size_t i = 0; i < tensors_.size(); ++i) out.emplace_back(tensors_[i].name, held_[i]);
-  return out;
+Status ReplicaListing::read(const std::vector<ReplicaTensor>** out) {
+  RINGGUARD_RETURN_IF_ERROR(list(&checked_));
+  *out = &checked_.tensors;
+  return Status::ok();
+}
+
+Status ReplicaListing::named(std::vector<std::pair<std::string, at::Tensor>>* out) {
+  Listed listed;
+  RINGGUARD_RETURN_IF_ERROR(list(&listed));
+  out->clear();
+  out->reserve(listed.tensors.size());
+  for (size_t i = 0; i < listed.tensors.size(); ++i)
+    out->emplace_back(listed.tensors[i].name, listed.held[i]);
+  return Status::ok();
 }
 
 at::Tensor ReplicaListing::tensor(const std::string& name) const {
-  for (size_t i = 0; i < tensors_.size(); ++i) {
-    if (tensors_[i].name == name) return held_[i];
+  // The last of a name, as the Python dict of the listing had it (two keys of one state whose str is equal).
+  for (size_t i = checked_.tensors.size(); i-- > 0;) {
+    if (checked_.tensors[i].name == name) return checked_.held[i];
   }
   throw py::key_error("replica check: no checked tensor is named '" + name + "'");
 }

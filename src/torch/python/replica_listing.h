@@ -28,12 +28,13 @@ class ReplicaListing {
                  pybind11::object dtensor);
 
   // The checked tensors as registered now, in the order compared: "param:<name>", then
-  // "optim:<parameter name>.<state key>" (keys sorted as str), then "buffer:<name>". Valid until the next
-  // read(); the tensors are held until then. kInvalidArgument naming a tensor that cannot be read as one byte
-  // range (python: ValueError).
+  // "optim:<parameter name>.<state key>" (keys sorted as str), then "buffer:<name>": the checker's list,
+  // valid (and its tensors held) until the next read(). kInvalidArgument naming a tensor that cannot be read
+  // as one byte range (python: ValueError). Called with the GIL held, as every method here.
   Status read(const std::vector<ReplicaTensor>** out);
-  // (name, tensor) of the last read().
-  std::vector<std::pair<std::string, at::Tensor>> named() const;
+  // The same as (name, tensor) pairs, listed aside (ReplicaCheck.tensors(), which another thread may call
+  // while a check uses read()'s list with the GIL released).
+  Status named(std::vector<std::pair<std::string, at::Tensor>>* out);
   // The tensor of the last read() named `name` (a repair's broadcast); KeyError when absent.
   at::Tensor tensor(const std::string& name) const;
 
@@ -60,6 +61,10 @@ class ReplicaListing {
   };
 
   using Read = std::pair<const Slot*, pybind11::object>;  // a registration and what it holds now
+  struct Listed {  // a listing: the checker's view, and the tensors that keep its pointers valid
+    std::vector<ReplicaTensor> tensors;
+    std::vector<at::Tensor> held;
+  };
 
   void walk();
   // The registered parameters and buffers, each once, None left out, in one pass over the walked modules;
@@ -67,7 +72,8 @@ class ReplicaListing {
   bool readWalked(std::vector<Read>* params, std::vector<Read>* buffers) const;
   bool readRegistrations(std::vector<Read>* params, std::vector<Read>* buffers);
   const StateLabels& labelsFor(PyObject* param, PyObject* state, const std::string& parameter);
-  Status add(size_t index, const std::string& name, PyObject* tensor);
+  Status list(Listed* into);
+  Status add(Listed* into, size_t index, const std::string& name, PyObject* tensor);
 
   pybind11::object model_, optimizer_, dtensor_;
   pybind11::function marked_;
@@ -80,8 +86,7 @@ class ReplicaListing {
   // By the parameter's identity, checked against its name and state keys at every use (as the Python
   // listing's cache was keyed by (name, keys)): an address reused by another parameter gets new labels.
   std::unordered_map<PyObject*, StateLabels> state_;
-  std::vector<ReplicaTensor> tensors_;
-  std::vector<at::Tensor> held_;
+  Listed checked_;  // read()'s
 };
 
 }  // namespace ringguard
