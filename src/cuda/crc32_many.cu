@@ -14,7 +14,6 @@
 #include "cuda/crc32_segments.cuh"
 #include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
-#include "cuda/pinned_upload.h"
 
 namespace ringguard {
 namespace {
@@ -148,13 +147,13 @@ Status crc32ManyDevice(const Crc32Span* spans, size_t n, uint32_t* crcsOutDevice
     }
     args[i] = plan.finalize;
   }
-  // Through pinned staging, not from the vectors: a pageable copy may wait for the stream (pinned_upload.h),
-  // a host wait at every check of a training stream the CPU runs ahead of.
+  // Pageable sources: each copy returns once its bytes are staged, so the vectors may go.
   if (!items.empty()) {
-    RINGGUARD_RETURN_IF_ERROR(
-        pinnedUploadAsync(itemsDevice, items.data(), items.size() * sizeof(ManyItem), stream));
+    RINGGUARD_CUDA_CHECK(cudaMemcpyAsync(itemsDevice, items.data(), items.size() * sizeof(ManyItem),
+                                         cudaMemcpyHostToDevice, stream));
   }
-  RINGGUARD_RETURN_IF_ERROR(pinnedUploadAsync(argsDevice, args.data(), n * sizeof(FinalizeArgs), stream));
+  RINGGUARD_CUDA_CHECK(
+      cudaMemcpyAsync(argsDevice, args.data(), n * sizeof(FinalizeArgs), cudaMemcpyHostToDevice, stream));
   if (!items.empty()) {
     const uint32_t grid =
         static_cast<uint32_t>(std::min<size_t>(items.size(), static_cast<size_t>(resident)));

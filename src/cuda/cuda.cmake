@@ -10,7 +10,6 @@ file(GLOB RINGGUARD_CUDA_KERNEL_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_D
 add_library(ringguard_cuda STATIC
   ${RINGGUARD_CUDA_KERNEL_SOURCES}
   ${CMAKE_CURRENT_LIST_DIR}/memory_pool.cc
-  ${CMAKE_CURRENT_LIST_DIR}/pinned_upload.cc  # small uploads that never wait for the stream
   ${CMAKE_CURRENT_LIST_DIR}/pool_registry.cc  # every pool of the process, beside PyTorch's memory
 )
 target_link_libraries(ringguard_cuda PUBLIC ringguard_core ringguard_cuda_plan CUDA::cudart)

@@ -23,10 +23,9 @@ size_t crc32ManyDeviceScratchBytes(const Crc32Span* spans, size_t n);
 
 // crcsOutDevice[i] = the CRC-32 crc32Device gives for spans[i], for each of the `n` spans, in one launch of
 // a persistent segment kernel (the tables filled once per block, not once per span) and one merge launch
-// (a block per span), after two small host-to-device copies of the work table through pinned staging (the
-// call never waits for the stream; `spans` may change once it returns). `scratch` must hold
-// crc32ManyDeviceScratchBytes (16-byte aligned) and stay untouched until the stream has passed this work. The
-// replica check's device fingerprint (docs/REPLICAS.md).
+// (a block per span), after two small host-to-device copies of the work table (pageable: staged when the
+// call returns). `scratch` must hold crc32ManyDeviceScratchBytes (16-byte aligned) and stay untouched until
+// the stream has passed this work. The replica check's device fingerprint (docs/REPLICAS.md).
 Status crc32ManyDevice(const Crc32Span* spans, size_t n, uint32_t* crcsOutDevice, void* scratch,
                        size_t scratchBytes, cudaStream_t stream);
 
