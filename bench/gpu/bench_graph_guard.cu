@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "../bench_sizes.h"
+#include "bench_cuda_check.h"
 #include "cuda/kernels.h"
 #include "ringguard/guard/device_backend.h"
 #include "ringguard/guard/graph_guard.h"
@@ -47,23 +48,6 @@ void launchOp(float* y, float* acc, const float* x, size_t n, cudaStream_t s) {
   const size_t blocks = (n + 255) / 256;
   reluAxpyKernel<<<unsigned(blocks < 4096 ? blocks : 4096), 256, 0, s>>>(y, acc, x, n);
 }
-
-#define CHECK_CUDA(expr)                                                                           \
-  do {                                                                                             \
-    cudaError_t e_ = (expr);                                                                       \
-    if (e_ != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "%s: %s (%s:%d)\n", #expr, cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
-#define CHECK_OK(expr)                                                \
-  do {                                                                \
-    Status s_ = (expr);                                               \
-    if (!s_.isOk()) {                                                 \
-      std::fprintf(stderr, "%s: %s\n", #expr, s_.toString().c_str()); \
-      std::exit(1);                                                   \
-    }                                                                 \
-  } while (0)
 
 // Milliseconds per call of `calls` back-to-back calls of `one` on `s` (after 3 warm-up calls).
 double perCall(cudaStream_t s, int calls, const std::function<void()>& one) {

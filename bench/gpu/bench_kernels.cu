@@ -38,29 +38,13 @@
 #include <vector>
 
 #include "../bench_sizes.h"
+#include "bench_cuda_check.h"
 #include "cuda/kernels.h"
 #include "cuda/memory_pool.h"
 #include "cuda/verify_reduce.h"
 #include "ringguard/core/crc32.h"
 
 namespace {
-
-#define CHECK_CUDA(expr)                                                                          \
-  do {                                                                                            \
-    const cudaError_t _e = (expr);                                                                \
-    if (_e != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(_e)); \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
-#define CHECK_OK(expr)                                                                           \
-  do {                                                                                           \
-    const ::ringguard::Status _s = (expr);                                                       \
-    if (!_s.isOk()) {                                                                            \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, _s.toString().c_str()); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
 
 // Finite pseudo-random data: clearing bit 6 of every byte keeps every f32, f16 and bf16 exponent below
 // all-ones, and every float8 byte finite.

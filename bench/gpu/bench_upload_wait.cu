@@ -22,18 +22,10 @@
 #include <functional>
 #include <vector>
 
+#include "bench_cuda_check.h"
 #include "ringguard/cuda/crc32_many.h"
 
 namespace {
-
-#define CHECK_CUDA(expr)                                                                          \
-  do {                                                                                            \
-    const cudaError_t _e = (expr);                                                                \
-    if (_e != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(_e)); \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
 
 __global__ void busyKernel(long long ns) {
   long long t0 = 0, t = 0;
