@@ -86,6 +86,7 @@ void Communicator::Impl::setDirectPath(std::unique_ptr<DirectPath> direct) {
   direct->setFault(options_.fault);  // as setFault() does
   direct_ = std::move(direct);
   callerRuns_ = false;
+  if (!direct_->reportsLater()) return;
   watchdog_ = std::make_unique<DirectWatchdog>(
       [path = direct_] {
         path->watch();

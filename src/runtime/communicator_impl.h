@@ -140,8 +140,11 @@ class Communicator::Impl {
   // What the public methods of the same names forward to.
   void abort(const std::string& why);
   // What the user asked for: the direct path's name where there is one ("peer": its collectives above the
-  // window take the host-driven pipeline of transport_), else the transport's.
-  const char* transportName() const { return direct_ ? direct_->name() : transport_->name(); }
+  // window take the host-driven pipeline of transport_), else (or where the path says so: one rank) the
+  // transport's.
+  const char* transportName() const {
+    return direct_ && !direct_->namedByTransport() ? direct_->name() : transport_->name();
+  }
   // The direct path's watchdog saw a kernel's error: logged, the communicator poisoned with it and aborted.
   void onDirectError(const Status& st);
   void leave(bool peersMayBeGone) {

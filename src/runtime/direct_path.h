@@ -24,6 +24,12 @@ class DirectPath {
  public:
   virtual ~DirectPath() = default;
   virtual const char* name() const = 0;
+  // Whether the communicator keeps its transport's name (transportName()): a path that stands in for the
+  // transport only where nothing crosses a link (one rank: one_rank_path.h).
+  virtual bool namedByTransport() const { return false; }
+  // Whether poll() may turn non-OK after a launch returned (kernels that fail later): the communicator's
+  // watchdog reads it then. A path whose launches report every error at once needs no watchdog.
+  virtual bool reportsLater() const { return true; }
   virtual bool acceptsAllreduce(size_t count, DataType dtype, ReduceOp op) const = 0;
   // Enqueues the allreduce on `stream` (the caller's cudaStream_t); kInvalidArgument if refused.
   virtual Status allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,

@@ -15,6 +15,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/memory_pool.h"
 #include "executor/device/device_executor.h"
+#include "runtime/device/one_rank_path.h"
 #include "runtime/device/peer_path.h"
 #include "runtime/make_communicator.h"
 #include "runtime/peer_path_agreement.h"
@@ -106,9 +107,16 @@ Status agreeOnPeerPath(Bootstrap& bootstrap, uint64_t twoShotBytes, NanCheck nan
 // creation agrees on every step).
 Status makePeerPath(Bootstrap& bootstrap, const DeviceOptions& device, int gpu, int localSize,
                     const Options& options, std::unique_ptr<DirectPath>* out) {
-  // One rank has no peer to map: no path, whatever was asked, so a one-rank communicator is named by its
-  // own transport ("nccl", "staged"), as before the path existed (test_ddp.py's cuda-np1-nccl-transport).
-  if (bootstrap.size() < 2) return Status::ok();
+  // One rank has no peer to map. Where the path was asked for or allowed, its collectives are copies on the
+  // caller's stream (one_rank_path.h), with no host wait and inside CUDA graphs as on the windows, unless the
+  // NaN/Inf scan (a host step) is on; the communicator is still named by its own transport ("nccl",
+  // "staged"), as before the path existed (test_ddp.py's cuda-np1-nccl-transport).
+  if (bootstrap.size() < 2) {
+    const bool wanted =
+        device.transport == DeviceTransportKind::kAuto || device.transport == DeviceTransportKind::kPeer;
+    if (wanted && options.nanCheck == NanCheck::kOff) *out = makeOneRankPath();
+    return Status::ok();
+  }
   const bool oneHost = localSize == bootstrap.size();
   if (device.transport == DeviceTransportKind::kPeer && !oneHost) {
     return Status(StatusCode::kInvalidArgument,

@@ -1,0 +1,209 @@
+// A one-rank device communicator's collectives (runtime/device/one_rank_path.h): copies on the caller's
+// stream that never wait on the host and can be captured in a CUDA graph; RINGGUARD_NAN_CHECK and a
+// transport named explicitly keep the host-driven path. Made over the unit suites' in-memory bootstrap.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "memory_bootstrap.h"
+#include "ringguard/runtime/device_factory.h"
+
+namespace ringguard {
+namespace {
+
+using testing::Board;
+using testing::MemoryBootstrap;
+
+std::unique_ptr<Communicator> makeOneRank(cuda::DeviceTransportKind kind, const Options& o = Options()) {
+  Board board(1);
+  MemoryBootstrap b(&board, 0);
+  cuda::DeviceOptions d;
+  d.transport = kind;
+  d.device = 0;
+  std::unique_ptr<Communicator> c;
+  const Status st = cuda::createDeviceCommunicator(b, o, d, &c);
+  EXPECT_TRUE(st.isOk()) << st.toString();
+  return c;
+}
+
+float* upload(const std::vector<float>& host, std::vector<float*>* owned) {
+  float* d = nullptr;
+  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), std::max<size_t>(host.size(), 1) * sizeof(float)),
+            cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(d, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  owned->push_back(d);
+  return d;
+}
+
+std::vector<float> download(const float* d, size_t n) {
+  std::vector<float> h(n);
+  EXPECT_EQ(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  return h;
+}
+
+std::vector<float> ramp(size_t n, int offset) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = float(offset + int(i % 1009));
+  return v;
+}
+
+// Holds `s` with a host function until `open` is set (20 s at most, so a call that waits shows as a
+// failure, not a hang).
+void hold(cudaStream_t s, std::atomic<bool>* open) {
+  const auto wait = [](void* p) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!static_cast<std::atomic<bool>*>(p)->load() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  ASSERT_EQ(cudaLaunchHostFunc(s, wait, open), cudaSuccess);
+}
+
+// Every collective (in place and not) returns while its stream is held, its Work already complete, and is
+// exact once the stream runs; the communicator keeps its transport's name.
+TEST(OneRankPath, EveryCollectiveIsACopyOnTheCallersStreamWithNoHostWait) {
+  SKIP_WITHOUT_GPU();
+  std::unique_ptr<Communicator> c = makeOneRank(cuda::DeviceTransportKind::kAuto);
+  ASSERT_TRUE(c);
+  EXPECT_STREQ(c->transportName(), cuda::haveNccl() ? "nccl" : "staged");
+  cudaStream_t s = nullptr;
+  ASSERT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const size_t n = 3000;
+  std::vector<float*> owned;
+  float* inPlace = upload(ramp(n, 1), &owned);
+  float* sendA = upload(ramp(n, 2), &owned);
+  float* recvA = upload(std::vector<float>(n, -1.f), &owned);
+  float* gatherOut = upload(std::vector<float>(n, -1.f), &owned);
+  float* bcast = upload(std::vector<float>(n, -1.f), &owned);
+  float* scatterOut = upload(std::vector<float>(n, -1.f), &owned);
+  float* allOut = upload(std::vector<float>(n, -1.f), &owned);
+  float* splitOut = upload(std::vector<float>(n + 8, -1.f), &owned);
+  float* avg = upload(ramp(n, 3), &owned);
+
+  std::atomic<bool> open{false};
+  hold(s, &open);
+  const uint64_t slices = c->counters().slicesSent;
+  std::vector<std::pair<std::string, std::shared_ptr<Work>>> works;
+  const auto issued = [&](const char* what, std::shared_ptr<Work> w) {
+    EXPECT_EQ(cudaStreamQuery(s), cudaErrorNotReady) << what << " returned only after its stream ran";
+    EXPECT_TRUE(w->isCompleted()) << what << ": its Work waits for the stream (the host-driven path)";
+    works.emplace_back(what, std::move(w));
+  };
+  issued("allreduce in place", c->allreduceAsync(inPlace, inPlace, n, DataType::kFloat32, ReduceOp::kSum, s));
+  issued("allreduce", c->allreduceAsync(sendA, recvA, n, DataType::kFloat32, ReduceOp::kMax, s));
+  issued("allreduce avg", c->allreduceAsync(avg, avg, n, DataType::kFloat32, ReduceOp::kAvg, s));
+  issued("allgather", c->allgatherAsync(sendA, gatherOut, n, DataType::kFloat32, s));
+  issued("broadcast", c->broadcastAsync(sendA, bcast, n, DataType::kFloat32, 0, s));
+  issued("reduce_scatter",
+         c->reduceScatterAsync(sendA, scatterOut, n, DataType::kFloat32, ReduceOp::kSum, s));
+  issued("alltoall", c->alltoallAsync(sendA, allOut, n, DataType::kFloat32, s));
+  // The split form: 100 elements from offset 5 of the input land at offset 8 of the output.
+  issued("alltoall split", c->alltoallAsync(sendA, {100}, {5}, splitOut, {100}, {8}, DataType::kFloat32, s));
+  open.store(true);
+  EXPECT_EQ(c->counters().slicesSent, slices) << "a collective took the host-driven pipeline";
+  ASSERT_CUDA(cudaStreamSynchronize(s));
+  for (auto& [what, w] : works) EXPECT_TRUE(w->wait().isOk()) << what;
+
+  EXPECT_EQ(download(inPlace, n), ramp(n, 1));
+  EXPECT_EQ(download(recvA, n), ramp(n, 2));
+  EXPECT_EQ(download(avg, n), ramp(n, 3));  // an average over one rank divides by 1
+  EXPECT_EQ(download(gatherOut, n), ramp(n, 2));
+  EXPECT_EQ(download(bcast, n), ramp(n, 2));
+  EXPECT_EQ(download(scatterOut, n), ramp(n, 2));
+  EXPECT_EQ(download(allOut, n), ramp(n, 2));
+  const std::vector<float> split = download(splitOut, n + 8), from = ramp(n, 2);
+  for (size_t i = 0; i < split.size(); ++i) {
+    const float want = i >= 8 && i < 108 ? from[i - 8 + 5] : -1.f;
+    ASSERT_EQ(split[i], want) << "split all-to-all, output index " << i;
+  }
+  const CollectiveStats& ar = c->summary().byKind.at("allreduce");
+  EXPECT_EQ(ar.calls, 3u);
+  EXPECT_EQ(ar.failed, 0u);
+  EXPECT_EQ(c->counters().collectives, 8u);
+  for (float* p : owned) cudaFree(p);
+  cudaStreamDestroy(s);
+}
+
+// Captured in a CUDA graph (global capture mode: any stream synchronisation or event query in the calls
+// would invalidate it) and replayed over new inputs: each replay copies what the buffers hold then.
+TEST(OneRankPath, CollectivesReplayInACudaGraph) {
+  SKIP_WITHOUT_GPU();
+  std::unique_ptr<Communicator> c = makeOneRank(cuda::DeviceTransportKind::kAuto);
+  ASSERT_TRUE(c);
+  cudaStream_t s = nullptr;
+  ASSERT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const size_t n = 1 << 16;
+  std::vector<float*> owned;
+  float* in = upload(ramp(n, 0), &owned);
+  float* sum = upload(std::vector<float>(n, -1.f), &owned);
+  float* gathered = upload(std::vector<float>(n, -1.f), &owned);
+  cudaGraph_t graph = nullptr;
+  ASSERT_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  const Status a = c->allreduceAsync(in, sum, n, DataType::kFloat32, ReduceOp::kSum, s)->wait();
+  const Status b = c->allgatherAsync(sum, gathered, n, DataType::kFloat32, s)->wait();
+  ASSERT_CUDA(cudaStreamEndCapture(s, &graph));
+  ASSERT_STATUS_OK(a);
+  ASSERT_STATUS_OK(b);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 1; replay <= 2; ++replay) {
+    const std::vector<float> next = ramp(n, 100 * replay);
+    ASSERT_CUDA(cudaMemcpy(in, next.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    ASSERT_CUDA(cudaGraphLaunch(exec, s));
+    ASSERT_CUDA(cudaStreamSynchronize(s));
+    EXPECT_EQ(download(sum, n), next) << "replay " << replay;
+    EXPECT_EQ(download(gathered, n), next) << "replay " << replay;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  for (float* p : owned) cudaFree(p);
+  cudaStreamDestroy(s);
+}
+
+// The NaN/Inf scan is a host step of the pipeline: with it on, a one-rank collective still takes that path
+// and a NaN in its input fails the call, as it did before the path existed. So does a transport named
+// explicitly (its Work completes only once its stream ran).
+TEST(OneRankPath, NanCheckAndANamedTransportKeepTheHostDrivenPath) {
+  SKIP_WITHOUT_GPU();
+  Options scanned;
+  scanned.nanCheck = NanCheck::kError;
+  std::unique_ptr<Communicator> c = makeOneRank(cuda::DeviceTransportKind::kAuto, scanned);
+  ASSERT_TRUE(c);
+  cudaStream_t s = nullptr;
+  ASSERT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::vector<float> host = ramp(64, 0);
+  host[17] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float*> owned;
+  float* d = upload(host, &owned);
+  const Status st = c->allreduceAsync(d, d, host.size(), DataType::kFloat32, ReduceOp::kSum, s)->wait();
+  EXPECT_FALSE(st.isOk()) << "a NaN went through the one-rank path unscanned";
+  EXPECT_NE(st.message().find("NaN"), std::string::npos) << st.toString();
+
+  std::unique_ptr<Communicator> staged = makeOneRank(cuda::DeviceTransportKind::kStaged);
+  ASSERT_TRUE(staged);
+  float* e = upload(ramp(64, 0), &owned);
+  std::atomic<bool> open{false};
+  hold(s, &open);
+  std::shared_ptr<Work> w = staged->allreduceAsync(e, e, 64, DataType::kFloat32, ReduceOp::kSum, s);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(w->isCompleted()) << "the staged transport's collective completed before its stream ran";
+  open.store(true);
+  EXPECT_TRUE(w->wait().isOk());
+  ASSERT_CUDA(cudaStreamSynchronize(s));
+  EXPECT_EQ(download(e, 64), ramp(64, 0));
+  for (float* p : owned) cudaFree(p);
+  cudaStreamDestroy(s);
+}
+
+}  // namespace
+}  // namespace ringguard
