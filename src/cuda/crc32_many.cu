@@ -92,46 +92,30 @@ size_t itemBound(const Crc32Span* spans, size_t n) {
   return items;
 }
 
-}  // namespace
-
-size_t crc32ManyDeviceScratchBytes(const Crc32Span* spans, size_t n) {
-  const size_t items = itemBound(spans, n);
-  return alignUp(items * sizeof(ManyItem)) + alignUp(n * sizeof(FinalizeArgs)) + items * sizeof(uint32_t);
-}
-
-Status crc32ManyDevice(const Crc32Span* spans, size_t n, uint32_t* crcsOutDevice, void* scratch,
-                       size_t scratchBytes, cudaStream_t stream) {
-  if (n == 0) return Status::ok();
-  if (spans == nullptr || crcsOutDevice == nullptr) {
-    return Status(StatusCode::kInvalidArgument, "crc32ManyDevice: null spans or output");
-  }
-  for (size_t i = 0; i < n; ++i) {
-    if (spans[i].data == nullptr && spans[i].bytes != 0) {
-      return Status(StatusCode::kInvalidArgument,
-                    "crc32ManyDevice: span " + std::to_string(i) + " has null data");
-    }
-  }
-  const size_t needed = crc32ManyDeviceScratchBytes(spans, n);
-  if (scratch == nullptr || scratchBytes < needed || reinterpret_cast<uintptr_t>(scratch) % kAlign != 0) {
-    return Status(StatusCode::kInvalidArgument, "crc32ManyDevice: scratch of " +
-                                                    std::to_string(scratchBytes) + " bytes, need " +
-                                                    std::to_string(needed) + " (16-byte aligned)");
-  }
-  int resident = 1;
-  RINGGUARD_RETURN_IF_ERROR(manyResidentBlocks(&resident));
-
-  auto* base = static_cast<unsigned char*>(scratch);
-  const size_t bound = itemBound(spans, n);
-  auto* itemsDevice = reinterpret_cast<ManyItem*>(base);
-  auto* argsDevice = reinterpret_cast<FinalizeArgs*>(base + alignUp(bound * sizeof(ManyItem)));
-  auto* partials = reinterpret_cast<uint32_t*>(base + alignUp(bound * sizeof(ManyItem)) +
-                                               alignUp(n * sizeof(FinalizeArgs)));
+// The work table of `n` spans laid out in one device block at `base` (crc32ManyDeviceScratchBytes of them,
+// then the outputs where `crcsOut` is null): items, merge arguments, partials. Host vectors, to be copied
+// there.
+struct Tables {
   std::vector<ManyItem> items;
-  std::vector<FinalizeArgs> args(n);
+  std::vector<FinalizeArgs> args;
+  ManyItem* itemsDevice = nullptr;
+  FinalizeArgs* argsDevice = nullptr;
+  uint32_t* partials = nullptr;
+};
+
+Tables buildTables(const Crc32Span* spans, size_t n, int resident, void* base, uint32_t* crcsOut) {
+  Tables t;
+  auto* bytes = static_cast<unsigned char*>(base);
+  const size_t bound = itemBound(spans, n);
+  t.itemsDevice = reinterpret_cast<ManyItem*>(bytes);
+  t.argsDevice = reinterpret_cast<FinalizeArgs*>(bytes + alignUp(bound * sizeof(ManyItem)));
+  t.partials = reinterpret_cast<uint32_t*>(bytes + alignUp(bound * sizeof(ManyItem)) +
+                                           alignUp(n * sizeof(FinalizeArgs)));
+  t.args.resize(n);
   for (size_t i = 0; i < n; ++i) {
     SegmentPlan plan = planSegments(spans[i].data, spans[i].bytes, resident);
-    plan.finalize.partials = partials + items.size();
-    plan.finalize.out = crcsOutDevice + i;
+    plan.finalize.partials = t.partials + t.items.size();
+    plan.finalize.out = crcsOut + i;
     const auto* aligned =
         reinterpret_cast<const uint4*>(static_cast<const unsigned char*>(spans[i].data) + plan.headBytes);
     // Segment 0 is the short one, as crcSegments lays them out (the merge's multipliers assume it).
@@ -142,27 +126,140 @@ Status crc32ManyDevice(const Crc32Span* spans, size_t n, uint32_t* crcsOutDevice
       it.base = aligned;
       it.segBegin = b == 0 ? 0 : firstLen + static_cast<uint64_t>(b - 1) * plan.segmentPieces;
       it.n = b == 0 ? firstLen : plan.segmentPieces;
-      it.partial = static_cast<uint32_t>(items.size());
-      items.push_back(it);
+      it.partial = static_cast<uint32_t>(t.items.size());
+      t.items.push_back(it);
     }
-    args[i] = plan.finalize;
+    t.args[i] = plan.finalize;
   }
-  // Pageable sources: each copy returns once its bytes are staged, so the vectors may go.
-  if (!items.empty()) {
-    RINGGUARD_CUDA_CHECK(cudaMemcpyAsync(itemsDevice, items.data(), items.size() * sizeof(ManyItem),
+  return t;
+}
+
+// The tables' host vectors to the device (pageable sources: each copy returns once its bytes are staged,
+// so the vectors may go).
+Status uploadTables(const Tables& t, cudaStream_t stream) {
+  if (!t.items.empty()) {
+    RINGGUARD_CUDA_CHECK(cudaMemcpyAsync(t.itemsDevice, t.items.data(), t.items.size() * sizeof(ManyItem),
                                          cudaMemcpyHostToDevice, stream));
   }
-  RINGGUARD_CUDA_CHECK(
-      cudaMemcpyAsync(argsDevice, args.data(), n * sizeof(FinalizeArgs), cudaMemcpyHostToDevice, stream));
-  if (!items.empty()) {
-    const uint32_t grid =
-        static_cast<uint32_t>(std::min<size_t>(items.size(), static_cast<size_t>(resident)));
-    crc32ManySegmentsKernel<<<grid, kSegmentThreads, kDynamicSmemBytes, stream>>>(
-        itemsDevice, static_cast<uint32_t>(items.size()), partials);
+  RINGGUARD_CUDA_CHECK(cudaMemcpyAsync(t.argsDevice, t.args.data(), t.args.size() * sizeof(FinalizeArgs),
+                                       cudaMemcpyHostToDevice, stream));
+  return Status::ok();
+}
+
+Status launchTables(const ManyItem* items, uint32_t numItems, const FinalizeArgs* args, size_t n,
+                    uint32_t* partials, int resident, cudaStream_t stream) {
+  if (numItems > 0) {
+    const uint32_t grid = std::min<uint32_t>(numItems, static_cast<uint32_t>(resident));
+    crc32ManySegmentsKernel<<<grid, kSegmentThreads, kDynamicSmemBytes, stream>>>(items, numItems, partials);
     RINGGUARD_CUDA_CHECK_LAUNCH();
   }
-  crc32ManyFinalizeKernel<<<static_cast<unsigned>(n), kFinalizeThreads, 0, stream>>>(argsDevice);
+  crc32ManyFinalizeKernel<<<static_cast<unsigned>(n), kFinalizeThreads, 0, stream>>>(args);
   RINGGUARD_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status checkSpans(const char* who, const Crc32Span* spans, size_t n) {
+  if (spans == nullptr) return Status(StatusCode::kInvalidArgument, std::string(who) + ": null spans");
+  for (size_t i = 0; i < n; ++i) {
+    if (spans[i].data == nullptr && spans[i].bytes != 0) {
+      return Status(StatusCode::kInvalidArgument,
+                    std::string(who) + ": span " + std::to_string(i) + " has null data");
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+size_t crc32ManyDeviceScratchBytes(const Crc32Span* spans, size_t n) {
+  const size_t items = itemBound(spans, n);
+  return alignUp(items * sizeof(ManyItem)) + alignUp(n * sizeof(FinalizeArgs)) + items * sizeof(uint32_t);
+}
+
+Status crc32ManyDevice(const Crc32Span* spans, size_t n, uint32_t* crcsOutDevice, void* scratch,
+                       size_t scratchBytes, cudaStream_t stream) {
+  if (n == 0) return Status::ok();
+  if (crcsOutDevice == nullptr) return Status(StatusCode::kInvalidArgument, "crc32ManyDevice: null output");
+  RINGGUARD_RETURN_IF_ERROR(checkSpans("crc32ManyDevice", spans, n));
+  const size_t needed = crc32ManyDeviceScratchBytes(spans, n);
+  if (scratch == nullptr || scratchBytes < needed || reinterpret_cast<uintptr_t>(scratch) % kAlign != 0) {
+    return Status(StatusCode::kInvalidArgument, "crc32ManyDevice: scratch of " +
+                                                    std::to_string(scratchBytes) + " bytes, need " +
+                                                    std::to_string(needed) + " (16-byte aligned)");
+  }
+  int resident = 1;
+  RINGGUARD_RETURN_IF_ERROR(manyResidentBlocks(&resident));
+  const Tables t = buildTables(spans, n, resident, scratch, crcsOutDevice);
+  RINGGUARD_RETURN_IF_ERROR(uploadTables(t, stream));
+  return launchTables(t.itemsDevice, static_cast<uint32_t>(t.items.size()), t.argsDevice, n, t.partials,
+                      resident, stream);
+}
+
+Crc32ManyPlan::~Crc32ManyPlan() {
+  // Rare (the check's end): a host wait for the last launch, then the block back to its pool.
+  if (done_ != nullptr) {
+    (void)cudaEventSynchronize(done_);
+    (void)cudaEventDestroy(done_);
+  }
+  if (memory_ != nullptr) (void)cudaFree(memory_);
+}
+
+bool Crc32ManyPlan::sameSpans(const Crc32Span* spans, size_t n) const {
+  if (memory_ == nullptr || n != spans_.size()) return false;
+  for (size_t i = 0; i < n; ++i) {
+    if (spans[i].data != spans_[i].data || spans[i].bytes != spans_[i].bytes) return false;
+  }
+  return true;
+}
+
+Status Crc32ManyPlan::run(const Crc32Span* spans, size_t n, cudaStream_t stream,
+                          const uint32_t** crcsDevice) {
+  *crcsDevice = nullptr;
+  if (n == 0) return Status::ok();
+  RINGGUARD_RETURN_IF_ERROR(checkSpans("crc32ManyPlan", spans, n));
+  if (done_ == nullptr) RINGGUARD_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+  // On another stream than the last run: what that stream holds so far (the last launch and whatever read
+  // its CRCs after it) goes first. An event, not a host wait.
+  if (memory_ != nullptr && stream != stream_) {
+    RINGGUARD_CUDA_CHECK(cudaEventRecord(done_, stream_));
+    RINGGUARD_CUDA_CHECK(cudaStreamWaitEvent(stream, done_, 0));
+  }
+  stream_ = stream;
+  int resident = 1;
+  RINGGUARD_RETURN_IF_ERROR(manyResidentBlocks(&resident));
+  if (!sameSpans(spans, n) || resident != resident_) {
+    // The tables again, in a block of their own from the device's stream-ordered pool (no device-wide
+    // synchronisation, as cudaMalloc/cudaFree would make), the old block released behind the work above.
+    if (memory_ != nullptr) {
+      void* old = memory_;
+      memory_ = nullptr;
+      spans_.clear();
+      RINGGUARD_CUDA_CHECK(cudaFreeAsync(old, stream));
+    }
+    const size_t tableBytes = alignUp(crc32ManyDeviceScratchBytes(spans, n));
+    void* mem = nullptr;
+    RINGGUARD_CUDA_CHECK(cudaMallocAsync(&mem, tableBytes + n * sizeof(uint32_t), stream));
+    auto* crcs = reinterpret_cast<uint32_t*>(static_cast<unsigned char*>(mem) + tableBytes);
+    const Tables t = buildTables(spans, n, resident, mem, crcs);
+    const Status up = uploadTables(t, stream);
+    if (!up.isOk()) {
+      (void)cudaFreeAsync(mem, stream);
+      return up;
+    }
+    memory_ = mem;
+    spans_.assign(spans, spans + n);
+    resident_ = resident;
+    items_ = t.itemsDevice;
+    numItems_ = static_cast<uint32_t>(t.items.size());
+    args_ = t.argsDevice;
+    partials_ = t.partials;
+    crcs_ = crcs;
+  }
+  RINGGUARD_RETURN_IF_ERROR(launchTables(static_cast<const ManyItem*>(items_), numItems_,
+                                         static_cast<const FinalizeArgs*>(args_), n, partials_, resident,
+                                         stream));
+  RINGGUARD_CUDA_CHECK(cudaEventRecord(done_, stream));
+  *crcsDevice = crcs_;
   return Status::ok();
 }
 

@@ -207,6 +207,58 @@ TEST_F(Crc32DeviceTest, ManySpansMatchTheHostCrcOfEach) {
             crc32ManyDevice(spans.data(), spans.size(), outs, scratch, scratchBytes - 4, stream_).code());
 }
 
+// Crc32ManyPlan: its table built once and reused while the spans stay the same, so a run sees the bytes
+// the buffers hold then (new contents at the same addresses); other spans (fewer, moved, resized) build it
+// again; a run on another stream orders itself after the last one's. Every CRC against the host's.
+TEST_F(Crc32DeviceTest, ManySpansPlanFollowsContentsAndSpans) {
+  const std::vector<size_t> sizes = {0, 1, 17, 4095, 131073, size_t(3) << 20};
+  const size_t total = (size_t(8) << 20);
+  std::vector<uint8_t> host = randomBytes(total, 0xBEEF);
+  auto* dev = static_cast<uint8_t*>(deviceAlloc(total));
+  ASSERT_CUDA(cudaMemcpyAsync(dev, host.data(), total, cudaMemcpyHostToDevice, stream_));
+  std::vector<Crc32Span> spans;
+  std::vector<size_t> offsets;
+  for (size_t i = 0, at = 3; i < sizes.size() * 3; ++i) {
+    offsets.push_back(at);
+    spans.push_back({dev + at, sizes[i % sizes.size()]});
+    at += sizes[i % sizes.size()] + 5;
+  }
+  cudaStream_t other = nullptr;
+  ASSERT_CUDA(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+  Crc32ManyPlan plan;
+  const auto check = [&](const std::vector<Crc32Span>& sp, const std::vector<size_t>& off, cudaStream_t s,
+                         const char* what) {
+    const uint32_t* crcs = nullptr;
+    ASSERT_STATUS_OK(plan.run(sp.data(), sp.size(), s, &crcs));
+    std::vector<uint32_t> got(sp.size());
+    ASSERT_CUDA(cudaMemcpyAsync(got.data(), crcs, got.size() * 4, cudaMemcpyDeviceToHost, s));
+    ASSERT_CUDA(cudaStreamSynchronize(s));
+    for (size_t i = 0; i < sp.size(); ++i) {
+      EXPECT_EQ(crc32(host.data() + off[i], sp[i].bytes), got[i]) << what << ": span " << i;
+    }
+  };
+  check(spans, offsets, stream_, "first run");
+  for (int round = 1; round <= 2; ++round) {  // new contents, same spans: the kept table reads them
+    host = randomBytes(total, 0xBEEF + round);
+    ASSERT_CUDA(cudaMemcpyAsync(dev, host.data(), total, cudaMemcpyHostToDevice, stream_));
+    check(spans, offsets, stream_, round == 1 ? "new contents" : "new contents again");
+  }
+  std::vector<Crc32Span> moved(spans.begin(), spans.begin() + 7);
+  std::vector<size_t> movedOff(offsets.begin(), offsets.begin() + 7);
+  moved[4].data = dev + movedOff[4] + 1;  // one span moved by a byte, another resized
+  movedOff[4] += 1;
+  moved[5].bytes += 9;
+  check(moved, movedOff, stream_, "fewer spans, one moved, one resized");
+  ASSERT_CUDA(cudaMemcpyAsync(dev, host.data(), total, cudaMemcpyHostToDevice, stream_));
+  check(spans, offsets, other, "the first spans on another stream");
+  std::vector<Crc32Span> bad = spans;
+  bad[2].data = nullptr;
+  const uint32_t* crcs = nullptr;
+  EXPECT_EQ(StatusCode::kInvalidArgument, plan.run(bad.data(), bad.size(), stream_, &crcs).code());
+  check(spans, offsets, stream_, "after a refused run");
+  cudaStreamDestroy(other);
+}
+
 TEST_F(Crc32DeviceTest, SingleBitFlipsChangeTheCrc) {
   // A flip anywhere must show: catches a thread or block whose contribution is dropped.
   const size_t size = std::min<size_t>(testMaxBytes(), size_t(8) << 20);

@@ -4,11 +4,13 @@
 // CUDA-free (the stream handle is forward-declared), defined in ringguard::cuda.
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "ringguard/core/status.h"
 
 // Forward declaration of the runtime's stream handle, so this header does not need cuda_runtime_api.h.
 typedef struct CUstream_st* cudaStream_t;
+typedef struct CUevent_st* cudaEvent_t;
 
 namespace ringguard {
 
@@ -28,5 +30,38 @@ size_t crc32ManyDeviceScratchBytes(const Crc32Span* spans, size_t n);
 // the stream has passed this work. The replica check's device fingerprint (docs/REPLICAS.md).
 Status crc32ManyDevice(const Crc32Span* spans, size_t n, uint32_t* crcsOutDevice, void* scratch,
                        size_t scratchBytes, cudaStream_t stream);
+
+// crc32ManyDevice kept between calls: the work table of a list of spans built and uploaded once, into device
+// memory of its own (the device's stream-ordered pool), and reused while the spans stay the same (a
+// model's parameters and optimizer state keep their addresses from step to step). A run with the same spans
+// launches the two kernels and nothing else: no host-to-device copy, no planning, no allocation; one with
+// other spans builds the table again first. Not thread-safe (one per checker; the replica check's).
+class Crc32ManyPlan {
+ public:
+  Crc32ManyPlan() = default;
+  // Waits for the last run's launches, then frees its memory.
+  ~Crc32ManyPlan();
+  Crc32ManyPlan(const Crc32ManyPlan&) = delete;
+  Crc32ManyPlan& operator=(const Crc32ManyPlan&) = delete;
+
+  // Enqueues the CRC-32 of each of the `n` spans on `stream`; *crcsDevice (n words, the plan's) holds them
+  // once the stream has passed this work, until the next run overwrites them in that stream's order (a run
+  // on another stream first waits, on the device, for what the last run's stream held when it was called).
+  Status run(const Crc32Span* spans, size_t n, cudaStream_t stream, const uint32_t** crcsDevice);
+
+ private:
+  bool sameSpans(const Crc32Span* spans, size_t n) const;
+
+  std::vector<Crc32Span> spans_;  // what the table was built for
+  void* memory_ = nullptr;        // items, merge arguments, partials, then the CRCs
+  const void* items_ = nullptr;
+  const void* args_ = nullptr;
+  uint32_t* partials_ = nullptr;
+  uint32_t* crcs_ = nullptr;
+  uint32_t numItems_ = 0;
+  int resident_ = 0;               // blocks per launch the table was planned for
+  cudaStream_t stream_ = nullptr;  // of the last run
+  cudaEvent_t done_ = nullptr;     // recorded after the last run's launches
+};
 
 }  // namespace ringguard

@@ -9,16 +9,14 @@
 
 namespace ringguard {
 
-class DevicePool;  // the CUDA layer's stream-ordered pool (src/cuda/memory_pool.h)
-
 struct DeviceReplicaBackendOptions {
   int device = 0;
-  DevicePool* pool = nullptr;  // scratch and results from this pool; null: the backend makes its own
 };
 
-// Fingerprints are crc32ManyDevice on the caller's stream into pool memory, copied into pinned memory and
-// waited for with one event (the sync=True check's one host wait). Fault flips are a rare-path
-// read-modify-write of one byte. Not thread-safe (a checker is used by one thread at a time).
+// Fingerprints are a Crc32ManyPlan on the caller's stream (ringguard/cuda/crc32_many.h: the work table kept
+// while the tensors stay where they are), copied into pinned memory and waited for with one event (the
+// sync=True check's one host wait). Fault flips are a rare-path read-modify-write of one byte. Not
+// thread-safe (a checker is used by one thread at a time).
 Status makeDeviceReplicaBackend(const DeviceReplicaBackendOptions& options,
                                 std::unique_ptr<ReplicaBackend>* out);
 

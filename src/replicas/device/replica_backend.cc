@@ -1,5 +1,5 @@
-// ReplicaBackend over device memory: the multi-tensor CRC kernel on the caller's stream, one event wait
-// for the fingerprints (docs/REPLICAS.md).
+// ReplicaBackend over device memory: the multi-tensor CRC kernel on the caller's stream (its work table kept
+// between checks), one event wait for the fingerprints (docs/REPLICAS.md).
 #include <cuda_runtime_api.h>
 
 #include <memory>
@@ -26,13 +26,7 @@ class DeviceReplicaBackend final : public ReplicaBackend {
     RINGGUARD_CUDA_CHECK(cudaGetDevice(&previous));
     RINGGUARD_CUDA_CHECK(cudaSetDevice(device_));
     Status st = Status::ok();
-    if (options.pool != nullptr) {
-      pool_ = options.pool;
-    } else {
-      st = DevicePool::create(device_, &ownedPool_);
-      pool_ = ownedPool_.get();
-    }
-    if (st.isOk() && cudaEventCreateWithFlags(&done_, cudaEventDisableTiming) != cudaSuccess) {
+    if (cudaEventCreateWithFlags(&done_, cudaEventDisableTiming) != cudaSuccess) {
       st = Status(StatusCode::kInternal, "replica check: cudaEventCreate failed");
     }
     RINGGUARD_CUDA_CHECK(cudaSetDevice(previous));
@@ -49,19 +43,11 @@ class DeviceReplicaBackend final : public ReplicaBackend {
     std::vector<Crc32Span> spans(count);
     for (size_t i = 0; i < count; ++i)
       spans[i] = Crc32Span{tensors[indices[i]].data, tensors[indices[i]].bytes};
-    const size_t scratchBytes = crc32ManyDeviceScratchBytes(spans.data(), count);
-    const size_t outOffset = (scratchBytes + 15) / 16 * 16;
-    void* mem = nullptr;
-    RINGGUARD_RETURN_IF_ERROR(pool_->allocate(outOffset + count * sizeof(uint32_t), s, &mem));
-    auto* out = reinterpret_cast<uint32_t*>(static_cast<unsigned char*>(mem) + outOffset);
-    Status st = crc32ManyDevice(spans.data(), count, out, mem, scratchBytes, s);
-    if (st.isOk()) st = ensurePinned(count * sizeof(uint32_t));
-    if (st.isOk() &&
-        cudaMemcpyAsync(pinned_, out, count * sizeof(uint32_t), cudaMemcpyDeviceToHost, s) != cudaSuccess)
-      st = Status(StatusCode::kInternal, "replica check: copy of the fingerprints failed");
-    const Status freed = pool_->free(mem, s);
-    if (st.isOk()) st = freed;
-    RINGGUARD_RETURN_IF_ERROR(st);
+    const uint32_t* out = nullptr;
+    RINGGUARD_RETURN_IF_ERROR(plan_.run(spans.data(), count, s, &out));
+    RINGGUARD_RETURN_IF_ERROR(ensurePinned(count * sizeof(uint32_t)));
+    if (cudaMemcpyAsync(pinned_, out, count * sizeof(uint32_t), cudaMemcpyDeviceToHost, s) != cudaSuccess)
+      return Status(StatusCode::kInternal, "replica check: copy of the fingerprints failed");
     RINGGUARD_CUDA_CHECK(cudaEventRecord(done_, s));
     RINGGUARD_CUDA_CHECK(cudaEventSynchronize(done_));  // the check's one host wait
     ++hostWaits_;
@@ -100,8 +86,7 @@ class DeviceReplicaBackend final : public ReplicaBackend {
   }
 
   int device_ = 0;
-  std::unique_ptr<DevicePool> ownedPool_;
-  DevicePool* pool_ = nullptr;
+  Crc32ManyPlan plan_;
   PinnedHostPool pinnedPool_;
   void* pinned_ = nullptr;
   size_t pinnedBytes_ = 0;

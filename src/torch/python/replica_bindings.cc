@@ -169,7 +169,9 @@ class PyReplicaExchange final : public ReplicaExchange {
 
   // This rank's message on the device, on the current stream (the check's): the host words (header, host
   // tensors' CRCs) through pinned memory (torch's host allocator keeps each block until the copy that reads
-  // it is done), the device tensors' CRCs computed into place at words kHeaderWords + index.
+  // it is done), the device tensors' CRCs by the exchange's Crc32ManyPlan (its work table uploaded once while
+  // the tensors stay put) scattered to words kHeaderWords + index (the index on the device, kept while the
+  // listing's device indices are the same).
   Status deviceMessage(const std::vector<uint32_t>& mine, const std::vector<ReplicaTensor>& tensors,
                        const std::vector<size_t>& deviceIndices, void* stream, at::Tensor* msg) {
     const auto pinned = at::TensorOptions().pinned_memory(true);
@@ -179,20 +181,23 @@ class PyReplicaExchange final : public ReplicaExchange {
     *msg = words.to(onDevice, /*non_blocking=*/true);
     const int64_t n = static_cast<int64_t>(deviceIndices.size());
     if (n == 0) return Status::ok();
-    at::Tensor index = at::empty({n}, pinned.dtype(at::kLong));
-    std::vector<Crc32Span> spans(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) {
-      index.data_ptr<int64_t>()[i] = static_cast<int64_t>(ReplicaMessage::kHeaderWords + deviceIndices[i]);
-      spans[i] = Crc32Span{tensors[deviceIndices[i]].data, tensors[deviceIndices[i]].bytes};
+    // Made again on another stream too: each index is read only on the stream it was made on, where torch's
+    // allocator may reuse its block once it is dropped.
+    if (deviceIndices != indexOf_ || !index_.defined() || stream != indexStream_) {
+      at::Tensor index = at::empty({n}, pinned.dtype(at::kLong));
+      for (int64_t i = 0; i < n; ++i)
+        index.data_ptr<int64_t>()[i] = static_cast<int64_t>(ReplicaMessage::kHeaderWords + deviceIndices[i]);
+      index_ = index.to(onDevice, /*non_blocking=*/true);
+      indexOf_ = deviceIndices;
+      indexStream_ = stream;
     }
-    const size_t scratchBytes = crc32ManyDeviceScratchBytes(spans.data(), spans.size());
-    at::Tensor scratch =
-        at::empty({static_cast<int64_t>(std::max<size_t>(scratchBytes, 16))}, onDevice.dtype(at::kByte));
-    at::Tensor crcs = at::empty({n}, onDevice.dtype(at::kInt));
+    std::vector<Crc32Span> spans(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+      spans[i] = Crc32Span{tensors[deviceIndices[i]].data, tensors[deviceIndices[i]].bytes};
+    const uint32_t* crcs = nullptr;
     RINGGUARD_RETURN_IF_ERROR(
-        crc32ManyDevice(spans.data(), spans.size(), reinterpret_cast<uint32_t*>(crcs.data_ptr()),
-                        scratch.data_ptr(), scratchBytes, static_cast<cudaStream_t>(stream)));
-    msg->index_copy_(0, index.to(onDevice, /*non_blocking=*/true), crcs);
+        crcPlan_.run(spans.data(), spans.size(), static_cast<cudaStream_t>(stream), &crcs));
+    msg->index_copy_(0, index_, at::from_blob(const_cast<uint32_t*>(crcs), {n}, onDevice.dtype(at::kInt)));
     return Status::ok();
   }
 
@@ -284,6 +289,12 @@ class PyReplicaExchange final : public ReplicaExchange {
   ProcessGroupRingguard* verdictGroup_ = nullptr;  // kept alive by PyReplicaCheck
   static constexpr size_t kKept = 8;
   std::deque<at::Tensor> kept_;
+#if RINGGUARD_GUARD_CUDA
+  Crc32ManyPlan crcPlan_;        // the device message's CRCs (deviceMessage)
+  std::vector<size_t> indexOf_;  // the device indices index_ was made for
+  at::Tensor index_;             // their words in the message, on the device
+  void* indexStream_ = nullptr;  // the stream it was made on
+#endif
 
 #if RINGGUARD_GUARD_CUDA
   // The gated checker's broadcast (its verdict thread's, or check_now()'s): the tensor's bytes as a uint8
