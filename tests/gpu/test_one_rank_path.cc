@@ -126,7 +126,7 @@ TEST(OneRankPath, EveryCollectiveIsACopyOnTheCallersStreamWithNoHostWait) {
     const float want = i >= 8 && i < 108 ? from[i - 8 + 5] : -1.f;
     ASSERT_EQ(split[i], want) << "split all-to-all, output index " << i;
   }
-  const CollectiveStats& ar = c->summary().byKind.at("allreduce");
+  const CollectiveStats ar = c->summary().byKind.at("allreduce");
   EXPECT_EQ(ar.calls, 3u);
   EXPECT_EQ(ar.failed, 0u);
   EXPECT_EQ(c->counters().collectives, 8u);
