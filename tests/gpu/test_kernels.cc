@@ -212,7 +212,7 @@ TEST_F(Crc32DeviceTest, ManySpansMatchTheHostCrcOfEach) {
 // again; a run on another stream orders itself after the last one's. Every CRC against the host's.
 TEST_F(Crc32DeviceTest, ManySpansPlanFollowsContentsAndSpans) {
   const std::vector<size_t> sizes = {0, 1, 17, 4095, 131073, size_t(3) << 20};
-  const size_t total = (size_t(8) << 20);
+  const size_t total = size_t(12) << 20;  // the 18 spans below, 5 bytes apart, take ~9.4 MiB from offset 3
   std::vector<uint8_t> host = randomBytes(total, 0xBEEF);
   auto* dev = static_cast<uint8_t*>(deviceAlloc(total));
   ASSERT_CUDA(cudaMemcpyAsync(dev, host.data(), total, cudaMemcpyHostToDevice, stream_));
@@ -223,6 +223,7 @@ TEST_F(Crc32DeviceTest, ManySpansPlanFollowsContentsAndSpans) {
     spans.push_back({dev + at, sizes[i % sizes.size()]});
     at += sizes[i % sizes.size()] + 5;
   }
+  ASSERT_LE(offsets.back() + sizes.back() + 9, total);
   cudaStream_t other = nullptr;
   ASSERT_CUDA(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
   Crc32ManyPlan plan;
