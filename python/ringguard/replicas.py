@@ -296,10 +296,8 @@ class ReplicaCheck:
     def _after_step(self, optimizer, args, kwargs) -> None:
         step = self._step
         self._step += 1
-        # A named range, so a torch.profiler trace shows what the check costs a step (bench_replica_check.py
-        # --profile); a few microseconds when nothing profiles.
-        with torch.profiler.record_function("ringguard::replica_check"):
-            self._impl.after_step(step, self._listing, self._stream())
+        # Inside, the range "ringguard::replica_check" for torch.profiler (bench_replica_check.py --profile).
+        self._impl.after_step(step, self._listing, self._stream())
 
     def check_now(self) -> None:
         """Checks now, outside the step hook (every rank of the group must call it)."""

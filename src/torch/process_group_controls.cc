@@ -10,6 +10,10 @@
 #include "core/env.h"
 #include "ringguard/runtime/point_to_point.h"
 #include "ringguard/torch/process_group.h"
+#include "torch/tensor_checks.h"
+#if RINGGUARD_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 namespace ringguard {
 
@@ -87,15 +91,53 @@ Status ProcessGroupRingguard::allgatherHostWords(const std::vector<uint32_t>& mi
                     std::string("ringguard: the replica check's all-gather after ") + stoppedBy_);
     }
     comm = cpu_.get();
-    ++hostWordsInFlight_;
+    ++wordsInFlight_;
   }
   all->assign(mine.size() * static_cast<size_t>(size_), 0);
   const Status st = comm->allgather(mine.data(), all->data(), mine.size(), DataType::kInt32);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (--hostWordsInFlight_ == 0) hostWordsDone_.notify_all();
+    if (--wordsInFlight_ == 0) wordsDone_.notify_all();
   }
   return st;
+}
+
+Status ProcessGroupRingguard::allgatherDeviceWords(const at::Tensor& in, const at::Tensor& out) {
+#if RINGGUARD_TORCH_CUDA
+  const char* op = "the replica check's device all-gather";
+  if (!in.is_cuda() || !out.is_cuda() || in.device() != out.device() || in.scalar_type() != at::kInt ||
+      out.scalar_type() != at::kInt || !in.is_contiguous() || !out.is_contiguous() ||
+      out.numel() != in.numel() * size_) {
+    return Status(StatusCode::kInvalidArgument,
+                  std::string(op) + ": expects contiguous int32 CUDA tensors on one device, the output " +
+                      std::to_string(size_) + " times the input's " + std::to_string(in.numel()) +
+                      " elements; got " + describe(in) + " and " + describe(out));
+  }
+  releaseHeldP2p();  // as every other operation of the group
+  {
+    // Counted before the communicator is looked up: stop() waits for it, so cuda_ outlives this call.
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopped_)
+      return Status(StatusCode::kAborted, std::string("ringguard: ") + op + " after " + stoppedBy_);
+    ++wordsInFlight_;
+  }
+  Status st;
+  try {
+    Communicator* comm = communicatorFor(in, op);  // made here if no CUDA collective made it yet
+    void* stream = c10::cuda::getCurrentCUDAStream(in.device().index()).stream();
+    st = comm->allgatherAsync(in.data_ptr(), out.data_ptr(), size_t(in.numel()), DataType::kInt32, stream)
+             ->wait();
+  } catch (const std::exception& e) {
+    st = Status(StatusCode::kInternal, std::string(op) + ": " + e.what());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (--wordsInFlight_ == 0) wordsDone_.notify_all();
+  }
+  return st;
+#else
+  return Status(StatusCode::kInvalidArgument, "ringguard: this build has no CUDA support");
+#endif
 }
 
 std::string ProcessGroupRingguard::transport(const std::string& deviceType) const {

@@ -189,10 +189,10 @@ void ProcessGroupRingguard::stop(bool abort) {
   if (cpuLane_) cpuLane_->drain(stoppedBy_);
   if (cudaLane_) cudaLane_->drain(stoppedBy_);
   {
-    // A replica check's all-gather on cpu_ outside the lanes (allgatherHostWords): returned at once after
-    // abort(), else when it completes.
+    // A replica check's all-gather on cpu_ or cuda_ outside the lanes (allgatherHostWords,
+    // allgatherDeviceWords): returned at once after abort(), else when it completes.
     std::unique_lock<std::mutex> lock(mutex_);
-    hostWordsDone_.wait(lock, [this] { return hostWordsInFlight_ == 0; });
+    wordsDone_.wait(lock, [this] { return wordsInFlight_ == 0; });
   }
   // A clean end waits (at most 10 s per transport) for every peer's goodbye. After a failure anywhere in the
   // group a peer may never send one (it stopped, or hangs in the collective that failed here), and

@@ -167,6 +167,20 @@ def _(ctx):
     return {}
 
 
+@CASES.case("each-check-is-a-named-range-in-a-profile")
+def _(ctx):
+    """The step hook's check is the range "ringguard::replica_check" (recorded in C++), once per step."""
+    model = DDP(Net().to(ctx.device))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    check = ringguard.ReplicaCheck(model, opt, on_mismatch="raise")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        _steps(ctx, model, opt, range(3))
+    check.remove()
+    ranges = [e for e in prof.key_averages() if e.key == "ringguard::replica_check"]
+    assert len(ranges) == 1 and ranges[0].count == 3, [(e.key, e.count) for e in prof.key_averages()][:40]
+    return {}
+
+
 @CASES.case("sync-true-gathers-host-words-on-the-host-where-the-group-can")
 def _(ctx):
     # The message is host words: a group with a CPU backend gathers it as CPU tensors (on CUDA no copy to the
@@ -210,6 +224,18 @@ def _(ctx):
         check.check_now()
     assert "replica check: the all-gather failed" in str(e.value) and "after shutdown()" in str(e.value), str(e.value)
     check.remove()
+    if ctx.device == "cuda":
+        # sync=False gathers the device message with the group's CUDA communicator directly: the same error.
+        group = dist.new_group(backend="ringguard")
+        deferred = ringguard.ReplicaCheck(model, opt, group=group, sync=False)
+        _steps(ctx, model, opt, range(2))
+        deferred.flush()
+        assert deferred.counters()["checks"] == 2 and deferred.last_report()["mismatch"] is False
+        dist.destroy_process_group(group)
+        with pytest.raises(RuntimeError) as e:
+            _steps(ctx, model, opt, range(1))
+        assert "the device all-gather failed" in str(e.value) and "after shutdown()" in str(e.value), str(e.value)
+        deferred.remove()
     return {}
 
 

@@ -212,6 +212,12 @@ class ProcessGroupRingguard : public c10d::Backend {
   // before it, held send/recv released first), without a c10d Work, Future or completion lane: through
   // c10d, 64 bytes took ~110 us at one rank on the 2-core dev machine, almost all of it hand-offs.
   Status allgatherHostWords(const std::vector<uint32_t>& mine, std::vector<uint32_t>* all);
+  // The same for the replica check's device message (src/torch/python/replica_bindings.cc): `in` (int32,
+  // contiguous, on this group's CUDA device) from every rank into `out` (size() times as many, rank-major),
+  // on the current stream, by the group's CUDA communicator itself, waited for as Work::wait() waits (the
+  // stream ordered after the result; on the direct paths, peer windows or one rank, nothing waits on the
+  // host). Through c10d the Work's wait() handed the collective to the completion lane's thread and back.
+  Status allgatherDeviceWords(const at::Tensor& in, const at::Tensor& out);
   // All-gathers of CUDA tensors (allgather, all_gather_into_tensor) that ran as the all_gather family's
   // staged_chunked variant (docs/DOWNGRADE.md) and succeeded.
   uint64_t stagedAllgathers() const { return stagedAllgathers_.load(); }
@@ -329,10 +335,10 @@ class ProcessGroupRingguard : public c10d::Backend {
   std::unique_ptr<Communicator> cpu_;
   std::unique_ptr<Communicator> cuda_;
   std::unique_ptr<PointToPoint> p2p_;
-  // allgatherHostWords calls still using cpu_ outside the lock: stop() waits for them to end (after its
-  // abort, at once) before it releases the communicators.
-  int hostWordsInFlight_ = 0;
-  std::condition_variable hostWordsDone_;
+  // allgatherHostWords and allgatherDeviceWords calls still using cpu_ or cuda_ outside the lock: stop()
+  // waits for them to end (after its abort, at once) before it releases the communicators.
+  int wordsInFlight_ = 0;
+  std::condition_variable wordsDone_;
   int cudaDevice_ = -1;
   // One completion lane per communicator (src/torch/completion.h), so a CPU collective never waits behind
   // an earlier CUDA one.

@@ -2,6 +2,7 @@
 // comparison and the decision stay in C++; the tensors (parameters, optimizer state, buffers) are listed by
 // ReplicaListing (replica_listing.h), and Python supplies the group's collectives as callables where the
 // group's ringguard backends are not called directly (python/ringguard/replicas.py is the layer on top).
+#include <ATen/record_function.h>
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
@@ -209,9 +210,9 @@ class PyReplicaExchange final : public ReplicaExchange {
     return deviceGather(*msg, gathered);
   }
 
-  // Every rank's message, rank-major, on the current stream: the group's ringguard CUDA backend called
-  // directly (and waited for as dist.all_gather_into_tensor waits: the stream, not the host), else the
-  // Python collective.
+  // Every rank's message, rank-major, on the current stream: the group's ringguard CUDA communicator called
+  // directly (ProcessGroupRingguard::allgatherDeviceWords: no c10d Work, no completion thread; waited for as
+  // dist.all_gather_into_tensor waits), else the Python collective.
   Status deviceGather(const at::Tensor& msg, at::Tensor* gathered) {
     if (deviceGroup_ == nullptr) {
       *gathered = py::cast<at::Tensor>(deviceAllGather_(msg));
@@ -223,14 +224,13 @@ class PyReplicaExchange final : public ReplicaExchange {
       return Status::ok();
     }
     *gathered = at::empty({msg.numel() * size_}, msg.options());
-    at::Tensor in = msg;
-    // Without the GIL, as torch's binding of the collective calls it: the group's lanes may need it.
+    // Without the GIL, as torch's binding of a collective calls it: the group's lanes may need it.
     std::optional<py::gil_scoped_release> release;
     if (PyGILState_Check()) release.emplace();
-    c10d::AllgatherOptions o;
-    o.asyncOp = false;  // as dist.all_gather_into_tensor(async_op=False) passes it
-    deviceGroup_->_allgather_base(*gathered, in, o)->wait();
-    return Status::ok();
+    const Status st = deviceGroup_->allgatherDeviceWords(msg, *gathered);
+    if (st.isOk()) return st;
+    // kInternal, as allGather's failures (the communicator's own code would read as a mismatch or bad input).
+    return Status(StatusCode::kInternal, "replica check: the device all-gather failed: " + st.toString());
   }
 #endif
 
@@ -399,6 +399,9 @@ class PyReplicaCheck {
   // The step hook's call: the tensors listed (in C++) only on the steps that read them (a check, a fault
   // rule's step).
   void afterStep(uint64_t step, ReplicaListing& listing, uintptr_t stream) {
+    // A named range, so a torch.profiler trace shows what the check costs a step (bench_replica_check.py
+    // --profile); a flag test when nothing profiles (the Python context manager cost ~8 us a step).
+    RECORD_FUNCTION("ringguard::replica_check", std::vector<c10::IValue>());
     static const std::vector<ReplicaTensor> kNone;
     const std::vector<ReplicaTensor>* tensors = &kNone;
     if (check_->needsTensors(step)) list(listing, &tensors);
