@@ -196,12 +196,11 @@ Status crc32ManyDevice(const Crc32Span* spans, size_t n, uint32_t* crcsOutDevice
 }
 
 Crc32ManyPlan::~Crc32ManyPlan() {
-  // Rare (the check's end): a host wait for the last launch, then the block back to its pool.
-  if (done_ != nullptr) {
-    (void)cudaEventSynchronize(done_);
-    (void)cudaEventDestroy(done_);
-  }
+  if (device_ < 0) return;  // never ran
+  const cuda_detail::DeviceGuard onDevice(device_);
+  // cudaFree of stream-ordered memory waits for the device first: every run and every reader of its CRCs.
   if (memory_ != nullptr) (void)cudaFree(memory_);
+  if (done_ != nullptr) (void)cudaEventDestroy(done_);
 }
 
 bool Crc32ManyPlan::sameSpans(const Crc32Span* spans, size_t n) const {
@@ -217,7 +216,16 @@ Status Crc32ManyPlan::run(const Crc32Span* spans, size_t n, cudaStream_t stream,
   *crcsDevice = nullptr;
   if (n == 0) return Status::ok();
   RINGGUARD_RETURN_IF_ERROR(checkSpans("crc32ManyPlan", spans, n));
-  if (done_ == nullptr) RINGGUARD_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+  int device = 0;
+  RINGGUARD_CUDA_CHECK(cudaGetDevice(&device));
+  if (device_ >= 0 && device != device_) {
+    return Status(StatusCode::kInvalidArgument, "crc32ManyPlan: a run on device " + std::to_string(device) +
+                                                    ", the plan's is " + std::to_string(device_));
+  }
+  if (done_ == nullptr) {
+    RINGGUARD_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    device_ = device;
+  }
   // On another stream than the last run: what that stream holds so far (the last launch and whatever read
   // its CRCs after it) goes first. An event, not a host wait.
   if (memory_ != nullptr && stream != stream_) {
@@ -249,6 +257,7 @@ Status Crc32ManyPlan::run(const Crc32Span* spans, size_t n, cudaStream_t stream,
     memory_ = mem;
     spans_.assign(spans, spans + n);
     resident_ = resident;
+    ++builds_;
     items_ = t.itemsDevice;
     numItems_ = static_cast<uint32_t>(t.items.size());
     args_ = t.argsDevice;

@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <boost/crc.hpp>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -17,6 +19,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/crc32_combine.h"
@@ -207,9 +210,10 @@ TEST_F(Crc32DeviceTest, ManySpansMatchTheHostCrcOfEach) {
             crc32ManyDevice(spans.data(), spans.size(), outs, scratch, scratchBytes - 4, stream_).code());
 }
 
-// Crc32ManyPlan: its table built once and reused while the spans stay the same, so a run sees the bytes
-// the buffers hold then (new contents at the same addresses); other spans (fewer, moved, resized) build it
-// again; a run on another stream orders itself after the last one's. Every CRC against the host's.
+// Crc32ManyPlan: its table built once and reused while the spans stay the same (builds() stays 1), so a run
+// sees the bytes the buffers hold then (new contents at the same addresses); other spans (fewer, moved,
+// resized) build it again; a run on another stream orders itself after what the last one's held (new
+// contents written there behind a host-held gate must be what it reads). Every CRC against the host's.
 TEST_F(Crc32DeviceTest, ManySpansPlanFollowsContentsAndSpans) {
   const std::vector<size_t> sizes = {0, 1, 17, 4095, 131073, size_t(3) << 20};
   const size_t total = size_t(12) << 20;  // the 18 spans below, 5 bytes apart, take ~9.4 MiB from offset 3
@@ -244,19 +248,54 @@ TEST_F(Crc32DeviceTest, ManySpansPlanFollowsContentsAndSpans) {
     ASSERT_CUDA(cudaMemcpyAsync(dev, host.data(), total, cudaMemcpyHostToDevice, stream_));
     check(spans, offsets, stream_, round == 1 ? "new contents" : "new contents again");
   }
+  EXPECT_EQ(plan.builds(), 1u) << "the table was built again for the same spans";
+  // The same spans on another stream, while the last one's new contents wait behind a held gate: the run must
+  // wait for them on the device (the table is kept: no copy of its own orders anything).
+  std::atomic<bool> open{false};
+  const auto wait = [](void* p) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!static_cast<std::atomic<bool>*>(p)->load() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  ASSERT_CUDA(cudaLaunchHostFunc(stream_, wait, &open));
+  host = randomBytes(total, 0xF00D);
+  void* pinned = nullptr;  // a pinned source: the copy returns at once and reads it once the gate opens
+  ASSERT_CUDA(cudaMallocHost(&pinned, total));
+  std::memcpy(pinned, host.data(), total);
+  ASSERT_CUDA(cudaMemcpyAsync(dev, pinned, total, cudaMemcpyHostToDevice, stream_));
+  const uint32_t* held = nullptr;
+  ASSERT_STATUS_OK(plan.run(spans.data(), spans.size(), other, &held));
+  uint32_t* heldGot = nullptr;  // pinned too: a copy into pageable memory would wait here for the gate
+  ASSERT_CUDA(cudaMallocHost(reinterpret_cast<void**>(&heldGot), spans.size() * 4));
+  ASSERT_CUDA(cudaMemcpyAsync(heldGot, held, spans.size() * 4, cudaMemcpyDeviceToHost, other));
+  EXPECT_FALSE(open.load());
+  open.store(true);
+  ASSERT_CUDA(cudaStreamSynchronize(other));
+  ASSERT_CUDA(cudaStreamSynchronize(stream_));
+  cudaFreeHost(pinned);
+  for (size_t i = 0; i < spans.size(); ++i) {
+    EXPECT_EQ(crc32(host.data() + offsets[i], spans[i].bytes), heldGot[i]) << "behind the gate: span " << i;
+  }
+  cudaFreeHost(heldGot);
+  EXPECT_EQ(plan.builds(), 1u);
   std::vector<Crc32Span> moved(spans.begin(), spans.begin() + 7);
   std::vector<size_t> movedOff(offsets.begin(), offsets.begin() + 7);
   moved[4].data = dev + movedOff[4] + 1;  // one span moved by a byte, another resized
   movedOff[4] += 1;
   moved[5].bytes += 9;
   check(moved, movedOff, stream_, "fewer spans, one moved, one resized");
+  EXPECT_EQ(plan.builds(), 2u);
+  host = randomBytes(total, 0xCAFE);
   ASSERT_CUDA(cudaMemcpyAsync(dev, host.data(), total, cudaMemcpyHostToDevice, stream_));
   check(spans, offsets, other, "the first spans on another stream");
+  EXPECT_EQ(plan.builds(), 3u);
   std::vector<Crc32Span> bad = spans;
   bad[2].data = nullptr;
   const uint32_t* crcs = nullptr;
   EXPECT_EQ(StatusCode::kInvalidArgument, plan.run(bad.data(), bad.size(), stream_, &crcs).code());
   check(spans, offsets, stream_, "after a refused run");
+  EXPECT_EQ(plan.builds(), 3u) << "a refused run touched the table";
   cudaStreamDestroy(other);
 }
 

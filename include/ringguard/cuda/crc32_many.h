@@ -35,11 +35,14 @@ Status crc32ManyDevice(const Crc32Span* spans, size_t n, uint32_t* crcsOutDevice
 // memory of its own (the device's stream-ordered pool), and reused while the spans stay the same (a
 // model's parameters and optimizer state keep their addresses from step to step). A run with the same spans
 // launches the two kernels and nothing else: no host-to-device copy, no planning, no allocation; one with
-// other spans builds the table again first. Not thread-safe (one per checker; the replica check's).
+// other spans builds the table again first. A plan belongs to the device current at its first run (a run on
+// another is refused), and each stream it runs on must outlive its next run (a run on another stream records
+// an event on the last one) and the plan. Not thread-safe (one per checker; the replica check's).
 class Crc32ManyPlan {
  public:
   Crc32ManyPlan() = default;
-  // Waits for the last run's launches, then frees its memory.
+  // Frees its memory with cudaFree, which waits for the device (what read the CRCs after the last run
+  // included): the checker's end, not a step.
   ~Crc32ManyPlan();
   Crc32ManyPlan(const Crc32ManyPlan&) = delete;
   Crc32ManyPlan& operator=(const Crc32ManyPlan&) = delete;
@@ -48,6 +51,8 @@ class Crc32ManyPlan {
   // once the stream has passed this work, until the next run overwrites them in that stream's order (a run
   // on another stream first waits, on the device, for what the last run's stream held when it was called).
   Status run(const Crc32Span* spans, size_t n, cudaStream_t stream, const uint32_t** crcsDevice);
+  // How many times a run built and uploaded the table (tests: 1 while the spans stay the same).
+  uint64_t builds() const { return builds_; }
 
  private:
   bool sameSpans(const Crc32Span* spans, size_t n) const;
@@ -59,7 +64,9 @@ class Crc32ManyPlan {
   uint32_t* partials_ = nullptr;
   uint32_t* crcs_ = nullptr;
   uint32_t numItems_ = 0;
-  int resident_ = 0;               // blocks per launch the table was planned for
+  int resident_ = 0;  // blocks per launch the table was planned for
+  int device_ = -1;   // current at the first run
+  uint64_t builds_ = 0;
   cudaStream_t stream_ = nullptr;  // of the last run
   cudaEvent_t done_ = nullptr;     // recorded after the last run's launches
 };

@@ -217,6 +217,8 @@ class ProcessGroupRingguard : public c10d::Backend {
   // on the current stream, by the group's CUDA communicator itself, waited for as Work::wait() waits (the
   // stream ordered after the result; on the direct paths, peer windows or one rank, nothing waits on the
   // host). Through c10d the Work's wait() handed the collective to the completion lane's thread and back.
+  // Like allgatherHostWords it takes neither the downgrade engine's staged all-gather nor a c10d sequence
+  // number (the same on every rank, so the ranks' orders still match).
   Status allgatherDeviceWords(const at::Tensor& in, const at::Tensor& out);
   // All-gathers of CUDA tensors (allgather, all_gather_into_tensor) that ran as the all_gather family's
   // staged_chunked variant (docs/DOWNGRADE.md) and succeeded.

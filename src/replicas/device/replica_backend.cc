@@ -40,6 +40,8 @@ class DeviceReplicaBackend final : public ReplicaBackend {
     const size_t count = indices.size();
     if (count == 0) return Status::ok();
     auto s = static_cast<cudaStream_t>(stream);
+    cuda_detail::DeviceGuard onDevice(device_);
+    RINGGUARD_CUDA_CHECK(onDevice.error());
     std::vector<Crc32Span> spans(count);
     for (size_t i = 0; i < count; ++i)
       spans[i] = Crc32Span{tensors[indices[i]].data, tensors[indices[i]].bytes};

@@ -108,13 +108,13 @@ Status agreeOnPeerPath(Bootstrap& bootstrap, uint64_t twoShotBytes, NanCheck nan
 Status makePeerPath(Bootstrap& bootstrap, const DeviceOptions& device, int gpu, int localSize,
                     const Options& options, std::unique_ptr<DirectPath>* out) {
   // One rank has no peer to map. Where the path was asked for or allowed, its collectives are copies on the
-  // caller's stream (one_rank_path.h), with no host wait and inside CUDA graphs as on the windows, unless the
-  // NaN/Inf scan (a host step) is on; the communicator is still named by its own transport ("nccl",
-  // "staged"), as before the path existed (test_ddp.py's cuda-np1-nccl-transport).
+  // caller's stream (one_rank_path.h), with no thread hand-off and inside CUDA graphs as on the windows,
+  // unless the NaN/Inf scan (a host step) is on; the communicator is still named by its own transport
+  // ("nccl", "staged"), as before the path existed (test_ddp.py's cuda-np1-nccl-transport).
   if (bootstrap.size() < 2) {
     const bool wanted =
         device.transport == DeviceTransportKind::kAuto || device.transport == DeviceTransportKind::kPeer;
-    if (wanted && options.nanCheck == NanCheck::kOff) *out = makeOneRankPath();
+    if (wanted && options.nanCheck == NanCheck::kOff) *out = makeOneRankPath(gpu);
     return Status::ok();
   }
   const bool oneHost = localSize == bootstrap.size();

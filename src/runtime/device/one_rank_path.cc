@@ -5,6 +5,7 @@
 #include <string>
 
 #include "algorithms/collectives.h"
+#include "cuda/cuda_check.h"
 
 namespace ringguard {
 namespace cuda {
@@ -12,6 +13,7 @@ namespace {
 
 class OneRankPath final : public DirectPath {
  public:
+  explicit OneRankPath(int device) : device_(device) {}
   const char* name() const override { return "one-rank"; }
   bool namedByTransport() const override { return true; }
   bool reportsLater() const override { return false; }
@@ -46,6 +48,10 @@ class OneRankPath final : public DirectPath {
                 layout.sendCounts.at(0) * e, stream);
   }
 
+  // A call whose arguments failed this rank's checks: no peer waits for it, so nothing to do (the caller
+  // gets its own error; the communicator stays usable, as after the pipeline's refusal).
+  Status decline(CollectiveKind, uint32_t, void*) override { return Status::ok(); }
+
   Status poll() override { return Status::ok(); }
   void faultCounts(uint64_t* detected, uint64_t* injected) override { *detected = *injected = 0; }
   void abort() override {}
@@ -54,21 +60,25 @@ class OneRankPath final : public DirectPath {
 
  private:
   // Launch errors are returned (and poison the communicator, as a kernel's would); a copy reports nothing
-  // later.
-  static Status copy(const char* what, void* to, const void* from, size_t bytes, void* stream) {
+  // later. On the communicator's device, as the pipeline's work (a null stream is that device's legacy one).
+  Status copy(const char* what, void* to, const void* from, size_t bytes, void* stream) const {
     if (to == from || bytes == 0) return Status::ok();
-    const cudaError_t e =
-        cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream));
+    const cuda_detail::DeviceGuard onDevice(device_);
+    cudaError_t e = onDevice.error();
+    if (e == cudaSuccess)
+      e = cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream));
     if (e == cudaSuccess) return Status::ok();
     return Status(StatusCode::kInternal, std::string(what) + " at one rank: cudaMemcpyAsync of " +
                                              std::to_string(bytes) +
                                              " bytes failed: " + cudaGetErrorString(e));
   }
+
+  const int device_;
 };
 
 }  // namespace
 
-std::unique_ptr<DirectPath> makeOneRankPath() { return std::make_unique<OneRankPath>(); }
+std::unique_ptr<DirectPath> makeOneRankPath(int device) { return std::make_unique<OneRankPath>(device); }
 
 }  // namespace cuda
 }  // namespace ringguard
