@@ -76,27 +76,39 @@ void hold(cudaStream_t s, std::atomic<bool>* open) {
   ASSERT_EQ(cudaLaunchHostFunc(s, wait, open), cudaSuccess);
 }
 
+// Each test's stream and device buffers (upload(..., &owned_)), released after it.
+class OneRankPath : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_GPU();
+    ASSERT_CUDA(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking));
+  }
+  void TearDown() override {
+    for (float* p : owned_) cudaFree(p);
+    if (s_ != nullptr) cudaStreamDestroy(s_);
+  }
+  cudaStream_t s_ = nullptr;
+  std::vector<float*> owned_;
+};
+
 // Every collective (in place and not) returns while its stream is held, its Work already complete, and is
 // exact once the stream runs; the communicator keeps its transport's name.
-TEST(OneRankPath, EveryCollectiveIsACopyOnTheCallersStreamWithNoHostWait) {
-  SKIP_WITHOUT_GPU();
+TEST_F(OneRankPath, EveryCollectiveIsACopyOnTheCallersStreamWithNoHostWait) {
   std::unique_ptr<Communicator> c = makeOneRank(cuda::DeviceTransportKind::kAuto);
   ASSERT_TRUE(c);
   EXPECT_STREQ(c->transportName(), cuda::haveNccl() ? "nccl" : "staged");
-  cudaStream_t s = nullptr;
-  ASSERT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const cudaStream_t s = s_;
   const size_t n = 3000;
-  std::vector<float*> owned;
-  float* inPlace = upload(ramp(n, 1), &owned);
-  float* sendA = upload(ramp(n, 2), &owned);
-  float* recvA = upload(std::vector<float>(n, -1.f), &owned);
-  float* gatherOut = upload(std::vector<float>(n, -1.f), &owned);
-  float* bcast = upload(std::vector<float>(n, -1.f), &owned);
-  float* scatterOut = upload(std::vector<float>(n, -1.f), &owned);
-  float* allOut = upload(std::vector<float>(n, -1.f), &owned);
-  float* splitOut = upload(std::vector<float>(n + 8, -1.f), &owned);
-  float* avgIn = upload(ramp(n, 3), &owned);
-  float* avg = upload(std::vector<float>(n, -1.f), &owned);
+  float* inPlace = upload(ramp(n, 1), &owned_);
+  float* sendA = upload(ramp(n, 2), &owned_);
+  float* recvA = upload(std::vector<float>(n, -1.f), &owned_);
+  float* gatherOut = upload(std::vector<float>(n, -1.f), &owned_);
+  float* bcast = upload(std::vector<float>(n, -1.f), &owned_);
+  float* scatterOut = upload(std::vector<float>(n, -1.f), &owned_);
+  float* allOut = upload(std::vector<float>(n, -1.f), &owned_);
+  float* splitOut = upload(std::vector<float>(n + 8, -1.f), &owned_);
+  float* avgIn = upload(ramp(n, 3), &owned_);
+  float* avg = upload(std::vector<float>(n, -1.f), &owned_);
 
   std::atomic<bool> open{false};
   hold(s, &open);
@@ -136,23 +148,18 @@ TEST(OneRankPath, EveryCollectiveIsACopyOnTheCallersStreamWithNoHostWait) {
   EXPECT_EQ(ar.calls, 3u);
   EXPECT_EQ(ar.failed, 0u);
   EXPECT_EQ(c->counters().collectives, 8u);
-  for (float* p : owned) cudaFree(p);
-  cudaStreamDestroy(s);
 }
 
 // Captured in a CUDA graph (global capture mode: any stream synchronisation or event query in the calls
 // would invalidate it) and replayed over new inputs: each replay copies what the buffers hold then.
-TEST(OneRankPath, CollectivesReplayInACudaGraph) {
-  SKIP_WITHOUT_GPU();
+TEST_F(OneRankPath, CollectivesReplayInACudaGraph) {
   std::unique_ptr<Communicator> c = makeOneRank(cuda::DeviceTransportKind::kAuto);
   ASSERT_TRUE(c);
-  cudaStream_t s = nullptr;
-  ASSERT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const cudaStream_t s = s_;
   const size_t n = 1 << 16;
-  std::vector<float*> owned;
-  float* in = upload(ramp(n, 0), &owned);
-  float* sum = upload(std::vector<float>(n, -1.f), &owned);
-  float* gathered = upload(std::vector<float>(n, -1.f), &owned);
+  float* in = upload(ramp(n, 0), &owned_);
+  float* sum = upload(std::vector<float>(n, -1.f), &owned_);
+  float* gathered = upload(std::vector<float>(n, -1.f), &owned_);
   cudaGraph_t graph = nullptr;
   ASSERT_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
   const Status a = c->allreduceAsync(in, sum, n, DataType::kFloat32, ReduceOp::kSum, s)->wait();
@@ -172,32 +179,27 @@ TEST(OneRankPath, CollectivesReplayInACudaGraph) {
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
-  for (float* p : owned) cudaFree(p);
-  cudaStreamDestroy(s);
 }
 
 // The NaN/Inf scan is a host step of the pipeline: with it on, a one-rank collective still takes that path
 // and a NaN in its input fails the call, as it did before the path existed. So does a transport named
 // explicitly: the pipeline refuses a stream being captured into a CUDA graph, where the path is captured.
-TEST(OneRankPath, NanCheckAndANamedTransportKeepTheHostDrivenPath) {
-  SKIP_WITHOUT_GPU();
+TEST_F(OneRankPath, NanCheckAndANamedTransportKeepTheHostDrivenPath) {
   Options scanned;
   scanned.nanCheck = NanCheck::kError;
   std::unique_ptr<Communicator> c = makeOneRank(cuda::DeviceTransportKind::kAuto, scanned);
   ASSERT_TRUE(c);
-  cudaStream_t s = nullptr;
-  ASSERT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const cudaStream_t s = s_;
   std::vector<float> host = ramp(64, 0);
   host[17] = std::numeric_limits<float>::quiet_NaN();
-  std::vector<float*> owned;
-  float* d = upload(host, &owned);
+  float* d = upload(host, &owned_);
   const Status st = c->allreduceAsync(d, d, host.size(), DataType::kFloat32, ReduceOp::kSum, s)->wait();
   EXPECT_FALSE(st.isOk()) << "a NaN went through the one-rank path unscanned";
   EXPECT_NE(st.message().find("NaN"), std::string::npos) << st.toString();
 
   std::unique_ptr<Communicator> staged = makeOneRank(cuda::DeviceTransportKind::kStaged);
   ASSERT_TRUE(staged);
-  float* e = upload(ramp(64, 0), &owned);
+  float* e = upload(ramp(64, 0), &owned_);
   cudaGraph_t graph = nullptr;
   ASSERT_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
   const Status captured = staged->allreduceAsync(e, e, 64, DataType::kFloat32, ReduceOp::kSum, s)->wait();
@@ -205,29 +207,22 @@ TEST(OneRankPath, NanCheckAndANamedTransportKeepTheHostDrivenPath) {
   if (graph != nullptr) cudaGraphDestroy(graph);
   EXPECT_EQ(captured.code(), StatusCode::kInvalidArgument) << captured.toString();
   EXPECT_NE(captured.message().find("captured into a CUDA graph"), std::string::npos) << captured.toString();
-  for (float* p : owned) cudaFree(p);
-  cudaStreamDestroy(s);
 }
 
 // A call whose arguments fail the checks gets its own error and leaves the communicator usable, as the
 // pipeline's refusal did: the next call works (the path's decline has no peer to tell).
-TEST(OneRankPath, ARejectedCallLeavesTheCommunicatorUsable) {
-  SKIP_WITHOUT_GPU();
+TEST_F(OneRankPath, ARejectedCallLeavesTheCommunicatorUsable) {
   std::unique_ptr<Communicator> c = makeOneRank(cuda::DeviceTransportKind::kAuto);
   ASSERT_TRUE(c);
-  cudaStream_t s = nullptr;
-  ASSERT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  std::vector<float*> owned;
-  float* in = upload(ramp(100, 4), &owned);
-  float* out = upload(std::vector<float>(100, -1.f), &owned);
+  const cudaStream_t s = s_;
+  float* in = upload(ramp(100, 4), &owned_);
+  float* out = upload(std::vector<float>(100, -1.f), &owned_);
   const Status bad = c->allreduceAsync(nullptr, out, 100, DataType::kFloat32, ReduceOp::kSum, s)->wait();
   EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument) << bad.toString();
   const Status good = c->allreduceAsync(in, out, 100, DataType::kFloat32, ReduceOp::kSum, s)->wait();
   EXPECT_TRUE(good.isOk()) << good.toString();
   ASSERT_CUDA(cudaStreamSynchronize(s));
   EXPECT_EQ(download(out, 100), ramp(100, 4));
-  for (float* p : owned) cudaFree(p);
-  cudaStreamDestroy(s);
 }
 
 }  // namespace
