@@ -92,9 +92,9 @@ size_t itemBound(const Crc32Span* spans, size_t n) {
   return items;
 }
 
-// The work table of `n` spans laid out in one device block at `base` (crc32ManyDeviceScratchBytes of them,
-// then the outputs where `crcsOut` is null): items, merge arguments, partials. Host vectors, to be copied
-// there.
+// The work table of `n` spans for one device block at `base` of crc32ManyDeviceScratchBytes (items, merge
+// arguments, partials; the merge writes span i's CRC to crcsOut[i]): the host vectors to copy there, and
+// where each part lies.
 struct Tables {
   std::vector<ManyItem> items;
   std::vector<FinalizeArgs> args;
@@ -221,6 +221,14 @@ Status Crc32ManyPlan::run(const Crc32Span* spans, size_t n, cudaStream_t stream,
   if (device_ >= 0 && device != device_) {
     return Status(StatusCode::kInvalidArgument, "crc32ManyPlan: a run on device " + std::to_string(device) +
                                                     ", the plan's is " + std::to_string(device_));
+  }
+  // Inside a graph capture a rebuild's allocation would belong to the graph, and the kept table with it.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  RINGGUARD_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) {
+    return Status(StatusCode::kInvalidArgument,
+                  "crc32ManyPlan: the stream is being captured into a CUDA graph (the replica check runs "
+                  "between steps, outside graphs)");
   }
   if (done_ == nullptr) {
     RINGGUARD_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));

@@ -296,6 +296,14 @@ TEST_F(Crc32DeviceTest, ManySpansPlanFollowsContentsAndSpans) {
   EXPECT_EQ(StatusCode::kInvalidArgument, plan.run(bad.data(), bad.size(), stream_, &crcs).code());
   check(spans, offsets, stream_, "after a refused run");
   EXPECT_EQ(plan.builds(), 3u) << "a refused run touched the table";
+  ASSERT_CUDA(cudaStreamBeginCapture(other, cudaStreamCaptureModeGlobal));
+  const Status captured = plan.run(spans.data(), spans.size(), other, &crcs);
+  cudaGraph_t graph = nullptr;
+  ASSERT_CUDA(cudaStreamEndCapture(other, &graph));
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  EXPECT_EQ(StatusCode::kInvalidArgument, captured.code()) << captured.toString();
+  check(spans, offsets, stream_, "after a capture refused");
+  EXPECT_EQ(plan.builds(), 3u);
   cudaStreamDestroy(other);
 }
 

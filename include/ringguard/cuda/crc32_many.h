@@ -37,7 +37,8 @@ Status crc32ManyDevice(const Crc32Span* spans, size_t n, uint32_t* crcsOutDevice
 // launches the two kernels and nothing else: no host-to-device copy, no planning, no allocation; one with
 // other spans builds the table again first. A plan belongs to the device current at its first run (a run on
 // another is refused), and each stream it runs on must outlive its next run (a run on another stream records
-// an event on the last one) and the plan. Not thread-safe (one per checker; the replica check's).
+// an event on the last one) and the plan; a stream being captured into a CUDA graph is refused. Not
+// thread-safe (one per checker; the replica check's).
 class Crc32ManyPlan {
  public:
   Crc32ManyPlan() = default;
