@@ -80,25 +80,29 @@ std::map<std::string, std::string> ProcessGroupRingguard::fault() const {
   return m;
 }
 
+// A replica check's all-gather outside the lanes: held send/recv released first, as every other operation of
+// the group does, then counted while it uses a communicator (stop() waits for the count to fall to 0 before
+// it releases them), or refused once the group stopped.
+Status ProcessGroupRingguard::enterWordsCall(const char* op) {
+  releaseHeldP2p();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stopped_) return Status(StatusCode::kAborted, std::string("ringguard: ") + op + " after " + stoppedBy_);
+  ++wordsInFlight_;
+  return Status::ok();
+}
+
+void ProcessGroupRingguard::leaveWordsCall() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (--wordsInFlight_ == 0) wordsDone_.notify_all();
+}
+
 Status ProcessGroupRingguard::allgatherHostWords(const std::vector<uint32_t>& mine,
                                                  std::vector<uint32_t>* all) {
-  releaseHeldP2p();  // as every other operation of the group
-  Communicator* comm = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (stopped_) {
-      return Status(StatusCode::kAborted,
-                    std::string("ringguard: the replica check's all-gather after ") + stoppedBy_);
-    }
-    comm = cpu_.get();
-    ++wordsInFlight_;
-  }
+  RINGGUARD_RETURN_IF_ERROR(enterWordsCall("the replica check's all-gather"));
+  Communicator* comm = cpu_.get();  // made with the group, released only by stop() after the count
   all->assign(mine.size() * static_cast<size_t>(size_), 0);
   const Status st = comm->allgather(mine.data(), all->data(), mine.size(), DataType::kInt32);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (--wordsInFlight_ == 0) wordsDone_.notify_all();
-  }
+  leaveWordsCall();
   return st;
 }
 
@@ -113,14 +117,7 @@ Status ProcessGroupRingguard::allgatherDeviceWords(const at::Tensor& in, const a
                       std::to_string(size_) + " times the input's " + std::to_string(in.numel()) +
                       " elements; got " + describe(in) + " and " + describe(out));
   }
-  releaseHeldP2p();  // as every other operation of the group
-  {
-    // Counted before the communicator is looked up: stop() waits for it, so cuda_ outlives this call.
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (stopped_)
-      return Status(StatusCode::kAborted, std::string("ringguard: ") + op + " after " + stoppedBy_);
-    ++wordsInFlight_;
-  }
+  RINGGUARD_RETURN_IF_ERROR(enterWordsCall(op));  // before the lookup: cuda_ outlives this call
   Status st;
   try {
     Communicator* comm = communicatorFor(in, op);  // made here if no CUDA collective made it yet
@@ -130,10 +127,7 @@ Status ProcessGroupRingguard::allgatherDeviceWords(const at::Tensor& in, const a
   } catch (const std::exception& e) {
     st = Status(StatusCode::kInternal, std::string(op) + ": " + e.what());
   }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (--wordsInFlight_ == 0) wordsDone_.notify_all();
-  }
+  leaveWordsCall();
   return st;
 #else
   return Status(StatusCode::kInvalidArgument, "ringguard: this build has no CUDA support");

@@ -341,6 +341,8 @@ class ProcessGroupRingguard : public c10d::Backend {
   // waits for them to end (after its abort, at once) before it releases the communicators.
   int wordsInFlight_ = 0;
   std::condition_variable wordsDone_;
+  Status enterWordsCall(const char* op);  // counts one, or refuses after stop()
+  void leaveWordsCall();
   int cudaDevice_ = -1;
   // One completion lane per communicator (src/torch/completion.h), so a CPU collective never waits behind
   // an earlier CUDA one.
