@@ -93,8 +93,8 @@ size_t itemBound(const Crc32Span* spans, size_t n) {
 }
 
 // The work table of `n` spans for one device block at `base` of crc32ManyDeviceScratchBytes (items, merge
-// arguments, partials; the merge writes span i's CRC to crcsOut[i]): the host vectors to copy there, and
-// where each part lies.
+// arguments, partials; the merge writes span i's CRC to crcsOut[i], or to crcsOut[positions[i]] given
+// positions): the host vectors to copy there, and where each part lies.
 struct Tables {
   std::vector<ManyItem> items;
   std::vector<FinalizeArgs> args;
@@ -103,7 +103,8 @@ struct Tables {
   uint32_t* partials = nullptr;
 };
 
-Tables buildTables(const Crc32Span* spans, size_t n, int resident, void* base, uint32_t* crcsOut) {
+Tables buildTables(const Crc32Span* spans, size_t n, int resident, void* base, uint32_t* crcsOut,
+                   const uint32_t* positions = nullptr) {
   Tables t;
   auto* bytes = static_cast<unsigned char*>(base);
   const size_t bound = itemBound(spans, n);
@@ -115,7 +116,7 @@ Tables buildTables(const Crc32Span* spans, size_t n, int resident, void* base, u
   for (size_t i = 0; i < n; ++i) {
     SegmentPlan plan = planSegments(spans[i].data, spans[i].bytes, resident);
     plan.finalize.partials = t.partials + t.items.size();
-    plan.finalize.out = crcsOut + i;
+    plan.finalize.out = crcsOut + (positions == nullptr ? i : positions[i]);
     const auto* aligned =
         reinterpret_cast<const uint4*>(static_cast<const unsigned char*>(spans[i].data) + plan.headBytes);
     // Segment 0 is the short one, as crcSegments lays them out (the merge's multipliers assume it).
@@ -148,6 +149,7 @@ Status uploadTables(const Tables& t, cudaStream_t stream) {
 
 Status launchTables(const ManyItem* items, uint32_t numItems, const FinalizeArgs* args, size_t n,
                     uint32_t* partials, int resident, cudaStream_t stream) {
+  if (n == 0) return Status::ok();
   if (numItems > 0) {
     const uint32_t grid = std::min<uint32_t>(numItems, static_cast<uint32_t>(resident));
     crc32ManySegmentsKernel<<<grid, kSegmentThreads, kDynamicSmemBytes, stream>>>(items, numItems, partials);
@@ -159,7 +161,7 @@ Status launchTables(const ManyItem* items, uint32_t numItems, const FinalizeArgs
 }
 
 Status checkSpans(const char* who, const Crc32Span* spans, size_t n) {
-  if (spans == nullptr) return Status(StatusCode::kInvalidArgument, std::string(who) + ": null spans");
+  if (spans == nullptr && n > 0) return Status(StatusCode::kInvalidArgument, std::string(who) + ": null spans");
   for (size_t i = 0; i < n; ++i) {
     if (spans[i].data == nullptr && spans[i].bytes != 0) {
       return Status(StatusCode::kInvalidArgument,
@@ -203,10 +205,13 @@ Crc32ManyPlan::~Crc32ManyPlan() {
   if (done_ != nullptr) (void)cudaEventDestroy(done_);
 }
 
-bool Crc32ManyPlan::sameSpans(const Crc32Span* spans, size_t n) const {
-  if (memory_ == nullptr || n != spans_.size()) return false;
+bool Crc32ManyPlan::sameTable(const Crc32Span* spans, const uint32_t* positions, size_t n,
+                              size_t numWords) const {
+  if (memory_ == nullptr || n != spans_.size() || numWords != numWords_) return false;
+  if ((positions == nullptr) != positions_.empty() && n > 0) return false;
   for (size_t i = 0; i < n; ++i) {
     if (spans[i].data != spans_[i].data || spans[i].bytes != spans_[i].bytes) return false;
+    if (positions != nullptr && positions[i] != positions_[i]) return false;
   }
   return true;
 }
@@ -215,6 +220,24 @@ Status Crc32ManyPlan::run(const Crc32Span* spans, size_t n, cudaStream_t stream,
                           const uint32_t** crcsDevice) {
   *crcsDevice = nullptr;
   if (n == 0) return Status::ok();
+  return enqueue(spans, nullptr, n, nullptr, n, stream, crcsDevice);
+}
+
+Status Crc32ManyPlan::runMessage(const Crc32Span* spans, const uint32_t* positions, size_t n,
+                                 const uint32_t* hostWords, size_t numWords, cudaStream_t stream,
+                                 const uint32_t** messageDevice) {
+  *messageDevice = nullptr;
+  if (numWords == 0 || hostWords == nullptr || (n > 0 && positions == nullptr)) {
+    return Status(StatusCode::kInvalidArgument,
+                  "crc32ManyPlan: a message of " + std::to_string(numWords) + " words needs its host words" +
+                      (n > 0 ? " and the positions of its " + std::to_string(n) + " CRCs" : std::string()));
+  }
+  return enqueue(spans, positions, n, hostWords, numWords, stream, messageDevice);
+}
+
+Status Crc32ManyPlan::enqueue(const Crc32Span* spans, const uint32_t* positions, size_t n,
+                              const uint32_t* hostWords, size_t numWords, cudaStream_t stream,
+                              const uint32_t** out) {
   RINGGUARD_RETURN_IF_ERROR(checkSpans("crc32ManyPlan", spans, n));
   int device = 0;
   RINGGUARD_CUDA_CHECK(cudaGetDevice(&device));
@@ -230,6 +253,21 @@ Status Crc32ManyPlan::run(const Crc32Span* spans, size_t n, cudaStream_t stream,
                   "crc32ManyPlan: the stream is being captured into a CUDA graph (the replica check runs "
                   "between steps, outside graphs)");
   }
+  const bool same = sameTable(spans, positions, n, numWords);
+  if (!same && positions != nullptr) {
+    // Checked before anything is enqueued: a bad position would be a write outside the message.
+    std::vector<bool> taken(numWords, false);
+    for (size_t i = 0; i < n; ++i) {
+      if (positions[i] >= numWords || taken[positions[i]]) {
+        return Status(StatusCode::kInvalidArgument,
+                      "crc32ManyPlan: span " + std::to_string(i) + "'s position " + std::to_string(positions[i]) +
+                          (positions[i] >= numWords ? " is outside the message of " + std::to_string(numWords) +
+                                                          " words"
+                                                    : " is another span's too"));
+      }
+      taken[positions[i]] = true;
+    }
+  }
   if (done_ == nullptr) {
     RINGGUARD_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
     device_ = device;
@@ -243,7 +281,7 @@ Status Crc32ManyPlan::run(const Crc32Span* spans, size_t n, cudaStream_t stream,
   stream_ = stream;
   int resident = 1;
   RINGGUARD_RETURN_IF_ERROR(manyResidentBlocks(&resident));
-  if (!sameSpans(spans, n) || resident != resident_) {
+  if (!same || resident != resident_) {
     // The tables again, in a block of their own from the device's stream-ordered pool (no device-wide
     // synchronisation, as cudaMalloc/cudaFree would make), the old block released behind the work above.
     if (memory_ != nullptr) {
@@ -254,29 +292,40 @@ Status Crc32ManyPlan::run(const Crc32Span* spans, size_t n, cudaStream_t stream,
     }
     const size_t tableBytes = alignUp(crc32ManyDeviceScratchBytes(spans, n));
     void* mem = nullptr;
-    RINGGUARD_CUDA_CHECK(cudaMallocAsync(&mem, tableBytes + n * sizeof(uint32_t), stream));
-    auto* crcs = reinterpret_cast<uint32_t*>(static_cast<unsigned char*>(mem) + tableBytes);
-    const Tables t = buildTables(spans, n, resident, mem, crcs);
-    const Status up = uploadTables(t, stream);
+    RINGGUARD_CUDA_CHECK(cudaMallocAsync(&mem, tableBytes + numWords * sizeof(uint32_t), stream));
+    auto* words = reinterpret_cast<uint32_t*>(static_cast<unsigned char*>(mem) + tableBytes);
+    const Tables t = buildTables(spans, n, resident, mem, words, positions);
+    const Status up = n == 0 ? Status::ok() : uploadTables(t, stream);
     if (!up.isOk()) {
       (void)cudaFreeAsync(mem, stream);
       return up;
     }
     memory_ = mem;
     spans_.assign(spans, spans + n);
+    if (positions != nullptr) {
+      positions_.assign(positions, positions + n);
+    } else {
+      positions_.clear();
+    }
+    numWords_ = numWords;
     resident_ = resident;
     ++builds_;
     items_ = t.itemsDevice;
     numItems_ = static_cast<uint32_t>(t.items.size());
     args_ = t.argsDevice;
     partials_ = t.partials;
-    crcs_ = crcs;
+    words_ = words;
+  }
+  if (hostWords != nullptr) {
+    // Before the merge, which writes the CRCs over their words.
+    RINGGUARD_CUDA_CHECK(cudaMemcpyAsync(words_, hostWords, numWords * sizeof(uint32_t),
+                                         cudaMemcpyHostToDevice, stream));
   }
   RINGGUARD_RETURN_IF_ERROR(launchTables(static_cast<const ManyItem*>(items_), numItems_,
                                          static_cast<const FinalizeArgs*>(args_), n, partials_, resident,
                                          stream));
   RINGGUARD_CUDA_CHECK(cudaEventRecord(done_, stream));
-  *crcsDevice = crcs_;
+  *out = words_;
   return Status::ok();
 }
 

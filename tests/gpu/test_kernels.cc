@@ -307,6 +307,63 @@ TEST_F(Crc32DeviceTest, ManySpansPlanFollowsContentsAndSpans) {
   cudaStreamDestroy(other);
 }
 
+// Crc32ManyPlan::runMessage: the replica check's message, the host words copied in and each span's CRC
+// written over its word by the merge itself; new host words with the same table; bad positions refused
+// before anything runs; a message without spans.
+TEST_F(Crc32DeviceTest, ManySpansPlanWritesAMessage) {
+  const std::vector<size_t> sizes = {5, 0, 70000, 1 << 20, 3};
+  const size_t total = size_t(2) << 20;
+  const std::vector<uint8_t> host = randomBytes(total, 0xABC);
+  auto* dev = static_cast<uint8_t*>(deviceAlloc(total));
+  ASSERT_CUDA(cudaMemcpyAsync(dev, host.data(), total, cudaMemcpyHostToDevice, stream_));
+  std::vector<Crc32Span> spans;
+  std::vector<size_t> offsets;
+  for (size_t i = 0, at = 1; i < sizes.size(); ++i) {
+    offsets.push_back(at);
+    spans.push_back({dev + at, sizes[i]});
+    at += sizes[i] + 3;
+  }
+  const std::vector<uint32_t> positions = {9, 2, 4, 7, 3};  // out of order, between host words
+  Crc32ManyPlan plan;
+  const auto message = [&](const std::vector<uint32_t>& words, const char* what) {
+    const uint32_t* msg = nullptr;
+    ASSERT_STATUS_OK(plan.runMessage(spans.data(), positions.data(), spans.size(), words.data(), words.size(),
+                                     stream_, &msg));
+    std::vector<uint32_t> got(words.size());
+    ASSERT_CUDA(cudaMemcpyAsync(got.data(), msg, got.size() * 4, cudaMemcpyDeviceToHost, stream_));
+    ASSERT_CUDA(cudaStreamSynchronize(stream_));
+    std::vector<uint32_t> want = words;
+    for (size_t i = 0; i < spans.size(); ++i) want[positions[i]] = crc32(host.data() + offsets[i], sizes[i]);
+    EXPECT_EQ(want, got) << what;
+  };
+  std::vector<uint32_t> words(11);
+  for (size_t i = 0; i < words.size(); ++i) words[i] = 0x1000u + static_cast<uint32_t>(i);
+  message(words, "first message");
+  for (uint32_t& w : words) w ^= 0xFFFF0000u;
+  message(words, "new host words, the same table");
+  EXPECT_EQ(plan.builds(), 1u);
+  const uint32_t* msg = nullptr;
+  std::vector<uint32_t> twice = positions;
+  twice[3] = twice[0];
+  EXPECT_EQ(StatusCode::kInvalidArgument,
+            plan.runMessage(spans.data(), twice.data(), spans.size(), words.data(), words.size(), stream_, &msg)
+                .code());
+  std::vector<uint32_t> outside = positions;
+  outside[1] = static_cast<uint32_t>(words.size());
+  const Status st =
+      plan.runMessage(spans.data(), outside.data(), spans.size(), words.data(), words.size(), stream_, &msg);
+  EXPECT_EQ(StatusCode::kInvalidArgument, st.code());
+  EXPECT_NE(st.message().find("outside the message of 11 words"), std::string::npos) << st.toString();
+  EXPECT_EQ(plan.builds(), 1u) << "a refused message touched the table";
+  message(words, "after the refusals");
+  Crc32ManyPlan bare;  // no device tensors: the host words only
+  ASSERT_STATUS_OK(bare.runMessage(nullptr, nullptr, 0, words.data(), words.size(), stream_, &msg));
+  std::vector<uint32_t> got(words.size());
+  ASSERT_CUDA(cudaMemcpyAsync(got.data(), msg, got.size() * 4, cudaMemcpyDeviceToHost, stream_));
+  ASSERT_CUDA(cudaStreamSynchronize(stream_));
+  EXPECT_EQ(words, got);
+}
+
 TEST_F(Crc32DeviceTest, SingleBitFlipsChangeTheCrc) {
   // A flip anywhere must show: catches a thread or block whose contribution is dropped.
   const size_t size = std::min<size_t>(testMaxBytes(), size_t(8) << 20);

@@ -52,18 +52,31 @@ class Crc32ManyPlan {
   // once the stream has passed this work, until the next run overwrites them in that stream's order (a run
   // on another stream first waits, on the device, for what the last run's stream held when it was called).
   Status run(const Crc32Span* spans, size_t n, cudaStream_t stream, const uint32_t** crcsDevice);
+  // The same CRCs written into a message of `numWords` words that the plan keeps on the device (the replica
+  // check's, docs/REPLICAS.md "What one check does"): the words first copied from `hostWords` (host memory,
+  // numWords of them; a pageable copy, staged when the call returns), then span i's CRC written over word
+  // positions[i] by the merge kernel itself: no scatter, no index on the device. Positions are distinct and
+  // below numWords (else kInvalidArgument) and part of what the table is kept for; n may be 0. The message
+  // (*messageDevice) holds this until the next run writes it, in stream order as run's CRCs.
+  Status runMessage(const Crc32Span* spans, const uint32_t* positions, size_t n, const uint32_t* hostWords,
+                    size_t numWords, cudaStream_t stream, const uint32_t** messageDevice);
   // How many times a run built and uploaded the table (tests: 1 while the spans stay the same).
   uint64_t builds() const { return builds_; }
 
  private:
-  bool sameSpans(const Crc32Span* spans, size_t n) const;
+  bool sameTable(const Crc32Span* spans, const uint32_t* positions, size_t n, size_t numWords) const;
+  // run and runMessage: positions null for 0..n-1, hostWords null for no copy.
+  Status enqueue(const Crc32Span* spans, const uint32_t* positions, size_t n, const uint32_t* hostWords,
+                 size_t numWords, cudaStream_t stream, const uint32_t** out);
 
   std::vector<Crc32Span> spans_;  // what the table was built for
-  void* memory_ = nullptr;        // items, merge arguments, partials, then the CRCs
+  std::vector<uint32_t> positions_;  // and where it writes each CRC (empty: 0..n-1)
+  size_t numWords_ = 0;              // in a message of this many words
+  void* memory_ = nullptr;        // items, merge arguments, partials, then the CRCs or message
   const void* items_ = nullptr;
   const void* args_ = nullptr;
   uint32_t* partials_ = nullptr;
-  uint32_t* crcs_ = nullptr;
+  uint32_t* words_ = nullptr;  // the CRCs, or the message they are written into
   uint32_t numItems_ = 0;
   int resident_ = 0;  // blocks per launch the table was planned for
   int device_ = -1;   // current at the first run

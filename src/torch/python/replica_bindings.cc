@@ -168,37 +168,28 @@ class PyReplicaExchange final : public ReplicaExchange {
                                             static_cast<c10::DeviceIndex>(cudaDevice_));
   }
 
-  // This rank's message on the device, on the current stream (the check's): the host words (header, host
-  // tensors' CRCs) through pinned memory (torch's host allocator keeps each block until the copy that reads
-  // it is done), the device tensors' CRCs by the exchange's Crc32ManyPlan (its work table uploaded once while
-  // the tensors stay put) scattered to words kHeaderWords + index (the index on the device, kept while the
-  // listing's device indices are the same).
+  // This rank's message on the device, on the current stream (the check's), written by the exchange's
+  // Crc32ManyPlan into its own message buffer: the host words (header, host tensors' CRCs) copied there,
+  // then each device tensor's CRC written over word kHeaderWords + index by the CRC kernel itself (its work
+  // table uploaded once while the tensors stay put). `msg` is a view of the plan's buffer, which the next
+  // check rewrites in stream order, after what read this one (the all-gather).
   Status deviceMessage(const std::vector<uint32_t>& mine, const std::vector<ReplicaTensor>& tensors,
                        const std::vector<size_t>& deviceIndices, void* stream, at::Tensor* msg) {
-    const auto pinned = at::TensorOptions().pinned_memory(true);
-    const auto onDevice = at::TensorOptions().device(at::kCUDA, cudaDevice_);
-    at::Tensor words = at::empty({static_cast<int64_t>(mine.size())}, pinned.dtype(at::kInt));
-    std::memcpy(words.data_ptr(), mine.data(), mine.size() * sizeof(uint32_t));
-    *msg = words.to(onDevice, /*non_blocking=*/true);
-    const int64_t n = static_cast<int64_t>(deviceIndices.size());
-    if (n == 0) return Status::ok();
-    // Made again on another stream too: each index is read only on the stream it was made on, where torch's
-    // allocator may reuse its block once it is dropped.
-    if (deviceIndices != indexOf_ || !index_.defined() || stream != indexStream_) {
-      at::Tensor index = at::empty({n}, pinned.dtype(at::kLong));
-      for (int64_t i = 0; i < n; ++i)
-        index.data_ptr<int64_t>()[i] = static_cast<int64_t>(ReplicaMessage::kHeaderWords + deviceIndices[i]);
-      index_ = index.to(onDevice, /*non_blocking=*/true);
+    const size_t n = deviceIndices.size();
+    if (deviceIndices != indexOf_ || positions_.size() != n) {
+      positions_.resize(n);
+      for (size_t i = 0; i < n; ++i)
+        positions_[i] = static_cast<uint32_t>(ReplicaMessage::kHeaderWords + deviceIndices[i]);
       indexOf_ = deviceIndices;
-      indexStream_ = stream;
     }
-    std::vector<Crc32Span> spans(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i)
+    std::vector<Crc32Span> spans(n);
+    for (size_t i = 0; i < n; ++i)
       spans[i] = Crc32Span{tensors[deviceIndices[i]].data, tensors[deviceIndices[i]].bytes};
-    const uint32_t* crcs = nullptr;
-    RINGGUARD_RETURN_IF_ERROR(
-        crcPlan_.run(spans.data(), spans.size(), static_cast<cudaStream_t>(stream), &crcs));
-    msg->index_copy_(0, index_, at::from_blob(const_cast<uint32_t*>(crcs), {n}, onDevice.dtype(at::kInt)));
+    const uint32_t* words = nullptr;
+    RINGGUARD_RETURN_IF_ERROR(crcPlan_.runMessage(spans.data(), positions_.data(), n, mine.data(),
+                                                  mine.size(), static_cast<cudaStream_t>(stream), &words));
+    *msg = at::from_blob(const_cast<uint32_t*>(words), {static_cast<int64_t>(mine.size())},
+                         at::TensorOptions().device(at::kCUDA, cudaDevice_).dtype(at::kInt));
     return Status::ok();
   }
 
@@ -290,10 +281,9 @@ class PyReplicaExchange final : public ReplicaExchange {
   static constexpr size_t kKept = 8;
   std::deque<at::Tensor> kept_;
 #if RINGGUARD_GUARD_CUDA
-  Crc32ManyPlan crcPlan_;        // the device message's CRCs (deviceMessage)
-  std::vector<size_t> indexOf_;  // the device indices index_ was made for
-  at::Tensor index_;             // their words in the message, on the device
-  void* indexStream_ = nullptr;  // the stream it was made on
+  Crc32ManyPlan crcPlan_;            // the device message (deviceMessage)
+  std::vector<size_t> indexOf_;      // the device indices positions_ was made for
+  std::vector<uint32_t> positions_;  // their words in the message
 #endif
 
 #if RINGGUARD_GUARD_CUDA
