@@ -161,7 +161,8 @@ Status launchTables(const ManyItem* items, uint32_t numItems, const FinalizeArgs
 }
 
 Status checkSpans(const char* who, const Crc32Span* spans, size_t n) {
-  if (spans == nullptr && n > 0) return Status(StatusCode::kInvalidArgument, std::string(who) + ": null spans");
+  if (spans == nullptr && n > 0)
+    return Status(StatusCode::kInvalidArgument, std::string(who) + ": null spans");
   for (size_t i = 0; i < n; ++i) {
     if (spans[i].data == nullptr && spans[i].bytes != 0) {
       return Status(StatusCode::kInvalidArgument,
@@ -260,10 +261,11 @@ Status Crc32ManyPlan::enqueue(const Crc32Span* spans, const uint32_t* positions,
     for (size_t i = 0; i < n; ++i) {
       if (positions[i] >= numWords || taken[positions[i]]) {
         return Status(StatusCode::kInvalidArgument,
-                      "crc32ManyPlan: span " + std::to_string(i) + "'s position " + std::to_string(positions[i]) +
-                          (positions[i] >= numWords ? " is outside the message of " + std::to_string(numWords) +
-                                                          " words"
-                                                    : " is another span's too"));
+                      "crc32ManyPlan: span " + std::to_string(i) + "'s position " +
+                          std::to_string(positions[i]) +
+                          (positions[i] >= numWords
+                               ? " is outside the message of " + std::to_string(numWords) + " words"
+                               : " is another span's too"));
       }
       taken[positions[i]] = true;
     }
@@ -318,8 +320,8 @@ Status Crc32ManyPlan::enqueue(const Crc32Span* spans, const uint32_t* positions,
   }
   if (hostWords != nullptr) {
     // Before the merge, which writes the CRCs over their words.
-    RINGGUARD_CUDA_CHECK(cudaMemcpyAsync(words_, hostWords, numWords * sizeof(uint32_t),
-                                         cudaMemcpyHostToDevice, stream));
+    RINGGUARD_CUDA_CHECK(
+        cudaMemcpyAsync(words_, hostWords, numWords * sizeof(uint32_t), cudaMemcpyHostToDevice, stream));
   }
   RINGGUARD_RETURN_IF_ERROR(launchTables(static_cast<const ManyItem*>(items_), numItems_,
                                          static_cast<const FinalizeArgs*>(args_), n, partials_, resident,

@@ -345,9 +345,9 @@ TEST_F(Crc32DeviceTest, ManySpansPlanWritesAMessage) {
   const uint32_t* msg = nullptr;
   std::vector<uint32_t> twice = positions;
   twice[3] = twice[0];
-  EXPECT_EQ(StatusCode::kInvalidArgument,
-            plan.runMessage(spans.data(), twice.data(), spans.size(), words.data(), words.size(), stream_, &msg)
-                .code());
+  EXPECT_EQ(StatusCode::kInvalidArgument, plan.runMessage(spans.data(), twice.data(), spans.size(),
+                                                          words.data(), words.size(), stream_, &msg)
+                                              .code());
   std::vector<uint32_t> outside = positions;
   outside[1] = static_cast<uint32_t>(words.size());
   const Status st =

@@ -69,10 +69,10 @@ class Crc32ManyPlan {
   Status enqueue(const Crc32Span* spans, const uint32_t* positions, size_t n, const uint32_t* hostWords,
                  size_t numWords, cudaStream_t stream, const uint32_t** out);
 
-  std::vector<Crc32Span> spans_;  // what the table was built for
+  std::vector<Crc32Span> spans_;     // what the table was built for
   std::vector<uint32_t> positions_;  // and where it writes each CRC (empty: 0..n-1)
   size_t numWords_ = 0;              // in a message of this many words
-  void* memory_ = nullptr;        // items, merge arguments, partials, then the CRCs or message
+  void* memory_ = nullptr;           // items, merge arguments, partials, then the CRCs or message
   const void* items_ = nullptr;
   const void* args_ = nullptr;
   uint32_t* partials_ = nullptr;
