@@ -355,7 +355,32 @@ TEST_F(Crc32DeviceTest, ManySpansPlanWritesAMessage) {
   EXPECT_EQ(StatusCode::kInvalidArgument, st.code());
   EXPECT_NE(st.message().find("outside the message of 11 words"), std::string::npos) << st.toString();
   EXPECT_EQ(plan.builds(), 1u) << "a refused message touched the table";
+  EXPECT_EQ(msg, nullptr) << "a refused message gave a buffer";
   message(words, "after the refusals");
+  // Another stream: the plan orders it after the last one's work (an event), the table kept.
+  cudaStream_t other = nullptr;
+  ASSERT_CUDA(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+  ASSERT_STATUS_OK(
+      plan.runMessage(spans.data(), positions.data(), spans.size(), words.data(), words.size(), other, &msg));
+  std::vector<uint32_t> onOther(words.size());
+  ASSERT_CUDA(cudaMemcpyAsync(onOther.data(), msg, onOther.size() * 4, cudaMemcpyDeviceToHost, other));
+  ASSERT_CUDA(cudaStreamSynchronize(other));
+  std::vector<uint32_t> want = words;
+  for (size_t i = 0; i < spans.size(); ++i) want[positions[i]] = crc32(host.data() + offsets[i], sizes[i]);
+  EXPECT_EQ(want, onOther) << "on another stream";
+  EXPECT_EQ(plan.builds(), 1u);
+  // Other positions with the same spans are another table (the merge writes where the table says).
+  const std::vector<uint32_t> moved = {0, 1, 10, 5, 6};
+  ASSERT_STATUS_OK(
+      plan.runMessage(spans.data(), moved.data(), spans.size(), words.data(), words.size(), stream_, &msg));
+  std::vector<uint32_t> gotMoved(words.size());
+  ASSERT_CUDA(cudaMemcpyAsync(gotMoved.data(), msg, gotMoved.size() * 4, cudaMemcpyDeviceToHost, stream_));
+  ASSERT_CUDA(cudaStreamSynchronize(stream_));
+  want = words;
+  for (size_t i = 0; i < spans.size(); ++i) want[moved[i]] = crc32(host.data() + offsets[i], sizes[i]);
+  EXPECT_EQ(want, gotMoved) << "other positions";
+  EXPECT_EQ(plan.builds(), 2u);
+  cudaStreamDestroy(other);
   Crc32ManyPlan bare;  // no device tensors: the host words only
   ASSERT_STATUS_OK(bare.runMessage(nullptr, nullptr, 0, words.data(), words.size(), stream_, &msg));
   std::vector<uint32_t> got(words.size());

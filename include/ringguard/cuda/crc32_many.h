@@ -53,8 +53,9 @@ class Crc32ManyPlan {
   // on another stream first waits, on the device, for what the last run's stream held when it was called).
   Status run(const Crc32Span* spans, size_t n, cudaStream_t stream, const uint32_t** crcsDevice);
   // The same CRCs written into a message of `numWords` words that the plan keeps on the device (the replica
-  // check's, docs/REPLICAS.md "What one check does"): the words first copied from `hostWords` (host memory,
-  // numWords of them; a pageable copy, staged when the call returns), then span i's CRC written over word
+  // check's, docs/REPLICAS.md "What one check does"): the words first copied from `hostWords` (numWords of
+  // them; pageable host memory, staged when the call returns, so it may change at once: pinned memory would
+  // be read later, in stream order), then span i's CRC written over word
   // positions[i] by the merge kernel itself: no scatter, no index on the device. Positions are distinct and
   // below numWords (else kInvalidArgument) and part of what the table is kept for; n may be 0. The message
   // (*messageDevice) holds this until the next run writes it, in stream order as run's CRCs.

@@ -72,7 +72,7 @@ class DevicePending final : public ReplicaPending {
  private:
   at::Tensor host_;
   std::unique_ptr<at::cuda::CUDAEvent> done_;
-  std::vector<at::Tensor> keep_;  // the device tensors the stream still uses
+  std::vector<at::Tensor> keep_;  // the gathered device tensor the stream still uses
 };
 #endif
 
@@ -119,8 +119,9 @@ class PyReplicaExchange final : public ReplicaExchange {
       host.copy_(gathered, /*non_blocking=*/true);
       auto done = std::make_unique<at::cuda::CUDAEvent>();
       done->record(streamOf(stream));
+      // (msg is a view of the plan's message buffer, which the next check rewrites in stream order.)
       *out = std::make_unique<DevicePending>(std::move(host), std::move(done),
-                                             std::vector<at::Tensor>{std::move(msg), std::move(gathered)});
+                                             std::vector<at::Tensor>{std::move(gathered)});
       return Status::ok();
     } catch (const std::exception& e) {
       return Status(StatusCode::kInternal,
@@ -176,7 +177,7 @@ class PyReplicaExchange final : public ReplicaExchange {
   Status deviceMessage(const std::vector<uint32_t>& mine, const std::vector<ReplicaTensor>& tensors,
                        const std::vector<size_t>& deviceIndices, void* stream, at::Tensor* msg) {
     const size_t n = deviceIndices.size();
-    if (deviceIndices != indexOf_ || positions_.size() != n) {
+    if (deviceIndices != indexOf_) {
       positions_.resize(n);
       for (size_t i = 0; i < n; ++i)
         positions_[i] = static_cast<uint32_t>(ReplicaMessage::kHeaderWords + deviceIndices[i]);
@@ -206,7 +207,9 @@ class PyReplicaExchange final : public ReplicaExchange {
   // dist.all_gather_into_tensor waits), else the Python collective.
   Status deviceGather(const at::Tensor& msg, at::Tensor* gathered) {
     if (deviceGroup_ == nullptr) {
-      *gathered = py::cast<at::Tensor>(deviceAllGather_(msg));
+      // Another backend gets a tensor of torch's allocator (the message is a view of the plan's memory,
+      // which a backend's recordStream would not know), left to it to keep while its collective reads it.
+      *gathered = py::cast<at::Tensor>(deviceAllGather_(msg.clone()));
       if (!gathered->is_cuda() || !gathered->is_contiguous() || gathered->scalar_type() != at::kInt ||
           gathered->numel() != msg.numel() * size_) {
         return Status(StatusCode::kInternal, "replica check: the device all-gather returned " +
