@@ -55,10 +55,10 @@ class Crc32ManyPlan {
   // The same CRCs written into a message of `numWords` words that the plan keeps on the device (the replica
   // check's, docs/REPLICAS.md "What one check does"): the words first copied from `hostWords` (numWords of
   // them; pageable host memory, staged when the call returns, so it may change at once: pinned memory would
-  // be read later, in stream order), then span i's CRC written over word
-  // positions[i] by the merge kernel itself: no scatter, no index on the device. Positions are distinct and
-  // below numWords (else kInvalidArgument) and part of what the table is kept for; n may be 0. The message
-  // (*messageDevice) holds this until the next run writes it, in stream order as run's CRCs.
+  // be read later, in stream order), then span i's CRC written over word positions[i] by the merge kernel
+  // itself: no scatter, no index on the device. Positions are distinct and below numWords (else
+  // kInvalidArgument) and part of what the table is kept for; n may be 0. The message (*messageDevice)
+  // holds this until the next run writes it, in stream order as run's CRCs.
   Status runMessage(const Crc32Span* spans, const uint32_t* positions, size_t n, const uint32_t* hostWords,
                     size_t numWords, cudaStream_t stream, const uint32_t** messageDevice);
   // How many times a run built and uploaded the table (tests: 1 while the spans stay the same).
