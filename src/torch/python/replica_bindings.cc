@@ -111,6 +111,9 @@ class PyReplicaExchange final : public ReplicaExchange {
     if (deviceAllGather_.is_none())
       return ReplicaExchange::startCheck(mine, tensors, deviceIndices, stream, out);
 #if RINGGUARD_GUARD_CUDA
+    // Its own profiler range inside the check's: what comes before it is the listing and encodeMine (the
+    // layout hash, the host tensors' CRCs), what follows it the gate's hold.
+    RECORD_FUNCTION("ringguard::replica_gather", std::vector<c10::IValue>());
     try {
       const c10::cuda::CUDAStreamGuard onStream(streamOf(stream));
       at::Tensor msg, gathered;
@@ -140,6 +143,9 @@ class PyReplicaExchange final : public ReplicaExchange {
     if (deviceAllGather_.is_none())
       return ReplicaExchange::gatherOnDevice(mine, tensors, deviceIndices, stream, words);
 #if RINGGUARD_GUARD_CUDA
+    // Its own profiler range inside the check's: what comes before it is the listing and encodeMine (the
+    // layout hash, the host tensors' CRCs), what follows it the gate's hold.
+    RECORD_FUNCTION("ringguard::replica_gather", std::vector<c10::IValue>());
     try {
       const c10::cuda::CUDAStreamGuard onStream(streamOf(stream));
       at::Tensor msg, gathered;
@@ -397,7 +403,10 @@ class PyReplicaCheck {
     RECORD_FUNCTION("ringguard::replica_check", std::vector<c10::IValue>());
     static const std::vector<ReplicaTensor> kNone;
     const std::vector<ReplicaTensor>* tensors = &kNone;
-    if (check_->needsTensors(step)) list(listing, &tensors);
+    if (check_->needsTensors(step)) {
+      RECORD_FUNCTION("ringguard::replica_listing", std::vector<c10::IValue>());
+      list(listing, &tensors);
+    }
     const Status st = check_->afterStep(step, *tensors, reinterpret_cast<void*>(stream));
     if (!st.isOk()) raiseReplica(st);
   }
