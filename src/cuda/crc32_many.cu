@@ -43,9 +43,20 @@ struct LoadSource {
   __device__ uint4 produce(const uint4& v, uint64_t) const { return v; }
 };
 
-__global__ void __launch_bounds__(kSegmentThreads, kSegmentMinBlocks)
-    crc32ManySegmentsKernel(const ManyItem* __restrict__ items, uint32_t numItems,
-                            uint32_t* __restrict__ partials) {
+// A message's host words passed by value with the launch (runMessage), written by block 0 before any merge
+// runs (the merge, launched after, writes the CRCs over their words): no host-to-device copy, whose pageable
+// staging cost ~18 us of host time a check on an H100's host. Kept under the classic 4 KiB of kernel
+// parameters; a longer message is copied instead.
+constexpr uint32_t kInlineWords = 960;
+struct InlineWords {
+  uint32_t* out;  // null: none
+  uint32_t count;
+  uint32_t words[kInlineWords];
+};
+static_assert(sizeof(InlineWords) + 3 * sizeof(void*) <= 4096, "the message kernel's parameters fit 4 KiB");
+
+__device__ __forceinline__ void manySegments(const ManyItem* __restrict__ items, uint32_t numItems,
+                                             uint32_t* __restrict__ partials) {
   extern __shared__ __align__(16) uint32_t dynamicSmem[];
   __shared__ uint32_t warpXor[kThreads / 32];
   const uint32_t tableAddr = fillTables(dynamicSmem);
@@ -64,6 +75,22 @@ __global__ void __launch_bounds__(kSegmentThreads, kSegmentMinBlocks)
   }
 }
 
+__global__ void __launch_bounds__(kSegmentThreads, kSegmentMinBlocks)
+    crc32ManySegmentsKernel(const ManyItem* __restrict__ items, uint32_t numItems,
+                            uint32_t* __restrict__ partials) {
+  manySegments(items, numItems, partials);
+}
+
+// The same with a message's host words (InlineWords) written first by block 0.
+__global__ void __launch_bounds__(kSegmentThreads, kSegmentMinBlocks)
+    crc32ManyMessageKernel(const ManyItem* __restrict__ items, uint32_t numItems,
+                           uint32_t* __restrict__ partials, const InlineWords words) {
+  if (blockIdx.x == 0) {
+    for (uint32_t i = threadIdx.x; i < words.count; i += blockDim.x) words.out[i] = words.words[i];
+  }
+  manySegments(items, numItems, partials);
+}
+
 __global__ void __launch_bounds__(kFinalizeThreads, 1) crc32ManyFinalizeKernel(const FinalizeArgs* args) {
   __shared__ uint32_t tree[kMaxBlocks];
   finalizeCrc<kFinalizeThreads>(args[blockIdx.x], tree);
@@ -75,7 +102,11 @@ Status manyResidentBlocks(int* blocks) {
   return gManyResidency.get(
       crc32ManySegmentsKernel, kSegmentThreads, kDynamicSmemBytes,
       [](int) -> Status {
+        // Both kernels: the same shared memory and bounds, so the residency of one is the other's.
         RINGGUARD_CUDA_CHECK(cudaFuncSetAttribute(crc32ManySegmentsKernel,
+                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  static_cast<int>(kDynamicSmemBytes)));
+        RINGGUARD_CUDA_CHECK(cudaFuncSetAttribute(crc32ManyMessageKernel,
                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                   static_cast<int>(kDynamicSmemBytes)));
         return Status::ok();
@@ -147,14 +178,23 @@ Status uploadTables(const Tables& t, cudaStream_t stream) {
   return Status::ok();
 }
 
+// words: null, or a message's host words to write before the merge (the segment launch made even with no
+// item to carry them).
 Status launchTables(const ManyItem* items, uint32_t numItems, const FinalizeArgs* args, size_t n,
-                    uint32_t* partials, int resident, cudaStream_t stream) {
-  if (n == 0) return Status::ok();
-  if (numItems > 0) {
+                    uint32_t* partials, int resident, cudaStream_t stream,
+                    const InlineWords* words = nullptr) {
+  if (words != nullptr) {
+    const uint32_t grid =
+        std::max<uint32_t>(1, std::min<uint32_t>(numItems, static_cast<uint32_t>(resident)));
+    crc32ManyMessageKernel<<<grid, kSegmentThreads, kDynamicSmemBytes, stream>>>(items, numItems, partials,
+                                                                                 *words);
+    RINGGUARD_CUDA_CHECK_LAUNCH();
+  } else if (n > 0 && numItems > 0) {
     const uint32_t grid = std::min<uint32_t>(numItems, static_cast<uint32_t>(resident));
     crc32ManySegmentsKernel<<<grid, kSegmentThreads, kDynamicSmemBytes, stream>>>(items, numItems, partials);
     RINGGUARD_CUDA_CHECK_LAUNCH();
   }
+  if (n == 0) return Status::ok();
   crc32ManyFinalizeKernel<<<static_cast<unsigned>(n), kFinalizeThreads, 0, stream>>>(args);
   RINGGUARD_CUDA_CHECK_LAUNCH();
   return Status::ok();
@@ -318,15 +358,22 @@ Status Crc32ManyPlan::enqueue(const Crc32Span* spans, const uint32_t* positions,
     partials_ = t.partials;
     words_ = words;
   }
-  if (hostWords != nullptr) {
-    // Before the merge, which writes the CRCs over their words.
+  // The host words before the merge, which writes the CRCs over theirs: with the segment launch when they
+  // fit its parameters, else copied (pageable: staged before the call returns).
+  InlineWords inlined;
+  const bool inlineWords = hostWords != nullptr && numWords <= kInlineWords;
+  if (inlineWords) {
+    inlined.out = words_;
+    inlined.count = static_cast<uint32_t>(numWords);
+    std::copy(hostWords, hostWords + numWords, inlined.words);
+  } else if (hostWords != nullptr) {
     RINGGUARD_CUDA_CHECK(
         cudaMemcpyAsync(words_, hostWords, numWords * sizeof(uint32_t), cudaMemcpyHostToDevice, stream));
   }
+  // No event after the launches: a run on another stream records one on this stream then (above).
   RINGGUARD_RETURN_IF_ERROR(launchTables(static_cast<const ManyItem*>(items_), numItems_,
                                          static_cast<const FinalizeArgs*>(args_), n, partials_, resident,
-                                         stream));
-  RINGGUARD_CUDA_CHECK(cudaEventRecord(done_, stream));
+                                         stream, inlineWords ? &inlined : nullptr));
   *out = words_;
   return Status::ok();
 }

@@ -387,6 +387,23 @@ TEST_F(Crc32DeviceTest, ManySpansPlanWritesAMessage) {
   ASSERT_CUDA(cudaMemcpyAsync(got.data(), msg, got.size() * 4, cudaMemcpyDeviceToHost, stream_));
   ASSERT_CUDA(cudaStreamSynchronize(stream_));
   EXPECT_EQ(words, got);
+  // Messages at and past what the segment launch carries as a parameter (960 words), copied past it: the
+  // same bytes either way, the CRCs at the message's ends.
+  for (const size_t count : {size_t(960), size_t(961), size_t(1500)}) {
+    std::vector<uint32_t> longWords(count);
+    for (size_t i = 0; i < count; ++i) longWords[i] = 0xC0DE0000u ^ static_cast<uint32_t>(i * 2654435761u);
+    const std::vector<uint32_t> ends = {static_cast<uint32_t>(count - 1), 0, static_cast<uint32_t>(count / 3),
+                                        1, static_cast<uint32_t>(count / 2)};
+    Crc32ManyPlan longPlan;
+    ASSERT_STATUS_OK(
+        longPlan.runMessage(spans.data(), ends.data(), spans.size(), longWords.data(), count, stream_, &msg));
+    std::vector<uint32_t> gotLong(count);
+    ASSERT_CUDA(cudaMemcpyAsync(gotLong.data(), msg, count * 4, cudaMemcpyDeviceToHost, stream_));
+    ASSERT_CUDA(cudaStreamSynchronize(stream_));
+    std::vector<uint32_t> wantLong = longWords;
+    for (size_t i = 0; i < spans.size(); ++i) wantLong[ends[i]] = crc32(host.data() + offsets[i], sizes[i]);
+    EXPECT_EQ(wantLong, gotLong) << count << " words";
+  }
 }
 
 TEST_F(Crc32DeviceTest, SingleBitFlipsChangeTheCrc) {
