@@ -53,10 +53,10 @@ class Crc32ManyPlan {
   // on another stream first waits, on the device, for what the last run's stream held when it was called).
   Status run(const Crc32Span* spans, size_t n, cudaStream_t stream, const uint32_t** crcsDevice);
   // The same CRCs written into a message of `numWords` words that the plan keeps on the device (the replica
-  // check's, docs/REPLICAS.md "What one check does"): the words first copied from `hostWords` (numWords of
-  // them; pageable host memory, staged when the call returns, so it may change at once: pinned memory would
-  // be read later, in stream order), then span i's CRC written over word positions[i] by the merge kernel
-  // itself: no scatter, no index on the device. Positions are distinct and below numWords (else
+  // check's, docs/REPLICAS.md "What one check does"): the words of `hostWords` first (numWords of them,
+  // read before the call returns, so they may change at once: up to 960 passed with the segment launch and
+  // written by its first block, more copied from the host), then span i's CRC written over word
+  // positions[i] by the merge kernel itself: no scatter, no index on the device. Positions are distinct and below numWords (else
   // kInvalidArgument) and part of what the table is kept for; n may be 0. The message (*messageDevice)
   // holds this until the next run writes it, in stream order as run's CRCs.
   Status runMessage(const Crc32Span* spans, const uint32_t* positions, size_t n, const uint32_t* hostWords,
