@@ -25,9 +25,19 @@ __device__ __forceinline__ uint64_t gateTimer() {
 __global__ void __launch_bounds__(kGateThreads, 1) replicaGateKernel(const ReplicaGateArgs a) {
   const size_t total = a.wordsPerRank * size_t(a.ranks);
   int differs = 0;
-  for (size_t i = a.wordsPerRank + threadIdx.x; i < total; i += blockDim.x)
-    differs |= a.words[i] != a.words[i % a.wordsPerRank] ? 1 : 0;
-  if (__syncthreads_or(differs) == 0 || threadIdx.x != 0) return;
+  for (size_t i = threadIdx.x; i < total; i += blockDim.x) {
+    const uint32_t w = a.words[i];
+    a.copy[i] = w;
+    if (i >= a.wordsPerRank) differs |= w != a.words[i % a.wordsPerRank] ? 1 : 0;
+  }
+  // Every thread's words visible to the host before the epoch that says they are there.
+  __threadfence_system();
+  differs = __syncthreads_or(differs);
+  if (threadIdx.x == 0) {
+    *reinterpret_cast<volatile uint64_t*>(a.copied) = a.epoch;
+    __threadfence_system();
+  }
+  if (differs == 0 || threadIdx.x != 0) return;
   const uint64_t deadline = gateTimer() + a.timeoutNs;
   const volatile uint64_t* release = a.release;
   while (*release < a.epoch) {
@@ -43,10 +53,11 @@ __global__ void __launch_bounds__(kGateThreads, 1) replicaGateKernel(const Repli
 }  // namespace
 
 Status launchReplicaGate(const ReplicaGateArgs& args, cudaStream_t stream) {
-  if (args.words == nullptr || args.ranks < 1 || args.epoch == 0 || args.release == nullptr ||
-      args.expired == nullptr) {
-    return Status(StatusCode::kInvalidArgument,
-                  "replica gate: words, release and expired must be set, ranks >= 1 and epoch >= 1");
+  if (args.words == nullptr || args.ranks < 1 || args.epoch == 0 || args.copy == nullptr ||
+      args.copied == nullptr || args.release == nullptr || args.expired == nullptr) {
+    return Status(
+        StatusCode::kInvalidArgument,
+        "replica gate: words, copy, copied, release and expired must be set, ranks >= 1 and epoch >= 1");
   }
   replicaGateKernel<<<1, kGateThreads, 0, stream>>>(args);
   RINGGUARD_CUDA_CHECK_LAUNCH();

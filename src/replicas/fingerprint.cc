@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "ringguard/core/crc32.h"
 
@@ -28,16 +29,20 @@ std::vector<FingerprintBucket> planFingerprintBuckets(const std::vector<ReplicaT
 }
 
 uint32_t replicaLayoutHash(const std::vector<ReplicaTensor>& tensors) {
-  uint32_t crc = 0;
+  // Each tensor's name with its terminator (so "ab"+"c" and "a"+"bc" differ), then its dtype and size, laid
+  // end to end and CRC'd in one call: the CRC of the concatenation, as the three calls per tensor this
+  // replaced chained (a few hundred tensors cost ~10 us of library calls every check).
+  thread_local std::vector<unsigned char> layout;
+  layout.clear();
   for (const ReplicaTensor& t : tensors) {
-    // The name with its terminator, so "ab"+"c" and "a"+"bc" differ; then dtype and size.
-    crc = crc32(t.name.c_str(), t.name.size() + 1, crc);
-    const uint8_t dtype = static_cast<uint8_t>(t.dtype);
-    crc = crc32(&dtype, 1, crc);
+    const auto* name = reinterpret_cast<const unsigned char*>(t.name.c_str());
+    layout.insert(layout.end(), name, name + t.name.size() + 1);
+    layout.push_back(static_cast<uint8_t>(t.dtype));
     const uint64_t bytes = t.bytes;
-    crc = crc32(&bytes, sizeof(bytes), crc);
+    const auto* b = reinterpret_cast<const unsigned char*>(&bytes);
+    layout.insert(layout.end(), b, b + sizeof(bytes));
   }
-  return crc;
+  return crc32(layout.data(), layout.size());
 }
 
 namespace {

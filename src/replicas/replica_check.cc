@@ -452,6 +452,7 @@ void ReplicaChecker::stopVerdicts() {
     stopping_ = true;
   }
   verdictCv_.notify_all();
+  gate_->abandon();  // a settle waiting for words its stream may never write gives up after the timeout
   verdictThread_.join();
   std::deque<GatedCheck> dropped;
   {

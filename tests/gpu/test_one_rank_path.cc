@@ -48,6 +48,8 @@ float* upload(const std::vector<float>& host, std::vector<float*>* owned) {
   EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), std::max<size_t>(host.size(), 1) * sizeof(float)),
             cudaSuccess);
   EXPECT_EQ(cudaMemcpy(d, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  // A copy from pageable memory may return before its DMA lands; the tests' stream is non-blocking.
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   owned->push_back(d);
   return d;
 }
@@ -171,7 +173,9 @@ TEST_F(OneRankPath, CollectivesReplayInACudaGraph) {
   ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
   for (int replay = 1; replay <= 2; ++replay) {
     const std::vector<float> next = ramp(n, 100 * replay);
-    ASSERT_CUDA(cudaMemcpy(in, next.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    // On the graph's stream: cudaMemcpy from pageable memory may return before its DMA has landed, and the
+    // non-blocking stream would not wait for it (replay 2 once read a part of `in` still old, on an H100).
+    ASSERT_CUDA(cudaMemcpyAsync(in, next.data(), n * sizeof(float), cudaMemcpyHostToDevice, s));
     ASSERT_CUDA(cudaGraphLaunch(exec, s));
     ASSERT_CUDA(cudaStreamSynchronize(s));
     EXPECT_EQ(download(sum, n), next) << "replay " << replay;

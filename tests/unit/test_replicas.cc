@@ -68,6 +68,20 @@ TEST(ReplicaFingerprint, HostCrcIsCoreCrcAndLayoutSeesNamesAndSizes) {
   EXPECT_EQ(crcs[0], crc32(a.data(), 12));
   EXPECT_EQ(crcs[1], 0u);
   const uint32_t layout = replicaLayoutHash(t);
+  // The CRC of each name with its terminator, dtype byte and 64-bit size, end to end (chained here).
+  uint32_t chained = 0;
+  for (const ReplicaTensor& r : t) {
+    chained = crc32(r.name.c_str(), r.name.size() + 1, chained);
+    const uint8_t dtype = static_cast<uint8_t>(r.dtype);
+    chained = crc32(&dtype, 1, chained);
+    const uint64_t bytes = r.bytes;
+    chained = crc32(&bytes, sizeof(bytes), chained);
+  }
+  EXPECT_EQ(layout, chained);
+  t[1].dtype = DataType::kInt32;
+  EXPECT_NE(replicaLayoutHash(t), layout);
+  t[1].dtype = t[0].dtype;
+  ASSERT_EQ(replicaLayoutHash(t), layout);
   t[1].name = "param:c";
   EXPECT_NE(replicaLayoutHash(t), layout);
   t[1].name = "param:b";

@@ -56,9 +56,9 @@ class Crc32ManyPlan {
   // check's, docs/REPLICAS.md "What one check does"): the words of `hostWords` first (numWords of them,
   // read before the call returns, so they may change at once: up to 960 passed with the segment launch and
   // written by its first block, more copied from the host), then span i's CRC written over word
-  // positions[i] by the merge kernel itself: no scatter, no index on the device. Positions are distinct and below numWords (else
-  // kInvalidArgument) and part of what the table is kept for; n may be 0. The message (*messageDevice)
-  // holds this until the next run writes it, in stream order as run's CRCs.
+  // positions[i] by the merge kernel itself: no scatter, no index on the device. Positions are distinct and
+  // below numWords (else kInvalidArgument) and part of what the table is kept for; n may be 0. The message
+  // (*messageDevice) holds this until the next run writes it, in stream order as run's CRCs.
   Status runMessage(const Crc32Span* spans, const uint32_t* positions, size_t n, const uint32_t* hostWords,
                     size_t numWords, cudaStream_t stream, const uint32_t** messageDevice);
   // How many times a run built and uploaded the table (tests: 1 while the spans stay the same).

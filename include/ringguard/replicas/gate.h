@@ -31,6 +31,9 @@ class ReplicaGate {
   // Called once on the checker's verdict thread before its first use of the gate or of the backends (the
   // device gate makes its device the thread's current one).
   virtual void bindThread() {}
+  // The checker is stopping: a pending's take() still waiting for its words gives up (an error) after the
+  // gate's timeout instead of waiting for good (its stream may never get there). Thread-safe.
+  virtual void abandon() {}
   // Whether the training thread waits at the gate before it changes host tensors too. The device gate holds
   // a stream only: the checker then keeps a copy of the host tensors (Adam's `step`) for the verdict thread,
   // and raises a difference in one instead of repairing it (the training thread has moved it on).

@@ -5,6 +5,13 @@
 namespace ringguard {
 
 Status tensorBuffer(const at::Tensor& t, const std::string& name, GuardBuffer* out) {
+  TensorRange r;
+  RINGGUARD_RETURN_IF_ERROR(tensorRange(t, name, &r));
+  *out = GuardBuffer{name, r.data, r.bytes, r.dtype, r.kind};
+  return Status::ok();
+}
+
+Status tensorRange(const at::Tensor& t, const std::string& name, TensorRange* out) {
   if (!t.defined()) return Status(StatusCode::kInvalidArgument, "guard: tensor '" + name + "' is undefined");
   if (t.layout() != at::kStrided) {
     return Status(StatusCode::kInvalidArgument, "guard: tensor '" + name + "' has layout " +
@@ -32,7 +39,7 @@ Status tensorBuffer(const at::Tensor& t, const std::string& name, GuardBuffer* o
     return Status(StatusCode::kInvalidArgument,
                   "guard: tensor '" + name + "' is on " + t.device().str() + " (CPU and CUDA only)");
   }
-  *out = GuardBuffer{name, t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size(), dtype, kind};
+  *out = TensorRange{t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size(), dtype, kind};
   return Status::ok();
 }
 

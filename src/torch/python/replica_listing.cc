@@ -85,13 +85,17 @@ void ReplicaListing::walk() {
     }
     const std::string prefix = mname.empty() ? std::string() : mname + ".";
     for (const py::handle key : params) {
+      std::string name = prefix + py::str(key).cast<std::string>();
+      std::string label = "param:" + name;
       paramSlots.push_back(
-          Slot{prefix + py::str(key).cast<std::string>(), py::reinterpret_borrow<py::object>(key), false});
+          Slot{std::move(name), py::reinterpret_borrow<py::object>(key), false, std::move(label)});
     }
     for (const py::handle key : buffers) {
       std::string name = prefix + py::str(key).cast<std::string>();
       const bool isMarked = marked.contains(py::str(name));
-      bufferSlots.push_back(Slot{std::move(name), py::reinterpret_borrow<py::object>(key), isMarked});
+      std::string label = "buffer:" + name;
+      bufferSlots.push_back(
+          Slot{std::move(name), py::reinterpret_borrow<py::object>(key), isMarked, std::move(label)});
     }
     shape.paramsEnd = paramSlots.size();
     shape.buffersEnd = bufferSlots.size();
@@ -100,20 +104,20 @@ void ReplicaListing::walk() {
   shapes_.swap(shapes);
   params_.swap(paramSlots);
   buffers_.swap(bufferSlots);
+  ++labelsEpoch_;
 }
 
-bool ReplicaListing::readWalked(std::vector<Read>* params, std::vector<Read>* buffers) const {
+bool ReplicaListing::readWalked(std::vector<Read>* params, std::vector<Read>* buffers) {
   params->clear();
   buffers->clear();
-  std::unordered_set<PyObject*> seenParams, seenBuffers;
-  // Each slot holds what it read: a tensor (registered twice: listed once, under its first name), None (left
-  // out) or nothing (the key is gone: a key replaced with the counts equal, so walk again).
+  // Each slot holds what it read: a tensor, None (left out) or nothing (the key is gone: a key replaced with
+  // the counts equal, so walk again).
   const auto readSlots = [](const py::object& d, const std::vector<Slot>& slots, size_t begin, size_t end,
-                            std::unordered_set<PyObject*>* seen, std::vector<Read>* out) {
+                            std::vector<Read>* out) {
     for (size_t i = begin; i < end; ++i) {
       py::object t = lookup(d.ptr(), slots[i].key.ptr());
       if (!t) return false;
-      if (t.is_none() || !seen->insert(t.ptr()).second) continue;
+      if (t.is_none()) continue;
       out->emplace_back(&slots[i], std::move(t));
     }
     return true;
@@ -129,12 +133,27 @@ bool ReplicaListing::readWalked(std::vector<Read>* params, std::vector<Read>* bu
     for (const auto& [name, child] : s.children) {
       if (lookup(m.ptr(), name.ptr()).ptr() != child.ptr()) return false;
     }
-    if (!readSlots(p, params_, s.paramsBegin, s.paramsEnd, &seenParams, params) ||
-        !readSlots(b, buffers_, s.buffersBegin, s.buffersEnd, &seenBuffers, buffers)) {
+    if (!readSlots(p, params_, s.paramsBegin, s.paramsEnd, params) ||
+        !readSlots(b, buffers_, s.buffersBegin, s.buffersEnd, buffers)) {
       return false;
     }
   }
+  dropRepeats(params);
+  dropRepeats(buffers);
   return true;
+}
+
+void ReplicaListing::dropRepeats(std::vector<Read>* reads) {
+  // A tensor registered twice (a tied weight) is listed once, under its first name. Rare: a sorted copy of
+  // the pointers says whether any repeats (no set of nodes made every check).
+  repeats_.clear();
+  for (const Read& r : *reads) repeats_.push_back(r.second.ptr());
+  std::sort(repeats_.begin(), repeats_.end());
+  if (std::adjacent_find(repeats_.begin(), repeats_.end()) == repeats_.end()) return;
+  std::unordered_set<PyObject*> seen;
+  reads->erase(std::remove_if(reads->begin(), reads->end(),
+                              [&](const Read& r) { return !seen.insert(r.second.ptr()).second; }),
+               reads->end());
 }
 
 bool ReplicaListing::readRegistrations(std::vector<Read>* params, std::vector<Read>* buffers) {
@@ -144,16 +163,21 @@ bool ReplicaListing::readRegistrations(std::vector<Read>* params, std::vector<Re
 }
 
 const ReplicaListing::StateLabels& ReplicaListing::labelsFor(PyObject* param, PyObject* state,
-                                                             const std::string& parameter) {
+                                                             const std::string& parameter, bool stable) {
   StateLabels& l = state_[param];
-  bool same = l.parameter == parameter && static_cast<Py_ssize_t>(l.keys.size()) == PyDict_Size(state);
+  // A name from names_ (`stable`: never changed after construction) is compared by its address.
+  bool same = ((stable && l.source == &parameter) || l.parameter == parameter) &&
+              static_cast<Py_ssize_t>(l.keys.size()) == PyDict_Size(state);
   PyObject *k = nullptr, *v = nullptr;
   for (Py_ssize_t pos = 0, i = 0; same && PyDict_Next(state, &pos, &k, &v); ++i) {
     const int eq = PyObject_RichCompareBool(l.keys[static_cast<size_t>(i)].ptr(), k, Py_EQ);
     if (eq < 0) throw py::error_already_set();
     same = eq == 1;
   }
-  if (same) return l;
+  if (same) {
+    l.source = stable ? &parameter : nullptr;
+    return l;
+  }
   // Made aside and stored whole (a key whose str() fails leaves the cache as it was).
   StateLabels made;
   made.parameter = parameter;
@@ -168,11 +192,27 @@ const ReplicaListing::StateLabels& ReplicaListing::labelsFor(PyObject* param, Py
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [text, i] : order)
     made.labels.emplace_back(made.keys[i], "optim:" + parameter + "." + text);
+  made.source = stable ? &parameter : nullptr;
   l = std::move(made);
+  ++labelsEpoch_;
   return l;
 }
 
-Status ReplicaListing::add(Listed* into, size_t index, const std::string& name, PyObject* tensor) {
+Status ReplicaListing::add(Listed* into, size_t index, const std::string& label, PyObject* tensor) {
+  if (index == into->tensors.size()) {
+    into->tensors.emplace_back();
+    into->held.emplace_back();
+    into->labels.push_back(nullptr);
+  }
+  if (into->labelsEpoch != labelsEpoch_) {  // labels were made again: no kept pointer may be compared
+    std::fill(into->labels.begin(), into->labels.end(), nullptr);
+    into->labelsEpoch = labelsEpoch_;
+  }
+  ReplicaTensor& r = into->tensors[index];
+  if (into->labels[index] != &label) {
+    if (r.name != label) r.name = label;
+    into->labels[index] = &label;
+  }
   PyObject* obj = tensor;
   py::object local;
   // A DTensor (a subclass, so no __instancecheck__ is asked): its local shard.
@@ -181,22 +221,17 @@ Status ReplicaListing::add(Listed* into, size_t index, const std::string& name, 
     obj = local.ptr();
   }
   if (!THPVariable_Check(obj)) {
-    return Status(StatusCode::kInvalidArgument, "replica check: '" + name + "' is not a tensor");
+    return Status(StatusCode::kInvalidArgument, "replica check: '" + label + "' is not a tensor");
   }
-  at::Tensor t = THPVariable_Unpack(obj);
-  GuardBuffer b;
-  RINGGUARD_RETURN_IF_ERROR(tensorBuffer(t, name, &b));
-  if (index == into->tensors.size()) {
-    into->tensors.emplace_back();
-    into->held.emplace_back();
-  }
-  ReplicaTensor& r = into->tensors[index];
-  if (r.name != name) r.name = name;
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  TensorRange b;
+  RINGGUARD_RETURN_IF_ERROR(tensorRange(t, label, &b));
   r.data = b.data;
   r.bytes = b.bytes;
   r.dtype = b.dtype;
   r.kind = b.kind;
-  into->held[index] = std::move(t);
+  // Held already when it is the same tensor: no reference count moved.
+  if (into->held[index].unsafeGetTensorImpl() != t.unsafeGetTensorImpl()) into->held[index] = t;
   return Status::ok();
 }
 
@@ -206,30 +241,49 @@ Status ReplicaListing::list(Listed* into) {
     return Status(StatusCode::kInternal, "replica check: the model's registrations changed while listed");
   }
   size_t n = 0;
-  std::string label;
-  for (const auto& [slot, t] : params) {
-    label.assign("param:").append(slot->name);
-    RINGGUARD_RETURN_IF_ERROR(add(into, n++, label, t.ptr()));
-  }
+  for (const auto& [slot, t] : params) RINGGUARD_RETURN_IF_ERROR(add(into, n++, slot->label, t.ptr()));
   if (includeState_) {
     const py::object state = dictOf(optimizer_, stateName_);
-    for (const py::handle group : optimizer_.attr("param_groups")) {
-      for (const py::handle p : group[py::str("params")]) {
-        const py::object st = lookup(state.ptr(), p.ptr());
-        if (!st || st.is_none()) continue;
+    // The state's items in its order, each parameter's found by identity as the groups name it: a lookup
+    // would hash the parameter, and a tensor's __hash__ is Python code (a call per parameter per check).
+    // Owned while used (a key's __eq__ or __str__ in labelsFor is Python code too).
+    stateEntries_.clear();
+    PyObject *k = nullptr, *v = nullptr;
+    for (Py_ssize_t pos = 0; PyDict_Next(state.ptr(), &pos, &k, &v);) stateEntries_.emplace_back(k, v);
+    std::vector<py::object> owned;
+    owned.reserve(stateEntries_.size());
+    for (const auto& e : stateEntries_) owned.push_back(py::reinterpret_borrow<py::object>(e.second));
+    std::unordered_map<PyObject*, PyObject*> byParameter;  // made only if the order differs
+    size_t next = 0;
+    const py::object groups =
+        py::reinterpret_steal<py::object>(PyObject_GetAttr(optimizer_.ptr(), paramGroupsName_.ptr()));
+    if (!groups) throw py::error_already_set();
+    for (const py::handle group : groups) {
+      for (const py::handle p : group[paramsName_]) {
+        PyObject* found = nullptr;
+        if (next < stateEntries_.size() && stateEntries_[next].first == p.ptr()) {
+          found = stateEntries_[next++].second;
+        } else {
+          if (byParameter.empty()) byParameter.insert(stateEntries_.begin(), stateEntries_.end());
+          const auto it = byParameter.find(p.ptr());
+          if (it != byParameter.end()) found = it->second;
+        }
+        if (found == nullptr || found == Py_None) continue;
+        const py::object st = py::reinterpret_borrow<py::object>(found);
         const auto named = names_.find(reinterpret_cast<uintptr_t>(p.ptr()));
-        const std::string parameter = named != names_.end()
-                                          ? named->second
-                                          : "#" + std::to_string(reinterpret_cast<uintptr_t>(p.ptr()));
+        std::string unnamed;
+        if (named == names_.end()) unnamed = "#" + std::to_string(reinterpret_cast<uintptr_t>(p.ptr()));
+        const std::string& parameter = named != names_.end() ? named->second : unnamed;
         if (!PyDict_Check(st.ptr())) {
           return Status(StatusCode::kInvalidArgument,
                         "replica check: the optimizer's state of '" + parameter + "' is not a dict but a " +
                             py::str(py::type::of(st).attr("__name__")).cast<std::string>());
         }
         if (PyDict_Size(st.ptr()) == 0) continue;  // no state yet
-        for (const auto& [key, lab] : labelsFor(p.ptr(), st.ptr(), parameter).labels) {
-          const py::object v = lookup(st.ptr(), key.ptr());
-          if (v && THPVariable_Check(v.ptr())) RINGGUARD_RETURN_IF_ERROR(add(into, n++, lab, v.ptr()));
+        for (const auto& [key, lab] : labelsFor(p.ptr(), st.ptr(), parameter, named != names_.end()).labels) {
+          const py::object value = lookup(st.ptr(), key.ptr());
+          if (value && THPVariable_Check(value.ptr()))
+            RINGGUARD_RETURN_IF_ERROR(add(into, n++, lab, value.ptr()));
         }
       }
     }
@@ -237,12 +291,12 @@ Status ReplicaListing::list(Listed* into) {
   if (includeBuffers_ || autoBuffers_) {
     for (const auto& [slot, t] : buffers) {
       if (autoBuffers_ && slot->marked) continue;
-      label.assign("buffer:").append(slot->name);
-      RINGGUARD_RETURN_IF_ERROR(add(into, n++, label, t.ptr()));
+      RINGGUARD_RETURN_IF_ERROR(add(into, n++, slot->label, t.ptr()));
     }
   }
   into->tensors.resize(n);
   into->held.resize(n);
+  into->labels.resize(n);
   return Status::ok();
 }
 

@@ -47,6 +47,7 @@ class ReplicaListing {
     std::string name;
     pybind11::object key;
     bool marked = false;
+    std::string label;  // "param:<name>" or "buffer:<name>"
   };
   struct Shape {  // a module as walked: its counts, children and slots (params_, buffers_ [begin, end))
     pybind11::object module;
@@ -56,6 +57,7 @@ class ReplicaListing {
   };
   struct StateLabels {  // one parameter's optimizer state: its name, keys in insertion order, labels sorted
     std::string parameter;
+    const std::string* source = nullptr;  // where `parameter` was last given from (names_' entry, stable)
     std::vector<pybind11::object> keys;
     std::vector<std::pair<pybind11::object, std::string>> labels;
   };
@@ -64,14 +66,20 @@ class ReplicaListing {
   struct Listed {  // a listing: the checker's view, and the tensors that keep its pointers valid
     std::vector<ReplicaTensor> tensors;
     std::vector<at::Tensor> held;
+    // The label each entry's name was last set from (a Slot's or a StateLabels' string), valid while
+    // labelsEpoch is the listing's: an unchanged entry costs a pointer comparison, not a string's.
+    std::vector<const std::string*> labels;
+    uint64_t labelsEpoch = 0;
   };
 
   void walk();
   // The registered parameters and buffers, each once, None left out, in one pass over the walked modules;
   // false when the structure changed since the walk (a module's counts or children, or a recorded key gone).
-  bool readWalked(std::vector<Read>* params, std::vector<Read>* buffers) const;
+  bool readWalked(std::vector<Read>* params, std::vector<Read>* buffers);
+  void dropRepeats(std::vector<Read>* reads);
   bool readRegistrations(std::vector<Read>* params, std::vector<Read>* buffers);
-  const StateLabels& labelsFor(PyObject* param, PyObject* state, const std::string& parameter);
+  // stable: `parameter` is an entry of names_ (its address identifies it).
+  const StateLabels& labelsFor(PyObject* param, PyObject* state, const std::string& parameter, bool stable);
   Status list(Listed* into);
   Status add(Listed* into, size_t index, const std::string& name, PyObject* tensor);
 
@@ -86,7 +94,11 @@ class ReplicaListing {
   // By the parameter's identity, checked against its name and state keys at every use (as the Python
   // listing's cache was keyed by (name, keys)): an address reused by another parameter gets new labels.
   std::unordered_map<PyObject*, StateLabels> state_;
-  Listed checked_;  // read()'s
+  uint64_t labelsEpoch_ = 1;  // bumped whenever a Slot or a StateLabels is made again (their strings move)
+  pybind11::str paramGroupsName_ = pybind11::str("param_groups"), paramsName_ = pybind11::str("params");
+  std::vector<std::pair<PyObject*, PyObject*>> stateEntries_;  // list()'s scratch: the state dict's items
+  std::vector<PyObject*> repeats_;                             // readWalked's scratch
+  Listed checked_;                                             // read()'s
 };
 
 }  // namespace ringguard
