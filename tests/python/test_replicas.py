@@ -771,6 +771,66 @@ def test_listing_names_the_optimizer_state():
     assert labels() == params
 
 
+def test_listing_revalidates_and_follows_every_change_between_reads():
+    """read() lists in full once, then, while no dict it read from changed (their versions) nor any list it
+    iterated, reads only the kept tensors again (`reads()`: revalidated, in full). After every kind of change
+    it must still equal a full listing (named()), names, data addresses and sizes: the optimizer's first step
+    (its state made), steps after it, `.data =`, an attribute of no interest, a parameter replaced, a
+    registration dict replaced, a param group added, a group's list grown, a state value replaced, a state
+    loaded. In this process, no group."""
+    from ringguard import _ext
+
+    m = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(4, 2))
+    opt = torch.optim.Adam(m.parameters(), lr=0.1)
+    names = {id(p): n for n, p in m.named_parameters()}
+    listing = _ext.load().ReplicaListing(m, opt, True, True, names, lambda model: set(), type(None))
+
+    def expect(what, revalidated):
+        before = listing.reads()
+        n = listing.read()
+        want = [(name, t.data_ptr(), t.numel() * t.element_size()) for name, t in listing.named()]
+        assert listing.checked() == want and n == len(want), what
+        fast, full = listing.reads()
+        assert (fast - before[0], full - before[1]) == ((1, 0) if revalidated else (0, 1)), what
+
+    def step():
+        opt.zero_grad()
+        m(torch.randn(8, 4)).sum().backward()
+        opt.step()
+
+    expect("the first read", False)
+    expect("nothing changed", True)
+    step()
+    expect("the first step made the optimizer's state", False)
+    step()
+    expect("a step: tensors changed in place", True)
+    m[0].weight.data = torch.zeros(4, 4)
+    expect("`.data =`: a new storage under the same tensor", True)
+    m.note = 3
+    expect("an attribute the listing does not read", True)
+    expect("again", True)
+    m[2].weight = nn.Parameter(torch.ones(2, 4))
+    expect("a parameter replaced", False)
+    m[1]._buffers = dict(m[1]._buffers)
+    expect("a registration dict replaced by an equal one", False)
+    extra = nn.Parameter(torch.ones(3))
+    opt.add_param_group({"params": [extra]})
+    expect("a param group added", False)
+    more = nn.Parameter(torch.ones(2))
+    opt.param_groups[1]["params"].append(more)
+    expect("a group's list grown in place", False)
+    step()
+    expect("a step (the new parameters have no gradient, so no state)", True)
+    extra.grad, more.grad = torch.ones(3), torch.ones(2)
+    opt.step()
+    expect("a step that makes their state", False)
+    opt.state[m[0].weight]["exp_avg"] = torch.zeros(4, 4)
+    expect("a state value replaced", False)
+    opt.load_state_dict(opt.state_dict())
+    expect("a state loaded", False)
+    expect("nothing changed", True)
+
+
 def test_listing_leaves_out_per_replica_statistics_only_in_auto():
     """include_buffers "auto" leaves out the running statistics of batch norms (each replica updates its
     own) and keeps the other buffers; True keeps them all; False none. In this process, no group."""

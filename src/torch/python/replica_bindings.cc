@@ -535,6 +535,8 @@ void ringguardRegisterReplicaBindings(py::module_& m) {
              return tensors->size();
            })
       .def("tensor", &ReplicaListing::tensor, py::arg("name"))
+      .def("checked", &ReplicaListing::checked)
+      .def("reads", &ReplicaListing::reads)
       .def("registrations", &ReplicaListing::registrations);
   py::class_<PyReplicaCheck>(m, "ReplicaCheck")
       .def(py::init<const std::string&, int64_t, int, int, py::function, py::function, int, bool, py::object,

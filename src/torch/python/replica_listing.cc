@@ -32,7 +32,101 @@ py::object lookup(PyObject* d, PyObject* key) {
   return py::reinterpret_borrow<py::object>(v);
 }
 
+// A dict's version (PEP 509): changed by every change to the dict. Deprecated in 3.12, gone from 3.14 on,
+// where read() lists in full every time.
+#if PY_VERSION_HEX < 0x030E0000
+constexpr bool kDictVersions = true;
+uint64_t dictVersion(PyObject* d) {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  return reinterpret_cast<PyDictObject*>(d)->ma_version_tag;
+#pragma GCC diagnostic pop
+}
+#else
+constexpr bool kDictVersions = false;
+uint64_t dictVersion(PyObject*) { return 0; }
+#endif
+
 }  // namespace
+
+void ReplicaListing::recordOwner(const py::handle& owner,
+                                 std::initializer_list<std::pair<py::str, PyObject*>> attrs) {
+  if (!recording_) return;
+  // Its __dict__ (made now if the interpreter kept the attributes inline): every attribute set goes there.
+  PyObject* d = PyObject_GenericGetDict(owner.ptr(), nullptr);
+  if (d == nullptr || !PyDict_Check(d)) {
+    PyErr_Clear();
+    Py_XDECREF(d);
+    revalidate_ = false;
+    return;
+  }
+  Owner o{py::reinterpret_steal<py::object>(d), dictVersion(d), {}};
+  for (const auto& [name, obj] : attrs) o.attributes.emplace_back(name, obj);
+  owners_.push_back(std::move(o));
+}
+
+void ReplicaListing::recordDict(PyObject* d) {
+  if (recording_) versioned_.push_back(Versioned{py::reinterpret_borrow<py::object>(d), dictVersion(d)});
+}
+
+void ReplicaListing::recordList(PyObject* list) {
+  if (!recording_) return;
+  if (!PyList_CheckExact(list)) {
+    revalidate_ = false;
+    return;
+  }
+  const auto* l = reinterpret_cast<PyListObject*>(list);
+  lists_.push_back(Items{py::reinterpret_borrow<py::object>(list),
+                         std::vector<PyObject*>(l->ob_item, l->ob_item + PyList_GET_SIZE(list))});
+}
+
+bool ReplicaListing::unchanged() {
+  for (const Versioned& v : versioned_) {
+    if (dictVersion(v.dict.ptr()) != v.version) return false;
+  }
+  for (Owner& o : owners_) {
+    const uint64_t now = dictVersion(o.dict.ptr());
+    if (now == o.version) continue;
+    // Some attribute changed (DDP counts its iterations in one): the same only if those read are.
+    for (const auto& [name, obj] : o.attributes) {
+      PyObject* current = PyDict_GetItemWithError(o.dict.ptr(), name.ptr());
+      if (current == nullptr && PyErr_Occurred()) throw py::error_already_set();
+      if (current != obj) return false;
+    }
+    o.version = now;
+  }
+  for (const Items& l : lists_) {
+    const auto* list = reinterpret_cast<PyListObject*>(l.list.ptr());
+    if (static_cast<size_t>(PyList_GET_SIZE(l.list.ptr())) != l.items.size() ||
+        !std::equal(l.items.begin(), l.items.end(), list->ob_item)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Status ReplicaListing::reread(Listed* into) {
+  for (size_t i = 0; i < objects_.size(); ++i)
+    RINGGUARD_RETURN_IF_ERROR(add(into, i, *into->labels[i], objects_[i]));
+  return Status::ok();
+}
+
+void ReplicaListing::touch(const void* p, size_t bytes) {
+  constexpr uintptr_t kLine = 64;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~(kLine - 1);
+  for (uintptr_t a = begin; a < reinterpret_cast<uintptr_t>(p) + bytes; a += kLine)
+    touched_.push_back(reinterpret_cast<const void*>(a));
+}
+
+void ReplicaListing::touchDict(PyObject* d) {
+  // The object, and its table: a header, the index and an entry of three pointers per item, or for a split
+  // table the values apart. Sizes estimated from the count (the layout of the keys object is CPython's own).
+  const auto* dict = reinterpret_cast<const PyDictObject*>(d);
+  touch(dict, sizeof(PyDictObject));
+  const size_t used = static_cast<size_t>(dict->ma_used);
+  touch(dict->ma_keys, 48 + used * (3 * sizeof(void*) + 2));
+  if (dict->ma_values != nullptr) touch(dict->ma_values, 8 + used * sizeof(void*));
+}
 
 ReplicaListing::ReplicaListing(py::object model, py::object optimizer, bool includeState,
                                py::object includeBuffers, py::dict names, py::function marked,
@@ -110,6 +204,11 @@ void ReplicaListing::walk() {
 bool ReplicaListing::readWalked(std::vector<Read>* params, std::vector<Read>* buffers) {
   params->clear();
   buffers->clear();
+  if (recording_) {  // the module part comes first: what a failed pass recorded goes
+    versioned_.clear();
+    owners_.clear();
+    lists_.clear();
+  }
   // Each slot holds what it read: a tensor, None (left out) or nothing (the key is gone: a key replaced with
   // the counts equal, so walk again).
   const auto readSlots = [](const py::object& d, const std::vector<Slot>& slots, size_t begin, size_t end,
@@ -126,6 +225,14 @@ bool ReplicaListing::readWalked(std::vector<Read>* params, std::vector<Read>* bu
     // The structure as walked: each module's counts, and its children the same objects.
     const py::object p = dictOf(s.module, parametersName_), b = dictOf(s.module, buffersName_),
                      m = dictOf(s.module, modulesName_);
+    touch(reinterpret_cast<const unsigned char*>(s.module.ptr()) - 64, 192);  // with a managed dict's values
+    touchDict(p.ptr());
+    touchDict(b.ptr());
+    touchDict(m.ptr());
+    recordOwner(s.module, {{parametersName_, p.ptr()}, {buffersName_, b.ptr()}, {modulesName_, m.ptr()}});
+    recordDict(p.ptr());
+    recordDict(b.ptr());
+    recordDict(m.ptr());
     if (PyDict_Size(p.ptr()) != s.params || PyDict_Size(b.ptr()) != s.buffers ||
         PyDict_Size(m.ptr()) != static_cast<Py_ssize_t>(s.children.size())) {
       return false;
@@ -216,7 +323,12 @@ Status ReplicaListing::add(Listed* into, size_t index, const std::string& label,
   PyObject* obj = tensor;
   py::object local;
   // A DTensor (a subclass, so no __instancecheck__ is asked): its local shard.
-  if (PyType_IsSubtype(Py_TYPE(obj), reinterpret_cast<PyTypeObject*>(dtensor_.ptr()))) {
+  const bool dtensor = PyType_IsSubtype(Py_TYPE(obj), reinterpret_cast<PyTypeObject*>(dtensor_.ptr()));
+  if (recording_) {
+    if (dtensor || objects_.size() != index) revalidate_ = false;
+    objects_.push_back(tensor);
+  }
+  if (dtensor) {
     local = py::reinterpret_borrow<py::object>(obj).attr("_local_tensor");
     obj = local.ptr();
   }
@@ -224,6 +336,9 @@ Status ReplicaListing::add(Listed* into, size_t index, const std::string& label,
     return Status(StatusCode::kInvalidArgument, "replica check: '" + label + "' is not a tensor");
   }
   const at::Tensor& t = THPVariable_Unpack(obj);
+  touch(obj, sizeof(THPVariable));
+  touch(t.unsafeGetTensorImpl(), sizeof(c10::TensorImpl));
+  if (t.has_storage()) touch(t.storage().unsafeGetStorageImpl(), sizeof(c10::StorageImpl));
   TensorRange b;
   RINGGUARD_RETURN_IF_ERROR(tensorRange(t, label, &b));
   r.data = b.data;
@@ -236,6 +351,9 @@ Status ReplicaListing::add(Listed* into, size_t index, const std::string& label,
 }
 
 Status ReplicaListing::list(Listed* into) {
+  touch(into->tensors.data(), into->tensors.size() * sizeof(ReplicaTensor));
+  touch(into->held.data(), into->held.size() * sizeof(at::Tensor));
+  touch(into->labels.data(), into->labels.size() * sizeof(const std::string*));
   std::vector<Read> params, buffers;
   if (!readRegistrations(&params, &buffers)) {
     return Status(StatusCode::kInternal, "replica check: the model's registrations changed while listed");
@@ -248,6 +366,8 @@ Status ReplicaListing::list(Listed* into) {
     // would hash the parameter, and a tensor's __hash__ is Python code (a call per parameter per check).
     // Owned while used (a key's __eq__ or __str__ in labelsFor is Python code too).
     stateEntries_.clear();
+    touchDict(state.ptr());
+    recordDict(state.ptr());
     PyObject *k = nullptr, *v = nullptr;
     for (Py_ssize_t pos = 0; PyDict_Next(state.ptr(), &pos, &k, &v);) stateEntries_.emplace_back(k, v);
     std::vector<py::object> owned;
@@ -258,8 +378,23 @@ Status ReplicaListing::list(Listed* into) {
     const py::object groups =
         py::reinterpret_steal<py::object>(PyObject_GetAttr(optimizer_.ptr(), paramGroupsName_.ptr()));
     if (!groups) throw py::error_already_set();
+    recordOwner(optimizer_, {{stateName_, state.ptr()}, {paramGroupsName_, groups.ptr()}});
+    recordList(groups.ptr());
     for (const py::handle group : groups) {
-      for (const py::handle p : group[paramsName_]) {
+      const py::object groupParams = group[paramsName_];
+      if (PyDict_Check(group.ptr())) {
+        touchDict(group.ptr());
+        recordDict(group.ptr());
+      } else if (recording_) {
+        revalidate_ = false;
+      }
+      recordList(groupParams.ptr());
+      if (PyList_Check(groupParams.ptr())) {
+        touch(groupParams.ptr(), sizeof(PyListObject));
+        touch(reinterpret_cast<PyListObject*>(groupParams.ptr())->ob_item,
+              static_cast<size_t>(PyList_GET_SIZE(groupParams.ptr())) * sizeof(PyObject*));
+      }
+      for (const py::handle p : groupParams) {
         PyObject* found = nullptr;
         if (next < stateEntries_.size() && stateEntries_[next].first == p.ptr()) {
           found = stateEntries_[next++].second;
@@ -279,6 +414,8 @@ Status ReplicaListing::list(Listed* into) {
                         "replica check: the optimizer's state of '" + parameter + "' is not a dict but a " +
                             py::str(py::type::of(st).attr("__name__")).cast<std::string>());
         }
+        touchDict(st.ptr());
+        recordDict(st.ptr());
         if (PyDict_Size(st.ptr()) == 0) continue;  // no state yet
         for (const auto& [key, lab] : labelsFor(p.ptr(), st.ptr(), parameter, named != names_.end()).labels) {
           const py::object value = lookup(st.ptr(), key.ptr());
@@ -301,9 +438,32 @@ Status ReplicaListing::list(Listed* into) {
 }
 
 Status ReplicaListing::read(const std::vector<ReplicaTensor>** out) {
-  RINGGUARD_RETURN_IF_ERROR(list(&checked_));
+  for (const void* line : touched_) __builtin_prefetch(line);
+  touched_.clear();
   *out = &checked_.tensors;
-  return Status::ok();
+  // Nothing the last full listing read from changed (no dict's version, no list's items), and its labels
+  // are still where they were: the same registrations, so only each tensor is read again (its storage may
+  // have moved: `.data =`, a resize).
+  if (revalidate_ && checked_.labelsEpoch == labelsEpoch_ && checked_.tensors.size() == objects_.size() &&
+      unchanged()) {
+    ++revalidated_;
+    touch(checked_.tensors.data(), checked_.tensors.size() * sizeof(ReplicaTensor));
+    return reread(&checked_);
+  }
+  ++listedInFull_;
+  recording_ = kDictVersions;
+  revalidate_ = kDictVersions;  // unless a record below says it cannot
+  objects_.clear();
+  Status st = Status::ok();
+  try {
+    st = list(&checked_);
+  } catch (...) {
+    recording_ = revalidate_ = false;
+    throw;
+  }
+  recording_ = false;
+  if (!st.isOk()) revalidate_ = false;
+  return st;
 }
 
 Status ReplicaListing::named(std::vector<std::pair<std::string, at::Tensor>>* out) {
@@ -322,6 +482,13 @@ at::Tensor ReplicaListing::tensor(const std::string& name) const {
     if (checked_.tensors[i].name == name) return checked_.held[i];
   }
   throw py::key_error("replica check: no checked tensor is named '" + name + "'");
+}
+
+py::list ReplicaListing::checked() const {
+  py::list out;
+  for (const ReplicaTensor& t : checked_.tensors)
+    out.append(py::make_tuple(t.name, reinterpret_cast<uintptr_t>(t.data), t.bytes));
+  return out;
 }
 
 py::tuple ReplicaListing::registrations() {

@@ -8,6 +8,7 @@
 #include <pybind11/pybind11.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <initializer_list>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -41,6 +42,11 @@ class ReplicaListing {
   // named_parameters() and named_buffers() as registered now (the registrations, DTensors not unwrapped):
   // ([(name, tensor)], [(name, tensor, marked)]).
   pybind11::tuple registrations();
+
+  // The last read()'s list as (name, data address, bytes), and how the reads went: (revalidated, listed
+  // in full). Tests.
+  pybind11::list checked() const;
+  std::pair<uint64_t, uint64_t> reads() const { return {revalidated_, listedInFull_}; }
 
  private:
   struct Slot {  // one registration: <module>.<container>[key]
@@ -98,7 +104,45 @@ class ReplicaListing {
   pybind11::str paramGroupsName_ = pybind11::str("param_groups"), paramsName_ = pybind11::str("params");
   std::vector<std::pair<PyObject*, PyObject*>> stateEntries_;  // list()'s scratch: the state dict's items
   std::vector<PyObject*> repeats_;                             // readWalked's scratch
-  Listed checked_;                                             // read()'s
+  // read()'s revalidation (docs/REPLICAS.md, "The listing"): what the last full listing read from, kept with
+  // its dicts' versions, so a check whose model and optimizer changed no registration reads each kept
+  // tensor again and no dict. Off where the interpreter's dicts carry no version (Python 3.14 on) and for a
+  // listing with a DTensor (its local shard is an attribute, read every time).
+  struct Versioned {  // a dict the listing read from, and its version then
+    pybind11::object dict;
+    uint64_t version;
+  };
+  struct Owner {  // a module's or the optimizer's __dict__ and the attributes the listing took from it
+    pybind11::object dict;
+    uint64_t version;
+    std::vector<std::pair<pybind11::object, PyObject*>> attributes;  // (name, the object it named)
+  };
+  struct Items {  // a list the listing iterated (param_groups, a group's params) and its items then
+    pybind11::object list;
+    std::vector<PyObject*> items;
+  };
+  void recordOwner(const pybind11::handle& owner,
+                   std::initializer_list<std::pair<pybind11::str, PyObject*>> attrs);
+  void recordDict(PyObject* d);
+  void recordList(PyObject* list);
+  bool unchanged();
+  Status reread(Listed* into);
+  bool recording_ = false, revalidate_ = false;
+  std::vector<Versioned> versioned_;
+  std::vector<Owner> owners_;
+  std::vector<Items> lists_;
+  std::vector<PyObject*>
+      objects_;  // each listed tensor's object, in order (alive while its dict is unchanged)
+  uint64_t revalidated_ = 0, listedInFull_ = 0;
+
+  // The cache lines a listing read (the module and optimizer objects, their dicts' tables, each tensor's
+  // object, TensorImpl and StorageImpl), prefetched all at once when the next listing starts: right after an
+  // optimizer step they have left the core's caches, and read one by one, each miss waits for the last.
+  // Addresses only (a prefetch never faults, so one gone since is harmless).
+  void touch(const void* p, size_t bytes);
+  void touchDict(PyObject* d);
+  std::vector<const void*> touched_;
+  Listed checked_;  // read()'s
 };
 
 }  // namespace ringguard
