@@ -172,10 +172,19 @@ Status ReplicaChecker::fingerprint(const std::vector<ReplicaTensor>& tensors, vo
 }
 
 Status ReplicaChecker::encodeMine(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream,
-                                  std::vector<uint32_t>* words, std::vector<size_t>* deviceLeft) {
+                                  std::vector<uint32_t>* words, std::vector<size_t>* deviceLeft,
+                                  uint64_t layout) {
   ReplicaMessage mine;
   mine.step = step;
-  mine.layoutHash = replicaLayoutHash(tensors);
+  if (layout == 0) {  // (the verdict thread's calls: no cache touched)
+    mine.layoutHash = replicaLayoutHash(tensors);
+  } else {
+    if (layout != hashedLayout_) {
+      layoutHash_ = replicaLayoutHash(tensors);
+      hashedLayout_ = layout;
+    }
+    mine.layoutHash = layoutHash_;
+  }
   RINGGUARD_RETURN_IF_ERROR(fingerprint(tensors, stream, &mine.crcs, deviceLeft));
   *words = mine.encode();
   return Status::ok();
@@ -481,13 +490,29 @@ Status ReplicaChecker::checkGated(uint64_t step, const std::vector<ReplicaTensor
   GatedCheck c;
   std::vector<uint32_t> words;
   std::vector<size_t> onDevice;
-  RINGGUARD_RETURN_IF_ERROR(encodeMine(step, tensors, stream, &words, &onDevice));
+  RINGGUARD_RETURN_IF_ERROR(encodeMine(step, tensors, stream, &words, &onDevice, layoutVersion_));
   const uint32_t* gathered = nullptr;
   RINGGUARD_RETURN_IF_ERROR(exchange_->gatherOnDevice(words, tensors, onDevice, stream, &gathered));
   c.step = step;
   c.epoch = ++epoch_;
   c.wordsPerRank = words.size();
-  c.tensors = tensors;
+  // The tensors without their names, which only a mismatch needs: those are shared while the layout stays
+  // (hundreds of strings not copied every check).
+  if (layoutVersion_ == 0 || layoutVersion_ != namedLayout_ || names_ == nullptr) {
+    auto names = std::make_shared<std::vector<std::string>>();
+    names->reserve(tensors.size());
+    for (const ReplicaTensor& t : tensors) names->push_back(t.name);
+    names_ = std::move(names);
+    namedLayout_ = layoutVersion_;
+  }
+  c.names = names_;
+  c.tensors.resize(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    c.tensors[i].data = tensors[i].data;
+    c.tensors[i].bytes = tensors[i].bytes;
+    c.tensors[i].dtype = tensors[i].dtype;
+    c.tensors[i].kind = tensors[i].kind;
+  }
   // Host tensors (Adam's `step`) as they are now: the training thread changes them before the verdict thread
   // locates or checks again (device tensors wait behind the gate).
   for (ReplicaTensor& t : c.tensors) {
@@ -567,6 +592,9 @@ Status ReplicaChecker::settle(GatedCheck& c) {
   RINGGUARD_RETURN_IF_ERROR(c.pending->take(&all));
   ReplicaComparison cmp;
   RINGGUARD_RETURN_IF_ERROR(compareGathered(all, c.wordsPerRank, &cmp));
+  if (cmp.mismatch) {
+    for (size_t i = 0; i < c.tensors.size(); ++i) c.tensors[i].name = (*c.names)[i];
+  }
   // Locating, the repair and the check after it run here, on the verdict stream, over the exchange's
   // collectives (the check's own communicator), while the training stream waits at the gate; a difference
   // in a host tensor is raised unless the gate holds those too (the training thread did not wait for the

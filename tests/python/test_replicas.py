@@ -7,6 +7,7 @@ RINGGUARD_TEST_DEVICE=cuda the model is on the one GPU every rank shares: the fi
 multi-tensor CRC kernel's (one host wait per check), the repairs CUDA broadcasts.
 """
 
+import collections
 import copy
 import hashlib
 import os
@@ -829,6 +830,37 @@ def test_listing_revalidates_and_follows_every_change_between_reads():
     opt.load_state_dict(opt.state_dict())
     expect("a state loaded", False)
     expect("nothing changed", True)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
+    expect("a scheduler made (it adds `initial_lr` to each group, wraps the optimizer's step)", True)
+    step()
+    sched.step()
+    expect("a scheduler's step sets every group's lr: not read", True)
+    m[0].weight.data = torch.zeros(4, 4).t()  # under the same tensor, a view the check cannot read
+    with pytest.raises(ValueError, match="'param:0.weight' is not contiguous"):
+        listing.read()
+    m[0].weight.data = torch.zeros(4, 4)
+    expect("readable again", True)
+
+    class Forwarding:  # an optimizer wrapper whose state and groups are another's (accelerate's, say)
+        def __init__(self, inner):
+            self.inner = inner
+
+        @property
+        def state(self):
+            return self.inner.state
+
+        @property
+        def param_groups(self):
+            return self.inner.param_groups
+
+    wrapped = _ext.load().ReplicaListing(m, Forwarding(opt), True, True, names, lambda model: set(), type(None))
+    wrapped.read()
+    wrapped.read()
+    assert wrapped.reads() == (0, 2), "attributes that are not the wrapper's own: listed in full every time"
+    opt.state = collections.defaultdict(dict)  # the inner optimizer's state replaced (as a load does)
+    wrapped.read()
+    assert [n for n, _, _ in wrapped.checked()] == [n for n, _ in wrapped.named()]
+    assert not any(n.startswith("optim:") for n, _, _ in wrapped.checked())
 
 
 def test_listing_leaves_out_per_replica_statistics_only_in_auto():

@@ -83,7 +83,7 @@ class Crc32ManyPlan {
   int device_ = -1;   // current at the first run
   uint64_t builds_ = 0;
   cudaStream_t stream_ = nullptr;  // of the last run
-  cudaEvent_t done_ = nullptr;     // recorded after the last run's launches
+  cudaEvent_t done_ = nullptr;     // recorded on the last stream when a run comes on another
 };
 
 }  // namespace ringguard

@@ -46,7 +46,7 @@ struct DeviceReplicaGateOptions {
 };
 
 // The gate over the CUDA layer's kernel (cuda/replica_gate.cu): the release and deadline words in mapped
-// pinned memory, the gathered words copied into pinned slots with an event each.
+// pinned memory, the gathered words written by the kernel into pinned slots with their check's epoch.
 Status makeDeviceReplicaGate(const DeviceReplicaGateOptions& options, std::unique_ptr<ReplicaGate>* out);
 
 }  // namespace ringguard

@@ -35,7 +35,8 @@ namespace ringguard {
 class ReplicaPending {
  public:
   virtual ~ReplicaPending() = default;
-  // Whether take() would return without waiting (on the device: an event query, no host wait).
+  // Whether take() would return without waiting (on the device: an event query, or the gate slot's epoch
+  // read; no host wait).
   virtual bool ready() = 0;
   // Every rank's message, rank-major (as ReplicaExchange::allGather); waits when not ready().
   virtual Status take(std::vector<uint32_t>* all) = 0;
@@ -160,6 +161,12 @@ class ReplicaChecker {
   // Called by the destructor; a caller whose exchange needs its thread (Python's GIL) calls it first.
   void stopVerdicts();
 
+  // The layout (names, dtypes, sizes, count) of the tensors the next afterStep, checkNow or flush gets, as
+  // a version its caller changes whenever any of them changes (the torch listing's); 0: not known. While
+  // it stays, the gated check reuses its layout hash and shares its names instead of copying them. The
+  // training thread's, as those calls are.
+  void layoutKnown(uint64_t version) { layoutVersion_ = version; }
+
   Status setFault(const ReplicaFault& fault);  // replaces any earlier one
   void clearFault();
   ReplicaCounters counters() const;
@@ -171,8 +178,10 @@ class ReplicaChecker {
  private:
   Status gatherAndCompare(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream,
                           ReplicaComparison* out);
+  // `layout`: the tensors' layout version (layoutKnown; 0: hash it), on the training thread only.
   Status encodeMine(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream,
-                    std::vector<uint32_t>* words, std::vector<size_t>* deviceLeft = nullptr);
+                    std::vector<uint32_t>* words, std::vector<size_t>* deviceLeft = nullptr,
+                    uint64_t layout = 0);
   Status compareGathered(const std::vector<uint32_t>& all, size_t wordsPerRank, ReplicaComparison* out);
   Status launchDeferred(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream);
   Status resolveDeferred(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream);
@@ -195,9 +204,14 @@ class ReplicaChecker {
     uint64_t step = 0, epoch = 0;
     size_t wordsPerRank = 0;
     std::unique_ptr<ReplicaPending> pending;
-    std::vector<ReplicaTensor> tensors;  // host tensors point into `hostCopies`
+    std::vector<ReplicaTensor> tensors;  // host tensors point into `hostCopies`; no names (`names`)
+    std::shared_ptr<const std::vector<std::string>> names;  // tensors' names, given them on a mismatch
     std::vector<std::vector<unsigned char>> hostCopies;
   };
+  // The training thread's layout (layoutKnown) and what the gated check keeps of it.
+  uint64_t layoutVersion_ = 0, hashedLayout_ = 0, namedLayout_ = 0;
+  uint32_t layoutHash_ = 0;
+  std::shared_ptr<const std::vector<std::string>> names_;
   Status checkGated(uint64_t step, const std::vector<ReplicaTensor>& tensors, void* stream);
   void verdictLoop();
   Status settle(GatedCheck& check);

@@ -31,6 +31,7 @@ constexpr int kSlots = 64;
 // Between the verdict thread's reads of a slot's epoch: the kernel that writes it runs behind the step the
 // training thread queued before the check, so its wait is for the GPU's progress.
 constexpr auto kPoll = std::chrono::microseconds(20);
+constexpr uint64_t kPollsPerHealthCheck = 2500;  // at least 50 ms apart
 
 class DeviceReplicaGate;
 
@@ -67,6 +68,7 @@ class DeviceReplicaGate final : public ReplicaGate {
     cuda_detail::DeviceGuard onDevice(device_);
     (void)cudaDeviceSynchronize();  // the gates still queued end before their memory goes
     if (words_ != nullptr) (void)cudaFreeHost(words_);
+    if (health_ != nullptr) (void)cudaStreamDestroy(health_);
   }
 
   Status init(const DeviceReplicaGateOptions& o) {
@@ -89,6 +91,8 @@ class DeviceReplicaGate final : public ReplicaGate {
         deviceWords_ = static_cast<uint64_t*>(onDevice);
       }
     }
+    if (st.isOk() && cudaStreamCreateWithFlags(&health_, cudaStreamNonBlocking) != cudaSuccess)
+      st = Status(StatusCode::kInternal, "replica gate: cudaStreamCreate failed");
     if (!st.isOk()) cudaGetLastError();
     return st;
   }
@@ -187,7 +191,12 @@ class DeviceReplicaGate final : public ReplicaGate {
   }
 
   // The verdict thread's device, for good: its fingerprints and broadcasts run on this device's streams.
-  void bindThread() override { (void)cudaSetDevice(device_); }
+  // Relaxed capture mode: its calls must not invalidate a graph the training thread may be capturing.
+  void bindThread() override {
+    (void)cudaSetDevice(device_);
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  }
 
   bool ready(int slot, uint64_t epoch) {
     if (*slots_[slot].copied() != epoch) return false;
@@ -195,13 +204,23 @@ class DeviceReplicaGate final : public ReplicaGate {
     return true;
   }
 
-  // Waits for the kernel's words (the verdict thread's wait): reads of host memory only, no CUDA call, so
-  // nothing here can disturb a graph capture on another thread. Once abandoned (the checker stopping) it
-  // waits at most the gate's timeout more: a stream that never reaches the kernel would otherwise hold the
-  // checker's join for good.
+  // Waits for the kernel's words (the verdict thread's wait): reads of host memory, and every ~50 ms a
+  // query of an idle stream of the gate's own, which returns a device's sticky error (a kernel before the
+  // gate faulted, so the gate never runs) as the event wait this replaced did; the verdict thread's capture
+  // mode is relaxed (bindThread), so the query disturbs no graph capture on another thread. Once abandoned
+  // (the checker stopping) it waits at most the gate's timeout more: a stream that never reaches the kernel
+  // would otherwise hold the checker's join for good.
   Status take(int slot, size_t words, uint64_t epoch, std::vector<uint32_t>* all) {
     std::chrono::steady_clock::time_point giveUp = std::chrono::steady_clock::time_point::max();
-    while (!ready(slot, epoch)) {
+    for (uint64_t polls = 1; !ready(slot, epoch); ++polls) {
+      if (polls % kPollsPerHealthCheck == 0) {
+        const cudaError_t e = cudaStreamQuery(health_);
+        if (e != cudaSuccess && e != cudaErrorNotReady) {
+          return Status(StatusCode::kInternal, "replica gate: the device failed while check " +
+                                                   std::to_string(epoch) +
+                                                   "'s words were awaited: " + cudaGetErrorString(e));
+        }
+      }
       if (abandoned_.load(std::memory_order_acquire)) {
         const auto now = std::chrono::steady_clock::now();
         if (giveUp == std::chrono::steady_clock::time_point::max()) {
@@ -232,6 +251,7 @@ class DeviceReplicaGate final : public ReplicaGate {
   int device_ = 0;
   uint64_t timeoutNs_ = 0;
   std::atomic<bool> abandoned_{false};
+  cudaStream_t health_ = nullptr;    // never given work: take()'s query of the device's health
   uint64_t* words_ = nullptr;        // mapped pinned: [0] release, [1] expired
   uint64_t* deviceWords_ = nullptr;  // the same, as the kernel addresses them
   std::mutex releaseMu_;

@@ -112,7 +112,7 @@ class PyReplicaExchange final : public ReplicaExchange {
       return ReplicaExchange::startCheck(mine, tensors, deviceIndices, stream, out);
 #if RINGGUARD_GUARD_CUDA
     // Its own profiler range inside the check's: what comes before it is the listing and encodeMine (the
-    // layout hash, the host tensors' CRCs), what follows it the gate's hold.
+    // layout hash, the host tensors' CRCs); it ends after the copy into pinned memory and its event.
     RECORD_FUNCTION("ringguard::replica_gather", std::vector<c10::IValue>());
     try {
       const c10::cuda::CUDAStreamGuard onStream(streamOf(stream));
@@ -229,7 +229,16 @@ class PyReplicaExchange final : public ReplicaExchange {
       }
       return Status::ok();
     }
-    *gathered = at::empty({msg.numel() * size_}, msg.options());
+    // One buffer while the stream and the size stay: the next check's gather writes it in that stream's
+    // order, after what read this one (the gate, the copy of a pending); torch's allocator would hand the
+    // same block back on that stream anyway, for ~6 us a check.
+    const cudaStream_t current = c10::cuda::getCurrentCUDAStream(msg.device().index()).stream();
+    if (!gatheredBuffer_.defined() || gatheredBuffer_.numel() != msg.numel() * size_ ||
+        gatheredBuffer_.device() != msg.device() || gatheredStream_ != current) {
+      gatheredBuffer_ = at::empty({msg.numel() * size_}, msg.options());
+      gatheredStream_ = current;
+    }
+    *gathered = gatheredBuffer_;
     // Without the GIL, as torch's binding of a collective calls it: the group's lanes may need it.
     std::optional<py::gil_scoped_release> release;
     if (PyGILState_Check()) release.emplace();
@@ -300,6 +309,8 @@ class PyReplicaExchange final : public ReplicaExchange {
   std::vector<size_t> indexOf_;      // the device indices positions_ was made for
   std::vector<uint32_t> positions_;  // their words in the message
   at::Tensor msgView_;               // a view of the plan's message (deviceMessage)
+  at::Tensor gatheredBuffer_;        // the ringguard group's all-gather output (deviceGather)
+  cudaStream_t gatheredStream_ = nullptr;
   const uint32_t* viewOf_ = nullptr;
 #endif
 
@@ -497,9 +508,11 @@ class PyReplicaCheck {
   ReplicaChecker& check() { return *check_; }
 
  private:
-  static void list(ReplicaListing& listing, const std::vector<ReplicaTensor>** tensors) {
+  void list(ReplicaListing& listing, const std::vector<ReplicaTensor>** tensors) {
+    check_->layoutKnown(0);  // a read that fails leaves no version behind
     const Status st = listing.read(tensors);
     if (!st.isOk()) raiseReplica(st);
+    check_->layoutKnown(listing.layoutVersion());
   }
 
   std::unique_ptr<ReplicaChecker> check_;

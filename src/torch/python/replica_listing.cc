@@ -32,9 +32,10 @@ py::object lookup(PyObject* d, PyObject* key) {
   return py::reinterpret_borrow<py::object>(v);
 }
 
-// A dict's version (PEP 509): changed by every change to the dict. Deprecated in 3.12, gone from 3.14 on,
-// where read() lists in full every time.
-#if PY_VERSION_HEX < 0x030E0000
+// A dict's version (PEP 509): changed by every change to the dict. Deprecated in 3.12; from 3.13 on an
+// object's attributes stay inline beside a materialised __dict__ and are set without touching its version
+// (and 3.14 drops the field), so read() lists in full every time there.
+#if PY_VERSION_HEX < 0x030D0000
 constexpr bool kDictVersions = true;
 uint64_t dictVersion(PyObject* d) {
 #pragma GCC diagnostic push
@@ -60,8 +61,22 @@ void ReplicaListing::recordOwner(const py::handle& owner,
     revalidate_ = false;
     return;
   }
-  Owner o{py::reinterpret_steal<py::object>(d), dictVersion(d), {}};
-  for (const auto& [name, obj] : attrs) o.attributes.emplace_back(name, obj);
+  recordKeys(owner, py::reinterpret_steal<py::object>(d), attrs);
+}
+
+void ReplicaListing::recordKeys(const py::handle& owner, py::object dict,
+                                std::initializer_list<std::pair<py::str, PyObject*>> keys) {
+  if (!recording_) return;
+  Owner o{py::reinterpret_borrow<py::object>(owner), std::move(dict), 0, {}};
+  o.version = dictVersion(o.dict.ptr());
+  for (const auto& [name, obj] : keys) {
+    // What the listing read must be that dict's entry (not a property's or a class's value: an optimizer
+    // wrapper forwarding `state` to another, say), or nothing here would see it change.
+    PyObject* entry = PyDict_GetItemWithError(o.dict.ptr(), name.ptr());
+    if (entry == nullptr && PyErr_Occurred()) PyErr_Clear();
+    if (entry != obj) revalidate_ = false;
+    o.attributes.emplace_back(name, obj);
+  }
   owners_.push_back(std::move(o));
 }
 
@@ -85,6 +100,15 @@ bool ReplicaListing::unchanged() {
     if (dictVersion(v.dict.ptr()) != v.version) return false;
   }
   for (Owner& o : owners_) {
+    if (!o.object.is_none()) {  // the object's __dict__ itself, not one assigned over it since
+      PyObject* d = PyObject_GenericGetDict(o.object.ptr(), nullptr);
+      if (d == nullptr) {
+        PyErr_Clear();
+        return false;
+      }
+      Py_DECREF(d);  // (the object holds it)
+      if (d != o.dict.ptr()) return false;
+    }
     const uint64_t now = dictVersion(o.dict.ptr());
     if (now == o.version) continue;
     // Some attribute changed (DDP counts its iterations in one): the same only if those read are.
@@ -253,10 +277,11 @@ bool ReplicaListing::readWalked(std::vector<Read>* params, std::vector<Read>* bu
 void ReplicaListing::dropRepeats(std::vector<Read>* reads) {
   // A tensor registered twice (a tied weight) is listed once, under its first name. Rare: a sorted copy of
   // the pointers says whether any repeats (no set of nodes made every check).
-  repeats_.clear();
-  for (const Read& r : *reads) repeats_.push_back(r.second.ptr());
-  std::sort(repeats_.begin(), repeats_.end());
-  if (std::adjacent_find(repeats_.begin(), repeats_.end()) == repeats_.end()) return;
+  std::vector<PyObject*> sorted;
+  sorted.reserve(reads->size());
+  for (const Read& r : *reads) sorted.push_back(r.second.ptr());
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) return;
   std::unordered_set<PyObject*> seen;
   reads->erase(std::remove_if(reads->begin(), reads->end(),
                               [&](const Read& r) { return !seen.insert(r.second.ptr()).second; }),
@@ -311,8 +336,12 @@ Status ReplicaListing::add(Listed* into, size_t index, const std::string& label,
     into->held.emplace_back();
     into->labels.push_back(nullptr);
   }
-  if (into->labelsEpoch != labelsEpoch_) {  // labels were made again: no kept pointer may be compared
-    std::fill(into->labels.begin(), into->labels.end(), nullptr);
+  if (into->labelsEpoch != labelsEpoch_) {
+    // Labels were made again (a walk, or a parameter's new state keys, which frees that parameter's old
+    // strings): no address kept from an earlier listing may be compared. The entries before this one were
+    // set in this listing from labels that stay (a parameter's entries follow its labelsFor).
+    std::fill(into->labels.begin() + static_cast<std::ptrdiff_t>(std::min(index, into->labels.size())),
+              into->labels.end(), nullptr);
     into->labelsEpoch = labelsEpoch_;
   }
   ReplicaTensor& r = into->tensors[index];
@@ -341,10 +370,13 @@ Status ReplicaListing::add(Listed* into, size_t index, const std::string& label,
   if (t.has_storage()) touch(t.storage().unsafeGetStorageImpl(), sizeof(c10::StorageImpl));
   TensorRange b;
   RINGGUARD_RETURN_IF_ERROR(tensorRange(t, label, &b));
+  if (r.bytes != b.bytes || r.dtype != b.dtype) layoutChanged_ = true;
   r.data = b.data;
   r.bytes = b.bytes;
   r.dtype = b.dtype;
   r.kind = b.kind;
+  // A small host tensor's bytes too (Adam's `step`): the check reads them next, for its host CRC.
+  if (b.kind == MemoryKind::kHost && b.bytes <= 256) touch(b.data, b.bytes);
   // Held already when it is the same tensor: no reference count moved.
   if (into->held[index].unsafeGetTensorImpl() != t.unsafeGetTensorImpl()) into->held[index] = t;
   return Status::ok();
@@ -365,14 +397,15 @@ Status ReplicaListing::list(Listed* into) {
     // The state's items in its order, each parameter's found by identity as the groups name it: a lookup
     // would hash the parameter, and a tensor's __hash__ is Python code (a call per parameter per check).
     // Owned while used (a key's __eq__ or __str__ in labelsFor is Python code too).
-    stateEntries_.clear();
+    std::vector<std::pair<PyObject*, PyObject*>> stateEntries;
+    stateEntries.reserve(static_cast<size_t>(PyDict_Size(state.ptr())));
     touchDict(state.ptr());
     recordDict(state.ptr());
     PyObject *k = nullptr, *v = nullptr;
-    for (Py_ssize_t pos = 0; PyDict_Next(state.ptr(), &pos, &k, &v);) stateEntries_.emplace_back(k, v);
+    for (Py_ssize_t pos = 0; PyDict_Next(state.ptr(), &pos, &k, &v);) stateEntries.emplace_back(k, v);
     std::vector<py::object> owned;
-    owned.reserve(stateEntries_.size());
-    for (const auto& e : stateEntries_) owned.push_back(py::reinterpret_borrow<py::object>(e.second));
+    owned.reserve(stateEntries.size());
+    for (const auto& e : stateEntries) owned.push_back(py::reinterpret_borrow<py::object>(e.second));
     std::unordered_map<PyObject*, PyObject*> byParameter;  // made only if the order differs
     size_t next = 0;
     const py::object groups =
@@ -384,7 +417,8 @@ Status ReplicaListing::list(Listed* into) {
       const py::object groupParams = group[paramsName_];
       if (PyDict_Check(group.ptr())) {
         touchDict(group.ptr());
-        recordDict(group.ptr());
+        // Only its `params` (a scheduler sets its `lr` every step).
+        recordKeys(py::none(), py::reinterpret_borrow<py::object>(group), {{paramsName_, groupParams.ptr()}});
       } else if (recording_) {
         revalidate_ = false;
       }
@@ -396,10 +430,10 @@ Status ReplicaListing::list(Listed* into) {
       }
       for (const py::handle p : groupParams) {
         PyObject* found = nullptr;
-        if (next < stateEntries_.size() && stateEntries_[next].first == p.ptr()) {
-          found = stateEntries_[next++].second;
+        if (next < stateEntries.size() && stateEntries[next].first == p.ptr()) {
+          found = stateEntries[next++].second;
         } else {
-          if (byParameter.empty()) byParameter.insert(stateEntries_.begin(), stateEntries_.end());
+          if (byParameter.empty()) byParameter.insert(stateEntries.begin(), stateEntries.end());
           const auto it = byParameter.find(p.ptr());
           if (it != byParameter.end()) found = it->second;
         }
@@ -448,21 +482,33 @@ Status ReplicaListing::read(const std::vector<ReplicaTensor>** out) {
       unchanged()) {
     ++revalidated_;
     touch(checked_.tensors.data(), checked_.tensors.size() * sizeof(ReplicaTensor));
-    return reread(&checked_);
+    layoutChanged_ = false;
+    const Status st = reread(&checked_);
+    if (layoutChanged_ || !st.isOk()) ++layoutVersion_;
+    return st;
   }
   ++listedInFull_;
-  recording_ = kDictVersions;
-  revalidate_ = kDictVersions;  // unless a record below says it cannot
-  objects_.clear();
+  ++layoutVersion_;
+  // Recorded only by the outermost listing: a named() that runs while Python code inside this one let
+  // another thread in lists without recording.
+  const bool outermost = !recording_;
+  recording_ = kDictVersions && outermost;
+  revalidate_ = recording_;  // unless a record below says it cannot
+  if (recording_) objects_.clear();
   Status st = Status::ok();
   try {
     st = list(&checked_);
   } catch (...) {
-    recording_ = revalidate_ = false;
+    if (outermost) recording_ = revalidate_ = false;
     throw;
   }
+  if (!outermost) return st;
   recording_ = false;
-  if (!st.isOk()) revalidate_ = false;
+  // New labels made part way (a parameter's new state keys) dropped the addresses kept before them: such an
+  // entry's name is right, but a revalidation could not give its label.
+  if (!st.isOk() ||
+      std::find(checked_.labels.begin(), checked_.labels.end(), nullptr) != checked_.labels.end())
+    revalidate_ = false;
   return st;
 }
 

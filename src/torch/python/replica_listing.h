@@ -47,6 +47,9 @@ class ReplicaListing {
   // in full). Tests.
   pybind11::list checked() const;
   std::pair<uint64_t, uint64_t> reads() const { return {revalidated_, listedInFull_}; }
+  // Changed by every read() whose list may differ from the last one's in a name, a dtype, a size or the
+  // count (a full listing, or a tensor revalidated with another size): ReplicaChecker::layoutKnown's.
+  uint64_t layoutVersion() const { return layoutVersion_; }
 
  private:
   struct Slot {  // one registration: <module>.<container>[key]
@@ -102,17 +105,17 @@ class ReplicaListing {
   std::unordered_map<PyObject*, StateLabels> state_;
   uint64_t labelsEpoch_ = 1;  // bumped whenever a Slot or a StateLabels is made again (their strings move)
   pybind11::str paramGroupsName_ = pybind11::str("param_groups"), paramsName_ = pybind11::str("params");
-  std::vector<std::pair<PyObject*, PyObject*>> stateEntries_;  // list()'s scratch: the state dict's items
-  std::vector<PyObject*> repeats_;                             // readWalked's scratch
   // read()'s revalidation (docs/REPLICAS.md, "The listing"): what the last full listing read from, kept with
   // its dicts' versions, so a check whose model and optimizer changed no registration reads each kept
-  // tensor again and no dict. Off where the interpreter's dicts carry no version (Python 3.14 on) and for a
-  // listing with a DTensor (its local shard is an attribute, read every time).
+  // tensor again and no dict. Off from Python 3.13 on (an attribute set there leaves the __dict__'s version
+  // as it was; 3.14 drops the field), for a listing with a DTensor (its local shard is an attribute, read
+  // every time) and where an attribute read is not its owner's own dict entry (a property's).
   struct Versioned {  // a dict the listing read from, and its version then
     pybind11::object dict;
     uint64_t version;
   };
-  struct Owner {  // a module's or the optimizer's __dict__ and the attributes the listing took from it
+  struct Owner {  // a module's or the optimizer's __dict__ (or a param group) and the entries read from it
+    pybind11::object object;  // whose __dict__ it is (None: a dict of its own, as a param group)
     pybind11::object dict;
     uint64_t version;
     std::vector<std::pair<pybind11::object, PyObject*>> attributes;  // (name, the object it named)
@@ -123,6 +126,8 @@ class ReplicaListing {
   };
   void recordOwner(const pybind11::handle& owner,
                    std::initializer_list<std::pair<pybind11::str, PyObject*>> attrs);
+  void recordKeys(const pybind11::handle& owner, pybind11::object dict,
+                  std::initializer_list<std::pair<pybind11::str, PyObject*>> keys);
   void recordDict(PyObject* d);
   void recordList(PyObject* list);
   bool unchanged();
@@ -134,6 +139,8 @@ class ReplicaListing {
   std::vector<PyObject*>
       objects_;  // each listed tensor's object, in order (alive while its dict is unchanged)
   uint64_t revalidated_ = 0, listedInFull_ = 0;
+  uint64_t layoutVersion_ = 0;
+  bool layoutChanged_ = false;  // add() saw another dtype or size
 
   // The cache lines a listing read (the module and optimizer objects, their dicts' tables, each tensor's
   // object, TensorImpl and StorageImpl), prefetched all at once when the next listing starts: right after an
