@@ -515,11 +515,22 @@ Status ReplicaChecker::checkGated(uint64_t step, const std::vector<ReplicaTensor
   }
   // Host tensors (Adam's `step`) as they are now: the training thread changes them before the verdict thread
   // locates or checks again (device tensors wait behind the gate).
-  for (ReplicaTensor& t : c.tensors) {
-    if (t.kind != MemoryKind::kHost || gate_->holdsHostTensors()) continue;
-    const auto* bytes = static_cast<const unsigned char*>(t.data);
-    c.hostCopies.emplace_back(bytes, bytes + t.bytes);
-    t.data = c.hostCopies.back().data();
+  // One allocation for all of them, each copy at a 16-byte boundary.
+  if (!gate_->holdsHostTensors()) {
+    const auto at16 = [](size_t n) { return (n + 15) / 16 * 16; };
+    size_t total = 0;
+    for (const ReplicaTensor& t : c.tensors) {
+      if (t.kind == MemoryKind::kHost) total = at16(total) + t.bytes;
+    }
+    c.hostCopies.resize(total);
+    size_t at = 0;
+    for (ReplicaTensor& t : c.tensors) {
+      if (t.kind != MemoryKind::kHost) continue;
+      at = at16(at);
+      if (t.bytes != 0) std::memcpy(c.hostCopies.data() + at, t.data, t.bytes);
+      t.data = c.hostCopies.data() + at;
+      at += t.bytes;
+    }
   }
   RINGGUARD_RETURN_IF_ERROR(
       gate_->hold(gathered, words.size(), exchange_->size(), c.epoch, stream, &c.pending));
