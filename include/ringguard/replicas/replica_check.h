@@ -206,7 +206,7 @@ class ReplicaChecker {
     std::unique_ptr<ReplicaPending> pending;
     std::vector<ReplicaTensor> tensors;  // host tensors point into `hostCopies`; no names (`names`)
     std::shared_ptr<const std::vector<std::string>> names;  // tensors' names, given them on a mismatch
-    std::vector<unsigned char> hostCopies;  // the host tensors' bytes, end to end
+    std::vector<unsigned char> hostCopies;                  // the host tensors' bytes, end to end
   };
   // The training thread's layout (layoutKnown) and what the gated check keeps of it.
   uint64_t layoutVersion_ = 0, hashedLayout_ = 0, namedLayout_ = 0;
