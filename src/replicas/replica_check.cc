@@ -498,7 +498,8 @@ Status ReplicaChecker::checkGated(uint64_t step, const std::vector<ReplicaTensor
   c.wordsPerRank = words.size();
   // The tensors without their names, which only a mismatch needs: those are shared while the layout stays
   // (hundreds of strings not copied every check).
-  if (layoutVersion_ == 0 || layoutVersion_ != namedLayout_ || names_ == nullptr) {
+  if (layoutVersion_ == 0 || layoutVersion_ != namedLayout_ || names_ == nullptr ||
+      names_->size() != tensors.size()) {
     auto names = std::make_shared<std::vector<std::string>>();
     names->reserve(tensors.size());
     for (const ReplicaTensor& t : tensors) names->push_back(t.name);

@@ -863,6 +863,30 @@ def test_listing_revalidates_and_follows_every_change_between_reads():
     assert not any(n.startswith("optim:") for n, _, _ in wrapped.checked())
 
 
+def test_listing_refuses_to_list_inside_its_own_listing():
+    """Python code a listing runs (here its `marked` callback, called by a walk) that asks the same listing
+    for a list gets a clear error instead of a walk, labels or records changed under the listing that runs;
+    the listing works again afterwards. In this process, no group."""
+    from ringguard import _ext
+
+    m = nn.Sequential(nn.Linear(2, 2))
+    inner = {}
+
+    def marked(model):
+        if "listing" in inner:
+            inner["listing"].named()
+        return set()
+
+    listing = _ext.load().ReplicaListing(m, None, False, True, {}, marked, type(None))
+    inner["listing"] = listing
+    m.append(nn.Linear(2, 2))  # the next read walks again, and so calls `marked`
+    with pytest.raises(ValueError, match="asked for while it was listing"):
+        listing.read()
+    inner.clear()
+    assert listing.read() == 4
+    assert listing.checked() == [(n, t.data_ptr(), t.numel() * t.element_size()) for n, t in listing.named()]
+
+
 def test_listing_leaves_out_per_replica_statistics_only_in_auto():
     """include_buffers "auto" leaves out the running statistics of batch norms (each replica updates its
     own) and keeps the other buffers; True keeps them all; False none. In this process, no group."""

@@ -161,10 +161,10 @@ class ReplicaChecker {
   // Called by the destructor; a caller whose exchange needs its thread (Python's GIL) calls it first.
   void stopVerdicts();
 
-  // The layout (names, dtypes, sizes, count) of the tensors the next afterStep, checkNow or flush gets, as
-  // a version its caller changes whenever any of them changes (the torch listing's); 0: not known. While
-  // it stays, the gated check reuses its layout hash and shares its names instead of copying them. The
-  // training thread's, as those calls are.
+  // The layout (names, dtypes, sizes, count) of the tensors the next check gets (afterStep on a check step,
+  // checkNow, flush), as a version its caller changes whenever any of them changes and never gives two
+  // lists (the torch listing's, process-wide); 0: not known. While it stays, the gated check reuses its
+  // layout hash and shares its names instead of copying them. The training thread's, as those calls are.
   void layoutKnown(uint64_t version) { layoutVersion_ = version; }
 
   Status setFault(const ReplicaFault& fault);  // replaces any earlier one

@@ -135,8 +135,8 @@ class PyReplicaExchange final : public ReplicaExchange {
 #endif
   }
 
-  // The gate's: the gathered device tensor is kept for a few checks (the gate and the copy that read it are
-  // queued on the stream; torch's allocator would reuse it only for later work on that stream anyway).
+  // The gate's: the gathered device tensor is kept for a few checks (another backend's, a new tensor each
+  // time; the ringguard group's is one buffer, rewritten in stream order: deviceGather).
   Status gatherOnDevice(const std::vector<uint32_t>& mine, const std::vector<ReplicaTensor>& tensors,
                         const std::vector<size_t>& deviceIndices, void* stream,
                         const uint32_t** words) override {

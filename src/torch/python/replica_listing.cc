@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <algorithm>
+#include <atomic>
 #include <unordered_set>
 
 #include "torch/guard/tensor_buffer.h"
@@ -50,6 +51,26 @@ uint64_t dictVersion(PyObject*) { return 0; }
 
 }  // namespace
 
+uint64_t ReplicaListing::nextLayoutVersion() {
+  // Process-wide, so no two listings' versions are equal (a checker keys its layout hash on them).
+  static std::atomic<uint64_t> versions{0};
+  return ++versions;
+}
+
+ReplicaListing::Nested::Nested(ReplicaListing* l) : owner_(l), refused_(l->busy_) {
+  if (!refused_) l->busy_ = true;
+}
+
+ReplicaListing::Nested::~Nested() {
+  if (!refused_) owner_->busy_ = false;
+}
+
+Status ReplicaListing::Nested::error() const {
+  return Status(StatusCode::kInvalidArgument,
+                "replica check: the listing was asked for while it was listing (from Python code it ran: a "
+                "module's __getattr__, a state key's __eq__ or __str__); it lists one at a time");
+}
+
 void ReplicaListing::recordOwner(const py::handle& owner,
                                  std::initializer_list<std::pair<py::str, PyObject*>> attrs) {
   if (!recording_) return;
@@ -58,7 +79,7 @@ void ReplicaListing::recordOwner(const py::handle& owner,
   if (d == nullptr || !PyDict_Check(d)) {
     PyErr_Clear();
     Py_XDECREF(d);
-    revalidate_ = false;
+    recordOk_ = false;
     return;
   }
   recordKeys(owner, py::reinterpret_steal<py::object>(d), attrs);
@@ -74,7 +95,7 @@ void ReplicaListing::recordKeys(const py::handle& owner, py::object dict,
     // wrapper forwarding `state` to another, say), or nothing here would see it change.
     PyObject* entry = PyDict_GetItemWithError(o.dict.ptr(), name.ptr());
     if (entry == nullptr && PyErr_Occurred()) PyErr_Clear();
-    if (entry != obj) revalidate_ = false;
+    if (entry != obj) recordOk_ = false;
     o.attributes.emplace_back(name, obj);
   }
   owners_.push_back(std::move(o));
@@ -87,7 +108,7 @@ void ReplicaListing::recordDict(PyObject* d) {
 void ReplicaListing::recordList(PyObject* list) {
   if (!recording_) return;
   if (!PyList_CheckExact(list)) {
-    revalidate_ = false;
+    recordOk_ = false;
     return;
   }
   const auto* l = reinterpret_cast<PyListObject*>(list);
@@ -354,7 +375,7 @@ Status ReplicaListing::add(Listed* into, size_t index, const std::string& label,
   // A DTensor (a subclass, so no __instancecheck__ is asked): its local shard.
   const bool dtensor = PyType_IsSubtype(Py_TYPE(obj), reinterpret_cast<PyTypeObject*>(dtensor_.ptr()));
   if (recording_) {
-    if (dtensor || objects_.size() != index) revalidate_ = false;
+    if (dtensor || objects_.size() != index) recordOk_ = false;
     objects_.push_back(tensor);
   }
   if (dtensor) {
@@ -420,7 +441,7 @@ Status ReplicaListing::list(Listed* into) {
         // Only its `params` (a scheduler sets its `lr` every step).
         recordKeys(py::none(), py::reinterpret_borrow<py::object>(group), {{paramsName_, groupParams.ptr()}});
       } else if (recording_) {
-        revalidate_ = false;
+        recordOk_ = false;
       }
       recordList(groupParams.ptr());
       if (PyList_Check(groupParams.ptr())) {
@@ -472,6 +493,8 @@ Status ReplicaListing::list(Listed* into) {
 }
 
 Status ReplicaListing::read(const std::vector<ReplicaTensor>** out) {
+  const Nested nested(this);
+  if (nested.refused()) return nested.error();
   for (const void* line : touched_) __builtin_prefetch(line);
   touched_.clear();
   *out = &checked_.tensors;
@@ -484,35 +507,31 @@ Status ReplicaListing::read(const std::vector<ReplicaTensor>** out) {
     touch(checked_.tensors.data(), checked_.tensors.size() * sizeof(ReplicaTensor));
     layoutChanged_ = false;
     const Status st = reread(&checked_);
-    if (layoutChanged_ || !st.isOk()) ++layoutVersion_;
+    if (layoutChanged_ || !st.isOk()) layoutVersion_ = nextLayoutVersion();
     return st;
   }
   ++listedInFull_;
-  ++layoutVersion_;
-  // Recorded only by the outermost listing: a named() that runs while Python code inside this one let
-  // another thread in lists without recording.
-  const bool outermost = !recording_;
-  recording_ = kDictVersions && outermost;
-  revalidate_ = recording_;  // unless a record below says it cannot
-  if (recording_) objects_.clear();
+  layoutVersion_ = nextLayoutVersion();
+  revalidate_ = false;  // until this listing has recorded all it read from
+  recording_ = recordOk_ = kDictVersions;
+  objects_.clear();
   Status st = Status::ok();
   try {
     st = list(&checked_);
   } catch (...) {
-    if (outermost) recording_ = revalidate_ = false;
+    recording_ = false;
     throw;
   }
-  if (!outermost) return st;
   recording_ = false;
-  // New labels made part way (a parameter's new state keys) dropped the addresses kept before them: such an
-  // entry's name is right, but a revalidation could not give its label.
-  if (!st.isOk() ||
-      std::find(checked_.labels.begin(), checked_.labels.end(), nullptr) != checked_.labels.end())
-    revalidate_ = false;
+  // (Defensive: every entry's label is set by this listing, so none is null after it succeeded.)
+  revalidate_ = st.isOk() && recordOk_ &&
+                std::find(checked_.labels.begin(), checked_.labels.end(), nullptr) == checked_.labels.end();
   return st;
 }
 
 Status ReplicaListing::named(std::vector<std::pair<std::string, at::Tensor>>* out) {
+  const Nested nested(this);
+  if (nested.refused()) return nested.error();
   Listed listed;
   RINGGUARD_RETURN_IF_ERROR(list(&listed));
   out->clear();
@@ -538,6 +557,8 @@ py::list ReplicaListing::checked() const {
 }
 
 py::tuple ReplicaListing::registrations() {
+  const Nested nested(this);
+  if (nested.refused()) throw std::runtime_error(nested.error().message());
   std::vector<Read> params, buffers;
   if (!readRegistrations(&params, &buffers)) {
     throw std::runtime_error("replica check: the model's registrations changed while listed");

@@ -141,6 +141,22 @@ class ReplicaListing {
   uint64_t revalidated_ = 0, listedInFull_ = 0;
   uint64_t layoutVersion_ = 0;
   bool layoutChanged_ = false;  // add() saw another dtype or size
+  static uint64_t nextLayoutVersion();
+  // One listing at a time: read(), named() and registrations() refuse to start inside another (Python
+  // code the listing runs could ask for one), whose walk, labels and records they would change under it.
+  bool busy_ = false;
+  class Nested {
+   public:
+    explicit Nested(ReplicaListing* l);
+    ~Nested();
+    bool refused() const { return refused_; }
+    Status error() const;
+
+   private:
+    ReplicaListing* owner_;
+    bool refused_;
+  };
+  bool recordOk_ = false;  // what this full listing read from was all recorded (revalidate_ after it)
 
   // The cache lines a listing read (the module and optimizer objects, their dicts' tables, each tensor's
   // object, TensorImpl and StorageImpl), prefetched all at once when the next listing starts: right after an
