@@ -246,9 +246,9 @@ Crc32ManyPlan::~Crc32ManyPlan() {
   if (done_ != nullptr) (void)cudaEventDestroy(done_);
 }
 
-bool Crc32ManyPlan::sameTable(const Crc32Span* spans, const uint32_t* positions, size_t n,
-                              size_t numWords) const {
-  if (memory_ == nullptr || n != spans_.size() || numWords != numWords_) return false;
+bool Crc32ManyPlan::sameTable(const Crc32Span* spans, const uint32_t* positions, size_t n, size_t numWords,
+                              const uint32_t* into) const {
+  if (memory_ == nullptr || n != spans_.size() || numWords != numWords_ || into != into_) return false;
   if ((positions == nullptr) != positions_.empty() && n > 0) return false;
   for (size_t i = 0; i < n; ++i) {
     if (spans[i].data != spans_[i].data || spans[i].bytes != spans_[i].bytes) return false;
@@ -261,24 +261,27 @@ Status Crc32ManyPlan::run(const Crc32Span* spans, size_t n, cudaStream_t stream,
                           const uint32_t** crcsDevice) {
   *crcsDevice = nullptr;
   if (n == 0) return Status::ok();
-  return enqueue(spans, nullptr, n, nullptr, n, stream, crcsDevice);
+  return enqueue(spans, nullptr, n, nullptr, n, stream, crcsDevice, nullptr);
 }
 
 Status Crc32ManyPlan::runMessage(const Crc32Span* spans, const uint32_t* positions, size_t n,
                                  const uint32_t* hostWords, size_t numWords, cudaStream_t stream,
-                                 const uint32_t** messageDevice) {
+                                 const uint32_t** messageDevice, uint32_t* into) {
   *messageDevice = nullptr;
   if (numWords == 0 || hostWords == nullptr || (n > 0 && positions == nullptr)) {
     return Status(StatusCode::kInvalidArgument,
                   "crc32ManyPlan: a message of " + std::to_string(numWords) + " words needs its host words" +
                       (n > 0 ? " and the positions of its " + std::to_string(n) + " CRCs" : std::string()));
   }
-  return enqueue(spans, positions, n, hostWords, numWords, stream, messageDevice);
+  if (reinterpret_cast<uintptr_t>(into) % alignof(uint32_t) != 0) {
+    return Status(StatusCode::kInvalidArgument, "crc32ManyPlan: the message buffer is not 4-byte aligned");
+  }
+  return enqueue(spans, positions, n, hostWords, numWords, stream, messageDevice, into);
 }
 
 Status Crc32ManyPlan::enqueue(const Crc32Span* spans, const uint32_t* positions, size_t n,
                               const uint32_t* hostWords, size_t numWords, cudaStream_t stream,
-                              const uint32_t** out) {
+                              const uint32_t** out, uint32_t* into) {
   RINGGUARD_RETURN_IF_ERROR(checkSpans("crc32ManyPlan", spans, n));
   int device = 0;
   RINGGUARD_CUDA_CHECK(cudaGetDevice(&device));
@@ -294,7 +297,7 @@ Status Crc32ManyPlan::enqueue(const Crc32Span* spans, const uint32_t* positions,
                   "crc32ManyPlan: the stream is being captured into a CUDA graph (the replica check runs "
                   "between steps, outside graphs)");
   }
-  const bool same = sameTable(spans, positions, n, numWords);
+  const bool same = sameTable(spans, positions, n, numWords, into);
   if (!same && positions != nullptr) {
     // Checked before anything is enqueued: a bad position would be a write outside the message.
     std::vector<bool> taken(numWords, false);
@@ -334,8 +337,12 @@ Status Crc32ManyPlan::enqueue(const Crc32Span* spans, const uint32_t* positions,
     }
     const size_t tableBytes = alignUp(crc32ManyDeviceScratchBytes(spans, n));
     void* mem = nullptr;
-    RINGGUARD_CUDA_CHECK(cudaMallocAsync(&mem, tableBytes + numWords * sizeof(uint32_t), stream));
-    auto* words = reinterpret_cast<uint32_t*>(static_cast<unsigned char*>(mem) + tableBytes);
+    // The message in the plan's block unless the caller gave its own buffer (a block even then: a null
+    // memory_ reads as no table).
+    const size_t blockBytes = tableBytes + (into != nullptr ? 0 : numWords * sizeof(uint32_t));
+    RINGGUARD_CUDA_CHECK(cudaMallocAsync(&mem, std::max(blockBytes, kAlign), stream));
+    uint32_t* words =
+        into != nullptr ? into : reinterpret_cast<uint32_t*>(static_cast<unsigned char*>(mem) + tableBytes);
     const Tables t = buildTables(spans, n, resident, mem, words, positions);
     const Status up = n == 0 ? Status::ok() : uploadTables(t, stream);
     if (!up.isOk()) {
@@ -350,6 +357,7 @@ Status Crc32ManyPlan::enqueue(const Crc32Span* spans, const uint32_t* positions,
       positions_.clear();
     }
     numWords_ = numWords;
+    into_ = into;
     resident_ = resident;
     ++builds_;
     items_ = t.itemsDevice;

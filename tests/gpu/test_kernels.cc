@@ -406,6 +406,79 @@ TEST_F(Crc32DeviceTest, ManySpansPlanWritesAMessage) {
   }
 }
 
+// runMessage into the caller's buffer (the replica check's own block of its all-gather's output): the
+// message there and nothing around it touched, short (inline) and long (copied) host words; the table kept
+// while the buffer stays, built again for another buffer or for the plan's own.
+TEST_F(Crc32DeviceTest, ManySpansPlanWritesAMessageIntoTheCallersBuffer) {
+  const std::vector<size_t> sizes = {3, 1 << 16, 0, 777};
+  const size_t total = size_t(1) << 17;
+  const std::vector<uint8_t> host = randomBytes(total, 0x5EED);
+  auto* dev = static_cast<uint8_t*>(deviceAlloc(total));
+  ASSERT_CUDA(cudaMemcpyAsync(dev, host.data(), total, cudaMemcpyHostToDevice, stream_));
+  std::vector<Crc32Span> spans;
+  std::vector<size_t> offsets;
+  for (size_t i = 0, at = 2; i < sizes.size(); ++i) {
+    offsets.push_back(at);
+    spans.push_back({dev + at, sizes[i]});
+    at += sizes[i] + 1;
+  }
+  const std::vector<uint32_t> positions = {6, 1, 3, 0};
+  for (const size_t count : {size_t(8), size_t(1200)}) {
+    // Three blocks of `count` words, filled with a sentinel; the message goes into the middle one.
+    auto* blocks = static_cast<uint32_t*>(deviceAlloc(3 * count * 4));
+    auto* others = static_cast<uint32_t*>(deviceAlloc(count * 4));
+    const std::vector<uint32_t> sentinel(3 * count, 0x5A5A5A5Au);
+    ASSERT_CUDA(cudaMemcpyAsync(blocks, sentinel.data(), 3 * count * 4, cudaMemcpyHostToDevice, stream_));
+    std::vector<uint32_t> words(count);
+    Crc32ManyPlan plan;
+    const auto runInto = [&](uint32_t* into, uint32_t salt, const char* what) {
+      for (size_t i = 0; i < count; ++i) words[i] = salt ^ static_cast<uint32_t>(i * 40503u);
+      const uint32_t* msg = nullptr;
+      ASSERT_STATUS_OK(plan.runMessage(spans.data(), positions.data(), spans.size(), words.data(), count,
+                                       stream_, &msg, into));
+      if (into != nullptr) {
+        EXPECT_EQ(msg, into) << what;
+      }
+      std::vector<uint32_t> got(count);
+      ASSERT_CUDA(cudaMemcpyAsync(got.data(), msg, count * 4, cudaMemcpyDeviceToHost, stream_));
+      ASSERT_CUDA(cudaStreamSynchronize(stream_));
+      std::vector<uint32_t> want = words;
+      for (size_t i = 0; i < spans.size(); ++i)
+        want[positions[i]] = crc32(host.data() + offsets[i], sizes[i]);
+      EXPECT_EQ(want, got) << what << ", " << count << " words";
+    };
+    runInto(blocks + count, 0x11110000u, "into the middle block");
+    runInto(blocks + count, 0x22220000u, "the same buffer again");
+    EXPECT_EQ(plan.builds(), 1u) << "the same buffer rebuilt the table";
+    std::vector<uint32_t> all(3 * count);
+    ASSERT_CUDA(cudaMemcpyAsync(all.data(), blocks, all.size() * 4, cudaMemcpyDeviceToHost, stream_));
+    ASSERT_CUDA(cudaStreamSynchronize(stream_));
+    for (size_t i = 0; i < count; ++i) {
+      ASSERT_EQ(all[i], 0x5A5A5A5Au) << "word " << i << " before the message";
+      ASSERT_EQ(all[2 * count + i], 0x5A5A5A5Au) << "word " << i << " after the message";
+    }
+    runInto(others, 0x33330000u, "another buffer");
+    EXPECT_EQ(plan.builds(), 2u);
+    runInto(nullptr, 0x44440000u, "the plan's own buffer");
+    EXPECT_EQ(plan.builds(), 3u);
+    ASSERT_CUDA(cudaMemcpyAsync(all.data(), blocks + count, count * 4, cudaMemcpyDeviceToHost, stream_));
+    ASSERT_CUDA(cudaStreamSynchronize(stream_));
+    std::vector<uint32_t> second(words.size());
+    for (size_t i = 0; i < count; ++i) second[i] = 0x22220000u ^ static_cast<uint32_t>(i * 40503u);
+    for (size_t i = 0; i < spans.size(); ++i)
+      second[positions[i]] = crc32(host.data() + offsets[i], sizes[i]);
+    EXPECT_EQ(second, std::vector<uint32_t>(all.begin(), all.begin() + long(count)))
+        << "a run into another buffer wrote the first one";
+  }
+  const uint32_t* msg = nullptr;
+  Crc32ManyPlan odd;
+  std::vector<uint32_t> words(4, 1);
+  auto* base = static_cast<uint8_t*>(deviceAlloc(64));
+  EXPECT_EQ(StatusCode::kInvalidArgument, odd.runMessage(nullptr, nullptr, 0, words.data(), words.size(),
+                                                         stream_, &msg, reinterpret_cast<uint32_t*>(base + 2))
+                                              .code());
+}
+
 TEST_F(Crc32DeviceTest, SingleBitFlipsChangeTheCrc) {
   // A flip anywhere must show: catches a thread or block whose contribution is dropped.
   const size_t size = std::min<size_t>(testMaxBytes(), size_t(8) << 20);

@@ -59,16 +59,21 @@ class Crc32ManyPlan {
   // positions[i] by the merge kernel itself: no scatter, no index on the device. Positions are distinct and
   // below numWords (else kInvalidArgument) and part of what the table is kept for; n may be 0. The message
   // (*messageDevice) holds this until the next run writes it, in stream order as run's CRCs.
+  // `into`, when given, is where the message goes instead (numWords words of device memory on the plan's
+  // device, the caller's, kept while runs use it: part of what the table is kept for, so a run into another
+  // buffer builds it again): the replica check's own block of the buffer its all-gather fills in place.
   Status runMessage(const Crc32Span* spans, const uint32_t* positions, size_t n, const uint32_t* hostWords,
-                    size_t numWords, cudaStream_t stream, const uint32_t** messageDevice);
+                    size_t numWords, cudaStream_t stream, const uint32_t** messageDevice,
+                    uint32_t* into = nullptr);
   // How many times a run built and uploaded the table (tests: 1 while the spans stay the same).
   uint64_t builds() const { return builds_; }
 
  private:
-  bool sameTable(const Crc32Span* spans, const uint32_t* positions, size_t n, size_t numWords) const;
-  // run and runMessage: positions null for 0..n-1, hostWords null for no copy.
+  bool sameTable(const Crc32Span* spans, const uint32_t* positions, size_t n, size_t numWords,
+                 const uint32_t* into) const;
+  // run and runMessage: positions null for 0..n-1, hostWords null for no copy, into null for the plan's own.
   Status enqueue(const Crc32Span* spans, const uint32_t* positions, size_t n, const uint32_t* hostWords,
-                 size_t numWords, cudaStream_t stream, const uint32_t** out);
+                 size_t numWords, cudaStream_t stream, const uint32_t** out, uint32_t* into);
 
   std::vector<Crc32Span> spans_;     // what the table was built for
   std::vector<uint32_t> positions_;  // and where it writes each CRC (empty: 0..n-1)
@@ -77,7 +82,8 @@ class Crc32ManyPlan {
   const void* items_ = nullptr;
   const void* args_ = nullptr;
   uint32_t* partials_ = nullptr;
-  uint32_t* words_ = nullptr;  // the CRCs, or the message they are written into
+  uint32_t* words_ = nullptr;       // the CRCs, or the message they are written into (the plan's or `into`)
+  const uint32_t* into_ = nullptr;  // the caller's message buffer the table was built for (null: none)
   uint32_t numItems_ = 0;
   int resident_ = 0;  // blocks per launch the table was planned for
   int device_ = -1;   // current at the first run

@@ -136,7 +136,7 @@ class PyReplicaExchange final : public ReplicaExchange {
   }
 
   // The gate's: the gathered device tensor is kept for a few checks (another backend's, a new tensor each
-  // time; the ringguard group's is one buffer, rewritten in stream order: deviceGather).
+  // time; the ringguard group's is one buffer, rewritten in stream order: gatherMessage).
   Status gatherOnDevice(const std::vector<uint32_t>& mine, const std::vector<ReplicaTensor>& tensors,
                         const std::vector<size_t>& deviceIndices, void* stream,
                         const uint32_t** words) override {
@@ -179,9 +179,11 @@ class PyReplicaExchange final : public ReplicaExchange {
   // Crc32ManyPlan into its own message buffer: the host words (header, host tensors' CRCs) copied there,
   // then each device tensor's CRC written over word kHeaderWords + index by the CRC kernel itself (its work
   // table uploaded once while the tensors stay put). `msg` is a view of the plan's buffer, which the next
-  // check rewrites in stream order, after what read this one (the all-gather).
+  // check rewrites in stream order, after what read this one (the all-gather). With `into`, the message is
+  // written there instead (this rank's block of the gathered buffer) and `msg` is a view of it.
   Status deviceMessage(const std::vector<uint32_t>& mine, const std::vector<ReplicaTensor>& tensors,
-                       const std::vector<size_t>& deviceIndices, void* stream, at::Tensor* msg) {
+                       const std::vector<size_t>& deviceIndices, void* stream, uint32_t* into,
+                       at::Tensor* msg) {
     const size_t n = deviceIndices.size();
     if (deviceIndices != indexOf_) {
       positions_.resize(n);
@@ -194,7 +196,8 @@ class PyReplicaExchange final : public ReplicaExchange {
       spans[i] = Crc32Span{tensors[deviceIndices[i]].data, tensors[deviceIndices[i]].bytes};
     const uint32_t* words = nullptr;
     RINGGUARD_RETURN_IF_ERROR(crcPlan_.runMessage(spans.data(), positions_.data(), n, mine.data(),
-                                                  mine.size(), static_cast<cudaStream_t>(stream), &words));
+                                                  mine.size(), static_cast<cudaStream_t>(stream), &words,
+                                                  into));
     // The view made again only when the plan's buffer moved (from_blob asks the driver where the pointer
     // lives: ~2.5 us a check).
     if (words != viewOf_ || static_cast<int64_t>(mine.size()) != msgView_.numel() || !msgView_.defined()) {
@@ -206,43 +209,44 @@ class PyReplicaExchange final : public ReplicaExchange {
     return Status::ok();
   }
 
-  // This rank's message built and every rank's gathered (deviceMessage, deviceGather), on the current stream.
+  // This rank's message built and every rank's gathered, rank-major, on the current stream. Through the
+  // group's ringguard CUDA communicator (ProcessGroupRingguard::allgatherDeviceWords: no c10d Work, no
+  // completion thread; waited for as dist.all_gather_into_tensor waits), the message is written straight into
+  // this rank's block of the gathered buffer and gathered in place (at one rank: nothing to copy); through
+  // another backend (the Python collective), it gets a copy in a tensor of torch's allocator (the message is
+  // a view of the plan's memory, which a backend's recordStream would not know), left to it to keep while its
+  // collective reads it.
   Status gatherMessage(const std::vector<uint32_t>& mine, const std::vector<ReplicaTensor>& tensors,
                        const std::vector<size_t>& deviceIndices, void* stream, at::Tensor* msg,
                        at::Tensor* gathered) {
-    RINGGUARD_RETURN_IF_ERROR(deviceMessage(mine, tensors, deviceIndices, stream, msg));
-    return deviceGather(*msg, gathered);
-  }
-
-  // Every rank's message, rank-major, on the current stream: the group's ringguard CUDA communicator called
-  // directly (ProcessGroupRingguard::allgatherDeviceWords: no c10d Work, no completion thread; waited for as
-  // dist.all_gather_into_tensor waits), else the Python collective.
-  Status deviceGather(const at::Tensor& msg, at::Tensor* gathered) {
     if (deviceGroup_ == nullptr) {
-      // Another backend gets a tensor of torch's allocator (the message is a view of the plan's memory,
-      // which a backend's recordStream would not know), left to it to keep while its collective reads it.
-      *gathered = py::cast<at::Tensor>(deviceAllGather_(msg.clone()));
+      RINGGUARD_RETURN_IF_ERROR(deviceMessage(mine, tensors, deviceIndices, stream, nullptr, msg));
+      *gathered = py::cast<at::Tensor>(deviceAllGather_(msg->clone()));
       if (!gathered->is_cuda() || !gathered->is_contiguous() || gathered->scalar_type() != at::kInt ||
-          gathered->numel() != msg.numel() * size_) {
+          gathered->numel() != msg->numel() * size_) {
         return Status(StatusCode::kInternal, "replica check: the device all-gather returned " +
                                                  std::to_string(gathered->numel()) + " words");
       }
       return Status::ok();
     }
-    // One buffer while the stream and the size stay: the next check's gather writes it in that stream's
-    // order, after what read this one (the gate, the copy of a pending); torch's allocator would hand the
-    // same block back on that stream anyway, for ~6 us a check.
-    const cudaStream_t current = c10::cuda::getCurrentCUDAStream(msg.device().index()).stream();
-    if (!gatheredBuffer_.defined() || gatheredBuffer_.numel() != msg.numel() * size_ ||
-        gatheredBuffer_.device() != msg.device() || gatheredStream_ != current) {
-      gatheredBuffer_ = at::empty({msg.numel() * size_}, msg.options());
+    // One buffer while the stream and the size stay: the next check's message and gather write it in that
+    // stream's order, after what read this one (the gate, the copy of a pending); torch's allocator would
+    // hand the same block back on that stream anyway, for ~6 us a check.
+    const auto words = static_cast<int64_t>(mine.size());
+    const cudaStream_t current = static_cast<cudaStream_t>(stream);
+    if (!gatheredBuffer_.defined() || gatheredBuffer_.numel() != words * size_ ||
+        gatheredStream_ != current) {
+      gatheredBuffer_ =
+          at::empty({words * size_}, at::TensorOptions().device(at::kCUDA, cudaDevice_).dtype(at::kInt));
       gatheredStream_ = current;
     }
     *gathered = gatheredBuffer_;
+    auto* mineInGathered = static_cast<uint32_t*>(gatheredBuffer_.data_ptr()) + words * rank_;
+    RINGGUARD_RETURN_IF_ERROR(deviceMessage(mine, tensors, deviceIndices, stream, mineInGathered, msg));
     // Without the GIL, as torch's binding of a collective calls it: the group's lanes may need it.
     std::optional<py::gil_scoped_release> release;
     if (PyGILState_Check()) release.emplace();
-    const Status st = deviceGroup_->allgatherDeviceWords(msg, *gathered);
+    const Status st = deviceGroup_->allgatherDeviceWords(*msg, *gathered);
     if (st.isOk()) return st;
     // kInternal, as allGather's failures (the communicator's own code would read as a mismatch or bad input).
     return Status(StatusCode::kInternal, "replica check: the device all-gather failed: " + st.toString());
@@ -309,7 +313,7 @@ class PyReplicaExchange final : public ReplicaExchange {
   std::vector<size_t> indexOf_;      // the device indices positions_ was made for
   std::vector<uint32_t> positions_;  // their words in the message
   at::Tensor msgView_;               // a view of the plan's message (deviceMessage)
-  at::Tensor gatheredBuffer_;        // the ringguard group's all-gather output (deviceGather)
+  at::Tensor gatheredBuffer_;        // the ringguard group's all-gather output (gatherMessage)
   cudaStream_t gatheredStream_ = nullptr;
   const uint32_t* viewOf_ = nullptr;
 #endif
