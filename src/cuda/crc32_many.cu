@@ -53,16 +53,23 @@ struct InlineWords {
   uint32_t count;
   uint32_t words[kInlineWords];
 };
-static_assert(sizeof(InlineWords) + 3 * sizeof(void*) <= 4096, "the message kernel's parameters fit 4 KiB");
+static_assert(sizeof(InlineWords) + 4 * sizeof(void*) <= 4096, "the message kernel's parameters fit 4 KiB");
 
+// Items are taken in table order (largest first: buildTables) by whichever block is free, from a counter
+// in device memory: counters[0] the next item, counters[1] the blocks done. The last block out sets both
+// back to 0 for the next launch (every block has taken its last item by then), so a launch finds them at 0
+// with no host call; they are zeroed once when the table is uploaded.
 __device__ __forceinline__ void manySegments(const ManyItem* __restrict__ items, uint32_t numItems,
-                                             uint32_t* __restrict__ partials) {
+                                             uint32_t* __restrict__ partials, uint32_t* counters) {
   extern __shared__ __align__(16) uint32_t dynamicSmem[];
   __shared__ uint32_t warpXor[kThreads / 32];
+  __shared__ uint32_t nextItem;
   const uint32_t tableAddr = fillTables(dynamicSmem);
+  if (threadIdx.x == 0) nextItem = atomicAdd(&counters[0], 1u);
   __syncthreads();
   const LaneLookup lanes = makeLaneLookup(tableAddr);
-  for (uint32_t i = blockIdx.x; i < numItems; i += gridDim.x) {
+  // Every thread reads nextItem before crcBlockReduce's barrier; thread 0 rewrites it after.
+  for (uint32_t i = nextItem; i < numItems; i = nextItem) {
     const ManyItem it = items[i];
     LoadSource src{it.base};
     const uint64_t piece = it.segBegin + threadIdx.x;
@@ -71,24 +78,32 @@ __device__ __forceinline__ void manySegments(const ManyItem* __restrict__ items,
     loadBatch<kBatch>(src, piece, left, v);
     const uint32_t s = crcSegmentLoop<kBatch, false>(src, v, piece, left, lanes);
     crcBlockReduce(s, it.n, true, warpXor, partials + it.partial);
-    __syncthreads();  // warpXor is reused by the next item
+    if (threadIdx.x == 0) nextItem = atomicAdd(&counters[0], 1u);
+    __syncthreads();  // nextItem written; warpXor is reused by the next item
+  }
+  if (threadIdx.x == 0) {
+    __threadfence();  // this block's last take of counters[0] before its count of counters[1]
+    if (atomicAdd(&counters[1], 1u) == gridDim.x - 1) {
+      counters[0] = 0;
+      counters[1] = 0;
+    }
   }
 }
 
 __global__ void __launch_bounds__(kSegmentThreads, kSegmentMinBlocks)
     crc32ManySegmentsKernel(const ManyItem* __restrict__ items, uint32_t numItems,
-                            uint32_t* __restrict__ partials) {
-  manySegments(items, numItems, partials);
+                            uint32_t* __restrict__ partials, uint32_t* counters) {
+  manySegments(items, numItems, partials, counters);
 }
 
 // The same with a message's host words (InlineWords) written first by block 0.
 __global__ void __launch_bounds__(kSegmentThreads, kSegmentMinBlocks)
     crc32ManyMessageKernel(const ManyItem* __restrict__ items, uint32_t numItems,
-                           uint32_t* __restrict__ partials, const InlineWords words) {
+                           uint32_t* __restrict__ partials, uint32_t* counters, const InlineWords words) {
   if (blockIdx.x == 0) {
     for (uint32_t i = threadIdx.x; i < words.count; i += blockDim.x) words.out[i] = words.words[i];
   }
-  manySegments(items, numItems, partials);
+  manySegments(items, numItems, partials, counters);
 }
 
 __global__ void __launch_bounds__(kFinalizeThreads, 1) crc32ManyFinalizeKernel(const FinalizeArgs* args) {
@@ -132,7 +147,15 @@ struct Tables {
   ManyItem* itemsDevice = nullptr;
   FinalizeArgs* argsDevice = nullptr;
   uint32_t* partials = nullptr;
+  uint32_t* counters = nullptr;  // manySegments' two
 };
+
+// Segments of at least a 1 / (resident x kItemsPerBlock) share of all the pieces: each item costs a block
+// a first load's latency and a reduction (~2 us) on top of its bytes, which at the segment machinery's
+// 128 KiB per block (~6 us of an SM's share of HBM) cost the small GPT's 329 MB a quarter of the rate
+// (2.2 TB/s on an H100); a few items a block, taken largest first from a counter, keep the blocks busy
+// to the end.
+constexpr uint64_t kItemsPerBlock = 4;
 
 Tables buildTables(const Crc32Span* spans, size_t n, int resident, void* base, uint32_t* crcsOut,
                    const uint32_t* positions = nullptr) {
@@ -143,9 +166,14 @@ Tables buildTables(const Crc32Span* spans, size_t n, int resident, void* base, u
   t.argsDevice = reinterpret_cast<FinalizeArgs*>(bytes + alignUp(bound * sizeof(ManyItem)));
   t.partials = reinterpret_cast<uint32_t*>(bytes + alignUp(bound * sizeof(ManyItem)) +
                                            alignUp(n * sizeof(FinalizeArgs)));
+  t.counters = t.partials + alignUp(bound * sizeof(uint32_t)) / sizeof(uint32_t);
+  uint64_t totalPieces = 0;
+  for (size_t i = 0; i < n; ++i) totalPieces += spans[i].bytes / kPieceBytes;
+  const uint64_t share = static_cast<uint64_t>(std::max(resident, 1)) * kItemsPerBlock;
+  const uint64_t minPieces = std::max<uint64_t>(kMinPiecesPerBlock, (totalPieces + share - 1) / share);
   t.args.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    SegmentPlan plan = planSegments(spans[i].data, spans[i].bytes, resident);
+    SegmentPlan plan = planSegments(spans[i].data, spans[i].bytes, resident, minPieces);
     plan.finalize.partials = t.partials + t.items.size();
     plan.finalize.out = crcsOut + (positions == nullptr ? i : positions[i]);
     const auto* aligned =
@@ -163,6 +191,9 @@ Tables buildTables(const Crc32Span* spans, size_t n, int resident, void* base, u
     }
     t.args[i] = plan.finalize;
   }
+  // Largest first (each item keeps its partial's index), so the last items the blocks take are short.
+  std::stable_sort(t.items.begin(), t.items.end(),
+                   [](const ManyItem& a, const ManyItem& b) { return a.n > b.n; });
   return t;
 }
 
@@ -173,25 +204,29 @@ Status uploadTables(const Tables& t, cudaStream_t stream) {
     RINGGUARD_CUDA_CHECK(cudaMemcpyAsync(t.itemsDevice, t.items.data(), t.items.size() * sizeof(ManyItem),
                                          cudaMemcpyHostToDevice, stream));
   }
-  RINGGUARD_CUDA_CHECK(cudaMemcpyAsync(t.argsDevice, t.args.data(), t.args.size() * sizeof(FinalizeArgs),
-                                       cudaMemcpyHostToDevice, stream));
+  if (!t.args.empty()) {
+    RINGGUARD_CUDA_CHECK(cudaMemcpyAsync(t.argsDevice, t.args.data(), t.args.size() * sizeof(FinalizeArgs),
+                                         cudaMemcpyHostToDevice, stream));
+  }
+  RINGGUARD_CUDA_CHECK(cudaMemsetAsync(t.counters, 0, 2 * sizeof(uint32_t), stream));
   return Status::ok();
 }
 
 // words: null, or a message's host words to write before the merge (the segment launch made even with no
 // item to carry them).
 Status launchTables(const ManyItem* items, uint32_t numItems, const FinalizeArgs* args, size_t n,
-                    uint32_t* partials, int resident, cudaStream_t stream,
+                    uint32_t* partials, uint32_t* counters, int resident, cudaStream_t stream,
                     const InlineWords* words = nullptr) {
   if (words != nullptr) {
     const uint32_t grid =
         std::max<uint32_t>(1, std::min<uint32_t>(numItems, static_cast<uint32_t>(resident)));
     crc32ManyMessageKernel<<<grid, kSegmentThreads, kDynamicSmemBytes, stream>>>(items, numItems, partials,
-                                                                                 *words);
+                                                                                 counters, *words);
     RINGGUARD_CUDA_CHECK_LAUNCH();
   } else if (n > 0 && numItems > 0) {
     const uint32_t grid = std::min<uint32_t>(numItems, static_cast<uint32_t>(resident));
-    crc32ManySegmentsKernel<<<grid, kSegmentThreads, kDynamicSmemBytes, stream>>>(items, numItems, partials);
+    crc32ManySegmentsKernel<<<grid, kSegmentThreads, kDynamicSmemBytes, stream>>>(items, numItems, partials,
+                                                                                  counters);
     RINGGUARD_CUDA_CHECK_LAUNCH();
   }
   if (n == 0) return Status::ok();
@@ -216,7 +251,8 @@ Status checkSpans(const char* who, const Crc32Span* spans, size_t n) {
 
 size_t crc32ManyDeviceScratchBytes(const Crc32Span* spans, size_t n) {
   const size_t items = itemBound(spans, n);
-  return alignUp(items * sizeof(ManyItem)) + alignUp(n * sizeof(FinalizeArgs)) + items * sizeof(uint32_t);
+  return alignUp(items * sizeof(ManyItem)) + alignUp(n * sizeof(FinalizeArgs)) +
+         alignUp(items * sizeof(uint32_t)) + 2 * sizeof(uint32_t);
 }
 
 Status crc32ManyDevice(const Crc32Span* spans, size_t n, uint32_t* crcsOutDevice, void* scratch,
@@ -235,7 +271,7 @@ Status crc32ManyDevice(const Crc32Span* spans, size_t n, uint32_t* crcsOutDevice
   const Tables t = buildTables(spans, n, resident, scratch, crcsOutDevice);
   RINGGUARD_RETURN_IF_ERROR(uploadTables(t, stream));
   return launchTables(t.itemsDevice, static_cast<uint32_t>(t.items.size()), t.argsDevice, n, t.partials,
-                      resident, stream);
+                      t.counters, resident, stream);
 }
 
 Crc32ManyPlan::~Crc32ManyPlan() {
@@ -344,7 +380,7 @@ Status Crc32ManyPlan::enqueue(const Crc32Span* spans, const uint32_t* positions,
     uint32_t* words =
         into != nullptr ? into : reinterpret_cast<uint32_t*>(static_cast<unsigned char*>(mem) + tableBytes);
     const Tables t = buildTables(spans, n, resident, mem, words, positions);
-    const Status up = n == 0 ? Status::ok() : uploadTables(t, stream);
+    const Status up = uploadTables(t, stream);
     if (!up.isOk()) {
       (void)cudaFreeAsync(mem, stream);
       return up;
@@ -364,6 +400,7 @@ Status Crc32ManyPlan::enqueue(const Crc32Span* spans, const uint32_t* positions,
     numItems_ = static_cast<uint32_t>(t.items.size());
     args_ = t.argsDevice;
     partials_ = t.partials;
+    counters_ = t.counters;
     words_ = words;
   }
   // The host words before the merge, which writes the CRCs over theirs: with the segment launch when they
@@ -380,8 +417,8 @@ Status Crc32ManyPlan::enqueue(const Crc32Span* spans, const uint32_t* positions,
   }
   // No event after the launches: a run on another stream records one on this stream then (above).
   RINGGUARD_RETURN_IF_ERROR(launchTables(static_cast<const ManyItem*>(items_), numItems_,
-                                         static_cast<const FinalizeArgs*>(args_), n, partials_, resident,
-                                         stream, inlineWords ? &inlined : nullptr));
+                                         static_cast<const FinalizeArgs*>(args_), n, partials_, counters_,
+                                         resident, stream, inlineWords ? &inlined : nullptr));
   *out = words_;
   return Status::ok();
 }

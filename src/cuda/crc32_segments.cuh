@@ -405,13 +405,16 @@ struct SegmentPlan {
 
 // Blocks for numPieces pieces, before the device's residency cap: one per kMinPiecesPerBlock, at most
 // kMaxBlocks. Also what crc32DeviceScratchBytes reserves, so it depends on the input size only.
-inline uint32_t wantedBlocks(uint64_t numPieces) {
-  return static_cast<uint32_t>(
-      std::min<uint64_t>((numPieces + kMinPiecesPerBlock - 1) / kMinPiecesPerBlock, kMaxBlocks));
+// `minPieces` (at least kMinPiecesPerBlock) raises the pieces per block for a caller that has other work
+// for the device's blocks (crc32_many.cu: many buffers in one launch).
+inline uint32_t wantedBlocks(uint64_t numPieces, uint64_t minPieces = kMinPiecesPerBlock) {
+  return static_cast<uint32_t>(std::min<uint64_t>((numPieces + minPieces - 1) / minPieces, kMaxBlocks));
 }
 
-// The plan, and the merge's arguments but for `partials` and `out`.
-inline SegmentPlan planSegments(const void* data, size_t bytes, int resident) {
+// The plan, and the merge's arguments but for `partials` and `out`: at most `resident` segments of at least
+// `minPieces` pieces each (wantedBlocks), but one.
+inline SegmentPlan planSegments(const void* data, size_t bytes, int resident,
+                                uint64_t minPieces = kMinPiecesPerBlock) {
   SegmentPlan plan;
   const auto* bytesIn = static_cast<const unsigned char*>(data);
   const size_t misalign = reinterpret_cast<uintptr_t>(data) % kPieceBytes;
@@ -426,7 +429,8 @@ inline SegmentPlan planSegments(const void* data, size_t bytes, int resident) {
   f.tailLen = static_cast<uint32_t>(bytes - plan.headBytes - alignedBytes);
   if (plan.numPieces == 0) return plan;
 
-  const uint64_t target = std::min<uint64_t>(wantedBlocks(plan.numPieces), static_cast<uint64_t>(resident));
+  const uint64_t target =
+      std::min<uint64_t>(wantedBlocks(plan.numPieces, minPieces), static_cast<uint64_t>(resident));
   plan.segmentPieces = (plan.numPieces + target - 1) / target;
   plan.blocks = static_cast<uint32_t>((plan.numPieces + plan.segmentPieces - 1) / plan.segmentPieces);
   f.numPartials = plan.blocks;

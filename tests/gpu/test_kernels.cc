@@ -307,6 +307,53 @@ TEST_F(Crc32DeviceTest, ManySpansPlanFollowsContentsAndSpans) {
   cudaStreamDestroy(other);
 }
 
+// A model's worth of spans (~100 MB, more than the device's blocks x 4 x 128 KiB, so segments grow past the
+// 128 KiB minimum and blocks take items from the device counter): every CRC right at each of several runs
+// (the counter set back by the last block of each launch), a byte changed between runs seen at the next.
+TEST_F(Crc32DeviceTest, ManySpansPlanOverAModelsWorthOfBytes) {
+  const std::vector<size_t> sizes = {5, 3073, 12288, (size_t(1) << 20) + 7, size_t(3) << 20};
+  std::vector<size_t> offsets;
+  size_t total = 0;
+  for (size_t i = 0; i < 120; ++i) {
+    offsets.push_back(total + (i * 5) % 16);
+    total = offsets.back() + sizes[i % sizes.size()] + 16;
+  }
+  std::vector<uint8_t> host = randomBytes(total, 0xFACE);
+  auto* dev = static_cast<uint8_t*>(deviceAlloc(total));
+  ASSERT_CUDA(cudaMemcpyAsync(dev, host.data(), total, cudaMemcpyHostToDevice, stream_));
+  std::vector<Crc32Span> spans;
+  for (size_t i = 0; i < offsets.size(); ++i) spans.push_back({dev + offsets[i], sizes[i % sizes.size()]});
+  Crc32ManyPlan plan;
+  const size_t changed = offsets[9] + sizes[4] / 2;  // inside span 9, a 3 MiB one
+  for (int run = 0; run < 3; ++run) {
+    const uint32_t* crcs = nullptr;
+    ASSERT_STATUS_OK(plan.run(spans.data(), spans.size(), stream_, &crcs));
+    std::vector<uint32_t> got(spans.size());
+    ASSERT_CUDA(cudaMemcpyAsync(got.data(), crcs, got.size() * 4, cudaMemcpyDeviceToHost, stream_));
+    ASSERT_CUDA(cudaStreamSynchronize(stream_));
+    for (size_t i = 0; i < spans.size(); ++i) {
+      ASSERT_EQ(crc32(host.data() + offsets[i], spans[i].bytes), got[i])
+          << "run " << run << ", span " << i << " of " << spans[i].bytes << " bytes";
+    }
+    host[changed] ^= 0x10;
+    ASSERT_CUDA(cudaMemcpyAsync(dev + changed, host.data() + changed, 1, cudaMemcpyHostToDevice, stream_));
+  }
+  EXPECT_EQ(plan.builds(), 1u);
+  // The same spans through crc32ManyDevice, twice over one scratch (its counters zeroed with the table).
+  const size_t scratchBytes = crc32ManyDeviceScratchBytes(spans.data(), spans.size());
+  void* scratch = deviceAlloc(scratchBytes);
+  auto* outs = static_cast<uint32_t*>(deviceAlloc(spans.size() * sizeof(uint32_t)));
+  for (int run = 0; run < 2; ++run) {
+    ASSERT_STATUS_OK(crc32ManyDevice(spans.data(), spans.size(), outs, scratch, scratchBytes, stream_));
+    std::vector<uint32_t> got(spans.size());
+    ASSERT_CUDA(cudaMemcpyAsync(got.data(), outs, got.size() * 4, cudaMemcpyDeviceToHost, stream_));
+    ASSERT_CUDA(cudaStreamSynchronize(stream_));
+    for (size_t i = 0; i < spans.size(); ++i) {
+      ASSERT_EQ(crc32(host.data() + offsets[i], spans[i].bytes), got[i]) << "crc32ManyDevice, span " << i;
+    }
+  }
+}
+
 // Crc32ManyPlan::runMessage: the replica check's message, the host words copied in and each span's CRC
 // written over its word by the merge itself; new host words with the same table; bad positions refused
 // before anything runs; a message without spans.

@@ -82,6 +82,7 @@ class Crc32ManyPlan {
   const void* items_ = nullptr;
   const void* args_ = nullptr;
   uint32_t* partials_ = nullptr;
+  uint32_t* counters_ = nullptr;    // the segment kernel's item counter and blocks done
   uint32_t* words_ = nullptr;       // the CRCs, or the message they are written into (the plan's or `into`)
   const uint32_t* into_ = nullptr;  // the caller's message buffer the table was built for (null: none)
   uint32_t numItems_ = 0;
