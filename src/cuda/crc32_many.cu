@@ -46,14 +46,18 @@ struct LoadSource {
 // A message's host words passed by value with the launch (runMessage), written by block 0 before any merge
 // runs (the merge, launched after, writes the CRCs over their words): no host-to-device copy, whose pageable
 // staging cost ~18 us of host time a check on an H100's host. Kept under the classic 4 KiB of kernel
-// parameters; a longer message is copied instead.
+// parameters; a longer message is copied instead. Three sizes of the parameter block, the smallest that
+// holds the message taken: a launch's host time grows with its parameters (the 3.9 KiB block's launch took
+// ~11 us of host time on an H100's host where the merge's took ~5).
 constexpr uint32_t kInlineWords = 960;
+template <uint32_t kCapacity>
 struct InlineWords {
   uint32_t* out;  // null: none
   uint32_t count;
-  uint32_t words[kInlineWords];
+  uint32_t words[kCapacity];
 };
-static_assert(sizeof(InlineWords) + 4 * sizeof(void*) <= 4096, "the message kernel's parameters fit 4 KiB");
+static_assert(sizeof(InlineWords<kInlineWords>) + 4 * sizeof(void*) <= 4096,
+              "the message kernel's parameters fit 4 KiB");
 
 // Items are taken in table order (largest first: buildTables) by whichever block is free, from a counter
 // in device memory: counters[0] the next item, counters[1] the blocks done. The last block out sets both
@@ -97,9 +101,11 @@ __global__ void __launch_bounds__(kSegmentThreads, kSegmentMinBlocks)
 }
 
 // The same with a message's host words (InlineWords) written first by block 0.
+template <uint32_t kCapacity>
 __global__ void __launch_bounds__(kSegmentThreads, kSegmentMinBlocks)
     crc32ManyMessageKernel(const ManyItem* __restrict__ items, uint32_t numItems,
-                           uint32_t* __restrict__ partials, uint32_t* counters, const InlineWords words) {
+                           uint32_t* __restrict__ partials, uint32_t* counters,
+                           const InlineWords<kCapacity> words) {
   if (blockIdx.x == 0) {
     for (uint32_t i = threadIdx.x; i < words.count; i += blockDim.x) words.out[i] = words.words[i];
   }
@@ -111,6 +117,11 @@ __global__ void __launch_bounds__(kFinalizeThreads, 1) crc32ManyFinalizeKernel(c
   finalizeCrc<kFinalizeThreads>(args[blockIdx.x], tree);
 }
 
+constexpr uint32_t kSmallInline = 64, kMediumInline = 384;
+const void* const kMessageKernels[] = {reinterpret_cast<const void*>(crc32ManyMessageKernel<kSmallInline>),
+                                       reinterpret_cast<const void*>(crc32ManyMessageKernel<kMediumInline>),
+                                       reinterpret_cast<const void*>(crc32ManyMessageKernel<kInlineWords>)};
+
 cuda_detail::ResidentBlocks gManyResidency;
 
 Status manyResidentBlocks(int* blocks) {
@@ -121,9 +132,10 @@ Status manyResidentBlocks(int* blocks) {
         RINGGUARD_CUDA_CHECK(cudaFuncSetAttribute(crc32ManySegmentsKernel,
                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                   static_cast<int>(kDynamicSmemBytes)));
-        RINGGUARD_CUDA_CHECK(cudaFuncSetAttribute(crc32ManyMessageKernel,
-                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                  static_cast<int>(kDynamicSmemBytes)));
+        for (const void* message : kMessageKernels) {
+          RINGGUARD_CUDA_CHECK(cudaFuncSetAttribute(message, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    static_cast<int>(kDynamicSmemBytes)));
+        }
         return Status::ok();
       },
       blocks);
@@ -212,16 +224,34 @@ Status uploadTables(const Tables& t, cudaStream_t stream) {
   return Status::ok();
 }
 
-// words: null, or a message's host words to write before the merge (the segment launch made even with no
-// item to carry them).
+// The message kernel with the `count` host words at `words` (at most kCapacity) written to `out`.
+template <uint32_t kCapacity>
+void launchMessage(uint32_t grid, const ManyItem* items, uint32_t numItems, uint32_t* partials,
+                   uint32_t* counters, uint32_t* out, const uint32_t* words, uint32_t count,
+                   cudaStream_t stream) {
+  InlineWords<kCapacity> inlined;
+  inlined.out = out;
+  inlined.count = count;
+  std::copy(words, words + count, inlined.words);
+  crc32ManyMessageKernel<kCapacity>
+      <<<grid, kSegmentThreads, kDynamicSmemBytes, stream>>>(items, numItems, partials, counters, inlined);
+}
+
+// words: null, or a message's `count` host words (at most kInlineWords) to write to `out` before the merge
+// (the segment launch made even with no item to carry them).
 Status launchTables(const ManyItem* items, uint32_t numItems, const FinalizeArgs* args, size_t n,
                     uint32_t* partials, uint32_t* counters, int resident, cudaStream_t stream,
-                    const InlineWords* words = nullptr) {
+                    const uint32_t* words = nullptr, uint32_t count = 0, uint32_t* out = nullptr) {
   if (words != nullptr) {
     const uint32_t grid =
         std::max<uint32_t>(1, std::min<uint32_t>(numItems, static_cast<uint32_t>(resident)));
-    crc32ManyMessageKernel<<<grid, kSegmentThreads, kDynamicSmemBytes, stream>>>(items, numItems, partials,
-                                                                                 counters, *words);
+    if (count <= kSmallInline) {
+      launchMessage<kSmallInline>(grid, items, numItems, partials, counters, out, words, count, stream);
+    } else if (count <= kMediumInline) {
+      launchMessage<kMediumInline>(grid, items, numItems, partials, counters, out, words, count, stream);
+    } else {
+      launchMessage<kInlineWords>(grid, items, numItems, partials, counters, out, words, count, stream);
+    }
     RINGGUARD_CUDA_CHECK_LAUNCH();
   } else if (n > 0 && numItems > 0) {
     const uint32_t grid = std::min<uint32_t>(numItems, static_cast<uint32_t>(resident));
@@ -405,20 +435,16 @@ Status Crc32ManyPlan::enqueue(const Crc32Span* spans, const uint32_t* positions,
   }
   // The host words before the merge, which writes the CRCs over theirs: with the segment launch when they
   // fit its parameters, else copied (pageable: staged before the call returns).
-  InlineWords inlined;
   const bool inlineWords = hostWords != nullptr && numWords <= kInlineWords;
-  if (inlineWords) {
-    inlined.out = words_;
-    inlined.count = static_cast<uint32_t>(numWords);
-    std::copy(hostWords, hostWords + numWords, inlined.words);
-  } else if (hostWords != nullptr) {
+  if (hostWords != nullptr && !inlineWords) {
     RINGGUARD_CUDA_CHECK(
         cudaMemcpyAsync(words_, hostWords, numWords * sizeof(uint32_t), cudaMemcpyHostToDevice, stream));
   }
   // No event after the launches: a run on another stream records one on this stream then (above).
   RINGGUARD_RETURN_IF_ERROR(launchTables(static_cast<const ManyItem*>(items_), numItems_,
                                          static_cast<const FinalizeArgs*>(args_), n, partials_, counters_,
-                                         resident, stream, inlineWords ? &inlined : nullptr));
+                                         resident, stream, inlineWords ? hostWords : nullptr,
+                                         static_cast<uint32_t>(numWords), words_));
   *out = words_;
   return Status::ok();
 }

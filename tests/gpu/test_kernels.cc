@@ -434,9 +434,10 @@ TEST_F(Crc32DeviceTest, ManySpansPlanWritesAMessage) {
   ASSERT_CUDA(cudaMemcpyAsync(got.data(), msg, got.size() * 4, cudaMemcpyDeviceToHost, stream_));
   ASSERT_CUDA(cudaStreamSynchronize(stream_));
   EXPECT_EQ(words, got);
-  // Messages at and past what the segment launch carries as a parameter (960 words), copied past it: the
-  // same bytes either way, the CRCs at the message's ends.
-  for (const size_t count : {size_t(960), size_t(961), size_t(1500)}) {
+  // Messages at the edges of the three parameter blocks the segment launch carries (64, 384 and 960 words),
+  // copied past the last: the same bytes either way, the CRCs at the message's ends.
+  for (const size_t count :
+       {size_t(64), size_t(65), size_t(384), size_t(385), size_t(960), size_t(961), size_t(1500)}) {
     std::vector<uint32_t> longWords(count);
     for (size_t i = 0; i < count; ++i) longWords[i] = 0xC0DE0000u ^ static_cast<uint32_t>(i * 2654435761u);
     const std::vector<uint32_t> ends = {static_cast<uint32_t>(count - 1), 0, static_cast<uint32_t>(count / 3),
