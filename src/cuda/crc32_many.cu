@@ -62,7 +62,9 @@ static_assert(sizeof(InlineWords<kInlineWords>) + 4 * sizeof(void*) <= 4096,
 // Items are taken in table order (largest first: buildTables) by whichever block is free, from a counter
 // in device memory: counters[0] the next item, counters[1] the blocks done. The last block out sets both
 // back to 0 for the next launch (every block has taken its last item by then), so a launch finds them at 0
-// with no host call; they are zeroed once when the table is uploaded.
+// with no host call; they are zeroed once when the table is uploaded. So runs over one table must never
+// overlap (a plan orders its runs on one stream after the last: Crc32ManyPlan), and a launch cut short would
+// leave them set, but a kernel cut short leaves the context unusable anyway (a sticky error).
 __device__ __forceinline__ void manySegments(const ManyItem* __restrict__ items, uint32_t numItems,
                                              uint32_t* __restrict__ partials, uint32_t* counters) {
   extern __shared__ __align__(16) uint32_t dynamicSmem[];
@@ -88,6 +90,7 @@ __device__ __forceinline__ void manySegments(const ManyItem* __restrict__ items,
   if (threadIdx.x == 0) {
     __threadfence();  // this block's last take of counters[0] before its count of counters[1]
     if (atomicAdd(&counters[1], 1u) == gridDim.x - 1) {
+      __threadfence();  // every other block's takes and counts before the reset
       counters[0] = 0;
       counters[1] = 0;
     }
@@ -128,7 +131,7 @@ Status manyResidentBlocks(int* blocks) {
   return gManyResidency.get(
       crc32ManySegmentsKernel, kSegmentThreads, kDynamicSmemBytes,
       [](int) -> Status {
-        // Both kernels: the same shared memory and bounds, so the residency of one is the other's.
+        // Every kernel of the launch: the same shared memory and bounds, so the residency of one is theirs.
         RINGGUARD_CUDA_CHECK(cudaFuncSetAttribute(crc32ManySegmentsKernel,
                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                   static_cast<int>(kDynamicSmemBytes)));
@@ -162,7 +165,7 @@ struct Tables {
   uint32_t* counters = nullptr;  // manySegments' two
 };
 
-// Segments of at least a 1 / (resident x kItemsPerBlock) share of all the pieces: each item costs a block
+// Segments of about a 1 / (resident x kItemsPerBlock) share of all the pieces: each item costs a block
 // a first load's latency and a reduction (~2 us) on top of its bytes, which at the segment machinery's
 // 128 KiB per block (~6 us of an SM's share of HBM) cost the small GPT's 329 MB a quarter of the rate
 // (2.2 TB/s on an H100); a few items a block, taken largest first from a counter, keep the blocks busy
@@ -403,10 +406,10 @@ Status Crc32ManyPlan::enqueue(const Crc32Span* spans, const uint32_t* positions,
     }
     const size_t tableBytes = alignUp(crc32ManyDeviceScratchBytes(spans, n));
     void* mem = nullptr;
-    // The message in the plan's block unless the caller gave its own buffer (a block even then: a null
-    // memory_ reads as no table).
+    // The message in the plan's block unless the caller gave its own buffer (tableBytes holds at least the
+    // segment kernel's counters, so the block is never empty).
     const size_t blockBytes = tableBytes + (into != nullptr ? 0 : numWords * sizeof(uint32_t));
-    RINGGUARD_CUDA_CHECK(cudaMallocAsync(&mem, std::max(blockBytes, kAlign), stream));
+    RINGGUARD_CUDA_CHECK(cudaMallocAsync(&mem, blockBytes, stream));
     uint32_t* words =
         into != nullptr ? into : reinterpret_cast<uint32_t*>(static_cast<unsigned char*>(mem) + tableBytes);
     const Tables t = buildTables(spans, n, resident, mem, words, positions);

@@ -411,8 +411,8 @@ inline uint32_t wantedBlocks(uint64_t numPieces, uint64_t minPieces = kMinPieces
   return static_cast<uint32_t>(std::min<uint64_t>((numPieces + minPieces - 1) / minPieces, kMaxBlocks));
 }
 
-// The plan, and the merge's arguments but for `partials` and `out`: at most `resident` segments of at least
-// `minPieces` pieces each (wantedBlocks), but one.
+// The plan, and the merge's arguments but for `partials` and `out`: at most `resident` segments, one per
+// `minPieces` pieces or part of them (wantedBlocks), of equal length but the first.
 inline SegmentPlan planSegments(const void* data, size_t bytes, int resident,
                                 uint64_t minPieces = kMinPiecesPerBlock) {
   SegmentPlan plan;

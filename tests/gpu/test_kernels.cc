@@ -344,13 +344,17 @@ TEST_F(Crc32DeviceTest, ManySpansPlanOverAModelsWorthOfBytes) {
   void* scratch = deviceAlloc(scratchBytes);
   auto* outs = static_cast<uint32_t*>(deviceAlloc(spans.size() * sizeof(uint32_t)));
   for (int run = 0; run < 2; ++run) {
+    ASSERT_CUDA(cudaMemsetAsync(outs, 0, spans.size() * sizeof(uint32_t), stream_));
     ASSERT_STATUS_OK(crc32ManyDevice(spans.data(), spans.size(), outs, scratch, scratchBytes, stream_));
     std::vector<uint32_t> got(spans.size());
     ASSERT_CUDA(cudaMemcpyAsync(got.data(), outs, got.size() * 4, cudaMemcpyDeviceToHost, stream_));
     ASSERT_CUDA(cudaStreamSynchronize(stream_));
     for (size_t i = 0; i < spans.size(); ++i) {
-      ASSERT_EQ(crc32(host.data() + offsets[i], spans[i].bytes), got[i]) << "crc32ManyDevice, span " << i;
+      ASSERT_EQ(crc32(host.data() + offsets[i], spans[i].bytes), got[i])
+          << "crc32ManyDevice run " << run << ", span " << i;
     }
+    host[changed] ^= 0x10;
+    ASSERT_CUDA(cudaMemcpyAsync(dev + changed, host.data() + changed, 1, cudaMemcpyHostToDevice, stream_));
   }
 }
 
@@ -439,7 +443,10 @@ TEST_F(Crc32DeviceTest, ManySpansPlanWritesAMessage) {
   for (const size_t count :
        {size_t(64), size_t(65), size_t(384), size_t(385), size_t(960), size_t(961), size_t(1500)}) {
     std::vector<uint32_t> longWords(count);
-    for (size_t i = 0; i < count; ++i) longWords[i] = 0xC0DE0000u ^ static_cast<uint32_t>(i * 2654435761u);
+    for (size_t i = 0; i < count; ++i) {
+      longWords[i] =
+          0xC0DE0000u ^ static_cast<uint32_t>(i * 2654435761u) ^ static_cast<uint32_t>(count << 20);
+    }
     const std::vector<uint32_t> ends = {static_cast<uint32_t>(count - 1), 0, static_cast<uint32_t>(count / 3),
                                         1, static_cast<uint32_t>(count / 2)};
     Crc32ManyPlan longPlan;
@@ -525,6 +532,15 @@ TEST_F(Crc32DeviceTest, ManySpansPlanWritesAMessageIntoTheCallersBuffer) {
   EXPECT_EQ(StatusCode::kInvalidArgument, odd.runMessage(nullptr, nullptr, 0, words.data(), words.size(),
                                                          stream_, &msg, reinterpret_cast<uint32_t*>(base + 2))
                                               .code());
+  // No spans: the host words alone, into the caller's buffer.
+  const std::vector<uint32_t> only = {7, 8, 9, 10};
+  ASSERT_STATUS_OK(odd.runMessage(nullptr, nullptr, 0, only.data(), only.size(), stream_, &msg,
+                                  reinterpret_cast<uint32_t*>(base + 16)));
+  EXPECT_EQ(msg, reinterpret_cast<uint32_t*>(base + 16));
+  std::vector<uint32_t> got(only.size());
+  ASSERT_CUDA(cudaMemcpyAsync(got.data(), base + 16, got.size() * 4, cudaMemcpyDeviceToHost, stream_));
+  ASSERT_CUDA(cudaStreamSynchronize(stream_));
+  EXPECT_EQ(only, got);
 }
 
 TEST_F(Crc32DeviceTest, SingleBitFlipsChangeTheCrc) {

@@ -24,10 +24,12 @@ struct Crc32Span {
 size_t crc32ManyDeviceScratchBytes(const Crc32Span* spans, size_t n);
 
 // crcsOutDevice[i] = the CRC-32 crc32Device gives for spans[i], for each of the `n` spans, in one launch of
-// a persistent segment kernel (the tables filled once per block, not once per span) and one merge launch
-// (a block per span), after two small host-to-device copies of the work table (pageable: staged when the
-// call returns). `scratch` must hold crc32ManyDeviceScratchBytes (16-byte aligned) and stay untouched until
-// the stream has passed this work. The replica check's device fingerprint (docs/REPLICAS.md).
+// a persistent segment kernel (the tables filled once per block, not once per span; its blocks take the
+// spans' segments largest first from a counter in the scratch) and one merge launch (a block per span), after
+// two small host-to-device copies of the work table (pageable: staged when the call returns) and a memset of
+// the counter. `scratch` must hold crc32ManyDeviceScratchBytes (16-byte aligned) and stay untouched until
+// the stream has passed this work (two calls over one scratch must not overlap). The replica check's device
+// fingerprint (docs/REPLICAS.md).
 Status crc32ManyDevice(const Crc32Span* spans, size_t n, uint32_t* crcsOutDevice, void* scratch,
                        size_t scratchBytes, cudaStream_t stream);
 
@@ -59,9 +61,10 @@ class Crc32ManyPlan {
   // positions[i] by the merge kernel itself: no scatter, no index on the device. Positions are distinct and
   // below numWords (else kInvalidArgument) and part of what the table is kept for; n may be 0. The message
   // (*messageDevice) holds this until the next run writes it, in stream order as run's CRCs.
-  // `into`, when given, is where the message goes instead (numWords words of device memory on the plan's
-  // device, the caller's, kept while runs use it: part of what the table is kept for, so a run into another
-  // buffer builds it again): the replica check's own block of the buffer its all-gather fills in place.
+  // `into`, when given, is where the message goes instead (numWords 4-byte-aligned words of device memory on
+  // the plan's device, the caller's, valid until the stream has passed the run; part of what the table is
+  // kept for, so a run into another buffer builds it again): the replica check's own block of the buffer
+  // its all-gather fills in place.
   Status runMessage(const Crc32Span* spans, const uint32_t* positions, size_t n, const uint32_t* hostWords,
                     size_t numWords, cudaStream_t stream, const uint32_t** messageDevice,
                     uint32_t* into = nullptr);

@@ -103,8 +103,8 @@ class PyReplicaExchange final : public ReplicaExchange {
   int size() const override { return size_; }
   bool fingerprintsOnDevice() const override { return !deviceAllGather_.is_none(); }
 
-  // The device CRCs by crc32ManyDevice on `stream`, the message put together and gathered on the device, the
-  // gathered words copied back into pinned memory: no host wait anywhere.
+  // The device CRCs by the exchange's Crc32ManyPlan on `stream`, the message put together and gathered on the
+  // device, the gathered words copied back into pinned memory: no host wait anywhere.
   Status startCheck(const std::vector<uint32_t>& mine, const std::vector<ReplicaTensor>& tensors,
                     const std::vector<size_t>& deviceIndices, void* stream,
                     std::unique_ptr<ReplicaPending>* out) override {
@@ -122,7 +122,8 @@ class PyReplicaExchange final : public ReplicaExchange {
       host.copy_(gathered, /*non_blocking=*/true);
       auto done = std::make_unique<at::cuda::CUDAEvent>();
       done->record(streamOf(stream));
-      // (msg is a view of the plan's message buffer, which the next check rewrites in stream order.)
+      // (msg is a view of the plan's message buffer or of this rank's block of the kept gathered buffer,
+      // which the next check rewrites in stream order, after the copy above.)
       *out = std::make_unique<DevicePending>(std::move(host), std::move(done),
                                              std::vector<at::Tensor>{std::move(gathered)});
       return Status::ok();
@@ -198,8 +199,8 @@ class PyReplicaExchange final : public ReplicaExchange {
     RINGGUARD_RETURN_IF_ERROR(crcPlan_.runMessage(spans.data(), positions_.data(), n, mine.data(),
                                                   mine.size(), static_cast<cudaStream_t>(stream), &words,
                                                   into));
-    // The view made again only when the plan's buffer moved (from_blob asks the driver where the pointer
-    // lives: ~2.5 us a check).
+    // The view made again only when the message moved (the plan's buffer, or the gathered buffer it is
+    // written into; from_blob asks the driver where the pointer lives: ~2.5 us a check).
     if (words != viewOf_ || static_cast<int64_t>(mine.size()) != msgView_.numel() || !msgView_.defined()) {
       msgView_ = at::from_blob(const_cast<uint32_t*>(words), {static_cast<int64_t>(mine.size())},
                                at::TensorOptions().device(at::kCUDA, cudaDevice_).dtype(at::kInt));
@@ -312,7 +313,7 @@ class PyReplicaExchange final : public ReplicaExchange {
   Crc32ManyPlan crcPlan_;            // the device message (deviceMessage)
   std::vector<size_t> indexOf_;      // the device indices positions_ was made for
   std::vector<uint32_t> positions_;  // their words in the message
-  at::Tensor msgView_;               // a view of the plan's message (deviceMessage)
+  at::Tensor msgView_;               // a view of the message, wherever it is written (deviceMessage)
   at::Tensor gatheredBuffer_;        // the ringguard group's all-gather output (gatherMessage)
   cudaStream_t gatheredStream_ = nullptr;
   const uint32_t* viewOf_ = nullptr;
