@@ -84,6 +84,30 @@ class GpuTest : public ::testing::Test {
     return p;
   }
 
+  // Spans of `sizes` (cycled `count` times) laid out from byte `first`, `gap` bytes apart, in a device buffer
+  // of `total` random bytes (`seed`), uploaded on stream_; `host` keeps the bytes for the reference CRCs.
+  struct SpanSet {
+    std::vector<uint8_t> host;
+    uint8_t* dev = nullptr;
+    std::vector<Crc32Span> spans;
+    std::vector<size_t> offsets;
+  };
+  SpanSet makeSpans(const std::vector<size_t>& sizes, size_t count, size_t total, uint32_t seed, size_t first,
+                    size_t gap) {
+    SpanSet set;
+    set.host = randomBytes(total, seed);
+    set.dev = static_cast<uint8_t*>(deviceAlloc(total));
+    EXPECT_EQ(cudaSuccess, cudaMemcpyAsync(set.dev, set.host.data(), total, cudaMemcpyHostToDevice, stream_));
+    for (size_t i = 0, at = first; i < count; ++i) {
+      const size_t bytes = sizes[i % sizes.size()];
+      EXPECT_LE(at + bytes, total) << "span " << i << " past the buffer";
+      set.offsets.push_back(at);
+      set.spans.push_back({set.dev + at, bytes});
+      at += bytes + gap;
+    }
+    return set;
+  }
+
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<DevicePool> pool_;
   std::vector<void*> allocations_;
@@ -312,17 +336,11 @@ TEST_F(Crc32DeviceTest, ManySpansPlanFollowsContentsAndSpans) {
 // (the counter set back by the last block of each launch), a byte changed between runs seen at the next.
 TEST_F(Crc32DeviceTest, ManySpansPlanOverAModelsWorthOfBytes) {
   const std::vector<size_t> sizes = {5, 3073, 12288, (size_t(1) << 20) + 7, size_t(3) << 20};
-  std::vector<size_t> offsets;
-  size_t total = 0;
-  for (size_t i = 0; i < 120; ++i) {
-    offsets.push_back(total + (i * 5) % 16);
-    total = offsets.back() + sizes[i % sizes.size()] + 16;
-  }
-  std::vector<uint8_t> host = randomBytes(total, 0xFACE);
-  auto* dev = static_cast<uint8_t*>(deviceAlloc(total));
-  ASSERT_CUDA(cudaMemcpyAsync(dev, host.data(), total, cudaMemcpyHostToDevice, stream_));
-  std::vector<Crc32Span> spans;
-  for (size_t i = 0; i < offsets.size(); ++i) spans.push_back({dev + offsets[i], sizes[i % sizes.size()]});
+  SpanSet set = makeSpans(sizes, 120, size_t(102) << 20, 0xFACE, 3, 5);  // 5 bytes apart: every alignment
+  std::vector<uint8_t>& host = set.host;
+  uint8_t* dev = set.dev;
+  const std::vector<Crc32Span>& spans = set.spans;
+  const std::vector<size_t>& offsets = set.offsets;
   Crc32ManyPlan plan;
   const size_t changed = offsets[9] + sizes[4] / 2;  // inside span 9, a 3 MiB one
   for (int run = 0; run < 3; ++run) {
@@ -363,17 +381,10 @@ TEST_F(Crc32DeviceTest, ManySpansPlanOverAModelsWorthOfBytes) {
 // before anything runs; a message without spans.
 TEST_F(Crc32DeviceTest, ManySpansPlanWritesAMessage) {
   const std::vector<size_t> sizes = {5, 0, 70000, 1 << 20, 3};
-  const size_t total = size_t(2) << 20;
-  const std::vector<uint8_t> host = randomBytes(total, 0xABC);
-  auto* dev = static_cast<uint8_t*>(deviceAlloc(total));
-  ASSERT_CUDA(cudaMemcpyAsync(dev, host.data(), total, cudaMemcpyHostToDevice, stream_));
-  std::vector<Crc32Span> spans;
-  std::vector<size_t> offsets;
-  for (size_t i = 0, at = 1; i < sizes.size(); ++i) {
-    offsets.push_back(at);
-    spans.push_back({dev + at, sizes[i]});
-    at += sizes[i] + 3;
-  }
+  const SpanSet set = makeSpans(sizes, sizes.size(), size_t(2) << 20, 0xABC, 1, 3);
+  const std::vector<uint8_t>& host = set.host;
+  const std::vector<Crc32Span>& spans = set.spans;
+  const std::vector<size_t>& offsets = set.offsets;
   const std::vector<uint32_t> positions = {9, 2, 4, 7, 3};  // out of order, between host words
   Crc32ManyPlan plan;
   const auto message = [&](const std::vector<uint32_t>& words, const char* what) {
@@ -466,17 +477,10 @@ TEST_F(Crc32DeviceTest, ManySpansPlanWritesAMessage) {
 // while the buffer stays, built again for another buffer or for the plan's own.
 TEST_F(Crc32DeviceTest, ManySpansPlanWritesAMessageIntoTheCallersBuffer) {
   const std::vector<size_t> sizes = {3, 1 << 16, 0, 777};
-  const size_t total = size_t(1) << 17;
-  const std::vector<uint8_t> host = randomBytes(total, 0x5EED);
-  auto* dev = static_cast<uint8_t*>(deviceAlloc(total));
-  ASSERT_CUDA(cudaMemcpyAsync(dev, host.data(), total, cudaMemcpyHostToDevice, stream_));
-  std::vector<Crc32Span> spans;
-  std::vector<size_t> offsets;
-  for (size_t i = 0, at = 2; i < sizes.size(); ++i) {
-    offsets.push_back(at);
-    spans.push_back({dev + at, sizes[i]});
-    at += sizes[i] + 1;
-  }
+  const SpanSet set = makeSpans(sizes, sizes.size(), size_t(1) << 17, 0x5EED, 2, 1);
+  const std::vector<uint8_t>& host = set.host;
+  const std::vector<Crc32Span>& spans = set.spans;
+  const std::vector<size_t>& offsets = set.offsets;
   const std::vector<uint32_t> positions = {6, 1, 3, 0};
   for (const size_t count : {size_t(8), size_t(1200)}) {
     // Three blocks of `count` words, filled with a sentinel; the message goes into the middle one.
