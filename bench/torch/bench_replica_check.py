@@ -15,7 +15,10 @@ the host time a check's step hook took on the training thread, the host wait of 
 <= 0.01 for the small GPT on the GPU), and the same for ``sync=False`` (``deferred_vs_step``, with its
 counters: ``host_waits`` 0, ``deferred_waits`` the verdicts that were not ready when read), and on CUDA for
 ``gate=True`` (``gated_vs_step``: sync=True's guarantee through the gate, no host wait for the verdict);
-``min_vs_step``: each variant's fastest round against the unchecked one's.
+``min_vs_step``: each variant's fastest round against the unchecked one's. With ``--profile`` on CUDA also
+``device_time`` (per variant, the device time of a profiled step and of the check's own kernels in it),
+``device_share_of_fastest_step`` (below 1: the host's launches set the step's pace, and a check costs its
+``hook_ms``; near 1: the device does, and a check costs its kernels, ``check_device_vs_device_step``).
 """
 
 import argparse
@@ -81,19 +84,37 @@ def emit(rank, **rec):
         print(json.dumps(rec), flush=True)
 
 
+def device_us(prof, steps=3):
+    """Per step, from a profile of `steps` steps: all device time (kernels, copies, memsets), and that of
+    ringguard's own kernels (the check's: its CRC, merge and gate)."""
+    total = ours = 0.0
+    for e in prof.key_averages():
+        t = getattr(e, "self_device_time_total", None)
+        t = getattr(e, "self_cuda_time_total", 0.0) if t is None else t
+        total += t
+        if "ringguard" in e.key:
+            ours += t
+    return total / steps, ours / steps
+
+
 def profile(out_dir, rank, device, step, opt, hooks):
-    """Where a step's time goes with and without each check: 3 profiled steps per variant after one warm one."""
+    """Where a step's time goes with and without each check: 3 profiled steps per variant after one warm one.
+    Returns, per variant, the device time a step took (ms) and the check's own kernels in it (us)."""
     os.makedirs(out_dir, exist_ok=True)
+    device_time = {}
     for variant in ("plain", "checked", "deferred", "gated"):
         if variant != "plain" and variant not in hooks:
             continue
         handle = opt.register_step_post_hook(hooks[variant]) if variant in hooks else None
         step()
         sync(device)
-        bench_ddp.profile_steps(os.path.join(out_dir, f"replica_check_{variant}_rank{rank}.json"), variant, rank,
-                                device, step, lambda: sync(device))
+        prof = bench_ddp.profile_steps(os.path.join(out_dir, f"replica_check_{variant}_rank{rank}.json"), variant,
+                                       rank, device, step, lambda: sync(device))
+        total, ours = device_us(prof)
+        device_time[variant] = {"device_ms_per_step": total / 1e3, "check_device_us": ours}
         if handle is not None:
             handle.remove()
+    return device_time
 
 
 def main():
@@ -154,8 +175,9 @@ def main():
                 handle.remove()
     deferred.flush()
     hook_ms = {v: 1e3 * total / max(n, 1) for v, (total, n) in hook_s.items()}
+    device_time = None
     if args.profile:
-        profile(args.profile, rank, device, step, opt, hooks)
+        device_time = profile(args.profile, rank, device, step, opt, hooks)
         deferred.flush()
     plain, checked = times["plain"], times["checked"]
     tensors = check.tensors()
@@ -187,6 +209,14 @@ def main():
     low = {v: min(t) for v, t in times.items()}
     emit(rank, min_step_ms=low, min_vs_step={v: (t - low["plain"]) / low["plain"] for v, t in low.items()
                                              if v != "plain"})
+    if device_time is not None and device.type == "cuda":
+        # Which side sets the step's pace: the device's share of the fastest unchecked round (below 1, the
+        # host's launches do, and a check costs its hook's host time; near 1, the device does, and a check
+        # costs its kernels' time, check_device_us, against device_ms_per_step).
+        emit(rank, device_time=device_time,
+             device_share_of_fastest_step=device_time["plain"]["device_ms_per_step"] / low["plain"],
+             check_device_vs_device_step={v: d["check_device_us"] / 1e3 / device_time["plain"]["device_ms_per_step"]
+                                          for v, d in device_time.items() if v != "plain"})
     emit(rank, check_vs_step=(checked_ms - step_ms) / step_ms, check_vs_step_paired=paired,
          rounds_plain_ms=plain, rounds_checked_ms=checked, check_alone_vs_step=alone / step_ms,
          deferred_step_ms=deferred_ms, deferred_vs_step=(deferred_ms - step_ms) / step_ms,
