@@ -108,6 +108,14 @@ class GpuTest : public ::testing::Test {
     return set;
   }
 
+  // `count` words of device memory at `words`, read back once `stream` has passed what is queued on it.
+  std::vector<uint32_t> readBack(const uint32_t* words, size_t count, cudaStream_t stream) {
+    std::vector<uint32_t> got(count);
+    EXPECT_EQ(cudaSuccess, cudaMemcpyAsync(got.data(), words, count * 4, cudaMemcpyDeviceToHost, stream));
+    EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(stream));
+    return got;
+  }
+
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<DevicePool> pool_;
   std::vector<void*> allocations_;
@@ -343,18 +351,19 @@ TEST_F(Crc32DeviceTest, ManySpansPlanOverAModelsWorthOfBytes) {
   const std::vector<size_t>& offsets = set.offsets;
   Crc32ManyPlan plan;
   const size_t changed = offsets[9] + sizes[4] / 2;  // inside span 9, a 3 MiB one
+  const auto change = [&] {
+    host[changed] ^= 0x10;
+    ASSERT_CUDA(cudaMemcpyAsync(dev + changed, host.data() + changed, 1, cudaMemcpyHostToDevice, stream_));
+  };
   for (int run = 0; run < 3; ++run) {
     const uint32_t* crcs = nullptr;
     ASSERT_STATUS_OK(plan.run(spans.data(), spans.size(), stream_, &crcs));
-    std::vector<uint32_t> got(spans.size());
-    ASSERT_CUDA(cudaMemcpyAsync(got.data(), crcs, got.size() * 4, cudaMemcpyDeviceToHost, stream_));
-    ASSERT_CUDA(cudaStreamSynchronize(stream_));
+    const std::vector<uint32_t> got = readBack(crcs, spans.size(), stream_);
     for (size_t i = 0; i < spans.size(); ++i) {
       ASSERT_EQ(crc32(host.data() + offsets[i], spans[i].bytes), got[i])
           << "run " << run << ", span " << i << " of " << spans[i].bytes << " bytes";
     }
-    host[changed] ^= 0x10;
-    ASSERT_CUDA(cudaMemcpyAsync(dev + changed, host.data() + changed, 1, cudaMemcpyHostToDevice, stream_));
+    change();
   }
   EXPECT_EQ(plan.builds(), 1u);
   // The same spans through crc32ManyDevice, twice over one scratch (its counters zeroed with the table).
@@ -364,15 +373,12 @@ TEST_F(Crc32DeviceTest, ManySpansPlanOverAModelsWorthOfBytes) {
   for (int run = 0; run < 2; ++run) {
     ASSERT_CUDA(cudaMemsetAsync(outs, 0, spans.size() * sizeof(uint32_t), stream_));
     ASSERT_STATUS_OK(crc32ManyDevice(spans.data(), spans.size(), outs, scratch, scratchBytes, stream_));
-    std::vector<uint32_t> got(spans.size());
-    ASSERT_CUDA(cudaMemcpyAsync(got.data(), outs, got.size() * 4, cudaMemcpyDeviceToHost, stream_));
-    ASSERT_CUDA(cudaStreamSynchronize(stream_));
+    const std::vector<uint32_t> got = readBack(outs, spans.size(), stream_);
     for (size_t i = 0; i < spans.size(); ++i) {
       ASSERT_EQ(crc32(host.data() + offsets[i], spans[i].bytes), got[i])
           << "crc32ManyDevice run " << run << ", span " << i;
     }
-    host[changed] ^= 0x10;
-    ASSERT_CUDA(cudaMemcpyAsync(dev + changed, host.data() + changed, 1, cudaMemcpyHostToDevice, stream_));
+    change();
   }
 }
 
@@ -498,9 +504,7 @@ TEST_F(Crc32DeviceTest, ManySpansPlanWritesAMessageIntoTheCallersBuffer) {
       if (into != nullptr) {
         EXPECT_EQ(msg, into) << what;
       }
-      std::vector<uint32_t> got(count);
-      ASSERT_CUDA(cudaMemcpyAsync(got.data(), msg, count * 4, cudaMemcpyDeviceToHost, stream_));
-      ASSERT_CUDA(cudaStreamSynchronize(stream_));
+      const std::vector<uint32_t> got = readBack(msg, count, stream_);
       std::vector<uint32_t> want = words;
       for (size_t i = 0; i < spans.size(); ++i)
         want[positions[i]] = crc32(host.data() + offsets[i], sizes[i]);
@@ -509,9 +513,7 @@ TEST_F(Crc32DeviceTest, ManySpansPlanWritesAMessageIntoTheCallersBuffer) {
     runInto(blocks + count, 0x11110000u, "into the middle block");
     runInto(blocks + count, 0x22220000u, "the same buffer again");
     EXPECT_EQ(plan.builds(), 1u) << "the same buffer rebuilt the table";
-    std::vector<uint32_t> all(3 * count);
-    ASSERT_CUDA(cudaMemcpyAsync(all.data(), blocks, all.size() * 4, cudaMemcpyDeviceToHost, stream_));
-    ASSERT_CUDA(cudaStreamSynchronize(stream_));
+    const std::vector<uint32_t> all = readBack(blocks, 3 * count, stream_);
     for (size_t i = 0; i < count; ++i) {
       ASSERT_EQ(all[i], 0x5A5A5A5Au) << "word " << i << " before the message";
       ASSERT_EQ(all[2 * count + i], 0x5A5A5A5Au) << "word " << i << " after the message";
@@ -520,14 +522,12 @@ TEST_F(Crc32DeviceTest, ManySpansPlanWritesAMessageIntoTheCallersBuffer) {
     EXPECT_EQ(plan.builds(), 2u);
     runInto(nullptr, 0x44440000u, "the plan's own buffer");
     EXPECT_EQ(plan.builds(), 3u);
-    ASSERT_CUDA(cudaMemcpyAsync(all.data(), blocks + count, count * 4, cudaMemcpyDeviceToHost, stream_));
-    ASSERT_CUDA(cudaStreamSynchronize(stream_));
+    const std::vector<uint32_t> first = readBack(blocks + count, count, stream_);
     std::vector<uint32_t> second(words.size());
     for (size_t i = 0; i < count; ++i) second[i] = 0x22220000u ^ static_cast<uint32_t>(i * 40503u);
     for (size_t i = 0; i < spans.size(); ++i)
       second[positions[i]] = crc32(host.data() + offsets[i], sizes[i]);
-    EXPECT_EQ(second, std::vector<uint32_t>(all.begin(), all.begin() + long(count)))
-        << "a run into another buffer wrote the first one";
+    EXPECT_EQ(second, first) << "a run into another buffer wrote the first one";
   }
   const uint32_t* msg = nullptr;
   Crc32ManyPlan odd;
@@ -541,10 +541,7 @@ TEST_F(Crc32DeviceTest, ManySpansPlanWritesAMessageIntoTheCallersBuffer) {
   ASSERT_STATUS_OK(odd.runMessage(nullptr, nullptr, 0, only.data(), only.size(), stream_, &msg,
                                   reinterpret_cast<uint32_t*>(base + 16)));
   EXPECT_EQ(msg, reinterpret_cast<uint32_t*>(base + 16));
-  std::vector<uint32_t> got(only.size());
-  ASSERT_CUDA(cudaMemcpyAsync(got.data(), base + 16, got.size() * 4, cudaMemcpyDeviceToHost, stream_));
-  ASSERT_CUDA(cudaStreamSynchronize(stream_));
-  EXPECT_EQ(only, got);
+  EXPECT_EQ(only, readBack(reinterpret_cast<uint32_t*>(base + 16), only.size(), stream_));
 }
 
 TEST_F(Crc32DeviceTest, SingleBitFlipsChangeTheCrc) {
