@@ -39,12 +39,15 @@
 
 #include "../bench_sizes.h"
 #include "bench_cuda_check.h"
+#include "bench_gpu_timing.h"
 #include "cuda/kernels.h"
 #include "cuda/memory_pool.h"
 #include "cuda/verify_reduce.h"
 #include "ringguard/core/crc32.h"
 
 namespace {
+
+using bench_gpu::medianMs;
 
 // Finite pseudo-random data: clearing bit 6 of every byte keeps every f32, f16 and bf16 exponent below
 // all-ones, and every float8 byte finite.
@@ -58,28 +61,6 @@ __global__ void __launch_bounds__(256, 1) fillFinite(uint32_t* p, size_t words, 
     x ^= x >> 16;
     p[i] = x & 0xbfbfbfbfu;
   }
-}
-
-// Median milliseconds of `iters` runs of `op` on `stream`, after `warmup` untimed runs.
-double medianMs(cudaStream_t stream, int warmup, int iters, const std::function<void()>& op) {
-  for (int i = 0; i < warmup; ++i) op();
-  std::vector<cudaEvent_t> events(2 * iters);
-  for (auto& e : events) CHECK_CUDA(cudaEventCreate(&e));
-  for (int i = 0; i < iters; ++i) {
-    CHECK_CUDA(cudaEventRecord(events[2 * i], stream));
-    op();
-    CHECK_CUDA(cudaEventRecord(events[2 * i + 1], stream));
-  }
-  CHECK_CUDA(cudaStreamSynchronize(stream));
-  std::vector<double> ms(iters);
-  for (int i = 0; i < iters; ++i) {
-    float t = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&t, events[2 * i], events[2 * i + 1]));
-    ms[i] = t;
-  }
-  for (auto& e : events) CHECK_CUDA(cudaEventDestroy(e));
-  std::sort(ms.begin(), ms.end());
-  return iters % 2 == 1 ? ms[iters / 2] : 0.5 * (ms[iters / 2 - 1] + ms[iters / 2]);
 }
 
 double tbps(double bytes, double ms) { return bytes / (ms * 1e-3) / 1e12; }

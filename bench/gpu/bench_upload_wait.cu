@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "bench_cuda_check.h"
+#include "bench_gpu_timing.h"
 #include "ringguard/cuda/crc32_many.h"
 
 namespace {
@@ -34,17 +35,6 @@ __global__ void busyKernel(long long ns) {
   do {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   } while (t - t0 < ns);
-}
-
-// Element counts of the small GPT's parameters (bench_ddp.Gpt with its defaults).
-std::vector<size_t> gptParameterCounts() {
-  const size_t d = 512, ff = 4 * d, vocab = 8192, seq = 256;
-  std::vector<size_t> n{vocab * d, seq * d};
-  for (int b = 0; b < 6; ++b) {
-    for (size_t c : {3 * d * d, 3 * d, d * d, d, ff * d, ff, d * ff, d, d, d, d, d}) n.push_back(c);
-  }
-  for (size_t c : {d, d, vocab * d}) n.push_back(c);
-  return n;
 }
 
 // Mean and max host time of `call` over `reps` calls, each after a busy kernel of `busyNs` (0: none) on `s`.
@@ -83,7 +73,7 @@ int main(int argc, char** argv) {
 
   std::vector<ringguard::Crc32Span> spans;
   std::vector<void*> buffers;
-  for (size_t count : gptParameterCounts()) {
+  for (size_t count : bench_gpu::gptParameterCounts()) {
     for (int copy = 0; copy < 3; ++copy) {  // the parameter, exp_avg, exp_avg_sq
       void* p = nullptr;
       CHECK_CUDA(cudaMalloc(&p, count * sizeof(float)));

@@ -1,0 +1,123 @@
+// Device time of the replica check's fingerprint (issue 43; docs/PERFORMANCE.md, "The replica check"): the
+// many-buffer CRC (Crc32ManyPlan, its table kept as in a training run) over the small GPT's 231 device
+// tensors (each parameter with AdamW's exp_avg and exp_avg_sq, fp32, 329.5 MB, each its own cudaMalloc), in
+// the same run as the floors it is held against: one CRC over a single buffer of the same bytes
+// (crc32Device: no span boundaries), and a device-to-device copy of the same bytes (read + write).
+//
+//   bench_crc_many [--iters 50] [--warmup 5] [--sets 1]
+//
+// Rows `<what> us=<median> read_GBps=<bytes / t>`: `plan_run` (the CRCs alone), `plan_message` (the CRCs
+// written into a message of n + 8 words, as the replica exchange runs it), `one_span` and `copy`
+// (copy_GBps counts bytes read plus written). The last line is `summary: plan_message_us=<t> one_span_us=<t>
+// message_vs_one_span=<t_one / t_message> message_vs_copy=<(B / t_message) / (2B / t_copy)>`. --sets N
+// fingerprints N copies of the tensors (N x 329.5 MB) for a larger set of the same shapes. Every CRC is
+// checked against crc32Device's of the same span before timing.
+#include <cuda_runtime.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "bench_cuda_check.h"
+#include "bench_gpu_timing.h"
+#include "cuda/kernels.h"
+#include "ringguard/cuda/crc32_many.h"
+
+namespace {
+
+__global__ void fillBytes(uint32_t* p, size_t words, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < words;
+       i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 0x9e3779b9u ^ seed;
+    x ^= x >> 15;
+    x *= 0x2c1b3c6du;
+    p[i] = x ^ (x >> 12);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Device time of the replica check's many-buffer CRC against one span and a copy"};
+  int iters = 50, warmup = 5, sets = 1;
+  app.add_option("--iters", iters, "timed runs per row (median reported)")->check(CLI::Range(1, 100000));
+  app.add_option("--warmup", warmup, "untimed runs before timing")->check(CLI::Range(0, 100000));
+  app.add_option("--sets", sets, "copies of the small GPT's tensors fingerprinted")->check(CLI::Range(1, 64));
+  CLI11_PARSE(app, argc, argv);
+
+  cudaStream_t s = nullptr;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::vector<ringguard::Crc32Span> spans;
+  std::vector<void*> buffers;
+  size_t total = 0;
+  for (int set = 0; set < sets; ++set) {
+    for (size_t count : bench_gpu::gptParameterCounts()) {
+      for (int copy = 0; copy < 3; ++copy) {  // the parameter, exp_avg, exp_avg_sq
+        void* p = nullptr;
+        const size_t bytes = count * sizeof(float);
+        CHECK_CUDA(cudaMalloc(&p, bytes));
+        fillBytes<<<256, 256, 0, s>>>(static_cast<uint32_t*>(p), count, uint32_t(buffers.size()));
+        buffers.push_back(p);
+        spans.push_back(ringguard::Crc32Span{p, bytes});
+        total += bytes;
+      }
+    }
+  }
+  void *one = nullptr, *dst = nullptr, *scratch = nullptr;
+  uint32_t* crc = nullptr;
+  CHECK_CUDA(cudaMalloc(&one, total));
+  CHECK_CUDA(cudaMalloc(&dst, total));
+  CHECK_CUDA(cudaMalloc(&crc, spans.size() * sizeof(uint32_t)));
+  fillBytes<<<1024, 256, 0, s>>>(static_cast<uint32_t*>(one), total / 4, 7u);
+  const size_t scratchBytes = ringguard::crc32DeviceScratchBytes(total);
+  CHECK_CUDA(cudaMalloc(&scratch, scratchBytes));
+
+  // The message: 8 header words, then span i's CRC at word 8 + i.
+  const size_t n = spans.size(), numWords = n + 8;
+  std::vector<uint32_t> positions(n), header(numWords, 0x5EEDu);
+  for (size_t i = 0; i < n; ++i) positions[i] = uint32_t(8 + i);
+  ringguard::Crc32ManyPlan plan;
+  const uint32_t* crcs = nullptr;
+  const uint32_t* message = nullptr;
+  CHECK_OK(plan.run(spans.data(), n, s, &crcs));
+  std::vector<uint32_t> got(n), want(n), words(numWords);
+  CHECK_CUDA(cudaMemcpyAsync(got.data(), crcs, n * 4, cudaMemcpyDeviceToHost, s));
+  for (size_t i = 0; i < n; ++i) {
+    CHECK_OK(ringguard::crc32Device(spans[i].data, spans[i].bytes, crc + i, scratch, scratchBytes, s));
+  }
+  CHECK_CUDA(cudaMemcpyAsync(want.data(), crc, n * 4, cudaMemcpyDeviceToHost, s));
+  CHECK_OK(plan.runMessage(spans.data(), positions.data(), n, header.data(), numWords, s, &message));
+  CHECK_CUDA(cudaMemcpyAsync(words.data(), message, numWords * 4, cudaMemcpyDeviceToHost, s));
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  for (size_t i = 0; i < n; ++i) {
+    if (got[i] != want[i] || words[8 + i] != want[i]) {
+      std::fprintf(stderr, "span %zu: plan %08x, message %08x, crc32Device %08x\n", i, got[i], words[8 + i],
+                   want[i]);
+      return 1;
+    }
+  }
+
+  using bench_gpu::medianMs;
+  const double runMs = medianMs(s, warmup, iters, [&] { CHECK_OK(plan.run(spans.data(), n, s, &crcs)); });
+  const double messageMs = medianMs(s, warmup, iters, [&] {
+    CHECK_OK(plan.runMessage(spans.data(), positions.data(), n, header.data(), numWords, s, &message));
+  });
+  const double oneMs = medianMs(
+      s, warmup, iters, [&] { CHECK_OK(ringguard::crc32Device(one, total, crc, scratch, scratchBytes, s)); });
+  const double copyMs = medianMs(
+      s, warmup, iters, [&] { CHECK_CUDA(cudaMemcpyAsync(dst, one, total, cudaMemcpyDeviceToDevice, s)); });
+  const double gb = double(total) / 1e9;
+  std::printf("spans=%zu bytes=%zu iters=%d warmup=%d\n", n, total, iters, warmup);
+  std::printf("plan_run us=%.1f read_GBps=%.0f\n", runMs * 1e3, gb / (runMs * 1e-3));
+  std::printf("plan_message us=%.1f read_GBps=%.0f\n", messageMs * 1e3, gb / (messageMs * 1e-3));
+  std::printf("one_span us=%.1f read_GBps=%.0f\n", oneMs * 1e3, gb / (oneMs * 1e-3));
+  std::printf("copy us=%.1f copy_GBps=%.0f\n", copyMs * 1e3, 2 * gb / (copyMs * 1e-3));
+  std::printf(
+      "summary: plan_message_us=%.1f one_span_us=%.1f message_vs_one_span=%.3f message_vs_copy=%.3f\n",
+      messageMs * 1e3, oneMs * 1e3, oneMs / messageMs, (gb / messageMs) / (2 * gb / copyMs));
+  for (void* p : buffers) CHECK_CUDA(cudaFree(p));
+  for (void* p : {one, dst, scratch, static_cast<void*>(crc)}) CHECK_CUDA(cudaFree(p));
+  CHECK_CUDA(cudaStreamDestroy(s));
+  return 0;
+}
