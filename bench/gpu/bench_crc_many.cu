@@ -4,14 +4,15 @@
 // the same run as the floors it is held against: one CRC over a single buffer of the same bytes
 // (crc32Device: no span boundaries), and a device-to-device copy of the same bytes (read + write).
 //
-//   bench_crc_many [--iters 50] [--warmup 5] [--sets 1]
+//   bench_crc_many [--iters 50] [--warmup 5] [--sets 1] [--items 2,4,8,16]
 //
 // Rows `<what> us=<median> read_GBps=<bytes / t>`: `plan_run` (the CRCs alone), `plan_message` (the CRCs
-// written into a message of n + 8 words, as the replica exchange runs it), `one_span` and `copy`
-// (copy_GBps counts bytes read plus written). The last line is `summary: plan_message_us=<t> one_span_us=<t>
-// message_vs_one_span=<t_one / t_message> message_vs_copy=<(B / t_message) / (2B / t_copy)>`. --sets N
-// fingerprints N copies of the tensors (N x 329.5 MB) for a larger set of the same shapes. Every CRC is
-// checked against crc32Device's of the same span before timing.
+// written into a message of n + 8 words, as the replica exchange runs it; with `items=K` for each --items
+// value, the plan's work items per block), `one_span` and `copy` (copy_GBps counts bytes read plus
+// written). The last line is `summary: plan_message_us=<t> one_span_us=<t> message_vs_one_span=<t_one /
+// t_message> message_vs_copy=<(B / t_message) / (2B / t_copy)>` for the default items per block. --sets N
+// fingerprints N copies of the tensors (N x 329.5 MB) for a larger set of the same shapes. Every plan's CRCs
+// are checked against crc32Device's of the same spans before timing.
 #include <cuda_runtime.h>
 
 #include <CLI/CLI.hpp>
@@ -41,9 +42,13 @@ __global__ void fillBytes(uint32_t* p, size_t words, uint32_t seed) {
 int main(int argc, char** argv) {
   CLI::App app{"Device time of the replica check's many-buffer CRC against one span and a copy"};
   int iters = 50, warmup = 5, sets = 1;
+  std::vector<uint32_t> itemChoices = {ringguard::Crc32ManyPlan::kDefaultItemsPerBlock};
   app.add_option("--iters", iters, "timed runs per row (median reported)")->check(CLI::Range(1, 100000));
   app.add_option("--warmup", warmup, "untimed runs before timing")->check(CLI::Range(0, 100000));
   app.add_option("--sets", sets, "copies of the small GPT's tensors fingerprinted")->check(CLI::Range(1, 64));
+  app.add_option("--items", itemChoices, "work items per block of the plans timed (comma separated)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1024));
   CLI11_PARSE(app, argc, argv);
 
   cudaStream_t s = nullptr;
@@ -77,32 +82,40 @@ int main(int argc, char** argv) {
   const size_t n = spans.size(), numWords = n + 8;
   std::vector<uint32_t> positions(n), header(numWords, 0x5EEDu);
   for (size_t i = 0; i < n; ++i) positions[i] = uint32_t(8 + i);
-  ringguard::Crc32ManyPlan plan;
-  const uint32_t* crcs = nullptr;
-  const uint32_t* message = nullptr;
-  CHECK_OK(plan.run(spans.data(), n, s, &crcs));
-  std::vector<uint32_t> got(n), want(n), words(numWords);
-  CHECK_CUDA(cudaMemcpyAsync(got.data(), crcs, n * 4, cudaMemcpyDeviceToHost, s));
+  std::vector<uint32_t> want(n), got(n), words(numWords);
   for (size_t i = 0; i < n; ++i) {
     CHECK_OK(ringguard::crc32Device(spans[i].data, spans[i].bytes, crc + i, scratch, scratchBytes, s));
   }
   CHECK_CUDA(cudaMemcpyAsync(want.data(), crc, n * 4, cudaMemcpyDeviceToHost, s));
-  CHECK_OK(plan.runMessage(spans.data(), positions.data(), n, header.data(), numWords, s, &message));
-  CHECK_CUDA(cudaMemcpyAsync(words.data(), message, numWords * 4, cudaMemcpyDeviceToHost, s));
-  CHECK_CUDA(cudaStreamSynchronize(s));
-  for (size_t i = 0; i < n; ++i) {
-    if (got[i] != want[i] || words[8 + i] != want[i]) {
-      std::fprintf(stderr, "span %zu: plan %08x, message %08x, crc32Device %08x\n", i, got[i], words[8 + i],
-                   want[i]);
-      return 1;
-    }
-  }
-
   using bench_gpu::medianMs;
+  const uint32_t* crcs = nullptr;
+  const uint32_t* message = nullptr;
+  ringguard::Crc32ManyPlan plan;
+  CHECK_OK(plan.run(spans.data(), n, s, &crcs));
+  CHECK_CUDA(cudaMemcpyAsync(got.data(), crcs, n * 4, cudaMemcpyDeviceToHost, s));
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  if (got != want) {
+    std::fprintf(stderr, "plan.run's CRCs differ from crc32Device's\n");
+    return 1;
+  }
   const double runMs = medianMs(s, warmup, iters, [&] { CHECK_OK(plan.run(spans.data(), n, s, &crcs)); });
-  const double messageMs = medianMs(s, warmup, iters, [&] {
-    CHECK_OK(plan.runMessage(spans.data(), positions.data(), n, header.data(), numWords, s, &message));
-  });
+  std::vector<double> messageMs;
+  for (uint32_t items : itemChoices) {
+    ringguard::Crc32ManyPlan byItems(items);
+    CHECK_OK(byItems.runMessage(spans.data(), positions.data(), n, header.data(), numWords, s, &message));
+    CHECK_CUDA(cudaMemcpyAsync(words.data(), message, numWords * 4, cudaMemcpyDeviceToHost, s));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    for (size_t i = 0; i < n; ++i) {
+      if (words[8 + i] != want[i] || words[0] != 0x5EEDu) {
+        std::fprintf(stderr, "items=%u: span %zu's word %08x, crc32Device %08x\n", items, i, words[8 + i],
+                     want[i]);
+        return 1;
+      }
+    }
+    messageMs.push_back(medianMs(s, warmup, iters, [&] {
+      CHECK_OK(byItems.runMessage(spans.data(), positions.data(), n, header.data(), numWords, s, &message));
+    }));
+  }
   const double oneMs = medianMs(
       s, warmup, iters, [&] { CHECK_OK(ringguard::crc32Device(one, total, crc, scratch, scratchBytes, s)); });
   const double copyMs = medianMs(
@@ -110,12 +123,17 @@ int main(int argc, char** argv) {
   const double gb = double(total) / 1e9;
   std::printf("spans=%zu bytes=%zu iters=%d warmup=%d\n", n, total, iters, warmup);
   std::printf("plan_run us=%.1f read_GBps=%.0f\n", runMs * 1e3, gb / (runMs * 1e-3));
-  std::printf("plan_message us=%.1f read_GBps=%.0f\n", messageMs * 1e3, gb / (messageMs * 1e-3));
+  double defaultMs = messageMs[0];
+  for (size_t k = 0; k < itemChoices.size(); ++k) {
+    std::printf("plan_message items=%u us=%.1f read_GBps=%.0f\n", itemChoices[k], messageMs[k] * 1e3,
+                gb / (messageMs[k] * 1e-3));
+    if (itemChoices[k] == ringguard::Crc32ManyPlan::kDefaultItemsPerBlock) defaultMs = messageMs[k];
+  }
   std::printf("one_span us=%.1f read_GBps=%.0f\n", oneMs * 1e3, gb / (oneMs * 1e-3));
   std::printf("copy us=%.1f copy_GBps=%.0f\n", copyMs * 1e3, 2 * gb / (copyMs * 1e-3));
   std::printf(
       "summary: plan_message_us=%.1f one_span_us=%.1f message_vs_one_span=%.3f message_vs_copy=%.3f\n",
-      messageMs * 1e3, oneMs * 1e3, oneMs / messageMs, (gb / messageMs) / (2 * gb / copyMs));
+      defaultMs * 1e3, oneMs * 1e3, oneMs / defaultMs, (gb / defaultMs) / (2 * gb / copyMs));
   for (void* p : buffers) CHECK_CUDA(cudaFree(p));
   for (void* p : {one, dst, scratch, static_cast<void*>(crc)}) CHECK_CUDA(cudaFree(p));
   CHECK_CUDA(cudaStreamDestroy(s));

@@ -60,32 +60,50 @@ static_assert(sizeof(InlineWords<kInlineWords>) + 4 * sizeof(void*) <= 4096,
               "the message kernel's parameters fit 4 KiB");
 
 // Items are taken in table order (largest first: buildTables) by whichever block is free, from a counter
-// in device memory: counters[0] the next item, counters[1] the blocks done. The last block out sets both
-// back to 0 for the next launch (every block has taken its last item by then), so a launch finds them at 0
-// with no host call; they are zeroed once when the table is uploaded. So runs over one table must never
-// overlap (a plan orders its runs on one stream after the last: Crc32ManyPlan), and a launch cut short would
-// leave them set, but a kernel cut short leaves the context unusable anyway (a sticky error).
+// in device memory: counters[0] the next item, counters[1] the blocks done. A block holds one item ahead: the
+// first batch of its next item's loads is issued as soon as the current item's last batch is consumed, before
+// the current item's block reduction and barriers, so the SM's loads stay in flight across the ~2 us of
+// reduction between two items instead of draining. The last block out sets both counters back to 0 for the
+// next launch (every block has taken its last item by then: a block leaves only once it holds none), so a
+// launch finds them at 0 with no host call; they are zeroed once when the table is uploaded. So runs over
+// one table must never overlap (a plan orders its runs on one stream after the last: Crc32ManyPlan), and a
+// launch cut short would leave them set, but a kernel cut short leaves the context unusable anyway (a
+// sticky error).
 __device__ __forceinline__ void manySegments(const ManyItem* __restrict__ items, uint32_t numItems,
                                              uint32_t* __restrict__ partials, uint32_t* counters) {
   extern __shared__ __align__(16) uint32_t dynamicSmem[];
   __shared__ uint32_t warpXor[kThreads / 32];
-  __shared__ uint32_t nextItem;
+  __shared__ uint32_t firstTwo;  // read once, at the start
+  __shared__ uint32_t taken;  // written by thread 0 in each round, read after that round's reduction barrier
+  if (threadIdx.x == 0) firstTwo = atomicAdd(&counters[0], 2u);  // this block's first two items
   const uint32_t tableAddr = fillTables(dynamicSmem);
-  if (threadIdx.x == 0) nextItem = atomicAdd(&counters[0], 1u);
   __syncthreads();
   const LaneLookup lanes = makeLaneLookup(tableAddr);
-  // Every thread reads nextItem before crcBlockReduce's barrier; thread 0 rewrites it after.
-  for (uint32_t i = nextItem; i < numItems; i = nextItem) {
-    const ManyItem it = items[i];
+  uint32_t current = firstTwo, next = firstTwo + 1;
+  uint4 v[kBatch];
+  ManyItem it{};
+  if (current < numItems) {
+    it = items[current];
+    loadBatch<kBatch>(LoadSource{it.base}, it.segBegin + threadIdx.x,
+                      static_cast<int64_t>(it.n) - threadIdx.x, v);
+  }
+  while (current < numItems) {
     LoadSource src{it.base};
-    const uint64_t piece = it.segBegin + threadIdx.x;
-    const int64_t left = static_cast<int64_t>(it.n) - threadIdx.x;
-    uint4 v[kBatch];
-    loadBatch<kBatch>(src, piece, left, v);
-    const uint32_t s = crcSegmentLoop<kBatch, false>(src, v, piece, left, lanes);
-    crcBlockReduce(s, it.n, true, warpXor, partials + it.partial);
-    if (threadIdx.x == 0) nextItem = atomicAdd(&counters[0], 1u);
-    __syncthreads();  // nextItem written; warpXor is reused by the next item
+    const uint32_t s = crcSegmentLoop<kBatch, false>(src, v, it.segBegin + threadIdx.x,
+                                                     static_cast<int64_t>(it.n) - threadIdx.x, lanes);
+    const ManyItem done = it;
+    if (next < numItems) {  // block-uniform: the next item's first loads in flight during the reduction
+      it = items[next];
+      loadBatch<kBatch>(LoadSource{it.base}, it.segBegin + threadIdx.x,
+                        static_cast<int64_t>(it.n) - threadIdx.x, v);
+    }
+    // The one after `next`, published by crcBlockReduce's barrier (every thread read `taken` before the
+    // last barrier of the previous round).
+    if (threadIdx.x == 0) taken = atomicAdd(&counters[0], 1u);
+    crcBlockReduce(s, done.n, true, warpXor, partials + done.partial);
+    current = next;
+    next = taken;
+    __syncthreads();  // `taken` read by every thread; warpXor is reused by the next item
   }
   if (threadIdx.x == 0) {
     __threadfence();  // this block's last take of counters[0] before its count of counters[1]
@@ -165,15 +183,15 @@ struct Tables {
   uint32_t* counters = nullptr;  // manySegments' two
 };
 
-// Segments of about a 1 / (resident x kItemsPerBlock) share of all the pieces: each item costs a block
-// a first load's latency and a reduction (~2 us) on top of its bytes, which at the segment machinery's
-// 128 KiB per block (~6 us of an SM's share of HBM) cost the small GPT's 329 MB a quarter of the rate
-// (2.2 TB/s on an H100); a few items a block, taken largest first from a counter, keep the blocks busy
-// to the end.
-constexpr uint64_t kItemsPerBlock = 4;
-
-Tables buildTables(const Crc32Span* spans, size_t n, int resident, void* base, uint32_t* crcsOut,
-                   const uint32_t* positions = nullptr) {
+// Segments of about a 1 / (resident x itemsPerBlock) share of all the pieces (Crc32ManyPlan's option,
+// kDefaultItemsPerBlock for crc32ManyDevice): each item costs a block a reduction (~2 us, its loads kept in
+// flight by the next item's: manySegments) on top of its bytes, and the last items taken set the launch's
+// tail (a block that takes one just before the others run out finishes alone), so the share trades the one
+// against the other; at the segment machinery's 128 KiB per block (~6 us of an SM's share of HBM) the small
+// GPT's 329 MB ran at 2.2 TB/s on an H100 (forty-sixth session), at about a quarter of the bytes per block
+// (4 items) 2.3 TB/s, a single span of the same bytes 2.44 TB/s (forty-seventh).
+Tables buildTables(const Crc32Span* spans, size_t n, int resident, uint32_t itemsPerBlock, void* base,
+                   uint32_t* crcsOut, const uint32_t* positions = nullptr) {
   Tables t;
   auto* bytes = static_cast<unsigned char*>(base);
   const size_t bound = itemBound(spans, n);
@@ -184,7 +202,7 @@ Tables buildTables(const Crc32Span* spans, size_t n, int resident, void* base, u
   t.counters = t.partials + alignUp(bound * sizeof(uint32_t)) / sizeof(uint32_t);
   uint64_t totalPieces = 0;
   for (size_t i = 0; i < n; ++i) totalPieces += spans[i].bytes / kPieceBytes;
-  const uint64_t share = static_cast<uint64_t>(std::max(resident, 1)) * kItemsPerBlock;
+  const uint64_t share = static_cast<uint64_t>(std::max(resident, 1)) * std::max<uint32_t>(itemsPerBlock, 1);
   const uint64_t minPieces = std::max<uint64_t>(kMinPiecesPerBlock, (totalPieces + share - 1) / share);
   t.args.resize(n);
   for (size_t i = 0; i < n; ++i) {
@@ -301,7 +319,8 @@ Status crc32ManyDevice(const Crc32Span* spans, size_t n, uint32_t* crcsOutDevice
   }
   int resident = 1;
   RINGGUARD_RETURN_IF_ERROR(manyResidentBlocks(&resident));
-  const Tables t = buildTables(spans, n, resident, scratch, crcsOutDevice);
+  const Tables t =
+      buildTables(spans, n, resident, Crc32ManyPlan::kDefaultItemsPerBlock, scratch, crcsOutDevice);
   RINGGUARD_RETURN_IF_ERROR(uploadTables(t, stream));
   return launchTables(t.itemsDevice, static_cast<uint32_t>(t.items.size()), t.argsDevice, n, t.partials,
                       t.counters, resident, stream);
@@ -412,7 +431,7 @@ Status Crc32ManyPlan::enqueue(const Crc32Span* spans, const uint32_t* positions,
     RINGGUARD_CUDA_CHECK(cudaMallocAsync(&mem, blockBytes, stream));
     uint32_t* words =
         into != nullptr ? into : reinterpret_cast<uint32_t*>(static_cast<unsigned char*>(mem) + tableBytes);
-    const Tables t = buildTables(spans, n, resident, mem, words, positions);
+    const Tables t = buildTables(spans, n, resident, itemsPerBlock_, mem, words, positions);
     const Status up = uploadTables(t, stream);
     if (!up.isOk()) {
       (void)cudaFreeAsync(mem, stream);

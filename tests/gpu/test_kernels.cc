@@ -340,8 +340,10 @@ TEST_F(Crc32DeviceTest, ManySpansPlanFollowsContentsAndSpans) {
 }
 
 // A model's worth of spans (~100 MB, more than the device's blocks x 4 x 128 KiB, so segments grow past the
-// 128 KiB minimum and blocks take items from the device counter): every CRC right at each of several runs
-// (the counter set back by the last block of each launch), a byte changed between runs seen at the next.
+// 128 KiB minimum and blocks take items from the device counter, one ahead of the item they work on): every
+// CRC right at each of several runs (the counter set back by the last block of each launch) of plans cut
+// into 1, 4 (the default) and 64 items per block, the bytes of every span rewritten before each run (an item
+// a run skipped would leave last run's partial, right for last run's bytes only), then a byte changed.
 TEST_F(Crc32DeviceTest, ManySpansPlanOverAModelsWorthOfBytes) {
   const std::vector<size_t> sizes = {5, 3073, 12288, (size_t(1) << 20) + 7, size_t(3) << 20};
   SpanSet set = makeSpans(sizes, 120, size_t(102) << 20, 0xFACE, 3, 5);  // 5 bytes apart: every alignment
@@ -349,23 +351,34 @@ TEST_F(Crc32DeviceTest, ManySpansPlanOverAModelsWorthOfBytes) {
   uint8_t* dev = set.dev;
   const std::vector<Crc32Span>& spans = set.spans;
   const std::vector<size_t>& offsets = set.offsets;
-  Crc32ManyPlan plan;
   const size_t changed = offsets[9] + sizes[4] / 2;  // inside span 9, a 3 MiB one
   const auto change = [&] {
     host[changed] ^= 0x10;
     ASSERT_CUDA(cudaMemcpyAsync(dev + changed, host.data() + changed, 1, cudaMemcpyHostToDevice, stream_));
   };
-  for (int run = 0; run < 3; ++run) {
-    const uint32_t* crcs = nullptr;
-    ASSERT_STATUS_OK(plan.run(spans.data(), spans.size(), stream_, &crcs));
-    const std::vector<uint32_t> got = readBack(crcs, spans.size(), stream_);
-    for (size_t i = 0; i < spans.size(); ++i) {
-      ASSERT_EQ(crc32(host.data() + offsets[i], spans[i].bytes), got[i])
-          << "run " << run << ", span " << i << " of " << spans[i].bytes << " bytes";
+  uint32_t seed = 0xB0B;
+  const auto rewrite = [&] {
+    host = randomBytes(host.size(), ++seed);
+    ASSERT_CUDA(cudaMemcpyAsync(dev, host.data(), host.size(), cudaMemcpyHostToDevice, stream_));
+  };
+  for (uint32_t items : {1u, Crc32ManyPlan::kDefaultItemsPerBlock, 64u}) {
+    Crc32ManyPlan plan(items);
+    for (int run = 0; run < 3; ++run) {
+      rewrite();
+      for (int again = 0; again < 2; ++again) {
+        const uint32_t* crcs = nullptr;
+        ASSERT_STATUS_OK(plan.run(spans.data(), spans.size(), stream_, &crcs));
+        const std::vector<uint32_t> got = readBack(crcs, spans.size(), stream_);
+        for (size_t i = 0; i < spans.size(); ++i) {
+          ASSERT_EQ(crc32(host.data() + offsets[i], spans[i].bytes), got[i])
+              << items << " items a block, run " << run << (again ? " after a change" : "") << ", span " << i
+              << " of " << spans[i].bytes << " bytes";
+        }
+        change();
+      }
     }
-    change();
+    EXPECT_EQ(plan.builds(), 1u);
   }
-  EXPECT_EQ(plan.builds(), 1u);
   // The same spans through crc32ManyDevice, twice over one scratch (its counters zeroed with the table).
   const size_t scratchBytes = crc32ManyDeviceScratchBytes(spans.data(), spans.size());
   void* scratch = deviceAlloc(scratchBytes);

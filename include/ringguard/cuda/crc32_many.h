@@ -43,7 +43,12 @@ Status crc32ManyDevice(const Crc32Span* spans, size_t n, uint32_t* crcsOutDevice
 // thread-safe (one per checker; the replica check's).
 class Crc32ManyPlan {
  public:
-  Crc32ManyPlan() = default;
+  // Work items per block the table cuts the spans into (crc32_many.cu, buildTables: fewer cost less
+  // reduction, more leave a shorter tail); the default is what crc32ManyDevice uses, other values are for
+  // bench_crc_many's sweep. At least 1.
+  static constexpr uint32_t kDefaultItemsPerBlock = 4;
+  explicit Crc32ManyPlan(uint32_t itemsPerBlock = kDefaultItemsPerBlock)
+      : itemsPerBlock_(itemsPerBlock < 1 ? 1 : itemsPerBlock) {}
   // Frees its memory with cudaFree, which waits for the device (what read the CRCs after the last run
   // included): the checker's end, not a step.
   ~Crc32ManyPlan();
@@ -89,6 +94,7 @@ class Crc32ManyPlan {
   uint32_t* words_ = nullptr;       // the CRCs, or the message they are written into (the plan's or `into`)
   const uint32_t* into_ = nullptr;  // the caller's message buffer the table was built for (null: none)
   uint32_t numItems_ = 0;
+  uint32_t itemsPerBlock_;
   int resident_ = 0;  // blocks per launch the table was planned for
   int device_ = -1;   // current at the first run
   uint64_t builds_ = 0;
