@@ -84,16 +84,19 @@ def emit(rank, **rec):
         print(json.dumps(rec), flush=True)
 
 
-def device_us(prof, steps=3):
-    """Per step, from a profile of `steps` steps: all device time (kernels, copies, memsets), and that of
-    ringguard's own kernels (the check's: its CRC, merge and gate)."""
+def device_us(trace_path, steps=3):
+    """Per step, from the Chrome trace of a profile of `steps` steps: all device time (kernels, copies,
+    memsets), and that of ringguard's own kernels (the check's: its CRC, merge and gate). Read from the
+    trace's device events, not from key_averages(), whose CPU ops carry the device time of the kernels they
+    launched as well (the forty-sixth session's figures counted the check's kernels twice)."""
+    with open(trace_path) as f:
+        events = json.load(f)["traceEvents"]
     total = ours = 0.0
-    for e in prof.key_averages():
-        t = getattr(e, "self_device_time_total", None)
-        t = getattr(e, "self_cuda_time_total", 0.0) if t is None else t
-        total += t
-        if "ringguard" in e.key:
-            ours += t
+    for e in events:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            total += e.get("dur", 0.0)
+            if "ringguard" in e.get("name", ""):
+                ours += e.get("dur", 0.0)
     return total / steps, ours / steps
 
 
@@ -108,9 +111,9 @@ def profile(out_dir, rank, device, step, opt, hooks):
         handle = opt.register_step_post_hook(hooks[variant]) if variant in hooks else None
         step()
         sync(device)
-        prof = bench_ddp.profile_steps(os.path.join(out_dir, f"replica_check_{variant}_rank{rank}.json"), variant,
-                                       rank, device, step, lambda: sync(device))
-        total, ours = device_us(prof)
+        trace = os.path.join(out_dir, f"replica_check_{variant}_rank{rank}.json")
+        bench_ddp.profile_steps(trace, variant, rank, device, step, lambda: sync(device))
+        total, ours = device_us(trace)
         device_time[variant] = {"device_ms_per_step": total / 1e3, "check_device_us": ours}
         if handle is not None:
             handle.remove()
