@@ -1,6 +1,6 @@
 // Device time of the replica check's fingerprint (issue 43; docs/PERFORMANCE.md, "The replica check"): the
 // many-buffer CRC (Crc32ManyPlan, its table kept as in a training run) over the small GPT's 231 device
-// tensors (each parameter with AdamW's exp_avg and exp_avg_sq, fp32, 329.5 MB, each its own cudaMalloc), in
+// tensors (each parameter with AdamW's exp_avg and exp_avg_sq, fp32, 329.2 MB, each its own cudaMalloc), in
 // the same run as the floors it is held against: one CRC over a single buffer of the same bytes
 // (crc32Device: no span boundaries), and a device-to-device copy of the same bytes (read + write).
 //
@@ -8,11 +8,13 @@
 //
 // Rows `<what> us=<median> read_GBps=<bytes / t>`: `plan_run` (the CRCs alone), `plan_message` (the CRCs
 // written into a message of n + 8 words, as the replica exchange runs it; with `items=K` for each --items
-// value, the plan's work items per block), `one_span` and `copy` (copy_GBps counts bytes read plus
-// written). The last line is `summary: plan_message_us=<t> one_span_us=<t> message_vs_one_span=<t_one /
-// t_message> message_vs_copy=<(B / t_message) / (2B / t_copy)>` for the default items per block. --sets N
-// fingerprints N copies of the tensors (N x 329.5 MB) for a larger set of the same shapes. Every plan's CRCs
-// are checked against crc32Device's of the same spans before timing.
+// value, the plan's work items per block), `plan_one_span` (the plan over one buffer of the same bytes: as
+// many items as blocks), `one_span` (crc32Device over that buffer) and `copy` (copy_GBps counts bytes read
+// plus written). The last line is `summary: items=<K> plan_message_us=<t> one_span_us=<t>
+// message_vs_one_span=<t_one / t_message> message_vs_copy=<(B / t_message) / (2B / t_copy)>` for the
+// default items per block (or the first --items value when the default is not among them). --sets N
+// fingerprints N copies of the tensors (N x 329.2 MB) for a larger set of the same shapes. Every plan's CRCs
+// are checked against crc32Device's of the same spans before and after timing.
 #include <cuda_runtime.h>
 
 #include <CLI/CLI.hpp>
@@ -88,33 +90,59 @@ int main(int argc, char** argv) {
   }
   CHECK_CUDA(cudaMemcpyAsync(want.data(), crc, n * 4, cudaMemcpyDeviceToHost, s));
   using bench_gpu::medianMs;
-  const uint32_t* crcs = nullptr;
-  const uint32_t* message = nullptr;
-  ringguard::Crc32ManyPlan plan;
-  CHECK_OK(plan.run(spans.data(), n, s, &crcs));
-  CHECK_CUDA(cudaMemcpyAsync(got.data(), crcs, n * 4, cudaMemcpyDeviceToHost, s));
-  CHECK_CUDA(cudaStreamSynchronize(s));
-  if (got != want) {
-    std::fprintf(stderr, "plan.run's CRCs differ from crc32Device's\n");
-    return 1;
-  }
-  const double runMs = medianMs(s, warmup, iters, [&] { CHECK_OK(plan.run(spans.data(), n, s, &crcs)); });
+  double runMs = 0, planOneMs = 0;
   std::vector<double> messageMs;
-  for (uint32_t items : itemChoices) {
-    ringguard::Crc32ManyPlan byItems(items);
-    CHECK_OK(byItems.runMessage(spans.data(), positions.data(), n, header.data(), numWords, s, &message));
-    CHECK_CUDA(cudaMemcpyAsync(words.data(), message, numWords * 4, cudaMemcpyDeviceToHost, s));
-    CHECK_CUDA(cudaStreamSynchronize(s));
-    for (size_t i = 0; i < n; ++i) {
-      if (words[8 + i] != want[i] || words[0] != 0x5EEDu) {
-        std::fprintf(stderr, "items=%u: span %zu's word %08x, crc32Device %08x\n", items, i, words[8 + i],
-                     want[i]);
-        return 1;
+  {
+    // Each plan's CRCs checked at its first run and again after its timed runs (the device counters set back
+    // by each launch's last block).
+    const uint32_t* crcs = nullptr;
+    const uint32_t* message = nullptr;
+    ringguard::Crc32ManyPlan plan;
+    const auto checkRun = [&](const char* when) {
+      CHECK_OK(plan.run(spans.data(), n, s, &crcs));
+      CHECK_CUDA(cudaMemcpyAsync(got.data(), crcs, n * 4, cudaMemcpyDeviceToHost, s));
+      CHECK_CUDA(cudaStreamSynchronize(s));
+      if (got != want) {
+        std::fprintf(stderr, "plan.run's CRCs %s differ from crc32Device's\n", when);
+        std::exit(1);
       }
+    };
+    checkRun("at the first run");
+    runMs = medianMs(s, warmup, iters, [&] { CHECK_OK(plan.run(spans.data(), n, s, &crcs)); });
+    checkRun("after the timed runs");
+    for (uint32_t items : itemChoices) {
+      ringguard::Crc32ManyPlan byItems(items);
+      const auto checkMessage = [&](const char* when) {
+        CHECK_OK(byItems.runMessage(spans.data(), positions.data(), n, header.data(), numWords, s, &message));
+        CHECK_CUDA(cudaMemcpyAsync(words.data(), message, numWords * 4, cudaMemcpyDeviceToHost, s));
+        CHECK_CUDA(cudaStreamSynchronize(s));
+        for (size_t i = 0; i < n; ++i) {
+          if (words[8 + i] != want[i] || words[0] != 0x5EEDu) {
+            std::fprintf(stderr, "items=%u %s: span %zu's word %08x, crc32Device %08x\n", items, when, i,
+                         words[8 + i], want[i]);
+            std::exit(1);
+          }
+        }
+      };
+      checkMessage("at the first run");
+      messageMs.push_back(medianMs(s, warmup, iters, [&] {
+        CHECK_OK(byItems.runMessage(spans.data(), positions.data(), n, header.data(), numWords, s, &message));
+      }));
+      checkMessage("after the timed runs");
     }
-    messageMs.push_back(medianMs(s, warmup, iters, [&] {
-      CHECK_OK(byItems.runMessage(spans.data(), positions.data(), n, header.data(), numWords, s, &message));
-    }));
+    // The plan over the one buffer: as many items as blocks.
+    ringguard::Crc32ManyPlan whole;
+    const ringguard::Crc32Span all{one, total};
+    planOneMs = medianMs(s, warmup, iters, [&] { CHECK_OK(whole.run(&all, 1, s, &crcs)); });
+    uint32_t viaPlan = 0, viaDevice = 0;
+    CHECK_CUDA(cudaMemcpyAsync(&viaPlan, crcs, 4, cudaMemcpyDeviceToHost, s));
+    CHECK_OK(ringguard::crc32Device(one, total, crc, scratch, scratchBytes, s));
+    CHECK_CUDA(cudaMemcpyAsync(&viaDevice, crc, 4, cudaMemcpyDeviceToHost, s));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    if (viaPlan != viaDevice) {
+      std::fprintf(stderr, "the plan over one buffer: %08x, crc32Device %08x\n", viaPlan, viaDevice);
+      return 1;
+    }
   }
   const double oneMs = medianMs(
       s, warmup, iters, [&] { CHECK_OK(ringguard::crc32Device(one, total, crc, scratch, scratchBytes, s)); });
@@ -123,17 +151,20 @@ int main(int argc, char** argv) {
   const double gb = double(total) / 1e9;
   std::printf("spans=%zu bytes=%zu iters=%d warmup=%d\n", n, total, iters, warmup);
   std::printf("plan_run us=%.1f read_GBps=%.0f\n", runMs * 1e3, gb / (runMs * 1e-3));
-  double defaultMs = messageMs[0];
+  size_t summaryAt = 0;  // the default items per block when swept, else the first value
   for (size_t k = 0; k < itemChoices.size(); ++k) {
     std::printf("plan_message items=%u us=%.1f read_GBps=%.0f\n", itemChoices[k], messageMs[k] * 1e3,
                 gb / (messageMs[k] * 1e-3));
-    if (itemChoices[k] == ringguard::Crc32ManyPlan::kDefaultItemsPerBlock) defaultMs = messageMs[k];
+    if (itemChoices[k] == ringguard::Crc32ManyPlan::kDefaultItemsPerBlock) summaryAt = k;
   }
+  std::printf("plan_one_span us=%.1f read_GBps=%.0f\n", planOneMs * 1e3, gb / (planOneMs * 1e-3));
   std::printf("one_span us=%.1f read_GBps=%.0f\n", oneMs * 1e3, gb / (oneMs * 1e-3));
   std::printf("copy us=%.1f copy_GBps=%.0f\n", copyMs * 1e3, 2 * gb / (copyMs * 1e-3));
+  const double m = messageMs[summaryAt];
   std::printf(
-      "summary: plan_message_us=%.1f one_span_us=%.1f message_vs_one_span=%.3f message_vs_copy=%.3f\n",
-      defaultMs * 1e3, oneMs * 1e3, oneMs / defaultMs, (gb / defaultMs) / (2 * gb / copyMs));
+      "summary: items=%u plan_message_us=%.1f one_span_us=%.1f message_vs_one_span=%.3f "
+      "message_vs_copy=%.3f\n",
+      itemChoices[summaryAt], m * 1e3, oneMs * 1e3, oneMs / m, (gb / m) / (2 * gb / copyMs));
   for (void* p : buffers) CHECK_CUDA(cudaFree(p));
   for (void* p : {one, dst, scratch, static_cast<void*>(crc)}) CHECK_CUDA(cudaFree(p));
   CHECK_CUDA(cudaStreamDestroy(s));

@@ -59,34 +59,36 @@ struct InlineWords {
 static_assert(sizeof(InlineWords<kInlineWords>) + 4 * sizeof(void*) <= 4096,
               "the message kernel's parameters fit 4 KiB");
 
-// Items are taken in table order (largest first: buildTables) by whichever block is free, from a counter
-// in device memory: counters[0] the next item, counters[1] the blocks done. A block holds one item ahead: the
-// first batch of its next item's loads is issued as soon as the current item's last batch is consumed, before
-// the current item's block reduction and barriers, so the SM's loads stay in flight across the ~2 us of
-// reduction between two items instead of draining. The last block out sets both counters back to 0 for the
-// next launch (every block has taken its last item by then: a block leaves only once it holds none), so a
-// launch finds them at 0 with no host call; they are zeroed once when the table is uploaded. So runs over
-// one table must never overlap (a plan orders its runs on one stream after the last: Crc32ManyPlan), and a
-// launch cut short would leave them set, but a kernel cut short leaves the context unusable anyway (a
-// sticky error).
+// Block b starts on item b (grid <= numItems: the launch's grid largest items, as the table is sorted);
+// every later item is taken in table order (largest first: buildTables) by whichever block is free, from a
+// counter in device memory that numbers the takes after the first grid items: counters[0] the takes so far,
+// counters[1] the blocks done. A block holds one item ahead: the first batch of its next item's loads is
+// issued as soon as the current item's last batch is consumed, before the current item's block reduction
+// and barriers, so the SM's loads stay in flight across the reduction between two items instead of
+// draining. The last block out sets both counters back to 0 for the next launch (every block has taken its
+// last item by then: a block leaves only once the item it holds is past the table), so a launch finds them
+// at 0 with no host call; they are zeroed once when the table is uploaded. So runs over one table must never
+// overlap (a plan orders its runs on one stream after the last: Crc32ManyPlan), and a launch cut short would
+// leave them set, but a kernel cut short leaves the context unusable anyway (a sticky error).
 __device__ __forceinline__ void manySegments(const ManyItem* __restrict__ items, uint32_t numItems,
                                              uint32_t* __restrict__ partials, uint32_t* counters) {
   extern __shared__ __align__(16) uint32_t dynamicSmem[];
   __shared__ uint32_t warpXor[kThreads / 32];
-  __shared__ uint32_t firstTwo;  // read once, at the start
+  __shared__ uint32_t firstTaken;  // read once, after the fill's barrier
   __shared__ uint32_t taken;  // written by thread 0 in each round, read after that round's reduction barrier
-  if (threadIdx.x == 0) firstTwo = atomicAdd(&counters[0], 2u);  // this block's first two items
-  const uint32_t tableAddr = fillTables(dynamicSmem);
-  __syncthreads();
-  const LaneLookup lanes = makeLaneLookup(tableAddr);
-  uint32_t current = firstTwo, next = firstTwo + 1;
+  uint32_t current = blockIdx.x;
   uint4 v[kBatch];
   ManyItem it{};
-  if (current < numItems) {
+  if (current < numItems) {  // the first loads in flight while the tables fill
     it = items[current];
     loadBatch<kBatch>(LoadSource{it.base}, it.segBegin + threadIdx.x,
                       static_cast<int64_t>(it.n) - threadIdx.x, v);
   }
+  if (threadIdx.x == 0) firstTaken = gridDim.x + atomicAdd(&counters[0], 1u);
+  const uint32_t tableAddr = fillTables(dynamicSmem);
+  __syncthreads();
+  const LaneLookup lanes = makeLaneLookup(tableAddr);
+  uint32_t next = firstTaken;
   while (current < numItems) {
     LoadSource src{it.base};
     const uint32_t s = crcSegmentLoop<kBatch, false>(src, v, it.segBegin + threadIdx.x,
@@ -99,7 +101,7 @@ __device__ __forceinline__ void manySegments(const ManyItem* __restrict__ items,
     }
     // The one after `next`, published by crcBlockReduce's barrier (every thread read `taken` before the
     // last barrier of the previous round).
-    if (threadIdx.x == 0) taken = atomicAdd(&counters[0], 1u);
+    if (threadIdx.x == 0) taken = gridDim.x + atomicAdd(&counters[0], 1u);
     crcBlockReduce(s, done.n, true, warpXor, partials + done.partial);
     current = next;
     next = taken;

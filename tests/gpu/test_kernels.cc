@@ -358,6 +358,7 @@ TEST_F(Crc32DeviceTest, ManySpansPlanOverAModelsWorthOfBytes) {
   };
   uint32_t seed = 0xB0B;
   const auto rewrite = [&] {
+    ASSERT_CUDA(cudaStreamSynchronize(stream_));  // the last pageable copies out of `host` done
     host = randomBytes(host.size(), ++seed);
     ASSERT_CUDA(cudaMemcpyAsync(dev, host.data(), host.size(), cudaMemcpyHostToDevice, stream_));
   };
@@ -378,6 +379,16 @@ TEST_F(Crc32DeviceTest, ManySpansPlanOverAModelsWorthOfBytes) {
       }
     }
     EXPECT_EQ(plan.builds(), 1u);
+    // One span of all the bytes: as many items as blocks (the grid), each block on its own from the start.
+    Crc32ManyPlan whole(items);
+    const Crc32Span all{dev, host.size()};
+    for (int run = 0; run < 2; ++run) {
+      rewrite();
+      const uint32_t* crcs = nullptr;
+      ASSERT_STATUS_OK(whole.run(&all, 1, stream_, &crcs));
+      ASSERT_EQ(crc32(host.data(), host.size()), readBack(crcs, 1, stream_)[0])
+          << items << " items a block, one span, run " << run;
+    }
   }
   // The same spans through crc32ManyDevice, twice over one scratch (its counters zeroed with the table).
   const size_t scratchBytes = crc32ManyDeviceScratchBytes(spans.data(), spans.size());
