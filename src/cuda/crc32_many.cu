@@ -59,53 +59,33 @@ struct InlineWords {
 static_assert(sizeof(InlineWords<kInlineWords>) + 4 * sizeof(void*) <= 4096,
               "the message kernel's parameters fit 4 KiB");
 
-// Block b starts on item b (grid <= numItems: the launch's grid largest items, as the table is sorted);
-// every later item is taken in table order (largest first: buildTables) by whichever block is free, from a
-// counter in device memory that numbers the takes after the first grid items: counters[0] the takes so far,
-// counters[1] the blocks done. A block holds one item ahead: the first batch of its next item's loads is
-// issued as soon as the current item's last batch is consumed, before the current item's block reduction
-// and barriers, so the SM's loads stay in flight across the reduction between two items instead of
-// draining. The last block out sets both counters back to 0 for the next launch (every block has taken its
-// last item by then: a block leaves only once the item it holds is past the table), so a launch finds them
-// at 0 with no host call; they are zeroed once when the table is uploaded. So runs over one table must never
+// Items are taken in table order (largest first: buildTables) by whichever block is free, from a counter
+// in device memory: counters[0] the next item, counters[1] the blocks done. The last block out sets both
+// back to 0 for the next launch (every block has taken its last item by then), so a launch finds them at 0
+// with no host call; they are zeroed once when the table is uploaded. So runs over one table must never
 // overlap (a plan orders its runs on one stream after the last: Crc32ManyPlan), and a launch cut short would
 // leave them set, but a kernel cut short leaves the context unusable anyway (a sticky error).
 __device__ __forceinline__ void manySegments(const ManyItem* __restrict__ items, uint32_t numItems,
                                              uint32_t* __restrict__ partials, uint32_t* counters) {
   extern __shared__ __align__(16) uint32_t dynamicSmem[];
   __shared__ uint32_t warpXor[kThreads / 32];
-  __shared__ uint32_t firstTaken;  // read once, after the fill's barrier
-  __shared__ uint32_t taken;  // written by thread 0 in each round, read after that round's reduction barrier
-  uint32_t current = blockIdx.x;
-  uint4 v[kBatch];
-  ManyItem it{};
-  if (current < numItems) {  // the first loads in flight while the tables fill
-    it = items[current];
-    loadBatch<kBatch>(LoadSource{it.base}, it.segBegin + threadIdx.x,
-                      static_cast<int64_t>(it.n) - threadIdx.x, v);
-  }
-  if (threadIdx.x == 0) firstTaken = gridDim.x + atomicAdd(&counters[0], 1u);
+  __shared__ uint32_t nextItem;
   const uint32_t tableAddr = fillTables(dynamicSmem);
+  if (threadIdx.x == 0) nextItem = atomicAdd(&counters[0], 1u);
   __syncthreads();
   const LaneLookup lanes = makeLaneLookup(tableAddr);
-  uint32_t next = firstTaken;
-  while (current < numItems) {
+  // Every thread reads nextItem before crcBlockReduce's barrier; thread 0 rewrites it after.
+  for (uint32_t i = nextItem; i < numItems; i = nextItem) {
+    const ManyItem it = items[i];
     LoadSource src{it.base};
-    const uint32_t s = crcSegmentLoop<kBatch, false>(src, v, it.segBegin + threadIdx.x,
-                                                     static_cast<int64_t>(it.n) - threadIdx.x, lanes);
-    const ManyItem done = it;
-    if (next < numItems) {  // block-uniform: the next item's first loads in flight during the reduction
-      it = items[next];
-      loadBatch<kBatch>(LoadSource{it.base}, it.segBegin + threadIdx.x,
-                        static_cast<int64_t>(it.n) - threadIdx.x, v);
-    }
-    // The one after `next`, published by crcBlockReduce's barrier (every thread read `taken` before the
-    // last barrier of the previous round).
-    if (threadIdx.x == 0) taken = gridDim.x + atomicAdd(&counters[0], 1u);
-    crcBlockReduce(s, done.n, true, warpXor, partials + done.partial);
-    current = next;
-    next = taken;
-    __syncthreads();  // `taken` read by every thread; warpXor is reused by the next item
+    const uint64_t piece = it.segBegin + threadIdx.x;
+    const int64_t left = static_cast<int64_t>(it.n) - threadIdx.x;
+    uint4 v[kBatch];
+    loadBatch<kBatch>(src, piece, left, v);
+    const uint32_t s = crcSegmentLoop<kBatch, false>(src, v, piece, left, lanes);
+    crcBlockReduce(s, it.n, true, warpXor, partials + it.partial);
+    if (threadIdx.x == 0) nextItem = atomicAdd(&counters[0], 1u);
+    __syncthreads();  // nextItem written; warpXor is reused by the next item
   }
   if (threadIdx.x == 0) {
     __threadfence();  // this block's last take of counters[0] before its count of counters[1]
@@ -186,12 +166,12 @@ struct Tables {
 };
 
 // Segments of about a 1 / (resident x itemsPerBlock) share of all the pieces (Crc32ManyPlan's option,
-// kDefaultItemsPerBlock for crc32ManyDevice): each item costs a block a reduction (~2 us, its loads kept in
-// flight by the next item's: manySegments) on top of its bytes, and the last items taken set the launch's
-// tail (a block that takes one just before the others run out finishes alone), so the share trades the one
-// against the other; at the segment machinery's 128 KiB per block (~6 us of an SM's share of HBM) the small
-// GPT's 329 MB ran at 2.2 TB/s on an H100 (forty-sixth session), at about a quarter of the bytes per block
-// (4 items) 2.3 TB/s, a single span of the same bytes 2.44 TB/s (forty-seventh).
+// kDefaultItemsPerBlock for crc32ManyDevice): each item costs a block a first load's latency and a
+// reduction (~2 us) on top of its bytes, and the last items taken set the launch's tail (a block that takes
+// one just before the others run out finishes alone), so the share trades the one against the other; at the
+// segment machinery's 128 KiB per block (~6 us of an SM's share of HBM) the small GPT's 329 MB ran at 2.2
+// TB/s on an H100 (forty-sixth session), at about a quarter of the bytes per block (4 items) 2.3 TB/s, a
+// single span of the same bytes 2.44 TB/s (forty-seventh).
 Tables buildTables(const Crc32Span* spans, size_t n, int resident, uint32_t itemsPerBlock, void* base,
                    uint32_t* crcsOut, const uint32_t* positions = nullptr) {
   Tables t;

@@ -340,10 +340,11 @@ TEST_F(Crc32DeviceTest, ManySpansPlanFollowsContentsAndSpans) {
 }
 
 // A model's worth of spans (~100 MB, more than the device's blocks x 4 x 128 KiB, so segments grow past the
-// 128 KiB minimum and blocks take items from the device counter, one ahead of the item they work on): every
-// CRC right at each of several runs (the counter set back by the last block of each launch) of plans cut
-// into 1, 4 (the default) and 64 items per block, the bytes of every span rewritten before each run (an item
-// a run skipped would leave last run's partial, right for last run's bytes only), then a byte changed.
+// 128 KiB minimum and blocks take items from the device counter): every CRC right at each of several runs
+// (the counter set back by the last block of each launch) of plans cut into 1, 4 (the default) and 64 items
+// per block, the bytes of every span rewritten before each run (an item a run skipped would leave last run's
+// partial, right for last run's bytes only), then a byte changed; and of a plan over one span of all the
+// bytes.
 TEST_F(Crc32DeviceTest, ManySpansPlanOverAModelsWorthOfBytes) {
   const std::vector<size_t> sizes = {5, 3073, 12288, (size_t(1) << 20) + 7, size_t(3) << 20};
   SpanSet set = makeSpans(sizes, 120, size_t(102) << 20, 0xFACE, 3, 5);  // 5 bytes apart: every alignment
@@ -379,7 +380,7 @@ TEST_F(Crc32DeviceTest, ManySpansPlanOverAModelsWorthOfBytes) {
       }
     }
     EXPECT_EQ(plan.builds(), 1u);
-    // One span of all the bytes: as many items as blocks (the grid), each block on its own from the start.
+    // One span of all the bytes: as many items as blocks (the grid).
     Crc32ManyPlan whole(items);
     const Crc32Span all{dev, host.size()};
     for (int run = 0; run < 2; ++run) {
