@@ -308,6 +308,9 @@ int main(int argc, char** argv) {
     printf("final: ranks=%d steps=%d loss=%.6f params_identical=%s detected=%llu retransmitted=%llu\n", world,
            ran, lastLoss, identical ? "yes" : "no", (unsigned long long)detected,
            (unsigned long long)retransmitted);
+    // The parameters themselves (identical on every rank when params_identical=yes): two runs that print the
+    // same CRC end bit-identical (a repaired run against the fault-free one: tests/mpi/examples.sh).
+    printf("params: crc32=%08x\n", lo);
     if (injected != detected || escaped != 0) {
       printf("integrity: injected=%llu detected=%llu escaped=%llu: MISMATCH\n", (unsigned long long)injected,
              (unsigned long long)detected, (unsigned long long)escaped);

@@ -107,8 +107,7 @@ def batch(args, rank, device):
 
 def profile_steps(path, label, rank, device, step, sync):
     """torch.profiler over 3 calls of `step` (then `sync`): a Chrome trace at `path`, and on rank 0 the
-    table by self CPU time, and by self device time on CUDA; returns the profile. Shared with
-    bench_replica_check.py."""
+    table by self CPU time, and by self device time on CUDA. Shared with bench_replica_check.py."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
@@ -123,7 +122,6 @@ def profile_steps(path, label, rank, device, step, sync):
         for sort in sorts:
             print(f"# {label}: 3 steps, by {sort}", flush=True)
             print(prof.key_averages().table(sort_by=sort, row_limit=20), flush=True)
-    return prof
 
 
 def profile(out_dir, rank, device, runs, step, sync):

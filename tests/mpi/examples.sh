@@ -5,7 +5,7 @@
 # non-finite stops every rank at that step with a message and exit 1 (it used to print a NaN loss to the
 # end and exit 0); a NaN learning rate is a command-line error.
 # train_mlp --replica-check: a bit flipped in one rank's parameter after a step is repaired from the
-# majority with 3 ranks (the same final loss as the fault-free run, identical parameters, exit 0), raised on
+# majority with 3 ranks (the same final line and parameter CRC as the fault-free run: bit-identical, exit 0), raised on
 # every rank naming the rank with 2 (exit 1), and a clean run checks every step without a mismatch (and,
 # with --outlier-factor 8, reports no gradient outlier).
 # verified_allreduce_demo: every fault mode bit-identical to the fault-free run (PASS); a run that could
@@ -40,12 +40,16 @@ rc=$?
 ! grep -q "gradient outliers" "$log" || fail "replica clean run: a gradient outlier reported"
 grep -qE "^replicas: checks=12 mismatches=0 repairs=0 escalations=0 warnings=0$" "$log" || fail "replica clean run: counters"
 clean_final="$(grep -E "^final: " "$log")"
+clean_params="$(grep -E "^params: crc32=[0-9a-f]{8}$" "$log")"
+[[ -n "$clean_params" ]] || fail "replica clean run: no params line"
 RINGGUARD_REPLICA_FAULT="rank=1,step=4,tensor=param:fc2.weight,element=17,bit=27" \
   run3 "$binary" --steps 12 --log-every 12 --fault-prob 0 --replica-check repair
 rc=$?
 [[ $rc -eq 0 ]] || fail "replica repair: exit $rc"
 grep -qE "^replicas: checks=13 mismatches=1 repairs=1 escalations=0 warnings=0$" "$log" || fail "replica repair: counters"
 [[ "$(grep -E "^final: " "$log")" == "$clean_final" ]] || fail "replica repair: final line differs from the clean run's ($clean_final)"
+[[ "$(grep -E "^params: " "$log")" == "$clean_params" ]] ||
+  fail "replica repair: parameters differ from the clean run's ($clean_params)"
 RINGGUARD_REPLICA_FAULT="rank=0,step=2,tensor=optim:fc1.weight.momentum_buffer,element=3,bit=30" \
   run "$binary" --steps 12 --log-every 12 --fault-prob 0 --replica-check raise
 rc=$?
