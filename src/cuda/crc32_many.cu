@@ -184,7 +184,7 @@ Tables buildTables(const Crc32Span* spans, size_t n, int resident, uint32_t item
   t.counters = t.partials + alignUp(bound * sizeof(uint32_t)) / sizeof(uint32_t);
   uint64_t totalPieces = 0;
   for (size_t i = 0; i < n; ++i) totalPieces += spans[i].bytes / kPieceBytes;
-  const uint64_t share = static_cast<uint64_t>(std::max(resident, 1)) * std::max<uint32_t>(itemsPerBlock, 1);
+  const uint64_t share = static_cast<uint64_t>(std::max(resident, 1)) * itemsPerBlock;  // >= 1: the plan's
   const uint64_t minPieces = std::max<uint64_t>(kMinPiecesPerBlock, (totalPieces + share - 1) / share);
   t.args.resize(n);
   for (size_t i = 0; i < n; ++i) {
