@@ -12,12 +12,22 @@ namespace ringguard {
 
 #ifdef RINGGUARD_CRC_ISAL
 
-// crc32_gzip_refl inverts the seed on entry and the result on exit, exactly like zlib's crc32, so it chains
-// the same way and crc32_gzip_refl(0, p, 0) == 0. crc32_ieee is the non-reflected (BZIP2-style) CRC and
-// would give different values, so it must not be used here.
+// Below this many bytes ISA-L's table-driven crc32_gzip_refl_base: the protocol's own records (a trailer's
+// 36 bytes, a seal's 44, a fingerprint's 40) are checked several times in every collective, and inside a
+// collective, between waits on lines another core writes, the SIMD routine took ~400 cycles for them where
+// the table took ~200 (in a tight loop the SIMD routine takes ~35); a 4 KiB collective makes four to six such
+// checks per rank (docs/PERFORMANCE.md, issue 45, forty-eighth session).
+inline constexpr size_t kTableCrcBelowBytes = 64;
+
+// Both ISA-L routines invert the seed on entry and the result on exit, exactly like zlib's crc32, so they
+// chain the same way and crc32_gzip_refl(0, p, 0) == 0. crc32_ieee is the non-reflected (BZIP2-style) CRC
+// and would give different values, so it must not be used here.
 uint32_t crc32(const void* data, size_t len, uint32_t crc) {
   if (len == 0) return crc;
-  return crc32_gzip_refl(crc, static_cast<const unsigned char*>(data), static_cast<uint64_t>(len));
+  // crc32_gzip_refl_base takes a non-const pointer; it only reads.
+  auto* bytes = const_cast<unsigned char*>(static_cast<const unsigned char*>(data));
+  if (len < kTableCrcBelowBytes) return crc32_gzip_refl_base(crc, bytes, static_cast<uint64_t>(len));
+  return crc32_gzip_refl(crc, bytes, static_cast<uint64_t>(len));
 }
 
 const char* crc32Backend() { return "isa-l"; }
