@@ -159,8 +159,9 @@ SETTINGS: Tuple[Setting, ...] = (
             "the publisher copying them into its shared-memory window first. Used only where every rank of "
             "the group can read every other's memory (checked at setup); otherwise, or with 0, every payload "
             "is copied through the windows. Unset, the default holds only where every rank of the group can "
-            "have a core of its own (where ranks share cores, copying through the windows is faster). In [0, "
-            "1099511627776]."),
+            "have a core of its own (where ranks share cores, copying through the windows is faster), and "
+            "drops to 8192 where every rank measured, at setup, the kernel's copy of 64 KiB at less than 3x a "
+            "memcpy (docs/design/protocol.md, \"Single-copy read\"). In [0, 1099511627776]."),
     Setting("RINGGUARD_POOL_RELEASE_BYTES", "pool_release_bytes", "unsigned", "268435456", 0, 281474976710656,
             (),
             "[0, 281474976710656]",
@@ -415,7 +416,9 @@ class Fields:
     window first. Used only where every rank of the group can read every other's memory (checked at
     setup); otherwise, or with 0, every payload is copied through the windows. Unset, the default holds
     only where every rank of the group can have a core of its own (where ranks share cores, copying
-    through the windows is faster). In [0, 1099511627776]."""
+    through the windows is faster), and drops to 8192 where every rank measured, at setup, the kernel's
+    copy of 64 KiB at less than 3x a memcpy (docs/design/protocol.md, "Single-copy read"). In [0,
+    1099511627776]."""
 
     pool_release_bytes: Optional[int] = None
     """``RINGGUARD_POOL_RELEASE_BYTES``, default ``268435456``. Release threshold of the device memory

@@ -249,7 +249,9 @@ std::vector<Setting> declarations() {
           "publisher copying them into its shared-memory window first. Used only where every rank of the "
           "group can read every other's memory (checked at setup); otherwise, or with 0, every payload is "
           "copied through the windows. Unset, the default holds only where every rank of the group can have "
-          "a core of its own (where ranks share cores, copying through the windows is faster).")
+          "a core of its own (where ranks share cores, copying through the windows is faster), and drops to "
+          "8192 where every rank measured, at setup, the kernel's copy of 64 KiB at less than 3x a memcpy "
+          "(docs/design/protocol.md, \"Single-copy read\").")
           .group("shm_single_copy_bytes"),
       unsignedSetting("RINGGUARD_POOL_RELEASE_BYTES", "268435456", 0, uint64_t(1) << 48,
                       "Release threshold of the device memory pool: freed memory it may keep cached across "

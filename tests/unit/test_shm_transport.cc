@@ -11,6 +11,8 @@
 #include <unistd.h>
 #include <utime.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -45,18 +47,23 @@ struct Connected {
   std::vector<bool> windows;                    // whether each transport offers windows
   std::vector<bool> crossReadable;              // whether they read peers' memory (single-copy reads)
   std::vector<bool> publishes64K;               // whether they publish a 64 KiB send/recv message so
+  std::vector<bool> publishes8K;                // and an 8 KiB one
 };
 // windows[r]: rank r's RINGGUARD_SHM_WINDOW_BYTES (none given: 0 on every rank); singleCopy[r] its
-// RINGGUARD_SHM_SINGLE_COPY_BYTES (none given: 0), set explicitly where `setSingleCopy`.
+// RINGGUARD_SHM_SINGLE_COPY_BYTES (none given: 0), set explicitly where `setSingleCopy`; kernelCopy[r] what
+// rank r measures of the kernel's copy (none given: the real measurement), each measurement counted in
+// *measured when given.
 Connected connectAll(const std::vector<std::string>& modes, const std::vector<size_t>& rings,
                      std::chrono::microseconds spin = std::chrono::microseconds(0),
                      const std::vector<size_t>& windows = {}, const std::vector<size_t>& singleCopy = {},
-                     bool setSingleCopy = false) {
+                     bool setSingleCopy = false, const std::vector<shm::KernelCopyCost>& kernelCopy = {},
+                     std::atomic<int>* measured = nullptr) {
   const int n = int(modes.size());
   testing::Board board(n);
   Connected out{std::vector<Status>(size_t(n)),
                 std::vector<std::string>(size_t(n)),
                 std::vector<std::chrono::microseconds>(size_t(n)),
+                std::vector<bool>(size_t(n)),
                 std::vector<bool>(size_t(n)),
                 std::vector<bool>(size_t(n)),
                 std::vector<bool>(size_t(n))};
@@ -75,6 +82,12 @@ Connected connectAll(const std::vector<std::string>& modes, const std::vector<si
     c.singleCopySet = setSingleCopy;
     c.timeout = std::chrono::milliseconds(20000);
     c.spin = spin;
+    if (!kernelCopy.empty()) {
+      c.measureKernelCopy = [cost = kernelCopy[size_t(r)], measured] {
+        if (measured != nullptr) ++*measured;
+        return cost;
+      };
+    }
     // A value the caller could not use (mpiSharedMemory, cpuSharedMemory): the text stands for itself.
     if (m == "bogus") c.invalid = Status(StatusCode::kInvalidArgument, "RINGGUARD_CPU_TRANSPORT='bogus'");
     if (st.isOk()) st = connectSharedMemory(b, c, &t);
@@ -85,6 +98,8 @@ Connected connectAll(const std::vector<std::string>& modes, const std::vector<si
     out.crossReadable[size_t(r)] = t && t->windows() != nullptr && t->windows()->crossReadable();
     out.publishes64K[size_t(r)] =
         t && t->windows() != nullptr && t->windows()->publishesMessageByAddress(size_t(64) << 10);
+    out.publishes8K[size_t(r)] =
+        t && t->windows() != nullptr && t->windows()->publishesMessageByAddress(size_t(8) << 10);
   });
   return out;
 }
@@ -229,6 +244,40 @@ TEST(ShmTransport, SingleCopyReadsOnlyWhereEveryRankHasThem) {
     EXPECT_EQ(all.publishes64K[size_t(r)], coreForEachRank(3)) << "rank " << r;
     EXPECT_TRUE(set.publishes64K[size_t(r)]) << "rank " << r;
     EXPECT_FALSE(one.publishes64K[size_t(r)]) << "rank " << r;
+  }
+}
+
+// The kernel's copy against memcpy (transport/shm/kernel_copy_cost.h): the two machines measured decide as
+// they measured, the measurement itself gives figures, and a group reads from 8 KiB single-copy only where
+// every rank measured a fast kernel copy and the setting is unset (a value set is used as given, unmeasured).
+TEST(ShmTransport, SingleCopyFromSmallerSizesOnlyWhereEveryRankMeasuredAFastKernelCopy) {
+  EXPECT_FALSE(shm::kernelCopyFast({6.20, 1.31})) << "the AMD EPYC VM: the windows won";
+  EXPECT_TRUE(shm::kernelCopyFast({3.43, 1.49})) << "the Intel Xeon VM: single-copy won";
+  EXPECT_FALSE(shm::kernelCopyFast({})) << "no measurement";
+  const shm::KernelCopyCost here = shm::measureKernelCopyCost();
+  EXPECT_GT(here.kernelUs, 0.0);
+  EXPECT_GT(here.copyUs, 0.0);
+  if (!coreForEachRank(2)) GTEST_SKIP() << "one core: the default publishes nothing by address";
+  const size_t w = 4096, on = 65536;
+  const shm::KernelCopyCost fast{3.0, 1.5}, slow{6.0, 1.5};
+  std::atomic<int> measured{0};
+  const Connected both =
+      connectAll({"auto", "auto"}, {4096, 4096}, {}, {w, w}, {on, on}, false, {fast, fast}, &measured);
+  EXPECT_EQ(measured.load(), 2);
+  const Connected one = connectAll({"auto", "auto"}, {4096, 4096}, {}, {w, w}, {on, on}, false, {fast, slow});
+  measured = 0;
+  const Connected set =
+      connectAll({"auto", "auto"}, {4096, 4096}, {}, {w, w}, {on, on}, true, {fast, fast}, &measured);
+  EXPECT_EQ(measured.load(), 0) << "a value set is not second-guessed";
+  for (int r = 0; r < 2; ++r) {
+    for (const Connected* c : {&both, &one, &set}) {
+      ASSERT_TRUE(c->status[size_t(r)].isOk()) << c->status[size_t(r)].toString();
+      ASSERT_TRUE(c->crossReadable[size_t(r)]) << "rank " << r;
+      EXPECT_TRUE(c->publishes64K[size_t(r)]) << "rank " << r;
+    }
+    EXPECT_TRUE(both.publishes8K[size_t(r)]) << "rank " << r;
+    EXPECT_FALSE(one.publishes8K[size_t(r)]) << "rank " << r << ": rank 1 measured a slow kernel copy";
+    EXPECT_FALSE(set.publishes8K[size_t(r)]) << "rank " << r;
   }
 }
 

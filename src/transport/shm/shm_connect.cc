@@ -2,6 +2,7 @@
 // (docs/design/protocol.md, "Shared-memory transport").
 #include <unistd.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "core/logging.h"
@@ -199,6 +200,13 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
   SingleCopy singleCopy;
   const std::string noSingleCopy = probeSingleCopy(all, peers, rank, &singleCopy.pids);
   opened["single_copy"] = noSingleCopy;
+  // Where the default decides and this rank would publish by address, what the kernel's copy costs here.
+  shm::KernelCopyCost cost;
+  if (noSingleCopy.empty() && !choice.singleCopySet && choice.singleCopyBytes > 0 && coreForEachRank(size) &&
+      choice.measureKernelCopy) {
+    cost = choice.measureKernelCopy();
+  }
+  opened["kernel_copy_fast"] = shm::kernelCopyFast(cost);
   RINGGUARD_RETURN_IF_ERROR(records(bootstrap, opened, &all));
   if (own) own->unlink();  // every peer that could open it has: nothing stays in /dev/shm
   const int failed = firstFailed(all);
@@ -242,8 +250,24 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
   }
   // Where ranks share cores, copying through the windows measured faster (a 64 KiB send/recv at 3 ranks on
   // 2 cores: 22.3 us through the windows, 24.1 us single-copy): this rank then publishes nothing by address
-  // unless the setting asks for it, and still reads what peers publish so.
-  singleCopy.fromBytes = choice.singleCopySet || coreForEachRank(size) ? choice.singleCopyBytes : 0;
+  // unless the setting asks for it, and still reads what peers publish so. Where every rank measured a fast
+  // kernel copy, the default reads from smaller sizes single-copy (kernel_copy_cost.h).
+  bool everyFast = !choice.singleCopySet && !singleCopy.pids.empty();
+  for (int r = 0; r < size && everyFast; ++r) {
+    const json& rec = all[size_t(r)];
+    everyFast = rec.contains("kernel_copy_fast") && rec["kernel_copy_fast"].is_boolean() &&
+                rec["kernel_copy_fast"].get<bool>();
+  }
+  const size_t fromBytes =
+      everyFast ? std::min(choice.singleCopyBytes, shm::kFastKernelCopyFromBytes) : choice.singleCopyBytes;
+  if (everyFast) {
+    logInfo(
+        Subsys::kTransport,
+        "single-copy reads from {} bytes (collective parts from twice that): the kernel's copy of {} bytes "
+        "took {:.2f} us here against {:.2f} us for memcpy, under {}x on every rank",
+        fromBytes, shm::kKernelCopyProbeBytes, cost.kernelUs, cost.copyUs, shm::kFastKernelCopyRatio);
+  }
+  singleCopy.fromBytes = choice.singleCopySet || coreForEachRank(size) ? fromBytes : 0;
   *transport = makeShmTransport(std::move(*transport), std::move(own), std::move(peers), choice.timeout,
                                 choice.spin, choice.windowBytes, std::move(singleCopy));
   return Status::ok();

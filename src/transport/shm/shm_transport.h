@@ -7,6 +7,7 @@
 // and a wait sleeps on a futex until the other side moved something.
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "ringguard/bootstrap/bootstrap.h"
 #include "ringguard/core/settings.h"
 #include "ringguard/core/status.h"
+#include "transport/shm/kernel_copy_cost.h"
 #include "transport/transport.h"
 
 namespace ringguard {
@@ -48,8 +50,12 @@ struct SharedMemoryChoice {
   // (RINGGUARD_SHM_SINGLE_COPY_BYTES; 0: never, every rank keeps copying through its window).
   size_t singleCopyBytes = 0;
   // Whether RINGGUARD_SHM_SINGLE_COPY_BYTES was set: the default holds only where every rank has a core of
-  // its own (coreForEachRank), a value set is used as given.
+  // its own (coreForEachRank), and drops to shm::kFastKernelCopyFromBytes where every rank measured a fast
+  // kernel copy (transport/shm/kernel_copy_cost.h); a value set is used as given.
   bool singleCopySet = false;
+  // How this rank measures the kernel's copy against a user-space one (when the setting is unset, every rank
+  // has a core and single-copy reads work): shm::measureKernelCopyCost, or a fixed cost in tests.
+  std::function<shm::KernelCopyCost()> measureKernelCopy = shm::measureKernelCopyCost;
   // Why this rank's settings cannot be used (a value out of range, a choice the bootstrap refuses), or OK.
   // connectSharedMemory publishes it in its first exchange, so every rank fails with it instead of waiting
   // for a rank that stopped before the exchange.
