@@ -45,8 +45,9 @@ class Crc32ManyPlan {
  public:
   // Work items per block the table cuts the spans into (crc32_many.cu, buildTables: fewer cost less
   // reduction, more leave a shorter tail); the default is what crc32ManyDevice uses, other values are for
-  // bench_crc_many's sweep. At least 1.
-  static constexpr uint32_t kDefaultItemsPerBlock = 4;
+  // bench_crc_many's sweep. At least 1. 2: the small GPT's 329 MB in 134.0 us on an H100 against 140.7 with
+  // 4, 136.6-143.6 with 1, 147.6 with 8 (forty-eighth session, docs/PERFORMANCE.md).
+  static constexpr uint32_t kDefaultItemsPerBlock = 2;
   explicit Crc32ManyPlan(uint32_t itemsPerBlock = kDefaultItemsPerBlock)
       : itemsPerBlock_(itemsPerBlock < 1 ? 1 : itemsPerBlock) {}
   // Frees its memory with cudaFree, which waits for the device (what read the CRCs after the last run
