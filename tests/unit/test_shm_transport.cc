@@ -5,12 +5,14 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <utime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -19,6 +21,7 @@
 
 #include "loopback_util.h"
 #include "memory_bootstrap.h"
+#include "transport/shm/cpu_sets.h"
 #include "transport/shm/cross_memory.h"
 #include "transport/window.h"
 
@@ -279,6 +282,29 @@ TEST(ShmTransport, SingleCopyFromSmallerSizesOnlyWhereEveryRankMeasuredAFastKern
     EXPECT_FALSE(one.publishes8K[size_t(r)]) << "rank " << r << ": rank 1 measured a slow kernel copy";
     EXPECT_FALSE(set.publishes8K[size_t(r)]) << "rank " << r;
   }
+}
+
+// Whether the ranks each have a core of their own, from every rank's CPU set (cpu_sets.h): ranks bound to
+// distinct cores do (each sees one CPU in its own set, which coreForEachRank alone reads as sharing), ranks
+// bound to one core or more ranks than CPUs do not, and a set that only fits once another rank moves over is
+// found by the matching.
+TEST(ShmTransport, CoresOfTheirOwnFromEveryRanksCpuSet) {
+  using shm::everyRankHasACpu;
+  EXPECT_TRUE(everyRankHasACpu({{0}, {1}})) << "bound to distinct cores (mpirun's default at 2 ranks)";
+  EXPECT_FALSE(everyRankHasACpu({{3}, {3}})) << "bound to the same core";
+  EXPECT_TRUE(everyRankHasACpu({{0, 1}, {0, 1}})) << "unbound, 2 ranks on 2 CPUs";
+  EXPECT_FALSE(everyRankHasACpu({{0, 1}, {0, 1}, {0, 1}})) << "unbound, 3 ranks on 2 CPUs";
+  EXPECT_TRUE(everyRankHasACpu({{0, 1}, {0}})) << "rank 0 must leave CPU 0 to rank 1";
+  EXPECT_TRUE(everyRankHasACpu({{5, 6, 7}, {6}, {5, 6}})) << "two ranks move over";
+  EXPECT_FALSE(everyRankHasACpu({{0}, {0, 1, 2}, {0}})) << "3 CPUs in all, but two ranks need CPU 0";
+  EXPECT_FALSE(everyRankHasACpu({{0}, {}})) << "a rank with no CPU";
+  EXPECT_TRUE(everyRankHasACpu({{-7}, {1 << 30}})) << "peer-sent numbers are only names";
+  const std::vector<int> mine = shm::cpusOfThisProcess();
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  EXPECT_EQ(int(mine.size()), CPU_COUNT(&set));
+  EXPECT_TRUE(std::is_sorted(mine.begin(), mine.end()));
+  EXPECT_EQ(everyRankHasACpu({mine, mine}), coreForEachRank(2));
 }
 
 // The probe and the read: a pid that is not the process that published (another pid namespace shows another

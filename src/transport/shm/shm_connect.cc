@@ -1,11 +1,13 @@
 // connectSharedMemory: the two exchanges that turn a group's host transport into a shared-memory one
 // (docs/design/protocol.md, "Shared-memory transport").
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "core/logging.h"
+#include "transport/shm/cpu_sets.h"
 #include "transport/shm/cross_memory.h"
 #include "transport/shm/shm_segment.h"
 #include "transport/shm/shm_transport.h"
@@ -38,6 +40,23 @@ Status records(Bootstrap& b, const json& mine, std::vector<json>* all) {
     all->push_back(std::move(j));
   }
   return Status::ok();
+}
+
+// Whether every rank can have a core of its own, from the CPU sets in the first records (cpu_sets.h); false
+// where a record has none or one that is not a list of CPU numbers (another version, a hostile peer).
+bool everyRankHasACore(const std::vector<json>& all) {
+  std::vector<std::vector<int>> cpus(all.size());
+  for (size_t r = 0; r < all.size(); ++r) {
+    const json& rec = all[r];
+    if (!rec.contains("cpus") || !rec["cpus"].is_array() || rec["cpus"].size() > size_t(CPU_SETSIZE)) {
+      return false;
+    }
+    for (const json& c : rec["cpus"]) {
+      if (!c.is_number_integer()) return false;
+      cpus[r].push_back(c.get<int>());
+    }
+  }
+  return shm::everyRankHasACpu(cpus);
 }
 
 // The first rank whose record says it failed, or -1.
@@ -126,7 +145,8 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
                {"ok", true},
                {"why", ""},
                {"invalid", choice.invalid.message()},
-               {"window", choice.windowBytes}};
+               {"window", choice.windowBytes},
+               {"cpus", shm::cpusOfThisProcess()}};
   const size_t windowBytes = shmWindowBytes(choice.windowBytes, size);
   if (mode != SharedMemory::kOff && choice.invalid.isOk()) {
     const Status st =
@@ -166,6 +186,7 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
     }
   }
   if (mode == SharedMemory::kOff) return Status::ok();
+  const bool coresOfTheirOwn = everyRankHasACore(all);
 
   // 2. Every rank maps every peer's segment (when all were made), then says whether it could.
   std::vector<std::unique_ptr<shm::Segment>> peers(static_cast<size_t>(size));
@@ -202,7 +223,7 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
   opened["single_copy"] = noSingleCopy;
   // Where the default decides and this rank would publish by address, what the kernel's copy costs here.
   shm::KernelCopyCost cost;
-  if (noSingleCopy.empty() && !choice.singleCopySet && choice.singleCopyBytes > 0 && coreForEachRank(size) &&
+  if (noSingleCopy.empty() && !choice.singleCopySet && choice.singleCopyBytes > 0 && coresOfTheirOwn &&
       choice.measureKernelCopy) {
     cost = choice.measureKernelCopy();
   }
@@ -250,8 +271,9 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
   }
   // Where ranks share cores, copying through the windows measured faster (a 64 KiB send/recv at 3 ranks on
   // 2 cores: 22.3 us through the windows, 24.1 us single-copy): this rank then publishes nothing by address
-  // unless the setting asks for it, and still reads what peers publish so. Where every rank measured a fast
-  // kernel copy, the default reads from smaller sizes single-copy (kernel_copy_cost.h).
+  // unless the setting asks for it, and still reads what peers publish so. Whether they share is decided from
+  // every rank's CPU set (cpu_sets.h), so ranks bound to cores of their own count as having them. Where every
+  // rank measured a fast kernel copy, the default reads from smaller sizes single-copy (kernel_copy_cost.h).
   bool everyFast = !choice.singleCopySet && !singleCopy.pids.empty();
   for (int r = 0; r < size && everyFast; ++r) {
     const json& rec = all[size_t(r)];
@@ -267,9 +289,9 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
         "took {:.2f} us here against {:.2f} us for memcpy, under {}x on every rank",
         fromBytes, shm::kKernelCopyProbeBytes, cost.kernelUs, cost.copyUs, shm::kFastKernelCopyRatio);
   }
-  singleCopy.fromBytes = choice.singleCopySet || coreForEachRank(size) ? fromBytes : 0;
+  singleCopy.fromBytes = choice.singleCopySet || coresOfTheirOwn ? fromBytes : 0;
   *transport = makeShmTransport(std::move(*transport), std::move(own), std::move(peers), choice.timeout,
-                                choice.spin, choice.windowBytes, std::move(singleCopy));
+                                choice.spin, choice.windowBytes, std::move(singleCopy), coresOfTheirOwn);
   return Status::ok();
 }
 

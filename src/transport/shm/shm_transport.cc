@@ -60,7 +60,8 @@ class ShmTransport final : public Transport {
  public:
   ShmTransport(std::unique_ptr<Transport> host, std::unique_ptr<shm::Segment> own,
                std::vector<std::unique_ptr<shm::Segment>> peers, std::chrono::milliseconds sendTimeout,
-               std::chrono::microseconds spin, size_t windowCapacity, SingleCopy singleCopy)
+               std::chrono::microseconds spin, size_t windowCapacity, SingleCopy singleCopy,
+               std::optional<bool> coresOfTheirOwn)
       : Transport(host->rank(), host->size()),
         spin_(spin),
         host_(std::move(host)),
@@ -83,7 +84,7 @@ class ShmTransport final : public Transport {
       windows_ = std::make_unique<Windows>(
           rank(), WindowLayout::of(windowCapacity, size()), std::move(base),
           [c](int r) { c->segment(r).raise(); }, std::move(cross), singleCopy.fromBytes,
-          coreForEachRank(size()));
+          coresOfTheirOwn.value_or(coreForEachRank(size())));
     }
   }
   ~ShmTransport() override {
@@ -152,9 +153,9 @@ std::unique_ptr<Transport> makeShmTransport(std::unique_ptr<Transport> host,
                                             std::vector<std::unique_ptr<shm::Segment>> peers,
                                             std::chrono::milliseconds sendTimeout,
                                             std::chrono::microseconds spin, size_t windowCapacity,
-                                            SingleCopy singleCopy) {
+                                            SingleCopy singleCopy, std::optional<bool> coresOfTheirOwn) {
   return std::make_unique<ShmTransport>(std::move(host), std::move(own), std::move(peers), sendTimeout, spin,
-                                        windowCapacity, std::move(singleCopy));
+                                        windowCapacity, std::move(singleCopy), coresOfTheirOwn);
 }
 
 bool coreForEachRank(int ranks) {

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -100,12 +101,16 @@ std::unique_ptr<Transport> makeShmTransport(std::unique_ptr<Transport> host,
                                             std::vector<std::unique_ptr<shm::Segment>> peers,
                                             std::chrono::milliseconds sendTimeout,
                                             std::chrono::microseconds spin = std::chrono::microseconds(0),
-                                            size_t windowCapacity = 0, SingleCopy singleCopy = {});
+                                            size_t windowCapacity = 0, SingleCopy singleCopy = {},
+                                            std::optional<bool> coresOfTheirOwn = std::nullopt);
 
 // Whether this process may run on at least `ranks` cores (every rank of a shared-memory group is on this
 // host): then each rank can have a core of its own, and a peer reads what this rank wrote from another
 // core's cache, which streaming stores and single-copy reads pay off for. Where ranks share cores, a reader
 // often runs next on the writer's core and finds the bytes in its cache (docs/PERFORMANCE.md, issue 45).
+// This process's CPU set alone: a rank bound to a core of its own sees one CPU. connectSharedMemory decides
+// from every rank's set instead (cpu_sets.h) and hands the answer to makeShmTransport (`coresOfTheirOwn`;
+// unset, this function decides).
 bool coreForEachRank(int ranks);
 
 // Bytes of a segment's window for `windowCapacity` payload bytes per half (0: none).
