@@ -162,17 +162,21 @@ class Windows {
   // base[r]: rank r's window (this rank's own at base[rank]); `wake(r)` rings rank r's doorbell.
   // `crossRead` (may be empty: none) reads a peer's process memory; this rank publishes large payloads by
   // address instead of copying them into its window, from `singleCopyBytes` (> 0; 0: never) on.
-  // `streamCopies`: copies into this rank's window use non-temporal stores (core/stream_copy.h), which pay
-  // where every rank has a core of its own (the reader is on another core); where ranks share cores, the
-  // reader often runs on the writer's core next and finds the bytes in its cache instead.
+  // `coresOfTheirOwn`: every rank of the group has a core of its own (a wait then polls a few microseconds
+  // before it first yields its core). `streamCopies`: copies into this rank's window use non-temporal stores
+  // (core/stream_copy.h), which can pay only where the ranks have cores of their own (the reader is on
+  // another core; where ranks share cores, it often runs on the writer's core next and finds the bytes in its
+  // cache) and, even there, only on some machines (transport/shm/stream_store_choice.h).
   Windows(int rank, const WindowLayout& layout, std::vector<uint8_t*> base, std::function<void(int)> wake,
-          CrossRead crossRead = nullptr, size_t singleCopyBytes = 0, bool streamCopies = false)
+          CrossRead crossRead = nullptr, size_t singleCopyBytes = 0, bool coresOfTheirOwn = false,
+          bool streamCopies = false)
       : rank_(rank),
         layout_(layout),
         base_(std::move(base)),
         wake_(std::move(wake)),
         crossRead_(std::move(crossRead)),
         singleCopyBytes_(crossRead_ ? singleCopyBytes : 0),
+        coresOfTheirOwn_(coresOfTheirOwn),
         streamCopies_(streamCopies) {}
 
   int rank() const { return rank_; }
@@ -198,9 +202,9 @@ class Windows {
     return reinterpret_cast<SlotAck*>(base_[size_t(r)] + layout_.acksAt)[from];
   }
   void wake(int r) const { wake_(r); }
-  // Whether every rank of the group has a core of its own (what `streamCopies` says): a wait then polls a
-  // few microseconds before it first yields its core (algorithms/window_wait.h).
-  bool coreForEachRank() const { return streamCopies_; }
+  // Whether every rank of the group has a core of its own: a wait then polls a few microseconds before it
+  // first yields its core (algorithms/window_wait.h).
+  bool coreForEachRank() const { return coresOfTheirOwn_; }
   // Copies `bytes` of this rank's payload into its own window (or slot), where peers read them next.
   void copyIn(void* dst, const void* src, size_t bytes) const {
     if (streamCopies_) {
@@ -243,6 +247,7 @@ class Windows {
   const std::function<void(int)> wake_;
   const CrossRead crossRead_;
   const size_t singleCopyBytes_;
+  const bool coresOfTheirOwn_;
   const bool streamCopies_;
   uint64_t epoch_ = 0;
 };

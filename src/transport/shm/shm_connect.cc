@@ -11,6 +11,8 @@
 #include "transport/shm/cross_memory.h"
 #include "transport/shm/shm_segment.h"
 #include "transport/shm/shm_transport.h"
+#include "transport/shm/stream_store_choice.h"
+#include "transport/window.h"
 
 namespace ringguard {
 
@@ -228,6 +230,26 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
     cost = choice.measureKernelCopy();
   }
   opened["kernel_copy_fast"] = shm::kernelCopyFast(cost);
+  // Whether copies into the windows stream (stream_store_choice.h): ranks 0 and 1 time a round trip through
+  // rank 0's window both ways, and rank 0's record says.
+  const WindowLayout layout = WindowLayout::of(choice.windowBytes, size);
+  if (coresOfTheirOwn && windowBytes > 0 && layout.capacity >= shm::kStreamProbeAreaBytes && rank <= 1 &&
+      noSegment < 0 && opened["ok"].get<bool>()) {
+    const auto areaOf = [&](int r) {
+      return (r == rank ? own.get() : peers[size_t(r)].get())->window() + sizeof(WindowHeader) +
+             layout.dataAt;
+    };
+    const shm::StreamStoreCost stores = shm::measureStreamStores(
+        rank == 0, areaOf(0), areaOf(1), std::chrono::milliseconds(1000), std::chrono::milliseconds(50));
+    if (rank == 0 && stores.ordinaryUs > 0) {
+      opened["stream_copies"] = shm::streamStoresPay(stores);
+      logInfo(Subsys::kTransport,
+              "copies into the windows {}: a {}-byte round trip through them took {:.2f} us with ordinary "
+              "stores, {:.2f} us with non-temporal ones",
+              shm::streamStoresPay(stores) ? "stream" : "use ordinary stores", shm::kStreamProbeBytes,
+              stores.ordinaryUs, stores.streamingUs);
+    }
+  }
   RINGGUARD_RETURN_IF_ERROR(records(bootstrap, opened, &all));
   if (own) own->unlink();  // every peer that could open it has: nothing stays in /dev/shm
   const int failed = firstFailed(all);
@@ -290,8 +312,14 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
         fromBytes, shm::kKernelCopyProbeBytes, cost.kernelUs, cost.copyUs, shm::kFastKernelCopyRatio);
   }
   singleCopy.fromBytes = choice.singleCopySet || coresOfTheirOwn ? fromBytes : 0;
-  *transport = makeShmTransport(std::move(*transport), std::move(own), std::move(peers), choice.timeout,
-                                choice.spin, choice.windowBytes, std::move(singleCopy), coresOfTheirOwn);
+  // Rank 0's measurement where it made one, else streaming wherever the ranks have cores of their own.
+  const json& first = all[0];
+  const bool streamCopies =
+      coresOfTheirOwn && (!first.contains("stream_copies") || !first["stream_copies"].is_boolean() ||
+                          first["stream_copies"].get<bool>());
+  *transport =
+      makeShmTransport(std::move(*transport), std::move(own), std::move(peers), choice.timeout, choice.spin,
+                       choice.windowBytes, std::move(singleCopy), coresOfTheirOwn, streamCopies);
   return Status::ok();
 }
 

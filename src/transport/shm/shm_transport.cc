@@ -61,7 +61,7 @@ class ShmTransport final : public Transport {
   ShmTransport(std::unique_ptr<Transport> host, std::unique_ptr<shm::Segment> own,
                std::vector<std::unique_ptr<shm::Segment>> peers, std::chrono::milliseconds sendTimeout,
                std::chrono::microseconds spin, size_t windowCapacity, SingleCopy singleCopy,
-               std::optional<bool> coresOfTheirOwn)
+               std::optional<bool> coresOfTheirOwn, std::optional<bool> streamCopies)
       : Transport(host->rank(), host->size()),
         spin_(spin),
         host_(std::move(host)),
@@ -76,6 +76,7 @@ class ShmTransport final : public Transport {
       for (int r = 0; r < size(); ++r) base[size_t(r)] = core_->segment(r).window();
       ShmCore* c = core_.get();  // the windows live in the core's segments and die with this transport
       CrossRead cross;
+      const bool cores = coresOfTheirOwn.value_or(coreForEachRank(size()));
       if (singleCopy.pids.size() == size_t(size())) {
         cross = [pids = std::move(singleCopy.pids)](int r, uint64_t address, void* dst, size_t bytes) {
           return shm::readCrossMemory(pids[size_t(r)], r, address, dst, bytes);
@@ -83,8 +84,8 @@ class ShmTransport final : public Transport {
       }
       windows_ = std::make_unique<Windows>(
           rank(), WindowLayout::of(windowCapacity, size()), std::move(base),
-          [c](int r) { c->segment(r).raise(); }, std::move(cross), singleCopy.fromBytes,
-          coresOfTheirOwn.value_or(coreForEachRank(size())));
+          [c](int r) { c->segment(r).raise(); }, std::move(cross), singleCopy.fromBytes, cores,
+          streamCopies.value_or(cores));
     }
   }
   ~ShmTransport() override {
@@ -153,9 +154,10 @@ std::unique_ptr<Transport> makeShmTransport(std::unique_ptr<Transport> host,
                                             std::vector<std::unique_ptr<shm::Segment>> peers,
                                             std::chrono::milliseconds sendTimeout,
                                             std::chrono::microseconds spin, size_t windowCapacity,
-                                            SingleCopy singleCopy, std::optional<bool> coresOfTheirOwn) {
+                                            SingleCopy singleCopy, std::optional<bool> coresOfTheirOwn,
+                                            std::optional<bool> streamCopies) {
   return std::make_unique<ShmTransport>(std::move(host), std::move(own), std::move(peers), sendTimeout, spin,
-                                        windowCapacity, std::move(singleCopy), coresOfTheirOwn);
+                                        windowCapacity, std::move(singleCopy), coresOfTheirOwn, streamCopies);
 }
 
 bool coreForEachRank(int ranks) {

@@ -102,7 +102,8 @@ std::unique_ptr<Transport> makeShmTransport(std::unique_ptr<Transport> host,
                                             std::chrono::milliseconds sendTimeout,
                                             std::chrono::microseconds spin = std::chrono::microseconds(0),
                                             size_t windowCapacity = 0, SingleCopy singleCopy = {},
-                                            std::optional<bool> coresOfTheirOwn = std::nullopt);
+                                            std::optional<bool> coresOfTheirOwn = std::nullopt,
+                                            std::optional<bool> streamCopies = std::nullopt);
 
 // Whether this process may run on at least `ranks` cores (every rank of a shared-memory group is on this
 // host): then each rank can have a core of its own, and a peer reads what this rank wrote from another
@@ -110,7 +111,8 @@ std::unique_ptr<Transport> makeShmTransport(std::unique_ptr<Transport> host,
 // often runs next on the writer's core and finds the bytes in its cache (docs/PERFORMANCE.md, issue 45).
 // This process's CPU set alone: a rank bound to a core of its own sees one CPU. connectSharedMemory decides
 // from every rank's set instead (cpu_sets.h) and hands the answer to makeShmTransport (`coresOfTheirOwn`;
-// unset, this function decides).
+// unset, this function decides), with whether copies into the windows stream (`streamCopies`, measured:
+// stream_store_choice.h; unset, where the ranks have cores of their own).
 bool coreForEachRank(int ranks);
 
 // Bytes of a segment's window for `windowCapacity` payload bytes per half (0: none).
