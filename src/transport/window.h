@@ -205,6 +205,8 @@ class Windows {
   // Whether every rank of the group has a core of its own: a wait then polls a few microseconds before it
   // first yields its core (algorithms/window_wait.h).
   bool coreForEachRank() const { return coresOfTheirOwn_; }
+  // Whether copies into this rank's window use non-temporal stores (agreed at setup).
+  bool streamCopies() const { return streamCopies_; }
   // Copies `bytes` of this rank's payload into its own window (or slot), where peers read them next.
   void copyIn(void* dst, const void* src, size_t bytes) const {
     if (streamCopies_) {

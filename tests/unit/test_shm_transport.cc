@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,6 +32,8 @@
 
 namespace ringguard {
 namespace {
+
+using json = nlohmann::json;
 
 using testing::LoopbackGroup;
 using testing::Wire;
@@ -55,6 +58,8 @@ struct Connected {
   std::vector<bool> crossReadable;              // whether they read peers' memory (single-copy reads)
   std::vector<bool> publishes64K;               // whether they publish a 64 KiB send/recv message so
   std::vector<bool> publishes8K;                // and an 8 KiB one
+  std::vector<bool> cores;                      // whether its windows say every rank has a CPU of its own
+  std::vector<bool> streams;                    // and copy into them with non-temporal stores
 };
 // windows[r]: rank r's RINGGUARD_SHM_WINDOW_BYTES (none given: 0 on every rank); singleCopy[r] its
 // RINGGUARD_SHM_SINGLE_COPY_BYTES (none given: 0), set explicitly where `setSingleCopy`; kernelCopy[r] what
@@ -70,6 +75,8 @@ Connected connectAll(const std::vector<std::string>& modes, const std::vector<si
   Connected out{std::vector<Status>(size_t(n)),
                 std::vector<std::string>(size_t(n)),
                 std::vector<std::chrono::microseconds>(size_t(n)),
+                std::vector<bool>(size_t(n)),
+                std::vector<bool>(size_t(n)),
                 std::vector<bool>(size_t(n)),
                 std::vector<bool>(size_t(n)),
                 std::vector<bool>(size_t(n)),
@@ -107,6 +114,8 @@ Connected connectAll(const std::vector<std::string>& modes, const std::vector<si
         t && t->windows() != nullptr && t->windows()->publishesMessageByAddress(size_t(64) << 10);
     out.publishes8K[size_t(r)] =
         t && t->windows() != nullptr && t->windows()->publishesMessageByAddress(size_t(8) << 10);
+    out.cores[size_t(r)] = t && t->windows() != nullptr && t->windows()->coreForEachRank();
+    out.streams[size_t(r)] = t && t->windows() != nullptr && t->windows()->streamCopies();
   });
   return out;
 }
@@ -227,6 +236,30 @@ class ForgingBootstrap final : public Bootstrap {
   std::string forged_;
 };
 
+// A rank whose records carry `field` = `value` instead of what it would send (the rest as it is).
+class FieldForgingBootstrap final : public Bootstrap {
+ public:
+  FieldForgingBootstrap(testing::Board* board, int rank, std::string field, json value)
+      : inner_(board, rank), field_(std::move(field)), value_(std::move(value)) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  Status broadcast(int root, std::vector<uint8_t>* bytes) override { return inner_.broadcast(root, bytes); }
+  Status allgather(const std::vector<uint8_t>& mine, std::vector<std::vector<uint8_t>>* all) override {
+    json record = json::parse(mine.begin(), mine.end(), nullptr, /*allow_exceptions=*/false);
+    if (record.is_object() && record.contains(field_)) record[field_] = value_;
+    const std::string text = record.dump();
+    return inner_.allgather(std::vector<uint8_t>(text.begin(), text.end()), all);
+  }
+  Status createHostTransport(std::unique_ptr<Transport>* out) override {
+    return inner_.createHostTransport(out);
+  }
+
+ private:
+  testing::MemoryBootstrap inner_;
+  std::string field_;
+  json value_;
+};
+
 // Single-copy reads (docs/design/protocol.md, "Single-copy read") where every rank can read every other's
 // memory (threads of this process: it reads itself) and wants them; a rank with
 // RINGGUARD_SHM_SINGLE_COPY_BYTES=0, or without windows, makes every rank copy through the windows.
@@ -309,6 +342,63 @@ TEST(ShmTransport, CoresOfTheirOwnFromEveryRanksCpuSet) {
   EXPECT_EQ(int(mine.size()), CPU_COUNT(&set));
   EXPECT_TRUE(std::is_sorted(mine.begin(), mine.end()));
   EXPECT_EQ(everyRankHasACpu({mine, mine}), coreForEachRank(2));
+  // The mask a record carries.
+  std::vector<int> back;
+  EXPECT_EQ(shm::cpuMaskText({0, 1, 5, 4095}).size(), shm::kMaxCpuMaskChars);
+  EXPECT_EQ(shm::cpuMaskText({0, 1, 5}), "32");
+  ASSERT_TRUE(shm::parseCpuMask(shm::cpuMaskText({0, 1, 5, 4095}), &back));
+  EXPECT_EQ(back, (std::vector<int>{0, 1, 5, 4095}));
+  ASSERT_TRUE(shm::parseCpuMask(shm::cpuMaskText(mine), &back));
+  EXPECT_EQ(back, mine);
+  EXPECT_TRUE(shm::parseCpuMask("", &back) && back.empty());
+  EXPECT_FALSE(shm::parseCpuMask("3z", &back)) << "not hex";
+  EXPECT_FALSE(shm::parseCpuMask("3F", &back)) << "upper case is not what cpuMaskText writes";
+  EXPECT_FALSE(shm::parseCpuMask(std::string(shm::kMaxCpuMaskChars + 1, 'f'), &back)) << "too long";
+}
+
+// A record whose CPU set or streaming verdict is not what this version writes (another version, a hostile
+// peer): the group still connects, with no rank counting on a CPU of its own or on a verdict it cannot read;
+// and a group whose windows hold the round trip agrees on its verdict.
+TEST(ShmTransport, CpuSetsAndTheStreamingVerdictFromPeersAreCheckedAndAgreed) {
+  const size_t w = size_t(128) << 10;
+  const Connected honest = connectAll({"auto", "auto"}, {4096, 4096}, {}, {w, w});
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(honest.status[size_t(r)].isOk()) << honest.status[size_t(r)].toString();
+    EXPECT_EQ(honest.cores[size_t(r)], coreForEachRank(2)) << "rank " << r;
+    EXPECT_EQ(honest.streams[size_t(r)], honest.streams[0]) << "rank " << r << ": the verdict is rank 0's";
+    if (!honest.cores[size_t(r)]) EXPECT_FALSE(honest.streams[size_t(r)]) << "rank " << r;
+  }
+  for (const auto& forged :
+       std::vector<std::pair<std::string, json>>{{"cpus", "zz"},
+                                                 {"cpus", std::string(shm::kMaxCpuMaskChars + 1, 'f')},
+                                                 {"cpus", json::array({0})}}) {
+    testing::Board board(2);
+    std::vector<Status> status(2);
+    std::vector<bool> cores(2, true);
+    testing::runRanks(2, [&](int r) {
+      std::unique_ptr<Bootstrap> b;
+      if (r == 1) {
+        b = std::make_unique<FieldForgingBootstrap>(&board, r, forged.first, forged.second);
+      } else {
+        b = std::make_unique<testing::MemoryBootstrap>(&board, r);
+      }
+      std::unique_ptr<Transport> t;
+      Status st = b->createHostTransport(&t);
+      SharedMemoryChoice c;
+      c.mode = SharedMemory::kAuto;
+      c.setting = "auto";
+      c.ringBytes = 4096;
+      c.windowBytes = w;
+      c.timeout = std::chrono::milliseconds(20000);
+      if (st.isOk()) st = connectSharedMemory(*b, c, &t);
+      status[size_t(r)] = st;
+      cores[size_t(r)] = t && t->windows() != nullptr && t->windows()->coreForEachRank();
+    });
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_TRUE(status[size_t(r)].isOk()) << forged.second.dump() << ": " << status[size_t(r)].toString();
+      EXPECT_FALSE(cores[size_t(r)]) << forged.second.dump() << " rank " << r;
+    }
+  }
 }
 
 // The round trip that decides whether copies into the windows stream (stream_store_choice.h): two ranks
@@ -326,14 +416,14 @@ TEST(ShmTransport, StreamStoreChoiceMeasuresARoundTripAndNeverHangs) {
   shm::StreamStoreCost got[2];
   std::thread reader([&] {
     got[1] = shm::measureStreamStores(false, at(w), at(r), std::chrono::milliseconds(5000),
-                                      std::chrono::milliseconds(500));
+                                      std::chrono::milliseconds(5000));
   });
   got[0] = shm::measureStreamStores(true, at(w), at(r), std::chrono::milliseconds(5000),
-                                    std::chrono::milliseconds(500));
+                                    std::chrono::milliseconds(5000));
   reader.join();
   EXPECT_GT(got[0].ordinaryUs, 0.0);
   EXPECT_GT(got[0].streamingUs, 0.0);
-  EXPECT_EQ(got[1].ordinaryUs, 0.0) << "the reader measures nothing";
+  EXPECT_EQ(r[0], 78u) << "the reader answered every round of both kinds";
   std::printf("64 KiB round trip between two threads here: ordinary %.2f us, streaming %.2f us\n",
               got[0].ordinaryUs, got[0].streamingUs);
 
@@ -359,6 +449,27 @@ TEST(ShmTransport, StreamStoreChoiceMeasuresARoundTripAndNeverHangs) {
             0.0);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1)) << "no wait for a bad flag";
   EXPECT_EQ(f[0], 0u) << "nothing read, nothing answered";
+  // A writer that keeps raising its flag past the measurement's rounds holds the reader no longer.
+  std::vector<uint64_t> g = area(), h = area();
+  std::atomic<bool> stop{false};
+  std::thread hostile([&] {
+    auto& sent = *reinterpret_cast<std::atomic<uint64_t>*>(at(g));
+    auto& taken = *reinterpret_cast<std::atomic<uint64_t>*>(at(h));
+    for (uint64_t k = 1; k < 1000 && !stop.load(); ++k) {
+      sent.store(k, std::memory_order_release);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+      while (taken.load(std::memory_order_acquire) != k && !stop.load() &&
+             std::chrono::steady_clock::now() < until) {
+      }
+    }
+  });
+  EXPECT_EQ(shm::measureStreamStores(false, at(g), at(h), std::chrono::milliseconds(5000),
+                                     std::chrono::milliseconds(5000))
+                .ordinaryUs,
+            0.0);
+  stop = true;
+  hostile.join();
+  EXPECT_EQ(h[0], 78u) << "the reader answered the measurement's rounds and no more";
 }
 
 // The probe and the read: a pid that is not the process that published (another pid namespace shows another

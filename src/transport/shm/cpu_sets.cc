@@ -20,6 +20,32 @@ std::vector<int> cpusOfThisProcess() {
   return out;
 }
 
+std::string cpuMaskText(const std::vector<int>& cpus) {
+  std::string text;
+  for (int c : cpus) {
+    if (c < 0 || size_t(c) >= 4 * kMaxCpuMaskChars) continue;
+    const size_t at = size_t(c) / 4;
+    if (text.size() <= at) text.resize(at + 1, '0');
+    const int nibble = (text[at] <= '9' ? text[at] - '0' : text[at] - 'a' + 10) | (1 << (c % 4));
+    text[at] = "0123456789abcdef"[nibble];
+  }
+  return text;
+}
+
+bool parseCpuMask(const std::string& text, std::vector<int>* cpus) {
+  cpus->clear();
+  if (text.size() > kMaxCpuMaskChars) return false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    const int nibble = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+    if (nibble < 0) return false;
+    for (int j = 0; j < 4; ++j) {
+      if (nibble & (1 << j)) cpus->push_back(int(4 * i) + j);
+    }
+  }
+  return true;
+}
+
 bool everyRankHasACpu(const std::vector<std::vector<int>>& cpus) {
   // CPU ids to dense indices (the sets come from peers: any int is only a name here).
   std::map<int, size_t> index;

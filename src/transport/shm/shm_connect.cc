@@ -1,6 +1,5 @@
 // connectSharedMemory: the two exchanges that turn a group's host transport into a shared-memory one
 // (docs/design/protocol.md, "Shared-memory transport").
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -44,18 +43,15 @@ Status records(Bootstrap& b, const json& mine, std::vector<json>* all) {
   return Status::ok();
 }
 
-// Whether every rank can have a core of its own, from the CPU sets in the first records (cpu_sets.h); false
-// where a record has none or one that is not a list of CPU numbers (another version, a hostile peer).
+// Whether every rank can have a CPU of its own, from the CPU sets in the first records (cpu_sets.h); false
+// where a record has none or one that is not a CPU mask (another version, a hostile peer).
 bool everyRankHasACore(const std::vector<json>& all) {
   std::vector<std::vector<int>> cpus(all.size());
   for (size_t r = 0; r < all.size(); ++r) {
     const json& rec = all[r];
-    if (!rec.contains("cpus") || !rec["cpus"].is_array() || rec["cpus"].size() > size_t(CPU_SETSIZE)) {
+    if (!rec.contains("cpus") || !rec["cpus"].is_string() ||
+        !shm::parseCpuMask(rec["cpus"].get<std::string>(), &cpus[r])) {
       return false;
-    }
-    for (const json& c : rec["cpus"]) {
-      if (!c.is_number_integer()) return false;
-      cpus[r].push_back(c.get<int>());
     }
   }
   return shm::everyRankHasACpu(cpus);
@@ -148,7 +144,7 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
                {"why", ""},
                {"invalid", choice.invalid.message()},
                {"window", choice.windowBytes},
-               {"cpus", shm::cpusOfThisProcess()}};
+               {"cpus", shm::cpuMaskText(shm::cpusOfThisProcess())}};
   const size_t windowBytes = shmWindowBytes(choice.windowBytes, size);
   if (mode != SharedMemory::kOff && choice.invalid.isOk()) {
     const Status st =
@@ -248,6 +244,9 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
               "stores, {:.2f} us with non-temporal ones",
               shm::streamStoresPay(stores) ? "stream" : "use ordinary stores", shm::kStreamProbeBytes,
               stores.ordinaryUs, stores.streamingUs);
+    } else if (rank == 0) {
+      logInfo(Subsys::kTransport,
+              "copies into the windows stream (not measured: rank 1 did not answer the round trips in time)");
     }
   }
   RINGGUARD_RETURN_IF_ERROR(records(bootstrap, opened, &all));

@@ -50,9 +50,10 @@ struct SharedMemoryChoice {
   // the publisher's buffer, where every rank can read every other's process memory
   // (RINGGUARD_SHM_SINGLE_COPY_BYTES; 0: never, every rank keeps copying through its window).
   size_t singleCopyBytes = 0;
-  // Whether RINGGUARD_SHM_SINGLE_COPY_BYTES was set: the default holds only where every rank has a core of
-  // its own (coreForEachRank), and drops to shm::kFastKernelCopyFromBytes where every rank measured a fast
-  // kernel copy (transport/shm/kernel_copy_cost.h); a value set is used as given.
+  // Whether RINGGUARD_SHM_SINGLE_COPY_BYTES was set: the default holds only where every rank has a CPU of
+  // its own (every rank's CPU set: transport/shm/cpu_sets.h), and drops to shm::kFastKernelCopyFromBytes
+  // where every rank measured a fast kernel copy (transport/shm/kernel_copy_cost.h); a value set is used as
+  // given.
   bool singleCopySet = false;
   // How this rank measures the kernel's copy against a user-space one (when the setting is unset, every rank
   // has a core and single-copy reads work): shm::measureKernelCopyCost, or a fixed cost in tests.

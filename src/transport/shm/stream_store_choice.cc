@@ -15,6 +15,7 @@ namespace {
 constexpr uint64_t kDone = UINT64_MAX;  // rank 0's flag once it measured (or gave up)
 constexpr int kWarmRounds = 8;
 constexpr int kRounds = 31;
+constexpr uint64_t kAllRounds = 2 * (kWarmRounds + kRounds);  // both kinds of store
 
 std::atomic<uint64_t>& flagOf(uint8_t* area) { return *reinterpret_cast<std::atomic<uint64_t>*>(area); }
 
@@ -48,8 +49,8 @@ StreamStoreCost measureStreamStores(bool writer, uint8_t* writerArea, uint8_t* r
       uint64_t now = 0;
       if (!waitFor([&] { return (now = sent.load(std::memory_order_acquire)) != seen; },
                    seen == 0 ? firstWait : patience) ||
-          now != seen + 1) {
-        return {};  // rank 0 is done, gave up, or wrote something that is not the next round
+          now != seen + 1 || now > kAllRounds) {
+        return {};  // rank 0 is done, gave up, or wrote something that is not the next round of the two
       }
       copyBytes(own.data(), payload, own.size());
       asm volatile("" : : "r"(own.data()) : "memory");  // the copy is what is timed: keep it
