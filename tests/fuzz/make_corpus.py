@@ -242,6 +242,17 @@ def window_part_seeds():
     write("window_part", "empty", case(cap, 2, 0, 0, 0, 0))
 
 
+def cpu_mask_seeds():
+    # tests/fuzz/fuzz_cpu_mask.cc: the text of a rank's CPU set.
+    write("cpu_mask", "two_cpus", "3")
+    write("cpu_mask", "bound_to_cpu_5", "02")
+    write("cpu_mask", "trailing_zeros", "f00")
+    write("cpu_mask", "empty", "")
+    write("cpu_mask", "upper_case", "3F")
+    write("cpu_mask", "not_hex", "3z")
+    write("cpu_mask", "too_long", "f" * 1025)
+
+
 if __name__ == "__main__":
     trailer_seeds()
     control_seeds()
@@ -251,3 +262,4 @@ if __name__ == "__main__":
     schedule_seeds()
     policy_rules_seeds()
     window_part_seeds()
+    cpu_mask_seeds()

@@ -352,6 +352,7 @@ TEST(ShmTransport, CoresOfTheirOwnFromEveryRanksCpuSet) {
   EXPECT_EQ(back, mine);
   EXPECT_TRUE(shm::parseCpuMask("", &back) && back.empty());
   EXPECT_FALSE(shm::parseCpuMask("3z", &back)) << "not hex";
+  EXPECT_TRUE(back.empty()) << "nothing taken from a text that is not a mask";
   EXPECT_FALSE(shm::parseCpuMask("3F", &back)) << "upper case is not what cpuMaskText writes";
   EXPECT_FALSE(shm::parseCpuMask(std::string(shm::kMaxCpuMaskChars + 1, 'f'), &back)) << "too long";
 }

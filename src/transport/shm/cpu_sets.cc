@@ -38,7 +38,10 @@ bool parseCpuMask(const std::string& text, std::vector<int>* cpus) {
   for (size_t i = 0; i < text.size(); ++i) {
     const char ch = text[i];
     const int nibble = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
-    if (nibble < 0) return false;
+    if (nibble < 0) {
+      cpus->clear();  // nothing taken from a text that is not a mask
+      return false;
+    }
     for (int j = 0; j < 4; ++j) {
       if (nibble & (1 << j)) cpus->push_back(int(4 * i) + j);
     }

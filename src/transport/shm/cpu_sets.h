@@ -22,8 +22,9 @@ std::vector<int> cpusOfThisProcess();
 
 inline constexpr size_t kMaxCpuMaskChars = 1024;  // 4096 CPUs
 
-// `cpus` (each in [0, 4 x kMaxCpuMaskChars)) as a hex mask, and back; parseCpuMask is false for text that
-// is not one (a character outside 0-9a-f, longer than kMaxCpuMaskChars), which a peer may send.
+// `cpus` (each in [0, 4 x kMaxCpuMaskChars)) as a hex mask, and back; parseCpuMask is false, with *cpus
+// empty, for text that is not one (a character outside 0-9a-f, longer than kMaxCpuMaskChars), which a peer
+// may send.
 std::string cpuMaskText(const std::vector<int>& cpus);
 bool parseCpuMask(const std::string& text, std::vector<int>* cpus);
 
