@@ -53,7 +53,7 @@ StreamStoreCost measureStreamStores(bool writer, uint8_t* writerArea, uint8_t* r
         return {};  // rank 0 is done, gave up, or wrote something that is not the next round of the two
       }
       copyBytes(own.data(), payload, own.size());
-      asm volatile("" : : "r"(own.data()) : "memory");  // the copy is what is timed: keep it
+      asm volatile("" : : "r"(own.data()) : "memory");  // the copy is part of the round trip: keep it
       seen = now;
       taken.store(seen, std::memory_order_release);
     }
