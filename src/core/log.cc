@@ -35,8 +35,15 @@ std::shared_ptr<spdlog::logger> createLogger() {
   auto log =
       std::make_shared<spdlog::logger>(kLoggerName, std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
   log->set_pattern(kPattern);
-  // Options::logLevel defaults to "warn"; match it until the communicator applies the configured level.
+  // Options::logLevel defaults to "warn"; match it until the communicator applies the configured level,
+  // unless RINGGUARD_LOG_LEVEL says otherwise: what a bootstrap logs while it sets up the group's transport
+  // (shared memory's choices, at info) comes before any communicator exists. A bad value keeps "warn" (and
+  // fails the first communicator or group, as for RINGGUARD_LOG_SUBSYS).
   log->set_level(spdlog::level::warn);
+  std::string level;
+  if (parseSetting("RINGGUARD_LOG_LEVEL", envLookup, &level).isOk() && isValidLogLevel(level)) {
+    log->set_level(spdlog::level::from_str(level));
+  }
   try {
     spdlog::register_logger(log);
   } catch (const spdlog::spdlog_ex&) {

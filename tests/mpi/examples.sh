@@ -10,7 +10,7 @@
 # with --outlier-factor 8, reports no gradient outlier).
 # verified_allreduce_demo: every fault mode bit-identical to the fault-free run (PASS); a run that could
 # prove nothing (no elements, no iterations) or a NaN probability is a command-line error (they passed, or
-# aborted).
+# aborted). RINGGUARD_LOG_LEVEL=info shows the shared-memory setup line, which comes before any communicator.
 set -uo pipefail
 mpiexec="$1"; binary="$2"; demo="$3"
 log="$(mktemp -t ringguard-train-mlp.XXXXXX)"
@@ -25,6 +25,14 @@ rc=$?
 grep -qE "^final: ranks=2 steps=40 loss=0\.[0-9]+ params_identical=yes detected=[1-9][0-9]* retransmitted=[1-9]" "$log" ||
   fail "faulty run: no final line with identical parameters and detections"
 grep -q "MISMATCH" "$log" && fail "faulty run: an integrity mismatch"
+
+# RINGGUARD_LOG_LEVEL reaches what the bootstrap logs while it sets up shared memory, before any
+# communicator exists (it used to apply only from the first communicator on).
+RINGGUARD_LOG_LEVEL=info run -x RINGGUARD_LOG_LEVEL "$binary" --steps 2 --log-every 2 --fault-prob 0
+rc=$?
+[[ $rc -eq 0 ]] || fail "info-level run: exit $rc"
+grep -qE "\[transport\] shared memory: 2 ranks, windows of [0-9]+ bytes a half" "$log" ||
+  fail "info-level run: no shared-memory setup line"
 
 run "$binary" --steps 40 --lr 1e30
 rc=$?
