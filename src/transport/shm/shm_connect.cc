@@ -317,14 +317,15 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
       coresOfTheirOwn && (!first.contains("stream_copies") || !first["stream_copies"].is_boolean() ||
                           first["stream_copies"].get<bool>());
   if (rank == 0) {
-    logInfo(Subsys::kTransport,
-            "shared memory: {} ranks, windows of {} bytes a half, CPUs of their own: {}, single-copy reads: {}, "
-            "copies into the windows: {}",
-            size, choice.windowBytes, coresOfTheirOwn ? "yes" : "no",
-            singleCopy.pids.empty()     ? std::string("none")
-            : singleCopy.fromBytes == 0 ? std::string("read, none published")
-                                        : "from " + std::to_string(singleCopy.fromBytes) + " bytes",
-            streamCopies ? "streaming" : "ordinary stores");
+    logInfo(
+        Subsys::kTransport,
+        "shared memory: {} ranks, windows of {} bytes a half, CPUs of their own: {}, single-copy reads: {}, "
+        "copies into the windows: {}",
+        size, choice.windowBytes, coresOfTheirOwn ? "yes" : "no",
+        singleCopy.pids.empty()     ? std::string("none")
+        : singleCopy.fromBytes == 0 ? std::string("read, none published")
+                                    : "from " + std::to_string(singleCopy.fromBytes) + " bytes",
+        streamCopies ? "streaming" : "ordinary stores");
   }
   *transport =
       makeShmTransport(std::move(*transport), std::move(own), std::move(peers), choice.timeout, choice.spin,
