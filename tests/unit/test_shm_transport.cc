@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -219,36 +220,22 @@ TEST(ShmTransport, WindowsWhenTheRanksAgreeOnTheirSize) {
 // rank fails naming it, nothing throws.
 class ForgingBootstrap final : public Bootstrap {
  public:
+  // Every record this rank sends is `forged`.
   ForgingBootstrap(testing::Board* board, int rank, std::string forged)
-      : inner_(board, rank), forged_(forged) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  Status broadcast(int root, std::vector<uint8_t>* bytes) override { return inner_.broadcast(root, bytes); }
-  Status allgather(const std::vector<uint8_t>&, std::vector<std::vector<uint8_t>>* all) override {
-    return inner_.allgather(std::vector<uint8_t>(forged_.begin(), forged_.end()), all);
-  }
-  Status createHostTransport(std::unique_ptr<Transport>* out) override {
-    return inner_.createHostTransport(out);
-  }
-
- private:
-  testing::MemoryBootstrap inner_;
-  std::string forged_;
-};
-
-// A rank whose records carry `field` = `value` instead of what it would send (the rest as it is).
-class FieldForgingBootstrap final : public Bootstrap {
- public:
-  FieldForgingBootstrap(testing::Board* board, int rank, std::string field, json value)
-      : inner_(board, rank), field_(std::move(field)), value_(std::move(value)) {}
+      : inner_(board, rank), forge_([forged](const std::vector<uint8_t>&) { return forged; }) {}
+  // Every record this rank sends carries `field` = `value` instead of what it holds (the rest as it is).
+  ForgingBootstrap(testing::Board* board, int rank, std::string field, json value)
+      : inner_(board, rank), forge_([field, value](const std::vector<uint8_t>& mine) {
+          json record = json::parse(mine.begin(), mine.end(), nullptr, /*allow_exceptions=*/false);
+          if (record.is_object() && record.contains(field)) record[field] = value;
+          return record.dump();
+        }) {}
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
   Status broadcast(int root, std::vector<uint8_t>* bytes) override { return inner_.broadcast(root, bytes); }
   Status allgather(const std::vector<uint8_t>& mine, std::vector<std::vector<uint8_t>>* all) override {
-    json record = json::parse(mine.begin(), mine.end(), nullptr, /*allow_exceptions=*/false);
-    if (record.is_object() && record.contains(field_)) record[field_] = value_;
-    const std::string text = record.dump();
-    return inner_.allgather(std::vector<uint8_t>(text.begin(), text.end()), all);
+    const std::string sent = forge_(mine);
+    return inner_.allgather(std::vector<uint8_t>(sent.begin(), sent.end()), all);
   }
   Status createHostTransport(std::unique_ptr<Transport>* out) override {
     return inner_.createHostTransport(out);
@@ -256,9 +243,41 @@ class FieldForgingBootstrap final : public Bootstrap {
 
  private:
   testing::MemoryBootstrap inner_;
-  std::string field_;
-  json value_;
+  std::function<std::string(const std::vector<uint8_t>&)> forge_;
 };
+
+// `n` ranks connect over memory bootstraps, rank 1's forging its records (ForgingBootstrap's arguments after
+// the board and rank), with windows of `window` bytes a half: each rank's status, and whether its windows
+// say every rank has a CPU of its own.
+struct Forged {
+  std::vector<Status> status;
+  std::vector<bool> cores;
+};
+template <typename... Forge>
+Forged connectWithRank1Forging(int n, size_t window, const Forge&... forge) {
+  testing::Board board(n);
+  Forged out{std::vector<Status>(size_t(n)), std::vector<bool>(size_t(n))};
+  testing::runRanks(n, [&](int r) {
+    std::unique_ptr<Bootstrap> b;
+    if (r == 1) {
+      b = std::make_unique<ForgingBootstrap>(&board, r, forge...);
+    } else {
+      b = std::make_unique<testing::MemoryBootstrap>(&board, r);
+    }
+    std::unique_ptr<Transport> t;
+    Status st = b->createHostTransport(&t);
+    SharedMemoryChoice c;
+    c.mode = SharedMemory::kAuto;
+    c.setting = "auto";
+    c.ringBytes = 4096;
+    c.windowBytes = window;
+    c.timeout = std::chrono::milliseconds(20000);
+    if (st.isOk()) st = connectSharedMemory(*b, c, &t);
+    out.status[size_t(r)] = st;
+    out.cores[size_t(r)] = t && t->windows() != nullptr && t->windows()->coreForEachRank();
+  });
+  return out;
+}
 
 // Single-copy reads (docs/design/protocol.md, "Single-copy read") where every rank can read every other's
 // memory (threads of this process: it reads itself) and wants them; a rank with
@@ -373,31 +392,11 @@ TEST(ShmTransport, CpuSetsAndTheStreamingVerdictFromPeersAreCheckedAndAgreed) {
        std::vector<std::pair<std::string, json>>{{"cpus", "zz"},
                                                  {"cpus", std::string(shm::kMaxCpuMaskChars + 1, 'f')},
                                                  {"cpus", json::array({0})}}) {
-    testing::Board board(2);
-    std::vector<Status> status(2);
-    std::vector<bool> cores(2, true);
-    testing::runRanks(2, [&](int r) {
-      std::unique_ptr<Bootstrap> b;
-      if (r == 1) {
-        b = std::make_unique<FieldForgingBootstrap>(&board, r, forged.first, forged.second);
-      } else {
-        b = std::make_unique<testing::MemoryBootstrap>(&board, r);
-      }
-      std::unique_ptr<Transport> t;
-      Status st = b->createHostTransport(&t);
-      SharedMemoryChoice c;
-      c.mode = SharedMemory::kAuto;
-      c.setting = "auto";
-      c.ringBytes = 4096;
-      c.windowBytes = w;
-      c.timeout = std::chrono::milliseconds(20000);
-      if (st.isOk()) st = connectSharedMemory(*b, c, &t);
-      status[size_t(r)] = st;
-      cores[size_t(r)] = t && t->windows() != nullptr && t->windows()->coreForEachRank();
-    });
+    const Forged f = connectWithRank1Forging(2, w, forged.first, forged.second);
     for (int r = 0; r < 2; ++r) {
-      EXPECT_TRUE(status[size_t(r)].isOk()) << forged.second.dump() << ": " << status[size_t(r)].toString();
-      EXPECT_FALSE(cores[size_t(r)]) << forged.second.dump() << " rank " << r;
+      EXPECT_TRUE(f.status[size_t(r)].isOk())
+          << forged.second.dump() << ": " << f.status[size_t(r)].toString();
+      EXPECT_FALSE(f.cores[size_t(r)]) << forged.second.dump() << " rank " << r;
     }
   }
 }
@@ -501,25 +500,7 @@ TEST(ShmTransport, CrossMemoryReadsOnlyWhatThePeerPublished) {
 
 TEST(ShmTransport, ARecordOfAnotherShapeFailsEveryRankNamingItsSender) {
   for (const char* forged : {R"({"mode": "auto", "ok": "yes", "why": 1})", "not json", R"({"mode": 7})"}) {
-    testing::Board board(3);
-    std::vector<Status> status(3);
-    testing::runRanks(3, [&](int r) {
-      std::unique_ptr<Bootstrap> b;
-      if (r == 1) {
-        b = std::make_unique<ForgingBootstrap>(&board, r, forged);
-      } else {
-        b = std::make_unique<testing::MemoryBootstrap>(&board, r);
-      }
-      std::unique_ptr<Transport> t;
-      Status st = b->createHostTransport(&t);
-      SharedMemoryChoice c;
-      c.mode = SharedMemory::kAuto;
-      c.setting = "auto";
-      c.ringBytes = 4096;
-      c.timeout = std::chrono::milliseconds(20000);
-      if (st.isOk()) st = connectSharedMemory(*b, c, &t);
-      status[size_t(r)] = st;
-    });
+    const std::vector<Status> status = connectWithRank1Forging(3, 0, std::string(forged)).status;
     for (int r = 0; r < 3; ++r) {
       EXPECT_EQ(status[size_t(r)].code(), StatusCode::kTransportError) << forged << " rank " << r;
       EXPECT_NE(status[size_t(r)].message().find("rank 1 sent a record this version cannot read"),
