@@ -341,7 +341,7 @@ TEST_F(Crc32DeviceTest, ManySpansPlanFollowsContentsAndSpans) {
 
 // A model's worth of spans (~100 MB, more than the device's blocks x 4 x 128 KiB, so segments grow past the
 // 128 KiB minimum and blocks take items from the device counter): every CRC right at each of several runs
-// (the counter set back by the last block of each launch) of plans cut into 1, 4 (the default) and 64 items
+// (the counter set back by the last block of each launch) of plans cut into 1, the default (2) and 64 items
 // per block, the bytes of every span rewritten before each run (an item a run skipped would leave last run's
 // partial, right for last run's bytes only), then a byte changed; and of a plan over one span of all the
 // bytes.
