@@ -15,16 +15,28 @@
 // default items per block (or the first --items value when the default is not among them). --sets N
 // fingerprints N copies of the tensors (N x 329.2 MB) for a larger set of the same shapes. Every plan's CRCs
 // are checked against crc32Device's of the same spans before and after timing.
+//
+// --sizes 1M,16M,... (bytes, K/M/G suffixes; prefixes of the one buffer, at most its size) adds one row per
+// size, `size bytes=<B> crc_us=<t> read_block_us=<t> read_stride_us=<t>`: crc32Device over the prefix, and
+// two kernels that only read it (XOR of every word), as floors that take the CRC's arithmetic out:
+// `read_block` in the segment kernel's geometry (one 1024-thread block per SM with its 128 KiB of shared
+// memory, one equal segment each, four 16-byte loads in flight per thread), `read_stride` as a copy kernel
+// spreads its work (eight 256-thread blocks per SM striding over the whole prefix). Differences between the
+// rows place the CRC's time that does not grow with the bytes (PERFORMANCE.md, "The replica check").
 #include <cuda_runtime.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "bench_cuda_check.h"
 #include "bench_gpu_timing.h"
+#include "bench_sizes.h"
 #include "cuda/kernels.h"
+#include "cuda/streaming_load.cuh"
 #include "ringguard/cuda/crc32_many.h"
 
 namespace {
@@ -39,6 +51,50 @@ __global__ void fillBytes(uint32_t* p, size_t words, uint32_t seed) {
   }
 }
 
+// The read floors of --sizes: XOR of every 16-byte piece into *out (so the loads are not dropped).
+__device__ __forceinline__ uint32_t foldPiece(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
+
+__device__ __forceinline__ void foldBlock(uint32_t acc, uint32_t* out) {
+  for (int d = 16; d > 0; d /= 2) acc ^= __shfl_xor_sync(0xffffffffu, acc, d);
+  if ((threadIdx.x & 31u) == 0) atomicXor(out, acc);
+}
+
+constexpr int kFloorBatch = 4;
+
+__global__ void __launch_bounds__(1024, 1)
+    readSegments(const uint4* __restrict__ p, uint64_t numPieces, uint64_t segmentPieces, uint32_t* out) {
+  const uint64_t begin = blockIdx.x * segmentPieces;
+  const uint64_t end = begin + segmentPieces < numPieces ? begin + segmentPieces : numPieces;
+  uint32_t acc = 0;
+  for (uint64_t i = begin + threadIdx.x; i < end; i += kFloorBatch * 1024) {
+    uint4 v[kFloorBatch];
+#pragma unroll
+    for (int u = 0; u < kFloorBatch; ++u) {
+      v[u] = i + u * 1024 < end ? ringguard::cuda_detail::loadStreaming(p + i + u * 1024) : uint4{};
+    }
+#pragma unroll
+    for (int u = 0; u < kFloorBatch; ++u) acc ^= foldPiece(v[u]);
+  }
+  foldBlock(acc, out);
+}
+
+__global__ void __launch_bounds__(256)
+    readStride(const uint4* __restrict__ p, uint64_t numPieces, uint32_t* out) {
+  const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
+  uint32_t acc = 0;
+  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < numPieces;
+       i += kFloorBatch * stride) {
+    uint4 v[kFloorBatch];
+#pragma unroll
+    for (int u = 0; u < kFloorBatch; ++u) {
+      v[u] = i + u * stride < numPieces ? ringguard::cuda_detail::loadStreaming(p + i + u * stride) : uint4{};
+    }
+#pragma unroll
+    for (int u = 0; u < kFloorBatch; ++u) acc ^= foldPiece(v[u]);
+  }
+  foldBlock(acc, out);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -51,7 +107,16 @@ int main(int argc, char** argv) {
   app.add_option("--items", itemChoices, "work items per block of the plans timed (comma separated)")
       ->delimiter(',')
       ->check(CLI::Range(1, 1024));
+  std::vector<std::string> sizeArgs;
+  app.add_option("--sizes", sizeArgs, "prefix sizes of the one buffer for the size rows (comma separated)")
+      ->delimiter(',');
   CLI11_PARSE(app, argc, argv);
+  std::vector<size_t> sizes;
+  try {
+    for (const std::string& arg : sizeArgs) sizes.push_back(ringguard::bench::parseBytes("--sizes", arg));
+  } catch (const CLI::Error& e) {
+    return app.exit(e);
+  }
 
   cudaStream_t s = nullptr;
   CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -148,6 +213,38 @@ int main(int argc, char** argv) {
       s, warmup, iters, [&] { CHECK_OK(ringguard::crc32Device(one, total, crc, scratch, scratchBytes, s)); });
   const double copyMs = medianMs(
       s, warmup, iters, [&] { CHECK_CUDA(cudaMemcpyAsync(dst, one, total, cudaMemcpyDeviceToDevice, s)); });
+  // The size rows (--sizes).
+  struct SizeRow {
+    size_t bytes;
+    double crcMs, blockMs, strideMs;
+  };
+  std::vector<SizeRow> sizeRows;
+  {
+    int device = 0, sms = 0;
+    CHECK_CUDA(cudaGetDevice(&device));
+    CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    constexpr int kBlockSmem = 128 * 1024;  // the segment kernel's, so that one block fits an SM
+    CHECK_CUDA(cudaFuncSetAttribute(readSegments, cudaFuncAttributeMaxDynamicSharedMemorySize, kBlockSmem));
+    for (const size_t wanted : sizes) {
+      const size_t bytes = std::min(wanted, total) / 16 * 16;
+      const uint64_t pieces = bytes / 16;
+      const uint64_t segment = (pieces + sms - 1) / sms;
+      const auto* p = static_cast<const uint4*>(one);
+      SizeRow row{bytes, 0, 0, 0};
+      row.crcMs = medianMs(s, warmup, iters, [&] {
+        CHECK_OK(ringguard::crc32Device(one, bytes, crc, scratch, scratchBytes, s));
+      });
+      row.blockMs = medianMs(s, warmup, iters, [&] {
+        readSegments<<<sms, 1024, kBlockSmem, s>>>(p, pieces, segment, crc);
+        CHECK_CUDA(cudaGetLastError());
+      });
+      row.strideMs = medianMs(s, warmup, iters, [&] {
+        readStride<<<8 * sms, 256, 0, s>>>(p, pieces, crc);
+        CHECK_CUDA(cudaGetLastError());
+      });
+      sizeRows.push_back(row);
+    }
+  }
   const double gb = double(total) / 1e9;
   std::printf("spans=%zu bytes=%zu iters=%d warmup=%d\n", n, total, iters, warmup);
   std::printf("plan_run us=%.1f read_GBps=%.0f\n", runMs * 1e3, gb / (runMs * 1e-3));
@@ -160,6 +257,10 @@ int main(int argc, char** argv) {
   std::printf("plan_one_span us=%.1f read_GBps=%.0f\n", planOneMs * 1e3, gb / (planOneMs * 1e-3));
   std::printf("one_span us=%.1f read_GBps=%.0f\n", oneMs * 1e3, gb / (oneMs * 1e-3));
   std::printf("copy us=%.1f copy_GBps=%.0f\n", copyMs * 1e3, 2 * gb / (copyMs * 1e-3));
+  for (const SizeRow& r : sizeRows) {
+    std::printf("size bytes=%zu crc_us=%.1f read_block_us=%.1f read_stride_us=%.1f\n", r.bytes, r.crcMs * 1e3,
+                r.blockMs * 1e3, r.strideMs * 1e3);
+  }
   const double m = messageMs[summaryAt];
   std::printf(
       "summary: items=%u plan_message_us=%.1f one_span_us=%.1f message_vs_one_span=%.3f "
