@@ -35,6 +35,7 @@
 #include "bench_cuda_check.h"
 #include "bench_gpu_timing.h"
 #include "bench_sizes.h"
+#include "cuda/crc32_segments.cuh"
 #include "cuda/kernels.h"
 #include "cuda/streaming_load.cuh"
 #include "ringguard/cuda/crc32_many.h"
@@ -94,6 +95,34 @@ __global__ void __launch_bounds__(256)
   }
   foldBlock(acc, out);
 }
+
+// The segment machinery's variants of the size rows.
+struct VariantSource {
+  using Loaded = uint4;
+  const uint4* base;
+  __device__ uint4 load(uint64_t piece) const { return ringguard::cuda_detail::loadStreaming(base + piece); }
+  __device__ void prologue() {}
+  __device__ void afterBarrier() {}
+  __device__ uint4 produce(const uint4& v, uint64_t) const { return v; }
+};
+
+template <int kBatch, bool kPrefetch>
+__global__ void __launch_bounds__(1024, 1) crcVariant(const uint4* __restrict__ base, uint64_t numPieces,
+                                                      uint64_t segmentPieces, uint32_t* partials) {
+  VariantSource src{base};
+  ringguard::crc_segments::crcSegments<kBatch, kPrefetch>(src, numPieces, segmentPieces, partials);
+}
+
+struct Variant {
+  int batch;
+  bool prefetch;
+  bool merge;
+  void (*kernel)(const uint4*, uint64_t, uint64_t, uint32_t*);
+};
+
+const Variant kVariants[] = {{4, false, true, crcVariant<4, false>}, {4, false, false, crcVariant<4, false>},
+                             {2, true, true, crcVariant<2, true>},   {4, true, true, crcVariant<4, true>},
+                             {8, false, true, crcVariant<8, false>}, {2, false, true, crcVariant<2, false>}};
 
 }  // namespace
 
@@ -217,6 +246,7 @@ int main(int argc, char** argv) {
   struct SizeRow {
     size_t bytes;
     double crcMs, blockMs, strideMs;
+    std::vector<double> variantMs;
   };
   std::vector<SizeRow> sizeRows;
   {
@@ -225,12 +255,19 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     constexpr int kBlockSmem = 128 * 1024;  // the segment kernel's, so that one block fits an SM
     CHECK_CUDA(cudaFuncSetAttribute(readSegments, cudaFuncAttributeMaxDynamicSharedMemorySize, kBlockSmem));
+    for (const Variant& v : kVariants) {
+      CHECK_CUDA(cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(ringguard::crc_segments::kDynamicSmemBytes)));
+    }
+    uint32_t* partials = nullptr;
+    CHECK_CUDA(cudaMalloc(&partials, ringguard::crc_segments::kMaxBlocks * sizeof(uint32_t) + 16));
+    uint32_t* variantCrc = partials + ringguard::crc_segments::kMaxBlocks;
     for (const size_t wanted : sizes) {
       const size_t bytes = std::min(wanted, total) / 16 * 16;
       const uint64_t pieces = bytes / 16;
       const uint64_t segment = (pieces + sms - 1) / sms;
       const auto* p = static_cast<const uint4*>(one);
-      SizeRow row{bytes, 0, 0, 0};
+      SizeRow row{bytes, 0, 0, 0, {}};
       row.crcMs = medianMs(s, warmup, iters, [&] {
         CHECK_OK(ringguard::crc32Device(one, bytes, crc, scratch, scratchBytes, s));
       });
@@ -242,8 +279,33 @@ int main(int argc, char** argv) {
         readStride<<<8 * sms, 256, 0, s>>>(p, pieces, crc);
         CHECK_CUDA(cudaGetLastError());
       });
+      uint32_t reference = 0;
+      CHECK_CUDA(cudaMemcpyAsync(&reference, crc, 4, cudaMemcpyDeviceToHost, s));
+      CHECK_CUDA(cudaStreamSynchronize(s));
+      ringguard::crc_segments::SegmentPlan plan = ringguard::crc_segments::planSegments(one, bytes, sms);
+      plan.finalize.partials = partials;
+      plan.finalize.out = variantCrc;
+      for (const Variant& v : kVariants) {
+        const auto launch = [&] {
+          v.kernel<<<plan.blocks, 1024, ringguard::crc_segments::kDynamicSmemBytes, s>>>(
+              p, plan.numPieces, plan.segmentPieces, partials);
+          CHECK_CUDA(cudaGetLastError());
+          if (v.merge) CHECK_OK(ringguard::crc_segments::launchCrc32Finalize(plan.finalize, s));
+        };
+        row.variantMs.push_back(medianMs(s, warmup, iters, launch));
+        if (!v.merge) continue;
+        uint32_t got = 0;
+        CHECK_CUDA(cudaMemcpyAsync(&got, variantCrc, 4, cudaMemcpyDeviceToHost, s));
+        CHECK_CUDA(cudaStreamSynchronize(s));
+        if (got != reference) {
+          std::fprintf(stderr, "variant batch=%d prefetch=%d at %zu bytes: %08x, crc32Device %08x\n", v.batch,
+                       int(v.prefetch), bytes, got, reference);
+          return 1;
+        }
+      }
       sizeRows.push_back(row);
     }
+    CHECK_CUDA(cudaFree(partials));
   }
   const double gb = double(total) / 1e9;
   std::printf("spans=%zu bytes=%zu iters=%d warmup=%d\n", n, total, iters, warmup);
@@ -260,6 +322,10 @@ int main(int argc, char** argv) {
   for (const SizeRow& r : sizeRows) {
     std::printf("size bytes=%zu crc_us=%.1f read_block_us=%.1f read_stride_us=%.1f\n", r.bytes, r.crcMs * 1e3,
                 r.blockMs * 1e3, r.strideMs * 1e3);
+    for (size_t k = 0; k < r.variantMs.size(); ++k) {
+      std::printf("variant bytes=%zu batch=%d prefetch=%d merge=%d us=%.1f\n", r.bytes, kVariants[k].batch,
+                  int(kVariants[k].prefetch), int(kVariants[k].merge), r.variantMs[k] * 1e3);
+    }
   }
   const double m = messageMs[summaryAt];
   std::printf(
