@@ -93,6 +93,105 @@ std::string probeSingleCopy(const std::vector<json>& all,
   return "";
 }
 
+// Maps every peer's segment named in its first record (this rank's own entry skipped). Empty, or why not
+// (the first peer that failed).
+std::string openPeerSegments(const std::vector<json>& all, int rank, size_t windowBytes,
+                             std::vector<std::unique_ptr<shm::Segment>>* peers) {
+  const int size = int(all.size());
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) continue;
+    const json& rec = all[size_t(r)];
+    std::unique_ptr<shm::Segment>& peer = (*peers)[size_t(r)];
+    Status st =
+        rec.contains("name") && rec["name"].is_string() && rec.contains("nonce") &&
+                rec["nonce"].is_number_unsigned()
+            ? shm::Segment::open(rec["name"].get<std::string>(), r, size, rec["nonce"].get<uint64_t>(), &peer)
+            : Status(StatusCode::kTransportError, "rank " + std::to_string(r) + " sent no segment name");
+    if (st.isOk() && peer->windowBytes() != windowBytes) {
+      st = Status(StatusCode::kTransportError, "its window is " + std::to_string(peer->windowBytes()) +
+                                                   " bytes, expected " + std::to_string(windowBytes));
+    }
+    if (!st.isOk()) {
+      return "rank " + std::to_string(rank) + " could not open rank " + std::to_string(r) +
+             "'s segment: " + st.message();
+    }
+  }
+  return "";
+}
+
+// Whether copies into the windows stream (stream_store_choice.h), for ranks 0 and 1 (the callers): they
+// time a round trip through rank 0's window both ways, and rank 0 puts its verdict in its second record
+// (`opened`). Nothing where the windows are too small for the probe's area.
+void measureStreamCopies(int rank, const shm::Segment* own,
+                         const std::vector<std::unique_ptr<shm::Segment>>& peers, size_t windowSetting,
+                         int size, json* opened) {
+  const WindowLayout layout = WindowLayout::of(windowSetting, size);
+  if (layout.capacity < shm::kStreamProbeAreaBytes) return;
+  const auto areaOf = [&](int r) {
+    return (r == rank ? own : peers[size_t(r)].get())->window() + sizeof(WindowHeader) + layout.dataAt;
+  };
+  const shm::StreamStoreCost stores = shm::measureStreamStores(
+      rank == 0, areaOf(0), areaOf(1), std::chrono::milliseconds(1000), std::chrono::milliseconds(50));
+  if (rank != 0) return;
+  if (stores.ordinaryUs > 0) {
+    (*opened)["stream_copies"] = shm::streamStoresPay(stores);
+    logInfo(Subsys::kTransport,
+            "copies into the windows {}: a {}-byte round trip through them took {:.2f} us with ordinary "
+            "stores, {:.2f} us with non-temporal ones",
+            shm::streamStoresPay(stores) ? "stream" : "use ordinary stores", shm::kStreamProbeBytes,
+            stores.ordinaryUs, stores.streamingUs);
+  } else {
+    logInfo(Subsys::kTransport,
+            "copies into the windows stream (not measured: rank 1 did not answer the round trips in time)");
+  }
+}
+
+// The single-copy reads every rank agreed to, from the second records: none unless every rank can read
+// every other's memory (a rank that cannot reads a part published by address no other way), and the size
+// this rank publishes by address from. `noSingleCopy` is this rank's own verdict (probeSingleCopy), `cost`
+// its kernel-copy measurement where it made one.
+void agreeSingleCopy(const std::vector<json>& all, const std::string& noSingleCopy,
+                     const SharedMemoryChoice& choice, bool coresOfTheirOwn, const shm::KernelCopyCost& cost,
+                     SingleCopy* singleCopy) {
+  std::string why = noSingleCopy;
+  for (size_t r = 0; r < all.size() && why.empty(); ++r) {
+    const json& rec = all[r];
+    why = rec.contains("single_copy") && rec["single_copy"].is_string()
+              ? rec["single_copy"].get<std::string>()
+              : "rank " + std::to_string(r) + " sent no single-copy verdict";
+  }
+  if (!why.empty()) {
+    if (!singleCopy->pids.empty() || choice.singleCopyBytes > 0) {
+      logInfo(Subsys::kTransport,
+              "shared memory without single-copy reads (payloads copied through the "
+              "windows): {}",
+              why);
+    }
+    singleCopy->pids.clear();
+  }
+  // Where ranks share cores, copying through the windows measured faster (a 64 KiB send/recv at 3 ranks on
+  // 2 cores: 22.3 us through the windows, 24.1 us single-copy): this rank then publishes nothing by address
+  // unless the setting asks for it, and still reads what peers publish so. Whether they share is decided from
+  // every rank's CPU set (cpu_sets.h), so ranks bound to cores of their own count as having them. Where every
+  // rank measured a fast kernel copy, the default reads from smaller sizes single-copy (kernel_copy_cost.h).
+  bool everyFast = !choice.singleCopySet && !singleCopy->pids.empty();
+  for (size_t r = 0; r < all.size() && everyFast; ++r) {
+    const json& rec = all[r];
+    everyFast = rec.contains("kernel_copy_fast") && rec["kernel_copy_fast"].is_boolean() &&
+                rec["kernel_copy_fast"].get<bool>();
+  }
+  const size_t fromBytes =
+      everyFast ? std::min(choice.singleCopyBytes, shm::kFastKernelCopyFromBytes) : choice.singleCopyBytes;
+  if (everyFast) {
+    logInfo(
+        Subsys::kTransport,
+        "single-copy reads from {} bytes (collective parts from twice that): the kernel's copy of {} bytes "
+        "took {:.2f} us here against {:.2f} us for memcpy, under {}x on every rank",
+        fromBytes, shm::kKernelCopyProbeBytes, cost.kernelUs, cost.copyUs, shm::kFastKernelCopyRatio);
+  }
+  singleCopy->fromBytes = choice.singleCopySet || coresOfTheirOwn ? fromBytes : 0;
+}
+
 }  // namespace
 
 SharedMemoryChoice readSharedMemoryChoice(const SettingLookup& lookup, const std::string& offSetting,
@@ -195,25 +294,11 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
     opened["why"] = "rank " + std::to_string(noSegment) +
                     " could not make its segment: " + all[size_t(noSegment)]["why"].get<std::string>();
   }
-  for (int r = 0; r < size && noSegment < 0; ++r) {
-    if (r == rank) continue;
-    const json& rec = all[size_t(r)];
-    Status st =
-        rec.contains("name") && rec["name"].is_string() && rec.contains("nonce") &&
-                rec["nonce"].is_number_unsigned()
-            ? shm::Segment::open(rec["name"].get<std::string>(), r, size, rec["nonce"].get<uint64_t>(),
-                                 &peers[size_t(r)])
-            : Status(StatusCode::kTransportError, "rank " + std::to_string(r) + " sent no segment name");
-    if (st.isOk() && peers[size_t(r)]->windowBytes() != windowBytes) {
-      st = Status(StatusCode::kTransportError, "its window is " +
-                                                   std::to_string(peers[size_t(r)]->windowBytes()) +
-                                                   " bytes, expected " + std::to_string(windowBytes));
-    }
-    if (!st.isOk()) {
+  if (noSegment < 0) {
+    const std::string why = openPeerSegments(all, rank, windowBytes, &peers);
+    if (!why.empty()) {
       opened["ok"] = false;
-      opened["why"] = "rank " + std::to_string(rank) + " could not open rank " + std::to_string(r) +
-                      "'s segment: " + st.message();
-      break;
+      opened["why"] = why;
     }
   }
   SingleCopy singleCopy;
@@ -226,28 +311,9 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
     cost = choice.measureKernelCopy();
   }
   opened["kernel_copy_fast"] = shm::kernelCopyFast(cost);
-  // Whether copies into the windows stream (stream_store_choice.h): ranks 0 and 1 time a round trip through
-  // rank 0's window both ways, and rank 0's record says.
-  const WindowLayout layout = WindowLayout::of(choice.windowBytes, size);
-  if (coresOfTheirOwn && windowBytes > 0 && layout.capacity >= shm::kStreamProbeAreaBytes && rank <= 1 &&
-      noSegment < 0 && opened["ok"].get<bool>()) {
-    const auto areaOf = [&](int r) {
-      return (r == rank ? own.get() : peers[size_t(r)].get())->window() + sizeof(WindowHeader) +
-             layout.dataAt;
-    };
-    const shm::StreamStoreCost stores = shm::measureStreamStores(
-        rank == 0, areaOf(0), areaOf(1), std::chrono::milliseconds(1000), std::chrono::milliseconds(50));
-    if (rank == 0 && stores.ordinaryUs > 0) {
-      opened["stream_copies"] = shm::streamStoresPay(stores);
-      logInfo(Subsys::kTransport,
-              "copies into the windows {}: a {}-byte round trip through them took {:.2f} us with ordinary "
-              "stores, {:.2f} us with non-temporal ones",
-              shm::streamStoresPay(stores) ? "stream" : "use ordinary stores", shm::kStreamProbeBytes,
-              stores.ordinaryUs, stores.streamingUs);
-    } else if (rank == 0) {
-      logInfo(Subsys::kTransport,
-              "copies into the windows stream (not measured: rank 1 did not answer the round trips in time)");
-    }
+  // Whether copies into the windows stream: ranks 0 and 1 measure, rank 0's record says.
+  if (coresOfTheirOwn && windowBytes > 0 && rank <= 1 && noSegment < 0 && opened["ok"].get<bool>()) {
+    measureStreamCopies(rank, own.get(), peers, choice.windowBytes, size, &opened);
   }
   RINGGUARD_RETURN_IF_ERROR(records(bootstrap, opened, &all));
   if (own) own->unlink();  // every peer that could open it has: nothing stays in /dev/shm
@@ -272,45 +338,7 @@ Status connectSharedMemory(Bootstrap& bootstrap, const SharedMemoryChoice& choic
     }
     return Status::ok();
   }
-  // Single-copy reads only where every rank can read every other's memory: a rank that cannot reads a
-  // part published by address no other way.
-  std::string why = noSingleCopy;
-  for (int r = 0; r < size && why.empty(); ++r) {
-    const json& rec = all[size_t(r)];
-    why = rec.contains("single_copy") && rec["single_copy"].is_string()
-              ? rec["single_copy"].get<std::string>()
-              : "rank " + std::to_string(r) + " sent no single-copy verdict";
-  }
-  if (!why.empty()) {
-    if (!singleCopy.pids.empty() || choice.singleCopyBytes > 0) {
-      logInfo(Subsys::kTransport,
-              "shared memory without single-copy reads (payloads copied through the "
-              "windows): {}",
-              why);
-    }
-    singleCopy.pids.clear();
-  }
-  // Where ranks share cores, copying through the windows measured faster (a 64 KiB send/recv at 3 ranks on
-  // 2 cores: 22.3 us through the windows, 24.1 us single-copy): this rank then publishes nothing by address
-  // unless the setting asks for it, and still reads what peers publish so. Whether they share is decided from
-  // every rank's CPU set (cpu_sets.h), so ranks bound to cores of their own count as having them. Where every
-  // rank measured a fast kernel copy, the default reads from smaller sizes single-copy (kernel_copy_cost.h).
-  bool everyFast = !choice.singleCopySet && !singleCopy.pids.empty();
-  for (int r = 0; r < size && everyFast; ++r) {
-    const json& rec = all[size_t(r)];
-    everyFast = rec.contains("kernel_copy_fast") && rec["kernel_copy_fast"].is_boolean() &&
-                rec["kernel_copy_fast"].get<bool>();
-  }
-  const size_t fromBytes =
-      everyFast ? std::min(choice.singleCopyBytes, shm::kFastKernelCopyFromBytes) : choice.singleCopyBytes;
-  if (everyFast) {
-    logInfo(
-        Subsys::kTransport,
-        "single-copy reads from {} bytes (collective parts from twice that): the kernel's copy of {} bytes "
-        "took {:.2f} us here against {:.2f} us for memcpy, under {}x on every rank",
-        fromBytes, shm::kKernelCopyProbeBytes, cost.kernelUs, cost.copyUs, shm::kFastKernelCopyRatio);
-  }
-  singleCopy.fromBytes = choice.singleCopySet || coresOfTheirOwn ? fromBytes : 0;
+  agreeSingleCopy(all, noSingleCopy, choice, coresOfTheirOwn, cost, &singleCopy);
   // Rank 0's measurement where it made one, else streaming wherever the ranks have cores of their own.
   const json& first = all[0];
   const bool streamCopies =
