@@ -113,6 +113,30 @@ __global__ void __launch_bounds__(1024, 1) crcVariant(const uint4* __restrict__ 
   ringguard::crc_segments::crcSegments<kBatch, kPrefetch>(src, numPieces, segmentPieces, partials);
 }
 
+// The `pdl` variant: the library's geometry with its merge launched as a programmatic dependent launch, so
+// the merge's launch overlaps the segment kernel (its blocks wait in griddepcontrol.wait for the segment grid
+// to complete and its writes to be visible).
+__global__ void __launch_bounds__(1024, 1)
+    crcEarlyDependents(const uint4* __restrict__ base, uint64_t numPieces, uint64_t segmentPieces,
+                       uint32_t* partials) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  VariantSource src{base};
+  ringguard::crc_segments::crcSegments<4, false>(src, numPieces, segmentPieces, partials);
+}
+
+constexpr uint32_t kPdlFinalizeThreads = 512;
+
+__global__ void __launch_bounds__(kPdlFinalizeThreads, 1)
+    finalizeAfterGrid(const __grid_constant__ ringguard::crc_segments::FinalizeArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  __shared__ uint32_t tree[ringguard::crc_segments::kMaxBlocks];
+  ringguard::crc_segments::finalizeCrc<kPdlFinalizeThreads>(a, tree);
+}
+
 struct Variant {
   int batch;
   bool prefetch;
@@ -122,7 +146,9 @@ struct Variant {
 
 const Variant kVariants[] = {{4, false, true, crcVariant<4, false>}, {4, false, false, crcVariant<4, false>},
                              {2, true, true, crcVariant<2, true>},   {4, true, true, crcVariant<4, true>},
-                             {8, false, true, crcVariant<8, false>}, {2, false, true, crcVariant<2, false>}};
+                             {8, false, true, crcVariant<8, false>}, {2, false, true, crcVariant<2, false>},
+                             {4, false, true, crcEarlyDependents}};
+constexpr size_t kPdlVariant = 6;  // kVariants' entry whose merge is a programmatic dependent launch
 
 }  // namespace
 
@@ -290,7 +316,20 @@ int main(int argc, char** argv) {
           v.kernel<<<plan.blocks, 1024, ringguard::crc_segments::kDynamicSmemBytes, s>>>(
               p, plan.numPieces, plan.segmentPieces, partials);
           CHECK_CUDA(cudaGetLastError());
-          if (v.merge) CHECK_OK(ringguard::crc_segments::launchCrc32Finalize(plan.finalize, s));
+          if (&v == &kVariants[kPdlVariant]) {
+            cudaLaunchConfig_t config = {};
+            config.gridDim = dim3(1);
+            config.blockDim = dim3(kPdlFinalizeThreads);
+            config.stream = s;
+            cudaLaunchAttribute attribute[1] = {};
+            attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            attribute[0].val.programmaticStreamSerializationAllowed = 1;
+            config.attrs = attribute;
+            config.numAttrs = 1;
+            CHECK_CUDA(cudaLaunchKernelEx(&config, finalizeAfterGrid, plan.finalize));
+          } else if (v.merge) {
+            CHECK_OK(ringguard::crc_segments::launchCrc32Finalize(plan.finalize, s));
+          }
         };
         row.variantMs.push_back(medianMs(s, warmup, iters, launch));
         if (!v.merge) continue;
@@ -323,8 +362,9 @@ int main(int argc, char** argv) {
     std::printf("size bytes=%zu crc_us=%.1f read_block_us=%.1f read_stride_us=%.1f\n", r.bytes, r.crcMs * 1e3,
                 r.blockMs * 1e3, r.strideMs * 1e3);
     for (size_t k = 0; k < r.variantMs.size(); ++k) {
-      std::printf("variant bytes=%zu batch=%d prefetch=%d merge=%d us=%.1f\n", r.bytes, kVariants[k].batch,
-                  int(kVariants[k].prefetch), int(kVariants[k].merge), r.variantMs[k] * 1e3);
+      std::printf("variant bytes=%zu batch=%d prefetch=%d merge=%d%s us=%.1f\n", r.bytes, kVariants[k].batch,
+                  int(kVariants[k].prefetch), int(kVariants[k].merge), k == kPdlVariant ? " pdl=1" : "",
+                  r.variantMs[k] * 1e3);
     }
   }
   const double m = messageMs[summaryAt];
