@@ -19,10 +19,18 @@
 // --sizes 1M,16M,... (bytes, K/M/G suffixes; prefixes of the one buffer, at most its size) adds one row per
 // size, `size bytes=<B> crc_us=<t> read_block_us=<t> read_stride_us=<t>`: crc32Device over the prefix, and
 // two kernels that only read it (XOR of every word), as floors that take the CRC's arithmetic out:
-// `read_block` in the segment kernel's geometry (one 1024-thread block per SM with its 128 KiB of shared
-// memory, one equal segment each, four 16-byte loads in flight per thread), `read_stride` as a copy kernel
+// `read_block` in crc32Device's geometry (its 1024-thread blocks, one per 128 KiB and at most one per SM,
+// each with 128 KiB of shared memory and one equal segment, four 16-byte loads in flight per thread; before
+// 2026-12-07 19:50 UTC one block per SM at every size), `read_stride` as a copy kernel
 // spreads its work (eight 256-thread blocks per SM striding over the whole prefix). Differences between the
-// rows place the CRC's time that does not grow with the bytes (PERFORMANCE.md, "The replica check").
+// rows place the CRC's time that does not grow with the bytes (PERFORMANCE.md, "The replica check"). Each
+// size also gets `variant bytes=<B> batch=<K> prefetch=<0|1> merge=<0|1> [pdl=1] us=<t>` rows: the segment
+// machinery (crc32_segments.cuh) instantiated here in crc32Device's geometry with K loads in flight per
+// thread, with or without the next batch's loads issued before the current one is checksummed, merged by
+// the library's launchCrc32Finalize (`merge=1`; `pdl=1`: by a merge launched as a programmatic dependent
+// launch), or the segment kernel alone (`merge=0`, not checked). Every merged variant is checked once after
+// its timing against crc32Device, from partials and an output filled with junk first. Sizes are at least 16
+// bytes. At small sizes the event timings include the gap between a row's two launches.
 #include <cuda_runtime.h>
 
 #include <CLI/CLI.hpp>
@@ -168,7 +176,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   std::vector<size_t> sizes;
   try {
-    for (const std::string& arg : sizeArgs) sizes.push_back(ringguard::bench::parseBytes("--sizes", arg));
+    for (const std::string& arg : sizeArgs) {
+      sizes.push_back(ringguard::bench::parseBytes("--sizes", arg));
+      if (sizes.back() < 16) throw CLI::ValidationError("--sizes", "'" + arg + "' is under 16 bytes");
+    }
   } catch (const CLI::Error& e) {
     return app.exit(e);
   }
@@ -286,31 +297,32 @@ int main(int argc, char** argv) {
                                       static_cast<int>(ringguard::crc_segments::kDynamicSmemBytes)));
     }
     uint32_t* partials = nullptr;
-    CHECK_CUDA(cudaMalloc(&partials, ringguard::crc_segments::kMaxBlocks * sizeof(uint32_t) + 16));
+    CHECK_CUDA(cudaMalloc(&partials, (ringguard::crc_segments::kMaxBlocks + 2) * sizeof(uint32_t)));
     uint32_t* variantCrc = partials + ringguard::crc_segments::kMaxBlocks;
+    uint32_t* floorOut = variantCrc + 1;  // what the read floors XOR into
     for (const size_t wanted : sizes) {
       const size_t bytes = std::min(wanted, total) / 16 * 16;
       const uint64_t pieces = bytes / 16;
-      const uint64_t segment = (pieces + sms - 1) / sms;
       const auto* p = static_cast<const uint4*>(one);
+      // crc32Device's geometry (one block per 128 KiB, at most one per SM), which read_block takes too.
+      ringguard::crc_segments::SegmentPlan plan = ringguard::crc_segments::planSegments(one, bytes, sms);
+      plan.finalize.partials = partials;
+      plan.finalize.out = variantCrc;
       SizeRow row{bytes, 0, 0, 0, {}};
       row.crcMs = medianMs(s, warmup, iters, [&] {
         CHECK_OK(ringguard::crc32Device(one, bytes, crc, scratch, scratchBytes, s));
       });
-      row.blockMs = medianMs(s, warmup, iters, [&] {
-        readSegments<<<sms, 1024, kBlockSmem, s>>>(p, pieces, segment, crc);
-        CHECK_CUDA(cudaGetLastError());
-      });
-      row.strideMs = medianMs(s, warmup, iters, [&] {
-        readStride<<<8 * sms, 256, 0, s>>>(p, pieces, crc);
-        CHECK_CUDA(cudaGetLastError());
-      });
       uint32_t reference = 0;
       CHECK_CUDA(cudaMemcpyAsync(&reference, crc, 4, cudaMemcpyDeviceToHost, s));
       CHECK_CUDA(cudaStreamSynchronize(s));
-      ringguard::crc_segments::SegmentPlan plan = ringguard::crc_segments::planSegments(one, bytes, sms);
-      plan.finalize.partials = partials;
-      plan.finalize.out = variantCrc;
+      row.blockMs = medianMs(s, warmup, iters, [&] {
+        readSegments<<<plan.blocks, 1024, kBlockSmem, s>>>(p, pieces, plan.segmentPieces, floorOut);
+        CHECK_CUDA(cudaGetLastError());
+      });
+      row.strideMs = medianMs(s, warmup, iters, [&] {
+        readStride<<<8 * sms, 256, 0, s>>>(p, pieces, floorOut);
+        CHECK_CUDA(cudaGetLastError());
+      });
       for (const Variant& v : kVariants) {
         const auto launch = [&] {
           v.kernel<<<plan.blocks, 1024, ringguard::crc_segments::kDynamicSmemBytes, s>>>(
@@ -333,6 +345,10 @@ int main(int argc, char** argv) {
         };
         row.variantMs.push_back(medianMs(s, warmup, iters, launch));
         if (!v.merge) continue;
+        // Junk first, so a merge that ran early or not at all cannot pass on an earlier run's values.
+        CHECK_CUDA(
+            cudaMemsetAsync(partials, 0xA5, (ringguard::crc_segments::kMaxBlocks + 1) * sizeof(uint32_t), s));
+        launch();
         uint32_t got = 0;
         CHECK_CUDA(cudaMemcpyAsync(&got, variantCrc, 4, cudaMemcpyDeviceToHost, s));
         CHECK_CUDA(cudaStreamSynchronize(s));
