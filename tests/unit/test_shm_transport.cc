@@ -55,12 +55,14 @@ struct Connected {
   std::vector<Status> status;
   std::vector<std::string> name;
   std::vector<std::chrono::microseconds> poll;  // each transport's pollBeforeBlocking
-  std::vector<bool> windows;                    // whether each transport offers windows
-  std::vector<bool> crossReadable;              // whether they read peers' memory (single-copy reads)
-  std::vector<bool> publishes64K;               // whether they publish a 64 KiB send/recv message so
-  std::vector<bool> publishes8K;                // and an 8 KiB one
-  std::vector<bool> cores;                      // whether its windows say every rank has a CPU of its own
-  std::vector<bool> streams;                    // and copy into them with non-temporal stores
+  // char, not bool: the rank threads write their own entries at once, and std::vector<bool> packs entries
+  // into shared words, where one thread's write can undo another's (seen under load: a rank's entry lost).
+  std::vector<char> windows;        // whether each transport offers windows
+  std::vector<char> crossReadable;  // whether they read peers' memory (single-copy reads)
+  std::vector<char> publishes64K;   // whether they publish a 64 KiB send/recv message so
+  std::vector<char> publishes8K;    // and an 8 KiB one
+  std::vector<char> cores;          // whether its windows say every rank has a CPU of its own
+  std::vector<char> streams;        // and copy into them with non-temporal stores
 };
 // windows[r]: rank r's RINGGUARD_SHM_WINDOW_BYTES (none given: 0 on every rank); singleCopy[r] its
 // RINGGUARD_SHM_SINGLE_COPY_BYTES (none given: 0), set explicitly where `setSingleCopy`; kernelCopy[r] what
@@ -76,12 +78,12 @@ Connected connectAll(const std::vector<std::string>& modes, const std::vector<si
   Connected out{std::vector<Status>(size_t(n)),
                 std::vector<std::string>(size_t(n)),
                 std::vector<std::chrono::microseconds>(size_t(n)),
-                std::vector<bool>(size_t(n)),
-                std::vector<bool>(size_t(n)),
-                std::vector<bool>(size_t(n)),
-                std::vector<bool>(size_t(n)),
-                std::vector<bool>(size_t(n)),
-                std::vector<bool>(size_t(n))};
+                std::vector<char>(size_t(n)),
+                std::vector<char>(size_t(n)),
+                std::vector<char>(size_t(n)),
+                std::vector<char>(size_t(n)),
+                std::vector<char>(size_t(n)),
+                std::vector<char>(size_t(n))};
   testing::runRanks(n, [&](int r) {
     testing::MemoryBootstrap b(&board, r);
     std::unique_ptr<Transport> t;
@@ -251,12 +253,12 @@ class ForgingBootstrap final : public Bootstrap {
 // say every rank has a CPU of its own.
 struct Forged {
   std::vector<Status> status;
-  std::vector<bool> cores;
+  std::vector<char> cores;  // char, not bool: written by the rank threads at once (Connected)
 };
 template <typename... Forge>
 Forged connectWithRank1Forging(int n, size_t window, const Forge&... forge) {
   testing::Board board(n);
-  Forged out{std::vector<Status>(size_t(n)), std::vector<bool>(size_t(n))};
+  Forged out{std::vector<Status>(size_t(n)), std::vector<char>(size_t(n))};
   testing::runRanks(n, [&](int r) {
     std::unique_ptr<Bootstrap> b;
     if (r == 1) {
