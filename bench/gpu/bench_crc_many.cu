@@ -20,17 +20,17 @@
 // size, `size bytes=<B> crc_us=<t> read_block_us=<t> read_stride_us=<t>`: crc32Device over the prefix, and
 // two kernels that only read it (XOR of every word), as floors that take the CRC's arithmetic out:
 // `read_block` in crc32Device's geometry (its 1024-thread blocks, one per 128 KiB and at most one per SM,
-// each with 128 KiB of shared memory and one equal segment, four 16-byte loads in flight per thread; before
-// 2026-12-07 19:50 UTC one block per SM at every size), `read_stride` as a copy kernel
-// spreads its work (eight 256-thread blocks per SM striding over the whole prefix). Differences between the
-// rows place the CRC's time that does not grow with the bytes (PERFORMANCE.md, "The replica check"). Each
-// size also gets `variant bytes=<B> batch=<K> prefetch=<0|1> merge=<0|1> [pdl=1] us=<t>` rows: the segment
-// machinery (crc32_segments.cuh) instantiated here in crc32Device's geometry with K loads in flight per
-// thread, with or without the next batch's loads issued before the current one is checksummed, merged by
-// the library's launchCrc32Finalize (`merge=1`; `pdl=1`: by a merge launched as a programmatic dependent
-// launch), or the segment kernel alone (`merge=0`, not checked). Every merged variant is checked once after
-// its timing against crc32Device, from partials and an output filled with junk first. Sizes are at least 16
-// bytes. At small sizes the event timings include the gap between a row's two launches.
+// each with 128 KiB of shared memory and one equal segment, four 16-byte loads in flight per thread),
+// `read_stride` as a copy kernel spreads its work (eight 256-thread blocks per SM striding over the whole
+// prefix). Differences between the rows place the CRC's time that does not grow with the bytes
+// (PERFORMANCE.md, "The replica check"). Each size also gets `variant bytes=<B> batch=<K> prefetch=<0|1>
+// merge=<0|1> [pdl=1] us=<t>` rows: the segment machinery (crc32_segments.cuh) instantiated here in
+// crc32Device's geometry with K loads in flight per thread, with or without the next batch's loads issued
+// before the current one is checksummed, merged by the library's launchCrc32Finalize (`merge=1`; `pdl=1`: by
+// a merge launched as a programmatic dependent launch), or the segment kernel alone (`merge=0`, not checked).
+// Every merged variant is checked once after its timing against crc32Device, from partials and an output
+// filled with junk first. Sizes are at least 16 bytes. At small sizes the event timings include the gap
+// between a row's two launches.
 #include <cuda_runtime.h>
 
 #include <CLI/CLI.hpp>
