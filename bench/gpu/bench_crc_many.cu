@@ -104,20 +104,13 @@ __global__ void __launch_bounds__(256)
   foldBlock(acc, out);
 }
 
-// The segment machinery's variants of the size rows.
-struct VariantSource {
-  using Loaded = uint4;
-  const uint4* base;
-  __device__ uint4 load(uint64_t piece) const { return ringguard::cuda_detail::loadStreaming(base + piece); }
-  __device__ void prologue() {}
-  __device__ void afterBarrier() {}
-  __device__ uint4 produce(const uint4& v, uint64_t) const { return v; }
-};
+// The segment machinery's variants of the size rows, over the library's Source of the bytes themselves.
+using ringguard::crc_segments::LoadSource;
 
 template <int kBatch, bool kPrefetch>
 __global__ void __launch_bounds__(1024, 1) crcVariant(const uint4* __restrict__ base, uint64_t numPieces,
                                                       uint64_t segmentPieces, uint32_t* partials) {
-  VariantSource src{base};
+  LoadSource src{base};
   ringguard::crc_segments::crcSegments<kBatch, kPrefetch>(src, numPieces, segmentPieces, partials);
 }
 
@@ -130,7 +123,7 @@ __global__ void __launch_bounds__(1024, 1)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-  VariantSource src{base};
+  LoadSource src{base};
   ringguard::crc_segments::crcSegments<4, false>(src, numPieces, segmentPieces, partials);
 }
 

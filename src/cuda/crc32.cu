@@ -46,16 +46,6 @@ constexpr int kFinalizeThreads = 512;
 constexpr int kBatch = 4;  // pieces in flight per thread
 static_assert(kSegmentThreads == crc_segments::kThreads, "the segment machinery's block size");
 
-// The bytes themselves: piece j of the 16-byte-aligned region at `base`.
-struct LoadSource {
-  using Loaded = uint4;
-  const uint4* base;
-  __device__ uint4 load(uint64_t piece) const { return loadStreaming(base + piece); }
-  __device__ void prologue() {}
-  __device__ void afterBarrier() {}
-  __device__ uint4 produce(const uint4& v, uint64_t) const { return v; }
-};
-
 // Raw CRC of each block's segment of `base[0 .. numPieces)` to partials[blockIdx.x] (crcSegments). With a
 // `verdict` word that says kOk (0), nothing: the caller's merge takes the verified CRC instead (the
 // forwarded copy, FinalizeArgs::okCrc). Checked before the table fill, so a skipped launch costs ~nothing.

@@ -36,13 +36,6 @@ struct ManyItem {
   uint32_t pad;
 };
 
-struct LoadSource {
-  using Loaded = uint4;
-  const uint4* base;
-  __device__ uint4 load(uint64_t piece) const { return loadStreaming(base + piece); }
-  __device__ uint4 produce(const uint4& v, uint64_t) const { return v; }
-};
-
 // A message's host words passed by value with the launch (runMessage), written by block 0 before any merge
 // runs (the merge, launched after, writes the CRCs over their words): no host-to-device copy, whose pageable
 // staging cost ~18 us of host time a check on an H100's host. Kept under the classic 4 KiB of kernel

@@ -199,6 +199,17 @@ __device__ __forceinline__ uint32_t crcPiece(uint32_t s, uint4 v, const LaneLook
 
 using cuda_detail::loadStreaming;
 
+// The Source of a CRC of the bytes themselves: piece j of the 16-byte-aligned region at `base` (crc32.cu,
+// crc32_many.cu, bench_crc_many's variants).
+struct LoadSource {
+  using Loaded = uint4;
+  const uint4* base;
+  __device__ uint4 load(uint64_t piece) const { return loadStreaming(base + piece); }
+  __device__ void prologue() {}
+  __device__ void afterBarrier() {}
+  __device__ uint4 produce(const uint4& v, uint64_t) const { return v; }
+};
+
 // Fills the tables into the block's dynamic shared memory (no barrier) and returns their shared address.
 __device__ __forceinline__ uint32_t fillTables(uint32_t* dynamicSmem) {
   // First 64 KiB-aligned shared address in the dynamic allocation (no carry into the upper bits: shared
