@@ -29,6 +29,13 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return parts;
 }
 
+// `log` at the level a name says; false (the level unchanged) for a name that is not a level.
+bool applyLevel(spdlog::logger& log, const std::string& level) {
+  if (!isValidLogLevel(level)) return false;
+  log.set_level(spdlog::level::from_str(level));
+  return true;
+}
+
 std::shared_ptr<spdlog::logger> createLogger() {
   // An application may have registered "ringguard" itself to route our messages; respect that.
   if (auto existing = spdlog::get(kLoggerName)) return existing;
@@ -41,9 +48,7 @@ std::shared_ptr<spdlog::logger> createLogger() {
   // fails the first communicator or group, as for RINGGUARD_LOG_SUBSYS).
   log->set_level(spdlog::level::warn);
   std::string level;
-  if (parseSetting("RINGGUARD_LOG_LEVEL", envLookup, &level).isOk() && isValidLogLevel(level)) {
-    log->set_level(spdlog::level::from_str(level));
-  }
+  if (parseSetting("RINGGUARD_LOG_LEVEL", envLookup, &level).isOk()) (void)applyLevel(*log, level);
   try {
     spdlog::register_logger(log);
   } catch (const spdlog::spdlog_ex&) {
@@ -105,11 +110,7 @@ bool isValidLogLevel(const std::string& level) {
   return level == "off" || spdlog::level::from_str(level) != spdlog::level::off;
 }
 
-bool setLogLevel(const std::string& level) {
-  if (!isValidLogLevel(level)) return false;
-  logger()->set_level(spdlog::level::from_str(level));
-  return true;
-}
+bool setLogLevel(const std::string& level) { return applyLevel(*logger(), level); }
 
 Status setLogSubsystems(const std::string& spec) {
   const uint32_t all = (1u << unsigned(Subsys::kCount)) - 1;
