@@ -41,7 +41,11 @@ inline constexpr size_t kErrorOffset = 3 * kLine;        // peers read word 0: n
 inline constexpr size_t kFingerprintOffset = 4 * kLine;  // peers read: the running collective's fingerprint
 inline constexpr size_t kCountersOffset = 5 * kLine;     // owner only: detected, injected, the values
                                                          // last copied to the host record, and 1 once the
-                                                         // error was copied there (u64 each)
+                                                         // error was copied there (u64 each), and
+                                                         // word kCallStartWord
+// u64 word of the counters line: the running collective's start (%globaltimer ns, block 0's entry), kept for
+// its last block while the timeline is on (core/call_clock.h).
+inline constexpr size_t kCallStartWord = 5;
 // Peers read: per half h, at kArrivalOffset + 64 h, {epoch (u64), fingerprint crc (u32, at +8)} of the
 // collective that runs on h (epoch last, release). Every rank checks every peer's, so ranks that ran
 // different collectives fail even when one of them reads nothing.

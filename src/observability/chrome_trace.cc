@@ -46,7 +46,7 @@ struct ArgNames {
 ArgNames argNames(trace::Kind k) {
   switch (k) {
     case trace::Kind::kCollective:
-      return {nullptr, nullptr, nullptr, nullptr, "bytes"};
+      return {"direct", nullptr, nullptr, nullptr, "bytes"};
     case trace::Kind::kEnqueue:
       return {"direct", nullptr, nullptr, nullptr, "bytes"};
     case trace::Kind::kSlice:

@@ -185,7 +185,8 @@ class Communicator::Impl {
   std::atomic<bool> aborted_{false};  // read by the waits of the collective in progress
   Status firstError_;
   mutable Counters counters_;  // mutable: counters() takes in the direct path's counts
-  std::map<std::string, CollectiveStats> byKind_;
+  mutable std::map<std::string, CollectiveStats>
+      byKind_;  // mutable: absorbDirectCounts adds the path's times
   // byKind_'s entry of the last name runCollective counted (names are string literals, and a map's entries
   // stay where they are): a run of one kind finds its entry without making and comparing a std::string.
   const char* lastKindName_ = nullptr;
@@ -195,6 +196,7 @@ class Communicator::Impl {
   std::map<uint32_t, uint32_t> laneSeq_;  // runner only: each issue lane's next collective number
   HeldErrors heldErrors_;                 // peers' errors of a collective this rank has not reached yet
   mutable uint64_t directDetected_ = 0, directInjected_ = 0;  // the direct path's counts in counters_
+  mutable uint64_t directSpansLost_ = 0;  // the direct path's calls whose times were overwritten untaken
   // Point-to-point message numbers per peer (runner only): only the two ends count them.
   std::vector<uint64_t> sendSeq_, recvSeq_;
   std::thread progress_;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/function_ref.h"
 #include "ringguard/core/options.h"
 #include "ringguard/core/status.h"
 #include "ringguard/core/types.h"
@@ -19,6 +20,17 @@
 namespace ringguard {
 
 struct AlltoallLayout;  // algorithms/collectives.h
+
+// A call of a direct path that finished, with its device times (the timeline's span of it): the kind's name
+// (collectiveKindName), the path's sequence number, its start and duration on the host's steady clock
+// (trace::nowNs) and the bytes it moved as the communicator counts them.
+struct DirectCallTime {
+  const char* name = "";
+  uint64_t seq = 0;
+  uint64_t startNs = 0;
+  uint64_t durNs = 0;
+  uint64_t bytes = 0;
+};
 
 class DirectPath {
  public:
@@ -85,6 +97,10 @@ class DirectPath {
   virtual Status decline(CollectiveKind kind, uint32_t lane, void* stream) {
     return Status(StatusCode::kInvalidArgument, std::string(name()) + " path: no decline");
   }
+  // Hands `take` the calls that finished since the last time, in order, when the path times its kernels (the
+  // peer path while the timeline is on: docs/GPU.md, "Timeline spans"); returns the calls whose times were
+  // lost (overwritten before they were taken). Non-blocking; a call still running comes at a later take.
+  virtual uint64_t takeFinishedCalls(FunctionRef<void(const DirectCallTime&)> take) { return 0; }
   // The first error the kernels reported so far (non-blocking), OK when none.
   virtual Status poll() = 0;
   // Chunk reads that failed their CRC and were re-read, and reads corrupted by fault injection, so far.

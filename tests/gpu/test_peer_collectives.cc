@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <thread>
@@ -16,6 +17,7 @@
 
 #include "core/fingerprint.h"
 #include "core/reduce.h"
+#include "core/trace_events.h"
 #include "peer_test_util.h"
 #include "ringguard/observability/observability.h"
 #include "ringguard/runtime/communicator.h"
@@ -1097,6 +1099,63 @@ TEST(PeerCommunicatorCollectives, ExplicitPeerTakesEveryCollectiveExactly) {
        at = timeline.find("\"direct\":2", at + 1))
     ++launched;
   EXPECT_GE(launched, 12u) << "4 collectives x 3 counts launched on the windows";
+}
+
+// With the timeline on, every call of the path is a span timed by its kernel (core/call_clock.h), eager and
+// replayed from a CUDA graph: named by its kind, its bytes as the communicator counts them, the path's epochs
+// one after another, inside the host's window around the calls; the per-kind figures take their time.
+TEST(PeerCommunicatorCollectives, EveryCallIsATimelineSpanTimedByItsKernel) {
+  if (!peer::everyRankHasAGpu()) GTEST_SKIP() << "no CUDA device on some rank";
+  observability::startTimeline(size_t(1) << 16);  // once per process: later calls find it on
+  cuda::DeviceOptions d;
+  d.peerBytes = 16u << 20;
+  peer::FaultyPeerCommunicator fc;
+  ASSERT_NO_FATAL_FAILURE(peer::makeFaultyPeerCommunicator(5, d, &fc));
+  Communicator* c = fc.c.get();
+  cudaStream_t s = fc.stream;
+  const int size = c->size();
+  const size_t count = 1000, bytes = count * 4;
+  peer::DeviceBuffer in(bytes * size_t(size)), out(bytes * size_t(size));
+  const std::vector<float> x = peer::integerFloats(c->rank(), count * size_t(size));
+  ASSERT_EQ(peer::upload(in.get(), x.data(), bytes * size_t(size)), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  const double t0 = double(trace::nowNs()) / 1000.0;
+  for (int i = 0; i < 2; ++i)
+    ASSERT_TRUE(c->allreduce(in.get(), out.get(), count, DataType::kFloat32, ReduceOp::kSum, s).isOk());
+  ASSERT_TRUE(c->allgather(in.get(), out.get(), count, DataType::kFloat32, s).isOk());
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_TRUE(c->allreduce(in.get(), out.get(), count, DataType::kFloat32, ReduceOp::kSum, s).isOk());
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int replay = 0; replay < 3; ++replay) ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  const double t1 = double(trace::nowNs()) / 1000.0;
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  ASSERT_TRUE(c->firstError().isOk()) << c->firstError().toString();
+  static_cast<void>(c->counters());  // reads the path's clocks: every finished call becomes its span
+
+  const nlohmann::json timeline = nlohmann::json::parse(observability::timelineJson());
+  std::vector<std::string> names;
+  std::vector<uint64_t> seqs;
+  for (const nlohmann::json& e : timeline.at("traceEvents")) {
+    if (e.value("ph", "") != "X" || !e.contains("args") || e["args"].value("direct", 0) != 2) continue;
+    const double ts = e.at("ts").get<double>(), dur = e.at("dur").get<double>();
+    if (ts < t0 - 100.0) continue;  // an earlier test's communicator (the offset is good to a few us)
+    EXPECT_LE(ts + dur, t1 + 100.0) << e.dump();
+    EXPECT_GT(dur, 0.0) << e.dump();
+    const std::string name = e.at("name").get<std::string>();
+    EXPECT_EQ(e["args"].at("bytes").get<uint64_t>(), name == "allgather" ? bytes * size_t(size) : bytes)
+        << e.dump();
+    names.push_back(name);
+    seqs.push_back(e["args"].at("seq").get<uint64_t>());
+  }
+  const std::vector<std::string> want = {"allreduce", "allreduce", "allgather",
+                                         "allreduce", "allreduce", "allreduce"};
+  EXPECT_EQ(names, want) << "two eager allreduces, an allgather, three replays of a captured allreduce";
+  for (size_t i = 1; i < seqs.size(); ++i) EXPECT_EQ(seqs[i], seqs[i - 1] + 1) << "span " << i;
 }
 
 // The all-to-all as users reach it: the equal form (Communicator::alltoall, c10d's all_to_all_single without

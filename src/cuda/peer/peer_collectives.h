@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/call_clock.h"
 #include "core/peer_fault.h"
 #include "core/peer_plan.h"
 #include "core/peer_window_layout.h"
@@ -41,6 +42,9 @@ struct PeerWindowArgs {
   // Fault injection (core/peer_fault.h): a read of chunk c from peer p at epoch e is damaged in registers
   // when hash(seed, e, c, p) < probability * 2^32, as the mode says; every rank injects on its own reads.
   PeerFault fault;
+  // The timeline's ring (core/call_clock.h; device pointer of mapped pinned memory), set while the timeline
+  // is on: the collective's last block writes its start and end there. Null: no clock is read or written.
+  CallClock* clocks = nullptr;
 };
 
 struct PeerAllreduceArgs : PeerWindowArgs {
@@ -136,6 +140,10 @@ Status launchPeerDecline(const PeerWindowArgs& args, void* stream);
 // This rank's error word in its own window (`ownWindow`, device memory) set to kAborted, on `stream`: what an
 // abort leaves for the kernels that start after it (abort_mark.cu).
 Status launchPeerAbortMark(void* ownWindow, void* stream);
+
+// The offset that turns the kernels' %globaltimer into the host's steady clock (host = gpu + offset), for
+// the timeline's spans of the path's calls (clock_offset.cu): measured on the current device, synchronously.
+Status measureClockOffset(int64_t* offsetNs);
 
 // Loads every kernel the launchers above may launch, on the current device (kernel_preload.h says why: a
 // kernel loaded at its first launch may wait on the host for the spinning kernels already running). The

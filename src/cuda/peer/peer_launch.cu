@@ -54,6 +54,7 @@ Status preloadPeerKernels() {
   RINGGUARD_RETURN_IF_ERROR(preloadPeerDecline());
   RINGGUARD_RETURN_IF_ERROR(preloadPeerArrival());
   RINGGUARD_RETURN_IF_ERROR(preloadPeerAbortMark());
+  RINGGUARD_RETURN_IF_ERROR(preloadPeerClock());
   return preloadPeerSendRecv();
 }
 

@@ -50,6 +50,7 @@ Status preloadPeerSendRecv();
 Status preloadPeerDecline();
 Status preloadPeerArrival();
 Status preloadPeerAbortMark();
+Status preloadPeerClock();
 
 }  // namespace peer
 }  // namespace ringguard

@@ -11,10 +11,13 @@
 #include <thread>
 
 #include "algorithms/collectives.h"
+#include "core/call_clock.h"
 #include "core/fingerprint.h"
 #include "core/function_ref.h"
+#include "core/logging.h"
 #include "core/peer_alltoall_plan.h"
 #include "core/peer_p2p_plan.h"
+#include "core/trace_events.h"
 #include "cuda/cuda_check.h"
 #include "cuda/peer/peer_collectives.h"
 #include "runtime/device/stream_chain.h"
@@ -76,10 +79,28 @@ StatusCode statusCode(uint32_t code) {
   }
 }
 
+// The bytes a call moved as the communicator counts them (Communicator's launchDirect calls), from what its
+// fingerprint names: the per-rank count of the all-gather, reduce-scatter and equal all-to-all times the
+// ranks; the split all-to-all's fingerprint names no count (0).
+uint64_t callBytes(CollectiveKind kind, uint64_t count, uint32_t dtype, size_t ranks) {
+  if (dtype > uint32_t(DataType::kComplex128)) return 0;  // no dtype of ours
+  const uint64_t bytes = count * dataTypeSize(DataType(dtype));
+  const bool perRank = kind == CollectiveKind::kAllgather || kind == CollectiveKind::kReduceScatter ||
+                       kind == CollectiveKind::kAlltoall;
+  return perRank ? bytes * ranks : bytes;
+}
+
 class PeerPath final : public DirectPath {
  public:
   PeerPath(std::unique_ptr<peer::PeerWindows> windows, const PeerPathOptions& peer, const Options& options)
-      : windows_(std::move(windows)), liveness_(windows_->pids()), peer_(peer), options_(options) {}
+      : windows_(std::move(windows)), liveness_(windows_->pids()), peer_(peer), options_(options) {
+    startClocks();
+  }
+
+  ~PeerPath() override {
+    windows_.reset();  // waits for the device (PeerWindows::release) before the ring the kernels write goes
+    if (clocks_ != nullptr) cudaFreeHost(clocks_);
+  }
 
   const char* name() const override { return "peer"; }
 
@@ -231,6 +252,23 @@ class PeerPath final : public DirectPath {
     fill(&a, kind, 0, DataType::kUint8, ReduceOp::kSum, kNoRoot, lane);
     a.fingerprint[0] |= uint32_t(kFingerprintInvalidInput) << 8;
     return ordered(stream, [&] { return peer::launchPeerDecline(a, stream); });
+  }
+
+  uint64_t takeFinishedCalls(FunctionRef<void(const DirectCallTime&)> take) override {
+    if (clocksDevice_ == nullptr) return 0;
+    std::lock_guard<std::mutex> lock(clockMutex_);
+    const size_t ranks = size_t(windows_->size());
+    return peer::drainCallClocks(clocks_, &nextClock_, clockOffsetNs_, [&](const peer::FinishedCall& c) {
+      if ((c.fingerprint >> 8) != 0) return;  // a declined call (decline()): no call of the caller's
+      const auto kind = CollectiveKind(c.fingerprint & 0xffu);
+      DirectCallTime t;
+      t.name = collectiveKindName(kind);
+      t.seq = c.epoch;
+      t.startNs = c.startNs;
+      t.durNs = c.durNs;
+      t.bytes = callBytes(kind, c.count, c.dtype, ranks);
+      take(t);
+    });
   }
 
   Status poll() override {
@@ -385,8 +423,34 @@ class PeerPath final : public DirectPath {
     std::memcpy(&a->fingerprint[7], &factor, sizeof factor);
     a->timeoutNs = uint64_t(options_.timeout.count()) * 1000000ull;
     a->maxRereads = options_.maxRetries;
+    // The kernels time the call only while the timeline records (a graph captured then keeps it).
+    a->clocks = trace::on() ? clocksDevice_ : nullptr;
     std::lock_guard<std::mutex> lock(faultMutex_);
     a->fault = fault_;
+  }
+
+  // The timeline's ring (core/call_clock.h) and the clocks' offset, when the device gives both; without them
+  // the path's calls have no spans (a warning says why).
+  void startClocks() {
+    void* ring = nullptr;
+    void* device = nullptr;
+    int64_t offset = 0;
+    const size_t bytes = sizeof(peer::CallClock) * peer::kCallClocks;
+    Status st = peer::measureClockOffset(&offset);
+    if (st.isOk() && (cudaHostAlloc(&ring, bytes, cudaHostAllocMapped) != cudaSuccess ||
+                      cudaHostGetDevicePointer(&device, ring, 0) != cudaSuccess)) {
+      st = Status(StatusCode::kInternal, "no mapped pinned memory for the ring");
+    }
+    if (!st.isOk()) {
+      if (ring != nullptr) cudaFreeHost(ring);
+      logWarn(Subsys::kRuntime, "rank {}: the peer path's calls will have no timeline spans: {}",
+              windows_->rank(), st.toString());
+      return;
+    }
+    std::memset(ring, 0, bytes);
+    clocks_ = static_cast<peer::CallClock*>(ring);
+    clocksDevice_ = static_cast<peer::CallClock*>(device);
+    clockOffsetNs_ = offset;
   }
 
   // A kernel launched after every earlier one of this path, whatever their streams (stream_chain.h).
@@ -401,6 +465,11 @@ class PeerPath final : public DirectPath {
   Options options_;
   mutable std::mutex faultMutex_;  // setFault (any thread) against the launches' copies
   peer::PeerFault fault_;
+  peer::CallClock* clocks_ = nullptr;        // the timeline's ring, host address (null: no spans)
+  peer::CallClock* clocksDevice_ = nullptr;  // its device address, for the kernels
+  int64_t clockOffsetNs_ = 0;                // host steady clock = %globaltimer + this
+  std::mutex clockMutex_;                    // takeFinishedCalls from any thread
+  uint64_t nextClock_ = 0;                   // the next epoch to take (0: not known yet)
 };
 
 }  // namespace
