@@ -110,6 +110,10 @@ int main(int argc, char** argv) {
   app.add_option("-r,--reps", reps)->check(CLI::Range(1, 1000));
   app.add_option("--fault-prob", faultProb, "chunk reads corrupted (transient), e.g. 0.001")
       ->check(CLI::Range(0.0, 1.0));
+  bool clocks = false;
+  app.add_flag("--clocks", clocks,
+               "allreduce: the kernels write each call's start and end into a ring in mapped pinned memory, "
+               "as the peer path does while the timeline is on (core/call_clock.h)");
   app.add_flag("--arrive-first", arriveFirst,
                "every call's grid behind the one-block arrival kernel (RINGGUARD_PEER_ARRIVAL_BYTES's form)");
   CLI11_PARSE(app, argc, argv);
@@ -140,11 +144,17 @@ int main(int argc, char** argv) {
   cudaMalloc(&out, bufferBytes);
   cudaMemset(in, 0, bufferBytes);
   const bool allreduce = collective == "allreduce";
+  void* ringHost = nullptr;
+  void* ringDevice = nullptr;
+  if (clocks) {
+    cudaHostAlloc(&ringHost, sizeof(CallClock) * kCallClocks, cudaHostAllocMapped);
+    cudaHostGetDevicePointer(&ringDevice, ringHost, 0);
+  }
   if (w->rank() == 0) {
     printf(
-        "# ringguard bench_peer_allreduce %s: %d ranks, fp32, fault prob %g, us per call (median of %d x "
-        "%d)\n",
-        collective.c_str(), w->size(), faultProb, reps, iters);
+        "# ringguard bench_peer_allreduce %s: %d ranks, fp32, fault prob %g, clocks %s, us per call (median of "
+        "%d x %d)\n",
+        collective.c_str(), w->size(), faultProb, clocks ? "on" : "off", reps, iters);
     if (allreduce) {
       printf("%12s %10s %10s %10s %10s %10s %10s %10s\n", "bytes", "one_eager", "one_graph", "two_eager",
              "two_graph", "d2d_copy", "two/one", "best/copy");
@@ -166,6 +176,7 @@ int main(int argc, char** argv) {
       a.send = in;
       a.recv = out;
       a.count = count;
+      a.clocks = static_cast<CallClock*>(ringDevice);
       const auto one =
           timeKernel(*w, s, n, reps, "one-shot allreduce", [&] { return launchPeerAllreduce(a, s); });
       PeerAllreduceArgs b = a;
@@ -222,7 +233,8 @@ int main(int argc, char** argv) {
   }
   cudaFree(in);
   cudaFree(out);
-  w.reset();
+  w.reset();  // waits for the device before the ring the kernels wrote goes
+  if (ringHost != nullptr) cudaFreeHost(ringHost);
   MPI_Finalize();
   return 0;
 }
