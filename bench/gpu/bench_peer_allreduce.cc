@@ -152,7 +152,8 @@ int main(int argc, char** argv) {
   }
   if (w->rank() == 0) {
     printf(
-        "# ringguard bench_peer_allreduce %s: %d ranks, fp32, fault prob %g, clocks %s, us per call (median of "
+        "# ringguard bench_peer_allreduce %s: %d ranks, fp32, fault prob %g, clocks %s, us per call (median "
+        "of "
         "%d x %d)\n",
         collective.c_str(), w->size(), faultProb, clocks ? "on" : "off", reps, iters);
     if (allreduce) {
