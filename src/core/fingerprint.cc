@@ -87,6 +87,7 @@ std::string describeFingerprint(const Fingerprint& f) {
     if (kind != CollectiveKind::kSendRecv || f.laneSeq != 0) os << " #" << f.laneSeq;
   }
   if (f.flags & kFingerprintInvalidInput) os << " invalid-arguments";
+  if (f.flags & kFingerprintOffWindows) os << " off-the-peer-windows";
   os << "}";
   return os.str();
 }
@@ -107,6 +108,12 @@ Status compareFingerprints(int rankA, const Fingerprint& a, int rankB, const Fin
     // Communicator::rejectedAsync: that side's op, dtype and count are placeholders.
     os << " (rank " << ((b.flags & kFingerprintInvalidInput) ? rankB : rankA)
        << " rejected the arguments of its call before it reached the collective; its own error names them)";
+  } else if ((a.flags ^ b.flags) & kFingerprintOffWindows) {
+    const bool bOff = (b.flags & kFingerprintOffWindows) != 0;
+    os << " (rank " << (bOff ? rankB : rankA)
+       << "'s call is above the peer windows' size (RINGGUARD_PEER_BYTES) and runs on the host-driven path, "
+          "rank "
+       << (bOff ? rankA : rankB) << "'s on the windows: the ranks' calls differ in size)";
   }
   return Status(StatusCode::kFingerprintMismatch, os.str());
 }

@@ -11,6 +11,10 @@ namespace ringguard {
 
 inline constexpr uint32_t kFingerprintMagic = 0x31504652;  // "RFP1"
 inline constexpr uint8_t kFingerprintInvalidInput = 1;     // the caller's arguments were rejected
+// The call runs on the host-driven path although the peer windows carry its kind: it is above their size
+// (RINGGUARD_PEER_BYTES). Its marker on the windows (DirectPath::offPath) carries it, so that a rank whose
+// call of the same collective fits the windows fails at once naming both.
+inline constexpr uint8_t kFingerprintOffWindows = 2;
 
 // CollectiveKind: ringguard/core/types.h.
 const char* collectiveKindName(CollectiveKind k);  // "allreduce", "reduce_scatter", "allgather", ...

@@ -440,6 +440,13 @@ std::shared_ptr<Work> Communicator::allreduceAsync(const void* send, void* recv,
     return impl_->launchDirect("allreduce", count * dataTypeSize(dtype),
                                [=] { return direct->allreduce(send, recv, count, dtype, op, lane, stream); });
   }
+  if (direct != nullptr && direct->declines(CollectiveKind::kAllreduce)) {
+    if (auto declined =
+            impl_->offDirect("allreduce", CollectiveKind::kAllreduce, checked, stream, [&](uint32_t lane) {
+              return direct->offPath(CollectiveKind::kAllreduce, count, dtype, op, 0, lane, stream);
+            }))
+      return declined;
+  }
   return issueAllreduce(Submit{*impl_, stream}, std::move(checked), send, recv, count, dtype, op);
 }
 
@@ -466,6 +473,13 @@ std::shared_ptr<Work> Communicator::reduceScatterAsync(const void* send, void* r
       return direct->reduceScatter(send, recv, recvCount, dtype, op, lane, stream);
     });
   }
+  if (direct != nullptr && direct->declines(CollectiveKind::kReduceScatter)) {
+    if (auto declined = impl_->offDirect(
+            "reduce_scatter", CollectiveKind::kReduceScatter, checked, stream, [&](uint32_t lane) {
+              return direct->offPath(CollectiveKind::kReduceScatter, recvCount, dtype, op, 0, lane, stream);
+            }))
+      return declined;
+  }
   return issueReduceScatter(Submit{*impl_, stream}, std::move(checked), size(), send, recv, recvCount, dtype,
                             op);
 }
@@ -491,6 +505,14 @@ std::shared_ptr<Work> Communicator::allgatherAsync(const void* send, void* recv,
     return impl_->launchDirect("allgather", sendCount * size_t(size()) * dataTypeSize(dtype),
                                [=] { return direct->allgather(send, recv, sendCount, dtype, lane, stream); });
   }
+  if (direct != nullptr && direct->declines(CollectiveKind::kAllgather)) {
+    if (auto declined =
+            impl_->offDirect("allgather", CollectiveKind::kAllgather, checked, stream, [&](uint32_t lane) {
+              return direct->offPath(CollectiveKind::kAllgather, sendCount, dtype, ReduceOp::kSum, 0, lane,
+                                     stream);
+            }))
+      return declined;
+  }
   return issueAllgather(Submit{*impl_, stream}, std::move(checked), size(), send, recv, sendCount, dtype);
 }
 
@@ -514,6 +536,14 @@ std::shared_ptr<Work> Communicator::broadcastAsync(const void* send, void* recv,
     return impl_->launchDirect("broadcast", count * dataTypeSize(dtype), [=] {
       return direct->broadcast(send, recv, count, dtype, root, lane, stream);
     });
+  }
+  if (direct != nullptr && direct->declines(CollectiveKind::kBroadcast)) {
+    if (auto declined =
+            impl_->offDirect("broadcast", CollectiveKind::kBroadcast, checked, stream, [&](uint32_t lane) {
+              return direct->offPath(CollectiveKind::kBroadcast, count, dtype, ReduceOp::kSum, root, lane,
+                                     stream);
+            }))
+      return declined;
   }
   return issueBroadcast(Submit{*impl_, stream}, std::move(checked), rank(), send, recv, count, dtype, root);
 }
@@ -602,6 +632,14 @@ std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, void* recv, 
       return direct->alltoall(send, recv, *layout, dtype, /*splits=*/false, lane, stream);
     });
   }
+  if (direct != nullptr && direct->declines(CollectiveKind::kAlltoall)) {
+    if (auto declined =
+            impl_->offDirect("alltoall", CollectiveKind::kAlltoall, checked, stream, [&](uint32_t lane) {
+              return direct->offPath(CollectiveKind::kAlltoall, count, dtype, ReduceOp::kSum, 0, lane,
+                                     stream);
+            }))
+      return declined;
+  }
   return issueAlltoall(Submit{*impl_, stream}, std::move(checked), send, recv, std::move(layout), dtype);
 }
 
@@ -616,7 +654,8 @@ Status Communicator::alltoall(const void* send, void* recv, size_t count, DataTy
 
 std::shared_ptr<Work> Communicator::rejectedAsync(CollectiveKind kind, void* stream, size_t bytes) {
   DirectPath* direct = impl_->direct_.get();
-  if (bytes != kUnknownBytes && direct != nullptr && direct->declines(kind, bytes)) {
+  static_cast<void>(bytes);  // every size: a call of a kind the path declines() enters its order at any size
+  if (direct != nullptr && direct->declines(kind)) {
     return impl_->declineDirect(collectiveKindName(kind), kind,
                                 Status(StatusCode::kInvalidArgument, "its arguments were rejected"), stream);
   }
@@ -775,6 +814,21 @@ std::shared_ptr<Work> Communicator::Impl::declineDirect(const char* name, Collec
   static_cast<void>(
       onDirectPath(name, 0, /*collective=*/false, [&] { return direct_->decline(kind, lane, stream); }));
   return Work::completed(callError(name, Status(StatusCode::kInvalidArgument, checked.message())));
+}
+
+std::shared_ptr<Work> Communicator::Impl::offDirect(const char* name, CollectiveKind kind,
+                                                    const Status& checked, void* stream,
+                                                    const std::function<Status(uint32_t lane)>& mark) {
+  if (!checked.isOk()) return declineDirect(name, kind, checked, stream);
+  const uint32_t lane = currentIssueLane();
+  Status st = firstError();
+  if (st.isOk()) st = direct_->poll();
+  if (st.isOk()) st = mark(lane);
+  if (!st.isOk()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (firstError_.isOk()) firstError_ = st;
+  }
+  return nullptr;
 }
 
 Status Communicator::Impl::firstError() const {

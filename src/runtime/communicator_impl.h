@@ -118,6 +118,13 @@ class Communicator::Impl {
   // communicator as a failed launch does.
   std::shared_ptr<Work> declineDirect(const char* name, CollectiveKind kind, const Status& checked,
                                       void* stream);
+  // A call of a kind the direct path declines() that the path does not take (above its size, say), on its
+  // way to the pipeline: a rejected one (`checked` not OK) is declined on the path and its Work returned;
+  // otherwise `mark` (DirectPath::offPath with the call's arguments) enters its marker in the path's order
+  // and nullptr is returned, the call going on to the pipeline (a failed marker poisons the communicator,
+  // so the pipeline's submission then fails with that error).
+  std::shared_ptr<Work> offDirect(const char* name, CollectiveKind kind, const Status& checked, void* stream,
+                                  const std::function<Status(uint32_t lane)>& mark);
   void progressLoop();
   // A waiting caller runs queued host tasks itself while no one else runs one (Work::wait).
   void helpWhileWaiting(const Work* waited);

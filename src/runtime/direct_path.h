@@ -90,12 +90,22 @@ class DirectPath {
   // (acceptsX of what the call named): enqueued on `stream` in the path's order so that the other ranks'
   // kernels, which did take the call, fail at once naming this rank instead of waiting for it until their
   // deadline (docs/design/protocol.md, "A call rejected on one rank"). Not for send/recv.
-  // Whether a call of `kind` publishing about `bytes` takes this path whatever its other arguments (every
-  // form of the kind at that size): where Communicator::rejectedAsync, which knows only the kind and a
-  // size, declines it.
-  virtual bool declines(CollectiveKind kind, size_t bytes) const { return false; }
+  // Whether every call of `kind` enters this path's order of collectives, whatever its size and other
+  // arguments: the call itself where the path takes it, else a decline (a call this rank rejected) or a
+  // marker (offPath: a call above the path's size, run on the pipeline). Then Communicator::rejectedAsync,
+  // which knows only the kind, declines here, and ranks whose calls of one collective are routed apart
+  // fail at once naming both instead of waiting for each other until their deadlines.
+  virtual bool declines(CollectiveKind kind) const { return false; }
   virtual Status decline(CollectiveKind kind, uint32_t lane, void* stream) {
     return Status(StatusCode::kInvalidArgument, std::string(name()) + " path: no decline");
+  }
+  // The marker of a call of a kind this path declines() that it does not take (acceptsX false: above its
+  // size, say) and that runs on the host-driven pipeline instead, enqueued on `stream` in the path's order
+  // with the call's fingerprint flagged kFingerprintOffWindows: every rank that routed the call alike
+  // agrees on the marker; a rank whose call ran on the path fails at once, and so does this one.
+  virtual Status offPath(CollectiveKind kind, size_t count, DataType dtype, ReduceOp op, int root,
+                         uint32_t lane, void* stream) {
+    return Status(StatusCode::kInvalidArgument, std::string(name()) + " path: no marker");
   }
   // Hands `take` the calls that finished since the last time, in order, when the path times its kernels (the
   // peer path while the timeline is on: docs/GPU.md, "Timeline spans"); returns the calls whose times were

@@ -2,15 +2,19 @@
 // one GPU (docs/GPU.md, "The one-sided path"): a NaN check keeps every collective on the host-driven path
 // under auto (its scan is a host step the kernels do not have), refuses peer asked by name, and must be the
 // same on every rank; a fault schedule (applied by the host-driven path only) does the same, from any one
-// rank; auto leaves the split all-to-all (blocks of any size) and send/recv to the pipeline.
+// rank; auto leaves the split all-to-all (blocks of any size) and send/recv to the pipeline; a call above the
+// window runs on the pipeline beside its marker on the windows, and ranks whose calls fall either side of
+// the window's size all fail at once naming both.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <chrono>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -196,6 +200,96 @@ TEST(PeerRouting, AutoLeavesTheSplitAlltoallAndSendRecvToThePipeline) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<uint8_t> got = peer::toHost(out.get(), want.size() * 4);
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0);
+}
+
+// Above the 1 MiB window every collective the windows carry runs on the pipeline, exact, each beside its
+// marker in the windows' order (DirectPath::offPath); every rank's markers agree, and a call that fits the
+// window afterwards runs there, exact.
+TEST(PeerRouting, CallsAboveTheWindowRunOnThePipelineBesideTheirMarkers) {
+  if (!peer::everyRankHasAGpu()) GTEST_SKIP() << "no CUDA device on some rank";
+  peer::BarrierAtExit barrier;
+  std::unique_ptr<Bootstrap> b;
+  std::unique_ptr<Communicator> c;
+  const Status made = makeDevice(Options{}, cuda::DeviceTransportKind::kAuto, &b, &c);
+  ASSERT_TRUE(made.isOk()) << made.toString();
+  ASSERT_STREQ(c->transportName(), "peer");
+  const int rank = c->rank(), size = c->size();
+  // Element i of rank r's input: an integer (sums exact in float, whatever the order).
+  auto value = [](int r, size_t i) { return float(r * 1000 + int(i % 997)); };
+  for (const size_t count : {size_t(1) << 19, size_t(1000)}) {  // 2 MiB a rank: above the window; then in it
+    std::vector<float> x(count * size_t(size));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = value(rank, i);
+    peer::DeviceBuffer in(x.size() * 4), out(x.size() * 4);
+    ASSERT_EQ(peer::upload(in.get(), x.data(), x.size() * 4), cudaSuccess);
+    auto expectOut = [&](const std::vector<float>& want, const char* what) {
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<uint8_t> got = peer::toHost(out.get(), want.size() * 4);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0) << what << " count " << count;
+    };
+    std::vector<float> sum(count, 0.f), scattered(count, 0.f), gathered;
+    for (int r = 0; r < size; ++r) {
+      for (size_t i = 0; i < count; ++i) {
+        sum[i] += value(r, i);
+        scattered[i] += value(r, size_t(rank) * count + i);
+      }
+      for (size_t i = 0; i < count; ++i) gathered.push_back(value(r, i));
+    }
+    Status st =
+        c->allreduceAsync(in.get(), out.get(), count, DataType::kFloat32, ReduceOp::kSum, nullptr)->wait();
+    ASSERT_TRUE(st.isOk()) << st.toString();
+    expectOut(sum, "allreduce");
+    st = c->allgatherAsync(in.get(), out.get(), count, DataType::kFloat32, nullptr)->wait();
+    ASSERT_TRUE(st.isOk()) << st.toString();
+    expectOut(gathered, "allgather");
+    st = c->broadcastAsync(in.get(), out.get(), count, DataType::kFloat32, size - 1, nullptr)->wait();
+    ASSERT_TRUE(st.isOk()) << st.toString();
+    std::vector<float> root(count);
+    for (size_t i = 0; i < count; ++i) root[i] = value(size - 1, i);
+    expectOut(root, "broadcast");
+    st = c->reduceScatterAsync(in.get(), out.get(), count, DataType::kFloat32, ReduceOp::kSum, nullptr)
+             ->wait();
+    ASSERT_TRUE(st.isOk()) << st.toString();
+    expectOut(scattered, "reduce_scatter");
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_TRUE(c->firstError().isOk()) << c->firstError().toString();
+  EXPECT_EQ(c->counters().collectives, 8u);
+}
+
+// Rank 0's all-reduce fits the 1 MiB window and runs there; every other rank's is above it and runs on the
+// pipeline beside its marker: every rank fails at once (well inside the 30 s timeout), each error naming the
+// call off the windows, instead of each waiting for the others until its deadline.
+TEST(PeerRouting, CallsEitherSideOfTheWindowFailAtOnceNamingBoth) {
+  if (!peer::everyRankHasAGpu()) GTEST_SKIP() << "no CUDA device on some rank";
+  peer::BarrierAtExit barrier;
+  Options o;
+  o.timeout = std::chrono::milliseconds(30000);
+  std::unique_ptr<Bootstrap> b;
+  std::unique_ptr<Communicator> c;
+  const Status made = makeDevice(o, cuda::DeviceTransportKind::kAuto, &b, &c);
+  ASSERT_TRUE(made.isOk()) << made.toString();
+  ASSERT_STREQ(c->transportName(), "peer");
+  const size_t count = c->rank() == 0 ? 1000 : size_t(1) << 19;
+  peer::DeviceBuffer in(count * 4), out(count * 4);
+  ASSERT_EQ(cudaMemset(in.get(), 0, count * 4), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto start = std::chrono::steady_clock::now();
+  const Status waited =
+      c->allreduceAsync(in.get(), out.get(), count, DataType::kFloat32, ReduceOp::kSum, nullptr)->wait();
+  // Rank 0's call returned at its launch (the kernel's error is asynchronous: its watchdog reads it).
+  while (c->firstError().isOk() && std::chrono::steady_clock::now() - start < std::chrono::seconds(20))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const Status st = c->firstError();
+  ASSERT_FALSE(st.isOk()) << "rank " << c->rank() << ": no error after " << seconds
+                          << " s (wait: " << waited.toString() << ")";
+  EXPECT_LT(seconds, 10.0) << st.toString();
+  EXPECT_EQ(st.code(), StatusCode::kFingerprintMismatch) << st.toString();
+  EXPECT_NE(st.message().find("off-the-peer-windows"), std::string::npos) << st.toString();
+  EXPECT_NE(st.message().find("RINGGUARD_PEER_BYTES"), std::string::npos) << st.toString();
+  if (c->rank() != 0) {
+    EXPECT_FALSE(waited.isOk()) << "the pipeline's call ends with the error too";
+  }
 }
 
 }  // namespace

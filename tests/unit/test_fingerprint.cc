@@ -228,6 +228,28 @@ TEST(FingerprintTest, FlagsAndCollectiveDifferencesAreMismatches) {
                        "error names them)"))
       << s.message();
 
+  // A call above the peer windows (its marker there, DirectPath::offPath) against one that fits them: the
+  // side on the host-driven path is named, whichever side it is.
+  Fingerprint big = makeAllreduceFingerprint(ReduceOp::kSum, DataType::kFloat32, 1000000, IssueOrder{3});
+  big.flags = kFingerprintOffWindows;
+  for (const bool bigSecond : {true, false}) {
+    s = bigSecond ? compareFingerprints(1, mine, 3, big) : compareFingerprints(3, big, 1, mine);
+    EXPECT_EQ(s.code(), StatusCode::kFingerprintMismatch);
+    EXPECT_TRUE(contains(s.message(),
+                         "rank 3 has {allreduce op=sum dtype=f32 count=1000000 seq=3 "
+                         "off-the-peer-windows}"))
+        << s.message();
+    EXPECT_TRUE(contains(s.message(), "rank 1 has {allreduce op=sum dtype=f32 count=100 seq=3}"))
+        << s.message();
+    EXPECT_TRUE(contains(s.message(),
+                         "(rank 3's call is above the peer windows' size (RINGGUARD_PEER_BYTES) "
+                         "and runs on the host-driven path, rank 1's on the windows: the ranks' "
+                         "calls differ in size)"))
+        << s.message();
+  }
+  // Two markers agree when the calls do.
+  EXPECT_TRUE(compareFingerprints(1, big, 3, big).isOk());
+
   // Another collective is named; a kind byte no collective has is "collective?".
   Fingerprint other = mine;
   other.collective = uint8_t(CollectiveKind::kReduceScatter);

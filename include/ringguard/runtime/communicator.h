@@ -173,10 +173,10 @@ class Communicator {
   // rejected call ("rank 1 has {reduce_scatter op=sum dtype=u8 count=0 seq=4 invalid-arguments}"), at
   // once, and the communicator is poisoned as after any mismatch. Not counted as a collective. Its Work
   // completes OK in the first case and with the mismatch in the second; the caller need not wait for it.
-  // `bytes` (what the call would have published, as this rank's arguments tell it; kUnknownBytes: not known)
-  // routes it as the other ranks' calls went: where the peer windows take `kind` at that size it is
-  // declined there (its Work then fails with kInvalidArgument naming the call), else entered on the
-  // host-driven path.
+  // Where the peer windows carry `kind` (every call of it enters their order, at any size: the call, or
+  // its marker when it runs on the host-driven path above the windows' size) it is declined there (its Work
+  // then fails with kInvalidArgument naming the call), else entered on the host-driven path. `bytes` (what
+  // the call would have published) no longer decides the route and is ignored; kept for callers.
   static constexpr size_t kUnknownBytes = ~size_t(0);
   std::shared_ptr<Work> rejectedAsync(CollectiveKind kind, void* stream = nullptr,
                                       size_t bytes = kUnknownBytes);

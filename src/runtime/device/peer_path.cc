@@ -240,9 +240,12 @@ class PeerPath final : public DirectPath {
     return ordered(stream, [&] { return peer::launchPeerSendRecv(a, stream); });
   }
 
-  bool declines(CollectiveKind kind, size_t bytes) const override {
-    // The all-to-all's split form takes the windows only with `peer` asked by name.
-    return (kind != CollectiveKind::kAlltoall || peer_.splitAlltoall) && takes(kind, bytes);
+  bool declines(CollectiveKind kind) const override {
+    // The all-to-all's split form takes the windows only with `peer` asked by name (under auto it runs on
+    // the pipeline at every size, so no all-to-all enters the windows' order unless it fits); send/recv has
+    // channels of its own.
+    if (kind == CollectiveKind::kSendRecv) return false;
+    return kind != CollectiveKind::kAlltoall || peer_.splitAlltoall;
   }
 
   Status decline(CollectiveKind kind, uint32_t lane, void* stream) override {
@@ -269,6 +272,16 @@ class PeerPath final : public DirectPath {
       t.bytes = callBytes(kind, c.count, c.dtype, ranks);
       take(t);
     });
+  }
+
+  Status offPath(CollectiveKind kind, size_t count, DataType dtype, ReduceOp op, int root, uint32_t lane,
+                 void* stream) override {
+    peer::PeerWindowArgs a;
+    // The fingerprint the call's own kernel would publish (the caller passes fill's arguments), flagged; the
+    // decline kernel publishes it and checks every peer's (decline.cu).
+    fill(&a, kind, count, dtype, op, root, lane);
+    a.fingerprint[0] |= uint32_t(kFingerprintOffWindows) << 8;
+    return ordered(stream, [&] { return peer::launchPeerDecline(a, stream); });
   }
 
   Status poll() override {
