@@ -111,9 +111,10 @@ int main(int argc, char** argv) {
   app.add_option("--fault-prob", faultProb, "chunk reads corrupted (transient), e.g. 0.001")
       ->check(CLI::Range(0.0, 1.0));
   bool clocks = false;
-  app.add_flag("--clocks", clocks,
-               "allreduce: the kernels write each call's start and end into a ring in mapped pinned memory, "
-               "as the peer path does while the timeline is on (core/call_clock.h)");
+  app.add_flag(
+      "--clocks", clocks,
+      "allreduce: each call between the timeline's clock kernels, which write its start and end into "
+      "a ring in mapped pinned memory, as the peer path does while the timeline is on");
   app.add_flag("--arrive-first", arriveFirst,
                "every call's grid behind the one-block arrival kernel (RINGGUARD_PEER_ARRIVAL_BYTES's form)");
   CLI11_PARSE(app, argc, argv);
@@ -177,13 +178,18 @@ int main(int argc, char** argv) {
       a.send = in;
       a.recv = out;
       a.count = count;
-      a.clocks = static_cast<CallClock*>(ringDevice);
-      const auto one =
-          timeKernel(*w, s, n, reps, "one-shot allreduce", [&] { return launchPeerAllreduce(a, s); });
+      // --clocks: the timeline's clock kernels around each call, as the peer path launches them.
+      auto timed = [&](const PeerAllreduceArgs& args) {
+        void* own = w->window(w->rank());
+        if (!clocks) return launchPeerAllreduce(args, s);
+        RINGGUARD_RETURN_IF_ERROR(launchCallClockBegin(own, s));
+        RINGGUARD_RETURN_IF_ERROR(launchPeerAllreduce(args, s));
+        return launchCallClockEnd(own, static_cast<CallClock*>(ringDevice), args, s);
+      };
+      const auto one = timeKernel(*w, s, n, reps, "one-shot allreduce", [&] { return timed(a); });
       PeerAllreduceArgs b = a;
       b.algorithm = PeerAlgorithm::kAllreduceTwoShot;
-      const auto two =
-          timeKernel(*w, s, n, reps, "two-shot allreduce", [&] { return launchPeerAllreduce(b, s); });
+      const auto two = timeKernel(*w, s, n, reps, "two-shot allreduce", [&] { return timed(b); });
       if (w->rank() == 0) {
         const double best = std::min(std::min(one.first, one.second), std::min(two.first, two.second));
         printf("%12zu %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f\n", bytes, one.first, one.second,

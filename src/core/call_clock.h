@@ -1,10 +1,11 @@
 #pragma once
 // The direct path's timeline spans (docs/GPU.md, "Timeline spans of the path's calls"): when the timeline is
-// on, the last block of each collective kernel of the peer windows writes the call's start and end
-// (%globaltimer, ns) into a ring of CallClock entries in mapped pinned memory, slot epoch % kCallClocks, the
-// epoch last; the host drains the ring into spans on the communicator's track. One layout for the kernels
-// (cuda/peer/peer_device.cuh) and the host (runtime/device/peer_path.cc), and the host's drain in one place,
-// tested without a GPU (tests/unit/test_call_clock.cc).
+// on, each call of the peer windows runs between two one-thread clock kernels on its stream
+// (cuda/peer/call_clock.cu), the second of which writes the call's start and end (%globaltimer, ns) into a
+// ring of CallClock entries in mapped pinned memory, slot epoch % kCallClocks, the epoch last; the host
+// drains the ring into spans on the communicator's track. One layout for the kernels and the host
+// (runtime/device/peer_path.cc), and the host's drain in one place, tested without a GPU
+// (tests/unit/test_call_clock.cc).
 #include <cstdint>
 
 #include "core/function_ref.h"
@@ -16,9 +17,9 @@ namespace peer {
 inline constexpr uint32_t kCallClocks = 256;  // entries of the ring: calls between two drains kept
 
 struct CallClock {
-  uint64_t startNs;      // %globaltimer when block 0 entered the collective
-  uint64_t endNs;        // %globaltimer when the last block published its acknowledgement
-  uint32_t fingerprint;  // the call's fingerprint word 0 (kind; a declined call's flags in byte 1)
+  uint64_t startNs;      // %globaltimer in the clock kernel before the call's kernels
+  uint64_t endNs;        // %globaltimer in the clock kernel after them
+  uint32_t fingerprint;  // the call's fingerprint word 0 (kind; flags in byte 1)
   uint32_t dtype;        // fingerprint word 1
   uint64_t count;        // fingerprint words 3 and 4: the count the call's fingerprint names
   uint64_t epoch;        // the collective's epoch (1, 2, ...); written last, after a system fence

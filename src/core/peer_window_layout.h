@@ -43,8 +43,9 @@ inline constexpr size_t kCountersOffset = 5 * kLine;     // owner only: detected
                                                          // last copied to the host record, and 1 once the
                                                          // error was copied there (u64 each), and
                                                          // word kCallStartWord
-// u64 word of the counters line: the running collective's start (%globaltimer ns, block 0's entry), kept for
-// its last block while the timeline is on (core/call_clock.h).
+// u64 word of the counters line: the timed call's start (%globaltimer ns), stored by the clock kernel
+// launched before it and read by the one launched after it, while the timeline is on
+// (cuda/peer/call_clock.cu).
 inline constexpr size_t kCallStartWord = 5;
 // Peers read: per half h, at kArrivalOffset + 64 h, {epoch (u64), fingerprint crc (u32, at +8)} of the
 // collective that runs on h (epoch last, release). Every rank checks every peer's, so ranks that ran

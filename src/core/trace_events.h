@@ -18,12 +18,12 @@ namespace trace {
 enum class Kind : uint8_t {
   kCollective,   // span: one collective on its communicator (seq, value = bytes; detail: the error;
                  //       a = direct: 0 for the host-driven pipeline's, 2 for a call of the direct path timed
-                 //       by its kernel while the timeline was on: seq is then the path's own epoch, and the
+                 //       on the device while the timeline was on: seq is then the path's own epoch, and the
                  //       span is recorded when the host next reads the path's clocks)
   kEnqueue,      // instant: a collective was handed in (value = bytes; a = direct: 1 when its caller ran it
                  //          at once, without the queue, 0 when it was queued, 2 when it was launched as a
-                 //          kernel on the caller's stream by the direct path, whose span comes from the
-                 //          kernel's clocks: kCollective)
+                 //          kernel on the caller's stream by the direct path, whose span comes from
+                 //          clocks on the device: kCollective)
   kSlice,        // span: one received slice waited for, verified and applied (a = step, b = slice,
                  //       c = sender, d = repair attempt; value = bytes)
   kDetect,       // instant: a slice failed verification (a = sender, b = receiver, c = step, d = slice;

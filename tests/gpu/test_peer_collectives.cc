@@ -1101,10 +1101,10 @@ TEST(PeerCommunicatorCollectives, ExplicitPeerTakesEveryCollectiveExactly) {
   EXPECT_GE(launched, 12u) << "4 collectives x 3 counts launched on the windows";
 }
 
-// With the timeline on, every call of the path is a span timed by its kernel (core/call_clock.h), eager and
+// With the timeline on, every call of the path is a span timed on the device (core/call_clock.h), eager and
 // replayed from a CUDA graph: named by its kind, its bytes as the communicator counts them, the path's epochs
 // one after another, inside the host's window around the calls; the per-kind figures take their time.
-TEST(PeerCommunicatorCollectives, EveryCallIsATimelineSpanTimedByItsKernel) {
+TEST(PeerCommunicatorCollectives, EveryCallIsATimelineSpanTimedOnTheDevice) {
   if (!peer::everyRankHasAGpu()) GTEST_SKIP() << "no CUDA device on some rank";
   observability::startTimeline(size_t(1) << 16);  // once per process: later calls find it on
   cuda::DeviceOptions d;

@@ -42,9 +42,6 @@ struct PeerWindowArgs {
   // Fault injection (core/peer_fault.h): a read of chunk c from peer p at epoch e is damaged in registers
   // when hash(seed, e, c, p) < probability * 2^32, as the mode says; every rank injects on its own reads.
   PeerFault fault;
-  // The timeline's ring (core/call_clock.h; device pointer of mapped pinned memory), set while the timeline
-  // is on: the collective's last block writes its start and end there. Null: no clock is read or written.
-  CallClock* clocks = nullptr;
 };
 
 struct PeerAllreduceArgs : PeerWindowArgs {
@@ -141,8 +138,16 @@ Status launchPeerDecline(const PeerWindowArgs& args, void* stream);
 // abort leaves for the kernels that start after it (abort_mark.cu).
 Status launchPeerAbortMark(void* ownWindow, void* stream);
 
+// The timeline's clocks of a call (call_clock.cu; core/call_clock.h), while the timeline is on: one-thread
+// kernels on the call's stream around its own, so the collectives' kernels are the same with the timeline
+// off. launchCallClockBegin stores %globaltimer in this rank's window (`ownWindow`, word kCallStartWord of
+// its counters line); launchCallClockEnd, after the call's kernels, writes the call's ring entry (`ring`:
+// device address of the mapped ring) with that start, its own end, the epoch the call left in the window's
+// seq word and the call's fingerprint words (kind, dtype, count). Captured in a graph, each replay is timed.
+Status launchCallClockBegin(void* ownWindow, void* stream);
+Status launchCallClockEnd(void* ownWindow, CallClock* ring, const PeerWindowArgs& call, void* stream);
 // The offset that turns the kernels' %globaltimer into the host's steady clock (host = gpu + offset), for
-// the timeline's spans of the path's calls (clock_offset.cu): measured on the current device, synchronously.
+// the spans: measured on the current device, synchronously.
 Status measureClockOffset(int64_t* offsetNs);
 
 // Loads every kernel the launchers above may launch, on the current device (kernel_preload.h says why: a

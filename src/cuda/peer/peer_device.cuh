@@ -690,22 +690,6 @@ __device__ __forceinline__ void checkArrivals(const Collective& k) {
   }
 }
 
-// The call's entry in the timeline's ring (core/call_clock.h), by the last block's thread 0 after its
-// acknowledgement: the epoch is zeroed first and written last, each behind a system fence, so the host never
-// takes fields of two calls for one. Only while the timeline is on (PeerWindowArgs::clocks).
-__device__ __noinline__ void recordCallClock(const PeerWindowArgs& a, uint64_t epoch, uint64_t startNs) {
-  volatile CallClock* c = a.clocks + callClockSlot(epoch);
-  c->epoch = 0;
-  __threadfence_system();
-  c->startNs = startNs;
-  c->endNs = globalTimer();
-  c->fingerprint = a.fingerprint[0];
-  c->dtype = a.fingerprint[1];
-  c->count = uint64_t(a.fingerprint[3]) | uint64_t(a.fingerprint[4]) << 32;
-  __threadfence_system();
-  c->epoch = epoch;
-}
-
 __device__ __forceinline__ void finishCollective(Collective& k) {
   const PeerWindowArgs& a = *k.a;
   void* mine = k.mine();
@@ -714,9 +698,6 @@ __device__ __forceinline__ void finishCollective(Collective& k) {
   const bool news = __syncthreads_or(k.detected != 0 || k.injected != 0) != 0 || blockFailed() != 0;
   RINGGUARD_STEP(kStepArrivalChecked);
   if (threadIdx.x == 0) {
-    uint64_t* callStart = at<uint64_t>(mine, kCountersOffset) + kCallStartWord;
-    // Block 0's entry for the last block's clock entry, before block 0 counts itself done.
-    if (a.clocks != nullptr && blockIdx.x == 0) *callStart = blockDeadline() - a.timeoutNs;
     bool last = true, anyNews = news;
     if (gridDim.x > 1) {
       // The last block's release of `done` comes after every block's count.
@@ -731,7 +712,6 @@ __device__ __forceinline__ void finishCollective(Collective& k) {
       RINGGUARD_STEP_TAIL(kStepLastReported);
       storeRelease(at<uint64_t>(mine, kDoneOffset), k.epoch, a.oneDevice);
       RINGGUARD_STEP_TAIL(kStepLastDone);
-      if (a.clocks != nullptr) recordCallClock(a, k.epoch, loadVolatile(callStart));
     }
     RINGGUARD_STEP_FLUSH(mine, k.epoch, last);
   }

@@ -119,7 +119,8 @@ class PeerPath final : public DirectPath {
     a.op = op;
     a.algorithm = peer::chooseAllreduce(count * dataTypeSize(dtype), a.size, peer_.twoShotBytes);
     a.arriveFirst = arrivesFirst(count * dataTypeSize(dtype));
-    return ordered(stream, [&] { return peer::launchPeerAllreduce(a, stream); });
+    return ordered(stream,
+                   [&] { return timed(a, stream, [&] { return peer::launchPeerAllreduce(a, stream); }); });
   }
 
   bool acceptsAllgather(size_t sendCount, DataType dtype) const override {
@@ -135,7 +136,8 @@ class PeerPath final : public DirectPath {
     a.count = sendCount;
     a.dtype = dtype;
     a.arriveFirst = arrivesFirst(sendCount * dataTypeSize(dtype));
-    return ordered(stream, [&] { return peer::launchPeerAllgather(a, stream); });
+    return ordered(stream,
+                   [&] { return timed(a, stream, [&] { return peer::launchPeerAllgather(a, stream); }); });
   }
 
   bool acceptsBroadcast(size_t count, DataType dtype) const override {
@@ -152,7 +154,8 @@ class PeerPath final : public DirectPath {
     a.dtype = dtype;
     a.root = root;
     a.arriveFirst = arrivesFirst(count * dataTypeSize(dtype));
-    return ordered(stream, [&] { return peer::launchPeerBroadcast(a, stream); });
+    return ordered(stream,
+                   [&] { return timed(a, stream, [&] { return peer::launchPeerBroadcast(a, stream); }); });
   }
 
   bool acceptsReduceScatter(size_t recvCount, DataType dtype, ReduceOp op) const override {
@@ -171,7 +174,8 @@ class PeerPath final : public DirectPath {
     a.dtype = dtype;
     a.op = op;
     a.arriveFirst = arrivesFirst(recvCount * dataTypeSize(dtype) * n);
-    return ordered(stream, [&] { return peer::launchPeerReduceScatter(a, stream); });
+    return ordered(
+        stream, [&] { return timed(a, stream, [&] { return peer::launchPeerReduceScatter(a, stream); }); });
   }
 
   // The equal form publishes N - 1 blocks of `count`; the split form its table (its blocks differ per rank
@@ -211,7 +215,8 @@ class PeerPath final : public DirectPath {
     size_t sent = 0;
     for (size_t p = 0; p < n; ++p) sent += layout.sendCounts[p];
     a.arriveFirst = arrivesFirst(sent * dataTypeSize(dtype));
-    return ordered(stream, [&] { return peer::launchPeerAlltoall(a, stream); });
+    return ordered(stream,
+                   [&] { return timed(a, stream, [&] { return peer::launchPeerAlltoall(a, stream); }); });
   }
 
   bool acceptsSendRecv(size_t sendCount, int dst, size_t recvCount, int src, DataType dtype) const override {
@@ -436,8 +441,6 @@ class PeerPath final : public DirectPath {
     std::memcpy(&a->fingerprint[7], &factor, sizeof factor);
     a->timeoutNs = uint64_t(options_.timeout.count()) * 1000000ull;
     a->maxRereads = options_.maxRetries;
-    // The kernels time the call only while the timeline records (a graph captured then keeps it).
-    a->clocks = trace::on() ? clocksDevice_ : nullptr;
     std::lock_guard<std::mutex> lock(faultMutex_);
     a->fault = fault_;
   }
@@ -466,6 +469,16 @@ class PeerPath final : public DirectPath {
     clockOffsetNs_ = offset;
   }
 
+  // The call's kernels (`launch`), between the timeline's clock kernels while the timeline is on and the
+  // ring exists (cuda/peer/call_clock.cu; a graph captured then keeps them and times each replay).
+  Status timed(const peer::PeerWindowArgs& a, void* stream, FunctionRef<Status()> launch) {
+    if (clocksDevice_ == nullptr || !trace::on()) return launch();
+    void* own = windows_->window(windows_->rank());
+    RINGGUARD_RETURN_IF_ERROR(peer::launchCallClockBegin(own, stream));
+    RINGGUARD_RETURN_IF_ERROR(launch());
+    return peer::launchCallClockEnd(own, clocksDevice_, a, stream);
+  }
+
   // A kernel launched after every earlier one of this path, whatever their streams (stream_chain.h).
   Status ordered(void* stream, FunctionRef<Status()> launch) {
     return chain_.run(static_cast<cudaStream_t>(stream), launch);
@@ -479,7 +492,7 @@ class PeerPath final : public DirectPath {
   mutable std::mutex faultMutex_;  // setFault (any thread) against the launches' copies
   peer::PeerFault fault_;
   peer::CallClock* clocks_ = nullptr;        // the timeline's ring, host address (null: no spans)
-  peer::CallClock* clocksDevice_ = nullptr;  // its device address, for the kernels
+  peer::CallClock* clocksDevice_ = nullptr;  // its device address, for the clock kernels
   int64_t clockOffsetNs_ = 0;                // host steady clock = %globaltimer + this
   std::mutex clockMutex_;                    // takeFinishedCalls from any thread
   uint64_t nextClock_ = 0;                   // the next epoch to take (0: not known yet)
