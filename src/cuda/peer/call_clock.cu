@@ -1,6 +1,6 @@
 // The timeline's clocks of the peer path's calls (core/call_clock.h), in one-thread kernels of their own on
 // the call's stream, so that the collectives' kernels are the same whether the timeline is on or off (clocks
-// in the collectives' own last block cost a one-shot 0.25-0.45 us a call with the timeline off: docs/GPU.md,
+// in the collectives' own last block cost a one-shot 0.2-0.5 us a call with the timeline off: docs/GPU.md,
 // "Timeline spans of the path's calls"). The begin kernel stores %globaltimer in this rank's window; the end
 // kernel, after the call's kernels, writes the call's ring entry. And the offset from %globaltimer to the
 // host's steady clock (trace::nowNs): a one-thread kernel stores the timer into mapped pinned memory and the
