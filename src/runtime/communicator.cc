@@ -440,13 +440,8 @@ std::shared_ptr<Work> Communicator::allreduceAsync(const void* send, void* recv,
     return impl_->launchDirect("allreduce", count * dataTypeSize(dtype),
                                [=] { return direct->allreduce(send, recv, count, dtype, op, lane, stream); });
   }
-  if (direct != nullptr && direct->declines(CollectiveKind::kAllreduce)) {
-    if (auto declined =
-            impl_->offDirect("allreduce", CollectiveKind::kAllreduce, checked, stream, [&](uint32_t lane) {
-              return direct->offPath(CollectiveKind::kAllreduce, count, dtype, op, 0, lane, stream);
-            }))
-      return declined;
-  }
+  if (auto declined = impl_->offDirect(CollectiveKind::kAllreduce, checked, stream, count, dtype, op, 0))
+    return declined;
   return issueAllreduce(Submit{*impl_, stream}, std::move(checked), send, recv, count, dtype, op);
 }
 
@@ -473,13 +468,9 @@ std::shared_ptr<Work> Communicator::reduceScatterAsync(const void* send, void* r
       return direct->reduceScatter(send, recv, recvCount, dtype, op, lane, stream);
     });
   }
-  if (direct != nullptr && direct->declines(CollectiveKind::kReduceScatter)) {
-    if (auto declined = impl_->offDirect(
-            "reduce_scatter", CollectiveKind::kReduceScatter, checked, stream, [&](uint32_t lane) {
-              return direct->offPath(CollectiveKind::kReduceScatter, recvCount, dtype, op, 0, lane, stream);
-            }))
-      return declined;
-  }
+  if (auto declined =
+          impl_->offDirect(CollectiveKind::kReduceScatter, checked, stream, recvCount, dtype, op, 0))
+    return declined;
   return issueReduceScatter(Submit{*impl_, stream}, std::move(checked), size(), send, recv, recvCount, dtype,
                             op);
 }
@@ -505,14 +496,9 @@ std::shared_ptr<Work> Communicator::allgatherAsync(const void* send, void* recv,
     return impl_->launchDirect("allgather", sendCount * size_t(size()) * dataTypeSize(dtype),
                                [=] { return direct->allgather(send, recv, sendCount, dtype, lane, stream); });
   }
-  if (direct != nullptr && direct->declines(CollectiveKind::kAllgather)) {
-    if (auto declined =
-            impl_->offDirect("allgather", CollectiveKind::kAllgather, checked, stream, [&](uint32_t lane) {
-              return direct->offPath(CollectiveKind::kAllgather, sendCount, dtype, ReduceOp::kSum, 0, lane,
-                                     stream);
-            }))
-      return declined;
-  }
+  if (auto declined =
+          impl_->offDirect(CollectiveKind::kAllgather, checked, stream, sendCount, dtype, ReduceOp::kSum, 0))
+    return declined;
   return issueAllgather(Submit{*impl_, stream}, std::move(checked), size(), send, recv, sendCount, dtype);
 }
 
@@ -537,14 +523,9 @@ std::shared_ptr<Work> Communicator::broadcastAsync(const void* send, void* recv,
       return direct->broadcast(send, recv, count, dtype, root, lane, stream);
     });
   }
-  if (direct != nullptr && direct->declines(CollectiveKind::kBroadcast)) {
-    if (auto declined =
-            impl_->offDirect("broadcast", CollectiveKind::kBroadcast, checked, stream, [&](uint32_t lane) {
-              return direct->offPath(CollectiveKind::kBroadcast, count, dtype, ReduceOp::kSum, root, lane,
-                                     stream);
-            }))
-      return declined;
-  }
+  if (auto declined =
+          impl_->offDirect(CollectiveKind::kBroadcast, checked, stream, count, dtype, ReduceOp::kSum, root))
+    return declined;
   return issueBroadcast(Submit{*impl_, stream}, std::move(checked), rank(), send, recv, count, dtype, root);
 }
 
@@ -632,14 +613,9 @@ std::shared_ptr<Work> Communicator::alltoallAsync(const void* send, void* recv, 
       return direct->alltoall(send, recv, *layout, dtype, /*splits=*/false, lane, stream);
     });
   }
-  if (direct != nullptr && direct->declines(CollectiveKind::kAlltoall)) {
-    if (auto declined =
-            impl_->offDirect("alltoall", CollectiveKind::kAlltoall, checked, stream, [&](uint32_t lane) {
-              return direct->offPath(CollectiveKind::kAlltoall, count, dtype, ReduceOp::kSum, 0, lane,
-                                     stream);
-            }))
-      return declined;
-  }
+  if (auto declined =
+          impl_->offDirect(CollectiveKind::kAlltoall, checked, stream, count, dtype, ReduceOp::kSum, 0))
+    return declined;
   return issueAlltoall(Submit{*impl_, stream}, std::move(checked), send, recv, std::move(layout), dtype);
 }
 
@@ -816,14 +792,13 @@ std::shared_ptr<Work> Communicator::Impl::declineDirect(const char* name, Collec
   return Work::completed(callError(name, Status(StatusCode::kInvalidArgument, checked.message())));
 }
 
-std::shared_ptr<Work> Communicator::Impl::offDirect(const char* name, CollectiveKind kind,
-                                                    const Status& checked, void* stream,
-                                                    const std::function<Status(uint32_t lane)>& mark) {
-  if (!checked.isOk()) return declineDirect(name, kind, checked, stream);
-  const uint32_t lane = currentIssueLane();
+std::shared_ptr<Work> Communicator::Impl::offDirect(CollectiveKind kind, const Status& checked, void* stream,
+                                                    size_t count, DataType dtype, ReduceOp op, int root) {
+  if (!direct_ || !direct_->declines(kind)) return nullptr;
+  if (!checked.isOk()) return declineDirect(collectiveKindName(kind), kind, checked, stream);
   Status st = firstError();
   if (st.isOk()) st = direct_->poll();
-  if (st.isOk()) st = mark(lane);
+  if (st.isOk()) st = direct_->offPath(kind, count, dtype, op, root, currentIssueLane(), stream);
   if (!st.isOk()) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (firstError_.isOk()) firstError_ = st;

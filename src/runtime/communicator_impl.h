@@ -118,13 +118,14 @@ class Communicator::Impl {
   // communicator as a failed launch does.
   std::shared_ptr<Work> declineDirect(const char* name, CollectiveKind kind, const Status& checked,
                                       void* stream);
-  // A call of a kind the direct path declines() that the path does not take (above its size, say), on its
-  // way to the pipeline: a rejected one (`checked` not OK) is declined on the path and its Work returned;
-  // otherwise `mark` (DirectPath::offPath with the call's arguments) enters its marker in the path's order
-  // and nullptr is returned, the call going on to the pipeline (a failed marker poisons the communicator,
-  // so the pipeline's submission then fails with that error).
-  std::shared_ptr<Work> offDirect(const char* name, CollectiveKind kind, const Status& checked, void* stream,
-                                  const std::function<Status(uint32_t lane)>& mark);
+  // A call the direct path did not take (acceptsX false: above its size, say), on its way to the pipeline,
+  // where the path declines() its kind: a rejected one (`checked` not OK) is declined on the path and its
+  // Work returned; otherwise its marker (DirectPath::offPath with the call's arguments, as its kernel's
+  // fingerprint would name them) enters the path's order and nullptr is returned, the call going on to the
+  // pipeline (a failed marker poisons the communicator, so the pipeline's submission then fails with that
+  // error). nullptr at once where the path does not carry the kind.
+  std::shared_ptr<Work> offDirect(CollectiveKind kind, const Status& checked, void* stream, size_t count,
+                                  DataType dtype, ReduceOp op, int root);
   void progressLoop();
   // A waiting caller runs queued host tasks itself while no one else runs one (Work::wait).
   void helpWhileWaiting(const Work* waited);

@@ -32,6 +32,13 @@ Status makeDevice(const Options& o, cuda::DeviceTransportKind kind, std::unique_
   return cuda::createDeviceCommunicator(**bootstrap, o, d, c);
 }
 
+// A communicator under auto with the 1 MiB window (makeDevice), on the windows: the test stops if not.
+void makeAutoOnTheWindows(const Options& o, std::unique_ptr<Bootstrap>* b, std::unique_ptr<Communicator>* c) {
+  const Status made = makeDevice(o, cuda::DeviceTransportKind::kAuto, b, c);
+  ASSERT_TRUE(made.isOk()) << made.toString();
+  ASSERT_STREQ((*c)->transportName(), "peer");
+}
+
 // A communicator refused when it is made: kInvalidArgument, with `text` in its message.
 void expectRefused(const Status& st, const std::string& text) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
@@ -174,9 +181,7 @@ TEST(PeerRouting, AutoLeavesTheSplitAlltoallAndSendRecvToThePipeline) {
   peer::BarrierAtExit barrier;
   std::unique_ptr<Bootstrap> b;
   std::unique_ptr<Communicator> c;
-  const Status made = makeDevice(Options{}, cuda::DeviceTransportKind::kAuto, &b, &c);
-  ASSERT_TRUE(made.isOk()) << made.toString();
-  EXPECT_STREQ(c->transportName(), "peer");
+  ASSERT_NO_FATAL_FAILURE(makeAutoOnTheWindows(Options{}, &b, &c));
   EXPECT_FALSE(c->sendRecvOnPeerWindows());
   const int rank = c->rank(), size = c->size();
   const size_t block = 300000;  // 1.2 MB of floats per block: above the window
@@ -210,9 +215,7 @@ TEST(PeerRouting, CallsAboveTheWindowRunOnThePipelineBesideTheirMarkers) {
   peer::BarrierAtExit barrier;
   std::unique_ptr<Bootstrap> b;
   std::unique_ptr<Communicator> c;
-  const Status made = makeDevice(Options{}, cuda::DeviceTransportKind::kAuto, &b, &c);
-  ASSERT_TRUE(made.isOk()) << made.toString();
-  ASSERT_STREQ(c->transportName(), "peer");
+  ASSERT_NO_FATAL_FAILURE(makeAutoOnTheWindows(Options{}, &b, &c));
   const int rank = c->rank(), size = c->size();
   // Element i of rank r's input: an integer (sums exact in float, whatever the order).
   auto value = [](int r, size_t i) { return float(r * 1000 + int(i % 997)); };
@@ -266,9 +269,7 @@ TEST(PeerRouting, CallsEitherSideOfTheWindowFailAtOnceNamingBoth) {
   o.timeout = std::chrono::milliseconds(30000);
   std::unique_ptr<Bootstrap> b;
   std::unique_ptr<Communicator> c;
-  const Status made = makeDevice(o, cuda::DeviceTransportKind::kAuto, &b, &c);
-  ASSERT_TRUE(made.isOk()) << made.toString();
-  ASSERT_STREQ(c->transportName(), "peer");
+  ASSERT_NO_FATAL_FAILURE(makeAutoOnTheWindows(o, &b, &c));
   const size_t count = c->rank() == 0 ? 1000 : size_t(1) << 19;
   peer::DeviceBuffer in(count * 4), out(count * 4);
   ASSERT_EQ(cudaMemset(in.get(), 0, count * 4), cudaSuccess);
