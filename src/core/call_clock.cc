@@ -7,9 +7,9 @@ namespace peer {
 
 namespace {
 
-// One entry read as a seqlock: the kernel zeroes the epoch, fences, writes the fields, fences and writes the
-// epoch (cuda/peer/peer_device.cuh, recordCallClock), so fields read between two equal reads of the epoch
-// are that epoch's.
+// One entry read as a seqlock: the end clock kernel zeroes the epoch, fences, writes the fields, fences and
+// writes the epoch (cuda/peer/call_clock.cu), so fields read between two equal reads of the epoch are that
+// epoch's.
 bool readEntry(const volatile CallClock& e, uint64_t epoch, int64_t offsetNs, FinishedCall* out) {
   std::atomic_thread_fence(std::memory_order_acquire);
   out->epoch = epoch;

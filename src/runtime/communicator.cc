@@ -682,7 +682,7 @@ void Communicator::Impl::absorbDirectCounts() const {
   counters_.injected += injected - directInjected_;
   directDetected_ = detected;
   directInjected_ = injected;
-  // The path's finished calls, timed by their kernels (while the timeline is on): a span each, on this
+  // The path's finished calls, timed on the device (while the timeline is on): a span each, on this
   // communicator's track, and their time in the per-kind figures.
   const uint64_t lost = direct_->takeFinishedCalls([&](const DirectCallTime& t) {
     byKind_[t.name].ns += t.durNs;
@@ -695,7 +695,7 @@ void Communicator::Impl::absorbDirectCounts() const {
     e.tsNs = t.startNs;
     e.durNs = t.durNs;
     e.value = t.bytes;
-    e.a = 2;  // the direct path's kernel (the enqueue instant's "direct")
+    e.a = 2;  // the direct path's (the enqueue instant's "direct")
     trace::record(e);
   });
   if (lost != 0 && directSpansLost_ == 0) {

@@ -193,8 +193,8 @@ class Communicator::Impl {
   std::atomic<bool> aborted_{false};  // read by the waits of the collective in progress
   Status firstError_;
   mutable Counters counters_;  // mutable: counters() takes in the direct path's counts
-  mutable std::map<std::string, CollectiveStats>
-      byKind_;  // mutable: absorbDirectCounts adds the path's times
+  // mutable: absorbDirectCounts adds the direct path's times.
+  mutable std::map<std::string, CollectiveStats> byKind_;
   // byKind_'s entry of the last name runCollective counted (names are string literals, and a map's entries
   // stay where they are): a run of one kind finds its entry without making and comparing a std::string.
   const char* lastKindName_ = nullptr;

@@ -24,18 +24,17 @@ namespace {
 // A literal, so scripts/regcheck.py reads the kernel's bounds from this file.
 constexpr int kClockThreads = 32;
 
-__global__ void __launch_bounds__(kClockThreads, 1) globalTimerKernel(volatile uint64_t* out) {
-  if (threadIdx.x != 0) return;
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  *out = t == 0 ? 1 : t;  // 0 is "not yet" to the host
-  __threadfence_system();
-}
-
 __device__ __forceinline__ uint64_t timerNow() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
+}
+
+__global__ void __launch_bounds__(kClockThreads, 1) globalTimerKernel(volatile uint64_t* out) {
+  if (threadIdx.x != 0) return;
+  const uint64_t t = timerNow();
+  *out = t == 0 ? 1 : t;  // 0 is "not yet" to the host
+  __threadfence_system();
 }
 
 __device__ __forceinline__ volatile uint64_t* callStartWord(void* window) {

@@ -267,7 +267,7 @@ class PeerPath final : public DirectPath {
     std::lock_guard<std::mutex> lock(clockMutex_);
     const size_t ranks = size_t(windows_->size());
     return peer::drainCallClocks(clocks_, &nextClock_, clockOffsetNs_, [&](const peer::FinishedCall& c) {
-      if ((c.fingerprint >> 8) != 0) return;  // a declined call (decline()): no call of the caller's
+      if ((c.fingerprint >> 8) != 0) return;  // flagged (a decline, a marker): timed() never brackets one
       const auto kind = CollectiveKind(c.fingerprint & 0xffu);
       DirectCallTime t;
       t.name = collectiveKindName(kind);
