@@ -41,7 +41,8 @@ void ProcessGroupRingguard::rejected(CollectiveKind kind, const at::Tensor& t, R
 #if RINGGUARD_TORCH_CUDA
       if (cuda && !staged) stream = c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
 #endif
-      // What the call would have published: the other ranks' calls (the same shapes) were routed by it.
+      // What the call would have published (Communicator::rejectedAsync no longer routes by it: every call
+      // of a kind the peer windows carry enters their order at any size).
       size_t bytes = Communicator::kUnknownBytes;
       if (t.defined() && what != RejectedSize::kUnknown) {
         bytes = size_t(t.numel()) * t.element_size();
