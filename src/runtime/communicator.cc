@@ -702,7 +702,7 @@ void Communicator::Impl::absorbDirectCounts() const {
     logWarn(
         Subsys::kRuntime,
         "rank {}: {} calls of the {} path have no timeline span: more finished between two reads of their "
-        "clocks (each launch on the path, counters() and the run summary read them) than their ring holds",
+        "clocks (each launch on the path, counters() and the exports read them) than their ring holds",
         rank_, lost, direct_->name());
   }
   directSpansLost_ += lost;
