@@ -263,7 +263,9 @@ class PeerPath final : public DirectPath {
   }
 
   uint64_t takeFinishedCalls(FunctionRef<void(const DirectCallTime&)> take) override {
-    if (clocksDevice_ == nullptr) return 0;
+    // With the timeline off no clock kernel ever ran (timed()): nothing to read, and each launch, which
+    // calls this, pays nothing (the first drain would otherwise scan the ring for an oldest entry).
+    if (clocksDevice_ == nullptr || !trace::on()) return 0;
     std::lock_guard<std::mutex> lock(clockMutex_);
     const size_t ranks = size_t(windows_->size());
     return peer::drainCallClocks(clocks_, &nextClock_, clockOffsetNs_, [&](const peer::FinishedCall& c) {
